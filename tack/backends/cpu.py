@@ -1,0 +1,173 @@
+"""The CPU backend: LLVM IR -> optimized object code -> loaded in-process -> launched.
+
+No external compiler or linker is needed: llvmlite's target machine emits an
+object file, and an MCJIT engine links it into this process.  Object code
+for another microarchitecture (``CPUTarget("skylake-avx512")``) can be
+emitted on any host, for bundles built for other nodes.
+
+The entry function takes a block of 8-byte argument slots and a range of the
+grid's first dimension, ``entry(slots, start, end)``; the launch splits that
+dimension over threads, and ctypes releases the GIL during each call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from .. import types as T
+from ..codegen import F32, I8, I64, lltype
+
+_init_lock = threading.Lock()
+_initialized = False
+_engine = None
+
+# Math functions LLVM has intrinsics for; the rest are libm calls.
+_LLVM_MATH = {"sqrt", "exp", "log", "log2", "log10", "sin", "cos", "floor", "ceil",
+              "fabs", "trunc", "pow", "copysign"}
+
+
+def _initialize():
+    global _initialized
+    with _init_lock:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialized = True
+
+
+class CPUTarget:
+    """A CPU to compile for: the host's by default, or a named microarchitecture."""
+
+    name = "cpu"
+
+    def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3):
+        _initialize()
+        host = cpu is None
+        self.cpu = llvm.get_host_cpu_name() if host else cpu
+        if features is None:
+            features = llvm.get_host_cpu_features().flatten() if host else ""
+        self.features = features
+        self.opt = opt
+        self.triple = llvm.get_process_triple()
+        target = llvm.Target.from_triple(self.triple)
+        self.machine = target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
+                                                    reloc="pic", codemodel="jitdefault")
+        self.is_host = host
+
+    def identity(self) -> dict:
+        """What compiled code depends on: LLVM version, triple, CPU name and features."""
+        return {"backend": "cpu", "llvm": ".".join(map(str, llvm.llvm_version_info)),
+                "triple": self.triple, "cpu": self.cpu, "features": self.features}
+
+    # -- the codegen interface ------------------------------------------------
+
+    def math_call(self, module, builder, name, args, t):
+        if name in _LLVM_MATH:
+            fn = module.declare_intrinsic(f"llvm.{name}", [args[0].type])
+            return builder.call(fn, args)
+        cname = name + ("f" if t == T.float32 else "")
+        fn = module.globals.get(cname)
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(args[0].type, [a.type for a in args]), cname)
+        return builder.call(fn, args)
+
+    def atomic_rmw(self, builder, op, ptr, value):
+        return builder.atomic_rmw(op, ptr, value, "seq_cst")
+
+    def emit_entry(self, module, body, tk, name):
+        """``void name(i8* slots, i64 start, i64 end)``: loop over the grid, call the body."""
+        slots_t = I8.as_pointer()
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [slots_t, I64, I64]), name)
+        slots, start, end = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+        def slot(k, ty):
+            return b.bitcast(b.gep(slots, [ir.Constant(I64, 8 * k)]), ty.as_pointer())
+
+        args = []
+        for k, t in enumerate(tk.argtypes):
+            if isinstance(t, T.Array):
+                args.append(b.inttoptr(b.load(slot(k, I64)), lltype(t)))
+            elif t.kind == "b":
+                args.append(b.trunc(b.load(slot(k, I8)), lltype(t)))
+            else:
+                args.append(b.load(slot(k, lltype(t))))
+        n = len(tk.argtypes)
+        dims = [b.load(slot(n + d, I64)) for d in range(3)]
+        err = [b.inttoptr(b.load(slot(n + 3, I64)), I64.as_pointer())] if tk.debug else []
+        ndim = tk.grid_ndim
+
+        def loop(depth, lo, hi, tids):
+            head = fn.append_basic_block(f"d{depth}")
+            body_bb = fn.append_basic_block(f"d{depth}.body")
+            done = fn.append_basic_block(f"d{depth}.done")
+            pre = b.block
+            b.branch(head)
+            b.position_at_end(head)
+            i = b.phi(I64)
+            i.add_incoming(lo, pre)
+            b.cbranch(b.icmp_signed("<", i, hi), body_bb, done)
+            b.position_at_end(body_bb)
+            if depth + 1 < ndim:
+                loop(depth + 1, ir.Constant(I64, 0), dims[depth + 1], tids + [i])
+            else:
+                b.call(body, args + tids + [i] + err)
+            i.add_incoming(b.add(i, ir.Constant(I64, 1)), b.block)
+            b.branch(head)
+            b.position_at_end(done)
+
+        loop(0, start, end, [])
+        b.ret_void()
+        body.attributes.add("alwaysinline")
+        return fn
+
+    # -- compile and load -----------------------------------------------------
+
+    def optimize(self, module: ir.Module):
+        """Parse and optimize an llvmlite.ir module: -> llvm.ModuleRef."""
+        mod = llvm.parse_assembly(str(module))
+        mod.triple = self.triple
+        mod.data_layout = str(self.machine.target_data)
+        pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pb = llvm.create_pass_builder(self.machine, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return mod
+
+    def emit_object(self, optimized) -> bytes:
+        return self.machine.emit_object(optimized)
+
+    def emit_assembly(self, optimized) -> str:
+        return self.machine.emit_assembly(optimized)
+
+    def load(self, obj: bytes, entry: str):
+        """Link object code into this process; -> a ctypes function for ``entry``."""
+        if not self.is_host:
+            raise RuntimeError(f"code for CPU '{self.cpu}' cannot be run on this host")
+        global _engine
+        with _init_lock:
+            if _engine is None:
+                _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.machine)
+            _engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            _engine.finalize_object()
+            addr = _engine.get_function_address(entry)
+        if not addr:
+            raise RuntimeError(f"entry point {entry} not found in object code")
+        return _ENTRY_TYPE(addr)
+
+
+_ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+_host = None
+
+
+def host_target() -> CPUTarget:
+    global _host
+    if _host is None:
+        _host = CPUTarget()
+    return _host

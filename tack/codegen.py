@@ -1,0 +1,706 @@
+"""Code generation: a typed kernel -> an LLVM IR module (llvmlite.ir), for any backend.
+
+What differs between targets sits behind a small interface the backend
+passes in (``target``): how the grid loop or thread index reaches the kernel
+body (``emit_entry``), how a math function is called (``math_call``), and
+the atomic ordering.  Everything else -- arithmetic with Python's
+semantics, array addressing, bounds checks, device-function calls -- is
+shared.
+
+Values in the generator mirror Tack types: a scalar is one LLVM value, an
+array a pointer to its first element, a tuple a Python list of values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import llvmlite.ir as ir
+
+from . import types as T
+from .frontend.intrinsics import MATH1, MATH2
+from .specialize import TypedFunction, TypedKernel, arith_type, math_type
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+_LL = {"bool": I1, "int32": I32, "int64": I64, "uint32": I32, "uint64": I64,
+       "float32": F32, "float64": F64}
+_ICMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
+_FCMP = {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=": "une"}
+
+
+def lltype(t):
+    """The LLVM type of a value of Tack type ``t`` in registers."""
+    if isinstance(t, T.Scalar):
+        return _LL[t.name]
+    if isinstance(t, T.Array):
+        return storage_type(t.dtype).as_pointer()
+    if isinstance(t, T.Tuple):
+        return ir.LiteralStructType([lltype(x) for x in t.items])
+    raise TypeError(f"no LLVM type for {t}")
+
+
+def storage_type(t: T.Scalar):
+    """The LLVM type of an array element in memory (bool is a byte)."""
+    return I8 if t.kind == "b" else _LL[t.name]
+
+
+@dataclass
+class BoundsSite:
+    function: str
+    array: str
+    filename: str
+    line: int
+
+
+@dataclass
+class Generated:
+    module: ir.Module
+    entry: str
+    sites: list = field(default_factory=list)    # debug mode: site id -> BoundsSite
+
+
+def generate(tk: TypedKernel, target, symbol_prefix="tack") -> Generated:
+    module = ir.Module(name=tk.name)
+    gen = _ModuleGen(module, tk, target, symbol_prefix)
+    for tf in tk.functions:
+        gen.declare(tf)
+    gen.declare(tk.kernel)
+    for tf in tk.functions + [tk.kernel]:
+        _FunctionGen(gen, tf).emit()
+    entry = f"{symbol_prefix}_entry"
+    target.emit_entry(module, gen.functions[id(tk.kernel)], tk, entry)
+    return Generated(module, entry, gen.sites)
+
+
+class _ModuleGen:
+    def __init__(self, module, tk, target, prefix):
+        self.module = module
+        self.tk = tk
+        self.target = target
+        self.prefix = prefix
+        self.functions = {}      # id(TypedFunction) -> ir.Function
+        self.globals = {}        # cid -> ir.GlobalVariable
+        self.sites = []
+        self._helpers = {}
+
+    def declare(self, tf: TypedFunction):
+        args = []
+        for t in tf.argtypes:
+            args.append(lltype(t))
+        if tf.is_kernel:
+            args += [I64] * self.tk.grid_ndim
+        if self.tk.debug:
+            args.append(I64.as_pointer())
+        ret = ir.VoidType() if tf.ret is None or tf.is_kernel else lltype(tf.ret)
+        fn = ir.Function(self.module, ir.FunctionType(ret, args), f"{self.prefix}_{tf.symbol}")
+        fn.linkage = "internal"
+        self.functions[id(tf)] = fn
+
+    def constant_array(self, cid):
+        g = self.globals.get(cid)
+        if g is None:
+            arr = self.tk.lowered.constants[cid].value
+            data = bytearray(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+            if arr.dtype.kind == "b":
+                data = bytearray(arr.astype("u1").tobytes())
+            g = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(data)), f"{self.prefix}_const_{len(self.globals)}")
+            g.initializer = ir.Constant(ir.ArrayType(I8, len(data)), data)
+            g.global_constant = True
+            g.linkage = "internal"
+            g.align = 64
+            self.globals[cid] = g
+        return g
+
+    def helper(self, name, build):
+        fn = self._helpers.get(name)
+        if fn is None:
+            fn = build(self.module, f"{self.prefix}_{name}")
+            self._helpers[name] = fn
+        return fn
+
+
+class _FunctionGen:
+    def __init__(self, mod: _ModuleGen, tf: TypedFunction):
+        self.mod = mod
+        self.tf = tf
+        self.fn = mod.functions[id(tf)]
+        self.types = tf.types
+        self.loops = []
+
+    # -- setup --------------------------------------------------------------
+
+    def emit(self):
+        tf = self.tf
+        entry = self.fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(entry)
+        body = self.fn.append_basic_block("body")
+        self.b = ir.IRBuilder(body)
+        args = list(self.fn.args)
+        self.err = args.pop() if self.mod.tk.debug else None
+        n = len(tf.argtypes)
+        self.tids = args[n:]
+        self.slots = {name: self.alloc(t) for name, t in tf.locals.items()}
+        for name, t, arg in zip(tf.lowered.params, tf.argtypes, args[:n]):
+            self.store_slot(self.slots[name], self.cast(self.unpack(arg, t), t, tf.locals[name]), tf.locals[name])
+        self.block(tf.lowered.body)
+        if not self.b.block.is_terminated:
+            self.emit_default_return()
+        self.alloca_builder.branch(body)
+
+    def emit_default_return(self):
+        if self.tf.ret is None or self.tf.is_kernel:
+            self.b.ret_void()
+        else:
+            self.b.ret(ir.Constant(lltype(self.tf.ret), None))
+
+    def unpack(self, llvalue, t):
+        """A function argument (flat LLVM value) -> generator value."""
+        if isinstance(t, T.Tuple):
+            return [self.unpack(self.b.extract_value(llvalue, i), x) for i, x in enumerate(t.items)]
+        return llvalue
+
+    def pack(self, value, t):
+        """A generator value -> one LLVM value (tuples become structs)."""
+        if isinstance(t, T.Tuple):
+            agg = ir.Constant(lltype(t), None)
+            for i, (v, x) in enumerate(zip(value, t.items)):
+                agg = self.b.insert_value(agg, self.pack(v, x), i)
+            return agg
+        return value
+
+    def alloc(self, t):
+        if isinstance(t, T.Tuple):
+            return [self.alloc(x) for x in t.items]
+        return self.alloca_builder.alloca(lltype(t))
+
+    def store_slot(self, slot, value, t):
+        if isinstance(t, T.Tuple):
+            for s, v, x in zip(slot, value, t.items):
+                self.store_slot(s, v, x)
+        else:
+            self.b.store(value, slot)
+
+    def load_slot(self, slot, t):
+        if isinstance(t, T.Tuple):
+            return [self.load_slot(s, x) for s, x in zip(slot, t.items)]
+        return self.b.load(slot)
+
+    def new_block(self, name):
+        return self.fn.append_basic_block(name)
+
+    # -- statements ---------------------------------------------------------
+
+    def block(self, stmts):
+        for s in stmts:
+            if self.b.block.is_terminated:
+                self.b.position_at_end(self.new_block("dead"))
+            getattr(self, "_s_" + s[0])(s)
+
+    def _s_assign(self, s):
+        value = self.expr(s[3])
+        vt = self.types[id(s[3])]
+        for target in s[2]:
+            self.assign(target, value, vt)
+
+    def assign(self, target, value, vt):
+        kind = target[0]
+        if kind == "name":
+            lt = self.tf.locals[target[2]]
+            self.store_slot(self.slots[target[2]], self.cast(value, vt, lt), lt)
+        elif kind == "index":
+            et = self.types[id(target)]
+            ptr = self.element_ptr(target[2], target[3], target)
+            self.store_element(ptr, self.cast(value, vt, et), et)
+        else:
+            for t, v, x in zip(target[2], value, vt.items):
+                self.assign(t, v, x)
+
+    def _s_augassign(self, s):
+        op, target, rhs = s[2], s[3], s[4]
+        rt = self.types[id(rhs)]
+        if target[0] == "name":
+            cur_t = self.tf.locals[target[2]]
+            cur = self.b.load(self.slots[target[2]])
+            value = self.expr(rhs)
+            res, res_t = self.arith(op, cur, cur_t, value, rt)
+            self.b.store(self.cast(res, res_t, cur_t), self.slots[target[2]])
+        else:
+            et = self.types[id(target)]
+            ptr = self.element_ptr(target[2], target[3], target)
+            cur = self.load_element(ptr, et)
+            value = self.expr(rhs)
+            res, res_t = self.arith(op, cur, et, value, rt)
+            self.store_element(ptr, self.cast(res, res_t, et), et)
+
+    def _s_if(self, s):
+        cond = self.truth(s[2])
+        then, other, done = self.new_block("then"), self.new_block("else"), self.new_block("endif")
+        self.b.cbranch(cond, then, other)
+        for blk, body in ((then, s[3]), (other, s[4])):
+            self.b.position_at_end(blk)
+            self.block(body)
+            if not self.b.block.is_terminated:
+                self.b.branch(done)
+        self.b.position_at_end(done)
+
+    def _s_while(self, s):
+        head, body, done = self.new_block("while"), self.new_block("loop"), self.new_block("endwhile")
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        self.b.cbranch(self.truth(s[2]), body, done)
+        self.b.position_at_end(body)
+        self.loops.append((head, done))
+        self.block(s[3])
+        self.loops.pop()
+        if not self.b.block.is_terminated:
+            self.b.branch(head)
+        self.b.position_at_end(done)
+
+    def _s_for(self, s):
+        vt = self.tf.locals[s[2]]
+        start, stop, step = (self.cast(self.expr(x), self.types[id(x)], vt) for x in s[3:6])
+        counter = self.alloca_builder.alloca(lltype(vt))
+        self.b.store(start, counter)
+        head, body, inc, done = (self.new_block(n) for n in ("for", "body", "next", "endfor"))
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        i = self.b.load(counter)
+        signed = vt.kind == "i"
+        up = self.b.icmp_signed("<", i, stop) if signed else self.b.icmp_unsigned("<", i, stop)
+        if signed:
+            down = self.b.icmp_signed(">", i, stop)
+            positive = self.b.icmp_signed(">", step, ir.Constant(step.type, 0))
+            go = self.b.select(positive, up, down)
+        else:
+            go = up
+        self.b.cbranch(go, body, done)
+        self.b.position_at_end(body)
+        self.b.store(i, self.slots[s[2]])
+        self.loops.append((inc, done))
+        self.block(s[6])
+        self.loops.pop()
+        if not self.b.block.is_terminated:
+            self.b.branch(inc)
+        self.b.position_at_end(inc)
+        self.b.store(self.b.add(self.b.load(counter), step), counter)
+        self.b.branch(head)
+        self.b.position_at_end(done)
+
+    def _s_break(self, s):
+        self.b.branch(self.loops[-1][1])
+
+    def _s_continue(self, s):
+        self.b.branch(self.loops[-1][0])
+
+    def _s_return(self, s):
+        if s[2] is None or self.tf.is_kernel:
+            self.emit_default_return()
+            return
+        v = self.expr(s[2])
+        v = self.cast(v, self.types[id(s[2])], self.tf.ret)
+        self.b.ret(self.pack(v, self.tf.ret))
+
+    def _s_expr(self, s):
+        self.expr(s[2])
+
+    # -- expressions --------------------------------------------------------
+
+    def expr(self, e):
+        return getattr(self, "_e_" + e[0])(e)
+
+    def _e_const(self, e):
+        t = self.types[id(e)].strong()
+        return ir.Constant(lltype(t), e[2])
+
+    def _e_name(self, e):
+        return self.load_slot(self.slots[e[2]], self.tf.locals[e[2]])
+
+    def _e_gconst(self, e):
+        t = self.types[id(e)]
+        value = self.mod.tk.lowered.constants[e[2]].value
+        if isinstance(t, T.Array):
+            return self.b.bitcast(self.mod.constant_array(e[2]), lltype(t))
+        return ir.Constant(lltype(t), value.item() if hasattr(value, "item") else value)
+
+    def _e_tuple(self, e):
+        return [self.expr(x) for x in e[2]]
+
+    def _e_shape(self, e):
+        arr = self.types[id(e[2])]
+        return [ir.Constant(I64, n) for n in arr.shape]
+
+    def _e_tget(self, e):
+        return self.expr(e[2])[e[3]]
+
+    def _e_binop(self, e):
+        a, b = self.expr(e[3]), self.expr(e[4])
+        return self.arith(e[2], a, self.types[id(e[3])], b, self.types[id(e[4])])[0]
+
+    def _e_unop(self, e):
+        op = e[2]
+        t = self.types[id(e[3])]
+        v = self.expr(e[3])
+        if op == "not":
+            return self.b.not_(self.to_bool(v, t))
+        rt = self.types[id(e)]
+        v = self.cast(v, t, rt)
+        if op == "pos":
+            return v
+        if op == "~":
+            return self.b.not_(v)
+        return self.b.fneg(v) if rt.kind == "f" else self.b.neg(v)
+
+    def _e_cmp(self, e):
+        ops, operands = e[2], e[3]
+        values = [self.expr(x) for x in operands]
+        ts = [self.types[id(x)] for x in operands]
+        result = None
+        for op, a, ta, b, tb in zip(ops, values, ts, values[1:], ts[1:]):
+            c = self.compare(op, a, ta, b, tb)
+            result = c if result is None else self.b.and_(result, c)
+        return result
+
+    def compare(self, op, a, ta, b, tb):
+        t = T.promote(ta, tb).strong()
+        a, b = self.cast(a, ta, t), self.cast(b, tb, t)
+        if t.kind == "f":
+            return self.b.fcmp_unordered(op, a, b) if op == "!=" else self.b.fcmp_ordered(op, a, b)
+        if t.kind == "i":
+            return self.b.icmp_signed(op, a, b)
+        return self.b.icmp_unsigned(op, a, b)
+
+    def _e_boolop(self, e):
+        is_and = e[2] == "and"
+        done = self.new_block("boolop.end")
+        incoming = []
+        for x in e[3][:-1]:
+            v = self.truth(x)
+            nxt = self.new_block("boolop.next")
+            incoming.append((ir.Constant(I1, 0 if is_and else 1), self.b.block))
+            if is_and:
+                self.b.cbranch(v, nxt, done)
+            else:
+                self.b.cbranch(v, done, nxt)
+            self.b.position_at_end(nxt)
+        last = self.truth(e[3][-1])
+        incoming.append((last, self.b.block))
+        self.b.branch(done)
+        self.b.position_at_end(done)
+        phi = self.b.phi(I1)
+        for v, blk in incoming:
+            phi.add_incoming(v, blk)
+        return phi
+
+    def _e_ifexp(self, e):
+        rt = self.types[id(e)]
+        st = T.Tuple(()) if False else strong_of(rt)
+        cond = self.truth(e[2])
+        then, other, done = self.new_block("ifexp.then"), self.new_block("ifexp.else"), self.new_block("ifexp.end")
+        self.b.cbranch(cond, then, other)
+        out = []
+        for blk, x in ((then, e[3]), (other, e[4])):
+            self.b.position_at_end(blk)
+            v = self.pack(self.cast(self.expr(x), self.types[id(x)], st), st)
+            out.append((v, self.b.block))
+            self.b.branch(done)
+        self.b.position_at_end(done)
+        phi = self.b.phi(lltype(st))
+        for v, blk in out:
+            phi.add_incoming(v, blk)
+        return self.unpack(phi, st)
+
+    def _e_call(self, e):
+        callee = self.tf.callees[id(e)]
+        args = []
+        for x, pt in zip(e[3], callee.argtypes):
+            args.append(self.pack(self.cast(self.expr(x), self.types[id(x)], pt), pt))
+        if self.err is not None:
+            args.append(self.err)
+        result = self.b.call(self.mod.functions[id(callee)], args)
+        if callee.ret is None:
+            return []
+        return self.unpack(result, callee.ret)
+
+    def _e_index(self, e):
+        bt = self.types[id(e[2])]
+        if isinstance(bt, T.Tuple):
+            return self.expr(e[2])[e[3][0][2]]
+        et = self.types[id(e)]
+        return self.load_element(self.element_ptr(e[2], e[3], e), et)
+
+    def _e_intrinsic(self, e):
+        name, args = e[2], e[3]
+        rt = self.types[id(e)]
+        if name == "tid":
+            return self.tids[0] if len(self.tids) == 1 else list(self.tids)
+        if name in ("ndim", "size"):
+            arr = self.types[id(args[0])]
+            n = arr.ndim if name == "ndim" else _prod(arr.shape)
+            return ir.Constant(I64, n)
+        if name.startswith("atomic_"):
+            return self.atomic(name[7:], args, e, rt)
+        values = [self.expr(a) for a in args]
+        ts = [self.types[id(a)] for a in args]
+        if name.startswith("cast:"):
+            return self.cast(values[0], ts[0], rt)
+        if name in ("min", "max"):
+            acc = self.cast(values[0], ts[0], rt.strong())
+            for v, t in zip(values[1:], ts[1:]):
+                v = self.cast(v, t, rt.strong())
+                better = self.compare("<" if name == "min" else ">", v, rt.strong(), acc, rt.strong())
+                acc = self.b.select(better, v, acc)
+            return acc
+        if name == "abs":
+            v = self.cast(values[0], ts[0], rt.strong())
+            if rt.kind == "f":
+                return self.call_intrinsic("llvm.fabs", [v])
+            if rt.kind == "u":
+                return v
+            neg = self.b.icmp_signed("<", v, ir.Constant(v.type, 0))
+            return self.b.select(neg, self.b.neg(v), v)
+        if name in ("isnan", "isinf", "isfinite"):
+            t = ts[0].strong()
+            if t.kind != "f":
+                return ir.Constant(I1, name == "isfinite")
+            v = values[0]
+            if name == "isnan":
+                return self.b.fcmp_unordered("uno", v, v)
+            mag = self.call_intrinsic("llvm.fabs", [v])
+            inf = ir.Constant(v.type, float("inf"))
+            return self.b.fcmp_ordered("oeq" if name == "isinf" else "olt", mag, inf)
+        if name in MATH1 or name in MATH2:
+            ft = rt.strong()
+            vals = [self.cast(v, t, ft) for v, t in zip(values, ts)]
+            return self.mod.target.math_call(self.mod.module, self.b, name, vals, ft)
+        raise AssertionError(f"unhandled intrinsic {name}")
+
+    def atomic(self, op, args, e, rt):
+        arr_t = self.types[id(args[0])]
+        idx_node = args[1]
+        idx_t = self.types[id(idx_node)]
+        idx_nodes = idx_node[2] if (idx_node[0] == "tuple") else None
+        ptr = self.element_ptr(args[0], idx_nodes if idx_nodes is not None else [idx_node], e,
+                               pre_typed=None if idx_nodes is not None or not isinstance(idx_t, T.Tuple) else idx_t)
+        et = arr_t.dtype
+        v = self.cast(self.expr(args[2]), self.types[id(args[2])], et)
+        kind = et.kind
+        llop = {"add": {"f": "fadd"}, "min": {"f": "fmin", "i": "min", "u": "umin"},
+                "max": {"f": "fmax", "i": "max", "u": "umax"}}[op].get(kind, "add" if op == "add" else None)
+        return self.mod.target.atomic_rmw(self.b, llop, ptr, v)
+
+    # -- arrays -------------------------------------------------------------
+
+    def element_ptr(self, arr_node, idx_nodes, node, pre_typed=None):
+        """Pointer to ``arr[idx...]``: negative indices wrap, debug mode checks bounds."""
+        at = self.types[id(arr_node)]
+        base = self.expr(arr_node)
+        if len(idx_nodes) == 1 and isinstance(self.types[id(idx_nodes[0])], T.Tuple):
+            tup_t = self.types[id(idx_nodes[0])]
+            pairs = list(zip(self.expr(idx_nodes[0]), tup_t.items))
+        else:
+            pairs = [(self.expr(x), self.types[id(x)]) for x in idx_nodes]
+        offset = ir.Constant(I64, 0)
+        for axis, ((v, t), n, stride) in enumerate(zip(pairs, at.shape, at.strides)):
+            i = self.cast(v, t, T.int64 if t.kind == "i" else T.uint64)
+            if t.kind == "i":
+                neg = self.b.icmp_signed("<", i, ir.Constant(I64, 0))
+                i = self.b.select(neg, self.b.add(i, ir.Constant(I64, n)), i)
+            if self.err is not None:
+                self.bounds_check(i, n, axis, arr_node, node)
+            offset = self.b.add(offset, self.b.mul(i, ir.Constant(I64, stride)))
+        return self.b.gep(base, [offset], inbounds=True)
+
+    def bounds_check(self, i, n, axis, arr_node, node):
+        ok = self.b.icmp_unsigned("<", i, ir.Constant(I64, n))
+        bad, good = self.new_block("oob"), self.new_block("inbounds")
+        self.b.cbranch(ok, good, bad, weights=None)
+        self.b.position_at_end(bad)
+        src = self.tf.lowered.source
+        name = arr_node[2] if arr_node[0] in ("name", "gconst") else "array"
+        if arr_node[0] == "gconst":
+            name = "constant array"
+        site = len(self.mod.sites)
+        self.mod.sites.append(BoundsSite(self.tf.lowered.name, name, src.filename, node[1][0]))
+        old = self.b.cmpxchg(self.err, ir.Constant(I64, 0), ir.Constant(I64, site + 1),
+                             "seq_cst", "seq_cst")
+        first = self.b.extract_value(old, 1)
+        record, skip = self.new_block("oob.record"), self.new_block("oob.return")
+        self.b.cbranch(first, record, skip)
+        self.b.position_at_end(record)
+        for k, v in ((1, ir.Constant(I64, axis)), (2, i), (3, ir.Constant(I64, n))):
+            self.b.store(v, self.b.gep(self.err, [ir.Constant(I64, k)]))
+        self.b.branch(skip)
+        self.b.position_at_end(skip)
+        self.emit_default_return()
+        self.b.position_at_end(good)
+
+    def load_element(self, ptr, et):
+        v = self.b.load(ptr)
+        return self.b.trunc(v, I1) if et.kind == "b" else v
+
+    def store_element(self, ptr, v, et):
+        self.b.store(self.b.zext(v, I8) if et.kind == "b" else v, ptr)
+
+    # -- arithmetic ---------------------------------------------------------
+
+    def truth(self, e):
+        return self.to_bool(self.expr(e), self.types[id(e)])
+
+    def to_bool(self, v, t):
+        if t.kind == "b":
+            return v
+        if t.kind == "f":
+            return self.b.fcmp_unordered("une", v, ir.Constant(v.type, 0.0))
+        return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+
+    def cast(self, v, src, dst):
+        """Convert generator value ``v`` from Tack type ``src`` to ``dst``."""
+        if isinstance(dst, T.Tuple):
+            return [self.cast(x, s, d) for x, s, d in zip(v, src.items, dst.items)]
+        if not isinstance(dst, T.Scalar):
+            return v
+        src, dst = src.strong(), dst.strong()
+        if src == dst:
+            return v
+        b = self.b
+        if dst.kind == "b":
+            return self.to_bool(v, src)
+        if src.kind == "b":
+            return b.uitofp(v, lltype(dst)) if dst.kind == "f" else b.zext(v, lltype(dst))
+        if src.kind == "f" and dst.kind == "f":
+            return b.fpext(v, F64) if dst.bits > src.bits else b.fptrunc(v, F32)
+        if src.kind == "f":
+            sat = "llvm.fptosi.sat" if dst.kind == "i" else "llvm.fptoui.sat"
+            fn = self.mod.module.declare_intrinsic(sat, [lltype(dst), v.type])
+            return b.call(fn, [v])
+        if dst.kind == "f":
+            return b.sitofp(v, lltype(dst)) if src.kind == "i" else b.uitofp(v, lltype(dst))
+        if dst.bits > src.bits:
+            return b.sext(v, lltype(dst)) if src.kind == "i" else b.zext(v, lltype(dst))
+        if dst.bits < src.bits:
+            return b.trunc(v, lltype(dst))
+        return v
+
+    def call_intrinsic(self, name, args):
+        fn = self.mod.module.declare_intrinsic(name, [args[0].type])
+        return self.b.call(fn, args)
+
+    def arith(self, op, a, ta, b, tb):
+        """``a op b`` with Python's semantics -> (value, Tack type)."""
+        opt, rt = arith_type(op, ta, tb)
+        ot = opt.strong()
+        a, b = self.cast(a, ta, ot), self.cast(b, tb, ot)
+        B = self.b
+        if op in ("<<", ">>"):
+            return self.shift(op, a, b, ot), rt
+        if ot.kind == "f":
+            if op == "+":
+                return B.fadd(a, b), rt
+            if op == "-":
+                return B.fsub(a, b), rt
+            if op == "*":
+                return B.fmul(a, b), rt
+            if op == "/":
+                return B.fdiv(a, b), rt
+            if op == "**":
+                return self.call_intrinsic("llvm.pow", [a, b]), rt
+            if op == "//":
+                return self.call_intrinsic("llvm.floor", [B.fdiv(a, b)]), rt
+            if op == "%":
+                r = B.frem(a, b)
+                zero = ir.Constant(r.type, 0.0)
+                fix = B.and_(B.fcmp_ordered("!=", r, zero),
+                             B.xor(B.fcmp_ordered("<", r, zero), B.fcmp_ordered("<", b, zero)))
+                return B.select(fix, B.fadd(r, b), r), rt
+        simple = {"+": B.add, "-": B.sub, "*": B.mul, "&": B.and_, "|": B.or_, "^": B.xor}
+        if op in simple:
+            return simple[op](a, b), rt
+        if op in ("//", "%"):
+            q, r = self.divmod_int(a, b, ot)
+            return (q if op == "//" else r), rt
+        if op == "**":
+            return B.call(self.ipow(ot), [a, b]), rt
+        raise AssertionError(op)
+
+    def shift(self, op, a, b, t):
+        B = self.b
+        width = ir.Constant(a.type, t.bits)
+        big = B.icmp_unsigned(">=", b, width)
+        if op == "<<":
+            return B.select(big, ir.Constant(a.type, 0), B.shl(a, b))
+        if t.kind == "i":
+            return B.ashr(a, B.select(big, ir.Constant(a.type, t.bits - 1), b))
+        return B.select(big, ir.Constant(a.type, 0), B.lshr(a, b))
+
+    def divmod_int(self, a, b, t):
+        """Python's floor division and modulo; dividing by zero gives 0 (no trap)."""
+        B = self.b
+        zero, one = ir.Constant(a.type, 0), ir.Constant(a.type, 1)
+        is_zero = B.icmp_unsigned("==", b, zero)
+        if t.kind == "u":
+            safe = B.select(is_zero, one, b)
+            return (B.select(is_zero, zero, B.udiv(a, safe)),
+                    B.select(is_zero, zero, B.urem(a, safe)))
+        minus1 = ir.Constant(a.type, -1)
+        is_m1 = B.icmp_signed("==", b, minus1)
+        safe = B.select(B.or_(is_zero, is_m1), one, b)
+        q, r = B.sdiv(a, safe), B.srem(a, safe)
+        fix = B.and_(B.icmp_signed("!=", r, zero),
+                     B.xor(B.icmp_signed("<", r, zero), B.icmp_signed("<", b, zero)))
+        q = B.select(fix, B.sub(q, one), q)
+        r = B.select(fix, B.add(r, b), r)
+        q = B.select(is_m1, B.neg(a), q)
+        r = B.select(is_m1, zero, r)
+        return B.select(is_zero, zero, q), B.select(is_zero, zero, r)
+
+    def ipow(self, t):
+        def build(module, name):
+            ty = lltype(t)
+            fn = ir.Function(module, ir.FunctionType(ty, [ty, ty]), name)
+            fn.linkage = "internal"
+            base, exp = fn.args
+            entry, head, body, done = (fn.append_basic_block(n) for n in ("entry", "head", "body", "done"))
+            b = ir.IRBuilder(entry)
+            neg = b.icmp_signed("<", exp, ir.Constant(ty, 0)) if t.kind == "i" else ir.Constant(I1, 0)
+            b.cbranch(neg, done, head)
+            b.position_at_end(head)
+            acc = b.phi(ty)
+            bb = b.phi(ty)
+            ee = b.phi(ty)
+            acc.add_incoming(ir.Constant(ty, 1), entry)
+            bb.add_incoming(base, entry)
+            ee.add_incoming(exp, entry)
+            b.cbranch(b.icmp_unsigned("!=", ee, ir.Constant(ty, 0)), body, done)
+            b.position_at_end(body)
+            odd = b.trunc(ee, I1)
+            acc2 = b.select(odd, b.mul(acc, bb), acc)
+            acc.add_incoming(acc2, body)
+            bb.add_incoming(b.mul(bb, bb), body)
+            ee.add_incoming(b.lshr(ee, ir.Constant(ty, 1)), body)
+            b.branch(head)
+            b.position_at_end(done)
+            res = b.phi(ty)
+            res.add_incoming(ir.Constant(ty, 0), entry)
+            res.add_incoming(acc, head)
+            b.ret(res)
+            return fn
+        return self.mod.helper(f"ipow_{t.name}", build)
+
+
+def strong_of(t):
+    if isinstance(t, T.Scalar):
+        return t.strong()
+    if isinstance(t, T.Tuple):
+        return T.Tuple(tuple(strong_of(x) for x in t.items))
+    return t
+
+
+def _prod(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+__all__ = ["generate", "Generated", "lltype", "storage_type", "math_type", "MATH1", "MATH2"]

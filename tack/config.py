@@ -1,0 +1,74 @@
+"""Process-wide settings: ``tack.config.debug``, ``.timing``, ``.num_threads``.
+
+Each defaults from its environment variable (TACK_DEBUG, TACK_TIMING,
+TACK_NUM_THREADS), read the first time it is asked for, and can be set from
+Python at any time; a change applies to the next launch.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def _env_flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw not in _FALSE:
+        warnings.warn(f"{name}={raw!r} is not a boolean (use 1 or 0); using 0",
+                      RuntimeWarning, stacklevel=3)
+    return False
+
+
+def _env_threads() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    raw = os.environ.get("TACK_NUM_THREADS", "").strip()
+    if not raw:
+        return max(cores or 1, 1)
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    warnings.warn(f"TACK_NUM_THREADS={raw!r} is not a positive integer; using {cores}",
+                  RuntimeWarning, stacklevel=3)
+    return max(cores or 1, 1)
+
+
+class Config:
+    """Settings read lazily from the environment, overridable from Python."""
+
+    _sources = {"debug": lambda: _env_flag("TACK_DEBUG"),
+                "timing": lambda: _env_flag("TACK_TIMING"),
+                "num_threads": _env_threads}
+
+    def __init__(self):
+        self._values = {}
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name not in self._sources:
+            raise AttributeError(f"tack.config has no setting {name!r}")
+        if name not in self._values:
+            self._values[name] = self._sources[name]()
+        return self._values[name]
+
+    def __setattr__(self, name, value):
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        if name not in self._sources:
+            raise AttributeError(f"tack.config has no setting {name!r}; "
+                                 f"known: {', '.join(sorted(self._sources))}")
+        if name == "num_threads" and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"tack.config.num_threads must be a positive int, not {value!r}")
+        if name in ("debug", "timing"):
+            value = bool(value)
+        self._values[name] = value
+
+    def reset(self):
+        """Forget values set from Python; re-read the environment on next use."""
+        self._values.clear()
+
+
+config = Config()

@@ -1,0 +1,61 @@
+"""Errors Tack raises at users.  Each names where in the user's source it arose."""
+
+from __future__ import annotations
+
+
+class CompileError(Exception):
+    """A kernel could not be compiled: outside the language, a type error, an unknown name.
+
+    The message names the kernel, the file and line, and shows the offending
+    line with a caret under the column at fault.
+    """
+
+    def __init__(self, message, *, kernel=None, filename=None, lineno=None,
+                 col=None, line_text=None):
+        self.message = message
+        self.kernel = kernel
+        self.filename = filename
+        self.lineno = lineno
+        self.col = col
+        self.line_text = line_text
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        head = f"in kernel '{self.kernel}': " if self.kernel else ""
+        out = head + self.message
+        if self.filename is not None and self.lineno is not None:
+            out += f'\n  File "{self.filename}", line {self.lineno}'
+            if self.line_text is not None:
+                text = self.line_text.rstrip()
+                stripped = text.lstrip()
+                out += "\n    " + stripped
+                if self.col is not None:
+                    indent = len(text) - len(stripped)
+                    out += "\n    " + " " * max(self.col - indent, 0) + "^"
+        return out
+
+    def with_kernel(self, kernel: str) -> "CompileError":
+        if self.kernel is None:
+            self.kernel = kernel
+            self.args = (self._format(),)
+        return self
+
+
+class SourceContext:
+    """Where a function's code came from, to point errors at the user's line."""
+
+    __slots__ = ("name", "filename", "first_line", "lines")
+
+    def __init__(self, name, filename, first_line, lines):
+        self.name = name
+        self.filename = filename
+        self.first_line = first_line   # file line number of lines[0]
+        self.lines = lines
+
+    def error(self, message, loc) -> CompileError:
+        lineno, col = loc if loc else (None, None)
+        text = None
+        if lineno is not None and 0 <= lineno - self.first_line < len(self.lines):
+            text = self.lines[lineno - self.first_line]
+        return CompileError(message, filename=self.filename, lineno=lineno,
+                            col=col, line_text=text)

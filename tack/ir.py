@@ -1,0 +1,142 @@
+"""The lowered kernel: Tack's type-generic IR, and its serialization.
+
+A lowered kernel is what the front end makes of a ``@tack.kernel`` function
+for one binding of its template parameters.  It is self-contained: the device
+functions it calls (at any depth), the constants it reads and the source
+lines needed to point errors at the user's code travel with it, so a variant
+can be compiled from the lowered kernel alone, without the front end.
+
+Statements and expressions are nested lists whose first item names the node
+and whose second is its location ``[line, column]`` in the user's file::
+
+    stmt  := ["assign", loc, [target...], expr] | ["augassign", loc, op, target, expr]
+           | ["if", loc, expr, [stmt...], [stmt...]] | ["while", loc, expr, [stmt...]]
+           | ["for", loc, name, start, stop, step, [stmt...]]
+           | ["break", loc] | ["continue", loc] | ["return", loc, expr|None] | ["expr", loc, expr]
+    target:= ["name", loc, id] | ["index", loc, expr, [expr...]] | ["tuple", loc, [target...]]
+    expr  := ["const", loc, value, "int"|"float"|"bool"] | ["name", loc, id] | ["gconst", loc, cid]
+           | ["binop", loc, op, a, b] | ["unop", loc, op, a] | ["cmp", loc, [op...], [expr...]]
+           | ["boolop", loc, "and"|"or", [expr...]] | ["ifexp", loc, cond, a, b]
+           | ["call", loc, fid, [expr...]] | ["intrinsic", loc, name, [expr...]]
+           | ["index", loc, expr, [expr...]] | ["tuple", loc, [expr...]]
+           | ["tget", loc, expr, k] | ["shape", loc, expr]
+
+Serialization is JSON for the structure plus raw little-endian bytes for
+constant arrays: no pickle, nothing evaluated on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import SourceContext
+
+FORMAT = 1
+_MAGIC = b"TACKLOW1"
+
+
+@dataclass
+class LoweredFunction:
+    fid: str                 # unique within the kernel: qualified name plus template bindings
+    name: str
+    params: list             # parameter names
+    body: list               # statements
+    source: SourceContext
+
+    def to_json(self):
+        s = self.source
+        return {"fid": self.fid, "name": self.name, "params": self.params, "body": self.body,
+                "file": s.filename, "first": s.first_line, "lines": s.lines}
+
+    @classmethod
+    def from_json(cls, d):
+        src = SourceContext(d["name"], d["file"], d["first"], d["lines"])
+        return cls(d["fid"], d["name"], d["params"], d["body"], src)
+
+
+@dataclass
+class Constant:
+    """A constant's value as it travels inside a lowered kernel."""
+
+    value: object            # python bool/int/float, or a read-only numpy array
+
+    def to_json(self):
+        v = self.value
+        if isinstance(v, np.ndarray):
+            return {"array": v.dtype.name, "shape": list(v.shape)}
+        if isinstance(v, np.generic):
+            return {"scalar": v.dtype.name, "value": v.item()}
+        return {"py": type(v).__name__, "value": v}
+
+
+@dataclass
+class LoweredKernel:
+    kernel: LoweredFunction
+    functions: dict                     # fid -> LoweredFunction (device functions)
+    constants: dict                     # cid -> Constant
+    templates: dict                     # kernel param name -> Template type (types.Template)
+    deps: list = field(default_factory=list)  # [scope fid, name, kind, identity]
+    debug: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def to_bytes(self) -> bytes:
+        arrays = [(cid, c.value) for cid, c in sorted(self.constants.items())
+                  if isinstance(c.value, np.ndarray)]
+        doc = {"format": FORMAT, "kernel": self.kernel.to_json(),
+               "functions": [f.to_json() for f in self.functions.values()],
+               "constants": {cid: c.to_json() for cid, c in self.constants.items()},
+               "templates": {k: [t.qualname, t.fingerprint] for k, t in self.templates.items()},
+               "deps": self.deps, "debug": self.debug,
+               "arrays": [cid for cid, _ in arrays]}
+        head = json.dumps(doc, separators=(",", ":")).encode()
+        blobs = [np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+                 for _, a in arrays]
+        out = [_MAGIC, struct.pack("<QI", len(head), len(blobs)), head]
+        for b in blobs:
+            out += [struct.pack("<Q", len(b)), b]
+        return b"".join(out)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "LoweredKernel":
+        from .types import Template
+        if data[:8] != _MAGIC:
+            raise ValueError("not a Tack lowered kernel")
+        hlen, nblobs = struct.unpack_from("<QI", data, 8)
+        pos = 20
+        doc = json.loads(data[pos:pos + hlen])
+        pos += hlen
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"lowered kernel format {doc.get('format')} is not {FORMAT}")
+        blobs = {}
+        for cid in doc["arrays"]:
+            (n,) = struct.unpack_from("<Q", data, pos)
+            blobs[cid] = data[pos + 8:pos + 8 + n]
+            pos += 8 + n
+        if len(blobs) != nblobs or pos != len(data):
+            raise ValueError("lowered kernel is truncated or has trailing bytes")
+        consts = {}
+        for cid, c in doc["constants"].items():
+            if "array" in c:
+                dt = np.dtype(c["array"]).newbyteorder("<")
+                arr = np.frombuffer(blobs[cid], dtype=dt).reshape(c["shape"]).astype(dt.newbyteorder("="))
+                arr.flags.writeable = False
+                consts[cid] = Constant(arr)
+            elif "scalar" in c:
+                consts[cid] = Constant(np.dtype(c["scalar"]).type(c["value"]))
+            else:
+                consts[cid] = Constant({"bool": bool, "int": int, "float": float}[c["py"]](c["value"]))
+        funcs = [LoweredFunction.from_json(f) for f in doc["functions"]]
+        return cls(LoweredFunction.from_json(doc["kernel"]), {f.fid: f for f in funcs}, consts,
+                   {k: Template(*v) for k, v in doc["templates"].items()},
+                   doc["deps"], doc["debug"])
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.to_bytes()).hexdigest()

@@ -1,0 +1,212 @@
+"""``tack.launch``: type the arguments, find or compile the variant, run it over the grid.
+
+The warm path (a variant this process already compiled) is one dict lookup
+keyed by cheap facts about each argument, then packing the argument slots
+and calling the entry point.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import struct
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import types as T
+from .api import Kernel
+from .config import config
+
+_PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
+_SLOT_FMT = {"bool": "?7x", "int32": "i4x", "int64": "q", "uint32": "I4x", "uint64": "Q",
+             "float32": "f4x", "float64": "d"}
+_pool = None
+_pool_size = 0
+
+
+def launch(kernel, dim, args=(), device="cpu"):
+    """Run ``kernel`` once per point of the grid ``dim`` (an int or a 1-3 tuple)."""
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"tack.launch takes a @tack.kernel, not {type(kernel).__name__}")
+    dims = _dims(dim)
+    if not isinstance(args, tuple):
+        args = tuple(args)
+    debug = config.debug
+    key = (device, len(dims), debug) + tuple(map(_arg_key, args))
+    variant = kernel._variants.get(key)
+    if variant is None:
+        variant = _compile(kernel, dims, args, device, debug)
+        kernel._variants[key] = variant
+        t0 = time.perf_counter()
+        variant.run(args, dims)
+        kernel.timings["launch"] = time.perf_counter() - t0
+        if config.timing:
+            report_timings(kernel)
+        return
+    variant.run(args, dims)
+
+
+def _dims(dim):
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
+        raise TypeError(f"dim must be an int or a tuple of 1 to 3 ints, not {dim!r}")
+    if any(d < 0 for d in dims):
+        raise ValueError(f"dim must not be negative: {dim!r}")
+    return tuple(int(d) for d in dims)
+
+
+def _arg_key(a):
+    if isinstance(a, np.ndarray):
+        return (a.dtype, a.shape, a.strides, a.flags.writeable)
+    if isinstance(a, type):
+        return a
+    return type(a)
+
+
+def typeof_arg(kernel_name, param, a):
+    """The Tack type of one launch argument; TypeError naming the parameter otherwise."""
+    if isinstance(a, np.ndarray):
+        t = T.typeof_array(a)
+        if t is None:
+            raise TypeError(f"kernel '{kernel_name}': argument '{param}' is an array Tack cannot "
+                            f"take (dtype {a.dtype}, {a.ndim} dimensions, strides {a.strides}); "
+                            "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions")
+        return t
+    if isinstance(a, bool):
+        return T.boolean
+    if isinstance(a, int):
+        return T.int64
+    if isinstance(a, float):
+        return T.float64
+    if isinstance(a, np.generic) and T.from_dtype(a.dtype) is not None:
+        return T.from_dtype(a.dtype)
+    if isinstance(a, type):
+        from .frontend.fingerprint import class_fingerprint
+        return T.Template(a.__qualname__, class_fingerprint(a))
+    raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a {type(a).__name__}; "
+                    "kernels take NumPy arrays, numbers, and classes (as templates)")
+
+
+def _compile(kernel, dims, args, device, debug):
+    if device != "cpu":
+        raise ValueError(f"device {device!r} is not available; this build of Tack runs "
+                         "kernels on 'cpu'")
+    name = kernel.__qualname__
+    params = kernel.params
+    if len(args) != len(params):
+        raise TypeError(f"kernel '{name}' takes {len(params)} arguments ({', '.join(params)}), "
+                        f"got {len(args)}")
+    argtypes = [typeof_arg(name, p, a) for p, a in zip(params, args)]
+    templates = {p: a for p, a, t in zip(params, args, argtypes) if isinstance(t, T.Template)}
+    value_types = tuple(t for t in argtypes if not isinstance(t, T.Template))
+
+    timings = {}
+    t0 = time.perf_counter()
+    lowered = kernel.lower(templates, debug)
+    t1 = time.perf_counter()
+    timings["lower"] = t1 - t0
+
+    from .specialize import specialize
+    typed = specialize(lowered, value_types, len(dims))
+    t2 = time.perf_counter()
+    timings["specialize"] = t2 - t1
+
+    from .backends.cpu import host_target
+    from .codegen import generate
+    target = host_target()
+    t3 = time.perf_counter()
+    timings["init"] = t3 - t2
+    symbol = "tack_" + hashlib.sha256(repr((lowered.fingerprint(), value_types, len(dims))).encode()).hexdigest()[:32]
+    gen = generate(typed, target, symbol)
+    t4 = time.perf_counter()
+    timings["codegen"] = t4 - t3
+    obj = target.emit_object(target.optimize(gen.module))
+    t5 = time.perf_counter()
+    timings["llvm"] = t5 - t4
+    fn = target.load(obj, gen.entry)
+    t6 = time.perf_counter()
+    timings["load"] = t6 - t5
+    kernel.timings = timings
+    value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]
+    return CPUVariant(name, fn, value_params, value_types,
+                      [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)],
+                      gen.sites if debug else None)
+
+
+def report_timings(kernel, file=None):
+    t = kernel.timings
+    parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items())
+    print(f"tack: first call of '{kernel.__qualname__}': {parts} "
+          f"(total {sum(t.values()) * 1e3:.1f} ms)", file=file or sys.stderr)
+
+
+class CPUVariant:
+    """A compiled kernel variant loaded in this process."""
+
+    def __init__(self, name, fn, params, types, arg_index, sites):
+        self.name = name
+        self.fn = fn
+        self.params = params
+        self.types = types
+        self.arg_index = arg_index
+        self.sites = sites
+        fmt = "<" + "".join("Q" if isinstance(t, T.Array) else _SLOT_FMT[t.name] for t in types)
+        fmt += "qqq" + ("Q" if sites is not None else "")
+        self.packer = struct.Struct(fmt)
+
+    def run(self, args, dims):
+        values = []
+        for i, t in zip(self.arg_index, self.types):
+            a = args[i]
+            values.append(a.ctypes.data if isinstance(t, T.Array) else a)
+        d = dims + (1,) * (3 - len(dims))
+        values += d
+        err = None
+        if self.sites is not None:
+            err = np.zeros(4, np.int64)
+            values.append(err.ctypes.data)
+        buf = ctypes.create_string_buffer(self.packer.size)
+        try:
+            self.packer.pack_into(buf, 0, *values)
+        except struct.error as e:
+            raise TypeError(f"kernel '{self.name}': an argument does not fit its type ({e})") from None
+        if d[0] * d[1] * d[2] == 0:
+            return
+        _run_grid(self.fn, buf, d)
+        if err is not None and err[0]:
+            self.raise_bounds_error(err)
+
+    def raise_bounds_error(self, err):
+        site = self.sites[int(err[0]) - 1]
+        where = f"{site.filename}:{site.line}"
+        inside = "" if site.function == self.name.rsplit(".", 1)[-1] else f" in '{site.function}'"
+        raise IndexError(f"kernel '{self.name}': index {int(err[2])} is out of bounds for axis "
+                         f"{int(err[1])} of '{site.array}' with size {int(err[3])}{inside} "
+                         f"({where})")
+
+
+def _run_grid(fn, buf, d):
+    threads = config.num_threads
+    total = d[0] * d[1] * d[2]
+    if threads == 1 or total < _PARALLEL_MIN or d[0] < 2:
+        fn(buf, 0, d[0])
+        return
+    pool = _get_pool(threads)
+    chunks = min(d[0], threads * 4)
+    bounds = [d[0] * k // chunks for k in range(chunks + 1)]
+    futures = [pool.submit(fn, buf, lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+    for f in futures:
+        f.result()
+
+
+def _get_pool(n):
+    global _pool, _pool_size
+    if _pool is None or _pool_size != n:
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tack")
+        _pool_size = n
+    return _pool

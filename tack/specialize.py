@@ -1,0 +1,459 @@
+"""Specialization: a lowered kernel + argument types -> a typed kernel.
+
+Type inference is a fixed point: each function's statements are typed over
+and over, each variable taking the unified type of everything assigned to it
+(NumPy promotion), until no variable's type changes; a last strict pass then
+records every expression's type and raises the first type error.  Device
+functions are specialized per argument types (monomorphized), so a function
+called with float32 and with float64 compiles twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import types as T
+from .errors import CompileError
+from .frontend.intrinsics import MATH1, MATH2, MATH_PREDICATES
+from .ir import LoweredFunction, LoweredKernel
+
+_MAX_ROUNDS = 50
+
+
+@dataclass
+class TypedFunction:
+    lowered: LoweredFunction
+    argtypes: tuple
+    symbol: str
+    locals: dict = field(default_factory=dict)
+    ret: object = None                     # None: returns nothing
+    types: dict = field(default_factory=dict)    # id(node) -> type
+    callees: dict = field(default_factory=dict)  # id(call node) -> TypedFunction
+    is_kernel: bool = False
+
+
+@dataclass
+class TypedKernel:
+    lowered: LoweredKernel
+    argtypes: tuple                        # of the non-template parameters, in order
+    grid_ndim: int
+    kernel: TypedFunction
+    functions: list                        # every device function specialization, callees first
+
+    @property
+    def debug(self) -> bool:
+        return self.lowered.debug
+
+    @property
+    def name(self) -> str:
+        return self.lowered.name
+
+
+def specialize(lowered: LoweredKernel, argtypes, grid_ndim: int) -> TypedKernel:
+    """Type ``lowered`` for these argument types and a grid of ``grid_ndim`` dimensions."""
+    if grid_ndim not in (1, 2, 3):
+        raise ValueError(f"launch grids have 1, 2 or 3 dimensions, not {grid_ndim}")
+    ctx = _Context(lowered, grid_ndim)
+    try:
+        kern = TypedFunction(lowered.kernel, tuple(argtypes), "tack_kernel", is_kernel=True)
+        _Inferer(ctx, kern).run()
+    except CompileError as e:
+        raise e.with_kernel(lowered.kernel.source.name) from None
+    return TypedKernel(lowered, tuple(argtypes), grid_ndim, kern, ctx.order)
+
+
+class _Context:
+    def __init__(self, lowered, grid_ndim):
+        self.lowered = lowered
+        self.grid_ndim = grid_ndim
+        self.cache = {}        # (fid, argtypes) -> TypedFunction
+        self.order = []
+
+    def function(self, fid, argtypes):
+        key = (fid, argtypes)
+        tf = self.cache.get(key)
+        if tf is None:
+            lf = self.lowered.functions[fid]
+            tf = TypedFunction(lf, argtypes, f"tack_fn{len(self.cache)}_{lf.name}")
+            self.cache[key] = tf
+            _Inferer(self, tf).run()
+            self.order.append(tf)
+        return tf
+
+    def constant_type(self, cid):
+        v = self.lowered.constants[cid].value
+        if isinstance(v, np.ndarray):
+            strides = tuple(s // v.itemsize for s in v.strides)
+            return T.Array(T.from_dtype(v.dtype), v.shape, strides, writable=False)
+        if isinstance(v, np.generic):
+            return T.from_dtype(v.dtype)
+        return {bool: T.boolean, int: T.int64, float: T.float64}[type(v)]
+
+
+def strong(t):
+    if isinstance(t, T.Scalar):
+        return t.strong()
+    if isinstance(t, T.Tuple):
+        return T.Tuple(tuple(strong(x) for x in t.items))
+    return t
+
+
+def arith_type(op, a, b):
+    """(operand type, result type) of ``a op b`` on scalars, or None if not allowed."""
+    if op in ("&", "|", "^"):
+        if a.kind == "f" or b.kind == "f":
+            return None
+        t = T.promote(a, b)
+        return t, t
+    if op in ("<<", ">>"):
+        if a.kind not in "iub" or b.kind not in "iub":
+            return None
+        t = a.strong() if a.kind != "b" else T.int64
+        return t, t
+    t = T.promote(a, b)
+    if t.kind == "b":
+        t = T.int64
+    if op == "/" and t.kind in "iu":
+        res = T.WEAK_FLOAT if t.weak else T.float64
+        return res, res
+    return t, t
+
+
+def math_type(t):
+    """Result type of a one-argument math function."""
+    return t if t.kind == "f" else T.float64
+
+
+class _Inferer:
+    def __init__(self, ctx, tf: TypedFunction):
+        self.ctx = ctx
+        self.tf = tf
+        self.src = tf.lowered.source
+        self.strict = False
+
+    def error(self, msg, node):
+        return self.src.error(msg, node[1] if node is not None else None)
+
+    def run(self):
+        tf = self.tf
+        lf = tf.lowered
+        if len(tf.argtypes) != len(lf.params):
+            raise CompileError(f"'{lf.name}' takes {len(lf.params)} arguments, got {len(tf.argtypes)}")
+        for name, t in zip(lf.params, tf.argtypes):
+            tf.locals[name] = strong(t)
+        for _ in range(_MAX_ROUNDS):
+            before = dict(tf.locals), tf.ret
+            self.block(lf.body)
+            if (dict(tf.locals), tf.ret) == before:
+                break
+        self.strict = True
+        tf.types.clear()
+        self.block(lf.body)
+
+    # -- statements ---------------------------------------------------------
+
+    def block(self, stmts):
+        for s in stmts:
+            if self.strict:
+                self.stmt(s)
+            else:
+                try:
+                    self.stmt(s)
+                except CompileError:
+                    pass
+
+    def stmt(self, s):
+        op = s[0]
+        if op == "assign":
+            v = self.expr(s[3])
+            for t in s[2]:
+                self.assign(t, v, s)
+        elif op == "augassign":
+            cur = self.expr(s[3]) if s[3][0] == "index" else self.name_type(s[3])
+            v = self.binop_type(s[2], cur, self.expr(s[4]), s)
+            self.assign(s[3], v, s)
+        elif op == "if":
+            self.truth(s[2])
+            self.block(s[3])
+            self.block(s[4])
+        elif op == "while":
+            self.truth(s[2])
+            self.block(s[3])
+        elif op == "for":
+            ts = [self.expr(x) for x in s[3:6]]
+            if any(t is None for t in ts):
+                return
+            if not all(isinstance(t, T.Scalar) and t.kind in "iu" for t in ts):
+                raise self.error("range() takes integers", s)
+            t = ts[0]
+            for x in ts[1:]:
+                t = T.promote(t, x)
+            self.set_local(s[2], t.strong(), s)
+            self.block(s[6])
+        elif op == "return":
+            if s[2] is None:
+                if self.tf.ret is not None and self.strict:
+                    raise self.error(f"'{self.tf.lowered.name}' returns a value elsewhere; "
+                                     "every return must give one", s)
+                return
+            v = strong(self.expr(s[2]))
+            if v is None:
+                return
+            if isinstance(v, T.Array):
+                raise self.error("device functions cannot return arrays", s)
+            r = T.unify(self.tf.ret, v)
+            if r is None:
+                raise self.error(f"'{self.tf.lowered.name}' returns {self.tf.ret} on one "
+                                 f"path and {v} on another", s)
+            self.tf.ret = r
+        elif op == "expr":
+            self.expr(s[2])
+
+    def assign(self, target, v, stmt):
+        kind = target[0]
+        if v is None:
+            return
+        if kind == "name":
+            self.set_local(target[2], strong(v), target)
+        elif kind == "index":
+            base = self.expr(target[2])
+            if not isinstance(base, T.Array):
+                raise self.error(f"only arrays can be assigned by index, not {base}", target)
+            if not base.writable:
+                raise self.error("tack.constant arrays are read-only", target)
+            self.index_type(base, target[3], target)
+            if not isinstance(v, T.Scalar):
+                raise self.error(f"cannot store {v} in an element of {base}", target)
+            self.tf.types[id(target)] = base.dtype
+        elif kind == "tuple":
+            items = target[2]
+            if not isinstance(v, T.Tuple) or len(v.items) != len(items):
+                n = len(v.items) if isinstance(v, T.Tuple) else "a non-tuple"
+                raise self.error(f"cannot unpack {n} values into {len(items)} targets", target)
+            for t, x in zip(items, v.items):
+                self.assign(t, x, stmt)
+
+    def set_local(self, name, t, node):
+        cur = self.tf.locals.get(name)
+        u = T.unify(cur, t)
+        if u is None:
+            raise self.error(f"variable '{name}' holds {cur} and cannot also hold {t}", node)
+        if isinstance(u, T.Array) and cur is not None and name in self.tf.lowered.params \
+                and u != cur:
+            raise self.error(f"parameter '{name}' cannot be rebound", node)
+        self.tf.locals[name] = u
+
+    def name_type(self, node):
+        t = self.tf.locals.get(node[2])
+        if t is None and self.strict:
+            raise self.error(f"variable '{node[2]}' is used before it is assigned", node)
+        return t
+
+    def truth(self, e):
+        t = self.expr(e)
+        if t is not None and not isinstance(t, T.Scalar):
+            raise self.error(f"{t} has no truth value in Tack code", e)
+
+    # -- expressions --------------------------------------------------------
+
+    def expr(self, e):
+        t = getattr(self, "_" + e[0])(e)
+        self.tf.types[id(e)] = t
+        return t
+
+    def _const(self, e):
+        v, kind = e[2], e[3]
+        if kind == "bool":
+            return T.boolean
+        if kind == "float":
+            return T.WEAK_FLOAT
+        return T.uint64 if v >= 2**63 else T.WEAK_INT
+
+    def _name(self, e):
+        return self.name_type(e)
+
+    def _gconst(self, e):
+        return self.ctx.constant_type(e[2])
+
+    def _binop(self, e):
+        return self.binop_type(e[2], self.expr(e[3]), self.expr(e[4]), e)
+
+    def binop_type(self, op, a, b, node):
+        if a is None or b is None:
+            return None
+        if not (isinstance(a, T.Scalar) and isinstance(b, T.Scalar)):
+            raise self.error(f"unsupported operand types for {op}: {a} and {b}", node)
+        r = arith_type(op, a, b)
+        if r is None:
+            raise self.error(f"unsupported operand types for {op}: {a} and {b}", node)
+        return r[1]
+
+    def _unop(self, e):
+        t = self.expr(e[3])
+        if t is None:
+            return None
+        if not isinstance(t, T.Scalar):
+            raise self.error(f"bad operand type for unary {e[2]}: {t}", e)
+        if e[2] == "not":
+            return T.boolean
+        if e[2] == "~":
+            if t.kind == "f":
+                raise self.error(f"bad operand type for unary ~: {t}", e)
+            return t
+        return T.int64 if t.kind == "b" else t
+
+    def _cmp(self, e):
+        ts = [self.expr(x) for x in e[3]]
+        if any(t is None for t in ts):
+            return T.boolean
+        for t in ts:
+            if not isinstance(t, T.Scalar):
+                raise self.error(f"cannot compare {t}", e)
+        return T.boolean
+
+    def _boolop(self, e):
+        for x in e[3]:
+            self.truth(x)
+        return T.boolean
+
+    def _ifexp(self, e):
+        self.truth(e[2])
+        a, b = self.expr(e[3]), self.expr(e[4])
+        if a is None or b is None:
+            return None
+        if isinstance(a, T.Scalar) and isinstance(b, T.Scalar):
+            return T.promote(a, b)
+        u = T.unify(a, b)
+        if u is None:
+            raise self.error(f"the two branches give {a} and {b}", e)
+        return u
+
+    def _tuple(self, e):
+        ts = [self.expr(x) for x in e[2]]
+        return None if any(t is None for t in ts) else T.Tuple(tuple(ts))
+
+    def _shape(self, e):
+        t = self.expr(e[2])
+        if t is None:
+            return None
+        if not isinstance(t, T.Array):
+            raise self.error(f"{t} has no shape", e)
+        return T.Tuple((T.int64,) * t.ndim)
+
+    def _tget(self, e):
+        t = self.expr(e[2])
+        if t is None:
+            return None
+        k = e[3]
+        if not -len(t.items) <= k < len(t.items):
+            raise self.error(f"index {k} out of range for a tuple of {len(t.items)}", e)
+        return t.items[k]
+
+    def _index(self, e):
+        base = self.expr(e[2])
+        if base is None:
+            return None
+        if isinstance(base, T.Tuple):
+            idx = e[3]
+            if len(idx) != 1 or idx[0][0] != "const" or idx[0][3] != "int":
+                raise self.error("tuples can only be indexed by an integer literal", e)
+            k = idx[0][2]
+            if not -len(base.items) <= k < len(base.items):
+                raise self.error(f"index {k} out of range for a tuple of {len(base.items)}", e)
+            self.expr(idx[0])
+            return base.items[k]
+        if not isinstance(base, T.Array):
+            raise self.error(f"{base} cannot be indexed", e)
+        self.index_type(base, e[3], e)
+        return base.dtype
+
+    def index_type(self, arr, indices, node):
+        ts = [self.expr(i) for i in indices]
+        if any(t is None for t in ts):
+            return
+        if len(ts) == 1 and isinstance(ts[0], T.Tuple):
+            ts = list(ts[0].items)
+        if len(ts) != arr.ndim:
+            raise self.error(f"a {arr.ndim}-D array takes {arr.ndim} indices, got {len(ts)}", node)
+        for t in ts:
+            if not (isinstance(t, T.Scalar) and t.kind in "iu"):
+                raise self.error(f"array indices must be integers, not {t}", node)
+
+    def _call(self, e):
+        ts = [self.expr(a) for a in e[3]]
+        if any(t is None for t in ts):
+            return None
+        callee = self.ctx.function(e[2], tuple(strong(t) for t in ts))
+        self.tf.callees[id(e)] = callee
+        return callee.ret if callee.ret is not None else T.Tuple(())
+
+    def _intrinsic(self, e):
+        name, args = e[2], e[3]
+        ts = [self.expr(a) for a in args]
+        if any(t is None for t in ts):
+            return None
+
+        def need(n):
+            if len(ts) != n:
+                raise self.error(f"{name}() takes {n} argument{'s' if n != 1 else ''}, got {len(ts)}", e)
+
+        def scalars():
+            for t in ts:
+                if not isinstance(t, T.Scalar):
+                    raise self.error(f"{name}() takes numbers, not {t}", e)
+
+        if name == "tid":
+            need(0)
+            if not self.tf.is_kernel:
+                raise self.error("tack.tid() can only be used in a kernel; pass the index to "
+                                 "device functions", e)
+            n = self.ctx.grid_ndim
+            return T.int64 if n == 1 else T.Tuple((T.int64,) * n)
+        if name.startswith("cast:"):
+            need(1)
+            scalars()
+            return T.SCALARS[name[5:]]
+        if name in MATH1:
+            need(1)
+            scalars()
+            return math_type(ts[0].strong())
+        if name in MATH_PREDICATES:
+            need(1)
+            scalars()
+            return T.boolean
+        if name in MATH2:
+            need(2)
+            scalars()
+            return math_type(T.promote(ts[0], ts[1]).strong())
+        if name in ("min", "max"):
+            if len(ts) < 2:
+                raise self.error(f"{name}() takes two or more numbers", e)
+            scalars()
+            t = ts[0]
+            for x in ts[1:]:
+                t = T.promote(t, x)
+            return t
+        if name == "abs":
+            need(1)
+            scalars()
+            return T.int64 if ts[0].kind == "b" else ts[0]
+        if name in ("ndim", "size"):
+            return T.int64
+        if name.startswith("atomic_"):
+            need(3)
+            arr = ts[0]
+            if not isinstance(arr, T.Array) or not arr.writable:
+                raise self.error(f"{name}() needs a writable array as its first argument", e)
+            if arr.dtype.kind == "b":
+                raise self.error(f"{name}() does not work on bool arrays", e)
+            idx = list(ts[1].items) if isinstance(ts[1], T.Tuple) else [ts[1]]
+            if len(idx) != arr.ndim:
+                raise self.error(f"a {arr.ndim}-D array takes {arr.ndim} indices, got {len(idx)}", e)
+            if not all(isinstance(t, T.Scalar) and t.kind in "iu" for t in idx):
+                raise self.error("array indices must be integers", e)
+            if not isinstance(ts[2], T.Scalar):
+                raise self.error(f"{name}() stores a number, not {ts[2]}", e)
+            return arr.dtype
+        raise self.error(f"{name}() is not supported", e)

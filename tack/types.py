@@ -1,0 +1,130 @@
+"""Tack's value types: scalars, arrays, tuples and template classes.
+
+Types are small immutable value objects, hashable and comparable, so that a
+tuple of argument types can key the in-memory and on-disk caches.  Promotion
+follows NumPy 2 for its scalars (NEP 50): two typed values promote with
+``numpy.result_type``; a Python literal written in a kernel (``2``, ``0.5``)
+is *weak* and takes the type of the other operand where that type can hold
+its kind, as ``np.float32(x) * 2.0`` stays float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Scalar:
+    name: str          # numpy name: bool, int32, int64, uint32, uint64, float32, float64
+    weak: bool = False  # a Python literal, not yet committed to a width
+
+    @property
+    def kind(self) -> str:
+        """'b' bool, 'i' signed, 'u' unsigned, 'f' float."""
+        return np.dtype(self.name).kind
+
+    @property
+    def bits(self) -> int:
+        return 1 if self.name == "bool" else np.dtype(self.name).itemsize * 8
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.name)
+
+    def strong(self) -> "Scalar":
+        return SCALARS[self.name] if self.weak else self
+
+    def __str__(self) -> str:
+        return self.name
+
+
+SCALAR_NAMES = ("bool", "int32", "int64", "uint32", "uint64", "float32", "float64")
+SCALARS = {n: Scalar(n) for n in SCALAR_NAMES}
+boolean, int32, int64 = SCALARS["bool"], SCALARS["int32"], SCALARS["int64"]
+uint32, uint64 = SCALARS["uint32"], SCALARS["uint64"]
+float32, float64 = SCALARS["float32"], SCALARS["float64"]
+WEAK_INT = Scalar("int64", weak=True)
+WEAK_FLOAT = Scalar("float64", weak=True)
+
+
+@dataclass(frozen=True)
+class Array:
+    """A NumPy array argument; its shape and strides are compiled in."""
+
+    dtype: Scalar
+    shape: tuple
+    strides: tuple     # in elements, not bytes
+    writable: bool = True
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"array({self.dtype}, {self.shape})"
+
+
+@dataclass(frozen=True)
+class Tuple:
+    items: tuple
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(map(str, self.items)) + ")"
+
+
+@dataclass(frozen=True)
+class Template:
+    """A class passed as a kernel argument: a compile-time parameter."""
+
+    qualname: str
+    fingerprint: str
+
+    def __str__(self) -> str:
+        return f"class {self.qualname}"
+
+
+def promote(a: Scalar, b: Scalar) -> Scalar:
+    """The type of ``a op b`` for arithmetic, NumPy-style with weak literals."""
+    if a.weak and not b.weak:
+        a, b = b, a
+    if b.weak and not a.weak:
+        if a.kind == "b":
+            return b.strong()
+        if b.kind == "f" and a.kind in "iu":
+            return float64
+        return a
+    if a.weak and b.weak:
+        return WEAK_FLOAT if "f" in (a.kind, b.kind) else WEAK_INT
+    if a.kind == "b" and b.kind == "b":
+        return boolean
+    return SCALARS[np.result_type(a.dtype, b.dtype).name]
+
+
+def unify(a, b):
+    """The type a variable takes when assigned values of types ``a`` and ``b``."""
+    if a is None or a == b:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, Scalar) and isinstance(b, Scalar):
+        return promote(a.strong(), b.strong())
+    if isinstance(a, Tuple) and isinstance(b, Tuple) and len(a.items) == len(b.items):
+        return Tuple(tuple(unify(x, y) for x, y in zip(a.items, b.items)))
+    return None
+
+
+def from_dtype(dtype: np.dtype) -> Scalar | None:
+    return SCALARS.get(np.dtype(dtype).name)
+
+
+def typeof_array(a: np.ndarray) -> Array | None:
+    """The Tack type of a NumPy array, or None when Tack cannot take it."""
+    st = from_dtype(a.dtype)
+    if st is None or not 1 <= a.ndim <= 4 or not a.dtype.isnative:
+        return None
+    size = a.dtype.itemsize
+    if any(s % size for s in a.strides):
+        return None
+    return Array(st, a.shape, tuple(s // size for s in a.strides), a.flags.writeable)
