@@ -43,15 +43,14 @@ class Config:
                 "timing": lambda: _env_flag("TACK_TIMING"),
                 "num_threads": _env_threads}
 
-    def __init__(self):
-        self._values = {}
-
     def __getattr__(self, name):
+        # Called only while ``name`` is not yet an instance attribute: read the
+        # environment once, then keep the value as a plain attribute (fast path).
         if name.startswith("_") or name not in self._sources:
             raise AttributeError(f"tack.config has no setting {name!r}")
-        if name not in self._values:
-            self._values[name] = self._sources[name]()
-        return self._values[name]
+        value = self._sources[name]()
+        object.__setattr__(self, name, value)
+        return value
 
     def __setattr__(self, name, value):
         if name.startswith("_"):
@@ -64,11 +63,12 @@ class Config:
             raise ValueError(f"tack.config.num_threads must be a positive int, not {value!r}")
         if name in ("debug", "timing"):
             value = bool(value)
-        self._values[name] = value
+        object.__setattr__(self, name, value)
 
     def reset(self):
         """Forget values set from Python; re-read the environment on next use."""
-        self._values.clear()
+        for name in self._sources:
+            self.__dict__.pop(name, None)
 
 
 config = Config()

