@@ -146,8 +146,9 @@ def report(res, file=None):
     p(f"{'second call (warm)':34}{_ms(t['second_call_s']):>12}{_ms(n['second_call_s']):>14}")
     p(f"{'process wall (spawn to exit)':34}{_ms(t['process_wall_s']):>12}"
       f"{_ms(n['process_wall_s']):>14}")
-    p(f"{'triangles / vertices':34}{t['ntris']:>6} / {t['nverts']:<5}{n['ntris']:>7} / "
-      f"{n['nverts']:<5}  {'OK' if res['triangles_equal'] else 'MISMATCH'}")
+    tv, nv = f"{t['ntris']} / {t['nverts']}", f"{n['ntris']} / {n['nverts']}"
+    p(f"{'triangles / vertices':34}{tv:>12}{nv:>14}   "
+      f"{'OK' if res['triangles_equal'] else 'MISMATCH'}")
     p()
     p("Tack first-call stages (median per stage):")
     p(f"  {'stage':12}{'classify':>12}{'emit':>12}{'sum':>12}")

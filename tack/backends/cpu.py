@@ -12,7 +12,6 @@ dimension over threads, and ctypes releases the GIL during each call.
 
 from __future__ import annotations
 
-import ctypes
 import threading
 
 import llvmlite.binding as llvm
@@ -54,8 +53,10 @@ class CPUTarget:
         self.opt = opt
         self.triple = llvm.get_process_triple()
         target = llvm.Target.from_triple(self.triple)
+        # Static relocations and the large code model leave only absolute
+        # addresses to patch, which Tack's own loader (backends/elf.py) handles.
         self.machine = target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
-                                                    reloc="pic", codemodel="jitdefault")
+                                                    reloc="static", codemodel="large")
         self.is_host = host
 
     def identity(self) -> dict:
@@ -149,19 +150,21 @@ class CPUTarget:
         """Link object code into this process; -> a ctypes function for ``entry``."""
         if not self.is_host:
             raise RuntimeError(f"code for CPU '{self.cpu}' cannot be run on this host")
-        global _engine
-        with _init_lock:
-            if _engine is None:
-                _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.machine)
-            _engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            _engine.finalize_object()
-            addr = _engine.get_function_address(entry)
-        if not addr:
-            raise RuntimeError(f"entry point {entry} not found in object code")
-        return _ENTRY_TYPE(addr)
+        from .loader import load_object
+        return load_object(obj, entry)
 
 
-_ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+def load_mcjit(obj: bytes, entry: str) -> int:
+    """Link object code with llvmlite's MCJIT; -> the address of ``entry``."""
+    global _engine
+    target = host_target()
+    with _init_lock:
+        if _engine is None:
+            _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target.machine)
+        _engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        _engine.finalize_object()
+        return _engine.get_function_address(entry)
+
 
 _host = None
 

@@ -1,0 +1,198 @@
+"""Load an ELF relocatable object (what LLVM emits for the CPU) into this process.
+
+Why not llvmlite's MCJIT: importing llvmlite's binding costs tens of
+milliseconds, more than a whole warm kernel call is allowed; a process that
+finds its kernels in the cache must be able to run them without it.  Tack
+compiles CPU code with the static relocation model and the large code model,
+so an object's relocations are absolute addresses only (``R_X86_64_64``;
+``ABS64`` and ``MOVW_UABS_G0..G3`` on AArch64): the loader maps the
+allocated sections, writes those addresses, resolves libm and libc symbols
+with ``dlsym``, and makes the code executable.  An object it cannot load
+(another format, another relocation) raises ``LoadError``, and the caller
+falls back to MCJIT.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import struct
+import sys
+import threading
+
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
+SHT_SYMTAB, SHT_RELA, SHT_NOBITS = 2, 4, 8
+EM_X86_64, EM_AARCH64 = 62, 183
+R_X86_64_64 = 1
+R_AARCH64_ABS64 = 257
+_AARCH64_MOVW = {263: 0, 264: 0, 265: 16, 266: 16, 267: 32, 268: 32, 269: 48}  # G0, G0_NC, ... G3
+_PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
+_SKIP = (".eh_frame", ".note", ".comment", ".llvm")
+
+_keep = []            # mappings must live as long as the process may call into them
+_lock = threading.Lock()
+_libc = None
+
+
+class LoadError(Exception):
+    """This object cannot be loaded by Tack's own loader."""
+
+
+class LoadedObject:
+    """An object's code, mapped into this process."""
+
+    def __init__(self, mapping, symbols):
+        self._mapping = mapping
+        self.symbols = symbols        # name -> absolute address (defined symbols)
+
+    def address(self, name: str) -> int:
+        try:
+            return self.symbols[name]
+        except KeyError:
+            raise LoadError(f"symbol {name!r} is not defined in the object") from None
+
+
+def _libc_handle():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        _libc.mprotect.restype = ctypes.c_int
+    return _libc
+
+
+def _resolve_external(name: str) -> int:
+    libc = _libc_handle()
+    for lib in (libc, _libm()):
+        try:
+            return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+        except AttributeError:
+            continue
+    raise LoadError(f"external symbol {name!r} not found in this process")
+
+
+_libm_handle = None
+
+
+def _libm():
+    global _libm_handle
+    if _libm_handle is None:
+        try:
+            _libm_handle = ctypes.CDLL("libm.so.6")
+        except OSError:
+            import ctypes.util
+            _libm_handle = ctypes.CDLL(ctypes.util.find_library("m"))
+    return _libm_handle
+
+
+def load(obj: bytes) -> LoadedObject:
+    """Map an ELF64 relocatable object and apply its relocations."""
+    if sys.platform.startswith("win") or obj[:4] != b"\x7fELF":
+        raise LoadError("not an ELF object")
+    if obj[4] != 2 or obj[5] != 1:
+        raise LoadError("only 64-bit little-endian ELF objects are supported")
+    e_type, machine = struct.unpack_from("<HH", obj, 16)
+    if e_type != 1:
+        raise LoadError("not a relocatable object")
+    if machine not in (EM_X86_64, EM_AARCH64):
+        raise LoadError(f"ELF machine {machine} is not supported by Tack's loader")
+    shoff, = struct.unpack_from("<Q", obj, 40)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 58)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+    shstr_off = sections[shstrndx][4]
+
+    def cstr(off):
+        return obj[off:obj.index(b"\0", off)].decode()
+
+    names = [cstr(shstr_off + s[0]) for s in sections]
+    page = mmap.PAGESIZE
+
+    # Lay out the allocated sections: executable ones first, each group page-aligned.
+    placed = {}
+    cursor = 0
+    groups = ([], [], [])            # text, read-only, writable
+    for i, (s, name) in enumerate(zip(sections, names)):
+        flags, size, align = s[2], s[5], max(s[8], 1)
+        if not flags & SHF_ALLOC or name.startswith(_SKIP) or size == 0:
+            continue
+        g = 0 if flags & SHF_EXECINSTR else 2 if flags & SHF_WRITE else 1
+        groups[g].append((i, size, align))
+    bounds = []
+    for group in groups:
+        start = cursor
+        for i, size, align in group:
+            cursor = (cursor + align - 1) // align * align
+            placed[i] = cursor
+            cursor += size
+        cursor = (cursor + page - 1) // page * page
+        bounds.append((start, cursor))
+    total = max(cursor, page)
+    mapping = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                        prot=_PROT_READ | _PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+    for i, off in placed.items():
+        s = sections[i]
+        if s[1] != SHT_NOBITS:
+            mapping[off:off + s[5]] = obj[s[4]:s[4] + s[5]]
+
+    # Symbols.
+    symtab = next((s for s in sections if s[1] == SHT_SYMTAB), None)
+    if symtab is None:
+        raise LoadError("object has no symbol table")
+    strtab_off = sections[symtab[6]][4]
+    symbols, defined = [], {}
+    for k in range(symtab[5] // 24):
+        st_name, st_info, _, st_shndx, st_value, _ = struct.unpack_from("<IBBHQQ", obj, symtab[4] + k * 24)
+        name = cstr(strtab_off + st_name) if st_name else ""
+        if st_shndx == 0:
+            addr = None                          # undefined: resolved on first use
+        elif st_shndx in placed:
+            addr = base + placed[st_shndx] + st_value
+        else:
+            addr = 0                             # absolute or a skipped section
+        symbols.append((name, addr))
+        if name and addr and (st_info & 0xF) in (1, 2):   # OBJECT or FUNC
+            defined[name] = addr
+
+    # Relocations.
+    for s, name in zip(sections, names):
+        if s[1] != SHT_RELA or s[7] not in placed:
+            continue
+        target = placed[s[7]]
+        for k in range(s[5] // 24):
+            r_offset, r_info, r_addend = struct.unpack_from("<QQq", obj, s[4] + k * 24)
+            sym_name, sym_addr = symbols[r_info >> 32]
+            if sym_addr is None:
+                sym_addr = _resolve_external(sym_name)
+                symbols[r_info >> 32] = (sym_name, sym_addr)
+            _relocate(mapping, machine, r_info & 0xFFFFFFFF, target + r_offset, sym_addr + r_addend)
+
+    libc = _libc_handle()
+    for (start, end), prot in zip(bounds, (_PROT_READ | _PROT_EXEC, _PROT_READ, _PROT_READ | _PROT_WRITE)):
+        if end > start and libc.mprotect(base + start, end - start, prot) != 0:
+            raise LoadError(f"mprotect failed (errno {ctypes.get_errno()})")
+    if machine == EM_AARCH64:
+        _clear_icache(base, bounds[0][1])
+    with _lock:
+        _keep.append(mapping)
+    return LoadedObject(mapping, defined)
+
+
+def _relocate(mapping, machine, rtype, where, value):
+    value &= 0xFFFFFFFFFFFFFFFF
+    if machine == EM_X86_64 and rtype == R_X86_64_64 or machine == EM_AARCH64 and rtype == R_AARCH64_ABS64:
+        struct.pack_into("<Q", mapping, where, value)
+    elif machine == EM_AARCH64 and rtype in _AARCH64_MOVW:
+        insn, = struct.unpack_from("<I", mapping, where)
+        imm16 = (value >> _AARCH64_MOVW[rtype]) & 0xFFFF
+        struct.pack_into("<I", mapping, where, (insn & ~(0xFFFF << 5)) | (imm16 << 5))
+    else:
+        raise LoadError(f"relocation type {rtype} is not supported by Tack's loader")
+
+
+def _clear_icache(start, length):
+    try:
+        fn = _libc_handle().__clear_cache
+    except AttributeError:
+        return
+    fn(ctypes.c_void_p(start), ctypes.c_void_p(start + length))
