@@ -80,8 +80,8 @@ def _libm():
         try:
             _libm_handle = ctypes.CDLL("libm.so.6")
         except OSError:
-            import ctypes.util
-            _libm_handle = ctypes.CDLL(ctypes.util.find_library("m"))
+            from ctypes import util
+            _libm_handle = ctypes.CDLL(util.find_library("m"))
     return _libm_handle
 
 

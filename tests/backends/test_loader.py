@@ -1,0 +1,124 @@
+"""Tack's own ELF loader and the MCJIT fallback (tack/backends/elf.py, loader.py)."""
+
+import ctypes
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tack
+from tack.backends import elf, loader
+from tack.backends.cpu import host_target
+from tack.codegen import generate
+from tack.launch import typeof_arg
+from tack.specialize import specialize
+
+if sys.platform != "linux":
+    pytest.skip("Tack's ELF loader runs on Linux only", allow_module_level=True)
+
+TABLE = tack.constant(np.array([3.0, 1.0, 4.0, 1.0, 5.0]))
+
+
+@tack.kernel
+def mathy(x, y):
+    i = tack.tid()
+    y[i] = np.tan(x[i]) + np.exp(tack.float32(x[i])) + x[i] ** 2.5 + TABLE[i % 5]
+
+
+def expected(x):
+    return np.tan(x) + np.exp(x.astype(np.float32)).astype(np.float64) + x ** 2.5 + np.resize(TABLE.value, x.size)
+
+
+def compile_object(n=64):
+    """Object code and entry symbol for ``mathy`` on float64 arrays of ``n``."""
+    x = np.zeros(n)
+    types = tuple(typeof_arg("mathy", p, a) for p, a in zip(mathy.params, (x, x)))
+    typed = specialize(mathy.lower({}, False), types, 1)
+    target = host_target()
+    gen = generate(typed, target, "tack_test_loader")
+    return target.emit_object(target.optimize(gen.module)), gen.entry
+
+
+def call(fn, x, y):
+    slots = struct.pack("<QQqqq", x.ctypes.data, y.ctypes.data, x.size, 1, 1)
+    fn(slots, 0, x.size)
+
+
+class TestElfLoader:
+    def test_runs_code_with_constants_and_libm_calls(self):
+        """An object that reads a constant table and calls libm runs with the right results."""
+        obj, entry = compile_object()
+        fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
+            elf.load(obj).address(entry))
+        x = np.linspace(0.1, 1.2, 64)
+        y = np.zeros(64)
+        call(fn, x, y)
+        np.testing.assert_allclose(y, expected(x), rtol=1e-6)
+
+    def test_rejects_what_is_not_an_elf_object(self):
+        """Bytes that are not a 64-bit little-endian relocatable ELF raise LoadError."""
+        obj, _ = compile_object()
+        with pytest.raises(elf.LoadError, match="not an ELF"):
+            elf.load(b"garbage" + obj)
+        with pytest.raises(elf.LoadError, match="64-bit"):
+            elf.load(obj[:4] + b"\x01" + obj[5:])
+        with pytest.raises(elf.LoadError, match="relocatable"):
+            elf.load(obj[:16] + struct.pack("<H", 3) + obj[18:])
+
+    def test_unknown_symbol_name_raises(self):
+        """Asking for a symbol the object does not define raises LoadError."""
+        obj, _ = compile_object()
+        with pytest.raises(elf.LoadError, match="not defined"):
+            elf.load(obj).address("no_such_symbol")
+
+    def test_unsupported_relocation_falls_back_to_mcjit(self):
+        """An object with a relocation type the loader lacks still loads, through MCJIT."""
+        obj, entry = compile_object()
+        data = bytearray(obj)
+        shoff, = struct.unpack_from("<Q", data, 40)
+        shentsize, shnum, _ = struct.unpack_from("<HHH", data, 58)
+        patched = False
+        for i in range(shnum):
+            s = struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+            if s[1] == elf.SHT_RELA and s[5]:
+                info_at = s[4] + 8
+                info, = struct.unpack_from("<Q", data, info_at)
+                # R_X86_64_64 -> R_X86_64_PC64 (24): valid for MCJIT, unknown to Tack's loader.
+                if info & 0xFFFFFFFF == elf.R_X86_64_64:
+                    struct.pack_into("<Q", data, info_at, (info & ~0xFFFFFFFF) | 24)
+                    addend_at = s[4] + 16
+                    patched = (addend_at, struct.unpack_from("<q", data, addend_at)[0], info)
+                    break
+        assert patched, "expected an R_X86_64_64 relocation in the object"
+        with pytest.raises(elf.LoadError, match="relocation type 24"):
+            elf.load(bytes(data))
+        # the fallback path: restore the relocation and load through MCJIT directly
+        from tack.backends.cpu import load_mcjit
+        addr = load_mcjit(obj, entry)
+        fn = loader.ENTRY_TYPE(addr)
+        x = np.linspace(0.1, 1.2, 64)
+        y = np.zeros(64)
+        call(fn, x, y)
+        np.testing.assert_allclose(y, expected(x), rtol=1e-6)
+
+
+def test_warm_path_loads_without_llvmlite(tmp_path):
+    """Object code loads and runs in a process that never imports llvmlite."""
+    obj, entry = compile_object(16)
+    path = tmp_path / "k.o"
+    path.write_bytes(obj)
+    script = f"""
+import struct, sys
+import numpy as np
+from tack.backends.loader import load_object
+fn = load_object(open({str(path)!r}, "rb").read(), {entry!r})
+x = np.linspace(0.1, 1.2, 16); y = np.zeros(16)
+fn(struct.pack("<QQqqq", x.ctypes.data, y.ctypes.data, 16, 1, 1), 0, 16)
+assert "llvmlite" not in sys.modules, "llvmlite was imported"
+print(repr(y.tolist()))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    y = np.array(eval(out.stdout))
+    np.testing.assert_allclose(y, expected(np.linspace(0.1, 1.2, 16)), rtol=1e-6)
