@@ -80,9 +80,13 @@ class Kernel:
         self._variants = {}   # launch signature -> compiled variant
         self.timings = {}     # stage -> seconds, of the most recent compile
 
+    @staticmethod
+    def _memo_key(templates, debug):
+        return tuple(sorted((templates or {}).items(), key=lambda kv: kv[0])), bool(debug)
+
     def lower(self, templates=None, debug=False):
-        """The lowered kernel for these template bindings ({param: class})."""
-        key = (tuple(sorted((templates or {}).items(), key=lambda kv: kv[0])), bool(debug))
+        """The lowered kernel for these template bindings ({param: class}): runs the front end once."""
+        key = self._memo_key(templates, debug)
         lowered = self._lowered.get(key)
         if lowered is None:
             from .frontend.lower import lower_kernel

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import llvmlite.ir as ir
 
 from . import types as T
+from .errors import BoundsSite
 from .frontend.intrinsics import MATH1, MATH2
 from .specialize import TypedFunction, TypedKernel, arith_type, math_type
 
@@ -43,14 +44,6 @@ def lltype(t):
 def storage_type(t: T.Scalar):
     """The LLVM type of an array element in memory (bool is a byte)."""
     return I8 if t.kind == "b" else _LL[t.name]
-
-
-@dataclass
-class BoundsSite:
-    function: str
-    array: str
-    filename: str
-    line: int
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 
 class CompileError(Exception):
     """A kernel could not be compiled: outside the language, a type error, an unknown name.
@@ -59,3 +61,12 @@ class SourceContext:
             text = self.lines[lineno - self.first_line]
         return CompileError(message, filename=self.filename, lineno=lineno,
                             col=col, line_text=text)
+
+
+class BoundsSite(NamedTuple):
+    """Where a debug-mode bounds check sits, to name it when it fails."""
+
+    function: str
+    array: str
+    filename: str
+    line: int

@@ -12,13 +12,13 @@ import hashlib
 import struct
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import types as T
 from .api import Kernel
 from .config import config
+from .errors import BoundsSite
 
 _PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
 _SLOT_FMT = {"bool": "?7x", "int32": "i4x", "int64": "q", "uint32": "I4x", "uint64": "Q",
@@ -102,38 +102,71 @@ def _compile(kernel, dims, args, device, debug):
     argtypes = [typeof_arg(name, p, a) for p, a in zip(params, args)]
     templates = {p: a for p, a, t in zip(params, args, argtypes) if isinstance(t, T.Template)}
     value_types = tuple(t for t in argtypes if not isinstance(t, T.Template))
+    value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]
+    arg_index = [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)]
+
+    def variant(fn, sites):
+        return CPUVariant(name, fn, value_params, value_types, arg_index, sites if debug else None)
 
     timings = {}
-    t0 = time.perf_counter()
-    lowered = kernel.lower(templates, debug)
-    t1 = time.perf_counter()
-    timings["lower"] = t1 - t0
+    clock = time.perf_counter()
+
+    def stage(label):
+        nonlocal clock
+        now = time.perf_counter()
+        timings[label] = timings.get(label, 0.0) + now - clock
+        clock = now
+
+    from . import cache as _cache
+    store = _cache.session()
+    keys = None
+    if store is not None:
+        from .cache import lookup
+        keys = lookup.keys(kernel, templates, value_types, len(dims), debug)
+        hit = lookup.find_variant(store, kernel, templates, keys.variant)
+        stage("cache")
+        if hit is not None:
+            fn, meta = hit
+            kernel.timings = timings
+            sites = [BoundsSite(f, a, p, int(n)) for f, a, p, n in meta["site"]]
+            return variant(fn, sites)
+
+    memo = kernel._memo_key(templates, debug)
+    lowered = kernel._lowered.get(memo)
+    if lowered is None and store is not None:
+        lowered = lookup.find_lowered(store, kernel, templates, keys.lowered)
+        stage("cache")
+        if lowered is not None:
+            kernel._lowered[memo] = lowered
+    if lowered is None:
+        lowered = kernel.lower(templates, debug)
+        stage("lower")
+        if store is not None:
+            lookup.store_lowered(store, keys.lowered, lowered)
+            stage("cache")
 
     from .specialize import specialize
     typed = specialize(lowered, value_types, len(dims))
-    t2 = time.perf_counter()
-    timings["specialize"] = t2 - t1
+    stage("specialize")
 
     from .backends.cpu import host_target
     from .codegen import generate
     target = host_target()
-    t3 = time.perf_counter()
-    timings["init"] = t3 - t2
-    symbol = "tack_" + hashlib.sha256(repr((lowered.fingerprint(), value_types, len(dims))).encode()).hexdigest()[:32]
+    stage("init")
+    symbol = "tack_" + (keys.variant if keys else
+                        hashlib.sha256(repr((lowered.fingerprint(), value_types, len(dims))).encode()).hexdigest())
     gen = generate(typed, target, symbol)
-    t4 = time.perf_counter()
-    timings["codegen"] = t4 - t3
+    stage("codegen")
     obj = target.emit_object(target.optimize(gen.module))
-    t5 = time.perf_counter()
-    timings["llvm"] = t5 - t4
+    stage("llvm")
     fn = target.load(obj, gen.entry)
-    t6 = time.perf_counter()
-    timings["load"] = t6 - t5
+    stage("load")
+    if store is not None:
+        lookup.store_variant(store, keys, lowered, value_types, gen.entry,
+                             gen.sites if debug else None, obj, target.identity())
+        stage("cache")
     kernel.timings = timings
-    value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]
-    return CPUVariant(name, fn, value_params, value_types,
-                      [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)],
-                      gen.sites if debug else None)
+    return variant(fn, gen.sites)
 
 
 def report_timings(kernel, file=None):
@@ -226,6 +259,7 @@ def _get_pool(n):
     if _pool is None or _pool_size != n:
         if _pool is not None:
             _pool.shutdown(wait=False)
+        from concurrent.futures import ThreadPoolExecutor
         _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tack")
         _pool_size = n
     return _pool

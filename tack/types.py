@@ -1,7 +1,8 @@
 """Tack's value types: scalars, arrays, tuples and template classes.
 
-Types are small immutable value objects, hashable and comparable, so that a
-tuple of argument types can key the in-memory and on-disk caches.  Promotion
+Types are small immutable value objects (named tuples: cheap to define at
+import), hashable and comparable, so that a tuple of argument types can key
+the in-memory and on-disk caches.  Promotion
 follows NumPy 2 for its scalars (NEP 50): two typed values promote with
 ``numpy.result_type``; a Python literal written in a kernel (``2``, ``0.5``)
 is *weak* and takes the type of the other operand where that type can hold
@@ -10,13 +11,12 @@ its kind, as ``np.float32(x) * 2.0`` stays float32.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 
-@dataclass(frozen=True)
-class Scalar:
+class Scalar(NamedTuple):
     name: str          # numpy name: bool, int32, int64, uint32, uint64, float32, float64
     weak: bool = False  # a Python literal, not yet committed to a width
 
@@ -49,8 +49,7 @@ WEAK_INT = Scalar("int64", weak=True)
 WEAK_FLOAT = Scalar("float64", weak=True)
 
 
-@dataclass(frozen=True)
-class Array:
+class Array(NamedTuple):
     """A NumPy array argument; its shape and strides are compiled in."""
 
     dtype: Scalar
@@ -66,16 +65,14 @@ class Array:
         return f"array({self.dtype}, {self.shape})"
 
 
-@dataclass(frozen=True)
-class Tuple:
+class Tuple(NamedTuple):
     items: tuple
 
     def __str__(self) -> str:
         return "(" + ", ".join(map(str, self.items)) + ")"
 
 
-@dataclass(frozen=True)
-class Template:
+class Template(NamedTuple):
     """A class passed as a kernel argument: a compile-time parameter."""
 
     qualname: str

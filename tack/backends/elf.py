@@ -15,10 +15,8 @@ falls back to MCJIT.
 from __future__ import annotations
 
 import ctypes
-import mmap
 import struct
 import sys
-import threading
 
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHT_SYMTAB, SHT_RELA, SHT_NOBITS = 2, 4, 8
@@ -27,10 +25,10 @@ R_X86_64_64 = 1
 R_AARCH64_ABS64 = 257
 _AARCH64_MOVW = {263: 0, 264: 0, 265: 16, 266: 16, 267: 32, 268: 32, 269: 48}  # G0, G0_NC, ... G3
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
+_MAP_PRIVATE, _MAP_ANONYMOUS = 0x02, 0x20       # Linux values; the loader runs on Linux only
+_PAGE = 4096
 _SKIP = (".eh_frame", ".note", ".comment", ".llvm")
 
-_keep = []            # mappings must live as long as the process may call into them
-_lock = threading.Lock()
 _libc = None
 
 
@@ -39,10 +37,11 @@ class LoadError(Exception):
 
 
 class LoadedObject:
-    """An object's code, mapped into this process."""
+    """An object's code, mapped into this process (for the rest of its life)."""
 
-    def __init__(self, mapping, symbols):
-        self._mapping = mapping
+    def __init__(self, base, size, symbols):
+        self.base = base
+        self.size = size
         self.symbols = symbols        # name -> absolute address (defined symbols)
 
     def address(self, name: str) -> int:
@@ -58,6 +57,9 @@ def _libc_handle():
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
         _libc.mprotect.restype = ctypes.c_int
+        _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                               ctypes.c_int, ctypes.c_long)
+        _libc.mmap.restype = ctypes.c_void_p
     return _libc
 
 
@@ -105,7 +107,7 @@ def load(obj: bytes) -> LoadedObject:
         return obj[off:obj.index(b"\0", off)].decode()
 
     names = [cstr(shstr_off + s[0]) for s in sections]
-    page = mmap.PAGESIZE
+    page = _PAGE
 
     # Lay out the allocated sections: executable ones first, each group page-aligned.
     placed = {}
@@ -127,13 +129,15 @@ def load(obj: bytes) -> LoadedObject:
         cursor = (cursor + page - 1) // page * page
         bounds.append((start, cursor))
     total = max(cursor, page)
-    mapping = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-                        prot=_PROT_READ | _PROT_WRITE)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+    libc = _libc_handle()
+    base = libc.mmap(None, total, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
+    if base in (None, ctypes.c_void_p(-1).value):
+        raise LoadError(f"mmap of {total} bytes failed (errno {ctypes.get_errno()})")
+    mapping = (ctypes.c_char * total).from_address(base)      # zero-filled: .bss is ready
     for i, off in placed.items():
         s = sections[i]
         if s[1] != SHT_NOBITS:
-            mapping[off:off + s[5]] = obj[s[4]:s[4] + s[5]]
+            ctypes.memmove(base + off, obj[s[4]:s[4] + s[5]], s[5])
 
     # Symbols.
     symtab = next((s for s in sections if s[1] == SHT_SYMTAB), None)
@@ -167,15 +171,12 @@ def load(obj: bytes) -> LoadedObject:
                 symbols[r_info >> 32] = (sym_name, sym_addr)
             _relocate(mapping, machine, r_info & 0xFFFFFFFF, target + r_offset, sym_addr + r_addend)
 
-    libc = _libc_handle()
     for (start, end), prot in zip(bounds, (_PROT_READ | _PROT_EXEC, _PROT_READ, _PROT_READ | _PROT_WRITE)):
         if end > start and libc.mprotect(base + start, end - start, prot) != 0:
             raise LoadError(f"mprotect failed (errno {ctypes.get_errno()})")
     if machine == EM_AARCH64:
         _clear_icache(base, bounds[0][1])
-    with _lock:
-        _keep.append(mapping)
-    return LoadedObject(mapping, defined)
+    return LoadedObject(base, total, defined)
 
 
 def _relocate(mapping, machine, rtype, where, value):

@@ -1,0 +1,87 @@
+"""Checking a lowered kernel's dependency record against the names as they are bound now.
+
+The record lists, for the kernel and each device function it reaches, every
+global name it resolved and what that was bound to.  An entry is used only
+if each name still resolves to the same thing: the same device function code,
+the same constant (dtype, shape, bytes), the same module, the same template
+class.  Walking the record needs no source: device functions are reached
+through the names that bind them, from the kernel outward.
+"""
+
+from __future__ import annotations
+
+import builtins
+import types
+
+from ..api import Constant, Func
+from ..frontend.fingerprint import class_fingerprint, function_fingerprint
+from ..frontend.intrinsics import intrinsic_of
+
+_MISSING = object()
+
+
+def _resolve(fn, name):
+    code = fn.__code__
+    if fn.__closure__ and name in code.co_freevars:
+        return fn.__closure__[code.co_freevars.index(name)].cell_contents
+    g = fn.__globals__
+    if name in g:
+        return g[name]
+    return vars(builtins).get(name, _MISSING)
+
+
+def _func_fid(func: Func) -> str:
+    return f"{func.py_func.__module__}.{func.__qualname__}"
+
+
+def template_scopes(cls) -> dict:
+    """fid -> function for each static method of a template class, as lowering names them."""
+    out = {}
+    fp = class_fingerprint(cls)[:16]
+    attrs = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        attrs.update(vars(klass))
+    for name, attr in attrs.items():
+        if isinstance(attr, staticmethod):
+            attr = attr.__func__
+        if isinstance(attr, Func):
+            attr = attr.py_func
+        if isinstance(attr, types.FunctionType):
+            out[f"{cls.__module__}.{cls.__qualname__}.{name}#{fp}"] = attr
+    return out
+
+
+def identity(kind: str, obj):
+    """What a dependency of ``kind`` is bound to now, as the record writes it (None: not that kind)."""
+    if kind == "func":
+        return function_fingerprint(obj.py_func) if isinstance(obj, Func) else None
+    if kind == "const":
+        return obj.fingerprint if isinstance(obj, Constant) else None
+    if kind == "module":
+        return obj.__name__ if isinstance(obj, types.ModuleType) else None
+    if kind == "template":
+        return class_fingerprint(obj) if isinstance(obj, type) else None
+    if kind == "intrinsic":
+        return intrinsic_of(obj)
+    return None
+
+
+def check(deps, kernel, templates: dict):
+    """None if every recorded name still resolves as recorded; else the reason it does not."""
+    scopes = {kernel.__qualname__: kernel.py_func}
+    for cls in templates.values():
+        scopes.update(template_scopes(cls))
+    for scope, name, kind, recorded in deps:
+        fn = scopes.get(scope.split("[", 1)[0])
+        if fn is None:
+            return f"device function {scope} can no longer be reached"
+        obj = _resolve(fn, name)
+        if obj is _MISSING:
+            return f"name '{name}' (in {fn.__qualname__}) is no longer defined"
+        if identity(kind, obj) != recorded:
+            return f"'{name}' (in {fn.__qualname__}) changed"
+        if kind == "func":
+            scopes[_func_fid(obj)] = obj.py_func
+        elif kind == "template":
+            scopes.update(template_scopes(obj))
+    return None

@@ -1,0 +1,132 @@
+"""Cache keys: named steps hashed in turn, as a readable prefix plus a sha256 digest.
+
+Nothing here imports the compiler or llvmlite: keys are computed on the warm
+path from code-object fingerprints and cheap facts about the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import sys
+
+from .._version import __version__
+from ._log import TRACE, log
+
+
+LOWERED_FORMAT = 1
+VARIANT_FORMAT = 1
+
+
+class KeyBuilder:
+    """A sha256 over named steps; each step is logged at DEBUG with the running hash."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.h = hashlib.sha256(what.encode())
+
+    def add(self, name: str, value) -> "KeyBuilder":
+        if isinstance(value, dict):
+            value = sorted(value.items())
+        text = value if isinstance(value, str) else repr(value)
+        self.h.update(f"\0{name}={text}".encode())
+        if log.isEnabledFor(TRACE):
+            log.log(TRACE, "%s key: %s=%s -> %s", self.what, name, text[:80], self.h.hexdigest()[:16])
+        return self
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def tack_version_id() -> str:
+    """This Tack's version; for a source checkout, the version plus a hash of Tack's sources.
+
+    Each edit of a checkout then keeps its own entries, as each release does.
+    The sources are identified by each file's path, size and modification
+    time (an edit changes at least the time), which costs a stat per file
+    rather than reading them all on every process start.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not _in_checkout(root):
+        return __version__
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(dirpath, name))
+                h.update(f"{dirpath[len(root):]}/{name}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+    return f"{__version__}+src.{h.hexdigest()}"
+
+
+def _in_checkout(package_dir: str) -> bool:
+    parent = os.path.dirname(package_dir)
+    return os.path.exists(os.path.join(parent, ".git")) or \
+        os.path.exists(os.path.join(parent, "pyproject.toml"))
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu_identity() -> dict:
+    """Facts that fix what LLVM's host detection sees, read without LLVM.
+
+    The CPU's model and feature flags (from /proc/cpuinfo on Linux), the
+    machine type, and llvmlite's version (which pins the LLVM version).
+    """
+    ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            text = f.read(65536).decode(errors="replace")     # the first CPU's block is enough
+        first = text.split("\n\n", 1)[0]
+        fields = {}
+        for line in first.splitlines():
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+        for key in ("vendor_id", "cpu family", "model", "model name", "flags", "Features",
+                    "CPU implementer", "CPU part"):
+            if key in fields:
+                ident[key] = fields[key]
+    except OSError:
+        ident["processor"] = platform.processor()
+    return ident
+
+
+def _llvmlite_version() -> str:
+    try:
+        import llvmlite            # the top-level package only: no LLVM loaded
+        return llvmlite.__version__
+    except ImportError:
+        return "none"
+
+
+def host_target_key(opt_level: int = 3) -> str:
+    return KeyBuilder("target").add("backend", "cpu").add("host", host_cpu_identity()) \
+        .add("codegen", {"opt": opt_level, "reloc": "static", "codemodel": "large"}).hexdigest()
+
+
+def lowered_key(kernel, template_ids, debug: bool) -> str:
+    """Key of a lowered kernel: its source (as code), specialization, Tack version, debug flag."""
+    from ..frontend.fingerprint import function_fingerprint
+    fn = kernel.py_func
+    return (KeyBuilder("lowered")
+            .add("format", LOWERED_FORMAT)
+            .add("tack", tack_version_id())
+            .add("python", f"{sys.version_info[0]}.{sys.version_info[1]}")
+            .add("kernel", f"{fn.__module__}.{fn.__qualname__}")
+            .add("code", function_fingerprint(fn))
+            .add("templates", template_ids)
+            .add("debug", bool(debug))
+            .hexdigest())
+
+
+def variant_key(lowered: str, argtypes, grid_ndim: int, target: str) -> str:
+    """Key of a compiled variant: the lowered key plus argument types, shapes and target."""
+    return (KeyBuilder("variant")
+            .add("format", VARIANT_FORMAT)
+            .add("lowered", lowered)
+            .add("args", [repr(t) for t in argtypes])
+            .add("grid", grid_ndim)
+            .add("target", target)
+            .hexdigest())

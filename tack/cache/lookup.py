@@ -1,0 +1,120 @@
+"""What ``tack.launch`` asks of the cache: keys, then find or store each level.
+
+The warm path is ``keys`` then ``find_variant``: code-object fingerprints,
+one file read, a checksum, the dependency check, and loading object code
+with Tack's own loader.  Nothing here runs the front end or imports llvmlite.
+Any unexpected error is a miss and one warning: no crash from the cache
+reaches a user's job.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+from . import deps, store
+from ._log import log
+from .keys import host_target_key, lowered_key, variant_key
+
+
+
+class Keys(NamedTuple):
+    lowered: str
+    variant: str
+
+
+def _guarded(default=None):
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(cache, *args, **kwargs):
+            try:
+                return fn(cache, *args, **kwargs)
+            except Exception as e:          # noqa: BLE001 - the cache must never break a job
+                cache.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
+                return default
+        return inner
+    return wrap
+
+
+def template_ids(templates: dict):
+    from ..frontend.fingerprint import class_fingerprint
+    return sorted((p, f"{c.__module__}.{c.__qualname__}", class_fingerprint(c))
+                  for p, c in templates.items())
+
+
+def keys(kernel, templates, value_types, grid_ndim, debug) -> Keys:
+    lk = lowered_key(kernel, template_ids(templates), debug)
+    return Keys(lk, variant_key(lk, value_types, grid_ndim, host_target_key()))
+
+
+@_guarded()
+def find_variant(cache, kernel, templates, key: str):
+    """-> (entry function, meta) for a valid, current variant entry; None on a miss."""
+    name = kernel.__qualname__
+    got = cache.read(store.KIND_VARIANT, key, "variant")
+    if got is None:
+        cache.stats.misses["variant"] += 1
+        return None
+    meta, payload, _ = got
+    reason = deps.check(meta["dep"], kernel, templates)
+    if reason is not None:
+        cache.stats.rejected += 1
+        cache.stats.misses["variant"] += 1
+        log.debug("kernel '%s': variant not used: dependency changed: %s", name, reason)
+        return None
+    from ..backends.loader import load_object
+    try:
+        fn = load_object(payload, meta["entry"])
+    except Exception as e:                  # noqa: BLE001
+        cache.stats.damaged += 1
+        cache.stats.misses["variant"] += 1
+        log.debug("kernel '%s': variant not used: does not load (%s)", name, e)
+        cache.discard(store.KIND_VARIANT, key)
+        return None
+    cache.stats.hits["variant"] += 1
+    log.debug("kernel '%s': loaded from the cache", name)
+    return fn, meta
+
+
+@_guarded()
+def find_lowered(cache, kernel, templates, key: str):
+    """-> the cached lowered kernel if valid and current; None on a miss."""
+    from ..ir import LoweredKernel
+    name = kernel.__qualname__
+    got = cache.read(store.KIND_LOWERED, key, "lowered")
+    if got is None:
+        cache.stats.misses["lowered"] += 1
+        return None
+    meta, payload, _ = got
+    reason = deps.check(meta["dep"], kernel, templates)
+    if reason is not None:
+        cache.stats.rejected += 1
+        cache.stats.misses["lowered"] += 1
+        log.debug("kernel '%s': lowered kernel not used: dependency changed: %s", name, reason)
+        return None
+    try:
+        lowered = LoweredKernel.from_bytes(payload)
+    except (ValueError, KeyError, TypeError) as e:
+        cache.stats.damaged += 1
+        cache.stats.misses["lowered"] += 1
+        log.debug("kernel '%s': lowered kernel not used: damaged (%s)", name, e)
+        cache.discard(store.KIND_LOWERED, key)
+        return None
+    cache.stats.hits["lowered"] += 1
+    log.debug("kernel '%s': lowered kernel loaded from the cache (front end skipped)", name)
+    return lowered
+
+
+@_guarded(False)
+def store_lowered(cache, key: str, lowered) -> bool:
+    meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps}
+    return cache.write(store.KIND_LOWERED, key, meta, lowered.to_bytes())
+
+
+@_guarded(False)
+def store_variant(cache, keys: Keys, lowered, argtypes, entry: str, sites, obj: bytes, identity) -> bool:
+    meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": entry,
+            "lowered": keys.lowered, "arg": [[str(t)] for t in argtypes],
+            "target": ";".join(f"{k}={v}" for k, v in sorted(identity.items())),
+            "site": [list(s) for s in sites or ()]}
+    return cache.write(store.KIND_VARIANT, keys.variant, meta, obj)

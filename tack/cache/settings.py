@@ -1,0 +1,118 @@
+"""The cache's settings: directory, mode and size limit, and where each came from.
+
+Read once, when the first kernel compiles (or ``python -m tack.cache`` runs):
+``configure()`` values first, then the environment (TACK_CACHE_DIR,
+TACK_CACHE, TACK_CACHE_SIZE), then the defaults.  A bad environment value is
+a warning naming the variable, and the default is used; a bad
+``configure()`` value is a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from typing import NamedTuple
+
+MODES = ("write", "read", "bundle", "off")
+DEFAULT_SIZE = 1 << 30
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$"
+
+
+def parse_size(text) -> int | None:
+    """``'500M'``, ``'2G'``, ``'1.5GiB'``, ``'1048576'`` -> bytes (binary units); ``'unlimited'`` -> None."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"a size cannot be negative: {text}")
+        return text
+    if not isinstance(text, str):
+        raise ValueError(f"a size is a string such as '500M' or '2G', not {type(text).__name__}")
+    if text.strip().lower() == "unlimited":
+        return None
+    m = re.match(_SIZE_PATTERN, text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{text!r} is not a size: use a number with K, M, G or T "
+                         "(binary units, e.g. 500M or 2G), or 'unlimited'")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def format_size(n: int | None) -> str:
+    """Bytes -> ``'1.2 GiB'``; None -> ``'unlimited'``."""
+    if n is None:
+        return "unlimited"
+    for unit, div in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def default_directory() -> str:
+    """The platform's per-user cache directory for Tack."""
+    home = os.path.expanduser("~")
+    if sys.platform == "darwin":
+        return os.path.join(home, "Library", "Caches", "tack")
+    if sys.platform.startswith("win"):
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+        return os.path.join(base, "tack", "Cache")
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(home, ".cache")
+    return os.path.join(base, "tack")
+
+
+class Settings(NamedTuple):
+    directory: str
+    mode: str
+    max_size: int | None            # None: unlimited
+    sources: dict                   # setting -> "default" | "environment" | "configure"
+
+
+def check_directory(value, origin: str) -> str:
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise ValueError(f"{origin}: the cache directory must be a non-empty path")
+    path = os.path.expanduser(os.fspath(value))
+    if not os.path.isabs(path):
+        raise ValueError(f"{origin}: the cache directory must be an absolute path, not {value!r}")
+    return os.path.normpath(path)
+
+
+def check_mode(value, origin: str) -> str:
+    mode = str(value).strip().lower() if isinstance(value, str) else value
+    if mode not in MODES:
+        raise ValueError(f"{origin}: {value!r} is not a cache mode; use one of {', '.join(MODES)}")
+    return mode
+
+
+def check_size(value, origin: str):
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise ValueError(f"{origin}: {e}") from None
+
+
+_CHECKS = {"directory": ("TACK_CACHE_DIR", check_directory),
+           "mode": ("TACK_CACHE", check_mode),
+           "max_size": ("TACK_CACHE_SIZE", check_size)}
+
+
+def resolve(configured: dict, environ=None, default_mode="write") -> Settings:
+    """Settings from ``configure()`` values, the environment and the defaults, in that order."""
+    environ = os.environ if environ is None else environ
+    defaults = {"directory": None, "mode": default_mode, "max_size": DEFAULT_SIZE}
+    values, sources = {}, {}
+    for key, (var, check) in _CHECKS.items():
+        if key in configured:
+            values[key], sources[key] = configured[key], "configure"
+            continue
+        raw = environ.get(var)
+        if raw is not None and raw.strip() != "":
+            try:
+                values[key], sources[key] = check(raw, var), "environment"
+                continue
+            except ValueError as e:
+                warnings.warn(f"tack: {e}; using the default", RuntimeWarning, stacklevel=4)
+        values[key], sources[key] = defaults[key], "default"
+    if values["directory"] is None:
+        values["directory"] = default_directory()
+    return Settings(values["directory"], values["mode"], values["max_size"], sources)
