@@ -6,7 +6,7 @@ counted), then times, in this order:
 * the library import (Tack: ``import tack`` and ``tack.kernels.contour``;
   Numba: ``import numba``, then the peer module separately),
 * the first contour call (compiles; Tack also reports its per-kernel stage
-  times from ``classify.timings`` / ``emit.timings``),
+  times from each kernel's ``timings``),
 * the second call (already compiled; for reference).
 
 Prints one JSON object on the last line of stdout.  Not meant to be imported.
@@ -37,7 +37,8 @@ def _run_tack(field, level, out):
     verts, faces = mod.contour(field, level)
     t1 = time.perf_counter()
     out["first_call_s"] = t1 - t0
-    out["stages"] = {"classify": dict(mod.classify.timings), "emit": dict(mod.emit.timings)}
+    out["stages"] = {k: dict(getattr(mod, k).timings)
+                     for k in ("classify", "place_vertices", "emit_faces")}
 
     t0 = time.perf_counter()
     mod.contour(field, level)

@@ -7,8 +7,7 @@ For each repetition one new Python process per contestant runs
 (not timed), imports the library (timed, reported separately), then times the
 first ``contour`` call on the field, which includes compiling.  Tack's process
 runs with ``TACK_CACHE=off``; its stage times (lower, specialize, init,
-codegen, llvm, load, launch) are summed over the two kernels, ``classify`` and
-``emit``.  Repetitions alternate Tack and Numba; figures are medians.
+codegen, llvm, load, launch) are summed over the contour's three kernels.  Repetitions alternate Tack and Numba; figures are medians.
 
 Targets (printed next to the figures, never asserted):
 
@@ -30,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RUNNER = os.path.join(HERE, "_cold_runner.py")
 STAGES = ("lower", "specialize", "init", "codegen", "llvm", "load", "launch")
-KERNELS = ("classify", "emit")
+KERNELS = ("classify", "place_vertices", "emit_faces")
 
 TARGET_COLD_RATIO = 0.5      # Tack cold / Numba cold, at most
 TARGET_LOWER_MS = 100.0      # Tack lower stage sum, below
@@ -41,6 +40,8 @@ def _run_one(which, size):
     if which == "tack":
         env["TACK_CACHE"] = "off"
     env.pop("TACK_TIMING", None)
+    # Imports from compiled bytecode, as from an installed package (pip writes .pyc files).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, RUNNER, which, str(size)], cwd=ROOT, env=env,
                           capture_output=True, text=True)
@@ -151,13 +152,14 @@ def report(res, file=None):
       f"{'OK' if res['triangles_equal'] else 'MISMATCH'}")
     p()
     p("Tack first-call stages (median per stage):")
-    p(f"  {'stage':12}{'classify':>12}{'emit':>12}{'sum':>12}")
+    p(f"  {'stage':12}" + "".join(f"{k[:14]:>16}" for k in KERNELS) + f"{'sum':>12}")
     st = t["stages"]
+    pad = " " * (16 * len(KERNELS))
     for s in STAGES:
-        p(f"  {s:12}{_ms(st['classify'][s]):>12}{_ms(st['emit'][s]):>12}"
-          f"{_ms(t['stage_sum'][s]):>12}")
-    p(f"  {'all stages':12}{'':>24}{_ms(t['stages_total_s']):>12}")
-    p(f"  {'outside':12}{'':>24}{_ms(t['outside_stages_s']):>12}"
+        p(f"  {s:12}" + "".join(f"{_ms(st[k][s]):>16}" for k in KERNELS)
+          + f"{_ms(t['stage_sum'][s]):>12}")
+    p(f"  {'all stages':12}{pad}{_ms(t['stages_total_s']):>12}")
+    p(f"  {'outside':12}{pad}{_ms(t['outside_stages_s']):>12}"
       "   (first call minus stages: typing args, allocation, ...)")
     p()
     p("Ratios (same run):")

@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     verts, faces = mc.contour(field, args.level)
     first = time.perf_counter() - t0
     stages = {}
-    for kern in (mc.classify, mc.emit):
+    for kern in (mc.classify, mc.place_vertices, mc.emit_faces):
         for stage, secs in kern.timings.items():
             stages[stage] = stages.get(stage, 0.0) + secs
     t0 = time.perf_counter()

@@ -8,14 +8,18 @@ inside when its value is above ``level``, which resolves the ambiguous cases
 as scikit-image's classic method does, so triangle and vertex counts agree
 with it exactly.
 
-Two launches over the grid points:
+Three launches:
 
-1. ``classify``: each grid edge that crosses the level takes a vertex id
-   from an atomic counter; each cell records its case and adds its triangle
-   count to a second counter.
-2. ``emit``: each crossing edge writes its vertex, placed by the
-   interpolation policy (a template class); each cell appends its triangles
+1. ``classify``, over the grid points: each grid edge that crosses the level
+   takes a vertex id from an atomic counter and records where it is; each
+   cell the surface passes through records its case in a list of active
+   cells and adds its triangle count to a second counter.
+2. ``place_vertices``, over the vertices: each is placed on its edge by the
+   interpolation policy (a template class) through a device function.
+3. ``emit_faces``, over the active cells: each appends its triangles
    through an atomic counter of output triangles.
+
+Only the first launch visits the whole grid.
 
 With more than one thread the order of vertices and triangles varies from
 run to run; the surface does not.  Output buffers are allocated in
@@ -89,52 +93,69 @@ def edge_weight(policy, a, b, level):
     return min(max(t, 0.0), 1.0)
 
 
+@tack.func
+def claim_vertex(edge_vid, vert_src, counts, i, j, k, axis, lin):
+    vid = tack.atomic_add(counts, 0, 1)
+    edge_vid[i, j, k, axis] = vid
+    vert_src[vid] = 3 * lin + axis
+
+
 @tack.kernel
-def classify(field, level, edge_vid, cases, counts):
+def classify(field, level, edge_vid, vert_src, active, counts):
     i, j, k = tack.tid()
     nx, ny, nz = field.shape
+    lin = (i * ny + j) * nz + k
     f0 = field[i, j, k]
-    if i + 1 < nx:
-        edge_vid[i, j, k, 0] = tack.atomic_add(counts, 0, 1) if crosses(f0, field[i + 1, j, k], level) else -1
-    if j + 1 < ny:
-        edge_vid[i, j, k, 1] = tack.atomic_add(counts, 0, 1) if crosses(f0, field[i, j + 1, k], level) else -1
-    if k + 1 < nz:
-        edge_vid[i, j, k, 2] = tack.atomic_add(counts, 0, 1) if crosses(f0, field[i, j, k + 1], level) else -1
+    if i + 1 < nx and crosses(f0, field[i + 1, j, k], level):
+        claim_vertex(edge_vid, vert_src, counts, i, j, k, 0, lin)
+    if j + 1 < ny and crosses(f0, field[i, j + 1, k], level):
+        claim_vertex(edge_vid, vert_src, counts, i, j, k, 1, lin)
+    if k + 1 < nz and crosses(f0, field[i, j, k + 1], level):
+        claim_vertex(edge_vid, vert_src, counts, i, j, k, 2, lin)
     if i + 1 < nx and j + 1 < ny and k + 1 < nz:
         case = cube_case(field, i, j, k, level)
-        cases[i, j, k] = case
         n = TRI_COUNT[case]
         if n > 0:
-            tack.atomic_add(counts, 1, n)
+            active[tack.atomic_add(counts, 1, 1)] = 256 * lin + case
+            tack.atomic_add(counts, 2, n)
 
 
 @tack.kernel
-def emit(field, level, policy, edge_vid, cases, verts, faces, counts, sx, sy, sz):
-    i, j, k = tack.tid()
+def place_vertices(field, level, policy, vert_src, verts, sx, sy, sz):
+    v = tack.tid()
     nx, ny, nz = field.shape
-    f0 = field[i, j, k]
-    for axis in range(3):
-        if (axis == 0 and i + 1 < nx) or (axis == 1 and j + 1 < ny) or (axis == 2 and k + 1 < nz):
-            vid = edge_vid[i, j, k, axis]
-            if vid >= 0:
-                di = 1 if axis == 0 else 0
-                dj = 1 if axis == 1 else 0
-                dk = 1 if axis == 2 else 0
-                t = edge_weight(policy, f0, field[i + di, j + dj, k + dk], level)
-                verts[vid, 0] = (i + t * di) * sx
-                verts[vid, 1] = (j + t * dj) * sy
-                verts[vid, 2] = (k + t * dk) * sz
-    if i + 1 < nx and j + 1 < ny and k + 1 < nz:
-        case = cases[i, j, k]
-        n = TRI_COUNT[case]
-        if n > 0:
-            base = tack.atomic_add(counts, 2, n)
-            for tri in range(n):
-                for v in range(3):
-                    e = TRI_TABLE[case, 3 * tri + v]
-                    faces[base + tri, v] = edge_vid[i + EDGE_ORIGIN[e, 0], j + EDGE_ORIGIN[e, 1],
-                                                  k + EDGE_ORIGIN[e, 2], EDGE_AXIS[e]]
+    src = vert_src[v]
+    axis = src % 3
+    lin = src // 3
+    k = lin % nz
+    j = (lin // nz) % ny
+    i = lin // (ny * nz)
+    di = 1 if axis == 0 else 0
+    dj = 1 if axis == 1 else 0
+    dk = 1 if axis == 2 else 0
+    t = edge_weight(policy, field[i, j, k], field[i + di, j + dj, k + dk], level)
+    verts[v, 0] = (i + t * di) * sx
+    verts[v, 1] = (j + t * dj) * sy
+    verts[v, 2] = (k + t * dk) * sz
 
+
+@tack.kernel
+def emit_faces(field, active, edge_vid, faces, counts):
+    a = tack.tid()
+    nx, ny, nz = field.shape
+    code = active[a]
+    case = code % 256
+    lin = code // 256
+    k = lin % nz
+    j = (lin // nz) % ny
+    i = lin // (ny * nz)
+    n = TRI_COUNT[case]
+    base = tack.atomic_add(counts, 3, n)
+    for tri in range(n):
+        for v in range(3):
+            e = TRI_TABLE[case, 3 * tri + v]
+            faces[base + tri, v] = edge_vid[i + EDGE_ORIGIN[e, 0], j + EDGE_ORIGIN[e, 1],
+                                            k + EDGE_ORIGIN[e, 2], EDGE_AXIS[e]]
 
 
 def _capacity(n: int) -> int:
@@ -151,16 +172,20 @@ def contour(field, level, device="cpu", spacing=(1, 1, 1), interpolation=Linear)
     if field.dtype != np.float32 or not field.flags.c_contiguous:
         field = np.ascontiguousarray(field, dtype=np.float32)
     sx, sy, sz = (float(s) for s in spacing)
-    nx, ny, nz = field.shape
-    edge_vid = np.empty((nx, ny, nz, 3), np.int32)
-    cases = np.empty((nx - 1, ny - 1, nz - 1), np.int32)
-    counts = np.zeros(3, np.int64)
+    n = field.size
+    # Only the entries near the surface are ever written or read, so most of
+    # these pages are never touched (np.empty does not fault them in).
+    edge_vid = np.empty(field.shape + (3,), np.int32)
+    vert_src = np.empty(3 * n, np.int32)
+    active = np.empty(n, np.int64)
+    counts = np.zeros(4, np.int64)
     level = float(level)
-    tack.launch(classify, dim=field.shape, args=(field, level, edge_vid, cases, counts), device=device)
-    nverts, ntris = int(counts[0]), int(counts[1])
+    tack.launch(classify, dim=field.shape, args=(field, level, edge_vid, vert_src, active, counts),
+                device=device)
+    nverts, nactive, ntris = (int(c) for c in counts[:3])
     verts = np.empty((_capacity(nverts), 3), np.float32)
     faces = np.empty((_capacity(ntris), 3), np.int32)
-    tack.launch(emit, dim=field.shape,
-                args=(field, level, interpolation, edge_vid, cases, verts, faces, counts, sx, sy, sz),
-                device=device)
+    tack.launch(place_vertices, dim=nverts,
+                args=(field, level, interpolation, vert_src, verts, sx, sy, sz), device=device)
+    tack.launch(emit_faces, dim=nactive, args=(field, active, edge_vid, faces, counts), device=device)
     return verts[:nverts], faces[:ntris]
