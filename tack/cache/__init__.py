@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 
-from . import settings as _settings
+from . import config as _settings
 
 __all__ = ["configure", "settings", "stats", "reset_stats"]
 

@@ -1,0 +1,198 @@
+"""``python -m tack.cache``: info, prune, clear.
+
+Each subcommand is a function taking the parsed arguments and returning an
+exit status; errors are raised as ``CLIError`` and printed once, as one line,
+by ``main``: 0 success, 1 failure, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+from . import config as settings_mod
+from . import size, trust
+from .keys import tack_version_id
+
+BUNDLE_PREFIX = "bundle-"
+
+
+class CLIError(Exception):
+    """A failure to report in one line, with exit status 1."""
+
+
+def _settings(args):
+    from .. import cache
+    s = cache.settings()
+    if getattr(args, "max_size", None) is not None:
+        try:
+            s = s._replace(max_size=settings_mod.parse_size(args.max_size))
+        except ValueError as e:
+            raise CLIError(f"--max-size: {e}") from None
+    return s
+
+
+def _trusted_root(s, must_exist=True):
+    if not os.path.lexists(s.directory):
+        if must_exist:
+            raise CLIError(f"no cache directory at {s.directory}")
+        return None
+    try:
+        trust.check(s.directory)
+    except trust.Untrusted as e:
+        raise CLIError(f"refusing to touch an untrusted cache directory: {e}") from None
+    return s.directory
+
+
+def bundles(root):
+    out = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name.startswith(BUNDLE_PREFIX) and os.path.isfile(path) and ".tmp." not in name:
+            out.append({"name": name, "path": path, "bytes": os.path.getsize(path)})
+    return out
+
+
+def gather(s) -> dict:
+    """Everything ``info`` reports, as a dict (the ``--json`` output)."""
+    info = {"directory": s.directory, "mode": s.mode, "max_size": s.max_size,
+            "sources": dict(s.sources), "tack_version": tack_version_id(),
+            "exists": os.path.isdir(s.directory), "trusted": None, "untrusted_reason": None,
+            "versions": {}, "total_bytes": 0, "total_entries": 0,
+            "last_size_check": None, "bundles": []}
+    if not info["exists"]:
+        return info
+    try:
+        trust.check(s.directory)
+        info["trusted"] = True
+    except trust.Untrusted as e:
+        info["trusted"], info["untrusted_reason"] = False, str(e)
+    for path, nbytes, _, version, level in size.entries(s.directory):
+        v = info["versions"].setdefault(version, {"lowered": {"entries": 0, "bytes": 0},
+                                                  "variants": {"entries": 0, "bytes": 0}})
+        v[level]["entries"] += 1
+        v[level]["bytes"] += nbytes
+        info["total_bytes"] += nbytes
+        info["total_entries"] += 1
+    info["last_size_check"] = size.last_check(s.directory)
+    info["bundles"] = bundles(s.directory)
+    return info
+
+
+def cmd_info(args) -> int:
+    info = gather(_settings(args))
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return 0
+    fs = settings_mod.format_size
+    src = info["sources"]
+    print(f"directory:    {info['directory']}  ({src['directory']})")
+    print(f"mode:         {info['mode']}  ({src['mode']})")
+    print(f"size limit:   {fs(info['max_size'])}  ({src['max_size']})")
+    print(f"tack version: {info['tack_version']}")
+    if not info["exists"]:
+        print("status:       no cache directory yet (created when a kernel is first stored)")
+        return 0
+    if info["trusted"] is False:
+        print(f"status:       NOT USED: {info['untrusted_reason']}")
+    print(f"entries:      {info['total_entries']} ({fs(info['total_bytes'])}) across "
+          f"{len(info['versions'])} Tack version(s)")
+    for version, levels in sorted(info["versions"].items()):
+        mark = "  <- this version" if version == info["tack_version"] else ""
+        print(f"  {version}{mark}")
+        for level in ("lowered", "variants"):
+            d = levels[level]
+            print(f"    {level:<9} {d['entries']:6d} entries  {fs(d['bytes']):>10}")
+    last = info["last_size_check"]
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else "never"
+    print(f"last size check: {when}")
+    if info["bundles"]:
+        print("bundles (not counted against the limit):")
+        for b in info["bundles"]:
+            print(f"  {b['name']}  {fs(b['bytes'])}")
+    else:
+        print("bundles:      none")
+    return 0
+
+
+def cmd_prune(args) -> int:
+    s = _settings(args)
+    root = _trusted_root(s, must_exist=False)
+    if root is None:
+        print(f"nothing to prune: no cache directory at {s.directory}")
+        return 0
+    total, freed, count = size.prune(root, s.max_size)
+    size.remove_stale_temporaries(root)
+    fs = settings_mod.format_size
+    print(f"pruned {count} entries ({fs(freed)}); {fs(total - freed)} left, "
+          f"limit {fs(s.max_size)}")
+    return 0
+
+
+def cmd_clear(args) -> int:
+    s = _settings(args)
+    root = _trusted_root(s, must_exist=False)
+    if root is None:
+        print(f"nothing to clear: no cache directory at {s.directory}")
+        return 0
+    version = tack_version_id()
+    targets = [v for v in os.listdir(root) if size.is_version_dir(root, v)]
+    if not args.all:
+        targets = [v for v in targets if v == version]
+    removed = 0
+    for name in targets:
+        shutil.rmtree(os.path.join(root, name))
+        removed += 1
+    nbundles = 0
+    if args.all:
+        for b in bundles(root):
+            os.unlink(b["path"])
+            nbundles += 1
+        for name in (size.STAMP, size.CLAIM):
+            try:
+                os.unlink(os.path.join(root, name))
+            except FileNotFoundError:
+                pass
+    what = "every version's" if args.all else f"version {version}'s"
+    extra = f" and {nbundles} bundle(s)" if args.all else ""
+    print(f"cleared {what} entries ({removed} version director{'y' if removed == 1 else 'ies'})"
+          f"{extra} from {root}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tack.cache",
+                                description="Inspect and manage Tack's kernel cache.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    info = sub.add_parser("info", help="settings, entries and size",
+                          description="Show the settings in force, entries and bytes per Tack "
+                                      "version and level, the limit, the last size check and bundles.")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.set_defaults(func=cmd_info)
+    prune = sub.add_parser("prune", help="keep to the size limit now",
+                           description="Delete least recently used entries until 90%% of the "
+                                       "limit is left (if over it). Bundles are never touched.")
+    prune.add_argument("--max-size", metavar="SIZE", help="prune to this size instead (e.g. 200M)")
+    prune.set_defaults(func=cmd_prune)
+    clear = sub.add_parser("clear", help="delete this Tack version's entries",
+                           description="Delete this Tack version's entries; with --all, every "
+                                       "version's and the bundles. Other files are left alone.")
+    clear.add_argument("--all", action="store_true", help="every version's entries and bundles")
+    clear.set_defaults(func=cmd_clear)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CLIError as e:
+        print(f"tack.cache: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"tack.cache: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 1
