@@ -73,7 +73,7 @@ def session():
     global _session
     if _session is None:
         s = settings()
-        if s.mode == "off":
+        if s.mode in ("off", "bundle"):
             _session = False
         else:
             from .disk import DiskCache, warn_once_factory
