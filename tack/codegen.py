@@ -41,6 +41,17 @@ def lltype(t):
     raise TypeError(f"no LLVM type for {t}")
 
 
+def declare_intrinsic(module, name, ret, args):
+    """Declare ``llvm.<name>`` overloaded on its types (``llvm.copysign.f64``, ``llvm.fptosi.sat.i64.f64``)."""
+    suffix = {I1: "i1", I8: "i8", I32: "i32", I64: "i64", F32: "f32", F64: "f64"}
+    overload = [ret, args[0]] if name.endswith(".sat") else [ret]
+    full = f"llvm.{name}." + ".".join(suffix[t] for t in overload)
+    fn = module.globals.get(full)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), full)
+    return fn
+
+
 def storage_type(t: T.Scalar):
     """The LLVM type of an array element in memory (bool is a byte)."""
     return I8 if t.kind == "b" else _LL[t.name]
@@ -447,7 +458,7 @@ class _FunctionGen:
         if name == "abs":
             v = self.cast(values[0], ts[0], rt.strong())
             if rt.kind == "f":
-                return self.call_intrinsic("llvm.fabs", [v])
+                return self.call_intrinsic("fabs", [v])
             if rt.kind == "u":
                 return v
             neg = self.b.icmp_signed("<", v, ir.Constant(v.type, 0))
@@ -459,7 +470,7 @@ class _FunctionGen:
             v = values[0]
             if name == "isnan":
                 return self.b.fcmp_unordered("uno", v, v)
-            mag = self.call_intrinsic("llvm.fabs", [v])
+            mag = self.call_intrinsic("fabs", [v])
             inf = ir.Constant(v.type, float("inf"))
             return self.b.fcmp_ordered("oeq" if name == "isinf" else "olt", mag, inf)
         if name in MATH1 or name in MATH2:
@@ -495,33 +506,36 @@ class _FunctionGen:
             pairs = [(self.expr(x), self.types[id(x)]) for x in idx_nodes]
         offset = ir.Constant(I64, 0)
         for axis, ((v, t), n, stride) in enumerate(zip(pairs, at.shape, at.strides)):
-            i = self.cast(v, t, T.int64 if t.kind == "i" else T.uint64)
+            raw = i = self.cast(v, t, T.int64 if t.kind == "i" else T.uint64)
             if t.kind == "i":
                 neg = self.b.icmp_signed("<", i, ir.Constant(I64, 0))
                 i = self.b.select(neg, self.b.add(i, ir.Constant(I64, n)), i)
             if self.err is not None:
-                self.bounds_check(i, n, axis, arr_node, node)
+                self.bounds_check(i, raw, n, axis, arr_node, node)
             offset = self.b.add(offset, self.b.mul(i, ir.Constant(I64, stride)))
         return self.b.gep(base, [offset], inbounds=True)
 
-    def bounds_check(self, i, n, axis, arr_node, node):
+    def bounds_check(self, i, raw, n, axis, arr_node, node):
+        """Branch out unless 0 <= i < n; record the first failure (with the index as written)."""
         ok = self.b.icmp_unsigned("<", i, ir.Constant(I64, n))
         bad, good = self.new_block("oob"), self.new_block("inbounds")
-        self.b.cbranch(ok, good, bad, weights=None)
+        self.b.cbranch(ok, good, bad)
         self.b.position_at_end(bad)
         src = self.tf.lowered.source
         name = arr_node[2] if arr_node[0] in ("name", "gconst") else "array"
         if arr_node[0] == "gconst":
             name = "constant array"
         site = len(self.mod.sites)
-        self.mod.sites.append(BoundsSite(self.tf.lowered.name, name, src.filename, node[1][0]))
+        line = node[1][0]
+        self.mod.sites.append(BoundsSite(self.tf.lowered.name, name, src.filename, line,
+                                         self.tf.lowered.fid, line - src.first_line))
         old = self.b.cmpxchg(self.err, ir.Constant(I64, 0), ir.Constant(I64, site + 1),
                              "seq_cst", "seq_cst")
         first = self.b.extract_value(old, 1)
         record, skip = self.new_block("oob.record"), self.new_block("oob.return")
         self.b.cbranch(first, record, skip)
         self.b.position_at_end(record)
-        for k, v in ((1, ir.Constant(I64, axis)), (2, i), (3, ir.Constant(I64, n))):
+        for k, v in ((1, ir.Constant(I64, axis)), (2, raw), (3, ir.Constant(I64, n))):
             self.b.store(v, self.b.gep(self.err, [ir.Constant(I64, k)]))
         self.b.branch(skip)
         self.b.position_at_end(skip)
@@ -564,8 +578,8 @@ class _FunctionGen:
         if src.kind == "f" and dst.kind == "f":
             return b.fpext(v, F64) if dst.bits > src.bits else b.fptrunc(v, F32)
         if src.kind == "f":
-            sat = "llvm.fptosi.sat" if dst.kind == "i" else "llvm.fptoui.sat"
-            fn = self.mod.module.declare_intrinsic(sat, [lltype(dst), v.type])
+            sat = "fptosi.sat" if dst.kind == "i" else "fptoui.sat"
+            fn = declare_intrinsic(self.mod.module, sat, lltype(dst), [v.type])
             return b.call(fn, [v])
         if dst.kind == "f":
             return b.sitofp(v, lltype(dst)) if src.kind == "i" else b.uitofp(v, lltype(dst))
@@ -576,7 +590,8 @@ class _FunctionGen:
         return v
 
     def call_intrinsic(self, name, args):
-        fn = self.mod.module.declare_intrinsic(name, [args[0].type])
+        """``llvm.<name>`` on operands of one float type (fabs, floor, pow, copysign)."""
+        fn = declare_intrinsic(self.mod.module, name, args[0].type, [a.type for a in args])
         return self.b.call(fn, args)
 
     def arith(self, op, a, ta, b, tb):
@@ -597,9 +612,9 @@ class _FunctionGen:
             if op == "/":
                 return B.fdiv(a, b), rt
             if op == "**":
-                return self.call_intrinsic("llvm.pow", [a, b]), rt
+                return self.call_intrinsic("pow", [a, b]), rt
             if op == "//":
-                return self.call_intrinsic("llvm.floor", [B.fdiv(a, b)]), rt
+                return self.call_intrinsic("floor", [B.fdiv(a, b)]), rt
             if op == "%":
                 r = B.frem(a, b)
                 zero = ir.Constant(r.type, 0.0)

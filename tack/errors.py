@@ -64,9 +64,16 @@ class SourceContext:
 
 
 class BoundsSite(NamedTuple):
-    """Where a debug-mode bounds check sits, to name it when it fails."""
+    """Where a debug-mode bounds check sits, to name it when it fails.
+
+    ``fid`` and ``offset`` (lines below the function's first line) let the
+    error point at the current file and line when the code was loaded from
+    the cache and the lines above the function have moved since.
+    """
 
     function: str
     array: str
     filename: str
     line: int
+    fid: str = ""
+    offset: int = -1

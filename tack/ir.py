@@ -106,6 +106,16 @@ class LoweredKernel:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "LoweredKernel":
+        """Rebuild a lowered kernel; ValueError if ``data`` is not a whole, valid one."""
+        try:
+            return cls._from_bytes(data)
+        except ValueError:
+            raise
+        except Exception as e:              # noqa: BLE001 - any damage is one kind of error
+            raise ValueError(f"damaged lowered kernel ({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _from_bytes(cls, data: bytes) -> "LoweredKernel":
         from .types import Template
         if data[:8] != _MAGIC:
             raise ValueError("not a Tack lowered kernel")

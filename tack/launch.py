@@ -105,8 +105,12 @@ def _compile(kernel, dims, args, device, debug):
     value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]
     arg_index = [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)]
 
-    def variant(fn, sites):
-        return CPUVariant(name, fn, value_params, value_types, arg_index, sites if debug else None)
+    def variant(fn, sites, deps):
+        def locate(fid):
+            from .cache.deps import locate as _locate
+            return _locate(deps, kernel, templates, fid)
+        return CPUVariant(name, fn, value_params, value_types, arg_index,
+                          sites if debug else None, locate)
 
     timings = {}
     clock = time.perf_counter()
@@ -128,8 +132,9 @@ def _compile(kernel, dims, args, device, debug):
         if hit is not None:
             fn, meta = hit
             kernel.timings = timings
-            sites = [BoundsSite(f, a, p, int(n)) for f, a, p, n in meta["site"]]
-            return variant(fn, sites)
+            sites = [BoundsSite(f, a, p, int(n), fid, int(off))
+                     for f, a, p, n, fid, off in meta["site"]]
+            return variant(fn, sites, meta["dep"])
 
     memo = kernel._memo_key(templates, debug)
     lowered = kernel._lowered.get(memo)
@@ -166,7 +171,7 @@ def _compile(kernel, dims, args, device, debug):
                              gen.sites if debug else None, obj, target.identity())
         stage("cache")
     kernel.timings = timings
-    return variant(fn, gen.sites)
+    return variant(fn, gen.sites, lowered.deps)
 
 
 def report_timings(kernel, file=None):
@@ -203,14 +208,15 @@ def data_pointer(a):
 class CPUVariant:
     """A compiled kernel variant loaded in this process."""
 
-    def __init__(self, name, fn, params, types, arg_index, sites):
+    def __init__(self, name, fn, params, types, arg_index, sites, locate=None):
         self.name = name
+        self.locate = locate
         self.fn = fn
         self.params = params
         self.sites = sites
         self.slots = [(i, isinstance(t, T.Array)) for i, t in zip(arg_index, types)]
-        fmt = "<" + "".join("Q" if isinstance(t, T.Array) else _SLOT_FMT[t.name] for t in types)
-        fmt += "qqq" + ("Q" if sites is not None else "")
+        self.slot_formats = ["Q" if isinstance(t, T.Array) else _SLOT_FMT[t.name] for t in types]
+        fmt = "<" + "".join(self.slot_formats) + "qqq" + ("Q" if sites is not None else "")
         self.packer = struct.Struct(fmt)
 
     def run(self, args, dims):
@@ -223,17 +229,34 @@ class CPUVariant:
             values.append(err.ctypes.data)
         try:
             buf = self.packer.pack(*values)
-        except struct.error as e:
-            raise TypeError(f"kernel '{self.name}': an argument does not fit its type ({e})") from None
+        except struct.error:
+            raise self.argument_error(values) from None
         if d[0] * d[1] * d[2] == 0:
             return
         _run_grid(self.fn, buf, d)
         if err is not None and err[0]:
             self.raise_bounds_error(err)
 
+    def argument_error(self, values) -> TypeError:
+        """Name the argument whose value does not fit the type it was compiled for."""
+        for name, code, value in zip(self.params, self.slot_formats, values):
+            try:
+                struct.pack("<" + code, value)
+            except struct.error as e:
+                return TypeError(f"kernel '{self.name}': argument '{name}' = {value!r} does not "
+                                 f"fit the type it was compiled for ({e})")
+        return TypeError(f"kernel '{self.name}': an argument does not fit its type")
+
     def raise_bounds_error(self, err):
         site = self.sites[int(err[0]) - 1]
         where = f"{site.filename}:{site.line}"
+        if self.locate is not None and site.fid:
+            try:
+                now = self.locate(site.fid)
+            except Exception:                   # noqa: BLE001 - fall back to the recorded line
+                now = None
+            if now is not None:
+                where = f"{now[0]}:{now[1] + site.offset}"
         inside = "" if site.function == self.name.rsplit(".", 1)[-1] else f" in '{site.function}'"
         raise IndexError(f"kernel '{self.name}': index {int(err[2])} is out of bounds for axis "
                          f"{int(err[1])} of '{site.array}' with size {int(err[3])}{inside} "

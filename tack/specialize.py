@@ -61,7 +61,7 @@ def specialize(lowered: LoweredKernel, argtypes, grid_ndim: int) -> TypedKernel:
         _Inferer(ctx, kern).run()
     except CompileError as e:
         raise e.with_kernel(lowered.kernel.source.name) from None
-    return TypedKernel(lowered, tuple(argtypes), grid_ndim, kern, ctx.order)
+    return TypedKernel(lowered, tuple(argtypes), grid_ndim, kern, ctx.reachable(kern))
 
 
 class _Context:
@@ -69,18 +69,36 @@ class _Context:
         self.lowered = lowered
         self.grid_ndim = grid_ndim
         self.cache = {}        # (fid, argtypes) -> TypedFunction
-        self.order = []
+        self._count = 0
 
     def function(self, fid, argtypes):
+        """The device function ``fid`` typed for ``argtypes``; its own errors propagate."""
         key = (fid, argtypes)
         tf = self.cache.get(key)
         if tf is None:
             lf = self.lowered.functions[fid]
-            tf = TypedFunction(lf, argtypes, f"tack_fn{len(self.cache)}_{lf.name}")
+            tf = TypedFunction(lf, argtypes, f"tack_fn{self._count}_{lf.name}")
+            self._count += 1
+            _Inferer(self, tf).run()         # raises before anything is cached
             self.cache[key] = tf
-            _Inferer(self, tf).run()
-            self.order.append(tf)
         return tf
+
+    def reachable(self, root: TypedFunction) -> list:
+        """The device functions the final typing of ``root`` calls, callees first.
+
+        Early inference rounds may specialize functions for argument types
+        that the fixed point then abandons; those are not generated.
+        """
+        order, seen = [], set()
+
+        def visit(tf):
+            for callee in tf.callees.values():
+                if id(callee) not in seen:
+                    seen.add(id(callee))
+                    visit(callee)
+                    order.append(callee)
+        visit(root)
+        return order
 
     def constant_type(self, cid):
         v = self.lowered.constants[cid].value
@@ -102,15 +120,16 @@ def strong(t):
 
 def arith_type(op, a, b):
     """(operand type, result type) of ``a op b`` on scalars, or None if not allowed."""
-    if op in ("&", "|", "^"):
+    if op in ("&", "|", "^", "<<", ">>"):
+        # Integers and bools only, promoted as NumPy does; NumPy refuses a mix that
+        # promotes to float (int64 with uint64), and so does Tack.
         if a.kind == "f" or b.kind == "f":
             return None
         t = T.promote(a, b)
-        return t, t
-    if op in ("<<", ">>"):
-        if a.kind not in "iub" or b.kind not in "iub":
+        if t.kind == "f":
             return None
-        t = a.strong() if a.kind != "b" else T.int64
+        if op in ("<<", ">>") and t.kind == "b":
+            t = T.int64
         return t, t
     t = T.promote(a, b)
     if t.kind == "b":
@@ -150,6 +169,7 @@ class _Inferer:
                 break
         self.strict = True
         tf.types.clear()
+        tf.callees.clear()
         self.block(lf.body)
 
     # -- statements ---------------------------------------------------------

@@ -18,7 +18,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from .. import types as T
-from ..codegen import F32, I8, I64, lltype
+from ..codegen import I8, I64, declare_intrinsic, lltype
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -68,7 +68,7 @@ class CPUTarget:
 
     def math_call(self, module, builder, name, args, t):
         if name in _LLVM_MATH:
-            fn = module.declare_intrinsic(f"llvm.{name}", [args[0].type])
+            fn = declare_intrinsic(module, name, args[0].type, [a.type for a in args])
             return builder.call(fn, args)
         cname = name + ("f" if t == T.float32 else "")
         fn = module.globals.get(cname)

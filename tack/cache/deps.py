@@ -66,9 +66,14 @@ def identity(kind: str, obj):
     return None
 
 
-def check(deps, kernel, templates: dict):
-    """None if every recorded name still resolves as recorded; else the reason it does not."""
-    scopes = {kernel.__qualname__: kernel.py_func}
+def check(deps, kernel, templates: dict, scopes: dict | None = None):
+    """None if every recorded name still resolves as recorded; else the reason it does not.
+
+    ``scopes``, if given, is filled with fid -> Python function for every
+    function the record reaches (to locate source lines later).
+    """
+    scopes = {} if scopes is None else scopes
+    scopes[kernel.__qualname__] = kernel.py_func
     for cls in templates.values():
         scopes.update(template_scopes(cls))
     for scope, name, kind, recorded in deps:
@@ -85,3 +90,11 @@ def check(deps, kernel, templates: dict):
         elif kind == "template":
             scopes.update(template_scopes(obj))
     return None
+
+
+def locate(deps, kernel, templates: dict, fid: str):
+    """(file, first line) of the function ``fid`` as it is now, or None."""
+    scopes = {}
+    check(deps, kernel, templates, scopes)
+    fn = scopes.get(fid.split("[", 1)[0])
+    return (fn.__code__.co_filename, fn.__code__.co_firstlineno) if fn is not None else None

@@ -116,6 +116,7 @@ class _FunctionLowerer:
             lowered = self.block(body)
         finally:
             self.state.stack.pop()
+        _check_assigned_before_use(lowered, set(params) - set(self.templates), self.src)
         return ir.LoweredFunction(self.fid, self.pyfn.__name__,
                                   [p for p in params if p not in self.templates], lowered, self.src)
 
@@ -260,7 +261,12 @@ class _FunctionLowerer:
         return _BINOPS[type(op)]
 
     def _expr_UnaryOp(self, e):
-        return ["unop", self.loc(e), _UNOPS[type(e.op)], self.expr(e.operand)]
+        operand = e.operand
+        if isinstance(e.op, ast.USub) and isinstance(operand, ast.Constant) and \
+                type(operand.value) in (int, float):
+            return self._expr_Constant(ast.Constant(-operand.value, lineno=e.lineno,
+                                                    col_offset=e.col_offset))
+        return ["unop", self.loc(e), _UNOPS[type(e.op)], self.expr(operand)]
 
     def _expr_Compare(self, e):
         for op in e.ops:
@@ -450,3 +456,73 @@ class _FunctionLowerer:
             lowered = _FunctionLowerer(self.state, fn, fid, bound, False).run()
             self.state.functions[fid] = lowered
         return ["call", self.loc(e), fid, args]
+
+
+def _check_assigned_before_use(body, params, src):
+    """A variable read where no path from the function's start has assigned it is an error.
+
+    "Possibly assigned" flow analysis over the lowered IR: branches join by
+    union, loops iterate to a fixed point (a read early in a loop body may see
+    an assignment later in it, from the previous iteration).
+    """
+
+    def reads(e, assigned):
+        if not isinstance(e, list) or not e:
+            return
+        if e[0] == "name":
+            if e[2] not in assigned:
+                raise src.error(f"variable '{e[2]}' is used before it is assigned", e[1])
+            return
+        for part in e[2:]:
+            if isinstance(part, list):
+                if part and isinstance(part[0], str):
+                    reads(part, assigned)
+                else:
+                    for x in part:
+                        reads(x, assigned)
+
+    def targets(t, assigned):
+        if t[0] == "name":
+            assigned.add(t[2])
+        elif t[0] == "index":
+            reads(t[2], assigned)
+            for x in t[3]:
+                reads(x, assigned)
+        else:
+            for x in t[2]:
+                targets(x, assigned)
+
+    def loop(stmts, assigned, cond=None):
+        while True:
+            if cond is not None:
+                reads(cond, assigned)
+            after = block(stmts, set(assigned))
+            if after <= assigned:
+                return assigned
+            assigned = assigned | after
+
+    def block(stmts, assigned):
+        for s in stmts:
+            kind = s[0]
+            if kind == "assign":
+                reads(s[3], assigned)
+                for t in s[2]:
+                    targets(t, assigned)
+            elif kind == "augassign":
+                reads(s[3], assigned)
+                reads(s[4], assigned)
+                targets(s[3], assigned)
+            elif kind == "if":
+                reads(s[2], assigned)
+                assigned = block(s[3], set(assigned)) | block(s[4], set(assigned))
+            elif kind == "while":
+                assigned = loop(s[3], assigned, s[2])
+            elif kind == "for":
+                for x in s[3:6]:
+                    reads(x, assigned)
+                assigned = loop(s[6], assigned | {s[2]})
+            elif kind in ("return", "expr") and s[2] is not None:
+                reads(s[2], assigned)
+        return assigned
+
+    block(body, set(params))

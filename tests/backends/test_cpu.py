@@ -1,0 +1,104 @@
+"""The CPU backend: object code for the host (loads and runs) and for another microarchitecture (emitted, not loadable)."""
+
+import platform
+import struct
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+import tack
+from tack.backends.cpu import CPUTarget, host_target
+from tack.codegen import generate
+from tack.launch import typeof_arg
+from tack.specialize import specialize
+
+
+@tack.kernel
+def k_axpy(x, y, out, a):
+    i, j = tack.tid()
+    out[i, j] = a * x[i, j] + y[i, j] + math_free(i)
+
+
+@tack.func
+def math_free(i):
+    return i * 1000.0
+
+
+def typed_axpy(shape=(6, 5)):
+    x = np.ones(shape)
+    types = tuple(typeof_arg("k_axpy", p, v) for p, v in zip(k_axpy.params, (x, x, x, 2.0)))
+    return specialize(k_axpy.lower({}, False), types, 2)
+
+
+def other_cpu():
+    return "skylake-avx512" if host_target().cpu == "znver3" else "znver3"
+
+
+def elf_header(obj):
+    """(class, data, type, machine) of an ELF object."""
+    assert obj[:4] == b"\x7fELF"
+    ei_class, ei_data = obj[4], obj[5]
+    e_type, e_machine = struct.unpack_from("<HH" if ei_data == 1 else ">HH", obj, 16)
+    return ei_class, ei_data, e_type, e_machine
+
+
+def test_non_host_cpu_emits_object_code():
+    """A target for another microarchitecture emits relocatable ELF object code for this architecture."""
+    target = CPUTarget(other_cpu())
+    assert not target.is_host and target.identity()["cpu"] == other_cpu()
+    gen = generate(typed_axpy(), target, "tack_test_cpu_other")
+    ref = target.optimize(gen.module)
+    assert isinstance(ref, llvm.ModuleRef)
+    obj = target.emit_object(ref)
+    assert isinstance(obj, bytes)
+    ei_class, ei_data, e_type, e_machine = elf_header(obj)
+    assert ei_class == 2 and e_type == 1                 # 64-bit, ET_REL
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert e_machine == 62                           # EM_X86_64
+    assert gen.entry.encode() in obj
+
+
+def test_non_host_object_cannot_be_loaded():
+    """Loading object code built for another microarchitecture raises RuntimeError."""
+    target = CPUTarget(other_cpu())
+    gen = generate(typed_axpy(), target, "tack_test_cpu_other_load")
+    obj = target.emit_object(target.optimize(gen.module))
+    with pytest.raises(RuntimeError, match=other_cpu()):
+        target.load(obj, gen.entry)
+
+
+def test_host_object_loads_and_runs_a_range():
+    """Host object code loads and its entry point runs exactly the requested range of the first grid dimension."""
+    target = CPUTarget()
+    assert target.is_host and target.cpu == llvm.get_host_cpu_name()
+    gen = generate(typed_axpy(), target, "tack_test_cpu_host")
+    obj = target.emit_object(target.optimize(gen.module))
+    assert elf_header(obj)[2] == 1
+    fn = target.load(obj, gen.entry)
+    x = np.arange(30.0).reshape(6, 5)
+    y = np.full((6, 5), 0.5)
+    out = np.full((6, 5), -1.0)
+    slots = struct.pack("<QQQdqqq", x.ctypes.data, y.ctypes.data, out.ctypes.data, 2.0, 6, 5, 1)
+    fn(slots, 2, 5)
+    want = 2.0 * x + y + 1000.0 * np.arange(6)[:, None]
+    np.testing.assert_array_equal(out[2:5], want[2:5])
+    np.testing.assert_array_equal(out[:2], -1.0)
+    np.testing.assert_array_equal(out[5:], -1.0)
+
+
+def test_host_and_non_host_assembly_name_the_entry():
+    """emit_assembly gives text defining the entry symbol for host and non-host targets alike."""
+    for target in (host_target(), CPUTarget(other_cpu())):
+        gen = generate(typed_axpy(), target, "tack_test_cpu_asm")
+        asm = target.emit_assembly(target.optimize(gen.module))
+        assert f"{gen.entry}:" in asm
+
+
+def test_identity_describes_compiled_code():
+    """A target's identity names the backend, LLVM version, triple, CPU and features."""
+    ident = host_target().identity()
+    assert ident["backend"] == "cpu"
+    assert set(ident) >= {"llvm", "triple", "cpu", "features"}
+    assert ident["cpu"] == llvm.get_host_cpu_name()
+    assert CPUTarget(other_cpu()).identity()["cpu"] != ident["cpu"]

@@ -1,0 +1,220 @@
+"""The marching-cubes kernel (tack.kernels.contour) against scikit-image and the NumPy reference."""
+
+import numpy as np
+import pytest
+from skimage.measure import marching_cubes
+
+import tack
+from tack.kernels.contour import Linear, Midpoint, contour
+
+from . import fields
+from .mc_reference import contour_reference
+
+FIELDS = {"sphere": (fields.sphere, fields.SPHERE_LEVEL),
+          "torus": (fields.torus, fields.TORUS_LEVEL),
+          "smooth_random": (fields.smooth_random, fields.SMOOTH_RANDOM_LEVEL)}
+CASES = [(name, n) for n in (21, 64) for name in FIELDS]
+IDS = [f"{name}-{n}" for name, n in CASES]
+TOL = 1e-4
+
+_memo = {}
+
+
+def field_of(name, n):
+    make, level = FIELDS[name]
+    return make(n), level
+
+
+def contoured(name, n):
+    """(field, level, verts, faces) for a test field, computed once per session."""
+    key = (name, n)
+    if key not in _memo:
+        f, level = field_of(name, n)
+        verts, faces = contour(f, level)
+        _memo[key] = (f, level, verts, faces)
+    return _memo[key]
+
+
+def vertex_edges(verts, field, level, tol=TOL):
+    """For each vertex, the grid edge (i, j, k, axis) it lies on; asserts it sits at the interpolated crossing.
+
+    A vertex must have at least two integral coordinates; the third is
+    ``p[axis] + t`` with ``t = (level - f(p)) / (f(p + e_axis) - f(p))`` for an
+    edge whose ends lie on opposite sides of the level.  A vertex whose ``t``
+    rounded to 0 or 1 (all three coordinates integral) is matched to the
+    closest crossing edge at that grid point not taken by another vertex.
+    """
+    f = field.astype(np.float64)
+    shape = np.array(field.shape)
+    v = verts.astype(np.float64)
+    integral = np.abs(v - np.round(v)) <= 1e-6
+    nint = integral.sum(axis=1)
+    assert np.all(nint >= 2), f"vertices off the grid edges: {v[nint < 2][:5]}"
+
+    def candidates(rows, p, axis):
+        """The (rows, keys, errors) of edges (p, axis) that cross the level where the vertex is."""
+        q = p.copy()
+        q[np.arange(len(p)), axis] += 1
+        inside = np.all((p >= 0) & (q < shape), axis=1)
+        rows, p, q, axis = rows[inside], p[inside], q[inside], axis[inside]
+        f0 = f[p[:, 0], p[:, 1], p[:, 2]]
+        f1 = f[q[:, 0], q[:, 1], q[:, 2]]
+        with np.errstate(all="ignore"):
+            t = (level - f0) / (f1 - f0)
+        err = np.abs(v[rows, axis] - (p[np.arange(len(p)), axis] + t))
+        good = ((f0 > level) != (f1 > level)) & (err <= tol)
+        return rows[good], np.column_stack([p[good], axis[good]]), err[good]
+
+    keys = np.full((len(v), 4), -1, np.int64)
+    edge = np.nonzero(nint == 2)[0]
+    axis = np.argmin(integral[edge], axis=1)
+    p = np.round(v[edge]).astype(np.int64)
+    p[np.arange(len(edge)), axis] = np.floor(v[edge, axis]).astype(np.int64)
+    rows, k, _ = candidates(edge, p, axis)
+    keys[rows] = k
+    corner = np.nonzero(nint == 3)[0]
+    found = []
+    for ax in range(3):
+        for back in (0, 1):
+            p = np.round(v[corner]).astype(np.int64)
+            p[:, ax] -= back
+            found.append(candidates(corner, p, np.full(len(corner), ax)))
+    if corner.size:
+        rows = np.concatenate([c[0] for c in found])
+        ks = np.concatenate([c[1] for c in found])
+        errs = np.concatenate([c[2] for c in found])
+        taken = {tuple(x) for x in keys[keys[:, 3] >= 0].tolist()}
+        for c in np.argsort(errs, kind="stable"):
+            r, kk = rows[c], tuple(ks[c].tolist())
+            if keys[r, 3] < 0 and kk not in taken:
+                keys[r] = kk
+                taken.add(kk)
+    bad = keys[:, 3] < 0
+    assert not bad.any(), f"{bad.sum()} vertices are not at a crossing of their edge: {v[bad][:5]}"
+    return keys
+
+
+def edge_codes(keys, shape):
+    """One integer per grid edge (C order of i, j, k, axis)."""
+    nx, ny, nz = shape
+    return ((keys[:, 0] * ny + keys[:, 1]) * nz + keys[:, 2]) * 3 + keys[:, 3]
+
+
+def canonical_faces(faces, codes):
+    """Faces as rows of edge codes, each rotated to start at its smallest (orientation kept), rows sorted."""
+    f = codes[faces]
+    start = np.argmin(f, axis=1)
+    idx = (start[:, None] + np.arange(3)) % 3
+    rot = np.take_along_axis(f, idx, axis=1)
+    return rot[np.lexsort(rot.T[::-1])]
+
+
+@pytest.mark.parametrize("name, n", CASES, ids=IDS)
+def test_counts_match_scikit_image(name, n):
+    """Vertex and triangle counts equal skimage.measure.marching_cubes(field, level, method='lorensen')."""
+    f, level, verts, faces = contoured(name, n)
+    sk_verts, sk_faces, _, _ = marching_cubes(f, level, method="lorensen")
+    assert len(verts) > 0
+    assert (len(verts), len(faces)) == (len(sk_verts), len(sk_faces))
+
+
+@pytest.mark.parametrize("name, n", CASES, ids=IDS)
+def test_vertices_lie_on_crossing_edges(name, n):
+    """Every vertex lies on a grid edge, at the linear interpolation of the level between the edge's end values, one vertex per edge."""
+    f, level, verts, faces = contoured(name, n)
+    assert verts.dtype == np.float32 and verts.ndim == 2 and verts.shape[1] == 3
+    codes = edge_codes(vertex_edges(verts, f, level), f.shape)
+    assert len(np.unique(codes)) == len(codes), "two vertices on one edge"
+
+
+@pytest.mark.parametrize("name, n", CASES, ids=IDS)
+def test_faces_are_valid(name, n):
+    """Faces index existing vertices, no face repeats a vertex, and every vertex is used."""
+    f, level, verts, faces = contoured(name, n)
+    assert faces.dtype == np.int32 and faces.ndim == 2 and faces.shape[1] == 3
+    assert faces.min() >= 0 and faces.max() < len(verts)
+    assert np.all((faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2]))
+    assert len(np.unique(faces)) == len(verts)
+
+
+@pytest.mark.parametrize("name, n", CASES, ids=IDS)
+def test_surface_equals_reference(name, n):
+    """The vertex set (edge by edge, positions within 1e-5) and the oriented triangles equal contour_reference's."""
+    f, level, verts, faces = contoured(name, n)
+    ref_verts, ref_faces = contour_reference(f, level)
+    codes = edge_codes(vertex_edges(verts, f, level), f.shape)
+    ref_codes = edge_codes(vertex_edges(ref_verts, f, level), f.shape)
+    order, ref_order = np.argsort(codes), np.argsort(ref_codes)
+    np.testing.assert_array_equal(codes[order], ref_codes[ref_order])
+    np.testing.assert_allclose(verts[order], ref_verts[ref_order], rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(canonical_faces(faces, codes), canonical_faces(ref_faces, ref_codes))
+
+
+def test_single_thread_order_equals_reference():
+    """With one thread, vertices and faces come out in the reference's order."""
+    tack.config.num_threads = 1
+    f, level = field_of("torus", 64)
+    verts, faces = contour(f, level)
+    ref_verts, ref_faces = contour_reference(f, level)
+    np.testing.assert_allclose(verts, ref_verts, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(faces, ref_faces)
+
+
+def test_spacing_scales_vertices():
+    """spacing multiplies each vertex coordinate by that axis's spacing and leaves faces alone."""
+    f, level, verts, faces = contoured("sphere", 21)
+    spacing = (2.0, 0.5, 1.25)
+    sv, sf = contour(f, level, spacing=spacing)
+    assert (len(sv), len(sf)) == (len(verts), len(faces))
+    codes = edge_codes(vertex_edges(verts, f, level), f.shape)
+    scodes = edge_codes(vertex_edges(sv / np.array(spacing, np.float32), f, level), f.shape)
+    a, b = np.argsort(codes), np.argsort(scodes)
+    np.testing.assert_array_equal(codes[a], scodes[b])
+    np.testing.assert_allclose(sv[b], verts[a] * np.array(spacing), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(canonical_faces(sf, scodes), canonical_faces(faces, codes))
+
+
+def test_midpoint_policy_puts_vertices_at_half():
+    """The Midpoint interpolation policy puts every vertex at the middle of the same crossing edges."""
+    f, level, verts, faces = contoured("torus", 21)
+    mv, mf = contour(f, level, interpolation=Midpoint)
+    frac = np.abs(mv - np.floor(mv))
+    assert np.all((frac == 0).sum(axis=1) == 2) and np.all((frac == 0.5).sum(axis=1) == 1)
+    axis = np.argmax(frac, axis=1)
+    p = np.floor(mv).astype(np.int64)
+    mkeys = np.column_stack([p, axis])
+    codes = edge_codes(vertex_edges(verts, f, level), f.shape)
+    np.testing.assert_array_equal(np.sort(edge_codes(mkeys, f.shape)), np.sort(codes))
+    assert len(mf) == len(faces)
+
+
+def test_explicit_linear_policy_is_the_default():
+    """Passing interpolation=Linear gives the same surface as the default."""
+    f, level, verts, faces = contoured("sphere", 21)
+    lv, lf = contour(f, level, interpolation=Linear)
+    np.testing.assert_array_equal(np.unique(lv, axis=0), np.unique(verts, axis=0))
+    assert len(lf) == len(faces)
+
+
+def test_float64_and_non_contiguous_fields():
+    """A float64 or non-contiguous field gives the same surface as its contiguous float32 copy."""
+    f, level, verts, faces = contoured("sphere", 21)
+    for g in (f.astype(np.float64), np.asfortranarray(f)):
+        v2, f2 = contour(g, level)
+        np.testing.assert_array_equal(np.unique(v2, axis=0), np.unique(verts, axis=0))
+        assert len(f2) == len(faces)
+
+
+def test_level_outside_field_gives_empty_surface():
+    """A level above every value gives no vertices and no faces, with the right shapes and dtypes."""
+    f, _ = field_of("sphere", 21)
+    verts, faces = contour(f, float(f.max()) + 1.0)
+    assert verts.shape == (0, 3) and faces.shape == (0, 3)
+    assert verts.dtype == np.float32 and faces.dtype == np.int32
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (1, 5, 5), (5, 5, 1)])
+def test_bad_field_shapes(shape):
+    """Fields that are not 3-D with at least 2 points per axis raise ValueError."""
+    with pytest.raises(ValueError):
+        contour(np.zeros(shape, np.float32), 0.5)

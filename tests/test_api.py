@@ -1,0 +1,91 @@
+"""The user-facing objects: decorators, tack.constant, casts, intrinsics outside kernels, and a light import."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tack
+
+
+@tack.func
+def helper(x):
+    return x + 1
+
+
+@tack.kernel
+def noop(out):
+    i = tack.tid()
+    out[i] = helper(i)
+
+
+def test_import_does_not_load_llvmlite():
+    """`import tack` alone does not import llvmlite (the compiler loads on the first compile)."""
+    code = "import tack, sys; assert 'llvmlite' not in sys.modules, sorted(m for m in sys.modules if 'llvm' in m)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_decorated_functions_refuse_plain_calls():
+    """Calling a kernel or a device function from Python raises TypeError saying how to use it."""
+    with pytest.raises(TypeError, match="tack.launch"):
+        noop(np.zeros(1))
+    with pytest.raises(TypeError, match="inside kernels"):
+        helper(1)
+
+
+def test_decorators_take_functions_only():
+    """@tack.kernel and @tack.func reject what is not a Python function."""
+    with pytest.raises(TypeError):
+        tack.kernel(len)
+    with pytest.raises(TypeError):
+        tack.func(3)
+
+
+def test_kernel_keeps_name_and_parameters():
+    """A kernel keeps its function's name, docstring-free qualname and parameter list."""
+    assert noop.__name__ == "noop" and noop.params == ("out",)
+    assert "noop" in repr(noop) and "helper" in repr(helper)
+
+
+@pytest.mark.parametrize("name", ["tid", "atomic_add", "atomic_min", "atomic_max"])
+def test_intrinsics_outside_kernels(name):
+    """Intrinsics called from plain Python raise TypeError."""
+    with pytest.raises(TypeError):
+        getattr(tack, name)()
+
+
+def test_casts_work_in_plain_python():
+    """tack.float32 and the other casts are NumPy conversions in plain Python too."""
+    assert isinstance(tack.float32(1.5), np.float32) and tack.float32(1.5) == 1.5
+    assert isinstance(tack.int32(7), np.int32)
+    assert isinstance(tack.uint64(7), np.uint64)
+    assert tack.bool_(2) == np.True_
+
+
+def test_constant_copies_and_freezes_arrays():
+    """tack.constant copies an array and makes its copy read-only."""
+    a = np.arange(4.0)
+    c = tack.constant(a)
+    a[0] = 99
+    assert c.value[0] == 0.0
+    assert not c.value.flags.writeable
+    with pytest.raises(ValueError):
+        c.value[1] = 5
+
+
+@pytest.mark.parametrize("bad", [[1, 2], "x", None, np.ones(3, np.complex64),
+                                 np.ones((1, 1, 1, 1, 1)), np.float16(1)],
+                         ids=["list", "str", "None", "complex", "5d", "float16"])
+def test_constant_rejects_other_values(bad):
+    """tack.constant takes only numbers and arrays of the supported dtypes with 1-4 dimensions."""
+    with pytest.raises(TypeError):
+        tack.constant(bad)
+
+
+def test_constant_scalars():
+    """tack.constant keeps Python and NumPy scalars as given."""
+    assert tack.constant(3).value == 3
+    assert tack.constant(np.float32(0.5)).value.dtype == np.float32
+    assert tack.constant(True).value is True

@@ -1,0 +1,579 @@
+"""Errors users see: CompileError (syntax, names, recursion, types), launch TypeErrors, debug-mode IndexErrors."""
+
+import numpy as np
+import pytest
+
+import tack
+
+from .util import check_points_at, marked_line
+
+FILE = __file__
+PLAIN_GLOBAL = 3
+PLAIN_ARRAY = np.arange(4.0)
+WRAPPED = tack.constant(np.arange(4.0))
+
+
+def plain_python(x):
+    return x + 1
+
+
+# -- unsupported syntax --------------------------------------------------------
+
+@tack.kernel
+def k_list(out):
+    i = tack.tid()
+    xs = [1, 2]  # ERR [1, 2]
+    out[i] = xs[0]
+
+
+@tack.kernel
+def k_lambda(out):
+    i = tack.tid()
+    f = lambda x: x  # ERR lambda
+    out[i] = f(i)
+
+
+@tack.kernel
+def k_try(out):
+    i = tack.tid()
+    try:  # ERR try
+        out[i] = 1.0
+    except Exception:
+        pass
+
+
+@tack.kernel
+def k_dict(out):
+    i = tack.tid()
+    d = {1: 2}  # ERR {1: 2}
+    out[i] = d[1]
+
+
+@tack.kernel
+def k_comprehension(out):
+    i = tack.tid()
+    s = [j for j in range(3)]  # ERR [j for
+    out[i] = s[0]
+
+
+@tack.kernel
+def k_slice(out):
+    i = tack.tid()
+    out[0:2] = 1.0  # ERR 0:2
+
+
+@tack.kernel
+def k_string(out):
+    i = tack.tid()
+    s = "text"  # ERR "text"
+    out[i] = 1.0
+
+
+@tack.kernel
+def k_is(out):
+    i = tack.tid()
+    if i is None:  # ERR i is None
+        out[i] = 1.0
+
+
+@tack.kernel
+def k_with(out):
+    i = tack.tid()
+    with open("x"):  # ERR with
+        out[i] = 1.0
+
+
+@tack.kernel
+def k_nested_def(out):
+    i = tack.tid()
+    def inner(x):  # ERR def
+        return x
+    out[i] = 1.0
+
+
+@tack.kernel
+def k_matmul(a, out):
+    i = tack.tid()
+    out[i] = a[i] @ a[i]  # ERR a[i] @
+
+
+@tack.kernel
+def k_keyword(out):
+    i = tack.tid()
+    out[i] = max(i, 2, key=abs)  # ERR max(
+
+
+@tack.kernel
+def k_while_else(out):
+    i = tack.tid()
+    while i < 0:  # ERR while
+        i += 1
+    else:
+        i = 0
+    out[i] = 1.0
+
+
+@tack.kernel
+def k_return_value(out):
+    i = tack.tid()
+    out[i] = 1.0
+    return i  # ERR return
+
+
+@tack.kernel
+def k_range_only(out):
+    i = tack.tid()
+    r = range(3)  # ERR range(3)
+    out[i] = 1.0
+
+
+SYNTAX_CASES = [
+    (k_list, "List"), (k_lambda, "Lambda"), (k_try, "Try"), (k_dict, "Dict"),
+    (k_comprehension, "ListComp"), (k_slice, "slice"), (k_string, "str"), (k_is, "Is"),
+    (k_with, "With"), (k_nested_def, "FunctionDef"), (k_matmul, "MatMult"),
+    (k_keyword, "keyword"), (k_while_else, "else"), (k_return_value, "return"),
+    (k_range_only, "range"),
+]
+
+
+@pytest.mark.parametrize("kern, words", SYNTAX_CASES, ids=[k.__name__ for k, _ in SYNTAX_CASES])
+def test_unsupported_syntax_is_a_compile_error(kern, words):
+    """Syntax outside the language raises CompileError naming the construct, the kernel, the file and line, with a caret."""
+    args = (np.zeros(4),) * len(kern.params)
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=4, args=args)
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert words.lower() in msg.lower()
+
+
+# -- names -----------------------------------------------------------------------
+
+@tack.kernel
+def k_unknown_name(out):
+    i = tack.tid()
+    out[i] = undefined_thing + 1  # noqa: F821  # ERR undefined_thing
+
+
+@tack.kernel
+def k_unwrapped_scalar(out):
+    i = tack.tid()
+    out[i] = PLAIN_GLOBAL * 2  # ERR PLAIN_GLOBAL
+
+
+@tack.kernel
+def k_unwrapped_array(out):
+    i = tack.tid()
+    out[i] = PLAIN_ARRAY[i]  # ERR PLAIN_ARRAY
+
+
+@tack.kernel
+def k_plain_function(out):
+    i = tack.tid()
+    out[i] = plain_python(i)  # ERR plain_python
+
+
+@tack.kernel
+def k_calls_kernel(out):
+    i = tack.tid()
+    k_unknown_name(out)  # ERR k_unknown_name
+
+
+def test_unknown_name():
+    """A name bound nowhere raises CompileError saying it is not defined, pointing at the name."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_unknown_name, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, "k_unknown_name", k_unknown_name, FILE)
+    assert "undefined_thing" in msg and "not defined" in msg
+
+
+@pytest.mark.parametrize("kern, name", [(k_unwrapped_scalar, "PLAIN_GLOBAL"),
+                                        (k_unwrapped_array, "PLAIN_ARRAY")])
+def test_unwrapped_global_says_tack_constant(kern, name):
+    """A module-level Python value read by a kernel raises CompileError telling the user to wrap it in tack.constant."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert name in msg and "tack.constant" in msg
+
+
+def test_wrapped_global_is_readable():
+    """The same array wrapped in tack.constant is readable from a kernel."""
+    out = np.zeros(4)
+    tack.launch(k_reads_wrapped, dim=4, args=(out,))
+    np.testing.assert_array_equal(out, np.arange(4.0))
+
+
+@tack.kernel
+def k_reads_wrapped(out):
+    i = tack.tid()
+    out[i] = WRAPPED[i]
+
+
+def test_plain_python_function_call():
+    """Calling an undecorated Python function raises CompileError suggesting @tack.func."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_plain_function, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, "k_plain_function", k_plain_function, FILE)
+    assert "@tack.func" in msg
+
+
+def test_kernel_calling_kernel():
+    """A kernel calling a kernel raises CompileError."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_calls_kernel, dim=2, args=(np.zeros(2),))
+    check_points_at(ei.value, "k_calls_kernel", k_calls_kernel, FILE)
+
+
+# -- recursion ---------------------------------------------------------------------
+
+@tack.func
+def fact(n):
+    if n <= 1:
+        return 1
+    return n * fact(n - 1)  # ERR fact(n - 1)
+
+
+@tack.kernel
+def k_direct_recursion(out):
+    i = tack.tid()
+    out[i] = fact(i)
+
+
+@tack.func
+def is_even(n):
+    return True if n == 0 else is_odd(n - 1)
+
+
+@tack.func
+def is_odd(n):
+    return False if n == 0 else is_even(n - 1)  # ERR is_even(n - 1)
+
+
+@tack.kernel
+def k_mutual_recursion(out):
+    i = tack.tid()
+    out[i] = is_even(i)
+
+
+def test_direct_recursion():
+    """A device function calling itself raises CompileError at the recursive call."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_direct_recursion, dim=2, args=(np.zeros(2, np.int64),))
+    msg = check_points_at(ei.value, "k_direct_recursion", fact, FILE)
+    assert "recursion" in msg
+
+
+def test_mutual_recursion():
+    """Two device functions calling each other raise CompileError at the call that closes the cycle."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_mutual_recursion, dim=2, args=(np.zeros(2, bool),))
+    msg = check_points_at(ei.value, "k_mutual_recursion", is_odd, FILE)
+    assert "recursion" in msg and "is_even" in msg and "is_odd" in msg
+
+
+# -- types -------------------------------------------------------------------------
+
+@tack.kernel
+def k_float_and_int(out):
+    i = tack.tid()
+    out[i] = 1.5 & i  # ERR 1.5 & i
+
+
+@tack.kernel
+def k_float_array_and(a, out):
+    i = tack.tid()
+    out[i] = a[i] | 1  # ERR a[i] | 1
+
+
+@tack.kernel
+def k_index_float(x, out):
+    i = tack.tid()
+    out[i] = x[0]  # ERR x[0]
+
+
+@tack.kernel
+def k_index_count(a, out):
+    i = tack.tid()
+    out[i] = a[i, i]  # ERR a[i, i]
+
+
+@tack.kernel
+def k_float_index(a, out):
+    i = tack.tid()
+    out[i] = a[i * 0.5]  # ERR a[i * 0.5]
+
+
+@tack.kernel
+def k_int_then_tuple(out):
+    i = tack.tid()
+    v = i
+    v = (i, i)  # ERR v = (i, i)
+    out[i] = 1.0
+
+
+@tack.kernel
+def k_store_tuple(out):
+    i = tack.tid()
+    out[i] = (1.0, 2.0)  # ERR out[i]
+
+
+@tack.kernel
+def k_unpack_count(out):
+    i = tack.tid()
+    a, b = (1.0, 2.0, 3.0)  # ERR a, b
+    out[i] = a
+
+
+@tack.kernel
+def k_use_before_assign(out):
+    i = tack.tid()
+    out[i] = later  # ERR later
+    later = 1.0
+
+
+@tack.kernel
+def k_store_template(policy, out):
+    i = tack.tid()
+    p = policy  # ERR policy
+    out[i] = 1.0
+
+
+class SomePolicy:
+    @staticmethod
+    def f(x):
+        return x
+
+
+@tack.kernel
+def k_write_constant(out):
+    i = tack.tid()
+    WRAPPED[i] = 1.0  # ERR WRAPPED[i]
+
+
+@tack.kernel
+def k_float_range(out):
+    i = tack.tid()
+    for j in range(2.5):  # ERR for
+        out[i] = j
+
+
+@tack.func
+def uses_tid(x):
+    return tack.tid() + x  # ERR tack.tid()
+
+
+@tack.kernel
+def k_tid_in_func(out):
+    i = tack.tid()
+    out[i] = uses_tid(1)
+
+
+@tack.func
+def two_params(a, b):
+    return a + b
+
+
+@tack.kernel
+def k_wrong_call_arity(out):
+    i = tack.tid()
+    out[i] = two_params(i)  # ERR two_params(i)
+
+
+@tack.func
+def bad_and(x):
+    return x & 1.5  # ERR x & 1.5
+
+
+@tack.kernel
+def k_type_error_in_func(out):
+    i = tack.tid()
+    out[i] = bad_and(i)
+
+
+@tack.kernel
+def k_type_error_in_func_stmt(out):
+    i = tack.tid()
+    bad_and(i)
+
+
+TYPE_CASES = [
+    (k_float_and_int, (np.zeros(2),), "float64"),
+    (k_float_array_and, (np.zeros(2), np.zeros(2)), "float64"),
+    (k_index_float, (1.5, np.zeros(2)), "indexed"),
+    (k_index_count, (np.zeros(2), np.zeros(2)), "indices"),
+    (k_float_index, (np.zeros(2), np.zeros(2)), "integers"),
+    (k_int_then_tuple, (np.zeros(2),), "'v'"),
+    (k_store_tuple, (np.zeros(2),), "store"),
+    (k_unpack_count, (np.zeros(2),), "unpack"),
+    (k_write_constant, (np.zeros(2),), "read-only"),
+    (k_use_before_assign, (np.zeros(2),), "later"),
+    (k_store_template, (SomePolicy, np.zeros(2)), "template"),
+    (k_float_range, (np.zeros(2),), "range"),
+    (k_tid_in_func, (np.zeros(2),), "tid"),
+    (k_wrong_call_arity, (np.zeros(2),), "two_params"),
+    (k_type_error_in_func, (np.zeros(2),), "float64"),
+    (k_type_error_in_func_stmt, (np.zeros(2),), "float64"),
+]
+
+
+@pytest.mark.parametrize("kern, args, words", TYPE_CASES, ids=[c[0].__name__ for c in TYPE_CASES])
+def test_type_errors(kern, args, words):
+    """Type errors raise CompileError naming the problem and pointing at the offending expression."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=args)
+    where = {k_tid_in_func: uses_tid, k_type_error_in_func: bad_and,
+             k_type_error_in_func_stmt: bad_and}.get(kern, kern)
+    msg = check_points_at(ei.value, kern.__qualname__, where, FILE)
+    assert words in msg
+
+
+def test_compile_error_attributes():
+    """CompileError carries the kernel name, file name, line number and column as attributes."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_float_and_int, dim=2, args=(np.zeros(2),))
+    e = ei.value
+    lineno, code, _ = marked_line(k_float_and_int)
+    assert (e.kernel, e.filename, e.lineno) == ("k_float_and_int", FILE, lineno)
+    assert e.line_text.strip().startswith(code.strip())
+
+
+# -- launch errors -------------------------------------------------------------------
+
+@tack.kernel
+def k_scale(a, factor, out):
+    i = tack.tid()
+    out[i] = a[i] * factor
+
+
+def test_wrong_argument_count():
+    """Too few or too many launch arguments raise TypeError listing the parameters."""
+    a = np.ones(3)
+    for args in [(a, 2.0), (a, 2.0, a, a)]:
+        with pytest.raises(TypeError) as ei:
+            tack.launch(k_scale, dim=3, args=args)
+        msg = str(ei.value)
+        assert "k_scale" in msg and "a, factor, out" in msg and str(len(args)) in msg
+
+
+@pytest.mark.parametrize("bad", [[1.0, 2.0], "2.0", None, np.ones(3, np.complex128),
+                                 np.ones((1, 1, 1, 1, 1)), np.ones(3, np.float16),
+                                 np.ones(3, ">f8")],
+                         ids=["list", "str", "None", "complex", "5d", "float16", "bigendian"])
+def test_wrong_argument_type_names_parameter(bad):
+    """An argument Tack cannot take raises TypeError naming the kernel and that parameter."""
+    with pytest.raises(TypeError) as ei:
+        tack.launch(k_scale, dim=3, args=(np.ones(3), bad, np.zeros(3)))
+    msg = str(ei.value)
+    assert "k_scale" in msg and "'factor'" in msg
+
+
+def test_int_too_large_names_parameter():
+    """A Python int that does not fit int64 raises TypeError naming the parameter."""
+    with pytest.raises(TypeError) as ei:
+        tack.launch(k_scale, dim=3, args=(np.ones(3), 2**64, np.zeros(3)))
+    assert "'factor'" in str(ei.value)
+
+
+@pytest.mark.parametrize("dim, exc", [((1, 2, 3, 4), TypeError), ((), TypeError), (2.5, TypeError),
+                                      ((2, "3"), TypeError), (-1, ValueError), ((3, -2), ValueError)])
+def test_bad_grid(dim, exc):
+    """A grid that is not 1-3 non-negative ints is rejected."""
+    with pytest.raises(exc):
+        tack.launch(k_scale, dim=dim, args=(np.ones(3), 1.0, np.zeros(3)))
+
+
+def test_bad_device_and_kernel():
+    """An unknown device raises ValueError; launching something that is not a kernel raises TypeError."""
+    with pytest.raises(ValueError):
+        tack.launch(k_scale, dim=3, args=(np.ones(3), 1.0, np.zeros(3)), device="tpu")
+    with pytest.raises(TypeError):
+        tack.launch(plain_python, dim=3, args=(1,))
+
+
+# -- debug mode: bounds checks ------------------------------------------------------------
+
+@tack.kernel
+def k_shift_write(a, shift):
+    i = tack.tid()
+    a[i + shift] = 1.0  # OOB
+
+
+@tack.func
+def poke(buf, j):
+    buf[j] = 2.0  # OOB
+
+
+@tack.kernel
+def k_poke(a, shift):
+    i = tack.tid()
+    poke(a, i + shift)
+
+
+@tack.kernel
+def k_read2d(grid, out):
+    i, j = tack.tid()
+    out[i, j] = grid[i, j + 1]
+
+
+def test_out_of_bounds_in_debug_mode():
+    """In debug mode an out-of-bounds store raises IndexError naming the kernel, the array and the index, after the launch."""
+    tack.config.debug = True
+    a = np.zeros(10)
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_shift_write, dim=10, args=(a, 1))
+    msg = str(ei.value)
+    assert "k_shift_write" in msg and "'a'" in msg and "index 10" in msg
+    assert f"{FILE}:{marked_line(k_shift_write, '# OOB')[0]}" in msg
+    np.testing.assert_array_equal(a[1:], 1.0)   # every in-bounds point ran
+
+
+def test_negative_out_of_bounds_in_debug_mode():
+    """A negative index below -size raises IndexError quoting that index in debug mode."""
+    tack.config.debug = True
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_shift_write, dim=1, args=(np.zeros(10), -11))
+    assert "-11" in str(ei.value) and "'a'" in str(ei.value)
+
+
+def test_out_of_bounds_in_device_function():
+    """An out-of-bounds store inside a device function names the kernel, the function's array parameter and the index."""
+    tack.config.debug = True
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_poke, dim=4, args=(np.zeros(4), 3))
+    msg = str(ei.value)
+    assert "k_poke" in msg and "'buf'" in msg and "'poke'" in msg and "index 4" in msg
+    assert f"{FILE}:{marked_line(poke, '# OOB')[0]}" in msg
+
+
+def test_out_of_bounds_axis_in_debug_mode():
+    """An out-of-bounds read on the second axis of a 2-D array raises IndexError naming that array and index."""
+    tack.config.debug = True
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_read2d, dim=(3, 4), args=(np.zeros((3, 4)), np.zeros((3, 4))))
+    msg = str(ei.value)
+    assert "k_read2d" in msg and "'grid'" in msg and "4" in msg
+
+
+def test_debug_in_bounds_matches_release():
+    """Debug and release builds of a kernel give identical results for in-bounds accesses, negative indices included."""
+    a1, a2 = np.zeros(10), np.zeros(10)
+    tack.launch(k_shift_write, dim=5, args=(a1, -5))
+    tack.config.debug = True
+    tack.launch(k_shift_write, dim=5, args=(a2, -5))
+    np.testing.assert_array_equal(a1, a2)
+    np.testing.assert_array_equal(a1, [0] * 5 + [1] * 5)
+
+
+def test_release_mode_has_no_bounds_check():
+    """Without debug mode, a kernel's lowered form is not a debug one."""
+    assert tack.config.debug is False
+    assert k_shift_write.lower({}, False).debug is False
+    assert k_shift_write.lower({}, True).debug is True
+
+
+def test_debug_kernel_is_a_different_lowered_kernel():
+    """The debug build of a kernel is a distinct lowered kernel with its own fingerprint."""
+    rel = k_poke.lower({}, False)
+    dbg = k_poke.lower({}, True)
+    assert rel is not dbg and rel.fingerprint() != dbg.fingerprint()
+    assert k_poke.lower({}, True) is dbg

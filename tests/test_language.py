@@ -1,0 +1,1182 @@
+"""The language end to end on the CPU: statements, expressions and semantics against NumPy or plain Python."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import tack
+
+RNG_SEED = 1234
+
+
+def rng():
+    return np.random.default_rng(RNG_SEED)
+
+
+def numpy_quiet():
+    """A context in which NumPy scalar overflow and divide warnings are silenced."""
+    ctx = warnings.catch_warnings()
+
+    class _Both:
+        def __enter__(self):
+            ctx.__enter__()
+            warnings.simplefilter("ignore")
+            self.err = np.errstate(all="ignore")
+            self.err.__enter__()
+
+        def __exit__(self, *exc):
+            self.err.__exit__(*exc)
+            return ctx.__exit__(*exc)
+
+    return _Both()
+
+
+# =====================================================================================
+# Integer floor division and modulo: Python's semantics, division by zero gives 0
+# =====================================================================================
+
+@tack.kernel
+def k_divmod(a, b, q, r):
+    i = tack.tid()
+    q[i] = a[i] // b[i]
+    r[i] = a[i] % b[i]
+
+
+def _int_operands(dtype, n=400):
+    info = np.iinfo(dtype)
+    g = rng()
+    special = [info.min, info.min + 1, -7, -3, -1, 0, 1, 2, 3, 7, info.max - 1, info.max]
+    special = [v for v in special if info.min <= v <= info.max]
+    special = np.array(special, dtype=dtype)
+    pa, pb = np.meshgrid(special, special)
+    big_a = g.integers(info.min, info.max, n, endpoint=True, dtype=dtype)
+    big_b = g.integers(info.min, info.max, n, endpoint=True, dtype=dtype)
+    lo = max(info.min, -50)
+    small_a = g.integers(lo, 50, n, endpoint=True).astype(dtype)
+    small_b = g.integers(lo, 50, n, endpoint=True).astype(dtype)
+    a = np.concatenate([pa.ravel(), big_a, small_a, big_a[: n // 2]])
+    b = np.concatenate([pb.ravel(), big_b, small_b, small_b[: n // 2]])
+    return a, b
+
+
+def _wrap(v, dtype):
+    info = np.iinfo(dtype)
+    bits = info.bits
+    v %= 1 << bits
+    if info.min < 0 and v > info.max:
+        v -= 1 << bits
+    return v
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, np.uint64])
+def test_integer_floordiv_mod_python_semantics(dtype):
+    """Integer // and % floor like Python for negative operands, wrap to the type, and give 0 when dividing by zero."""
+    a, b = _int_operands(dtype)
+    q, r = np.empty_like(a), np.empty_like(a)
+    tack.launch(k_divmod, dim=a.size, args=(a, b, q, r))
+    want_q = [_wrap(int(x) // int(y), dtype) if y else 0 for x, y in zip(a, b)]
+    want_r = [_wrap(int(x) % int(y), dtype) if y else 0 for x, y in zip(a, b)]
+    np.testing.assert_array_equal(q, np.array(want_q, dtype=dtype))
+    np.testing.assert_array_equal(r, np.array(want_r, dtype=dtype))
+
+
+@pytest.mark.parametrize("ta, tb", [(np.int32, np.int64), (np.uint32, np.int32),
+                                    (np.int64, np.uint64), (np.int32, np.float32)])
+def test_mixed_floordiv_mod_match_numpy(ta, tb):
+    """// and % on mixed types give NumPy's result type and values (int64 with uint64 is float64)."""
+    g = rng()
+    a = g.integers(-1000, 1000, 500).astype(ta) if np.dtype(ta).kind != "u" \
+        else g.integers(0, 2000, 500).astype(ta)
+    b = g.integers(1, 50, 500).astype(tb)
+    if np.dtype(tb).kind != "u":
+        b[::2] *= -1
+    rt = np.result_type(ta, tb)
+    q, r = np.empty(500, rt), np.empty(500, rt)
+    tack.launch(k_divmod, dim=500, args=(a, b, q, r))
+    np.testing.assert_array_equal(q, np.floor_divide(a, b))
+    np.testing.assert_array_equal(r, np.remainder(a, b))
+
+
+def test_float_floordiv_mod_documented_semantics():
+    """Float // is floor(a / b) and float % takes the sign of the divisor, as documented."""
+    a = np.array([1.0, -1.0, 0.3, 7.5, -7.5, 7.5, 5.0, 1e10, -0.0, 2.0])
+    b = np.array([0.1, 0.1, 0.1, 2.0, 2.0, -2.0, 0.7, 3.3, 3.0, -0.5])
+    q, r = np.empty_like(a), np.empty_like(a)
+    tack.launch(k_divmod, dim=a.size, args=(a, b, q, r))
+    np.testing.assert_array_equal(q, np.floor(a / b))
+    np.testing.assert_array_equal(r, [x % y for x, y in zip(a, b)])
+
+
+def test_float_floordiv_mod_random():
+    """Float // and % of random operands of both signs agree with floor(a / b) and Python's %."""
+    g = rng()
+    a = g.uniform(-100, 100, 2000)
+    b = g.uniform(0.5, 10, 2000) * g.choice([-1.0, 1.0], 2000)
+    q, r = np.empty_like(a), np.empty_like(a)
+    tack.launch(k_divmod, dim=a.size, args=(a, b, q, r))
+    np.testing.assert_array_equal(q, np.floor(a / b))
+    np.testing.assert_allclose(r, [x % y for x, y in zip(a.tolist(), b.tolist())], rtol=0, atol=1e-12)
+    assert np.all((r == 0) | (np.sign(r) == np.sign(b)))
+
+
+@tack.kernel
+def k_truediv(a, b, out):
+    i = tack.tid()
+    out[i, 0] = a[i] / b[i]
+    out[i, 1] = a[i] / 2
+    out[i, 2] = 7 / 2
+
+
+def test_true_division_gives_float():
+    """/ on integers gives float64, like Python and NumPy."""
+    a = np.array([7, -7, 1, 0], np.int32)
+    b = np.array([2, 2, 3, 5], np.int32)
+    out = np.empty((4, 3))
+    tack.launch(k_truediv, dim=4, args=(a, b, out))
+    np.testing.assert_array_equal(out[:, 0], a / b)
+    np.testing.assert_array_equal(out[:, 1], a / 2)
+    np.testing.assert_array_equal(out[:, 2], 3.5)
+
+
+# =====================================================================================
+# Promotion of mixed types (NumPy 2 / NEP 50)
+# =====================================================================================
+
+@tack.kernel
+def k_mixed(x, y, out):
+    out[0] = x + y
+    out[1] = x - y
+    out[2] = x * y
+
+
+MIXED_CASES = [
+    (np.int32(2**31 - 1), np.int64(1)),          # int32 + int64 -> int64: no wrap
+    (np.int64(-3), np.uint64(1)),                # int64 + uint64 -> float64
+    (np.uint32(2**32 - 1), np.int32(1)),         # -> int64
+    (np.int32(7), np.uint32(5)),                 # -> int64
+    (np.uint64(2**64 - 1), np.uint64(2)),        # uint64 wraps
+    (np.int32(2**31 - 1), np.int32(2)),          # int32 wraps
+    (np.float32(0.1), np.float64(3.0)),          # -> float64
+    (np.float32(0.1), np.float32(3.0)),          # stays float32
+    (np.float32(0.1), np.int32(1)),              # -> float64
+    (np.float32(0.1), np.int64(3)),              # -> float64
+    (3, 0.5),                                    # Python int + float -> float64
+    (np.bool_(True), np.int32(5)),               # -> int32
+]
+
+
+@pytest.mark.parametrize("x, y", MIXED_CASES, ids=[f"{type(x).__name__}-{type(y).__name__}-{i}"
+                                                  for i, (x, y) in enumerate(MIXED_CASES)])
+def test_mixed_arithmetic_promotes_like_numpy(x, y):
+    """+ - * on two typed scalars compute in NumPy's result type (overflow and rounding show which)."""
+    out = np.empty(3)
+    tack.launch(k_mixed, dim=1, args=(x, y, out))
+    with numpy_quiet():
+        want = [x + y, x - y, x * y]
+    np.testing.assert_array_equal(out, np.array([float(w) for w in want]))
+
+
+@tack.kernel
+def k_weak(a, out):
+    x = a[0]
+    out[0] = x * 3.0
+    out[1] = x + 1
+    out[2] = x * 2
+    out[3] = x / 2
+    out[4] = x - 0.5
+    out[5] = 1 - x
+    out[6] = 2.5 * x
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64])
+def test_python_literals_are_weak(dtype):
+    """A Python literal takes the other operand's type where it can (float32 * 2.0 stays float32, int32 + 1 wraps as int32)."""
+    v = np.iinfo(dtype).max if np.dtype(dtype).kind in "iu" else dtype(0.1)
+    a = np.array([v], dtype)
+    out = np.empty(7)
+    tack.launch(k_weak, dim=1, args=(a, out))
+    x = a[0]
+    with numpy_quiet():
+        want = [x * 3.0, x + 1, x * 2, x / 2, x - 0.5, 1 - x, 2.5 * x]
+    np.testing.assert_array_equal(out, np.array([float(w) for w in want]))
+
+
+@tack.kernel
+def k_shift(x, y, out):
+    out[0] = x << y
+    out[1] = x >> y
+
+
+@pytest.mark.parametrize("x, y", [(np.int64(-8), np.int64(1)), (np.uint32(1), np.uint32(31)),
+                                  (np.int32(1), np.int64(40)), (np.int32(-(2**31)), np.int64(33))],
+                         ids=["int64", "uint32", "int32-int64", "int32-int64-right"])
+def test_shifts_promote_like_numpy(x, y):
+    """<< and >> of mixed integer types compute in NumPy's result type (int32 << int64 is int64)."""
+    out = np.empty(2, np.int64)
+    tack.launch(k_shift, dim=1, args=(x, y, out))
+    with numpy_quiet():
+        want = [int(x << y), int(x >> y)]
+    np.testing.assert_array_equal(out, want)
+
+
+@tack.kernel
+def k_bitwise(a, b, s, out):
+    i = tack.tid()
+    out[i, 0] = a[i] & b[i]
+    out[i, 1] = a[i] | b[i]
+    out[i, 2] = a[i] ^ b[i]
+    out[i, 3] = ~a[i]
+    out[i, 4] = a[i] << s[i]
+    out[i, 5] = a[i] >> s[i]
+    out[i, 6] = -a[i]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint64])
+def test_bitwise_and_shifts(dtype):
+    """& | ^ ~ << >> and unary minus on random integers agree with NumPy."""
+    a, b = _int_operands(dtype, 300)
+    bits = np.iinfo(dtype).bits
+    s = rng().integers(0, bits, a.size).astype(dtype)
+    out = np.empty((a.size, 7), dtype)
+    tack.launch(k_bitwise, dim=a.size, args=(a, b, s, out))
+    with numpy_quiet():
+        want = np.stack([a & b, a | b, a ^ b, ~a, a << s, a >> s, -a], axis=1)
+    np.testing.assert_array_equal(out, want)
+
+
+@tack.kernel
+def k_pow(a, b, out):
+    i = tack.tid()
+    out[i] = a[i] ** b[i]
+
+
+def test_power_int_and_float():
+    """** on integers (non-negative exponents) and on floats agrees with NumPy."""
+    g = rng()
+    a = g.integers(-5, 6, 300)
+    b = g.integers(0, 20, 300)
+    out = np.empty(300, np.int64)
+    tack.launch(k_pow, dim=300, args=(a, b, out))
+    np.testing.assert_array_equal(out, a ** b)
+    fa, fb = g.uniform(0.1, 4, 300), g.uniform(-3, 3, 300)
+    fo = np.empty(300)
+    tack.launch(k_pow, dim=300, args=(fa, fb, fo))
+    np.testing.assert_allclose(fo, fa ** fb, rtol=1e-14)
+
+
+# =====================================================================================
+# Same source in Python and in Tack: statements, comparisons, literals, tuples
+# =====================================================================================
+
+def loops(n):
+    total = 0
+    for i in range(n):
+        if i % 3 == 0:
+            continue
+        total += i
+    for i in range(2, n, 3):
+        total += 2 * i
+    for i in range(n, -n, -4):
+        total -= i
+    j = 0
+    while True:
+        j += 1
+        if j * j > n:
+            break
+    total += 100 * j
+    k = n
+    for i in range(k):
+        k = k - 1
+    total += 1000 * k
+    last = -1
+    for i in range(n):
+        last = i
+        i = i + 100
+    total += 10000 * last
+    for i in range(4):
+        for m in range(10):
+            if m > i:
+                break
+            total += m
+    w = n
+    while w > 0:
+        w -= 3
+        if w == 4:
+            continue
+        total += 1
+    pass
+    return total
+
+
+def branches(x, y):
+    if x < -5:
+        code = 1
+    elif x < 0:
+        code = 2
+    elif x == 0:
+        code = 3
+    else:
+        if y > x:
+            code = 4
+        else:
+            code = 5
+    code = code * 10 + (1 if x % 2 == 0 else 2)
+    t = -3 < x <= y < 8
+    u = x != y and not (y > 5 or x < -5)
+    v = 0 <= x < 5 == 5
+    return code, t, u, v, (x if x > y else y) == max(x, y)
+
+
+def augmented(x, y):
+    v = x
+    v += y
+    v -= 3
+    v *= 2
+    v //= 3
+    v %= 7
+    v **= 2
+    v &= 0xFF
+    v |= 0b1000
+    v ^= 0o17
+    v <<= 2
+    v >>= 1
+    f = 0.5
+    f += v
+    f *= 1.5
+    f /= 4
+    f -= 1e-3
+    f **= 2
+    f //= 0.5
+    return v, f
+
+
+def literals(x):
+    a = 0xFF + 0b1010 + 0o17 + 1_000 + 0x_FF_FF
+    b = 1e3 + 2.5e-3 + 1_000.5 + .5 + 3.
+    c = -7 // 2 + -7 % 2 * 10
+    return a + x, b, c, 7 / 2, True, 2**10
+
+
+def casts(x, n):
+    a = int(x)
+    b = float(n) / 4
+    c = tack.float32(x) * 3.0
+    d = tack.int32(n) * 2
+    e = bool(x)
+    g = tack.float64(tack.float32(x))
+    return a, b, c, d, e, g
+
+
+def sum_diff(a, b):
+    return a + b, a - b
+
+
+def mixed_tuple(x):
+    if x > 2:
+        return x, 0.5 * x, True
+    return -x, 2.0, False
+
+
+def nested_tuple(x):
+    return x, (x + 1, x * 2.5)
+
+
+loops_d, branches_d, augmented_d, literals_d, casts_d = (
+    tack.func(loops), tack.func(branches), tack.func(augmented), tack.func(literals), tack.func(casts))
+sum_diff_d, mixed_tuple_d, nested_tuple_d = (
+    tack.func(sum_diff), tack.func(mixed_tuple), tack.func(nested_tuple))
+
+
+@tack.kernel
+def k_loops(ns, out):
+    i = tack.tid()
+    out[i] = loops_d(ns[i])
+
+
+@tack.kernel
+def k_branches(xs, ys, out):
+    i = tack.tid()
+    code, t, u, v, w = branches_d(xs[i], ys[i])
+    out[i, 0] = code
+    out[i, 1] = t
+    out[i, 2] = u
+    out[i, 3] = v
+    out[i, 4] = w
+
+
+@tack.kernel
+def k_augmented(xs, ys, vi, vf):
+    i = tack.tid()
+    vi[i], vf[i] = augmented_d(xs[i], ys[i])
+
+
+@tack.kernel
+def k_literals(out):
+    i = tack.tid()
+    a, b, c, d, e, f = literals_d(i)
+    out[i, 0] = a
+    out[i, 1] = b
+    out[i, 2] = c
+    out[i, 3] = d
+    out[i, 4] = e
+    out[i, 5] = f
+
+
+@tack.kernel
+def k_casts(xs, ns, out):
+    i = tack.tid()
+    a, b, c, d, e, g = casts_d(xs[i], ns[i])
+    out[i, 0] = a
+    out[i, 1] = b
+    out[i, 2] = c
+    out[i, 3] = d
+    out[i, 4] = e
+    out[i, 5] = g
+
+
+@tack.kernel
+def k_tuples(xs, out):
+    i = tack.tid()
+    x = xs[i]
+    s, d = sum_diff_d(x, 3)
+    p = sum_diff_d(x, 0.5)
+    m0, m1, m2 = mixed_tuple_d(x)
+    n0, (n1, n2) = nested_tuple_d(x)
+    a, b = s, d
+    a, b = b, a
+    e = g = 7
+    out[i, 0] = s
+    out[i, 1] = d
+    out[i, 2] = p[0]
+    out[i, 3] = p[1]
+    out[i, 4] = m0
+    out[i, 5] = m1
+    out[i, 6] = m2
+    out[i, 7] = n0
+    out[i, 8] = n1
+    out[i, 9] = n2
+    out[i, 10] = a
+    out[i, 11] = b
+    out[i, 12] = e + g
+
+
+def test_loops_match_python():
+    """for over range with 1-3 arguments (negative steps), while, break, continue, nested loops and pass match Python."""
+    ns = np.arange(0, 40, dtype=np.int64)
+    out = np.empty(40, np.int64)
+    tack.launch(k_loops, dim=40, args=(ns, out))
+    np.testing.assert_array_equal(out, [loops(int(n)) for n in ns])
+
+
+def test_branches_and_comparisons_match_python():
+    """if/elif/else, conditional expressions, comparison chains and and/or/not match Python."""
+    g = rng()
+    xs = g.integers(-10, 10, 500)
+    ys = g.integers(-10, 10, 500)
+    out = np.empty((500, 5), np.int64)
+    tack.launch(k_branches, dim=500, args=(xs, ys, out))
+    want = [[int(v) for v in branches(int(x), int(y))] for x, y in zip(xs, ys)]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_augmented_assignment_matches_python():
+    """Every augmented assignment operator, on int and float variables, matches Python."""
+    g = rng()
+    xs = g.integers(-100, 100, 300)
+    ys = g.integers(-100, 100, 300)
+    vi, vf = np.empty(300, np.int64), np.empty(300)
+    tack.launch(k_augmented, dim=300, args=(xs, ys, vi, vf))
+    want = [augmented(int(x), int(y)) for x, y in zip(xs, ys)]
+    np.testing.assert_array_equal(vi, [w[0] for w in want])
+    np.testing.assert_array_equal(vf, [w[1] for w in want])
+
+
+def test_number_literals_match_python():
+    """Hex, binary, octal, underscored and exponent literals mean what they mean in Python."""
+    out = np.empty((3, 6))
+    tack.launch(k_literals, dim=3, args=(out,))
+    np.testing.assert_array_equal(out, [[float(v) for v in literals(i)] for i in range(3)])
+
+
+def test_casts_match_python():
+    """int(), float(), bool() and tack.float32/int32/float64 convert like Python and NumPy."""
+    g = rng()
+    xs = np.concatenate([g.uniform(-50, 50, 200), [0.0, -0.0, 2.7, -2.7, 0.5, -0.5]])
+    ns = g.integers(-1000, 1000, xs.size)
+    out = np.empty((xs.size, 6))
+    tack.launch(k_casts, dim=xs.size, args=(xs, ns, out))
+    want = [[float(v) for v in casts(float(x), int(n))] for x, n in zip(xs, ns)]
+    np.testing.assert_array_equal(out, want)
+
+
+@tack.kernel
+def k_store_convert(x, as_int, as_f32, as_u8bool):
+    i = tack.tid()
+    as_int[i] = x[i]
+    as_f32[i] = x[i]
+    as_u8bool[i] = x[i]
+
+
+def test_store_converts_to_array_dtype():
+    """Storing a float64 into int32, float32 and bool arrays converts like NumPy's element assignment."""
+    x = np.array([1.7, -2.5, 0.0, 3.999, -0.2, 1e-40])
+    as_int, as_f32, as_bool = np.empty(6, np.int32), np.empty(6, np.float32), np.empty(6, bool)
+    tack.launch(k_store_convert, dim=6, args=(x, as_int, as_f32, as_bool))
+    np.testing.assert_array_equal(as_int, x.astype(np.int32))
+    np.testing.assert_array_equal(as_f32, x.astype(np.float32))
+    np.testing.assert_array_equal(as_bool, x.astype(bool))
+
+
+def test_tuples_match_python():
+    """Device functions return tuples (mixed types, nested); assignment unpacks them, swaps and chains."""
+    xs = np.array([-3, 0, 1, 2, 3, 10], np.int64)
+    out = np.empty((xs.size, 13))
+    tack.launch(k_tuples, dim=xs.size, args=(xs, out))
+    for row, x in zip(out, xs.tolist()):
+        s, d = sum_diff(x, 3)
+        p = sum_diff(x, 0.5)
+        m = mixed_tuple(x)
+        n0, (n1, n2) = nested_tuple(x)
+        want = [s, d, p[0], p[1], *m, n0, n1, n2, d, s, 14]
+        np.testing.assert_array_equal(row, [float(v) for v in want])
+
+
+# =====================================================================================
+# Math functions, min/max/abs
+# =====================================================================================
+
+@tack.kernel
+def k_math(xs, ys, out):
+    i = tack.tid()
+    a = xs[i]
+    b = ys[i]
+    out[i, 0] = math.sqrt(a)
+    out[i, 1] = math.exp(a)
+    out[i, 2] = math.log(a)
+    out[i, 3] = math.sin(a)
+    out[i, 4] = math.cos(a)
+    out[i, 5] = math.tan(a)
+    out[i, 6] = math.floor(a - 1.5)
+    out[i, 7] = math.ceil(a - 1.5)
+    out[i, 8] = math.fabs(a - 1.5)
+    out[i, 9] = math.pow(a, b)
+    out[i, 10] = math.atan2(a - 1.5, b - 1.0)
+    out[i, 11] = math.hypot(a, b)
+    out[i, 12] = np.sqrt(a)
+    out[i, 13] = math.log10(a)
+    out[i, 14] = math.tanh(a - 1.5)
+    out[i, 15] = math.fmod(a * 3, b)
+    out[i, 16] = math.asin(a / 3.5 - 0.5)
+    out[i, 17] = math.erf(a - 1.5)
+    out[i, 18] = math.log2(a)
+    out[i, 19] = math.expm1(a - 1.5)
+    out[i, 20] = math.log1p(a)
+    out[i, 21] = math.sinh(a - 1.5)
+    out[i, 22] = math.trunc(a - 1.5)
+    out[i, 23] = np.arctan2(a, -b)
+    out[i, 24] = math.atan(a)
+    out[i, 25] = math.acos(a / 3.5 - 0.5)
+
+
+MATH_REF = [
+    lambda a, b: math.sqrt(a), lambda a, b: math.exp(a), lambda a, b: math.log(a),
+    lambda a, b: math.sin(a), lambda a, b: math.cos(a), lambda a, b: math.tan(a),
+    lambda a, b: math.floor(a - 1.5), lambda a, b: math.ceil(a - 1.5), lambda a, b: math.fabs(a - 1.5),
+    lambda a, b: math.pow(a, b), lambda a, b: math.atan2(a - 1.5, b - 1.0), lambda a, b: math.hypot(a, b),
+    lambda a, b: math.sqrt(a), lambda a, b: math.log10(a), lambda a, b: math.tanh(a - 1.5),
+    lambda a, b: math.fmod(a * 3, b), lambda a, b: math.asin(a / 3.5 - 0.5), lambda a, b: math.erf(a - 1.5),
+    lambda a, b: math.log2(a), lambda a, b: math.expm1(a - 1.5), lambda a, b: math.log1p(a),
+    lambda a, b: math.sinh(a - 1.5), lambda a, b: math.trunc(a - 1.5),
+    lambda a, b: math.atan2(a, -b), lambda a, b: math.atan(a), lambda a, b: math.acos(a / 3.5 - 0.5),
+]
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-13), (np.float32, 2e-6)])
+def test_math_functions(dtype, rtol):
+    """math (and numpy) functions on float64 and float32 agree with Python's math module."""
+    g = rng()
+    xs = g.uniform(0.1, 3.0, 200).astype(dtype)
+    ys = g.uniform(0.5, 2.0, 200).astype(dtype)
+    out = np.empty((200, len(MATH_REF)), dtype)
+    tack.launch(k_math, dim=200, args=(xs, ys, out))
+    want = np.array([[f(float(x), float(y)) for f in MATH_REF] for x, y in zip(xs, ys)])
+    np.testing.assert_allclose(out, want.astype(dtype), rtol=rtol, atol=rtol)
+
+
+@tack.kernel
+def k_copysign(xs, ys, out):
+    i = tack.tid()
+    out[i] = math.copysign(xs[i], ys[i])
+
+
+def run_copysign():
+    """Launch k_copysign and return its output (run in a subprocess by the test below)."""
+    xs = np.array([1.5, -2.0, 3.0, -0.0])
+    ys = np.array([-1.0, 2.0, 0.0, 1.0])
+    out = np.empty(4)
+    tack.launch(k_copysign, dim=4, args=(xs, ys, out))
+    return out.tolist()
+
+
+def test_copysign():
+    """math.copysign compiles and agrees with Python (checked in a subprocess, so a crash fails only this test)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = "from tests.test_language import run_copysign; print(run_copysign())"
+    res = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, f"exit status {res.returncode}: {res.stderr[-2000:]}"
+    assert res.stdout.strip() == str([math.copysign(x, y) for x, y in
+                                      [(1.5, -1.0), (-2.0, 2.0), (3.0, 0.0), (-0.0, 1.0)]])
+
+
+@tack.kernel
+def k_minmax_abs(ia, ib, fa, out):
+    i = tack.tid()
+    out[i, 0] = min(ia[i], ib[i])
+    out[i, 1] = max(ia[i], ib[i], 0)
+    out[i, 2] = abs(ia[i])
+    out[i, 3] = abs(fa[i])
+    out[i, 4] = max(ia[i], fa[i])
+    out[i, 5] = min(fa[i], 0.25, ib[i])
+    out[i, 6] = math.sqrt(abs(ia[i]))
+
+
+def test_min_max_abs():
+    """min/max of two or more (mixed) numbers and abs of ints and floats agree with Python."""
+    g = rng()
+    ia, ib = g.integers(-50, 50, 300), g.integers(-50, 50, 300).astype(np.int32)
+    fa = g.uniform(-50, 50, 300)
+    out = np.empty((300, 7))
+    tack.launch(k_minmax_abs, dim=300, args=(ia, ib, fa, out))
+    want = [[min(a, b), max(a, b, 0), abs(a), abs(f), max(a, f), min(f, 0.25, b), math.sqrt(abs(a))]
+            for a, b, f in zip(ia.tolist(), ib.tolist(), fa.tolist())]
+    np.testing.assert_array_equal(out, want)
+
+
+# =====================================================================================
+# Device functions
+# =====================================================================================
+
+@tack.func
+def f3(x):
+    return x * 2 + 1
+
+
+@tack.func
+def f2(x):
+    return f3(x) * f3(x + 1)
+
+
+@tack.func
+def f1(x, y):
+    s, d = sum_diff_d(x, y)
+    return f2(s) - f2(d), s
+
+
+@tack.kernel
+def k_depth3(a, out):
+    i = tack.tid()
+    r, s = f1(a[i], i)
+    out[i, 0] = r
+    out[i, 1] = s
+
+
+def test_nested_device_functions_depth_3():
+    """Device functions calling device functions three deep compute what the same Python computes."""
+    a = np.arange(-5, 5, dtype=np.int64)
+    out = np.empty((10, 2), np.int64)
+    tack.launch(k_depth3, dim=10, args=(a, out))
+
+    def p3(x):
+        return x * 2 + 1
+
+    def p2(x):
+        return p3(x) * p3(x + 1)
+
+    want = [[p2(x + i) - p2(x - i), x + i] for i, x in enumerate(a.tolist())]
+    np.testing.assert_array_equal(out, want)
+
+
+@tack.func
+def add_tiny(x):
+    return x + 1e-10
+
+
+@tack.kernel
+def k_mono(a32, a64, out):
+    i = tack.tid()
+    out[i, 0] = add_tiny(a32[i])
+    out[i, 1] = add_tiny(a64[i])
+
+
+def test_device_function_specialized_per_argument_type():
+    """A device function called with float32 and float64 computes in each type (x + 1e-10 stays 1.0 in float32)."""
+    out = np.empty((2, 2))
+    tack.launch(k_mono, dim=2, args=(np.ones(2, np.float32), np.ones(2), out))
+    np.testing.assert_array_equal(out[:, 0], 1.0)
+    np.testing.assert_array_equal(out[:, 1], 1.0 + 1e-10)
+
+
+@tack.func
+def fill_row(buf, row, value):
+    for j in range(buf.shape[1]):
+        buf[row, j] = value + j
+
+
+@tack.kernel
+def k_func_writes(out):
+    i = tack.tid()
+    fill_row(out, i, 10 * i)
+
+
+def test_device_function_writes_array_argument():
+    """A device function given an array writes into it, and a function returning nothing is a statement."""
+    out = np.zeros((4, 3), np.int32)
+    tack.launch(k_func_writes, dim=4, args=(out,))
+    np.testing.assert_array_equal(out, 10 * np.arange(4)[:, None] + np.arange(3))
+
+
+# =====================================================================================
+# Template classes
+# =====================================================================================
+
+class Double:
+    offset = 10
+
+    @staticmethod
+    def apply(x):
+        return x * 2
+
+
+class Square:
+    offset = 0.5
+
+    @staticmethod
+    @tack.func
+    def apply(x):
+        return x * x
+
+
+@tack.func
+def twice(policy, x):
+    return policy.apply(policy.apply(x))
+
+
+@tack.kernel
+def k_template(policy, a, out):
+    i = tack.tid()
+    out[i, 0] = policy.apply(a[i])
+    out[i, 1] = twice(policy, a[i])
+    out[i, 2] = policy.offset
+    out[i, 3] = twice(Double, a[i])
+
+
+def test_template_classes():
+    """A class argument is a compile-time parameter: plain and @tack.func static methods, attributes, and passing it to a device function."""
+    a = np.arange(-3, 4, dtype=np.float64)
+    out_d = np.empty((7, 4))
+    out_s = np.empty((7, 4))
+    tack.launch(k_template, dim=7, args=(Double, a, out_d))
+    tack.launch(k_template, dim=7, args=(Square, a, out_s))
+    np.testing.assert_array_equal(out_d, np.stack([2 * a, 4 * a, np.full(7, 10.0), 4 * a], axis=1))
+    np.testing.assert_array_equal(out_s, np.stack([a**2, a**4, np.full(7, 0.5), 4 * a], axis=1))
+    assert len(k_template._lowered) == 2
+    tack.launch(k_template, dim=7, args=(Double, a, out_d))
+    assert len(k_template._variants) == 2
+
+
+# =====================================================================================
+# Grids, arrays, variants
+# =====================================================================================
+
+@tack.kernel
+def k_grid1(out):
+    i = tack.tid()
+    out[i] = i
+
+
+@tack.kernel
+def k_grid2(out):
+    i, j = tack.tid()
+    out[i, j] = i * 100 + j
+
+
+@tack.kernel
+def k_grid3(out):
+    t = tack.tid()
+    out[t] = t[0] * 10000 + t[1] * 100 + t[2]
+
+
+def test_grids_1d_2d_3d():
+    """tack.tid() is an int on 1-D grids and a tuple on 2-D and 3-D grids, covering every point once."""
+    o1 = np.full(37, -1, np.int64)
+    tack.launch(k_grid1, dim=37, args=(o1,))
+    np.testing.assert_array_equal(o1, np.arange(37))
+    o2 = np.full((5, 7), -1, np.int64)
+    tack.launch(k_grid2, dim=(5, 7), args=(o2,))
+    np.testing.assert_array_equal(o2, np.arange(5)[:, None] * 100 + np.arange(7))
+    o3 = np.full((3, 4, 5), -1, np.int64)
+    tack.launch(k_grid3, dim=(3, 4, 5), args=(o3,))
+    i, j, k = np.indices((3, 4, 5))
+    np.testing.assert_array_equal(o3, i * 10000 + j * 100 + k)
+
+
+def test_empty_grid_runs_nothing():
+    """A grid with a zero extent runs no points."""
+    o = np.full((3, 4), -1, np.int64)
+    tack.launch(k_grid2, dim=(0, 4), args=(o,))
+    np.testing.assert_array_equal(o, -1)
+
+
+@tack.kernel
+def k_sum_last(a, out):
+    i, j, k = tack.tid()
+    s = 0.0
+    for m in range(a.shape[3]):
+        s += a[i, j, k, m]
+    out[i, j, k] = s
+
+
+@tack.kernel
+def k_twice(a, out):
+    i = tack.tid()
+    out[i] = 2 * a[i]
+
+
+@tack.kernel
+def k_transpose(a, out):
+    i, j = tack.tid()
+    out[j, i] = a[i, j]
+
+
+@tack.kernel
+def k_info(a, out):
+    out[0] = a.ndim
+    out[1] = a.size
+    out[2] = len(a)
+    out[3] = a.shape[0]
+
+
+def test_arrays_1d_to_4d_and_views():
+    """Arrays of 1-4 dimensions are indexed correctly, including strided, reversed and transposed views."""
+    base = np.arange(2 * 6 * 3 * 8, dtype=np.float64).reshape(2, 6, 3, 8)
+    for a in (base, base[:, ::2, :, 1:], base[::-1, :, ::-1, ::3]):
+        out = np.empty(a.shape[:3])
+        tack.launch(k_sum_last, dim=a.shape[:3], args=(a, out))
+        np.testing.assert_array_equal(out, a.sum(axis=3))
+    v = np.arange(20, dtype=np.int32)
+    for a in (v, v[::-1], v[1::3]):
+        out = np.empty(a.shape, np.int32)
+        tack.launch(k_twice, dim=a.size, args=(a, out))
+        np.testing.assert_array_equal(out, 2 * a)
+    m = np.arange(12.0).reshape(3, 4)
+    for a in (m, m.T, np.asfortranarray(m)):
+        out = np.empty(a.shape[::-1])
+        tack.launch(k_transpose, dim=a.shape, args=(a, out))
+        np.testing.assert_array_equal(out, a.T)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 4), (2, 1, 3, 5)])
+def test_shape_len_ndim_size(shape):
+    """a.shape[k], len(a), a.ndim and a.size are the array's."""
+    out = np.empty(4, np.int64)
+    tack.launch(k_info, dim=1, args=(np.zeros(shape), out))
+    np.testing.assert_array_equal(out, [len(shape), int(np.prod(shape)), shape[0], shape[0]])
+
+
+@tack.kernel
+def k_last_extent(a, out):
+    out[0] = a.shape[-1]
+
+
+def test_shape_negative_index():
+    """a.shape[-1] is the last extent, as in Python."""
+    out = np.empty(1, np.int64)
+    tack.launch(k_last_extent, dim=1, args=(np.zeros((3, 5)), out))
+    assert out[0] == 5
+
+
+@tack.kernel
+def k_bools(flags, flag, out):
+    i = tack.tid()
+    out[i] = (not flags[i]) if flag else flags[i]
+
+
+def test_bool_arrays_and_arguments():
+    """bool arrays load and store as bools, and a bool scalar argument steers a branch."""
+    flags = np.array([True, False, True, True, False])
+    out = np.empty(5, bool)
+    tack.launch(k_bools, dim=5, args=(flags, True, out))
+    np.testing.assert_array_equal(out, ~flags)
+    tack.launch(k_bools, dim=5, args=(flags, False, out))
+    np.testing.assert_array_equal(out, flags)
+
+
+@tack.kernel
+def k_negative_index(a, m, out, out2):
+    i = tack.tid()
+    n = a.shape[0]
+    out[i] = a[i - n]
+    out2[i] = m[-1, -1 - i] + m[tack.int32(-2), 0]
+
+
+def test_negative_indices_wrap():
+    """Negative indices (int64 and int32) count from the end, like Python."""
+    a = np.arange(6, dtype=np.float64) * 3
+    m = np.arange(12, dtype=np.float64).reshape(3, 4)
+    out, out2 = np.empty(4), np.empty(4)
+    tack.launch(k_negative_index, dim=4, args=(a, m, out, out2))
+    np.testing.assert_array_equal(out, a[:4])
+    np.testing.assert_array_equal(out2, [m[-1, -1 - i] + m[-2, 0] for i in range(4)])
+
+
+@tack.kernel
+def k_variant(a, out):
+    i = tack.tid()
+    out[i] = a[i] + a.shape[0]
+
+
+def test_new_shape_compiles_new_variant_from_same_lowered_kernel():
+    """A new array shape compiles a new variant (shapes are compiled in) from the one lowered kernel."""
+    before = len(k_variant._variants)
+    for n in (8, 16, 8):
+        a = np.arange(n, dtype=np.float64)
+        out = np.empty(n)
+        tack.launch(k_variant, dim=n, args=(a, out))
+        np.testing.assert_array_equal(out, a + n)
+    assert len(k_variant._variants) == before + 2
+    assert len(k_variant._lowered) == 1
+
+
+@tack.kernel
+def k_early_return(out):
+    i = tack.tid()
+    if i % 2 == 1:
+        return
+    out[i] = 1
+
+
+def test_early_return_from_kernel():
+    """return in a kernel ends only that point."""
+    out = np.zeros(9, np.int64)
+    tack.launch(k_early_return, dim=9, args=(out,))
+    np.testing.assert_array_equal(out, (np.arange(9) % 2 == 0).astype(np.int64))
+
+
+# =====================================================================================
+# Constants and scalar arguments
+# =====================================================================================
+
+TABLE = tack.constant(np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5)
+FLAGS = tack.constant(np.array([True, False, True]))
+SCALE = tack.constant(3)
+F32 = tack.constant(np.float32(0.1))
+_mutable = np.arange(3.0)
+FROZEN = tack.constant(_mutable)
+_mutable[:] = -1
+
+
+@tack.kernel
+def k_constants(out):
+    i = tack.tid()
+    out[i, 0] = TABLE[i, 3] * SCALE
+    out[i, 1] = FLAGS[i]
+    out[i, 2] = F32 * 3.0
+    out[i, 3] = FROZEN[i]
+
+
+def test_constants():
+    """tack.constant arrays (float and bool) and scalars are readable; NumPy scalar constants keep their dtype; values are frozen when wrapped."""
+    out = np.empty((3, 4))
+    tack.launch(k_constants, dim=3, args=(out,))
+    tab = np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5
+    np.testing.assert_array_equal(out[:, 0], tab[:, 3] * 3)
+    np.testing.assert_array_equal(out[:, 1], [1, 0, 1])
+    np.testing.assert_array_equal(out[:, 2], float(np.float32(0.1) * 3.0))
+    np.testing.assert_array_equal(out[:, 3], [0.0, 1.0, 2.0])
+
+
+# =====================================================================================
+# Atomics, threads, short-circuit evaluation
+# =====================================================================================
+
+@tack.kernel
+def k_hist(vals, hist, tickets, counter):
+    i = tack.tid()
+    tack.atomic_add(hist, vals[i], 1)
+    tickets[i] = tack.atomic_add(counter, 0, 1)
+
+
+@tack.kernel
+def k_hist2d(vals, hist, total):
+    i, j = tack.tid()
+    v = vals[i, j]
+    tack.atomic_add(hist, (v % 4, v // 4), 1)
+    tack.atomic_add(total, 0, 0.5)
+
+
+@tack.kernel
+def k_minmax(vals, mn, mx, old):
+    i = tack.tid()
+    old[i] = tack.atomic_min(mn, 0, vals[i])
+    tack.atomic_max(mx, 0, vals[i])
+
+
+def test_atomic_add_histogram_under_threads():
+    """atomic_add over 200,000 points on 2 threads builds an exact histogram and hands out unique tickets (the old values)."""
+    tack.config.num_threads = 2
+    n = 200_000
+    vals = rng().integers(0, 17, n)
+    hist = np.zeros(17, np.int64)
+    tickets = np.empty(n, np.int64)
+    counter = np.zeros(1, np.int64)
+    tack.launch(k_hist, dim=n, args=(vals, hist, tickets, counter))
+    np.testing.assert_array_equal(hist, np.bincount(vals, minlength=17))
+    assert counter[0] == n
+    np.testing.assert_array_equal(np.sort(tickets), np.arange(n))
+
+
+def test_atomic_add_2d_index_and_float_under_threads():
+    """atomic_add with a tuple index into a 2-D int32 array and into a float64 array is exact on a threaded 2-D grid."""
+    tack.config.num_threads = 2
+    vals = rng().integers(0, 16, (400, 300)).astype(np.int32)
+    hist = np.zeros((4, 4), np.int32)
+    total = np.zeros(1)
+    tack.launch(k_hist2d, dim=vals.shape, args=(vals, hist, total))
+    want = np.zeros((4, 4), np.int32)
+    np.add.at(want, (vals % 4, vals // 4), 1)
+    np.testing.assert_array_equal(hist, want)
+    assert total[0] == 0.5 * vals.size
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32, np.float64])
+def test_atomic_min_max_under_threads(dtype):
+    """atomic_min/atomic_max over 150,000 points on 2 threads find the extremes and return old values."""
+    tack.config.num_threads = 2
+    n = 150_000
+    g = rng()
+    if np.dtype(dtype).kind == "f":
+        vals = g.standard_normal(n).astype(dtype) * 100
+        lo, hi = dtype(np.inf), dtype(-np.inf)
+    else:
+        info = np.iinfo(dtype)
+        vals = g.integers(info.min, info.max, n, endpoint=True, dtype=dtype)
+        lo, hi = info.max, info.min
+    mn, mx = np.array([lo], dtype), np.array([hi], dtype)
+    old = np.empty(n, dtype)
+    tack.launch(k_minmax, dim=n, args=(vals, mn, mx, old))
+    assert mn[0] == vals.min() and mx[0] == vals.max()
+    assert np.all(old >= mn[0])
+    assert np.isin(old, np.concatenate([vals, [lo]])).all()
+    assert (old == lo).sum() >= 1
+
+
+@tack.kernel
+def k_short_circuit(a, c):
+    i = tack.tid()
+    if a[i] > 0 and tack.atomic_add(c, 0, 1) >= 0:
+        tack.atomic_add(c, 1, 1)
+    if a[i] > 0 or tack.atomic_add(c, 2, 1) >= 0:
+        pass
+    x = tack.atomic_add(c, 3, 1) if a[i] > 0 else tack.atomic_add(c, 4, 1)
+
+
+def test_and_or_ifexp_short_circuit():
+    """and/or evaluate their right operand only when needed, and a conditional expression only its chosen branch."""
+    a = rng().integers(-5, 5, 1000)
+    c = np.zeros(5, np.int64)
+    tack.launch(k_short_circuit, dim=a.size, args=(a, c))
+    pos, nonpos = int((a > 0).sum()), int((a <= 0).sum())
+    np.testing.assert_array_equal(c, [pos, pos, nonpos, pos, nonpos])
+
+
+@tack.kernel
+def k_threads_fill(out):
+    i, j = tack.tid()
+    out[i, j] = i * out.shape[1] + j
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_results_independent_of_thread_count(threads):
+    """A large 2-D grid computes the same result on 1, 2 and 3 threads."""
+    tack.config.num_threads = threads
+    out = np.full((257, 129), -1, np.int64)
+    tack.launch(k_threads_fill, dim=out.shape, args=(out,))
+    np.testing.assert_array_equal(out, np.arange(out.size).reshape(out.shape))
+
+
+# =====================================================================================
+# Documented edge cases
+# =====================================================================================
+
+@tack.kernel
+def k_edges(ia, fa, out):
+    i = tack.tid()
+    out[i, 0] = ia[i] ** -1
+    out[i, 1] = ia[i] << 64
+    out[i, 2] = ia[i] >> 64
+    out[i, 3] = ia[i] * 4611686018427387904
+    out[i, 4] = max(fa[i], 1.0)
+    out[i, 5] = max(1.0, fa[i])
+    out[i, 6] = min(fa[i], 1.0)
+    out[i, 7] = min(1.0, fa[i])
+
+
+def test_documented_integer_and_min_max_edge_cases():
+    """Negative integer exponents give 0, shifts by the width give 0 or -1, integers wrap, and min/max treat NaN like Python."""
+    ia = np.array([3, -3, 1, 0], np.int64)
+    fa = np.array([np.nan, 2.0, 0.5, np.nan])
+    out = np.empty((4, 8))
+    tack.launch(k_edges, dim=4, args=(ia, fa, out))
+    np.testing.assert_array_equal(out[:, 0], [0, 0, 0, 0])
+    np.testing.assert_array_equal(out[:, 1], [0, 0, 0, 0])
+    np.testing.assert_array_equal(out[:, 2], [0, -1, 0, 0])
+    with numpy_quiet():
+        np.testing.assert_array_equal(out[:, 3], (ia * np.int64(2**62)).astype(float))
+    for col, fn in ((4, lambda x: max(x, 1.0)), (5, lambda x: max(1.0, x)),
+                    (6, lambda x: min(x, 1.0)), (7, lambda x: min(1.0, x))):
+        np.testing.assert_array_equal(out[:, col], [fn(x) for x in fa.tolist()])
+
+
+@tack.kernel
+def k_saturate(fa, i32, u32, i64):
+    i = tack.tid()
+    i32[i] = tack.int32(fa[i])
+    u32[i] = tack.uint32(fa[i])
+    i64[i] = int(fa[i])
+
+
+def test_float_to_int_truncates_and_saturates():
+    """Float to integer truncates toward zero, saturates at the type's range and gives 0 for NaN, as documented."""
+    fa = np.array([2.9, -2.9, 1e20, -1e20, np.nan, np.inf, -np.inf, 4294967295.5])
+    i32, u32, i64 = np.empty(8, np.int32), np.empty(8, np.uint32), np.empty(8, np.int64)
+    tack.launch(k_saturate, dim=8, args=(fa, i32, u32, i64))
+    i32_max, i64_max = 2**31 - 1, 2**63 - 1
+    np.testing.assert_array_equal(i32, [2, -2, i32_max, -i32_max - 1, 0, i32_max, -i32_max - 1, i32_max])
+    np.testing.assert_array_equal(u32, [2, 0, 2**32 - 1, 0, 0, 2**32 - 1, 0, 2**32 - 1])
+    np.testing.assert_array_equal(i64, [2, -2, i64_max, -i64_max - 1, 0, i64_max, -i64_max - 1, 4294967295])
+
+
+from math import sqrt as imported_sqrt  # noqa: E402
+
+
+@tack.kernel
+def k_module_values(out):
+    i = tack.tid()
+    out[i, 0] = imported_sqrt(2.0 * i)
+    out[i, 1] = math.pi * i
+    out[i, 2] = 1.0 if math.inf > i else 0.0
+    out[i, 3] = np.hypot(3.0, 4.0 * i)
+
+
+def test_module_functions_and_constants():
+    """math.pi, math.inf, 'from math import sqrt' and numpy functions are usable in kernels."""
+    out = np.empty((3, 4))
+    tack.launch(k_module_values, dim=3, args=(out,))
+    i = np.arange(3.0)
+    np.testing.assert_allclose(out, np.stack([np.sqrt(2 * i), math.pi * i, np.ones(3), np.hypot(3, 4 * i)],
+                                             axis=1), rtol=1e-15)

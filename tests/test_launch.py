@@ -1,0 +1,122 @@
+"""tack.launch: variants per argument signature, scalar argument passing, and splitting grids over threads."""
+
+import importlib
+
+import numpy as np
+import pytest
+
+import tack
+
+launch_mod = importlib.import_module("tack.launch")
+
+
+@tack.kernel
+def k_fill(out, value):
+    i, j = tack.tid()
+    out[i, j] = value + i
+
+
+@tack.kernel
+def k_scalar(x, out):
+    out[0] = x
+
+
+class SpyPool:
+    """Wraps the real thread pool and records the [start, end) ranges submitted to it."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.ranges = []
+
+    def submit(self, fn, buf, lo, hi):
+        self.ranges.append((lo, hi))
+        return self.pool.submit(fn, buf, lo, hi)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    real = launch_mod._get_pool
+    holder = {}
+
+    def get_pool(n):
+        holder["spy"] = SpyPool(real(n))
+        holder["n"] = n
+        return holder["spy"]
+
+    monkeypatch.setattr(launch_mod, "_get_pool", get_pool)
+    return holder
+
+
+def test_large_grid_split_over_threads(spy):
+    """A grid of 16384 points with first extent >= 2 is split over the configured threads into disjoint ranges covering the first dimension."""
+    tack.config.num_threads = 2
+    out = np.full((128, 128), -1.0)
+    tack.launch(k_fill, dim=out.shape, args=(out, 0.5))
+    np.testing.assert_array_equal(out, 0.5 + np.arange(128)[:, None] + np.zeros(128))
+    assert spy["n"] == 2
+    ranges = sorted(spy["spy"].ranges)
+    assert len(ranges) > 1
+    assert ranges[0][0] == 0 and ranges[-1][1] == 128
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+@pytest.mark.parametrize("shape, threads", [((127, 129), 2), ((1, 20000), 2), ((128, 128), 1)],
+                         ids=["small", "first-extent-1", "one-thread"])
+def test_small_or_unsplittable_grids_run_on_calling_thread(spy, shape, threads):
+    """Grids under 16384 points, with first extent 1, or with one thread configured run on the calling thread."""
+    tack.config.num_threads = threads
+    out = np.zeros(shape)
+    tack.launch(k_fill, dim=shape, args=(out, 1.0))
+    np.testing.assert_array_equal(out, 1.0 + np.arange(shape[0])[:, None] + np.zeros(shape[1]))
+    assert "spy" not in spy
+
+
+def test_argument_types_select_variants():
+    """Each distinct combination of argument types compiles its own variant; repeating one reuses it."""
+    before = len(k_scalar._variants)
+    out = np.zeros(1)
+    for x in (3, np.int32(3), 3, 2.5, np.float32(2.5), True):
+        tack.launch(k_scalar, dim=1, args=(x, out))
+        assert out[0] == float(x)
+    assert len(k_scalar._variants) == before + 5
+
+
+@pytest.mark.parametrize("x", [np.uint64(2**64 - 1), np.int64(-2**63), np.uint32(2**32 - 1),
+                               np.int32(-2**31), np.float32(1e-30), True, False, 2**63 - 1, -1.5],
+                         ids=lambda v: f"{type(v).__name__}")
+def test_scalar_arguments_pass_exactly(x):
+    """Scalar arguments of every type reach the kernel unchanged, extremes included."""
+    dt = np.asarray(x).dtype if not isinstance(x, (bool, int, float)) else \
+        {bool: np.bool_, int: np.int64, float: np.float64}[type(x)]
+    out = np.zeros(1, dt)
+    tack.launch(k_scalar, dim=1, args=(x, out))
+    assert out[0] == x
+
+
+def test_args_list_and_numpy_dim():
+    """args may be any sequence, and dim may be NumPy integers."""
+    out = np.zeros((2, 3))
+    tack.launch(k_fill, dim=(np.int64(2), np.int32(3)), args=[out, 2.0])
+    np.testing.assert_array_equal(out, [[2, 2, 2], [3, 3, 3]])
+
+
+def test_same_kernel_different_grid_rank():
+    """A kernel launched on a 1-D grid and on a 2-D grid compiles a variant for each."""
+    out = np.zeros(4, np.int64)
+    tack.launch(k_rank, dim=4, args=(out,))
+    np.testing.assert_array_equal(out, [1, 1, 1, 1])
+    out2 = np.zeros((2, 2), np.int64)
+    tack.launch(k_rank2, dim=(2, 2), args=(out2,))
+    np.testing.assert_array_equal(out2, [[0, 1], [1, 2]])
+
+
+@tack.kernel
+def k_rank(out):
+    t = tack.tid()
+    out[t] = 1
+
+
+@tack.kernel
+def k_rank2(out):
+    i, j = tack.tid()
+    out[i, j] = i + j

@@ -1,0 +1,191 @@
+"""Type inference (tack.specialize): result types of every operator on every pair of types, against NumPy 2."""
+
+import itertools
+import operator
+import warnings
+
+import numpy as np
+import pytest
+
+import tack
+from tack import types as T
+from tack.specialize import specialize
+
+NAMES = ["bool", "int32", "int64", "uint32", "uint64", "float32", "float64"]
+
+
+@tack.kernel
+def k_add(x, y):
+    r = x + y
+
+
+@tack.kernel
+def k_sub(x, y):
+    r = x - y
+
+
+@tack.kernel
+def k_mul(x, y):
+    r = x * y
+
+
+@tack.kernel
+def k_div(x, y):
+    r = x / y
+
+
+@tack.kernel
+def k_floordiv(x, y):
+    r = x // y
+
+
+@tack.kernel
+def k_mod(x, y):
+    r = x % y
+
+
+@tack.kernel
+def k_pow(x, y):
+    r = x ** y
+
+
+@tack.kernel
+def k_and(x, y):
+    r = x & y
+
+
+@tack.kernel
+def k_or(x, y):
+    r = x | y
+
+
+@tack.kernel
+def k_xor(x, y):
+    r = x ^ y
+
+
+@tack.kernel
+def k_lshift(x, y):
+    r = x << y
+
+
+@tack.kernel
+def k_rshift(x, y):
+    r = x >> y
+
+
+OPS = {"+": (k_add, operator.add), "-": (k_sub, operator.sub), "*": (k_mul, operator.mul),
+       "/": (k_div, operator.truediv), "//": (k_floordiv, operator.floordiv),
+       "%": (k_mod, operator.mod), "**": (k_pow, operator.pow), "&": (k_and, operator.and_),
+       "|": (k_or, operator.or_), "^": (k_xor, operator.xor), "<<": (k_lshift, operator.lshift),
+       ">>": (k_rshift, operator.rshift)}
+ARITH = ("+", "-", "*", "//", "%", "**")
+
+
+def numpy_result(op, a, b):
+    """NumPy 2's result dtype name for scalars of dtypes a and b, or None where NumPy refuses."""
+    x, y = np.dtype(a).type(1), np.dtype(b).type(1)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            return OPS[op][1](x, y).dtype.name
+        except TypeError:
+            return None
+
+
+def expected(op, a, b):
+    if a == b == "bool" and op in ARITH:
+        return "int64"                      # documented: bool arithmetic gives int64, as in Python
+    return numpy_result(op, a, b)
+
+
+def inferred(op, a, b):
+    """Tack's type for r = x op y, or None when it raises CompileError."""
+    low = OPS[op][0].lower({}, False)
+    try:
+        tk = specialize(low, (T.SCALARS[a], T.SCALARS[b]), 1)
+    except tack.CompileError:
+        return None
+    return tk.kernel.locals["r"].name
+
+
+@pytest.mark.parametrize("op", [o for o in OPS if o not in ("<<", ">>")])
+def test_operator_result_types_match_numpy(op):
+    """x op y on every pair of the seven types has NumPy 2's result type, and is a CompileError where NumPy refuses."""
+    wrong = []
+    for a, b in itertools.product(NAMES, NAMES):
+        want, got = expected(op, a, b), inferred(op, a, b)
+        if want != got:
+            wrong.append(f"{a} {op} {b}: tack {got or 'CompileError'}, numpy {want or 'TypeError'}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("op", ["<<", ">>"])
+def test_shift_result_types_match_numpy(op):
+    """Shifts on every pair of integer types have NumPy 2's result type; shifting floats is a CompileError."""
+    wrong = []
+    for a, b in itertools.product(NAMES[1:], NAMES[1:]):
+        want, got = numpy_result(op, a, b), inferred(op, a, b)
+        if want != got:
+            wrong.append(f"{a} {op} {b}: tack {got or 'CompileError'}, numpy {want or 'TypeError'}")
+    assert not wrong, "\n".join(wrong)
+
+
+@tack.kernel
+def k_grid(out):
+    t = tack.tid()
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_tid_type_follows_grid_rank(ndim):
+    """tack.tid() is int64 on a 1-D grid and a tuple of int64 on 2-D and 3-D grids."""
+    arr = T.Array(T.float64, (4,), (1,))
+    tk = specialize(k_grid.lower(), (arr,), ndim)
+    want = T.int64 if ndim == 1 else T.Tuple((T.int64,) * ndim)
+    assert tk.kernel.locals["t"] == want
+
+
+def test_grid_rank_out_of_range():
+    """specialize refuses grids of other than 1-3 dimensions."""
+    arr = T.Array(T.float64, (4,), (1,))
+    for bad in (0, 4):
+        with pytest.raises(ValueError):
+            specialize(k_grid.lower(), (arr,), bad)
+
+
+@tack.func
+def halve(x):
+    return x * 0.5
+
+
+@tack.func
+def pick(c, x):
+    if c:
+        return x
+    return 0.5
+
+
+@tack.kernel
+def k_infer(a32, a64, out):
+    i = tack.tid()
+    h32 = halve(a32[i])
+    h64 = halve(a64[i])
+    acc = 0
+    for j in range(3):
+        acc = acc + 0.5
+    p = pick(i > 1, i)
+    w = 1
+    w += tack.int32(2)
+    out[i] = h32 + h64 + acc + p + w
+
+
+def test_inference_fixed_point_and_monomorphization():
+    """Variables take the promoted type of all their assignments and device functions specialize per argument types."""
+    f32 = T.Array(T.float32, (4,), (1,))
+    f64 = T.Array(T.float64, (4,), (1,))
+    tk = specialize(k_infer.lower(), (f32, f64, f64), 1)
+    loc = tk.kernel.locals
+    assert loc["h32"] == T.float32 and loc["h64"] == T.float64
+    assert loc["acc"] == T.float64 and loc["p"] == T.float64 and loc["w"] == T.int64
+    halves = [f for f in tk.functions if f.lowered.name == "halve"]
+    assert sorted(str(f.argtypes[0]) for f in halves) == ["float32", "float64"]

@@ -1,0 +1,40 @@
+"""Helpers for checking where a CompileError points."""
+
+from __future__ import annotations
+
+import inspect
+
+MARK = "# ERR"
+
+
+def marked_line(fn, mark=MARK):
+    """(file line number, line text, caret token) of the line in ``fn`` marked ``# ERR <token>``."""
+    py = getattr(fn, "py_func", fn)
+    lines, first = inspect.getsourcelines(py)
+    hits = [(first + k, ln.rstrip("\n")) for k, ln in enumerate(lines) if mark in ln]
+    assert len(hits) == 1, f"{py.__qualname__} must have exactly one '{mark}' line"
+    lineno, text = hits[0]
+    token = text.split(mark, 1)[1].strip()
+    code = text.split(mark, 1)[0].rstrip()
+    return lineno, code, token
+
+
+def check_points_at(err, kernel_name, where, filename):
+    """Assert the CompileError ``err`` names the kernel, the file and the marked line of ``where``, with a caret under its token."""
+    lineno, code, token = marked_line(where)
+    msg = str(err)
+    assert f"in kernel '{kernel_name}'" in msg, msg
+    assert f'File "{filename}", line {lineno}' in msg, msg
+    lines = msg.splitlines()
+    shown = "    " + code.strip()
+    starts = [k for k, ln in enumerate(lines) if ln.rstrip() == shown or
+              (ln.startswith(shown) and MARK in ln)]
+    assert starts, f"offending line {code.strip()!r} not shown in:\n{msg}"
+    k = starts[0]
+    assert k + 1 < len(lines), f"no caret line in:\n{msg}"
+    caret = lines[k + 1]
+    assert caret.strip() == "^", f"no caret line in:\n{msg}"
+    if token:
+        want = code.strip().index(token)
+        assert caret.index("^") - 4 == want, f"caret not under {token!r}:\n{msg}"
+    return msg
