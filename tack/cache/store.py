@@ -11,8 +11,8 @@ that repeats giving a list of rows (``dep``, ``site``): parsed with
 
 A reader that finds the wrong magic, kind, key, lengths or checksum treats
 the entry as damaged: it is never used.  Writes go to a temporary file in
-the same directory, are fsynced, and renamed into place, so a reader sees
-a whole entry or none; entries are created private (0600).
+the same directory and renamed into place, so a reader sees a whole entry
+or none; entries are created private (0600).
 """
 
 from __future__ import annotations
@@ -120,10 +120,11 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     tmp = f"{path}{TMP_MARK}{os.getpid()}.{os.urandom(6).hex()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
+        # No fsync: after a crash the rename may survive with incomplete data,
+        # but every entry carries its checksum, so such a file is ignored, and
+        # a compile does not wait for the disk (milliseconds per entry).
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
