@@ -30,7 +30,7 @@ def _settings(args):
     s = cache.settings()
     if getattr(args, "max_size", None) is not None:
         try:
-            s = s._replace(max_size=settings_mod.parse_size(args.max_size))
+            s = s.replace(max_size=settings_mod.parse_size(args.max_size))
         except ValueError as e:
             raise CLIError(f"--max-size: {e}") from None
     return s

@@ -13,7 +13,6 @@ import os
 import re
 import sys
 import warnings
-from typing import NamedTuple
 
 MODES = ("write", "read", "bundle", "off")
 DEFAULT_SIZE = 1 << 30
@@ -61,11 +60,25 @@ def default_directory() -> str:
     return os.path.join(base, "tack")
 
 
-class Settings(NamedTuple):
-    directory: str
-    mode: str
-    max_size: int | None            # None: unlimited
-    sources: dict                   # setting -> "default" | "environment" | "configure"
+class Settings:
+    """The settings in force, and where each came from ("default", "environment", "configure")."""
+
+    __slots__ = ("directory", "mode", "max_size", "sources")
+
+    def __init__(self, directory: str, mode: str, max_size, sources: dict):
+        self.directory = directory
+        self.mode = mode
+        self.max_size = max_size          # bytes, or None: unlimited
+        self.sources = sources
+
+    def replace(self, **changes) -> "Settings":
+        values = {k: getattr(self, k) for k in self.__slots__}
+        values.update(changes)
+        return Settings(**values)
+
+    def __repr__(self):
+        return (f"Settings(directory={self.directory!r}, mode={self.mode!r}, "
+                f"max_size={self.max_size!r}, sources={self.sources!r})")
 
 
 def check_directory(value, origin: str) -> str:

@@ -13,7 +13,7 @@ import os
 import time
 import warnings
 
-from . import size, store, trust
+from . import store, trust
 from ._log import log
 from .keys import tack_version_id
 
@@ -125,7 +125,7 @@ class DiskCache:
         self.stats.bytes_read += len(data)
         self.stats.load_seconds += time.perf_counter() - t0
         if self.writable:
-            size.touch_if_stale(path)
+            _mark_used(path, st.st_mtime)
         return meta, payload, path
 
     def _remove_if_unchanged(self, path, st):
@@ -172,6 +172,7 @@ class DiskCache:
         return True
 
     def _hourly_size_check(self):
+        from . import size
         try:
             result = size.maybe_prune(self.root, self.settings.max_size)
         except OSError as e:
@@ -180,6 +181,16 @@ class DiskCache:
         if result and result[2]:
             log.debug("size check: %d bytes, deleted %d entries (%d bytes)",
                       result[0], result[2], result[1])
+
+
+def _mark_used(path: str, mtime: float):
+    """LRU: bump an entry's mtime when loaded, at most once an hour (see size.py)."""
+    now = time.time()
+    if now - mtime > 3600:
+        try:
+            os.utime(path, (now, now))
+        except OSError:
+            pass
 
 
 def warn_once_factory():

@@ -53,12 +53,17 @@ def tack_version_id() -> str:
     if not _in_checkout(root):
         return __version__
     h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(dirpath, name))
-                h.update(f"{dirpath[len(root):]}/{name}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+
+    def walk(path, rel):
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    walk(entry.path, f"{rel}{entry.name}/")
+            elif entry.name.endswith(".py"):
+                st = entry.stat()
+                h.update(f"{rel}{entry.name}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+
+    walk(root, "")
     return f"{__version__}+src.{h.hexdigest()}"
 
 
@@ -73,7 +78,7 @@ def host_cpu_identity() -> dict:
     """Facts that fix what LLVM's host detection sees, read without LLVM.
 
     The CPU's model and feature flags (from /proc/cpuinfo on Linux), the
-    machine type, and llvmlite's version (which pins the LLVM version).
+    machine type, and llvmlite's library (which pins the LLVM version).
     """
     ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
     try:
@@ -94,11 +99,23 @@ def host_cpu_identity() -> dict:
 
 
 def _llvmlite_version() -> str:
-    try:
-        import llvmlite            # the top-level package only: no LLVM loaded
-        return llvmlite.__version__
-    except ImportError:
+    """Which LLVM would compile here: llvmlite's library file, by path, size and time.
+
+    Found without importing llvmlite (its version module parses JSON at
+    import); any upgrade replaces the library and so changes this.
+    """
+    from importlib.util import find_spec
+    spec = find_spec("llvmlite")
+    if spec is None or not spec.submodule_search_locations:
         return "none"
+    lib_dir = os.path.join(spec.submodule_search_locations[0], "binding")
+    for name in ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll"):
+        try:
+            st = os.stat(os.path.join(lib_dir, name))
+        except OSError:
+            continue
+        return f"{lib_dir}/{name}:{st.st_size}:{st.st_mtime_ns}"
+    return "none"
 
 
 def host_target_key(opt_level: int = 3) -> str:

@@ -10,7 +10,6 @@ reaches a user's job.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 from . import deps, store
 from ._log import log
@@ -18,9 +17,14 @@ from .keys import host_target_key, lowered_key, variant_key
 
 
 
-class Keys(NamedTuple):
-    lowered: str
-    variant: str
+class Keys:
+    """A kernel launch's two cache keys."""
+
+    __slots__ = ("lowered", "variant")
+
+    def __init__(self, lowered: str, variant: str):
+        self.lowered = lowered
+        self.variant = variant
 
 
 def _guarded(default=None):

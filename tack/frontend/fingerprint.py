@@ -30,8 +30,21 @@ def _feed_code(h, code: types.CodeType):
             h.update(f"{type(const).__name__}:{const!r};".encode())
 
 
+_memo = {}      # id(code) -> (code, defaults, fingerprint): the code is kept alive, so ids stay unique
+
+
 def function_fingerprint(fn) -> str:
     """Hex sha256 of a Python function's code (and defaults and Python version)."""
+    code = fn.__code__
+    hit = _memo.get(id(code))
+    if hit is not None and hit[0] is code and hit[1] == fn.__defaults__ and hit[2] == fn.__qualname__:
+        return hit[3]
+    fp = _function_fingerprint(fn)
+    _memo[id(code)] = (code, fn.__defaults__, fn.__qualname__, fp)
+    return fp
+
+
+def _function_fingerprint(fn) -> str:
     h = hashlib.sha256(_PY)
     h.update(fn.__qualname__.encode())
     _feed_code(h, fn.__code__)

@@ -1,0 +1,117 @@
+"""One process for ``cache_warm.py``: ``python benchmarks/_cache_runner.py tack|numba [N]``.
+
+The parent sets the environment (TACK_CACHE, TACK_CACHE_DIR, NUMBA_CACHE_DIR)
+and times the whole process from spawn to exit.  In here, in this order:
+
+* ``import numpy`` (timed),
+* the library: Tack: ``import tack`` (timed), then ``tack.kernels.contour``
+  (timed separately); Numba: ``import numba`` (timed), then the cached peer
+  module ``numba_contour_cached`` (timed separately; it also imports
+  ``tack.kernels.mc_tables`` for the tables),
+* ``sphere(N)`` is built (not timed),
+* the first contour call (timed): a compile, or a load from the disk cache.
+
+Then, untimed, what the cache did: Tack's ``tack.cache.stats()``, which
+kernels ran a compile stage, and whether LLVM (``llvmlite.binding``) or the
+front end's parser was loaded; Numba's dispatcher cache hits and misses.
+There is no second call, so the parent's process wall is that of a process
+doing one contour.  Prints one JSON object on the last line of stdout.
+Not meant to be imported.
+"""
+
+import time
+
+T_START = time.perf_counter()
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for p in (ROOT, os.path.join(ROOT, "tests", "kernels"), os.path.join(ROOT, "benchmarks", "peers")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+KERNELS = ("classify", "place_vertices", "emit_faces")
+COMPILE_STAGES = ("lower", "specialize", "init", "codegen", "llvm", "load")
+
+
+def _run_tack(n, out):
+    t0 = time.perf_counter()
+    import tack  # noqa: F401
+    out["import_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    from tack.kernels import contour as mod
+    out["module_import_s"] = time.perf_counter() - t0
+
+    import fields
+    field, level = fields.sphere(n), fields.SPHERE_LEVEL
+
+    t0 = time.perf_counter()
+    verts, faces = mod.contour(field, level)
+    out["first_call_s"] = time.perf_counter() - t0
+
+    # What the first call did (nothing below is timed).
+    out["llvm_loaded"] = "llvmlite.binding" in sys.modules
+    out["frontend_modules"] = sorted(m for m in sys.modules if m.startswith("tack.frontend"))
+    timings = {k: dict(getattr(mod, k).timings) for k in KERNELS}
+    out["timings"] = timings
+    out["compiled"] = [k for k in KERNELS if any(s in timings[k] for s in COMPILE_STAGES)]
+    out["cache_stage_s"] = sum(t.get("cache", 0.0) for t in timings.values())
+    import tack.cache
+    out["cache_stats"] = tack.cache.stats()
+    out["cache_env"] = os.environ.get("TACK_CACHE")
+    from tack.cache.keys import tack_version_id
+    out["tack_version"] = tack_version_id()      # the version directory this process used
+    return verts, faces
+
+
+def _run_numba(n, out):
+    t0 = time.perf_counter()
+    import numba
+    out["import_s"] = time.perf_counter() - t0
+    out["numba_version"] = numba.__version__
+
+    t0 = time.perf_counter()
+    import numba_contour_cached as peer
+    out["module_import_s"] = time.perf_counter() - t0
+
+    import fields
+    field, level = fields.sphere(n), fields.SPHERE_LEVEL
+
+    t0 = time.perf_counter()
+    verts, faces = peer.contour_numba(field, level)
+    out["first_call_s"] = time.perf_counter() - t0
+
+    st = peer._contour.stats
+    out["cache_hits"] = int(sum(st.cache_hits.values()))
+    out["cache_misses"] = int(sum(st.cache_misses.values()))
+    out["compiled"] = ["_contour"] if out["cache_misses"] else []
+    return verts, faces
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    which = argv[0]
+    n = int(argv[1]) if len(argv) > 1 else 21
+    out = {"which": which, "n": n}
+
+    t0 = time.perf_counter()
+    import numpy  # noqa: F401
+    out["numpy_import_s"] = time.perf_counter() - t0
+
+    if which == "tack":
+        verts, faces = _run_tack(n, out)
+    elif which == "numba":
+        verts, faces = _run_numba(n, out)
+    else:
+        raise SystemExit(f"unknown runner {which!r}; use 'tack' or 'numba'")
+    out["nverts"] = int(len(verts))
+    out["ntris"] = int(len(faces))
+    out["in_process_s"] = time.perf_counter() - T_START
+    import json
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
