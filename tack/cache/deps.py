@@ -21,6 +21,15 @@ _MISSING = object()
 
 
 def _resolve(fn, name):
+    """What ``name`` (or a dotted ``module.attr`` chain) means in ``fn`` now."""
+    if "." in name:
+        head, *attrs = name.split(".")
+        obj = _resolve(fn, head)
+        for attr in attrs:
+            obj = getattr(obj, attr, _MISSING)
+            if obj is _MISSING:
+                break
+        return obj
     code = fn.__code__
     if fn.__closure__ and name in code.co_freevars:
         return fn.__closure__[code.co_freevars.index(name)].cell_contents

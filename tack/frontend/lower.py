@@ -359,8 +359,7 @@ class _FunctionLowerer:
                                                         col_offset=node.col_offset))
             raise self.error(f"{cls.__qualname__}.{attr_name} is not a number; only static "
                              "methods and numbers of a template class can be used", node)
-        if "." not in name:
-            self.record(name, obj)
+        self.record(name, obj)
         if isinstance(obj, Constant):
             cid = "c" + obj.fingerprint
             self.state.constants[cid] = ir.Constant(obj.value)
@@ -384,6 +383,8 @@ class _FunctionLowerer:
             self.record(name, obj)
         elif isinstance(f, ast.Attribute):
             obj, name = self.resolve_attr(f)
+            if not isinstance(obj, tuple):
+                self.record(name, obj)          # "helpers.f": an edit of f must invalidate
         else:
             raise self.error("only named functions can be called in Tack code", f)
         if isinstance(obj, tuple):                      # template class static method
