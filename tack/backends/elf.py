@@ -33,7 +33,17 @@ _libc = None
 
 
 class LoadError(Exception):
-    """This object cannot be loaded by Tack's own loader."""
+    """This object cannot be loaded by Tack's own loader.
+
+    ``well_formed`` is True when the object is a valid one this loader does
+    not handle (another machine, a relocation it lacks): LLVM's own loader
+    may take it.  Bytes that are not a well-formed object must never reach
+    LLVM, which would crash the process on them.
+    """
+
+    def __init__(self, message, well_formed=False):
+        super().__init__(message)
+        self.well_formed = well_formed
 
 
 class LoadedObject:
@@ -87,8 +97,22 @@ def _libm():
     return _libm_handle
 
 
+_MACHO_MAGIC = (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf")
+
+
 def load(obj: bytes) -> LoadedObject:
     """Map an ELF64 relocatable object and apply its relocations."""
+    try:
+        return _load(obj)
+    except LoadError:
+        raise
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError, KeyError) as e:
+        raise LoadError(f"malformed ELF object ({type(e).__name__}: {e})") from None
+
+
+def _load(obj: bytes) -> LoadedObject:
+    if obj[:4] in _MACHO_MAGIC:
+        raise LoadError("a Mach-O object", well_formed=True)
     if sys.platform.startswith("win") or obj[:4] != b"\x7fELF":
         raise LoadError("not an ELF object")
     if obj[4] != 2 or obj[5] != 1:
@@ -97,7 +121,7 @@ def load(obj: bytes) -> LoadedObject:
     if e_type != 1:
         raise LoadError("not a relocatable object")
     if machine not in (EM_X86_64, EM_AARCH64):
-        raise LoadError(f"ELF machine {machine} is not supported by Tack's loader")
+        raise LoadError(f"ELF machine {machine} is not supported by Tack's loader", well_formed=True)
     shoff, = struct.unpack_from("<Q", obj, 40)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 58)
     sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
@@ -188,7 +212,7 @@ def _relocate(mapping, machine, rtype, where, value):
         imm16 = (value >> _AARCH64_MOVW[rtype]) & 0xFFFF
         struct.pack_into("<I", mapping, where, (insn & ~(0xFFFF << 5)) | (imm16 << 5))
     else:
-        raise LoadError(f"relocation type {rtype} is not supported by Tack's loader")
+        raise LoadError(f"relocation type {rtype} is not supported by Tack's loader", well_formed=True)
 
 
 def _clear_icache(start, length):

@@ -17,7 +17,9 @@ def load_object(obj: bytes, entry: str):
     """A ctypes function for ``entry`` in object code ``obj`` (built for this host)."""
     try:
         addr = elf.load(obj).address(entry)
-    except elf.LoadError:
+    except elf.LoadError as e:
+        if not e.well_formed:
+            raise
         from .cpu import load_mcjit
         addr = load_mcjit(obj, entry)
     if not addr:
