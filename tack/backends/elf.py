@@ -161,6 +161,8 @@ def _load(obj: bytes) -> LoadedObject:
     for i, off in placed.items():
         s = sections[i]
         if s[1] != SHT_NOBITS:
+            if s[4] + s[5] > len(obj):
+                raise LoadError(f"section {names[i]!r} runs past the end of the object")
             ctypes.memmove(base + off, obj[s[4]:s[4] + s[5]], s[5])
 
     # Symbols.
@@ -187,8 +189,11 @@ def _load(obj: bytes) -> LoadedObject:
         if s[1] != SHT_RELA or s[7] not in placed:
             continue
         target = placed[s[7]]
+        target_size = sections[s[7]][5]
         for k in range(s[5] // 24):
             r_offset, r_info, r_addend = struct.unpack_from("<QQq", obj, s[4] + k * 24)
+            if r_offset + 8 > target_size:
+                raise LoadError(f"relocation at {r_offset} lies outside its section")
             sym_name, sym_addr = symbols[r_info >> 32]
             if sym_addr is None:
                 sym_addr = _resolve_external(sym_name)
@@ -212,7 +217,9 @@ def _relocate(mapping, machine, rtype, where, value):
         imm16 = (value >> _AARCH64_MOVW[rtype]) & 0xFFFF
         struct.pack_into("<I", mapping, where, (insn & ~(0xFFFF << 5)) | (imm16 << 5))
     else:
-        raise LoadError(f"relocation type {rtype} is not supported by Tack's loader", well_formed=True)
+        # Tack never emits other relocations: such an object is damaged, and must
+        # not reach LLVM's loader either, which aborts the process on it.
+        raise LoadError(f"relocation type {rtype} is not supported by Tack's loader")
 
 
 def _clear_icache(start, length):

@@ -13,13 +13,16 @@ import threading
 
 from . import config as _settings
 
-__all__ = ["configure", "settings", "stats", "reset_stats"]
+__all__ = ["configure", "load_bundle", "settings", "stats", "reset_stats"]
 
 _lock = threading.Lock()
 _configured = {}
 _resolved = None          # Settings, once the first kernel compiled
 _session = None           # the Session for this process
 _stats = None
+_launch = None            # the MPI launch, if any (detected once)
+_loaded_bundle = None     # a Bundle given by load_bundle()
+_bundle_called = False    # load_bundle() ran: no rank opens the directory's bundle itself
 
 
 def configure(directory=None, mode=None, max_size=None):
@@ -46,8 +49,17 @@ def settings() -> _settings.Settings:
     with _lock:
         if _resolved is None:
             _setup_logging()
-            _resolved = _settings.resolve(_configured)
+            _resolved = _settings.resolve(_configured, default_mode="bundle" if mpi_launch() else "write")
         return _resolved
+
+
+def mpi_launch():
+    """The MPI launch this process belongs to (from the launcher's variables), or None."""
+    global _launch
+    if _launch is None:
+        from .mpi import detect
+        _launch = detect() or False
+    return _launch or None
 
 
 def stats() -> dict:
@@ -56,8 +68,12 @@ def stats() -> dict:
 
 
 def reset_stats() -> None:
-    global _stats
-    _stats = None
+    """Start this process's counters again from zero."""
+    if _stats is not None:
+        _stats.__init__()
+_launch = None            # the MPI launch, if any (detected once)
+_loaded_bundle = None     # a Bundle given by load_bundle()
+_bundle_called = False    # load_bundle() ran: no rank opens the directory's bundle itself
 
 
 def _get_stats():
@@ -69,16 +85,43 @@ def _get_stats():
 
 
 def session():
-    """The disk store for this process, or None when the cache is off."""
+    """The stores this process looks entries up in (a ``stores.Chain``), or None when off."""
     global _session
     if _session is None:
         s = settings()
-        if s.mode in ("off", "bundle"):
+        if s.mode == "off":
             _session = False
         else:
-            from .disk import DiskCache, warn_once_factory
-            _session = DiskCache(s, _get_stats(), warn_once_factory())
+            from .disk import warn_once_factory
+            from .stores import Chain, site_dirs
+            launch = mpi_launch()
+            warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
+            _session = Chain(s, _get_stats(), warn, launch, site_dirs(),
+                             own_bundle=not _bundle_called)
+            if _loaded_bundle is not None:
+                _session.add_loaded(_loaded_bundle)
     return _session or None
+
+
+def load_bundle(comm=None) -> int:
+    """Read this host's bundle on rank 0 and broadcast it to every rank of ``comm``.
+
+    Call on every rank before the first kernel. Returns the number of entries
+    read; 0 on every rank if rank 0 cannot use the bundle (there is none, it
+    is damaged, or it is not the user's own), after rank 0 warns why. Every
+    rank takes part in the same collective calls whatever happens on rank 0.
+    Without ``comm``, this process reads the bundle itself.
+    """
+    from .bcast import load_and_broadcast
+    global _loaded_bundle, _bundle_called
+    _bundle_called = True
+    loaded = load_and_broadcast(comm, settings())
+    if loaded is None:
+        return 0
+    _loaded_bundle = loaded
+    if _session:
+        _session.add_loaded(loaded)
+    return len(loaded)
 
 
 def _setup_logging():
@@ -96,9 +139,13 @@ def _setup_logging():
 
 
 def _reset_for_tests():
-    """Forget settings, session and stats, as in a new process."""
-    global _resolved, _session
+    """Forget settings, session, stats, MPI detection and bundles, as in a new process."""
+    global _resolved, _session, _launch, _loaded_bundle, _bundle_called, _stats
+    _bundle_called = False
     _configured.clear()
     _resolved = None
     _session = None
+    _launch = None
+    _loaded_bundle = None
     reset_stats()
+    _stats = None

@@ -18,7 +18,7 @@ from . import config as settings_mod
 from . import size, trust
 from .keys import tack_version_id
 
-BUNDLE_PREFIX = "bundle-"
+from .stores import BUNDLE_PREFIX
 
 
 class CLIError(Exception):
@@ -49,12 +49,20 @@ def _trusted_root(s, must_exist=True):
 
 
 def bundles(root):
+    """The bundle files in a directory, with their header fields (arch, entries, bytes)."""
+    from . import bundle
     out = []
     for name in sorted(os.listdir(root)):
         path = os.path.join(root, name)
         if name.startswith(BUNDLE_PREFIX) and os.path.isfile(path) and ".tmp." not in name:
-            out.append({"name": name, "path": path, "bytes": os.path.getsize(path)})
+            item = {"name": name, "path": path, "bytes": os.path.getsize(path)}
+            try:
+                item.update(bundle.header(path))
+            except Exception as e:          # noqa: BLE001 - info reports, never fails, on a bad file
+                item["error"] = str(e)
+            out.append(item)
     return out
+
 
 
 def gather(s) -> dict:
@@ -113,7 +121,11 @@ def cmd_info(args) -> int:
     if info["bundles"]:
         print("bundles (not counted against the limit):")
         for b in info["bundles"]:
-            print(f"  {b['name']}  {fs(b['bytes'])}")
+            if "error" in b:
+                print(f"  {b['name']}  {fs(b['bytes'])}  UNREADABLE: {b['error']}")
+            else:
+                print(f"  {b['name']}  arch {b.get('arch') or '?'} ({b.get('machine', '?')}), "
+                      f"{b['entries']} entries, {fs(b['bytes'])}, Tack {b.get('tack', '?')}")
     else:
         print("bundles:      none")
     return 0
@@ -164,6 +176,45 @@ def cmd_clear(args) -> int:
     return 0
 
 
+def cmd_pack(args) -> int:
+    from . import bundle
+    from .stores import bundle_name
+    s = _settings(args)
+    root = _trusted_root(s)
+    version = tack_version_id()
+    target = None
+    if args.arch:
+        target = _match_arch(root, version, args.arch)
+    try:
+        written = bundle.write_bundles(os.path.join(root, version), root, version,
+                                       output=args.output, target_key=target)
+    except bundle.BundleError as e:
+        raise CLIError(str(e)) from None
+    fs = settings_mod.format_size
+    for path, meta in written:
+        print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for arch "
+              f"{meta['arch'] or '?'} ({meta['machine']}) into {path}")
+    from .keys import host_target_key
+    here = bundle_name(host_target_key())
+    if args.output is None and not any(os.path.basename(p) == here for p, _ in written):
+        print(f"note: none of these is for this host ({here})")
+    return 0
+
+
+def _match_arch(root, version, arch):
+    """The target key whose variants are for ``arch`` (an LLVM CPU name or a key prefix)."""
+    from . import bundle
+    _, variants = bundle.collect(os.path.join(root, version))
+    found = {tk for tk, entries in variants.items()
+             if tk.startswith(arch) or any(m.get("arch") == arch for *_, m in entries)}
+    if not found:
+        archs = sorted({m.get("arch", "?") for entries in variants.values() for *_, m in entries})
+        raise CLIError(f"no entries for arch {arch!r}; the cache holds: {', '.join(archs) or 'none'}")
+    if len(found) > 1:
+        raise CLIError(f"arch {arch!r} matches {len(found)} targets; give a target key prefix")
+    return found.pop()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tack.cache",
                                 description="Inspect and manage Tack's kernel cache.")
@@ -183,6 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
                                        "version's and the bundles. Other files are left alone.")
     clear.add_argument("--all", action="store_true", help="every version's entries and bundles")
     clear.set_defaults(func=cmd_clear)
+    pack = sub.add_parser("pack", help="pack this version's entries into bundles",
+                          description="Pack this Tack version's entries into one bundle file per "
+                                      "architecture, in the cache directory: what MPI ranks read "
+                                      "(TACK_CACHE=bundle) instead of a file per kernel.")
+    pack.add_argument("--output", metavar="PATH", help="write the bundle here instead")
+    pack.add_argument("--arch", metavar="ARCH",
+                      help="only this architecture's entries (LLVM CPU name, e.g. znver3)")
+    pack.set_defaults(func=cmd_pack)
     return p
 
 

@@ -193,11 +193,16 @@ def _mark_used(path: str, mtime: float):
             pass
 
 
-def warn_once_factory():
+def warn_once_factory(quiet=False):
+    """A function that warns the first time it is called in this process, and logs always.
+
+    ``quiet``: log only (MPI ranks other than 0, so a job of thousands of
+    ranks does not print one warning per rank).
+    """
     said = set()
 
     def warn_once(message: str):
-        if not said:
+        if not said and not quiet:
             warnings.warn(f"tack: {message}", RuntimeWarning, stacklevel=2)
         said.add(message)
         log.debug("%s", message)

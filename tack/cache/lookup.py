@@ -58,6 +58,7 @@ def find_variant(cache, kernel, templates, key: str):
     got = cache.read(store.KIND_VARIANT, key, "variant")
     if got is None:
         cache.stats.misses["variant"] += 1
+        log.debug("kernel '%s': compiled variant missing", name)
         return None
     meta, payload, _ = got
     reason = deps.check(meta["dep"], kernel, templates)
@@ -88,6 +89,7 @@ def find_lowered(cache, kernel, templates, key: str):
     got = cache.read(store.KIND_LOWERED, key, "lowered")
     if got is None:
         cache.stats.misses["lowered"] += 1
+        log.debug("kernel '%s': lowered kernel missing; running the front end", name)
         return None
     meta, payload, _ = got
     reason = deps.check(meta["dep"], kernel, templates)
@@ -117,8 +119,13 @@ def store_lowered(cache, key: str, lowered) -> bool:
 
 @_guarded(False)
 def store_variant(cache, keys: Keys, lowered, argtypes, entry: str, sites, obj: bytes, identity) -> bool:
+    import platform
     meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": entry,
             "lowered": keys.lowered, "arg": [[str(t)] for t in argtypes],
+            "target_key": host_target_key(), "machine": platform.machine(),
+            "arch": identity.get("cpu", ""),
             "target": ";".join(f"{k}={v}" for k, v in sorted(identity.items())),
             "site": [list(s) for s in sites or ()]}
-    return cache.write(store.KIND_VARIANT, keys.variant, meta, obj)
+    stored = cache.write(store.KIND_VARIANT, keys.variant, meta, obj)
+    log.debug("kernel '%s': compiled%s", meta["kernel"], " and stored" if stored else "")
+    return stored

@@ -73,8 +73,8 @@ class TestElfLoader:
         with pytest.raises(elf.LoadError, match="not defined"):
             elf.load(obj).address("no_such_symbol")
 
-    def test_unsupported_relocation_falls_back_to_mcjit(self):
-        """An object with a relocation type the loader lacks still loads, through MCJIT."""
+    def test_unsupported_relocation_is_refused(self):
+        """An object with a relocation type the loader lacks is refused (damaged), never handed to LLVM; MCJIT itself still loads good objects."""
         obj, entry = compile_object()
         data = bytearray(obj)
         shoff, = struct.unpack_from("<Q", data, 40)
@@ -92,9 +92,12 @@ class TestElfLoader:
                     patched = (addend_at, struct.unpack_from("<q", data, addend_at)[0], info)
                     break
         assert patched, "expected an R_X86_64_64 relocation in the object"
-        with pytest.raises(elf.LoadError, match="relocation type 24"):
+        with pytest.raises(elf.LoadError, match="relocation type 24") as ei:
             elf.load(bytes(data))
-        # the fallback path: restore the relocation and load through MCJIT directly
+        assert not ei.value.well_formed
+        with pytest.raises(elf.LoadError):
+            loader.load_object(bytes(data), entry)
+        # the MCJIT path, for objects of formats the loader does not read
         from tack.backends.cpu import load_mcjit
         addr = load_mcjit(obj, entry)
         fn = loader.ENTRY_TYPE(addr)

@@ -1,0 +1,177 @@
+"""Bundles: every entry of a cache directory in one file, read once per process.
+
+Thousands of MPI ranks each looking up a file per kernel on Lustre or GPFS
+load the metadata server as much as thousands of ranks importing Python.  A
+bundle holds all of one Tack version's entries for one host architecture;
+a rank opens it once, reads it whole, and looks entries up in memory.
+
+Layout::
+
+    "TACKBDL1" | u32 format | u32 entry count | u32 meta length | u32 index length
+    | 32-byte sha256 of (meta, index) | meta | index | entries...
+
+``meta`` and ``index`` are text (``store.encode_meta`` lines); the index
+lists ``kind, key, offset, length`` of each entry and comes before the
+entries, so a truncated bundle still serves every entry that survives
+whole.  Each entry is a normal cache entry with its own checksum: a
+damaged one is ignored, and the others are used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import time
+
+from . import store, trust
+from ._log import log
+from .stores import bundle_name
+
+MAGIC = b"TACKBDL1"
+FORMAT = 1
+_HEAD = struct.Struct("<8sIIII32s")
+class BundleError(Exception):
+    """A bundle that cannot be used at all, and why."""
+
+
+class Bundle:
+    """A bundle's bytes, parsed: lookups are dict accesses."""
+
+    def __init__(self, data: bytes, path: str = "<memory>"):
+        self.data = data
+        self.path = path
+        if len(data) < _HEAD.size:
+            raise BundleError(f"{path} is too short to be a bundle")
+        magic, fmt, count, mlen, ilen, digest = _HEAD.unpack_from(data)
+        if magic != MAGIC:
+            raise BundleError(f"{path} is not a Tack bundle")
+        if fmt != FORMAT:
+            raise BundleError(f"{path} has bundle format {fmt}, this Tack reads {FORMAT}")
+        body = data[_HEAD.size:_HEAD.size + mlen + ilen]
+        if len(body) != mlen + ilen or hashlib.sha256(body).digest() != digest:
+            raise BundleError(f"{path} is damaged (its index does not match its checksum)")
+        self.meta = store.decode_meta(body[:mlen], list_fields=())
+        self.index = {}
+        for line in body[mlen:].decode().split("\n") if ilen else ():
+            kind, key, offset, length = line.split("\t")
+            self.index[(int(kind), key)] = (int(offset), int(length))
+        if len(self.index) != count:
+            raise BundleError(f"{path} is damaged (index has {len(self.index)} of {count} entries)")
+
+    def __len__(self):
+        return len(self.index)
+
+    def get(self, kind: int, key: str):
+        """-> (meta, payload) of a whole, valid entry, or None."""
+        where = self.index.get((kind, key))
+        if where is None:
+            return None
+        offset, length = where
+        try:
+            _, meta, payload = store.decode(self.data[offset:offset + length], kind, key)
+        except store.DamagedEntry as e:
+            log.debug("bundle %s: entry %s damaged (%s); ignored", self.path, key[:16], e)
+            return None
+        return meta, payload
+
+
+def pack(entries, meta: dict) -> bytes:
+    """Bundle bytes from ``[(kind, key, encoded entry bytes)]`` and header fields."""
+    meta_b = store.encode_meta(meta)
+    # Fixed-width numbers: the index's length does not depend on the offsets it lists.
+    row = len(f"0\t{'0' * 64}\t{0:016d}\t{0:016d}")
+    offset = _HEAD.size + len(meta_b) + (row + 1) * len(entries) - (1 if entries else 0)
+    lines = []
+    for kind, key, data in entries:
+        lines.append(f"{kind}\t{key}\t{offset:016d}\t{len(data):016d}")
+        offset += len(data)
+    index_b = "\n".join(lines).encode()
+    digest = hashlib.sha256(meta_b + index_b).digest()
+    head = _HEAD.pack(MAGIC, FORMAT, len(entries), len(meta_b), len(index_b), digest)
+    return b"".join([head, meta_b, index_b] + [d for _, _, d in entries])
+
+
+def read(path: str, allow_root: bool = False) -> Bundle:
+    """Open a bundle after checking it may be trusted: one open, one read."""
+    try:
+        trust.check(path, allow_root=allow_root, is_dir=False)
+        with open(path, "rb") as f:
+            data = f.read()
+    except trust.Untrusted as e:
+        raise BundleError(str(e)) from None
+    except FileNotFoundError:
+        raise BundleError(f"there is no bundle at {path}") from None
+    except OSError as e:
+        raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
+    return Bundle(data, path)
+
+
+def header(path: str) -> dict:
+    """A bundle's header fields and entry count, for ``info`` (reads only the head)."""
+    with open(path, "rb") as f:
+        head = f.read(_HEAD.size)
+        if len(head) < _HEAD.size:
+            raise BundleError(f"{path} is too short to be a bundle")
+        magic, fmt, count, mlen, ilen, _ = _HEAD.unpack(head)
+        if magic != MAGIC:
+            raise BundleError(f"{path} is not a Tack bundle")
+        meta = store.decode_meta(f.read(mlen), list_fields=())
+    meta["entries"] = count
+    meta["bytes"] = os.path.getsize(path)
+    return meta
+
+
+def collect(version_dir: str, target_key: str | None = None):
+    """The entries of one Tack version's directory, for ``pack``.
+
+    -> {target key: [(kind, key, bytes)]} of variants, and the lowered
+    entries (which every architecture's bundle carries).
+    """
+    lowered, variants = [], {}
+    for kind, level in ((store.KIND_LOWERED, "lowered"), (store.KIND_VARIANT, "variants")):
+        ldir = os.path.join(version_dir, level)
+        if not os.path.isdir(ldir):
+            continue
+        for fan in sorted(os.listdir(ldir)):
+            fdir = os.path.join(ldir, fan)
+            if not os.path.isdir(fdir):
+                continue
+            for name in sorted(os.listdir(fdir)):
+                if store.TMP_MARK in name or not name.endswith(store.SUFFIX[kind]):
+                    continue
+                try:
+                    data = store.read_file(os.path.join(fdir, name))
+                    key, meta, _ = store.decode(data, kind)
+                except (OSError, store.DamagedEntry):
+                    continue                      # damaged entries are not packed
+                if kind == store.KIND_LOWERED:
+                    lowered.append((kind, key, data))
+                else:
+                    tk = meta.get("target_key", "")
+                    if target_key is None or tk == target_key:
+                        variants.setdefault(tk, []).append((kind, key, data, meta))
+    return lowered, variants
+
+
+def write_bundles(version_dir: str, out_dir: str, tack_version: str, output: str | None = None,
+                  target_key: str | None = None):
+    """Pack a version directory into one bundle per target found. -> [(path, meta)]."""
+    lowered, variants = collect(version_dir, target_key)
+    if not variants:
+        raise BundleError(f"no compiled variants to pack in {version_dir}" +
+                          (f" for target {target_key[:16]}" if target_key else ""))
+    if output is not None and len(variants) > 1:
+        raise BundleError(f"entries for {len(variants)} targets found; --output writes one "
+                          "bundle: choose one with --arch")
+    written = []
+    for tk, entries in sorted(variants.items()):
+        first = entries[0][3]
+        meta = {"tack": tack_version, "target_key": tk, "machine": first.get("machine", ""),
+                "arch": first.get("arch", ""), "target": first.get("target", ""),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        data = pack(lowered + [(k, key, d) for k, key, d, _ in entries], meta)
+        path = output or os.path.join(out_dir, bundle_name(tk, meta["machine"]))
+        store.write_atomic(path, data, mode=0o644)
+        written.append((path, dict(meta, entries=len(lowered) + len(entries), bytes=len(data))))
+    return written

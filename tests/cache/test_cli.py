@@ -1,0 +1,174 @@
+"""``python -m tack.cache``: info, info --json, prune, clear, clear --all, usage errors and help."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tack.cache import cli, size
+
+from .conftest import current_version, entry_files, run_cli
+
+OTHER_VERSION = "0.0.1"
+
+
+@pytest.fixture
+def populated(warm):
+    """The stored KMOD cache plus another version's copy of its entries, a bundle and a foreign file."""
+    cache, _ = warm
+    (this,) = [d for d in cache.iterdir() if d.is_dir()]
+    shutil.copytree(this, cache / OTHER_VERSION)
+    (cache / "bundle-x86_64").write_bytes(b"b" * 3000)
+    (cache / "notes.txt").write_text("not Tack's")
+    return cache, this.name
+
+
+def test_info(populated):
+    """info prints the directory, mode and limit with their sources, entries per version and level, sizes in binary units, and the bundles."""
+    cache, this = populated
+    run = run_cli(cache, "info", env={"TACK_CACHE_SIZE": "500M"})
+    assert run.rc == 0, run.stderr
+    out = run.stdout
+    lines = out.splitlines()
+    assert f"directory:    {cache}  (environment)" in lines
+    assert "mode:         write  (default)" in lines
+    assert "size limit:   500.0 MiB  (environment)" in lines
+    assert f"tack version: {this}" in lines
+    assert "across 2 Tack version(s)" in out and "entries:      12 (" in out
+    assert f"  {this}  <- this version" in lines
+    assert f"  {OTHER_VERSION}" in lines
+    level_lines = [ln.split() for ln in lines if ln.strip().startswith(("lowered", "variants"))]
+    assert [(ln[0], ln[1], ln[2]) for ln in level_lines] == [
+        ("lowered", "3", "entries"), ("variants", "3", "entries")] * 2
+    assert all(ln[-1] == "KiB" for ln in level_lines)
+    assert "bundle-x86_64  2.9 KiB" in out
+    assert "notes.txt" not in out
+    assert run.stderr == ""
+
+
+def test_info_json(populated):
+    """info --json gives every setting with its source, entries and bytes per version and level, totals and bundles."""
+    cache, this = populated
+    run = run_cli(cache, "info", "--json", env={"TACK_CACHE": "read"})
+    assert run.rc == 0, run.stderr
+    info = json.loads(run.stdout)
+    assert set(info) == {"directory", "mode", "max_size", "sources", "tack_version", "exists", "trusted",
+                         "untrusted_reason", "versions", "total_bytes", "total_entries",
+                         "last_size_check", "bundles"}
+    assert (info["directory"], info["mode"], info["max_size"]) == (str(cache), "read", 1 << 30)
+    assert info["sources"] == {"directory": "environment", "mode": "environment", "max_size": "default"}
+    assert info["tack_version"] == this and info["exists"] and info["trusted"]
+    assert set(info["versions"]) == {this, OTHER_VERSION}
+    for levels in info["versions"].values():
+        assert levels["lowered"]["entries"] == 3 and levels["variants"]["entries"] == 3
+        assert levels["lowered"]["bytes"] > 0 and levels["variants"]["bytes"] > 0
+    assert info["total_entries"] == 12
+    assert info["total_bytes"] == sum(p.stat().st_size for p in entry_files(cache))
+    assert [b["name"] for b in info["bundles"]] == ["bundle-x86_64"]
+    assert info["last_size_check"] is not None
+
+
+def test_info_without_directory(cache_dir):
+    """info with no cache directory yet says so and exits 0, creating nothing."""
+    run = run_cli(cache_dir, "info")
+    assert run.rc == 0, run.stderr
+    assert "no cache directory yet" in run.stdout
+    assert not os.path.lexists(cache_dir)
+
+
+def test_prune(populated):
+    """prune under the default limit deletes nothing; --max-size 200M is accepted and reported in MiB."""
+    cache, _ = populated
+    before = sorted(entry_files(cache))
+    run = run_cli(cache, "prune")
+    assert run.rc == 0, run.stderr
+    assert run.stdout.startswith("pruned 0 entries") and "limit 1.0 GiB" in run.stdout
+    run = run_cli(cache, "prune", "--max-size", "200M")
+    assert run.rc == 0, run.stderr
+    assert "pruned 0 entries" in run.stdout and "limit 200.0 MiB" in run.stdout
+    assert sorted(entry_files(cache)) == before
+
+
+def test_prune_to_small_size(populated):
+    """prune --max-size below the total deletes entries down to 90% of it and leaves the bundle and foreign file."""
+    cache, _ = populated
+    total = sum(p.stat().st_size for p in entry_files(cache))
+    limit = total // 2
+    run = run_cli(cache, "prune", "--max-size", str(limit))
+    assert run.rc == 0, run.stderr
+    count = int(run.stdout.split()[1])
+    assert count > 0 and len(entry_files(cache)) == 12 - count
+    assert sum(p.stat().st_size for p in entry_files(cache)) <= 0.9 * limit
+    assert (cache / "bundle-x86_64").exists() and (cache / "notes.txt").exists()
+
+
+@pytest.mark.parametrize("args", [["prune", "--max-size", "12Q"], ["prune", "--max-size=-1G"]])
+def test_prune_bad_size(populated, args):
+    """prune with a bad --max-size exits 1 with a one-line error and deletes nothing."""
+    cache, _ = populated
+    before = sorted(entry_files(cache))
+    run = run_cli(cache, *args)
+    assert run.rc == 1
+    assert run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1 and "--max-size" in run.stderr
+    assert run.stderr.startswith("tack.cache: error:")
+    assert sorted(entry_files(cache)) == before
+
+
+def test_clear(populated):
+    """clear deletes this version's entries only; other versions, bundles and foreign files stay."""
+    cache, this = populated
+    run = run_cli(cache, "clear")
+    assert run.rc == 0, run.stderr
+    assert not (cache / this).exists()
+    assert sorted(e[3] for e in size.entries(str(cache))) == [OTHER_VERSION] * 6
+    assert (cache / "bundle-x86_64").exists() and (cache / "notes.txt").exists()
+
+
+def test_clear_all(populated):
+    """clear --all deletes every version's entries, the bundles and the stamp, and leaves a foreign file in place."""
+    cache, _ = populated
+    assert (cache / size.STAMP).exists()
+    run = run_cli(cache, "clear", "--all")
+    assert run.rc == 0, run.stderr
+    assert sorted(os.listdir(cache)) == ["notes.txt"]
+    assert (cache / "notes.txt").read_text() == "not Tack's"
+
+
+@pytest.mark.parametrize("command", ["prune", "clear"])
+def test_untrusted_directory_is_not_touched(populated, command):
+    """prune and clear refuse a group-writable directory with a one-line error (exit 1) and delete nothing."""
+    cache, _ = populated
+    os.chmod(cache, 0o770)
+    before = sorted(entry_files(cache))
+    run = run_cli(cache, command, *(["--max-size", "1K"] if command == "prune" else []))
+    assert run.rc == 1
+    assert len(run.stderr.strip().splitlines()) == 1 and "writable by its group" in run.stderr
+    assert sorted(entry_files(cache)) == before
+
+
+@pytest.mark.parametrize("argv", [["frobnicate"], [], ["info", "--bogus"]])
+def test_bad_usage_exits_2(argv, cache_dir):
+    """An unknown command, no command or an unknown option exits with status 2."""
+    run = run_cli(cache_dir, *argv)
+    assert run.rc == 2
+    assert "usage:" in run.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["info", "--help"], ["prune", "--help"], ["clear", "--help"]])
+def test_help(argv, capsys):
+    """--help of the program and of each command prints usage and exits 0."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m tack.cache")
+    if argv[0] != "--help":
+        assert f"python -m tack.cache {argv[0]}" in out
+
+
+def test_version_is_this_checkout(populated):
+    """The version directory the cache writes is tack_version_id() of this checkout."""
+    cache, this = populated
+    assert this == current_version()

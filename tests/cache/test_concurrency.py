@@ -1,0 +1,120 @@
+"""Processes sharing one cache directory: concurrent writers, and a writer killed in the middle of storing an entry."""
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tack.cache import store
+
+from .conftest import (child_argv, child_env, compiled, decode_entry, entry_files, run_child,
+                       write_module, Run)
+
+CONC = '''"""Four kernels for the concurrency tests."""
+import tack
+
+
+@tack.kernel
+def c0(a, out):
+    i = tack.tid()
+    out[i] = a[i] * 2.0 - 0.0
+
+
+@tack.kernel
+def c1(a, out):
+    i = tack.tid()
+    out[i] = a[i] * 3.0 - 1.0
+
+
+@tack.kernel
+def c2(a, out):
+    i = tack.tid()
+    out[i] = a[i] * 4.0 - 2.0
+
+
+@tack.kernel
+def c3(a, out):
+    i = tack.tid()
+    out[i] = a[i] * 5.0 - 3.0
+'''
+
+PROCESSES = 8
+WAIT_FOR_GO = "import os, time\nwhile not os.path.exists({go!r}):\n    time.sleep(0.002)\n"
+
+
+def launches_of(i):
+    """Process i: c0 (every process, at one of two shapes) and one of c1..c3."""
+    return [{"kernel": "c0", "n": 5 + i % 2}, {"kernel": f"c{1 + i % 3}", "n": 5}]
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_concurrent_writers(round_, tmp_path):
+    """Eight processes released at once into one empty directory all get the right results, and every entry left there is whole."""
+    src = write_module(tmp_path / "src", CONC, "conc")
+    cache = tmp_path / "shared-cache"
+    go = tmp_path / "go"
+    procs = [subprocess.Popen(child_argv(src, launches_of(i), "conc", prelude=WAIT_FOR_GO.format(go=str(go))),
+                              env=child_env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(PROCESSES)]
+    go.touch()
+    runs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        runs.append(Run(p.returncode, out, err))
+    for run in runs:
+        for r in run.results:
+            j = int(r["kernel"][1:])
+            np.testing.assert_array_equal(r["out"], np.arange(len(r["out"])) * (j + 2.0) - j)
+        assert run.warnings == [], run.warnings
+    files = entry_files(cache)
+    assert not [p for p in cache.rglob("*") if store.TMP_MARK in p.name]
+    assert sorted(p.suffix for p in files) == [".tlk"] * 4 + [".tvar"] * 5
+    for p in files:
+        decode_entry(p)
+
+
+SLOW_VARIANT_STORE = '''
+import os, time
+_real_replace = os.replace
+
+def _slow_replace(src, dst, *args, **kwargs):
+    if str(dst).endswith(".tvar"):
+        print("READY", src, dst, flush=True)
+        time.sleep(300)
+    return _real_replace(src, dst, *args, **kwargs)
+
+os.replace = _slow_replace
+'''
+
+
+def test_writer_killed_mid_store(tmp_path, cache_dir):
+    """A writer killed between writing its temporary file and renaming it leaves no partial entry at a final path; the next process compiles and runs right."""
+    src = write_module(tmp_path / "src", CONC, "conc")
+    launches = [{"kernel": "c1", "n": 6}]
+    p = subprocess.Popen(child_argv(src, launches, "conc", prelude=SLOW_VARIANT_STORE),
+                         env=child_env(cache_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("READY"), (line, p.stderr.read() if p.poll() is not None else "")
+        _, tmp, final = line.split()
+        assert os.path.isfile(tmp) and not os.path.lexists(final)
+        assert store.TMP_MARK in Path(tmp).name and Path(tmp).parent == Path(final).parent
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    assert not os.path.lexists(final)
+    finals = [f for f in entry_files(cache_dir) if store.TMP_MARK not in f.name]
+    assert [f.suffix for f in finals] == [".tlk"]
+    decode_entry(finals[0])
+
+    run = run_child(cache_dir, src, launches, module="conc")
+    r = run.result("c1")
+    np.testing.assert_array_equal(r["out"], np.arange(6) * 3.0 - 1.0)
+    assert compiled(r) and "lower" not in r["timings"]
+    assert run.stats["hits"] == {"lowered": 1, "variant": 0}
+    assert run.warnings == []
+    decode_entry(Path(final))

@@ -1,0 +1,182 @@
+"""Damaged, partial and foreign entries are ignored, removed or replaced, and the kernel compiled."""
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from tack.cache import size, store
+
+from .conftest import (check_results, clone, compiled, decode_entry, entry_files, loaded, one_entry, run_child,
+                       stored_many_in)
+
+HEAD = store._HEAD.size
+LAUNCHES = [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 5}]
+
+
+def truncate_at(offset):
+    def damage(path, other):
+        data = path.read_bytes()
+        path.write_bytes(data[:offset(len(data))])
+    return damage
+
+
+def flip_at(where):
+    def damage(path, other):
+        data = bytearray(path.read_bytes())
+        meta_len, payload_len = store._HEAD.unpack_from(data)[2:4]
+        offset = where(len(data), meta_len, payload_len)
+        data[offset] ^= 0x5A
+        path.write_bytes(bytes(data))
+    return damage
+
+
+def another_entrys_bytes(path, other):
+    path.write_bytes(other.read_bytes())
+
+
+DAMAGE = {
+    "truncated to 0": truncate_at(lambda n: 0),
+    "truncated to 10": truncate_at(lambda n: 10),
+    "truncated to the header": truncate_at(lambda n: HEAD),
+    "truncated in the middle": truncate_at(lambda n: n // 2),
+    "truncated by one byte": truncate_at(lambda n: n - 1),
+    "extended by one byte": lambda path, other: path.write_bytes(path.read_bytes() + b"\0"),
+    "byte flipped in the header magic": flip_at(lambda n, m, p: 3),
+    "byte flipped in the header checksum": flip_at(lambda n, m, p: 40),
+    "byte flipped in the header key": flip_at(lambda n, m, p: 100),
+    "byte flipped in the metadata": flip_at(lambda n, m, p: HEAD + m // 2),
+    "byte flipped in the payload": flip_at(lambda n, m, p: HEAD + m + p // 2),
+    "another entry's bytes": another_entrys_bytes,
+}
+
+
+CASES = list(DAMAGE)
+INTACT = "k19"          # launched too, undamaged: it must still load
+
+
+def many_expected(run):
+    return {r["kernel"]: (lambda j: lambda a: a * j + j)(int(r["kernel"][1:])) for r in run.results}
+
+
+@pytest.fixture(scope="module")
+def damaged(_stored_pool, tmp_path_factory):
+    """One copy of the twenty-kernel cache with kernel k<j>'s variant damaged the j-th way, then one process launching them all.
+
+    -> (run, {case: damaged path})
+    """
+    stored_many = stored_many_in(_stored_pool, tmp_path_factory)
+    cache = clone(stored_many.cache, tmp_path_factory.mktemp("damaged") / "cache")
+    other = one_entry(cache, "variants", INTACT)
+    victims = {case: one_entry(cache, "variants", f"k{j:02d}") for j, case in enumerate(CASES)}
+    for case in CASES:
+        DAMAGE[case](victims[case], other)
+        with pytest.raises(store.DamagedEntry):
+            decode_entry(victims[case])
+    launches = [{"kernel": f"k{j:02d}", "n": 4} for j in range(len(CASES))] + [{"kernel": INTACT, "n": 4}]
+    run = run_child(cache, stored_many.src, launches, module="kmany")
+    return run, victims
+
+
+def test_damaged_run_as_a_whole(damaged):
+    """The process that met every damaged entry ran every kernel right, counted each damaged entry once, and warned about nothing."""
+    run, victims = damaged
+    check_results(run, many_expected(run))
+    assert run.stats["damaged"] == len(CASES)
+    assert run.stats["hits"] == {"lowered": len(CASES), "variant": 1}
+    assert loaded(run.result(INTACT))
+    assert run.warnings == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_damaged_variant_is_ignored_and_replaced(case, damaged):
+    """A damaged variant entry is ignored, the kernel compiled from its lowered entry with the right result, and a valid entry is in its place afterwards."""
+    run, victims = damaged
+    j = CASES.index(case)
+    result = run.result(f"k{j:02d}")
+    np.testing.assert_array_equal(result["out"], np.arange(4.0) * j + j)
+    assert compiled(result) and "lower" not in result["timings"], result
+    key, meta, _ = decode_entry(victims[case])
+    assert key == victims[case].name.split(".")[0]
+    assert meta["kernel"].endswith(f"k{j:02d}")
+
+
+def test_damaged_lowered_entry_is_ignored_and_replaced(warm):
+    """A damaged lowered entry under a new shape is ignored, the front end runs, and a valid entry replaces it."""
+    cache, src = warm
+    victim = one_entry(cache, "lowered", "k_main")
+    truncate_at(lambda n: n // 2)(victim, None)
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 8}])
+    check_results(run)
+    assert "lower" in run.result("k_main")["timings"]
+    assert run.stats["damaged"] == 1
+    decode_entry(victim)
+
+
+def test_leftover_temporary_file_is_ignored(warm):
+    """A temporary file a dead writer left beside a missing entry is neither loaded nor counted; the kernel compiles and is stored."""
+    cache, src = warm
+    victim = one_entry(cache, "variants", "k_main")
+    data = victim.read_bytes()
+    victim.unlink()
+    tmp = victim.with_name(victim.name + store.TMP_MARK + "4242.abcdef")
+    tmp.write_bytes(data[: len(data) // 2])
+    whole_tmp = victim.with_name(victim.name + store.TMP_MARK + "4343.fedcba")
+    whole_tmp.write_bytes(data)
+    run = run_child(cache, src, LAUNCHES)
+    check_results(run)
+    assert compiled(run.result("k_main"))
+    assert run.stats["misses"]["variant"] == 1 and run.stats["damaged"] == 0
+    decode_entry(victim)
+    assert tmp.read_bytes() == data[: len(data) // 2]
+    assert all(store.TMP_MARK not in p for p, *_ in size.entries(str(cache)))
+    assert victim in entry_files(cache) and os.path.exists(tmp)
+
+
+def _sections(obj):
+    """(header offset, sh_type, sh_offset) of each section of an ELF64 little-endian object."""
+    shoff, = struct.unpack_from("<Q", obj, 40)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 58)
+    out = []
+    for i in range(shnum):
+        _, sh_type, _, _, sh_offset = struct.unpack_from("<IIQQQ", obj, shoff + i * shentsize)
+        out.append((shoff + i * shentsize, sh_type, sh_offset))
+    return out
+
+
+def _text_size_past_the_end(obj):
+    header = next(h for h, t, _ in _sections(obj) if t == 1)          # SHT_PROGBITS
+    struct.pack_into("<Q", obj, header + 32, 1 << 30)                  # sh_size
+
+
+def _unknown_relocation_type(obj):
+    offset = next(o for _, t, o in _sections(obj) if t == 4)          # SHT_RELA: first relocation
+    info, = struct.unpack_from("<Q", obj, offset + 8)
+    struct.pack_into("<Q", obj, offset + 8, (info & ~0xFFFFFFFF) | 0x7F)
+
+
+def _not_an_object(obj):
+    obj[:] = b"not an object file" * 8
+
+
+MALFORMED = {"not an object file": _not_an_object,
+             "section size past the end": _text_size_past_the_end,
+             "unknown relocation type": _unknown_relocation_type}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_entry_with_valid_checksum_but_malformed_code(case, warm):
+    """A variant entry whose checksum holds but whose object code is malformed is discarded and the kernel compiled, in a process that exits normally."""
+    cache, src = warm
+    victim = one_entry(cache, "variants", "k_main")
+    key, meta, payload = decode_entry(victim)
+    obj = bytearray(payload)
+    MALFORMED[case](obj)
+    victim.write_bytes(store.encode(store.KIND_VARIANT, key, meta, bytes(obj)))
+    run = run_child(cache, src, LAUNCHES)
+    assert run.rc == 0, f"rc {run.rc}: {run.stderr[-2000:]}"
+    check_results(run)
+    assert compiled(run.result("k_main"))
+    assert run.stats["damaged"] == 1
+    assert decode_entry(victim)[2] != bytes(obj)

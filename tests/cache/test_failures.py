@@ -1,0 +1,78 @@
+"""File system failures are never fatal: one RuntimeWarning per process, right results, exit status 0."""
+
+import os
+
+from tack.cache import store
+
+from .conftest import KMOD_LAUNCHES, check_results, decode_entry, drop_dac_caps, entry_files, run_child
+
+LAUNCHES = KMOD_LAUNCHES + [{"kernel": "k_main", "n": 7}]
+
+FILE_TOO_BIG = """
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+"""
+
+
+def assert_one_warning_and_right(run):
+    assert run.rc == 0, run.stderr
+    check_results(run)
+    assert len(run.warnings) == 1, run.warnings
+    assert run.warnings[0]["category"] == "RuntimeWarning"
+    assert run.warnings[0]["message"].startswith("tack: ")
+
+
+def test_read_only_directory(warm):
+    """A read-only cache directory still serves its entries; the one store that fails is a single warning."""
+    cache, src = warm
+    dirs = [cache] + [p for p in cache.rglob("*") if p.is_dir()]
+    for d in dirs:
+        os.chmod(d, 0o500)
+    try:
+        run = run_child(cache, src, LAUNCHES, preexec_fn=drop_dac_caps)
+    finally:
+        for d in dirs:
+            os.chmod(d, 0o700)
+    assert_one_warning_and_right(run)
+    assert "Permission denied" in run.warnings[0]["message"], run.warnings
+    assert run.stats["hits"] == {"lowered": 1, "variant": 3}
+    assert run.stats["bytes_written"] == 0
+    assert not [p for p in cache.rglob("*") if store.TMP_MARK in p.name]
+    assert len(entry_files(cache)) == 6
+
+
+def test_empty_read_only_directory(tmp_path, warm):
+    """An empty, read-only cache directory: nothing can be stored, one warning, right results."""
+    _, src = warm
+    cache = tmp_path / "empty-ro"
+    cache.mkdir(mode=0o500)
+    try:
+        run = run_child(cache, src, LAUNCHES, preexec_fn=drop_dac_caps)
+    finally:
+        os.chmod(cache, 0o700)
+    assert_one_warning_and_right(run)
+    assert "Permission denied" in run.warnings[0]["message"], run.warnings
+    assert list(cache.iterdir()) == []
+
+
+def test_directory_that_is_a_file(tmp_path, warm):
+    """TACK_CACHE_DIR naming a regular file: one warning, right results, the file untouched."""
+    _, src = warm
+    afile = tmp_path / "a-file"
+    afile.write_text("mine")
+    run = run_child(afile, src, LAUNCHES)
+    assert_one_warning_and_right(run)
+    assert str(afile) in run.warnings[0]["message"] and "not a directory" in run.warnings[0]["message"]
+    assert afile.read_text() == "mine"
+
+
+def test_file_too_big(tmp_path, cache_dir, warm):
+    """Writes failing with EFBIG (RLIMIT_FSIZE) are one warning; right results; no temporary or partial entry is left."""
+    _, src = warm
+    run = run_child(cache_dir, src, LAUNCHES, prelude=FILE_TOO_BIG)
+    assert_one_warning_and_right(run)
+    assert "too large" in run.warnings[0]["message"].lower(), run.warnings
+    assert not [p for p in cache_dir.rglob("*") if store.TMP_MARK in p.name]
+    for p in entry_files(cache_dir):
+        decode_entry(p)

@@ -1,0 +1,197 @@
+"""What makes a new process compile again, and what does not: each case runs after a first process stored KMOD's kernels."""
+
+import os
+
+import pytest
+
+from .conftest import (EXPECTED, KMOD, KMOD_LAUNCHES, check_results, clone, compiled, entry_files,
+                       expect_main, loaded, run_child, write_module, edit)
+
+# (edit of KMOD, the kernel it must recompile, that kernel's expected output)
+RECOMPILE = {
+    "kernel body": (("out[i] = middle(a[i]) * SCALE", "out[i] = middle(a[i]) * SCALE + 100.0"),
+                    "k_main", lambda a: expect_main(a, plus=100.0)),
+    "device function two calls deep": (("return x * 2.0 + OFFSET", "return x * 4.0 + OFFSET"),
+                                       "k_main", lambda a: expect_main(a, mul=4.0)),
+    "constant value": (("SCALE = tack.constant(np.float64(3.0))", "SCALE = tack.constant(np.float64(5.0))"),
+                       "k_main", lambda a: expect_main(a, scale=5.0)),
+    "constant dtype": (("SCALE = tack.constant(np.float64(3.0))", "SCALE = tack.constant(np.float32(3.0))"),
+                       "k_main", expect_main),
+    "constant read two calls deep": (("OFFSET = tack.constant(0.5)", "OFFSET = tack.constant(0.25)"),
+                                     "k_main", lambda a: expect_main(a, offset=0.25)),
+    "template class method": (("return x * 10.0", "return x * 20.0"),
+                              "k_tmpl", lambda a: a * 20.0 + 1.0),
+}
+
+
+@pytest.mark.parametrize("case", list(RECOMPILE))
+def test_edit_recompiles(case, warm, tmp_path):
+    """Editing what a kernel depends on makes the next process compile that kernel again (and only it), with the edit's result."""
+    (old, new), kernel, want = RECOMPILE[case]
+    cache, _ = warm
+    src = write_module(tmp_path / "src-edited", edit(KMOD, old, new))
+    run = run_child(cache, src, KMOD_LAUNCHES)
+    check_results(run, {**EXPECTED, kernel: want})
+    for r in run.results:
+        if r["kernel"] == kernel:
+            assert "lower" in r["timings"] and compiled(r), r
+        else:
+            assert loaded(r), r
+    assert run.stats["hits"]["variant"] == 2
+    assert run.stats["misses"]["variant"] == 1
+    assert run.stats["hits"]["lowered"] == 0
+    assert run.warnings == []
+    if case == "device function two calls deep":
+        # Same lowered key, new dependency record: the entries were replaced, and the next process loads them.
+        again = run_child(cache, src, KMOD_LAUNCHES)
+        check_results(again, {**EXPECTED, kernel: want})
+        assert all(loaded(r) for r in again.results), again.results
+
+
+@pytest.mark.parametrize("case", ["unrelated function", "comments outside the kernels"])
+def test_unrelated_edit_loads(case, warm, tmp_path):
+    """Editing an unrelated function, or adding comments that shift every line, still loads every variant."""
+    cache, _ = warm
+    if case == "unrelated function":
+        source = edit(KMOD, "return x + 1\n", "return x + 2\n")
+    else:
+        source = "# a comment at the top\n# and another\n" + edit(
+            KMOD, "@tack.kernel\ndef k_other", "# a comment between functions\n\n@tack.kernel\ndef k_other")
+    src = write_module(tmp_path / "src-edited", source)
+    run = run_child(cache, src, KMOD_LAUNCHES)
+    check_results(run)
+    assert all(loaded(r) for r in run.results), run.results
+    assert run.stats["hits"] == {"lowered": 0, "variant": 3}
+    assert run.stats["misses"] == {"lowered": 0, "variant": 0}
+
+
+def test_debug_mode_is_a_separate_entry(warm):
+    """TACK_DEBUG=1 misses the entries stored without it and stores its own, which the next debug process loads."""
+    cache, src = warm
+    before = len(entry_files(cache))
+    first = run_child(cache, src, [{"kernel": "k_main", "n": 5}], env={"TACK_DEBUG": "1"})
+    check_results(first)
+    r = first.result("k_main")
+    assert "lower" in r["timings"] and compiled(r)
+    assert first.stats["misses"] == {"lowered": 1, "variant": 1}
+    assert len(entry_files(cache)) == before + 2
+    second = run_child(cache, src, [{"kernel": "k_main", "n": 5}], env={"TACK_DEBUG": "1"})
+    check_results(second)
+    assert loaded(second.result("k_main"))
+    assert second.stats["hits"]["variant"] == 1
+
+
+OOB = "\n\n@tack.kernel\ndef k_oob(a, out):\n    i = tack.tid()\n    out[i] = a[i + 1]\n"
+CATCH_OOB = ("try:\n"
+             "    tack.launch(mod.k_oob, 4, (np.arange(4.0), np.zeros(4)))\n"
+             "    extra = 'no error'\n"
+             "except IndexError as e:\n"
+             "    extra = str(e)\n")
+
+
+def test_debug_variant_from_cache_checks_bounds_and_points_at_current_line(warm, tmp_path):
+    """A debug variant loaded from the cache after comments were added above the kernel still raises IndexError, naming the line where the access now is."""
+    cache, _ = warm
+    first_src = write_module(tmp_path / "first", KMOD + OOB)
+    first = run_child(cache, first_src, [], after=CATCH_OOB, env={"TACK_DEBUG": "1"})
+    line = (KMOD + OOB).splitlines().index("    out[i] = a[i + 1]") + 1
+    assert "out of bounds" in first.data["extra"]
+    assert f"{first_src / 'kmod.py'}:{line}" in first.data["extra"], first.data["extra"]
+
+    moved_src = write_module(tmp_path / "moved", "# one\n# two\n# three\n" + KMOD + OOB)
+    moved = run_child(cache, moved_src, [], after=CATCH_OOB, env={"TACK_DEBUG": "1"})
+    assert moved.stats["hits"]["variant"] == 1
+    assert "out of bounds" in moved.data["extra"], moved.data["extra"]
+    assert f"{moved_src / 'kmod.py'}:{line + 3}" in moved.data["extra"], moved.data["extra"]
+
+
+def test_other_tack_version_has_its_own_entries(warm):
+    """Another Tack version misses every stored entry and stores its own in a new version directory."""
+    cache, src = warm
+    before = set(os.listdir(cache))
+    prelude = "import tack.cache.keys as K\nK.tack_version_id = lambda: '9.9.9'\n"
+    run = run_child(cache, src, KMOD_LAUNCHES, prelude=prelude)
+    check_results(run)
+    assert all(compiled(r) for r in run.results)
+    assert run.stats["hits"] == {"lowered": 0, "variant": 0}
+    assert run.stats["misses"] == {"lowered": 3, "variant": 3}
+    assert set(os.listdir(cache)) - before == {"9.9.9"}
+    assert len(list((cache / "9.9.9").glob("*/*/*.t*"))) == 6
+    # The first version's entries are still there and still load.
+    again = run_child(cache, src, KMOD_LAUNCHES)
+    assert all(loaded(r) for r in again.results)
+
+
+@pytest.mark.parametrize("fact", ["model name", "llvmlite"])
+def test_other_host_has_its_own_variants(fact, warm):
+    """Another CPU model or llvmlite version misses the stored variants but reuses the lowered kernels, and stores variants of its own."""
+    cache, src = warm
+    before = len(entry_files(cache))
+    prelude = ("import tack.cache.keys as K\n"
+               "_real = K.host_cpu_identity()\n"
+               f"K.host_cpu_identity = lambda: {{**_real, {fact!r}: 'something else'}}\n")
+    run = run_child(cache, src, KMOD_LAUNCHES, prelude=prelude)
+    check_results(run)
+    assert all(compiled(r) and "lower" not in r["timings"] for r in run.results), run.results
+    assert run.stats["hits"] == {"lowered": 3, "variant": 0}
+    assert len(entry_files(cache)) == before + 3
+
+
+# Device functions and constants reached through another module's attribute (helpers.f, helpers.FACTOR).
+HELPERS = '''"""Device functions and constants in a module of their own."""
+import tack
+
+FACTOR = tack.constant(10.0)
+
+
+@tack.func
+def f(x):
+    return x + 1.0
+'''
+
+KATTR = '''"""Kernels reading another module's device function and constant through the module."""
+import tack
+
+import helpers
+
+
+@tack.kernel
+def k_func(a, out):
+    i = tack.tid()
+    out[i] = helpers.f(a[i])
+
+
+@tack.kernel
+def k_const(a, out):
+    i = tack.tid()
+    out[i] = a[i] * helpers.FACTOR
+'''
+
+KATTR_LAUNCHES = [{"kernel": "k_func", "n": 5}, {"kernel": "k_const", "n": 5}]
+
+
+@pytest.fixture(scope="module")
+def stored_attr(tmp_path_factory):
+    base = tmp_path_factory.mktemp("stored-attr")
+    src = write_module(base / "src", HELPERS, "helpers")
+    write_module(src, KATTR, "kattr")
+    cold = run_child(base / "cache", src, KATTR_LAUNCHES, module="kattr")
+    check_results(cold, {"k_func": lambda a: a + 1.0, "k_const": lambda a: a * 10.0})
+    return base / "cache"
+
+
+@pytest.mark.parametrize("case", ["device function", "constant"])
+def test_edit_reached_through_module_attribute_recompiles(case, stored_attr, tmp_path):
+    """Editing a device function or constant that a kernel reaches as module.name makes the next process compile that kernel again, with the edit's result."""
+    cache = clone(stored_attr, tmp_path / "cache-attr")
+    if case == "device function":
+        helpers = edit(HELPERS, "return x + 1.0", "return x + 5.0")
+        kernel, want = "k_func", {"k_func": lambda a: a + 5.0, "k_const": lambda a: a * 10.0}
+    else:
+        helpers = edit(HELPERS, "FACTOR = tack.constant(10.0)", "FACTOR = tack.constant(20.0)")
+        kernel, want = "k_const", {"k_func": lambda a: a + 1.0, "k_const": lambda a: a * 20.0}
+    src = write_module(tmp_path / "src-edited", helpers, "helpers")
+    write_module(src, KATTR, "kattr")
+    run = run_child(cache, src, KATTR_LAUNCHES, module="kattr")
+    check_results(run, want)
+    assert compiled(run.result(kernel)), run.result(kernel)

@@ -1,0 +1,196 @@
+"""The cache's settings: TACK_CACHE_DIR, TACK_CACHE, TACK_CACHE_SIZE, configure(), their precedence and bad values."""
+
+import os
+import warnings
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tack.cache
+from tack.cache import config as cfg
+
+from .conftest import KMOD, check_results, compiled, import_file, loaded, run_child, snapshot, write_module
+
+GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
+
+
+def resolve_quietly():
+    """tack.cache.settings(), failing on any warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return tack.cache.settings()
+
+
+def test_defaults(monkeypatch, tmp_path):
+    """With nothing set, the directory is $XDG_CACHE_HOME/tack, the mode write and the limit 1 GiB, all from the defaults."""
+    monkeypatch.delenv("TACK_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    s = resolve_quietly()
+    assert s.directory == str(tmp_path / "xdg" / "tack")
+    assert (s.mode, s.max_size) == ("write", GiB)
+    assert s.sources == {"directory": "default", "mode": "default", "max_size": "default"}
+
+
+def test_default_directory_without_xdg(monkeypatch, tmp_path):
+    """Without XDG_CACHE_HOME the default directory is ~/.cache/tack."""
+    monkeypatch.delenv("TACK_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert resolve_quietly().directory == str(tmp_path / ".cache" / "tack")
+
+
+@pytest.mark.parametrize("var, value, field, want", [
+    ("TACK_CACHE_DIR", "/somewhere/else/tack", "directory", "/somewhere/else/tack"),
+    ("TACK_CACHE", "read", "mode", "read"),
+    ("TACK_CACHE", " OFF ", "mode", "off"),
+    ("TACK_CACHE", "bundle", "mode", "bundle"),
+    ("TACK_CACHE_SIZE", "500M", "max_size", 500 * MiB),
+    ("TACK_CACHE_SIZE", "unlimited", "max_size", None),
+])
+def test_each_environment_variable(monkeypatch, var, value, field, want):
+    """Each variable sets its setting, and settings().sources says it came from the environment."""
+    monkeypatch.setenv(var, value)
+    s = resolve_quietly()
+    assert getattr(s, field) == want
+    assert s.sources[field] == "environment"
+    assert all(s.sources[k] == "default" for k in ("mode", "max_size") if k != field)
+
+
+def test_configure_beats_environment(monkeypatch, tmp_path):
+    """configure() values win over the environment for every setting, and sources says so."""
+    monkeypatch.setenv("TACK_CACHE_DIR", str(tmp_path / "from-env"))
+    monkeypatch.setenv("TACK_CACHE", "read")
+    monkeypatch.setenv("TACK_CACHE_SIZE", "2G")
+    tack.cache.configure(directory=tmp_path / "from-configure", mode="off", max_size="4G")
+    s = resolve_quietly()
+    assert (s.directory, s.mode, s.max_size) == (str(tmp_path / "from-configure"), "off", 4 * GiB)
+    assert s.sources == {"directory": "configure", "mode": "configure", "max_size": "configure"}
+
+
+def test_configure_one_setting_leaves_the_others_to_environment_and_default(monkeypatch):
+    """configure(max_size=...) alone leaves the directory and mode to the environment, and sources tells each apart."""
+    monkeypatch.setenv("TACK_CACHE", "read")
+    tack.cache.configure(max_size="10M")
+    s = resolve_quietly()
+    assert (s.mode, s.max_size) == ("read", 10 * MiB)
+    assert s.sources == {"directory": "environment", "mode": "environment", "max_size": "configure"}
+
+
+@pytest.mark.parametrize("var, value, field, default", [
+    ("TACK_CACHE", "bogus", "mode", "write"),
+    ("TACK_CACHE_SIZE", "12Q", "max_size", GiB),
+    ("TACK_CACHE_SIZE", "-5M", "max_size", GiB),
+    ("TACK_CACHE_DIR", "relative/dir", "directory", None),
+])
+def test_bad_environment_value_warns_and_uses_default(monkeypatch, tmp_path, var, value, field, default):
+    """A bad environment value is one RuntimeWarning naming the variable, and the default is used."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv(var, value)
+    with pytest.warns(RuntimeWarning) as record:
+        s = tack.cache.settings()
+    assert len(record) == 1
+    assert var in str(record[0].message)
+    want = str(tmp_path / "xdg" / "tack") if field == "directory" else default
+    assert getattr(s, field) == want
+    assert s.sources[field] == "default"
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"mode": "bogus"}, {"mode": 3}, {"max_size": "12Q"}, {"max_size": -1}, {"max_size": 1.5},
+    {"directory": "relative/dir"}, {"directory": ""}, {"directory": 42},
+])
+def test_configure_bad_value_raises(kwargs):
+    """configure() with a bad value raises ValueError and changes nothing."""
+    with pytest.raises(ValueError):
+        tack.cache.configure(**kwargs)
+    assert set(resolve_quietly().sources.values()) <= {"environment", "default"}
+
+
+def test_configure_after_first_compile_raises(tmp_path, cache_dir):
+    """configure() after the first kernel compiled raises RuntimeError; before it, it is accepted."""
+    import numpy as np
+
+    tack.cache.configure(max_size="100M")
+    mod = import_file(write_module(tmp_path / "src", KMOD, "kmod_cfg") / "kmod_cfg.py", "kmod_cfg")
+    out = np.zeros(4)
+    tack.launch(mod.k_other, 4, (np.arange(4.0), out))
+    np.testing.assert_array_equal(out, np.arange(4.0) ** 2 - 1)
+    with pytest.raises(RuntimeError):
+        tack.cache.configure(max_size="200M")
+    with pytest.raises(RuntimeError):
+        tack.cache.configure(mode="off")
+    assert tack.cache.settings().max_size == 100 * MiB
+    assert cache_dir.is_dir()
+
+
+@pytest.mark.parametrize("text, want", [
+    ("500M", 500 * MiB), ("2G", 2 * GiB), ("1.5GiB", 3 * GiB // 2), ("2g", 2 * GiB), ("10K", 10 * KiB),
+    ("500MB", 500 * MiB), ("1T", 1 << 40), (" 3 M ", 3 * MiB), ("1048576", 1048576), ("0", 0),
+    ("100B", 100), ("unlimited", None), ("UNLIMITED", None), (4096, 4096),
+])
+def test_parse_size(text, want):
+    """parse_size takes binary units with optional i/B, plain byte counts and 'unlimited'."""
+    assert cfg.parse_size(text) == want
+
+
+@pytest.mark.parametrize("text", ["12Q", "", "M", "-1", "1.5.2", "2 GG", "lots", "1e6", None, True, -3])
+def test_parse_size_rejects(text):
+    """parse_size raises ValueError on anything that is not a size."""
+    with pytest.raises(ValueError):
+        cfg.parse_size(text)
+
+
+@given(st.integers(min_value=0, max_value=10**6), st.sampled_from(["", "K", "M", "G", "KiB", "MiB", "GiB", "kb"]))
+def test_parse_size_property(n, unit):
+    """For any count and unit, parse_size is the count times the unit's power of 1024."""
+    power = {"": 0, "K": 1, "M": 2, "G": 3}[unit[:1].upper()]
+    assert cfg.parse_size(f"{n}{unit}") == n * 1024 ** power
+
+
+def test_unwritable_directory_warns_once_and_runs(tmp_path):
+    """A TACK_CACHE_DIR that cannot be created (below a regular file) is one warning, and every kernel still runs right."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    src = write_module(tmp_path / "src", KMOD)
+    run = run_child(afile / "sub", src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 6}])
+    check_results(run)
+    assert len(run.warnings) == 1, run.warnings
+    assert run.warnings[0]["category"] == "RuntimeWarning"
+    assert str(afile) in run.warnings[0]["message"]
+    assert afile.read_text() == "not a directory"
+    assert run.stats["bytes_written"] == 0 and run.stats["hits"] == {"lowered": 0, "variant": 0}
+
+
+def test_mode_off_touches_nothing(tmp_path, cache_dir):
+    """TACK_CACHE=off: nothing is created, looked up or stored, and kernels run."""
+    src = write_module(tmp_path / "src", KMOD)
+    run = run_child(cache_dir, src, [{"kernel": "k_main", "n": 5}], env={"TACK_CACHE": "off"})
+    check_results(run)
+    assert not os.path.lexists(cache_dir)
+    assert run.stats["misses"] == {"lowered": 0, "variant": 0}
+    assert run.data["settings"]["mode"] == "off"
+    assert "cache" not in run.result("k_main")["timings"]
+
+
+def test_mode_read_loads_but_never_stores(warm):
+    """TACK_CACHE=read: a stored variant loads, a new one compiles but is not stored, and the directory is unchanged."""
+    cache, src = warm
+    before = snapshot(cache)
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_main", "n": 7}],
+                    env={"TACK_CACHE": "read"})
+    check_results(run)
+    assert loaded(run.result("k_main", 0))
+    assert compiled(run.result("k_main", 1))
+    assert run.stats["hits"] == {"lowered": 1, "variant": 1}
+    assert run.stats["bytes_written"] == 0
+    assert snapshot(cache) == before
+    assert run.warnings == []
+
+
+def test_mode_read_with_no_directory_creates_none(tmp_path, cache_dir):
+    """TACK_CACHE=read with no cache directory: kernels compile, nothing is created, no warning."""
+    src = write_module(tmp_path / "src", KMOD)
+    run = run_child(cache_dir, src, [{"kernel": "k_other", "n": 3}], env={"TACK_CACHE": "read"})
+    check_results(run)
+    assert not os.path.lexists(cache_dir)
+    assert run.warnings == []

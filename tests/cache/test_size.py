@@ -1,0 +1,214 @@
+"""The size limit: least recently used entries go first, the hourly claim and stamp, marking loaded entries used, bundles and foreign files."""
+
+import os
+import random
+import time
+
+import numpy as np
+import pytest
+
+import tack.cache
+from tack.cache import size, store
+
+from .conftest import clone, entry_files, import_file, one_entry, run_child, write_module
+
+HOUR = 3600
+
+
+def entry_paths(root):
+    """The entry files (not temporaries) under ``root``."""
+    return [p for p in entry_files(root) if store.TMP_MARK not in p.name and p.suffix in (".tlk", ".tvar")]
+
+
+def age_entries(root, seed=0, base=None):
+    """Give every entry a distinct mtime, hours ago, in a shuffled order; -> {path: mtime}."""
+    base = time.time() - 10 * HOUR if base is None else base
+    paths = entry_paths(root)
+    random.Random(seed).shuffle(paths)
+    mtimes = {}
+    for k, p in enumerate(paths):
+        mtimes[p] = base + 60 * k
+        os.utime(p, (mtimes[p], mtimes[p]))
+    return mtimes
+
+
+def total_bytes(root):
+    return sum(s for _, s, *_ in size.entries(str(root)))
+
+
+@pytest.fixture
+def many(stored_many, tmp_path):
+    """A private copy of the twenty-kernel cache, its stamp removed (no size check yet)."""
+    cache = clone(stored_many.cache, tmp_path / "many")
+    (cache / size.STAMP).unlink(missing_ok=True)
+    return cache
+
+
+def test_prune_deletes_least_recently_used_first(many):
+    """Over the limit, prune deletes the oldest entries first, just until at most 90% of the limit is left."""
+    mtimes = age_entries(many)
+    sizes = {p: p.stat().st_size for p in mtimes}
+    total = total_bytes(many)
+    assert total == sum(sizes.values())
+    limit = total // 2
+    before, freed, count = size.prune(str(many), limit)
+    assert before == total
+    deleted = [p for p in mtimes if not p.exists()]
+    kept = [p for p in mtimes if p.exists()]
+    assert len(deleted) == count > 0 and kept
+    assert max(mtimes[p] for p in deleted) < min(mtimes[p] for p in kept)
+    assert freed == sum(sizes[p] for p in deleted)
+    after = total_bytes(many)
+    assert after == total - freed <= 0.9 * limit
+    # ...and no further: keeping the newest deleted entry would have left more than 90%.
+    assert after + sizes[max(deleted, key=mtimes.get)] > 0.9 * limit
+
+
+def test_prune_under_limit_deletes_nothing(many):
+    """Under the limit (or unlimited), prune deletes nothing and reports the total."""
+    total = total_bytes(many)
+    assert size.prune(str(many), total) == (total, 0, 0)
+    assert size.prune(str(many), None) == (total, 0, 0)
+    assert total_bytes(many) == total
+
+
+def test_storing_process_prunes_to_configured_limit(many, tmp_path):
+    """A process that stores an entry runs the hourly check with the configured max_size: old entries go, the newest stay, and the stamp is set."""
+    mtimes = age_entries(many)
+    total = total_bytes(many)
+    limit = total // 2
+    tack.cache.configure(directory=many, max_size=limit)
+    src = write_module(tmp_path / "src", "import tack\n\n\n@tack.kernel\ndef fresh(a, out):\n"
+                       "    i = tack.tid()\n    out[i] = a[i] + 0.25\n", "size_fresh_mod")
+    mod = import_file(src / "size_fresh_mod.py", "size_fresh_mod")
+    out = np.zeros(3)
+    t0 = time.time()
+    tack.launch(mod.fresh, 3, (np.arange(3.0), out))
+    np.testing.assert_array_equal(out, np.arange(3.0) + 0.25)
+    assert tack.cache.stats()["bytes_written"] > 0
+    stamp = many / size.STAMP
+    assert stamp.exists() and stamp.stat().st_mtime >= t0 - 1
+    kept_old = [p for p in mtimes if p.exists()]
+    deleted = [p for p in mtimes if not p.exists()]
+    assert deleted and kept_old
+    assert max(mtimes[p] for p in deleted) < min(mtimes[p] for p in kept_old)
+    new = [p for p in entry_paths(many) if p not in mtimes]
+    assert sorted(p.suffix for p in new) == [".tlk", ".tvar"]
+    new_variant = [p for p in new if p.suffix == ".tvar"][0]
+    # The check ran when the lowered entry was stored, before the variant was written.
+    assert total_bytes(many) - new_variant.stat().st_size <= 0.9 * limit
+
+
+def test_storing_process_prunes_to_environment_limit(many, tmp_path):
+    """TACK_CACHE_SIZE sets the limit the storing process prunes to: the oldest entries go, down to 90% of it before the last store."""
+    mtimes = age_entries(many)
+    limit = total_bytes(many) // 3
+    src = write_module(tmp_path / "src", "import tack\n\n\n@tack.kernel\ndef fresh(a, out):\n"
+                       "    i = tack.tid()\n    out[i] = a[i] + 0.5\n", "kfresh")
+    run = run_child(many, src, [{"kernel": "fresh", "n": 3}], module="kfresh",
+                    env={"TACK_CACHE_SIZE": str(limit)})
+    np.testing.assert_array_equal(run.result("fresh")["out"], np.arange(3.0) + 0.5)
+    assert run.data["settings"]["max_size"] == limit
+    deleted = [p for p in mtimes if not p.exists()]
+    kept = [p for p in mtimes if p.exists()]
+    assert deleted and max(mtimes[p] for p in deleted) < min((mtimes[p] for p in kept), default=float("inf"))
+    (new_variant,) = [p for p in entry_paths(many) if p not in mtimes and p.suffix == ".tvar"]
+    assert total_bytes(many) - new_variant.stat().st_size <= 0.9 * limit
+    assert (many / size.STAMP).exists()
+
+
+def test_fresh_stamp_skips_the_check(many):
+    """Within an hour of the last check, maybe_prune returns None and deletes nothing, even far over the limit."""
+    (many / size.STAMP).touch()
+    total = total_bytes(many)
+    assert size.maybe_prune(str(many), 1) is None
+    assert total_bytes(many) == total
+    os.utime(many / size.STAMP, (time.time() - 2 * HOUR,) * 2)
+    result = size.maybe_prune(str(many), total // 2)
+    assert result is not None and result[2] > 0
+    assert total_bytes(many) <= 0.9 * (total // 2)
+    assert time.time() - (many / size.STAMP).stat().st_mtime < 60
+
+
+def test_held_claim_skips_the_check(many):
+    """While another process holds the claim, maybe_prune returns None, deletes nothing and leaves the claim."""
+    claim = many / size.CLAIM
+    claim.touch()
+    total = total_bytes(many)
+    assert size.maybe_prune(str(many), 1) is None
+    assert total_bytes(many) == total
+    assert claim.exists()
+    assert not (many / size.STAMP).exists()
+
+
+def test_stale_claim_is_removed(many):
+    """A claim older than ten minutes (its holder died) is removed, so the next check runs and prunes."""
+    claim = many / size.CLAIM
+    claim.touch()
+    os.utime(claim, (time.time() - 11 * 60,) * 2)
+    total = total_bytes(many)
+    assert size.maybe_prune(str(many), total // 2) is None
+    assert not claim.exists()
+    result = size.maybe_prune(str(many), total // 2)
+    assert result is not None and result[0] == total and result[2] > 0
+    assert not claim.exists()
+
+
+def test_check_removes_stale_temporaries_only(many):
+    """The hourly check removes temporary files older than an hour and keeps younger ones (a writer may be using them)."""
+    entry = entry_paths(many)[0]
+    old_tmp = entry.with_name(entry.name + store.TMP_MARK + "1.aaaa")
+    young_tmp = entry.with_name(entry.name + store.TMP_MARK + "2.bbbb")
+    old_tmp.write_bytes(b"x" * 100)
+    young_tmp.write_bytes(b"y" * 100)
+    os.utime(old_tmp, (time.time() - 2 * HOUR,) * 2)
+    assert size.maybe_prune(str(many), None) is not None
+    assert not old_tmp.exists() and young_tmp.exists()
+
+
+def test_loading_marks_old_entries_used(warm):
+    """Loading an entry last used over an hour ago bumps its mtime; one used half an hour ago is left alone."""
+    cache, src = warm
+    old = one_entry(cache, "variants", "k_main")
+    recent = one_entry(cache, "variants", "k_other")
+    now = time.time()
+    os.utime(old, (now - 2 * HOUR,) * 2)
+    os.utime(recent, (now - HOUR / 2,) * 2)
+    recent_mtime = recent.stat().st_mtime_ns
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 5}])
+    assert run.stats["hits"]["variant"] == 2
+    assert old.stat().st_mtime >= now - 60
+    assert recent.stat().st_mtime_ns == recent_mtime
+
+
+def test_touch_if_stale():
+    """touch_if_stale bumps an mtime over an hour old to now and leaves a recent one."""
+    import tempfile
+    with tempfile.NamedTemporaryFile() as f:
+        now = time.time()
+        os.utime(f.name, (now - HOUR - 5,) * 2)
+        assert size.touch_if_stale(f.name, now) is True
+        assert abs(os.stat(f.name).st_mtime - now) < 1
+        assert size.touch_if_stale(f.name, now + 10) is False
+    assert size.touch_if_stale("/nonexistent/entry.tvar") is False
+
+
+def test_bundles_and_foreign_files_are_neither_counted_nor_deleted(many):
+    """prune counts and deletes only entries: bundles, foreign files and non-version directories stay, however old and big."""
+    old = time.time() - 100 * HOUR
+    version = next(d for d in many.iterdir() if d.is_dir())
+    fan = next((version / "variants").iterdir())
+    foreign = [many / "bundle-x86_64", many / "bundle-x86_64.tmp.1.ab", many / "notes.txt",
+               fan / "README", version / "notes.txt", many / "backup" / "lowered" / "00" / ("0" * 64 + ".tlk")]
+    for p in foreign:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"z" * 200_000)
+        os.utime(p, (old, old))
+    total = total_bytes(many)
+    assert total < 200_000
+    before, freed, count = size.prune(str(many), total // 2)
+    assert before == total and count > 0
+    assert all(p.exists() and p.stat().st_size == 200_000 for p in foreign)
+    assert size.prune(str(many), 1)[0] < 200_000
+    assert all(p.exists() for p in foreign)
+    assert size.entries(str(many)) == []

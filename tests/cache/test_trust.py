@@ -1,0 +1,62 @@
+"""A cache directory that is not the user's own, private, real directory is refused: one warning, nothing read or written."""
+
+import os
+
+import pytest
+
+from .conftest import KMOD_LAUNCHES, check_results, compiled, run_child, snapshot
+
+
+def group_writable(cache, tmp_path):
+    os.chmod(cache, 0o775)
+    return cache
+
+
+def others_writable(cache, tmp_path):
+    os.chmod(cache, 0o757)
+    return cache
+
+
+def other_owner(cache, tmp_path):
+    os.chown(cache, 65534, 65534)
+    return cache
+
+
+def symlink(cache, tmp_path):
+    link = tmp_path / "link-to-cache"
+    link.symlink_to(cache, target_is_directory=True)
+    return link
+
+
+def version_dir_writable(cache, tmp_path):
+    (version,) = [d for d in cache.iterdir() if d.is_dir()]
+    os.chmod(version, 0o777)
+    return cache
+
+
+CASES = {
+    "group-writable": (group_writable, "writable by its group"),
+    "others-writable": (others_writable, "writable by others"),
+    "owned by another user": (other_owner, "belongs to uid 65534"),
+    "symbolic link": (symlink, "symbolic link"),
+    "version directory writable by all": (version_dir_writable, "writable by its group and others"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_untrusted_directory_is_refused(case, warm, tmp_path):
+    """An untrusted cache directory gets exactly one warning saying why; no entry is read or written, and every kernel runs right."""
+    cache, src = warm
+    make, reason = CASES[case]
+    target = make(cache, tmp_path)
+    before = snapshot(cache)
+    run = run_child(target, src, KMOD_LAUNCHES)
+    check_results(run)
+    assert all(compiled(r) for r in run.results)
+    assert len(run.warnings) == 1, run.warnings
+    (warning,) = run.warnings
+    assert warning["category"] == "RuntimeWarning"
+    assert reason in warning["message"], warning["message"]
+    assert run.stats["hits"] == {"lowered": 0, "variant": 0}
+    assert run.stats["bytes_read"] == 0 and run.stats["bytes_written"] == 0
+    assert snapshot(cache) == before

@@ -1,0 +1,71 @@
+"""One process (one MPI rank, or a plain process) for the bundle and MPI tests.
+
+usage: python _rank.py KERNEL_DIR MODE [--comm] [--extra]
+
+Imports ``kmod`` from KERNEL_DIR, records every file it opens (Python's audit
+hook on ``open``) from the first launch on, launches the kernels, checks the
+results, and reports as JSON (on stdout, or in a file per rank under
+$TACK_TEST_REPORTS): rank, results ok, entries loaded by load_bundle, the
+opened paths, cache stats and warnings.
+"""
+
+import json
+import os
+import sys
+import warnings
+
+kernel_dir, mode = sys.argv[1], sys.argv[2]
+use_comm = "--comm" in sys.argv
+extra = "--extra" in sys.argv
+sys.path.insert(0, kernel_dir)
+
+import numpy as np  # noqa: E402
+
+import tack  # noqa: E402
+import tack.cache  # noqa: E402
+
+opened = []
+recording = False
+
+
+def hook(event, args):
+    if recording and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        opened.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(hook)
+warnings.simplefilter("always")
+caught = []
+warnings.showwarning = lambda msg, *a, **k: caught.append(str(msg))
+
+import kmod  # noqa: E402
+
+rank, loaded = 0, None
+recording = True
+if use_comm:
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    loaded = tack.cache.load_bundle(comm)
+else:
+    launch = tack.cache.mpi_launch()
+    rank = launch.rank if launch else 0
+
+x = np.arange(1000, dtype=np.float64)
+ok = True
+for name, ref in kmod.REFERENCES.items():
+    if name == "k_extra" and not extra:
+        continue
+    y = np.zeros_like(x)
+    tack.launch(getattr(kmod, name), dim=x.size, args=(x, y))
+    ok = ok and bool(np.allclose(y, ref(x)))
+recording = False
+report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened,
+                     "stats": tack.cache.stats(), "warnings": caught,
+                     "mode": tack.cache.settings().mode})
+out = os.environ.get("TACK_TEST_REPORTS")
+if out:                                   # ranks share stdout: each writes its own file
+    with open(os.path.join(out, f"rank-{rank}-{os.getpid()}.json"), "w") as f:
+        f.write(report)
+else:
+    print(report)

@@ -1,0 +1,129 @@
+"""Bundles in one process: pack, bundle mode, damage, site bundles, the CLI (tack/cache/bundle.py)."""
+
+import os
+import subprocess
+import sys
+
+from tack.cache import bundle
+
+from .conftest import clean_env, prime_and_pack, run_one, under
+
+
+def listing(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_bundle_mode_opens_one_file_and_no_entry(kernel_dir, cache):
+    """TACK_CACHE=bundle: results right, the bundle is the only cache file opened, both kernels hit."""
+    path = prime_and_pack(kernel_dir, cache)
+    r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
+    assert r["ok"] and r["mode"] == "bundle"
+    assert under(r["opened"], cache) == [str(path)]
+    assert r["stats"]["hits"]["variant"] == 2
+
+
+def test_kernel_missing_from_bundle_compiles_in_memory(kernel_dir, cache):
+    """A kernel the bundle lacks compiles, runs right, and creates no file in the directory."""
+    prime_and_pack(kernel_dir, cache)
+    before = listing(cache)
+    r = run_one(kernel_dir, cache, "--extra", TACK_CACHE="bundle")
+    assert r["ok"]
+    assert r["stats"]["hits"]["variant"] == 2 and r["stats"]["misses"]["variant"] == 1
+    assert listing(cache) == before
+
+
+def test_truncated_bundle_keeps_whole_entries(kernel_dir, cache):
+    """A bundle cut inside its last entry: that entry is ignored, the others still load."""
+    path = prime_and_pack(kernel_dir, cache)
+    data = path.read_bytes()
+    b = bundle.Bundle(data)
+    last = max(off + length for off, length in b.index.values())
+    assert last == len(data)
+    path.write_bytes(data[:-10])
+    r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
+    assert r["ok"]
+    assert r["stats"]["hits"]["variant"] + r["stats"]["hits"]["lowered"] >= 1
+    assert r["stats"]["misses"]["variant"] >= 1
+
+
+def test_flipped_entry_is_ignored_others_used(kernel_dir, cache):
+    """One entry's bytes flipped: that kernel compiles again, the other still loads."""
+    path = prime_and_pack(kernel_dir, cache)
+    data = bytearray(path.read_bytes())
+    b = bundle.Bundle(bytes(data))
+    variants = sorted(v for (kind, _), v in b.index.items() if kind == 2)
+    off, length = variants[0]
+    data[off + length // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
+    assert r["ok"]
+    assert r["stats"]["hits"]["variant"] == 1 and r["stats"]["misses"]["variant"] == 1
+
+
+def test_damaged_index_makes_bundle_unused_with_warning(kernel_dir, cache):
+    """A bundle whose index fails its checksum is not used at all, with one warning naming it."""
+    path = prime_and_pack(kernel_dir, cache)
+    data = bytearray(path.read_bytes())
+    data[60] ^= 0xFF                        # inside the header's text (meta/index)
+    path.write_bytes(bytes(data))
+    r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
+    assert r["ok"] and r["stats"]["hits"]["variant"] == 0
+    assert len(r["warnings"]) == 1 and "damaged" in r["warnings"][0]
+
+
+def test_site_bundle_is_used_after_the_users_directory(kernel_dir, cache, tmp_path):
+    """TACK_CACHE_BUNDLES: a site bundle serves kernels the user's own cache lacks."""
+    path = prime_and_pack(kernel_dir, cache)
+    site = tmp_path / "site"
+    site.mkdir(mode=0o755)
+    os.replace(path, site / path.name)
+    empty = tmp_path / "own"
+    empty.mkdir(mode=0o700)
+    r = run_one(kernel_dir, empty, TACK_CACHE="read", TACK_CACHE_BUNDLES=str(site))
+    assert r["ok"] and r["stats"]["hits"]["variant"] == 2
+    assert str(site / path.name) in r["opened"]
+
+
+def test_group_writable_site_bundle_is_refused(kernel_dir, cache, tmp_path):
+    """A site bundle writable by its group is not trusted: a warning, and kernels compile."""
+    path = prime_and_pack(kernel_dir, cache)
+    site = tmp_path / "site"
+    site.mkdir(mode=0o755)
+    os.replace(path, site / path.name)
+    os.chmod(site / path.name, 0o664)
+    empty = tmp_path / "own"
+    empty.mkdir(mode=0o700)
+    r = run_one(kernel_dir, empty, TACK_CACHE="read", TACK_CACHE_BUNDLES=str(site))
+    assert r["ok"] and r["stats"]["hits"]["variant"] == 0
+    assert any("writable by its group" in w for w in r["warnings"])
+
+
+def cli(cache, *args):
+    return subprocess.run([sys.executable, "-m", "tack.cache", *args], env=clean_env(cache),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_info_lists_bundles_prune_keeps_them_clear_all_removes(kernel_dir, cache):
+    """info shows each bundle's arch and entry count; prune leaves it; clear --all deletes it."""
+    path = prime_and_pack(kernel_dir, cache)
+    info = cli(cache, "info")
+    assert info.returncode == 0
+    head = bundle.header(str(path))
+    line = next(ln for ln in info.stdout.splitlines() if path.name in ln)
+    assert f"arch {head['arch']}" in line and f"{head['entries']} entries" in line
+    assert cli(cache, "prune", "--max-size", "1K").returncode == 0
+    assert path.exists()
+    assert cli(cache, "clear", "--all").returncode == 0
+    assert not path.exists()
+
+
+def test_pack_output_and_unknown_arch(kernel_dir, cache, tmp_path):
+    """pack --output writes there; pack --arch with an unknown name fails naming what is there."""
+    prime_and_pack(kernel_dir, cache)
+    out = tmp_path / "elsewhere.bundle"
+    r = cli(cache, "pack", "--output", str(out))
+    assert r.returncode == 0 and out.exists()
+    assert len(bundle.Bundle(out.read_bytes())) == 2 + 2 + 0  # 2 lowered + 2 variants
+    bad = cli(cache, "pack", "--arch", "no-such-cpu")
+    assert bad.returncode == 1
+    assert "no entries for arch 'no-such-cpu'" in bad.stderr

@@ -1,0 +1,45 @@
+"""MPI detection from the launchers' variables (tack/cache/mpi.py)."""
+
+import pytest
+
+from tack.cache.mpi import detect
+
+LAUNCHES = [
+    ("Open MPI", {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8"}, 3, 8),
+    ("Open MPI", {"PMIX_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, 2, 4),
+    ("MPICH/Intel MPI (Hydra)", {"PMI_RANK": "1", "PMI_SIZE": "4"}, 1, 4),
+    ("MVAPICH2", {"MV2_COMM_WORLD_RANK": "5", "MV2_COMM_WORLD_SIZE": "6"}, 5, 6),
+    ("Cray PALS", {"PALS_RANKID": "7", "PMI_SIZE": "128"}, 7, 128),
+    ("Cray ALPS", {"ALPS_APP_PE": "0", "PMI_SIZE": "16"}, 0, 16),
+    ("Slurm srun", {"SLURM_PROCID": "9", "SLURM_STEP_NUM_TASKS": "64", "SLURM_NTASKS": "64"}, 9, 64),
+]
+
+
+@pytest.mark.parametrize("launcher, env, rank, size", LAUNCHES, ids=[f"{l[0]}-{l[2]}" for l in LAUNCHES])
+def test_each_launcher_is_recognized(launcher, env, rank, size):
+    """Each launcher's rank and size variables give the launch, its rank and its size."""
+    got = detect(env)
+    assert got is not None
+    assert (got.launcher, got.rank, got.size) == (launcher, rank, size)
+
+
+@pytest.mark.parametrize("env", [
+    {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
+    {"PMI_RANK": "0", "PMI_SIZE": "1"},
+    {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"},
+    {"MV2_COMM_WORLD_RANK": "0", "MV2_COMM_WORLD_SIZE": "1"},
+], ids=["openmpi", "hydra", "srun", "mvapich2"])
+def test_one_task_is_not_mpi(env):
+    """A launch of a single task counts as no MPI."""
+    assert detect(env) is None
+
+
+def test_slurm_batch_script_is_not_mpi():
+    """A batch script has SLURM_PROCID=0 and SLURM_NTASKS>1 but no step size: not MPI."""
+    assert detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "32", "SLURM_JOB_ID": "1"}) is None
+
+
+def test_no_launcher_is_not_mpi():
+    """A plain environment is no MPI; a rank without any size variable is not either."""
+    assert detect({}) is None
+    assert detect({"PMIX_RANK": "0"}) is None
