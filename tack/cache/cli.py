@@ -91,8 +91,17 @@ def gather(s) -> dict:
     return info
 
 
+def site_bundles() -> list:
+    from .stores import site_dirs
+    out = []
+    for d in site_dirs():
+        out.append({"directory": d, "bundles": bundles(d) if os.path.isdir(d) else None})
+    return out
+
+
 def cmd_info(args) -> int:
     info = gather(_settings(args))
+    info["site_bundles"] = site_bundles()
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
@@ -128,6 +137,14 @@ def cmd_info(args) -> int:
                       f"{b['entries']} entries, {fs(b['bytes'])}, Tack {b.get('tack', '?')}")
     else:
         print("bundles:      none")
+    for site in info["site_bundles"]:
+        if site["bundles"] is None:
+            print(f"site bundles: {site['directory']} (missing)")
+            continue
+        print(f"site bundles: {site['directory']} ({len(site['bundles'])})")
+        for b in site["bundles"]:
+            print(f"  {b['name']}  arch {b.get('arch') or '?'}, {b.get('entries', '?')} entries, "
+                  f"{fs(b['bytes'])}")
     return 0
 
 
