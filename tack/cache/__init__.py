@@ -49,7 +49,7 @@ def settings() -> _settings.Settings:
     with _lock:
         if _resolved is None:
             _setup_logging()
-            _resolved = _settings.resolve(_configured, default_mode="bundle" if mpi_launch() else "write")
+            _resolved = _settings.resolve(_configured, mpi=mpi_launch() is not None)
         return _resolved
 
 

@@ -109,12 +109,19 @@ _CHECKS = {"directory": ("TACK_CACHE_DIR", check_directory),
            "max_size": ("TACK_CACHE_SIZE", check_size)}
 
 
-def resolve(configured: dict, environ=None, default_mode="write") -> Settings:
-    """Settings from ``configure()`` values, the environment and the defaults, in that order."""
+def resolve(configured: dict, environ=None, mpi=False) -> Settings:
+    """Settings from ``configure()`` values, the environment and the defaults, in that order.
+
+    Under MPI the mode comes from TACK_CACHE_MPI if set (a site's default for
+    jobs), else TACK_CACHE, else ``bundle``.
+    """
     environ = os.environ if environ is None else environ
-    defaults = {"directory": None, "mode": default_mode, "max_size": DEFAULT_SIZE}
+    defaults = {"directory": None, "mode": "bundle" if mpi else "write", "max_size": DEFAULT_SIZE}
+    checks = dict(_CHECKS)
+    if mpi and (environ.get("TACK_CACHE_MPI") or "").strip():
+        checks["mode"] = ("TACK_CACHE_MPI", check_mode)
     values, sources = {}, {}
-    for key, (var, check) in _CHECKS.items():
+    for key, (var, check) in checks.items():
         if key in configured:
             values[key], sources[key] = configured[key], "configure"
             continue

@@ -1,0 +1,139 @@
+"""``python -m tack.site``: check a site config, render module files and activation scripts, build bundles.
+
+Each subcommand returns an exit status: 0 success, 1 failure (one line per
+problem on stderr), 2 bad usage.  Nothing is written when the config is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .config import SiteConfigError, load
+
+
+class SiteError(Exception):
+    """A failure to report (one or more lines), exit status 1."""
+
+
+def cmd_check(args) -> int:
+    cfg = load(args.config)
+    print(f"{args.config}: valid")
+    print("exports (expanded when the module is loaded):")
+    for var, value in cfg.exports().items():
+        print(f"  {var}={value}")
+    print(f"modules: {cfg.module_name}/{cfg.module_version} as {', '.join(cfg.formats)}"
+          f" under {cfg.get('modules.root', '(--root)')}")
+    print("bundles to build:")
+    for arch in cfg.cpu_archs():
+        print(f"  cpu {arch}")
+    for kind, arch in cfg.gpu_archs():
+        print(f"  {kind} {arch}  (no backend for it is installed yet)")
+    kernels = cfg.get("build.kernels") or [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
+    for k in kernels:
+        what = k.get("kernel") or ", ".join("x".join(map(str, s)) for s in k.get("shapes", []))
+        print(f"  kernels: {k['module']} ({what})")
+    return 0
+
+
+def cmd_modules(args) -> int:
+    from .modules import write_modules
+    cfg = load(args.config)
+    formats = list(cfg.formats) if args.format in (None, "config") else \
+        (["lmod", "tcl"] if args.format == "both" else [args.format])
+    root = args.root or cfg.get("modules.root")
+    if not root:
+        raise SiteError("no output root: give --root or set modules.root in the config")
+    for path, changed in write_modules(cfg, formats, root):
+        print(f"{'wrote' if changed else 'unchanged'} {path}")
+    return 0
+
+
+def cmd_env(args) -> int:
+    from .shell import render_env
+    cfg = load(args.config)
+    sys.stdout.write(render_env(cfg, args.shell))
+    return 0
+
+
+def cmd_conda_activate(args) -> int:
+    from .conda import write_activate
+    cfg = load(args.config)
+    for path in write_activate(cfg, args.prefix):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_bundles_build(args) -> int:
+    from .build import build_bundles
+    cfg = load(args.config)
+    return build_bundles(cfg, archs=args.arch, output=args.output)
+
+
+def cmd_bundles_status(args) -> int:
+    from .build import bundles_status
+    return bundles_status(args.dir)
+
+
+def cmd_bundles_rebuild(args) -> int:
+    from .build import bundles_rebuild
+    return bundles_rebuild(args.dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tack.site",
+                                description="Deploy Tack at a site from one YAML config.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    c = sub.add_parser("check", help="validate a config; print what would be exported and built")
+    c.add_argument("config")
+    c.set_defaults(func=cmd_check)
+
+    m = sub.add_parser("modules", help="render Lmod (Lua) and/or Environment Modules (Tcl) files")
+    m.add_argument("config")
+    m.add_argument("--format", choices=("lmod", "tcl", "both"), default=None,
+                   help="default: the config's modules.formats")
+    m.add_argument("--root", help="output root (default: the config's modules.root)")
+    m.set_defaults(func=cmd_modules)
+
+    e = sub.add_parser("env", help="print the exports for a shell, for sites without modules")
+    e.add_argument("config")
+    e.add_argument("--shell", choices=("bash", "csh", "fish"), default="bash")
+    e.set_defaults(func=cmd_env)
+
+    a = sub.add_parser("conda-activate", help="write conda activate.d/deactivate.d scripts")
+    a.add_argument("config")
+    a.add_argument("--prefix", required=True, help="the conda environment's prefix")
+    a.set_defaults(func=cmd_conda_activate)
+
+    b = sub.add_parser("bundles", help="build, check and rebuild per-architecture bundles")
+    bsub = b.add_subparsers(dest="bundles_command", metavar="ACTION", required=True)
+    bb = bsub.add_parser("build", help="warm the configured kernels for each architecture and pack")
+    bb.add_argument("config")
+    bb.add_argument("--arch", action="append", help="only this architecture (repeatable)")
+    bb.add_argument("--output", help="bundle directory (default: the config's cache.bundles)")
+    bb.set_defaults(func=cmd_bundles_build)
+    bs = bsub.add_parser("status", help="does each bundle still match this node?")
+    bs.add_argument("dir", nargs="?", default=None, help="bundle directory (default: TACK_CACHE_BUNDLES)")
+    bs.set_defaults(func=cmd_bundles_status)
+    br = bsub.add_parser("rebuild", help="recompile stale variants from the bundles' lowered kernels")
+    br.add_argument("dir", nargs="?", default=None)
+    br.set_defaults(func=cmd_bundles_rebuild)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SiteConfigError as e:
+        for problem in e.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        print(f"{len(e.problems)} problem(s); nothing was written", file=sys.stderr)
+        return 1
+    except SiteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 1
