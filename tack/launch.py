@@ -127,7 +127,7 @@ def _compile(kernel, dims, args, device, debug):
     if store is not None:
         from .cache import lookup
         keys = lookup.keys(kernel, templates, value_types, len(dims), debug)
-        hit = lookup.find_variant(store, kernel, templates, keys.variant)
+        hit = lookup.find_variant(store, kernel, templates, keys)
         stage("cache")
         if hit is not None:
             fn, meta = hit

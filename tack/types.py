@@ -125,3 +125,27 @@ def typeof_array(a: np.ndarray) -> Array | None:
     if any(s % size for s in a.strides):
         return None
     return Array(st, a.shape, tuple(s // size for s in a.strides), a.flags.writeable)
+
+
+def spec(t) -> str:
+    """A value type as text that ``parse_spec`` reads back (stored with cached variants)."""
+    if isinstance(t, Scalar):
+        return t.strong().name
+    if isinstance(t, Array):
+        dims = "x".join(map(str, t.shape))
+        strides = "x".join(map(str, t.strides))
+        return f"array:{t.dtype.name}:{dims}:{strides}:{'w' if t.writable else 'r'}"
+    raise ValueError(f"no spec for {t}")
+
+
+def parse_spec(text: str):
+    """The inverse of ``spec``; ValueError on anything else."""
+    if text in SCALARS:
+        return SCALARS[text]
+    parts = text.split(":")
+    if len(parts) != 5 or parts[0] != "array" or parts[1] not in SCALARS or parts[4] not in "wr":
+        raise ValueError(f"not a Tack type spec: {text!r}")
+
+    def ints(field):
+        return tuple(int(x) for x in field.split("x")) if field else ()
+    return Array(SCALARS[parts[1]], ints(parts[2]), ints(parts[3]), parts[4] == "w")

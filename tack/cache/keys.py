@@ -118,9 +118,38 @@ def _llvmlite_version() -> str:
     return "none"
 
 
-def host_target_key(opt_level: int = 3) -> str:
+CODEGEN = {"opt": 3, "reloc": "static", "codemodel": "large"}
+
+
+@functools.lru_cache(maxsize=None)
+def host_target_key() -> str:
+    """Target key of code compiled on this host for this host (the user's own cache)."""
     return KeyBuilder("target").add("backend", "cpu").add("host", host_cpu_identity()) \
-        .add("codegen", {"opt": opt_level, "reloc": "static", "codemodel": "large"}).hexdigest()
+        .add("codegen", CODEGEN).hexdigest()
+
+
+def arch_target_key(arch: str, llvm_version: str) -> str:
+    """Target key of code compiled ahead of time for a named microarchitecture (site bundles).
+
+    ``arch`` is an archspec name (zen3, sapphirerapids); a node finds its own
+    with archspec, and the LLVM version with llvmlite, without compiling.
+    """
+    return KeyBuilder("target").add("backend", "cpu").add("arch", arch) \
+        .add("llvm", llvm_version).add("codegen", CODEGEN).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def host_arch() -> str:
+    """This node's microarchitecture by archspec's name (zen3, ...)."""
+    import archspec.cpu
+    return archspec.cpu.host().name
+
+
+def llvm_version() -> str:
+    """The LLVM version llvmlite was built with, without loading LLVM."""
+    import llvmlite
+    ver = llvmlite.__version__
+    return f"llvmlite-{ver}"
 
 
 def lowered_key(kernel, template_ids, debug: bool) -> str:

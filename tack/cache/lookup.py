@@ -13,18 +13,33 @@ import functools
 
 from . import deps, store
 from ._log import log
+from ..types import spec
 from .keys import host_target_key, lowered_key, variant_key
 
 
 
 class Keys:
-    """A kernel launch's two cache keys."""
+    """A kernel launch's cache keys: the lowered one, and a variant key per target."""
 
-    __slots__ = ("lowered", "variant")
+    __slots__ = ("lowered", "argtypes", "grid", "_variants")
 
-    def __init__(self, lowered: str, variant: str):
+    def __init__(self, lowered: str, argtypes, grid: int):
         self.lowered = lowered
-        self.variant = variant
+        self.argtypes = argtypes
+        self.grid = grid
+        self._variants = {}
+
+    def for_target(self, target_key: str) -> str:
+        key = self._variants.get(target_key)
+        if key is None:
+            key = self._variants[target_key] = variant_key(self.lowered, self.argtypes,
+                                                           self.grid, target_key)
+        return key
+
+    @property
+    def variant(self) -> str:
+        """The variant key for this host (the user's own cache)."""
+        return self.for_target(host_target_key())
 
 
 def _guarded(default=None):
@@ -47,15 +62,14 @@ def template_ids(templates: dict):
 
 
 def keys(kernel, templates, value_types, grid_ndim, debug) -> Keys:
-    lk = lowered_key(kernel, template_ids(templates), debug)
-    return Keys(lk, variant_key(lk, value_types, grid_ndim, host_target_key()))
+    return Keys(lowered_key(kernel, template_ids(templates), debug), tuple(value_types), grid_ndim)
 
 
 @_guarded()
-def find_variant(cache, kernel, templates, key: str):
+def find_variant(cache, kernel, templates, keys: Keys):
     """-> (entry function, meta) for a valid, current variant entry; None on a miss."""
     name = kernel.__qualname__
-    got = cache.read(store.KIND_VARIANT, key, "variant")
+    got = cache.read(store.KIND_VARIANT, keys.for_target, "variant")
     if got is None:
         cache.stats.misses["variant"] += 1
         log.debug("kernel '%s': compiled variant missing", name)
@@ -74,7 +88,7 @@ def find_variant(cache, kernel, templates, key: str):
         cache.stats.damaged += 1
         cache.stats.misses["variant"] += 1
         log.debug("kernel '%s': variant not used: does not load (%s)", name, e)
-        cache.discard(store.KIND_VARIANT, key)
+        cache.discard(store.KIND_VARIANT, keys.variant)
         return None
     cache.stats.hits["variant"] += 1
     log.debug("kernel '%s': loaded from the cache", name)
@@ -122,6 +136,7 @@ def store_variant(cache, keys: Keys, lowered, argtypes, entry: str, sites, obj: 
     import platform
     meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": entry,
             "lowered": keys.lowered, "arg": [[str(t)] for t in argtypes],
+            "argspec": [[spec(t)] for t in argtypes], "grid": str(keys.grid),
             "target_key": host_target_key(), "machine": platform.machine(),
             "arch": identity.get("cpu", ""),
             "target": ";".join(f"{k}={v}" for k, v in sorted(identity.items())),

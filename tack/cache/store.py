@@ -61,7 +61,7 @@ def encode_meta(meta: dict) -> bytes:
     return "\n".join(lines).encode()
 
 
-def decode_meta(data: bytes, list_fields=("dep", "site", "arg")) -> dict:
+def decode_meta(data: bytes, list_fields=("dep", "site", "arg", "argspec")) -> dict:
     meta = {f: [] for f in list_fields}
     for line in data.decode().split("\n") if data else ():
         field, *values = [_unescape(v) for v in line.split("\t")]

@@ -3,7 +3,10 @@
 1. a bundle given to ``load_bundle`` (broadcast from rank 0);
 2. the user's own directory: its per-kernel entry files (modes ``write``
    and ``read``), or only its bundle (mode ``bundle``, the default under MPI);
-3. the site's bundle directories (TACK_CACHE_BUNDLES), read-only.
+3. the site's bundle directories (TACK_CACHE_BUNDLES), read-only: in each,
+   a bundle packed on a host like this one, then the bundle built ahead of
+   time (``python -m tack.site bundles build``) for this host's
+   microarchitecture.
 
 Stores are opened lazily: a bundle is read (one open, one read) at the
 first lookup that reaches it.  Only the user's directory is ever written,
@@ -23,8 +26,10 @@ class BundleStore:
 
     writable = False
 
-    def __init__(self, path=None, loaded=None, allow_root=False, label="bundle", quiet=False):
+    def __init__(self, path=None, loaded=None, allow_root=False, label="bundle", quiet=False,
+                 target_key=None):
         self.path = path
+        self._target_key = target_key
         self.bundle = loaded
         self.allow_root = allow_root
         self.label = label
@@ -45,16 +50,48 @@ class BundleStore:
             else:
                 chain.warn_once(f"not using the {self.label}: {e}")
 
+    def target_key(self):
+        from .keys import host_target_key
+        return self._target_key or host_target_key()
+
     def read(self, chain, kind, key, level):
         if self.bundle is None and not self._failed:
             self._open(chain)
         if self.bundle is None:
             return None
+        if callable(key):
+            key = key(self.target_key())
         got = self.bundle.get(kind, key)
         if got is None:
             return None
         meta, payload = got
         return meta, payload, self.bundle.path
+
+
+class SiteBundleStore(BundleStore):
+    """A site's bundle directory: the bundle built ahead of time for this node's architecture.
+
+    The node's architecture (archspec) and LLVM version (llvmlite) are found
+    only when a lookup first reaches this store, after a miss in the user's
+    own cache.
+    """
+
+    def __init__(self, directory):
+        super().__init__(None, allow_root=True, label="site bundle", quiet=True)
+        self.directory = directory
+        self._failed = False
+
+    def _open(self, chain):
+        from .keys import arch_target_key, host_arch, llvm_version
+        try:
+            arch = host_arch()
+            self._target_key = arch_target_key(arch, llvm_version())
+        except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
+            self._failed = True
+            log.debug("site bundles in %s: cannot name this node's architecture (%s)", self.directory, e)
+            return
+        self.path = os.path.join(self.directory, site_bundle_name(arch, self._target_key))
+        super()._open(chain)
 
 
 class DiskStore:
@@ -68,6 +105,9 @@ class DiskStore:
         return self.disk.writable
 
     def read(self, chain, kind, key, level):
+        if callable(key):
+            from .keys import host_target_key
+            key = key(host_target_key())
         return self.disk.read(kind, key, level)
 
 
@@ -93,8 +133,10 @@ class Chain:
                 self.disk.writable = False          # under MPI only rank 0 stores
             self.stores.append(DiskStore(self.disk))
         for d in site_dirs:
+            # a bundle packed on a node like this one, then one built for its architecture
             self.stores.append(BundleStore(os.path.join(d, name), allow_root=True,
                                            label="site bundle", quiet=True))
+            self.stores.append(SiteBundleStore(d))
 
     def add_loaded(self, loaded):
         self.stores.insert(0, BundleStore(loaded=loaded, label="broadcast bundle"))
@@ -124,6 +166,11 @@ BUNDLE_PREFIX = "bundle-"
 def bundle_name(target_key: str, machine: str | None = None) -> str:
     """``bundle-<machine>-<target key prefix>``: the one bundle a host of that target reads."""
     return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{target_key[:16]}"
+
+
+def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> str:
+    """``bundle-<machine>-<arch>-<target key prefix>``: a site bundle built for ``arch``."""
+    return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{arch}-{target_key[:12]}"
 
 
 def site_dirs(environ=None) -> list:

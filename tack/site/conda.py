@@ -1,0 +1,104 @@
+"""Conda activation scripts: ``python -m tack.site conda-activate CONFIG --prefix PREFIX``.
+
+Writes ``PREFIX/etc/conda/activate.d/tack.{sh,csh,fish}`` and the matching
+``deactivate.d`` scripts.  Activating saves the user's own value of each
+variable (and whether it was set at all) in ``_TACK_CONDA_<TAG>_<VAR>``,
+then exports the site's value; deactivating restores the saved value, or
+unsets the variable if it was unset.  ``<TAG>`` is derived from the prefix,
+so two stacked environments with these scripts each restore their own
+saved values; activating twice without deactivating does not save Tack's
+own values as the user's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from .atomic import write_files
+from .shell import quote, set_line
+
+EXTENSIONS = {"sh": "bash", "csh": "csh", "fish": "fish"}
+
+
+def tag(prefix):
+    return hashlib.sha256(os.path.realpath(prefix).encode()).hexdigest()[:8].upper()
+
+
+def activate_script(cfg, ext, marker):
+    shell = EXTENSIONS[ext]
+    exports = cfg.exports()
+    head = [f"# Tack's settings for this conda environment, from the site config.",
+            f"# Written by `python -m tack.site conda-activate`; deactivate.d/tack.{ext} restores",
+            f"# the values they replace."]
+    save, sets = [], [set_line(shell, var, quote(shell, value)) for var, value in exports.items()]
+    if ext == "sh":
+        save.append(f'if [ -z "${{{marker}+x}}" ]; then')
+        save.append(f"    export {marker}=1")
+        for var in exports:
+            s = f"{marker}_{var}"
+            save.append(f'    if [ -n "${{{var}+x}}" ]; then export {s}="${var}"; else unset {s}; fi')
+        save.append("fi")
+    elif ext == "csh":
+        save.append(f"if (! $?{marker}) then")
+        save.append(f"    setenv {marker} 1")
+        for var in exports:
+            s = f"{marker}_{var}"
+            save += [f"    if ($?{var}) then", f"        setenv {s} ${var}:q",
+                     "    else", f"        unsetenv {s}", "    endif"]
+        save.append("endif")
+    else:
+        save.append(f"if not set -q {marker}")
+        save.append(f"    set -gx {marker} 1")
+        for var in exports:
+            s = f"{marker}_{var}"
+            save += [f"    if set -q {var}", f"        set -gx {s} ${var}",
+                     "    else", f"        set -e {s}", "    end"]
+        save.append("end")
+    return "\n".join(head + save + sets) + "\n"
+
+
+def deactivate_script(cfg, ext, marker):
+    exports = cfg.exports()
+    lines = [f"# Restores what activate.d/tack.{ext} replaced: the user's own values, or unset.",
+             f"# Written by `python -m tack.site conda-activate`."]
+    if ext == "sh":
+        lines.append(f'if [ -n "${{{marker}+x}}" ]; then')
+        for var in exports:
+            s = f"{marker}_{var}"
+            lines.append(f'    if [ -n "${{{s}+x}}" ]; then export {var}="${s}"; else unset {var}; fi')
+            lines.append(f"    unset {s}")
+        lines += [f"    unset {marker}", "fi"]
+    elif ext == "csh":
+        lines.append(f"if ($?{marker}) then")
+        for var in exports:
+            s = f"{marker}_{var}"
+            lines += [f"    if ($?{s}) then", f"        setenv {var} ${s}:q", f"        unsetenv {s}",
+                      "    else", f"        unsetenv {var}", "    endif"]
+        lines += [f"    unsetenv {marker}", "endif"]
+    else:
+        lines.append(f"if set -q {marker}")
+        for var in exports:
+            s = f"{marker}_{var}"
+            lines += [f"    if set -q {s}", f"        set -gx {var} ${s}", f"        set -e {s}",
+                      "    else", f"        set -e {var}", "    end"]
+        lines += [f"    set -e {marker}", "end"]
+    return "\n".join(lines) + "\n"
+
+
+def write_activate(cfg, prefix):
+    """Write the activate.d and deactivate.d scripts into ``prefix``; return their paths."""
+    prefix = os.path.abspath(os.fspath(prefix))
+    if not os.path.isdir(prefix):
+        from .cli import SiteError
+        raise SiteError(f"{prefix}: not a directory; --prefix must be an existing conda "
+                        "environment (its $CONDA_PREFIX)")
+    marker = f"_TACK_CONDA_{tag(prefix)}"
+    files = {}
+    for ext in EXTENSIONS:
+        files[os.path.join(prefix, "etc", "conda", "activate.d", f"tack.{ext}")] = \
+            activate_script(cfg, ext, marker).encode()
+    for ext in EXTENSIONS:
+        files[os.path.join(prefix, "etc", "conda", "deactivate.d", f"tack.{ext}")] = \
+            deactivate_script(cfg, ext, marker).encode()
+    return [path for path, _ in write_files(files)]

@@ -1,0 +1,216 @@
+"""Module files for ``module load tack``: Lmod (Lua) and Environment Modules (Tcl).
+
+Split as Spack's module generation is (lib/spack/spack/modules):
+
+* ``ModuleConfiguration``: what the site config says about the module;
+* ``ModuleLayout``: where each format's file goes (``ROOT/NAME/VERSION.lua``,
+  ``ROOT/NAME/VERSION``);
+* ``ModuleContext``: the plain values a template sees;
+* ``ModuleWriter`` (one subclass per format): renders its template and
+  writes the file atomically, leaving an identical file untouched.
+
+The templates in ``tack/site/templates`` hold only presentation, in blocks a
+site can override (``{% extends "modulefile.lua.j2" %}``).
+
+References such as ``$USER``, ``${SCRATCH}`` in the exported values are not
+expanded here: each becomes a lookup in the module file, made when the
+module is *loaded*, by the user loading it.  If a referenced variable is not
+set at load, loading fails with a message naming it (rather than building a
+path such as ``/tack-cache`` from empty parts); at unload it reads as empty.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import jinja2
+
+from .atomic import write_files
+
+# $NAME or ${NAME}; any other "$" is a literal character.
+REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+DEFAULT_WHATIS = "Tack: Python kernels compiled for CPUs and GPUs, kept in an on-disk cache"
+
+
+def split_references(value):
+    """``"$SCRATCH/$USER/x"`` -> ``[{"variable": "SCRATCH"}, {"literal": "/"}, ...]``."""
+    parts, pos = [], 0
+    for m in REFERENCE.finditer(value):
+        if m.start() > pos:
+            parts.append({"literal": value[pos:m.start()]})
+        parts.append({"variable": m.group(1) or m.group(2)})
+        pos = m.end()
+    if pos < len(value) or not parts:
+        parts.append({"literal": value[pos:]})
+    return parts
+
+
+class ModuleConfiguration:
+    """What the site config says about the module, with defaults filled in."""
+
+    def __init__(self, cfg):
+        self.name = cfg.module_name
+        self.version = cfg.module_version
+        self.whatis = (cfg.get("modules.whatis") or DEFAULT_WHATIS).strip()
+        self.help = (cfg.get("modules.help") or self.whatis).rstrip()
+        self.conflicts = list(cfg.get("modules.conflicts") or [])
+        self.prereqs = list(cfg.get("modules.prereqs") or [])
+        self.exports = cfg.exports()
+
+
+class ModuleLayout:
+    """File names: ``ROOT/NAME/VERSION`` plus the format's extension."""
+
+    extensions = {"lmod": ".lua", "tcl": ""}
+
+    def __init__(self, configuration, root):
+        self.conf = configuration
+        self.root = os.path.abspath(os.fspath(root))
+
+    def filename(self, fmt):
+        return os.path.join(self.root, self.conf.name, self.conf.version + self.extensions[fmt])
+
+
+class ModuleContext:
+    """The values a template sees: name, version, help, whatis, exports, needs, conflicts, prereqs."""
+
+    def __init__(self, configuration):
+        self.conf = configuration
+
+    def exports(self):
+        return [{"name": var, "value": value, "parts": split_references(value)}
+                for var, value in self.conf.exports.items()]
+
+    def needs(self):
+        """Each variable the exports reference, with the exports that reference it."""
+        needs = {}
+        for export in self.exports():
+            for part in export["parts"]:
+                if "variable" in part:
+                    users = needs.setdefault(part["variable"], [])
+                    if export["name"] not in users:
+                        users.append(export["name"])
+        return [{"variable": var, "exports": users} for var, users in needs.items()]
+
+    def to_dict(self):
+        c = self.conf
+        return {"name": c.name, "version": c.version, "help": c.help, "whatis": c.whatis,
+                "conflicts": c.conflicts, "prereqs": c.prereqs,
+                "exports": self.exports(), "needs": self.needs()}
+
+
+# -- quoting filters: how a value is spelled in each language ----------------
+
+def lua_string(value):
+    """A Lua double-quoted string literal."""
+    out = []
+    for ch in str(value):
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\{ord(ch):03d}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def lua_long_string(value):
+    """A Lua long bracket string ``[==[...]==]`` whose level the text cannot close."""
+    text = str(value)
+    level = 0
+    while f"]{'=' * level}]" in text:
+        level += 1
+    eq = "=" * level
+    # A newline right after the opening bracket is dropped by Lua: add one so a
+    # leading newline in the text survives.
+    return f"[{eq}[\n{text}\n]{eq}]"
+
+
+def tcl_string(value):
+    """A Tcl double-quoted string in which nothing is substituted."""
+    out = []
+    for ch in str(value):
+        if ch in '\\"$[]{}':
+            out.append("\\" + ch)
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch != "\n" and (ord(ch) < 32 or ord(ch) == 127):
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def tcl_word(value):
+    """A bare Tcl word when it is safe as one (module names), else a quoted string."""
+    value = str(value)
+    return value if re.fullmatch(r"[A-Za-z0-9_./+:@%=-]+", value) else tcl_string(value)
+
+
+def tcl_literal(value):
+    """Text to place inside a Tcl double-quoted string, substituting nothing."""
+    return tcl_string(value)[1:-1]
+
+
+def environment():
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("tack.site", "templates"),
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters.update(lua_string=lua_string, lua_long_string=lua_long_string,
+                       tcl_string=tcl_string, tcl_word=tcl_word, tcl_literal=tcl_literal)
+    return env
+
+
+class ModuleWriter:
+    """Renders one format's template with the context; writing is done for all formats at once."""
+
+    format = None
+    template = None
+
+    def __init__(self, cfg, root, env=None):
+        self.conf = ModuleConfiguration(cfg)
+        self.layout = ModuleLayout(self.conf, root)
+        self.context = ModuleContext(self.conf)
+        self.env = env or environment()
+
+    @property
+    def filename(self):
+        return self.layout.filename(self.format)
+
+    def render(self) -> bytes:
+        return self.env.get_template(self.template).render(**self.context.to_dict()).encode("utf-8")
+
+    def write(self):
+        return write_files({self.filename: self.render()})[0]
+
+
+class LmodWriter(ModuleWriter):
+    format = "lmod"
+    template = "modulefile.lua.j2"
+
+
+class TclWriter(ModuleWriter):
+    format = "tcl"
+    template = "modulefile.tcl.j2"
+
+
+WRITERS = {"lmod": LmodWriter, "tcl": TclWriter}
+
+
+def write_modules(cfg, formats, root):
+    """Render the module file of each format under ``root``; return ``[(path, changed)]``.
+
+    Every file is rendered before any is written, and written all or nothing
+    (SiteError naming the path otherwise).  An unchanged file is not touched.
+    """
+    unknown = [f for f in formats if f not in WRITERS]
+    if unknown:
+        from .cli import SiteError
+        raise SiteError(f"unknown module format {unknown[0]!r}; expected {' or '.join(WRITERS)}")
+    env = environment()
+    writers = [WRITERS[f](cfg, root, env) for f in dict.fromkeys(formats)]
+    return write_files({w.filename: w.render() for w in writers})

@@ -1,0 +1,89 @@
+"""The site's exports as shell code, for sites without modules: ``python -m tack.site env``.
+
+References such as ``$USER`` or ``${SCRATCH}`` are kept for the shell to
+expand when the output is sourced; everything else in a value is quoted so
+the shell takes it literally.  An unset variable expands to empty in bash
+and fish, and is an error ("Undefined variable") in csh.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .modules import split_references
+
+SHELLS = ("bash", "csh", "fish")
+_WORD = re.compile(r"[A-Za-z0-9_]")
+
+
+def _quoted(parts, literal, reference):
+    """Join the parts of a value: ``literal(text)`` and ``reference(name, braces)``."""
+    out = []
+    for i, p in enumerate(parts):
+        if "variable" in p:
+            nxt = parts[i + 1].get("literal", "") if i + 1 < len(parts) else ""
+            out.append(reference(p["variable"], bool(_WORD.match(nxt[:1]))))
+        else:
+            out.append(literal(p["literal"]))
+    return '"' + "".join(out) + '"'
+
+
+def _sh_literal(text):
+    out = []
+    for ch in text:
+        if ch in '\\"$`':
+            out.append("\\" + ch)
+        elif ch == "!":
+            out.append("\"'!'\"")  # no history expansion in an interactive shell
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _csh_literal(text):
+    out = []
+    for ch in text:
+        if ch in "$`":
+            out.append(f"\"'{ch}'\"")
+        elif ch == '"':
+            out.append("\"'\"'\"")
+        elif ch == "!":
+            out.append("\\!")
+        elif ch == "\n":
+            out.append("\\\n")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _fish_literal(text):
+    return "".join("\\" + ch if ch in '\\"$' else ch for ch in text)
+
+
+def quote(shell, value):
+    """``value`` as one double-quoted word of ``shell``, its ``$NAME`` references left to expand."""
+    parts = split_references(value)
+    if shell == "bash":
+        return _quoted(parts, _sh_literal, lambda n, b: f"${{{n}}}" if b else f"${n}")
+    if shell == "csh":
+        return _quoted(parts, _csh_literal, lambda n, b: f"${{{n}}}" if b else f"${n}")
+    if shell == "fish":
+        return _quoted(parts, _fish_literal, lambda n, b: f"{{${n}}}" if b else f"${n}")
+    raise ValueError(f"unknown shell {shell!r}; expected one of {', '.join(SHELLS)}")
+
+
+def set_line(shell, var, value_word):
+    """The statement that exports ``var`` as the already quoted ``value_word``."""
+    return {"bash": f"export {var}={value_word}",
+            "csh": f"setenv {var} {value_word}",
+            "fish": f"set -gx {var} {value_word}"}[shell]
+
+
+def render_env(cfg, shell) -> str:
+    """Shell code exporting the site's settings, for ``eval`` or ``source``."""
+    if shell not in SHELLS:
+        raise ValueError(f"unknown shell {shell!r}; expected one of {', '.join(SHELLS)}")
+    lines = [f"# Tack's settings for this site ({shell}); $NAME references expand when this is sourced."]
+    for var, value in cfg.exports().items():
+        lines.append(set_line(shell, var, quote(shell, value)))
+    return "\n".join(lines) + "\n"
