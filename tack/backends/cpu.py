@@ -29,13 +29,16 @@ _LLVM_MATH = {"sqrt", "exp", "log", "log2", "log10", "sin", "cos", "floor", "cei
               "fabs", "trunc", "pow", "copysign"}
 
 
-def _initialize():
+def _initialize(all_targets=False):
     global _initialized
     with _init_lock:
         if not _initialized:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             _initialized = True
+        if all_targets:                 # code for another ISA (bundles built for other nodes)
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
 
 
 class CPUTarget:
@@ -43,15 +46,16 @@ class CPUTarget:
 
     name = "cpu"
 
-    def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3):
-        _initialize()
-        host = cpu is None
-        self.cpu = llvm.get_host_cpu_name() if host else cpu
+    def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3,
+                 triple: str | None = None):
+        _initialize(all_targets=triple is not None)
+        host = cpu is None and triple is None
+        self.cpu = llvm.get_host_cpu_name() if cpu is None else cpu
         if features is None:
             features = llvm.get_host_cpu_features().flatten() if host else ""
         self.features = features
         self.opt = opt
-        self.triple = llvm.get_process_triple()
+        self.triple = triple or llvm.get_process_triple()
         target = llvm.Target.from_triple(self.triple)
         # Static relocations and the large code model leave only absolute
         # addresses to patch, which Tack's own loader (backends/elf.py) handles.

@@ -162,6 +162,42 @@ def _capacity(n: int) -> int:
     return max(1 << max(n - 1, 0).bit_length(), 64)
 
 
+def _scratch(shape):
+    """The work arrays ``contour`` passes to its kernels for a field of ``shape``."""
+    n = shape[0] * shape[1] * shape[2]
+    # Only the entries near the surface are ever written or read, so most of
+    # these pages are never touched (np.empty does not fault them in).
+    return (np.empty(tuple(shape) + (3,), np.int32), np.empty(3 * n, np.int32),
+            np.empty(n, np.int64), np.zeros(4, np.int64))
+
+
+def tack_warm(shape):
+    """What ``contour`` launches for a field of ``shape``: ``[(kernel, example args, grid dims)]``.
+
+    For building bundles ahead of time (``python -m tack.site bundles
+    build``): every variant a contour of this shape can need, including each
+    power-of-two capacity of the output arrays up to the most a field of
+    this shape can produce.  The arrays are allocated, not filled.
+    """
+    shape = tuple(int(s) for s in shape)
+    field = np.empty(shape, np.float32)
+    edge_vid, vert_src, active, counts = _scratch(shape)
+    specs = [(classify, (field, 0.0, edge_vid, vert_src, active, counts), 3)]
+    max_verts = 3 * field.size
+    max_faces = 5 * (shape[0] - 1) * (shape[1] - 1) * (shape[2] - 1)
+    cap = 64
+    while cap <= _capacity(max_verts):
+        verts = np.empty((cap, 3), np.float32)
+        specs.append((place_vertices, (field, 0.0, Linear, vert_src, verts, 1.0, 1.0, 1.0), 1))
+        cap *= 2
+    cap = 64
+    while cap <= _capacity(max_faces):
+        faces = np.empty((cap, 3), np.int32)
+        specs.append((emit_faces, (field, active, edge_vid, faces, counts), 1))
+        cap *= 2
+    return specs
+
+
 def contour(field, level, device="cpu", spacing=(1, 1, 1), interpolation=Linear):
     """Isosurface of ``field`` at ``level``: ``(verts (V, 3) float32, faces (F, 3) int32)``."""
     field = np.asarray(field)
@@ -172,13 +208,7 @@ def contour(field, level, device="cpu", spacing=(1, 1, 1), interpolation=Linear)
     if field.dtype != np.float32 or not field.flags.c_contiguous:
         field = np.ascontiguousarray(field, dtype=np.float32)
     sx, sy, sz = (float(s) for s in spacing)
-    n = field.size
-    # Only the entries near the surface are ever written or read, so most of
-    # these pages are never touched (np.empty does not fault them in).
-    edge_vid = np.empty(field.shape + (3,), np.int32)
-    vert_src = np.empty(3 * n, np.int32)
-    active = np.empty(n, np.int64)
-    counts = np.zeros(4, np.int64)
+    edge_vid, vert_src, active, counts = _scratch(field.shape)
     level = float(level)
     tack.launch(classify, dim=field.shape, args=(field, level, edge_vid, vert_src, active, counts),
                 device=device)

@@ -24,6 +24,9 @@ def write_files(files, mode=0o644):
     plan = []
     for path, data in files.items():
         path = os.path.abspath(os.fspath(path))
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise SiteError(f"cannot write {path}: it exists and is not a regular file; "
+                            "nothing was written")
         plan.append((path, data, _read(path) != data))
     made_dirs, temps = [], []
     try:
@@ -61,8 +64,6 @@ def _read(path):
     try:
         with open(path, "rb") as f:
             return f.read()
-    except FileNotFoundError:
-        return None
     except OSError:
         return None
 

@@ -1,0 +1,350 @@
+"""Per-architecture bundles for a site: build ahead of time, check on a node, rebuild when stale.
+
+``build`` compiles the configured kernels for each CPU microarchitecture in
+the config (object code for that CPU, whatever the build host is: no device
+needed) and packs one bundle per architecture.  ``status`` says whether each
+bundle still matches this node (microarchitecture, LLVM, Tack).  ``rebuild``
+recompiles the variants of stale bundles from the lowered kernels they
+carry: no user source, no front end.  Bundles are written atomically, so a
+running job that has the old one open is not disturbed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+
+import numpy as np
+
+from .. import types as T
+from ..cache import bundle as bundle_mod
+from ..cache import store
+from ..cache.keys import arch_target_key, host_arch, llvm_version, tack_version_id, variant_key
+from ..cache.stores import BUNDLE_PREFIX, site_bundle_name
+
+GPU_KINDS = {"cuda": "CUDA", "rocm": "HIP", "level_zero": "Level Zero"}
+
+
+class BuildFailure(Exception):
+    """One architecture or kernel could not be built; the others go on."""
+
+
+TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-linux-gnu",
+           "ppc64le": "powerpc64le-unknown-linux-gnu"}
+
+
+def llvm_target(arch: str):
+    """(triple, LLVM CPU name) for an archspec microarchitecture (zen3 -> x86_64, znver3).
+
+    The CPU name comes from archspec's flags for the clang of this LLVM's
+    version, so it is one this LLVM knows.
+    """
+    import archspec.cpu
+    import llvmlite.binding as llvm
+    target = archspec.cpu.TARGETS[arch]
+    family = target.family.name
+    if family not in TRIPLES:
+        raise BuildFailure(f"{arch} is a {family} CPU; Tack builds for {', '.join(TRIPLES)}")
+    major = llvm.llvm_version_info[0]
+    try:
+        flags = target.optimization_flags("clang", f"{major}.0")
+    except Exception as e:                      # noqa: BLE001 - archspec's own error types
+        raise BuildFailure(f"LLVM {major} cannot target {arch}: {e}") from None
+    for flag in flags.split():
+        if flag.startswith(("-march=", "-mcpu=")):
+            cpu = flag.split("=", 1)[1]
+            return TRIPLES[family], {"x86-64": "x86-64"}.get(cpu, cpu)
+    raise BuildFailure(f"archspec gives no CPU name for {arch} with clang {major} (flags: {flags!r})")
+
+
+def cpu_target(arch: str):
+    from ..backends.cpu import CPUTarget
+    triple, cpu = llvm_target(arch)
+    return CPUTarget(cpu=cpu, features="", triple=triple)
+
+
+# -- what to warm -------------------------------------------------------------
+
+def parse_arg(text: str):
+    """An argument spec from the config -> an example value: ``float32[64,64]``, ``float64``, ``module:Class``."""
+    text = text.strip()
+    if "[" in text and text.endswith("]"):
+        dtype, dims = text[:-1].split("[", 1)
+        if dtype not in T.SCALARS:
+            raise BuildFailure(f"unknown element type {dtype!r} in {text!r}")
+        shape = tuple(int(d) for d in dims.split(",") if d.strip())
+        return np.empty(shape, dtype if dtype != "bool" else np.bool_)
+    if text in T.SCALARS:
+        return np.dtype(text if text != "bool" else np.bool_).type(0)
+    if ":" in text:
+        module, _, name = text.partition(":")
+        return getattr(importlib.import_module(module), name)
+    raise BuildFailure(f"cannot read argument spec {text!r} (use e.g. float32[64,64], float64, "
+                       "or module:Class for a template)")
+
+
+def warm_specs(entry: dict):
+    """[(kernel, example args, grid dims)] for one ``build.kernels`` entry."""
+    try:
+        module = importlib.import_module(entry["module"])
+    except Exception as e:                      # noqa: BLE001 - any import failure is reported
+        raise BuildFailure(f"kernel module {entry['module']!r} failed to import: "
+                           f"{type(e).__name__}: {e}") from None
+    if "kernel" in entry:
+        kernel = getattr(module, entry["kernel"], None)
+        if kernel is None:
+            raise BuildFailure(f"{entry['module']} has no kernel {entry['kernel']!r}")
+        return [(kernel, tuple(parse_arg(a) for a in entry["args"]), int(entry.get("grid", 1)))]
+    warm = getattr(module, "tack_warm", None)
+    if warm is None:
+        raise BuildFailure(f"{entry['module']} has no tack_warm(shape); give 'kernel' and 'args'")
+    specs = []
+    for shape in entry.get("shapes") or []:
+        specs.extend(warm(shape))
+    return specs
+
+
+# -- compiling for a target ---------------------------------------------------
+
+def compile_variant(target, lowered, lowered_key, argtypes, grid, tk, arch):
+    """One variant entry (kind, key, bytes) for ``target``, from a lowered kernel."""
+    from ..codegen import generate
+    from ..specialize import specialize
+    typed = specialize(lowered, argtypes, grid)
+    key = variant_key(lowered_key, argtypes, grid, tk)
+    gen = generate(typed, target, "tack_" + key)
+    obj = target.emit_object(target.optimize(gen.module))
+    ident = target.identity()
+    meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": gen.entry,
+            "lowered": lowered_key, "arg": [[str(t)] for t in argtypes],
+            "argspec": [[T.spec(t)] for t in argtypes], "grid": str(grid),
+            "target_key": tk, "machine": machine_of(arch), "arch": arch,
+            "target": ";".join(f"{k}={v}" for k, v in sorted(ident.items())), "site": []}
+    return store.KIND_VARIANT, key, store.encode(store.KIND_VARIANT, key, meta, obj)
+
+
+def machine_of(arch: str) -> str:
+    import archspec.cpu
+    return archspec.cpu.TARGETS[arch].family.name
+
+
+def build_arch(arch, specs, llvm, say):
+    """-> (entries, variant count) for one CPU microarchitecture."""
+    from ..cache.lookup import template_ids
+    from ..cache.keys import lowered_key
+    from ..launch import typeof_arg
+    target = cpu_target(arch)
+    tk = arch_target_key(arch, llvm)
+    lowered_entries, variants = {}, []
+    for kernel, args, grid in specs:
+        name = kernel.__qualname__
+        argtypes = [typeof_arg(name, p, a) for p, a in zip(kernel.params, args)]
+        templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
+        values = tuple(t for t in argtypes if not isinstance(t, T.Template))
+        lowered = kernel.lower(templates, False)
+        lkey = lowered_key(kernel, template_ids(templates), False)
+        if lkey not in lowered_entries:
+            lowered_entries[lkey] = (store.KIND_LOWERED, lkey, store.encode(
+                store.KIND_LOWERED, lkey, {"kernel": lowered.kernel.source.name, "dep": lowered.deps},
+                lowered.to_bytes()))
+        variants.append(compile_variant(target, lowered, lkey, values, grid, tk, arch))
+        say(f"  {arch}: {name} {', '.join(str(v) for v in values)}")
+    return list(lowered_entries.values()) + variants, len(variants), tk
+
+
+def write_bundle(out_dir, arch, tk, llvm, entries):
+    meta = {"tack": tack_version_id(), "target_key": tk, "machine": machine_of(arch), "arch": arch,
+            "llvm": llvm, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    data = bundle_mod.pack(entries, meta)
+    path = os.path.join(out_dir, site_bundle_name(arch, tk, meta["machine"]))
+    store.write_atomic(path, data, mode=0o644)
+    return path, len(data)
+
+
+def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) -> int:
+    """``bundles build``: each configured architecture; the others go on when one fails."""
+    out_dir = output or cfg.get("cache.bundles")
+    if not out_dir:
+        print("error: no bundle directory: give --output or set cache.bundles", file=err)
+        return 1
+    cpu = cfg.cpu_archs()
+    gpu = cfg.gpu_archs()
+    wanted = set(archs or [])
+    if wanted:
+        unknown = wanted - set(cpu) - {a for _, a in gpu}
+        if unknown:
+            print(f"error: --arch {', '.join(sorted(unknown))} is not in the config's build.archs "
+                  f"({', '.join(cpu + [a for _, a in gpu])})", file=err)
+            return 1
+        cpu = [a for a in cpu if a in wanted]
+        gpu = [(k, a) for k, a in gpu if a in wanted]
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        probe = os.path.join(out_dir, f".tack-write-test.{os.getpid()}")
+        with open(probe, "wb"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        print(f"error: bundle directory {out_dir} is not writable: {e.strerror or e}", file=err)
+        return 1
+
+    def say(msg):
+        print(msg, file=out, flush=True)
+
+    kernels = cfg.get("build.kernels") or [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
+    llvm = llvm_version()
+    rows, failures = [], []
+    specs = []
+    for entry in kernels:
+        try:
+            specs.extend(warm_specs(entry))
+        except BuildFailure as e:
+            failures.append(("all", str(e)))
+    for arch in cpu:
+        t0 = time.perf_counter()
+        say(f"{arch}: compiling {len(specs)} variants")
+        try:
+            entries, nvar, tk = build_arch(arch, specs, llvm, say)
+            path, nbytes = write_bundle(out_dir, arch, tk, llvm, entries)
+        except Exception as e:                  # noqa: BLE001 - one arch's failure must not stop the rest
+            failures.append((arch, f"{type(e).__name__}: {e}"))
+            continue
+        rows.append((arch, len({k.__qualname__ for k, _, _ in specs}), nvar, nbytes,
+                     time.perf_counter() - t0, path))
+    for kind, arch in gpu:
+        failures.append((arch, f"no {GPU_KINDS[kind]} backend is installed yet; "
+                               f"{kind} bundles come with the GPU backends"))
+    from ..cache.config import format_size
+    say("")
+    say(f"{'arch':<16}{'kernels':>8}{'variants':>10}{'bytes':>12}{'time':>9}  bundle")
+    for arch, nk, nv, nb, secs, path in rows:
+        say(f"{arch:<16}{nk:>8}{nv:>10}{format_size(nb):>12}{secs:>8.1f}s  {path}")
+    for arch, why in failures:
+        say(f"{arch:<16}  FAILED: {why}")
+    return 1 if failures else 0
+
+
+# -- status and rebuild -------------------------------------------------------
+
+def _bundle_paths(directory):
+    if directory is None:
+        dirs = [d for d in os.environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep) if d]
+        if not dirs:
+            raise FileNotFoundError("no bundle directory given and TACK_CACHE_BUNDLES is not set")
+        directory = dirs[0]
+    return directory, sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                             if n.startswith(BUNDLE_PREFIX) and store.TMP_MARK not in n)
+
+
+def staleness(b, node_arch, node_llvm):
+    """Why a bundle's variants do not match this node: [] when they do."""
+    why = []
+    meta = b.meta
+    if meta.get("tack") != tack_version_id():
+        why.append(f"made by Tack {meta.get('tack')}, this is {tack_version_id()}")
+    if meta.get("arch") and meta.get("arch") != node_arch:
+        why.append(f"built for {meta.get('arch')}, this node is {node_arch}")
+    if meta.get("llvm") and meta.get("llvm") != node_llvm:
+        why.append(f"built with {meta.get('llvm')}, this node has {node_llvm}")
+    return why
+
+
+def bundles_status(directory=None, out=sys.stdout) -> int:
+    directory, paths = _bundle_paths(directory)
+    node_arch, node_llvm = host_arch(), llvm_version()
+    print(f"node: {node_arch}, {node_llvm}, Tack {tack_version_id()}", file=out)
+    if not paths:
+        print(f"no bundles in {directory}", file=out)
+    for path in paths:
+        try:
+            b = bundle_mod.read(path, allow_root=True)
+        except bundle_mod.BundleError as e:
+            print(f"{os.path.basename(path)}: UNUSABLE: {e}", file=out)
+            continue
+        why = staleness(b, node_arch, node_llvm)
+        variants = [k for (kind, k) in b.index if kind == store.KIND_VARIANT]
+        state = "current" if not why else "STALE"
+        print(f"{os.path.basename(path)}: arch {b.meta.get('arch', '?')}, {len(b)} entries "
+              f"({len(variants)} variants), {len(b.data)} bytes: {state}", file=out)
+        for reason in why:
+            print(f"  stale: {reason}", file=out)
+        if why:
+            for kind, key in sorted(b.index):
+                if kind == store.KIND_VARIANT:
+                    got = b.get(kind, key)
+                    name = got[0].get("kernel", "?") if got else "(damaged)"
+                    print(f"    {name} {key[:16]}", file=out)
+    return 0
+
+
+def rebuild_bundle(path, llvm, out=sys.stdout):
+    """Recompile one bundle's variants for its own architecture with this LLVM. -> new path."""
+    from ..ir import LoweredKernel
+    b = bundle_mod.read(path, allow_root=True)
+    arch = b.meta.get("arch")
+    if not arch:
+        raise BuildFailure(f"{path} does not name its architecture")
+    if b.meta.get("tack") != tack_version_id():
+        raise BuildFailure(f"{path} was made by Tack {b.meta.get('tack')}; its lowered kernels "
+                           f"cannot be read by {tack_version_id()}: build it again")
+    target = cpu_target(arch)
+    tk = arch_target_key(arch, llvm)
+    lowered, entries = {}, []
+    for (kind, key) in sorted(b.index):
+        if kind == store.KIND_LOWERED:
+            got = b.get(kind, key)
+            if got is not None:
+                lowered[key] = LoweredKernel.from_bytes(got[1])
+                entries.append((kind, key, store.encode(kind, key, got[0], got[1])))
+    count = 0
+    for (kind, key) in sorted(b.index):
+        if kind != store.KIND_VARIANT:
+            continue
+        got = b.get(kind, key)
+        if got is None:
+            print(f"  {arch}: skipping a damaged variant {key[:16]}", file=out)
+            continue
+        meta = got[0]
+        lk = meta.get("lowered")
+        if lk not in lowered:
+            print(f"  {arch}: skipping {meta.get('kernel')}: its lowered kernel is not in the bundle",
+                  file=out)
+            continue
+        argtypes = tuple(T.parse_spec(row[0]) for row in meta["argspec"])
+        entries.append(compile_variant(target, lowered[lk], lk, argtypes, int(meta["grid"]), tk, arch))
+        count += 1
+        print(f"  {arch}: recompiled {meta.get('kernel')}", file=out)
+    new_path, _ = write_bundle(os.path.dirname(path), arch, tk, llvm, entries)
+    if os.path.abspath(new_path) != os.path.abspath(path):
+        os.unlink(path)                         # open readers keep the old file until they close it
+    return new_path, count
+
+
+def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
+    directory, paths = _bundle_paths(directory)
+    node_arch, llvm = host_arch(), llvm_version()
+    failures = 0
+    for path in paths:
+        try:
+            b = bundle_mod.read(path, allow_root=True)
+        except bundle_mod.BundleError as e:
+            print(f"{os.path.basename(path)}: cannot rebuild: {e}", file=err)
+            failures += 1
+            continue
+        why = [w for w in staleness(b, node_arch, llvm) if not w.startswith("built for")]
+        if not why:
+            print(f"{os.path.basename(path)}: current, left as is", file=out)
+            continue
+        try:
+            new, n = rebuild_bundle(path, llvm, out)
+        except Exception as e:                  # noqa: BLE001 - report and go on with the others
+            print(f"{os.path.basename(path)}: rebuild failed: {type(e).__name__}: {e}", file=err)
+            failures += 1
+            continue
+        print(f"{os.path.basename(path)}: rebuilt {n} variants -> {os.path.basename(new)}", file=out)
+    return 1 if failures else 0
+
+
+__all__ = ["build_bundles", "bundles_status", "bundles_rebuild"]

@@ -1,0 +1,164 @@
+"""Site bundles: build for two microarchitectures, status on this node, rebuild after an LLVM change (tack/site/build.py)."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import tack.frontend.lower
+from tack.api import Kernel
+from tack.cache import bundle, store
+from tack.cache.keys import arch_target_key, host_arch, llvm_version
+from tack.site import build
+from tack.site.config import load
+
+OTHER = "sapphirerapids" if host_arch() != "sapphirerapids" else "zen3"
+
+
+def write_config(tmp_path, archs, kernels=None):
+    kernels = kernels or "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n"
+    path = tmp_path / "site.yaml"
+    path.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{', '.join(archs)}]\n  kernels:\n{kernels}")
+    return load(path)
+
+
+def run_build(cfg, out_dir, **kw):
+    out, err = io.StringIO(), io.StringIO()
+    rc = build.build_bundles(cfg, output=str(out_dir), out=out, err=err, **kw)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def contour_in_fresh_process(own_cache, site_dir):
+    """Run the 8^3 contour with only the site bundles to draw on; -> (ok, stats)."""
+    script = textwrap.dedent("""
+        import json, numpy as np, tack.cache
+        from tack.kernels.contour import contour
+        p = np.indices((8, 8, 8)).astype(np.float32)
+        f = np.sqrt(((p - 3.4) ** 2).sum(axis=0)).astype(np.float32)
+        v, fc = contour(f, 2.5)
+        print(json.dumps({"ntri": len(fc), "stats": tack.cache.stats()}))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(site_dir))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def own_cache(tmp_path):
+    d = tmp_path / "own"
+    d.mkdir(mode=0o700)
+    return d
+
+
+def test_build_two_archs_then_a_node_loads_its_own(tmp_path, own_cache):
+    """Bundles for this node's CPU and another: one per arch; a fresh process loads every kernel from this node's."""
+    cfg = write_config(tmp_path, [host_arch(), OTHER])
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(cfg, out_dir)
+    assert rc == 0, out + err
+    names = sorted(os.listdir(out_dir))
+    assert len(names) == 2 and any(host_arch() in n for n in names) and any(OTHER in n for n in names)
+    for name in names:
+        b = bundle.read(str(out_dir / name))
+        assert b.meta["arch"] in (host_arch(), OTHER)
+        assert b.meta["target_key"] == arch_target_key(b.meta["arch"], llvm_version())
+    r = contour_in_fresh_process(own_cache, out_dir)
+    assert r["ntri"] > 0
+    assert r["stats"]["hits"]["variant"] == 3 and r["stats"]["misses"]["variant"] == 0
+    assert os.listdir(own_cache) == []
+
+
+def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch):
+    """Built with another LLVM: status says stale and why; rebuild recompiles without the front end; the result loads."""
+    cfg = write_config(tmp_path, [host_arch()])
+    out_dir = tmp_path / "bundles"
+    monkeypatch.setattr(build, "llvm_version", lambda: "llvmlite-0.0.1")
+    rc, out, err = run_build(cfg, out_dir)
+    assert rc == 0, out + err
+    monkeypatch.undo()
+
+    status = io.StringIO()
+    assert build.bundles_status(str(out_dir), out=status) == 0
+    text = status.getvalue()
+    assert "STALE" in text and "built with llvmlite-0.0.1" in text and llvm_version() in text
+    # an old bundle is of no use to this node: every kernel compiles
+    assert contour_in_fresh_process(own_cache, out_dir)["stats"]["hits"]["variant"] == 0
+
+    def no_front_end(*a, **k):
+        raise AssertionError("the front end ran during rebuild")
+    monkeypatch.setattr(tack.frontend.lower, "lower_kernel", no_front_end)
+    monkeypatch.setattr(Kernel, "lower", no_front_end)
+    rebuilt = io.StringIO()
+    assert build.bundles_rebuild(str(out_dir), out=rebuilt, err=rebuilt) == 0, rebuilt.getvalue()
+    assert "rebuilt 13 variants" in rebuilt.getvalue()
+    monkeypatch.undo()
+
+    (name,) = os.listdir(out_dir)
+    assert bundle.read(str(out_dir / name)).meta["llvm"] == llvm_version()
+    status = io.StringIO()
+    build.bundles_status(str(out_dir), out=status)
+    assert "current" in status.getvalue() and "STALE" not in status.getvalue()
+    fresh = tmp_path / "own2"
+    fresh.mkdir(mode=0o700)
+    r = contour_in_fresh_process(fresh, out_dir)
+    assert r["stats"]["hits"]["variant"] == 3
+
+
+def test_one_arch_failing_does_not_stop_the_others(tmp_path):
+    """An architecture LLVM cannot target fails alone: the others are built, the exit status is 1, a summary names it."""
+    cfg = write_config(tmp_path, [host_arch(), "zen6"])
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(cfg, out_dir)
+    assert rc == 1
+    assert "zen6" in out and "FAILED" in out and "cannot target zen6" in out
+    names = os.listdir(out_dir)
+    assert len(names) == 1 and host_arch() in names[0]
+    assert not [n for n in names if store.TMP_MARK in n]
+
+
+def test_module_that_fails_to_import_is_reported(tmp_path):
+    """A kernel module that fails to import: a clear message naming it, exit status 1."""
+    cfg = write_config(tmp_path, [host_arch()],
+                       "    - module: no_such_module_here\n      shapes: [[8, 8, 8]]\n")
+    rc, out, err = run_build(cfg, tmp_path / "bundles")
+    assert rc == 1
+    assert "no_such_module_here" in out and "failed to import" in out
+
+
+def test_gpu_archs_are_accepted_but_not_built(tmp_path):
+    """A GPU architecture is accepted by the config; build says no backend is installed and exits 1, CPU bundles built."""
+    path = tmp_path / "site.yaml"
+    path.write_text("version: 1\nbuild:\n  archs:\n    cpu: [" + host_arch() + "]\n    cuda: [sm_90]\n"
+                    "  kernels:\n    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n")
+    rc, out, err = run_build(load(path), tmp_path / "bundles")
+    assert rc == 1
+    assert "sm_90" in out and "no CUDA backend is installed yet" in out
+    assert len(os.listdir(tmp_path / "bundles")) == 1
+
+
+def test_other_isa_object_code(tmp_path):
+    """An aarch64 microarchitecture builds aarch64 object code on any host."""
+    cfg = write_config(tmp_path, ["neoverse_v2"])
+    rc, out, err = run_build(cfg, tmp_path / "bundles")
+    assert rc == 0, out + err
+    (name,) = os.listdir(tmp_path / "bundles")
+    b = bundle.read(str(tmp_path / "bundles" / name))
+    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
+    assert payload[:4] == b"\x7fELF" and int.from_bytes(payload[18:20], "little") == 183  # EM_AARCH64
+    assert "triple=aarch64" in meta["target"]
+
+
+def test_unwritable_output_is_refused(tmp_path):
+    """A bundle directory that cannot be written: exit 1 with a message naming it, nothing built."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cfg = write_config(tmp_path, [host_arch()])
+    rc, out, err = run_build(cfg, blocker / "sub")
+    assert rc == 1 and "not writable" in err and str(blocker / "sub") in err
