@@ -71,9 +71,6 @@ def reset_stats() -> None:
     """Start this process's counters again from zero."""
     if _stats is not None:
         _stats.__init__()
-_launch = None            # the MPI launch, if any (detected once)
-_loaded_bundle = None     # a Bundle given by load_bundle()
-_bundle_called = False    # load_bundle() ran: no rank opens the directory's bundle itself
 
 
 def _get_stats():

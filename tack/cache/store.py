@@ -63,8 +63,9 @@ def encode_meta(meta: dict) -> bytes:
 
 def decode_meta(data: bytes, list_fields=("dep", "site", "arg", "argspec")) -> dict:
     meta = {f: [] for f in list_fields}
+    plain = b"\\" not in data                  # nothing escaped: no per-field work
     for line in data.decode().split("\n") if data else ():
-        field, *values = [_unescape(v) for v in line.split("\t")]
+        field, *values = line.split("\t") if plain else [_unescape(v) for v in line.split("\t")]
         if field in meta and isinstance(meta[field], list):
             meta[field].append(values)
         elif len(values) == 1:

@@ -37,10 +37,13 @@ class BundleStore:
         self._failed = loaded is None and path is None
 
     def _open(self, chain):
+        import time
         from . import bundle
+        t0 = time.perf_counter()
         try:
             self.bundle = bundle.read(self.path, allow_root=self.allow_root)
             chain.stats.bytes_read += len(self.bundle.data)
+            chain.stats.load_seconds += time.perf_counter() - t0
             log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
         except bundle.BundleError as e:
             self._failed = True
