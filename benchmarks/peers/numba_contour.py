@@ -22,25 +22,31 @@ With ``above=True`` the triangle and vertex counts equal
 diagonal) and triangle normals (right-hand rule) point towards increasing
 ``field``, as scikit-image's do.
 
-Compiled with ``cache=False`` so the first call measures a cold compile.
+Compiled with ``cache=False`` so the first call measures a cold compile;
+``numba_contour_cached.py`` sets TACK_BENCH_NUMBA_CACHE=1 before importing
+this module, for ``cache=True`` (Numba's on-disk cache).
 """
+
+import os
 
 import numpy as np
 from numba import njit
+
+_CACHE = os.environ.get("TACK_BENCH_NUMBA_CACHE") == "1"
 
 from tack.kernels.mc_tables import CORNERS, EDGE_AXIS, EDGE_ORIGIN, TRI_TABLE
 
 __all__ = ["contour_numba"]
 
 
-@njit(cache=False)
+@njit(cache=_CACHE)
 def _is_set(v, level, above):
     if above:
         return v > level
     return v < level
 
 
-@njit(cache=False)
+@njit(cache=_CACHE)
 def _contour(f, level, above, corners, edge_axis, edge_origin, tri_table):
     nx, ny, nz = f.shape
 

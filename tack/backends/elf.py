@@ -15,6 +15,7 @@ falls back to MCJIT.
 from __future__ import annotations
 
 import ctypes
+import platform
 import struct
 import sys
 
@@ -97,6 +98,8 @@ def _libm():
     return _libm_handle
 
 
+_HOST_MACHINE = {"x86_64": EM_X86_64, "AMD64": EM_X86_64, "aarch64": EM_AARCH64, "arm64": EM_AARCH64,
+                 "ppc64le": 21, "ppc64": 21, "riscv64": 243, "s390x": 22}
 _MACHO_MAGIC = (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf")
 
 
@@ -120,6 +123,10 @@ def _load(obj: bytes) -> LoadedObject:
     e_type, machine = struct.unpack_from("<HH", obj, 16)
     if e_type != 1:
         raise LoadError("not a relocatable object")
+    host = _HOST_MACHINE.get(platform.machine())
+    if machine != host:
+        # Never code for this host: damaged, or another node's; LLVM must not see it either.
+        raise LoadError(f"ELF machine {machine} is not this host's ({platform.machine()})")
     if machine not in (EM_X86_64, EM_AARCH64):
         raise LoadError(f"ELF machine {machine} is not supported by Tack's loader", well_formed=True)
     shoff, = struct.unpack_from("<Q", obj, 40)

@@ -107,3 +107,14 @@ def locate(deps, kernel, templates: dict, fid: str):
     check(deps, kernel, templates, scopes)
     fn = scopes.get(fid.split("[", 1)[0])
     return (fn.__code__.co_filename, fn.__code__.co_firstlineno) if fn is not None else None
+
+
+def closure_identity(obj) -> str:
+    """A stable text for a value a kernel closes over (for the lowered key)."""
+    for kind in ("func", "const", "module", "template"):
+        ident = identity(kind, obj)
+        if ident is not None:
+            return f"{kind}:{ident}"
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return f"{type(obj).__name__}:{obj!r}"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"

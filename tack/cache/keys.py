@@ -162,9 +162,19 @@ def lowered_key(kernel, template_ids, debug: bool) -> str:
             .add("python", f"{sys.version_info[0]}.{sys.version_info[1]}")
             .add("kernel", f"{fn.__module__}.{fn.__qualname__}")
             .add("code", function_fingerprint(fn))
+            .add("closure", _closure_ids(fn))
             .add("templates", template_ids)
             .add("debug", bool(debug))
             .hexdigest())
+
+
+def _closure_ids(fn):
+    """What a kernel made by a factory closes over, so each closure keeps its own entries."""
+    if not fn.__closure__:
+        return []
+    from .deps import closure_identity
+    return [(name, closure_identity(cell.cell_contents))
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__)]
 
 
 def variant_key(lowered: str, argtypes, grid_ndim: int, target: str) -> str:

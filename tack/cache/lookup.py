@@ -65,63 +65,67 @@ def keys(kernel, templates, value_types, grid_ndim, debug) -> Keys:
     return Keys(lowered_key(kernel, template_ids(templates), debug), tuple(value_types), grid_ndim)
 
 
-@_guarded()
-def find_variant(cache, kernel, templates, keys: Keys):
-    """-> (entry function, meta) for a valid, current variant entry; None on a miss."""
+def _read_current(cache, kernel, templates, kind, key, level):
+    """-> (meta, payload) of an entry whose dependency record still holds; None on a miss."""
     name = kernel.__qualname__
-    got = cache.read(store.KIND_VARIANT, keys.for_target, "variant")
+    got = cache.read(kind, key, level)
     if got is None:
-        cache.stats.misses["variant"] += 1
-        log.debug("kernel '%s': compiled variant missing", name)
+        cache.stats.misses[level] += 1
+        log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
         return None
     meta, payload, _ = got
     reason = deps.check(meta["dep"], kernel, templates)
     if reason is not None:
         cache.stats.rejected += 1
-        cache.stats.misses["variant"] += 1
-        log.debug("kernel '%s': variant not used: dependency changed: %s", name, reason)
+        cache.stats.misses[level] += 1
+        log.debug("kernel '%s': %s not used: dependency changed: %s", name, LEVEL_NAMES[level], reason)
         return None
+    return meta, payload
+
+
+LEVEL_NAMES = {"variant": "compiled variant", "lowered": "lowered kernel"}
+
+
+def _unusable(cache, kernel, level, kind, key, why):
+    cache.stats.damaged += 1
+    cache.stats.misses[level] += 1
+    log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
+    cache.discard(kind, key)
+
+
+@_guarded()
+def find_variant(cache, kernel, templates, keys: Keys):
+    """-> (entry function, meta) for a valid, current variant entry; None on a miss."""
+    got = _read_current(cache, kernel, templates, store.KIND_VARIANT, keys.for_target, "variant")
+    if got is None:
+        return None
+    meta, payload = got
     from ..backends.loader import load_object
     try:
         fn = load_object(payload, meta["entry"])
     except Exception as e:                  # noqa: BLE001
-        cache.stats.damaged += 1
-        cache.stats.misses["variant"] += 1
-        log.debug("kernel '%s': variant not used: does not load (%s)", name, e)
-        cache.discard(store.KIND_VARIANT, keys.variant)
+        _unusable(cache, kernel, "variant", store.KIND_VARIANT, keys.variant, f"does not load ({e})")
         return None
     cache.stats.hits["variant"] += 1
-    log.debug("kernel '%s': loaded from the cache", name)
+    log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
     return fn, meta
 
 
 @_guarded()
 def find_lowered(cache, kernel, templates, key: str):
-    """-> the cached lowered kernel if valid and current; None on a miss."""
+    """-> the cached lowered kernel if valid and current (the front end is then skipped); None on a miss."""
     from ..ir import LoweredKernel
-    name = kernel.__qualname__
-    got = cache.read(store.KIND_LOWERED, key, "lowered")
+    got = _read_current(cache, kernel, templates, store.KIND_LOWERED, key, "lowered")
     if got is None:
-        cache.stats.misses["lowered"] += 1
-        log.debug("kernel '%s': lowered kernel missing; running the front end", name)
-        return None
-    meta, payload, _ = got
-    reason = deps.check(meta["dep"], kernel, templates)
-    if reason is not None:
-        cache.stats.rejected += 1
-        cache.stats.misses["lowered"] += 1
-        log.debug("kernel '%s': lowered kernel not used: dependency changed: %s", name, reason)
         return None
     try:
-        lowered = LoweredKernel.from_bytes(payload)
-    except (ValueError, KeyError, TypeError) as e:
-        cache.stats.damaged += 1
-        cache.stats.misses["lowered"] += 1
-        log.debug("kernel '%s': lowered kernel not used: damaged (%s)", name, e)
-        cache.discard(store.KIND_LOWERED, key)
+        lowered = LoweredKernel.from_bytes(got[1])
+    except ValueError as e:
+        _unusable(cache, kernel, "lowered", store.KIND_LOWERED, key, f"damaged ({e})")
         return None
     cache.stats.hits["lowered"] += 1
-    log.debug("kernel '%s': lowered kernel loaded from the cache (front end skipped)", name)
+    log.debug("kernel '%s': lowered kernel loaded from the cache (front end skipped)",
+              kernel.__qualname__)
     return lowered
 
 

@@ -120,16 +120,18 @@ def classify(field, level, edge_vid, vert_src, active, counts):
             tack.atomic_add(counts, 2, n)
 
 
+@tack.func
+def unflatten(lin, ny, nz):
+    return lin // (ny * nz), (lin // nz) % ny, lin % nz
+
+
 @tack.kernel
 def place_vertices(field, level, policy, vert_src, verts, sx, sy, sz):
     v = tack.tid()
     nx, ny, nz = field.shape
     src = vert_src[v]
     axis = src % 3
-    lin = src // 3
-    k = lin % nz
-    j = (lin // nz) % ny
-    i = lin // (ny * nz)
+    i, j, k = unflatten(src // 3, ny, nz)
     di = 1 if axis == 0 else 0
     dj = 1 if axis == 1 else 0
     dk = 1 if axis == 2 else 0
@@ -145,10 +147,7 @@ def emit_faces(field, active, edge_vid, faces, counts):
     nx, ny, nz = field.shape
     code = active[a]
     case = code % 256
-    lin = code // 256
-    k = lin % nz
-    j = (lin // nz) % ny
-    i = lin // (ny * nz)
+    i, j, k = unflatten(code // 256, ny, nz)
     n = TRI_COUNT[case]
     base = tack.atomic_add(counts, 3, n)
     for tri in range(n):

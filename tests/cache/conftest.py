@@ -272,9 +272,27 @@ def import_file(path: Path, name: str):
 # Fixtures
 # ---------------------------------------------------------------------------------------------
 
+_VERSION_AT_START = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failure, say if tack/ was edited while the test ran: entries stored before the edit belong to another version."""
+    outcome = yield
+    report = outcome.get_result()
+    before = item.stash.get(_VERSION_AT_START, None)
+    if report.when == "call" and report.failed and before is not None:
+        now = current_version()
+        if now != before:
+            report.sections.append(("tack/ was edited during this test",
+                                    f"Tack's version id changed from {before} to {now} while the test ran; "
+                                    "entries stored before the edit are another version's: rerun"))
+
+
 @pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
+def cache_dir(request, tmp_path, monkeypatch):
     """A fresh TACK_CACHE_DIR (not yet created) and settings forgotten before and after the test."""
+    request.node.stash[_VERSION_AT_START] = current_version()
     d = tmp_path / "cache"
     for var in [v for v in os.environ if not _inherited(v)]:
         monkeypatch.delenv(var, raising=False)

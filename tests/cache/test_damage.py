@@ -156,13 +156,19 @@ def _unknown_relocation_type(obj):
     struct.pack_into("<Q", obj, offset + 8, (info & ~0xFFFFFFFF) | 0x7F)
 
 
+def _foreign_machine_and_unknown_relocation(obj):
+    struct.pack_into("<H", obj, 18, 63)                                # e_machine: not this host's
+    _unknown_relocation_type(obj)
+
+
 def _not_an_object(obj):
     obj[:] = b"not an object file" * 8
 
 
 MALFORMED = {"not an object file": _not_an_object,
              "section size past the end": _text_size_past_the_end,
-             "unknown relocation type": _unknown_relocation_type}
+             "unknown relocation type": _unknown_relocation_type,
+             "another machine's object with an unknown relocation type": _foreign_machine_and_unknown_relocation}
 
 
 @pytest.mark.parametrize("case", list(MALFORMED))

@@ -1,0 +1,57 @@
+"""Kernels made by a factory (closures over different values) keep separate cache entries."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+MODULE = textwrap.dedent('''
+    import numpy as np
+    import tack
+
+    def make(value):
+        gain = tack.constant(value)
+
+        @tack.kernel
+        def scaled(x, y):
+            i = tack.tid()
+            y[i] = x[i] * gain
+        return scaled
+
+    TWICE = make(2.0)
+    THRICE = make(3.0)
+''')
+
+SCRIPT = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    sys.path.insert(0, sys.argv[1])
+    import tack.cache, kmod
+    x = np.arange(5.0)
+    a, b = np.zeros(5), np.zeros(5)
+    tack.launch(kmod.TWICE, dim=5, args=(x, a))
+    tack.launch(kmod.THRICE, dim=5, args=(x, b))
+    print(json.dumps({"a": a.tolist(), "b": b.tolist(), "stats": tack.cache.stats()}))
+''')
+
+
+def run(tmp_path, cache):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env["TACK_CACHE_DIR"] = str(cache)
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_each_closure_loads_its_own_entry(tmp_path):
+    """Two kernels from one factory, closing over 2.0 and 3.0: both load warm in a second process, with right results."""
+    (tmp_path / "kmod.py").write_text(MODULE)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    cold = run(tmp_path, cache)
+    warm = run(tmp_path, cache)
+    for r in (cold, warm):
+        assert r["a"] == [0.0, 2.0, 4.0, 6.0, 8.0] and r["b"] == [0.0, 3.0, 6.0, 9.0, 12.0]
+    assert cold["stats"]["misses"]["variant"] == 2
+    assert warm["stats"]["hits"]["variant"] == 2 and warm["stats"]["rejected"] == 0

@@ -1,0 +1,35 @@
+#%Module1.0
+## tack/1.0: rendered by `python -m tack.site modules` from the site config.
+## Edit the site config and render again: changes made here are lost.
+
+proc ModulesHelp { } {
+    puts stderr "Tack compiles Python kernels for CPUs and GPUs and keeps what it compiles
+on disk. Your cache is in \$SCRATCH/\$USER/tack-cache; the site's bundles
+for each node type are in /apps/tack/0.1.0/bundles.
+Docs: https://tack.example.org"
+}
+
+module-whatis "Tack: Python kernels for CPUs and GPUs, with an on-disk kernel cache"
+
+conflict tack-dev
+prereq openmpi
+
+## $NAME references are expanded here, when the module is loaded, for the
+## user who loads it; loading fails if one is not set.
+if {[module-info mode load]} {
+    if {![info exists ::env(SCRATCH)]} {
+        puts stderr "tack/1.0: \$SCRATCH is not set; TACK_CACHE_DIR is made from it"
+        break
+    }
+    if {![info exists ::env(USER)]} {
+        puts stderr "tack/1.0: \$USER is not set; TACK_CACHE_DIR is made from it"
+        break
+    }
+}
+
+## pushenv: unloading restores the value each variable had before loading.
+pushenv TACK_CACHE_DIR "[getenv SCRATCH {}]/[getenv USER {}]/tack-cache"
+pushenv TACK_CACHE "write"
+pushenv TACK_CACHE_MPI "bundle"
+pushenv TACK_CACHE_SIZE "4G"
+pushenv TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"

@@ -1,0 +1,208 @@
+"""``python -m tack.site env`` for bash, csh and fish, and the conda activate.d/deactivate.d scripts."""
+
+from __future__ import annotations
+
+import os
+import string
+import subprocess
+import sys
+
+import pytest
+
+from tack.site.conda import write_activate
+from tack.site.config import load
+from tack.site.shell import render_env
+
+from .tools import SHOW, clean_bash, have, sections
+
+VARS = ("TACK_CACHE_DIR", "TACK_CACHE", "TACK_CACHE_MPI", "TACK_CACHE_SIZE", "TACK_CACHE_BUNDLES")
+ODD = 'x "q" \\b `c` !d $ $5 {e}'
+
+
+def site_env(config, shell):
+    r = subprocess.run([sys.executable, "-m", "tack.site", "env", str(config), "--shell", shell],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    return r.stdout
+
+
+def expanded(cfg, home, user="bob", scratch="/scratch/b"):
+    env = {"HOME": str(home), "USER": user, "SCRATCH": scratch}
+    return {var: string.Template(value).substitute(env) for var, value in cfg.exports().items()}
+
+
+def odd_config(example):
+    return example("gpu-cluster", lambda t: t.replace(
+        "directory: $SCRATCH/$USER/tack-cache", "directory: '${SCRATCH}/$USER/" + ODD + "'"))
+
+
+@pytest.mark.parametrize("name", ["gpu-cluster", "workstation"])
+def test_env_bash_sourced(tmp_path, example, name):
+    config = example(name)
+    cfg = load(config)
+    out = site_env(config, "bash")
+    assert "$USER" in out or "$HOME" in out, "references must be left for the shell"
+    script_file = tmp_path / "env.sh"
+    script_file.write_text(out)
+    r = clean_bash(f"{SHOW}. {script_file}\nshow {' '.join(VARS)}", tmp_path)
+    want = expanded(cfg, tmp_path)
+    assert r.stdout.splitlines() == [f"{v}={want[v]}" if v in want else f"{v} unset" for v in VARS]
+
+
+def test_env_literal_characters(tmp_path, example):
+    config = odd_config(example)
+    (tmp_path / "env.sh").write_text(site_env(config, "bash"))
+    r = clean_bash(f"set -H; {SHOW}. {tmp_path / 'env.sh'}\nshow TACK_CACHE_DIR", tmp_path)
+    assert r.stdout == f"TACK_CACHE_DIR=/scratch/b/bob/{ODD}\n", r.stdout + r.stderr
+
+
+def test_env_csh_and_fish_text(example):
+    config = example("gpu-cluster")
+    assert site_env(config, "csh").splitlines()[1:] == [
+        'setenv TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"', 'setenv TACK_CACHE "write"',
+        'setenv TACK_CACHE_MPI "bundle"', 'setenv TACK_CACHE_SIZE "4G"',
+        'setenv TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"']
+    assert site_env(config, "fish").splitlines()[1:] == [
+        'set -gx TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"', 'set -gx TACK_CACHE "write"',
+        'set -gx TACK_CACHE_MPI "bundle"', 'set -gx TACK_CACHE_SIZE "4G"',
+        'set -gx TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"']
+    assert render_env(load(config), "bash").startswith("# ")
+
+
+def _run_shell(argv, home, script):
+    env = {"HOME": str(home), "USER": "bob", "SCRATCH": "/scratch/b", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(argv + [script], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.skipif(not have("tcsh"), reason="tcsh is not installed; csh output checked as text")
+def test_env_csh_sourced(tmp_path, example):
+    config = odd_config(example)
+    (tmp_path / "env.csh").write_text(site_env(config, "csh"))
+    r = _run_shell(["tcsh", "-f", "-c"], tmp_path, f"source {tmp_path / 'env.csh'}; printenv TACK_CACHE_DIR")
+    assert r.stdout == f"/scratch/b/bob/{ODD}\n", r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not have("fish"), reason="fish is not installed; fish output checked as text")
+def test_env_fish_sourced(tmp_path, example):
+    config = odd_config(example)
+    (tmp_path / "env.fish").write_text(site_env(config, "fish"))
+    # fish sets USER itself, from the account running it
+    r = _run_shell(["fish", "--no-config", "-c"], tmp_path,
+                   f"source {tmp_path / 'env.fish'}; printenv TACK_CACHE_DIR; echo $USER")
+    path, user = r.stdout.splitlines()
+    assert path == f"/scratch/b/{user}/{ODD}", r.stdout + r.stderr
+
+
+# -- conda -----------------------------------------------------------------------
+
+def conda_scripts(tmp_path, example, name="gpu-cluster", config=None):
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    config = config or example(name)
+    r = subprocess.run([sys.executable, "-m", "tack.site", "conda-activate", str(config),
+                        "--prefix", str(prefix)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = prefix / "etc" / "conda"
+    written = sorted(line.split(" ", 1)[1] for line in r.stdout.splitlines())
+    assert written == sorted(str(d / a / f"tack.{x}") for a in ("activate.d", "deactivate.d")
+                             for x in ("sh", "csh", "fish"))
+    return load(config), d
+
+
+@pytest.mark.parametrize("name", ["gpu-cluster", "workstation"])
+def test_conda_activate_deactivate_bash(tmp_path, example, name):
+    cfg, d = conda_scripts(tmp_path, example, name)
+    want = expanded(cfg, tmp_path)
+    show = f"show {' '.join(VARS)}"
+    script = f"""{SHOW}
+export TACK_CACHE=mine
+export TACK_CACHE_SIZE=''
+unset TACK_CACHE_DIR
+echo @@ before; {show}
+. {d}/activate.d/tack.sh
+echo @@ active; {show}
+. {d}/deactivate.d/tack.sh
+echo @@ after; {show}
+. {d}/activate.d/tack.sh
+. {d}/activate.d/tack.sh
+. {d}/deactivate.d/tack.sh
+echo @@ twice; {show}
+. {d}/deactivate.d/tack.sh
+echo @@ extra; {show}
+echo @@ leftovers; env | grep ^_TACK_CONDA || true
+"""
+    r = clean_bash(script, tmp_path)
+    out = sections(r.stdout)
+    assert out["before"] == ["TACK_CACHE_DIR unset", "TACK_CACHE=mine", "TACK_CACHE_MPI unset",
+                             "TACK_CACHE_SIZE=", "TACK_CACHE_BUNDLES unset"]
+    assert out["active"] == [f"{v}={want[v]}" if v in want else out["before"][i]
+                             for i, v in enumerate(VARS)], r.stderr
+    # restored: set values come back (an empty one too), unset ones are unset again
+    assert out["after"] == out["before"]
+    # activating twice does not save Tack's values as the user's
+    assert out["twice"] == out["before"]
+    # a deactivate without an activate changes nothing
+    assert out["extra"] == out["before"]
+    assert out["leftovers"] == []
+
+
+def test_conda_literal_characters_bash(tmp_path, example):
+    cfg, d = conda_scripts(tmp_path, example, config=odd_config(example))
+    r = clean_bash(f"{SHOW}export TACK_CACHE_DIR='my \"own\" $dir'\n. {d}/activate.d/tack.sh\n"
+                   f"show TACK_CACHE_DIR\n. {d}/deactivate.d/tack.sh\nshow TACK_CACHE_DIR", tmp_path)
+    assert r.stdout.splitlines() == [f"TACK_CACHE_DIR=/scratch/b/bob/{ODD}",
+                                     "TACK_CACHE_DIR=my \"own\" $dir"], r.stderr
+
+
+def test_conda_two_environments_stacked(tmp_path, example):
+    """Two environments with these scripts, activated one over the other, each restore their own."""
+    cfg, d1 = conda_scripts(tmp_path, example)
+    other = example("workstation")
+    prefix2 = tmp_path / "env2"
+    prefix2.mkdir()
+    write_activate(load(other), prefix2)
+    d2 = prefix2 / "etc" / "conda"
+    r = clean_bash(f"""{SHOW}export TACK_CACHE_SIZE=1M
+. {d1}/activate.d/tack.sh; . {d2}/activate.d/tack.sh; show TACK_CACHE_SIZE
+. {d2}/deactivate.d/tack.sh; show TACK_CACHE_SIZE
+. {d1}/deactivate.d/tack.sh; show TACK_CACHE_SIZE""", tmp_path)
+    assert r.stdout.splitlines() == ["TACK_CACHE_SIZE=2G", "TACK_CACHE_SIZE=4G", "TACK_CACHE_SIZE=1M"]
+
+
+@pytest.mark.skipif(not have("tcsh"), reason="tcsh is not installed")
+def test_conda_csh(tmp_path, example):
+    cfg, d = conda_scripts(tmp_path, example)
+    r = _run_shell(["tcsh", "-f", "-c"], tmp_path,
+                   f"setenv TACK_CACHE mine; source {d}/activate.d/tack.csh; printenv TACK_CACHE; "
+                   f"printenv TACK_CACHE_DIR; source {d}/deactivate.d/tack.csh; printenv TACK_CACHE; "
+                   f"printenv TACK_CACHE_DIR || echo unset")
+    assert r.stdout.splitlines() == ["write", "/scratch/b/bob/tack-cache", "mine", "unset"], r.stderr
+
+
+@pytest.mark.skipif(not have("fish"), reason="fish is not installed")
+def test_conda_fish(tmp_path, example):
+    cfg, d = conda_scripts(tmp_path, example)
+    r = _run_shell(["fish", "--no-config", "-c"], tmp_path,
+                   f"set -gx TACK_CACHE mine; source {d}/activate.d/tack.fish; printenv TACK_CACHE; "
+                   f"source {d}/deactivate.d/tack.fish; printenv TACK_CACHE; "
+                   f"printenv TACK_CACHE_DIR; or echo unset")
+    assert r.stdout.splitlines() == ["write", "mine", "unset"], r.stderr
+
+
+def test_conda_scripts_text(tmp_path, example):
+    cfg, d = conda_scripts(tmp_path, example)
+    for x in ("csh", "fish"):
+        act = (d / "activate.d" / f"tack.{x}").read_text()
+        deact = (d / "deactivate.d" / f"tack.{x}").read_text()
+        for var in VARS:
+            assert var in act and var in deact
+    assert 'setenv TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"' in (d / "activate.d" / "tack.csh").read_text()
+    assert 'set -gx TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"' in (d / "activate.d" / "tack.fish").read_text()
+    assert all(oct(os.stat(p).st_mode & 0o777) == "0o644" for p in d.rglob("tack.*"))
+
+
+def test_conda_prefix_must_exist(tmp_path, example):
+    r = subprocess.run([sys.executable, "-m", "tack.site", "conda-activate", str(example("gpu-cluster")),
+                        "--prefix", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert r.returncode == 1 and f"{tmp_path / 'nope'}: not a directory" in r.stderr
+    assert not (tmp_path / "nope").exists()

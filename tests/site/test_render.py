@@ -1,0 +1,138 @@
+"""Rendering module files: golden files, idempotency, atomic writes, template blocks.
+
+Regenerate the goldens after an intended change of the templates with
+``TACK_UPDATE_GOLDEN=1 python -m pytest tests/site/test_render.py``, and
+review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jinja2
+import pytest
+
+from tack.site.cli import SiteError, main
+from tack.site.config import load
+from tack.site.modules import (LmodWriter, TclWriter, environment, lua_long_string, lua_string,
+                               split_references, tcl_string, write_modules)
+
+from .conftest import GOLDEN
+
+LAYOUT = {"lmod": "1.0.lua", "tcl": "1.0"}
+
+
+@pytest.mark.parametrize("name", ["gpu-cluster", "workstation"])
+@pytest.mark.parametrize("fmt", ["lmod", "tcl"])
+def test_golden(tmp_path, example, render_env, name, fmt):
+    cfg = load(example(name))
+    [(path, changed)] = write_modules(cfg, [fmt], tmp_path)
+    assert changed and path == str(tmp_path / "tack" / LAYOUT[fmt])
+    got = open(path, "rb").read()
+    golden = GOLDEN / f"{name}.{'lua' if fmt == 'lmod' else 'tcl'}"
+    if os.environ.get("TACK_UPDATE_GOLDEN"):
+        golden.write_bytes(got)
+    assert golden.exists(), f"{golden} is missing: run with TACK_UPDATE_GOLDEN=1 once"
+    assert got == golden.read_bytes(), f"{path} differs from {golden}"
+    if fmt == "tcl":
+        assert got.startswith(b"#%Module1.0\n")
+    assert oct(os.stat(path).st_mode & 0o777) == oct(0o644)
+
+
+def test_cli_formats_from_config_and_flag(tmp_path, example, capsys):
+    config = example("workstation")                       # formats: [tcl]
+    assert main(["modules", str(config), "--root", str(tmp_path / "a")]) == 0
+    assert sorted(os.listdir(tmp_path / "a" / "tack")) == ["1.0"]
+    assert main(["modules", str(config), "--root", str(tmp_path / "b"), "--format", "lmod"]) == 0
+    assert sorted(os.listdir(tmp_path / "b" / "tack")) == ["1.0.lua"]
+    assert main(["modules", str(config), "--root", str(tmp_path / "c"), "--format", "both"]) == 0
+    assert sorted(os.listdir(tmp_path / "c" / "tack")) == ["1.0", "1.0.lua"]
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'c' / 'tack' / '1.0.lua'}" in out
+
+
+def test_idempotent(tmp_path, example, capsys):
+    config = example("gpu-cluster")
+    root = tmp_path / "m"
+    assert main(["modules", str(config), "--root", str(root), "--format", "both"]) == 0
+    capsys.readouterr()
+    files = [root / "tack" / "1.0.lua", root / "tack" / "1.0"]
+    before = {f: (f.read_bytes(), os.stat(f).st_mtime_ns, os.stat(f).st_ino) for f in files}
+    assert main(["modules", str(config), "--root", str(root), "--format", "both"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"unchanged {f}" for f in files]
+    assert {f: (f.read_bytes(), os.stat(f).st_mtime_ns, os.stat(f).st_ino) for f in files} == before
+    assert sorted(os.listdir(root / "tack")) == ["1.0", "1.0.lua"], "temporary files left behind"
+    # A change to the config rewrites the files, and only then.
+    config.write_text(config.read_text().replace("size: 4G", "size: 8G"))
+    result = write_modules(load(config), ["lmod", "tcl"], root)
+    assert [changed for _, changed in result] == [True, True]
+    assert b'"8G"' in files[0].read_bytes() and b'"8G"' in files[1].read_bytes()
+
+
+def test_all_or_nothing(tmp_path, example):
+    """If one file cannot be written, none is: no file replaced, no temporary file, no new directory."""
+    cfg = load(example("gpu-cluster"))
+    root = tmp_path / "m"
+    (root / "tack" / "1.0").mkdir(parents=True)           # where the Tcl file should go
+    with pytest.raises(SiteError, match=r"1\.0: it exists and is not a regular file; nothing was written"):
+        write_modules(cfg, ["lmod", "tcl"], root)
+    assert os.listdir(root / "tack") == ["1.0"]
+
+
+def test_unwritable_root_leaves_nothing(tmp_path, example):
+    cfg = load(example("gpu-cluster"))
+    blocker = tmp_path / "file"
+    blocker.write_text("a regular file\n")
+    with pytest.raises(SiteError) as e:
+        write_modules(cfg, ["lmod", "tcl"], blocker / "modules")
+    assert str(blocker) in str(e.value) and "not a directory" in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["file", "gpu-cluster.yaml"]
+
+
+def test_failed_write_removes_its_directories(tmp_path, example, monkeypatch):
+    cfg = load(example("gpu-cluster"))
+    calls = []
+    real = os.replace
+
+    def failing_replace(src, dst):
+        calls.append(dst)
+        raise OSError(28, "No space left on device", dst)
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(SiteError, match="No space left on device; nothing was written"):
+        write_modules(cfg, ["lmod", "tcl"], tmp_path / "new" / "root")
+    monkeypatch.setattr(os, "replace", real)
+    assert calls and not (tmp_path / "new").exists()
+
+
+def test_template_blocks_can_be_overridden(tmp_path, example):
+    """A site template extends ours and replaces one block; the rest is unchanged."""
+    cfg = load(example("gpu-cluster"))
+    env = environment()
+    env.loader = jinja2.ChoiceLoader([jinja2.DictLoader({
+        "site.lua.j2": '{% extends "modulefile.lua.j2" %}\n'
+                       '{% block header %}\n-- Site ACME: ask hpc@acme.example\n{% endblock %}\n'}),
+        env.loader])
+
+    class SiteLmod(LmodWriter):
+        template = "site.lua.j2"
+    ours, theirs = LmodWriter(cfg, tmp_path, env).render(), SiteLmod(cfg, tmp_path, env).render()
+    assert b"-- Site ACME: ask hpc@acme.example\n" in theirs
+    assert theirs.split(b"help(", 1)[1] == ours.split(b"help(", 1)[1]
+    assert TclWriter(cfg, tmp_path).filename == str(tmp_path / "tack" / "1.0")
+
+
+def test_references_and_quoting():
+    assert split_references("$SCRATCH/${USER}x/$ $5") == [
+        {"variable": "SCRATCH"}, {"literal": "/"}, {"variable": "USER"}, {"literal": "x/$ $5"}]
+    assert split_references("plain") == [{"literal": "plain"}]
+    assert lua_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+    assert lua_long_string("x]]y]=]") == "[==[\nx]]y]=]\n]==]"
+    assert tcl_string('a"$b[c]{d}\\') == '"a\\"\\$b\\[c\\]\\{d\\}\\\\"'
+
+
+def test_missing_module_system_fails_saying_to_run_ci(monkeypatch):
+    from . import tools
+    monkeypatch.setitem(tools.SYSTEMS, "lmod", ("Lmod", "/nonexistent/lmod/init/bash"))
+    with pytest.raises(pytest.fail.Exception, match=r"/nonexistent/lmod/init/bash is missing\. Run \.ci/run"):
+        tools.module_init("lmod")
