@@ -398,7 +398,7 @@ class _FunctionGen:
 
     def _e_ifexp(self, e):
         rt = self.types[id(e)]
-        st = T.Tuple(()) if False else strong_of(rt)
+        st = strong_of(rt)
         cond = self.truth(e[2])
         then, other, done = self.new_block("ifexp.then"), self.new_block("ifexp.else"), self.new_block("ifexp.end")
         self.b.cbranch(cond, then, other)

@@ -154,7 +154,7 @@ class CPUTarget:
         """Link object code into this process; -> a ctypes function for ``entry``."""
         if not self.is_host:
             raise RuntimeError(f"code for CPU '{self.cpu}' cannot be run on this host")
-        from .loader import load_object
+        from .elf import load_object
         return load_object(obj, entry)
 
 

@@ -235,3 +235,24 @@ def _clear_icache(start, length):
     except AttributeError:
         return
     fn(ctypes.c_void_p(start), ctypes.c_void_p(start + length))
+
+
+ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+def load_object(obj: bytes, entry: str):
+    """A ctypes function for ``entry`` in object code ``obj`` built for this host.
+
+    This loader first (no llvmlite import: this is the warm path); llvmlite's
+    MCJIT only for a well-formed object of a kind this loader does not read.
+    """
+    try:
+        addr = load(obj).address(entry)
+    except LoadError as e:
+        if not e.well_formed:
+            raise
+        from .cpu import load_mcjit
+        addr = load_mcjit(obj, entry)
+    if not addr:
+        raise LoadError(f"entry point {entry} not found in object code")
+    return ENTRY_TYPE(addr)

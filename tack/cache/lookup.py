@@ -100,7 +100,7 @@ def find_variant(cache, kernel, templates, keys: Keys):
     if got is None:
         return None
     meta, payload = got
-    from ..backends.loader import load_object
+    from ..backends.elf import load_object
     try:
         fn = load_object(payload, meta["entry"])
     except Exception as e:                  # noqa: BLE001

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tack
-from tack.backends import elf, loader
+from tack.backends import elf
 from tack.backends.cpu import host_target
 from tack.codegen import generate
 from tack.launch import typeof_arg
@@ -96,11 +96,11 @@ class TestElfLoader:
             elf.load(bytes(data))
         assert not ei.value.well_formed
         with pytest.raises(elf.LoadError):
-            loader.load_object(bytes(data), entry)
+            elf.load_object(bytes(data), entry)
         # the MCJIT path, for objects of formats the loader does not read
         from tack.backends.cpu import load_mcjit
         addr = load_mcjit(obj, entry)
-        fn = loader.ENTRY_TYPE(addr)
+        fn = elf.ENTRY_TYPE(addr)
         x = np.linspace(0.1, 1.2, 64)
         y = np.zeros(64)
         call(fn, x, y)
@@ -115,7 +115,7 @@ def test_warm_path_loads_without_llvmlite(tmp_path):
     script = f"""
 import struct, sys
 import numpy as np
-from tack.backends.loader import load_object
+from tack.backends.elf import load_object
 fn = load_object(open({str(path)!r}, "rb").read(), {entry!r})
 x = np.linspace(0.1, 1.2, 16); y = np.zeros(16)
 fn(struct.pack("<QQqqq", x.ctypes.data, y.ctypes.data, 16, 1, 1), 0, 16)
