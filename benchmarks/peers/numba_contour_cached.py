@@ -9,6 +9,6 @@ import os
 
 os.environ["TACK_BENCH_NUMBA_CACHE"] = "1"
 
-from numba_contour import contour_numba  # noqa: E402
+from numba_contour import _contour, contour_numba  # noqa: E402,F401 (_contour: its cache stats)
 
 __all__ = ["contour_numba"]

@@ -269,6 +269,9 @@ def main(argv=None) -> int:
     except CLIError as e:
         print(f"tack.cache: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:                     # `info | head`: the reader left; not an error
+        sys.stdout = None
+        return 0
     except OSError as e:
         print(f"tack.cache: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 1
