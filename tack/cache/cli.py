@@ -265,12 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()                      # a closed pipe shows here, not at exit
+        return status
     except CLIError as e:
         print(f"tack.cache: error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:                     # `info | head`: the reader left; not an error
-        sys.stdout = None
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())   # so the flush at exit finds somewhere to write
         return 0
     except OSError as e:
         print(f"tack.cache: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)

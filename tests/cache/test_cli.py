@@ -172,3 +172,18 @@ def test_version_is_this_checkout(populated):
     """The version directory the cache writes is tack_version_id() of this checkout."""
     cache, this = populated
     assert this == current_version()
+
+
+def test_info_into_a_closed_pipe_is_not_an_error(tmp_path):
+    """`info | head -0`: the reader leaves before info writes; exit status 0 and nothing on stderr."""
+    import os as _os
+    import subprocess as _sp
+    import sys as _sys
+    env = dict(_os.environ, TACK_CACHE_DIR=str(tmp_path / "c"))
+    read_end, write_end = _os.pipe()
+    _os.close(read_end)                                    # nobody will read
+    proc = _sp.run([_sys.executable, "-m", "tack.cache", "info"], stdout=write_end,
+                   stderr=_sp.PIPE, text=True, env=env, timeout=60)
+    _os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert "Broken pipe" not in proc.stderr and "Error" not in proc.stderr
