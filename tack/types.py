@@ -112,8 +112,15 @@ def unify(a, b):
     return None
 
 
-def from_dtype(dtype: np.dtype) -> Scalar | None:
-    return SCALARS.get(np.dtype(dtype).name)
+_BY_DTYPE = {np.dtype(n): SCALARS[n] for n in SCALAR_NAMES}
+
+
+def from_dtype(dtype) -> Scalar | None:
+    """The Tack scalar type of a NumPy dtype (or anything np.dtype takes), or None."""
+    st = _BY_DTYPE.get(dtype) if isinstance(dtype, np.dtype) else None
+    if st is None:
+        st = SCALARS.get(np.dtype(dtype).name)
+    return st
 
 
 def typeof_array(a: np.ndarray) -> Array | None:

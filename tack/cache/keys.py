@@ -102,19 +102,18 @@ def _llvmlite_version() -> str:
     """Which LLVM would compile here: llvmlite's library file, by path, size and time.
 
     Found without importing llvmlite (its version module parses JSON at
-    import); any upgrade replaces the library and so changes this.
+    import) and without the import system's directory scans: a stat per
+    ``sys.path`` entry.  Any upgrade replaces the library and so changes this.
     """
-    from importlib.util import find_spec
-    spec = find_spec("llvmlite")
-    if spec is None or not spec.submodule_search_locations:
-        return "none"
-    lib_dir = os.path.join(spec.submodule_search_locations[0], "binding")
-    for name in ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll"):
-        try:
-            st = os.stat(os.path.join(lib_dir, name))
-        except OSError:
-            continue
-        return f"{lib_dir}/{name}:{st.st_size}:{st.st_mtime_ns}"
+    names = ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll")
+    for entry in sys.path:
+        lib_dir = os.path.join(entry or ".", "llvmlite", "binding")
+        for name in names:
+            try:
+                st = os.stat(os.path.join(lib_dir, name))
+            except OSError:
+                continue
+            return f"{os.path.abspath(lib_dir)}/{name}:{st.st_size}:{st.st_mtime_ns}"
     return "none"
 
 
