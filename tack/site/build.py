@@ -130,7 +130,35 @@ def machine_of(arch: str) -> str:
     return archspec.cpu.TARGETS[arch].family.name
 
 
-def build_arch(arch, specs, llvm, say):
+class Progress:
+    """Progress per kernel and architecture: a bar redrawn in place on a terminal, lines otherwise."""
+
+    def __init__(self, out):
+        self.out = out
+        self.tty = hasattr(out, "isatty") and out.isatty()
+
+    def say(self, msg):
+        self.end()
+        print(msg, file=self.out, flush=True)
+
+    def step(self, arch, done, total, what):
+        if not self.tty:
+            print(f"  {arch}: [{done}/{total}] {what}", file=self.out, flush=True)
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        line = f"\r  {arch:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}"
+        self.out.write(line[:120].ljust(120))
+        self.out.flush()
+        self._open = True
+
+    def end(self):
+        if getattr(self, "_open", False):
+            self.out.write("\n")
+            self._open = False
+
+
+def build_arch(arch, specs, llvm, progress):
     """-> (entries, variant count) for one CPU microarchitecture."""
     from ..cache.lookup import template_ids
     from ..cache.keys import lowered_key
@@ -150,7 +178,7 @@ def build_arch(arch, specs, llvm, say):
                 store.KIND_LOWERED, lkey, {"kernel": lowered.kernel.source.name, "dep": lowered.deps},
                 lowered.to_bytes()))
         variants.append(compile_variant(target, lowered, lkey, values, grid, tk, arch))
-        say(f"  {arch}: {name} {', '.join(str(v) for v in values)}")
+        progress.step(arch, len(variants), len(specs), f"{name} {', '.join(str(v) for v in values)}")
     return list(lowered_entries.values()) + variants, len(variants), tk
 
 
@@ -190,8 +218,8 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
         print(f"error: bundle directory {out_dir} is not writable: {e.strerror or e}", file=err)
         return 1
 
-    def say(msg):
-        print(msg, file=out, flush=True)
+    progress = Progress(out)
+    say = progress.say
 
     kernels = cfg.get("build.kernels") or [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
     llvm = llvm_version()
@@ -206,7 +234,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
         t0 = time.perf_counter()
         say(f"{arch}: compiling {len(specs)} variants")
         try:
-            entries, nvar, tk = build_arch(arch, specs, llvm, say)
+            entries, nvar, tk = build_arch(arch, specs, llvm, progress)
             path, nbytes = write_bundle(out_dir, arch, tk, llvm, entries)
         except Exception as e:                  # noqa: BLE001 - one arch's failure must not stop the rest
             failures.append((arch, f"{type(e).__name__}: {e}"))
