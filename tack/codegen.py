@@ -287,8 +287,14 @@ class _FunctionGen:
         if not self.b.block.is_terminated:
             self.b.branch(inc)
         self.b.position_at_end(inc)
-        self.b.store(self.b.add(self.b.load(counter), step), counter)
-        self.b.branch(head)
+        # An increment that overflows the counter's type ends the loop (it has passed stop).
+        name = f"llvm.{'s' if signed else 'u'}add.with.overflow.i{step.type.width}"
+        fn = self.mod.module.globals.get(name) or ir.Function(
+            self.mod.module, ir.FunctionType(ir.LiteralStructType([step.type, I1]),
+                                             [step.type, step.type]), name)
+        res = self.b.call(fn, [self.b.load(counter), step])
+        self.b.store(self.b.extract_value(res, 0), counter)
+        self.b.cbranch(self.b.extract_value(res, 1), done, head)
         self.b.position_at_end(done)
 
     def _s_break(self, s):
@@ -366,6 +372,8 @@ class _FunctionGen:
         return result
 
     def compare(self, op, a, ta, b, tb):
+        if {ta.strong().kind, tb.strong().kind} == {"i", "u"} and T.promote(ta, tb).kind == "f":
+            return self.compare_mixed(op, a, ta, b, tb)
         t = T.promote(ta, tb).strong()
         a, b = self.cast(a, ta, t), self.cast(b, tb, t)
         if t.kind == "f":
@@ -373,6 +381,18 @@ class _FunctionGen:
         if t.kind == "i":
             return self.b.icmp_signed(op, a, b)
         return self.b.icmp_unsigned(op, a, b)
+
+    def compare_mixed(self, op, a, ta, b, tb):
+        """Signed against unsigned 64-bit integers, exactly (NumPy would go through float64)."""
+        B = self.b
+        a, b = self.cast(a, ta, ta.strong()), self.cast(b, tb, tb.strong())
+        if ta.strong().kind == "u":             # make ``a`` the signed one
+            op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}[op]
+            a, b = b, a
+        neg = B.icmp_signed("<", a, ir.Constant(a.type, 0))
+        as_unsigned = B.icmp_unsigned(op, a, b)
+        below = ir.Constant(I1, op in ("<", "<=", "!="))   # a negative a is below any unsigned b
+        return B.select(neg, below, as_unsigned)
 
     def _e_boolop(self, e):
         is_and = e[2] == "and"
@@ -620,7 +640,10 @@ class _FunctionGen:
                 zero = ir.Constant(r.type, 0.0)
                 fix = B.and_(B.fcmp_ordered("!=", r, zero),
                              B.xor(B.fcmp_ordered("<", r, zero), B.fcmp_ordered("<", b, zero)))
-                return B.select(fix, B.fadd(r, b), r), rt
+                r = B.select(fix, B.fadd(r, b), r)
+                # a zero remainder takes the divisor's sign, as in Python (-0.0 % 2.0 == 0.0)
+                signed_zero = self.call_intrinsic("copysign", [zero, b])
+                return B.select(B.fcmp_ordered("==", r, zero), signed_zero, r), rt
         simple = {"+": B.add, "-": B.sub, "*": B.mul, "&": B.and_, "|": B.or_, "^": B.xor}
         if op in simple:
             return simple[op](a, b), rt

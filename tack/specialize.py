@@ -192,7 +192,8 @@ class _Inferer:
                 self.assign(t, v, s)
         elif op == "augassign":
             cur = self.expr(s[3]) if s[3][0] == "index" else self.name_type(s[3])
-            v = self.binop_type(s[2], cur, self.expr(s[4]), s)
+            rhs = self.fit(s[4], self.expr(s[4]), cur)
+            v = self.binop_type(s[2], cur, rhs, s)
             self.assign(s[3], v, s)
         elif op == "if":
             self.truth(s[2])
@@ -207,10 +208,18 @@ class _Inferer:
                 return
             if not all(isinstance(t, T.Scalar) and t.kind in "iu" for t in ts):
                 raise self.error("range() takes integers", s)
-            t = ts[0]
-            for x in ts[1:]:
-                t = T.promote(t, x)
+            t = None
+            for x in ts:
+                if not x.weak:
+                    t = x if t is None else T.promote(t, x)
+            t = t or T.int64
+            for node, x in zip(s[3:6], ts):                # range(n, 0, -1) with an unsigned n
+                t = T.promote(t, self.fit(node, x, t))
             self.set_local(s[2], t.strong(), s)
+            var_t = self.tf.locals.get(s[2])
+            if self.strict and not (isinstance(var_t, T.Scalar) and var_t.kind in "iu"):
+                raise self.error(f"loop variable '{s[2]}' also holds {var_t} elsewhere; a range() "
+                                 "loop's variable must be an integer: use another name", s)
             self.block(s[6])
         elif op == "return":
             if s[2] is None:
@@ -298,7 +307,27 @@ class _Inferer:
         return self.ctx.constant_type(e[2])
 
     def _binop(self, e):
-        return self.binop_type(e[2], self.expr(e[3]), self.expr(e[4]), e)
+        a, b = self.expr(e[3]), self.expr(e[4])
+        a, b = self.fit(e[3], a, b), self.fit(e[4], b, a)
+        return self.binop_type(e[2], a, b, e)
+
+    def fit(self, node, t, other):
+        """A literal that the other operand's integer type cannot hold is an int64 (or uint64).
+
+        NumPy 2 keeps ``x + 1`` in x's type, but ``x < 3_000_000_000`` with an
+        int32 ``x`` must compare exactly, and ``u % -3`` with an unsigned ``u``
+        must not wrap the -3: so such a literal stops being weak.
+        """
+        if not (isinstance(t, T.Scalar) and t.weak and t.kind == "i" and node[0] == "const"
+                and isinstance(other, T.Scalar) and not other.weak and other.kind in "iu"):
+            return t
+        info = np.iinfo(other.dtype)
+        value = node[2]
+        if info.min <= value <= info.max:
+            return t
+        strong = T.uint64 if value >= 2**63 else T.int64
+        self.tf.types[id(node)] = strong
+        return strong
 
     def binop_type(self, op, a, b, node):
         if a is None or b is None:
@@ -328,6 +357,10 @@ class _Inferer:
         ts = [self.expr(x) for x in e[3]]
         if any(t is None for t in ts):
             return T.boolean
+        for k in range(len(ts)):
+            for j in (k - 1, k + 1):
+                if 0 <= j < len(ts):
+                    ts[k] = self.fit(e[3][k], ts[k], ts[j])
         for t in ts:
             if not isinstance(t, T.Scalar):
                 raise self.error(f"cannot compare {t}", e)

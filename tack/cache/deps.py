@@ -14,7 +14,8 @@ import builtins
 import types
 
 from ..api import Constant, Func
-from ..frontend.fingerprint import class_fingerprint, function_fingerprint
+from ..frontend.fingerprint import (class_fingerprint, closure_identity, func_id,
+                                    function_fingerprint, value_identity)
 from ..frontend.intrinsics import intrinsic_of
 
 _MISSING = object()
@@ -40,7 +41,7 @@ def _resolve(fn, name):
 
 
 def _func_fid(func: Func) -> str:
-    return f"{func.py_func.__module__}.{func.__qualname__}"
+    return func_id(func.py_func)
 
 
 def template_scopes(cls) -> dict:
@@ -72,6 +73,8 @@ def identity(kind: str, obj):
         return class_fingerprint(obj) if isinstance(obj, type) else None
     if kind == "intrinsic":
         return intrinsic_of(obj)
+    if kind == "value":
+        return value_identity(obj)
     return None
 
 
@@ -109,12 +112,4 @@ def locate(deps, kernel, templates: dict, fid: str):
     return (fn.__code__.co_filename, fn.__code__.co_firstlineno) if fn is not None else None
 
 
-def closure_identity(obj) -> str:
-    """A stable text for a value a kernel closes over (for the lowered key)."""
-    for kind in ("func", "const", "module", "template"):
-        ident = identity(kind, obj)
-        if ident is not None:
-            return f"{kind}:{ident}"
-    if isinstance(obj, (bool, int, float, str)) or obj is None:
-        return f"{type(obj).__name__}:{obj!r}"
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+__all__ = ["check", "closure_identity", "identity", "locate", "template_scopes"]

@@ -171,7 +171,7 @@ def _closure_ids(fn):
     """What a kernel made by a factory closes over, so each closure keeps its own entries."""
     if not fn.__closure__:
         return []
-    from .deps import closure_identity
+    from ..frontend.fingerprint import closure_identity
     return [(name, closure_identity(cell.cell_contents))
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__)]
 

@@ -79,3 +79,42 @@ def class_fingerprint(cls) -> str:
             elif isinstance(attr, (bool, int, float)):
                 h.update(f"{name}={type(attr).__name__}:{attr!r};".encode())
     return h.hexdigest()
+
+
+def value_identity(obj) -> str | None:
+    """What a number read from a module is, for the dependency record (None: not a number)."""
+    if isinstance(obj, (bool, int, float)):
+        return f"{type(obj).__name__}:{obj!r}"
+    return None
+
+
+def closure_identity(obj) -> str:
+    """A stable text for a value a function closes over."""
+    from ..api import Constant, Func
+    if isinstance(obj, Func):
+        return "func:" + function_fingerprint(obj.py_func)
+    if isinstance(obj, Constant):
+        return "const:" + obj.fingerprint
+    if isinstance(obj, types.ModuleType):
+        return "module:" + obj.__name__
+    if isinstance(obj, type):
+        return "class:" + class_fingerprint(obj)
+    ident = value_identity(obj)
+    if ident is not None or isinstance(obj, str) or obj is None:
+        return ident or f"{type(obj).__name__}:{obj!r}"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def func_id(fn) -> str:
+    """A device function's id within a lowered kernel: module, qualified name, and for a
+    function made by a factory, what it closes over (two closures are two functions)."""
+    fid = f"{fn.__module__}.{fn.__qualname__}"
+    if fn.__closure__:
+        h = hashlib.sha256()
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                h.update(f"{name}={closure_identity(cell.cell_contents)};".encode())
+            except ValueError:                      # an empty cell
+                h.update(f"{name}=<empty>;".encode())
+        fid += "@" + h.hexdigest()[:16]
+    return fid

@@ -21,7 +21,7 @@ from .. import ir
 from ..api import Constant, Func, Kernel
 from ..errors import CompileError, SourceContext
 from ..types import Template
-from .fingerprint import class_fingerprint, function_fingerprint
+from .fingerprint import class_fingerprint, func_id, function_fingerprint, value_identity
 from .intrinsics import intrinsic_of
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -349,6 +349,9 @@ class _FunctionLowerer:
             self.state.dep(self.fid, name, "template", class_fingerprint(obj))
         elif intrinsic_of(obj) is not None:
             self.state.dep(self.fid, name, "intrinsic", intrinsic_of(obj))
+        elif "." in name and value_identity(obj) is not None:
+            # helpers.SCALE, a number compiled in as a literal: its value is a dependency
+            self.state.dep(self.fid, name, "value", value_identity(obj))
 
     def value_of(self, name, obj, node):
         """A global (or module attribute) used as a value in an expression."""
@@ -400,7 +403,7 @@ class _FunctionLowerer:
         if intrinsic is not None:
             return "intrinsic", intrinsic
         if isinstance(obj, Func):
-            return "func", (obj.py_func, f"{obj.py_func.__module__}.{obj.__qualname__}")
+            return "func", (obj.py_func, func_id(obj.py_func))
         if isinstance(obj, Kernel):
             raise self.error(f"'{name}' is a kernel; kernels cannot call kernels "
                              "(make it a @tack.func)", f)

@@ -1,0 +1,117 @@
+"""Edge cases found in review: literals that do not fit, mixed 64-bit comparisons, loop bounds, closures."""
+
+import numpy as np
+import pytest
+
+import tack
+
+
+@tack.kernel
+def big_literal(x, out):
+    i = tack.tid()
+    out[0] = 1 if x[i] < 3_000_000_000 else 0
+    out[1] = x[i] + 3_000_000_000
+
+
+@tack.kernel
+def unsigned_ops(u, out):
+    i = tack.tid()
+    out[0] = 1 if u[i] > -1 else 0
+    out[1] = u[i] % -3
+    n = 0
+    for k in range(u[i], 0, -1):
+        n += 1
+    out[2] = n
+
+
+@tack.kernel
+def mixed_64(a, b, out):
+    out[0] = 1 if a[0] < b[0] else 0
+    out[1] = 1 if b[0] > a[0] else 0
+    out[2] = 1 if a[1] < b[1] else 0
+    out[3] = 1 if a[1] == b[1] else 0
+
+
+@tack.kernel
+def overflowing_range(out):
+    n = 0
+    for k in range(2**62, 2**63 - 1, 2**62):
+        n += 1
+    out[0] = n
+
+
+@tack.kernel
+def float_mod_zero(f, out):
+    out[0] = f[0] % 2.0
+
+
+@tack.kernel
+def float_loop_var(out):
+    x = 0.5
+    for x in range(3):
+        out[0] += x
+
+
+def make(value):
+    scale = tack.constant(value)
+
+    @tack.func
+    def f(v):
+        return v * scale
+    return f
+
+
+DOUBLE, TRIPLE = make(2.0), make(3.0)
+
+
+@tack.kernel
+def two_closures(out):
+    out[0] = DOUBLE(1.0) + TRIPLE(10.0)
+
+
+def test_literal_that_does_not_fit_the_operand_type_is_exact():
+    """int32 x < 3_000_000_000 is True and x + 3_000_000_000 does not wrap."""
+    out = np.zeros(2, np.int64)
+    tack.launch(big_literal, 1, (np.array([7], np.int32), out))
+    assert out.tolist() == [1, 3_000_000_007]
+
+
+def test_negative_literals_with_unsigned_operands():
+    """uint32 u > -1 holds, u % -3 follows Python, range(u, 0, -1) counts down."""
+    out = np.zeros(3, np.int64)
+    tack.launch(unsigned_ops, 1, (np.array([7], np.uint32), out))
+    assert out.tolist() == [1, 7 % -3, 7]
+
+
+def test_int64_against_uint64_compares_exactly():
+    """2**62 < 2**62 + 1 across int64/uint64 (not through float64); negative int64 is below any uint64."""
+    out = np.zeros(4, np.int64)
+    tack.launch(mixed_64, 1, (np.array([2**62, -5], np.int64), np.array([2**62 + 1, 2**64 - 5], np.uint64), out))
+    assert out.tolist() == [1, 1, 1, 0]
+
+
+def test_range_whose_step_overflows_the_counter_stops():
+    """range(2**62, 2**63 - 1, 2**62) runs once, as in Python, instead of wrapping forever."""
+    out = np.zeros(1, np.int64)
+    tack.launch(overflowing_range, 1, (out,))
+    assert out[0] == len(range(2**62, 2**63 - 1, 2**62))
+
+
+def test_float_modulo_zero_takes_the_divisors_sign():
+    """-0.0 % 2.0 is +0.0, as in Python."""
+    out = np.zeros(1)
+    tack.launch(float_mod_zero, 1, (np.array([-0.0]), out))
+    assert out[0] == 0.0 and not np.signbit(out[0])
+
+
+def test_float_loop_variable_is_a_compile_error():
+    """A range() loop variable that also holds a float is a CompileError, not an LLVM crash."""
+    with pytest.raises(tack.CompileError, match="loop variable 'x'"):
+        tack.launch(float_loop_var, 1, (np.zeros(1),))
+
+
+def test_device_functions_from_one_factory_stay_distinct():
+    """Two device functions made by one factory compile as two functions (2*1 + 3*10)."""
+    out = np.zeros(1)
+    tack.launch(two_closures, 1, (out,))
+    assert out[0] == 32.0
