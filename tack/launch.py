@@ -130,11 +130,9 @@ def _compile(kernel, dims, args, device, debug):
         hit = lookup.find_variant(store, kernel, templates, keys)
         stage("cache")
         if hit is not None:
-            fn, meta = hit
+            fn, sites, deps = hit
             kernel.timings = timings
-            sites = [BoundsSite(f, a, p, int(n), fid, int(off))
-                     for f, a, p, n, fid, off in meta["site"]]
-            return variant(fn, sites, meta["dep"])
+            return variant(fn, sites, deps)
 
     memo = kernel._memo_key(templates, debug)
     lowered = kernel._lowered.get(memo)

@@ -164,54 +164,60 @@ def _load(obj: bytes) -> LoadedObject:
     base = libc.mmap(None, total, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
     if base in (None, ctypes.c_void_p(-1).value):
         raise LoadError(f"mmap of {total} bytes failed (errno {ctypes.get_errno()})")
-    mapping = (ctypes.c_char * total).from_address(base)      # zero-filled: .bss is ready
-    for i, off in placed.items():
-        s = sections[i]
-        if s[1] != SHT_NOBITS:
-            if s[4] + s[5] > len(obj):
-                raise LoadError(f"section {names[i]!r} runs past the end of the object")
-            ctypes.memmove(base + off, obj[s[4]:s[4] + s[5]], s[5])
+    try:
+        mapping = (ctypes.c_char * total).from_address(base)      # zero-filled: .bss is ready
+        for i, off in placed.items():
+            s = sections[i]
+            if s[1] != SHT_NOBITS:
+                if s[4] + s[5] > len(obj):
+                    raise LoadError(f"section {names[i]!r} runs past the end of the object")
+                ctypes.memmove(base + off, obj[s[4]:s[4] + s[5]], s[5])
 
-    # Symbols.
-    symtab = next((s for s in sections if s[1] == SHT_SYMTAB), None)
-    if symtab is None:
-        raise LoadError("object has no symbol table")
-    strtab_off = sections[symtab[6]][4]
-    symbols, defined = [], {}
-    for k in range(symtab[5] // 24):
-        st_name, st_info, _, st_shndx, st_value, _ = struct.unpack_from("<IBBHQQ", obj, symtab[4] + k * 24)
-        name = cstr(strtab_off + st_name) if st_name else ""
-        if st_shndx == 0:
-            addr = None                          # undefined: resolved on first use
-        elif st_shndx in placed:
-            addr = base + placed[st_shndx] + st_value
-        else:
-            addr = 0                             # absolute or a skipped section
-        symbols.append((name, addr))
-        if name and addr and (st_info & 0xF) in (1, 2):   # OBJECT or FUNC
-            defined[name] = addr
+        # Symbols.
+        symtab = next((s for s in sections if s[1] == SHT_SYMTAB), None)
+        if symtab is None:
+            raise LoadError("object has no symbol table")
+        strtab_off = sections[symtab[6]][4]
+        symbols, defined = [], {}
+        for k in range(symtab[5] // 24):
+            st_name, st_info, _, st_shndx, st_value, _ = struct.unpack_from("<IBBHQQ", obj, symtab[4] + k * 24)
+            name = cstr(strtab_off + st_name) if st_name else ""
+            if st_shndx == 0:
+                addr = None                          # undefined: resolved on first use
+            elif st_shndx in placed:
+                addr = base + placed[st_shndx] + st_value
+            elif st_shndx == 0xFFF1:                 # SHN_ABS
+                addr = st_value
+            else:
+                addr = 0                             # a skipped section
+            symbols.append((name, addr))
+            if name and addr and (st_info & 0xF) in (1, 2):   # OBJECT or FUNC
+                defined[name] = addr
 
-    # Relocations.
-    for s, name in zip(sections, names):
-        if s[1] != SHT_RELA or s[7] not in placed:
-            continue
-        target = placed[s[7]]
-        target_size = sections[s[7]][5]
-        for k in range(s[5] // 24):
-            r_offset, r_info, r_addend = struct.unpack_from("<QQq", obj, s[4] + k * 24)
-            if r_offset + 8 > target_size:
-                raise LoadError(f"relocation at {r_offset} lies outside its section")
-            sym_name, sym_addr = symbols[r_info >> 32]
-            if sym_addr is None:
-                sym_addr = _resolve_external(sym_name)
-                symbols[r_info >> 32] = (sym_name, sym_addr)
-            _relocate(mapping, machine, r_info & 0xFFFFFFFF, target + r_offset, sym_addr + r_addend)
+        # Relocations.
+        for s, name in zip(sections, names):
+            if s[1] != SHT_RELA or s[7] not in placed:
+                continue
+            target = placed[s[7]]
+            target_size = sections[s[7]][5]
+            for k in range(s[5] // 24):
+                r_offset, r_info, r_addend = struct.unpack_from("<QQq", obj, s[4] + k * 24)
+                if r_offset + 8 > target_size:
+                    raise LoadError(f"relocation at {r_offset} lies outside its section")
+                sym_name, sym_addr = symbols[r_info >> 32]
+                if sym_addr is None:
+                    sym_addr = _resolve_external(sym_name)
+                    symbols[r_info >> 32] = (sym_name, sym_addr)
+                _relocate(mapping, machine, r_info & 0xFFFFFFFF, target + r_offset, sym_addr + r_addend)
 
-    for (start, end), prot in zip(bounds, (_PROT_READ | _PROT_EXEC, _PROT_READ, _PROT_READ | _PROT_WRITE)):
-        if end > start and libc.mprotect(base + start, end - start, prot) != 0:
-            raise LoadError(f"mprotect failed (errno {ctypes.get_errno()})")
-    if machine == EM_AARCH64:
-        _clear_icache(base, bounds[0][1])
+        for (start, end), prot in zip(bounds, (_PROT_READ | _PROT_EXEC, _PROT_READ, _PROT_READ | _PROT_WRITE)):
+            if end > start and libc.mprotect(base + start, end - start, prot) != 0:
+                raise LoadError(f"mprotect failed (errno {ctypes.get_errno()})")
+        if machine == EM_AARCH64:
+            _clear_icache(base, bounds[0][1])
+    except BaseException:
+        libc.munmap(ctypes.c_void_p(base), ctypes.c_size_t(total))   # nothing of a failed load stays mapped
+        raise
     return LoadedObject(base, total, defined)
 
 

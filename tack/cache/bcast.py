@@ -26,12 +26,15 @@ def load_and_broadcast(comm, settings):
         if settings.mode == "off":
             reason = "the cache is off (TACK_CACHE=off)"
         else:
-            path = os.path.join(settings.directory, bundle_name(host_target_key()))
             try:
-                loaded = bundle.read(path)
+                from .keys import tack_version_id
+                path = os.path.join(settings.directory, bundle_name(host_target_key()))
+                loaded = bundle.read(path, tack_version=tack_version_id())
                 data, status, reason = loaded.data, [len(loaded.data), len(loaded)], None
             except bundle.BundleError as e:
                 reason = str(e)
+            except Exception as e:              # noqa: BLE001 - rank 0 must still reach the Bcast
+                loaded, reason = None, f"{type(e).__name__}: {e}"
         if reason is not None:
             warn_once_factory()(f"not using a bundle: {reason}; kernels compile as without a cache")
     if comm is None:
@@ -49,4 +52,7 @@ def load_and_broadcast(comm, settings):
         comm.Bcast(view[start:start + CHUNK], root=0)
     if rank == 0:
         return loaded
-    return bundle.Bundle(bytes(buf), "<broadcast from rank 0>")
+    try:
+        return bundle.Bundle(bytes(buf), "<broadcast from rank 0>")
+    except bundle.BundleError:                  # cannot differ from rank 0's; be safe anyway
+        return None

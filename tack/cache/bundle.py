@@ -92,19 +92,33 @@ def pack(entries, meta: dict) -> bytes:
     return b"".join([head, meta_b, index_b] + [d for _, _, d in entries])
 
 
-def read(path: str, allow_root: bool = False) -> Bundle:
-    """Open a bundle after checking it may be trusted: one open, one read."""
+def read(path: str, allow_root: bool = False, tack_version: str | None = None) -> Bundle:
+    """Open a bundle after checking it may be trusted: one open, one read.
+
+    Its directory must be trusted as the file is (else anyone who may write
+    there could swap the file), and the checks on the file are made on the
+    descriptor actually read (opened without following a link).  With
+    ``tack_version``, a bundle made by another Tack version is refused.
+    """
     try:
-        trust.check(path, allow_root=allow_root, is_dir=False)
-        with open(path, "rb") as f:
+        trust.check(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            trust.check_stat(os.fstat(f.fileno()), path, allow_root=allow_root, is_dir=False)
             data = f.read()
     except trust.Untrusted as e:
         raise BundleError(str(e)) from None
     except FileNotFoundError:
         raise BundleError(f"there is no bundle at {path}") from None
     except OSError as e:
+        if e.errno == getattr(__import__("errno"), "ELOOP", -1):
+            raise BundleError(f"{path} is a symbolic link; bundles are read only from the file itself") from None
         raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
-    return Bundle(data, path)
+    b = Bundle(data, path)
+    if tack_version is not None and b.meta.get("tack") != tack_version:
+        raise BundleError(f"{path} was made by Tack {b.meta.get('tack')}, this is {tack_version}; "
+                          "pack it again")
+    return b
 
 
 def header(path: str) -> dict:

@@ -55,6 +55,12 @@ def bundles(root):
     for name in sorted(os.listdir(root)):
         path = os.path.join(root, name)
         if name.startswith(BUNDLE_PREFIX) and os.path.isfile(path) and ".tmp." not in name:
+            try:
+                with open(path, "rb") as f:
+                    if f.read(len(bundle.MAGIC)) != bundle.MAGIC:
+                        continue                # not a bundle, whatever its name: not ours
+            except OSError:
+                continue
             item = {"name": name, "path": path, "bytes": os.path.getsize(path)}
             try:
                 item.update(bundle.header(path))
@@ -179,7 +185,7 @@ def cmd_clear(args) -> int:
     nbundles = 0
     if args.all:
         for b in bundles(root):
-            os.unlink(b["path"])
+            os.unlink(b["path"])                # (only files that begin as bundles do)
             nbundles += 1
         for name in (size.STAMP, size.CLAIM):
             try:

@@ -47,6 +47,7 @@ class DiskCache:
         self.root = settings.directory
         self.version_dir = os.path.join(self.root, tack_version_id())
         self.writable = settings.mode == "write"
+        self.marks_used = settings.mode in ("write", "read")    # loading marks an entry used
         self.stats = stats
         self.warn_once = warn_once
         self._checked = set()        # directories checked (or created) and trusted
@@ -124,7 +125,7 @@ class DiskCache:
             return None
         self.stats.bytes_read += len(data)
         self.stats.load_seconds += time.perf_counter() - t0
-        if self.writable:
+        if self.marks_used:
             _mark_used(path, st.st_mtime)
         return meta, payload, path
 
@@ -139,11 +140,11 @@ class DiskCache:
         except OSError:
             pass
 
-    def discard(self, kind: int, key: str):
-        """Remove an entry found unusable (e.g. it no longer loads)."""
-        if self.writable:
+    def discard(self, path: str):
+        """Remove an entry found unusable (e.g. it no longer loads), if it is one of ours."""
+        if self.writable and os.path.dirname(os.path.dirname(os.path.dirname(path))) == self.version_dir:
             try:
-                os.unlink(store.entry_path(self.version_dir, kind, key))
+                os.unlink(path)
             except OSError:
                 pass
 

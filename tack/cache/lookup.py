@@ -73,42 +73,44 @@ def _read_current(cache, kernel, templates, kind, key, level):
         cache.stats.misses[level] += 1
         log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
         return None
-    meta, payload, _ = got
+    meta, payload, path = got
     reason = deps.check(meta["dep"], kernel, templates)
     if reason is not None:
         cache.stats.rejected += 1
         cache.stats.misses[level] += 1
         log.debug("kernel '%s': %s not used: dependency changed: %s", name, LEVEL_NAMES[level], reason)
         return None
-    return meta, payload
+    return meta, payload, path
 
 
 LEVEL_NAMES = {"variant": "compiled variant", "lowered": "lowered kernel"}
 
 
-def _unusable(cache, kernel, level, kind, key, why):
+def _unusable(cache, kernel, level, path, why):
     cache.stats.damaged += 1
     cache.stats.misses[level] += 1
     log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
-    cache.discard(kind, key)
+    cache.discard(path)
 
 
 @_guarded()
 def find_variant(cache, kernel, templates, keys: Keys):
-    """-> (entry function, meta) for a valid, current variant entry; None on a miss."""
+    """-> (entry function, bounds-check sites, dependency record) of a valid, current variant; None on a miss."""
     got = _read_current(cache, kernel, templates, store.KIND_VARIANT, keys.for_target, "variant")
     if got is None:
         return None
-    meta, payload = got
+    meta, payload, path = got
     from ..backends.elf import load_object
+    from ..errors import BoundsSite
     try:
+        sites = [BoundsSite(f, a, p, int(n), fid, int(off)) for f, a, p, n, fid, off in meta["site"]]
         fn = load_object(payload, meta["entry"])
-    except Exception as e:                  # noqa: BLE001
-        _unusable(cache, kernel, "variant", store.KIND_VARIANT, keys.variant, f"does not load ({e})")
+    except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
+        _unusable(cache, kernel, "variant", path, f"does not load ({type(e).__name__}: {e})")
         return None
     cache.stats.hits["variant"] += 1
     log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
-    return fn, meta
+    return fn, sites, meta["dep"]
 
 
 @_guarded()
@@ -121,7 +123,7 @@ def find_lowered(cache, kernel, templates, key: str):
     try:
         lowered = LoweredKernel.from_bytes(got[1])
     except ValueError as e:
-        _unusable(cache, kernel, "lowered", store.KIND_LOWERED, key, f"damaged ({e})")
+        _unusable(cache, kernel, "lowered", got[2], f"damaged ({e})")
         return None
     cache.stats.hits["lowered"] += 1
     log.debug("kernel '%s': lowered kernel loaded from the cache (front end skipped)",

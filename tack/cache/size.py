@@ -13,6 +13,7 @@ the cache did not make are neither counted nor deleted.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from .store import SUFFIX, TMP_MARK
@@ -55,11 +56,11 @@ def entries(root: str):
         vdir = os.path.join(root, version)
         for level in ("lowered", "variants"):
             ldir = os.path.join(vdir, level)
-            if not os.path.isdir(ldir):
+            if not os.path.isdir(ldir) or os.path.islink(ldir):
                 continue
             for fan in os.listdir(ldir):
                 fdir = os.path.join(ldir, fan)
-                if not os.path.isdir(fdir):
+                if not os.path.isdir(fdir) or os.path.islink(fdir):
                     continue
                 for name in os.listdir(fdir):
                     path = os.path.join(fdir, name)
@@ -73,20 +74,43 @@ def entries(root: str):
     return out
 
 
+_TMP_RE = re.compile(r"^(?:[0-9a-f]{64}\.(?:tlk|tvar)|bundle-[^/]+)\.tmp\.\d+\.[0-9a-f]+$")
+
+
+def _own_dirs(root):
+    """The directories the cache writes entries in (never through a link), and the root."""
+    yield root
+    for version in os.listdir(root):
+        if not is_version_dir(root, version):
+            continue
+        for level in ("lowered", "variants"):
+            ldir = os.path.join(root, version, level)
+            if os.path.isdir(ldir) and not os.path.islink(ldir):
+                for fan in os.listdir(ldir):
+                    fdir = os.path.join(ldir, fan)
+                    if os.path.isdir(fdir) and not os.path.islink(fdir):
+                        yield fdir
+
+
 def remove_stale_temporaries(root: str, now: float | None = None) -> int:
-    """Delete temporary files that writers which died left behind; -> how many."""
+    """Delete temporary files that writers which died left behind; -> how many.
+
+    Only names the cache's own writes produce (``<entry>.tmp.<pid>.<hex>``),
+    only where it writes them: never any other file.
+    """
     now = time.time() if now is None else now
     removed = 0
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            if TMP_MARK in name:
-                path = os.path.join(dirpath, name)
-                try:
-                    if now - os.stat(path).st_mtime > _STALE_TMP:
-                        os.unlink(path)
-                        removed += 1
-                except OSError:
-                    pass
+    for d in _own_dirs(root):
+        for name in os.listdir(d):
+            if not _TMP_RE.match(name):
+                continue
+            path = os.path.join(d, name)
+            try:
+                if now - os.lstat(path).st_mtime > _STALE_TMP:
+                    os.unlink(path)
+                    removed += 1
+            except OSError:
+                pass
     return removed
 
 

@@ -41,7 +41,9 @@ class BundleStore:
         from . import bundle
         t0 = time.perf_counter()
         try:
-            self.bundle = bundle.read(self.path, allow_root=self.allow_root)
+            from .keys import tack_version_id
+            self.bundle = bundle.read(self.path, allow_root=self.allow_root,
+                                      tack_version=tack_version_id())
             chain.stats.bytes_read += len(self.bundle.data)
             chain.stats.load_seconds += time.perf_counter() - t0
             log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
@@ -134,6 +136,7 @@ class Chain:
             self.disk = DiskCache(settings, stats, warn_once)
             if launch is not None and launch.rank != 0:
                 self.disk.writable = False          # under MPI only rank 0 stores
+                self.disk.marks_used = False        # nor marks entries used: no storm of utimes
             self.stores.append(DiskStore(self.disk))
         for d in site_dirs:
             # a bundle packed on a node like this one, then one built for its architecture
@@ -158,9 +161,10 @@ class Chain:
     def write(self, kind, key, meta, payload):
         return self.disk.write(kind, key, meta, payload) if self.writable else False
 
-    def discard(self, kind, key):
+    def discard(self, path):
+        """Remove an unusable entry found at ``path`` (only ever a per-kernel file of ours)."""
         if self.disk is not None:
-            self.disk.discard(kind, key)
+            self.disk.discard(path)
 
 
 BUNDLE_PREFIX = "bundle-"

@@ -19,11 +19,16 @@ class Untrusted(Exception):
 
 def check(path: str, allow_root: bool = False, is_dir: bool = True) -> None:
     """Raise Untrusted, with the reason and the fix, unless ``path`` is safe to load from."""
-    what = "directory" if is_dir else "file"
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         raise Untrusted(f"{path} does not exist") from None
+    check_stat(st, path, allow_root, is_dir)
+
+
+def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True) -> None:
+    """``check`` on a stat result (from lstat, or fstat of an open file)."""
+    what = "directory" if is_dir else "file"
     if stat.S_ISLNK(st.st_mode):
         raise Untrusted(f"{path} is a symbolic link (to {os.readlink(path)}); set TACK_CACHE_DIR "
                         "to the real directory")

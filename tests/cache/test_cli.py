@@ -19,7 +19,9 @@ def populated(warm):
     cache, _ = warm
     (this,) = [d for d in cache.iterdir() if d.is_dir()]
     shutil.copytree(this, cache / OTHER_VERSION)
-    (cache / "bundle-x86_64").write_bytes(b"b" * 3000)
+    from tack.cache import bundle
+    (cache / "bundle-x86_64").write_bytes(bundle.pack([], {"arch": "znver3", "machine": "x86_64"}))
+    (cache / "bundle-notes.txt").write_text("a user's file that happens to start with bundle-")
     (cache / "notes.txt").write_text("not Tack's")
     return cache, this.name
 
@@ -42,7 +44,7 @@ def test_info(populated):
     assert [(ln[0], ln[1], ln[2]) for ln in level_lines] == [
         ("lowered", "3", "entries"), ("variants", "3", "entries")] * 2
     assert all(ln[-1] == "KiB" for ln in level_lines)
-    assert "bundle-x86_64  2.9 KiB" in out
+    assert "bundle-x86_64  arch znver3 (x86_64), 0 entries" in out
     assert "notes.txt" not in out
     assert run.stderr == ""
 
@@ -132,7 +134,7 @@ def test_clear_all(populated):
     assert (cache / size.STAMP).exists()
     run = run_cli(cache, "clear", "--all")
     assert run.rc == 0, run.stderr
-    assert sorted(os.listdir(cache)) == ["notes.txt"]
+    assert sorted(os.listdir(cache)) == ["bundle-notes.txt", "notes.txt"]
     assert (cache / "notes.txt").read_text() == "not Tack's"
 
 

@@ -127,3 +127,34 @@ def test_pack_output_and_unknown_arch(kernel_dir, cache, tmp_path):
     bad = cli(cache, "pack", "--arch", "no-such-cpu")
     assert bad.returncode == 1
     assert "no entries for arch 'no-such-cpu'" in bad.stderr
+
+
+def test_bundle_in_a_group_writable_directory_is_refused(kernel_dir, cache):
+    """A bundle whose directory others may write is not used (the file could be swapped): warning, compile."""
+    prime_and_pack(kernel_dir, cache)
+    os.chmod(cache, 0o770)
+    r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
+    assert r["ok"] and r["stats"]["hits"]["variant"] == 0
+    assert any("writable by its group" in w for w in r["warnings"])
+
+
+def test_symlinked_bundle_is_refused(kernel_dir, cache, tmp_path):
+    """A bundle that is a symbolic link is not followed: warning, compile."""
+    path = prime_and_pack(kernel_dir, cache)
+    real = tmp_path / "real-bundle"
+    os.replace(path, real)
+    os.symlink(real, path)
+    r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
+    assert r["ok"] and r["stats"]["hits"]["variant"] == 0
+    assert any("symbolic link" in w for w in r["warnings"])
+
+
+def test_bundle_of_another_tack_version_is_refused(kernel_dir, cache):
+    """A bundle packed by another Tack version is not used, with a warning that says so."""
+    path = prime_and_pack(kernel_dir, cache)
+    b = bundle.Bundle(path.read_bytes())
+    entries = [(kind, key, b.data[off:off + n]) for (kind, key), (off, n) in b.index.items()]
+    path.write_bytes(bundle.pack(entries, dict(b.meta, tack="0.0.1")))
+    r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
+    assert r["ok"] and r["stats"]["hits"]["variant"] == 0
+    assert any("made by Tack 0.0.1" in w for w in r["warnings"])

@@ -45,7 +45,7 @@ def test_load_bundle_unusable_on_rank0(kernel_dir, cache, problem):
         os.chmod(path, 0o664)
     ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], timeout=120)
     assert len(ranks) == 4
-    words = {"missing": "does not exist", "damaged": "damaged", "group-writable": "writable by its group"}
+    words = {"missing": "no bundle", "damaged": "damaged", "group-writable": "writable by its group"}
     for r in ranks:
         assert r["ok"] and r["loaded"] == 0
         if r["rank"] == 0:
