@@ -31,7 +31,7 @@ for p in (ROOT, os.path.join(ROOT, "tests", "kernels"), os.path.join(ROOT, "benc
     if p not in sys.path:
         sys.path.insert(0, p)
 
-KERNELS = ("classify", "place_vertices", "emit_faces")
+KERNELS = ("classify", "emit")
 COMPILE_STAGES = ("lower", "specialize", "init", "codegen", "llvm", "load")
 
 

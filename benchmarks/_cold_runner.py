@@ -38,7 +38,7 @@ def _run_tack(field, level, out):
     t1 = time.perf_counter()
     out["first_call_s"] = t1 - t0
     out["stages"] = {k: dict(getattr(mod, k).timings)
-                     for k in ("classify", "place_vertices", "emit_faces")}
+                     for k in ("classify", "emit")}
 
     t0 = time.perf_counter()
     mod.contour(field, level)

@@ -7,7 +7,7 @@ For each repetition one new Python process per contestant runs
 (not timed), imports the library (timed, reported separately), then times the
 first ``contour`` call on the field, which includes compiling.  Tack's process
 runs with ``TACK_CACHE=off``; its stage times (lower, specialize, init,
-codegen, llvm, load, launch) are summed over the contour's three kernels.  Repetitions alternate Tack and Numba; figures are medians.
+codegen, llvm, load, launch) are summed over the contour's kernels.  Repetitions alternate Tack and Numba; figures are medians.
 
 Targets (printed next to the figures, never asserted):
 
@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RUNNER = os.path.join(HERE, "_cold_runner.py")
 STAGES = ("lower", "specialize", "init", "codegen", "llvm", "load", "launch")
-KERNELS = ("classify", "place_vertices", "emit_faces")
+KERNELS = ("classify", "emit")
 
 TARGET_COLD_RATIO = 0.5      # Tack cold / Numba cold, at most
 TARGET_LOWER_MS = 100.0      # Tack lower stage sum, below

@@ -8,16 +8,16 @@ inside when its value is above ``level``, which resolves the ambiguous cases
 as scikit-image's classic method does, so triangle and vertex counts agree
 with it exactly.
 
-Three launches:
+Two launches:
 
 1. ``classify``, over the grid points: each grid edge that crosses the level
    takes a vertex id from an atomic counter and records where it is; each
    cell the surface passes through records its case in a list of active
    cells and adds its triangle count to a second counter.
-2. ``place_vertices``, over the vertices: each is placed on its edge by the
-   interpolation policy (a template class) through a device function.
-3. ``emit_faces``, over the active cells: each appends its triangles
-   through an atomic counter of output triangles.
+2. ``emit``, over the vertices and the active cells at once: each vertex is
+   placed on its edge by the interpolation policy (a template class) through
+   a device function, and each active cell appends its triangles through an
+   atomic counter of output triangles.
 
 Only the first launch visits the whole grid.
 
@@ -125,9 +125,8 @@ def unflatten(lin, ny, nz):
     return lin // (ny * nz), (lin // nz) % ny, lin % nz
 
 
-@tack.kernel
-def place_vertices(field, level, policy, vert_src, verts, sx, sy, sz):
-    v = tack.tid()
+@tack.func
+def place_vertex(field, level, policy, vert_src, verts, v, sx, sy, sz):
     nx, ny, nz = field.shape
     src = vert_src[v]
     axis = src % 3
@@ -141,9 +140,8 @@ def place_vertices(field, level, policy, vert_src, verts, sx, sy, sz):
     verts[v, 2] = (k + t * dk) * sz
 
 
-@tack.kernel
-def emit_faces(field, active, edge_vid, faces, counts):
-    a = tack.tid()
+@tack.func
+def cell_faces(field, active, edge_vid, faces, counts, a):
     nx, ny, nz = field.shape
     code = active[a]
     case = code % 256
@@ -157,8 +155,30 @@ def emit_faces(field, active, edge_vid, faces, counts):
                                             k + EDGE_ORIGIN[e, 2], EDGE_AXIS[e]]
 
 
+@tack.kernel
+def emit(field, level, policy, vert_src, active, edge_vid, verts, faces, counts,
+         nverts, nactive, sx, sy, sz):
+    t = tack.tid()
+    if t < nverts:
+        place_vertex(field, level, policy, vert_src, verts, t, sx, sy, sz)
+    if t < nactive:
+        cell_faces(field, active, edge_vid, faces, counts, t)
+
+
 def _capacity(n: int) -> int:
     return max(1 << max(n - 1, 0).bit_length(), 64)
+
+
+def _outputs(nverts: int, ntris: int):
+    """Output arrays for ``nverts`` vertices and ``ntris`` triangles.
+
+    One power-of-two capacity ``c`` sizes both (vertices ``c``, triangles
+    ``2c``, as a closed surface has about twice as many triangles as
+    vertices), so ``emit`` has one variant per capacity, not one per pair:
+    few enough to build every one into a bundle ahead of time.
+    """
+    c = _capacity(max(nverts, (ntris + 1) // 2))
+    return np.empty((c, 3), np.float32), np.empty((2 * c, 3), np.int32)
 
 
 def _scratch(shape):
@@ -175,24 +195,20 @@ def tack_warm(shape):
 
     For building bundles ahead of time (``python -m tack.site bundles
     build``): every variant a contour of this shape can need, including each
-    power-of-two capacity of the output arrays up to the most a field of
-    this shape can produce.  The arrays are allocated, not filled.
+    power-of-two output capacity up to the most a field of this shape can
+    produce.  The arrays are allocated, not filled.
     """
     shape = tuple(int(s) for s in shape)
     field = np.empty(shape, np.float32)
     edge_vid, vert_src, active, counts = _scratch(shape)
     specs = [(classify, (field, 0.0, edge_vid, vert_src, active, counts), 3)]
     max_verts = 3 * field.size
-    max_faces = 5 * (shape[0] - 1) * (shape[1] - 1) * (shape[2] - 1)
+    max_tris = 5 * (shape[0] - 1) * (shape[1] - 1) * (shape[2] - 1)
     cap = 64
-    while cap <= _capacity(max_verts):
-        verts = np.empty((cap, 3), np.float32)
-        specs.append((place_vertices, (field, 0.0, Linear, vert_src, verts, 1.0, 1.0, 1.0), 1))
-        cap *= 2
-    cap = 64
-    while cap <= _capacity(max_faces):
-        faces = np.empty((cap, 3), np.int32)
-        specs.append((emit_faces, (field, active, edge_vid, faces, counts), 1))
+    while cap <= _capacity(max(max_verts, (max_tris + 1) // 2)):
+        verts, faces = np.empty((cap, 3), np.float32), np.empty((2 * cap, 3), np.int32)
+        specs.append((emit, (field, 0.0, Linear, vert_src, active, edge_vid, verts, faces, counts,
+                             0, 0, 1.0, 1.0, 1.0), 1))
         cap *= 2
     return specs
 
@@ -212,9 +228,8 @@ def contour(field, level, device="cpu", spacing=(1, 1, 1), interpolation=Linear)
     tack.launch(classify, dim=field.shape, args=(field, level, edge_vid, vert_src, active, counts),
                 device=device)
     nverts, nactive, ntris = (int(c) for c in counts[:3])
-    verts = np.empty((_capacity(nverts), 3), np.float32)
-    faces = np.empty((_capacity(ntris), 3), np.int32)
-    tack.launch(place_vertices, dim=nverts,
-                args=(field, level, interpolation, vert_src, verts, sx, sy, sz), device=device)
-    tack.launch(emit_faces, dim=nactive, args=(field, active, edge_vid, faces, counts), device=device)
+    verts, faces = _outputs(nverts, ntris)
+    tack.launch(emit, dim=max(nverts, nactive),
+                args=(field, level, interpolation, vert_src, active, edge_vid, verts, faces, counts,
+                      nverts, nactive, sx, sy, sz), device=device)
     return verts[:nverts], faces[:ntris]
