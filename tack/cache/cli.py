@@ -154,11 +154,18 @@ def cmd_info(args) -> int:
     return 0
 
 
-def cmd_prune(args) -> int:
-    s = _settings(args)
+def _root_to_change(s, verb):
+    """The trusted cache directory to prune or clear; None (said) when there is none."""
     root = _trusted_root(s, must_exist=False)
     if root is None:
-        print(f"nothing to prune: no cache directory at {s.directory}")
+        print(f"nothing to {verb}: no cache directory at {s.directory}")
+    return root
+
+
+def cmd_prune(args) -> int:
+    s = _settings(args)
+    root = _root_to_change(s, "prune")
+    if root is None:
         return 0
     total, freed, count = size.prune(root, s.max_size)
     size.remove_stale_temporaries(root)
@@ -170,9 +177,8 @@ def cmd_prune(args) -> int:
 
 def cmd_clear(args) -> int:
     s = _settings(args)
-    root = _trusted_root(s, must_exist=False)
+    root = _root_to_change(s, "clear")
     if root is None:
-        print(f"nothing to clear: no cache directory at {s.directory}")
         return 0
     version = tack_version_id()
     targets = [v for v in os.listdir(root) if size.is_version_dir(root, v)]
