@@ -1,12 +1,25 @@
-"""What users write: ``@tack.kernel``, ``@tack.func``, ``tack.constant`` and the intrinsics.
+"""What users write (``@tack.kernel``, ``@tack.func``, ``tack.constant``, the intrinsics),
+and what each of those things is, for the cache.
 
 The intrinsics (``tid``, ``atomic_add``, the casts) are placeholders the
 front end recognizes by identity; calling them from plain Python is an error.
+``intrinsic_of`` maps every Python object a kernel may call (``math.sqrt``,
+``np.sqrt``, ``min``, the casts...) to the intrinsic it lowers to.
+
+The fingerprints hash a function's code object (bytecode, constants, names),
+never its source text, so they are computed without tokenizing or parsing,
+in microseconds: a cached kernel's warm path can afford them, and they live
+here so that path imports nothing more for them.  Line numbers are left out,
+so an edit elsewhere in a module does not change a fingerprint.
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
+import hashlib
+import math
+import sys
 import types
 
 import numpy as np
@@ -56,7 +69,6 @@ class Constant:
     @property
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            from .frontend.fingerprint import value_fingerprint
             self._fingerprint = value_fingerprint(self.value)
         return self._fingerprint
 
@@ -144,3 +156,152 @@ def _cast(name):
 bool_, int32, int64, uint32, uint64, float32, float64 = (_cast(n) for n in _TYPE_NAMES)
 CASTS = {"bool": bool_, "int32": int32, "int64": int64, "uint32": uint32,
          "uint64": uint64, "float32": float32, "float64": float64}
+
+
+# -- fingerprints: what a kernel depends on, hashed -----------------------------
+
+_PY = f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}".encode()
+
+
+def _feed_code(h, code: types.CodeType):
+    h.update(code.co_name.encode())
+    h.update(code.co_code)
+    for part in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
+        h.update(repr(part).encode())
+    h.update(repr((code.co_argcount, code.co_kwonlyargcount, code.co_flags)).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _feed_code(h, const)
+        else:
+            h.update(f"{type(const).__name__}:{const!r};".encode())
+
+
+_memo = {}      # id(code) -> (code, defaults, fingerprint): the code is kept alive, so ids stay unique
+
+
+def function_fingerprint(fn) -> str:
+    """Hex sha256 of a Python function's code (and defaults and Python version)."""
+    code = fn.__code__
+    hit = _memo.get(id(code))
+    if hit is not None and hit[0] is code and hit[1] == fn.__defaults__ and hit[2] == fn.__qualname__:
+        return hit[3]
+    fp = _function_fingerprint(fn)
+    _memo[id(code)] = (code, fn.__defaults__, fn.__qualname__, fp)
+    return fp
+
+
+def _function_fingerprint(fn) -> str:
+    h = hashlib.sha256(_PY)
+    h.update(fn.__qualname__.encode())
+    _feed_code(h, fn.__code__)
+    h.update(repr(fn.__defaults__).encode())
+    return h.hexdigest()
+
+
+def value_fingerprint(value) -> str:
+    """Hex sha256 of a constant: its dtype, shape and bytes (or Python type and value)."""
+    h = hashlib.sha256()
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = np.ascontiguousarray(value)
+        h.update(f"{arr.dtype.str}{arr.shape}".encode())
+        h.update(arr.tobytes())
+    else:
+        h.update(f"{type(value).__name__}:{value!r}".encode())
+    return h.hexdigest()
+
+
+def class_fingerprint(cls) -> str:
+    """Hex sha256 of a template class: its name, static methods and scalar attributes."""
+    h = hashlib.sha256(cls.__qualname__.encode())
+    for klass in reversed(cls.__mro__[:-1]):
+        for name, attr in sorted(vars(klass).items()):
+            if isinstance(attr, staticmethod):
+                attr = attr.__func__
+            if isinstance(attr, Func):
+                attr = attr.py_func
+            if isinstance(attr, types.FunctionType):
+                h.update(f"{name}=fn:{function_fingerprint(attr)};".encode())
+            elif isinstance(attr, (bool, int, float)):
+                h.update(f"{name}={type(attr).__name__}:{attr!r};".encode())
+    return h.hexdigest()
+
+
+def value_identity(obj) -> str | None:
+    """What a number read from a module is, for the dependency record (None: not a number)."""
+    if isinstance(obj, (bool, int, float)):
+        return f"{type(obj).__name__}:{obj!r}"
+    return None
+
+
+def closure_identity(obj) -> str:
+    """A stable text for a value a function closes over."""
+    if isinstance(obj, Func):
+        return "func:" + function_fingerprint(obj.py_func)
+    if isinstance(obj, Constant):
+        return "const:" + obj.fingerprint
+    if isinstance(obj, types.ModuleType):
+        return "module:" + obj.__name__
+    if isinstance(obj, type):
+        return "class:" + class_fingerprint(obj)
+    ident = value_identity(obj)
+    if ident is not None or isinstance(obj, str) or obj is None:
+        return ident or f"{type(obj).__name__}:{obj!r}"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def func_id(fn) -> str:
+    """A device function's id within a lowered kernel: module, qualified name, and for a
+    function made by a factory, what it closes over (two closures are two functions)."""
+    fid = f"{fn.__module__}.{fn.__qualname__}"
+    if fn.__closure__:
+        h = hashlib.sha256()
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                h.update(f"{name}={closure_identity(cell.cell_contents)};".encode())
+            except ValueError:                      # an empty cell
+                h.update(f"{name}=<empty>;".encode())
+        fid += "@" + h.hexdigest()[:16]
+    return fid
+
+
+# -- intrinsics: the Python objects a kernel may call -----------------------------
+
+MATH1 = ("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos",
+         "atan", "sinh", "cosh", "tanh", "floor", "ceil", "fabs", "trunc", "expm1",
+         "log1p", "erf", "erfc", "cbrt")
+MATH2 = ("pow", "atan2", "hypot", "copysign", "fmod")
+MATH_PREDICATES = ("isnan", "isinf", "isfinite")
+_NUMPY_ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
+                  "absolute": "fabs", "power": "pow", "minimum": "min", "maximum": "max"}
+
+_table = None
+
+
+def _build():
+    table = {}
+    for name in MATH1 + MATH2 + MATH_PREDICATES:
+        if hasattr(math, name):
+            table[id(getattr(math, name))] = name
+        if hasattr(np, name):
+            table[id(getattr(np, name))] = name
+    for np_name, name in _NUMPY_ALIASES.items():
+        table[id(getattr(np, np_name))] = name
+    for name in ("min", "max", "abs", "range", "len"):
+        table[id(getattr(builtins, name))] = name
+    table[id(int)] = "cast:int64"
+    table[id(float)] = "cast:float64"
+    table[id(bool)] = "cast:bool"
+    for name, fn in CASTS.items():
+        table[id(fn)] = f"cast:{name}"
+        table[id(getattr(np, name if name != "bool" else "bool_"))] = f"cast:{name}"
+    for name in ("tid", "atomic_add", "atomic_min", "atomic_max"):
+        table[id(globals()[name])] = name
+    return table
+
+
+def intrinsic_of(obj):
+    """The intrinsic name a Python object lowers to, or None."""
+    global _table
+    if _table is None:
+        _table = _build()
+    return _table.get(id(obj))

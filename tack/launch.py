@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from . import types as T
-from .api import Kernel
+from .api import Kernel, class_fingerprint
 from .config import config
 from .errors import BoundsSite
 
@@ -84,7 +84,6 @@ def typeof_arg(kernel_name, param, a):
     if isinstance(a, np.generic) and T.from_dtype(a.dtype) is not None:
         return T.from_dtype(a.dtype)
     if isinstance(a, type):
-        from .frontend.fingerprint import class_fingerprint
         return T.Template(a.__qualname__, class_fingerprint(a))
     raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a {type(a).__name__}; "
                     "kernels take NumPy arrays, numbers, and classes (as templates)")
@@ -107,7 +106,7 @@ def _compile(kernel, dims, args, device, debug):
 
     def variant(fn, sites, deps):
         def locate(fid):
-            from .cache.deps import locate as _locate
+            from .cache.lookup import locate as _locate
             return _locate(deps, kernel, templates, fid)
         return CPUVariant(name, fn, value_params, value_types, arg_index,
                           sites if debug else None, locate)

@@ -57,8 +57,7 @@ def mpi_launch():
     """The MPI launch this process belongs to (from the launcher's variables), or None."""
     global _launch
     if _launch is None:
-        from .mpi import detect
-        _launch = detect() or False
+        _launch = _settings.detect() or False
     return _launch or None
 
 
@@ -76,21 +75,20 @@ def reset_stats() -> None:
 def _get_stats():
     global _stats
     if _stats is None:
-        from .disk import Stats
+        from .store import Stats
         _stats = Stats()
     return _stats
 
 
 def session():
-    """The stores this process looks entries up in (a ``stores.Chain``), or None when off."""
+    """The stores this process looks entries up in (a ``store.Chain``), or None when off."""
     global _session
     if _session is None:
         s = settings()
         if s.mode == "off":
             _session = False
         else:
-            from .disk import warn_once_factory
-            from .stores import Chain, site_dirs
+            from .store import Chain, site_dirs, warn_once_factory
             launch = mpi_launch()
             warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
             _session = Chain(s, _get_stats(), warn, launch, site_dirs(),
@@ -127,7 +125,7 @@ def _setup_logging():
     if level in ("", "0", "false", "no", "off"):
         return
     import logging
-    from ._log import NAME, TRACE
+    from .config import NAME, TRACE
     logger = logging.getLogger(NAME)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tack.cache: %(message)s"))

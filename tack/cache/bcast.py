@@ -16,9 +16,8 @@ CHUNK = 1 << 30
 def load_and_broadcast(comm, settings):
     """-> the Bundle on every rank, or None on every rank (after rank 0 warns why)."""
     from . import bundle
-    from .disk import warn_once_factory
-    from .keys import host_target_key
-    from .stores import bundle_name
+    from .lookup import host_target_key, tack_version_id
+    from .store import bundle_name, warn_once_factory
 
     rank = 0 if comm is None else comm.Get_rank()
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
@@ -27,7 +26,6 @@ def load_and_broadcast(comm, settings):
             reason = "the cache is off (TACK_CACHE=off)"
         else:
             try:
-                from .keys import tack_version_id
                 path = os.path.join(settings.directory, bundle_name(host_target_key()))
                 loaded = bundle.read(path, tack_version=tack_version_id())
                 data, status, reason = loaded.data, [len(loaded.data), len(loaded)], None

@@ -24,9 +24,9 @@ import os
 import struct
 import time
 
-from . import store, trust
-from ._log import log
-from .stores import bundle_name
+from . import store
+from .config import log
+from .store import bundle_name
 
 MAGIC = b"TACKBDL1"
 FORMAT = 1
@@ -101,12 +101,12 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None) -
     ``tack_version``, a bundle made by another Tack version is refused.
     """
     try:
-        trust.check(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
+        store.check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as f:
-            trust.check_stat(os.fstat(f.fileno()), path, allow_root=allow_root, is_dir=False)
+            store.check_stat(os.fstat(f.fileno()), path, allow_root=allow_root, is_dir=False)
             data = f.read()
-    except trust.Untrusted as e:
+    except store.Untrusted as e:
         raise BundleError(str(e)) from None
     except FileNotFoundError:
         raise BundleError(f"there is no bundle at {path}") from None

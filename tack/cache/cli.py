@@ -15,10 +15,9 @@ import sys
 import time
 
 from . import config as settings_mod
-from . import size, trust
-from .keys import tack_version_id
-
-from .stores import BUNDLE_PREFIX
+from . import size
+from .lookup import tack_version_id
+from .store import BUNDLE_PREFIX, Untrusted, check_trusted
 
 
 class CLIError(Exception):
@@ -42,8 +41,8 @@ def _trusted_root(s, must_exist=True):
             raise CLIError(f"no cache directory at {s.directory}")
         return None
     try:
-        trust.check(s.directory)
-    except trust.Untrusted as e:
+        check_trusted(s.directory)
+    except Untrusted as e:
         raise CLIError(f"refusing to touch an untrusted cache directory: {e}") from None
     return s.directory
 
@@ -81,9 +80,9 @@ def gather(s) -> dict:
     if not info["exists"]:
         return info
     try:
-        trust.check(s.directory)
+        check_trusted(s.directory)
         info["trusted"] = True
-    except trust.Untrusted as e:
+    except Untrusted as e:
         info["trusted"], info["untrusted_reason"] = False, str(e)
     for path, nbytes, _, version, level in size.entries(s.directory):
         v = info["versions"].setdefault(version, {"lowered": {"entries": 0, "bytes": 0},
@@ -98,7 +97,7 @@ def gather(s) -> dict:
 
 
 def site_bundles() -> list:
-    from .stores import site_dirs
+    from .store import site_dirs
     out = []
     for d in site_dirs():
         out.append({"directory": d, "bundles": bundles(d) if os.path.isdir(d) else None})
@@ -207,7 +206,7 @@ def cmd_clear(args) -> int:
 
 def cmd_pack(args) -> int:
     from . import bundle
-    from .stores import bundle_name
+    from .store import bundle_name
     s = _settings(args)
     root = _trusted_root(s)
     version = tack_version_id()
@@ -223,7 +222,7 @@ def cmd_pack(args) -> int:
     for path, meta in written:
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for arch "
               f"{meta['arch'] or '?'} ({meta['machine']}) into {path}")
-    from .keys import host_target_key
+    from .lookup import host_target_key
     here = bundle_name(host_target_key())
     if args.output is None and not any(os.path.basename(p) == here for p, _ in written):
         print(f"note: none of these is for this host ({here})")

@@ -1,10 +1,14 @@
-"""The cache's settings: directory, mode and size limit, and where each came from.
+"""The cache's settings, the MPI launch they depend on, and the ``tack.cache`` logger.
 
-Read once, when the first kernel compiles (or ``python -m tack.cache`` runs):
+Settings (directory, mode, size limit, and where each came from) are read
+once, when the first kernel compiles (or ``python -m tack.cache`` runs):
 ``configure()`` values first, then the environment (TACK_CACHE_DIR,
 TACK_CACHE, TACK_CACHE_SIZE), then the defaults.  A bad environment value is
 a warning naming the variable, and the default is used; a bad
 ``configure()`` value is a ``ValueError``.
+
+One module, not three, because a warm kernel call imports it: each module
+imported costs a few hundred microseconds of a budget of a few milliseconds.
 """
 
 from __future__ import annotations
@@ -136,3 +140,98 @@ def resolve(configured: dict, environ=None, mpi=False) -> Settings:
     if values["directory"] is None:
         values["directory"] = default_directory()
     return Settings(values["directory"], values["mode"], values["max_size"], sources)
+
+
+# -- the MPI launch: recognized from the launcher's environment, without mpi4py --
+#
+# | Launcher | Rank | Size |
+# |---|---|---|
+# | Open MPI (mpirun, prterun) | OMPI_COMM_WORLD_RANK, or PMIX_RANK | OMPI_COMM_WORLD_SIZE |
+# | MPICH and Intel MPI (Hydra) | PMI_RANK | PMI_SIZE |
+# | MVAPICH2 (mpirun_rsh) | MV2_COMM_WORLD_RANK | MV2_COMM_WORLD_SIZE |
+# | Cray PALS | PALS_RANKID | PMI_SIZE |
+# | Cray ALPS (aprun) | ALPS_APP_PE | PMI_SIZE |
+# | Slurm (srun) | SLURM_PROCID | SLURM_STEP_NUM_TASKS |
+#
+# A launch of one task is not MPI.  A Slurm batch script is not either: it has
+# SLURM_PROCID=0 and SLURM_NTASKS, but SLURM_STEP_NUM_TASKS is set only inside
+# an srun step, so a warm-up run on the script's own line stores entries as on
+# a workstation.
+
+# (launcher, rank variables, size variables), tried in order
+LAUNCHERS = (
+    ("Open MPI", ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"), ("OMPI_COMM_WORLD_SIZE",)),
+    ("MVAPICH2", ("MV2_COMM_WORLD_RANK",), ("MV2_COMM_WORLD_SIZE",)),
+    ("Cray PALS", ("PALS_RANKID",), ("PMI_SIZE",)),
+    ("Cray ALPS", ("ALPS_APP_PE",), ("PMI_SIZE",)),
+    ("MPICH/Intel MPI (Hydra)", ("PMI_RANK",), ("PMI_SIZE",)),
+    ("Slurm srun", ("SLURM_PROCID",), ("SLURM_STEP_NUM_TASKS",)),
+)
+
+
+class Launch:
+    __slots__ = ("launcher", "rank", "size")
+
+    def __init__(self, launcher: str, rank: int, size: int):
+        self.launcher = launcher
+        self.rank = rank
+        self.size = size
+
+    def __repr__(self):
+        return f"Launch({self.launcher!r}, rank={self.rank}, size={self.size})"
+
+
+def _int(environ, names):
+    for name in names:
+        raw = environ.get(name, "").strip()
+        if raw.isdigit():
+            return int(raw)
+    return None
+
+
+def detect(environ=None) -> Launch | None:
+    """The MPI launch this process is part of (more than one task), or None."""
+    environ = os.environ if environ is None else environ
+    for launcher, rank_vars, size_vars in LAUNCHERS:
+        rank = _int(environ, rank_vars)
+        if rank is None:
+            continue
+        size = _int(environ, size_vars)
+        if size is None or size <= 1:
+            continue
+        return Launch(launcher, rank, size)
+    return None
+
+
+# -- the tack.cache logger, without importing ``logging`` on the warm path -------
+#
+# ``logging`` costs milliseconds to import, a large share of a warm kernel
+# call.  Until the process has imported it (so someone may have configured a
+# handler) or TACK_CACHE_LOG asks for output, messages are dropped unformatted.
+
+NAME = "tack.cache"
+TRACE = 5            # the key steps, below DEBUG
+
+
+class _Logger:
+    __slots__ = ()
+
+    @staticmethod
+    def _real():
+        logging = sys.modules.get("logging")
+        return logging.getLogger(NAME) if logging is not None else None
+
+    def isEnabledFor(self, level) -> bool:
+        real = self._real()
+        return real is not None and real.isEnabledFor(level)
+
+    def log(self, level, msg, *args):
+        real = self._real()
+        if real is not None and real.isEnabledFor(level):
+            real.log(level, msg, *args)
+
+    def debug(self, msg, *args):
+        self.log(10, msg, *args)
+
+
+log = _Logger()

@@ -1,22 +1,311 @@
-"""What ``tack.launch`` asks of the cache: keys, then find or store each level.
+"""What ``tack.launch`` asks of the cache: keys, the dependency check, then find or store.
 
 The warm path is ``keys`` then ``find_variant``: code-object fingerprints,
 one file read, a checksum, the dependency check, and loading object code
 with Tack's own loader.  Nothing here runs the front end or imports llvmlite.
 Any unexpected error is a miss and one warning: no crash from the cache
 reaches a user's job.
+
+* **Keys** are named steps hashed in turn (``KeyBuilder``), from code-object
+  fingerprints and cheap facts about the host: no compiler, no LLVM.
+* **The dependency record** of a lowered kernel lists, for the kernel and
+  each device function it reaches, every global name it resolved and what
+  that was bound to.  An entry is used only if each name still resolves to
+  the same thing: the same device function code, the same constant (dtype,
+  shape, bytes), the same module, the same template class.  Walking the
+  record needs no source: device functions are reached through the names
+  that bind them, from the kernel outward.
+
+One module, because a warm kernel call needs all of it, and each module
+imported costs a few hundred microseconds of a budget of a few milliseconds.
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
+import hashlib
+import os
+import platform
+import sys
+import types
 
-from . import deps, store
-from ._log import log
+from . import store
+from .._version import __version__
+from ..api import (Constant, Func, class_fingerprint, closure_identity, func_id,
+                   function_fingerprint, intrinsic_of, value_identity)
 from ..types import spec
-from .keys import host_target_key, lowered_key, variant_key
+from .config import TRACE, log
 
 
+# -- keys ------------------------------------------------------------------------
+
+LOWERED_FORMAT = 1
+VARIANT_FORMAT = 1
+
+
+class KeyBuilder:
+    """A sha256 over named steps; each step is logged at DEBUG with the running hash."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.h = hashlib.sha256(what.encode())
+
+    def add(self, name: str, value) -> "KeyBuilder":
+        if isinstance(value, dict):
+            value = sorted(value.items())
+        text = value if isinstance(value, str) else repr(value)
+        self.h.update(f"\0{name}={text}".encode())
+        if log.isEnabledFor(TRACE):
+            log.log(TRACE, "%s key: %s=%s -> %s", self.what, name, text[:80], self.h.hexdigest()[:16])
+        return self
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def tack_version_id() -> str:
+    """This Tack's version; for a source checkout, the version plus a hash of Tack's sources.
+
+    Each edit of a checkout then keeps its own entries, as each release does.
+    The sources are identified by each file's path, size and modification
+    time (an edit changes at least the time), which costs a stat per file
+    rather than reading them all on every process start.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not _in_checkout(root):
+        return __version__
+    h = hashlib.sha256()
+
+    def walk(path, rel):
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    walk(entry.path, f"{rel}{entry.name}/")
+            elif entry.name.endswith(".py"):
+                st = entry.stat()
+                h.update(f"{rel}{entry.name}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+
+    walk(root, "")
+    return f"{__version__}+src.{h.hexdigest()}"
+
+
+def _in_checkout(package_dir: str) -> bool:
+    parent = os.path.dirname(package_dir)
+    return os.path.exists(os.path.join(parent, ".git")) or \
+        os.path.exists(os.path.join(parent, "pyproject.toml"))
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu_identity() -> dict:
+    """Facts that fix what LLVM's host detection sees, read without LLVM.
+
+    The CPU's model and feature flags (from /proc/cpuinfo on Linux), the
+    machine type, and llvmlite's library (which pins the LLVM version).
+    """
+    ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            text = f.read(65536).decode(errors="replace")     # the first CPU's block is enough
+        first = text.split("\n\n", 1)[0]
+        fields = {}
+        for line in first.splitlines():
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+        for key in ("vendor_id", "cpu family", "model", "model name", "flags", "Features",
+                    "CPU implementer", "CPU part"):
+            if key in fields:
+                ident[key] = fields[key]
+    except OSError:
+        ident["processor"] = platform.processor()
+    return ident
+
+
+def _llvmlite_version() -> str:
+    """Which LLVM would compile here: llvmlite's library file, by path, size and time.
+
+    Found without importing llvmlite (its version module parses JSON at
+    import) and without the import system's directory scans: a stat per
+    ``sys.path`` entry.  Any upgrade replaces the library and so changes this.
+    """
+    names = ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll")
+    for entry in sys.path:
+        lib_dir = os.path.join(entry or ".", "llvmlite", "binding")
+        for name in names:
+            try:
+                st = os.stat(os.path.join(lib_dir, name))
+            except OSError:
+                continue
+            return f"{os.path.abspath(lib_dir)}/{name}:{st.st_size}:{st.st_mtime_ns}"
+    return "none"
+
+
+CODEGEN = {"opt": 3, "reloc": "static", "codemodel": "large"}
+
+
+@functools.lru_cache(maxsize=None)
+def host_target_key() -> str:
+    """Target key of code compiled on this host for this host (the user's own cache)."""
+    return KeyBuilder("target").add("backend", "cpu").add("host", host_cpu_identity()) \
+        .add("codegen", CODEGEN).hexdigest()
+
+
+def arch_target_key(arch: str, llvm_version: str) -> str:
+    """Target key of code compiled ahead of time for a named microarchitecture (site bundles).
+
+    ``arch`` is an archspec name (zen3, sapphirerapids); a node finds its own
+    with archspec, and the LLVM version with llvmlite, without compiling.
+    """
+    return KeyBuilder("target").add("backend", "cpu").add("arch", arch) \
+        .add("llvm", llvm_version).add("codegen", CODEGEN).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def host_arch() -> str:
+    """This node's microarchitecture by archspec's name (zen3, ...)."""
+    import archspec.cpu
+    return archspec.cpu.host().name
+
+
+def llvm_version() -> str:
+    """The LLVM version llvmlite was built with, without loading LLVM."""
+    import llvmlite
+    ver = llvmlite.__version__
+    return f"llvmlite-{ver}"
+
+
+def lowered_key(kernel, template_ids, debug: bool) -> str:
+    """Key of a lowered kernel: its source (as code), specialization, Tack version, debug flag."""
+    fn = kernel.py_func
+    return (KeyBuilder("lowered")
+            .add("format", LOWERED_FORMAT)
+            .add("tack", tack_version_id())
+            .add("python", f"{sys.version_info[0]}.{sys.version_info[1]}")
+            .add("kernel", f"{fn.__module__}.{fn.__qualname__}")
+            .add("code", function_fingerprint(fn))
+            .add("closure", _closure_ids(fn))
+            .add("templates", template_ids)
+            .add("debug", bool(debug))
+            .hexdigest())
+
+
+def _closure_ids(fn):
+    """What a kernel made by a factory closes over, so each closure keeps its own entries."""
+    if not fn.__closure__:
+        return []
+    return [(name, closure_identity(cell.cell_contents))
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__)]
+
+
+def variant_key(lowered: str, argtypes, grid_ndim: int, target: str) -> str:
+    """Key of a compiled variant: the lowered key plus argument types, shapes and target."""
+    return (KeyBuilder("variant")
+            .add("format", VARIANT_FORMAT)
+            .add("lowered", lowered)
+            .add("args", [repr(t) for t in argtypes])
+            .add("grid", grid_ndim)
+            .add("target", target)
+            .hexdigest())
+
+
+# -- the dependency record -------------------------------------------------------
+
+_MISSING = object()
+
+
+def _resolve(fn, name):
+    """What ``name`` (or a dotted ``module.attr`` chain) means in ``fn`` now."""
+    if "." in name:
+        head, *attrs = name.split(".")
+        obj = _resolve(fn, head)
+        for attr in attrs:
+            obj = getattr(obj, attr, _MISSING)
+            if obj is _MISSING:
+                break
+        return obj
+    code = fn.__code__
+    if fn.__closure__ and name in code.co_freevars:
+        return fn.__closure__[code.co_freevars.index(name)].cell_contents
+    g = fn.__globals__
+    if name in g:
+        return g[name]
+    return vars(builtins).get(name, _MISSING)
+
+
+def _func_fid(func: Func) -> str:
+    return func_id(func.py_func)
+
+
+def template_scopes(cls) -> dict:
+    """fid -> function for each static method of a template class, as lowering names them."""
+    out = {}
+    fp = class_fingerprint(cls)[:16]
+    attrs = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        attrs.update(vars(klass))
+    for name, attr in attrs.items():
+        if isinstance(attr, staticmethod):
+            attr = attr.__func__
+        if isinstance(attr, Func):
+            attr = attr.py_func
+        if isinstance(attr, types.FunctionType):
+            out[f"{cls.__module__}.{cls.__qualname__}.{name}#{fp}"] = attr
+    return out
+
+
+def identity(kind: str, obj):
+    """What a dependency of ``kind`` is bound to now, as the record writes it (None: not that kind)."""
+    if kind == "func":
+        return function_fingerprint(obj.py_func) if isinstance(obj, Func) else None
+    if kind == "const":
+        return obj.fingerprint if isinstance(obj, Constant) else None
+    if kind == "module":
+        return obj.__name__ if isinstance(obj, types.ModuleType) else None
+    if kind == "template":
+        return class_fingerprint(obj) if isinstance(obj, type) else None
+    if kind == "intrinsic":
+        return intrinsic_of(obj)
+    if kind == "value":
+        return value_identity(obj)
+    return None
+
+
+def check_deps(deps, kernel, templates: dict, scopes: dict | None = None):
+    """None if every recorded name still resolves as recorded; else the reason it does not.
+
+    ``scopes``, if given, is filled with fid -> Python function for every
+    function the record reaches (to locate source lines later).
+    """
+    scopes = {} if scopes is None else scopes
+    scopes[kernel.__qualname__] = kernel.py_func
+    for cls in templates.values():
+        scopes.update(template_scopes(cls))
+    for scope, name, kind, recorded in deps:
+        fn = scopes.get(scope.split("[", 1)[0])
+        if fn is None:
+            return f"device function {scope} can no longer be reached"
+        obj = _resolve(fn, name)
+        if obj is _MISSING:
+            return f"name '{name}' (in {fn.__qualname__}) is no longer defined"
+        if identity(kind, obj) != recorded:
+            return f"'{name}' (in {fn.__qualname__}) changed"
+        if kind == "func":
+            scopes[_func_fid(obj)] = obj.py_func
+        elif kind == "template":
+            scopes.update(template_scopes(obj))
+    return None
+
+
+def locate(deps, kernel, templates: dict, fid: str):
+    """(file, first line) of the function ``fid`` as it is now, or None."""
+    scopes = {}
+    check_deps(deps, kernel, templates, scopes)
+    fn = scopes.get(fid.split("[", 1)[0])
+    return (fn.__code__.co_filename, fn.__code__.co_firstlineno) if fn is not None else None
+
+
+# -- finding and storing entries -------------------------------------------------
 
 class Keys:
     """A kernel launch's cache keys: the lowered one, and a variant key per target."""
@@ -56,7 +345,6 @@ def _guarded(default=None):
 
 
 def template_ids(templates: dict):
-    from ..frontend.fingerprint import class_fingerprint
     return sorted((p, f"{c.__module__}.{c.__qualname__}", class_fingerprint(c))
                   for p, c in templates.items())
 
@@ -74,7 +362,7 @@ def _read_current(cache, kernel, templates, kind, key, level):
         log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
         return None
     meta, payload, path = got
-    reason = deps.check(meta["dep"], kernel, templates)
+    reason = check_deps(meta["dep"], kernel, templates)
     if reason is not None:
         cache.stats.rejected += 1
         cache.stats.misses[level] += 1

@@ -18,11 +18,10 @@ import types
 import numpy as np
 
 from .. import ir
-from ..api import Constant, Func, Kernel
+from ..api import (Constant, Func, Kernel, class_fingerprint, func_id, function_fingerprint,
+                   intrinsic_of, value_identity)
 from ..errors import CompileError, SourceContext
 from ..types import Template
-from .fingerprint import class_fingerprint, func_id, function_fingerprint, value_identity
-from .intrinsics import intrinsic_of
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
            ast.Mod: "%", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
