@@ -164,16 +164,17 @@ _PY = f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}".e
 
 
 def _feed_code(h, code: types.CodeType):
-    h.update(code.co_name.encode())
+    """Bytecode, names and constants (nested code objects in turn); no line numbers."""
     h.update(code.co_code)
-    for part in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
-        h.update(repr(part).encode())
-    h.update(repr((code.co_argcount, code.co_kwonlyargcount, code.co_flags)).encode())
+    consts = []
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             _feed_code(h, const)
+            consts.append("<code>")
         else:
-            h.update(f"{type(const).__name__}:{const!r};".encode())
+            consts.append((type(const).__name__, const))
+    h.update(repr((code.co_name, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                   code.co_argcount, code.co_kwonlyargcount, code.co_flags, consts)).encode())
 
 
 _memo = {}      # id(code) -> (code, defaults, fingerprint): the code is kept alive, so ids stay unique

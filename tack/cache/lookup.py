@@ -50,13 +50,14 @@ class KeyBuilder:
     def __init__(self, what: str):
         self.what = what
         self.h = hashlib.sha256(what.encode())
+        self.trace = log.isEnabledFor(TRACE)
 
     def add(self, name: str, value) -> "KeyBuilder":
         if isinstance(value, dict):
             value = sorted(value.items())
         text = value if isinstance(value, str) else repr(value)
         self.h.update(f"\0{name}={text}".encode())
-        if log.isEnabledFor(TRACE):
+        if self.trace:
             log.log(TRACE, "%s key: %s=%s -> %s", self.what, name, text[:80], self.h.hexdigest()[:16])
         return self
 
@@ -106,20 +107,36 @@ def host_cpu_identity() -> dict:
     """
     ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
     try:
-        with open("/proc/cpuinfo", "rb") as f:
-            text = f.read(65536).decode(errors="replace")     # the first CPU's block is enough
-        first = text.split("\n\n", 1)[0]
-        fields = {}
-        for line in first.splitlines():
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-        for key in ("vendor_id", "cpu family", "model", "model name", "flags", "Features",
-                    "CPU implementer", "CPU part"):
-            if key in fields:
-                ident[key] = fields[key]
+        ident.update(_first_cpu("/proc/cpuinfo"))
     except OSError:
         ident["processor"] = platform.processor()
     return ident
+
+
+_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "flags", "Features",
+               "CPU implementer", "CPU part")
+
+
+def _first_cpu(path: str) -> dict:
+    """The fields of the first CPU's block of a cpuinfo file that fix LLVM's host CPU.
+
+    Read in small pieces until that block ends: the kernel writes the file as
+    it is read, and a node of a few hundred cores has hundreds of kilobytes.
+    """
+    text = b""
+    with open(path, "rb") as f:
+        while b"\n\n" not in text:
+            chunk = f.read(4096)
+            if not chunk:
+                break
+            text += chunk
+    fields = {}
+    for line in text.split(b"\n\n", 1)[0].decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in _CPU_FIELDS:
+            fields[key] = value.strip()
+    return fields
 
 
 def _llvmlite_version() -> str:
@@ -132,6 +149,8 @@ def _llvmlite_version() -> str:
     names = ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll")
     for entry in sys.path:
         lib_dir = os.path.join(entry or ".", "llvmlite", "binding")
+        if not os.path.isdir(lib_dir):
+            continue
         for name in names:
             try:
                 st = os.stat(os.path.join(lib_dir, name))

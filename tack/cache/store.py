@@ -100,16 +100,30 @@ def encode_meta(meta: dict) -> bytes:
 
 def decode_meta(data: bytes, list_fields=("dep", "site", "arg", "argspec")) -> dict:
     meta = {f: [] for f in list_fields}
-    plain = b"\\" not in data                  # nothing escaped: no per-field work
+    if b"\\" in data:                          # something escaped: unescape field by field
+        for line in data.decode().split("\n"):
+            field, *values = (_unescape(v) for v in line.split("\t"))
+            _add_field(meta, field, values)
+        return meta
     for line in data.decode().split("\n") if data else ():
-        field, *values = line.split("\t") if plain else [_unescape(v) for v in line.split("\t")]
-        if field in meta and isinstance(meta[field], list):
-            meta[field].append(values)
-        elif len(values) == 1:
-            meta[field] = values[0]
+        field, tab, value = line.partition("\t")
+        rows = meta.get(field)
+        if type(rows) is list:
+            rows.append(value.split("\t"))
+        elif tab and "\t" not in value:
+            meta[field] = value
         else:
-            raise DamagedEntry(f"metadata field {field!r} has {len(values)} values")
+            _add_field(meta, field, value.split("\t") if tab else [])
     return meta
+
+
+def _add_field(meta: dict, field: str, values: list):
+    if isinstance(meta.get(field), list):
+        meta[field].append(values)
+    elif len(values) == 1:
+        meta[field] = values[0]
+    else:
+        raise DamagedEntry(f"metadata field {field!r} has {len(values)} values")
 
 
 def encode(kind: int, key: str, meta: dict, payload: bytes) -> bytes:

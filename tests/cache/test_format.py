@@ -1,0 +1,48 @@
+"""The warm path's parsers, on their own: entry metadata text and the host's cpuinfo."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tack.cache import lookup, store
+
+# Field names as the store writes them: no tab, newline or backslash.
+names = st.text(st.characters(blacklist_characters="\t\n\\", blacklist_categories=("Cs",)),
+                min_size=1, max_size=8)
+values = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(scalars=st.dictionaries(names, values, max_size=5),
+       rows=st.lists(st.lists(values, min_size=1, max_size=4), max_size=4))
+def test_metadata_round_trip(scalars, rows):
+    """Any text (tabs, newlines, backslashes included) comes back as written, rows as rows."""
+    meta = {k: v for k, v in scalars.items() if k not in ("dep", "site", "arg", "argspec")}
+    meta["dep"] = rows
+    assert store.decode_meta(store.encode_meta(meta)) == {"site": [], "arg": [], "argspec": [], **meta}
+
+
+@pytest.mark.parametrize("text", [b"kernel", b"kernel\ta\tb", b"dep\ta\nkernel", b"entry\\t\tx\ty"])
+def test_metadata_with_a_wrong_number_of_values_is_damaged(text):
+    with pytest.raises(store.DamagedEntry, match="metadata field"):
+        store.decode_meta(text)
+
+
+def test_first_cpu_block_across_reads(tmp_path):
+    """Only the first CPU's block is used, even when it spans several reads and others follow."""
+    flags = " ".join(f"flag{i}" for i in range(1500))          # a block longer than one read
+    block = ("processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+             "model name\t: AMD EPYC {n}\nflags\t\t: {flags}\nbogomips\t: 4000\n\n")
+    path = tmp_path / "cpuinfo"
+    path.write_text("".join(block.format(n=n, flags=flags if n == 0 else "other") for n in range(64)))
+    fields = lookup._first_cpu(str(path))
+    assert fields == {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1",
+                      "model name": "AMD EPYC 0", "flags": flags}
+
+
+def test_first_cpu_without_blank_line(tmp_path):
+    """An AArch64-style file (one block, no trailing blank line) is read whole."""
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f")
+    assert lookup._first_cpu(str(path)) == {"Features": "fp asimd sve", "CPU implementer": "0x41",
+                                            "CPU part": "0xd4f"}
