@@ -61,7 +61,7 @@ def _run_tack(n, out):
     import tack.cache
     out["cache_stats"] = tack.cache.stats()
     out["cache_env"] = os.environ.get("TACK_CACHE")
-    from tack.cache.lookup import tack_version_id
+    from tack.cache.warm import tack_version_id
     out["tack_version"] = tack_version_id()      # the version directory this process used
     return verts, faces
 

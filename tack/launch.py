@@ -18,7 +18,6 @@ import numpy as np
 from . import types as T
 from .api import Kernel, class_fingerprint
 from .config import config
-from .errors import BoundsSite
 
 _PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
 _SLOT_FMT = {"bool": "?7x", "int32": "i4x", "int64": "q", "uint32": "I4x", "uint64": "Q",
@@ -106,7 +105,7 @@ def _compile(kernel, dims, args, device, debug):
 
     def variant(fn, sites, deps):
         def locate(fid):
-            from .cache.lookup import locate as _locate
+            from .cache.store import locate as _locate
             return _locate(deps, kernel, templates, fid)
         return CPUVariant(name, fn, value_params, value_types, arg_index,
                           sites if debug else None, locate)
@@ -121,30 +120,31 @@ def _compile(kernel, dims, args, device, debug):
         clock = now
 
     from . import cache as _cache
-    store = _cache.session()
+    chain = _cache.session()
     keys = None
-    if store is not None:
-        from .cache import lookup
-        keys = lookup.keys(kernel, templates, value_types, len(dims), debug)
-        hit = lookup.find_variant(store, kernel, templates, keys)
+    if chain is not None:
+        from .cache import warm
+        keys = warm.keys(kernel, templates, value_types, len(dims), debug)
+        hit = warm.find_variant(chain, kernel, templates, keys)
         stage("cache")
         if hit is not None:
             fn, sites, deps = hit
             kernel.timings = timings
             return variant(fn, sites, deps)
+        from .cache import store as entries        # a miss: what compiling and storing need
 
     memo = kernel._memo_key(templates, debug)
     lowered = kernel._lowered.get(memo)
-    if lowered is None and store is not None:
-        lowered = lookup.find_lowered(store, kernel, templates, keys.lowered)
+    if lowered is None and chain is not None:
+        lowered = entries.find_lowered(chain, kernel, templates, keys.lowered)
         stage("cache")
         if lowered is not None:
             kernel._lowered[memo] = lowered
     if lowered is None:
         lowered = kernel.lower(templates, debug)
         stage("lower")
-        if store is not None:
-            lookup.store_lowered(store, keys.lowered, lowered)
+        if chain is not None:
+            entries.store_lowered(chain, keys.lowered, lowered)
             stage("cache")
 
     from .specialize import specialize
@@ -163,9 +163,9 @@ def _compile(kernel, dims, args, device, debug):
     stage("llvm")
     fn = target.load(obj, gen.entry)
     stage("load")
-    if store is not None:
-        lookup.store_variant(store, keys, lowered, value_types, gen.entry,
-                             gen.sites if debug else None, obj, target.identity())
+    if chain is not None:
+        entries.store_variant(chain, keys, lowered, value_types, gen.entry,
+                              gen.sites if debug else None, obj, target.identity())
         stage("cache")
     kernel.timings = timings
     return variant(fn, gen.sites, lowered.deps)

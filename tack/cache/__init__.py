@@ -12,6 +12,7 @@ import sys
 import threading
 
 from . import config as _settings
+from .config import TRACE, log  # noqa: F401  (the cache's logger, for its modules)
 
 __all__ = ["configure", "load_bundle", "settings", "stats", "reset_stats"]
 
@@ -75,7 +76,7 @@ def reset_stats() -> None:
 def _get_stats():
     global _stats
     if _stats is None:
-        from .store import Stats
+        from .warm import Stats
         _stats = Stats()
     return _stats
 
@@ -88,7 +89,7 @@ def session():
         if s.mode == "off":
             _session = False
         else:
-            from .store import Chain, site_dirs, warn_once_factory
+            from .warm import Chain, site_dirs, warn_once_factory
             launch = mpi_launch()
             warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
             _session = Chain(s, _get_stats(), warn, launch, site_dirs(),
@@ -125,7 +126,7 @@ def _setup_logging():
     if level in ("", "0", "false", "no", "off"):
         return
     import logging
-    from .config import NAME, TRACE
+    from .config import NAME
     logger = logging.getLogger(NAME)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tack.cache: %(message)s"))

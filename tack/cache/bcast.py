@@ -16,8 +16,8 @@ CHUNK = 1 << 30
 def load_and_broadcast(comm, settings):
     """-> the Bundle on every rank, or None on every rank (after rank 0 warns why)."""
     from . import bundle
-    from .lookup import host_target_key, tack_version_id
-    from .store import bundle_name, warn_once_factory
+    from .bundle import bundle_name
+    from .warm import host_target_key, tack_version_id, warn_once_factory
 
     rank = 0 if comm is None else comm.Get_rank()
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable

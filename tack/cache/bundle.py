@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import struct
 import time
 
-from . import store
-from .config import log
-from .store import bundle_name
+from . import log, warm
+from .warm import host_target_key, tack_version_id
 
 MAGIC = b"TACKBDL1"
 FORMAT = 1
@@ -51,7 +51,7 @@ class Bundle:
         body = data[_HEAD.size:_HEAD.size + mlen + ilen]
         if len(body) != mlen + ilen or hashlib.sha256(body).digest() != digest:
             raise BundleError(f"{path} is damaged (its index does not match its checksum)")
-        self.meta = store.decode_meta(body[:mlen], list_fields=())
+        self.meta = warm.decode_meta(body[:mlen], list_fields=())
         self.index = {}
         for line in body[mlen:].decode().split("\n") if ilen else ():
             kind, key, offset, length = line.split("\t")
@@ -69,8 +69,8 @@ class Bundle:
             return None
         offset, length = where
         try:
-            _, meta, payload = store.decode(self.data[offset:offset + length], kind, key)
-        except store.DamagedEntry as e:
+            _, meta, payload = warm.decode(self.data[offset:offset + length], kind, key)
+        except warm.DamagedEntry as e:
             log.debug("bundle %s: entry %s damaged (%s); ignored", self.path, key[:16], e)
             return None
         return meta, payload
@@ -78,6 +78,7 @@ class Bundle:
 
 def pack(entries, meta: dict) -> bytes:
     """Bundle bytes from ``[(kind, key, encoded entry bytes)]`` and header fields."""
+    from . import store
     meta_b = store.encode_meta(meta)
     # Fixed-width numbers: the index's length does not depend on the offsets it lists.
     row = len(f"0\t{'0' * 64}\t{0:016d}\t{0:016d}")
@@ -101,12 +102,12 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None) -
     ``tack_version``, a bundle made by another Tack version is refused.
     """
     try:
-        store.check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
+        warm.check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as f:
-            store.check_stat(os.fstat(f.fileno()), path, allow_root=allow_root, is_dir=False)
+            warm.check_stat(os.fstat(f.fileno()), path, allow_root=allow_root, is_dir=False)
             data = f.read()
-    except store.Untrusted as e:
+    except warm.Untrusted as e:
         raise BundleError(str(e)) from None
     except FileNotFoundError:
         raise BundleError(f"there is no bundle at {path}") from None
@@ -130,7 +131,7 @@ def header(path: str) -> dict:
         magic, fmt, count, mlen, ilen, _ = _HEAD.unpack(head)
         if magic != MAGIC:
             raise BundleError(f"{path} is not a Tack bundle")
-        meta = store.decode_meta(f.read(mlen), list_fields=())
+        meta = warm.decode_meta(f.read(mlen), list_fields=())
     meta["entries"] = count
     meta["bytes"] = os.path.getsize(path)
     return meta
@@ -142,8 +143,9 @@ def collect(version_dir: str, target_key: str | None = None):
     -> {target key: [(kind, key, bytes)]} of variants, and the lowered
     entries (which every architecture's bundle carries).
     """
+    from . import store
     lowered, variants = [], {}
-    for kind, level in ((store.KIND_LOWERED, "lowered"), (store.KIND_VARIANT, "variants")):
+    for kind, level in ((warm.KIND_LOWERED, "lowered"), (warm.KIND_VARIANT, "variants")):
         ldir = os.path.join(version_dir, level)
         if not os.path.isdir(ldir):
             continue
@@ -152,14 +154,14 @@ def collect(version_dir: str, target_key: str | None = None):
             if not os.path.isdir(fdir):
                 continue
             for name in sorted(os.listdir(fdir)):
-                if store.TMP_MARK in name or not name.endswith(store.SUFFIX[kind]):
+                if warm.TMP_MARK in name or not name.endswith(warm.SUFFIX[kind]):
                     continue
                 try:
                     data = store.read_file(os.path.join(fdir, name))
-                    key, meta, _ = store.decode(data, kind)
-                except (OSError, store.DamagedEntry):
+                    key, meta, _ = warm.decode(data, kind)
+                except (OSError, warm.DamagedEntry):
                     continue                      # damaged entries are not packed
-                if kind == store.KIND_LOWERED:
+                if kind == warm.KIND_LOWERED:
                     lowered.append((kind, key, data))
                 else:
                     tk = meta.get("target_key", "")
@@ -171,6 +173,7 @@ def collect(version_dir: str, target_key: str | None = None):
 def write_bundles(version_dir: str, out_dir: str, tack_version: str, output: str | None = None,
                   target_key: str | None = None):
     """Pack a version directory into one bundle per target found. -> [(path, meta)]."""
+    from . import store
     lowered, variants = collect(version_dir, target_key)
     if not variants:
         raise BundleError(f"no compiled variants to pack in {version_dir}" +
@@ -189,3 +192,92 @@ def write_bundles(version_dir: str, out_dir: str, tack_version: str, output: str
         store.write_atomic(path, data, mode=0o644)
         written.append((path, dict(meta, entries=len(lowered) + len(entries), bytes=len(data))))
     return written
+
+
+# -- stores: lookups served from a bundle ---------------------------------------
+
+BUNDLE_PREFIX = "bundle-"
+
+
+def bundle_name(target_key: str, machine: str | None = None) -> str:
+    """``bundle-<machine>-<target key prefix>``: the one bundle a host of that target reads."""
+    return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{target_key[:16]}"
+
+
+def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> str:
+    """``bundle-<machine>-<arch>-<target key prefix>``: a site bundle built for ``arch``."""
+    return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{arch}-{target_key[:12]}"
+
+
+class BundleStore:
+    """Lookups served from one bundle, opened at the first lookup (or given in memory)."""
+
+    writable = False
+
+    def __init__(self, path=None, loaded=None, allow_root=False, label="bundle", quiet=False,
+                 target_key=None):
+        self.path = path
+        self._target_key = target_key
+        self.bundle = loaded
+        self.allow_root = allow_root
+        self.label = label
+        self.quiet = quiet              # a missing bundle is normal here: say so only in the log
+        self._failed = loaded is None and path is None
+
+    def _open(self, chain):
+        t0 = time.perf_counter()
+        try:
+            self.bundle = read(self.path, allow_root=self.allow_root,
+                                      tack_version=tack_version_id())
+            chain.stats.bytes_read += len(self.bundle.data)
+            chain.stats.load_seconds += time.perf_counter() - t0
+            log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
+        except BundleError as e:
+            self._failed = True
+            missing = not os.path.lexists(self.path)
+            if missing and self.quiet:
+                log.debug("%s: none at %s", self.label, self.path)
+            else:
+                chain.warn_once(f"not using the {self.label}: {e}")
+
+    def target_key(self):
+        return self._target_key or host_target_key()
+
+    def read(self, chain, kind, key, level):
+        if self.bundle is None and not self._failed:
+            self._open(chain)
+        if self.bundle is None:
+            return None
+        if callable(key):
+            key = key(self.target_key())
+        got = self.bundle.get(kind, key)
+        if got is None:
+            return None
+        meta, payload = got
+        return meta, payload, self.bundle.path
+
+
+class SiteBundleStore(BundleStore):
+    """A site's bundle directory: the bundle built ahead of time for this node's architecture.
+
+    The node's architecture (archspec) and LLVM version (llvmlite) are found
+    only when a lookup first reaches this store, after a miss in the user's
+    own cache.
+    """
+
+    def __init__(self, directory):
+        super().__init__(None, allow_root=True, label="site bundle", quiet=True)
+        self.directory = directory
+        self._failed = False
+
+    def _open(self, chain):
+        from .store import arch_target_key, host_arch, llvm_version
+        try:
+            arch = host_arch()
+            self._target_key = arch_target_key(arch, llvm_version())
+        except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
+            self._failed = True
+            log.debug("site bundles in %s: cannot name this node's architecture (%s)", self.directory, e)
+            return
+        self.path = os.path.join(self.directory, site_bundle_name(arch, self._target_key))
+        super()._open(chain)

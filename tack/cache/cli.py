@@ -16,8 +16,8 @@ import time
 
 from . import config as settings_mod
 from . import size
-from .lookup import tack_version_id
-from .store import BUNDLE_PREFIX, Untrusted, check_trusted
+from .bundle import BUNDLE_PREFIX
+from .warm import Untrusted, check_trusted, tack_version_id
 
 
 class CLIError(Exception):
@@ -97,7 +97,7 @@ def gather(s) -> dict:
 
 
 def site_bundles() -> list:
-    from .store import site_dirs
+    from .warm import site_dirs
     out = []
     for d in site_dirs():
         out.append({"directory": d, "bundles": bundles(d) if os.path.isdir(d) else None})
@@ -206,7 +206,7 @@ def cmd_clear(args) -> int:
 
 def cmd_pack(args) -> int:
     from . import bundle
-    from .store import bundle_name
+    from .bundle import bundle_name
     s = _settings(args)
     root = _trusted_root(s)
     version = tack_version_id()
@@ -222,7 +222,7 @@ def cmd_pack(args) -> int:
     for path, meta in written:
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for arch "
               f"{meta['arch'] or '?'} ({meta['machine']}) into {path}")
-    from .lookup import host_target_key
+    from .warm import host_target_key
     here = bundle_name(host_target_key())
     if args.output is None and not any(os.path.basename(p) == here for p, _ in written):
         print(f"note: none of these is for this host ({here})")

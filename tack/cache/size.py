@@ -16,7 +16,7 @@ import os
 import re
 import time
 
-from .store import SUFFIX, TMP_MARK
+from .warm import SUFFIX, TMP_MARK
 
 HOUR = 3600
 STAMP = "size-check.stamp"
@@ -29,7 +29,7 @@ _STALE_CLAIM = 600
 def touch_if_stale(path: str, now: float | None = None) -> bool:
     """Mark an entry used: bump its mtime if it is more than an hour old (one write an hour).
 
-    (The read path does the same inline, in store.py, from the mtime it already has.)
+    (The read path does the same inline, in warm.py, from the mtime it already has.)
     """
     now = time.time() if now is None else now
     try:

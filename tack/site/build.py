@@ -21,8 +21,9 @@ import numpy as np
 from .. import types as T
 from ..cache import bundle as bundle_mod
 from ..cache import store
-from ..cache.lookup import arch_target_key, host_arch, llvm_version, tack_version_id, variant_key
-from ..cache.store import BUNDLE_PREFIX, site_bundle_name
+from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
+from ..cache.store import arch_target_key, host_arch, llvm_version
+from ..cache.warm import tack_version_id, variant_key
 
 GPU_KINDS = {"cuda": "CUDA", "rocm": "HIP", "level_zero": "Level Zero"}
 
@@ -160,7 +161,7 @@ class Progress:
 
 def build_arch(arch, specs, llvm, progress):
     """-> (entries, variant count) for one CPU microarchitecture."""
-    from ..cache.lookup import lowered_key, template_ids
+    from ..cache.warm import lowered_key, template_ids
     from ..launch import typeof_arg
     target = cpu_target(arch)
     tk = arch_target_key(arch, llvm)

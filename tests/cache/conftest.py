@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import tack.cache
-from tack.cache import lookup as keys, store
+from tack.cache import store, warm as keys
 
 CHILD = Path(__file__).with_name("_child.py")
 ENV_VARS = ("TACK_CACHE_DIR", "TACK_CACHE", "TACK_CACHE_SIZE", "TACK_CACHE_LOG", "TACK_DEBUG",

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tack.cache import lookup, store
+from tack.cache import store, warm
 
 # Field names as the store writes them: no tab, newline or backslash.
 names = st.text(st.characters(blacklist_characters="\t\n\\", blacklist_categories=("Cs",)),
@@ -35,7 +35,7 @@ def test_first_cpu_block_across_reads(tmp_path):
              "model name\t: AMD EPYC {n}\nflags\t\t: {flags}\nbogomips\t: 4000\n\n")
     path = tmp_path / "cpuinfo"
     path.write_text("".join(block.format(n=n, flags=flags if n == 0 else "other") for n in range(64)))
-    fields = lookup._first_cpu(str(path))
+    fields = warm._first_cpu(str(path))
     assert fields == {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1",
                       "model name": "AMD EPYC 0", "flags": flags}
 
@@ -44,5 +44,5 @@ def test_first_cpu_without_blank_line(tmp_path):
     """An AArch64-style file (one block, no trailing blank line) is read whole."""
     path = tmp_path / "cpuinfo"
     path.write_text("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f")
-    assert lookup._first_cpu(str(path)) == {"Features": "fp asimd sve", "CPU implementer": "0x41",
+    assert warm._first_cpu(str(path)) == {"Features": "fp asimd sve", "CPU implementer": "0x41",
                                             "CPU part": "0xd4f"}

@@ -12,7 +12,7 @@ import pytest
 import tack.frontend.lower
 from tack.api import Kernel
 from tack.cache import bundle, store
-from tack.cache.lookup import arch_target_key, host_arch, llvm_version
+from tack.cache.store import arch_target_key, host_arch, llvm_version
 from tack.site import build
 from tack.kernels.contour import tack_warm
 from tack.site.config import load

@@ -1,0 +1,782 @@
+"""Everything a cache hit runs, in one module: keys, reading an entry, trust, the
+dependency check, and finding a compiled variant.
+
+A kernel's first call in a process with a warm cache imports this module,
+the package itself and the object loader, and nothing more: no compiler, no
+llvmlite, no ``json`` or ``logging``.  Each module imported costs a few
+hundred microseconds here, against a budget of a few milliseconds for the
+whole warm call, so the code a hit needs is kept together and what only a
+miss or a store needs lives in ``store.py`` (writing entries), ``bundle.py``
+(bundles and their stores) and ``size.py`` (the size limit).
+
+* **Keys** are named steps hashed in turn (``KeyBuilder``), from code-object
+  fingerprints and cheap facts about the host.
+* **Entries**: an entry file is a small header, a metadata block and a
+  payload::
+
+      magic "TACKENT1" | u8 kind | 3 pad | u32 meta length | u64 payload length
+      | 32-byte sha256 of (key, meta, payload) | 64-byte key (hex) | meta | payload
+
+  The metadata is lines of tab-separated text, ``field<TAB>value...``, a
+  field that repeats giving a list of rows (``dep``, ``site``).  A reader
+  that finds the wrong magic, kind, key, lengths or checksum treats the
+  entry as damaged: it is never used.
+* **Trust**: a directory is trusted when it is a real directory (not a
+  symbolic link), owned by this user, and writable by nobody else.  Each
+  level the cache creates is private (0700) and checked the same way.  Site
+  bundle directories (read-only, installed by an admin) may also be owned
+  by root.
+* **The user's directory** (``DiskCache``) holds entries under
+  ``<directory>/<tack version>/{lowered,variants}/<xx>/``.  Every failure of
+  the file system is a miss and at most one warning per process.
+* **The chain** (``Chain``) is where a process looks, in order: a bundle
+  given to ``load_bundle``; the user's directory (its per-kernel files, or in
+  mode ``bundle`` only its bundle); the site's bundle directories
+  (TACK_CACHE_BUNDLES): a bundle packed on a host like this one, then the one
+  built for this host's microarchitecture.  Bundles are opened at the first
+  lookup that reaches them.  Only the user's directory is written, and under
+  MPI only by rank 0.
+* **The dependency record** of a lowered kernel lists, for the kernel and
+  each device function it reaches, every global name it resolved and what
+  that was bound to.  An entry is used only if each name still resolves to
+  the same thing.  Walking it needs no source: device functions are reached
+  through the names that bind them, from the kernel outward.
+
+Any unexpected error is a miss and one warning: no crash from the cache
+reaches a user's job.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import hashlib
+import os
+import platform
+import stat
+import struct
+import sys
+import time
+import types
+import warnings
+
+from .._version import __version__
+from ..api import (Constant, Func, class_fingerprint, closure_identity, func_id,
+                   function_fingerprint, intrinsic_of, value_identity)
+from . import TRACE, log
+
+
+
+# -- keys ------------------------------------------------------------------------
+
+LOWERED_FORMAT = 1
+VARIANT_FORMAT = 1
+
+
+class KeyBuilder:
+    """A sha256 over named steps; each step is logged at DEBUG with the running hash."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.h = hashlib.sha256(what.encode())
+        self.trace = log.isEnabledFor(TRACE)
+
+    def add(self, name: str, value) -> "KeyBuilder":
+        if isinstance(value, dict):
+            value = sorted(value.items())
+        text = value if isinstance(value, str) else repr(value)
+        self.h.update(f"\0{name}={text}".encode())
+        if self.trace:
+            log.log(TRACE, "%s key: %s=%s -> %s", self.what, name, text[:80], self.h.hexdigest()[:16])
+        return self
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def tack_version_id() -> str:
+    """This Tack's version; for a source checkout, the version plus a hash of Tack's sources.
+
+    Each edit of a checkout then keeps its own entries, as each release does.
+    The sources are identified by each file's path, size and modification
+    time (an edit changes at least the time), which costs a stat per file
+    rather than reading them all on every process start.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not _in_checkout(root):
+        return __version__
+    h = hashlib.sha256()
+
+    def walk(path, rel):
+        for entry in sorted(os.scandir(path), key=lambda e: e.name):
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    walk(entry.path, f"{rel}{entry.name}/")
+            elif entry.name.endswith(".py"):
+                st = entry.stat()
+                h.update(f"{rel}{entry.name}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+
+    walk(root, "")
+    return f"{__version__}+src.{h.hexdigest()}"
+
+
+def _in_checkout(package_dir: str) -> bool:
+    parent = os.path.dirname(package_dir)
+    return os.path.exists(os.path.join(parent, ".git")) or \
+        os.path.exists(os.path.join(parent, "pyproject.toml"))
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu_identity() -> dict:
+    """Facts that fix what LLVM's host detection sees, read without LLVM.
+
+    The CPU's model and feature flags (from /proc/cpuinfo on Linux), the
+    machine type, and llvmlite's library (which pins the LLVM version).
+    """
+    ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
+    try:
+        ident.update(_first_cpu("/proc/cpuinfo"))
+    except OSError:
+        ident["processor"] = platform.processor()
+    return ident
+
+
+_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "flags", "Features",
+               "CPU implementer", "CPU part")
+
+
+def _first_cpu(path: str) -> dict:
+    """The fields of the first CPU's block of a cpuinfo file that fix LLVM's host CPU.
+
+    Read in small pieces until that block ends: the kernel writes the file as
+    it is read, and a node of a few hundred cores has hundreds of kilobytes.
+    """
+    text = b""
+    with open(path, "rb") as f:
+        while b"\n\n" not in text:
+            chunk = f.read(4096)
+            if not chunk:
+                break
+            text += chunk
+    fields = {}
+    for line in text.split(b"\n\n", 1)[0].decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in _CPU_FIELDS:
+            fields[key] = value.strip()
+    return fields
+
+
+def _llvmlite_version() -> str:
+    """Which LLVM would compile here: llvmlite's library file, by path, size and time.
+
+    Found without importing llvmlite (its version module parses JSON at
+    import) and without the import system's directory scans: a stat per
+    ``sys.path`` entry.  Any upgrade replaces the library and so changes this.
+    """
+    names = ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll")
+    for entry in sys.path:
+        lib_dir = os.path.join(entry or ".", "llvmlite", "binding")
+        if not os.path.isdir(lib_dir):
+            continue
+        for name in names:
+            try:
+                st = os.stat(os.path.join(lib_dir, name))
+            except OSError:
+                continue
+            return f"{os.path.abspath(lib_dir)}/{name}:{st.st_size}:{st.st_mtime_ns}"
+    return "none"
+
+
+CODEGEN = {"opt": 3, "reloc": "static", "codemodel": "large"}
+
+
+@functools.lru_cache(maxsize=None)
+def host_target_key() -> str:
+    """Target key of code compiled on this host for this host (the user's own cache)."""
+    return KeyBuilder("target").add("backend", "cpu").add("host", host_cpu_identity()) \
+        .add("codegen", CODEGEN).hexdigest()
+
+
+def lowered_key(kernel, template_ids, debug: bool) -> str:
+    """Key of a lowered kernel: its source (as code), specialization, Tack version, debug flag."""
+    fn = kernel.py_func
+    return (KeyBuilder("lowered")
+            .add("format", LOWERED_FORMAT)
+            .add("tack", tack_version_id())
+            .add("python", f"{sys.version_info[0]}.{sys.version_info[1]}")
+            .add("kernel", f"{fn.__module__}.{fn.__qualname__}")
+            .add("code", function_fingerprint(fn))
+            .add("closure", _closure_ids(fn))
+            .add("templates", template_ids)
+            .add("debug", bool(debug))
+            .hexdigest())
+
+
+def _closure_ids(fn):
+    """What a kernel made by a factory closes over, so each closure keeps its own entries."""
+    if not fn.__closure__:
+        return []
+    return [(name, closure_identity(cell.cell_contents))
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__)]
+
+
+def variant_key(lowered: str, argtypes, grid_ndim: int, target: str) -> str:
+    """Key of a compiled variant: the lowered key plus argument types, shapes and target."""
+    return (KeyBuilder("variant")
+            .add("format", VARIANT_FORMAT)
+            .add("lowered", lowered)
+            .add("args", [repr(t) for t in argtypes])
+            .add("grid", grid_ndim)
+            .add("target", target)
+            .hexdigest())
+
+
+class Keys:
+    """A kernel launch's cache keys: the lowered one, and a variant key per target."""
+
+    __slots__ = ("lowered", "argtypes", "grid", "_variants")
+
+    def __init__(self, lowered: str, argtypes, grid: int):
+        self.lowered = lowered
+        self.argtypes = argtypes
+        self.grid = grid
+        self._variants = {}
+
+    def for_target(self, target_key: str) -> str:
+        key = self._variants.get(target_key)
+        if key is None:
+            key = self._variants[target_key] = variant_key(self.lowered, self.argtypes,
+                                                           self.grid, target_key)
+        return key
+
+    @property
+    def variant(self) -> str:
+        """The variant key for this host (the user's own cache)."""
+        return self.for_target(host_target_key())
+
+
+def template_ids(templates: dict):
+    return sorted((p, f"{c.__module__}.{c.__qualname__}", class_fingerprint(c))
+                  for p, c in templates.items())
+
+
+def keys(kernel, templates, value_types, grid_ndim, debug) -> Keys:
+    return Keys(lowered_key(kernel, template_ids(templates), debug), tuple(value_types), grid_ndim)
+
+
+# -- entries ---------------------------------------------------------------------
+
+MAGIC = b"TACKENT1"
+KIND_LOWERED, KIND_VARIANT = 1, 2
+_HEAD = struct.Struct("<8sB3xIQ32s64s")
+SUFFIX = {KIND_LOWERED: ".tlk", KIND_VARIANT: ".tvar"}
+LEVEL_DIR = {KIND_LOWERED: "lowered", KIND_VARIANT: "variants"}
+TMP_MARK = ".tmp."
+
+
+class DamagedEntry(Exception):
+    """An entry's bytes are not a whole, valid entry for the key asked for."""
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append({"t": "\t", "n": "\n"}.get(text[i + 1], text[i + 1]))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def decode_meta(data: bytes, list_fields=("dep", "site", "arg", "argspec")) -> dict:
+    meta = {f: [] for f in list_fields}
+    if b"\\" in data:                          # something escaped: unescape field by field
+        for line in data.decode().split("\n"):
+            field, *values = (_unescape(v) for v in line.split("\t"))
+            _add_field(meta, field, values)
+        return meta
+    for line in data.decode().split("\n") if data else ():
+        field, tab, value = line.partition("\t")
+        rows = meta.get(field)
+        if type(rows) is list:
+            rows.append(value.split("\t"))
+        elif tab and "\t" not in value:
+            meta[field] = value
+        else:
+            _add_field(meta, field, value.split("\t") if tab else [])
+    return meta
+
+
+def _add_field(meta: dict, field: str, values: list):
+    if isinstance(meta.get(field), list):
+        meta[field].append(values)
+    elif len(values) == 1:
+        meta[field] = values[0]
+    else:
+        raise DamagedEntry(f"metadata field {field!r} has {len(values)} values")
+
+
+def decode(data: bytes, kind: int, key: str | None = None):
+    """-> (key, meta dict, payload bytes); DamagedEntry if anything is off."""
+    if len(data) < _HEAD.size:
+        raise DamagedEntry("shorter than an entry header")
+    magic, k, mlen, plen, digest, key_b = _HEAD.unpack_from(data)
+    if magic != MAGIC:
+        raise DamagedEntry("not a Tack cache entry (bad magic)")
+    if k != kind:
+        raise DamagedEntry(f"entry kind {k}, expected {kind}")
+    if len(data) != _HEAD.size + mlen + plen:
+        raise DamagedEntry(f"length {len(data)} does not match its header "
+                           f"({_HEAD.size + mlen + plen}): truncated or extended")
+    entry_key = key_b.decode("ascii", "replace")
+    if key is not None and entry_key != key:
+        raise DamagedEntry("entry holds another key")
+    meta_b = data[_HEAD.size:_HEAD.size + mlen]
+    payload = data[_HEAD.size + mlen:]
+    if hashlib.sha256(key_b + meta_b + payload).digest() != digest:
+        raise DamagedEntry("checksum mismatch")
+    try:
+        meta = decode_meta(meta_b)
+    except (UnicodeDecodeError, ValueError):
+        raise DamagedEntry("metadata is not readable") from None
+    return entry_key, meta, payload
+
+
+def entry_path(version_dir: str, kind: int, key: str) -> str:
+    return os.path.join(version_dir, LEVEL_DIR[kind], key[:2], key + SUFFIX[kind])
+
+
+# -- trust -----------------------------------------------------------------------
+
+class Untrusted(Exception):
+    """Why a directory or file is not trusted, and how to fix it."""
+
+
+def check_trusted(path: str, allow_root: bool = False, is_dir: bool = True) -> None:
+    """Raise Untrusted, with the reason and the fix, unless ``path`` is safe to load from."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise Untrusted(f"{path} does not exist") from None
+    check_stat(st, path, allow_root, is_dir)
+
+
+def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True) -> None:
+    """``check_trusted`` on a stat result (from lstat, or fstat of an open file)."""
+    what = "directory" if is_dir else "file"
+    if stat.S_ISLNK(st.st_mode):
+        raise Untrusted(f"{path} is a symbolic link (to {os.readlink(path)}); set TACK_CACHE_DIR "
+                        "to the real directory")
+    if is_dir and not stat.S_ISDIR(st.st_mode):
+        raise Untrusted(f"{path} is not a directory")
+    if not is_dir and not stat.S_ISREG(st.st_mode):
+        raise Untrusted(f"{path} is not a regular file")
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    if uid is not None:
+        owners = (uid, 0) if allow_root else (uid,)
+        if st.st_uid not in owners:
+            raise Untrusted(f"the {what} {path} belongs to uid {st.st_uid}, not to you (uid {uid}); "
+                            "use a directory of your own")
+    writers = [who for bit, who in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others"))
+               if st.st_mode & bit]
+    if writers:
+        raise Untrusted(f"the {what} {path} is writable by {' and '.join(writers)} "
+                        f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod go-w {path}")
+
+
+# -- the user's directory --------------------------------------------------------
+
+class Stats:
+    """Counters of this process's cache use (``tack.cache.stats()``)."""
+
+    def __init__(self):
+        self.hits = {"lowered": 0, "variant": 0}
+        self.misses = {"lowered": 0, "variant": 0}
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.load_seconds = 0.0
+        self.store_seconds = 0.0
+        self.damaged = 0
+        self.rejected = 0          # entries whose dependency record no longer holds
+
+    def as_dict(self) -> dict:
+        return {"hits": dict(self.hits), "misses": dict(self.misses),
+                "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                "load_seconds": self.load_seconds, "store_seconds": self.store_seconds,
+                "damaged": self.damaged, "rejected": self.rejected}
+
+
+class DiskCache:
+    """Per-kernel entries under ``<directory>/<tack version>/{lowered,variants}/<xx>/``."""
+
+    def __init__(self, settings, stats: Stats, warn_once):
+        self.settings = settings
+        self.root = settings.directory
+        self.version_dir = os.path.join(self.root, tack_version_id())
+        self.writable = settings.mode == "write"
+        self.marks_used = settings.mode in ("write", "read")    # loading marks an entry used
+        self.stats = stats
+        self.warn_once = warn_once
+        self._checked = set()        # directories checked (or created) and trusted
+        self._usable = None
+
+    # -- trust and layout ---------------------------------------------------
+
+    def usable(self) -> bool:
+        """Check (once) that the directory may be trusted; create it in write mode."""
+        if self._usable is None:
+            self._usable = self._open()
+        return self._usable
+
+    def _open(self) -> bool:
+        try:
+            if self.writable and not os.path.lexists(self.root):
+                os.makedirs(self.root, 0o700, exist_ok=True)
+            if not os.path.lexists(self.root):
+                log.debug("no cache directory at %s (mode %s)", self.root, self.settings.mode)
+                return False
+            check_trusted(self.root)
+            self._checked.add(self.root)
+            return True
+        except Untrusted as e:
+            self.warn_once(f"not using the kernel cache: {e}")
+        except OSError as e:
+            self.warn_once(f"not using the kernel cache at {self.root}: {e.strerror or e}")
+        return False
+
+    def _dir_ok(self, path: str, create: bool) -> bool:
+        """Each level below the root: create it private (write mode), check it trusted."""
+        if path in self._checked:
+            return True
+        parent = os.path.dirname(path)
+        if parent != self.root and not self._dir_ok(parent, create):
+            return False
+        if create:
+            from .store import ensure_private_dir
+            ensure_private_dir(path)
+        elif not os.path.isdir(path):
+            return False
+        else:
+            check_trusted(path)
+        self._checked.add(path)
+        return True
+
+    # -- reading ------------------------------------------------------------
+
+    def read(self, kind: int, key: str, level: str):
+        """-> (meta, payload, path) of a valid entry, or None (a miss)."""
+        path = entry_path(self.version_dir, kind, key)
+        t0 = time.perf_counter()
+        try:
+            if not self.usable() or not self._dir_ok(os.path.dirname(path), create=False):
+                log.debug("%s %s: missing", level, key[:16])
+                return None
+            with open(path, "rb") as f:
+                data = f.read()
+                st = os.fstat(f.fileno())
+        except FileNotFoundError:
+            log.debug("%s %s: missing", level, key[:16])
+            return None
+        except Untrusted as e:
+            self.warn_once(f"not using the kernel cache: {e}")
+            self._usable = False
+            return None
+        except OSError as e:
+            self.warn_once(f"cannot read the kernel cache at {self.root}: {e.strerror or e}")
+            return None
+        try:
+            _, meta, payload = decode(data, kind, key)
+        except DamagedEntry as e:
+            self.stats.damaged += 1
+            log.debug("%s %s: damaged (%s); ignored", level, key[:16], e)
+            self._remove_if_unchanged(path, st)
+            return None
+        self.stats.bytes_read += len(data)
+        self.stats.load_seconds += time.perf_counter() - t0
+        if self.marks_used:
+            _mark_used(path, st.st_mtime)
+        return meta, payload, path
+
+    def _remove_if_unchanged(self, path, st):
+        """Remove a damaged entry, unless another process has just replaced it."""
+        if not self.writable:
+            return
+        try:
+            now = os.stat(path)
+            if (now.st_ino, now.st_mtime_ns, now.st_size) == (st.st_ino, st.st_mtime_ns, st.st_size):
+                os.unlink(path)
+        except OSError:
+            pass
+
+    def discard(self, path: str):
+        """Remove an entry found unusable (e.g. it no longer loads), if it is one of ours."""
+        if self.writable and os.path.dirname(os.path.dirname(os.path.dirname(path))) == self.version_dir:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def write(self, kind: int, key: str, meta: dict, payload: bytes) -> bool:
+        from .store import write_entry
+        return write_entry(self, kind, key, meta, payload)
+
+
+def _mark_used(path: str, mtime: float):
+    """LRU: bump an entry's mtime when loaded, at most once an hour (see size.py)."""
+    now = time.time()
+    if now - mtime > 3600:
+        try:
+            os.utime(path, (now, now))
+        except OSError:
+            pass
+
+
+def warn_once_factory(quiet=False):
+    """A function that warns the first time it is called in this process, and logs always.
+
+    ``quiet``: log only (MPI ranks other than 0, so a job of thousands of
+    ranks does not print one warning per rank).
+    """
+    said = set()
+
+    def warn_once(message: str):
+        if not said and not quiet:
+            warnings.warn(f"tack: {message}", RuntimeWarning, stacklevel=2)
+        said.add(message)
+        log.debug("%s", message)
+    return warn_once
+
+
+# -- the chain of stores ---------------------------------------------------------
+
+class DiskStore:
+    """Adapts a DiskCache (per-kernel files) to the chain."""
+
+    def __init__(self, disk):
+        self.disk = disk
+
+    @property
+    def writable(self):
+        return self.disk.writable
+
+    def read(self, chain, kind, key, level):
+        if callable(key):
+            key = key(host_target_key())
+        return self.disk.read(kind, key, level)
+
+
+class Chain:
+    """The stores of this process, tried in order; what the lookups talk to."""
+
+    def __init__(self, settings, stats, warn_once, launch=None, site_dirs=(), own_bundle=True):
+        self.settings = settings
+        self.stats = stats
+        self.warn_once = warn_once
+        self.disk = None
+        self.stores = []
+        if settings.mode == "bundle" or site_dirs:
+            from .bundle import BundleStore, SiteBundleStore, bundle_name
+            name = bundle_name(host_target_key())
+        if settings.mode == "bundle":
+            if own_bundle:                      # else load_bundle() already read (or tried) it
+                self.stores.append(BundleStore(os.path.join(settings.directory, name),
+                                               label="cache bundle", quiet=True))
+        else:
+            self.disk = DiskCache(settings, stats, warn_once)
+            if launch is not None and launch.rank != 0:
+                self.disk.writable = False          # under MPI only rank 0 stores
+                self.disk.marks_used = False        # nor marks entries used: no storm of utimes
+            self.stores.append(DiskStore(self.disk))
+        for d in site_dirs:
+            # a bundle packed on a node like this one, then one built for its architecture
+            self.stores.append(BundleStore(os.path.join(d, name), allow_root=True,
+                                           label="site bundle", quiet=True))
+            self.stores.append(SiteBundleStore(d))
+
+    def add_loaded(self, loaded):
+        from .bundle import BundleStore
+        self.stores.insert(0, BundleStore(loaded=loaded, label="broadcast bundle"))
+
+    @property
+    def writable(self):
+        return self.disk is not None and self.disk.writable
+
+    def read(self, kind, key, level):
+        for s in self.stores:
+            got = s.read(self, kind, key, level)
+            if got is not None:
+                return got
+        return None
+
+    def write(self, kind, key, meta, payload):
+        return self.disk.write(kind, key, meta, payload) if self.writable else False
+
+    def discard(self, path):
+        """Remove an unusable entry found at ``path`` (only ever a per-kernel file of ours)."""
+        if self.disk is not None:
+            self.disk.discard(path)
+
+
+def site_dirs(environ=None) -> list:
+    """TACK_CACHE_BUNDLES: the site's bundle directories, searched after the user's own."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get("TACK_CACHE_BUNDLES", "")
+    return [d for d in raw.split(os.pathsep) if d.strip()]
+
+
+# -- the dependency record -------------------------------------------------------
+
+_MISSING = object()
+
+
+def _resolve(fn, name):
+    """What ``name`` (or a dotted ``module.attr`` chain) means in ``fn`` now."""
+    if "." in name:
+        head, *attrs = name.split(".")
+        obj = _resolve(fn, head)
+        for attr in attrs:
+            obj = getattr(obj, attr, _MISSING)
+            if obj is _MISSING:
+                break
+        return obj
+    code = fn.__code__
+    if fn.__closure__ and name in code.co_freevars:
+        return fn.__closure__[code.co_freevars.index(name)].cell_contents
+    g = fn.__globals__
+    if name in g:
+        return g[name]
+    return vars(builtins).get(name, _MISSING)
+
+
+def _func_fid(func: Func) -> str:
+    return func_id(func.py_func)
+
+
+def template_scopes(cls) -> dict:
+    """fid -> function for each static method of a template class, as lowering names them."""
+    out = {}
+    fp = class_fingerprint(cls)[:16]
+    attrs = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        attrs.update(vars(klass))
+    for name, attr in attrs.items():
+        if isinstance(attr, staticmethod):
+            attr = attr.__func__
+        if isinstance(attr, Func):
+            attr = attr.py_func
+        if isinstance(attr, types.FunctionType):
+            out[f"{cls.__module__}.{cls.__qualname__}.{name}#{fp}"] = attr
+    return out
+
+
+def identity(kind: str, obj):
+    """What a dependency of ``kind`` is bound to now, as the record writes it (None: not that kind)."""
+    if kind == "func":
+        return function_fingerprint(obj.py_func) if isinstance(obj, Func) else None
+    if kind == "const":
+        return obj.fingerprint if isinstance(obj, Constant) else None
+    if kind == "module":
+        return obj.__name__ if isinstance(obj, types.ModuleType) else None
+    if kind == "template":
+        return class_fingerprint(obj) if isinstance(obj, type) else None
+    if kind == "intrinsic":
+        return intrinsic_of(obj)
+    if kind == "value":
+        return value_identity(obj)
+    return None
+
+
+def check_deps(deps, kernel, templates: dict, scopes: dict | None = None):
+    """None if every recorded name still resolves as recorded; else the reason it does not.
+
+    ``scopes``, if given, is filled with fid -> Python function for every
+    function the record reaches (to locate source lines later).
+    """
+    scopes = {} if scopes is None else scopes
+    scopes[kernel.__qualname__] = kernel.py_func
+    for cls in templates.values():
+        scopes.update(template_scopes(cls))
+    for scope, name, kind, recorded in deps:
+        fn = scopes.get(scope.split("[", 1)[0])
+        if fn is None:
+            return f"device function {scope} can no longer be reached"
+        obj = _resolve(fn, name)
+        if obj is _MISSING:
+            return f"name '{name}' (in {fn.__qualname__}) is no longer defined"
+        if identity(kind, obj) != recorded:
+            return f"'{name}' (in {fn.__qualname__}) changed"
+        if kind == "func":
+            scopes[_func_fid(obj)] = obj.py_func
+        elif kind == "template":
+            scopes.update(template_scopes(obj))
+    return None
+
+
+# -- finding a compiled variant --------------------------------------------------
+
+def _guarded(default=None):
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(cache, *args, **kwargs):
+            try:
+                return fn(cache, *args, **kwargs)
+            except Exception as e:          # noqa: BLE001 - the cache must never break a job
+                cache.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
+                return default
+        return inner
+    return wrap
+
+
+def _read_current(cache, kernel, templates, kind, key, level):
+    """-> (meta, payload) of an entry whose dependency record still holds; None on a miss."""
+    name = kernel.__qualname__
+    got = cache.read(kind, key, level)
+    if got is None:
+        cache.stats.misses[level] += 1
+        log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
+        return None
+    meta, payload, path = got
+    reason = check_deps(meta["dep"], kernel, templates)
+    if reason is not None:
+        cache.stats.rejected += 1
+        cache.stats.misses[level] += 1
+        log.debug("kernel '%s': %s not used: dependency changed: %s", name, LEVEL_NAMES[level], reason)
+        return None
+    return meta, payload, path
+
+
+LEVEL_NAMES = {"variant": "compiled variant", "lowered": "lowered kernel"}
+
+
+def _unusable(cache, kernel, level, path, why):
+    cache.stats.damaged += 1
+    cache.stats.misses[level] += 1
+    log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
+    cache.discard(path)
+
+
+@_guarded()
+def find_variant(cache, kernel, templates, keys: Keys):
+    """-> (entry function, bounds-check sites, dependency record) of a valid, current variant; None on a miss."""
+    got = _read_current(cache, kernel, templates, KIND_VARIANT, keys.for_target, "variant")
+    if got is None:
+        return None
+    meta, payload, path = got
+    from ..backends.elf import load_object
+    from ..errors import BoundsSite
+    try:
+        sites = [BoundsSite(f, a, p, int(n), fid, int(off)) for f, a, p, n, fid, off in meta["site"]]
+        fn = load_object(payload, meta["entry"])
+    except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
+        _unusable(cache, kernel, "variant", path, f"does not load ({type(e).__name__}: {e})")
+        return None
+    cache.stats.hits["variant"] += 1
+    log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
+    return fn, sites, meta["dep"]
