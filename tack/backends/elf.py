@@ -165,8 +165,7 @@ def _load(obj: bytes) -> LoadedObject:
     if base in (None, ctypes.c_void_p(-1).value):
         raise LoadError(f"mmap of {total} bytes failed (errno {ctypes.get_errno()})")
     try:
-        mapping = (ctypes.c_char * total).from_address(base)      # zero-filled: .bss is ready
-        for i, off in placed.items():
+        for i, off in placed.items():                 # the mapping is zero-filled: .bss is ready
             s = sections[i]
             if s[1] != SHT_NOBITS:
                 if s[4] + s[5] > len(obj):
@@ -208,7 +207,7 @@ def _load(obj: bytes) -> LoadedObject:
                 if sym_addr is None:
                     sym_addr = _resolve_external(sym_name)
                     symbols[r_info >> 32] = (sym_name, sym_addr)
-                _relocate(mapping, machine, r_info & 0xFFFFFFFF, target + r_offset, sym_addr + r_addend)
+                _relocate(base + target + r_offset, machine, r_info & 0xFFFFFFFF, sym_addr + r_addend)
 
         for (start, end), prot in zip(bounds, (_PROT_READ | _PROT_EXEC, _PROT_READ, _PROT_READ | _PROT_WRITE)):
             if end > start and libc.mprotect(base + start, end - start, prot) != 0:
@@ -221,14 +220,15 @@ def _load(obj: bytes) -> LoadedObject:
     return LoadedObject(base, total, defined)
 
 
-def _relocate(mapping, machine, rtype, where, value):
+def _relocate(address, machine, rtype, value):
+    """Write a relocated ``value`` at ``address`` (little-endian hosts only, as the loader is)."""
     value &= 0xFFFFFFFFFFFFFFFF
     if machine == EM_X86_64 and rtype == R_X86_64_64 or machine == EM_AARCH64 and rtype == R_AARCH64_ABS64:
-        struct.pack_into("<Q", mapping, where, value)
+        ctypes.c_uint64.from_address(address).value = value
     elif machine == EM_AARCH64 and rtype in _AARCH64_MOVW:
-        insn, = struct.unpack_from("<I", mapping, where)
+        insn = ctypes.c_uint32.from_address(address)
         imm16 = (value >> _AARCH64_MOVW[rtype]) & 0xFFFF
-        struct.pack_into("<I", mapping, where, (insn & ~(0xFFFF << 5)) | (imm16 << 5))
+        insn.value = (insn.value & ~(0xFFFF << 5)) | (imm16 << 5)
     else:
         # Tack never emits other relocations: such an object is damaged, and must
         # not reach LLVM's loader either, which aborts the process on it.
