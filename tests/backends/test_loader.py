@@ -125,3 +125,20 @@ print(repr(y.tolist()))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     y = np.array(eval(out.stdout))
     np.testing.assert_allclose(y, expected(np.linspace(0.1, 1.2, 16)), rtol=1e-6)
+
+
+def test_aarch64_relocations_patch_the_right_bits():
+    """ABS64 writes the address; MOVW_UABS_G0..G3 put each 16-bit piece into a MOVZ/MOVK's imm16
+    field (bits 5-20) and leave the rest of the instruction alone (host-independent arithmetic)."""
+    value = 0x1234_5678_9ABC_DEF0
+    buf = (ctypes.c_uint64 * 1)()
+    elf._relocate(ctypes.addressof(buf), elf.EM_AARCH64, elf.R_AARCH64_ABS64, value)
+    assert buf[0] == value
+    movz_x3 = 0xD2800003                                   # movz x3, #0 (hw field set per group below)
+    for rtype, shift in sorted(elf._AARCH64_MOVW.items()):
+        insn = (ctypes.c_uint32 * 1)(movz_x3 | (shift // 16) << 21)
+        elf._relocate(ctypes.addressof(insn), elf.EM_AARCH64, rtype, value)
+        assert (insn[0] >> 5) & 0xFFFF == (value >> shift) & 0xFFFF
+        assert insn[0] & ~(0xFFFF << 5) == movz_x3 | (shift // 16) << 21
+    with pytest.raises(elf.LoadError, match="relocation type 99"):
+        elf._relocate(ctypes.addressof(buf), elf.EM_AARCH64, 99, value)
