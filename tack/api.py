@@ -306,3 +306,27 @@ def intrinsic_of(obj):
     if _table is None:
         _table = _build()
     return _table.get(id(obj))
+
+
+def lowers_to(obj, intrinsic: str) -> bool:
+    """Whether ``obj`` lowers to ``intrinsic``: ``intrinsic_of(obj) == intrinsic``, found
+    among that intrinsic's few candidates rather than by building the whole table (the
+    dependency check of a cached kernel runs this on its warm path)."""
+    if _table is not None:
+        return _table.get(id(obj)) == intrinsic
+    if obj is None:
+        return False
+    if intrinsic.startswith("cast:"):
+        name = intrinsic[5:]
+        if name not in CASTS:
+            return False
+        plain = {"int64": int, "float64": float, "bool": bool}.get(name)
+        return obj is CASTS[name] or obj is getattr(np, "bool_" if name == "bool" else name) or obj is plain
+    if intrinsic in ("tid", "atomic_add", "atomic_min", "atomic_max"):
+        return obj is globals()[intrinsic]
+    if intrinsic in ("min", "max", "abs", "range", "len") and obj is getattr(builtins, intrinsic):
+        return True
+    if intrinsic in MATH1 + MATH2 + MATH_PREDICATES and \
+            (obj is getattr(math, intrinsic, None) or obj is np.__dict__.get(intrinsic)):
+        return True
+    return any(obj is np.__dict__.get(alias) for alias, name in _NUMPY_ALIASES.items() if name == intrinsic)

@@ -89,3 +89,25 @@ def test_constant_scalars():
     assert tack.constant(3).value == 3
     assert tack.constant(np.float32(0.5)).value.dtype == np.float32
     assert tack.constant(True).value is True
+
+
+def test_lowers_to_agrees_with_the_intrinsic_table(monkeypatch):
+    """The dependency check's cheap test (``lowers_to``, without the table) says exactly what
+    ``intrinsic_of`` says, for every public object of math, numpy and builtins."""
+    import builtins
+    import math
+
+    import numpy as np
+
+    from tack import api
+    table = api._build()
+    names = set(table.values()) | {"erf2", "cast:int8"}
+    objs = ([getattr(math, n) for n in dir(math)] + [getattr(np, n) for n in dir(np) if not n.startswith("_")]
+            + [getattr(builtins, n) for n in dir(builtins)] + list(api.CASTS.values())
+            + [api.tid, api.atomic_add, api.atomic_min, api.atomic_max, None])
+    monkeypatch.setattr(api, "_table", None)
+    cheap = {(id(o), n): api.lowers_to(o, n) for o in objs for n in names}
+    monkeypatch.setattr(api, "_table", table)
+    wrong = [(o, n) for o in objs for n in names if cheap[(id(o), n)] != (api.intrinsic_of(o) == n)]
+    assert not wrong
+    assert sum(cheap.values()) >= 60          # the check is not vacuous: most intrinsics were seen

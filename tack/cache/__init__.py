@@ -1,20 +1,255 @@
 """Tack's kernel cache: what the compiler makes, kept on disk so later processes start warm.
 
-On by default, needing no code.  Settings come from ``configure()``, then
-TACK_CACHE_DIR / TACK_CACHE / TACK_CACHE_SIZE, then defaults, and are read
-when the first kernel compiles.  See docs/cache.md.
+On by default, needing no code.  Settings (directory, mode, size limit, and
+where each came from) are read once, when the first kernel compiles (or
+``python -m tack.cache`` runs): ``configure()`` values first, then the
+environment (TACK_CACHE_DIR, TACK_CACHE, TACK_CACHE_SIZE), then the
+defaults.  A bad environment value is a warning naming the variable, and
+the default is used; a bad ``configure()`` value is a ``ValueError``.  See
+docs/cache.md.
+
+The settings, the MPI launch they depend on and the ``tack.cache`` logger
+live here rather than in modules of their own because a warm kernel call
+imports this package anyway, and each module imported costs a few hundred
+microseconds of a budget of a few milliseconds.  What a cache hit runs is
+in ``warm.py``; what a miss or a store needs, in ``store.py``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
-
-from . import config as _settings
-from .config import TRACE, log  # noqa: F401  (the cache's logger, for its modules)
+import types
+import warnings
 
 __all__ = ["configure", "load_bundle", "settings", "stats", "reset_stats"]
+
+
+# -- settings --------------------------------------------------------------------
+
+MODES = ("write", "read", "bundle", "off")
+DEFAULT_SIZE = 1 << 30
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$"
+
+
+def parse_size(text) -> int | None:
+    """``'500M'``, ``'2G'``, ``'1.5GiB'``, ``'1048576'`` -> bytes (binary units); ``'unlimited'`` -> None."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"a size cannot be negative: {text}")
+        return text
+    if not isinstance(text, str):
+        raise ValueError(f"a size is a string such as '500M' or '2G', not {type(text).__name__}")
+    if text.strip().lower() == "unlimited":
+        return None
+    m = re.match(_SIZE_PATTERN, text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{text!r} is not a size: use a number with K, M, G or T "
+                         "(binary units, e.g. 500M or 2G), or 'unlimited'")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def format_size(n: int | None) -> str:
+    """Bytes -> ``'1.2 GiB'``; None -> ``'unlimited'``."""
+    if n is None:
+        return "unlimited"
+    for unit, div in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def default_directory() -> str:
+    """The platform's per-user cache directory for Tack."""
+    home = os.path.expanduser("~")
+    if sys.platform == "darwin":
+        return os.path.join(home, "Library", "Caches", "tack")
+    if sys.platform.startswith("win"):
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+        return os.path.join(base, "tack", "Cache")
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(home, ".cache")
+    return os.path.join(base, "tack")
+
+
+class Settings:
+    """The settings in force, and where each came from ("default", "environment", "configure")."""
+
+    __slots__ = ("directory", "mode", "max_size", "sources")
+
+    def __init__(self, directory: str, mode: str, max_size, sources: dict):
+        self.directory = directory
+        self.mode = mode
+        self.max_size = max_size          # bytes, or None: unlimited
+        self.sources = sources
+
+    def replace(self, **changes) -> "Settings":
+        values = {k: getattr(self, k) for k in self.__slots__}
+        values.update(changes)
+        return Settings(**values)
+
+    def __repr__(self):
+        return (f"Settings(directory={self.directory!r}, mode={self.mode!r}, "
+                f"max_size={self.max_size!r}, sources={self.sources!r})")
+
+
+def check_directory(value, origin: str) -> str:
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise ValueError(f"{origin}: the cache directory must be a non-empty path")
+    path = os.path.expanduser(os.fspath(value))
+    if not os.path.isabs(path):
+        raise ValueError(f"{origin}: the cache directory must be an absolute path, not {value!r}")
+    return os.path.normpath(path)
+
+
+def check_mode(value, origin: str) -> str:
+    mode = str(value).strip().lower() if isinstance(value, str) else value
+    if mode not in MODES:
+        raise ValueError(f"{origin}: {value!r} is not a cache mode; use one of {', '.join(MODES)}")
+    return mode
+
+
+def check_size(value, origin: str):
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise ValueError(f"{origin}: {e}") from None
+
+
+_CHECKS = {"directory": ("TACK_CACHE_DIR", check_directory),
+           "mode": ("TACK_CACHE", check_mode),
+           "max_size": ("TACK_CACHE_SIZE", check_size)}
+
+
+def resolve(configured: dict, environ=None, mpi=False) -> Settings:
+    """Settings from ``configure()`` values, the environment and the defaults, in that order.
+
+    Under MPI the mode comes from TACK_CACHE_MPI if set (a site's default for
+    jobs), else TACK_CACHE, else ``bundle``.
+    """
+    environ = os.environ if environ is None else environ
+    defaults = {"directory": None, "mode": "bundle" if mpi else "write", "max_size": DEFAULT_SIZE}
+    checks = dict(_CHECKS)
+    if mpi and (environ.get("TACK_CACHE_MPI") or "").strip():
+        checks["mode"] = ("TACK_CACHE_MPI", check_mode)
+    values, sources = {}, {}
+    for key, (var, check) in checks.items():
+        if key in configured:
+            values[key], sources[key] = configured[key], "configure"
+            continue
+        raw = environ.get(var)
+        if raw is not None and raw.strip() != "":
+            try:
+                values[key], sources[key] = check(raw, var), "environment"
+                continue
+            except ValueError as e:
+                warnings.warn(f"tack: {e}; using the default", RuntimeWarning, stacklevel=4)
+        values[key], sources[key] = defaults[key], "default"
+    if values["directory"] is None:
+        values["directory"] = default_directory()
+    return Settings(values["directory"], values["mode"], values["max_size"], sources)
+
+
+# -- the MPI launch: recognized from the launcher's environment, without mpi4py --
+#
+# | Launcher | Rank | Size |
+# |---|---|---|
+# | Open MPI (mpirun, prterun) | OMPI_COMM_WORLD_RANK, or PMIX_RANK | OMPI_COMM_WORLD_SIZE |
+# | MPICH and Intel MPI (Hydra) | PMI_RANK | PMI_SIZE |
+# | MVAPICH2 (mpirun_rsh) | MV2_COMM_WORLD_RANK | MV2_COMM_WORLD_SIZE |
+# | Cray PALS | PALS_RANKID | PMI_SIZE |
+# | Cray ALPS (aprun) | ALPS_APP_PE | PMI_SIZE |
+# | Slurm (srun) | SLURM_PROCID | SLURM_STEP_NUM_TASKS |
+#
+# A launch of one task is not MPI.  A Slurm batch script is not either: it has
+# SLURM_PROCID=0 and SLURM_NTASKS, but SLURM_STEP_NUM_TASKS is set only inside
+# an srun step, so a warm-up run on the script's own line stores entries as on
+# a workstation.
+
+# (launcher, rank variables, size variables), tried in order
+LAUNCHERS = (
+    ("Open MPI", ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"), ("OMPI_COMM_WORLD_SIZE",)),
+    ("MVAPICH2", ("MV2_COMM_WORLD_RANK",), ("MV2_COMM_WORLD_SIZE",)),
+    ("Cray PALS", ("PALS_RANKID",), ("PMI_SIZE",)),
+    ("Cray ALPS", ("ALPS_APP_PE",), ("PMI_SIZE",)),
+    ("MPICH/Intel MPI (Hydra)", ("PMI_RANK",), ("PMI_SIZE",)),
+    ("Slurm srun", ("SLURM_PROCID",), ("SLURM_STEP_NUM_TASKS",)),
+)
+
+
+class Launch:
+    __slots__ = ("launcher", "rank", "size")
+
+    def __init__(self, launcher: str, rank: int, size: int):
+        self.launcher = launcher
+        self.rank = rank
+        self.size = size
+
+    def __repr__(self):
+        return f"Launch({self.launcher!r}, rank={self.rank}, size={self.size})"
+
+
+def _int(environ, names):
+    for name in names:
+        raw = environ.get(name, "").strip()
+        if raw.isdigit():
+            return int(raw)
+    return None
+
+
+def detect(environ=None) -> Launch | None:
+    """The MPI launch this process is part of (more than one task), or None."""
+    environ = os.environ if environ is None else environ
+    for launcher, rank_vars, size_vars in LAUNCHERS:
+        rank = _int(environ, rank_vars)
+        if rank is None:
+            continue
+        size = _int(environ, size_vars)
+        if size is None or size <= 1:
+            continue
+        return Launch(launcher, rank, size)
+    return None
+
+
+# -- the tack.cache logger, without importing ``logging`` on the warm path -------
+#
+# ``logging`` costs milliseconds to import, a large share of a warm kernel
+# call.  Until the process has imported it (so someone may have configured a
+# handler) or TACK_CACHE_LOG asks for output, messages are dropped unformatted.
+
+NAME = "tack.cache"
+TRACE = 5            # the key steps, below DEBUG
+
+
+def _real_logger():
+    logging = sys.modules.get("logging")
+    return logging.getLogger(NAME) if logging is not None else None
+
+
+def _is_enabled_for(level) -> bool:
+    real = _real_logger()
+    return real is not None and real.isEnabledFor(level)
+
+
+def _log(level, msg, *args):
+    real = _real_logger()
+    if real is not None and real.isEnabledFor(level):
+        real.log(level, msg, *args)
+
+
+def _debug(msg, *args):
+    _log(10, msg, *args)
+
+
+# The logger's three methods the cache uses (an object, not a class: no class to build at import).
+log = types.SimpleNamespace(isEnabledFor=_is_enabled_for, log=_log, debug=_debug)
+
+
+# -- this process's cache -------------------------------------------------------
+
 
 _lock = threading.Lock()
 _configured = {}
@@ -36,21 +271,21 @@ def configure(directory=None, mode=None, max_size=None):
                            "compiles; the cache's settings are already in use")
     given = {}
     if directory is not None:
-        given["directory"] = _settings.check_directory(directory, "configure(directory=...)")
+        given["directory"] = check_directory(directory, "configure(directory=...)")
     if mode is not None:
-        given["mode"] = _settings.check_mode(mode, "configure(mode=...)")
+        given["mode"] = check_mode(mode, "configure(mode=...)")
     if max_size is not None:
-        given["max_size"] = _settings.check_size(max_size, "configure(max_size=...)")
+        given["max_size"] = check_size(max_size, "configure(max_size=...)")
     _configured.update(given)
 
 
-def settings() -> _settings.Settings:
+def settings() -> Settings:
     """The settings in force (resolving them now if no kernel has compiled yet)."""
     global _resolved
     with _lock:
         if _resolved is None:
             _setup_logging()
-            _resolved = _settings.resolve(_configured, mpi=mpi_launch() is not None)
+            _resolved = resolve(_configured, mpi=mpi_launch() is not None)
         return _resolved
 
 
@@ -58,26 +293,27 @@ def mpi_launch():
     """The MPI launch this process belongs to (from the launcher's variables), or None."""
     global _launch
     if _launch is None:
-        _launch = _settings.detect() or False
+        _launch = detect() or False
     return _launch or None
 
 
 def stats() -> dict:
     """This process's hits and misses per level, bytes read and written, seconds loading and storing."""
-    return _get_stats().as_dict()
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in _get_stats().items()}
 
 
 def reset_stats() -> None:
     """Start this process's counters again from zero."""
     if _stats is not None:
-        _stats.__init__()
+        from .warm import new_stats
+        _stats.update(new_stats())
 
 
 def _get_stats():
     global _stats
     if _stats is None:
-        from .warm import Stats
-        _stats = Stats()
+        from .warm import new_stats
+        _stats = new_stats()
     return _stats
 
 
@@ -126,7 +362,6 @@ def _setup_logging():
     if level in ("", "0", "false", "no", "off"):
         return
     import logging
-    from .config import NAME
     logger = logging.getLogger(NAME)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tack.cache: %(message)s"))

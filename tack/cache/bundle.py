@@ -229,8 +229,8 @@ class BundleStore:
         try:
             self.bundle = read(self.path, allow_root=self.allow_root,
                                       tack_version=tack_version_id())
-            chain.stats.bytes_read += len(self.bundle.data)
-            chain.stats.load_seconds += time.perf_counter() - t0
+            chain.stats["bytes_read"] += len(self.bundle.data)
+            chain.stats["load_seconds"] += time.perf_counter() - t0
             log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
         except BundleError as e:
             self._failed = True

@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 
-from . import config as settings_mod
+from .. import cache as settings_mod
 from . import size
 from .bundle import BUNDLE_PREFIX
 from .warm import Untrusted, check_trusted, tack_version_id

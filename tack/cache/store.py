@@ -17,8 +17,8 @@ import time
 
 from . import log
 from ..types import spec
-from .warm import (CODEGEN, TMP_MARK, Keys, KeyBuilder, Untrusted, _guarded, _HEAD, _read_current,
-                   _unusable, check_deps, check_trusted, entry_path, host_target_key)
+from .warm import (CODEGEN, TMP_MARK, Keys, Untrusted, _HEAD, _read_current, _unusable, check_deps,
+                   check_trusted, digest, entry_path, host_target_key)
 # The entry format in one namespace, reader (warm.py) and writer (here):
 from .warm import (KIND_LOWERED, KIND_VARIANT, LEVEL_DIR, MAGIC, SUFFIX,  # noqa: F401
                    DamagedEntry, check_stat, decode, decode_meta)
@@ -98,8 +98,8 @@ def write_entry(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
         disk.warn_once(f"cannot store in the kernel cache at {disk.root}: {e.strerror or e}; "
                        "kernels still compile and run")
         return False
-    disk.stats.bytes_written += len(data)
-    disk.stats.store_seconds += time.perf_counter() - t0
+    disk.stats["bytes_written"] += len(data)
+    disk.stats["store_seconds"] += time.perf_counter() - t0
     _hourly_size_check(disk)
     return True
 
@@ -125,8 +125,8 @@ def arch_target_key(arch: str, llvm_version: str) -> str:
     ``arch`` is an archspec name (zen3, sapphirerapids); a node finds its own
     with archspec, and the LLVM version with llvmlite, without compiling.
     """
-    return KeyBuilder("target").add("backend", "cpu").add("arch", arch) \
-        .add("llvm", llvm_version).add("codegen", CODEGEN).hexdigest()
+    return digest("target", ("backend", "cpu"), ("arch", arch), ("llvm", llvm_version),
+                  ("codegen", CODEGEN))
 
 
 @functools.lru_cache(maxsize=None)
@@ -145,6 +145,19 @@ def llvm_version() -> str:
 
 # -- what a miss runs ------------------------------------------------------------
 
+def _guarded(default=None):
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(cache, *args, **kwargs):
+            try:
+                return fn(cache, *args, **kwargs)
+            except Exception as e:          # noqa: BLE001 - the cache must never break a job
+                cache.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
+                return default
+        return inner
+    return wrap
+
+
 @_guarded()
 def find_lowered(cache, kernel, templates, key: str):
     """-> the cached lowered kernel if valid and current (the front end is then skipped); None on a miss."""
@@ -157,7 +170,7 @@ def find_lowered(cache, kernel, templates, key: str):
     except ValueError as e:
         _unusable(cache, kernel, "lowered", got[2], f"damaged ({e})")
         return None
-    cache.stats.hits["lowered"] += 1
+    cache.stats["hits"]["lowered"] += 1
     log.debug("kernel '%s': lowered kernel loaded from the cache (front end skipped)",
               kernel.__qualname__)
     return lowered

@@ -9,7 +9,7 @@ whole warm call, so the code a hit needs is kept together and what only a
 miss or a store needs lives in ``store.py`` (writing entries), ``bundle.py``
 (bundles and their stores) and ``size.py`` (the size limit).
 
-* **Keys** are named steps hashed in turn (``KeyBuilder``), from code-object
+* **Keys** are named steps hashed in turn (``digest``), from code-object
   fingerprints and cheap facts about the host.
 * **Entries**: an entry file is a small header, a metadata block and a
   payload::
@@ -49,7 +49,6 @@ reaches a user's job.
 from __future__ import annotations
 
 import builtins
-import functools
 import hashlib
 import os
 import platform
@@ -62,7 +61,7 @@ import warnings
 
 from .._version import __version__
 from ..api import (Constant, Func, class_fingerprint, closure_identity, func_id,
-                   function_fingerprint, intrinsic_of, value_identity)
+                   function_fingerprint, intrinsic_of, lowers_to, value_identity)
 from . import TRACE, log
 
 
@@ -73,29 +72,32 @@ LOWERED_FORMAT = 1
 VARIANT_FORMAT = 1
 
 
-class KeyBuilder:
-    """A sha256 over named steps; each step is logged at DEBUG with the running hash."""
-
-    def __init__(self, what: str):
-        self.what = what
-        self.h = hashlib.sha256(what.encode())
-        self.trace = log.isEnabledFor(TRACE)
-
-    def add(self, name: str, value) -> "KeyBuilder":
+def digest(what: str, *steps) -> str:
+    """sha256 over named steps ``(name, value)`` in turn; each is logged at TRACE with the running hash."""
+    h = hashlib.sha256(what.encode())
+    trace = log.isEnabledFor(TRACE)
+    for name, value in steps:
         if isinstance(value, dict):
             value = sorted(value.items())
         text = value if isinstance(value, str) else repr(value)
-        self.h.update(f"\0{name}={text}".encode())
-        if self.trace:
-            log.log(TRACE, "%s key: %s=%s -> %s", self.what, name, text[:80], self.h.hexdigest()[:16])
-        return self
-
-    def hexdigest(self) -> str:
-        return self.h.hexdigest()
+        h.update(f"\0{name}={text}".encode())
+        if trace:
+            log.log(TRACE, "%s key: %s=%s -> %s", what, name, text[:80], h.hexdigest()[:16])
+    return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+_version_id = _host_identity = _host_target_key = None      # per process, found once
+
+
 def tack_version_id() -> str:
+    """This Tack's version (found once per process); see ``source_version_id``."""
+    global _version_id
+    if _version_id is None:
+        _version_id = source_version_id()
+    return _version_id
+
+
+def source_version_id() -> str:
     """This Tack's version; for a source checkout, the version plus a hash of Tack's sources.
 
     Each edit of a checkout then keeps its own entries, as each release does.
@@ -127,18 +129,21 @@ def _in_checkout(package_dir: str) -> bool:
         os.path.exists(os.path.join(parent, "pyproject.toml"))
 
 
-@functools.lru_cache(maxsize=None)
 def host_cpu_identity() -> dict:
-    """Facts that fix what LLVM's host detection sees, read without LLVM.
+    """Facts that fix what LLVM's host detection sees, read without LLVM (once per process).
 
     The CPU's model and feature flags (from /proc/cpuinfo on Linux), the
     machine type, and llvmlite's library (which pins the LLVM version).
     """
+    global _host_identity
+    if _host_identity is not None:
+        return _host_identity
     ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
     try:
         ident.update(_first_cpu("/proc/cpuinfo"))
     except OSError:
         ident["processor"] = platform.processor()
+    _host_identity = ident
     return ident
 
 
@@ -192,26 +197,27 @@ def _llvmlite_version() -> str:
 CODEGEN = {"opt": 3, "reloc": "static", "codemodel": "large"}
 
 
-@functools.lru_cache(maxsize=None)
 def host_target_key() -> str:
     """Target key of code compiled on this host for this host (the user's own cache)."""
-    return KeyBuilder("target").add("backend", "cpu").add("host", host_cpu_identity()) \
-        .add("codegen", CODEGEN).hexdigest()
+    global _host_target_key
+    if _host_target_key is None:
+        _host_target_key = digest("target", ("backend", "cpu"), ("host", host_cpu_identity()),
+                                  ("codegen", CODEGEN))
+    return _host_target_key
 
 
 def lowered_key(kernel, template_ids, debug: bool) -> str:
     """Key of a lowered kernel: its source (as code), specialization, Tack version, debug flag."""
     fn = kernel.py_func
-    return (KeyBuilder("lowered")
-            .add("format", LOWERED_FORMAT)
-            .add("tack", tack_version_id())
-            .add("python", f"{sys.version_info[0]}.{sys.version_info[1]}")
-            .add("kernel", f"{fn.__module__}.{fn.__qualname__}")
-            .add("code", function_fingerprint(fn))
-            .add("closure", _closure_ids(fn))
-            .add("templates", template_ids)
-            .add("debug", bool(debug))
-            .hexdigest())
+    return digest("lowered",
+                  ("format", LOWERED_FORMAT),
+                  ("tack", tack_version_id()),
+                  ("python", f"{sys.version_info[0]}.{sys.version_info[1]}"),
+                  ("kernel", f"{fn.__module__}.{fn.__qualname__}"),
+                  ("code", function_fingerprint(fn)),
+                  ("closure", _closure_ids(fn)),
+                  ("templates", template_ids),
+                  ("debug", bool(debug)))
 
 
 def _closure_ids(fn):
@@ -224,13 +230,12 @@ def _closure_ids(fn):
 
 def variant_key(lowered: str, argtypes, grid_ndim: int, target: str) -> str:
     """Key of a compiled variant: the lowered key plus argument types, shapes and target."""
-    return (KeyBuilder("variant")
-            .add("format", VARIANT_FORMAT)
-            .add("lowered", lowered)
-            .add("args", [repr(t) for t in argtypes])
-            .add("grid", grid_ndim)
-            .add("target", target)
-            .hexdigest())
+    return digest("variant",
+                  ("format", VARIANT_FORMAT),
+                  ("lowered", lowered),
+                  ("args", [repr(t) for t in argtypes]),
+                  ("grid", grid_ndim),
+                  ("target", target))
 
 
 class Keys:
@@ -393,30 +398,18 @@ def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True) -> 
 
 # -- the user's directory --------------------------------------------------------
 
-class Stats:
-    """Counters of this process's cache use (``tack.cache.stats()``)."""
-
-    def __init__(self):
-        self.hits = {"lowered": 0, "variant": 0}
-        self.misses = {"lowered": 0, "variant": 0}
-        self.bytes_read = 0
-        self.bytes_written = 0
-        self.load_seconds = 0.0
-        self.store_seconds = 0.0
-        self.damaged = 0
-        self.rejected = 0          # entries whose dependency record no longer holds
-
-    def as_dict(self) -> dict:
-        return {"hits": dict(self.hits), "misses": dict(self.misses),
-                "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
-                "load_seconds": self.load_seconds, "store_seconds": self.store_seconds,
-                "damaged": self.damaged, "rejected": self.rejected}
+def new_stats() -> dict:
+    """Counters of this process's cache use (what ``tack.cache.stats()`` returns a copy of)."""
+    return {"hits": {"lowered": 0, "variant": 0}, "misses": {"lowered": 0, "variant": 0},
+            "bytes_read": 0, "bytes_written": 0, "load_seconds": 0.0, "store_seconds": 0.0,
+            "damaged": 0,
+            "rejected": 0}          # entries whose dependency record no longer holds
 
 
 class DiskCache:
     """Per-kernel entries under ``<directory>/<tack version>/{lowered,variants}/<xx>/``."""
 
-    def __init__(self, settings, stats: Stats, warn_once):
+    def __init__(self, settings, stats: dict, warn_once):
         self.settings = settings
         self.root = settings.directory
         self.version_dir = os.path.join(self.root, tack_version_id())
@@ -470,8 +463,13 @@ class DiskCache:
 
     # -- reading ------------------------------------------------------------
 
-    def read(self, kind: int, key: str, level: str):
-        """-> (meta, payload, path) of a valid entry, or None (a miss)."""
+    def read(self, chain, kind: int, key, level: str):
+        """-> (meta, payload, path) of a valid entry, or None (a miss).
+
+        ``key`` may be a function of the target key (a variant's: this host's).
+        """
+        if callable(key):
+            key = key(host_target_key())
         path = entry_path(self.version_dir, kind, key)
         t0 = time.perf_counter()
         try:
@@ -494,12 +492,12 @@ class DiskCache:
         try:
             _, meta, payload = decode(data, kind, key)
         except DamagedEntry as e:
-            self.stats.damaged += 1
+            self.stats["damaged"] += 1
             log.debug("%s %s: damaged (%s); ignored", level, key[:16], e)
             self._remove_if_unchanged(path, st)
             return None
-        self.stats.bytes_read += len(data)
-        self.stats.load_seconds += time.perf_counter() - t0
+        self.stats["bytes_read"] += len(data)
+        self.stats["load_seconds"] += time.perf_counter() - t0
         if self.marks_used:
             _mark_used(path, st.st_mtime)
         return meta, payload, path
@@ -556,22 +554,6 @@ def warn_once_factory(quiet=False):
 
 # -- the chain of stores ---------------------------------------------------------
 
-class DiskStore:
-    """Adapts a DiskCache (per-kernel files) to the chain."""
-
-    def __init__(self, disk):
-        self.disk = disk
-
-    @property
-    def writable(self):
-        return self.disk.writable
-
-    def read(self, chain, kind, key, level):
-        if callable(key):
-            key = key(host_target_key())
-        return self.disk.read(kind, key, level)
-
-
 class Chain:
     """The stores of this process, tried in order; what the lookups talk to."""
 
@@ -593,7 +575,7 @@ class Chain:
             if launch is not None and launch.rank != 0:
                 self.disk.writable = False          # under MPI only rank 0 stores
                 self.disk.marks_used = False        # nor marks entries used: no storm of utimes
-            self.stores.append(DiskStore(self.disk))
+            self.stores.append(self.disk)
         for d in site_dirs:
             # a bundle packed on a node like this one, then one built for its architecture
             self.stores.append(BundleStore(os.path.join(d, name), allow_root=True,
@@ -687,7 +669,7 @@ def identity(kind: str, obj):
     if kind == "template":
         return class_fingerprint(obj) if isinstance(obj, type) else None
     if kind == "intrinsic":
-        return intrinsic_of(obj)
+        return intrinsic_of(obj)          # (check_deps asks lowers_to(), which is cheaper)
     if kind == "value":
         return value_identity(obj)
     return None
@@ -710,7 +692,7 @@ def check_deps(deps, kernel, templates: dict, scopes: dict | None = None):
         obj = _resolve(fn, name)
         if obj is _MISSING:
             return f"name '{name}' (in {fn.__qualname__}) is no longer defined"
-        if identity(kind, obj) != recorded:
+        if not (lowers_to(obj, recorded) if kind == "intrinsic" else identity(kind, obj) == recorded):
             return f"'{name}' (in {fn.__qualname__}) changed"
         if kind == "func":
             scopes[_func_fid(obj)] = obj.py_func
@@ -721,32 +703,19 @@ def check_deps(deps, kernel, templates: dict, scopes: dict | None = None):
 
 # -- finding a compiled variant --------------------------------------------------
 
-def _guarded(default=None):
-    def wrap(fn):
-        @functools.wraps(fn)
-        def inner(cache, *args, **kwargs):
-            try:
-                return fn(cache, *args, **kwargs)
-            except Exception as e:          # noqa: BLE001 - the cache must never break a job
-                cache.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
-                return default
-        return inner
-    return wrap
-
-
 def _read_current(cache, kernel, templates, kind, key, level):
     """-> (meta, payload) of an entry whose dependency record still holds; None on a miss."""
     name = kernel.__qualname__
     got = cache.read(kind, key, level)
     if got is None:
-        cache.stats.misses[level] += 1
+        cache.stats["misses"][level] += 1
         log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
         return None
     meta, payload, path = got
     reason = check_deps(meta["dep"], kernel, templates)
     if reason is not None:
-        cache.stats.rejected += 1
-        cache.stats.misses[level] += 1
+        cache.stats["rejected"] += 1
+        cache.stats["misses"][level] += 1
         log.debug("kernel '%s': %s not used: dependency changed: %s", name, LEVEL_NAMES[level], reason)
         return None
     return meta, payload, path
@@ -756,15 +725,22 @@ LEVEL_NAMES = {"variant": "compiled variant", "lowered": "lowered kernel"}
 
 
 def _unusable(cache, kernel, level, path, why):
-    cache.stats.damaged += 1
-    cache.stats.misses[level] += 1
+    cache.stats["damaged"] += 1
+    cache.stats["misses"][level] += 1
     log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
     cache.discard(path)
 
 
-@_guarded()
 def find_variant(cache, kernel, templates, keys: Keys):
     """-> (entry function, bounds-check sites, dependency record) of a valid, current variant; None on a miss."""
+    try:
+        return _find_variant(cache, kernel, templates, keys)
+    except Exception as e:                      # noqa: BLE001 - the cache must never break a job
+        cache.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
+        return None
+
+
+def _find_variant(cache, kernel, templates, keys):
     got = _read_current(cache, kernel, templates, KIND_VARIANT, keys.for_target, "variant")
     if got is None:
         return None
@@ -777,6 +753,6 @@ def find_variant(cache, kernel, templates, keys: Keys):
     except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
         _unusable(cache, kernel, "variant", path, f"does not load ({type(e).__name__}: {e})")
         return None
-    cache.stats.hits["variant"] += 1
+    cache.stats["hits"]["variant"] += 1
     log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
     return fn, sites, meta["dep"]

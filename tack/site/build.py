@@ -244,7 +244,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
     for kind, arch in gpu:
         failures.append((arch, f"no {GPU_KINDS[kind]} backend is installed yet; "
                                f"{kind} bundles come with the GPU backends"))
-    from ..cache.config import format_size
+    from ..cache import format_size
     say("")
     say(f"{'arch':<16}{'kernels':>8}{'variants':>10}{'bytes':>12}{'time':>9}  bundle")
     for arch, nk, nv, nb, secs, path in rows:

@@ -13,7 +13,7 @@ import re
 
 import yaml
 
-from ..cache.config import MODES, parse_size
+from ..cache import MODES, parse_size
 
 # Each key: (kind, required, description).  kind: "str", "size", "mode", "int",
 # "list[str]", "list[int]", "map" (a nested schema), "kernels", "nodes".

@@ -321,7 +321,7 @@ def _store(base: Path, source: str, launches, module="kmod") -> Stored:
 
 def current_version() -> str:
     """Tack's version id as a new process computes it now (a checkout's id changes with every edit of tack/)."""
-    return keys.tack_version_id.__wrapped__()
+    return keys.source_version_id()
 
 
 @pytest.fixture(scope="session")

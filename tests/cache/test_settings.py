@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tack.cache
-from tack.cache import config as cfg
+import tack.cache as cfg
 
 from .conftest import KMOD, check_results, compiled, import_file, loaded, run_child, snapshot, write_module
 

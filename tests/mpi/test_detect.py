@@ -2,7 +2,7 @@
 
 import pytest
 
-from tack.cache.config import detect
+from tack.cache import detect
 
 LAUNCHES = [
     ("Open MPI", {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8"}, 3, 8),
