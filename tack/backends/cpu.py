@@ -58,7 +58,7 @@ class CPUTarget:
         self.triple = triple or llvm.get_process_triple()
         target = llvm.Target.from_triple(self.triple)
         # Static relocations and the large code model leave only absolute
-        # addresses to patch, which Tack's own loader (backends/elf.py) handles.
+        # addresses to patch, which Tack's own loader (tack/loader.py) handles.
         self.machine = target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
                                                     reloc="static", codemodel="large")
         self.is_host = host
@@ -154,7 +154,7 @@ class CPUTarget:
         """Link object code into this process; -> a ctypes function for ``entry``."""
         if not self.is_host:
             raise RuntimeError(f"code for CPU '{self.cpu}' cannot be run on this host")
-        from .elf import load_object
+        from ..loader import load_object
         return load_object(obj, entry)
 
 

@@ -745,7 +745,7 @@ def _find_variant(cache, kernel, templates, keys):
     if got is None:
         return None
     meta, payload, path = got
-    from ..backends.elf import load_object
+    from ..loader import load_object
     from ..errors import BoundsSite
     try:
         sites = [BoundsSite(f, a, p, int(n), fid, int(off)) for f, a, p, n, fid, off in meta["site"]]

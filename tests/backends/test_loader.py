@@ -1,4 +1,4 @@
-"""Tack's own ELF loader and the MCJIT fallback (tack/backends/elf.py, loader.py)."""
+"""Tack's own ELF loader and the MCJIT fallback (tack/loader.py)."""
 
 import ctypes
 import struct
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tack
-from tack.backends import elf
+from tack import loader as elf
 from tack.backends.cpu import host_target
 from tack.codegen import generate
 from tack.launch import typeof_arg
@@ -115,7 +115,7 @@ def test_warm_path_loads_without_llvmlite(tmp_path):
     script = f"""
 import struct, sys
 import numpy as np
-from tack.backends.elf import load_object
+from tack.loader import load_object
 fn = load_object(open({str(path)!r}, "rb").read(), {entry!r})
 x = np.linspace(0.1, 1.2, 16); y = np.zeros(16)
 fn(struct.pack("<QQqqq", x.ctypes.data, y.ctypes.data, 16, 1, 1), 0, 16)

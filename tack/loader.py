@@ -10,6 +10,10 @@ allocated sections, writes those addresses, resolves libm and libc symbols
 with ``dlsym``, and makes the code executable.  An object it cannot load
 (another format, another relocation) raises ``LoadError``, and the caller
 falls back to MCJIT.
+
+It sits beside the package's top modules rather than in ``backends/``: a
+process whose kernels all come from the cache imports it and nothing else
+of the compiler.
 """
 
 from __future__ import annotations
@@ -257,7 +261,7 @@ def load_object(obj: bytes, entry: str):
     except LoadError as e:
         if not e.well_formed:
             raise
-        from .cpu import load_mcjit
+        from .backends.cpu import load_mcjit
         addr = load_mcjit(obj, entry)
     if not addr:
         raise LoadError(f"entry point {entry} not found in object code")
