@@ -30,6 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for p in (ROOT, os.path.join(ROOT, "tests", "kernels"), os.path.join(ROOT, "benchmarks", "peers")):
     if p not in sys.path:
         sys.path.insert(0, p)
+# TACK_BENCH_SITE: a directory holding an installed copy of Tack, found before the checkout.
+if os.environ.get("TACK_BENCH_SITE"):
+    sys.path.insert(0, os.environ["TACK_BENCH_SITE"])
 
 KERNELS = ("classify", "emit")
 COMPILE_STAGES = ("lower", "specialize", "init", "codegen", "llvm", "load")
@@ -62,7 +65,9 @@ def _run_tack(n, out):
     out["cache_stats"] = tack.cache.stats()
     out["cache_env"] = os.environ.get("TACK_CACHE")
     from tack.cache.warm import tack_version_id
+    import tack
     out["tack_version"] = tack_version_id()      # the version directory this process used
+    out["tack_file"] = tack.__file__
     return verts, faces
 
 

@@ -16,6 +16,12 @@ made for this run in a temporary directory (deleted at the end unless
    one process), ``--processes`` of each, alternating.  Also ``import numpy``,
    ``import tack`` right after it, and the process wall (spawn to exit).
    Each warm process reports whether any kernel compiled after all.
+   Tack runs as users have it: an installed copy of the package (``tack/``
+   copied into a site directory of this run, as a wheel installs it), whose
+   version id is its release version.  A third column runs the source
+   checkout itself, warm from its own cache directory: a checkout's version
+   id also hashes each source file's size and mtime (54 metadata operations
+   per process), which a release skips.
 2. **Peers, warm from their own disk caches, in the same run.**  Numba with
    ``cache=True`` (``peers/numba_contour_cached.py``, primed once in a fresh
    ``NUMBA_CACHE_DIR``), ``--processes`` processes interleaved with Tack's.
@@ -202,8 +208,13 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
            "temp_dir": tmp if keep else None}
     try:
-        env_cold = {"TACK_CACHE": "off", "TACK_CACHE_DIR": os.path.join(tmp, "tack-off")}
-        env_warm = {"TACK_CACHE_DIR": os.path.join(tmp, "tack")}
+        site = os.path.join(tmp, "site")          # Tack installed: the package, as a wheel lays it out
+        shutil.copytree(os.path.join(ROOT, "tack"), os.path.join(site, "tack"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        env_cold = {"TACK_CACHE": "off", "TACK_CACHE_DIR": os.path.join(tmp, "tack-off"),
+                    "TACK_BENCH_SITE": site}
+        env_warm = {"TACK_CACHE_DIR": os.path.join(tmp, "tack"), "TACK_BENCH_SITE": site}
+        env_checkout = {"TACK_CACHE_DIR": os.path.join(tmp, "tack-checkout")}
         env_numba = {"NUMBA_CACHE_DIR": os.path.join(tmp, "numba")}
 
         # --- 1 and 2: prime, then alternate Tack cold, Tack warm, Numba warm ---------------
@@ -212,6 +223,10 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         _log("priming Tack's cache (one process: compile and store)")
         prime = _run("tack", size, env_warm)
         res["tack_version"] = prime["tack_version"]
+        if not prime["tack_file"].startswith(site):
+            raise RuntimeError(f"the installed copy was not the Tack imported: {prime['tack_file']}")
+        _log("priming the checkout's own cache (one process)")
+        prime_checkout = _run("tack", size, env_checkout)
         numba_prime = None
         if "numba" not in peers:
             _log("priming Numba's cache (one process: cold compile, cache=True)")
@@ -223,28 +238,38 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         have_numba = numba_prime is not None
         for _ in range(warmup):                       # warms the OS file cache; discarded
             _run("tack", size, env_cold)
-        raw = {"tack_cold": [], "tack_warm": [], "numba_warm": []}
+        raw = {"tack_cold": [], "tack_warm": [], "tack_warm_checkout": [], "numba_warm": []}
         for i in range(processes):
-            _log(f"run {i + 1}/{processes}: Tack cold, Tack warm" + (", Numba warm" if have_numba else ""))
+            _log(f"run {i + 1}/{processes}: Tack cold, Tack warm, Tack warm (checkout)"
+                 + (", Numba warm" if have_numba else ""))
             raw["tack_cold"].append(_run("tack", size, env_cold))
             raw["tack_warm"].append(_run("tack", size, env_warm))
+            raw["tack_warm_checkout"].append(_run("tack", size, env_checkout))
             if have_numba:
                 raw["numba_warm"].append(_run("numba", size, env_numba))
         if not have_numba:
             del raw["numba_warm"]
 
-        # A warm process that saw another Tack version id than the one before it (someone
+        # A checkout's warm process that saw another version id than the one before it (someone
         # edited Tack's sources meanwhile) missed because of that: it is set aside, not counted.
+        # (The installed copy cannot change during the run; the check costs nothing there.)
         version, stale = prime["tack_version"], []
         for i, r in enumerate(raw["tack_warm"]):
             if r["tack_version"] != version:
                 stale.append(i)
                 version = r["tack_version"]
+        version, stale_checkout = prime_checkout["tack_version"], []
+        for i, r in enumerate(raw["tack_warm_checkout"]):
+            if r["tack_version"] != version:
+                stale_checkout.append(i)
+                version = r["tack_version"]
         counted = dict(raw, tack_warm=[r for i, r in enumerate(raw["tack_warm"]) if i not in stale]
-                       or raw["tack_warm"])
+                       or raw["tack_warm"],
+                       tack_warm_checkout=[r for i, r in enumerate(raw["tack_warm_checkout"])
+                                           if i not in stale_checkout] or raw["tack_warm_checkout"])
         med = {k: _summary(v) for k, v in counted.items()}
         cold, warm = med["tack_cold"], med["tack_warm"]
-        tack_all = raw["tack_cold"] + raw["tack_warm"]
+        tack_all = raw["tack_cold"] + raw["tack_warm"]          # the installed copy's processes
         import_tack = _med(tack_all, "import_s")
         numpy_import = _med(tack_all, "numpy_import_s")
         ratios = {
@@ -258,6 +283,9 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         ratios["import_tack_met"] = ratios["import_tack_ms"] <= TARGET_IMPORT_MS
         problems = {i: p for i, p in ((i, _tack_warm_problems(r))
                                       for i, r in enumerate(raw["tack_warm"])) if p and i not in stale}
+        problems.update({f"checkout {i}": p for i, p in ((i, _tack_warm_problems(r))
+                                                         for i, r in enumerate(raw["tack_warm_checkout"]))
+                         if p and i not in stale_checkout})
         numba_recompiled = sum(1 for r in raw.get("numba_warm", []) if r.get("compiled"))
 
         peer_meds = {"numba": med["numba_warm"]} if have_numba else {}
@@ -272,7 +300,7 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
             ratios["vs_peer_wall_met"] = ratios["vs_peer_wall"] <= TARGET_VS_PEER_WALL
 
         res.update({
-            "prime": {"tack": prime, "numba": numba_prime},
+            "prime": {"tack": prime, "tack_checkout": prime_checkout, "numba": numba_prime},
             "medians": med, "ratios": ratios,
             "warm_problems": problems, "warm_stale": stale,
             "numba_warm_recompiled": numba_recompiled,
@@ -283,7 +311,7 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         fills = {}
         for count in entries:
             d = os.path.join(tmp, f"fill-{count}")
-            env = {"TACK_CACHE_DIR": d}
+            env = {"TACK_CACHE_DIR": d, "TACK_BENCH_SITE": site}
             _log(f"cache with {count} synthetic entries: prime, fill")
             p = _run("tack", size, env)
             vdir = os.path.join(d, p["tack_version"])
@@ -318,7 +346,9 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         versions = {r["tack_version"] for r in
                     [prime] + raw["tack_cold"] + raw["tack_warm"]
                     + [r for f in fills.values() for r in [f["prime"]] + f["runs"]]}
-        res["tack_versions_seen"] = sorted(versions)
+        res["tack_versions_seen"] = sorted(versions)       # the installed copy: one, unless copied twice
+        res["checkout_versions_seen"] = sorted({r["tack_version"] for r in
+                                                [prime_checkout] + raw["tack_warm_checkout"]})
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -344,7 +374,7 @@ def report(res, file=None):
         print(s, file=out)
 
     med, r = res["medians"], res["ratios"]
-    cold, warm = med["tack_cold"], med["tack_warm"]
+    cold, warm, chk = med["tack_cold"], med["tack_warm"], med["tack_warm_checkout"]
     numba = med.get("numba_warm")
     n = res["processes"]
     p(f"Kernel cache, warm start: contour({res['field']}, level), first call of a fresh process; "
@@ -354,26 +384,31 @@ def report(res, file=None):
     if res.get("temp_dir"):
         p(f"Cache directories kept in {res['temp_dir']}")
     p()
-    p("1. Tack: cache off vs cache warm (primed by one process)")
-    p(f"  {'':34}{'cache off':>12}{'cache warm':>12}")
-    p(f"  {'import numpy':34}{_ms(cold.get('numpy_import_s'), 12)}{_ms(warm.get('numpy_import_s'), 12)}")
-    p(f"  {'import tack (after numpy)':34}{_ms(cold.get('import_s'), 12)}{_ms(warm.get('import_s'), 12)}")
-    p(f"  {'import tack.kernels.contour':34}{_ms(cold.get('module_import_s'), 12)}"
-      f"{_ms(warm.get('module_import_s'), 12)}")
-    p(f"  {'FIRST CALL':34}{_ms(cold['first_call_s'], 12)}{_ms(warm['first_call_s'], 12)}")
-    p(f"  {'  of which cache lookup (all kernels)':34}{'-':>12}{_ms(warm.get('cache_stage_s'), 12)}")
-    p(f"  {'process wall (spawn to exit)':34}{_ms(cold['process_wall_s'], 12)}"
-      f"{_ms(warm['process_wall_s'], 12)}")
+    p("1. Tack: cache off vs cache warm (primed by one process); installed copy, and the checkout")
+    p(f"  {'':34}{'cache off':>12}{'cache warm':>12}{'warm, checkout':>16}")
+
+    def row(label, key):
+        p(f"  {label:34}{_ms(cold.get(key), 12)}{_ms(warm.get(key), 12)}{_ms(chk.get(key), 16)}")
+    row("import numpy", "numpy_import_s")
+    row("import tack (after numpy)", "import_s")
+    row("import tack.kernels.contour", "module_import_s")
+    row("FIRST CALL", "first_call_s")
+    p(f"  {'  of which cache lookup (all kernels)':34}{'-':>12}{_ms(warm.get('cache_stage_s'), 12)}"
+      f"{_ms(chk.get('cache_stage_s'), 16)}")
+    row("process wall (spawn to exit)", "process_wall_s")
     p(f"  {'processes that compiled':34}{cold['runs_that_compiled']:>9}/{cold['runs']:<2}"
-      f"{warm['runs_that_compiled']:>9}/{warm['runs']:<2}")
+      f"{warm['runs_that_compiled']:>9}/{warm['runs']:<2}{chk['runs_that_compiled']:>13}/{chk['runs']:<2}")
     tv = f"{warm['ntris']} / {warm['nverts']}"
-    p(f"  {'triangles / vertices':34}{cold['ntris']:>5} / {cold['nverts']:<4}{tv:>12}")
+    tc = f"{chk['ntris']} / {chk['nverts']}"
+    p(f"  {'triangles / vertices':34}{cold['ntris']:>5} / {cold['nverts']:<4}{tv:>12}{tc:>16}")
+    p(f"  version ids: installed {res['tack_version']}, checkout "
+      f"{res['prime']['tack_checkout']['tack_version'][:24]}...")
     pr = res["prime"]["tack"]
     p(f"  priming process: first call {_ms(pr['first_call_s'])} (compile + store), "
       f"wall {_ms(pr['process_wall_s'])}")
-    if len(res.get("tack_versions_seen", ())) > 1:
-        p(f"  WARNING: Tack's sources changed during the run ({len(res['tack_versions_seen'])} "
-          "version ids seen): warm processes after the change miss the cache")
+    if len(res.get("checkout_versions_seen", ())) > 1:
+        p(f"  WARNING: the checkout's sources changed during the run ({len(res['checkout_versions_seen'])} "
+          "version ids seen): its warm processes after the change miss the cache")
     if res.get("warm_stale"):
         p(f"  warm processes set aside (first after a change of Tack's sources, so a miss): "
           f"{', '.join(map(str, res['warm_stale']))}; medians over the other "
