@@ -67,22 +67,41 @@ class LoadedObject:
 
 
 def _libc_handle():
+    """mmap, mprotect and munmap, as private function pointers on the process's global symbols.
+
+    ``ctypes.pythonapi`` is ``dlopen(NULL)``, opened when ctypes was imported:
+    looking the calls up there is cheaper than opening a handle of our own
+    (this runs on a warm call's path).  Indexing it makes a new function
+    pointer each time, so setting its argument types touches no one else's.
+    """
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        _libc.mprotect.restype = ctypes.c_int
-        _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                               ctypes.c_int, ctypes.c_long)
-        _libc.mmap.restype = ctypes.c_void_p
+        lib = ctypes.pythonapi
+        mmap, mprotect, munmap = lib["mmap"], lib["mprotect"], lib["munmap"]
+        mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                         ctypes.c_int, ctypes.c_long)
+        mmap.restype = ctypes.c_void_p
+        mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+        mprotect.restype = munmap.restype = ctypes.c_int
+        _libc = (mmap, mprotect, munmap)
     return _libc
 
 
+def _errno() -> int:
+    """The calling thread's errno, after a failed call made through ``_libc_handle``."""
+    try:
+        where = ctypes.pythonapi["__errno_location"]
+    except AttributeError:
+        return -1
+    where.restype = ctypes.POINTER(ctypes.c_int)
+    return where().contents.value
+
+
 def _resolve_external(name: str) -> int:
-    libc = _libc_handle()
-    for lib in (libc, _libm()):
+    for lib in (ctypes.pythonapi, _libm()):
         try:
-            return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+            return ctypes.cast(lib[name], ctypes.c_void_p).value
         except AttributeError:
             continue
     raise LoadError(f"external symbol {name!r} not found in this process")
@@ -164,10 +183,10 @@ def _load(obj: bytes) -> LoadedObject:
         cursor = (cursor + page - 1) // page * page
         bounds.append((start, cursor))
     total = max(cursor, page)
-    libc = _libc_handle()
-    base = libc.mmap(None, total, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
+    mmap, mprotect, munmap = _libc_handle()
+    base = mmap(None, total, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
     if base in (None, ctypes.c_void_p(-1).value):
-        raise LoadError(f"mmap of {total} bytes failed (errno {ctypes.get_errno()})")
+        raise LoadError(f"mmap of {total} bytes failed (errno {_errno()})")
     try:
         for i, off in placed.items():                 # the mapping is zero-filled: .bss is ready
             s = sections[i]
@@ -214,12 +233,12 @@ def _load(obj: bytes) -> LoadedObject:
                 _relocate(base + target + r_offset, machine, r_info & 0xFFFFFFFF, sym_addr + r_addend)
 
         for (start, end), prot in zip(bounds, (_PROT_READ | _PROT_EXEC, _PROT_READ, _PROT_READ | _PROT_WRITE)):
-            if end > start and libc.mprotect(base + start, end - start, prot) != 0:
-                raise LoadError(f"mprotect failed (errno {ctypes.get_errno()})")
+            if end > start and mprotect(base + start, end - start, prot) != 0:
+                raise LoadError(f"mprotect failed (errno {_errno()})")
         if machine == EM_AARCH64:
             _clear_icache(base, bounds[0][1])
     except BaseException:
-        libc.munmap(ctypes.c_void_p(base), ctypes.c_size_t(total))   # nothing of a failed load stays mapped
+        munmap(base, total)                   # nothing of a failed load stays mapped
         raise
     return LoadedObject(base, total, defined)
 
@@ -241,7 +260,7 @@ def _relocate(address, machine, rtype, value):
 
 def _clear_icache(start, length):
     try:
-        fn = _libc_handle().__clear_cache
+        fn = ctypes.pythonapi["__clear_cache"]
     except AttributeError:
         return
     fn(ctypes.c_void_p(start), ctypes.c_void_p(start + length))

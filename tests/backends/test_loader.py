@@ -142,3 +142,13 @@ def test_aarch64_relocations_patch_the_right_bits():
         assert insn[0] & ~(0xFFFF << 5) == movz_x3 | (shift // 16) << 21
     with pytest.raises(elf.LoadError, match="relocation type 99"):
         elf._relocate(ctypes.addressof(buf), elf.EM_AARCH64, 99, value)
+
+
+def test_failed_system_calls_report_errno():
+    """The loader's calls go through the process's own symbols; a failure's errno is read back."""
+    import errno
+    mmap, mprotect, munmap = elf._libc_handle()
+    assert mprotect(1, 4096, elf._PROT_READ) == -1          # an address not on a page boundary
+    assert elf._errno() == errno.EINVAL
+    base = mmap(None, 4096, elf._PROT_READ | elf._PROT_WRITE, elf._MAP_PRIVATE | elf._MAP_ANONYMOUS, -1, 0)
+    assert base and mprotect(base, 4096, elf._PROT_READ) == 0 and munmap(base, 4096) == 0
