@@ -279,6 +279,7 @@ _HEAD = struct.Struct("<8sB3xIQ32s64s")
 SUFFIX = {KIND_LOWERED: ".tlk", KIND_VARIANT: ".tvar"}
 LEVEL_DIR = {KIND_LOWERED: "lowered", KIND_VARIANT: "variants"}
 TMP_MARK = ".tmp."
+HIT_FIELDS = frozenset(("dep", "site", "entry"))      # the metadata a lookup uses
 
 
 class DamagedEntry(Exception):
@@ -300,15 +301,19 @@ def _unescape(text: str) -> str:
     return "".join(out)
 
 
-def decode_meta(data: bytes, list_fields=("dep", "site", "arg", "argspec")) -> dict:
-    meta = {f: [] for f in list_fields}
+def decode_meta(data: bytes, list_fields=("dep", "site", "arg", "argspec"), only=None) -> dict:
+    """Metadata text -> ``{field: value or [rows]}``; ``only``: the fields wanted, others skipped."""
+    meta = {f: [] for f in list_fields if only is None or f in only}
     if b"\\" in data:                          # something escaped: unescape field by field
         for line in data.decode().split("\n"):
             field, *values = (_unescape(v) for v in line.split("\t"))
-            _add_field(meta, field, values)
+            if only is None or field in only:
+                _add_field(meta, field, values)
         return meta
     for line in data.decode().split("\n") if data else ():
         field, tab, value = line.partition("\t")
+        if only is not None and field not in only:
+            continue
         rows = meta.get(field)
         if type(rows) is list:
             rows.append(value.split("\t"))
@@ -328,8 +333,11 @@ def _add_field(meta: dict, field: str, values: list):
         raise DamagedEntry(f"metadata field {field!r} has {len(values)} values")
 
 
-def decode(data: bytes, kind: int, key: str | None = None):
-    """-> (key, meta dict, payload bytes); DamagedEntry if anything is off."""
+def decode(data: bytes, kind: int, key: str | None = None, only=None):
+    """-> (key, meta dict, payload bytes); DamagedEntry if anything is off.
+
+    ``only``: the metadata fields wanted (a cache hit needs three of a dozen).
+    """
     if len(data) < _HEAD.size:
         raise DamagedEntry("shorter than an entry header")
     magic, k, mlen, plen, digest, key_b = _HEAD.unpack_from(data)
@@ -345,10 +353,13 @@ def decode(data: bytes, kind: int, key: str | None = None):
         raise DamagedEntry("entry holds another key")
     meta_b = data[_HEAD.size:_HEAD.size + mlen]
     payload = data[_HEAD.size + mlen:]
-    if hashlib.sha256(key_b + meta_b + payload).digest() != digest:
+    h = hashlib.sha256(key_b)
+    h.update(meta_b)
+    h.update(payload)
+    if h.digest() != digest:
         raise DamagedEntry("checksum mismatch")
     try:
-        meta = decode_meta(meta_b)
+        meta = decode_meta(meta_b, only=only)
     except (UnicodeDecodeError, ValueError):
         raise DamagedEntry("metadata is not readable") from None
     return entry_key, meta, payload
@@ -490,7 +501,7 @@ class DiskCache:
             self.warn_once(f"cannot read the kernel cache at {self.root}: {e.strerror or e}")
             return None
         try:
-            _, meta, payload = decode(data, kind, key)
+            _, meta, payload = decode(data, kind, key, only=HIT_FIELDS)
         except DamagedEntry as e:
             self.stats["damaged"] += 1
             log.debug("%s %s: damaged (%s); ignored", level, key[:16], e)

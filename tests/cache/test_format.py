@@ -46,3 +46,15 @@ def test_first_cpu_without_blank_line(tmp_path):
     path.write_text("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f")
     assert warm._first_cpu(str(path)) == {"Features": "fp asimd sve", "CPU implementer": "0x41",
                                             "CPU part": "0xd4f"}
+
+
+def test_metadata_only_the_fields_asked_for():
+    """A hit parses just what it uses; the other fields are skipped, even when odd."""
+    text = store.encode_meta({"arch": "zen3", "dep": [["k", "tack", "module", "tack"]], "entry": "e",
+                              "site": [["f", "a", "p", "1", "k", "0"]], "target": "x\ty"})
+    meta = store.decode_meta(text, only=warm.HIT_FIELDS)
+    assert meta == {"dep": [["k", "tack", "module", "tack"]], "entry": "e",
+                    "site": [["f", "a", "p", "1", "k", "0"]]}
+    assert store.decode_meta(text + b"\nkernel\ta\tb", only=warm.HIT_FIELDS) == meta
+    with pytest.raises(store.DamagedEntry):
+        store.decode_meta(text + b"\nentry\ta\tb", only=warm.HIT_FIELDS)
