@@ -155,7 +155,7 @@ def _compile(kernel, dims, args, device, debug):
     from .codegen import generate
     target = host_target()
     stage("init")
-    symbol = "tack_" + (keys.variant if keys else
+    symbol = "tack_" + (keys.for_target(warm.host_target_key()) if keys else
                         hashlib.sha256(repr((lowered.fingerprint(), value_types, len(dims))).encode()).hexdigest())
     gen = generate(typed, target, symbol)
     stage("codegen")

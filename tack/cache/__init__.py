@@ -180,18 +180,6 @@ LAUNCHERS = (
 )
 
 
-class Launch:
-    __slots__ = ("launcher", "rank", "size")
-
-    def __init__(self, launcher: str, rank: int, size: int):
-        self.launcher = launcher
-        self.rank = rank
-        self.size = size
-
-    def __repr__(self):
-        return f"Launch({self.launcher!r}, rank={self.rank}, size={self.size})"
-
-
 def _int(environ, names):
     for name in names:
         raw = environ.get(name, "").strip()
@@ -200,8 +188,9 @@ def _int(environ, names):
     return None
 
 
-def detect(environ=None) -> Launch | None:
-    """The MPI launch this process is part of (more than one task), or None."""
+def detect(environ=None):
+    """The MPI launch this process is part of (more than one task): ``.launcher``, ``.rank``,
+    ``.size``; or None."""
     environ = os.environ if environ is None else environ
     for launcher, rank_vars, size_vars in LAUNCHERS:
         rank = _int(environ, rank_vars)
@@ -210,7 +199,7 @@ def detect(environ=None) -> Launch | None:
         size = _int(environ, size_vars)
         if size is None or size <= 1:
             continue
-        return Launch(launcher, rank, size)
+        return types.SimpleNamespace(launcher=launcher, rank=rank, size=size)
     return None
 
 
@@ -318,20 +307,25 @@ def _get_stats():
 
 
 def session():
-    """The stores this process looks entries up in (a ``store.Chain``), or None when off."""
+    """Where this process looks entries up, or None when off: the user's directory (a
+    ``warm.DiskCache``), or a ``bundle.Chain`` of stores when there are bundles to read."""
     global _session
     if _session is None:
         s = settings()
         if s.mode == "off":
             _session = False
         else:
-            from .warm import Chain, site_dirs, warn_once_factory
+            from .warm import site_dirs, user_directory, warn_once_factory
             launch = mpi_launch()
             warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
-            _session = Chain(s, _get_stats(), warn, launch, site_dirs(),
-                             own_bundle=not _bundle_called)
-            if _loaded_bundle is not None:
-                _session.add_loaded(_loaded_bundle)
+            sites = site_dirs()
+            if s.mode == "bundle" or sites or _loaded_bundle is not None:
+                from .bundle import Chain
+                _session = Chain(s, _get_stats(), warn, launch, sites, own_bundle=not _bundle_called)
+                if _loaded_bundle is not None:
+                    _session.add_loaded(_loaded_bundle)
+            else:
+                _session = user_directory(s, _get_stats(), warn, launch)
     return _session or None
 
 
@@ -345,13 +339,16 @@ def load_bundle(comm=None) -> int:
     Without ``comm``, this process reads the bundle itself.
     """
     from .bcast import load_and_broadcast
-    global _loaded_bundle, _bundle_called
+    global _loaded_bundle, _bundle_called, _session
     _bundle_called = True
     loaded = load_and_broadcast(comm, settings())
     if loaded is None:
         return 0
     _loaded_bundle = loaded
     if _session:
+        if not hasattr(_session, "add_loaded"):         # the user's directory alone, so far
+            from .bundle import Chain
+            _session = Chain(_session.settings, _session.stats, _session.warn_once, disk=_session)
         _session.add_loaded(loaded)
     return len(loaded)
 

@@ -26,7 +26,7 @@ import struct
 import time
 
 from . import log, warm
-from .warm import host_target_key, tack_version_id
+from .warm import host_target_key, tack_version_id, user_directory
 
 MAGIC = b"TACKBDL1"
 FORMAT = 1
@@ -243,7 +243,7 @@ class BundleStore:
     def target_key(self):
         return self._target_key or host_target_key()
 
-    def read(self, chain, kind, key, level):
+    def lookup(self, chain, kind, key, level):
         if self.bundle is None and not self._failed:
             self._open(chain)
         if self.bundle is None:
@@ -281,3 +281,52 @@ class SiteBundleStore(BundleStore):
             return
         self.path = os.path.join(self.directory, site_bundle_name(arch, self._target_key))
         super()._open(chain)
+
+
+class Chain:
+    """The stores of this process, tried in order, when there is more than the user's directory
+    (bundle mode, site bundles, a broadcast bundle); else the session is that ``DiskCache``."""
+
+    def __init__(self, settings, stats, warn_once, launch=None, site_dirs=(), own_bundle=True,
+                 disk=None):
+        self.settings = settings
+        self.stats = stats
+        self.warn_once = warn_once
+        self.disk = disk
+        self.stores = []
+        name = bundle_name(host_target_key())
+        if settings.mode == "bundle":
+            if own_bundle:                      # else load_bundle() already read (or tried) it
+                self.stores.append(BundleStore(os.path.join(settings.directory, name),
+                                               label="cache bundle", quiet=True))
+        else:
+            if self.disk is None:
+                self.disk = user_directory(settings, stats, warn_once, launch)
+            self.stores.append(self.disk)
+        for d in site_dirs:
+            # a bundle packed on a node like this one, then one built for its architecture
+            self.stores.append(BundleStore(os.path.join(d, name), allow_root=True,
+                                           label="site bundle", quiet=True))
+            self.stores.append(SiteBundleStore(d))
+
+    def add_loaded(self, loaded):
+        self.stores.insert(0, BundleStore(loaded=loaded, label="broadcast bundle"))
+
+    @property
+    def writable(self):
+        return self.disk is not None and self.disk.writable
+
+    def read(self, kind, key, level):
+        for s in self.stores:
+            got = s.lookup(self, kind, key, level)
+            if got is not None:
+                return got
+        return None
+
+    def write(self, kind, key, meta, payload):
+        return self.disk.write(kind, key, meta, payload) if self.writable else False
+
+    def discard(self, path):
+        """Remove an unusable entry found at ``path`` (only ever a per-kernel file of ours)."""
+        if self.disk is not None:
+            self.disk.discard(path)

@@ -17,7 +17,7 @@ import time
 
 from . import log
 from ..types import spec
-from .warm import (CODEGEN, TMP_MARK, Keys, Untrusted, _HEAD, _read_current, _unusable, check_deps,
+from .warm import (CODEGEN, TMP_MARK, Untrusted, _HEAD, _read_current, _unusable, check_deps,
                    check_trusted, digest, entry_path, host_target_key)
 # The entry format in one namespace, reader (warm.py) and writer (here):
 from .warm import (KIND_LOWERED, KIND_VARIANT, LEVEL_DIR, MAGIC, SUFFIX,  # noqa: F401
@@ -183,7 +183,7 @@ def store_lowered(cache, key: str, lowered) -> bool:
 
 
 @_guarded(False)
-def store_variant(cache, keys: Keys, lowered, argtypes, entry: str, sites, obj: bytes, identity) -> bool:
+def store_variant(cache, keys, lowered, argtypes, entry: str, sites, obj: bytes, identity) -> bool:
     meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": entry,
             "lowered": keys.lowered, "arg": [[str(t)] for t in argtypes],
             "argspec": [[spec(t)] for t in argtypes], "grid": str(keys.grid),
@@ -191,7 +191,7 @@ def store_variant(cache, keys: Keys, lowered, argtypes, entry: str, sites, obj: 
             "arch": identity.get("cpu", ""),
             "target": ";".join(f"{k}={v}" for k, v in sorted(identity.items())),
             "site": [list(s) for s in sites or ()]}
-    stored = cache.write(KIND_VARIANT, keys.variant, meta, obj)
+    stored = cache.write(KIND_VARIANT, keys.for_target(host_target_key()), meta, obj)
     log.debug("kernel '%s': compiled%s", meta["kernel"], " and stored" if stored else "")
     return stored
 

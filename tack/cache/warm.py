@@ -29,7 +29,7 @@ miss or a store needs lives in ``store.py`` (writing entries), ``bundle.py``
 * **The user's directory** (``DiskCache``) holds entries under
   ``<directory>/<tack version>/{lowered,variants}/<xx>/``.  Every failure of
   the file system is a miss and at most one warning per process.
-* **The chain** (``Chain``) is where a process looks, in order: a bundle
+* **The chain** (``bundle.Chain``) is where a process looks, in order: a bundle
   given to ``load_bundle``; the user's directory (its per-kernel files, or in
   mode ``bundle`` only its bundle); the site's bundle directories
   (TACK_CACHE_BUNDLES): a bundle packed on a host like this one, then the one
@@ -238,37 +238,24 @@ def variant_key(lowered: str, argtypes, grid_ndim: int, target: str) -> str:
                   ("target", target))
 
 
-class Keys:
-    """A kernel launch's cache keys: the lowered one, and a variant key per target."""
-
-    __slots__ = ("lowered", "argtypes", "grid", "_variants")
-
-    def __init__(self, lowered: str, argtypes, grid: int):
-        self.lowered = lowered
-        self.argtypes = argtypes
-        self.grid = grid
-        self._variants = {}
-
-    def for_target(self, target_key: str) -> str:
-        key = self._variants.get(target_key)
-        if key is None:
-            key = self._variants[target_key] = variant_key(self.lowered, self.argtypes,
-                                                           self.grid, target_key)
-        return key
-
-    @property
-    def variant(self) -> str:
-        """The variant key for this host (the user's own cache)."""
-        return self.for_target(host_target_key())
-
-
 def template_ids(templates: dict):
     return sorted((p, f"{c.__module__}.{c.__qualname__}", class_fingerprint(c))
                   for p, c in templates.items())
 
 
-def keys(kernel, templates, value_types, grid_ndim, debug) -> Keys:
-    return Keys(lowered_key(kernel, template_ids(templates), debug), tuple(value_types), grid_ndim)
+def keys(kernel, templates, value_types, grid_ndim, debug):
+    """A launch's cache keys: ``.lowered``, and ``.for_target(target key)``, its variant's key
+    for a target (this host's: ``host_target_key()``), each made once."""
+    lowered = lowered_key(kernel, template_ids(templates), debug)
+    argtypes = tuple(value_types)
+    variants = {}
+
+    def for_target(target_key: str) -> str:
+        key = variants.get(target_key)
+        if key is None:
+            key = variants[target_key] = variant_key(lowered, argtypes, grid_ndim, target_key)
+        return key
+    return types.SimpleNamespace(lowered=lowered, argtypes=argtypes, grid=grid_ndim, for_target=for_target)
 
 
 # -- entries ---------------------------------------------------------------------
@@ -474,7 +461,11 @@ class DiskCache:
 
     # -- reading ------------------------------------------------------------
 
-    def read(self, chain, kind: int, key, level: str):
+    def lookup(self, chain, kind: int, key, level: str):
+        """As a store of a ``bundle.Chain``: ``read``."""
+        return self.read(kind, key, level)
+
+    def read(self, kind: int, key, level: str):
         """-> (meta, payload, path) of a valid entry, or None (a miss).
 
         ``key`` may be a function of the target key (a variant's: this host's).
@@ -565,56 +556,14 @@ def warn_once_factory(quiet=False):
 
 # -- the chain of stores ---------------------------------------------------------
 
-class Chain:
-    """The stores of this process, tried in order; what the lookups talk to."""
-
-    def __init__(self, settings, stats, warn_once, launch=None, site_dirs=(), own_bundle=True):
-        self.settings = settings
-        self.stats = stats
-        self.warn_once = warn_once
-        self.disk = None
-        self.stores = []
-        if settings.mode == "bundle" or site_dirs:
-            from .bundle import BundleStore, SiteBundleStore, bundle_name
-            name = bundle_name(host_target_key())
-        if settings.mode == "bundle":
-            if own_bundle:                      # else load_bundle() already read (or tried) it
-                self.stores.append(BundleStore(os.path.join(settings.directory, name),
-                                               label="cache bundle", quiet=True))
-        else:
-            self.disk = DiskCache(settings, stats, warn_once)
-            if launch is not None and launch.rank != 0:
-                self.disk.writable = False          # under MPI only rank 0 stores
-                self.disk.marks_used = False        # nor marks entries used: no storm of utimes
-            self.stores.append(self.disk)
-        for d in site_dirs:
-            # a bundle packed on a node like this one, then one built for its architecture
-            self.stores.append(BundleStore(os.path.join(d, name), allow_root=True,
-                                           label="site bundle", quiet=True))
-            self.stores.append(SiteBundleStore(d))
-
-    def add_loaded(self, loaded):
-        from .bundle import BundleStore
-        self.stores.insert(0, BundleStore(loaded=loaded, label="broadcast bundle"))
-
-    @property
-    def writable(self):
-        return self.disk is not None and self.disk.writable
-
-    def read(self, kind, key, level):
-        for s in self.stores:
-            got = s.read(self, kind, key, level)
-            if got is not None:
-                return got
-        return None
-
-    def write(self, kind, key, meta, payload):
-        return self.disk.write(kind, key, meta, payload) if self.writable else False
-
-    def discard(self, path):
-        """Remove an unusable entry found at ``path`` (only ever a per-kernel file of ours)."""
-        if self.disk is not None:
-            self.disk.discard(path)
+def user_directory(settings, stats: dict, warn_once, launch=None) -> DiskCache:
+    """The user's directory as this process uses it: under MPI only rank 0 stores entries,
+    or marks them used (no storm of metadata writes from thousands of ranks)."""
+    disk = DiskCache(settings, stats, warn_once)
+    if launch is not None and launch.rank != 0:
+        disk.writable = False
+        disk.marks_used = False
+    return disk
 
 
 def site_dirs(environ=None) -> list:
@@ -742,7 +691,7 @@ def _unusable(cache, kernel, level, path, why):
     cache.discard(path)
 
 
-def find_variant(cache, kernel, templates, keys: Keys):
+def find_variant(cache, kernel, templates, keys):
     """-> (entry function, bounds-check sites, dependency record) of a valid, current variant; None on a miss."""
     try:
         return _find_variant(cache, kernel, templates, keys)

@@ -1,4 +1,4 @@
-"""MPI detection from the launchers' variables (tack/cache/mpi.py)."""
+"""MPI detection from the launchers' variables (tack.cache.detect)."""
 
 import pytest
 
