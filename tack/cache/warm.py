@@ -452,10 +452,12 @@ class DiskCache:
         if create:
             from .store import ensure_private_dir
             ensure_private_dir(path)
-        elif not os.path.isdir(path):
-            return False
         else:
-            check_trusted(path)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return False                    # not made yet: a miss
+            check_stat(st, path)
         self._checked.add(path)
         return True
 
