@@ -1,4 +1,4 @@
-"""One process for ``cache_warm.py``: ``python benchmarks/_cache_runner.py tack|numba [N]``.
+"""One process for ``cache_warm.py``: ``python benchmarks/_cache_runner.py tack|numba|warp|taichi [N]``.
 
 The parent sets the environment (TACK_CACHE, TACK_CACHE_DIR, NUMBA_CACHE_DIR)
 and times the whole process from spawn to exit.  In here, in this order:
@@ -95,6 +95,59 @@ def _run_numba(n, out):
     return verts, faces
 
 
+def _run_warp(n, out):
+    """Warp (CPU) from its kernel cache (WARP_CACHE_PATH).  ``wp.init()`` (loading Warp's
+    native libraries) is Warp's documented start-up call: it is counted with the import."""
+    import contextlib
+    import io
+
+    t0 = time.perf_counter()
+    import warp
+    with contextlib.redirect_stdout(io.StringIO()):
+        warp.init()
+    out["import_s"] = time.perf_counter() - t0
+    out["warp_version"] = warp.__version__
+
+    t0 = time.perf_counter()
+    import warp_contour as peer
+    out["module_import_s"] = time.perf_counter() - t0
+
+    import fields
+    field, level = fields.sphere(n), fields.SPHERE_LEVEL
+
+    said = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(said):          # Warp says per module: "(compiled)" or "(cached)"
+        verts, faces = peer.contour_warp(field, level)
+    out["first_call_s"] = time.perf_counter() - t0
+    out["compiled"] = ["warp_contour"] if "(compiled)" in said.getvalue() else []
+    return verts, faces
+
+
+def _run_taichi(n, out):
+    """Taichi (CPU) from its offline cache (TACK_BENCH_TAICHI_CACHE).  ``ti.init()`` is
+    Taichi's start-up call: it is counted with the import."""
+    t0 = time.perf_counter()
+    import taichi as ti
+    ti.init(arch=ti.cpu, offline_cache=True, log_level=ti.ERROR,
+            offline_cache_file_path=os.environ["TACK_BENCH_TAICHI_CACHE"])
+    out["import_s"] = time.perf_counter() - t0
+    out["taichi_version"] = ".".join(map(str, ti.__version__))
+
+    t0 = time.perf_counter()
+    import taichi_contour as peer
+    out["module_import_s"] = time.perf_counter() - t0
+
+    import fields
+    field, level = fields.sphere(n), fields.SPHERE_LEVEL
+
+    t0 = time.perf_counter()
+    verts, faces = peer.contour_taichi(field, level)
+    out["first_call_s"] = time.perf_counter() - t0
+    out["compiled"] = []           # Taichi does not say; the timings tell (a compile is seconds)
+    return verts, faces
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     which = argv[0]
@@ -109,8 +162,12 @@ def main(argv=None):
         verts, faces = _run_tack(n, out)
     elif which == "numba":
         verts, faces = _run_numba(n, out)
+    elif which == "warp":
+        verts, faces = _run_warp(n, out)
+    elif which == "taichi":
+        verts, faces = _run_taichi(n, out)
     else:
-        raise SystemExit(f"unknown runner {which!r}; use 'tack' or 'numba'")
+        raise SystemExit(f"unknown runner {which!r}; use tack, numba, warp or taichi")
     out["nverts"] = int(len(verts))
     out["ntris"] = int(len(faces))
     out["in_process_s"] = time.perf_counter() - T_START

@@ -24,10 +24,14 @@ made for this run in a temporary directory (deleted at the end unless
    per process), which a release skips.
 2. **Peers, warm from their own disk caches, in the same run.**  Numba with
    ``cache=True`` (``peers/numba_contour_cached.py``, primed once in a fresh
-   ``NUMBA_CACHE_DIR``), ``--processes`` processes interleaved with Tack's.
-   Warp (``warp``) and Taichi (``taichi``) are looked for but never installed;
-   there is no peer implementation for them here, so they are reported and
-   skipped.
+   ``NUMBA_CACHE_DIR``), Warp on the CPU (``peers/warp_contour.py``, its kernel
+   cache in a fresh ``WARP_CACHE_PATH``) and Taichi on the CPU
+   (``peers/taichi_contour.py``, its offline cache in a fresh directory), where
+   installed (``pip install numba warp-lang taichi``); ``--processes`` processes
+   each, interleaved with Tack's.  Warp's ``wp.init()`` and Taichi's
+   ``ti.init()`` are their documented start-up calls and are counted with the
+   library import, as Tack's own start-up is counted in its first call.
+   This script never installs a peer: one that is missing is reported as such.
 3. **Cost of a hit against the size of the cache.**  For each count in
    ``--entries``: a fresh cache directory primed by one Tack process (the
    contour's real entries), then that many synthetic but valid entries
@@ -75,10 +79,14 @@ TARGET_FLAT = 1.25               # hit cost, most entries / fewest entries, at m
 
 # Environment that would change what a process measures; the runs set their own.
 _SCRUB = ("PYTHONDONTWRITEBYTECODE", "TACK_TIMING", "TACK_CACHE", "TACK_CACHE_DIR",
-          "TACK_CACHE_SIZE", "TACK_CACHE_LOG", "NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT")
+          "TACK_CACHE_SIZE", "TACK_CACHE_LOG", "TACK_CACHE_BUNDLES", "TACK_BENCH_SITE",
+          "NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT", "WARP_CACHE_PATH", "TACK_BENCH_TAICHI_CACHE")
 
-# Peers looked for besides Numba: (label, module), never installed by this script.
-OTHER_PEERS = (("Warp (warp-lang) CPU", "warp"), ("Taichi CPU", "taichi"))
+# Peers: (runner name, label, module looked for, variable naming its cache directory, how it caches).
+PEERS = (("numba", "Numba CPU", "numba", "NUMBA_CACHE_DIR", "cache=True"),
+         ("warp", "Warp CPU", "warp", "WARP_CACHE_PATH", "kernel cache; wp.init() counted with import"),
+         ("taichi", "Taichi CPU", "taichi", "TACK_BENCH_TAICHI_CACHE",
+          "offline cache; ti.init() counted with import"))
 
 SYNTH_PAYLOAD = 8192             # bytes of object code / lowered IR per synthetic entry
 
@@ -188,15 +196,7 @@ def _count_entries(version_dir):
 
 
 def _peer_status():
-    status = {}
-    if importlib.util.find_spec("numba") is None:
-        status["numba"] = "not installed"
-    for label, mod in OTHER_PEERS:
-        if importlib.util.find_spec(mod) is None:
-            status[mod] = "not installed"
-        else:
-            status[mod] = ("installed, but benchmarks/peers has no contour for it; skipped")
-    return status
+    return {name: "not installed" for name, _, mod, _, _ in PEERS if importlib.util.find_spec(mod) is None}
 
 
 def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, warmup=1,
@@ -215,7 +215,7 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
                     "TACK_BENCH_SITE": site}
         env_warm = {"TACK_CACHE_DIR": os.path.join(tmp, "tack"), "TACK_BENCH_SITE": site}
         env_checkout = {"TACK_CACHE_DIR": os.path.join(tmp, "tack-checkout")}
-        env_numba = {"NUMBA_CACHE_DIR": os.path.join(tmp, "numba")}
+        env_peer = {name: {var: os.path.join(tmp, name)} for name, _, _, var, _ in PEERS}
 
         # --- 1 and 2: prime, then alternate Tack cold, Tack warm, Numba warm ---------------
         peers = _peer_status()
@@ -227,28 +227,29 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
             raise RuntimeError(f"the installed copy was not the Tack imported: {prime['tack_file']}")
         _log("priming the checkout's own cache (one process)")
         prime_checkout = _run("tack", size, env_checkout)
-        numba_prime = None
-        if "numba" not in peers:
-            _log("priming Numba's cache (one process: cold compile, cache=True)")
+        peer_prime, ran = {}, []
+        for name, label, _, _, how in PEERS:
+            if name in peers:
+                continue
+            _log(f"priming {label}'s cache (one process: cold compile and store)")
             try:
-                numba_prime = _run("numba", size, env_numba)
-                peers["numba"] = f"numba {numba_prime.get('numba_version')}, cache=True"
+                peer_prime[name] = pr = _run(name, size, env_peer[name])
+                peers[name] = f"{name} {pr.get(name + '_version')}, {how}"
+                ran.append(name)
             except RuntimeError as e:
-                peers["numba"] = f"failed: {str(e).strip().splitlines()[-1]}"
-        have_numba = numba_prime is not None
+                peers[name] = f"failed: {str(e).strip().splitlines()[-1]}"
         for _ in range(warmup):                       # warms the OS file cache; discarded
             _run("tack", size, env_cold)
-        raw = {"tack_cold": [], "tack_warm": [], "tack_warm_checkout": [], "numba_warm": []}
+        raw = {"tack_cold": [], "tack_warm": [], "tack_warm_checkout": []}
+        raw.update({f"{name}_warm": [] for name in ran})
         for i in range(processes):
             _log(f"run {i + 1}/{processes}: Tack cold, Tack warm, Tack warm (checkout)"
-                 + (", Numba warm" if have_numba else ""))
+                 + "".join(f", {name} warm" for name in ran))
             raw["tack_cold"].append(_run("tack", size, env_cold))
             raw["tack_warm"].append(_run("tack", size, env_warm))
             raw["tack_warm_checkout"].append(_run("tack", size, env_checkout))
-            if have_numba:
-                raw["numba_warm"].append(_run("numba", size, env_numba))
-        if not have_numba:
-            del raw["numba_warm"]
+            for name in ran:
+                raw[f"{name}_warm"].append(_run(name, size, env_peer[name]))
 
         # A checkout's warm process that saw another version id than the one before it (someone
         # edited Tack's sources meanwhile) missed because of that: it is set aside, not counted.
@@ -286,9 +287,7 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         problems.update({f"checkout {i}": p for i, p in ((i, _tack_warm_problems(r))
                                                          for i, r in enumerate(raw["tack_warm_checkout"]))
                          if p and i not in stale_checkout})
-        numba_recompiled = sum(1 for r in raw.get("numba_warm", []) if r.get("compiled"))
-
-        peer_meds = {"numba": med["numba_warm"]} if have_numba else {}
+        peer_meds = {name: med[f"{name}_warm"] for name in ran}
         if peer_meds:
             best_call = min(peer_meds, key=lambda k: peer_meds[k]["first_call_s"])
             best_wall = min(peer_meds, key=lambda k: peer_meds[k]["process_wall_s"])
@@ -300,10 +299,9 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
             ratios["vs_peer_wall_met"] = ratios["vs_peer_wall"] <= TARGET_VS_PEER_WALL
 
         res.update({
-            "prime": {"tack": prime, "tack_checkout": prime_checkout, "numba": numba_prime},
+            "prime": {"tack": prime, "tack_checkout": prime_checkout, **peer_prime}, "peers_ran": ran,
             "medians": med, "ratios": ratios,
             "warm_problems": problems, "warm_stale": stale,
-            "numba_warm_recompiled": numba_recompiled,
             "triangles_equal": len({m["ntris"] for m in med.values()}) == 1,
         })
 
@@ -375,7 +373,6 @@ def report(res, file=None):
 
     med, r = res["medians"], res["ratios"]
     cold, warm, chk = med["tack_cold"], med["tack_warm"], med["tack_warm_checkout"]
-    numba = med.get("numba_warm")
     n = res["processes"]
     p(f"Kernel cache, warm start: contour({res['field']}, level), first call of a fresh process; "
       f"medians of {n} processes each, Python {res['python']}, {res['cpus']} CPUs")
@@ -428,30 +425,34 @@ def report(res, file=None):
       f"(import numpy {r['import_numpy_ms']:.1f} ms; median of all {2 * n} Tack processes)")
     p()
     p("2. Peers, warm from their own on-disk caches (same run, interleaved with Tack's processes)")
-    for label, mod in (("Numba CPU", "numba"),) + OTHER_PEERS:
-        p(f"  {label:22} {res['peers'].get(mod)}")
-    if numba:
+    for name, label, _, _, _ in PEERS:
+        p(f"  {label:22} {res['peers'].get(name)}")
+    ran = res.get("peers_ran", [])
+    if ran:
+        cols = [("Tack warm", warm)] + [(f"{name} warm", med[f"{name}_warm"]) for name in ran]
         p()
-        p(f"  {'':34}{'Tack warm':>12}{'Numba warm':>12}")
-        p(f"  {'import numpy':34}{_ms(warm.get('numpy_import_s'), 12)}{_ms(numba.get('numpy_import_s'), 12)}")
-        p(f"  {'library import':34}{_ms(warm.get('import_s'), 12)}{_ms(numba.get('import_s'), 12)}")
-        p(f"  {'contour module import':34}{_ms(warm.get('module_import_s'), 12)}"
-          f"{_ms(numba.get('module_import_s'), 12)}")
-        p(f"  {'FIRST CALL (warm)':34}{_ms(warm['first_call_s'], 12)}{_ms(numba['first_call_s'], 12)}")
-        p(f"  {'process wall (spawn to exit)':34}{_ms(warm['process_wall_s'], 12)}"
-          f"{_ms(numba['process_wall_s'], 12)}")
-        p(f"  {'processes that compiled':34}{warm['runs_that_compiled']:>9}/{warm['runs']:<2}"
-          f"{numba['runs_that_compiled']:>9}/{numba['runs']:<2}")
-        p(f"  {'triangles':34}{warm['ntris']:>12}{numba['ntris']:>12}   "
-          f"{'OK' if res['triangles_equal'] else 'MISMATCH'}")
-        npr = res["prime"]["numba"]
-        p(f"  Numba priming process: first call {_ms(npr['first_call_s'])} (cold compile + store), "
-          f"wall {_ms(npr['process_wall_s'])}")
+        p(f"  {'':34}" + "".join(f"{c:>14}" for c, _ in cols))
+
+        def prow(label, key):
+            p(f"  {label:34}" + "".join(_ms(m.get(key), 14) for _, m in cols))
+        prow("import numpy", "numpy_import_s")
+        prow("library import (and its init)", "import_s")
+        prow("contour module import", "module_import_s")
+        prow("FIRST CALL (warm)", "first_call_s")
+        prow("process wall (spawn to exit)", "process_wall_s")
+        p(f"  {'processes that compiled':34}"
+          + "".join(f"{m['runs_that_compiled']:>11}/{m['runs']:<2}" for _, m in cols))
+        p(f"  {'triangles':34}" + "".join(f"{m['ntris']:>14}" for _, m in cols)
+          + f"   {'OK' if res['triangles_equal'] else 'MISMATCH'}")
+        for name in ran:
+            pr = res["prime"][name]
+            p(f"  {name} priming process: first call {_ms(pr['first_call_s'])} (cold compile + store), "
+              f"wall {_ms(pr['process_wall_s'])}")
         p()
         p("  Targets (best peer = the installed peer with the lowest figure):")
-        p(f"    Tack warm first call / {r['vs_peer_call_peer']:5} warm   {r['vs_peer_call']:8.3f}     "
+        p(f"    Tack warm first call / {r['vs_peer_call_peer']:6} warm   {r['vs_peer_call']:8.3f}     "
           f"target <= {TARGET_VS_PEER_CALL}    {_met(r['vs_peer_call_met'])}")
-        p(f"    Tack warm process wall / {r['vs_peer_wall_peer']:5} warm {r['vs_peer_wall']:8.3f}     "
+        p(f"    Tack warm process wall / {r['vs_peer_wall_peer']:6} warm {r['vs_peer_wall']:8.3f}     "
           f"target <= {TARGET_VS_PEER_WALL}    {_met(r['vs_peer_wall_met'])}")
     else:
         p("  no peer ran: peer ratios not computed")
