@@ -23,6 +23,7 @@ import time
 
 T_START = time.perf_counter()
 
+import importlib  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -38,22 +39,27 @@ KERNELS = ("classify", "emit")
 COMPILE_STAGES = ("lower", "specialize", "init", "codegen", "llvm", "load")
 
 
-def _run_tack(n, out):
+def _timed(out, key, fn):
     t0 = time.perf_counter()
-    import tack  # noqa: F401
-    out["import_s"] = time.perf_counter() - t0
+    result = fn()
+    out[key] = time.perf_counter() - t0
+    return result
 
-    t0 = time.perf_counter()
-    from tack.kernels import contour as mod
-    out["module_import_s"] = time.perf_counter() - t0
 
+def _library_and_call(n, out, start, module, call):
+    """Time the library's import (``start``: import and any init), the contour module's
+    import, then the first call of ``module.call`` on ``sphere(n)``; -> (module, verts, faces)."""
+    _timed(out, "import_s", start)
+    mod = _timed(out, "module_import_s", lambda: importlib.import_module(module))
     import fields
     field, level = fields.sphere(n), fields.SPHERE_LEVEL
+    verts, faces = _timed(out, "first_call_s", lambda: getattr(mod, call)(field, level))
+    return mod, verts, faces
 
-    t0 = time.perf_counter()
-    verts, faces = mod.contour(field, level)
-    out["first_call_s"] = time.perf_counter() - t0
 
+def _run_tack(n, out):
+    mod, verts, faces = _library_and_call(n, out, lambda: importlib.import_module("tack"),
+                                          "tack.kernels.contour", "contour")
     # What the first call did (nothing below is timed).
     out["llvm_loaded"] = "llvmlite.binding" in sys.modules
     out["frontend_modules"] = sorted(m for m in sys.modules if m.startswith("tack.frontend"))
@@ -61,33 +67,20 @@ def _run_tack(n, out):
     out["timings"] = timings
     out["compiled"] = [k for k in KERNELS if any(s in timings[k] for s in COMPILE_STAGES)]
     out["cache_stage_s"] = sum(t.get("cache", 0.0) for t in timings.values())
+    import tack
     import tack.cache
+    from tack.cache.warm import tack_version_id
     out["cache_stats"] = tack.cache.stats()
     out["cache_env"] = os.environ.get("TACK_CACHE")
-    from tack.cache.warm import tack_version_id
-    import tack
     out["tack_version"] = tack_version_id()      # the version directory this process used
     out["tack_file"] = tack.__file__
     return verts, faces
 
 
 def _run_numba(n, out):
-    t0 = time.perf_counter()
-    import numba
-    out["import_s"] = time.perf_counter() - t0
-    out["numba_version"] = numba.__version__
-
-    t0 = time.perf_counter()
-    import numba_contour_cached as peer
-    out["module_import_s"] = time.perf_counter() - t0
-
-    import fields
-    field, level = fields.sphere(n), fields.SPHERE_LEVEL
-
-    t0 = time.perf_counter()
-    verts, faces = peer.contour_numba(field, level)
-    out["first_call_s"] = time.perf_counter() - t0
-
+    peer, verts, faces = _library_and_call(n, out, lambda: importlib.import_module("numba"),
+                                           "numba_contour_cached", "contour_numba")
+    out["numba_version"] = sys.modules["numba"].__version__
     st = peer._contour.stats
     out["cache_hits"] = int(sum(st.cache_hits.values()))
     out["cache_misses"] = int(sum(st.cache_misses.values()))
@@ -101,25 +94,14 @@ def _run_warp(n, out):
     import contextlib
     import io
 
-    t0 = time.perf_counter()
-    import warp
-    with contextlib.redirect_stdout(io.StringIO()):
-        warp.init()
-    out["import_s"] = time.perf_counter() - t0
-    out["warp_version"] = warp.__version__
-
-    t0 = time.perf_counter()
-    import warp_contour as peer
-    out["module_import_s"] = time.perf_counter() - t0
-
-    import fields
-    field, level = fields.sphere(n), fields.SPHERE_LEVEL
-
+    def start():
+        import warp
+        with contextlib.redirect_stdout(io.StringIO()):
+            warp.init()
     said = io.StringIO()
-    t0 = time.perf_counter()
     with contextlib.redirect_stdout(said):          # Warp says per module: "(compiled)" or "(cached)"
-        verts, faces = peer.contour_warp(field, level)
-    out["first_call_s"] = time.perf_counter() - t0
+        _, verts, faces = _library_and_call(n, out, start, "warp_contour", "contour_warp")
+    out["warp_version"] = sys.modules["warp"].__version__
     out["compiled"] = ["warp_contour"] if "(compiled)" in said.getvalue() else []
     return verts, faces
 
@@ -127,23 +109,12 @@ def _run_warp(n, out):
 def _run_taichi(n, out):
     """Taichi (CPU) from its offline cache (TACK_BENCH_TAICHI_CACHE).  ``ti.init()`` is
     Taichi's start-up call: it is counted with the import."""
-    t0 = time.perf_counter()
-    import taichi as ti
-    ti.init(arch=ti.cpu, offline_cache=True, log_level=ti.ERROR,
-            offline_cache_file_path=os.environ["TACK_BENCH_TAICHI_CACHE"])
-    out["import_s"] = time.perf_counter() - t0
-    out["taichi_version"] = ".".join(map(str, ti.__version__))
-
-    t0 = time.perf_counter()
-    import taichi_contour as peer
-    out["module_import_s"] = time.perf_counter() - t0
-
-    import fields
-    field, level = fields.sphere(n), fields.SPHERE_LEVEL
-
-    t0 = time.perf_counter()
-    verts, faces = peer.contour_taichi(field, level)
-    out["first_call_s"] = time.perf_counter() - t0
+    def start():
+        import taichi as ti
+        ti.init(arch=ti.cpu, offline_cache=True, log_level=ti.ERROR,
+                offline_cache_file_path=os.environ["TACK_BENCH_TAICHI_CACHE"])
+    _, verts, faces = _library_and_call(n, out, start, "taichi_contour", "contour_taichi")
+    out["taichi_version"] = ".".join(map(str, sys.modules["taichi"].__version__))
     out["compiled"] = []           # Taichi does not say; the timings tell (a compile is seconds)
     return verts, faces
 
