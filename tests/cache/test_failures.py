@@ -76,3 +76,20 @@ def test_file_too_big(tmp_path, cache_dir, warm):
     assert not [p for p in cache_dir.rglob("*") if store.TMP_MARK in p.name]
     for p in entry_files(cache_dir):
         decode_entry(p)
+
+
+def test_a_file_where_a_level_of_the_cache_should_be(warm):
+    """A regular file in place of the variants level: one warning naming it, right results,
+    nothing stored under it and the file untouched."""
+    cache, src = warm
+    (version_dir,) = [p for p in cache.iterdir() if p.is_dir()]
+    level = version_dir / store.LEVEL_DIR[store.KIND_VARIANT]
+    for p in sorted(level.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    level.rmdir()
+    level.write_text("mine")
+    run = run_child(cache, src, LAUNCHES)
+    assert_one_warning_and_right(run)
+    assert str(level) in run.warnings[0]["message"] and "not a directory" in run.warnings[0]["message"]
+    assert run.stats["hits"]["variant"] == 0
+    assert level.read_text() == "mine"
