@@ -152,3 +152,23 @@ def test_failed_system_calls_report_errno():
     assert elf._errno() == errno.EINVAL
     base = mmap(None, 4096, elf._PROT_READ | elf._PROT_WRITE, elf._MAP_PRIVATE | elf._MAP_ANONYMOUS, -1, 0)
     assert base and mprotect(base, 4096, elf._PROT_READ) == 0 and munmap(base, 4096) == 0
+
+
+def test_entry_points_pass_64_bit_bounds():
+    """The entry type (ctypes' own memmove type, reused) hands a kernel its full 64-bit start and
+    end: a kernel over a grid starting past 2**32 sees exactly those bounds."""
+    assert elf.ENTRY_TYPE is type(ctypes.memmove)          # no new ctypes type is built per process
+
+    @tack.kernel
+    def bounds(out):
+        i = tack.tid()
+        out[0] = i
+
+    out = np.zeros(1, dtype=np.int64)
+    types = (typeof_arg("bounds", "out", out),)
+    target = host_target()
+    gen = generate(specialize(bounds.lower({}, False), types, 1), target, "tack_test_bounds")
+    fn = elf.load_object(target.emit_object(target.optimize(gen.module)), gen.entry)
+    start = (1 << 33) + 5
+    fn(struct.pack("<Qqqq", out.ctypes.data, start + 1, 1, 1), start, start + 1)   # grid (start + 1,)
+    assert out[0] == start
