@@ -158,3 +158,36 @@ def test_bundle_of_another_tack_version_is_refused(kernel_dir, cache):
     r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
     assert r["ok"] and r["stats"]["hits"]["variant"] == 0
     assert any("made by Tack 0.0.1" in w for w in r["warnings"])
+
+
+LATE_LOAD = """
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import tack, tack.cache, kmod
+x = np.arange(1000, dtype=np.float64)                    # the shape _rank.py primed
+y = np.zeros_like(x)
+tack.launch(kmod.k_extra, dim=x.size, args=(x, y))       # the session starts: the user's directory
+loaded = tack.cache.load_bundle()                        # then a bundle, without MPI
+ok = bool(np.allclose(y, x - 7.0))
+for name in ("k_a", "k_b"):
+    y = np.zeros_like(x)
+    tack.launch(getattr(kmod, name), dim=x.size, args=(x, y))
+    ok = ok and bool(np.allclose(y, kmod.REFERENCES[name](x)))
+print(json.dumps({"ok": ok, "loaded": loaded, "stats": tack.cache.stats()}))
+"""
+
+
+def test_load_bundle_after_the_first_kernel(kernel_dir, cache):
+    """load_bundle() called once a kernel already ran (the session was the user's directory
+    alone): the bundle joins the lookups, and its kernels load from it."""
+    prime_and_pack(kernel_dir, cache)
+    for level in ("lowered", "variants"):                 # only the bundle can serve k_a and k_b
+        for p in sorted(cache.glob(f"*/{level}/*/*")):
+            p.unlink()
+    proc = subprocess.run([sys.executable, "-c", LATE_LOAD, str(kernel_dir)], env=clean_env(cache),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    assert r["ok"] and r["loaded"] >= 4
+    assert r["stats"]["hits"]["variant"] == 2 and r["stats"]["misses"]["variant"] == 1
