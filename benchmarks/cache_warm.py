@@ -54,12 +54,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,6 +67,8 @@ ROOT = os.path.dirname(HERE)
 RUNNER = os.path.join(HERE, "_cache_runner.py")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from _common import counts, finish, median_of, run_json  # noqa: E402  (benchmarks/ is on sys.path)
 
 TARGET_COLD_OVER_WARM = 50.0     # at least
 TARGET_WARM_MS = 5.0             # Tack warm first call, at most
@@ -97,33 +97,15 @@ def _log(msg):
 
 def _run(which, size, env_over):
     """One fresh process; its JSON plus ``process_wall_s`` (spawn to exit)."""
-    env = dict(os.environ)
-    for k in _SCRUB:
-        env.pop(k, None)
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env.update(env_over)
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, RUNNER, which, str(size)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{which} runner failed (exit {proc.returncode}, env {env_over}):\n"
-                           f"{proc.stderr}")
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    res["process_wall_s"] = wall
-    if proc.stderr.strip():
-        res["stderr"] = proc.stderr.strip()[-2000:]
-    return res
-
-
-def _med(runs, key):
-    vals = [r[key] for r in runs if r.get(key) is not None]
-    return statistics.median(vals) if vals else None
+    return run_json(RUNNER, (which, size), env)
 
 
 def _summary(runs):
     keys = ("numpy_import_s", "import_s", "module_import_s", "first_call_s", "process_wall_s",
             "in_process_s", "cache_stage_s")
-    out = {k: _med(runs, k) for k in keys if _med(runs, k) is not None}
+    out = {k: median_of(runs, k) for k in keys if median_of(runs, k) is not None}
     out["ntris"], out["nverts"] = runs[0]["ntris"], runs[0]["nverts"]
     out["runs"] = len(runs)
     out["runs_that_compiled"] = sum(1 for r in runs if r.get("compiled"))
@@ -271,8 +253,8 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         med = {k: _summary(v) for k, v in counted.items()}
         cold, warm = med["tack_cold"], med["tack_warm"]
         tack_all = raw["tack_cold"] + raw["tack_warm"]          # the installed copy's processes
-        import_tack = _med(tack_all, "import_s")
-        numpy_import = _med(tack_all, "numpy_import_s")
+        import_tack = median_of(tack_all, "import_s")
+        numpy_import = median_of(tack_all, "numpy_import_s")
         ratios = {
             "cold_over_warm": cold["first_call_s"] / warm["first_call_s"],
             "warm_first_call_ms": warm["first_call_s"] * 1e3,
@@ -490,19 +472,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.processes < 1 or args.hit_processes < 1:
         ap.error("--processes and --hit-processes must be at least 1")
-    try:
-        entries = tuple(int(x) for x in args.entries.split(",") if x.strip())
-    except ValueError:
-        ap.error("--entries takes comma-separated integers, e.g. 10,1000,10000")
-    if not entries or min(entries) < 0:
-        ap.error("--entries needs at least one count, none negative")
+    entries = counts(ap, args.entries, "--entries", "10,1000,10000", 0)
     res = measure(processes=args.processes, hit_processes=args.hit_processes, entries=entries,
                   size=args.size, warmup=max(args.warmup, 0), keep=args.keep)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    else:
-        report(res)
-    return res
+    return finish(res, report, args.json)
 
 
 if __name__ == "__main__":

@@ -18,16 +18,15 @@ Targets (printed next to the figures, never asserted):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RUNNER = os.path.join(HERE, "_cold_runner.py")
+
+from _common import finish, median_of, run_json  # noqa: E402  (benchmarks/ is on sys.path)
 STAGES = ("lower", "specialize", "init", "codegen", "llvm", "load", "launch")
 KERNELS = ("classify", "emit")
 
@@ -42,20 +41,7 @@ def _run_one(which, size):
     env.pop("TACK_TIMING", None)
     # Imports from compiled bytecode, as from an installed package (pip writes .pyc files).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, RUNNER, which, str(size)], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{which} runner failed (exit {proc.returncode}):\n{proc.stderr}")
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    res["process_wall_s"] = wall
-    return res
-
-
-def _median_of(runs, key):
-    vals = [r[key] for r in runs if key in r]
-    return statistics.median(vals) if vals else None
+    return run_json(RUNNER, (which, size), env)
 
 
 def measure(repeat=3, warmup=1, size=21):
@@ -70,10 +56,10 @@ def measure(repeat=3, warmup=1, size=21):
 
     med = {}
     for which, runs in raw.items():
-        med[which] = {k: _median_of(runs, k)
+        med[which] = {k: median_of(runs, k)
                       for k in ("numpy_import_s", "import_s", "peer_import_s", "first_call_s",
                                 "second_call_s", "in_process_s", "process_wall_s")
-                      if _median_of(runs, k) is not None}
+                      if median_of(runs, k) is not None}
         med[which]["ntris"] = runs[0]["ntris"]
         med[which]["nverts"] = runs[0]["nverts"]
 
@@ -183,11 +169,7 @@ def main(argv=None):
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     res = measure(repeat=args.repeat, warmup=max(args.warmup, 0), size=args.size)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    else:
-        report(res)
-    return res
+    return finish(res, report, args.json)
 
 
 if __name__ == "__main__":

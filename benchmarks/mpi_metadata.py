@@ -73,6 +73,8 @@ ROOT = os.path.dirname(HERE)
 RANK = os.path.join(HERE, "_mpi_rank.py")
 RUNNER = os.path.join(HERE, "_cache_runner.py")
 
+from _common import counts, finish, run_json  # noqa: E402  (benchmarks/ is on sys.path)
+
 STRATEGIES = (("files", "per-kernel files"), ("bundle", "bundle"), ("comm", "load_bundle(comm)"))
 LABEL = dict(STRATEGIES)
 MDS_RATE = 50_000                # metadata operations per second: an ASSUMPTION (see above)
@@ -336,15 +338,7 @@ def extrapolate(jobs, k_big, k_small, n_ref, at_ranks, at_kernels, rate):
 
 
 def _runner(size, env):
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, RUNNER, "tack", str(size)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"contour runner failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    res["process_wall_s"] = wall
-    return res
+    return run_json(RUNNER, ("tack", size), env, timeout=600)
 
 
 def _contour_prime(tmp, size):
@@ -659,12 +653,7 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead")
     args = ap.parse_args(argv)
-    try:
-        ranks = tuple(int(x) for x in args.ranks.split(",") if x.strip())
-    except ValueError:
-        ap.error("--ranks takes comma-separated integers, e.g. 1,2,4,8")
-    if not ranks or min(ranks) < 1:
-        ap.error("--ranks needs at least one job size, each >= 1")
+    ranks = counts(ap, args.ranks, "--ranks", "1,2,4,8", 1)
     if args.kernels < 2:
         ap.error("--kernels must be at least 2 (the run also uses K/2)")
     if args.mds_rate <= 0 or args.at_ranks < 1 or args.at_kernels < 1:
@@ -672,11 +661,7 @@ def main(argv=None):
     res = measure(ranks=ranks, kernels=args.kernels, processes=max(args.processes, 0),
                   size=args.size, mds_rate=args.mds_rate, at_ranks=args.at_ranks,
                   at_kernels=args.at_kernels, keep=args.keep, timeout=args.timeout)
-    if args.json:
-        print(json.dumps(res, indent=2, default=str))
-    else:
-        report(res)
-    return res
+    return finish(res, report, args.json, default=str)
 
 
 if __name__ == "__main__":

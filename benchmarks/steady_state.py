@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -37,6 +36,8 @@ ROOT = os.path.dirname(HERE)
 for _p in (ROOT, os.path.join(ROOT, "tests", "kernels"), os.path.join(HERE, "peers")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
+
+from _common import finish  # noqa: E402  (benchmarks/ is on sys.path)
 
 TARGET_SMALL_MS = 0.2        # Tack steady-state small call, at most
 TARGET_BIG_SPEEDUP = 2.0     # skimage / Tack on the big field, at least
@@ -203,11 +204,7 @@ def main(argv=None):
     res = measure(small=args.small, calls=args.calls, big=args.big, runs=args.runs,
                   warmup=max(args.warmup, 0), threads=args.threads,
                   log=None if args.json else sys.stderr)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    else:
-        report(res)
-    return res
+    return finish(res, report, args.json)
 
 
 if __name__ == "__main__":
