@@ -20,8 +20,8 @@ made for this run in a temporary directory (deleted at the end unless
    copied into a site directory of this run, as a wheel installs it), whose
    version id is its release version.  A third column runs the source
    checkout itself, warm from its own cache directory: a checkout's version
-   id also hashes each source file's size and mtime (54 metadata operations
-   per process), which a release skips.
+   id also hashes each source file's size and mtime (a stat per file and a
+   scandir per directory in every process), which a release skips.
 2. **Peers, warm from their own disk caches, in the same run.**  Numba with
    ``cache=True`` (``peers/numba_contour_cached.py``, primed once in a fresh
    ``NUMBA_CACHE_DIR``), Warp on the CPU (``peers/warp_contour.py``, its kernel
