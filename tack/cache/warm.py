@@ -428,12 +428,15 @@ class DiskCache:
 
     def _open(self) -> bool:
         try:
-            if self.writable and not os.path.lexists(self.root):
+            try:
+                st = os.lstat(self.root)            # one system call when it exists, as it usually does
+            except FileNotFoundError:
+                if not self.writable:
+                    log.debug("no cache directory at %s (mode %s)", self.root, self.settings.mode)
+                    return False
                 os.makedirs(self.root, 0o700, exist_ok=True)
-            if not os.path.lexists(self.root):
-                log.debug("no cache directory at %s (mode %s)", self.root, self.settings.mode)
-                return False
-            check_trusted(self.root)
+                st = os.lstat(self.root)
+            check_stat(st, self.root)
             self._checked.add(self.root)
             return True
         except Untrusted as e:
