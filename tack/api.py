@@ -172,9 +172,23 @@ def _feed_code(h, code: types.CodeType):
             _feed_code(h, const)
             consts.append("<code>")
         else:
-            consts.append((type(const).__name__, const))
+            consts.append(_const_text(const))
     h.update(repr((code.co_name, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
                    code.co_argcount, code.co_kwonlyargcount, code.co_flags, consts)).encode())
+
+
+def _const_text(const):
+    """A code constant as text that is the same in every process.
+
+    ``x in {"a", "b"}`` compiles to a frozenset constant, whose repr lists its
+    items in an order that depends on the process's string hash seed: its
+    items are sorted here (by their own text, which is seed-free in turn).
+    """
+    if isinstance(const, frozenset):
+        return ("frozenset", sorted(repr(_const_text(c)) for c in const))
+    if isinstance(const, tuple):
+        return ("tuple", tuple(_const_text(c) for c in const))
+    return (type(const).__name__, const)
 
 
 _memo = {}      # id(code) -> (code, defaults, fingerprint): the code is kept alive, so ids stay unique

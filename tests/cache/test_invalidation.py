@@ -1,6 +1,8 @@
 """What makes a new process compile again, and what does not: each case runs after a first process stored KMOD's kernels."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -195,3 +197,36 @@ def test_edit_reached_through_module_attribute_recompiles(case, stored_attr, tmp
     run = run_child(cache, src, KATTR_LAUNCHES, module="kattr")
     check_results(run, want)
     assert compiled(run.result(kernel)), run.result(kernel)
+
+
+def test_string_set_constant_loads_whatever_the_hash_seed(tmp_path):
+    """A template class with a method testing ``kind in {"alpha", ...}`` (a frozenset constant, whose
+    repr order follows the string hash seed) keys the same in processes with different seeds: the
+    second process loads."""
+    source = edit(KMOD, "    def apply(x):\n        return x * 10.0\n",
+                  "    def apply(x):\n        return x * 10.0\n\n"
+                  "    def describe(kind):\n"
+                  "        return kind in {\"alpha\", \"beta\", \"gamma\", \"delta\", \"epsilon\"}\n")
+    src = write_module(tmp_path / "src", source)
+    cache = tmp_path / "cache"
+    launch = [{"kernel": "k_tmpl", "n": 5, "template": "Policy"}]
+    first = run_child(cache, src, launch, env={"PYTHONHASHSEED": "1"})
+    check_results(first)
+    assert compiled(first.result("k_tmpl"))
+    for seed in ("2", "3", "4"):
+        again = run_child(cache, src, launch, env={"PYTHONHASHSEED": seed})
+        check_results(again)
+        assert loaded(again.result("k_tmpl")), (seed, again.result("k_tmpl"))
+        assert again.stats["hits"]["variant"] == 1
+
+
+def test_fingerprint_of_set_constants_is_seed_free(tmp_path):
+    """function_fingerprint of code holding frozensets (nested in tuples too) is the same under any seed."""
+    mod = tmp_path / "fpmod.py"
+    mod.write_text("def f(k):\n    return k in {'a', 'b', 'c', 'd', 'e', 'f'} or k in ('x', frozenset({'p', 'q', 'r'}))\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import fpmod, tack.api; "
+            "print(tack.api.function_fingerprint(fpmod.f))")
+    prints = {subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                             check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
+              for seed in ("0", "1", "2", "3", "5", "8")}
+    assert len(prints) == 1, prints
