@@ -134,17 +134,32 @@ def host_cpu_identity() -> dict:
 
     The CPU's model and feature flags (from /proc/cpuinfo on Linux), the
     machine type, and llvmlite's library (which pins the LLVM version).
+    Where cpuinfo is missing or lists no feature flags (macOS, Windows, some
+    containers and architectures), LLVM's own host CPU name and features:
+    slower to get (it loads LLVM), but never a key that two CPUs share.
     """
     global _host_identity
     if _host_identity is not None:
         return _host_identity
     ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
     try:
-        ident.update(_first_cpu("/proc/cpuinfo"))
+        cpu = _first_cpu("/proc/cpuinfo")
     except OSError:
-        ident["processor"] = platform.processor()
+        cpu = {}
+    if not (cpu.get("flags") or cpu.get("Features")):
+        cpu.update(_llvm_host_cpu())
+    ident.update(cpu)
     _host_identity = ident
     return ident
+
+
+def _llvm_host_cpu() -> dict:
+    """LLVM's name and features of this host's CPU (what code is compiled for here)."""
+    try:
+        import llvmlite.binding as llvm
+        return {"llvm cpu": llvm.get_host_cpu_name(), "llvm features": llvm.get_host_cpu_features().flatten()}
+    except Exception as e:                      # noqa: BLE001 - no LLVM: nothing compiles here either
+        return {"processor": platform.processor(), "llvm": f"unavailable ({type(e).__name__})"}
 
 
 _CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "flags", "Features",

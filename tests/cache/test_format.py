@@ -58,3 +58,26 @@ def test_metadata_only_the_fields_asked_for():
     assert store.decode_meta(text + b"\nkernel\ta\tb", only=warm.HIT_FIELDS) == meta
     with pytest.raises(store.DamagedEntry):
         store.decode_meta(text + b"\nentry\ta\tb", only=warm.HIT_FIELDS)
+
+
+@pytest.mark.parametrize("cpuinfo", ["missing", "no flags"])
+def test_host_identity_without_cpuinfo_flags_uses_llvm(monkeypatch, tmp_path, cpuinfo):
+    """Without /proc/cpuinfo (macOS, Windows) or without feature flags in it (POWER, some
+    containers), the host's identity is LLVM's own CPU name and features, what code is compiled
+    for: two different CPUs never share a key."""
+    import llvmlite.binding as llvm
+
+    def first_cpu(path):
+        if cpuinfo == "missing":
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return {"model name": "a CPU without a flags line"}
+    monkeypatch.setattr(warm, "_first_cpu", first_cpu)
+    monkeypatch.setattr(warm, "_host_identity", None)
+    ident = warm.host_cpu_identity()
+    assert ident["llvm cpu"] == llvm.get_host_cpu_name()
+    assert ident["llvm features"] == llvm.get_host_cpu_features().flatten()
+    assert "+" in ident["llvm features"]
+    monkeypatch.setattr(warm, "_host_identity", None)
+    monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: llvm.FeatureMap({"avx512f": False}))
+    assert warm.host_cpu_identity() != ident        # another CPU's features: another identity
+
