@@ -144,6 +144,12 @@ def last_check(root: str) -> float | None:
         return None
 
 
+def _stamp(stamp: str, now: float):
+    with open(stamp, "a"):
+        pass
+    os.utime(stamp, (now, now))
+
+
 def maybe_prune(root: str, max_size: int | None, now: float | None = None):
     """The hourly check: at most one process an hour scans and prunes. -> prune's result or None."""
     now = time.time() if now is None else now
@@ -166,11 +172,18 @@ def maybe_prune(root: str, max_size: int | None, now: float | None = None):
         last = last_check(root)                 # another process may have just finished
         if last is not None and now - last < HOUR:
             return None
-        result = prune(root, max_size)
-        remove_stale_temporaries(root, now)
-        with open(stamp, "a"):
-            pass
-        os.utime(stamp, (now, now))
+        try:
+            result = prune(root, max_size)
+            remove_stale_temporaries(root, now)
+        except OSError:
+            # A scan that fails (an unreadable directory, one removed meanwhile) is tried
+            # again in an hour, like one that succeeds: never at every store of every process.
+            try:
+                _stamp(stamp, now)
+            except OSError:
+                pass
+            raise
+        _stamp(stamp, now)
         return result
     finally:
         try:

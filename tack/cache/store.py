@@ -95,7 +95,7 @@ def write_entry(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
         disk.writable = False
         return False
     except OSError as e:
-        disk.warn_once(f"cannot store in the kernel cache at {disk.root}: {e.strerror or e}; "
+        disk.warn_once(f"cannot store in the kernel cache at {disk.root}: {_os_error(e)}; "
                        "kernels still compile and run")
         return False
     disk.stats["bytes_written"] += len(data)
@@ -104,12 +104,19 @@ def write_entry(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
     return True
 
 
+def _os_error(e: OSError) -> str:
+    """An OSError as 'reason (path)', the path being the file or directory at fault."""
+    reason = e.strerror or str(e)
+    return f"{reason} ({e.filename})" if e.filename else reason
+
+
 def _hourly_size_check(disk):
     from . import size
     try:
         result = size.maybe_prune(disk.root, disk.settings.max_size)
     except OSError as e:
-        disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {e.strerror or e}")
+        disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {_os_error(e)}; "
+                       "trying again in an hour")
         return
     if result and result[2]:
         log.debug("size check: %d bytes, deleted %d entries (%d bytes)",

@@ -93,3 +93,34 @@ def test_a_file_where_a_level_of_the_cache_should_be(warm):
     assert str(level) in run.warnings[0]["message"] and "not a directory" in run.warnings[0]["message"]
     assert run.stats["hits"]["variant"] == 0
     assert level.read_text() == "mine"
+
+
+def test_size_check_that_fails_is_tried_again_in_an_hour_not_per_store(warm, tmp_path):
+    """A size check whose scan fails (an unreadable fan directory of another Tack version's
+    entries, which count against the same limit) is one warning naming that directory; the stamp
+    is still set, so neither the next kernel stored nor the next process scans again within the hour."""
+    from tack.cache import size
+    cache, src = warm
+    fan = cache / "0.0.1" / "lowered" / "ab"
+    fan.mkdir(parents=True)
+    (fan / ("ab" + "0" * 62 + ".tlk")).write_bytes(b"an entry of another version")
+    (cache / size.STAMP).unlink(missing_ok=True)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "kmod.py").write_text((src / "kmod.py").read_text().replace("a[i] * a[i] - 1.0",
+                                                                         "a[i] * a[i] - 2.0"))
+    os.chmod(fan, 0)
+    try:
+        first = run_child(cache, other, [{"kernel": "k_other", "n": 5}, {"kernel": "k_other", "n": 6},
+                                         {"kernel": "k_main", "n": 5}], preexec_fn=drop_dac_caps)
+        stamped = (cache / size.STAMP).exists()
+        again = run_child(cache, other, [{"kernel": "k_other", "n": 9}], preexec_fn=drop_dac_caps)
+    finally:
+        os.chmod(fan, 0o700)
+    assert first.rc == 0, first.stderr
+    assert len(first.warnings) == 1, first.warnings
+    message = first.warnings[0]["message"]
+    assert "cannot check the kernel cache's size" in message and str(fan) in message, message
+    assert stamped
+    assert again.rc == 0 and again.warnings == [], again.warnings
+    assert again.stats["bytes_written"] > 0          # it stored its new variant, without a scan
