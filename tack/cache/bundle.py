@@ -317,10 +317,14 @@ class Chain:
         return self.disk is not None and self.disk.writable
 
     def read(self, kind, key, level):
+        self.why = "missing"
         for s in self.stores:
             got = s.lookup(self, kind, key, level)
             if got is not None:
                 return got
+            why = getattr(s, "why", "missing")      # the user's directory says why it missed
+            if why != "missing":
+                self.why = why
         return None
 
     def write(self, kind, key, meta, payload):

@@ -432,6 +432,8 @@ class DiskCache:
         self.warn_once = warn_once
         self._checked = set()        # directories checked (or created) and trusted
         self._usable = None
+        self._unusable_why = "missing (no cache directory)"
+        self.why = "missing"         # why the last read was a miss, for the kernel's log line
 
     # -- trust and layout ---------------------------------------------------
 
@@ -448,6 +450,7 @@ class DiskCache:
             except FileNotFoundError:
                 if not self.writable:
                     log.debug("no cache directory at %s (mode %s)", self.root, self.settings.mode)
+                    self._unusable_why = f"missing (no cache directory at {self.root})"
                     return False
                 os.makedirs(self.root, 0o700, exist_ok=True)
                 st = os.lstat(self.root)
@@ -456,8 +459,10 @@ class DiskCache:
             return True
         except Untrusted as e:
             self.warn_once(f"not using the kernel cache: {e}")
+            self._unusable_why = f"untrusted: {e}"
         except OSError as e:
             self.warn_once(f"not using the kernel cache at {self.root}: {e.strerror or e}")
+            self._unusable_why = f"unreadable: {e.strerror or e}"
         return False
 
     def _dir_ok(self, path: str, create: bool) -> bool:
@@ -494,27 +499,32 @@ class DiskCache:
             key = key(host_target_key())
         path = entry_path(self.version_dir, kind, key)
         t0 = time.perf_counter()
+        self.why = "missing"
         try:
-            if not self.usable() or not self._dir_ok(os.path.dirname(path), create=False):
-                log.debug("%s %s: missing", level, key[:16])
+            if not self.usable():
+                self.why = self._unusable_why
+                return None
+            if not self._dir_ok(os.path.dirname(path), create=False):
                 return None
             with open(path, "rb") as f:
                 data = f.read()
                 st = os.fstat(f.fileno())
         except FileNotFoundError:
-            log.debug("%s %s: missing", level, key[:16])
             return None
         except Untrusted as e:
             self.warn_once(f"not using the kernel cache: {e}")
             self._usable = False
+            self.why = self._unusable_why = f"untrusted: {e}"
             return None
         except OSError as e:
             self.warn_once(f"cannot read the kernel cache at {self.root}: {e.strerror or e}")
+            self.why = f"unreadable: {e.strerror or e} ({e.filename or path})"
             return None
         try:
             _, meta, payload = decode(data, kind, key, only=HIT_FIELDS)
         except DamagedEntry as e:
             self.stats["damaged"] += 1
+            self.why = f"damaged ({e}); ignored"
             log.debug("%s %s: damaged (%s); ignored", level, key[:16], e)
             self._remove_if_unchanged(path, st)
             return None
@@ -689,7 +699,11 @@ def _read_current(cache, kernel, templates, kind, key, level):
     got = cache.read(kind, key, level)
     if got is None:
         cache.stats["misses"][level] += 1
-        log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
+        why = getattr(cache, "why", "missing")
+        if why == "missing":
+            log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
+        else:
+            log.debug("kernel '%s': %s not used: %s", name, LEVEL_NAMES[level], why)
         return None
     meta, payload, path = got
     reason = check_deps(meta["dep"], kernel, templates)

@@ -1,9 +1,10 @@
 """Stored in one process, loaded in the next: the warm path, what it skips, stats() and TACK_CACHE_LOG."""
 
+import os
 import stat
 
 from .conftest import (KMOD, KMOD_LAUNCHES, check_results, compiled, edit, entry_files, import_file, loaded,
-                       run_child, write_module)
+                       run_child, write_module, clone, one_entry)
 
 NO_FRONT_END = """
 import ast
@@ -120,3 +121,28 @@ def test_reset_stats_starts_counting_afresh(tmp_path):
     stats = tack.cache.stats()
     assert stats["misses"] == {"lowered": 0, "variant": 1}
     assert stats["bytes_written"] > 0
+
+
+def test_cache_log_says_damaged_and_untrusted_per_kernel(warm, tmp_path):
+    """TACK_CACHE_LOG=1 names the kernel whose entry was damaged, and says 'untrusted' (with the
+    reason) for each kernel when the directory cannot be trusted, rather than 'missing'."""
+    cache, src = warm
+    cache = clone(cache, tmp_path / "copy")
+    variant = one_entry(cache, "variants", "k_other")
+    variant.write_bytes(variant.read_bytes()[:100])
+    run = run_child(cache, src, [{"kernel": "k_other", "n": 5}], env={"TACK_CACHE_LOG": "1"})
+    check_results(run)
+    lines = [ln for ln in run.stderr.splitlines() if "kernel 'k_other'" in ln]
+    assert any("compiled variant not used: damaged" in ln for ln in lines), run.stderr
+    assert not any("missing" in ln for ln in lines if "variant" in ln), run.stderr
+
+    os.chmod(cache, 0o770)
+    try:
+        run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 5}],
+                        env={"TACK_CACHE_LOG": "1"})
+    finally:
+        os.chmod(cache, 0o700)
+    check_results(run)
+    for kernel in ("k_main", "k_other"):
+        said = [ln for ln in run.stderr.splitlines() if f"kernel '{kernel}'" in ln and "variant" in ln]
+        assert said and all("not used: untrusted" in ln and "chmod go-w" in ln for ln in said), run.stderr
