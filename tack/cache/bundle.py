@@ -318,9 +318,11 @@ class Chain:
 
     def read(self, kind, key, level):
         self.why = "missing"
+        self.bumped = False
         for s in self.stores:
             got = s.lookup(self, kind, key, level)
             if got is not None:
+                self.bumped = s is self.disk and s.bumped
                 return got
             why = getattr(s, "why", "missing")      # the user's directory says why it missed
             if why != "missing":
@@ -329,6 +331,10 @@ class Chain:
 
     def write(self, kind, key, meta, payload):
         return self.disk.write(kind, key, meta, payload) if self.writable else False
+
+    def touch(self, kind, key):
+        if self.disk is not None:
+            self.disk.touch(kind, key)
 
     def discard(self, path):
         """Remove an unusable entry found at ``path`` (only ever a per-kernel file of ours)."""

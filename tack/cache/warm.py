@@ -434,6 +434,7 @@ class DiskCache:
         self._usable = None
         self._unusable_why = "missing (no cache directory)"
         self.why = "missing"         # why the last read was a miss, for the kernel's log line
+        self.bumped = False          # whether the last read marked its entry used
 
     # -- trust and layout ---------------------------------------------------
 
@@ -530,9 +531,17 @@ class DiskCache:
             return None
         self.stats["bytes_read"] += len(data)
         self.stats["load_seconds"] += time.perf_counter() - t0
-        if self.marks_used:
-            _mark_used(path, st.st_mtime)
+        self.bumped = self.marks_used and _mark_used(path, st.st_mtime)
         return meta, payload, path
+
+    def touch(self, kind: int, key: str):
+        """Mark an entry used now (a lowered kernel whose variant was just marked: see _find_variant)."""
+        if self.marks_used:
+            now = time.time()
+            try:
+                os.utime(entry_path(self.version_dir, kind, key), (now, now))
+            except OSError:
+                pass
 
     def _remove_if_unchanged(self, path, st):
         """Remove a damaged entry, unless another process has just replaced it."""
@@ -558,14 +567,16 @@ class DiskCache:
         return write_entry(self, kind, key, meta, payload)
 
 
-def _mark_used(path: str, mtime: float):
-    """LRU: bump an entry's mtime when loaded, at most once an hour (see size.py)."""
+def _mark_used(path: str, mtime: float) -> bool:
+    """LRU: bump an entry's mtime when loaded, at most once an hour (see size.py); -> bumped."""
     now = time.time()
     if now - mtime > 3600:
         try:
             os.utime(path, (now, now))
+            return True
         except OSError:
             pass
+    return False
 
 
 def warn_once_factory(quiet=False):
@@ -748,5 +759,10 @@ def _find_variant(cache, kernel, templates, keys):
         _unusable(cache, kernel, "variant", path, f"does not load ({type(e).__name__}: {e})")
         return None
     cache.stats["hits"]["variant"] += 1
+    if cache.bumped:
+        # A warm process never reads the lowered kernel: mark it used with its variant (the same
+        # hourly write), or the size limit would delete the lowered kernels of the kernels in use
+        # first, and their next new shape would run the front end again.
+        cache.touch(KIND_LOWERED, keys.lowered)
     log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
     return fn, sites, meta["dep"]

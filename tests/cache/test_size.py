@@ -181,6 +181,20 @@ def test_loading_marks_old_entries_used(warm):
     assert recent.stat().st_mtime_ns == recent_mtime
 
 
+def test_warm_hit_marks_its_lowered_kernel_used_too(warm):
+    """A warm process reads only variants; when it marks one used (hourly), it marks that kernel's
+    lowered entry too, so pruning does not take the lowered kernels of the kernels in use first."""
+    cache, src = warm
+    now = time.time()
+    for p in entry_paths(cache):
+        os.utime(p, (now - 2 * HOUR,) * 2)
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}])
+    assert run.stats["hits"] == {"lowered": 0, "variant": 1}
+    assert one_entry(cache, "variants", "k_main").stat().st_mtime >= now - 60
+    assert one_entry(cache, "lowered", "k_main").stat().st_mtime >= now - 60
+    assert one_entry(cache, "lowered", "k_other").stat().st_mtime < now - HOUR    # not loaded: not marked
+
+
 def test_touch_if_stale():
     """touch_if_stale bumps an mtime over an hour old to now and leaves a recent one."""
     import tempfile
