@@ -28,11 +28,16 @@ def _settings(args):
     from .. import cache
     s = cache.settings()
     if getattr(args, "max_size", None) is not None:
-        try:
-            s = s.replace(max_size=settings_mod.parse_size(args.max_size))
-        except ValueError as e:
-            raise CLIError(f"--max-size: {e}") from None
+        s = s.replace(max_size=args.max_size)
     return s
+
+
+def _size_argument(text):
+    """argparse type of ``--max-size``: a bad size is bad usage (exit status 2, with the usage)."""
+    try:
+        return settings_mod.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _trusted_root(s, must_exist=True):
@@ -74,7 +79,7 @@ def gather(s) -> dict:
     """Everything ``info`` reports, as a dict (the ``--json`` output)."""
     info = {"directory": s.directory, "mode": s.mode, "max_size": s.max_size,
             "sources": dict(s.sources), "tack_version": tack_version_id(),
-            "exists": os.path.isdir(s.directory), "trusted": None, "untrusted_reason": None,
+            "exists": os.path.lexists(s.directory), "trusted": None, "untrusted_reason": None,
             "versions": {}, "total_bytes": 0, "total_entries": 0,
             "last_size_check": None, "bundles": []}
     if not info["exists"]:
@@ -84,6 +89,8 @@ def gather(s) -> dict:
         info["trusted"] = True
     except Untrusted as e:
         info["trusted"], info["untrusted_reason"] = False, str(e)
+        if not os.path.isdir(s.directory):
+            return info                 # a file, or a link to one: nothing to list
     for path, nbytes, _, version, level in size.entries(s.directory):
         v = info["versions"].setdefault(version, {"lowered": {"entries": 0, "bytes": 0},
                                                   "variants": {"entries": 0, "bytes": 0}})
@@ -174,6 +181,15 @@ def cmd_prune(args) -> int:
     return 0
 
 
+_RMTREE_HANDLER = "onexc" if sys.version_info >= (3, 12) else "onerror"
+
+
+def _rmtree_error(function, path, exc):
+    """shutil.rmtree's error handler: the failure, naming the whole path at fault."""
+    e = exc if isinstance(exc, BaseException) else exc[1]
+    raise CLIError(f"cannot delete {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
 def cmd_clear(args) -> int:
     s = _settings(args)
     root = _root_to_change(s, "clear")
@@ -185,7 +201,7 @@ def cmd_clear(args) -> int:
         targets = [v for v in targets if v == version]
     removed = 0
     for name in targets:
-        shutil.rmtree(os.path.join(root, name))
+        shutil.rmtree(os.path.join(root, name), **{_RMTREE_HANDLER: _rmtree_error})
         removed += 1
     nbundles = 0
     if args.all:
@@ -255,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     prune = sub.add_parser("prune", help="keep to the size limit now",
                            description="Delete least recently used entries until 90%% of the "
                                        "limit is left (if over it). Bundles are never touched.")
-    prune.add_argument("--max-size", metavar="SIZE", help="prune to this size instead (e.g. 200M)")
+    prune.add_argument("--max-size", metavar="SIZE", type=_size_argument,
+                       help="prune to this size instead (e.g. 200M)")
     prune.set_defaults(func=cmd_prune)
     clear = sub.add_parser("clear", help="delete this Tack version's entries",
                            description="Delete this Tack version's entries; with --all, every "

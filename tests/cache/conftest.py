@@ -183,10 +183,10 @@ def run_child(cache_dir, src, launches, module="kmod", prelude="", after="", env
     return Run(p.returncode, p.stdout, p.stderr)
 
 
-def run_cli(cache_dir, *args, env=None) -> Run:
+def run_cli(cache_dir, *args, env=None, **popen) -> Run:
     p = subprocess.run([sys.executable, "-m", "tack.cache", *args],
                        env=child_env(cache_dir, **(env or {})), capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, **popen)
     return Run(p.returncode, p.stdout, p.stderr)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tack.cache import cli, size
 
-from .conftest import current_version, entry_files, run_cli
+from .conftest import current_version, drop_dac_caps, entry_files, run_cli
 
 OTHER_VERSION = "0.0.1"
 
@@ -107,14 +107,15 @@ def test_prune_to_small_size(populated):
 
 @pytest.mark.parametrize("args", [["prune", "--max-size", "12Q"], ["prune", "--max-size=-1G"]])
 def test_prune_bad_size(populated, args):
-    """prune with a bad --max-size exits 1 with a one-line error and deletes nothing."""
+    """prune with a bad --max-size is bad usage: exit status 2, the usage and a line naming the
+    option, and nothing deleted."""
     cache, _ = populated
     before = sorted(entry_files(cache))
     run = run_cli(cache, *args)
-    assert run.rc == 1
+    assert run.rc == 2
     assert run.stdout == ""
-    assert len(run.stderr.strip().splitlines()) == 1 and "--max-size" in run.stderr
-    assert run.stderr.startswith("tack.cache: error:")
+    assert run.stderr.startswith("usage: python -m tack.cache prune")
+    assert "argument --max-size" in run.stderr.strip().splitlines()[-1]
     assert sorted(entry_files(cache)) == before
 
 
@@ -189,3 +190,33 @@ def test_info_into_a_closed_pipe_is_not_an_error(tmp_path):
     _os.close(write_end)
     assert proc.returncode == 0, proc.stderr
     assert "Broken pipe" not in proc.stderr and "Error" not in proc.stderr
+
+
+def test_clear_that_fails_names_the_path(populated):
+    """clear that cannot delete (a read-only level, permissions enforced) exits 1 with one line
+    naming the whole path at fault."""
+    cache, this = populated
+    level = cache / this / "variants"
+    os.chmod(level, 0o500)
+    try:
+        run = run_cli(cache, "clear", preexec_fn=drop_dac_caps)
+    finally:
+        os.chmod(level, 0o700)
+    assert run.rc == 1, (run.stdout, run.stderr)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tack.cache: error: cannot delete "), lines
+    assert str(level) in lines[0] and "Permission denied" in lines[0], lines
+
+
+def test_info_on_a_regular_file(tmp_path):
+    """TACK_CACHE_DIR naming a regular file: info says it is not used and why (not 'no cache
+    directory yet'), and leaves the file alone."""
+    path = tmp_path / "a-file"
+    path.write_text("mine")
+    run = run_cli(path, "info")
+    assert run.rc == 0, run.stderr
+    assert "no cache directory yet" not in run.stdout
+    assert f"NOT USED: {path} is not a directory" in run.stdout, run.stdout
+    data = json.loads(run_cli(path, "info", "--json").stdout)
+    assert data["trusted"] is False and "not a directory" in data["untrusted_reason"]
+    assert path.read_text() == "mine"
