@@ -243,6 +243,7 @@ log = types.SimpleNamespace(isEnabledFor=_is_enabled_for, log=_log, debug=_debug
 _lock = threading.Lock()
 _configured = {}
 _resolved = None          # Settings, once the first kernel compiled
+_resolved_by = None       # what made them resolved (for configure()'s error)
 _session = None           # the Session for this process
 _stats = None
 _launch = None            # the MPI launch, if any (detected once)
@@ -256,8 +257,8 @@ def configure(directory=None, mode=None, max_size=None):
     Call before the first kernel compiles; a bad value raises ValueError.
     """
     if _resolved is not None:
-        raise RuntimeError("tack.cache.configure() must be called before the first kernel "
-                           "compiles; the cache's settings are already in use")
+        raise RuntimeError(f"tack.cache.configure() must be called before the cache's settings are "
+                           f"in use; they are since {_resolved_by}")
     given = {}
     if directory is not None:
         given["directory"] = check_directory(directory, "configure(directory=...)")
@@ -268,13 +269,14 @@ def configure(directory=None, mode=None, max_size=None):
     _configured.update(given)
 
 
-def settings() -> Settings:
+def settings(_by="tack.cache.settings() was called") -> Settings:
     """The settings in force (resolving them now if no kernel has compiled yet)."""
-    global _resolved
+    global _resolved, _resolved_by
     with _lock:
         if _resolved is None:
             _setup_logging()
             _resolved = resolve(_configured, mpi=mpi_launch() is not None)
+            _resolved_by = _by
         return _resolved
 
 
@@ -311,7 +313,7 @@ def session():
     ``warm.DiskCache``), or a ``bundle.Chain`` of stores when there are bundles to read."""
     global _session
     if _session is None:
-        s = settings()
+        s = settings("the first kernel compiled")
         if s.mode == "off":
             _session = False
         else:

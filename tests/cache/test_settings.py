@@ -115,12 +115,21 @@ def test_configure_after_first_compile_raises(tmp_path, cache_dir):
     out = np.zeros(4)
     tack.launch(mod.k_other, 4, (np.arange(4.0), out))
     np.testing.assert_array_equal(out, np.arange(4.0) ** 2 - 1)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="since the first kernel compiled"):
         tack.cache.configure(max_size="200M")
     with pytest.raises(RuntimeError):
         tack.cache.configure(mode="off")
     assert tack.cache.settings().max_size == 100 * MiB
     assert cache_dir.is_dir()
+
+
+def test_configure_after_settings_says_so(cache_dir):
+    """configure() after tack.cache.settings() resolved the settings (no kernel compiled yet)
+    raises an error saying that, not that a kernel compiled."""
+    assert tack.cache.settings().directory == str(cache_dir)
+    with pytest.raises(RuntimeError, match=r"since tack\.cache\.settings\(\) was called"):
+        tack.cache.configure(mode="read")
+    assert tack.cache.settings().mode == "write"
 
 
 @pytest.mark.parametrize("text, want", [
