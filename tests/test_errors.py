@@ -10,6 +10,7 @@ from .util import check_points_at, marked_line
 FILE = __file__
 PLAIN_GLOBAL = 3
 PLAIN_ARRAY = np.arange(4.0)
+PLAIN_TUPLE = (1.0, 2.0, 3.0)
 WRAPPED = tack.constant(np.arange(4.0))
 
 
@@ -167,6 +168,19 @@ def k_unwrapped_array(out):
 
 
 @tack.kernel
+def k_unwrapped_tuple(out):
+    i = tack.tid()
+    out[i] = PLAIN_TUPLE[i]  # ERR PLAIN_TUPLE
+
+
+@tack.kernel
+def k_unwrapped_tuple_value(out):
+    i = tack.tid()
+    x = PLAIN_TUPLE  # ERR PLAIN_TUPLE
+    out[i] = x
+
+
+@tack.kernel
 def k_plain_function(out):
     i = tack.tid()
     out[i] = plain_python(i)  # ERR plain_python
@@ -187,7 +201,11 @@ def test_unknown_name():
 
 
 @pytest.mark.parametrize("kern, name", [(k_unwrapped_scalar, "PLAIN_GLOBAL"),
-                                        (k_unwrapped_array, "PLAIN_ARRAY")])
+                                        (k_unwrapped_array, "PLAIN_ARRAY"),
+                                        (k_unwrapped_tuple, "PLAIN_TUPLE"),
+                                        # a 3-tuple was once taken for a template attribute
+                                        # (class, value, name) and compiled as its middle item
+                                        (k_unwrapped_tuple_value, "PLAIN_TUPLE")])
 def test_unwrapped_global_says_tack_constant(kern, name):
     """A module-level Python value read by a kernel raises CompileError telling the user to wrap it in tack.constant."""
     with pytest.raises(tack.CompileError) as ei:

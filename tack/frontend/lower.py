@@ -31,6 +31,10 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 _MISSING = object()
 
 
+class _TemplateAttr(tuple):
+    """``(class, attribute, name)``: an attribute of a template parameter (not a user's tuple)."""
+
+
 def lower_kernel(kernel: Kernel, templates: dict, debug: bool) -> ir.LoweredKernel:
     """Lower ``kernel`` with its template parameters bound to ``templates`` classes."""
     unknown = set(templates) - set(kernel.params)
@@ -322,7 +326,7 @@ class _FunctionLowerer:
             attr = inspect.getattr_static(cls, e.attr, _MISSING)
             if attr is _MISSING:
                 raise self.error(f"template class {cls.__qualname__} has no attribute '{e.attr}'", e)
-            return (cls, attr, e.attr), f"{e.value.id}.{e.attr}"
+            return _TemplateAttr((cls, attr, e.attr)), f"{e.value.id}.{e.attr}"
         elif isinstance(e.value, ast.Name):
             base, base_name = self.lookup(e.value.id, e.value), e.value.id
             self.record(base_name, base)
@@ -354,7 +358,7 @@ class _FunctionLowerer:
 
     def value_of(self, name, obj, node):
         """A global (or module attribute) used as a value in an expression."""
-        if isinstance(obj, tuple):                      # template class attribute
+        if isinstance(obj, _TemplateAttr):              # template class attribute
             cls, attr, attr_name = obj
             if isinstance(attr, (bool, int, float)):
                 return self._expr_Constant(ast.Constant(attr, lineno=node.lineno,
@@ -385,11 +389,11 @@ class _FunctionLowerer:
             self.record(name, obj)
         elif isinstance(f, ast.Attribute):
             obj, name = self.resolve_attr(f)
-            if not isinstance(obj, tuple):
+            if not isinstance(obj, _TemplateAttr):
                 self.record(name, obj)          # "helpers.f": an edit of f must invalidate
         else:
             raise self.error("only named functions can be called in Tack code", f)
-        if isinstance(obj, tuple):                      # template class static method
+        if isinstance(obj, _TemplateAttr):              # template class static method
             cls, attr, attr_name = obj
             if isinstance(attr, staticmethod):
                 attr = attr.__func__
