@@ -8,6 +8,9 @@ from .conftest import (KMOD, KMOD_LAUNCHES, check_results, compiled, edit, entry
 
 NO_FRONT_END = """
 import ast
+import inspect
+import linecache
+import tokenize
 import tack.api
 import tack.frontend.lower
 
@@ -17,6 +20,10 @@ def _front_end_called(*args, **kwargs):
 tack.frontend.lower.lower_kernel = _front_end_called
 tack.api.Kernel.lower = _front_end_called
 ast.parse = _front_end_called
+# no source read, no tokenizing:
+tokenize.tokenize = tokenize.generate_tokens = tokenize.open = _front_end_called
+inspect.getsource = inspect.getsourcelines = inspect.findsource = _front_end_called
+linecache.getlines = linecache.updatecache = _front_end_called
 """
 
 
