@@ -118,3 +118,47 @@ def test_writer_killed_mid_store(tmp_path, cache_dir):
     assert run.stats["hits"] == {"lowered": 1, "variant": 0}
     assert run.warnings == []
     decode_entry(Path(final))
+
+
+COUNT_SIZE_CHECKS = '''
+import os
+import tack.cache.size as _size
+_real_maybe_prune = _size.maybe_prune
+
+def _counted(root, *args, **kwargs):
+    result = _real_maybe_prune(root, *args, **kwargs)
+    if result is not None:                       # this process scanned the directory
+        with open({log!r}, "a") as f:
+            f.write(str(os.getpid()) + chr(10))
+    return result
+
+_size.maybe_prune = _counted
+
+# A slow scan (a big cache on a parallel file system): the others store while it runs.
+import time
+_real_prune = _size.prune
+_size.prune = lambda *args: (time.sleep(1.0), _real_prune(*args))[1]
+'''
+
+
+@pytest.mark.parametrize("round_", range(2))
+def test_hourly_size_check_is_made_by_one_process(round_, tmp_path):
+    """Eight processes storing entries at once into a directory whose size check is due, the scan
+    taking a second: exactly one of them scans it (the claim, then the stamp), every store of
+    every other process skips it."""
+    src = write_module(tmp_path / "src", CONC, "conc")
+    cache = tmp_path / "shared-cache"
+    go, log = tmp_path / "go", tmp_path / "scans.log"
+    prelude = WAIT_FOR_GO.format(go=str(go)) + COUNT_SIZE_CHECKS.format(log=str(log))
+    procs = [subprocess.Popen(child_argv(src, launches_of(i), "conc", prelude=prelude),
+                              env=child_env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(PROCESSES)]
+    go.touch()
+    runs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        runs.append(Run(p.returncode, out, err))
+    assert all(run.warnings == [] and run.stats["bytes_written"] > 0 for run in runs)
+    assert len(log.read_text().split()) == 1, log.read_text()
+    from tack.cache import size
+    assert (cache / size.STAMP).exists() and not (cache / size.CLAIM).exists()
