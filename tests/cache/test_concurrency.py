@@ -50,13 +50,13 @@ def launches_of(i):
     return [{"kernel": "c0", "n": 5 + i % 2}, {"kernel": f"c{1 + i % 3}", "n": 5}]
 
 
-@pytest.mark.parametrize("round_", range(3))
-def test_concurrent_writers(round_, tmp_path):
-    """Eight processes released at once into one empty directory all get the right results, and every entry left there is whole."""
+def run_released(tmp_path, cache, prelude=""):
+    """PROCESSES children of ``launches_of`` (``prelude`` run first in each), started together,
+    all released at once into ``cache``; -> their Runs."""
     src = write_module(tmp_path / "src", CONC, "conc")
-    cache = tmp_path / "shared-cache"
     go = tmp_path / "go"
-    procs = [subprocess.Popen(child_argv(src, launches_of(i), "conc", prelude=WAIT_FOR_GO.format(go=str(go))),
+    prelude = WAIT_FOR_GO.format(go=str(go)) + prelude
+    procs = [subprocess.Popen(child_argv(src, launches_of(i), "conc", prelude=prelude),
                               env=child_env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(PROCESSES)]
     go.touch()
@@ -64,6 +64,14 @@ def test_concurrent_writers(round_, tmp_path):
     for p in procs:
         out, err = p.communicate(timeout=120)
         runs.append(Run(p.returncode, out, err))
+    return runs
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_concurrent_writers(round_, tmp_path):
+    """Eight processes released at once into one empty directory all get the right results, and every entry left there is whole."""
+    cache = tmp_path / "shared-cache"
+    runs = run_released(tmp_path, cache)
     for run in runs:
         for r in run.results:
             j = int(r["kernel"][1:])
@@ -146,18 +154,8 @@ def test_hourly_size_check_is_made_by_one_process(round_, tmp_path):
     """Eight processes storing entries at once into a directory whose size check is due, the scan
     taking a second: exactly one of them scans it (the claim, then the stamp), every store of
     every other process skips it."""
-    src = write_module(tmp_path / "src", CONC, "conc")
-    cache = tmp_path / "shared-cache"
-    go, log = tmp_path / "go", tmp_path / "scans.log"
-    prelude = WAIT_FOR_GO.format(go=str(go)) + COUNT_SIZE_CHECKS.format(log=str(log))
-    procs = [subprocess.Popen(child_argv(src, launches_of(i), "conc", prelude=prelude),
-                              env=child_env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(PROCESSES)]
-    go.touch()
-    runs = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        runs.append(Run(p.returncode, out, err))
+    cache, log = tmp_path / "shared-cache", tmp_path / "scans.log"
+    runs = run_released(tmp_path, cache, COUNT_SIZE_CHECKS.format(log=str(log)))
     assert all(run.warnings == [] and run.stats["bytes_written"] > 0 for run in runs)
     assert len(log.read_text().split()) == 1, log.read_text()
     from tack.cache import size
