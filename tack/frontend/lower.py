@@ -15,7 +15,6 @@ import inspect
 import textwrap
 import types
 
-import numpy as np
 
 from .. import ir
 from ..api import (Constant, Func, Kernel, class_fingerprint, func_id, function_fingerprint,

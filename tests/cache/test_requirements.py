@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -249,26 +248,7 @@ def test_default_directory_on_linux_honours_only_absolute_xdg(home, monkeypatch,
     assert tack.cache.settings().directory == os.path.join(str(home), ".cache", "tack")
 
 
-# ---------------------------------------------------------------------------------------------
-# 7. Read mode marks loaded entries used
-# ---------------------------------------------------------------------------------------------
-
-def test_read_mode_marks_old_entries_used(warm):
-    """TACK_CACHE=read: loading an entry last used 2 hours ago bumps its mtime; one used 10 minutes ago is left alone."""
-    cache, src = warm
-    old = one_entry(cache, "variants", "k_main")
-    recent = one_entry(cache, "variants", "k_other")
-    now = time.time()
-    os.utime(old, (now - 2 * HOUR,) * 2)
-    os.utime(recent, (now - 600,) * 2)
-    recent_mtime = recent.stat().st_mtime_ns
-    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 5}],
-                    env={"TACK_CACHE": "read"})
-    check_results(run)
-    assert run.data["settings"]["mode"] == "read"
-    assert run.stats["hits"]["variant"] == 2 and run.stats["bytes_written"] == 0
-    assert old.stat().st_mtime >= now - 1
-    assert recent.stat().st_mtime_ns == recent_mtime
+# 7. Read mode marks loaded entries used: test_size.py, test_loading_marks_old_entries_used[read]
 
 
 # ---------------------------------------------------------------------------------------------

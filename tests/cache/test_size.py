@@ -166,8 +166,10 @@ def test_check_removes_stale_temporaries_only(many):
     assert not old_tmp.exists() and young_tmp.exists()
 
 
-def test_loading_marks_old_entries_used(warm):
-    """Loading an entry last used over an hour ago bumps its mtime; one used half an hour ago is left alone."""
+@pytest.mark.parametrize("mode", ["write", "read"])
+def test_loading_marks_old_entries_used(warm, mode):
+    """Loading an entry last used over an hour ago bumps its mtime, in write and in read mode;
+    one used half an hour ago is left alone."""
     cache, src = warm
     old = one_entry(cache, "variants", "k_main")
     recent = one_entry(cache, "variants", "k_other")
@@ -175,8 +177,10 @@ def test_loading_marks_old_entries_used(warm):
     os.utime(old, (now - 2 * HOUR,) * 2)
     os.utime(recent, (now - HOUR / 2,) * 2)
     recent_mtime = recent.stat().st_mtime_ns
-    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 5}])
-    assert run.stats["hits"]["variant"] == 2
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 5}],
+                    env={"TACK_CACHE": mode})
+    assert run.data["settings"]["mode"] == mode
+    assert run.stats["hits"]["variant"] == 2 and run.stats["bytes_written"] == 0
     assert old.stat().st_mtime >= now - 60
     assert recent.stat().st_mtime_ns == recent_mtime
 
