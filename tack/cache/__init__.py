@@ -269,14 +269,19 @@ def configure(directory=None, mode=None, max_size=None):
     _configured.update(given)
 
 
-def settings(_by="tack.cache.settings() was called") -> Settings:
+def settings() -> Settings:
     """The settings in force (resolving them now if no kernel has compiled yet)."""
+    return _settings_in_use("tack.cache.settings() was called")
+
+
+def _settings_in_use(by: str) -> Settings:
+    """The settings, resolved now if they were not yet; ``by``: what needed them first."""
     global _resolved, _resolved_by
     with _lock:
         if _resolved is None:
             _setup_logging()
             _resolved = resolve(_configured, mpi=mpi_launch() is not None)
-            _resolved_by = _by
+            _resolved_by = by
         return _resolved
 
 
@@ -313,7 +318,7 @@ def session():
     ``warm.DiskCache``), or a ``bundle.Chain`` of stores when there are bundles to read."""
     global _session
     if _session is None:
-        s = settings("the first kernel compiled")
+        s = _settings_in_use("the first kernel compiled")
         if s.mode == "off":
             _session = False
         else:

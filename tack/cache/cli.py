@@ -24,10 +24,13 @@ class CLIError(Exception):
     """A failure to report in one line, with exit status 1."""
 
 
+_NOT_GIVEN = object()          # --max-size's default ("unlimited" parses to None)
+
+
 def _settings(args):
     from .. import cache
     s = cache.settings()
-    if getattr(args, "max_size", None) is not None:
+    if getattr(args, "max_size", _NOT_GIVEN) is not _NOT_GIVEN:
         s = s.replace(max_size=args.max_size)
     return s
 
@@ -271,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune = sub.add_parser("prune", help="keep to the size limit now",
                            description="Delete least recently used entries until 90%% of the "
                                        "limit is left (if over it). Bundles are never touched.")
-    prune.add_argument("--max-size", metavar="SIZE", type=_size_argument,
+    prune.add_argument("--max-size", metavar="SIZE", type=_size_argument, default=_NOT_GIVEN,
                        help="prune to this size instead (e.g. 200M)")
     prune.set_defaults(func=cmd_prune)
     clear = sub.add_parser("clear", help="delete this Tack version's entries",

@@ -105,6 +105,16 @@ def test_prune_to_small_size(populated):
     assert (cache / "bundle-x86_64").exists() and (cache / "notes.txt").exists()
 
 
+def test_prune_unlimited_overrides_the_limit(populated):
+    """prune --max-size unlimited keeps everything even when TACK_CACHE_SIZE is tiny."""
+    cache, _ = populated
+    before = sorted(entry_files(cache))
+    run = run_cli(cache, "prune", "--max-size", "unlimited", env={"TACK_CACHE_SIZE": "1K"})
+    assert run.rc == 0, run.stderr
+    assert run.stdout.startswith("pruned 0 entries") and "limit unlimited" in run.stdout, run.stdout
+    assert sorted(entry_files(cache)) == before
+
+
 @pytest.mark.parametrize("args", [["prune", "--max-size", "12Q"], ["prune", "--max-size=-1G"]])
 def test_prune_bad_size(populated, args):
     """prune with a bad --max-size is bad usage: exit status 2, the usage and a line naming the

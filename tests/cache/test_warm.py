@@ -4,7 +4,7 @@ import os
 import stat
 
 from .conftest import (KMOD, KMOD_LAUNCHES, check_results, compiled, edit, entry_files, import_file, loaded,
-                       run_child, write_module, clone, one_entry)
+                       run_child, write_module, clone, drop_dac_caps, one_entry)
 
 NO_FRONT_END = """
 import ast
@@ -131,8 +131,9 @@ def test_reset_stats_starts_counting_afresh(tmp_path):
 
 
 def test_cache_log_says_damaged_and_untrusted_per_kernel(warm, tmp_path):
-    """TACK_CACHE_LOG=1 names the kernel whose entry was damaged, and says 'untrusted' (with the
-    reason) for each kernel when the directory cannot be trusted, rather than 'missing'."""
+    """TACK_CACHE_LOG=1 names the kernel whose entry was damaged or unreadable, and says
+    'untrusted' (with the reason) for each kernel when the directory cannot be trusted, rather
+    than 'missing'."""
     cache, src = warm
     cache = clone(cache, tmp_path / "copy")
     variant = one_entry(cache, "variants", "k_other")
@@ -142,6 +143,18 @@ def test_cache_log_says_damaged_and_untrusted_per_kernel(warm, tmp_path):
     lines = [ln for ln in run.stderr.splitlines() if "kernel 'k_other'" in ln]
     assert any("compiled variant not used: damaged" in ln for ln in lines), run.stderr
     assert not any("missing" in ln for ln in lines if "variant" in ln), run.stderr
+
+    variant = one_entry(cache, "variants", "k_main")
+    os.chmod(variant, 0)
+    try:
+        run = run_child(cache, src, [{"kernel": "k_main", "n": 5}], env={"TACK_CACHE_LOG": "1"},
+                        preexec_fn=drop_dac_caps)
+    finally:
+        os.chmod(variant, 0o600)
+    check_results(run)
+    said = [ln for ln in run.stderr.splitlines() if "kernel 'k_main'" in ln and "variant" in ln]
+    assert said and all("not used: unreadable: Permission denied" in ln and str(variant) in ln
+                        for ln in said), run.stderr
 
     os.chmod(cache, 0o770)
     try:
