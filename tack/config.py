@@ -24,14 +24,19 @@ def _env_flag(name: str) -> bool:
     return False
 
 
+MAX_THREADS = 65536
+
+
 def _env_threads() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     raw = os.environ.get("TACK_NUM_THREADS", "").strip()
     if not raw:
         return max(cores or 1, 1)
-    if raw.isdigit() and int(raw) > 0:
+    if raw.isascii() and raw.isdigit() and len(raw) <= 6 and 0 < int(raw) <= MAX_THREADS:
         return int(raw)
-    warnings.warn(f"TACK_NUM_THREADS={raw!r} is not a positive integer; using {cores}",
+    shown = raw if len(raw) <= 32 else raw[:24] + "..."
+    warnings.warn(f"TACK_NUM_THREADS={shown!r} is not an integer from 1 to {MAX_THREADS}; "
+                  f"using {cores}",
                   RuntimeWarning, stacklevel=3)
     return max(cores or 1, 1)
 
@@ -59,8 +64,10 @@ class Config:
         if name not in self._sources:
             raise AttributeError(f"tack.config has no setting {name!r}; "
                                  f"known: {', '.join(sorted(self._sources))}")
-        if name == "num_threads" and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"tack.config.num_threads must be a positive int, not {value!r}")
+        if name == "num_threads" and (not isinstance(value, int) or isinstance(value, bool)
+                                      or not 1 <= value <= MAX_THREADS):
+            raise ValueError(f"tack.config.num_threads must be an int from 1 to {MAX_THREADS}, "
+                             f"not {value!r}")
         if name in ("debug", "timing"):
             value = bool(value)
         object.__setattr__(self, name, value)

@@ -40,7 +40,7 @@ def parse_size(text) -> int | None:
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"a size cannot be negative: {text}")
-        return text
+        return _bounded_size(text, text)
     if not isinstance(text, str):
         raise ValueError(f"a size is a string such as '500M' or '2G', not {type(text).__name__}")
     if text.strip().lower() == "unlimited":
@@ -49,7 +49,24 @@ def parse_size(text) -> int | None:
     if not m:
         raise ValueError(f"{text!r} is not a size: use a number with K, M, G or T "
                          "(binary units, e.g. 500M or 2G), or 'unlimited'")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    number, unit = m.group(1), _UNITS[m.group(2).upper()]
+    if len(number) > 24:                # float() of hundreds of digits is inf; int(inf) raises
+        raise ValueError(f"{text.strip()[:32]}... is too large a size: the most is "
+                         f"{format_size(MAX_SIZE)}")
+    whole, _, frac = number.partition(".")
+    size = int(whole) * unit + (int(float("0." + frac) * unit) if frac else 0)
+    return _bounded_size(size, text.strip())
+
+
+MAX_SIZE = (1 << 63) - 1                # what a file system's 64-bit sizes can count
+
+
+def _bounded_size(size: int, shown) -> int:
+    if size > MAX_SIZE:
+        shown = str(shown) if len(str(shown)) <= 32 else str(shown)[:24] + "..."
+        raise ValueError(f"{shown} is too large a size: the most is {format_size(MAX_SIZE)} "
+                         "(or 'unlimited')")
+    return size
 
 
 def format_size(n: int | None) -> str:
@@ -183,7 +200,7 @@ LAUNCHERS = (
 def _int(environ, names):
     for name in names:
         raw = environ.get(name, "").strip()
-        if raw.isdigit():
+        if raw.isascii() and raw.isdigit() and len(raw) <= 12:    # no rank or size has more digits
             return int(raw)
     return None
 

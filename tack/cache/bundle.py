@@ -51,13 +51,40 @@ class Bundle:
         body = data[_HEAD.size:_HEAD.size + mlen + ilen]
         if len(body) != mlen + ilen or hashlib.sha256(body).digest() != digest:
             raise BundleError(f"{path} is damaged (its index does not match its checksum)")
-        self.meta = warm.decode_meta(body[:mlen], list_fields=())
-        self.index = {}
-        for line in body[mlen:].decode().split("\n") if ilen else ():
-            kind, key, offset, length = line.split("\t")
-            self.index[(int(kind), key)] = (int(offset), int(length))
+        try:
+            self.meta = warm.decode_meta(body[:mlen], list_fields=())
+            self.index = self._parse_index(body[mlen:], len(data)) if ilen else {}
+        except (ValueError, UnicodeDecodeError, warm.DamagedEntry) as e:
+            raise BundleError(f"{path} is damaged (its header or index is malformed: {e})") from None
         if len(self.index) != count:
             raise BundleError(f"{path} is damaged (index has {len(self.index)} of {count} entries)")
+
+    @staticmethod
+    def _parse_index(text: bytes, size: int) -> dict:
+        """``kind<TAB>key<TAB>offset<TAB>length`` lines -> {(kind, key): (offset, length)};
+        ValueError, naming the line, for any line that is not one (a checksum only says the
+        index is the one written, not that a writer wrote it well)."""
+        index = {}
+        for n, line in enumerate(text.decode("ascii").split("\n"), 1):
+            fields = line.split("\t")
+            if len(fields) != 4 or not all(f.isascii() and f.isdigit() and len(f) <= 20
+                                           for f in (fields[0], fields[2], fields[3])):
+                raise ValueError(f"index line {n} is not 'kind, key, offset, length'")
+            kind, key, offset, length = int(fields[0]), fields[1], int(fields[2]), int(fields[3])
+            if kind not in warm.SUFFIX or len(key) != 64 or (kind, key) in index:
+                raise ValueError(f"index line {n} names no entry of this bundle")
+            index[(kind, key)] = (offset, length)
+        return index
+
+    def damaged_entries(self) -> int:
+        """How many entries fail their own checks (``info`` reports it; lookups skip them)."""
+        bad = 0
+        for (kind, key), (offset, length) in self.index.items():
+            try:
+                warm.decode(self.data[offset:offset + length], kind, key)
+            except warm.DamagedEntry:
+                bad += 1
+        return bad
 
     def __len__(self):
         return len(self.index)
@@ -103,17 +130,17 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None) -
     """
     try:
         warm.check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as f:
-            warm.check_stat(os.fstat(f.fileno()), path, allow_root=allow_root, is_dir=False)
-            data = f.read()
+        data, st = warm.read_regular(path)
+        warm.check_stat(st, path, allow_root=allow_root, is_dir=False)
     except warm.Untrusted as e:
         raise BundleError(str(e)) from None
     except FileNotFoundError:
         raise BundleError(f"there is no bundle at {path}") from None
-    except OSError as e:
-        if e.errno == getattr(__import__("errno"), "ELOOP", -1):
+    except warm.NotRegular as e:
+        if e.strerror.startswith("a symbolic link"):
             raise BundleError(f"{path} is a symbolic link; bundles are read only from the file itself") from None
+        raise BundleError(f"{path} is {e.strerror}") from None
+    except OSError as e:
         raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
     b = Bundle(data, path)
     if tack_version is not None and b.meta.get("tack") != tack_version:
@@ -123,18 +150,13 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None) -
 
 
 def header(path: str) -> dict:
-    """A bundle's header fields and entry count, for ``info`` (reads only the head)."""
-    with open(path, "rb") as f:
-        head = f.read(_HEAD.size)
-        if len(head) < _HEAD.size:
-            raise BundleError(f"{path} is too short to be a bundle")
-        magic, fmt, count, mlen, ilen, _ = _HEAD.unpack(head)
-        if magic != MAGIC:
-            raise BundleError(f"{path} is not a Tack bundle")
-        meta = warm.decode_meta(f.read(mlen), list_fields=())
-    meta["entries"] = count
-    meta["bytes"] = os.path.getsize(path)
-    return meta
+    """A bundle's header fields, entry count and size (read whole and checked: BundleError)."""
+    try:
+        data, st = warm.read_regular(path)
+    except OSError as e:
+        raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
+    b = Bundle(data, path)
+    return dict(b.meta, entries=len(b), bytes=st.st_size)
 
 
 def collect(version_dir: str, target_key: str | None = None):

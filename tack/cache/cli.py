@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
+import errno
 import sys
 import time
 
 from .. import cache as settings_mod
 from . import size
 from .bundle import BUNDLE_PREFIX
-from .warm import Untrusted, check_trusted, tack_version_id
+from .warm import NotRegular, Untrusted, check_trusted, read_regular, tack_version_id
 
 
 class CLIError(Exception):
@@ -56,26 +56,44 @@ def _trusted_root(s, must_exist=True):
 
 
 def bundles(root):
-    """The bundle files in a directory, with their header fields (arch, entries, bytes)."""
+    """Every file named like a bundle in a directory, with what it is.
+
+    ``status``: ``ok`` (with its header fields: arch, entries...), ``damaged``
+    (a Tack bundle that cannot be used: ``error`` says why), ``foreign`` (not a
+    Tack bundle, whatever its name; never deleted) or ``unreadable``.  Each is
+    read whole and checked as the runtime checks it, never through a link or
+    from a FIFO.
+    """
     from . import bundle
     out = []
     for name in sorted(os.listdir(root)):
+        if not name.startswith(BUNDLE_PREFIX) or ".tmp." in name:
+            continue
         path = os.path.join(root, name)
-        if name.startswith(BUNDLE_PREFIX) and os.path.isfile(path) and ".tmp." not in name:
-            try:
-                with open(path, "rb") as f:
-                    if f.read(len(bundle.MAGIC)) != bundle.MAGIC:
-                        continue                # not a bundle, whatever its name: not ours
-            except OSError:
-                continue
-            item = {"name": name, "path": path, "bytes": os.path.getsize(path)}
-            try:
-                item.update(bundle.header(path))
-            except Exception as e:          # noqa: BLE001 - info reports, never fails, on a bad file
-                item["error"] = str(e)
-            out.append(item)
+        item = {"name": name, "path": path, "bytes": 0}
+        try:
+            data, st = read_regular(path)
+        except NotRegular as e:
+            out.append(dict(item, status="foreign", error=e.strerror))
+            continue
+        except OSError as e:
+            out.append(dict(item, status="unreadable", error=e.strerror or str(e)))
+            continue
+        item["bytes"] = st.st_size
+        if not data.startswith(bundle.MAGIC):
+            out.append(dict(item, status="foreign", error="not a Tack bundle" if data else "empty"))
+            continue
+        try:
+            parsed = bundle.Bundle(data, path)
+        except bundle.BundleError as e:
+            out.append(dict(item, status="damaged", error=str(e)))
+            continue
+        damaged = parsed.damaged_entries()
+        item.update(parsed.meta, entries=len(parsed), status="ok")
+        if damaged:
+            item.update(status="damaged", error=f"{damaged} of {len(parsed)} entries are damaged")
+        out.append(item)
     return out
-
 
 
 def gather(s) -> dict:
@@ -114,6 +132,10 @@ def site_bundles() -> list:
     return out
 
 
+_STATUS = {"damaged": "DAMAGED, not used", "foreign": "NOT A BUNDLE, ignored",
+           "unreadable": "UNREADABLE, not used"}
+
+
 def cmd_info(args) -> int:
     info = gather(_settings(args))
     info["site_bundles"] = site_bundles()
@@ -145,8 +167,8 @@ def cmd_info(args) -> int:
     if info["bundles"]:
         print("bundles (not counted against the limit):")
         for b in info["bundles"]:
-            if "error" in b:
-                print(f"  {b['name']}  {fs(b['bytes'])}  UNREADABLE: {b['error']}")
+            if b["status"] != "ok":
+                print(f"  {b['name']}  {fs(b['bytes'])}  {_STATUS[b['status']]}: {b['error']}")
             else:
                 print(f"  {b['name']}  arch {b.get('arch') or '?'} ({b.get('machine', '?')}), "
                       f"{b['entries']} entries, {fs(b['bytes'])}, Tack {b.get('tack', '?')}")
@@ -158,6 +180,9 @@ def cmd_info(args) -> int:
             continue
         print(f"site bundles: {site['directory']} ({len(site['bundles'])})")
         for b in site["bundles"]:
+            if b["status"] != "ok":
+                print(f"  {b['name']}  {fs(b['bytes'])}  {_STATUS[b['status']]}: {b['error']}")
+                continue
             print(f"  {b['name']}  arch {b.get('arch') or '?'}, {b.get('entries', '?')} entries, "
                   f"{fs(b['bytes'])}")
     return 0
@@ -176,21 +201,89 @@ def cmd_prune(args) -> int:
     root = _root_to_change(s, "prune")
     if root is None:
         return 0
-    total, freed, count = size.prune(root, s.max_size)
+    result = size.prune(root, s.max_size)
+    total, freed, count = result
     size.remove_stale_temporaries(root)
     fs = settings_mod.format_size
     print(f"pruned {count} entries ({fs(freed)}); {fs(total - freed)} left, "
           f"limit {fs(s.max_size)}")
+    if result.failed:
+        path, e = result.failed[0]
+        more = f" (and {len(result.failed) - 1} more)" if len(result.failed) > 1 else ""
+        raise CLIError(f"cannot delete {path}: {e.strerror or e}{more}; the cache is still over "
+                       f"its limit")
     return 0
 
 
-_RMTREE_HANDLER = "onexc" if sys.version_info >= (3, 12) else "onerror"
+def clear_version(root: str, version: str) -> tuple[int, list]:
+    """Delete one version directory's entries, then its directories if nothing else is left.
+
+    Never a recursive delete: each file is checked to be one the cache wrote
+    (``size.is_own_file``), and each directory is removed with ``rmdir``, which
+    fails on one that still holds anything.  -> (files deleted, [what was left
+    in place: paths the cache did not make])
+    """
+    deleted, kept = 0, []
+    vdir = os.path.join(root, version)
+    for level in size.LEVELS:
+        ldir = os.path.join(vdir, level)
+        if not size._is_real_dir(ldir):
+            continue
+        for fan in sorted(os.listdir(ldir)):
+            fdir = os.path.join(ldir, fan)
+            if not size._is_real_dir(fdir):
+                kept.append(fdir)
+                continue
+            for name in sorted(os.listdir(fdir)):
+                path = os.path.join(fdir, name)
+                if _delete(path):
+                    deleted += 1
+                else:
+                    kept.append(path)
+            _rmdir(fdir, kept)
+        _rmdir(ldir, kept)
+    marker = os.path.join(vdir, size.VERSION_MARKER)
+    if size.is_marker(marker) and not _others_in(vdir, marker):
+        _unlink(marker)
+    _rmdir(vdir, kept)
+    return deleted, kept
 
 
-def _rmtree_error(function, path, exc):
-    """shutil.rmtree's error handler: the failure, naming the whole path at fault."""
-    e = exc if isinstance(exc, BaseException) else exc[1]
-    raise CLIError(f"cannot delete {path}: {getattr(e, 'strerror', None) or e}") from None
+def _delete(path: str) -> bool:
+    try:
+        return size.delete_own(path)
+    except OSError as e:
+        raise CLIError(f"cannot delete {path}: {e.strerror or e}") from None
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise CLIError(f"cannot delete {path}: {e.strerror or e}") from None
+
+
+def _others_in(directory: str, besides: str) -> bool:
+    return any(os.path.join(directory, n) != besides for n in os.listdir(directory))
+
+
+def _rmdir(path: str, kept: list) -> None:
+    """Remove an emptied directory; one that still holds what the cache did not make stays."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            if not any(k.startswith(path + os.sep) for k in kept):
+                kept.append(path)
+            return
+        if e.errno == errno.ENOTDIR or not os.path.isdir(path) or os.path.islink(path):
+            kept.append(path)
+            return
+        raise CLIError(f"cannot delete {path}: {e.strerror or e}") from None
 
 
 def cmd_clear(args) -> int:
@@ -199,27 +292,32 @@ def cmd_clear(args) -> int:
     if root is None:
         return 0
     version = tack_version_id()
-    targets = [v for v in os.listdir(root) if size.is_version_dir(root, v)]
+    targets = [v for v in sorted(os.listdir(root)) if size.is_version_dir(root, v)]
     if not args.all:
         targets = [v for v in targets if v == version]
-    removed = 0
+    removed, kept = 0, []
     for name in targets:
-        shutil.rmtree(os.path.join(root, name), **{_RMTREE_HANDLER: _rmtree_error})
-        removed += 1
+        n, left = clear_version(root, name)
+        removed += n
+        kept += left
     nbundles = 0
     if args.all:
         for b in bundles(root):
-            os.unlink(b["path"])                # (only files that begin as bundles do)
-            nbundles += 1
+            if b["status"] in ("ok", "damaged"):    # files that begin as bundles: Tack's
+                _unlink(b["path"])
+                nbundles += 1
         for name in (size.STAMP, size.CLAIM):
-            try:
-                os.unlink(os.path.join(root, name))
-            except FileNotFoundError:
-                pass
+            path = os.path.join(root, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                _unlink(path)
     what = "every version's" if args.all else f"version {version}'s"
     extra = f" and {nbundles} bundle(s)" if args.all else ""
-    print(f"cleared {what} entries ({removed} version director{'y' if removed == 1 else 'ies'})"
-          f"{extra} from {root}")
+    print(f"cleared {what} entries ({removed} files in {len(targets)} version "
+          f"director{'y' if len(targets) == 1 else 'ies'}){extra} from {root}")
+    if kept:
+        print(f"left in place, not made by Tack ({len(kept)}):")
+        for path in kept:
+            print(f"  {path}")
     return 0
 
 

@@ -14,9 +14,18 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 
-from .warm import SUFFIX, TMP_MARK
+from .warm import _HEAD, MAGIC, SUFFIX, TMP_MARK, NotRegular, _kind_of, read_regular
+
+_O_NOWAIT = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+LEVELS = ("lowered", "variants")
+VERSION_MARKER = ".tack-version"        # in each version directory the cache creates
+MARKER_TEXT = b"Tack kernel cache: a directory made by Tack; its entries may be deleted by it\n"
+BUNDLE_MAGIC = b"TACKBDL1"              # bundle.MAGIC (bundle.py imports this module's users)
+_MAGICS = (MAGIC, BUNDLE_MAGIC)
 
 HOUR = 3600
 STAMP = "size-check.stamp"
@@ -42,9 +51,76 @@ def touch_if_stale(path: str, now: float | None = None) -> bool:
 
 
 def is_version_dir(root: str, name: str) -> bool:
+    """A version directory the cache made: a real directory holding the cache's marker
+    (or, made before markers were written, named like a version and holding a level)."""
     path = os.path.join(root, name)
-    return name[:1].isdigit() and os.path.isdir(path) and not os.path.islink(path) and \
-        any(os.path.isdir(os.path.join(path, d)) for d in ("lowered", "variants"))
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    if is_marker(os.path.join(path, VERSION_MARKER)):
+        return True
+    return name[:1].isdigit() and any(_is_real_dir(os.path.join(path, d)) for d in LEVELS)
+
+
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_marker(path: str) -> bool:
+    """Whether ``path`` is a marker file the cache wrote (a regular file with its text)."""
+    try:
+        data, _ = read_regular(path, limit=len(MARKER_TEXT))
+    except OSError:
+        return False
+    return data == MARKER_TEXT
+
+
+def is_own_file(path: str) -> bool:
+    """Whether ``path`` is a file the cache wrote, checked by its content, not its name:
+    an entry whose header holds its kind and key, or a temporary file of one (or of a
+    bundle) that holds the start of one.  Never follows a link or opens a FIFO."""
+    name = os.path.basename(path)
+    try:
+        head, _ = read_regular(path, limit=_HEAD.size)
+    except OSError:
+        return False
+    if TMP_MARK in name:
+        return _TMP_RE.match(name) is not None and \
+            any(head == magic[:len(head)] or head.startswith(magic) for magic in _MAGICS)
+    for kind, suffix in SUFFIX.items():
+        if name.endswith(suffix) and len(head) == _HEAD.size:
+            magic, k, *_, key = _HEAD.unpack(head)
+            return magic == MAGIC and k == kind and key.decode("ascii", "replace") == name[:-len(suffix)]
+    return False
+
+
+def delete_own(path: str) -> bool:
+    """Delete ``path`` if ``is_own_file`` says the cache wrote it; -> deleted.  Other OSErrors
+    (a file that cannot be deleted) are raised: the caller reports them."""
+    if not is_own_file(path):
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def fan_dirs(root: str, version: str):
+    """The directories of one version directory that hold entries (never through a link)."""
+    for level in LEVELS:
+        ldir = os.path.join(root, version, level)
+        if not _is_real_dir(ldir):
+            continue
+        for fan in sorted(os.listdir(ldir)):
+            fdir = os.path.join(ldir, fan)
+            if _is_real_dir(fdir):
+                yield level, fdir
 
 
 def entries(root: str):
@@ -53,23 +129,16 @@ def entries(root: str):
     for version in sorted(os.listdir(root)):
         if not is_version_dir(root, version):
             continue
-        vdir = os.path.join(root, version)
-        for level in ("lowered", "variants"):
-            ldir = os.path.join(vdir, level)
-            if not os.path.isdir(ldir) or os.path.islink(ldir):
-                continue
-            for fan in os.listdir(ldir):
-                fdir = os.path.join(ldir, fan)
-                if not os.path.isdir(fdir) or os.path.islink(fdir):
+        for level, fdir in fan_dirs(root, version):
+            for name in os.listdir(fdir):
+                if TMP_MARK in name or not name.endswith(_ENTRY_SUFFIXES):
                     continue
-                for name in os.listdir(fdir):
-                    path = os.path.join(fdir, name)
-                    if TMP_MARK in name or not name.endswith(_ENTRY_SUFFIXES):
-                        continue
-                    try:
-                        st = os.stat(path)
-                    except OSError:
-                        continue
+                path = os.path.join(fdir, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
                     out.append((path, st.st_size, st.st_mtime, version, level))
     return out
 
@@ -81,22 +150,17 @@ def _own_dirs(root):
     """The directories the cache writes entries in (never through a link), and the root."""
     yield root
     for version in os.listdir(root):
-        if not is_version_dir(root, version):
-            continue
-        for level in ("lowered", "variants"):
-            ldir = os.path.join(root, version, level)
-            if os.path.isdir(ldir) and not os.path.islink(ldir):
-                for fan in os.listdir(ldir):
-                    fdir = os.path.join(ldir, fan)
-                    if os.path.isdir(fdir) and not os.path.islink(fdir):
-                        yield fdir
+        if is_version_dir(root, version):
+            for _, fdir in fan_dirs(root, version):
+                yield fdir
 
 
 def remove_stale_temporaries(root: str, now: float | None = None) -> int:
     """Delete temporary files that writers which died left behind; -> how many.
 
     Only names the cache's own writes produce (``<entry>.tmp.<pid>.<hex>``),
-    only where it writes them: never any other file.
+    only where it writes them, and only what holds the start of an entry or
+    a bundle (``is_own_file``): never any other file.
     """
     now = time.time() if now is None else now
     removed = 0
@@ -106,48 +170,76 @@ def remove_stale_temporaries(root: str, now: float | None = None) -> int:
                 continue
             path = os.path.join(d, name)
             try:
-                if now - os.lstat(path).st_mtime > _STALE_TMP:
-                    os.unlink(path)
+                if now - os.lstat(path).st_mtime > _STALE_TMP and delete_own(path):
                     removed += 1
             except OSError:
                 pass
     return removed
 
 
-def prune(root: str, max_size: int | None) -> tuple[int, int, int]:
+class PruneResult(tuple):
+    """(total bytes before, bytes deleted, entries deleted), and ``failed``: [(path, OSError)]."""
+
+    failed: list
+
+
+def prune(root: str, max_size: int | None) -> PruneResult:
     """Delete least recently used entries until 90% of ``max_size`` is left (when over it).
 
-    -> (total bytes before, bytes deleted, entries deleted)
+    Each file is checked to be an entry the cache wrote before it is deleted.
+    -> (total bytes before, bytes deleted, entries deleted), with ``.failed``.
     """
     items = entries(root)
     total = sum(size for _, size, *_ in items)
-    if max_size is None or total <= max_size:
-        return total, 0, 0
-    target = int(max_size * 0.9)
     freed = count = 0
-    for path, size, *_ in sorted(items, key=lambda e: e[2]):
-        if total - freed <= target:
-            break
-        try:
-            os.unlink(path)
-        except OSError:
-            continue
-        freed += size
-        count += 1
-    return total, freed, count
+    failed = []
+    if max_size is not None and total > max_size:
+        target = int(max_size * 0.9)
+        for path, size, *_ in sorted(items, key=lambda e: e[2]):
+            if total - freed <= target:
+                break
+            try:
+                if not delete_own(path):
+                    continue
+            except OSError as e:
+                failed.append((path, e))
+                continue
+            freed += size
+            count += 1
+    result = PruneResult((total, freed, count))
+    result.failed = failed
+    return result
 
 
 def last_check(root: str) -> float | None:
+    """The time of the last size check (the stamp's mtime); None if never.
+    NotRegular if the stamp is not a regular file (then no check runs, and the caller warns)."""
+    path = os.path.join(root, STAMP)
     try:
-        return os.stat(os.path.join(root, STAMP)).st_mtime
+        st = os.lstat(path)
     except OSError:
         return None
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(path, _kind_of(st))
+    return st.st_mtime
 
 
 def _stamp(stamp: str, now: float):
-    with open(stamp, "a"):
-        pass
+    fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | _O_NOWAIT, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(stamp, _kind_of(st))
+    finally:
+        os.close(fd)
     os.utime(stamp, (now, now))
+
+
+def _claim_is_stale(claim: str, now: float) -> bool:
+    st = os.lstat(claim)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(claim, _kind_of(st))     # never deleted: not ours
+    return now - st.st_mtime > _STALE_CLAIM
 
 
 def maybe_prune(root: str, max_size: int | None, now: float | None = None):
@@ -162,8 +254,10 @@ def maybe_prune(root: str, max_size: int | None, now: float | None = None):
         fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
         try:
-            if now - os.stat(claim).st_mtime > _STALE_CLAIM:
+            if _claim_is_stale(claim, now):
                 os.unlink(claim)            # its holder died; the next process may claim
+        except NotRegular:
+            raise
         except OSError:
             pass
         return None

@@ -13,12 +13,14 @@ import functools
 import hashlib
 import os
 import platform
+import stat
 import time
 
 from . import log
 from ..types import spec
-from .warm import (CODEGEN, TMP_MARK, Untrusted, _HEAD, _read_current, _unusable, check_deps,
-                   check_trusted, digest, entry_path, host_target_key)
+from .warm import (CODEGEN, TMP_MARK, NotRegular, Untrusted, _HEAD, _kind_of, _read_current,
+                   _unusable, check_deps, check_trusted, digest, entry_path, host_target_key,
+                   read_regular)
 # The entry format in one namespace, reader (warm.py) and writer (here):
 from .warm import (KIND_LOWERED, KIND_VARIANT, LEVEL_DIR, MAGIC, SUFFIX,  # noqa: F401
                    DamagedEntry, check_stat, decode, decode_meta)
@@ -45,12 +47,13 @@ def encode(kind: int, key: str, meta: dict, payload: bytes) -> bytes:
 
 
 def read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    """A regular file's bytes (NotRegular, an OSError, for a FIFO, device or link: never a hang)."""
+    return read_regular(path)[0]
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory."""
+    _refuse_non_regular(path)
     tmp = f"{path}{TMP_MARK}{os.getpid()}.{os.urandom(6).hex()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -69,13 +72,52 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         raise
 
 
-def ensure_private_dir(path: str) -> None:
-    """Create ``path`` (0700) if missing, then check it as ``check_trusted`` does."""
+def _refuse_non_regular(path: str) -> None:
+    """A write never replaces what is not a regular file (a FIFO, a directory, a link someone
+    put there): that is not the cache's to delete.  NotRegular (an OSError) instead."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(path, _kind_of(st))
+
+
+def ensure_private_dir(path: str, marker: str | None = None) -> None:
+    """Create ``path`` (0700) if missing, then check it as ``check_trusted`` does.
+
+    ``marker``: the name of a file written in it (when missing) to say the cache
+    made it, so that ``clear`` and ``prune`` know it for one of theirs.
+    """
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     check_trusted(path)
+    if marker is not None:
+        from .size import MARKER_TEXT
+        write_new(os.path.join(path, marker), MARKER_TEXT)
+
+
+CACHEDIR_TAG = ("CACHEDIR.TAG", b"Signature: 8a477f597d28d172789f06886806bc55\n"
+                b"# This file is a cache directory tag created by Tack (its kernel cache).\n"
+                b"# For information about cache directory tags, see https://bford.info/cachedir/\n")
+
+
+def tag_new_root(root: str) -> None:
+    """Tag a cache directory that Tack itself created (backup tools then skip it).
+    Never a directory the user already had: it may hold their own files."""
+    write_new(os.path.join(root, CACHEDIR_TAG[0]), CACHEDIR_TAG[1])
+
+
+def write_new(path: str, data: bytes) -> None:
+    """Create ``path`` holding ``data`` unless something is there already (whatever it is)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
 
 
 # -- writing to the user's directory --------------------------------------------

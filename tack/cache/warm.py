@@ -49,6 +49,7 @@ reaches a user's job.
 from __future__ import annotations
 
 import builtins
+import errno
 import hashlib
 import os
 import platform
@@ -371,6 +372,71 @@ def entry_path(version_dir: str, kind: int, key: str) -> str:
     return os.path.join(version_dir, LEVEL_DIR[kind], key[:2], key + SUFFIX[kind])
 
 
+# -- opening files -----------------------------------------------------------------
+
+_O_READ = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+           | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+
+
+class NotRegular(OSError):
+    """A path that should be one of the cache's files is something else (FIFO, device, socket,
+    directory, link): it is never read, written through or deleted."""
+
+    def __init__(self, path: str, what: str):
+        super().__init__(f"{path} is {what}, not a regular file")
+        self.filename = path
+        self.strerror = f"{what}, not a regular file"
+
+
+def _kind_of(st) -> str:
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(st.st_mode):
+            return what
+    return "not a file"
+
+
+def open_regular(path: str):
+    """Open ``path`` for reading without ever blocking; NotRegular unless it is a regular file.
+
+    Opened non-blocking (a FIFO would otherwise wait for a writer forever) and
+    without following a link; the type is checked on the descriptor itself.
+    -> (descriptor, its fstat), the caller closing the descriptor.
+    """
+    try:
+        fd = os.open(path, _O_READ)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegular(path, "a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path, _kind_of(st))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_regular(path: str, limit: int = -1):
+    """-> (bytes, fstat result) of the regular file ``path``: all of it, or its first ``limit`` bytes."""
+    fd, st = open_regular(path)
+    try:
+        chunks = []
+        while limit:
+            chunk = os.read(fd, limit if limit > 0 else max(st.st_size, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if limit > 0:
+                limit -= len(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
 # -- trust -----------------------------------------------------------------------
 
 class Untrusted(Exception):
@@ -455,6 +521,8 @@ class DiskCache:
                     return False
                 os.makedirs(self.root, 0o700, exist_ok=True)
                 st = os.lstat(self.root)
+                from .store import tag_new_root
+                tag_new_root(self.root)
             check_stat(st, self.root)
             self._checked.add(self.root)
             return True
@@ -475,7 +543,8 @@ class DiskCache:
             return False
         if create:
             from .store import ensure_private_dir
-            ensure_private_dir(path)
+            from .size import VERSION_MARKER
+            ensure_private_dir(path, VERSION_MARKER if path == self.version_dir else None)
         else:
             try:
                 st = os.lstat(path)
@@ -507,10 +576,13 @@ class DiskCache:
                 return None
             if not self._dir_ok(os.path.dirname(path), create=False):
                 return None
-            with open(path, "rb") as f:
-                data = f.read()
-                st = os.fstat(f.fileno())
+            data, st = read_regular(path)
         except FileNotFoundError:
+            return None
+        except NotRegular as e:
+            self.stats["damaged"] += 1
+            self.why = f"not used: {e.strerror}; left alone"
+            log.debug("%s %s: %s; ignored", level, key[:16], e)
             return None
         except Untrusted as e:
             self.warn_once(f"not using the kernel cache: {e}")

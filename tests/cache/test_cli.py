@@ -45,7 +45,9 @@ def test_info(populated):
         ("lowered", "3", "entries"), ("variants", "3", "entries")] * 2
     assert all(ln[-1] == "KiB" for ln in level_lines)
     assert "bundle-x86_64  arch znver3 (x86_64), 0 entries" in out
-    assert "notes.txt" not in out
+    # a file named like a bundle that is not one is listed as such (never silently omitted)
+    assert any("bundle-notes.txt" in ln and "NOT A BUNDLE, ignored" in ln for ln in lines)
+    assert not any(ln.strip().startswith("notes.txt") for ln in lines)
     assert run.stderr == ""
 
 
@@ -67,7 +69,8 @@ def test_info_json(populated):
         assert levels["lowered"]["bytes"] > 0 and levels["variants"]["bytes"] > 0
     assert info["total_entries"] == 12
     assert info["total_bytes"] == sum(p.stat().st_size for p in entry_files(cache))
-    assert [b["name"] for b in info["bundles"]] == ["bundle-x86_64"]
+    assert [(b["name"], b["status"]) for b in info["bundles"]] == [
+        ("bundle-notes.txt", "foreign"), ("bundle-x86_64", "ok")]
     assert info["last_size_check"] is not None
 
 
@@ -145,7 +148,7 @@ def test_clear_all(populated):
     assert (cache / size.STAMP).exists()
     run = run_cli(cache, "clear", "--all")
     assert run.rc == 0, run.stderr
-    assert sorted(os.listdir(cache)) == ["bundle-notes.txt", "notes.txt"]
+    assert sorted(os.listdir(cache)) == ["CACHEDIR.TAG", "bundle-notes.txt", "notes.txt"]
     assert (cache / "notes.txt").read_text() == "not Tack's"
 
 

@@ -25,7 +25,7 @@ def test_stale_temporaries_of_others_are_left_alone(tmp_path):
     theirs = root / "myproject" / "results.tmp.csv"
     theirs.parent.mkdir()
     for p in (ours, theirs):
-        p.write_bytes(b"x")
+        p.write_bytes(b"TACKE")             # a writer died five bytes into an entry
         old = time.time() - 10 * 3600
         os.utime(p, (old, old))
     assert size.remove_stale_temporaries(str(root)) == 1

@@ -159,8 +159,8 @@ def test_check_removes_stale_temporaries_only(many):
     entry = entry_paths(many)[0]
     old_tmp = entry.with_name(entry.name + store.TMP_MARK + "1.aaaa")
     young_tmp = entry.with_name(entry.name + store.TMP_MARK + "2.bbbb")
-    old_tmp.write_bytes(b"x" * 100)
-    young_tmp.write_bytes(b"y" * 100)
+    old_tmp.write_bytes(entry.read_bytes()[:100])       # writers that died part-way
+    young_tmp.write_bytes(entry.read_bytes()[:100])
     os.utime(old_tmp, (time.time() - 2 * HOUR,) * 2)
     assert size.maybe_prune(str(many), None) is not None
     assert not old_tmp.exists() and young_tmp.exists()
