@@ -273,6 +273,14 @@ def import_file(path: Path, name: str):
 # ---------------------------------------------------------------------------------------------
 
 _VERSION_AT_START = pytest.StashKey[str]()
+FAULT_TOTALS = pytest.StashKey[dict]()       # test_fault_injection.py's cases: run, held
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    totals = config.stash.get(FAULT_TOTALS, None)
+    if totals:
+        terminalreporter.write_line(f"fault injection: {totals['run']} cases run, "
+                                    f"{totals['held']} held")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -280,6 +288,11 @@ def pytest_runtest_makereport(item, call):
     """On a failure, say if tack/ was edited while the test ran: entries stored before the edit belong to another version."""
     outcome = yield
     report = outcome.get_result()
+    if report.when == "call" and getattr(item, "originalname", None) in \
+            getattr(getattr(item, "module", None), "FAULT_CASES", ()):
+        totals = item.config.stash.setdefault(FAULT_TOTALS, {"run": 0, "held": 0})
+        totals["run"] += 1
+        totals["held"] += report.passed
     before = item.stash.get(_VERSION_AT_START, None)
     if report.when == "call" and report.failed and before is not None:
         now = current_version()
