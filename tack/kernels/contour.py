@@ -199,6 +199,10 @@ def tack_warm(shape):
     produce.  The arrays are allocated, not filled.
     """
     shape = tuple(int(s) for s in shape)
+    if len(shape) != 3:
+        raise ValueError(f"contour needs a 3-D field shape, not {len(shape)}-D {list(shape)}")
+    if min(shape) < 2:
+        raise ValueError(f"contour needs at least 2 points along each axis, not {list(shape)}")
     field = np.empty(shape, np.float32)
     edge_vid, vert_src, active, counts = _scratch(shape)
     specs = [(classify, (field, 0.0, edge_vid, vert_src, active, counts), 3)]

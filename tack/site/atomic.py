@@ -3,15 +3,18 @@
 A file whose rendered bytes equal what is already there is left untouched
 (its modification time too), so rendering again with the same config
 changes nothing.  If any file cannot be written, the temporary files and
-any directory made for them are removed and nothing is renamed into place.
+any directory made for them are removed and nothing is renamed into place;
+if a rename fails after others have been done, those are undone: a file
+this run created is removed, a file it replaced gets its old bytes back.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
-from .cli import SiteError
+from .errors import SiteError
 
 
 def write_files(files, mode=0o644):
@@ -27,37 +30,86 @@ def write_files(files, mode=0o644):
         if os.path.lexists(path) and not os.path.isfile(path):
             raise SiteError(f"cannot write {path}: it exists and is not a regular file; "
                             "nothing was written")
-        plan.append((path, data, _read(path) != data))
-    made_dirs, temps = [], []
+        old = _read(path)
+        if old is None and os.path.lexists(path):
+            raise SiteError(f"cannot write {path}: it exists and cannot be read, so it could not "
+                            "be restored if another file failed; nothing was written")
+        plan.append((path, data, old != data, old))
+    made_dirs, temps, done = [], [], []
     try:
-        for path, data, changed in plan:
+        for path, data, changed, _ in plan:
             if not changed:
                 continue
             made_dirs += _makedirs(os.path.dirname(path))
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                       dir=os.path.dirname(path))
+            # A short temporary name: a final name the file system refuses fails at the
+            # rename, which is undone like any other failure.
+            fd, tmp = tempfile.mkstemp(prefix=".tack-", suffix=".tmp", dir=os.path.dirname(path))
             temps.append((tmp, path))
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, mode)
+        olds = {path: old for path, _, _, old in plan}
         for tmp, path in temps:
-            os.replace(tmp, path)
+            old_mode = _mode(path)
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                e.filename = path               # name the file, not its temporary
+                raise
+            done.append((path, olds[path], old_mode))
     except OSError as e:
         for tmp, _ in temps:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+        undone = _undo(done)
         for d in reversed(made_dirs):
             try:
                 os.rmdir(d)
             except OSError:
                 pass
         where = e.filename or (plan[0][0] if plan else "")
-        raise SiteError(f"cannot write {where}: {e.strerror or e}; nothing was written") from None
-    return [(path, changed) for path, _, changed in plan]
+        tail = "nothing was written" if not undone else \
+            f"could not restore {', '.join(undone)}"
+        raise SiteError(f"cannot write {where}: {e.strerror or e}; {tail}") from None
+    return [(path, changed) for path, _, changed, _ in plan]
+
+
+def _undo(done):
+    """Put back what the renames in ``done`` replaced; -> the paths that could not be restored."""
+    failed = []
+    for path, old, old_mode in reversed(done):
+        try:
+            if old is None:
+                os.unlink(path)
+                continue
+            fd, tmp = tempfile.mkstemp(prefix=".tack-", suffix=".tmp", dir=os.path.dirname(path))
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(old)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, old_mode if old_mode is not None else 0o644)
+                os.replace(tmp, path)
+            except OSError:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except OSError:
+            failed.append(path)
+    return failed
+
+
+def _mode(path):
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return None
 
 
 def _read(path):

@@ -36,11 +36,46 @@ TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-lin
            "ppc64le": "powerpc64le-unknown-linux-gnu"}
 
 
+# archspec spells POWER CPUs as GCC does (-mcpu=power9); LLVM's CPU names are pwr9.
+LLVM_CPU_NAMES = {f"power{n}": f"pwr{n}" for n in range(7, 12)}
+
+
+def llvm_knows_cpu(triple: str, cpu: str) -> bool:
+    """Does this LLVM know ``cpu`` for ``triple``?
+
+    llvmlite has no list of CPU names; for one it does not know, LLVM prints
+    "'X' is not a recognized processor for this target (ignoring processor)"
+    to file descriptor 2 and goes on with generic code.  That warning is
+    captured (fd 2 redirected around the call) and taken as the answer.
+    """
+    import tempfile
+
+    import llvmlite.binding as llvm
+    from ..backends.cpu import _initialize
+    _initialize(all_targets=True)
+    target = llvm.Target.from_triple(triple)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 2)
+            try:
+                target.create_target_machine(cpu=cpu)
+            finally:
+                os.dup2(saved, 2)
+            captured.seek(0)
+            warning = captured.read().decode("utf-8", "replace")
+    finally:
+        os.close(saved)
+    return "not a recognized processor" not in warning
+
+
 def llvm_target(arch: str):
     """(triple, LLVM CPU name) for an archspec microarchitecture (zen3 -> x86_64, znver3).
 
     The CPU name comes from archspec's flags for the clang of this LLVM's
-    version, so it is one this LLVM knows.
+    version; BuildFailure if this LLVM does not know it (it would build
+    generic code for the family, not code for ``arch``).
     """
     import archspec.cpu
     import llvmlite.binding as llvm
@@ -56,7 +91,12 @@ def llvm_target(arch: str):
     for flag in flags.split():
         if flag.startswith(("-march=", "-mcpu=")):
             cpu = flag.split("=", 1)[1]
-            return TRIPLES[family], {"x86-64": "x86-64"}.get(cpu, cpu)
+            cpu = LLVM_CPU_NAMES.get(cpu, cpu)
+            if not llvm_knows_cpu(TRIPLES[family], cpu):
+                raise BuildFailure(f"LLVM {major} does not recognise the CPU {cpu!r} that archspec "
+                                   f"gives for {arch} ({flag}); it would build generic "
+                                   f"{family} code, so {arch} is not built")
+            return TRIPLES[family], cpu
     raise BuildFailure(f"archspec gives no CPU name for {arch} with clang {major} (flags: {flags!r})")
 
 
@@ -69,42 +109,119 @@ def cpu_target(arch: str):
 # -- what to warm -------------------------------------------------------------
 
 def parse_arg(text: str):
-    """An argument spec from the config -> an example value: ``float32[64,64]``, ``float64``, ``module:Class``."""
-    text = text.strip()
-    if "[" in text and text.endswith("]"):
-        dtype, dims = text[:-1].split("[", 1)
-        if dtype not in T.SCALARS:
-            raise BuildFailure(f"unknown element type {dtype!r} in {text!r}")
-        shape = tuple(int(d) for d in dims.split(",") if d.strip())
-        return np.empty(shape, dtype if dtype != "bool" else np.bool_)
-    if text in T.SCALARS:
-        return np.dtype(text if text != "bool" else np.bool_).type(0)
-    if ":" in text:
-        module, _, name = text.partition(":")
-        return getattr(importlib.import_module(module), name)
-    raise BuildFailure(f"cannot read argument spec {text!r} (use e.g. float32[64,64], float64, "
-                       "or module:Class for a template)")
+    """An argument spec from the config -> an example value: ``float32[64,64]``, ``float64``, ``module:Class``.
+
+    Read by ``config.parse_arg_spec``, the parser ``check`` uses.
+    """
+    from .config import parse_arg_spec
+    try:
+        spec = parse_arg_spec(text)
+    except ValueError as e:
+        raise BuildFailure(str(e)) from None
+    if spec[0] == "array":
+        return np.empty(spec[2], spec[1] if spec[1] != "bool" else np.bool_)
+    if spec[0] == "scalar":
+        return np.dtype(spec[1] if spec[1] != "bool" else np.bool_).type(0)
+    try:
+        return getattr(importlib.import_module(spec[1]), spec[2])
+    except Exception as e:                      # noqa: BLE001 - any import failure is reported
+        raise BuildFailure(f"template {text.strip()!r}: {type(e).__name__}: {e}") from None
 
 
-def warm_specs(entry: dict):
-    """[(kernel, example args, grid dims)] for one ``build.kernels`` entry."""
+def warm_specs(entry: dict, where=None):
+    """[(kernel, example args, grid dims)] for one ``build.kernels`` entry.
+
+    ``where(keypath) -> "FILE:LINE: key"`` places a failure in the config; the
+    keypath is relative to the entry (``("shapes", 1)``, ``("args", 0)``).
+    """
+    where = where or (lambda keypath: ".".join(map(str, keypath)))
     try:
         module = importlib.import_module(entry["module"])
     except Exception as e:                      # noqa: BLE001 - any import failure is reported
-        raise BuildFailure(f"kernel module {entry['module']!r} failed to import: "
-                           f"{type(e).__name__}: {e}") from None
+        raise BuildFailure(f"{where(('module',))}: kernel module {entry['module']!r} failed to "
+                           f"import: {type(e).__name__}: {e}") from None
     if "kernel" in entry:
         kernel = getattr(module, entry["kernel"], None)
-        if kernel is None:
-            raise BuildFailure(f"{entry['module']} has no kernel {entry['kernel']!r}")
-        return [(kernel, tuple(parse_arg(a) for a in entry["args"]), int(entry.get("grid", 1)))]
+        if kernel is None or not hasattr(kernel, "params"):
+            raise BuildFailure(f"{where(('kernel',))}: {entry['module']} has no @tack.kernel "
+                               f"{entry['kernel']!r}")
+        args = []
+        for j, a in enumerate(entry["args"]):
+            try:
+                args.append(parse_arg(a))
+            except BuildFailure as e:
+                raise BuildFailure(f"{where(('args', j))}: {e}") from None
+        if len(args) != len(kernel.params):
+            raise BuildFailure(f"{where(('args',))}: {entry['kernel']} takes {len(kernel.params)} "
+                               f"arguments ({', '.join(kernel.params)}), {len(args)} are given")
+        return [(kernel, tuple(args), int(entry.get("grid", 1)))]
     warm = getattr(module, "tack_warm", None)
     if warm is None:
-        raise BuildFailure(f"{entry['module']} has no tack_warm(shape); give 'kernel' and 'args'")
+        raise BuildFailure(f"{where(('module',))}: {entry['module']} has no tack_warm(shape); "
+                           "give 'kernel' and 'args'")
     specs = []
-    for shape in entry.get("shapes") or []:
-        specs.extend(warm(shape))
+    for j, shape in enumerate(entry.get("shapes") or []):
+        try:
+            specs.extend(warm(shape))
+        except Exception as e:                  # noqa: BLE001 - the module's own checks, reported
+            raise BuildFailure(f"{where(('shapes', j))}: {entry['module']}.tack_warm"
+                               f"({list(shape)}) failed: {type(e).__name__}: {e}") from None
     return specs
+
+
+def build_problems(cfg):
+    """What ``bundles build`` would fail on, found without compiling: ``["FILE:LINE: key: why"]``.
+
+    Each CPU architecture must map to a CPU this LLVM knows; each kernel
+    entry's module must import and give argument values the kernel can take
+    (its ``tack_warm`` checks a shape's rank and extents), and each kernel
+    must type-check for them (an array of the wrong rank fails here).  GPU
+    architectures are not built yet, which ``check`` lists but does not count.
+    """
+    problems = []
+    for i, arch in enumerate(cfg.cpu_archs()):
+        try:
+            llvm_target(arch)
+        except BuildFailure as e:
+            problems.append(f"{cfg.where(('build', 'archs', 'cpu', i))}: {e}")
+    for i, entry in enumerate(cfg.get("build.kernels") or []):
+        base = ("build", "kernels", i)
+        try:
+            specs = warm_specs(entry, lambda keypath: cfg.where(base + tuple(keypath)))
+        except BuildFailure as e:
+            problems.append(str(e))
+            continue
+        try:
+            type_check(specs)
+        except BuildFailure as e:
+            problems.append(f"{cfg.where(base)}: {e}")
+    return problems
+
+
+def describe_arg(a) -> str:
+    if isinstance(a, np.ndarray):
+        return f"{a.dtype}[{','.join(map(str, a.shape))}]"
+    if isinstance(a, type):
+        return a.__qualname__
+    return type(a).__name__
+
+
+def type_check(specs):
+    """Lower and type each (kernel, args, grid) as the build would, without generating code."""
+    from ..launch import typeof_arg
+    from ..specialize import specialize
+    for kernel, args, grid in specs:
+        name = kernel.__qualname__
+        try:
+            argtypes = [typeof_arg(name, p, a) for p, a in zip(kernel.params, args)]
+            templates = {p: a for p, a, t in zip(kernel.params, args, argtypes)
+                         if isinstance(t, T.Template)}
+            values = tuple(t for t in argtypes if not isinstance(t, T.Template))
+            specialize(kernel.lower(templates, False), values, grid)   # lower() is memoized
+        except Exception as e:                  # noqa: BLE001 - the compiler's errors, reported
+            why = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+            raise BuildFailure(f"{name}({', '.join(map(describe_arg, args))}) "
+                               f"does not compile: {type(e).__name__}: {why}") from None
 
 
 # -- compiling for a target ---------------------------------------------------
@@ -225,9 +342,9 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
     llvm = llvm_version()
     rows, failures = [], []
     specs = []
-    for entry in kernels:
+    for i, entry in enumerate(kernels):
         try:
-            specs.extend(warm_specs(entry))
+            specs.extend(warm_specs(entry, lambda keypath, i=i: cfg.where(("build", "kernels", i) + keypath)))
         except BuildFailure as e:
             failures.append(("all", str(e)))
     for arch in cpu:

@@ -7,17 +7,23 @@ problem on stderr), 2 bad usage.  Nothing is written when the config is invalid.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from .config import SiteConfigError, load
+from .errors import SiteConfigError, SiteError, missing_extra
 
 
-class SiteError(Exception):
-    """A failure to report (one or more lines), exit status 1."""
+def load(path):
+    from .config import load as load_config     # PyYAML is imported only when a config is read
+    return load_config(path)
 
 
 def cmd_check(args) -> int:
     cfg = load(args.config)
+    from .build import build_problems
+    problems = build_problems(cfg)
+    if problems:
+        raise SiteConfigError(problems)
     print(f"{args.config}: valid")
     print("exports (expanded when the module is loaded):")
     for var, value in cfg.exports().items():
@@ -37,14 +43,24 @@ def cmd_check(args) -> int:
 
 
 def cmd_modules(args) -> int:
-    from .modules import write_modules
+    from .atomic import write_files
+    from .modules import render_modules
     cfg = load(args.config)
     formats = list(cfg.formats) if args.format in (None, "config") else \
         (["lmod", "tcl"] if args.format == "both" else [args.format])
     root = args.root or cfg.get("modules.root")
     if not root:
         raise SiteError("no output root: give --root or set modules.root in the config")
-    for path, changed in write_modules(cfg, formats, root):
+    source = "--root" if args.root else \
+        f"modules.root at {cfg.path}:{cfg.lines.get(('modules', 'root'), 1)}"
+    plan = render_modules(cfg, formats, root)
+    print(f"{'would write' if args.dry_run else 'writing'} {len(plan)} module file(s) under "
+          f"{os.path.abspath(root)} (from {source}):", flush=True)
+    for path in plan:
+        print(f"  {path}", flush=True)
+    if args.dry_run:
+        return 0
+    for path, changed in write_files(plan):
         print(f"{'wrote' if changed else 'unchanged'} {path}")
     return 0
 
@@ -94,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--format", choices=("lmod", "tcl", "both"), default=None,
                    help="default: the config's modules.formats")
     m.add_argument("--root", help="output root (default: the config's modules.root)")
+    m.add_argument("--dry-run", action="store_true",
+                   help="print the files that would be written, and write nothing")
     m.set_defaults(func=cmd_modules)
 
     e = sub.add_parser("env", help="print the exports for a shell, for sites without modules")
@@ -126,6 +144,12 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except ImportError as e:
+        message = missing_extra(e)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 1
     except SiteConfigError as e:
         for problem in e.problems:
             print(f"error: {problem}", file=sys.stderr)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 
 import yaml
 
 from ..cache import MODES, parse_size
+from .errors import SiteConfigError
 
 # Each key: (kind, required, description).  kind: "str", "size", "mode", "int",
 # "list[str]", "list[int]", "map" (a nested schema), "kernels", "nodes".
@@ -57,20 +59,64 @@ ROCM_RE = re.compile(r"^gfx[0-9a-f]{3,4}$")
 LEVEL_ZERO = ("pvc", "acm", "dg2", "mtl", "lnl", "bmg")
 
 
-class SiteConfigError(Exception):
-    """One or more problems in a site config; each line names file, line and key."""
+# Bounds on numbers, so that no value the config accepts overflows later.
+MAX_SIZE = (1 << 63) - 1            # cache.size: bytes in a 64-bit file size
+MAX_EXTENT = 1 << 20                # one axis of a shape or an array spec
+MAX_ELEMENTS = 1 << 34              # all axes of one shape together
+MAX_RANK = 4                        # Tack's arrays have 1 to 4 dimensions
+NAME_MAX = 255                      # bytes in one file name
 
-    def __init__(self, problems):
-        self.problems = problems
-        super().__init__("\n".join(problems))
+
+def path_part_problem(value, what, suffix=""):
+    """Why ``value`` cannot be one file name under a root (None when it can).
+
+    A name from the config becomes exactly one path component: not empty,
+    not ``.`` or ``..``, no ``/`` (or ``\\``), no whitespace or control
+    character (module commands split on whitespace), and short enough for
+    the file system once ``suffix`` is added.
+    """
+    if not isinstance(value, str) or value == "":
+        return f"the {what} is empty; it names a file and must not be"
+    if value in (".", ".."):
+        return f"{value!r} cannot be a {what}: it would name a directory, not a file under the root"
+    if "/" in value or "\\" in value:
+        return (f"{value!r} cannot be a {what}: it contains a path separator, and each "
+                f"{what} must be one file name under the root")
+    bad = [c for c in value if c.isspace() or ord(c) < 32 or ord(c) == 127]
+    if bad:
+        return f"{value!r} cannot be a {what}: it contains {bad[0]!r} (no whitespace or control characters)"
+    if len((value + suffix).encode("utf-8", "surrogatepass")) > NAME_MAX:
+        return f"the {what} is too long for a file name ({NAME_MAX} bytes at most, with {suffix or 'no'} extension)"
+    return None
+
+
+def shown(value, limit=40):
+    """``repr(value)``, shortened when long (a 311-digit number is not repeated whole)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, int):
+        return f"{text[:12]}... ({len(text)} digits)"
+    return text[:limit] + "..."
 
 
 class SiteConfig:
     """A validated site config: plain values, with the file it came from."""
 
-    def __init__(self, path, data):
+    def __init__(self, path, data, lines=None):
         self.path = path
         self.data = data
+        self.lines = lines or {}
+
+    def where(self, keypath) -> str:
+        """``FILE:LINE: key.path`` for a key path such as ``("build", "kernels", 0, "shapes", 1)``."""
+        keypath = tuple(keypath)
+        line = 1
+        for n in range(len(keypath), 0, -1):       # the nearest key the file has a line for
+            if keypath[:n] in self.lines:
+                line = self.lines[keypath[:n]]
+                break
+        return f"{self.path}:{line}: {'.'.join(map(str, keypath)) or '(top level)'}"
 
     def get(self, dotted, default=None):
         node = self.data
@@ -112,14 +158,53 @@ class SiteConfig:
         return [(kind, a) for kind in ("cuda", "rocm", "level_zero") for a in archs.get(kind) or []]
 
 
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"))
+
+
+def read_text(path) -> str:
+    """The text of the config file ``path``: a regular file, in UTF-8.
+
+    Opened without blocking (a FIFO with no writer would otherwise hang the
+    open) and refused unless it is a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise SiteConfigError([f"{path}: cannot read: {e.strerror or e}"]) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((k for test, k in _FILE_KINDS if test(st.st_mode)), "not a regular file")
+            raise SiteConfigError([f"{path}: cannot read: it is {kind}; the site config must be a "
+                                   "regular YAML file"])
+        os.set_blocking(fd, True)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError as e:
+        raise SiteConfigError([f"{path}: cannot read: {e.strerror or e}"]) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise SiteConfigError([f"{path}:{line}: not UTF-8 text: byte 0x{data[e.start]:02x} at offset "
+                               f"{e.start} (column {column}) cannot be decoded; save the config "
+                               "as UTF-8"]) from None
+
+
 def load(path) -> SiteConfig:
     """Read and validate ``path``; SiteConfigError listing every problem otherwise."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise SiteConfigError([f"{path}: cannot read: {e.strerror or e}"]) from None
+    text = read_text(path)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
@@ -134,7 +219,7 @@ def load(path) -> SiteConfig:
     v.cross_checks(data, root)
     if v.problems:
         raise SiteConfigError(v.problems)
-    return SiteConfig(path, data)
+    return SiteConfig(path, data, v.lines)
 
 
 class _Validator:
@@ -148,17 +233,26 @@ class _Validator:
         name = ".".join(map(str, keypath)) or "(top level)"
         self.problems.append(f"{self.path}:{line}: {name}: {message}")
 
-    def scalar(self, node):
-        return yaml.SafeLoader.construct_object(_loader(), node, deep=True)
+    def scalar(self, node, keypath=None):
+        """The value of a scalar node; _BAD (reported when ``keypath`` is given) if it has none."""
+        try:
+            return yaml.SafeLoader.construct_object(_loader(), node, deep=True)
+        except (ValueError, OverflowError, yaml.YAMLError) as e:
+            if keypath is not None:
+                self.fail(node, keypath, f"cannot read the value {shown(node.value)}: {e}")
+            return _BAD
 
     def mapping(self, node, schema, keypath):
         if not isinstance(node, yaml.MappingNode):
             self.fail(node, keypath, f"expected a mapping of {', '.join(schema)}")
             return {}
         out = {}
+        seen = {}
         for knode, vnode in node.value:
             key = knode.value
             here = keypath + (key,)
+            if self.duplicate(knode, here, seen):
+                continue
             self.lines[here] = knode.start_mark.line + 1
             if key not in schema:
                 close = difflib.get_close_matches(str(key), list(schema), n=1)
@@ -173,7 +267,17 @@ class _Validator:
                 self.fail(node, keypath + (key,), "missing; it is required")
         return out
 
+    def duplicate(self, knode, keypath, seen):
+        """Report a key met twice in one mapping (YAML would silently keep the last)."""
+        key = knode.value
+        if key in seen:
+            self.fail(knode, keypath, f"duplicate key (first at line {seen[key]})")
+            return True
+        seen[key] = knode.start_mark.line + 1
+        return False
+
     def value(self, node, kind, detail, keypath):
+        self.lines.setdefault(keypath, node.start_mark.line + 1)
         if kind == "map":
             return self.mapping(node, detail, keypath)
         if kind == "kernels":
@@ -189,28 +293,37 @@ class _Validator:
         if not isinstance(node, yaml.ScalarNode):
             self.fail(node, keypath, f"expected a single value ({detail})")
             return None
-        value = self.scalar(node)
+        value = self.scalar(node, keypath)
+        if value is _BAD:
+            return None
         if kind == "int":
             if not isinstance(value, int) or isinstance(value, bool):
-                self.fail(node, keypath, f"expected an integer, got {value!r} ({detail})")
-            elif keypath == ("version",) and value != 1:
-                self.fail(node, keypath, f"schema version {value} is not supported; expected 1")
+                self.fail(node, keypath, f"expected an integer, got {shown(value)} ({detail})")
+                return None
+            if keypath == ("version",) and value != 1:
+                self.fail(node, keypath, f"schema version {shown(value)} is not supported; expected 1")
             return value
         if kind == "size":
             try:
-                parse_size(value if isinstance(value, str) else value)
-            except ValueError as e:
-                self.fail(node, keypath, str(e))
+                n = parse_size(value)
+            except (ValueError, OverflowError) as e:
+                self.fail(node, keypath, f"{shown(value)} is not a size: "
+                          f"{e if isinstance(e, ValueError) else 'too large'}")
+                return None
+            if n is not None and n > MAX_SIZE:
+                self.fail(node, keypath, f"{shown(value)} is too large a size (at most {MAX_SIZE} "
+                          "bytes, 8E; use 'unlimited' for no limit)")
+                return None
             return value
         if kind == "mode":
             if value not in MODES:
                 close = difflib.get_close_matches(str(value), MODES, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
-                self.fail(node, keypath, f"{value!r} is not a cache mode; expected one of "
+                self.fail(node, keypath, f"{shown(value)} is not a cache mode; expected one of "
                           f"{', '.join(MODES)}{hint}")
             return value
         if not isinstance(value, str):
-            self.fail(node, keypath, f"expected a string, got {value!r} ({detail})")
+            self.fail(node, keypath, f"expected a string, got {shown(value)} ({detail})")
             return str(value)
         return value
 
@@ -226,8 +339,13 @@ class _Validator:
                 self.fail(item, here, "expected a mapping with 'module'")
                 continue
             entry = {}
+            seen = {}
+            self.lines[here] = item.start_mark.line + 1
             for knode, vnode in item.value:
                 key = knode.value
+                if self.duplicate(knode, here + (key,), seen):
+                    continue
+                self.lines[here + (key,)] = knode.start_mark.line + 1
                 if key not in KERNEL_KEYS:
                     close = difflib.get_close_matches(str(key), list(KERNEL_KEYS), n=1)
                     hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -239,7 +357,10 @@ class _Validator:
                 elif key == "args":
                     entry[key] = self.value(vnode, "list[str]", KERNEL_KEYS[key], here + (key,))
                 elif key == "grid":
-                    entry[key] = self.value(vnode, "int", KERNEL_KEYS[key], here + (key,))
+                    grid = self.value(vnode, "int", KERNEL_KEYS[key], here + (key,))
+                    if isinstance(grid, int) and not 1 <= grid <= 3:
+                        self.fail(vnode, here + (key,), f"a grid has 1 to 3 dimensions, not {shown(grid)}")
+                    entry[key] = grid
                 else:
                     entry[key] = self.value(vnode, "str", KERNEL_KEYS[key], here + (key,))
             if "module" not in entry:
@@ -255,14 +376,39 @@ class _Validator:
             return []
         out = []
         for i, s in enumerate(node.value):
-            ok = isinstance(s, yaml.SequenceNode) and all(
-                isinstance(n, yaml.ScalarNode) and isinstance(self.scalar(n), int) and self.scalar(n) > 0
-                for n in s.value)
-            if not ok:
-                self.fail(s, keypath + (i,), "expected a shape: a list of positive integers")
-                continue
-            out.append([self.scalar(n) for n in s.value])
+            self.lines[keypath + (i,)] = s.start_mark.line + 1
+            shape = self.shape(s, keypath + (i,))
+            if shape is not None:
+                out.append(shape)
         return out
+
+    def shape(self, node, keypath):
+        """A list of 1 to MAX_RANK extents, each 1 to MAX_EXTENT, MAX_ELEMENTS in all; None if not."""
+        expected = "expected a shape: a list of positive integers, e.g. [64, 64, 64]"
+        if not isinstance(node, yaml.SequenceNode):
+            self.fail(node, keypath, expected)
+            return None
+        if not 1 <= len(node.value) <= MAX_RANK:
+            self.fail(node, keypath, f"a shape has 1 to {MAX_RANK} extents, not {len(node.value)}")
+            return None
+        extents = []
+        for j, n in enumerate(node.value):
+            value = self.scalar(n) if isinstance(n, yaml.ScalarNode) else _BAD
+            if value is _BAD or not isinstance(value, int) or isinstance(value, bool):
+                self.fail(n, keypath + (j,), f"{expected}; got {shown(value if value is not _BAD else n.value)}")
+                return None
+            if not 1 <= value <= MAX_EXTENT:
+                self.fail(n, keypath + (j,), f"an extent is 1 to {MAX_EXTENT}, not {shown(value)}")
+                return None
+            extents.append(value)
+        total = 1
+        for e in extents:
+            total *= e
+        if total > MAX_ELEMENTS:
+            self.fail(node, keypath, f"{'x'.join(map(str, extents))} is {total} elements; at most "
+                      f"{MAX_ELEMENTS} (2^34) in one shape")
+            return None
+        return extents
 
     def nodes(self, node, keypath):
         if not isinstance(node, yaml.SequenceNode):
@@ -289,6 +435,18 @@ class _Validator:
         self.problems.append(f"{self.path}:{self.at(keypath)}: {name}: {message}")
 
     def cross_checks(self, data, root):
+        modules = data.get("modules") or {}
+        for key, what, suffix in (("name", "module name", ""), ("version", "module version", ".lua")):
+            if key in modules and modules[key] is not None:
+                why = path_part_problem(modules[key], what, suffix)
+                if why:
+                    self.fail_at(("modules", key), why)
+        for i, entry in enumerate((data.get("build") or {}).get("kernels") or []):
+            for j, spec in enumerate(entry.get("args") or []):
+                try:
+                    parse_arg_spec(spec)
+                except ValueError as e:
+                    self.fail_at(("build", "kernels", i, "args", j), str(e))
         archs = (data.get("build") or {}).get("archs") or {}
         known_cpu = known_cpu_archs()
         for i, a in enumerate(archs.get("cpu") or []):
@@ -324,6 +482,50 @@ class _Validator:
                                      "is not among build.archs' GPU architectures")
 
 
+ARG_ARRAY = re.compile(r"^([a-z0-9_]+)\[([^\]]*)\]$")
+ARG_TEMPLATE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def parse_arg_spec(text):
+    """An argument spec of ``build.kernels[].args``, read; ValueError saying why not.
+
+    -> ``("array", dtype, shape)`` for ``float32[64,64]``, ``("scalar", dtype)``
+    for ``float64``, ``("template", module, name)`` for ``pkg.mod:Class``.
+    ``bundles build`` reads specs with this same function.
+    """
+    from ..types import SCALAR_NAMES
+    usage = "use e.g. float32[64,64], float64, or pkg.module:Class for a template"
+    if not isinstance(text, str):
+        raise ValueError(f"an argument spec is a string ({usage})")
+    text = text.strip()
+    m = ARG_ARRAY.match(text)
+    if m:
+        dtype, dims = m.groups()
+        if dtype not in SCALAR_NAMES:
+            raise ValueError(f"unknown element type {dtype!r} in {text!r} (known: {', '.join(SCALAR_NAMES)})")
+        parts = [d.strip() for d in dims.split(",")]
+        if not 1 <= len(parts) <= MAX_RANK:
+            raise ValueError(f"{text!r}: an array has 1 to {MAX_RANK} extents, not {len(parts)}")
+        shape = []
+        for d in parts:
+            if not d.isdigit() or not 1 <= int(d) <= MAX_EXTENT:
+                raise ValueError(f"{text!r}: an extent is an integer 1 to {MAX_EXTENT}, not {shown(d)}")
+            shape.append(int(d))
+        total = 1
+        for d in shape:
+            total *= d
+        if total > MAX_ELEMENTS:
+            raise ValueError(f"{text!r} is {total} elements; at most {MAX_ELEMENTS} (2^34)")
+        return ("array", dtype, tuple(shape))
+    if text in SCALAR_NAMES:
+        return ("scalar", text)
+    m = ARG_TEMPLATE.match(text)
+    if m:
+        return ("template", m.group(1), m.group(2))
+    raise ValueError(f"cannot read argument spec {shown(text)} ({usage})")
+
+
+_BAD = object()      # a scalar that has no value (already reported)
 _loader_instance = None
 
 

@@ -27,6 +27,8 @@ import re
 import jinja2
 
 from .atomic import write_files
+from .config import path_part_problem
+from .errors import SiteError
 
 # $NAME or ${NAME}; any other "$" is a literal character.
 REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -201,16 +203,35 @@ class TclWriter(ModuleWriter):
 WRITERS = {"lmod": LmodWriter, "tcl": TclWriter}
 
 
+def render_modules(cfg, formats, root):
+    """``{path: bytes}``: the module file of each format under ``root``, all rendered, none written.
+
+    Each path is checked to lie inside ``root`` (the config's name and version
+    are single file names; see ``config.path_part_problem``); SiteError otherwise.
+    """
+    unknown = [f for f in formats if f not in WRITERS]
+    if unknown:
+        raise SiteError(f"unknown module format {unknown[0]!r}; expected {' or '.join(WRITERS)}")
+    env = environment()
+    writers = [WRITERS[f](cfg, root, env) for f in dict.fromkeys(formats)]
+    for key, value, what, suffix in (("name", writers[0].conf.name, "module name", ""),
+                                     ("version", writers[0].conf.version, "module version", ".lua")):
+        why = path_part_problem(value, what, suffix)
+        if why:
+            raise SiteError(f"{cfg.where(('modules', key))}: {why}; nothing was written")
+    files = {}
+    for w in writers:
+        path = w.filename
+        if os.path.dirname(os.path.dirname(path)) != w.layout.root:
+            raise SiteError(f"{path} is not a file of {w.layout.root}/NAME; nothing was written")
+        files[path] = w.render()
+    return files
+
+
 def write_modules(cfg, formats, root):
     """Render the module file of each format under ``root``; return ``[(path, changed)]``.
 
     Every file is rendered before any is written, and written all or nothing
     (SiteError naming the path otherwise).  An unchanged file is not touched.
     """
-    unknown = [f for f in formats if f not in WRITERS]
-    if unknown:
-        from .cli import SiteError
-        raise SiteError(f"unknown module format {unknown[0]!r}; expected {' or '.join(WRITERS)}")
-    env = environment()
-    writers = [WRITERS[f](cfg, root, env) for f in dict.fromkeys(formats)]
-    return write_files({w.filename: w.render() for w in writers})
+    return write_files(render_modules(cfg, formats, root))

@@ -91,3 +91,188 @@ def test_no_root(tmp_path):
     config.write_text(GOOD)
     r = site("modules", config)
     assert r.returncode == 1 and "no output root: give --root or set modules.root" in r.stderr
+
+
+# -- paths built from config values stay under their root ---------------------
+
+ESCAPES = {
+    "version-dotdot": ('  version: "1.0"', '  version: "../../escaped"', ":9: modules.version: ",
+                       "path separator"),
+    "name-dotdot": ('  version: "1.0"', '  version: "1.0"\n  name: ".."', ":10: modules.name: ",
+                    "would name a directory"),
+    "name-separator": ('  version: "1.0"', '  version: "1.0"\n  name: "a/b"', ":10: modules.name: ",
+                       "path separator"),
+    "version-empty": ('  version: "1.0"', '  version: ""', ":9: modules.version: ", "is empty"),
+    "name-absolute": ('  version: "1.0"', '  version: "1.0"\n  name: /etc/x', ":10: modules.name: ",
+                      "path separator"),
+    "name-space": ('  version: "1.0"', '  version: "1.0"\n  name: "my tack"', ":10: modules.name: ",
+                   "contains ' '"),
+    "version-too-long": ('  version: "1.0"', f'  version: "{"9" * 252}"', ":9: modules.version: ",
+                         "too long for a file name"),
+}
+
+
+@pytest.mark.parametrize("case", list(ESCAPES))
+@pytest.mark.parametrize("command", ["check", "modules"])
+def test_module_paths_stay_under_root(tmp_path, case, command):
+    """A module name or version that is not one file name: rejected by check and modules; nothing written."""
+    old, new, where, why = ESCAPES[case]
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD.replace(old, new))
+    root = tmp_path / "a" / "b" / "root"
+    root.mkdir(parents=True)
+    extra = ["--root", root, "--format", "both"] if command == "modules" else []
+    r = site(command, config, *extra)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    line = r.stderr.splitlines()[0]
+    assert line.startswith(f"error: {config}{where}") and why in line, r.stderr
+    assert r.stdout == ""
+    found = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert found == ["a", "a/b", "a/b/root", "site.yaml"], found
+
+
+def test_failed_rename_undoes_the_others(tmp_path):
+    """The second rename fails after the first succeeded (the empty-version layout: ROOT/tack/.lua,
+    then ROOT/tack as a file): the first is undone, a replaced file gets its old bytes back."""
+    from tack.site.atomic import write_files
+    from tack.site.cli import SiteError
+    root = tmp_path / "root"
+    root.mkdir()
+    existing = root / "existing"
+    existing.write_bytes(b"old\n")
+    os.chmod(existing, 0o600)
+    with pytest.raises(SiteError, match=r"cannot write .*root/tack: .*; nothing was written"):
+        write_files({existing: b"new\n", root / "tack" / ".lua": b"lua\n", root / "tack": b"tcl\n"})
+    assert sorted(os.listdir(root)) == ["existing"]
+    assert existing.read_bytes() == b"old\n" and (os.stat(existing).st_mode & 0o777) == 0o600
+
+
+def test_modules_says_where_it_writes(tmp_path):
+    """modules prints the root (and where it came from) and each path before writing; --dry-run writes nothing."""
+    root = tmp_path / "system" / "modulefiles"
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD + f"  root: {root}\n")
+    r = site("modules", config, "--format", "both", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"would write 2 module file(s) under {root} (from modules.root at {config}:11):",
+        f"  {root / 'tack' / '1.0.lua'}", f"  {root / 'tack' / '1.0'}"]
+    assert not (tmp_path / "system").exists()
+    r = site("modules", config, "--format", "both")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        f"writing 2 module file(s) under {root} (from modules.root at {config}:11):",
+        f"  {root / 'tack' / '1.0.lua'}", f"  {root / 'tack' / '1.0'}",
+        f"wrote {root / 'tack' / '1.0.lua'}", f"wrote {root / 'tack' / '1.0'}"]
+
+
+# -- reading the config -------------------------------------------------------
+
+def test_not_utf8(tmp_path):
+    config = tmp_path / "site.yaml"
+    data = GOOD.replace("tack-cache", "tack-caf\xe9").encode("latin-1")
+    config.write_bytes(data)
+    r = site("check", config)
+    assert r.returncode == 1
+    offset = data.index(b"\xe9")
+    assert r.stderr.splitlines()[0] == (
+        f"error: {config}:3: not UTF-8 text: byte 0xe9 at offset {offset} (column 37) cannot be "
+        "decoded; save the config as UTF-8"), r.stderr
+    assert "Traceback" not in r.stderr
+
+
+BLOCK = """
+import runpy, sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == {module!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Block())
+sys.argv = ["tack.site"] + sys.argv[1:]
+runpy.run_module("tack.site", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module,dist,command", [("yaml", "PyYAML", "check"),
+                                                 ("jinja2", "Jinja2", "modules"),
+                                                 ("archspec", "archspec", "check")])
+def test_missing_dependency(tmp_path, module, dist, command):
+    """A missing site dependency (its import blocked in a fresh interpreter): one line saying what to install."""
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD)
+    extra = ["--root", tmp_path / "out"] if command == "modules" else []
+    r = subprocess.run([sys.executable, "-c", BLOCK.format(module=module), command, str(config),
+                        *map(str, extra)], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == (f"error: python -m tack.site needs {dist} (module '{module}'), which is not "
+                        'installed: pip install "tack[site]"\n'), r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_config_not_a_regular_file(tmp_path, kind):
+    """A FIFO (no writer: a plain open() would wait for ever) or a directory: refused at once."""
+    config = tmp_path / "site.yaml"
+    if kind == "fifo":
+        os.mkfifo(config)
+    else:
+        config.mkdir()
+    r = subprocess.run([sys.executable, "-m", "tack.site", "check", str(config)],
+                       capture_output=True, text=True, timeout=120)   # a hang fails, not waits
+    assert r.returncode == 1
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a directory"
+    assert r.stderr.splitlines()[0] == (f"error: {config}: cannot read: it is {what}; the site config "
+                                        "must be a regular YAML file"), r.stderr
+
+
+# -- values -------------------------------------------------------------------
+
+DUPLICATES = {
+    "top": (GOOD + "version: 1\n", ":11: version: duplicate key (first at line 1)"),
+    "nested": (GOOD.replace("  size: 4G", "  size: 4G\n  size: 8G"), ":5: cache.size: duplicate key "
+               "(first at line 4)"),
+    "kernel-entry": (GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n    - module: a\n"
+                                  "      module: b"),
+                     ":10: build.kernels.0.module: duplicate key (first at line 9)"),
+}
+
+
+@pytest.mark.parametrize("case", list(DUPLICATES))
+def test_duplicate_keys(tmp_path, case):
+    text, message = DUPLICATES[case]
+    config = tmp_path / "site.yaml"
+    config.write_text(text)
+    r = site("check", config)
+    assert r.returncode == 1
+    assert f"error: {config}{message}" in r.stderr.splitlines(), r.stderr
+
+
+HUGE = "1" * 311
+NUMBERS = {
+    "size-int": (GOOD.replace("size: 4G", f"size: {HUGE}"), ":4: cache.size: 111111111111... (311 digits) "
+                 "is too large a size"),
+    "size-text": (GOOD.replace("size: 4G", f"size: {HUGE}G"), f":4: cache.size: '{HUGE[:39]}... is not a "
+                  "size: too large"),
+    "version": (GOOD.replace("version: 1", f"version: {HUGE}", 1), ":1: version: schema version "
+                "111111111111... (311 digits) is not supported"),
+    "beyond-int-limit": (GOOD.replace("version: 1", f"version: {'1' * 5000}", 1), ":1: version: cannot "
+                         "read the value"),
+    "grid": (GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n    - module: m\n      kernel: k\n"
+                          f"      args: [float32]\n      grid: {HUGE}"),
+             ":12: build.kernels.0.grid: a grid has 1 to 3 dimensions, not 111111111111... (311 digits)"),
+    "extent": (GOOD.replace("    cpu: [zen3]", f"    cpu: [zen3]\n  kernels:\n    - module: m\n      shapes: "
+                            f"[[8, {HUGE}, 8]]"), ":10: build.kernels.0.shapes.0.1: an extent is 1 to 1048576, "
+               "not 111111111111... (311 digits)"),
+}
+
+
+@pytest.mark.parametrize("case", list(NUMBERS))
+def test_huge_numbers(tmp_path, case):
+    """A number far out of range: a config error naming file, line and key, no traceback."""
+    text, message = NUMBERS[case]
+    config = tmp_path / "site.yaml"
+    config.write_text(text)
+    r = site("check", config)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr, r.stderr
+    assert any(line.startswith(f"error: {config}{message}") for line in r.stderr.splitlines()), r.stderr

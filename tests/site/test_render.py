@@ -60,7 +60,8 @@ def test_idempotent(tmp_path, example, capsys):
     before = {f: (f.read_bytes(), os.stat(f).st_mtime_ns, os.stat(f).st_ino) for f in files}
     assert main(["modules", str(config), "--root", str(root), "--format", "both"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == [f"unchanged {f}" for f in files]
+    assert out == [f"writing 2 module file(s) under {root} (from --root):"] + \
+        [f"  {f}" for f in files] + [f"unchanged {f}" for f in files]
     assert {f: (f.read_bytes(), os.stat(f).st_mtime_ns, os.stat(f).st_ino) for f in files} == before
     assert sorted(os.listdir(root / "tack")) == ["1.0", "1.0.lua"], "temporary files left behind"
     # A change to the config rewrites the files, and only then.

@@ -165,3 +165,86 @@ def test_unwritable_output_is_refused(tmp_path):
     cfg = write_config(tmp_path, [host_arch()])
     rc, out, err = run_build(cfg, blocker / "sub")
     assert rc == 1 and "not writable" in err and str(blocker / "sub") in err
+
+
+def test_cpu_llvm_does_not_know_fails_its_arch(tmp_path):
+    """archspec's armv8.2a gives clang '-march=armv8.2-a', not a CPU LLVM knows: that arch fails
+    (it used to 'succeed' with generic code after LLVM's warning); the others are built."""
+    cfg = write_config(tmp_path, [host_arch(), "armv8.2a"])
+    rc, out, err = run_build(cfg, tmp_path / "bundles")
+    assert rc == 1
+    assert "armv8.2a" in out and "FAILED" in out and "does not recognise the CPU 'armv8.2-a'" in out, out
+    (name,) = os.listdir(tmp_path / "bundles")
+    assert host_arch() in name
+
+
+def test_power_cpu_gets_llvm_name(tmp_path):
+    """archspec spells POWER9 as GCC does (power9); the build asks LLVM for pwr9, a CPU it knows."""
+    cfg = write_config(tmp_path, ["power9le"])
+    rc, out, err = run_build(cfg, tmp_path / "bundles")
+    assert rc == 0, out + err
+    (name,) = os.listdir(tmp_path / "bundles")
+    b = bundle.read(str(tmp_path / "bundles" / name))
+    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
+    assert "cpu=pwr9" in meta["target"] and int.from_bytes(payload[18:20], "little") == 21  # EM_PPC64
+
+
+def test_shape_of_wrong_rank_fails_cleanly_in_build(tmp_path):
+    """A 2-D shape for contour (3-D): build reports it by file, line and key, no traceback, nothing built."""
+    cfg = write_config(tmp_path, [host_arch()],
+                       "    - module: tack.kernels.contour\n      shapes: [[8, 8]]\n")
+    rc, out, err = run_build(cfg, tmp_path / "bundles")
+    assert rc == 1
+    assert (f"{cfg.path}:7: build.kernels.0.shapes.0: tack.kernels.contour.tack_warm([8, 8]) failed: "
+            "ValueError: contour needs a 3-D field shape") in out, out
+
+
+CHECK_CASES = {
+    "2-D shape for contour": ("cpu: [zen3]", "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8], [8, 8]]\n",
+                              ":7: build.kernels.0.shapes.1: tack.kernels.contour.tack_warm([8, 8]) failed: "
+                              "ValueError: contour needs a 3-D field shape, not 2-D"),
+    "negative extent": ("cpu: [zen3]", "    - module: tack.kernels.contour\n      shapes: [[8, -8, 8]]\n",
+                        ":7: build.kernels.0.shapes.0.1: an extent is 1 to 1048576, not -8"),
+    "absurd extent": ("cpu: [zen3]", "    - module: tack.kernels.contour\n      shapes: [[8, 8, 100000000]]\n",
+                      ":7: build.kernels.0.shapes.0.2: an extent is 1 to 1048576, not 100000000"),
+    "too many elements": ("cpu: [zen3]", "    - module: tack.kernels.contour\n      shapes: [[65536, 65536, 65536]]\n",
+                          ":7: build.kernels.0.shapes.0: 65536x65536x65536 is 281474976710656 elements"),
+    "malformed type": ("cpu: [zen3]", "    - module: tack.kernels.contour\n      kernel: classify\n"
+                       "      args: [\"flaot32[8,8,8]\", float32]\n",
+                       ":8: build.kernels.0.args.0: unknown element type 'flaot32'"),
+    "wrong rank for kernel": ("cpu: [zen3]", "    - module: tack.kernels.contour\n      kernel: classify\n"
+                              "      args: [\"float32[8,8]\", float32, \"int32[8,8,8,3]\", \"int32[1536]\", "
+                              "\"int64[512]\", \"int64[4]\"]\n      grid: 3\n",
+                              ":6: build.kernels.0: classify(float32[8,8], float32, int32[8,8,8,3], int32[1536], "
+                              "int64[512], int64[4]) does not compile: CompileError"),
+    "wrong argument count": ("cpu: [zen3]", "    - module: tack.kernels.contour\n      kernel: classify\n"
+                             "      args: [float32]\n",
+                             ":8: build.kernels.0.args: classify takes 6 arguments"),
+    "CPU LLVM does not know": ("cpu: [zen3, armv8.2a]", "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n",
+                               ":4: build.archs.cpu.1: LLVM"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECK_CASES))
+def test_check_catches_what_build_would_fail_on(tmp_path, case):
+    archs, kernels, message = CHECK_CASES[case]
+    config = tmp_path / "site.yaml"
+    config.write_text(f"version: 1\nbuild:\n  archs:\n    {archs}\n  kernels:\n{kernels}")
+    r = subprocess.run([sys.executable, "-m", "tack.site", "check", str(config)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert any(line.startswith(f"error: {config}{message}") for line in r.stderr.splitlines()), r.stderr
+
+
+def test_check_accepts_what_builds(tmp_path):
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\nbuild:\n  archs:\n    cpu: [zen3, power9le, neoverse_v2]\n  kernels:\n"
+                      "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n"
+                      "    - module: tack.kernels.contour\n      kernel: classify\n"
+                      "      args: [\"float32[8,8,8]\", float32, \"int32[8,8,8,3]\", \"int32[1536]\", "
+                      "\"int64[512]\", \"int64[4]\"]\n      grid: 3\n")
+    r = subprocess.run([sys.executable, "-m", "tack.site", "check", str(config)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"{config}: valid" in r.stdout
