@@ -131,18 +131,18 @@ def test_aarch64_relocations_patch_the_right_bits():
     """ABS64 writes the address; MOVW_UABS_G0..G3 put each 16-bit piece into a MOVZ/MOVK's imm16
     field (bits 5-20) and leave the rest of the instruction alone (host-independent arithmetic)."""
     value = 0x1234_5678_9ABC_DEF0
-    buf = (ctypes.c_uint64 * 1)()
-    elf._relocate(ctypes.addressof(buf), elf.EM_AARCH64, elf.R_AARCH64_ABS64, value)
-    assert buf[0] == value
+    image = bytearray(12)
+    elf._relocate(image, 4, elf.EM_AARCH64, elf.R_AARCH64_ABS64, value)
+    assert struct.unpack_from("<Q", image, 4)[0] == value and image[:4] == bytes(4)
     movz_x3 = 0xD2800003                                   # movz x3, #0 (hw field set per group below)
     for rtype, shift in sorted(elf._AARCH64_MOVW.items()):
-        insn = (ctypes.c_uint32 * 1)(movz_x3 | (shift // 16) << 21)
-        elf._relocate(ctypes.addressof(insn), elf.EM_AARCH64, rtype, value)
-        assert (insn[0] >> 5) & 0xFFFF == (value >> shift) & 0xFFFF
-        assert insn[0] & ~(0xFFFF << 5) == movz_x3 | (shift // 16) << 21
+        insn = bytearray(struct.pack("<I", movz_x3 | (shift // 16) << 21))
+        elf._relocate(insn, 0, elf.EM_AARCH64, rtype, value)
+        got, = struct.unpack("<I", insn)
+        assert (got >> 5) & 0xFFFF == (value >> shift) & 0xFFFF
+        assert got & ~(0xFFFF << 5) == movz_x3 | (shift // 16) << 21
     with pytest.raises(elf.LoadError, match="relocation type 99"):
-        elf._relocate(ctypes.addressof(buf), elf.EM_AARCH64, 99, value)
-
+        elf._relocate(image, 0, elf.EM_AARCH64, 99, value)
 
 def test_failed_system_calls_report_errno():
     """The loader's calls go through the process's own symbols; a failure's errno is read back."""
