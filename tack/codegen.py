@@ -154,6 +154,12 @@ class _FunctionGen:
         self.slots = {name: self.alloc(t) for name, t in tf.locals.items()}
         for name, t, arg in zip(tf.lowered.params, tf.argtypes, args[:n]):
             self.store_slot(self.slots[name], self.cast(self.unpack(arg, t), t, tf.locals[name]), tf.locals[name])
+        # An array parameter the body never rebinds: its geometry (strides computed from the
+        # extents) is found once, here, rather than at every access (less IR for LLVM to clean up).
+        rebound = _assigned_names(tf.lowered.body)
+        self.param_geometry = {name: self.geometry(arg, t)
+                               for name, t, arg in zip(tf.lowered.params, tf.argtypes, args[:n])
+                               if isinstance(t, T.Array) and name not in rebound}
         self.block(tf.lowered.body)
         if not self.b.block.is_terminated:
             self.emit_default_return()
@@ -532,7 +538,8 @@ class _FunctionGen:
     def element_ptr(self, arr_node, idx_nodes, node, pre_typed=None):
         """Pointer to ``arr[idx...]``: negative indices wrap, debug mode checks bounds."""
         at = self.types[id(arr_node)]
-        base, extents, strides = self.geometry(self.expr(arr_node), at)
+        known = self.param_geometry.get(arr_node[2]) if arr_node[0] == "name" else None
+        base, extents, strides = known or self.geometry(self.expr(arr_node), at)
         if len(idx_nodes) == 1 and isinstance(self.types[id(idx_nodes[0])], T.Tuple):
             tup_t = self.types[id(idx_nodes[0])]
             pairs = list(zip(self.expr(idx_nodes[0]), tup_t.items))
@@ -758,6 +765,34 @@ class _FunctionGen:
             b.ret(res)
             return fn
         return self.mod.helper(f"ipow_{t.name}", build)
+
+
+def _assigned_names(stmts, out=None) -> set:
+    """Every local name a function body assigns (targets of assignments and for loops)."""
+    out = set() if out is None else out
+
+    def target(t):
+        if t[0] == "name":
+            out.add(t[2])
+        elif t[0] == "tuple":
+            for x in t[2]:
+                target(x)
+    for st in stmts:
+        op = st[0]
+        if op == "assign":
+            for t in st[2]:
+                target(t)
+        elif op == "augassign":
+            target(st[3])
+        elif op == "for":
+            out.add(st[2])
+            _assigned_names(st[6], out)
+        elif op == "if":
+            _assigned_names(st[3], out)
+            _assigned_names(st[4], out)
+        elif op == "while":
+            _assigned_names(st[3], out)
+    return out
 
 
 def strong_of(t):

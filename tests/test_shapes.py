@@ -245,3 +245,24 @@ def test_argument_keys_normalize_layout_flags():
         tack.launch(k_flags, x.shape, (x, out))
         np.testing.assert_array_equal(out, x * 3.0)
     assert len(k_flags._variants) == 1 and variant_misses() == before + 1
+
+
+@tack.kernel
+def k_rebind(a, b, out, pick_b):
+    i = tack.tid()
+    x = a
+    if pick_b:
+        a = b                  # a parameter rebound to another array of its type
+    out[i] = a[i] + 10.0 * x[i]
+
+
+def test_rebound_array_parameter_reads_its_new_array():
+    """An array parameter reassigned in the body indexes the array it holds now, with that array's
+    extents and strides."""
+    a, b = np.arange(6.0), np.arange(100.0, 112.0)[::2]
+    b = np.ascontiguousarray(b)
+    out = np.zeros(6)
+    tack.launch(k_rebind, 6, (a, b, out, True))
+    np.testing.assert_array_equal(out, b + 10.0 * a)
+    tack.launch(k_rebind, 6, (a, b, out, False))
+    np.testing.assert_array_equal(out, a + 10.0 * a)
