@@ -79,15 +79,23 @@ class Constant:
 
 
 class Kernel:
-    """A ``@tack.kernel`` function: launched over a 1-, 2- or 3-D grid."""
+    """A ``@tack.kernel`` function: launched over a 1-, 2- or 3-D grid.
 
-    def __init__(self, fn):
+    ``static_shape``: the array parameters whose shape is compiled in (a
+    parameter name, a list of them, or True for every array parameter); the
+    others' extents and strides are passed at launch.
+    """
+
+    def __init__(self, fn, static_shape=None):
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"@tack.kernel takes a Python function, not {type(fn).__name__}")
         self.py_func = fn
         functools.update_wrapper(self, fn)
         code = fn.__code__
         self.params = code.co_varnames[:code.co_argcount]
+        self.static_shape = _static_params(fn.__qualname__, self.params, static_shape)
+        # indices of those parameters, for the launch key (None: none, the common case)
+        self._static = frozenset(i for i, p in enumerate(self.params) if p in self.static_shape) or None
         self._lowered = {}    # (template bindings, debug) -> LoweredKernel
         self._variants = {}   # launch signature -> compiled variant
         self.timings = {}     # stage -> seconds, of the most recent compile
@@ -114,9 +122,30 @@ class Kernel:
         return f"<tack.kernel {self.__qualname__}>"
 
 
-def kernel(fn):
-    """Decorator: a function that runs once per point of a launch grid."""
-    return Kernel(fn)
+def _static_params(name, params, static_shape) -> frozenset:
+    if static_shape is None or static_shape is False:
+        return frozenset()
+    if static_shape is True:
+        return frozenset(params)
+    names = (static_shape,) if isinstance(static_shape, str) else tuple(static_shape)
+    for p in names:
+        if not isinstance(p, str) or p not in params:
+            raise TypeError(f"kernel '{name}': static_shape names {p!r}, which is not one of its "
+                            f"parameters ({', '.join(params)})")
+    return frozenset(names)
+
+
+def kernel(fn=None, *, static_shape=None):
+    """Decorator: a function that runs once per point of a launch grid.
+
+    ``@tack.kernel`` alone compiles one variant per array dtype, rank, layout
+    and writability, for any shape.  ``@tack.kernel(static_shape=...)``
+    compiles the shapes of the named array parameters (or of all, with
+    ``True``) into the kernel: one variant per shape.
+    """
+    if fn is None:
+        return lambda f: Kernel(f, static_shape)
+    return Kernel(fn, static_shape)
 
 
 def func(fn):

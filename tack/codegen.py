@@ -8,7 +8,8 @@ semantics, array addressing, bounds checks, device-function calls -- is
 shared.
 
 Values in the generator mirror Tack types: a scalar is one LLVM value, an
-array a pointer to its first element, a tuple a Python list of values.
+array a struct of a pointer to its first element and the extents and strides
+not compiled in (``array_fields``), a tuple a Python list of values.
 """
 
 from __future__ import annotations
@@ -35,10 +36,16 @@ def lltype(t):
     if isinstance(t, T.Scalar):
         return _LL[t.name]
     if isinstance(t, T.Array):
-        return storage_type(t.dtype).as_pointer()
+        return ir.LiteralStructType([storage_type(t.dtype).as_pointer()] + [I64] * array_fields(t))
     if isinstance(t, T.Tuple):
         return ir.LiteralStructType([lltype(x) for x in t.items])
     raise TypeError(f"no LLVM type for {t}")
+
+
+def array_fields(t: T.Array) -> int:
+    """How many i64 values follow an array's data pointer, at launch and in registers:
+    its extents unless its shape is static, then its strides (in elements) if its layout is A."""
+    return (0 if t.shape is not None else t.ndim) + (t.ndim if t.layout == "A" else 0)
 
 
 def declare_intrinsic(module, name, ret, args):
@@ -147,6 +154,12 @@ class _FunctionGen:
         self.slots = {name: self.alloc(t) for name, t in tf.locals.items()}
         for name, t, arg in zip(tf.lowered.params, tf.argtypes, args[:n]):
             self.store_slot(self.slots[name], self.cast(self.unpack(arg, t), t, tf.locals[name]), tf.locals[name])
+        # An array parameter the body never rebinds: its geometry (strides computed from the
+        # extents) is found once, here, rather than at every access (less IR for LLVM to clean up).
+        rebound = _assigned_names(tf.lowered.body)
+        self.param_geometry = {name: self.geometry(arg, t)
+                               for name, t, arg in zip(tf.lowered.params, tf.argtypes, args[:n])
+                               if isinstance(t, T.Array) and name not in rebound}
         self.block(tf.lowered.body)
         if not self.b.block.is_terminated:
             self.emit_default_return()
@@ -330,7 +343,8 @@ class _FunctionGen:
         t = self.types[id(e)]
         value = self.mod.tk.lowered.constants[e[2]].value
         if isinstance(t, T.Array):
-            return self.b.bitcast(self.mod.constant_array(e[2]), lltype(t))
+            ptr = self.b.bitcast(self.mod.constant_array(e[2]), lltype(t).elements[0])
+            return self.b.insert_value(ir.Constant(lltype(t), None), ptr, 0)
         return ir.Constant(lltype(t), value.item() if hasattr(value, "item") else value)
 
     def _e_tuple(self, e):
@@ -338,7 +352,7 @@ class _FunctionGen:
 
     def _e_shape(self, e):
         arr = self.types[id(e[2])]
-        return [ir.Constant(I64, n) for n in arr.shape]
+        return self.geometry(self.expr(e[2]), arr)[1]
 
     def _e_tget(self, e):
         return self.expr(e[2])[e[3]]
@@ -460,8 +474,14 @@ class _FunctionGen:
             return self.tids[0] if len(self.tids) == 1 else list(self.tids)
         if name in ("ndim", "size"):
             arr = self.types[id(args[0])]
-            n = arr.ndim if name == "ndim" else _prod(arr.shape)
-            return ir.Constant(I64, n)
+            if name == "ndim":
+                return ir.Constant(I64, arr.ndim)
+            if arr.shape is not None:
+                return ir.Constant(I64, _prod(arr.shape))
+            n = ir.Constant(I64, 1)
+            for x in self.geometry(self.expr(args[0]), arr)[1]:
+                n = self.b.mul(n, x)
+            return n
         if name.startswith("atomic_"):
             return self.atomic(name[7:], args, e, rt)
         values = [self.expr(a) for a in args]
@@ -518,26 +538,54 @@ class _FunctionGen:
     def element_ptr(self, arr_node, idx_nodes, node, pre_typed=None):
         """Pointer to ``arr[idx...]``: negative indices wrap, debug mode checks bounds."""
         at = self.types[id(arr_node)]
-        base = self.expr(arr_node)
+        known = self.param_geometry.get(arr_node[2]) if arr_node[0] == "name" else None
+        base, extents, strides = known or self.geometry(self.expr(arr_node), at)
         if len(idx_nodes) == 1 and isinstance(self.types[id(idx_nodes[0])], T.Tuple):
             tup_t = self.types[id(idx_nodes[0])]
             pairs = list(zip(self.expr(idx_nodes[0]), tup_t.items))
         else:
             pairs = [(self.expr(x), self.types[id(x)]) for x in idx_nodes]
         offset = ir.Constant(I64, 0)
-        for axis, ((v, t), n, stride) in enumerate(zip(pairs, at.shape, at.strides)):
+        for axis, ((v, t), n, stride) in enumerate(zip(pairs, extents, strides)):
             raw = i = self.cast(v, t, T.int64 if t.kind == "i" else T.uint64)
             if t.kind == "i":
                 neg = self.b.icmp_signed("<", i, ir.Constant(I64, 0))
-                i = self.b.select(neg, self.b.add(i, ir.Constant(I64, n)), i)
+                i = self.b.select(neg, self.b.add(i, n), i)
             if self.err is not None:
                 self.bounds_check(i, raw, n, axis, arr_node, node)
-            offset = self.b.add(offset, self.b.mul(i, ir.Constant(I64, stride)))
+            offset = self.b.add(offset, self.b.mul(i, stride))
         return self.b.gep(base, [offset], inbounds=True)
+
+    def geometry(self, value, t: T.Array):
+        """(data pointer, extents, strides in elements) of an array value: LLVM i64 values,
+        constants where the shape is static, strides computed from the extents for C and F."""
+        b = self.b
+        ptr = b.extract_value(value, 0)
+        k = 1
+        if t.shape is not None:
+            extents = [ir.Constant(I64, n) for n in t.shape]
+        else:
+            extents = [b.extract_value(value, k + a) for a in range(t.ndim)]
+            k += t.ndim
+        if t.layout == "A":
+            return ptr, extents, [b.extract_value(value, k + a) for a in range(t.ndim)]
+        order = range(t.ndim - 1, -1, -1) if t.layout == "C" else range(t.ndim)
+        strides = [None] * t.ndim
+        if t.shape is not None:             # all constants
+            acc = 1
+            for a in order:
+                strides[a] = ir.Constant(I64, acc)
+                acc *= t.shape[a]
+            return ptr, extents, strides
+        acc = None
+        for a in order:
+            strides[a] = ir.Constant(I64, 1) if acc is None else acc
+            acc = extents[a] if acc is None else b.mul(acc, extents[a])
+        return ptr, extents, strides
 
     def bounds_check(self, i, raw, n, axis, arr_node, node):
         """Branch out unless 0 <= i < n; record the first failure (with the index as written)."""
-        ok = self.b.icmp_unsigned("<", i, ir.Constant(I64, n))
+        ok = self.b.icmp_unsigned("<", i, n)
         bad, good = self.new_block("oob"), self.new_block("inbounds")
         self.b.cbranch(ok, good, bad)
         self.b.position_at_end(bad)
@@ -555,7 +603,7 @@ class _FunctionGen:
         record, skip = self.new_block("oob.record"), self.new_block("oob.return")
         self.b.cbranch(first, record, skip)
         self.b.position_at_end(record)
-        for k, v in ((1, ir.Constant(I64, axis)), (2, raw), (3, ir.Constant(I64, n))):
+        for k, v in ((1, ir.Constant(I64, axis)), (2, raw), (3, n)):
             self.b.store(v, self.b.gep(self.err, [ir.Constant(I64, k)]))
         self.b.branch(skip)
         self.b.position_at_end(skip)
@@ -717,6 +765,34 @@ class _FunctionGen:
             b.ret(res)
             return fn
         return self.mod.helper(f"ipow_{t.name}", build)
+
+
+def _assigned_names(stmts, out=None) -> set:
+    """Every local name a function body assigns (targets of assignments and for loops)."""
+    out = set() if out is None else out
+
+    def target(t):
+        if t[0] == "name":
+            out.add(t[2])
+        elif t[0] == "tuple":
+            for x in t[2]:
+                target(x)
+    for st in stmts:
+        op = st[0]
+        if op == "assign":
+            for t in st[2]:
+                target(t)
+        elif op == "augassign":
+            target(st[3])
+        elif op == "for":
+            out.add(st[2])
+            _assigned_names(st[6], out)
+        elif op == "if":
+            _assigned_names(st[3], out)
+            _assigned_names(st[4], out)
+        elif op == "while":
+            _assigned_names(st[3], out)
+    return out
 
 
 def strong_of(t):

@@ -1,8 +1,10 @@
 """``tack.launch``: type the arguments, find or compile the variant, run it over the grid.
 
 The warm path (a variant this process already compiled) is one dict lookup
-keyed by cheap facts about each argument, then packing the argument slots
-and calling the entry point.
+keyed by cheap facts about each argument (an array's dtype, rank and flags,
+not its shape unless the kernel compiles it in), then packing the argument
+slots (an array's data pointer, extents and strides) and calling the entry
+point.
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ def launch(kernel, dim, args=(), device="cpu"):
     if not isinstance(args, tuple):
         args = tuple(args)
     debug = config.debug
-    key = (device, len(dims), debug) + tuple(map(_arg_key, args))
+    static = kernel._static
+    if static is None:
+        key = (device, len(dims), debug) + tuple(map(_arg_key, args))
+    else:
+        key = (device, len(dims), debug) + tuple(_static_key(a) if i in static else _arg_key(a)
+                                                 for i, a in enumerate(args))
     variant = kernel._variants.get(key)
     if variant is None:
         variant = _compile(kernel, dims, args, device, debug)
@@ -57,18 +64,39 @@ def _dims(dim):
     return tuple(int(d) for d in dims)
 
 
+_FLAG_BITS = 0x403       # NumPy's C_CONTIGUOUS, F_CONTIGUOUS and WRITEABLE flags
+# Those bits -> layout and writability, as types.layout_of reads them (C and F both: C).
+_LAYOUT = {w | f: T.layout_of(f) + ("w" if w else "r") for w in (0, 0x400) for f in range(4)}
+
+
 def _arg_key(a):
     if isinstance(a, np.ndarray):
-        return (a.dtype, a.shape, a.strides, a.flags.writeable)
+        return (a.dtype, a.ndim, _LAYOUT[a.flags.num & _FLAG_BITS])
     if isinstance(a, type):
         return a
     return type(a)
 
 
-def typeof_arg(kernel_name, param, a):
-    """The Tack type of one launch argument; TypeError naming the parameter otherwise."""
+def _static_key(a):
+    """The key of an argument whose shape the kernel compiles in."""
     if isinstance(a, np.ndarray):
-        t = T.typeof_array(a)
+        return (a.dtype, a.shape, _LAYOUT[a.flags.num & _FLAG_BITS])
+    return _arg_key(a)
+
+
+def argtypes_of(kernel, args):
+    """The Tack types of a launch's arguments (with their shapes where the kernel compiles them in)."""
+    name, static = kernel.__qualname__, kernel.static_shape
+    return [typeof_arg(name, p, a, p in static) for p, a in zip(kernel.params, args)]
+
+
+def typeof_arg(kernel_name, param, a, static=False):
+    """The Tack type of one launch argument; TypeError naming the parameter otherwise.
+
+    ``static``: an array's shape is compiled in.
+    """
+    if isinstance(a, np.ndarray):
+        t = T.typeof_array(a, static)
         if t is None:
             raise TypeError(f"kernel '{kernel_name}': argument '{param}' is an array Tack cannot "
                             f"take (dtype {a.dtype}, {a.ndim} dimensions, strides {a.strides}); "
@@ -97,7 +125,7 @@ def _compile(kernel, dims, args, device, debug):
     if len(args) != len(params):
         raise TypeError(f"kernel '{name}' takes {len(params)} arguments ({', '.join(params)}), "
                         f"got {len(args)}")
-    argtypes = [typeof_arg(name, p, a) for p, a in zip(params, args)]
+    argtypes = argtypes_of(kernel, args)
     templates = {p: a for p, a, t in zip(params, args, argtypes) if isinstance(t, T.Template)}
     value_types = tuple(t for t in argtypes if not isinstance(t, T.Template))
     value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]
@@ -202,6 +230,11 @@ def data_pointer(a):
     return _read_pointer(id(a) + _DATA_OFFSET).value or 0
 
 
+def _element_strides(a):
+    size = a.itemsize
+    return [s // size for s in a.strides]
+
+
 class CPUVariant:
     """A compiled kernel variant loaded in this process."""
 
@@ -209,15 +242,34 @@ class CPUVariant:
         self.name = name
         self.locate = locate
         self.fn = fn
-        self.params = params
         self.sites = sites
-        self.slots = [(i, isinstance(t, T.Array)) for i, t in zip(arg_index, types)]
-        self.slot_formats = ["Q" if isinstance(t, T.Array) else _SLOT_FMT[t.name] for t in types]
+        # One 8-byte slot per scalar; per array, its data pointer, then its extents unless
+        # its shape is static, then its strides in elements if its layout is A (as
+        # codegen.array_fields and the backend's entry read them).
+        self.params, self.slot_formats, parts = [], [], []
+        for i, p, t in zip(arg_index, params, types):
+            if isinstance(t, T.Array):
+                parts.append(f"dp(args[{i}])")
+                n = 1
+                if t.shape is None:
+                    parts.append(f"*args[{i}].shape")
+                    n += t.ndim
+                if t.layout == "A":
+                    parts.append(f"*strides(args[{i}])")
+                    n += t.ndim
+                self.params += [p] * n
+                self.slot_formats += ["Q"] + ["q"] * (n - 1)
+            else:
+                parts.append(f"args[{i}]")
+                self.params.append(p)
+                self.slot_formats.append(_SLOT_FMT[t.name])
+        self.values = eval(f"lambda args: [{', '.join(parts)}]",     # noqa: S307 - our own text
+                           {"dp": data_pointer, "strides": _element_strides})
         fmt = "<" + "".join(self.slot_formats) + "qqq" + ("Q" if sites is not None else "")
         self.packer = struct.Struct(fmt)
 
     def run(self, args, dims):
-        values = [data_pointer(args[i]) if is_array else args[i] for i, is_array in self.slots]
+        values = self.values(args)
         d = dims + (1,) * (3 - len(dims))
         values += d
         err = None

@@ -103,8 +103,8 @@ class _Context:
     def constant_type(self, cid):
         v = self.lowered.constants[cid].value
         if isinstance(v, np.ndarray):
-            strides = tuple(s // v.itemsize for s in v.strides)
-            return T.Array(T.from_dtype(v.dtype), v.shape, strides, writable=False)
+            # a C-ordered copy (tack.constant), its shape compiled in
+            return T.Array(T.from_dtype(v.dtype), v.ndim, "C", False, v.shape)
         if isinstance(v, np.generic):
             return T.from_dtype(v.dtype)
         return {bool: T.boolean, int: T.int64, float: T.float64}[type(v)]

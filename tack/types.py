@@ -50,19 +50,41 @@ WEAK_FLOAT = Scalar("float64", weak=True)
 
 
 class Array(NamedTuple):
-    """A NumPy array argument; its shape and strides are compiled in."""
+    """A NumPy array argument: its dtype, rank, layout and writability.
+
+    ``layout`` is ``"C"`` (row-major contiguous: the innermost stride is 1
+    and the strides follow from the extents), ``"F"`` (column-major
+    contiguous) or ``"A"`` (any strides, passed at launch).  Extents are
+    passed at launch too, unless ``shape`` is given: a static shape, compiled
+    in (a kernel asks for it with ``@tack.kernel(static_shape=...)``).
+    """
 
     dtype: Scalar
-    shape: tuple
-    strides: tuple     # in elements, not bytes
+    ndim: int
+    layout: str = "A"
     writable: bool = True
+    shape: tuple | None = None     # static extents, or None: passed at launch
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
+    def static(self) -> bool:
+        return self.shape is not None
+
+    def with_shape(self, shape) -> "Array":
+        return self._replace(shape=tuple(int(n) for n in shape))
 
     def __str__(self) -> str:
-        return f"array({self.dtype}, {self.shape})"
+        dims = ", ".join(map(str, self.shape)) if self.shape is not None else ", ".join("?" * self.ndim)
+        ro = "" if self.writable else ", readonly"
+        return f"array({self.dtype}, ({dims}{',' if self.ndim == 1 else ''}), {self.layout}{ro})"
+
+
+LAYOUTS = ("C", "F", "A")
+_C, _F = 0x1, 0x2            # NumPy's NPY_ARRAY_C_CONTIGUOUS and NPY_ARRAY_F_CONTIGUOUS flag bits
+
+
+def layout_of(flags_num: int) -> str:
+    """The layout of an array from its ``flags.num``: C if C-contiguous, else F if F-contiguous, else A."""
+    return "C" if flags_num & _C else "F" if flags_num & _F else "A"
 
 
 class Tuple(NamedTuple):
@@ -123,36 +145,48 @@ def from_dtype(dtype) -> Scalar | None:
     return st
 
 
-def typeof_array(a: np.ndarray) -> Array | None:
-    """The Tack type of a NumPy array, or None when Tack cannot take it."""
+def typeof_array(a: np.ndarray, static: bool = False) -> Array | None:
+    """The Tack type of a NumPy array, or None when Tack cannot take it.
+
+    ``static``: with its shape compiled in.
+    """
     st = from_dtype(a.dtype)
     if st is None or not 1 <= a.ndim <= 4 or not a.dtype.isnative:
         return None
     size = a.dtype.itemsize
     if any(s % size for s in a.strides):
         return None
-    return Array(st, a.shape, tuple(s // size for s in a.strides), a.flags.writeable)
+    return Array(st, a.ndim, layout_of(a.flags.num), a.flags.writeable, a.shape if static else None)
 
 
 def spec(t) -> str:
-    """A value type as text that ``parse_spec`` reads back (stored with cached variants)."""
+    """A value type as text that ``parse_spec`` reads back (stored with cached variants).
+
+    Arrays: ``array:<dtype>:<ndim>:<layout>:<w|r>``, and ``:<n>x<n>...`` for a static shape.
+    """
     if isinstance(t, Scalar):
         return t.strong().name
     if isinstance(t, Array):
-        dims = "x".join(map(str, t.shape))
-        strides = "x".join(map(str, t.strides))
-        return f"array:{t.dtype.name}:{dims}:{strides}:{'w' if t.writable else 'r'}"
+        text = f"array:{t.dtype.name}:{t.ndim}:{t.layout}:{'w' if t.writable else 'r'}"
+        return text if t.shape is None else text + ":" + "x".join(map(str, t.shape))
     raise ValueError(f"no spec for {t}")
 
 
 def parse_spec(text: str):
-    """The inverse of ``spec``; ValueError on anything else."""
+    """The inverse of ``spec``; ValueError on anything else (the specs of older Tacks too)."""
     if text in SCALARS:
         return SCALARS[text]
     parts = text.split(":")
-    if len(parts) != 5 or parts[0] != "array" or parts[1] not in SCALARS or parts[4] not in "wr":
+    if len(parts) not in (5, 6) or parts[0] != "array" or parts[1] not in SCALARS \
+            or parts[2] not in ("1", "2", "3", "4") or parts[3] not in LAYOUTS or parts[4] not in ("w", "r"):
         raise ValueError(f"not a Tack type spec: {text!r}")
-
-    def ints(field):
-        return tuple(int(x) for x in field.split("x")) if field else ()
-    return Array(SCALARS[parts[1]], ints(parts[2]), ints(parts[3]), parts[4] == "w")
+    ndim = int(parts[2])
+    shape = None
+    if len(parts) == 6:
+        try:
+            shape = tuple(int(x) for x in parts[5].split("x"))
+        except ValueError:
+            raise ValueError(f"not a Tack type spec: {text!r}") from None
+        if len(shape) != ndim or any(n < 0 for n in shape):
+            raise ValueError(f"not a Tack type spec: {text!r}")
+    return Array(SCALARS[parts[1]], ndim, parts[3], parts[4] == "w", shape)

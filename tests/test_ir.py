@@ -58,8 +58,12 @@ def pack_slots(values, types, dims):
            "float32": "f4x", "float64": "d"}
     parts = []
     for v, t in zip(values, types):
-        if isinstance(v, np.ndarray):
+        if isinstance(v, np.ndarray):        # data pointer, extents (not static), strides (layout A)
             parts.append(struct.pack("<Q", v.ctypes.data))
+            if t.shape is None:
+                parts.append(struct.pack(f"<{v.ndim}q", *v.shape))
+            if t.layout == "A":
+                parts.append(struct.pack(f"<{v.ndim}q", *(s // v.itemsize for s in v.strides)))
         else:
             parts.append(struct.pack("<" + fmt[t.name], v))
     d = tuple(dims) + (1,) * (3 - len(dims))
@@ -144,7 +148,7 @@ types = tuple(typeof_arg(low.name, p, v) for p, v in zip(low.kernel.params, valu
 gen = generate(specialize(low, types, 1), host_target(), "tack_sub")
 t = host_target()
 fn = t.load(t.emit_object(t.optimize(gen.module)), gen.entry)
-slots = struct.pack("<QQQdqqq", x.ctypes.data, out.ctypes.data, flags.ctypes.data, 2.0, 9, 1, 1)
+slots = struct.pack("<QqQqQqdqqq", x.ctypes.data, 9, out.ctypes.data, 9, flags.ctypes.data, 9, 2.0, 9, 1, 1)
 fn(slots, 0, 9)
 assert not any(m == "tests" or m.startswith("tests.") for m in sys.modules)
 print(json.dumps([out.tolist(), flags.tolist()]))

@@ -940,14 +940,19 @@ def k_variant(a, out):
     out[i] = a[i] + a.shape[0]
 
 
-def test_new_shape_compiles_new_variant_from_same_lowered_kernel():
-    """A new array shape compiles a new variant (shapes are compiled in) from the one lowered kernel."""
+def test_new_shape_reuses_the_variant_new_dtype_compiles_one_from_same_lowered_kernel():
+    """A new array shape reuses the variant (extents are passed at launch); a new dtype compiles a
+    new variant from the one lowered kernel."""
     before = len(k_variant._variants)
     for n in (8, 16, 8):
         a = np.arange(n, dtype=np.float64)
         out = np.empty(n)
         tack.launch(k_variant, dim=n, args=(a, out))
         np.testing.assert_array_equal(out, a + n)
+    assert len(k_variant._variants) == before + 1
+    a32, out32 = np.arange(5, dtype=np.float32), np.empty(5, np.float32)
+    tack.launch(k_variant, dim=5, args=(a32, out32))
+    np.testing.assert_array_equal(out32, a32 + 5)
     assert len(k_variant._variants) == before + 2
     assert len(k_variant._lowered) == 1
 

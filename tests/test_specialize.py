@@ -139,7 +139,7 @@ def k_grid(out):
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 def test_tid_type_follows_grid_rank(ndim):
     """tack.tid() is int64 on a 1-D grid and a tuple of int64 on 2-D and 3-D grids."""
-    arr = T.Array(T.float64, (4,), (1,))
+    arr = T.Array(T.float64, 1, "C")
     tk = specialize(k_grid.lower(), (arr,), ndim)
     want = T.int64 if ndim == 1 else T.Tuple((T.int64,) * ndim)
     assert tk.kernel.locals["t"] == want
@@ -147,7 +147,7 @@ def test_tid_type_follows_grid_rank(ndim):
 
 def test_grid_rank_out_of_range():
     """specialize refuses grids of other than 1-3 dimensions."""
-    arr = T.Array(T.float64, (4,), (1,))
+    arr = T.Array(T.float64, 1, "C")
     for bad in (0, 4):
         with pytest.raises(ValueError):
             specialize(k_grid.lower(), (arr,), bad)
@@ -181,8 +181,8 @@ def k_infer(a32, a64, out):
 
 def test_inference_fixed_point_and_monomorphization():
     """Variables take the promoted type of all their assignments and device functions specialize per argument types."""
-    f32 = T.Array(T.float32, (4,), (1,))
-    f64 = T.Array(T.float64, (4,), (1,))
+    f32 = T.Array(T.float32, 1, "C")
+    f64 = T.Array(T.float64, 1, "C")
     tk = specialize(k_infer.lower(), (f32, f64, f64), 1)
     loc = tk.kernel.locals
     assert loc["h32"] == T.float32 and loc["h64"] == T.float64

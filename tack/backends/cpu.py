@@ -5,8 +5,10 @@ object file, and an MCJIT engine links it into this process.  Object code
 for another microarchitecture (``CPUTarget("skylake-avx512")``) can be
 emitted on any host, for bundles built for other nodes.
 
-The entry function takes a block of 8-byte argument slots and a range of the
-grid's first dimension, ``entry(slots, start, end)``; the launch splits that
+The entry function takes a block of 8-byte argument slots (an array takes
+its data pointer, then its extents unless its shape is static, then its
+strides if its layout is A) and a range of the grid's first dimension,
+``entry(slots, start, end)``; the launch splits that
 dimension over threads, and ctypes releases the GIL during each call.
 """
 
@@ -18,7 +20,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from .. import types as T
-from ..codegen import I8, I64, declare_intrinsic, lltype
+from ..codegen import I8, I64, array_fields, declare_intrinsic, lltype
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -94,14 +96,22 @@ class CPUTarget:
             return b.bitcast(b.gep(slots, [ir.Constant(I64, 8 * k)]), ty.as_pointer())
 
         args = []
-        for k, t in enumerate(tk.argtypes):
-            if isinstance(t, T.Array):
-                args.append(b.inttoptr(b.load(slot(k, I64)), lltype(t)))
-            elif t.kind == "b":
+        k = 0
+        for t in tk.argtypes:
+            if isinstance(t, T.Array):        # the data pointer, then its extents and strides (array_fields)
+                ty = lltype(t)
+                value = b.insert_value(ir.Constant(ty, None), b.inttoptr(b.load(slot(k, I64)), ty.elements[0]), 0)
+                for f in range(array_fields(t)):
+                    value = b.insert_value(value, b.load(slot(k + 1 + f, I64)), 1 + f)
+                args.append(value)
+                k += 1 + array_fields(t)
+                continue
+            if t.kind == "b":
                 args.append(b.trunc(b.load(slot(k, I8)), lltype(t)))
             else:
                 args.append(b.load(slot(k, lltype(t))))
-        n = len(tk.argtypes)
+            k += 1
+        n = k
         dims = [b.load(slot(n + d, I64)) for d in range(3)]
         err = [b.inttoptr(b.load(slot(n + 3, I64)), I64.as_pointer())] if tk.debug else []
         ndim = tk.grid_ndim

@@ -70,7 +70,7 @@ from . import TRACE, log
 # -- keys ------------------------------------------------------------------------
 
 LOWERED_FORMAT = 1
-VARIANT_FORMAT = 1
+VARIANT_FORMAT = 2      # 2: arrays by dtype, rank, layout and writability (shapes only where static)
 
 
 def digest(what: str, *steps) -> str:
@@ -245,7 +245,8 @@ def _closure_ids(fn):
 
 
 def variant_key(lowered: str, argtypes, grid_ndim: int, target: str) -> str:
-    """Key of a compiled variant: the lowered key plus argument types, shapes and target."""
+    """Key of a compiled variant: the lowered key plus argument types (an array's dtype, rank,
+    layout, writability, and its shape where compiled in), grid rank and target."""
     return digest("variant",
                   ("format", VARIANT_FORMAT),
                   ("lowered", lowered),

@@ -22,9 +22,9 @@ Two launches:
 Only the first launch visits the whole grid.
 
 With more than one thread the order of vertices and triangles varies from
-run to run; the surface does not.  Output buffers are allocated in
-power-of-two capacities, so a new level or field of the same size reuses
-the compiled variant rather than compiling one per triangle count.
+run to run; the surface does not.  The kernels are shape-generic (extents
+are passed at launch), so one variant of each serves every field size,
+level and triangle count, and the outputs are allocated at their exact size.
 """
 
 from __future__ import annotations
@@ -165,20 +165,9 @@ def emit(field, level, policy, vert_src, active, edge_vid, verts, faces, counts,
         cell_faces(field, active, edge_vid, faces, counts, t)
 
 
-def _capacity(n: int) -> int:
-    return max(1 << max(n - 1, 0).bit_length(), 64)
-
-
 def _outputs(nverts: int, ntris: int):
-    """Output arrays for ``nverts`` vertices and ``ntris`` triangles.
-
-    One power-of-two capacity ``c`` sizes both (vertices ``c``, triangles
-    ``2c``, as a closed surface has about twice as many triangles as
-    vertices), so ``emit`` has one variant per capacity, not one per pair:
-    few enough to build every one into a bundle ahead of time.
-    """
-    c = _capacity(max(nverts, (ntris + 1) // 2))
-    return np.empty((c, 3), np.float32), np.empty((2 * c, 3), np.int32)
+    """Output arrays for ``nverts`` vertices and ``ntris`` triangles."""
+    return np.empty((nverts, 3), np.float32), np.empty((ntris, 3), np.int32)
 
 
 def _scratch(shape):
@@ -190,13 +179,13 @@ def _scratch(shape):
             np.empty(n, np.int64), np.zeros(4, np.int64))
 
 
-def tack_warm(shape):
-    """What ``contour`` launches for a field of ``shape``: ``[(kernel, example args, grid dims)]``.
+def tack_warm(shape=(8, 8, 8)):
+    """What ``contour`` launches: ``[(kernel, example args, grid dims)]``.
 
     For building bundles ahead of time (``python -m tack.site bundles
-    build``): every variant a contour of this shape can need, including each
-    power-of-two output capacity up to the most a field of this shape can
-    produce.  The arrays are allocated, not filled.
+    build``).  The kernels are shape-generic, so the list is the same for
+    every ``shape``: it only sizes the example arguments, which are
+    allocated, not filled.
     """
     shape = tuple(int(s) for s in shape)
     if len(shape) != 3:
@@ -205,16 +194,10 @@ def tack_warm(shape):
         raise ValueError(f"contour needs at least 2 points along each axis, not {list(shape)}")
     field = np.empty(shape, np.float32)
     edge_vid, vert_src, active, counts = _scratch(shape)
-    specs = [(classify, (field, 0.0, edge_vid, vert_src, active, counts), 3)]
-    max_verts = 3 * field.size
-    max_tris = 5 * (shape[0] - 1) * (shape[1] - 1) * (shape[2] - 1)
-    cap = 64
-    while cap <= _capacity(max(max_verts, (max_tris + 1) // 2)):
-        verts, faces = np.empty((cap, 3), np.float32), np.empty((2 * cap, 3), np.int32)
-        specs.append((emit, (field, 0.0, Linear, vert_src, active, edge_vid, verts, faces, counts,
-                             0, 0, 1.0, 1.0, 1.0), 1))
-        cap *= 2
-    return specs
+    verts, faces = _outputs(1, 1)
+    return [(classify, (field, 0.0, edge_vid, vert_src, active, counts), 3),
+            (emit, (field, 0.0, Linear, vert_src, active, edge_vid, verts, faces, counts,
+                    0, 0, 1.0, 1.0, 1.0), 1)]
 
 
 def contour(field, level, device="cpu", spacing=(1, 1, 1), interpolation=Linear):
@@ -236,4 +219,4 @@ def contour(field, level, device="cpu", spacing=(1, 1, 1), interpolation=Linear)
     tack.launch(emit, dim=max(nverts, nactive),
                 args=(field, level, interpolation, vert_src, active, edge_vid, verts, faces, counts,
                       nverts, nactive, sx, sy, sz), device=device)
-    return verts[:nverts], faces[:ntris]
+    return verts, faces

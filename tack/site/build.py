@@ -277,15 +277,19 @@ class Progress:
 
 
 def build_arch(arch, specs, llvm, progress):
-    """-> (entries, variant count) for one CPU microarchitecture."""
+    """-> (entries, variant count) for one CPU microarchitecture.
+
+    Specs that need the same variant (shape-generic kernels warmed for several
+    shapes) compile it once.
+    """
     from ..cache.warm import lowered_key, template_ids
-    from ..launch import typeof_arg
+    from ..launch import argtypes_of
     target = cpu_target(arch)
     tk = arch_target_key(arch, llvm)
-    lowered_entries, variants = {}, []
-    for kernel, args, grid in specs:
+    lowered_entries, variants, seen = {}, [], set()
+    for done, (kernel, args, grid) in enumerate(specs, 1):
         name = kernel.__qualname__
-        argtypes = [typeof_arg(name, p, a) for p, a in zip(kernel.params, args)]
+        argtypes = argtypes_of(kernel, args)
         templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
         values = tuple(t for t in argtypes if not isinstance(t, T.Template))
         lowered = kernel.lower(templates, False)
@@ -294,8 +298,11 @@ def build_arch(arch, specs, llvm, progress):
             lowered_entries[lkey] = (store.KIND_LOWERED, lkey, store.encode(
                 store.KIND_LOWERED, lkey, {"kernel": lowered.kernel.source.name, "dep": lowered.deps},
                 lowered.to_bytes()))
-        variants.append(compile_variant(target, lowered, lkey, values, grid, tk, arch))
-        progress.step(arch, len(variants), len(specs), f"{name} {', '.join(str(v) for v in values)}")
+        vkey = variant_key(lkey, values, grid, tk)
+        if vkey not in seen:
+            seen.add(vkey)
+            variants.append(compile_variant(target, lowered, lkey, values, grid, tk, arch))
+        progress.step(arch, done, len(specs), f"{name} {', '.join(str(v) for v in values)}")
     return list(lowered_entries.values()) + variants, len(variants), tk
 
 
@@ -349,7 +356,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
             failures.append(("all", str(e)))
     for arch in cpu:
         t0 = time.perf_counter()
-        say(f"{arch}: compiling {len(specs)} variants")
+        say(f"{arch}: compiling the variants of {len(specs)} launches")
         try:
             entries, nvar, tk = build_arch(arch, specs, llvm, progress)
             path, nbytes = write_bundle(out_dir, arch, tk, llvm, entries)

@@ -69,7 +69,8 @@ def test_non_host_object_cannot_be_loaded():
 
 
 def test_host_object_loads_and_runs_a_range():
-    """Host object code loads and its entry point runs exactly the requested range of the first grid dimension."""
+    """Host object code loads and its entry point runs exactly the requested range of the first grid
+    dimension, reading each array's extents from its slots."""
     target = CPUTarget()
     assert target.is_host and target.cpu == llvm.get_host_cpu_name()
     gen = generate(typed_axpy(), target, "tack_test_cpu_host")
@@ -79,7 +80,9 @@ def test_host_object_loads_and_runs_a_range():
     x = np.arange(30.0).reshape(6, 5)
     y = np.full((6, 5), 0.5)
     out = np.full((6, 5), -1.0)
-    slots = struct.pack("<QQQdqqq", x.ctypes.data, y.ctypes.data, out.ctypes.data, 2.0, 6, 5, 1)
+    # each C-ordered array: its data pointer, then its extents; then the scalar; then the grid
+    slots = struct.pack("<QqqQqqQqqdqqq", x.ctypes.data, 6, 5, y.ctypes.data, 6, 5,
+                        out.ctypes.data, 6, 5, 2.0, 6, 5, 1)
     fn(slots, 2, 5)
     want = 2.0 * x + y + 1000.0 * np.arange(6)[:, None]
     np.testing.assert_array_equal(out[2:5], want[2:5])

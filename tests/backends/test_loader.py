@@ -37,7 +37,8 @@ def expected(x):
 def compile_object(n=64):
     """Object code and entry symbol for ``mathy`` on float64 arrays of ``n``."""
     x = np.zeros(n)
-    types = tuple(typeof_arg("mathy", p, a) for p, a in zip(mathy.params, (x, x)))
+    # static shapes: each array's slot is its data pointer alone (no extents follow)
+    types = tuple(typeof_arg("mathy", p, a, static=True) for p, a in zip(mathy.params, (x, x)))
     typed = specialize(mathy.lower({}, False), types, 1)
     target = host_target()
     gen = generate(typed, target, "tack_test_loader")
@@ -168,7 +169,7 @@ def test_entry_points_pass_64_bit_bounds():
         out[0] = i
 
     out = np.zeros(1, dtype=np.int64)
-    types = (typeof_arg("bounds", "out", out),)
+    types = (typeof_arg("bounds", "out", out, static=True),)
     target = host_target()
     gen = generate(specialize(bounds.lower({}, False), types, 1), target, "tack_test_bounds")
     fn = elf.load_object(target.emit_object(target.optimize(gen.module)), gen.entry)

@@ -46,8 +46,10 @@ WAIT_FOR_GO = "import os, time\nwhile not os.path.exists({go!r}):\n    time.slee
 
 
 def launches_of(i):
-    """Process i: c0 (every process, at one of two shapes) and one of c1..c3."""
-    return [{"kernel": "c0", "n": 5 + i % 2}, {"kernel": f"c{1 + i % 3}", "n": 5}]
+    """Process i: c0 (every process, at one of two dtypes, and one of two shapes that share a
+    variant) and one of c1..c3."""
+    return [{"kernel": "c0", "n": 5 + i % 4 // 2, "dtype": ("float64", "float32")[i % 2]},
+            {"kernel": f"c{1 + i % 3}", "n": 5}]
 
 
 def run_released(tmp_path, cache, prelude=""):

@@ -103,11 +103,11 @@ def test_damaged_variant_is_ignored_and_replaced(case, damaged):
 
 
 def test_damaged_lowered_entry_is_ignored_and_replaced(warm):
-    """A damaged lowered entry under a new shape is ignored, the front end runs, and a valid entry replaces it."""
+    """A damaged lowered entry under new argument types is ignored, the front end runs, and a valid entry replaces it."""
     cache, src = warm
     victim = one_entry(cache, "lowered", "k_main")
     truncate_at(lambda n: n // 2)(victim, None)
-    run = run_child(cache, src, [{"kernel": "k_main", "n": 8}])
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 8, "dtype": "float32"}])
     check_results(run)
     assert "lower" in run.result("k_main")["timings"]
     assert run.stats["damaged"] == 1

@@ -6,7 +6,7 @@ from tack.cache import store
 
 from .conftest import KMOD_LAUNCHES, check_results, decode_entry, drop_dac_caps, entry_files, run_child
 
-LAUNCHES = KMOD_LAUNCHES + [{"kernel": "k_main", "n": 7}]
+LAUNCHES = KMOD_LAUNCHES + [{"kernel": "k_main", "n": 7, "dtype": "float32"}]     # a new variant
 
 FILE_TOO_BIG = """
 import resource, signal
@@ -111,10 +111,12 @@ def test_size_check_that_fails_is_tried_again_in_an_hour_not_per_store(warm, tmp
                                                                          "a[i] * a[i] - 2.0"))
     os.chmod(fan, 0)
     try:
-        first = run_child(cache, other, [{"kernel": "k_other", "n": 5}, {"kernel": "k_other", "n": 6},
+        first = run_child(cache, other, [{"kernel": "k_other", "n": 5},
+                                         {"kernel": "k_other", "n": 6, "dtype": "float32"},
                                          {"kernel": "k_main", "n": 5}], preexec_fn=drop_dac_caps)
         stamped = (cache / size.STAMP).exists()
-        again = run_child(cache, other, [{"kernel": "k_other", "n": 9}], preexec_fn=drop_dac_caps)
+        again = run_child(cache, other, [{"kernel": "k_other", "n": 9, "dtype": "int64"}],
+                          preexec_fn=drop_dac_caps)
     finally:
         os.chmod(fan, 0o700)
     assert first.rc == 0, first.stderr

@@ -185,7 +185,7 @@ def test_mode_read_loads_but_never_stores(warm):
     """TACK_CACHE=read: a stored variant loads, a new one compiles but is not stored, and the directory is unchanged."""
     cache, src = warm
     before = snapshot(cache)
-    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_main", "n": 7}],
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_main", "n": 7, "dtype": "float32"}],
                     env={"TACK_CACHE": "read"})
     check_results(run)
     assert loaded(run.result("k_main", 0))

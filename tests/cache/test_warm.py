@@ -66,10 +66,10 @@ def test_warm_process_imports_neither_llvm_nor_front_end(warm):
     assert run.data["modules"] == []
 
 
-def test_new_shape_uses_lowered_entry_without_front_end(warm):
-    """A new array shape misses the variant but hits the lowered kernel, so it compiles without the front end, and is stored."""
+def test_new_argument_types_use_lowered_entry_without_front_end(warm):
+    """A new array dtype misses the variant but hits the lowered kernel, so it compiles without the front end, and is stored."""
     cache, src = warm
-    launches = [{"kernel": "k_main", "n": 9}]
+    launches = [{"kernel": "k_main", "n": 9, "dtype": "float32"}]
     run = run_child(cache, src, launches, prelude=NO_FRONT_END)
     check_results(run)
     r = run.result("k_main")
@@ -105,7 +105,7 @@ def test_cache_log_says_missing_loaded_and_dependency_changed(warm, tmp_path, ca
 def test_no_log_output_by_default(warm):
     """Without TACK_CACHE_LOG, a process that loads one variant and compiles another writes nothing to stderr."""
     cache, src = warm
-    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_main", "n": 6}])
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_main", "n": 6, "dtype": "float32"}])
     assert run.stats["hits"] == {"lowered": 1, "variant": 1}
     assert run.stderr == ""
 
@@ -122,8 +122,8 @@ def test_reset_stats_starts_counting_afresh(tmp_path):
     assert tack.cache.stats()["misses"] == {"lowered": 1, "variant": 1}
     tack.cache.reset_stats()
     assert tack.cache.stats()["misses"] == {"lowered": 0, "variant": 0}
-    out = np.zeros(6)
-    tack.launch(mod.k_other, 6, (np.arange(6.0), out))
+    out = np.zeros(6, np.float32)                   # new argument types: a new variant
+    tack.launch(mod.k_other, 6, (np.arange(6, dtype=np.float32), out))
     np.testing.assert_array_equal(out, np.arange(6.0) ** 2 - 1)
     stats = tack.cache.stats()
     assert stats["misses"] == {"lowered": 0, "variant": 1}

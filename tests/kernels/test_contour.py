@@ -218,3 +218,53 @@ def test_bad_field_shapes(shape):
     """Fields that are not 3-D with at least 2 points per axis raise ValueError."""
     with pytest.raises(ValueError):
         contour(np.zeros(shape, np.float32), 0.5)
+
+
+def ellipsoid(shape):
+    """A smooth field on a grid of any ``shape``: distance from an off-centre point, per-axis scaled."""
+    p = np.indices(shape, dtype=np.float64)
+    c = [0.45 * (n - 1) for n in shape]
+    r = [0.35 * (n - 1) for n in shape]
+    return np.sqrt(sum(((p[k] - c[k]) / r[k]) ** 2 for k in range(3))).astype(np.float32)
+
+
+SHAPES = [(21, 21, 21), (33, 33, 33), (17, 23, 30), (30, 12, 19), (4, 40, 9)]
+
+
+def test_one_variant_per_kernel_for_every_field_shape():
+    """Fields of several shapes, including non-cubic ones, match scikit-image's surface (counts and
+    vertices, edge by edge); after the first shape nothing compiles."""
+    import tack.cache
+    before = None
+    for shape in SHAPES:
+        f = ellipsoid(shape)
+        verts, faces = contour(f, 1.0)
+        sk_verts, sk_faces, _, _ = marching_cubes(f, 1.0, method="lorensen")
+        assert (len(verts), len(faces)) == (len(sk_verts), len(sk_faces)), shape
+        codes = edge_codes(vertex_edges(verts, f, 1.0), f.shape)
+        sk_codes = edge_codes(vertex_edges(sk_verts.astype(np.float32), f, 1.0), f.shape)
+        np.testing.assert_array_equal(np.sort(codes), np.sort(sk_codes))
+        assert faces.max() < len(verts) and verts.base is None and faces.base is None   # exact outputs
+        misses = tack.cache.stats()["misses"]["variant"]
+        if before is not None:
+            assert misses == before, f"{shape} compiled a variant"
+        before = misses
+
+
+def test_tack_warm_lists_the_same_variants_for_every_shape():
+    """tack_warm gives the same kernels and argument types (so the same variant keys) for any shape."""
+    from tack.cache import warm
+    from tack.kernels.contour import tack_warm
+    from tack import types as T
+    from tack.launch import argtypes_of
+
+    def keys(shape):
+        out = []
+        for kernel, args, grid in tack_warm(shape):
+            types = argtypes_of(kernel, args)
+            templates = {p: a for p, a in zip(kernel.params, args) if isinstance(a, type)}
+            values = tuple(t for t in types if not isinstance(t, T.Template))
+            out.append(warm.keys(kernel, templates, values, grid, False).for_target("t"))
+        return out
+    k8 = keys((8, 8, 8))
+    assert len(k8) == 2 and keys((21, 21, 21)) == k8 == keys((5, 64, 33))

@@ -78,6 +78,22 @@ def test_build_two_archs_then_a_node_loads_its_own(tmp_path, own_cache):
     assert os.listdir(own_cache) == []
 
 
+def test_several_shapes_build_one_set_of_variants(tmp_path, own_cache):
+    """A config listing several shapes builds each shape-generic variant once (the same bundle
+    as one shape gives), and a field of yet another shape loads every kernel from it."""
+    kernels = "    - module: tack.kernels.contour\n      shapes: [[21, 21, 21], [5, 9, 30], [12, 12, 12]]\n"
+    cfg = write_config(tmp_path, [host_arch()], kernels)
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(cfg, out_dir)
+    assert rc == 0, out + err
+    (name,) = os.listdir(out_dir)
+    b = bundle.read(str(out_dir / name))
+    nvariants = sum(1 for kind, _ in b.index if kind == store.KIND_VARIANT)
+    assert nvariants == len(WARM) == KERNELS
+    r = contour_in_fresh_process(own_cache, out_dir)          # an 8^3 field: not a shape built for
+    assert r["stats"]["hits"]["variant"] == KERNELS and r["stats"]["misses"]["variant"] == 0
+
+
 def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch):
     """Built with another LLVM: status says stale and why; rebuild recompiles without the front end; the result loads."""
     cfg = write_config(tmp_path, [host_arch()])
