@@ -51,7 +51,7 @@ def parse_size(text) -> int | None:
                          "(binary units, e.g. 500M or 2G), or 'unlimited'")
     number, unit = m.group(1), _UNITS[m.group(2).upper()]
     if len(number) > 24:                # float() of hundreds of digits is inf; int(inf) raises
-        raise ValueError(f"{text.strip()[:32]}... is too large a size: the most is "
+        raise SizeTooLarge(f"{text.strip()[:32]}... is too large a size: the most is "
                          f"{format_size(MAX_SIZE)}")
     whole, _, frac = number.partition(".")
     size = int(whole) * unit + (int(float("0." + frac) * unit) if frac else 0)
@@ -61,10 +61,14 @@ def parse_size(text) -> int | None:
 MAX_SIZE = (1 << 63) - 1                # what a file system's 64-bit sizes can count
 
 
+class SizeTooLarge(ValueError):
+    """A size past ``MAX_SIZE``."""
+
+
 def _bounded_size(size: int, shown) -> int:
     if size > MAX_SIZE:
         shown = str(shown) if len(str(shown)) <= 32 else str(shown)[:24] + "..."
-        raise ValueError(f"{shown} is too large a size: the most is {format_size(MAX_SIZE)} "
+        raise SizeTooLarge(f"{shown} is too large a size: the most is {format_size(MAX_SIZE)} "
                          "(or 'unlimited')")
     return size
 

@@ -14,7 +14,7 @@ import stat
 
 import yaml
 
-from ..cache import MODES, parse_size
+from ..cache import MAX_SIZE, MODES, SizeTooLarge, format_size, parse_size
 from .errors import SiteConfigError
 
 # Each key: (kind, required, description).  kind: "str", "size", "mode", "int",
@@ -60,7 +60,6 @@ LEVEL_ZERO = ("pvc", "acm", "dg2", "mtl", "lnl", "bmg")
 
 
 # Bounds on numbers, so that no value the config accepts overflows later.
-MAX_SIZE = (1 << 63) - 1            # cache.size: bytes in a 64-bit file size
 MAX_EXTENT = 1 << 20                # one axis of a shape or an array spec
 MAX_ELEMENTS = 1 << 34              # all axes of one shape together
 MAX_RANK = 4                        # Tack's arrays have 1 to 4 dimensions
@@ -305,14 +304,13 @@ class _Validator:
             return value
         if kind == "size":
             try:
-                n = parse_size(value)
-            except (ValueError, OverflowError) as e:
-                self.fail(node, keypath, f"{shown(value)} is not a size: "
-                          f"{e if isinstance(e, ValueError) else 'too large'}")
+                parse_size(value)
+            except SizeTooLarge:
+                self.fail(node, keypath, f"{shown(value)} is too large a size (at most "
+                          f"{format_size(MAX_SIZE)}; use 'unlimited' for no limit)")
                 return None
-            if n is not None and n > MAX_SIZE:
-                self.fail(node, keypath, f"{shown(value)} is too large a size (at most {MAX_SIZE} "
-                          "bytes, 8E; use 'unlimited' for no limit)")
+            except ValueError as e:
+                self.fail(node, keypath, f"{shown(value)} is not a size: {e}")
                 return None
             return value
         if kind == "mode":

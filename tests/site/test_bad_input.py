@@ -251,8 +251,8 @@ HUGE = "1" * 311
 NUMBERS = {
     "size-int": (GOOD.replace("size: 4G", f"size: {HUGE}"), ":4: cache.size: 111111111111... (311 digits) "
                  "is too large a size"),
-    "size-text": (GOOD.replace("size: 4G", f"size: {HUGE}G"), f":4: cache.size: '{HUGE[:39]}... is not a "
-                  "size: too large"),
+    "size-text": (GOOD.replace("size: 4G", f"size: {HUGE}G"), f":4: cache.size: '{HUGE[:39]}... is too "
+                  "large a size"),
     "version": (GOOD.replace("version: 1", f"version: {HUGE}", 1), ":1: version: schema version "
                 "111111111111... (311 digits) is not supported"),
     "beyond-int-limit": (GOOD.replace("version: 1", f"version: {'1' * 5000}", 1), ":1: version: cannot "
