@@ -10,7 +10,6 @@ point.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import struct
 import sys
 import time
@@ -148,17 +147,21 @@ def _compile(kernel, dims, args, device, debug):
         clock = now
 
     from . import cache as _cache
-    chain = _cache.session()
+    from .backends import runtime as backend_runtime
+    runtime = backend_runtime(device)
+    chain = _cache.session(runtime)
     keys = None
     if chain is not None:
         from .cache import warm
         keys = warm.keys(kernel, templates, value_types, len(dims), debug)
         hit = warm.find_variant(chain, kernel, templates, keys)
-        stage("cache")
         if hit is not None:
-            fn, sites, deps = hit
-            kernel.timings = timings
-            return variant(fn, sites, deps)
+            fn = _load_hit(chain, kernel, runtime, hit)
+            stage("cache")
+            if fn is not None:
+                kernel.timings = timings
+                return variant(fn, hit.sites, hit.meta["dep"])
+        stage("cache")
         from .cache import store as entries        # a miss: what compiling and storing need
 
     memo = kernel._memo_key(templates, debug)
@@ -175,28 +178,30 @@ def _compile(kernel, dims, args, device, debug):
             entries.store_lowered(chain, keys.lowered, lowered)
             stage("cache")
 
-    from .specialize import specialize
-    typed = specialize(lowered, value_types, len(dims))
-    stage("specialize")
-
-    from .backends.cpu import host_target
-    from .codegen import generate
-    target = host_target()
+    from .backends.cpu import target as toolchain_target
+    from .compiler import compile_variant
+    target = toolchain_target()
     stage("init")
-    symbol = "tack_" + (keys.for_target(warm.host_target_key()) if keys else
-                        hashlib.sha256(repr((lowered.fingerprint(), value_types, len(dims))).encode()).hexdigest())
-    gen = generate(typed, target, symbol)
-    stage("codegen")
-    obj = target.emit_object(target.optimize(gen.module))
-    stage("llvm")
-    fn = target.load(obj, gen.entry)
+    art = compile_variant(lowered, keys.lowered if keys else None, value_types, len(dims), target,
+                          debug, stage)
+    fn = runtime.load(art.payload, art.meta)
     stage("load")
     if chain is not None:
-        entries.store_variant(chain, keys, lowered, value_types, gen.entry,
-                              gen.sites if debug else None, obj, target.identity())
+        entries.store_variant(chain, art)
         stage("cache")
     kernel.timings = timings
-    return variant(fn, gen.sites, lowered.deps)
+    return variant(fn, art.sites, lowered.deps)
+
+
+def _load_hit(chain, kernel, runtime, hit):
+    """A stored variant's entry point, through the backend's runtime; None (the entry left
+    unused, and said why) if it does not load."""
+    try:
+        return runtime.load(hit.payload, hit.meta)
+    except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
+        from .cache.warm import unusable
+        unusable(chain, kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})")
+        return None
 
 
 def report_timings(kernel, file=None):

@@ -20,7 +20,9 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from .. import types as T
+from ..archs import ArchError, cpu_target
 from ..codegen import I8, I64, array_fields, declare_intrinsic, lltype
+from .cpu_runtime import CODEGEN, arch_key, host_key
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -44,26 +46,48 @@ def _initialize(all_targets=False):
 
 
 class CPUTarget:
-    """A CPU to compile for: the host's by default, or a named microarchitecture."""
+    """A CPU to compile for: the host's by default, or a named microarchitecture.
+
+    ``arch``: the archspec name this target stands for (``zen3``), when it is
+    one (``target("cpu:zen3")``); its ``key`` is then the runtime's
+    ``arch_key``, and the host's ``host_key`` otherwise: the same functions
+    a node looks code up with, fed the settings the code is generated with.
+    """
 
     name = "cpu"
 
-    def __init__(self, cpu: str | None = None, features: str | None = None, opt: int = 3,
-                 triple: str | None = None):
+    def __init__(self, cpu: str | None = None, features: str | None = None,
+                 triple: str | None = None, arch: str | None = None):
         _initialize(all_targets=triple is not None)
         host = cpu is None and triple is None
         self.cpu = llvm.get_host_cpu_name() if cpu is None else cpu
         if features is None:
             features = llvm.get_host_cpu_features().flatten() if host else ""
         self.features = features
-        self.opt = opt
+        self.opt = CODEGEN["opt"]
         self.triple = triple or llvm.get_process_triple()
+        self.arch = arch
         target = llvm.Target.from_triple(self.triple)
-        # Static relocations and the large code model leave only absolute
-        # addresses to patch, which Tack's own loader (tack/loader.py) handles.
-        self.machine = target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
-                                                    reloc="static", codemodel="large")
+        # CODEGEN, the settings the runtime's keys are made from.  Static relocations and the
+        # large code model leave only absolute addresses to patch (tack/loader.py).
+        self.machine = target.create_target_machine(cpu=self.cpu, features=self.features,
+                                                    **CODEGEN)
         self.is_host = host
+
+    @property
+    def key(self) -> str:
+        """The target key of the code this target makes (the runtime's, for the same device)."""
+        return arch_key(self.arch) if self.arch else host_key()
+
+    @property
+    def machine_name(self) -> str:
+        """The machine the code runs on, as ``platform.machine()`` names it (x86_64, ...)."""
+        family = self.triple.split("-", 1)[0]
+        return {"powerpc64le": "ppc64le", "arm64": "aarch64"}.get(family, family)
+
+    def compile(self, module) -> bytes:
+        """An llvmlite.ir module -> optimized object code: the artifact's bytes."""
+        return self.emit_object(self.optimize(module))
 
     def identity(self) -> dict:
         """What compiled code depends on: LLVM version, triple, CPU name and features."""
@@ -181,6 +205,82 @@ def load_mcjit(obj: bytes, entry: str) -> int:
 
 
 _host = None
+
+TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-linux-gnu",
+           "ppc64le": "powerpc64le-unknown-linux-gnu"}
+# archspec spells POWER CPUs as GCC does (-mcpu=power9); LLVM's CPU names are pwr9.
+LLVM_CPU_NAMES = {f"power{n}": f"pwr{n}" for n in range(7, 12)}
+
+
+def target(name: str | None = None) -> CPUTarget:
+    """The toolchain side's target for a device: this host (``None``), or ``cpu:<arch>`` (a bare
+    name too) for code built ahead of time for an archspec microarchitecture.  ArchError if
+    this LLVM cannot build code for it."""
+    if name is None:
+        return host_target()
+    from ..archs import parse
+    kind, arch = parse(name)
+    if kind != "cpu":
+        raise ArchError(f"{kind}:{arch}: the CPU backend builds cpu: archs only")
+    triple, cpu = llvm_target(arch)
+    return CPUTarget(cpu=cpu, features="", triple=triple, arch=arch)
+
+
+def llvm_target(arch: str):
+    """(triple, LLVM CPU name) for an archspec microarchitecture (zen3 -> x86_64, znver3).
+
+    The CPU name comes from archspec's flags for the clang of this LLVM's
+    version; ArchError if this LLVM does not know it (it would build
+    generic code for the family, not code for ``arch``).
+    """
+    spec = cpu_target(arch)
+    family = spec.family.name
+    if family not in TRIPLES:
+        raise ArchError(f"cpu:{arch} is a {family} CPU; Tack builds for {', '.join(TRIPLES)}")
+    major = llvm.llvm_version_info[0]
+    try:
+        flags = spec.optimization_flags("clang", f"{major}.0")
+    except Exception as e:                      # noqa: BLE001 - archspec's own error types
+        raise ArchError(f"LLVM {major} cannot target cpu:{arch}: {e}") from None
+    for flag in flags.split():
+        if flag.startswith(("-march=", "-mcpu=")):
+            cpu = flag.split("=", 1)[1]
+            cpu = LLVM_CPU_NAMES.get(cpu, cpu)
+            if not llvm_knows_cpu(TRIPLES[family], cpu):
+                raise ArchError(f"LLVM {major} does not recognise the CPU {cpu!r} that archspec "
+                                f"gives for cpu:{arch} ({flag}); it would build generic "
+                                f"{family} code, so cpu:{arch} is not built")
+            return TRIPLES[family], cpu
+    raise ArchError(f"archspec gives no CPU name for cpu:{arch} with clang {major} (flags: {flags!r})")
+
+
+def llvm_knows_cpu(triple: str, cpu: str) -> bool:
+    """Does this LLVM know ``cpu`` for ``triple``?
+
+    llvmlite has no list of CPU names; for one it does not know, LLVM prints
+    "'X' is not a recognized processor for this target (ignoring processor)"
+    to file descriptor 2 and goes on with generic code.  That warning is
+    captured (fd 2 redirected around the call) and taken as the answer.
+    """
+    import os
+    import sys
+    import tempfile
+    _initialize(all_targets=True)
+    machine = llvm.Target.from_triple(triple)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 2)
+            try:
+                machine.create_target_machine(cpu=cpu)
+            finally:
+                os.dup2(saved, 2)
+            captured.seek(0)
+            warning = captured.read().decode("utf-8", "replace")
+    finally:
+        os.close(saved)
+    return "not a recognized processor" not in warning
 
 
 def host_target() -> CPUTarget:

@@ -334,11 +334,18 @@ def _get_stats():
     return _stats
 
 
-def session():
+def session(runtime=None):
     """Where this process looks entries up, or None when off: the user's directory (a
-    ``warm.DiskCache``), or a ``bundle.Chain`` of stores when there are bundles to read."""
+    ``warm.DiskCache``), or a ``bundle.Chain`` of stores when there are bundles to read.
+
+    ``runtime``: the runtime side of the backend whose target keys the stores look up
+    (``tack.backends.runtime``); the dispatcher passes it, the CPU's by default.
+    """
     global _session
     if _session is None:
+        if runtime is None:
+            from ..backends import runtime as backend_runtime
+            runtime = backend_runtime("cpu")
         s = _settings_in_use("the first kernel compiled")
         if s.mode == "off":
             _session = False
@@ -349,11 +356,12 @@ def session():
             sites = site_dirs()
             if s.mode == "bundle" or sites or _loaded_bundle is not None:
                 from .bundle import Chain
-                _session = Chain(s, _get_stats(), warn, launch, sites, own_bundle=not _bundle_called)
+                _session = Chain(s, _get_stats(), warn, runtime, launch, sites,
+                                 own_bundle=not _bundle_called)
                 if _loaded_bundle is not None:
                     _session.add_loaded(_loaded_bundle)
             else:
-                _session = user_directory(s, _get_stats(), warn, launch)
+                _session = user_directory(s, _get_stats(), warn, runtime, launch)
     return _session or None
 
 
@@ -376,7 +384,8 @@ def load_bundle(comm=None) -> int:
     if _session:
         if not hasattr(_session, "add_loaded"):         # the user's directory alone, so far
             from .bundle import Chain
-            _session = Chain(_session.settings, _session.stats, _session.warn_once, disk=_session)
+            _session = Chain(_session.settings, _session.stats, _session.warn_once,
+                             _session.runtime, disk=_session)
         _session.add_loaded(loaded)
     return len(loaded)
 

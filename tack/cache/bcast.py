@@ -17,7 +17,8 @@ def load_and_broadcast(comm, settings):
     """-> the Bundle on every rank, or None on every rank (after rank 0 warns why)."""
     from . import bundle
     from .bundle import bundle_name
-    from .warm import host_target_key, tack_version_id, warn_once_factory
+    from ..backends import runtime
+    from .warm import tack_version_id, warn_once_factory
 
     rank = 0 if comm is None else comm.Get_rank()
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
@@ -26,7 +27,7 @@ def load_and_broadcast(comm, settings):
             reason = "the cache is off (TACK_CACHE=off)"
         else:
             try:
-                path = os.path.join(settings.directory, bundle_name(host_target_key()))
+                path = os.path.join(settings.directory, bundle_name(runtime("cpu").host_key()))
                 loaded = bundle.read(path, tack_version=tack_version_id())
                 data, status, reason = loaded.data, [len(loaded.data), len(loaded)], None
             except bundle.BundleError as e:

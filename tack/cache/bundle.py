@@ -26,7 +26,7 @@ import struct
 import time
 
 from . import log, warm
-from .warm import host_target_key, tack_version_id, user_directory
+from .warm import tack_version_id, user_directory
 
 MAGIC = b"TACKBDL1"
 FORMAT = 1
@@ -193,8 +193,11 @@ def collect(version_dir: str, target_key: str | None = None):
 
 
 def write_bundles(version_dir: str, out_dir: str, tack_version: str, output: str | None = None,
-                  target_key: str | None = None):
-    """Pack a version directory into one bundle per target found. -> [(path, meta)]."""
+                  target_key: str | None = None, arch_of=lambda target_key: ""):
+    """Pack a version directory into one bundle per target found. -> [(path, meta)].
+
+    ``arch_of(target key)``: the ``kind:name`` to put in the header of the bundle of variants
+    that do not name their arch (those compiled on a host for itself)."""
     from . import store
     lowered, variants = collect(version_dir, target_key)
     if not variants:
@@ -207,7 +210,7 @@ def write_bundles(version_dir: str, out_dir: str, tack_version: str, output: str
     for tk, entries in sorted(variants.items()):
         first = entries[0][3]
         meta = {"tack": tack_version, "target_key": tk, "machine": first.get("machine", ""),
-                "arch": first.get("arch", ""), "target": first.get("target", ""),
+                "arch": first.get("arch", "") or arch_of(tk), "target": first.get("target", ""),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
         data = pack(lowered + [(k, key, d) for k, key, d, _ in entries], meta)
         path = output or os.path.join(out_dir, bundle_name(tk, meta["machine"]))
@@ -227,8 +230,11 @@ def bundle_name(target_key: str, machine: str | None = None) -> str:
 
 
 def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> str:
-    """``bundle-<machine>-<arch>-<target key prefix>``: a site bundle built for ``arch``."""
-    return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{arch}-{target_key[:12]}"
+    """``bundle-<machine>-<kind>-<name>-<target key prefix>``: a site bundle built for ``arch``
+    (``kind:name``; a bare name is a CPU's), e.g. ``bundle-x86_64-cpu-zen3-1a2b3c4d5e6f``."""
+    from ..archs import parse
+    kind, name = parse(arch)
+    return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{kind}-{name}-{target_key[:12]}"
 
 
 class BundleStore:
@@ -239,7 +245,7 @@ class BundleStore:
     def __init__(self, path=None, loaded=None, allow_root=False, label="bundle", quiet=False,
                  target_key=None):
         self.path = path
-        self._target_key = target_key
+        self._target_key = target_key   # the target whose variants it is looked up for
         self.bundle = loaded
         self.allow_root = allow_root
         self.label = label
@@ -262,16 +268,13 @@ class BundleStore:
             else:
                 chain.warn_once(f"not using the {self.label}: {e}")
 
-    def target_key(self):
-        return self._target_key or host_target_key()
-
     def lookup(self, chain, kind, key, level):
         if self.bundle is None and not self._failed:
             self._open(chain)
         if self.bundle is None:
             return None
         if callable(key):
-            key = key(self.target_key())
+            key = key(self._target_key)
         got = self.bundle.get(kind, key)
         if got is None:
             return None
@@ -279,60 +282,80 @@ class BundleStore:
         return meta, payload, self.bundle.path
 
 
-class SiteBundleStore(BundleStore):
-    """A site's bundle directory: the bundle built ahead of time for this node's architecture.
-
-    The node's architecture (archspec) and LLVM version (llvmlite) are found
-    only when a lookup first reaches this store, after a miss in the user's
-    own cache.
+class SiteBundleStore:
+    """A site's bundle directory: the bundles built ahead of time for this node's
+    microarchitecture and for each of its archspec ancestors, looked in most specific first
+    (``runtime.site_candidates()``).  A bundle for an unrelated or newer microarchitecture is
+    never a candidate.  The candidates (archspec, llvmlite's version: tens of milliseconds) are
+    found only when a lookup first reaches this store, after a miss in the user's own cache.
     """
 
-    def __init__(self, directory):
-        super().__init__(None, allow_root=True, label="site bundle", quiet=True)
-        self.directory = directory
-        self._failed = False
+    writable = False
 
-    def _open(self, chain):
-        from .store import arch_target_key, host_arch, llvm_version
+    def __init__(self, directory, runtime):
+        self.directory = directory
+        self.runtime = runtime
+        self.stores = None
+
+    def candidates(self):
+        """[(``kind:arch``, target key, bundle path)] in the order they are looked in."""
+        return [(arch, tk, os.path.join(self.directory, site_bundle_name(arch, tk)))
+                for arch, tk in self.runtime.site_candidates()]
+
+    def _open(self):
+        self.stores = []
         try:
-            arch = host_arch()
-            self._target_key = arch_target_key(arch, llvm_version())
+            found = [c for c in self.candidates() if os.path.lexists(c[2])]
         except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
-            self._failed = True
             log.debug("site bundles in %s: cannot name this node's architecture (%s)", self.directory, e)
             return
-        self.path = os.path.join(self.directory, site_bundle_name(arch, self._target_key))
-        super()._open(chain)
+        for arch, tk, path in found:
+            log.debug("site bundle for %s: %s", arch, path)
+            self.stores.append(BundleStore(path, allow_root=True, label=f"site bundle for {arch}",
+                                           quiet=True, target_key=tk))
+
+    def lookup(self, chain, kind, key, level):
+        if self.stores is None:
+            self._open()
+        for store in self.stores:
+            got = store.lookup(chain, kind, key, level)
+            if got is not None:
+                return got
+        return None
 
 
 class Chain:
     """The stores of this process, tried in order, when there is more than the user's directory
     (bundle mode, site bundles, a broadcast bundle); else the session is that ``DiskCache``."""
 
-    def __init__(self, settings, stats, warn_once, launch=None, site_dirs=(), own_bundle=True,
-                 disk=None):
+    def __init__(self, settings, stats, warn_once, runtime, launch=None, site_dirs=(),
+                 own_bundle=True, disk=None):
         self.settings = settings
         self.stats = stats
         self.warn_once = warn_once
+        self.runtime = runtime
         self.disk = disk
         self.stores = []
-        name = bundle_name(host_target_key())
+        here = runtime.host_key()
+        name = bundle_name(here)
         if settings.mode == "bundle":
             if own_bundle:                      # else load_bundle() already read (or tried) it
                 self.stores.append(BundleStore(os.path.join(settings.directory, name),
-                                               label="cache bundle", quiet=True))
+                                               label="cache bundle", quiet=True, target_key=here))
         else:
             if self.disk is None:
-                self.disk = user_directory(settings, stats, warn_once, launch)
+                self.disk = user_directory(settings, stats, warn_once, runtime, launch)
             self.stores.append(self.disk)
         for d in site_dirs:
-            # a bundle packed on a node like this one, then one built for its architecture
+            # a bundle packed on a node like this one, then those built for its microarchitecture
+            # and its ancestors
             self.stores.append(BundleStore(os.path.join(d, name), allow_root=True,
-                                           label="site bundle", quiet=True))
-            self.stores.append(SiteBundleStore(d))
+                                           label="site bundle", quiet=True, target_key=here))
+            self.stores.append(SiteBundleStore(d, runtime))
 
     def add_loaded(self, loaded):
-        self.stores.insert(0, BundleStore(loaded=loaded, label="broadcast bundle"))
+        self.stores.insert(0, BundleStore(loaded=loaded, label="broadcast bundle",
+                                          target_key=self.runtime.host_key()))
 
     @property
     def writable(self):

@@ -323,40 +323,65 @@ def cmd_clear(args) -> int:
 
 def cmd_pack(args) -> int:
     from . import bundle
-    from .bundle import bundle_name
+    from ..backends import runtime
     s = _settings(args)
     root = _trusted_root(s)
     version = tack_version_id()
-    target = None
-    if args.arch:
-        target = _match_arch(root, version, args.arch)
+    rt = runtime("cpu")
+    here = rt.host_key()
+    target = _match_arch(root, version, args.arch, rt) if args.arch else None
     try:
         written = bundle.write_bundles(os.path.join(root, version), root, version,
-                                       output=args.output, target_key=target)
+                                       output=args.output, target_key=target,
+                                       arch_of=lambda tk: _arch_label(tk, rt))
     except bundle.BundleError as e:
         raise CLIError(str(e)) from None
     fs = settings_mod.format_size
     for path, meta in written:
-        print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for arch "
-              f"{meta['arch'] or '?'} ({meta['machine']}) into {path}")
-    from .warm import host_target_key
-    here = bundle_name(host_target_key())
-    if args.output is None and not any(os.path.basename(p) == here for p, _ in written):
-        print(f"note: none of these is for this host ({here})")
+        print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for {meta['arch'] or 'arch ?'} "
+              f"({meta['machine']}) into {path}")
+    name = bundle.bundle_name(here)
+    if args.output is None and not any(os.path.basename(p) == name for p, _ in written):
+        print(f"note: none of these is for this host ({name})")
     return 0
 
 
-def _match_arch(root, version, arch):
-    """The target key whose variants are for ``arch`` (an LLVM CPU name or a key prefix)."""
+def _arch_label(target_key, rt) -> str:
+    """``cpu:<archspec name>`` of variants compiled on this host (their key is its own), else the
+    arch their metadata names, else '' (a copy of another host's cache: unnamed)."""
+    if target_key == rt.host_key():
+        try:
+            return f"cpu:{rt.host_arch()}"
+        except Exception:                       # noqa: BLE001 - no archspec: unnamed
+            return ""
+    return ""
+
+
+def _match_arch(root, version, arch, rt):
+    """The target key whose variants are for ``arch``: ``kind:name`` (this host's
+    microarchitecture, or an arch a variant names), LLVM's CPU name, or a key prefix."""
     from . import bundle
+    from ..archs import ArchError, qualify
     _, variants = bundle.collect(os.path.join(root, version))
+
+    def names(tk, entries):
+        out = {tk[:16]}
+        label = _arch_label(tk, rt)
+        out.update(n for n in (label, *(m.get("arch", "") for *_, m in entries)) if n)
+        out.update(f.split("=", 1)[1] for *_, m in entries for f in m.get("target", "").split(";")
+                   if f.startswith("cpu="))             # LLVM's name: what older Tacks printed
+        return out
+    try:
+        wanted = qualify(arch)
+    except ArchError as e:
+        raise CLIError(str(e)) from None
     found = {tk for tk, entries in variants.items()
-             if tk.startswith(arch) or any(m.get("arch") == arch for *_, m in entries)}
+             if {arch, wanted} & names(tk, entries) or tk.startswith(arch)}
     if not found:
-        archs = sorted({m.get("arch", "?") for entries in variants.values() for *_, m in entries})
-        raise CLIError(f"no entries for arch {arch!r}; the cache holds: {', '.join(archs) or 'none'}")
+        known = sorted({n for tk, e in variants.items() for n in names(tk, e) if ":" in n})
+        raise CLIError(f"no entries for arch {wanted!r}; the cache holds: {', '.join(known) or 'none'}")
     if len(found) > 1:
-        raise CLIError(f"arch {arch!r} matches {len(found)} targets; give a target key prefix")
+        raise CLIError(f"arch {wanted!r} matches {len(found)} targets; give a target key prefix")
     return found.pop()
 
 
@@ -386,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(TACK_CACHE=bundle) instead of a file per kernel.")
     pack.add_argument("--output", metavar="PATH", help="write the bundle here instead")
     pack.add_argument("--arch", metavar="ARCH",
-                      help="only this architecture's entries (LLVM CPU name, e.g. znver3)")
+                      help="only this architecture's entries (kind:name, e.g. cpu:zen3)")
     pack.set_defaults(func=cmd_pack)
     return p
 

@@ -12,15 +12,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import platform
 import stat
 import time
 
 from . import log
-from ..types import spec
-from .warm import (CODEGEN, TMP_MARK, NotRegular, Untrusted, _HEAD, _kind_of, _read_current,
-                   _unusable, check_deps, check_trusted, digest, entry_path, host_target_key,
-                   read_regular)
+from .warm import (TMP_MARK, NotRegular, Untrusted, _HEAD, _kind_of, _read_current,
+                   _unusable, check_deps, check_trusted, entry_path, read_regular)
 # The entry format in one namespace, reader (warm.py) and writer (here):
 from .warm import (KIND_LOWERED, KIND_VARIANT, LEVEL_DIR, MAGIC, SUFFIX,  # noqa: F401
                    DamagedEntry, check_stat, decode, decode_meta)
@@ -166,32 +163,6 @@ def _hourly_size_check(disk):
 
 
 
-# -- targets other than this host (site bundles) ---------------------------------
-
-def arch_target_key(arch: str, llvm_version: str) -> str:
-    """Target key of code compiled ahead of time for a named microarchitecture (site bundles).
-
-    ``arch`` is an archspec name (zen3, sapphirerapids); a node finds its own
-    with archspec, and the LLVM version with llvmlite, without compiling.
-    """
-    return digest("target", ("backend", "cpu"), ("arch", arch), ("llvm", llvm_version),
-                  ("codegen", CODEGEN))
-
-
-@functools.lru_cache(maxsize=None)
-def host_arch() -> str:
-    """This node's microarchitecture by archspec's name (zen3, ...)."""
-    import archspec.cpu
-    return archspec.cpu.host().name
-
-
-def llvm_version() -> str:
-    """The LLVM version llvmlite was built with, without loading LLVM."""
-    import llvmlite
-    ver = llvmlite.__version__
-    return f"llvmlite-{ver}"
-
-
 # -- what a miss runs ------------------------------------------------------------
 
 def _guarded(default=None):
@@ -232,16 +203,10 @@ def store_lowered(cache, key: str, lowered) -> bool:
 
 
 @_guarded(False)
-def store_variant(cache, keys, lowered, argtypes, entry: str, sites, obj: bytes, identity) -> bool:
-    meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": entry,
-            "lowered": keys.lowered, "arg": [[str(t)] for t in argtypes],
-            "argspec": [[spec(t)] for t in argtypes], "grid": str(keys.grid),
-            "target_key": host_target_key(), "machine": platform.machine(),
-            "arch": identity.get("cpu", ""),
-            "target": ";".join(f"{k}={v}" for k, v in sorted(identity.items())),
-            "site": [list(s) for s in sites or ()]}
-    stored = cache.write(KIND_VARIANT, keys.for_target(host_target_key()), meta, obj)
-    log.debug("kernel '%s': compiled%s", meta["kernel"], " and stored" if stored else "")
+def store_variant(cache, artifact) -> bool:
+    """Store a compiled variant (``tack.compiler.Artifact``) under its key."""
+    stored = cache.write(KIND_VARIANT, artifact.key, artifact.meta, artifact.payload)
+    log.debug("kernel '%s': compiled%s", artifact.meta["kernel"], " and stored" if stored else "")
     return stored
 
 

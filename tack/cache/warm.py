@@ -52,7 +52,6 @@ import builtins
 import errno
 import hashlib
 import os
-import platform
 import stat
 import struct
 import sys
@@ -87,7 +86,7 @@ def digest(what: str, *steps) -> str:
     return h.hexdigest()
 
 
-_version_id = _host_identity = _host_target_key = None      # per process, found once
+_version_id = None      # per process, found once
 
 
 def tack_version_id() -> str:
@@ -130,98 +129,6 @@ def _in_checkout(package_dir: str) -> bool:
         os.path.exists(os.path.join(parent, "pyproject.toml"))
 
 
-def host_cpu_identity() -> dict:
-    """Facts that fix what LLVM's host detection sees, read without LLVM (once per process).
-
-    The CPU's model and feature flags (from /proc/cpuinfo on Linux), the
-    machine type, and llvmlite's library (which pins the LLVM version).
-    Where cpuinfo is missing or lists no feature flags (macOS, Windows, some
-    containers and architectures), LLVM's own host CPU name and features:
-    slower to get (it loads LLVM), but never a key that two CPUs share.
-    """
-    global _host_identity
-    if _host_identity is not None:
-        return _host_identity
-    ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
-    try:
-        cpu = _first_cpu("/proc/cpuinfo")
-    except OSError:
-        cpu = {}
-    if not (cpu.get("flags") or cpu.get("Features")):
-        cpu.update(_llvm_host_cpu())
-    ident.update(cpu)
-    _host_identity = ident
-    return ident
-
-
-def _llvm_host_cpu() -> dict:
-    """LLVM's name and features of this host's CPU (what code is compiled for here)."""
-    try:
-        import llvmlite.binding as llvm
-        return {"llvm cpu": llvm.get_host_cpu_name(), "llvm features": llvm.get_host_cpu_features().flatten()}
-    except Exception as e:                      # noqa: BLE001 - no LLVM: nothing compiles here either
-        return {"processor": platform.processor(), "llvm": f"unavailable ({type(e).__name__})"}
-
-
-_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "flags", "Features",
-               "CPU implementer", "CPU part")
-
-
-def _first_cpu(path: str) -> dict:
-    """The fields of the first CPU's block of a cpuinfo file that fix LLVM's host CPU.
-
-    Read in small pieces until that block ends: the kernel writes the file as
-    it is read, and a node of a few hundred cores has hundreds of kilobytes.
-    """
-    text = b""
-    with open(path, "rb") as f:
-        while b"\n\n" not in text:
-            chunk = f.read(4096)
-            if not chunk:
-                break
-            text += chunk
-    fields = {}
-    for line in text.split(b"\n\n", 1)[0].decode(errors="replace").splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key in _CPU_FIELDS:
-            fields[key] = value.strip()
-    return fields
-
-
-def _llvmlite_version() -> str:
-    """Which LLVM would compile here: llvmlite's library file, by path, size and time.
-
-    Found without importing llvmlite (its version module parses JSON at
-    import) and without the import system's directory scans: a stat per
-    ``sys.path`` entry.  Any upgrade replaces the library and so changes this.
-    """
-    names = ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll")
-    for entry in sys.path:
-        lib_dir = os.path.join(entry or ".", "llvmlite", "binding")
-        if not os.path.isdir(lib_dir):
-            continue
-        for name in names:
-            try:
-                st = os.stat(os.path.join(lib_dir, name))
-            except OSError:
-                continue
-            return f"{os.path.abspath(lib_dir)}/{name}:{st.st_size}:{st.st_mtime_ns}"
-    return "none"
-
-
-CODEGEN = {"opt": 3, "reloc": "static", "codemodel": "large"}
-
-
-def host_target_key() -> str:
-    """Target key of code compiled on this host for this host (the user's own cache)."""
-    global _host_target_key
-    if _host_target_key is None:
-        _host_target_key = digest("target", ("backend", "cpu"), ("host", host_cpu_identity()),
-                                  ("codegen", CODEGEN))
-    return _host_target_key
-
-
 def lowered_key(kernel, template_ids, debug: bool) -> str:
     """Key of a lowered kernel: its source (as code), specialization, Tack version, debug flag."""
     fn = kernel.py_func
@@ -262,7 +169,7 @@ def template_ids(templates: dict):
 
 def keys(kernel, templates, value_types, grid_ndim, debug):
     """A launch's cache keys: ``.lowered``, and ``.for_target(target key)``, its variant's key
-    for a target (this host's: ``host_target_key()``), each made once."""
+    for a target (this host's: the runtime's ``host_key()``), each made once."""
     lowered = lowered_key(kernel, template_ids(templates), debug)
     argtypes = tuple(value_types)
     variants = {}
@@ -489,8 +396,9 @@ def new_stats() -> dict:
 class DiskCache:
     """Per-kernel entries under ``<directory>/<tack version>/{lowered,variants}/<xx>/``."""
 
-    def __init__(self, settings, stats: dict, warn_once):
+    def __init__(self, settings, stats: dict, warn_once, runtime):
         self.settings = settings
+        self.runtime = runtime       # the backend's runtime side: this host's target key
         self.root = settings.directory
         self.version_dir = os.path.join(self.root, tack_version_id())
         self.writable = settings.mode == "write"
@@ -567,7 +475,7 @@ class DiskCache:
         ``key`` may be a function of the target key (a variant's: this host's).
         """
         if callable(key):
-            key = key(host_target_key())
+            key = key(self.runtime.host_key())
         path = entry_path(self.version_dir, kind, key)
         t0 = time.perf_counter()
         self.why = "missing"
@@ -670,10 +578,10 @@ def warn_once_factory(quiet=False):
 
 # -- the chain of stores ---------------------------------------------------------
 
-def user_directory(settings, stats: dict, warn_once, launch=None) -> DiskCache:
+def user_directory(settings, stats: dict, warn_once, runtime, launch=None) -> DiskCache:
     """The user's directory as this process uses it: under MPI only rank 0 stores entries,
     or marks them used (no storm of metadata writes from thousands of ranks)."""
-    disk = DiskCache(settings, stats, warn_once)
+    disk = DiskCache(settings, stats, warn_once, runtime)
     if launch is not None and launch.rank != 0:
         disk.writable = False
         disk.marks_used = False
@@ -809,8 +717,18 @@ def _unusable(cache, kernel, level, path, why):
     cache.discard(path)
 
 
+class Hit:
+    """A valid, current variant entry: what the backend's runtime loads (payload, meta), the
+    bounds-check sites, and where it was read from."""
+    __slots__ = ("meta", "payload", "sites", "path")
+
+    def __init__(self, meta, payload, sites, path):
+        self.meta, self.payload, self.sites, self.path = meta, payload, sites, path
+
+
 def find_variant(cache, kernel, templates, keys):
-    """-> (entry function, bounds-check sites, dependency record) of a valid, current variant; None on a miss."""
+    """-> the ``Hit`` of a valid, current variant; None on a miss.  The cache reads and checks
+    the entry; loading its code is the backend's (the dispatcher calls ``runtime.load``)."""
     try:
         return _find_variant(cache, kernel, templates, keys)
     except Exception as e:                      # noqa: BLE001 - the cache must never break a job
@@ -823,13 +741,11 @@ def _find_variant(cache, kernel, templates, keys):
     if got is None:
         return None
     meta, payload, path = got
-    from ..loader import load_object
     from ..errors import BoundsSite
     try:
         sites = [BoundsSite(f, a, p, int(n), fid, int(off)) for f, a, p, n, fid, off in meta["site"]]
-        fn = load_object(payload, meta["entry"])
-    except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
-        _unusable(cache, kernel, "variant", path, f"does not load ({type(e).__name__}: {e})")
+    except (ValueError, TypeError) as e:
+        _unusable(cache, kernel, "variant", path, f"damaged ({type(e).__name__}: {e})")
         return None
     cache.stats["hits"]["variant"] += 1
     if cache.bumped:
@@ -838,4 +754,10 @@ def _find_variant(cache, kernel, templates, keys):
         # first, and their next new shape would run the front end again.
         cache.touch(KIND_LOWERED, keys.lowered)
     log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
-    return fn, sites, meta["dep"]
+    return Hit(meta, payload, sites, path)
+
+
+def unusable(cache, kernel, level, path, why):
+    """An entry read whole but unusable (its code does not load): counted, said, discarded."""
+    cache.stats["hits"]["variant"] -= 1
+    _unusable(cache, kernel, level, path, why)

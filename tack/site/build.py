@@ -19,10 +19,11 @@ import time
 import numpy as np
 
 from .. import types as T
+from ..archs import qualify
 from ..cache import bundle as bundle_mod
 from ..cache import store
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
-from ..cache.store import arch_target_key, host_arch, llvm_version
+from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
 from ..cache.warm import tack_version_id, variant_key
 
 GPU_KINDS = {"cuda": "CUDA", "rocm": "HIP", "level_zero": "Level Zero"}
@@ -32,78 +33,25 @@ class BuildFailure(Exception):
     """One architecture or kernel could not be built; the others go on."""
 
 
-TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-linux-gnu",
-           "ppc64le": "powerpc64le-unknown-linux-gnu"}
-
-
-# archspec spells POWER CPUs as GCC does (-mcpu=power9); LLVM's CPU names are pwr9.
-LLVM_CPU_NAMES = {f"power{n}": f"pwr{n}" for n in range(7, 12)}
-
-
-def llvm_knows_cpu(triple: str, cpu: str) -> bool:
-    """Does this LLVM know ``cpu`` for ``triple``?
-
-    llvmlite has no list of CPU names; for one it does not know, LLVM prints
-    "'X' is not a recognized processor for this target (ignoring processor)"
-    to file descriptor 2 and goes on with generic code.  That warning is
-    captured (fd 2 redirected around the call) and taken as the answer.
-    """
-    import tempfile
-
-    import llvmlite.binding as llvm
-    from ..backends.cpu import _initialize
-    _initialize(all_targets=True)
-    target = llvm.Target.from_triple(triple)
-    sys.stderr.flush()
-    saved = os.dup(2)
+def cpu_target(arch: str):
+    """The CPU backend's target for ``arch`` (``zen3`` or ``cpu:zen3``); BuildFailure if this
+    LLVM cannot build code for it."""
+    from ..archs import ArchError
+    from ..backends.cpu import target
     try:
-        with tempfile.TemporaryFile() as captured:
-            os.dup2(captured.fileno(), 2)
-            try:
-                target.create_target_machine(cpu=cpu)
-            finally:
-                os.dup2(saved, 2)
-            captured.seek(0)
-            warning = captured.read().decode("utf-8", "replace")
-    finally:
-        os.close(saved)
-    return "not a recognized processor" not in warning
+        return target(arch)
+    except ArchError as e:
+        raise BuildFailure(str(e)) from None
 
 
 def llvm_target(arch: str):
-    """(triple, LLVM CPU name) for an archspec microarchitecture (zen3 -> x86_64, znver3).
-
-    The CPU name comes from archspec's flags for the clang of this LLVM's
-    version; BuildFailure if this LLVM does not know it (it would build
-    generic code for the family, not code for ``arch``).
-    """
-    import archspec.cpu
-    import llvmlite.binding as llvm
-    target = archspec.cpu.TARGETS[arch]
-    family = target.family.name
-    if family not in TRIPLES:
-        raise BuildFailure(f"{arch} is a {family} CPU; Tack builds for {', '.join(TRIPLES)}")
-    major = llvm.llvm_version_info[0]
+    """(triple, LLVM CPU name) for an archspec microarchitecture; BuildFailure if none."""
+    from ..archs import ArchError
+    from ..backends.cpu import llvm_target as backend_llvm_target
     try:
-        flags = target.optimization_flags("clang", f"{major}.0")
-    except Exception as e:                      # noqa: BLE001 - archspec's own error types
-        raise BuildFailure(f"LLVM {major} cannot target {arch}: {e}") from None
-    for flag in flags.split():
-        if flag.startswith(("-march=", "-mcpu=")):
-            cpu = flag.split("=", 1)[1]
-            cpu = LLVM_CPU_NAMES.get(cpu, cpu)
-            if not llvm_knows_cpu(TRIPLES[family], cpu):
-                raise BuildFailure(f"LLVM {major} does not recognise the CPU {cpu!r} that archspec "
-                                   f"gives for {arch} ({flag}); it would build generic "
-                                   f"{family} code, so {arch} is not built")
-            return TRIPLES[family], cpu
-    raise BuildFailure(f"archspec gives no CPU name for {arch} with clang {major} (flags: {flags!r})")
-
-
-def cpu_target(arch: str):
-    from ..backends.cpu import CPUTarget
-    triple, cpu = llvm_target(arch)
-    return CPUTarget(cpu=cpu, features="", triple=triple)
+        return backend_llvm_target(arch)
+    except ArchError as e:
+        raise BuildFailure(str(e)) from None
 
 
 # -- what to warm -------------------------------------------------------------
@@ -226,26 +174,17 @@ def type_check(specs):
 
 # -- compiling for a target ---------------------------------------------------
 
-def compile_variant(target, lowered, lowered_key, argtypes, grid, tk, arch):
-    """One variant entry (kind, key, bytes) for ``target``, from a lowered kernel."""
-    from ..codegen import generate
-    from ..specialize import specialize
-    typed = specialize(lowered, argtypes, grid)
-    key = variant_key(lowered_key, argtypes, grid, tk)
-    gen = generate(typed, target, "tack_" + key)
-    obj = target.emit_object(target.optimize(gen.module))
-    ident = target.identity()
-    meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": gen.entry,
-            "lowered": lowered_key, "arg": [[str(t)] for t in argtypes],
-            "argspec": [[T.spec(t)] for t in argtypes], "grid": str(grid),
-            "target_key": tk, "machine": machine_of(arch), "arch": arch,
-            "target": ";".join(f"{k}={v}" for k, v in sorted(ident.items())), "site": []}
-    return store.KIND_VARIANT, key, store.encode(store.KIND_VARIANT, key, meta, obj)
+def compile_variant(target, lowered, lowered_key, argtypes, grid):
+    """One variant entry (kind, key, bytes) for ``target``, from a lowered kernel: the compile
+    path and metadata writer every compile uses (``tack.compiler``)."""
+    from ..compiler import compile_variant as compile_artifact
+    art = compile_artifact(lowered, lowered_key, argtypes, grid, target)
+    return store.KIND_VARIANT, art.key, store.encode(store.KIND_VARIANT, art.key, art.meta, art.payload)
 
 
 def machine_of(arch: str) -> str:
-    import archspec.cpu
-    return archspec.cpu.TARGETS[arch].family.name
+    from ..archs import cpu_target as archspec_target, parse
+    return archspec_target(parse(arch)[1]).family.name
 
 
 class Progress:
@@ -285,7 +224,7 @@ def build_arch(arch, specs, llvm, progress):
     from ..cache.warm import lowered_key, template_ids
     from ..launch import argtypes_of
     target = cpu_target(arch)
-    tk = arch_target_key(arch, llvm)
+    tk = target.key
     lowered_entries, variants, seen = {}, [], set()
     for done, (kernel, args, grid) in enumerate(specs, 1):
         name = kernel.__qualname__
@@ -301,12 +240,13 @@ def build_arch(arch, specs, llvm, progress):
         vkey = variant_key(lkey, values, grid, tk)
         if vkey not in seen:
             seen.add(vkey)
-            variants.append(compile_variant(target, lowered, lkey, values, grid, tk, arch))
+            variants.append(compile_variant(target, lowered, lkey, values, grid))
         progress.step(arch, done, len(specs), f"{name} {', '.join(str(v) for v in values)}")
     return list(lowered_entries.values()) + variants, len(variants), tk
 
 
 def write_bundle(out_dir, arch, tk, llvm, entries):
+    arch = qualify(arch)
     meta = {"tack": tack_version_id(), "target_key": tk, "machine": machine_of(arch), "arch": arch,
             "llvm": llvm, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     data = bundle_mod.pack(entries, meta)
@@ -321,9 +261,13 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
     if not out_dir:
         print("error: no bundle directory: give --output or set cache.bundles", file=err)
         return 1
-    cpu = cfg.cpu_archs()
-    gpu = cfg.gpu_archs()
-    wanted = set(archs or [])
+    cpu = [qualify(a) for a in cfg.cpu_archs()]
+    gpu = [(k, f"{k}:{a}") for k, a in cfg.gpu_archs()]
+    try:
+        wanted = {qualify(a) for a in archs or []}
+    except ValueError as e:
+        print(f"error: --arch {e}", file=err)
+        return 1
     if wanted:
         unknown = wanted - set(cpu) - {a for _, a in gpu}
         if unknown:
@@ -390,36 +334,68 @@ def _bundle_paths(directory):
                              if n.startswith(BUNDLE_PREFIX) and store.TMP_MARK not in n)
 
 
-def staleness(b, node_arch, node_llvm):
-    """Why a bundle's variants do not match this node: [] when they do."""
+def staleness(b, node_llvm):
+    """Why a bundle's variants are out of date (another Tack, another LLVM): [] when current.
+    Which node a bundle is for is another question: ``applies``."""
     why = []
     meta = b.meta
     if meta.get("tack") != tack_version_id():
         why.append(f"made by Tack {meta.get('tack')}, this is {tack_version_id()}")
-    if meta.get("arch") and meta.get("arch") != node_arch:
-        why.append(f"built for {meta.get('arch')}, this node is {node_arch}")
     if meta.get("llvm") and meta.get("llvm") != node_llvm:
         why.append(f"built with {meta.get('llvm')}, this node has {node_llvm}")
     return why
 
 
+def applies(b, path, node_arch, candidates, host_key):
+    """(rank, why) of a bundle for this node, by the rule the runtime looks bundles up with:
+    rank 0 for one packed on a node like this one (its target is this host's own), then 1, 2...
+    for this node's microarchitecture and each archspec ancestor, most specific first, in
+    the file name the runtime opens; None (and why) for a bundle it never uses."""
+    tk, arch = b.meta.get("target_key", ""), b.meta.get("arch", "")
+    if tk == host_key and os.path.basename(path) == bundle_mod.bundle_name(host_key):
+        return 0, "packed on a node like this one"
+    for rank, (cand, cand_key, name) in enumerate(candidates, 1):
+        if arch == cand and tk == cand_key and os.path.basename(path) == name:
+            what = "this node's microarchitecture" if rank == 1 else f"an ancestor of {node_arch}"
+            return rank, f"{cand} is {what}"
+    if arch in {c for c, _, _ in candidates}:
+        return None, f"built for {arch} with another LLVM or codegen than this node's"
+    return None, f"{arch or 'an unnamed arch'} is neither {node_arch} nor an ancestor of it"
+
+
+def _node():
+    from ..backends import runtime
+    rt = runtime("cpu")
+    node_arch = f"cpu:{host_arch()}"
+    candidates = [(arch, tk, site_bundle_name(arch, tk)) for arch, tk in site_candidates()]
+    return rt.host_key(), node_arch, candidates
+
+
 def bundles_status(directory=None, out=sys.stdout) -> int:
     directory, paths = _bundle_paths(directory)
-    node_arch, node_llvm = host_arch(), llvm_version()
+    node_llvm = llvm_version()
+    host_key, node_arch, candidates = _node()
     print(f"node: {node_arch}, {node_llvm}, Tack {tack_version_id()}", file=out)
+    print(f"looks for: {', '.join(c for c, _, _ in candidates)} (most specific first)", file=out)
     if not paths:
         print(f"no bundles in {directory}", file=out)
+    chosen = []
     for path in paths:
         try:
             b = bundle_mod.read(path, allow_root=True)
         except bundle_mod.BundleError as e:
             print(f"{os.path.basename(path)}: UNUSABLE: {e}", file=out)
             continue
-        why = staleness(b, node_arch, node_llvm)
+        why = staleness(b, node_llvm)
+        rank, reason = applies(b, path, node_arch, candidates, host_key)
         variants = [k for (kind, k) in b.index if kind == store.KIND_VARIANT]
         state = "current" if not why else "STALE"
-        print(f"{os.path.basename(path)}: arch {b.meta.get('arch', '?')}, {len(b)} entries "
-              f"({len(variants)} variants), {len(b.data)} bytes: {state}", file=out)
+        use = f"used by this node ({reason})" if rank is not None and not why else \
+            f"not used by this node ({reason})" if rank is None else "not used by this node (stale)"
+        print(f"{os.path.basename(path)}: {b.meta.get('arch') or 'arch ?'}, {len(b)} entries "
+              f"({len(variants)} variants), {len(b.data)} bytes: {state}; {use}", file=out)
+        if rank is not None and not why:
+            chosen.append((rank, os.path.basename(path)))
         for reason in why:
             print(f"  stale: {reason}", file=out)
         if why:
@@ -428,6 +404,10 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
                     got = b.get(kind, key)
                     name = got[0].get("kernel", "?") if got else "(damaged)"
                     print(f"    {name} {key[:16]}", file=out)
+    if chosen:
+        print(f"this node looks first in: {', '.join(n for _, n in sorted(chosen))}", file=out)
+    else:
+        print("this node uses none of these bundles: every kernel compiles on first use", file=out)
     return 0
 
 
@@ -442,7 +422,7 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
         raise BuildFailure(f"{path} was made by Tack {b.meta.get('tack')}; its lowered kernels "
                            f"cannot be read by {tack_version_id()}: build it again")
     target = cpu_target(arch)
-    tk = arch_target_key(arch, llvm)
+    tk = target.key
     lowered, entries = {}, []
     for (kind, key) in sorted(b.index):
         if kind == store.KIND_LOWERED:
@@ -465,7 +445,7 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
                   file=out)
             continue
         argtypes = tuple(T.parse_spec(row[0]) for row in meta["argspec"])
-        entries.append(compile_variant(target, lowered[lk], lk, argtypes, int(meta["grid"]), tk, arch))
+        entries.append(compile_variant(target, lowered[lk], lk, argtypes, int(meta["grid"])))
         count += 1
         print(f"  {arch}: recompiled {meta.get('kernel')}", file=out)
     new_path, _ = write_bundle(os.path.dirname(path), arch, tk, llvm, entries)
@@ -476,7 +456,7 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
 
 def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
     directory, paths = _bundle_paths(directory)
-    node_arch, llvm = host_arch(), llvm_version()
+    llvm = llvm_version()
     failures = 0
     for path in paths:
         try:
@@ -485,7 +465,7 @@ def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
             print(f"{os.path.basename(path)}: cannot rebuild: {e}", file=err)
             failures += 1
             continue
-        why = [w for w in staleness(b, node_arch, llvm) if not w.startswith("built for")]
+        why = staleness(b, llvm)
         if not why:
             print(f"{os.path.basename(path)}: current, left as is", file=out)
             continue

@@ -150,7 +150,8 @@ class SiteConfig:
         return out
 
     def cpu_archs(self):
-        return list(self.get("build.archs.cpu", []) or [])
+        """build.archs.cpu by archspec's bare names (an entry may be written ``cpu:zen3``)."""
+        return [_bare_cpu(a) for a in self.get("build.archs.cpu", []) or []]
 
     def gpu_archs(self):
         archs = self.get("build.archs", {}) or {}
@@ -448,6 +449,11 @@ class _Validator:
         archs = (data.get("build") or {}).get("archs") or {}
         known_cpu = known_cpu_archs()
         for i, a in enumerate(archs.get("cpu") or []):
+            if isinstance(a, str) and a.startswith(tuple(f"{k}:" for k in ("cuda", "rocm", "level_zero"))):
+                self.fail_at(("build", "archs", "cpu"), f"{a!r} is not a CPU: list it under "
+                             f"build.archs.{a.split(':', 1)[0]}")
+                continue
+            a = _bare_cpu(a)
             if a not in known_cpu:
                 close = difflib.get_close_matches(a, known_cpu, n=3)
                 hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
@@ -472,7 +478,7 @@ class _Validator:
         gpus = {a for k in ("cuda", "rocm", "level_zero") for a in archs.get(k) or []}
         for n in data.get("nodes") or []:
             where = n.pop("_line", 1)
-            if n.get("cpu") and n["cpu"] not in (archs.get("cpu") or []):
+            if n.get("cpu") and _bare_cpu(n["cpu"]) not in [_bare_cpu(a) for a in archs.get("cpu") or []]:
                 self.problems.append(f"{self.path}:{where}: nodes.{n.get('name')}.cpu: {n['cpu']!r} "
                                      "is not in build.archs.cpu, so no bundle is built for it")
             if n.get("gpu") and n["gpu"] not in gpus:
@@ -532,6 +538,11 @@ def _loader():
     if _loader_instance is None:
         _loader_instance = yaml.SafeLoader("")
     return _loader_instance
+
+
+def _bare_cpu(name):
+    """``cpu:zen3`` -> ``zen3``: the config's CPU archs may be written either way."""
+    return name[4:] if isinstance(name, str) and name.startswith("cpu:") else name
 
 
 def known_cpu_archs() -> list:

@@ -12,7 +12,7 @@ import pytest
 import tack.frontend.lower
 from tack.api import Kernel
 from tack.cache import bundle, store
-from tack.cache.store import arch_target_key, host_arch, llvm_version
+from tack.backends.cpu_runtime import arch_key as arch_target_key, host_arch, llvm_version
 from tack.site import build
 from tack.kernels.contour import tack_warm
 from tack.site.config import load
@@ -70,8 +70,8 @@ def test_build_two_archs_then_a_node_loads_its_own(tmp_path, own_cache):
     assert len(names) == 2 and any(host_arch() in n for n in names) and any(OTHER in n for n in names)
     for name in names:
         b = bundle.read(str(out_dir / name))
-        assert b.meta["arch"] in (host_arch(), OTHER)
-        assert b.meta["target_key"] == arch_target_key(b.meta["arch"], llvm_version())
+        assert b.meta["arch"] in (f"cpu:{host_arch()}", f"cpu:{OTHER}")
+        assert b.meta["target_key"] == arch_target_key(b.meta["arch"][4:], llvm_version())
     r = contour_in_fresh_process(own_cache, out_dir)
     assert r["ntri"] > 0
     assert r["stats"]["hits"]["variant"] == KERNELS and r["stats"]["misses"]["variant"] == 0
@@ -98,7 +98,9 @@ def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch)
     """Built with another LLVM: status says stale and why; rebuild recompiles without the front end; the result loads."""
     cfg = write_config(tmp_path, [host_arch()])
     out_dir = tmp_path / "bundles"
-    monkeypatch.setattr(build, "llvm_version", lambda: "llvmlite-0.0.1")
+    from tack.backends import cpu_runtime
+    for where in (build, cpu_runtime):      # the header's LLVM and the one the target key is made with
+        monkeypatch.setattr(where, "llvm_version", lambda: "llvmlite-0.0.1")
     rc, out, err = run_build(cfg, out_dir)
     assert rc == 0, out + err
     monkeypatch.undo()
@@ -136,7 +138,7 @@ def test_one_arch_failing_does_not_stop_the_others(tmp_path):
     out_dir = tmp_path / "bundles"
     rc, out, err = run_build(cfg, out_dir)
     assert rc == 1
-    assert "zen6" in out and "FAILED" in out and "cannot target zen6" in out
+    assert "zen6" in out and "FAILED" in out and "cannot target cpu:zen6" in out
     names = os.listdir(out_dir)
     assert len(names) == 1 and host_arch() in names[0]
     assert not [n for n in names if store.TMP_MARK in n]

@@ -1,0 +1,78 @@
+"""Architecture names as users type them: ``kind:name``, one vocabulary everywhere.
+
+``cpu:zen3``, ``cpu:x86_64_v3`` (CPUs by archspec's names, conda-forge's
+microarchitecture levels among them), ``cuda:sm_90``, ``rocm:gfx90a``,
+``level_zero:pvc``.  A bare name means ``cpu:``.  Every command line, site
+config, bundle header and message reads and writes these; LLVM's own CPU
+names (``znver3``) are an implementation detail of the CPU backend.
+
+The CPU rule for compatible code: a node can run code built for its own
+microarchitecture and for each of archspec's ancestors of it, and looks for
+it in that order, most specific first (``zen3``, ``zen2``, ``zen``,
+``x86_64_v3``, ``x86_64_v2``, ``x86_64``).  Code for an unrelated or newer
+microarchitecture is never a candidate.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+KINDS = {"cpu": "a CPU microarchitecture (archspec's name: zen3, x86_64_v3, neoverse_v2)",
+         "cuda": "an NVIDIA compute capability (sm_80, sm_90)",
+         "rocm": "an AMD GPU (gfx90a, gfx942)",
+         "level_zero": "an Intel GPU (pvc, dg2)"}
+
+
+class ArchError(ValueError):
+    """An architecture name that is not ``kind:name`` of a known kind, or names no such arch."""
+
+
+def parse(text) -> tuple[str, str]:
+    """``'zen3'`` or ``'cpu:zen3'`` -> ``('cpu', 'zen3')``; ``'cuda:sm_90'`` -> ``('cuda', 'sm_90')``."""
+    if not isinstance(text, str):
+        raise ArchError(f"an architecture is a string such as 'cpu:zen3', not {text!r}")
+    kind, sep, name = text.strip().partition(":")
+    if not sep:
+        kind, name = "cpu", kind
+    if kind not in KINDS:
+        hint = difflib.get_close_matches(kind, KINDS, n=1)
+        raise ArchError(f"{text!r}: unknown kind {kind!r}"
+                        + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                        + f"; use {', '.join(k + ':' for k in KINDS)}")
+    if not name or any(c in name for c in "/\\: \t\n\0") or name in (".", ".."):
+        raise ArchError(f"{text!r}: {name!r} is not an architecture name")
+    return kind, name
+
+
+def qualify(text) -> str:
+    """The ``kind:name`` spelling of an architecture name (``'zen3'`` -> ``'cpu:zen3'``)."""
+    kind, name = parse(text)
+    return f"{kind}:{name}"
+
+
+def cpu_target(name: str):
+    """archspec's microarchitecture ``name``; ArchError (with a close match) if it knows none."""
+    import archspec.cpu
+    try:
+        return archspec.cpu.TARGETS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, archspec.cpu.TARGETS, n=3)
+        raise ArchError(f"cpu:{name}: archspec knows no such CPU microarchitecture"
+                        + (f" (did you mean {', '.join('cpu:' + c for c in close)}?)" if close else ""))
+
+
+def cpu_candidates(name: str) -> list[str]:
+    """``name`` and every archspec ancestor of it, most specific first: the CPU archs whose code
+    a node of microarchitecture ``name`` runs, in the order it looks for them."""
+    target = cpu_target(name)
+    order = {a.name: i for i, a in enumerate(target.ancestors)}
+    # Deeper in archspec's tree = more specific; ties keep archspec's own order.
+    ancestors = sorted(target.ancestors, key=lambda a: (-len(a.ancestors), order[a.name]))
+    return [name] + [a.name for a in ancestors]
+
+
+def host_cpu() -> str:
+    """This node's microarchitecture by archspec's name (imports archspec: tens of milliseconds,
+    paid only where a site bundle is looked for, never on a hit in the user's own cache)."""
+    import archspec.cpu
+    return archspec.cpu.host().name

@@ -1,0 +1,62 @@
+"""One compile path for every caller: a lowered kernel, argument types and a target -> a variant.
+
+``compile_variant`` is what a launch's cache miss (``tack.launch``), ``tack.site
+bundles build`` and ``bundles rebuild`` all run, and ``variant_meta`` the one
+writer of a variant entry's metadata, so that an entry says the same things
+whoever made it.  The boundary with a backend is the typed kernel: the target
+turns it into its artifact's bytes (``target.compile``), so a backend that
+emits source rather than LLVM IR fits the same path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple
+
+from . import types as T
+
+
+class Artifact(NamedTuple):
+    """A compiled variant: its cache key, the bytes a backend's runtime loads, the entry
+    point's name, the bounds-check sites (debug mode) and the entry's metadata."""
+    key: str
+    payload: bytes
+    entry: str
+    sites: list
+    meta: dict
+
+
+def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bool = False,
+                    stage=lambda label: None) -> Artifact:
+    """Specialize ``lowered`` for ``argtypes`` and a ``grid``-dimensional launch, generate
+    code for ``target`` and compile it.  ``stage(label)`` is called after each step (the
+    launch's timings: specialize, codegen, llvm)."""
+    from .cache.warm import variant_key
+    from .codegen import generate
+    from .specialize import specialize
+    typed = specialize(lowered, argtypes, grid)
+    stage("specialize")
+    if lowered_key is not None:
+        key = variant_key(lowered_key, argtypes, grid, target.key)
+    else:                                       # no cache: a name unique to this variant
+        key = hashlib.sha256(repr((lowered.fingerprint(), argtypes, grid, debug)).encode()).hexdigest()
+    gen = generate(typed, target, "tack_" + key)
+    stage("codegen")
+    payload = target.compile(gen.module)
+    stage("llvm")
+    meta = variant_meta(lowered, lowered_key, argtypes, grid, gen.entry,
+                        gen.sites if debug else (), target)
+    return Artifact(key, payload, gen.entry, gen.sites, meta)
+
+
+def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> dict:
+    """The metadata of a variant entry: what it was compiled from, for which target, and what a
+    hit needs (dependency record, entry point, bounds-check sites)."""
+    ident = target.identity()
+    return {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": entry,
+            "lowered": lowered_key or "", "arg": [[str(t)] for t in argtypes],
+            "argspec": [[T.spec(t)] for t in argtypes], "grid": str(grid),
+            "target_key": target.key, "machine": target.machine_name,
+            "arch": f"cpu:{target.arch}" if target.arch else "",
+            "target": ";".join(f"{k}={v}" for k, v in sorted(ident.items())),
+            "site": [list(s) for s in sites or ()]}
