@@ -45,6 +45,12 @@ def contour_in_fresh_process(own_cache, site_dir):
         v, fc = contour(f, 2.5)
         print(json.dumps({"ntri": len(fc), "stats": tack.cache.stats()}))
     """)
+    return run_with_site_bundles(script, own_cache, site_dir)
+
+
+def run_with_site_bundles(script, own_cache, site_dir):
+    """Run ``script`` in a new process reading ``own_cache`` and the site bundles of ``site_dir``;
+    -> the JSON its last line prints."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
     env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(site_dir))
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,

@@ -3,10 +3,7 @@ each archspec ancestor, most specific first, never those of an unrelated or newe
 target identity for the toolchain and the runtime; ``kind:name`` in every command."""
 
 import io
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,7 +16,7 @@ from tack.cache import bundle
 from tack.cache.bundle import SiteBundleStore
 from tack.site import build
 
-from .test_build import run_build, write_config
+from .test_build import run_build, run_with_site_bundles, write_config
 
 GENERIC = "x86_64_v2" if cpu_runtime.platform.machine() == "x86_64" else "aarch64"
 pytestmark = pytest.mark.skipif(cpu_runtime.platform.machine() not in ("x86_64", "aarch64"),
@@ -116,12 +113,7 @@ CONTOUR = textwrap.dedent("""
 
 
 def contour_shapes(own_cache, site_dir, prelude=""):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(site_dir))
-    proc = subprocess.run([sys.executable, "-c", CONTOUR.format(prelude=prelude)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_with_site_bundles(CONTOUR.format(prelude=prelude), own_cache, site_dir)
 
 
 @pytest.fixture
