@@ -57,6 +57,7 @@ def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> 
             "lowered": lowered_key or "", "arg": [[str(t)] for t in argtypes],
             "argspec": [[T.spec(t)] for t in argtypes], "grid": str(grid),
             "target_key": target.key, "machine": target.machine_name,
-            "arch": f"cpu:{target.arch}" if target.arch else "",
+            "backend": target.kind, "suffix": target.suffix,
+            "arch": f"{target.kind}:{target.arch}" if target.arch else "",
             "target": ";".join(f"{k}={v}" for k, v in sorted(ident.items())),
             "site": [list(s) for s in sites or ()]}

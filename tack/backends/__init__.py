@@ -14,6 +14,21 @@ kinds come with their backends).
 from __future__ import annotations
 
 
+def toolchain(kind: str = "cpu"):
+    """The toolchain side of the backend for architecture kind ``kind`` (``cpu``, ``cuda``,
+    ``rocm``, ``level_zero``): a module with ``target(name)``."""
+    import importlib
+    modules = {"cpu": "cpu", "cuda": "cuda", "rocm": "hip", "level_zero": "level_zero"}
+    if kind not in modules:
+        raise ValueError(f"no backend for architectures of kind {kind!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{modules[kind]}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{modules[kind]}":
+            raise
+        raise ValueError(f"no {kind} backend is installed in this Tack") from None
+
+
 def runtime(kind: str = "cpu"):
     """The runtime side of the backend for device kind ``kind``."""
     if kind == "cpu":

@@ -54,7 +54,8 @@ class CPUTarget:
     a node looks code up with, fed the settings the code is generated with.
     """
 
-    name = "cpu"
+    name = kind = "cpu"
+    suffix = ".o"                       # what `python -m tack.cache export` names its artifacts
 
     def __init__(self, cpu: str | None = None, features: str | None = None,
                  triple: str | None = None, arch: str | None = None):

@@ -17,7 +17,8 @@ import time
 from .. import cache as settings_mod
 from . import size
 from .bundle import BUNDLE_PREFIX
-from .warm import NotRegular, Untrusted, check_trusted, read_regular, tack_version_id
+from .warm import (KIND_VARIANT, DamagedEntry, NotRegular, Untrusted, check_trusted, decode,
+                   read_regular, tack_version_id)
 
 
 class CLIError(Exception):
@@ -117,11 +118,26 @@ def gather(s) -> dict:
                                                   "variants": {"entries": 0, "bytes": 0}})
         v[level]["entries"] += 1
         v[level]["bytes"] += nbytes
+        if level == "variants":
+            t = v.setdefault("targets", {}).setdefault(_target_label(path), {"entries": 0, "bytes": 0})
+            t["entries"] += 1
+            t["bytes"] += nbytes
         info["total_bytes"] += nbytes
         info["total_entries"] += 1
     info["last_size_check"] = size.last_check(s.directory)
     info["bundles"] = bundles(s.directory)
     return info
+
+
+def _target_label(path: str) -> str:
+    """The ``kind:name`` a variant entry was compiled for (``cpu:host``: this kind of host, by
+    its own CPU); ``damaged`` if its metadata cannot be read."""
+    try:
+        data, _ = read_regular(path)
+        _, meta, _ = decode(data, KIND_VARIANT, only=("arch", "backend"))
+    except (OSError, DamagedEntry):
+        return "damaged"
+    return meta.get("arch") or f"{meta.get('backend', 'cpu')}:host"
 
 
 def site_bundles() -> list:
@@ -161,6 +177,8 @@ def cmd_info(args) -> int:
         for level in ("lowered", "variants"):
             d = levels[level]
             print(f"    {level:<9} {d['entries']:6d} entries  {fs(d['bytes']):>10}")
+        for label, d in sorted(levels.get("targets", {}).items()):
+            print(f"      for {label:<20} {d['entries']:6d} entries  {fs(d['bytes']):>10}")
     last = info["last_size_check"]
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else "never"
     print(f"last size check: {when}")
@@ -385,6 +403,19 @@ def _match_arch(root, version, arch, rt):
     return found.pop()
 
 
+def cmd_export(args) -> int:
+    from . import bundle, export
+    try:
+        written, damaged = export.export(args.source, args.output)
+    except bundle.BundleError as e:
+        raise CLIError(str(e)) from None
+    for path in written:
+        print(path)
+    print(f"exported {len(written)} file(s) to {args.output}"
+          + (f"; {damaged} damaged entr{'y' if damaged == 1 else 'ies'} skipped" if damaged else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tack.cache",
                                 description="Inspect and manage Tack's kernel cache.")
@@ -413,6 +444,14 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--arch", metavar="ARCH",
                       help="only this architecture's entries (kind:name, e.g. cpu:zen3)")
     pack.set_defaults(func=cmd_pack)
+    export = sub.add_parser("export", help="write each entry's artifact as a file",
+                            description="Write each compiled variant of a bundle, or of a cache "
+                                        "directory (this Tack version's entries), as a file named "
+                                        "by kernel and target (.o, .ptx, .hsaco, .spv, .zebin), to "
+                                        "inspect with the vendors' tools.")
+    export.add_argument("source", metavar="BUNDLE_OR_DIR", help="a bundle file or a cache directory")
+    export.add_argument("--output", metavar="DIR", required=True, help="where to write the files")
+    export.set_defaults(func=cmd_export)
     return p
 
 

@@ -26,7 +26,6 @@ from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
 from ..cache.warm import tack_version_id, variant_key
 
-GPU_KINDS = {"cuda": "CUDA", "rocm": "HIP", "level_zero": "Level Zero"}
 
 
 class BuildFailure(Exception):
@@ -34,13 +33,12 @@ class BuildFailure(Exception):
 
 
 def cpu_target(arch: str):
-    """The CPU backend's target for ``arch`` (``zen3`` or ``cpu:zen3``); BuildFailure if this
-    LLVM cannot build code for it."""
-    from ..archs import ArchError
-    from ..backends.cpu import target
+    """The toolchain target for ``arch`` (``zen3``, ``cpu:zen3``, ``cuda:sm_90``, ...);
+    BuildFailure if no backend or compiler of this install can build code for it."""
+    from ..aot import target_of
     try:
-        return target(arch)
-    except ArchError as e:
+        return target_of(arch)
+    except (ValueError, OSError) as e:          # ArchError is a ValueError
         raise BuildFailure(str(e)) from None
 
 
@@ -182,11 +180,6 @@ def compile_variant(target, lowered, lowered_key, argtypes, grid):
     return store.KIND_VARIANT, art.key, store.encode(store.KIND_VARIANT, art.key, art.meta, art.payload)
 
 
-def machine_of(arch: str) -> str:
-    from ..archs import cpu_target as archspec_target, parse
-    return archspec_target(parse(arch)[1]).family.name
-
-
 class Progress:
     """Progress per kernel and architecture: a bar redrawn in place on a terminal, lines otherwise."""
 
@@ -216,7 +209,7 @@ class Progress:
 
 
 def build_arch(arch, specs, llvm, progress):
-    """-> (entries, variant count) for one CPU microarchitecture.
+    """-> (entries, variant count, target key, target) for one architecture (CPU or GPU).
 
     Specs that need the same variant (shape-generic kernels warmed for several
     shapes) compile it once.
@@ -242,13 +235,15 @@ def build_arch(arch, specs, llvm, progress):
             seen.add(vkey)
             variants.append(compile_variant(target, lowered, lkey, values, grid))
         progress.step(arch, done, len(specs), f"{name} {', '.join(str(v) for v in values)}")
-    return list(lowered_entries.values()) + variants, len(variants), tk
+    return list(lowered_entries.values()) + variants, len(variants), tk, target
 
 
-def write_bundle(out_dir, arch, tk, llvm, entries):
+def write_bundle(out_dir, arch, tk, llvm, entries, target):
     arch = qualify(arch)
-    meta = {"tack": tack_version_id(), "target_key": tk, "machine": machine_of(arch), "arch": arch,
-            "llvm": llvm, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    meta = {"tack": tack_version_id(), "target_key": tk, "machine": target.machine_name,
+            "arch": arch, "backend": target.kind, "llvm": llvm,
+            "target": ";".join(f"{k}={v}" for k, v in sorted(target.identity().items())),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     data = bundle_mod.pack(entries, meta)
     path = os.path.join(out_dir, site_bundle_name(arch, tk, meta["machine"]))
     store.write_atomic(path, data, mode=0o644)
@@ -298,20 +293,17 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
             specs.extend(warm_specs(entry, lambda keypath, i=i: cfg.where(("build", "kernels", i) + keypath)))
         except BuildFailure as e:
             failures.append(("all", str(e)))
-    for arch in cpu:
+    for arch in cpu + [a for _, a in gpu]:
         t0 = time.perf_counter()
         say(f"{arch}: compiling the variants of {len(specs)} launches")
         try:
-            entries, nvar, tk = build_arch(arch, specs, llvm, progress)
-            path, nbytes = write_bundle(out_dir, arch, tk, llvm, entries)
+            entries, nvar, tk, target = build_arch(arch, specs, llvm, progress)
+            path, nbytes = write_bundle(out_dir, arch, tk, llvm, entries, target)
         except Exception as e:                  # noqa: BLE001 - one arch's failure must not stop the rest
             failures.append((arch, f"{type(e).__name__}: {e}"))
             continue
         rows.append((arch, len({k.__qualname__ for k, _, _ in specs}), nvar, nbytes,
                      time.perf_counter() - t0, path))
-    for kind, arch in gpu:
-        failures.append((arch, f"no {GPU_KINDS[kind]} backend is installed yet; "
-                               f"{kind} bundles come with the GPU backends"))
     from ..cache import format_size
     say("")
     say(f"{'arch':<16}{'kernels':>8}{'variants':>10}{'bytes':>12}{'time':>9}  bundle")
@@ -343,6 +335,18 @@ def staleness(b, node_llvm):
         why.append(f"made by Tack {meta.get('tack')}, this is {tack_version_id()}")
     if meta.get("llvm") and meta.get("llvm") != node_llvm:
         why.append(f"built with {meta.get('llvm')}, this node has {node_llvm}")
+    arch = meta.get("arch", "")
+    if arch and not arch.startswith("cpu:") and not why:
+        # A GPU bundle's key holds its compilers' versions too (PTX ISA, code object version,
+        # Intel's offline compiler for native code): another key today means another compiler.
+        try:
+            now = cpu_target(arch).key
+        except BuildFailure as e:
+            why.append(f"cannot build {arch} here to compare: {e}")
+        else:
+            if now != meta.get("target_key"):
+                why.append(f"{arch}'s compilers changed since it was built (target "
+                           f"{meta.get('target_key', '?')[:12]}, now {now[:12]})")
     return why
 
 
@@ -358,6 +362,8 @@ def applies(b, path, node_arch, candidates, host_key):
         if arch == cand and tk == cand_key and os.path.basename(path) == name:
             what = "this node's microarchitecture" if rank == 1 else f"an ancestor of {node_arch}"
             return rank, f"{cand} is {what}"
+    if arch and not arch.startswith("cpu:"):
+        return None, f"{arch} is a GPU's: its runtime reads it, not this node's CPU"
     if arch in {c for c, _, _ in candidates}:
         return None, f"built for {arch} with another LLVM or codegen than this node's"
     return None, f"{arch or 'an unnamed arch'} is neither {node_arch} nor an ancestor of it"
@@ -448,7 +454,7 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
         entries.append(compile_variant(target, lowered[lk], lk, argtypes, int(meta["grid"])))
         count += 1
         print(f"  {arch}: recompiled {meta.get('kernel')}", file=out)
-    new_path, _ = write_bundle(os.path.dirname(path), arch, tk, llvm, entries)
+    new_path, _ = write_bundle(os.path.dirname(path), arch, tk, llvm, entries, target)
     if os.path.abspath(new_path) != os.path.abspath(path):
         os.unlink(path)                         # open readers keep the old file until they close it
     return new_path, count

@@ -1,0 +1,83 @@
+"""``python -m tack.cache export BUNDLE_OR_DIR --output DIR``: artifacts as files, for vendor tools.
+
+Each variant entry of a bundle, or of a cache directory (this Tack version's
+entries), is written as ``<kernel>-<kind>-<arch>-<key prefix><suffix>``:
+``.o`` (CPU object code), ``.ptx``, ``.hsaco``, ``.spv`` (and ``.zebin`` for
+Intel native code), so an admin can run ``objdump``, ``ptxas``,
+``llvm-readelf`` or ``spirv-dis`` on it.  Entries that fail their checksum
+are skipped and counted.  Nothing is read through a link or from a FIFO.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from . import warm
+
+
+def variants(source: str):
+    """-> ([(meta, payload)] of every whole variant entry in ``source``, damaged count)."""
+    from . import bundle
+    out, damaged = [], 0
+    if not os.path.lexists(source):
+        raise FileNotFoundError(2, "no such bundle or cache directory", source)
+    if os.path.isdir(source) and not os.path.islink(source):
+        version_dir = os.path.join(source, warm.tack_version_id())
+        _, found = bundle.collect(version_dir)
+        for entries in found.values():
+            for _kind, key, data, _meta in entries:
+                _, meta, payload = warm.decode(data, warm.KIND_VARIANT, key)
+                out.append((meta, payload))
+        return out, damaged
+    data, _ = warm.read_regular(source)
+    b = bundle.Bundle(data, source)
+    for (kind, key) in sorted(b.index):
+        if kind != warm.KIND_VARIANT:
+            continue
+        got = b.get(kind, key)
+        if got is None:
+            damaged += 1
+        else:
+            out.append(got)
+    return out, damaged
+
+
+def parts(meta: dict, payload: bytes):
+    """[(suffix, bytes)] of one artifact: a backend whose artifacts hold several parts (Level
+    Zero: native code and its SPIR-V) splits them with its toolchain's ``artifact_parts``."""
+    kind = meta.get("backend", "cpu")
+    if kind != "cpu":
+        try:
+            from ..backends import toolchain
+            split = getattr(toolchain(kind), "artifact_parts", None)
+        except ValueError:
+            split = None
+        if split is not None:
+            return split(payload)
+    return [(meta.get("suffix") or ".o", payload)]
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+
+def file_stem(meta: dict, key: str) -> str:
+    kernel = meta.get("kernel", "kernel").rsplit(".", 1)[-1]
+    arch = meta.get("arch") or f"{meta.get('backend', 'cpu')}:host"
+    return _UNSAFE.sub("_", f"{kernel}-{arch.replace(':', '-')}-{key[:12]}")
+
+
+def export(source: str, output: str) -> tuple[list, int]:
+    """Write each variant's artifact under ``output``. -> ([paths written], damaged skipped)."""
+    from .store import write_atomic
+    found, damaged = variants(source)
+    os.makedirs(output, exist_ok=True)
+    written = []
+    for meta, payload in found:
+        key = meta.get("target_key", "")
+        stem = file_stem(meta, warm.digest("export", ("entry", meta.get("entry", "")), ("key", key)))
+        for suffix, data in parts(meta, payload):
+            path = os.path.join(output, stem + suffix)
+            write_atomic(path, data, mode=0o644)
+            written.append(path)
+    return written, damaged

@@ -1,0 +1,132 @@
+"""tack.aot: compile for named targets without a device, save as cache entries or bundles; the
+cache CLI's export and per-target info."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tack
+import tack.aot
+from tack.backends import cpu_runtime
+from tack.cache import bundle
+from tack.kernels.contour import tack_warm
+
+GENERIC = "cpu:x86_64_v2" if cpu_runtime.platform.machine() == "x86_64" else "cpu:aarch64"
+
+
+def contour_artifacts(target):
+    return [tack.aot.compile(k, target, args, grid=len(grid) if isinstance(grid, tuple) else grid)
+            for k, args, grid in tack_warm((8, 8, 8))]
+
+
+RUN = textwrap.dedent("""
+    import json, sys, numpy as np, tack.cache
+    from tack.kernels.contour import contour
+    p = np.indices((19, 23, 17)).astype(np.float32)
+    f = np.sqrt(((p - 8.0) ** 2).sum(axis=0)).astype(np.float32)
+    v, fc = contour(f, 6.0)
+    print(json.dumps({"ntri": len(fc), "stats": tack.cache.stats(),
+                      "llvm": "llvmlite.binding" in sys.modules}))
+""")
+
+
+def run_contour(**env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    e.update({k: str(v) for k, v in env.items()})
+    p = subprocess.run([sys.executable, "-c", RUN], env=e, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_artifact_fields():
+    """An artifact names its kind and target and holds the code and its entry point."""
+    (a, *_) = contour_artifacts(GENERIC)
+    assert a.kind == "cpu" and a.target == GENERIC and a.suffix == ".o"
+    assert a.payload[:4] == b"\x7fELF" and a.entry.startswith("tack_")
+    assert a.meta["arch"] == GENERIC and a.meta["target_key"] == cpu_runtime.arch_key(GENERIC[4:])
+
+
+def test_saved_entries_serve_a_new_process(tmp_path):
+    """Artifacts for this host saved as a cache directory: a new process in read mode runs the
+    contour on another shape with nothing compiled."""
+    cache = tmp_path / "cache"
+    assert tack.aot.save(contour_artifacts("cpu"), str(cache)) == 4        # 2 lowered + 2 variants
+    r = run_contour(TACK_CACHE_DIR=cache, TACK_CACHE="read")
+    assert r["stats"]["hits"]["variant"] == 2 and not r["llvm"] and r["ntri"] > 0
+
+
+def test_saved_bundle_serves_a_node_as_a_site_bundle(tmp_path):
+    """Artifacts for a generic level saved as a bundle in a directory get the site bundle's name:
+    a new process with only that directory loads both kernels from it."""
+    site = tmp_path / "site"
+    site.mkdir()
+    path = tack.aot.save_bundle(contour_artifacts(GENERIC), str(site))
+    assert os.path.dirname(path) == str(site) and f"-{GENERIC.replace(':', '-')}-" in path
+    assert bundle.read(path).meta["arch"] == GENERIC
+    own = tmp_path / "own"
+    own.mkdir(mode=0o700)
+    r = run_contour(TACK_CACHE_DIR=own, TACK_CACHE="read", TACK_CACHE_BUNDLES=site)
+    assert r["stats"]["hits"]["variant"] == 2 and not r["llvm"]
+
+
+def test_one_target_per_bundle(tmp_path):
+    with pytest.raises(ValueError, match="one target"):
+        tack.aot.save_bundle(contour_artifacts("cpu")[:1] + contour_artifacts(GENERIC)[:1],
+                             str(tmp_path / "b"))
+
+
+def test_bad_targets_and_arguments():
+    k, args, grid = tack_warm((8, 8, 8))[0]
+    with pytest.raises(ValueError, match="unknown kind 'gpu'"):
+        tack.aot.compile(k, "gpu:x", args)
+    with pytest.raises(ValueError, match="archspec knows no such"):
+        tack.aot.compile(k, "cpu:zen99", args)
+    with pytest.raises(TypeError, match="takes"):
+        tack.aot.compile(k, "cpu", args[:-1])
+
+
+def cli(*args, **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    e.update({k: str(v) for k, v in env.items()})
+    return subprocess.run([sys.executable, "-m", "tack.cache", *args], env=e, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_export_writes_each_artifact_for_vendor_tools(tmp_path):
+    """export of a bundle and of a cache directory writes one file per variant, named by kernel
+    and target, holding the artifact's bytes (.o: an ELF object)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    path = tack.aot.save_bundle(contour_artifacts(GENERIC), str(site))
+    r = cli("export", path, "--output", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    files = sorted(os.listdir(tmp_path / "out"))
+    assert [f.split("-")[0] for f in files] == ["classify", "emit"]
+    assert all(f.endswith(".o") and GENERIC.replace(":", "-") in f for f in files)
+    assert all((tmp_path / "out" / f).read_bytes()[:4] == b"\x7fELF" for f in files)
+    cache = tmp_path / "cache"
+    tack.aot.save(contour_artifacts("cpu"), str(cache))
+    r = cli("export", str(cache), "--output", str(tmp_path / "out2"))
+    assert r.returncode == 0, r.stderr
+    assert len(os.listdir(tmp_path / "out2")) == 2 and "cpu-host" in os.listdir(tmp_path / "out2")[0]
+
+
+def test_export_of_nothing_there_is_an_error(tmp_path):
+    r = cli("export", str(tmp_path / "missing"), "--output", str(tmp_path / "o"))
+    assert r.returncode == 1 and "no such bundle or cache directory" in r.stderr
+
+
+def test_info_lists_entries_per_target(tmp_path):
+    """info lists a version's variants per target: this host's and a generic level's."""
+    cache = tmp_path / "cache"
+    tack.aot.save(contour_artifacts("cpu") + contour_artifacts(GENERIC), str(cache))
+    r = cli("info", TACK_CACHE_DIR=cache)
+    assert r.returncode == 0, r.stderr
+    lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip().startswith("for ")]
+    assert sorted((ln[1], ln[2]) for ln in lines) == sorted([("cpu:host", "2"), (GENERIC, "2")])
+    np.testing.assert_equal(len(lines), 2)
