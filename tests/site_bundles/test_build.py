@@ -166,7 +166,7 @@ def test_gpu_archs_are_accepted_but_not_built(tmp_path):
                     "  kernels:\n    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n")
     rc, out, err = run_build(load(path), tmp_path / "bundles")
     assert rc == 1
-    assert "sm_90" in out and "no CUDA backend is installed yet" in out
+    assert "cuda:sm_90" in out and "no cuda backend is installed in this Tack" in out
     assert len(os.listdir(tmp_path / "bundles")) == 1
 
 
