@@ -19,6 +19,7 @@ import numpy as np
 from . import types as T
 from .api import Kernel, class_fingerprint
 from .config import config
+from .errors import CompileError
 
 _PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
 _SLOT_FMT = {"bool": "?7x", "int32": "i4x", "int64": "q", "uint32": "I4x", "uint64": "Q",
@@ -32,8 +33,8 @@ def launch(kernel, dim, args=(), device="cpu"):
     if not isinstance(kernel, Kernel):
         raise TypeError(f"tack.launch takes a @tack.kernel, not {type(kernel).__name__}")
     dims = _dims(dim)
-    if not isinstance(args, tuple):
-        args = tuple(args)
+    if type(args) is not tuple:
+        args = _args(args)
     debug = config.debug
     static = kernel._static
     if static is None:
@@ -43,7 +44,14 @@ def launch(kernel, dim, args=(), device="cpu"):
                                                  for i, a in enumerate(args))
     variant = kernel._variants.get(key)
     if variant is None:
-        variant = _compile(kernel, dims, args, device, debug)
+        try:
+            variant = _compile(kernel, dims, args, device, debug)
+        except CompileError as e:
+            if debug:                       # TACK_DEBUG: the compiler's own frames too
+                raise
+            # The user's line is in the message, with its caret; the compiler's frames are not
+            # the user's to read: the traceback ends at this launch.
+            raise e.with_traceback(None) from None
         kernel._variants[key] = variant
         t0 = time.perf_counter()
         variant.run(args, dims)
@@ -54,13 +62,44 @@ def launch(kernel, dim, args=(), device="cpu"):
     variant.run(args, dims)
 
 
+_DIM_MAX = 2**63 - 1        # grid extents and their product are int64 in the entry point
+
+
 def _dims(dim):
-    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
-        raise TypeError(f"dim must be an int or a tuple of 1 to 3 ints, not {dim!r}")
+    """``dim`` -> a tuple of 1 to 3 non-negative ints; TypeError or ValueError saying what is wrong."""
+    if type(dim) is int and 0 <= dim <= _DIM_MAX:                       # the common case
+        return (dim,)
+    if isinstance(dim, (tuple, list)) or (isinstance(dim, np.ndarray) and dim.ndim == 1):
+        dims = tuple(dim)
+    else:
+        dims = (dim,)
+    if not 1 <= len(dims) <= 3:
+        raise TypeError(f"dim must be an int or a tuple of 1 to 3 ints, not {dim!r} "
+                        f"({len(dims)} dimensions)")
+    for d in dims:
+        if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)):
+            what = "" if dims == (dim,) else f" in dim {dim!r}"
+            raise TypeError(f"dim must be an int or a tuple of 1 to 3 ints; {d!r}{what} is a "
+                            f"{type(d).__name__}")
+    dims = tuple(int(d) for d in dims)
     if any(d < 0 for d in dims):
         raise ValueError(f"dim must not be negative: {dim!r}")
-    return tuple(int(d) for d in dims)
+    total = 1
+    for d in dims:
+        total *= d
+    if max(dims) > _DIM_MAX or total > _DIM_MAX:
+        raise ValueError(f"dim {dim!r} is too large: a grid has at most 2**63 - 1 points")
+    return dims
+
+
+def _args(args) -> tuple:
+    """A launch's ``args`` as a tuple: a tuple or a list of the kernel's arguments."""
+    if isinstance(args, list):
+        return tuple(args)
+    if args is None:
+        raise TypeError("args must be a tuple of the kernel's arguments, not None")
+    raise TypeError(f"args must be a tuple of the kernel's arguments, not {type(args).__name__} "
+                    "(for one argument, write args=(x,))")
 
 
 _FLAG_BITS = 0x403       # NumPy's C_CONTIGUOUS, F_CONTIGUOUS and WRITEABLE flags
@@ -299,7 +338,8 @@ class CPUVariant:
             except struct.error as e:
                 return TypeError(f"kernel '{self.name}': argument '{name}' = {value!r} does not "
                                  f"fit the type it was compiled for ({e})")
-        return TypeError(f"kernel '{self.name}': an argument does not fit its type")
+        return TypeError(f"kernel '{self.name}': an argument does not fit the type it was "
+                         f"compiled for ({', '.join(map(repr, values))})")
 
     def raise_bounds_error(self, err):
         site = self.sites[int(err[0]) - 1]
