@@ -169,12 +169,12 @@ def _compile(kernel, dims, args, device, debug):
     value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]
     arg_index = [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)]
 
-    def variant(fn, sites, deps):
+    def variant(fn, sites, deps, meta):
         def locate(fid):
             from .cache.store import locate as _locate
             return _locate(deps, kernel, templates, fid)
         return CPUVariant(name, fn, value_params, value_types, arg_index,
-                          sites if debug else None, locate)
+                          sites if debug else None, locate, meta.get("tidx"))
 
     timings = {}
     clock = time.perf_counter()
@@ -199,7 +199,7 @@ def _compile(kernel, dims, args, device, debug):
             stage("cache")
             if fn is not None:
                 kernel.timings = timings
-                return variant(fn, hit.sites, hit.meta["dep"])
+                return variant(fn, hit.sites, hit.meta["dep"], hit.meta)
         stage("cache")
         from .cache import store as entries        # a miss: what compiling and storing need
 
@@ -229,7 +229,7 @@ def _compile(kernel, dims, args, device, debug):
         entries.store_variant(chain, art)
         stage("cache")
     kernel.timings = timings
-    return variant(fn, art.sites, lowered.deps)
+    return variant(fn, art.sites, lowered.deps, art.meta)
 
 
 def _load_hit(chain, kernel, runtime, hit):
@@ -282,7 +282,7 @@ def _element_strides(a):
 class CPUVariant:
     """A compiled kernel variant loaded in this process."""
 
-    def __init__(self, name, fn, params, types, arg_index, sites, locate=None):
+    def __init__(self, name, fn, params, types, arg_index, sites, locate=None, tidx=None):
         self.name = name
         self.locate = locate
         self.fn = fn
@@ -311,6 +311,21 @@ class CPUVariant:
                            {"dp": data_pointer, "strides": _element_strides})
         fmt = "<" + "".join(self.slot_formats) + "qqq" + ("Q" if sites is not None else "")
         self.packer = struct.Struct(fmt)
+        # Arrays the kernel indexes by the thread index on every point (tack.gridcheck): a grid
+        # larger than one of them is refused before the launch, for the cost of comparing ints.
+        # (Debug mode checks every access as it runs, and says which index of which line.)
+        self.grid_checks = []
+        if tidx and sites is None:
+            from .gridcheck import decode
+            self.grid_checks = [(arg_index[p], params[p], axis, dim, off)
+                                for p, axis, dim, off in decode(tidx)
+                                if p < len(types) and isinstance(types[p], T.Array)
+                                and axis < types[p].ndim]
+        self.grid_too_large = None
+        if self.grid_checks:
+            test = " or ".join(f"args[{i}].shape[{axis}] < d[{dim}]"
+                               for i, _, axis, dim, _ in self.grid_checks)
+            self.grid_too_large = eval(f"lambda args, d: {test}")     # noqa: S307 - our own text
 
     def run(self, args, dims):
         values = self.values(args)
@@ -326,6 +341,8 @@ class CPUVariant:
             raise self.argument_error(values) from None
         if d[0] * d[1] * d[2] == 0:
             return
+        if self.grid_too_large is not None and self.grid_too_large(args, d):
+            raise self.grid_error(args, dims)
         _run_grid(self.fn, buf, d)
         if err is not None and err[0]:
             self.raise_bounds_error(err)
@@ -340,6 +357,28 @@ class CPUVariant:
                                  f"fit the type it was compiled for ({e})")
         return TypeError(f"kernel '{self.name}': an argument does not fit the type it was "
                          f"compiled for ({', '.join(map(repr, values))})")
+
+    def grid_error(self, args, dims) -> IndexError:
+        """The first array the grid ``dims`` runs past, named with the access that would."""
+        for i, param, axis, dim, off in self.grid_checks:
+            extent = args[i].shape[axis]
+            if extent < dims[dim]:
+                break
+        where = ""
+        if self.locate is not None and off >= 0:
+            try:
+                now = self.locate(self.name)
+            except Exception:                   # noqa: BLE001 - the message without the line
+                now = None
+            if now is not None:
+                where = f" ({now[0]}:{now[1] + off})"
+        tid = "tack.tid()" if len(dims) == 1 else f"tack.tid()[{dim}]"
+        return IndexError(
+            f"kernel '{self.name}': the grid {dims} runs past '{param}': the kernel indexes "
+            f"'{param}' on axis {axis} by {tid} at every point{where}, and '{param}' has "
+            f"{extent} elements along that axis, the grid {dims[dim]}. Launch over {param}.shape, "
+            "or guard the access with an 'if'; nothing was run (TACK_DEBUG=1 checks every "
+            "access as it runs)")
 
     def raise_bounds_error(self, err):
         site = self.sites[int(err[0]) - 1]
