@@ -51,8 +51,12 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
 
 def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> dict:
     """The metadata of a variant entry: what it was compiled from, for which target, and what a
-    hit needs (dependency record, entry point, bounds-check sites)."""
+    hit needs (dependency record, entry point, bounds-check sites, the arrays indexed by the
+    thread index on every point: ``tack.gridcheck``)."""
+    from .gridcheck import encode, tid_indexed
     ident = target.identity()
+    tidx = [c for c in tid_indexed(lowered, int(grid))
+            if isinstance(argtypes[c[0]], T.Array) and c[1] < argtypes[c[0]].ndim]
     return {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": entry,
             "lowered": lowered_key or "", "arg": [[str(t)] for t in argtypes],
             "argspec": [[T.spec(t)] for t in argtypes], "grid": str(grid),
@@ -60,4 +64,5 @@ def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> 
             "backend": target.kind, "suffix": target.suffix,
             "arch": f"{target.kind}:{target.arch}" if target.arch else "",
             "target": ";".join(f"{k}={v}" for k, v in sorted(ident.items())),
-            "site": [list(s) for s in sites or ()]}
+            "site": [list(s) for s in sites or ()],
+            "tidx": encode(tidx)}

@@ -19,6 +19,7 @@ import numpy as np
 from . import types as T
 from .api import Kernel, class_fingerprint
 from .config import config
+from .errors import CompileError
 
 _PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
 _SLOT_FMT = {"bool": "?7x", "int32": "i4x", "int64": "q", "uint32": "I4x", "uint64": "Q",
@@ -32,8 +33,8 @@ def launch(kernel, dim, args=(), device="cpu"):
     if not isinstance(kernel, Kernel):
         raise TypeError(f"tack.launch takes a @tack.kernel, not {type(kernel).__name__}")
     dims = _dims(dim)
-    if not isinstance(args, tuple):
-        args = tuple(args)
+    if type(args) is not tuple:
+        args = _args(args)
     debug = config.debug
     static = kernel._static
     if static is None:
@@ -43,7 +44,14 @@ def launch(kernel, dim, args=(), device="cpu"):
                                                  for i, a in enumerate(args))
     variant = kernel._variants.get(key)
     if variant is None:
-        variant = _compile(kernel, dims, args, device, debug)
+        try:
+            variant = _compile(kernel, dims, args, device, debug)
+        except CompileError as e:
+            if debug:                       # TACK_DEBUG: the compiler's own frames too
+                raise
+            # The user's line is in the message, with its caret; the compiler's frames are not
+            # the user's to read: the traceback ends at this launch.
+            raise e.with_traceback(None) from None
         kernel._variants[key] = variant
         t0 = time.perf_counter()
         variant.run(args, dims)
@@ -54,13 +62,44 @@ def launch(kernel, dim, args=(), device="cpu"):
     variant.run(args, dims)
 
 
+_DIM_MAX = 2**63 - 1        # grid extents and their product are int64 in the entry point
+
+
 def _dims(dim):
-    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
-        raise TypeError(f"dim must be an int or a tuple of 1 to 3 ints, not {dim!r}")
+    """``dim`` -> a tuple of 1 to 3 non-negative ints; TypeError or ValueError saying what is wrong."""
+    if type(dim) is int and 0 <= dim <= _DIM_MAX:                       # the common case
+        return (dim,)
+    if isinstance(dim, (tuple, list)) or (isinstance(dim, np.ndarray) and dim.ndim == 1):
+        dims = tuple(dim)
+    else:
+        dims = (dim,)
+    if not 1 <= len(dims) <= 3:
+        raise TypeError(f"dim must be an int or a tuple of 1 to 3 ints, not {dim!r} "
+                        f"({len(dims)} dimensions)")
+    for d in dims:
+        if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)):
+            what = "" if dims == (dim,) else f" in dim {dim!r}"
+            raise TypeError(f"dim must be an int or a tuple of 1 to 3 ints; {d!r}{what} is a "
+                            f"{type(d).__name__}")
+    dims = tuple(int(d) for d in dims)
     if any(d < 0 for d in dims):
         raise ValueError(f"dim must not be negative: {dim!r}")
-    return tuple(int(d) for d in dims)
+    total = 1
+    for d in dims:
+        total *= d
+    if max(dims) > _DIM_MAX or total > _DIM_MAX:
+        raise ValueError(f"dim {dim!r} is too large: a grid has at most 2**63 - 1 points")
+    return dims
+
+
+def _args(args) -> tuple:
+    """A launch's ``args`` as a tuple: a tuple or a list of the kernel's arguments."""
+    if isinstance(args, list):
+        return tuple(args)
+    if args is None:
+        raise TypeError("args must be a tuple of the kernel's arguments, not None")
+    raise TypeError(f"args must be a tuple of the kernel's arguments, not {type(args).__name__} "
+                    "(for one argument, write args=(x,))")
 
 
 _FLAG_BITS = 0x403       # NumPy's C_CONTIGUOUS, F_CONTIGUOUS and WRITEABLE flags
@@ -130,12 +169,12 @@ def _compile(kernel, dims, args, device, debug):
     value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]
     arg_index = [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)]
 
-    def variant(fn, sites, deps):
+    def variant(fn, sites, deps, meta):
         def locate(fid):
             from .cache.store import locate as _locate
             return _locate(deps, kernel, templates, fid)
         return CPUVariant(name, fn, value_params, value_types, arg_index,
-                          sites if debug else None, locate)
+                          sites if debug else None, locate, meta.get("tidx"))
 
     timings = {}
     clock = time.perf_counter()
@@ -160,7 +199,7 @@ def _compile(kernel, dims, args, device, debug):
             stage("cache")
             if fn is not None:
                 kernel.timings = timings
-                return variant(fn, hit.sites, hit.meta["dep"])
+                return variant(fn, hit.sites, hit.meta["dep"], hit.meta)
         stage("cache")
         from .cache import store as entries        # a miss: what compiling and storing need
 
@@ -190,7 +229,7 @@ def _compile(kernel, dims, args, device, debug):
         entries.store_variant(chain, art)
         stage("cache")
     kernel.timings = timings
-    return variant(fn, art.sites, lowered.deps)
+    return variant(fn, art.sites, lowered.deps, art.meta)
 
 
 def _load_hit(chain, kernel, runtime, hit):
@@ -243,7 +282,7 @@ def _element_strides(a):
 class CPUVariant:
     """A compiled kernel variant loaded in this process."""
 
-    def __init__(self, name, fn, params, types, arg_index, sites, locate=None):
+    def __init__(self, name, fn, params, types, arg_index, sites, locate=None, tidx=None):
         self.name = name
         self.locate = locate
         self.fn = fn
@@ -272,6 +311,21 @@ class CPUVariant:
                            {"dp": data_pointer, "strides": _element_strides})
         fmt = "<" + "".join(self.slot_formats) + "qqq" + ("Q" if sites is not None else "")
         self.packer = struct.Struct(fmt)
+        # Arrays the kernel indexes by the thread index on every point (tack.gridcheck): a grid
+        # larger than one of them is refused before the launch, for the cost of comparing ints.
+        # (Debug mode checks every access as it runs, and says which index of which line.)
+        self.grid_checks = []
+        if tidx and sites is None:
+            from .gridcheck import decode
+            self.grid_checks = [(arg_index[p], params[p], axis, dim, off)
+                                for p, axis, dim, off in decode(tidx)
+                                if p < len(types) and isinstance(types[p], T.Array)
+                                and axis < types[p].ndim]
+        self.grid_too_large = None
+        if self.grid_checks:
+            test = " or ".join(f"args[{i}].shape[{axis}] < d[{dim}]"
+                               for i, _, axis, dim, _ in self.grid_checks)
+            self.grid_too_large = eval(f"lambda args, d: {test}")     # noqa: S307 - our own text
 
     def run(self, args, dims):
         values = self.values(args)
@@ -287,6 +341,8 @@ class CPUVariant:
             raise self.argument_error(values) from None
         if d[0] * d[1] * d[2] == 0:
             return
+        if self.grid_too_large is not None and self.grid_too_large(args, d):
+            raise self.grid_error(args, dims)
         _run_grid(self.fn, buf, d)
         if err is not None and err[0]:
             self.raise_bounds_error(err)
@@ -299,7 +355,30 @@ class CPUVariant:
             except struct.error as e:
                 return TypeError(f"kernel '{self.name}': argument '{name}' = {value!r} does not "
                                  f"fit the type it was compiled for ({e})")
-        return TypeError(f"kernel '{self.name}': an argument does not fit its type")
+        return TypeError(f"kernel '{self.name}': an argument does not fit the type it was "
+                         f"compiled for ({', '.join(map(repr, values))})")
+
+    def grid_error(self, args, dims) -> IndexError:
+        """The first array the grid ``dims`` runs past, named with the access that would."""
+        for i, param, axis, dim, off in self.grid_checks:
+            extent = args[i].shape[axis]
+            if extent < dims[dim]:
+                break
+        where = ""
+        if self.locate is not None and off >= 0:
+            try:
+                now = self.locate(self.name)
+            except Exception:                   # noqa: BLE001 - the message without the line
+                now = None
+            if now is not None:
+                where = f" ({now[0]}:{now[1] + off})"
+        tid = "tack.tid()" if len(dims) == 1 else f"tack.tid()[{dim}]"
+        return IndexError(
+            f"kernel '{self.name}': the grid {dims} runs past '{param}': the kernel indexes "
+            f"'{param}' on axis {axis} by {tid} at every point{where}, and '{param}' has "
+            f"{extent} elements along that axis, the grid {dims[dim]}. Launch over {param}.shape, "
+            "or guard the access with an 'if'; nothing was run (TACK_DEBUG=1 checks every "
+            "access as it runs)")
 
     def raise_bounds_error(self, err):
         site = self.sites[int(err[0]) - 1]

@@ -251,7 +251,7 @@ class _Inferer:
             if not isinstance(base, T.Array):
                 raise self.error(f"only arrays can be assigned by index, not {base}", target)
             if not base.writable:
-                raise self.error("tack.constant arrays are read-only", target)
+                raise self.error(self.read_only(target[2]), target)
             self.index_type(base, target[3], target)
             if not isinstance(v, T.Scalar):
                 raise self.error(f"cannot store {v} in an element of {base}", target)
@@ -263,6 +263,18 @@ class _Inferer:
                 raise self.error(f"cannot unpack {n} values into {len(items)} targets", target)
             for t, x in zip(items, v.items):
                 self.assign(t, x, stmt)
+
+    def read_only(self, node) -> str:
+        """Why the array ``node`` cannot be written: a tack.constant, or a read-only argument."""
+        if node[0] == "gconst":
+            return "tack.constant arrays are read-only"
+        if node[0] == "name" and node[2] in self.tf.lowered.params:
+            if self.tf.is_kernel:
+                return (f"argument '{node[2]}' is a read-only array (its flags.writeable is False) "
+                        "and cannot be written; pass a writable array (np.array(...) copies one)")
+            return (f"parameter '{node[2]}' is read-only (it is passed a tack.constant or an "
+                    "array whose flags.writeable is False) and cannot be written")
+        return "this array is read-only (a tack.constant, or an array whose flags.writeable is False)"
 
     def set_local(self, name, t, node):
         cur = self.tf.locals.get(name)
@@ -497,8 +509,11 @@ class _Inferer:
         if name.startswith("atomic_"):
             need(3)
             arr = ts[0]
-            if not isinstance(arr, T.Array) or not arr.writable:
+            if not isinstance(arr, T.Array):
                 raise self.error(f"{name}() needs a writable array as its first argument", e)
+            if not arr.writable:
+                raise self.error(f"{name}() needs a writable array as its first argument: "
+                                 + self.read_only(e[3][0]), e)
             if arr.dtype.kind == "b":
                 raise self.error(f"{name}() does not work on bool arrays", e)
             idx = list(ts[1].items) if isinstance(ts[1], T.Tuple) else [ts[1]]

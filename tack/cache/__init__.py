@@ -353,7 +353,7 @@ def session(runtime=None):
             from .warm import site_dirs, user_directory, warn_once_factory
             launch = mpi_launch()
             warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
-            sites = site_dirs()
+            sites = site_dirs(warn=warn)
             if s.mode == "bundle" or sites or _loaded_bundle is not None:
                 from .bundle import Chain
                 _session = Chain(s, _get_stats(), warn, runtime, launch, sites,

@@ -302,12 +302,22 @@ class SiteBundleStore:
         return [(arch, tk, os.path.join(self.directory, site_bundle_name(arch, tk)))
                 for arch, tk in self.runtime.site_candidates()]
 
-    def _open(self):
+    def _open(self, chain=None):
         self.stores = []
         try:
             found = [c for c in self.candidates() if os.path.lexists(c[2])]
         except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
-            log.debug("site bundles in %s: cannot name this node's architecture (%s)", self.directory, e)
+            why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"
+            if isinstance(e, ImportError) and (e.name or "").split(".")[0] == "archspec":
+                why += "; install archspec (pip install archspec) to use them"
+            try:
+                any_bundle = any(n.startswith(BUNDLE_PREFIX) for n in os.listdir(self.directory))
+            except OSError:
+                any_bundle = False
+            if any_bundle and chain is not None:
+                chain.warn_once(f"site bundles in {self.directory} not used: {why}")
+            else:
+                log.debug("site bundles in %s: %s", self.directory, why)
             return
         for arch, tk, path in found:
             log.debug("site bundle for %s: %s", arch, path)
@@ -316,7 +326,7 @@ class SiteBundleStore:
 
     def lookup(self, chain, kind, key, level):
         if self.stores is None:
-            self._open()
+            self._open(chain)
         for store in self.stores:
             got = store.lookup(chain, kind, key, level)
             if got is not None:

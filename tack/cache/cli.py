@@ -348,9 +348,12 @@ def cmd_pack(args) -> int:
     rt = runtime("cpu")
     here = rt.host_key()
     target = _match_arch(root, version, args.arch, rt) if args.arch else None
+    output, out_dir = args.output, root
+    if output is not None and os.path.isdir(output):      # into that directory, named as usual
+        output, out_dir = None, output
     try:
-        written = bundle.write_bundles(os.path.join(root, version), root, version,
-                                       output=args.output, target_key=target,
+        written = bundle.write_bundles(os.path.join(root, version), out_dir, version,
+                                       output=output, target_key=target,
                                        arch_of=lambda tk: _arch_label(tk, rt))
     except bundle.BundleError as e:
         raise CLIError(str(e)) from None
@@ -359,7 +362,7 @@ def cmd_pack(args) -> int:
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for {meta['arch'] or 'arch ?'} "
               f"({meta['machine']}) into {path}")
     name = bundle.bundle_name(here)
-    if args.output is None and not any(os.path.basename(p) == name for p, _ in written):
+    if output is None and not any(os.path.basename(p) == name for p, _ in written):
         print(f"note: none of these is for this host ({name})")
     return 0
 
@@ -440,7 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Pack this Tack version's entries into one bundle file per "
                                       "architecture, in the cache directory: what MPI ranks read "
                                       "(TACK_CACHE=bundle) instead of a file per kernel.")
-    pack.add_argument("--output", metavar="PATH", help="write the bundle here instead")
+    pack.add_argument("--output", metavar="PATH",
+                      help="write the bundle to this file instead, or into this directory under "
+                           "its usual name")
     pack.add_argument("--arch", metavar="ARCH",
                       help="only this architecture's entries (kind:name, e.g. cpu:zen3)")
     pack.set_defaults(func=cmd_pack)

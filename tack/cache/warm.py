@@ -190,7 +190,7 @@ _HEAD = struct.Struct("<8sB3xIQ32s64s")
 SUFFIX = {KIND_LOWERED: ".tlk", KIND_VARIANT: ".tvar"}
 LEVEL_DIR = {KIND_LOWERED: "lowered", KIND_VARIANT: "variants"}
 TMP_MARK = ".tmp."
-HIT_FIELDS = frozenset(("dep", "site", "entry"))      # the metadata a lookup uses
+HIT_FIELDS = frozenset(("dep", "site", "entry", "tidx"))      # the metadata a lookup uses
 
 
 class DamagedEntry(Exception):
@@ -588,11 +588,39 @@ def user_directory(settings, stats: dict, warn_once, runtime, launch=None) -> Di
     return disk
 
 
-def site_dirs(environ=None) -> list:
-    """TACK_CACHE_BUNDLES: the site's bundle directories, searched after the user's own."""
+def site_dirs(environ=None, warn=None) -> list:
+    """TACK_CACHE_BUNDLES: the site's bundle directories, searched after the user's own.
+
+    An entry that cannot name a bundle directory (a relative path, a file, a symbolic link) is
+    left out, and ``warn`` (if given) is told why; one that does not exist yet is left in
+    (a missing bundle is normal, and said only in the log)."""
     environ = os.environ if environ is None else environ
     raw = environ.get("TACK_CACHE_BUNDLES", "")
-    return [d for d in raw.split(os.pathsep) if d.strip()]
+    out = []
+    for d in raw.split(os.pathsep):
+        if not d.strip():
+            continue
+        why = _site_dir_problem(d)
+        if why is None:
+            out.append(d)
+        elif warn is not None:
+            warn(f"TACK_CACHE_BUNDLES names {why}; ignored")
+    return out
+
+
+def _site_dir_problem(d: str):
+    if not os.path.isabs(d):
+        return f"{d!r}, which is not an absolute path (name bundle directories from /)"
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return None                             # none there (yet): the lookups say so in the log
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{d}, a symbolic link (to {os.readlink(d)}): set TACK_CACHE_BUNDLES to the real "
+                f"directory, {os.path.realpath(d)}")
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{d}, which is not a directory"
+    return None
 
 
 # -- the dependency record -------------------------------------------------------

@@ -465,70 +465,215 @@ class _FunctionLowerer:
 
 
 def _check_assigned_before_use(body, params, src):
-    """A variable read where no path from the function's start has assigned it is an error.
+    """A variable read where some path from the function's start has not assigned it is an error.
 
-    "Possibly assigned" flow analysis over the lowered IR: branches join by
-    union, loops iterate to a fixed point (a read early in a loop body may see
-    an assignment later in it, from the previous iteration).
+    Definite assignment over the control-flow graph of the lowered IR: an ``if``
+    joins its branches, a loop's body may run zero times (unless its condition
+    is the constant true or its range is a non-empty constant one), ``break``,
+    ``continue`` and ``return`` end their paths.  The error names one path on
+    which the variable is unassigned; a variable no path assigns before the
+    read keeps the plainer message.
     """
+    _DefiniteAssignment(src).run(body, params)
 
-    def reads(e, assigned):
+
+class _LoopFrame:
+    __slots__ = ("breaks", "continues")
+
+    def __init__(self):
+        self.breaks = []        # (state, loc of the break)
+        self.continues = []     # state at each continue
+
+
+class _DefiniteAssignment:
+    """State: None where a path cannot reach, else ``{name: why}`` with ``why`` None for a
+    variable every path to here assigned, or the conditions (a tuple of texts, outermost
+    first) of one path on which it is unassigned; a name absent is assigned on no path."""
+
+    def __init__(self, src):
+        self.src = src
+        self.quiet = 0          # > 0 while a loop's state is still being iterated to its fixed point
+        self.loops = []
+
+    def run(self, body, params):
+        self.block(body, {p: None for p in params})
+
+    # -- joining paths --------------------------------------------------------
+
+    @staticmethod
+    def join(paths):
+        """Join ``[(state, condition, prefix)]``: ``condition`` (or None) is what a path is
+        taken on, named where a variable is unassigned on it; it is put before the reasons
+        inherited along the path where ``prefix`` is true (an ``if``'s branches, a ``break``)."""
+        live = [p for p in paths if p[0] is not None]
+        if not live:
+            return None
+        out = {}
+        for name in {n for s, _, _ in live for n in s}:
+            if all(name in s and s[name] is None for s, _, _ in live):
+                out[name] = None
+                continue
+            why = next(((c,) for s, c, _ in live if name not in s and c), None)
+            if why is None:
+                why = next((((c,) if c and prefix else ()) + s[name]
+                            for s, c, prefix in live if name in s and s[name] is not None), ())
+            out[name] = why
+        return out
+
+    @staticmethod
+    def _shape(state):
+        return None if state is None else {n: w is None for n, w in state.items()}
+
+    # -- reads and writes -----------------------------------------------------
+
+    def reads(self, e, state):
         if not isinstance(e, list) or not e:
             return
         if e[0] == "name":
-            if e[2] not in assigned:
-                raise src.error(f"variable '{e[2]}' is used before it is assigned", e[1])
+            self.read(e, state)
             return
         for part in e[2:]:
             if isinstance(part, list):
                 if part and isinstance(part[0], str):
-                    reads(part, assigned)
+                    self.reads(part, state)
                 else:
                     for x in part:
-                        reads(x, assigned)
+                        self.reads(x, state)
 
-    def targets(t, assigned):
+    def read(self, e, state):
+        name = e[2]
+        if self.quiet or state.get(name, ()) is None:
+            return
+        if name not in state:
+            raise self.src.error(f"variable '{name}' is used before it is assigned", e[1])
+        why = " and ".join(c for c in state[name] if c)
+        raise self.src.error(f"variable '{name}' may be used before it is assigned: it is "
+                             f"unassigned {'when ' + why if why else 'on some path here'}", e[1])
+
+    def targets(self, t, state):
         if t[0] == "name":
-            assigned.add(t[2])
+            state[t[2]] = None
         elif t[0] == "index":
-            reads(t[2], assigned)
+            self.reads(t[2], state)
             for x in t[3]:
-                reads(x, assigned)
+                self.reads(x, state)
         else:
             for x in t[2]:
-                targets(x, assigned)
+                self.targets(x, state)
 
-    def loop(stmts, assigned, cond=None):
-        while True:
-            if cond is not None:
-                reads(cond, assigned)
-            after = block(stmts, set(assigned))
-            if after <= assigned:
-                return assigned
-            assigned = assigned | after
+    # -- statements -----------------------------------------------------------
 
-    def block(stmts, assigned):
+    def block(self, stmts, state):
+        """The state after ``stmts`` (None if no path falls through); ``state`` is consumed."""
         for s in stmts:
-            kind = s[0]
-            if kind == "assign":
-                reads(s[3], assigned)
-                for t in s[2]:
-                    targets(t, assigned)
-            elif kind == "augassign":
-                reads(s[3], assigned)
-                reads(s[4], assigned)
-                targets(s[3], assigned)
-            elif kind == "if":
-                reads(s[2], assigned)
-                assigned = block(s[3], set(assigned)) | block(s[4], set(assigned))
-            elif kind == "while":
-                assigned = loop(s[3], assigned, s[2])
-            elif kind == "for":
-                for x in s[3:6]:
-                    reads(x, assigned)
-                assigned = loop(s[6], assigned | {s[2]})
-            elif kind in ("return", "expr") and s[2] is not None:
-                reads(s[2], assigned)
-        return assigned
+            if state is None:           # unreachable: after a return, break or continue
+                return None
+            state = self.stmt(s, state)
+        return state
 
-    block(body, set(params))
+    def _line(self, loc):
+        return loc[0] if loc else "?"
+
+    def _keyword(self, loc, default):
+        """'elif' where the source line of an 'if' node starts with it."""
+        src = self.src
+        if loc and 0 <= loc[0] - src.first_line < len(src.lines) and \
+                src.lines[loc[0] - src.first_line].lstrip().startswith("elif"):
+            return "elif"
+        return default
+
+    def stmt(self, s, state):
+        kind = s[0]
+        if kind == "assign":
+            self.reads(s[3], state)
+            for t in s[2]:
+                self.targets(t, state)
+        elif kind == "augassign":
+            self.reads(s[3], state)
+            self.reads(s[4], state)
+            self.targets(s[3], state)
+        elif kind == "if":
+            self.reads(s[2], state)
+            what = f"the '{self._keyword(s[1], 'if')}' at line {self._line(s[1])}"
+            test = _constant_truth(s[2])
+            # a branch a constant condition never takes is no path (`if False:` code never runs)
+            yes = self.block(s[3], dict(state)) if test is not False else None
+            no = self.block(s[4], dict(state)) if test is not True else None
+            return self.join([(yes, f"{what} is true", True), (no, f"{what} is false", True)])
+        elif kind == "while":
+            return self.loop(s, state, "while", s[2], s[3], _constant_truth(s[2]) is True)
+        elif kind == "for":
+            for x in s[3:6]:
+                self.reads(x, state)
+            return self.loop(s, state, "for", None, s[6], _range_runs(s[3:6]), target=s[2])
+        elif kind == "return":
+            if s[2] is not None:
+                self.reads(s[2], state)
+            return None
+        elif kind == "break":
+            self.loops[-1].breaks.append((state, s[1]))
+            return None
+        elif kind == "continue":
+            self.loops[-1].continues.append(state)
+            return None
+        elif kind == "expr":
+            self.reads(s[2], state)
+        return state
+
+    def loop(self, s, entry, keyword, cond, body, runs, target=None):
+        """The state after a loop; its head's state is iterated to a fixed point first (quietly),
+        then the body is read once more with errors raised."""
+        what = f"the '{keyword}' loop at line {self._line(s[1])}"
+        first = f"{what} runs its first iteration"
+        head = dict(entry)
+        self.quiet += 1
+        try:
+            for _ in range(len(entry) + 64):
+                frame, end = self._body(head, cond, body, target)
+                new = self.join([(entry, first, False), (end, None, False)]
+                                + [(c, None, False) for c in frame.continues])
+                if self._shape(new) == self._shape(head):
+                    break
+                head = new
+        finally:
+            self.quiet -= 1
+        frame, end = self._body(head, cond, body, target)
+        exits = [(state, f"{what} ends at the 'break' at line {self._line(loc)}", True)
+                 for state, loc in frame.breaks]
+        if not (keyword == "while" and runs):           # a while True loop ends only by a break
+            finished = f"{what} ends without a 'break'" if frame.breaks else None
+            done = [(end, finished, False)] + [(c, finished, False) for c in frame.continues]
+            if runs:
+                exits = done + exits
+            else:
+                exits = [(entry, f"{what} runs zero times", False)] + done + exits
+        return self.join(exits)
+
+    def _body(self, head, cond, body, target):
+        state = dict(head)
+        if cond is not None:
+            self.reads(cond, state)
+        if target is not None:
+            state[target] = None
+        frame = _LoopFrame()
+        self.loops.append(frame)
+        try:
+            end = self.block(body, state)
+        finally:
+            self.loops.pop()
+        return frame, end
+
+
+def _constant_truth(e):
+    """True or False for a constant condition, None for any other."""
+    if isinstance(e, list) and e and e[0] == "const":
+        return bool(e[2])
+    return None
+
+
+def _range_runs(args) -> bool:
+    """Whether ``range(start, stop, step)`` of constant ints has at least one item."""
+    if not all(isinstance(a, list) and a and a[0] == "const" and a[3] == "int" for a in args):
+        return False
+    start, stop, step = (a[2] for a in args)
+    return step != 0 and len(range(start, stop, step)) > 0

@@ -1,0 +1,180 @@
+"""What a launch can check for free: the arrays a kernel indexes by its thread index on every point.
+
+A kernel that reads or writes ``a[i]`` with ``i = tack.tid()`` unconditionally (not under an
+``if`` or a loop, not after a ``return`` some points may take, not in the untaken side of
+``x if c else y`` or of ``and``/``or``) touches ``a[i]`` at every point of the grid, so a grid
+larger than ``a`` along that axis is certain to access ``a`` out of bounds.  Comparing the
+two extents costs a launch a few integer comparisons, so it is done at every launch, before
+anything runs; accesses this cannot vouch for (``a[i + 1]``, guarded ones, those in device
+functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.
+
+``tid_indexed`` finds such accesses in a lowered kernel, once per compiled variant; the
+variant's metadata carries them (``tidx``), so a cache hit checks them too.
+"""
+
+from __future__ import annotations
+
+
+def tid_indexed(lowered, grid_ndim: int) -> list:
+    """``[(parameter index, axis, grid dimension, line offset)]``: the kernel's parameter (its
+    index among the non-template parameters) is indexed on ``axis`` by the thread index of
+    ``grid dimension`` at every point; ``line offset`` is that access's line, counted from the
+    kernel's first line (where the first such access is)."""
+    fn = lowered.kernel
+    params = list(fn.params)
+    counts = {}
+    _count_assignments(fn.body, counts)
+    arrays = {p for p in params if counts.get(p, 0) == 0}
+    tid = {}                    # name -> grid dimension, or None for the whole index tuple
+    found = {}
+    first = fn.source.first_line
+
+    def access(base, idx, loc):
+        if not (base[0] == "name" and base[2] in arrays):
+            return
+        if len(idx) == 1 and idx[0][0] == "name" and tid.get(idx[0][2], 0) is None:
+            axes = [(axis, axis) for axis in range(grid_ndim)]          # a[t], t = tack.tid()
+        else:
+            axes = [(axis, _dim_of(x, tid)) for axis, x in enumerate(idx)]
+        for axis, dim in axes:
+            if dim is not None:
+                found.setdefault((params.index(base[2]), axis, dim), loc[0] - first if loc else -1)
+
+    def expr(e):
+        if not isinstance(e, list) or not e or not isinstance(e[0], str):
+            return
+        op = e[0]
+        if op == "index":
+            access(e[2], e[3], e[1])
+            expr(e[2])
+            for x in e[3]:
+                expr(x)
+        elif op == "ifexp":                 # only the condition runs on every point
+            expr(e[2])
+        elif op == "boolop":                # only the first operand does
+            expr(e[3][0])
+        elif op in ("call", "intrinsic", "cmp", "tuple"):
+            args = e[3] if op != "tuple" else e[2]
+            if op == "intrinsic" and e[2].startswith("atomic_") and len(args) == 3:
+                index = args[1]
+                access(args[0], index[2] if index[0] == "tuple" else [index], e[1])
+            for x in args:
+                expr(x)
+        elif op in ("binop", "unop"):
+            for x in e[3:]:
+                expr(x)
+        elif op in ("tget", "shape"):
+            expr(e[2])
+
+    def target(t):
+        if t[0] == "index":
+            access(t[2], t[3], t[1])
+            expr(t[2])
+            for x in t[3]:
+                expr(x)
+        elif t[0] == "tuple":
+            for x in t[2]:
+                target(x)
+
+    for s in fn.body:                       # the kernel's top level: what every point runs
+        kind = s[0]
+        if kind == "assign":
+            value = s[3]
+            expr(value)
+            for t in s[2]:
+                target(t)
+            if value[0] == "intrinsic" and value[2] == "tid":
+                for t in s[2]:
+                    _bind_tid(t, grid_ndim, counts, tid)
+        elif kind == "augassign":
+            expr(s[4])
+            target(s[3])
+        elif kind == "expr":
+            expr(s[2])
+        elif kind in ("if", "while"):
+            expr(s[2])                      # the condition runs once on every point
+        elif kind == "for":
+            for x in s[3:6]:
+                expr(x)
+        if kind in ("if", "while", "for", "return") and _may_return(s):
+            break                           # after it, not every point runs what follows
+    return sorted((p, axis, dim, off) for (p, axis, dim), off in found.items())
+
+
+def _dim_of(x, tid):
+    """The grid dimension index ``x`` is the thread index of, or None."""
+    if x[0] == "name" and isinstance(tid.get(x[2]), int):
+        return tid[x[2]]
+    if x[0] == "tget" and x[2][0] == "name" and x[2][2] in tid and tid[x[2][2]] is None:
+        return x[3]
+    if x[0] == "index" and x[2][0] == "name" and x[2][2] in tid and tid[x[2][2]] is None \
+            and len(x[3]) == 1 and x[3][0][0] == "const" and x[3][0][3] == "int":
+        k = x[3][0][2]                       # t[k] of t = tack.tid()
+        return k if 0 <= k < 3 else None
+    return None
+
+
+def _bind_tid(t, grid_ndim, counts, tid):
+    """Record the names ``t = tack.tid()`` binds for good (assigned nowhere else)."""
+    if t[0] == "name" and counts.get(t[2]) == 1:
+        tid[t[2]] = 0 if grid_ndim == 1 else None
+    elif t[0] == "tuple" and len(t[2]) == grid_ndim:
+        for k, x in enumerate(t[2]):
+            if x[0] == "name" and counts.get(x[2]) == 1:
+                tid[x[2]] = k
+
+
+def _count_assignments(stmts, counts):
+    def target(t):
+        if t[0] == "name":
+            counts[t[2]] = counts.get(t[2], 0) + 1
+        elif t[0] == "tuple":
+            for x in t[2]:
+                target(x)
+    for s in stmts:
+        kind = s[0]
+        if kind == "assign":
+            for t in s[2]:
+                target(t)
+        elif kind == "augassign":
+            target(s[3])
+        elif kind == "if":
+            _count_assignments(s[3], counts)
+            _count_assignments(s[4], counts)
+        elif kind == "while":
+            _count_assignments(s[3], counts)
+        elif kind == "for":
+            counts[s[2]] = counts.get(s[2], 0) + 1
+            _count_assignments(s[6], counts)
+
+
+def _may_return(s) -> bool:
+    if s[0] == "return":
+        return True
+    if s[0] == "if":
+        return any(_may_return(x) for x in s[3] + s[4])
+    if s[0] == "while":
+        return any(_may_return(x) for x in s[3])
+    if s[0] == "for":
+        return any(_may_return(x) for x in s[6])
+    return False
+
+
+def encode(checks) -> str:
+    """The metadata text of ``tid_indexed``'s list: ``param.axis.dim.offset`` items, space-separated."""
+    return " ".join(".".join(str(v) for v in c) for c in checks)
+
+
+def decode(text) -> list:
+    """``encode``'s text -> the list; [] for none, or for text that is not such a list (an entry
+    that predates the field, or a damaged one, checks nothing)."""
+    out = []
+    for item in (text or "").split():
+        parts = item.split(".")
+        if len(parts) != 4 or not all(p.lstrip("-").isdigit() and len(p) < 12 for p in parts):
+            return []
+        p, axis, dim, off = (int(v) for v in parts)
+        if p < 0 or not 0 <= axis < 4 or not 0 <= dim < 3:
+            return []
+        out.append((p, axis, dim, off))
+    return out

@@ -1,0 +1,208 @@
+"""A launch whose grid runs past an array the kernel indexes by tack.tid() at every point is refused
+before anything runs (issue 14: without debug mode such a launch wrote out of bounds and could
+crash the process)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tack
+from tack.gridcheck import decode, encode, tid_indexed
+
+from .util import marked_line
+
+FILE = __file__
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@tack.kernel
+def k_copy(src, dst):
+    i = tack.tid()
+    dst[i] = src[i] * 2.0  # ACCESS
+
+
+@tack.kernel
+def k_guarded(src, dst):
+    i = tack.tid()
+    if i < src.shape[0]:
+        dst[i] = src[i]
+
+
+@tack.kernel
+def k_early_return(src, dst):
+    i = tack.tid()
+    if i >= src.shape[0]:
+        return
+    dst[i] = src[i]
+
+
+@tack.kernel
+def k_transpose(a, b):
+    i, j = tack.tid()
+    b[i, j] = a[j, i]  # ACCESS
+
+
+@tack.kernel
+def k_whole_tid(a, b):
+    t = tack.tid()
+    b[t] = a[t[1], t[0]]
+
+
+@tack.kernel
+def k_conditional_parts(a, b, c, out, flag):
+    i = tack.tid()
+    x = a[0] if flag else b[i]
+    y = flag and c[i] > 0.0
+    out[i] = x + y
+
+
+@tack.kernel
+def k_rebound(a, out):
+    i = tack.tid()
+    i = i // 2
+    out[0] = a[i]
+
+
+@tack.kernel
+def k_atomic(hist, counts):
+    i = tack.tid()
+    tack.atomic_add(counts, i, hist[0])
+
+
+@tack.kernel
+def k_in_loop(a, out, n):
+    i = tack.tid()
+    for k in range(n):
+        out[i] = a[i]
+
+
+class TestWhatIsChecked:
+    """``tid_indexed``: which (parameter, axis, grid dimension) a kernel indexes at every point."""
+
+    def found(self, kern, grid, templates=None):
+        return [c[:3] for c in tid_indexed(kern.lower(templates or {}), grid)]
+
+    def test_direct_index(self):
+        assert self.found(k_copy, 1) == [(0, 0, 0), (1, 0, 0)]
+        off = tid_indexed(k_copy.lower(), 1)[0][3]
+        lineno = marked_line(k_copy, "# ACCESS")[0]
+        assert k_copy.lower().kernel.source.first_line + off == lineno
+
+    def test_guarded_or_after_a_return_is_not(self):
+        assert self.found(k_guarded, 1) == []
+        assert self.found(k_early_return, 1) == []
+        assert self.found(k_in_loop, 1) == []
+
+    def test_two_dimensional_axes_follow_the_indices(self):
+        assert self.found(k_transpose, 2) == [(0, 0, 1), (0, 1, 0), (1, 0, 0), (1, 1, 1)]
+        assert self.found(k_whole_tid, 2) == [(0, 0, 1), (0, 1, 0), (1, 0, 0), (1, 1, 1)]
+
+    def test_untaken_sides_and_rebound_indices_are_not(self):
+        """Only the condition of ``x if c else y`` and the first operand of ``and``/``or`` run at
+        every point; an index variable assigned again is not the thread index."""
+        assert self.found(k_conditional_parts, 1) == [(3, 0, 0)]
+        assert self.found(k_rebound, 1) == []
+
+    def test_atomic_index(self):
+        assert self.found(k_atomic, 1) == [(1, 0, 0)]
+
+    def test_metadata_text_round_trips_and_rejects_damage(self):
+        checks = [(0, 0, 0, 3), (2, 1, 1, 7)]
+        assert decode(encode(checks)) == checks
+        assert decode("") == [] and decode(None) == []
+        for bad in ("0.0.0", "x.0.0.1", "0.9.0.1", "0.0.5.1", "-1.0.0.1"):
+            assert decode(bad) == [], bad
+
+
+def test_grid_past_a_read_array_is_refused_before_running():
+    """Reading past ``src``: IndexError naming the kernel, the array, its extent, the grid and the
+    access's line; nothing ran (``dst`` untouched)."""
+    src, dst = np.ones(100), np.zeros(200)
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_copy, dim=200, args=(src, dst))
+    msg = str(ei.value)
+    lineno = marked_line(k_copy, "# ACCESS")[0]
+    assert "k_copy" in msg and "'src'" in msg and "100" in msg and "(200,)" in msg, msg
+    assert f"{FILE}:{lineno}" in msg and "TACK_DEBUG" in msg
+    np.testing.assert_array_equal(dst, 0.0)
+
+
+def test_grid_within_every_array_runs():
+    src, dst = np.arange(100.0), np.zeros(100)
+    tack.launch(k_copy, dim=100, args=(src, dst))
+    np.testing.assert_array_equal(dst, 2 * src)
+    tack.launch(k_copy, dim=50, args=(src, np.zeros(50)))      # smaller grids: fine
+
+
+def test_guarded_kernels_take_larger_grids():
+    """Accesses under an ``if``, or after a return some points take, do not limit the grid."""
+    src = np.arange(10.0)
+    for kern in (k_guarded, k_early_return):
+        dst = np.zeros(20)
+        tack.launch(kern, dim=20, args=(src, dst))
+        np.testing.assert_array_equal(dst, np.r_[src, np.zeros(10)])
+
+
+def test_two_dimensional_grid_names_the_axis():
+    a = np.arange(12.0).reshape(4, 3)
+    b = np.zeros((3, 4))
+    tack.launch(k_transpose, dim=(3, 4), args=(a, b))
+    np.testing.assert_array_equal(b, a.T)
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_transpose, dim=(3, 5), args=(a, np.zeros((3, 5))))
+    msg = str(ei.value)
+    assert "'a'" in msg and "axis 0" in msg and "tack.tid()[1]" in msg and "(3, 5)" in msg, msg
+
+
+def test_empty_grid_checks_nothing():
+    tack.launch(k_copy, dim=0, args=(np.ones(0), np.zeros(0)))
+
+
+def test_debug_mode_reports_the_index_instead():
+    """Debug mode keeps its own checks: the in-bounds points run and the error names the index."""
+    tack.config.debug = True
+    src, dst = np.ones(4), np.zeros(6)
+    with pytest.raises(IndexError, match="index 4 is out of bounds for axis 0 of 'src'"):
+        tack.launch(k_copy, dim=6, args=(src, dst))
+    np.testing.assert_array_equal(dst, [2, 2, 2, 2, 0, 0])
+
+
+SCRIPT = textwrap.dedent("""
+    import json, numpy as np, tack, tack.cache
+
+    @tack.kernel
+    def scale(x, y, a):
+        i = tack.tid()
+        y[i] = a * x[i]
+
+    x = np.ones(10_000_000)
+    y = np.zeros(10)
+    try:
+        tack.launch(scale, dim=x.size, args=(x, y, 2.0))
+        outcome = "ran"
+    except IndexError as e:
+        outcome = str(e)
+    print(json.dumps({"outcome": outcome, "y": y.tolist(), "stats": tack.cache.stats()}))
+""")
+
+
+def test_grid_past_a_written_array_is_refused_cold_and_warm(tmp_path):
+    """Writing 10 million points into a 10-element array (a crash without the check) is refused in
+    a fresh process that compiles the kernel and in one that loads it from the cache."""
+    script = tmp_path / "scale.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"))
+    for hits in (0, 1):
+        p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        assert r["stats"]["hits"]["variant"] == hits
+        assert "'y'" in r["outcome"] and "10 elements" in r["outcome"], r["outcome"]
+        assert r["y"] == [0.0] * 10

@@ -1,0 +1,202 @@
+"""Messages that name the right thing (issue 14): launch arguments, read-only arrays, and a
+CompileError's traceback that shows the user's frames, not the compiler's."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tack
+
+from .util import check_points_at
+
+FILE = __file__
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@tack.kernel
+def k_fill(out, value):
+    i = tack.tid()
+    out[i] = value
+
+
+# -- launch arguments ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim, exc, words", [
+    (1.5, TypeError, ["dim", "1.5", "float"]),
+    ("3", TypeError, ["dim", "'3'", "str"]),
+    (True, TypeError, ["dim", "True", "bool"]),
+    ((2, 1.5), TypeError, ["dim", "1.5", "(2, 1.5)"]),
+    (2**64, ValueError, ["dim", str(2**64), "too large"]),
+    ((2**32, 2**32), ValueError, ["dim", "too large"]),
+], ids=["float", "str", "bool", "float-in-tuple", "over-int64", "product-over-int64"])
+def test_bad_dim_says_what_is_wrong_with_dim(dim, exc, words):
+    """A grid that is not 1-3 ints, or that no int64 holds, is an error about ``dim``, not about
+    an argument or a Python iteration."""
+    out = np.zeros(3)
+    with pytest.raises(exc) as ei:
+        tack.launch(k_fill, dim=dim, args=(out, 1.0))
+    msg = str(ei.value)
+    assert all(w in msg for w in words), msg
+    assert "not iterable" not in msg and "argument" not in msg
+    np.testing.assert_array_equal(out, 0.0)
+
+
+def test_dim_too_large_after_a_launch_compiled_the_variant():
+    """The same holds on the warm path (the variant already compiled)."""
+    out = np.zeros(3)
+    tack.launch(k_fill, dim=3, args=(out, 1.0))
+    with pytest.raises(ValueError) as ei:
+        tack.launch(k_fill, dim=2**64, args=(out, 2.0))
+    assert "dim" in str(ei.value) and "too large" in str(ei.value)
+    np.testing.assert_array_equal(out, 1.0)
+
+
+@pytest.mark.parametrize("args, words", [
+    (None, ["args", "tuple", "None"]),
+    (np.zeros(3), ["args", "tuple", "ndarray", "args=(x,)"]),
+    (2.0, ["args", "tuple", "float", "args=(x,)"]),
+], ids=["None", "array", "float"])
+def test_args_not_a_tuple_is_said(args, words):
+    """``args`` that is not a tuple (or list) of arguments is a TypeError about ``args``."""
+    with pytest.raises(TypeError) as ei:
+        tack.launch(k_fill, dim=3, args=args)
+    msg = str(ei.value)
+    assert all(w in msg for w in words), msg
+    assert "not iterable" not in msg
+
+
+def test_args_as_a_list_still_launch():
+    out = np.zeros(3)
+    tack.launch(k_fill, dim=[3], args=[out, 4.0])
+    np.testing.assert_array_equal(out, 4.0)
+
+
+# -- read-only arrays ---------------------------------------------------------------------
+
+WEIGHTS = tack.constant(np.zeros(3))
+
+
+@tack.kernel
+def k_write_param(a):
+    i = tack.tid()
+    a[i] = 1.0  # ERR a[i]
+
+
+@tack.kernel
+def k_write_constant(a):
+    i = tack.tid()
+    WEIGHTS[i] = a[i]  # ERR WEIGHTS[i]
+
+
+@tack.func
+def store_one(buf, i):
+    buf[i] = 1.0  # ERR buf[i]
+
+
+@tack.kernel
+def k_write_through_func(a):
+    i = tack.tid()
+    store_one(a, i)
+
+
+@tack.kernel
+def k_atomic_read_only(a):
+    i = tack.tid()
+    tack.atomic_add(a, i, 1.0)  # ERR tack
+
+
+def read_only(n=3):
+    a = np.zeros(n)
+    a.flags.writeable = False
+    return a
+
+
+def test_writing_a_read_only_array_names_the_argument():
+    """A kernel writing a read-only ndarray argument is told that argument is read-only (its
+    flags.writeable), not that tack.constant arrays are read-only."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_write_param, dim=3, args=(read_only(),))
+    msg = check_points_at(ei.value, "k_write_param", k_write_param, FILE)
+    assert "argument 'a' is a read-only array" in msg and "writeable" in msg
+    assert "tack.constant" not in msg
+
+
+def test_writing_a_constant_still_names_tack_constant():
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_write_constant, dim=3, args=(np.zeros(3),))
+    msg = check_points_at(ei.value, "k_write_constant", k_write_constant, FILE)
+    assert "tack.constant arrays are read-only" in msg
+
+
+def test_writing_a_read_only_array_in_a_device_function_and_by_atomic():
+    """Through a device function's parameter, and by an atomic, the message names the parameter."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_write_through_func, dim=3, args=(read_only(),))
+    msg = check_points_at(ei.value, "k_write_through_func", store_one, FILE)
+    assert "parameter 'buf' is read-only" in msg and "writeable" in msg
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_atomic_read_only, dim=3, args=(read_only(),))
+    msg = check_points_at(ei.value, "k_atomic_read_only", k_atomic_read_only, FILE)
+    assert "argument 'a' is a read-only array" in msg
+
+
+# -- a CompileError's traceback -----------------------------------------------------------
+
+BAD_SCRIPT = textwrap.dedent("""\
+    import numpy as np
+    import tack
+
+
+    @tack.kernel
+    def blur(src, dst):
+        i = tack.tid()
+        dst[i] = smoth(src, i)
+
+
+    def main():
+        tack.launch(blur, dim=3, args=(np.zeros(3), np.zeros(3)))
+
+
+    main()
+""")
+
+FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line \d+, in (?P<fn>\S+)$')
+
+
+def run_bad_script(tmp_path, **env):
+    script = tmp_path / "blur.py"
+    script.write_text(BAD_SCRIPT)
+    child = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    child.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"), **env)
+    p = subprocess.run([sys.executable, str(script)], env=child, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1
+    frames = [m.groupdict() for m in map(FRAME.match, p.stderr.splitlines()) if m]
+    return script, p.stderr, frames
+
+
+def test_compile_error_shows_the_users_frames_not_the_compilers(tmp_path):
+    """A CompileError at a launch shows the user's frames and the launch, then the message with
+    its caret: no frame of Tack's compiler, no chained exception."""
+    script, err, frames = run_bad_script(tmp_path)
+    tack_dir = os.path.join(ROOT, "tack") + os.sep
+    assert [f["fn"] for f in frames] == ["<module>", "main", "launch"], err
+    assert [f["file"] for f in frames[:2]] == [str(script)] * 2
+    assert frames[2]["file"] == os.path.join(tack_dir, "launch.py")
+    assert "During handling" not in err and "direct cause" not in err
+    lines = err.rstrip().splitlines()
+    assert lines[-4] == "tack.errors.CompileError: in kernel 'blur': name 'smoth' is not defined"
+    assert lines[-3] == f'  File "{script}", line 8'
+    assert lines[-2:] == ["    dst[i] = smoth(src, i)", "             ^"]
+
+
+def test_compile_error_full_traceback_under_tack_debug(tmp_path):
+    """TACK_DEBUG=1 keeps the compiler's frames (for reports of a compiler bug)."""
+    _, err, frames = run_bad_script(tmp_path, TACK_DEBUG="1")
+    assert any(f["file"].endswith(os.path.join("frontend", "lower.py")) for f in frames), err
+    assert err.rstrip().splitlines()[-1] == "             ^"
