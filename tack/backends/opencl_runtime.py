@@ -390,6 +390,64 @@ def _argspecs(meta) -> list:
         raise OpenCLError(f"variant metadata has no usable argspec ({type(e).__name__}: {e})") from None
 
 
+_SPIRV_MAGIC = 0x07230203
+
+
+def check_spirv(payload) -> None:
+    """OpenCLError unless ``payload`` is a well-formed SPIR-V word stream: the magic number, a
+    version the header can have, and instructions whose word counts tile the module exactly.
+
+    and a module's outline: one memory model, an entry point, every ``OpFunction`` closed by
+    an ``OpFunctionEnd`` before the next and at the end.  The runtime is not trusted with
+    less: Intel's CPU runtime spins forever in ``clBuildProgram`` on an instruction whose word
+    count is 0, and crashes the process on a module cut off after a whole instruction.  (It
+    still trusts a well-formed module's meaning: Tack's own code generator made it, and the
+    cache checks its bytes.)
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise OpenCLError(f"a SPIR-V binary is bytes, not {type(payload).__name__}")
+    data = bytes(payload)
+    if len(data) < 20 or len(data) % 4:
+        raise OpenCLError(f"not a SPIR-V binary ({len(data)} bytes: not a whole number of words, "
+                          "or shorter than its header)")
+    order = "<" if int.from_bytes(data[:4], "little") == _SPIRV_MAGIC else \
+        ">" if int.from_bytes(data[:4], "big") == _SPIRV_MAGIC else None
+    if order is None:
+        raise OpenCLError("not a SPIR-V binary (no SPIR-V magic number)")
+    words = np.frombuffer(data, dtype=order + "u4")
+    version = int(words[1])
+    if version & 0xFF0000FF or not 0x00010000 <= version <= 0x0001FF00:
+        raise OpenCLError(f"not a SPIR-V binary (version word {version:#010x})")
+    counts = (words >> 16).tolist()
+    counts_ops = (words & 0xFFFF).tolist()
+    ops = []
+    i, n = 5, len(counts)
+    while i < n:
+        wc = counts[i]
+        if wc == 0 or i + wc > n:
+            raise OpenCLError(f"damaged SPIR-V binary: the instruction at word {i} has word count "
+                              f"{wc}, {'zero' if wc == 0 else f'past the end ({n} words)'}")
+        ops.append(counts_ops[i])
+        i += wc
+    if ops.count(_OP_MEMORY_MODEL) != 1 or _OP_ENTRY_POINT not in ops:
+        raise OpenCLError("damaged SPIR-V binary: no memory model or no entry point")
+    inside = False
+    for op in ops:
+        if op == _OP_FUNCTION:
+            if inside:
+                raise OpenCLError("damaged SPIR-V binary: a function begins inside another")
+            inside = True
+        elif op == _OP_FUNCTION_END:
+            if not inside:
+                raise OpenCLError("damaged SPIR-V binary: a function ends that did not begin")
+            inside = False
+    if inside or not ops or ops[-1] != _OP_FUNCTION_END:
+        raise OpenCLError("damaged SPIR-V binary: cut off (its last function has no end)")
+
+
+_OP_MEMORY_MODEL, _OP_ENTRY_POINT, _OP_FUNCTION, _OP_FUNCTION_END = 14, 15, 54, 56
+
+
 class OpenCLKernel:
     """A built SPIR-V kernel on one device."""
 
@@ -415,14 +473,12 @@ def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
     OpenCLError (with the build log) when the program does not build or has no
     such kernel, or when the kernel's parameters do not match ``meta``.
     """
-    if not isinstance(payload, (bytes, bytearray, memoryview)) or len(payload) < 20 \
-            or bytes(payload[:4]) not in (b"\x03\x02\x23\x07", b"\x07\x23\x02\x03"):
-        raise OpenCLError("not a SPIR-V binary (no SPIR-V magic number)")
+    dev = get_device(device)
+    check_spirv(payload)
     entry = meta.get("entry")
     if not entry:
         raise OpenCLError("variant metadata names no entry point")
     specs = _argspecs(meta)
-    dev = get_device(device)
     cl = dev.cl
     try:
         program = cl.Program(dev.context, bytes(payload))
@@ -602,7 +658,9 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
             ident = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
             known = shared.get(ident)
             if known is not None:               # the same array passed twice: one buffer
-                buf, estrides = known
+                buf, estrides, host = known
+                if spec.writable and a.size and not any(b is buf for _, b, _ in copies):
+                    copies.append((a, buf, host))
             else:
                 if c or f:
                     host = a.ravel(order="K")
@@ -611,7 +669,7 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
                     host = np.ascontiguousarray(a)
                     estrides = [s // a.itemsize for s in host.strides]
                 buf = _buffer(dev, host if host.flags.c_contiguous else host.copy())
-                shared[ident] = (buf, estrides)
+                shared[ident] = (buf, estrides, host)
                 if spec.writable and a.size:
                     copies.append((a, buf, host))
         values.append(buf)
