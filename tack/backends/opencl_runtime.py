@@ -40,7 +40,7 @@ so the global size is rounded up to a multiple of the work-group size.
 
 from __future__ import annotations
 
-import glob
+import operator
 import os
 import site
 import sys
@@ -361,6 +361,16 @@ _SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32"
                  "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
 
 
+def _scalar(spec, a):
+    """A scalar argument as the ABI's type: bool as an i8 0 or 1; an integer type takes only
+    integers (as the CPU backend does), in range; a float type any real number."""
+    if spec.text == "bool":
+        return np.int8(1 if a else 0)
+    if spec.scalar in (np.float32, np.float64):
+        return spec.scalar(float(a))
+    return spec.scalar(operator.index(a))
+
+
 class _ArgSpec:
     """One value argument of the ABI, from its ``tack.types.spec`` text."""
 
@@ -624,7 +634,7 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
             if isinstance(a, (np.ndarray, OpenCLArray)):
                 raise TypeError(f"{what} is a {spec.text} scalar, not an array")
             try:
-                values.append(spec.scalar(a))
+                values.append(_scalar(spec, a))
             except (OverflowError, TypeError, ValueError) as e:
                 raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
             continue

@@ -146,6 +146,28 @@ exit:
   ret void
 }
 """),
+    # t32[0] += x[i], t64[0] += y[i] atomically (OpAtomicFAddEXT: SPV_EXT_shader_atomic_float_add)
+    "fsum": (["array:float32:1:C:r", "array:float32:1:C:w", "array:float64:1:C:r",
+              "array:float64:1:C:w"], """
+define spir_kernel void @fsum(ptr addrspace(1) %x, i64 %xe0, ptr addrspace(1) %t32, i64 %t32e0,
+                              ptr addrspace(1) %y, i64 %ye0, ptr addrspace(1) %t64, i64 %t64e0,
+                              i64 %n0, i64 %n1, i64 %n2) {
+entry:
+  %i = call spir_func i64 @_Z13get_global_idj(i32 0)
+  %in = icmp slt i64 %i, %n0
+  br i1 %in, label %body, label %exit
+body:
+  %px = getelementptr float, ptr addrspace(1) %x, i64 %i
+  %vx = load float, ptr addrspace(1) %px
+  %o32 = atomicrmw fadd ptr addrspace(1) %t32, float %vx monotonic
+  %py = getelementptr double, ptr addrspace(1) %y, i64 %i
+  %vy = load double, ptr addrspace(1) %py
+  %o64 = atomicrmw fadd ptr addrspace(1) %t64, double %vy monotonic
+  br label %exit
+exit:
+  ret void
+}
+"""),
     # out[i, j, k] = i * 10000 + j * 100 + k over a 3-D grid; shape 4x5x6 compiled in (no extents)
     "iota3": (["array:int64:3:C:w:4x5x6"], """
 define spir_kernel void @iota3(ptr addrspace(1) %out, i64 %n0, i64 %n1, i64 %n2) {
@@ -215,25 +237,45 @@ exit:
 # declares Int64Atomics, an OpenCL extension's capability (cl_khr_int64_base_atomics) that
 # spirv-val's OpenCL 2.2 rules do not allow, so they are checked by the SPIR-V 1.2 rules and
 # the device must list the extension.
-INT64_ATOMICS = {"hist", "checked"}
+# Float atomics need LLVM's SPIR-V extension switch (process-wide; without it LLVM aborts the
+# process) and the device's cl_ext_float_atomics.
+INT64_ATOMICS = {"hist", "checked", "fsum"}
+SPIRV_EXTENSIONS = "--spirv-ext=+SPV_EXT_shader_atomic_float_add"
+
+
+# One SPIR-V module per process: LLVM's SPIR-V backend keeps module state in a static
+# (SPIRVModuleAnalysis::MAI, llvm/llvm-project#160613), so a second module emitted in the same
+# process can come out with duplicate ids (seen here with LLVM 22: "Id 2 is defined more than
+# once" in about one process in five).  spirv-val catches it; a subprocess per kernel avoids it.
+_EMIT = """
+import sys
+import llvmlite.binding as llvm
+llvm.initialize_all_targets()
+llvm.initialize_all_asmprinters()
+llvm.set_option("", sys.argv[3])
+with open(sys.argv[1]) as f:
+    module = llvm.parse_assembly(f.read())
+module.verify()
+tm = llvm.Target.from_triple(sys.argv[4]).create_target_machine(opt=2)
+with open(sys.argv[2], "wb") as f:
+    f.write(tm.emit_object(module))
+"""
 
 
 def compile_spirv(ir_text: str, workdir, env="opencl2.2") -> bytes:
-    """LLVM IR -> SPIR-V 1.2 with llvmlite's SPIR-V target, checked by spirv-val (``env``'s rules)."""
-    import llvmlite.binding as llvm
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-    module = llvm.parse_assembly(ir_text)
-    module.verify()
-    tm = llvm.Target.from_triple(ocl.SPIRV["triple"]).create_target_machine(opt=2)
-    binary = tm.emit_object(module)
-    path = os.path.join(workdir, "kernel.spv")
-    with open(path, "wb") as f:
-        f.write(binary)
-    val = subprocess.run(["spirv-val", "--target-env", env, path], capture_output=True,
+    """LLVM IR -> SPIR-V 1.2 with llvmlite's SPIR-V target (in a process of its own), checked by
+    spirv-val (``env``'s rules)."""
+    ll, spv = os.path.join(workdir, "kernel.ll"), os.path.join(workdir, "kernel.spv")
+    with open(ll, "w") as f:
+        f.write(ir_text)
+    emit = subprocess.run([sys.executable, "-c", _EMIT, ll, spv, SPIRV_EXTENSIONS, ocl.SPIRV["triple"]],
+                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+    assert emit.returncode == 0, f"llvmlite does not compile the kernel to SPIR-V: {emit.stderr}"
+    val = subprocess.run(["spirv-val", "--target-env", env, spv], capture_output=True,
                          text=True, timeout=SUBPROCESS_TIMEOUT)
     assert val.returncode == 0, f"spirv-val rejects the SPIR-V: {val.stdout}{val.stderr}"
-    return binary
+    with open(spv, "rb") as f:
+        return f.read()
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +295,7 @@ def spirv(tmp_path_factory):
 def kernels(device, spirv):
     assert "cl_khr_int64_base_atomics" in device.device.extensions.split(), \
         "the device has no 64-bit atomics, which the debug error record needs"
+    assert "cl_ext_float_atomics" in device.device.extensions.split(), "the device has no float atomics"
     return {name: (ocl.load(binary, meta), meta) for name, (binary, meta) in spirv.items()}
 
 
@@ -471,6 +514,10 @@ def test_scalar_that_does_not_fit_is_a_type_error(kernels):
         ocl.launch(k, meta, (out, True, -1, 0, 0), (4,))
     with pytest.raises(TypeError, match=r"argument 3 = 4294967296 does not fit int32"):
         ocl.launch(k, meta, (out, True, 1, 2**32, 0), (4,))
+    with pytest.raises(TypeError, match=r"argument 2 = 2.5 does not fit uint32"):
+        ocl.launch(k, meta, (out, True, 2.5, 0, 0), (4,))
+    ocl.launch(k, meta, (out, 7, 2, 0, 0), (4,))        # a true value of any kind is 1
+    np.testing.assert_array_equal(out, [0, 2, 4, 6])
 
 
 def test_atomic_add_32_and_64_bit(kernels):
@@ -482,6 +529,18 @@ def test_atomic_add_32_and_64_bit(kernels):
     ocl.launch(k, meta, (vals, bins, total), (vals.size,))
     np.testing.assert_array_equal(bins, np.bincount(vals, minlength=16))
     assert total[0] == vals.astype(np.int64).sum()
+
+
+def test_atomic_add_float32_and_float64(kernels):
+    k, meta = kernels["fsum"]
+    n = 50_000
+    x = np.full(n, 0.5, np.float32)         # sums exact in any order
+    y = np.arange(n, dtype=np.float64)
+    t32 = np.zeros(1, np.float32)
+    t64 = np.full(1, 10.0)
+    ocl.launch(k, meta, (x, t32, y, t64), (n,))
+    assert t32[0] == n * 0.5
+    assert t64[0] == 10.0 + n * (n - 1) / 2
 
 
 def test_3d_grid_with_static_shape(kernels):
