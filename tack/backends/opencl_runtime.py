@@ -263,8 +263,12 @@ def _find_devices():
             seen = (f"devices without SPIR-V: {', '.join(n for n, _ in others)}" if others
                     else listing or "no OpenCL platform")
             lib = cfg["library"] or f"{RUNTIME_LIBRARY} not found"
+            hint = INSTALL_HINT
+            if cfg["library"] and cfg["icd_file"] is None and cfg["vendors"]:
+                hint = (f"Intel's runtime is installed: unset OCL_ICD_VENDORS to let Tack use it, "
+                        f"or add an ICD file naming {cfg['library']} to {cfg['vendors']}")
             reason = (f"OpenCL has no device that takes SPIR-V ({seen}; ICD files from {where}; "
-                      f"Intel's runtime: {lib}); {INSTALL_HINT}")
+                      f"Intel's runtime: {lib}); {hint}")
         _state = (found, reason)
         return _state
 

@@ -363,8 +363,8 @@ def test_setup_writes_its_own_icd_file_and_finds_the_device(device, tmp_path):
 
 
 def test_missing_runtime_is_a_clear_error(tmp_path):
-    """ICD files from an empty directory: no platform.  A clear error naming the packages,
-    no crash, no hang."""
+    """ICD files from an empty directory and no runtime library: no platform.  A clear error
+    naming the packages, no crash, no hang."""
     empty = tmp_path / "no-vendors"
     empty.mkdir()
     r = _run_python("""
@@ -381,13 +381,27 @@ def test_missing_runtime_is_a_clear_error(tmp_path):
             ocl.to_device(numpy.zeros(3))
         except ocl.OpenCLUnavailable as e:
             print("raised:", type(e).__name__)
-    """, {"OCL_ICD_VENDORS": str(empty)})
+    """, {"OCL_ICD_VENDORS": str(empty), "TACK_OPENCL_LIBRARY": str(tmp_path / "absent.so")})
     assert r.returncode == 0, r.stderr
     reason, raised, raised2 = r.stdout.strip().splitlines()
     assert "no device that takes SPIR-V" in reason and f"OCL_ICD_VENDORS={empty}" in reason
     assert "pip install intel-opencl-rt intel-cmplr-lib-rt pyopencl" in reason
     assert raised == "raised: " + reason
     assert raised2 == "raised: OpenCLUnavailable"
+
+
+def test_runtime_hidden_by_the_users_icd_directory_is_named(device, tmp_path):
+    """Runtime installed but OCL_ICD_VENDORS set (by the user) to a directory without it: the
+    error says how to let Tack use it."""
+    empty = tmp_path / "other-vendors"
+    empty.mkdir()
+    r = _run_python("""
+        import tack.backends.opencl_runtime as ocl
+        print(ocl.unavailable_reason())
+    """, {"OCL_ICD_VENDORS": str(empty)})
+    assert r.returncode == 0, r.stderr
+    assert "Intel's runtime is installed: unset OCL_ICD_VENDORS" in r.stdout
+    assert ocl.find_runtime_library() in r.stdout
 
 
 def test_missing_pyopencl_is_a_clear_error():
