@@ -1,0 +1,754 @@
+"""The OpenCL runtime side: SPIR-V kernels run through OpenCL (docs/opencl.md).
+
+On a machine without a GPU this is Intel's OpenCL CPU runtime, installed from
+PyPI (``intel-opencl-rt`` with ``intel-cmplr-lib-rt``) and driven through
+``pyopencl``.  The module is light to import: pyopencl is imported on the
+first call that needs a device.
+
+* **Setup without manual steps.**  The runtime wheel's ICD file names a path
+  that does not exist, so OpenCL's ICD loader would find no platform.  Before
+  pyopencl first initialises, ``configure_icd()`` finds ``libintelocl.so``
+  itself (under ``sys.prefix``, the user base and every site-packages' prefix)
+  and, unless ``OCL_ICD_VENDORS`` is already set, writes a one-line ICD file
+  into ``icd_directory()`` and points ``OCL_ICD_VENDORS`` at that directory.
+* **Devices.**  ``devices()`` lists the OpenCL devices that take SPIR-V, as
+  ``(name, "opencl:<index>")``; ``"opencl"`` is the first of them.  Where
+  there is none, ``available()`` is False and ``unavailable_reason()`` says
+  why and which pip packages to install; every call that needs a device raises
+  ``OpenCLUnavailable`` with that text.
+* **Keys.**  SPIR-V is portable, so a variant's target key names the SPIR-V
+  settings (``SPIRV``) and the LLVM that emits them, never the device:
+  ``spirv_key()``; ``candidate_keys()`` lists it.
+* **load(spirv, meta)**: ``clCreateProgramWithIL`` then ``clBuildProgram`` ->
+  an ``OpenCLKernel``.
+* **launch(kernel, meta, args, dims, debug)**: builds the argument list of the
+  kernel ABI from ``meta["argspec"]`` (``tack.types.spec`` strings), copies
+  NumPy arrays to device buffers and the writable ones back, runs over the
+  grid, and in debug mode returns the error record.  ``to_device(array)``
+  keeps an array on the device across launches (``OpenCLArray.numpy()``).
+
+The kernel ABI (fixed by the SPIR-V generator): one ``spir_kernel`` entry
+whose parameters are, per value argument, for an array a global pointer to
+its data, an i64 per extent (none when its shape is compiled in) and, for a
+strided (layout ``A``) array, an i64 per stride in elements; for a scalar its
+type (bool as i8); then three i64 grid extents n0, n1, n2 (1 for unused
+dimensions); then, in debug mode, a global pointer to an i64[4] error record
+(site id + 1, axis, index, size; zeroed before the launch).  Work-item
+global id d is the grid index along d; work-items past the extents return,
+so the global size is rounded up to a multiple of the work-group size.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import site
+import sys
+import tempfile
+import threading
+import warnings
+
+import numpy as np
+
+KIND = "opencl"
+PIP_PACKAGES = ("intel-opencl-rt", "intel-cmplr-lib-rt", "pyopencl")
+INSTALL_HINT = (f"install Intel's OpenCL CPU runtime and pyopencl: "
+                f"`pip install {' '.join(PIP_PACKAGES)}` (or run ci/install-opencl.sh)")
+ICD_FILE = "tack-intel-cpu.icd"
+RUNTIME_LIBRARY = "libintelocl.so"
+
+# What the SPIR-V toolchain emits (the one place these settings live: its target
+# machine is to be built from them, and the target key hashes them).
+SPIRV = {"version": "1.2", "triple": "spirv64v1.2-unknown-unknown", "opt": 3}
+
+# Work-items in a work-group when the caller does not choose (the kernel's limit caps it).
+DEFAULT_GROUP_SIZE = 128
+
+
+class OpenCLUnavailable(RuntimeError):
+    """No OpenCL device that takes SPIR-V here: pyopencl or the runtime is missing."""
+
+
+class OpenCLError(RuntimeError):
+    """A SPIR-V program that does not build, or a launch that OpenCL refuses."""
+
+
+# ---------------------------------------------------------------------------
+# Finding the runtime and telling the ICD loader about it
+
+
+def _library_dirs() -> list:
+    """Directories where pip puts a wheel's data files (``<prefix>/lib``), most likely first."""
+    dirs = []
+    prefixes = [sys.prefix, sys.exec_prefix, sys.base_prefix, getattr(site, "USER_BASE", None) or ""]
+    for p in prefixes:
+        if p:
+            dirs.append(os.path.join(p, "lib"))
+    for entry in list(sys.path) + _site_packages():
+        if entry and os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"):
+            dirs.append(entry)
+            dirs.append(os.path.normpath(os.path.join(entry, "..", "..")))     # <prefix>/lib
+    seen, out = set(), []
+    for d in dirs:
+        d = os.path.abspath(d)
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def _site_packages() -> list:
+    try:
+        return list(site.getsitepackages()) + [site.getusersitepackages()]
+    except Exception:                       # noqa: BLE001 - some embedded Pythons lack these
+        return []
+
+
+def find_runtime_library() -> str | None:
+    """The absolute path of Intel's OpenCL CPU runtime (``libintelocl.so``), or None.
+
+    ``TACK_OPENCL_LIBRARY`` names it explicitly; otherwise the places pip
+    installs the ``intel-opencl-rt`` wheel's libraries are searched.
+    """
+    explicit = os.environ.get("TACK_OPENCL_LIBRARY")
+    if explicit:
+        return os.path.abspath(explicit) if os.path.isfile(explicit) else None
+    for d in _library_dirs():
+        path = os.path.join(d, RUNTIME_LIBRARY)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def icd_directory() -> str:
+    """Where Tack keeps its ICD file: ``TACK_OPENCL_ICD_DIR``, else ``~/.cache/tack-opencl/vendors``
+    (``$XDG_CACHE_HOME`` honoured)."""
+    explicit = os.environ.get("TACK_OPENCL_ICD_DIR")
+    if explicit:
+        return os.path.abspath(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "tack-opencl", "vendors")
+
+
+def write_icd(library: str, directory: str | None = None) -> str:
+    """Write the one-line ICD file naming ``library`` into ``directory``; its path.
+
+    Unchanged when it already says that; written through a temporary file and
+    a rename, so a concurrent reader never sees half a line.
+    """
+    directory = directory or icd_directory()
+    path = os.path.join(directory, ICD_FILE)
+    line = os.path.abspath(library) + "\n"
+    try:
+        with open(path) as f:
+            if f.read() == line:
+                return path
+    except OSError:
+        pass
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".icd-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(line)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+_configured = None          # what configure_icd did, once per process
+
+
+def configure_icd() -> dict:
+    """Point OpenCL's ICD loader at Intel's CPU runtime, unless the user already chose.
+
+    Must run before pyopencl first lists platforms (the loader reads
+    ``OCL_ICD_VENDORS`` once per process); every entry point here calls it
+    first.  Returns what it found and did: ``library``, ``icd_file``,
+    ``vendors`` (the value in force) and ``action``.
+    """
+    global _configured
+    if _configured is not None:
+        return _configured
+    lib = find_runtime_library()
+    done = {"library": lib, "icd_file": None, "vendors": os.environ.get("OCL_ICD_VENDORS")}
+    if done["vendors"]:
+        done["action"] = "OCL_ICD_VENDORS was already set; left as it is"
+    elif lib is None:
+        done["action"] = f"{RUNTIME_LIBRARY} not found; the system's ICD files are used"
+    else:
+        icd = None
+        for directory in (icd_directory(), os.path.join(tempfile.gettempdir(),
+                                                        f"tack-opencl-{os.getuid()}", "vendors")):
+            try:
+                icd = write_icd(lib, directory)
+                break
+            except OSError:
+                continue
+        if icd is None:
+            done["action"] = "no writable directory for an ICD file; the system's ICD files are used"
+        else:
+            os.environ["OCL_ICD_VENDORS"] = os.path.dirname(icd)
+            done.update(icd_file=icd, vendors=os.path.dirname(icd),
+                        action="OCL_ICD_VENDORS set to Tack's ICD directory")
+    _configured = done
+    return done
+
+
+# ---------------------------------------------------------------------------
+# Devices
+
+
+_lock = threading.Lock()
+_state = None               # (devices, reason) once found
+_contexts = {}              # device index -> _Device
+
+
+def _cl():
+    """pyopencl, imported after the ICD loader was configured; OpenCLUnavailable if missing."""
+    configure_icd()
+    try:
+        import pyopencl
+    except ImportError as e:
+        raise OpenCLUnavailable(f"OpenCL is not available: pyopencl does not import ({e}); "
+                                f"{INSTALL_HINT}") from None
+    return pyopencl
+
+
+def _takes_spirv(dev) -> bool:
+    try:
+        il = dev.il_version or ""
+    except Exception:                       # noqa: BLE001 - before OpenCL 2.1: no IL programs
+        return False
+    return "SPIR-V" in il
+
+
+def _find_devices():
+    """[(name, device)] of the devices that take SPIR-V, and why there is none (or None)."""
+    global _state
+    with _lock:
+        if _state is not None:
+            return _state
+        try:
+            cl = _cl()
+        except OpenCLUnavailable as e:
+            _state = ([], str(e))
+            return _state
+        found, others = [], []
+        try:
+            platforms = cl.get_platforms()
+        except Exception as e:              # noqa: BLE001 - PLATFORM_NOT_FOUND_KHR and the like
+            platforms = []
+            listing = f"no OpenCL platform ({e})"
+        else:
+            listing = None
+        for p in platforms:
+            try:
+                devs = p.get_devices()
+            except Exception:               # noqa: BLE001 - a platform with no device
+                continue
+            for d in devs:
+                name = f"{d.name.strip()} ({p.name.strip()})"
+                (found if _takes_spirv(d) else others).append((name, d))
+        reason = None
+        if not found:
+            cfg = configure_icd()
+            where = (f"OCL_ICD_VENDORS={cfg['vendors']}" if cfg["vendors"]
+                     else "the system's ICD files (/etc/OpenCL/vendors)")
+            seen = (f"devices without SPIR-V: {', '.join(n for n, _ in others)}" if others
+                    else listing or "no OpenCL platform")
+            lib = cfg["library"] or f"{RUNTIME_LIBRARY} not found"
+            hint = INSTALL_HINT
+            if cfg["library"] and cfg["icd_file"] is None and cfg["vendors"]:
+                hint = (f"Intel's runtime is installed: unset OCL_ICD_VENDORS to let Tack use it, "
+                        f"or add an ICD file naming {cfg['library']} to {cfg['vendors']}")
+            reason = (f"OpenCL has no device that takes SPIR-V ({seen}; ICD files from {where}; "
+                      f"Intel's runtime: {lib}); {hint}")
+        _state = (found, reason)
+        return _state
+
+
+def available() -> bool:
+    """Whether an OpenCL device that takes SPIR-V is here (never raises)."""
+    return bool(_find_devices()[0])
+
+
+def unavailable_reason() -> str | None:
+    """Why ``available()`` is False, with what to install; None when it is True."""
+    return _find_devices()[1]
+
+
+def devices() -> list:
+    """[(name, ``opencl:<index>``)] of the OpenCL devices that take SPIR-V; empty if none."""
+    return [(name, f"{KIND}:{i}") for i, (name, _) in enumerate(_find_devices()[0])]
+
+
+def _device_index(device) -> int:
+    if device in (None, KIND):
+        return 0
+    if isinstance(device, str) and device.startswith(KIND + ":"):
+        try:
+            return int(device.split(":", 1)[1])
+        except ValueError:
+            pass
+    raise ValueError(f"not an OpenCL device name: {device!r} (use 'opencl' or 'opencl:<index>')")
+
+
+class _Device:
+    """A device with its context and in-order queue."""
+
+    def __init__(self, cl, name, device):
+        self.cl = cl
+        self.name = name
+        self.device = device
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context, device)
+        self.max_item_sizes = tuple(device.max_work_item_sizes)
+
+
+def get_device(device=None) -> _Device:
+    """The device ``device`` names (``opencl``, ``opencl:<index>``); OpenCLUnavailable if none."""
+    index = _device_index(device)
+    found, reason = _find_devices()
+    if not found:
+        raise OpenCLUnavailable(reason)
+    if index >= len(found):
+        raise ValueError(f"no OpenCL device {KIND}:{index}; this machine has "
+                         f"{', '.join(f'{KIND}:{i} ({n})' for i, (n, _) in enumerate(found))}")
+    with _lock:
+        dev = _contexts.get(index)
+        if dev is None:
+            name, d = found[index]
+            dev = _contexts[index] = _Device(_cl(), name, d)
+    return dev
+
+
+# ---------------------------------------------------------------------------
+# Target keys
+
+
+def spirv_key() -> str:
+    """Target key of SPIR-V emitted with ``SPIRV`` by this node's LLVM: no device in it."""
+    from ..cache.warm import digest
+    from .cpu_runtime import llvm_version
+    return digest("target", ("backend", "spirv"), ("spirv", SPIRV), ("llvm", llvm_version()))
+
+
+def candidate_keys(device=None) -> list:
+    """[(architecture name, target key)] a launch on ``device`` can use, most specific first.
+
+    SPIR-V only, for now: it is portable, so its key names no device (a
+    device's native binaries, once cached, would come before it).
+    """
+    return [(f"spirv:{SPIRV['version']}", spirv_key())]
+
+
+def host_key() -> str:
+    """The key of code compiled here for this runtime (the cache session's ``host_key``)."""
+    return spirv_key()
+
+
+def site_candidates(host=None) -> list:
+    """Site bundles for this runtime: the portable SPIR-V key."""
+    return candidate_keys()
+
+
+# ---------------------------------------------------------------------------
+# Programs and launches
+
+_SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
+                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
+
+
+def _scalar(spec, a):
+    """A scalar argument as the ABI's type: bool as an i8 0 or 1; an integer type takes only
+    integers (as the CPU backend does), in range; a float type any real number."""
+    if spec.text == "bool":
+        return np.int8(1 if a else 0)
+    if spec.scalar in (np.float32, np.float64):
+        return spec.scalar(float(a))
+    return spec.scalar(operator.index(a))
+
+
+class _ArgSpec:
+    """One value argument of the ABI, from its ``tack.types.spec`` text."""
+
+    __slots__ = ("text", "is_array", "dtype", "ndim", "layout", "writable", "shape", "scalar")
+
+    def __init__(self, text):
+        from .. import types as T
+        self.text = text
+        t = T.parse_spec(text)
+        self.is_array = isinstance(t, T.Array)
+        if self.is_array:
+            self.dtype = t.dtype.dtype
+            self.ndim, self.layout, self.writable, self.shape = t.ndim, t.layout, t.writable, t.shape
+        else:
+            self.scalar = _SCALAR_TYPES[t.name]
+
+    def slots(self) -> int:
+        if not self.is_array:
+            return 1
+        return 1 + (self.ndim if self.shape is None else 0) + (self.ndim if self.layout == "A" else 0)
+
+
+def _argspecs(meta) -> list:
+    try:
+        return [_ArgSpec(s[0] if isinstance(s, (list, tuple)) else s) for s in meta["argspec"]]
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise OpenCLError(f"variant metadata has no usable argspec ({type(e).__name__}: {e})") from None
+
+
+_SPIRV_MAGIC = 0x07230203
+
+
+def check_spirv(payload) -> None:
+    """OpenCLError unless ``payload`` is a well-formed SPIR-V word stream: the magic number, a
+    version the header can have, and instructions whose word counts tile the module exactly.
+
+    and a module's outline: one memory model, an entry point, every ``OpFunction`` closed by
+    an ``OpFunctionEnd`` before the next and at the end.  The runtime is not trusted with
+    less: Intel's CPU runtime spins forever in ``clBuildProgram`` on an instruction whose word
+    count is 0, and crashes the process on a module cut off after a whole instruction.  (It
+    still trusts a well-formed module's meaning: Tack's own code generator made it, and the
+    cache checks its bytes.)
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise OpenCLError(f"a SPIR-V binary is bytes, not {type(payload).__name__}")
+    data = bytes(payload)
+    if len(data) < 20 or len(data) % 4:
+        raise OpenCLError(f"not a SPIR-V binary ({len(data)} bytes: not a whole number of words, "
+                          "or shorter than its header)")
+    order = "<" if int.from_bytes(data[:4], "little") == _SPIRV_MAGIC else \
+        ">" if int.from_bytes(data[:4], "big") == _SPIRV_MAGIC else None
+    if order is None:
+        raise OpenCLError("not a SPIR-V binary (no SPIR-V magic number)")
+    words = np.frombuffer(data, dtype=order + "u4")
+    version = int(words[1])
+    if version & 0xFF0000FF or not 0x00010000 <= version <= 0x0001FF00:
+        raise OpenCLError(f"not a SPIR-V binary (version word {version:#010x})")
+    counts = (words >> 16).tolist()
+    counts_ops = (words & 0xFFFF).tolist()
+    ops = []
+    i, n = 5, len(counts)
+    while i < n:
+        wc = counts[i]
+        if wc == 0 or i + wc > n:
+            raise OpenCLError(f"damaged SPIR-V binary: the instruction at word {i} has word count "
+                              f"{wc}, {'zero' if wc == 0 else f'past the end ({n} words)'}")
+        ops.append(counts_ops[i])
+        i += wc
+    if ops.count(_OP_MEMORY_MODEL) != 1 or _OP_ENTRY_POINT not in ops:
+        raise OpenCLError("damaged SPIR-V binary: no memory model or no entry point")
+    inside = False
+    for op in ops:
+        if op == _OP_FUNCTION:
+            if inside:
+                raise OpenCLError("damaged SPIR-V binary: a function begins inside another")
+            inside = True
+        elif op == _OP_FUNCTION_END:
+            if not inside:
+                raise OpenCLError("damaged SPIR-V binary: a function ends that did not begin")
+            inside = False
+    if inside or not ops or ops[-1] != _OP_FUNCTION_END:
+        raise OpenCLError("damaged SPIR-V binary: cut off (its last function has no end)")
+
+
+_OP_MEMORY_MODEL, _OP_ENTRY_POINT, _OP_FUNCTION, _OP_FUNCTION_END = 14, 15, 54, 56
+
+
+class OpenCLKernel:
+    """A built SPIR-V kernel on one device."""
+
+    def __init__(self, dev, program, kernel, entry, specs, build_log):
+        self.dev = dev
+        self.program = program
+        self.kernel = kernel
+        self.entry = entry
+        self.specs = specs
+        self.build_log = build_log
+        self.num_args = kernel.get_info(dev.cl.kernel_info.NUM_ARGS)
+        info = dev.cl.kernel_work_group_info
+        self.max_group = kernel.get_work_group_info(info.WORK_GROUP_SIZE, dev.device)
+        self.lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<OpenCLKernel {self.entry!r} on {self.dev.name}>"
+
+
+def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
+    """A SPIR-V binary -> its built kernel ``meta["entry"]`` on ``device`` (the first by default).
+
+    OpenCLError (with the build log) when the program does not build or has no
+    such kernel, or when the kernel's parameters do not match ``meta``.
+    """
+    dev = get_device(device)
+    check_spirv(payload)
+    entry = meta.get("entry")
+    if not entry:
+        raise OpenCLError("variant metadata names no entry point")
+    specs = _argspecs(meta)
+    cl = dev.cl
+    try:
+        program = cl.Program(dev.context, bytes(payload))
+    except cl.Error as e:
+        raise OpenCLError(f"OpenCL does not take this SPIR-V ({e})") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        try:
+            program.build(devices=[dev.device])
+        except cl.Error as e:
+            raise OpenCLError(f"SPIR-V program for '{entry}' does not build on {dev.name}: {e}") from None
+    log = program.get_build_info(dev.device, cl.program_build_info.LOG)
+    try:
+        kernel = cl.Kernel(program, entry)
+    except cl.Error as e:
+        names = program.get_info(cl.program_info.KERNEL_NAMES)
+        raise OpenCLError(f"SPIR-V program has no kernel '{entry}' (it has: {names or 'none'}; {e})") \
+            from None
+    k = OpenCLKernel(dev, program, kernel, entry, specs, log)
+    base = sum(s.slots() for s in specs) + 3
+    if k.num_args not in (base, base + 1):
+        raise OpenCLError(f"kernel '{entry}' takes {k.num_args} parameters; its metadata "
+                          f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in debug mode")
+    return k
+
+
+class OpenCLArray:
+    """An array kept in a device buffer, passed to launches without copying.
+
+    Its memory is contiguous: C order, or F order when made from an F-ordered
+    array (``layout``).  ``numpy()`` copies it back into a new NumPy array.
+    """
+
+    def __init__(self, dev, buffer, shape, dtype, layout, writable=True):
+        self.dev = dev
+        self.buffer = buffer
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.layout = layout
+        self.writable = writable
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def element_strides(self) -> list:
+        """Strides in elements of its memory order."""
+        strides, n = [0] * self.ndim, 1
+        order = range(self.ndim - 1, -1, -1) if self.layout == "C" else range(self.ndim)
+        for d in order:
+            strides[d] = n
+            n *= self.shape[d]
+        return strides
+
+    def numpy(self) -> np.ndarray:
+        """A new NumPy array with the buffer's contents (waits for queued launches)."""
+        out = np.empty(self.shape, self.dtype, order=self.layout)
+        if self.nbytes:
+            self.dev.cl.enqueue_copy(self.dev.queue, out.ravel(order="K"), self.buffer,
+                                     is_blocking=True)
+        return out
+
+    def __repr__(self):
+        return f"<OpenCLArray {self.dtype}{list(self.shape)} {self.layout} on {self.dev.name}>"
+
+
+def _buffer(dev, host):
+    """A device buffer holding ``host`` (contiguous); a one-byte buffer for an empty one."""
+    cl = dev.cl
+    mf = cl.mem_flags
+    if host.nbytes == 0:
+        return cl.Buffer(dev.context, mf.READ_WRITE, 1)
+    return cl.Buffer(dev.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=host)
+
+
+def to_device(array, device=None) -> OpenCLArray:
+    """``array`` copied into a buffer on ``device``, in its own memory order (C unless it is F)."""
+    a = np.asarray(array)
+    if a.ndim == 0:
+        raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
+    layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
+    host = np.asarray(a, order=layout)
+    dev = get_device(device)
+    return OpenCLArray(dev, _buffer(dev, host.ravel(order="K")), a.shape, a.dtype, layout,
+                       bool(a.flags.writeable))
+
+
+def _layout_fits(spec_layout, c, f) -> bool:
+    """Whether memory that is C- (``c``) or F-contiguous (``f``) fits a spec's layout."""
+    return spec_layout == "A" or (c if spec_layout == "C" else f)
+
+
+def _group_sizes(dims, limit, max_items):
+    """A work-group shape over ``dims`` with at most ``limit`` work-items, filled along
+    dimension 0 first: each a power of two, no larger than the grid needs along it."""
+    sizes, left = [], max(1, limit)
+    for d, n in enumerate(dims):
+        s = 1
+        while s < n and s * 2 <= left and s * 2 <= max_items[d]:
+            s *= 2
+        sizes.append(s)
+        left //= s
+    return tuple(sizes)
+
+
+def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, local_size=None):
+    """Run ``kernel`` over the grid ``dims`` (1 to 3 extents) with ``args`` (one per value argument,
+    as ``meta["argspec"]`` types them).
+
+    NumPy arrays are copied to device buffers before the launch and, when
+    their type is writable, back after it; ``OpenCLArray`` arguments stay on
+    the device.  ``local_size`` (a tuple like ``dims``, or an int for the
+    work-items of a group) overrides the work-group shape.  Returns the error
+    record (``numpy.int64[4]``) in debug mode, None otherwise; the launch has
+    finished and the copies are back when it returns.
+    """
+    dev = kernel.dev
+    cl = dev.cl
+    specs = kernel.specs
+    dims = tuple(int(d) for d in dims)
+    if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
+        raise ValueError(f"dims must be 1 to 3 extents, none negative: {dims!r}")
+    if len(args) != len(specs):
+        raise TypeError(f"kernel '{kernel.entry}' takes {len(specs)} value arguments, got {len(args)}")
+    expected = sum(s.slots() for s in specs) + 3 + (1 if debug else 0)
+    if expected != kernel.num_args:
+        raise OpenCLError(f"kernel '{kernel.entry}' takes {kernel.num_args} parameters but a "
+                          f"{'debug' if debug else 'non-debug'} launch passes {expected}: "
+                          "was it compiled with debug mode as this launch says?")
+
+    values, copies, shared = [], [], {}
+    for i, (spec, a) in enumerate(zip(specs, args)):
+        what = f"kernel '{kernel.entry}': argument {i}"
+        if not spec.is_array:
+            if isinstance(a, (np.ndarray, OpenCLArray)):
+                raise TypeError(f"{what} is a {spec.text} scalar, not an array")
+            try:
+                values.append(_scalar(spec, a))
+            except (OverflowError, TypeError, ValueError) as e:
+                raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
+            continue
+        if isinstance(a, OpenCLArray):
+            if a.dev is not dev:
+                raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
+            buf, shape, dtype = a.buffer, a.shape, a.dtype
+            c = a.layout == "C" or a.ndim == 1
+            f = a.layout == "F" or a.ndim == 1
+            estrides = a.element_strides()
+            if spec.writable and not a.writable:
+                raise TypeError(f"{what}: the kernel writes it but the device array is read-only")
+        elif isinstance(a, np.ndarray):
+            shape, dtype = a.shape, a.dtype
+            c, f = a.flags.c_contiguous, a.flags.f_contiguous
+            if spec.writable and not a.flags.writeable:
+                raise TypeError(f"{what}: the kernel was compiled for a writable array; this one is "
+                                "read-only")
+            buf = None
+        else:
+            raise TypeError(f"{what} must be a NumPy array or an OpenCLArray ({spec.text}), "
+                            f"not {type(a).__name__}")
+        if dtype != spec.dtype or len(shape) != spec.ndim:
+            raise TypeError(f"{what} is {dtype}[{len(shape)}-d]; the kernel takes {spec.text}")
+        if spec.shape is not None and tuple(shape) != spec.shape:
+            raise TypeError(f"{what} has shape {tuple(shape)}; the kernel compiled in {spec.shape}")
+        if not _layout_fits(spec.layout, c, f):
+            raise TypeError(f"{what} is not {'C' if spec.layout == 'C' else 'F'}-contiguous, as the "
+                            f"kernel's {spec.text} requires")
+        if buf is None:
+            ident = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+            known = shared.get(ident)
+            if known is not None:               # the same array passed twice: one buffer
+                buf, estrides, host = known
+                if spec.writable and a.size and not any(b is buf for _, b, _ in copies):
+                    copies.append((a, buf, host))
+            else:
+                if c or f:
+                    host = a.ravel(order="K")
+                    estrides = [s // a.itemsize for s in a.strides]
+                else:                           # strided: a C copy, passed with its strides
+                    host = np.ascontiguousarray(a)
+                    estrides = [s // a.itemsize for s in host.strides]
+                buf = _buffer(dev, host if host.flags.c_contiguous else host.copy())
+                shared[ident] = (buf, estrides, host)
+                if spec.writable and a.size:
+                    copies.append((a, buf, host))
+        values.append(buf)
+        if spec.shape is None:
+            values.extend(np.int64(n) for n in shape)
+        if spec.layout == "A":
+            values.extend(np.int64(s) for s in estrides)
+
+    grid = dims + (1,) * (3 - len(dims))
+    values.extend(np.int64(n) for n in grid)
+    err = errbuf = None
+    if debug:
+        err = np.zeros(4, np.int64)
+        errbuf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=err)
+        values.append(errbuf)
+
+    if grid[0] * grid[1] * grid[2] == 0:
+        return err
+    if local_size is None:
+        local = _group_sizes(dims, min(DEFAULT_GROUP_SIZE, kernel.max_group), dev.max_item_sizes)
+    elif isinstance(local_size, (int, np.integer)):
+        local = _group_sizes(dims, min(int(local_size), kernel.max_group), dev.max_item_sizes)
+    else:
+        local = tuple(int(x) for x in local_size)
+        if len(local) != len(dims) or any(x < 1 for x in local):
+            raise ValueError(f"local_size {local_size!r} does not match the grid {dims!r}")
+        total = int(np.prod(local))
+        if total > kernel.max_group or any(x > m for x, m in zip(local, dev.max_item_sizes)):
+            raise ValueError(f"local_size {local} is larger than kernel '{kernel.entry}' allows on "
+                             f"{dev.name} ({kernel.max_group} work-items, at most "
+                             f"{dev.max_item_sizes[:len(dims)]} per dimension)")
+    global_size = tuple(-(-n // l) * l for n, l in zip(dims, local))
+
+    with kernel.lock:
+        try:
+            kernel.kernel.set_args(*values)
+            cl.enqueue_nd_range_kernel(dev.queue, kernel.kernel, global_size, local)
+            for a, buf, host in copies:
+                cl.enqueue_copy(dev.queue, host, buf, is_blocking=False)
+            if errbuf is not None:
+                cl.enqueue_copy(dev.queue, err, errbuf, is_blocking=False)
+            dev.queue.finish()
+        except cl.Error as e:
+            raise OpenCLError(f"launch of kernel '{kernel.entry}' over {dims} (work-groups of "
+                              f"{local}) failed on {dev.name}: {e}") from None
+    for a, buf, host in copies:
+        if not np.shares_memory(host, a):
+            np.copyto(a, host.reshape(a.shape))
+    return err
+
+
+def describe() -> str:
+    """What the setup found, as lines of text (``python -m tack.backends.opencl_runtime``)."""
+    cfg = configure_icd()
+    lines = [f"runtime library: {cfg['library'] or RUNTIME_LIBRARY + ' not found'}",
+             f"ICD file: {cfg['icd_file'] or '-'}",
+             f"OCL_ICD_VENDORS: {cfg['vendors'] or '(unset)'} ({cfg['action']})"]
+    found = devices()
+    if found:
+        lines += [f"device {key}: {name}" for name, key in found]
+    else:
+        lines.append(f"no device: {unavailable_reason()}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())
+    sys.exit(0 if available() else 1)
