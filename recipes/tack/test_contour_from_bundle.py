@@ -1,5 +1,5 @@
 """The contour runs with nothing compiled: a fresh process with an empty cache of its own and only
-the package's bundles (argv[1]) gets every kernel variant from a bundle, and never loads LLVM."""
+the package's bundles (argv[1], else what TACK_CACHE_BUNDLES names) gets every kernel variant from a bundle, and never loads LLVM."""
 import os
 import subprocess
 import sys
@@ -18,7 +18,7 @@ assert s["hits"]["variant"] == 2 and s["misses"]["variant"] == 0, s
 assert "llvmlite.binding" not in sys.modules, "LLVM was loaded: something was compiled"
 """
 
-bundles = sys.argv[1]
+bundles = sys.argv[1] if len(sys.argv) > 1 else os.environ["TACK_CACHE_BUNDLES"]
 print("TACK_CACHE_BUNDLES after activation:", os.environ.get("TACK_CACHE_BUNDLES"))
 with tempfile.TemporaryDirectory() as own:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
