@@ -47,3 +47,18 @@ print_times() {
   echo "=== timings ==="
   cat "$TIMES"
 }
+
+# apt_install PKG...: install the Debian packages that are missing (quiet; the log on failure).
+apt_install() {
+  local missing=() p sudo=""
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  local log; log="$(mktemp)"
+  if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get -qq update &&
+         $sudo env DEBIAN_FRONTEND=noninteractive apt-get -qq -o=Dpkg::Use-Pty=0 install -y \
+           --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    cat "$log" >&2; rm -f "$log"; return 1
+  fi
+  rm -f "$log"
+}

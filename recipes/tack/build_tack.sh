@@ -20,12 +20,21 @@ mkdir -p "$share/bundles"
   echo "      shapes: [[21, 21, 21]]"
 } > "$share/bundles-build.yaml"
 
-# No user cache is read or written while building; the bundles are all that is made.
+# No user cache is read or written while building; the bundles are all that is made.  Run from
+# the prefix, not the source tree: `python -m` imports from the working directory first, and Tack
+# run from its source tree tags what it makes with a hash of the sources ("0.1.0+src.<hash>"),
+# which the installed Tack ("0.1.0") would find stale.
+cd "$share"
 start=$(date +%s)
 env -u TACK_CACHE_DIR -u TACK_CACHE_BUNDLES TACK_CACHE=off \
   "$PYTHON" -m tack.site bundles build "$share/bundles-build.yaml" --output "$share/bundles"
 echo "tack: bundles built in $(( $(date +%s) - start )) s"
 du -b "$share"/bundles/* || true
+if "$PYTHON" -m tack.site bundles status "$share/bundles" | grep STALE; then
+  echo "tack: the bundles just built are stale for the installed Tack" >&2
+  exit 1
+fi
+cd "$SRC_DIR"
 
 # Activation: TACK_CACHE_BUNDLES points at this environment's bundles (the user's own value is
 # saved, and restored on deactivation).

@@ -232,6 +232,13 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
         env = self.tack_build_env()
         args = ["-m", "tack.site", "bundles", "build", build_config, "--output", self.bundles_dir]
         tty.msg(f"Building Tack bundles for {', '.join(cpu)} into {self.bundles_dir}")
+        with working_dir(share):
+            self.run_bundles_build(python, args, cpu, gpu, env)
+
+    def run_bundles_build(self, python, args, cpu, gpu, env):
+        # Run from the prefix, not the stage: `python -m` imports from the working directory
+        # first, and Tack run from its source tree tags what it makes with a hash of the sources
+        # ("0.1.0+src.<hash>"), which the installed Tack ("0.1.0") would find stale.
         python(*args, *[x for a in cpu for x in ("--arch", a)], env=env)
         # GPU bundles: passed through as they will be built; until Tack has a GPU backend,
         # `bundles build` says it is not installed yet, and the install goes on without them.
@@ -245,7 +252,11 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
                          f"it); the install has CPU bundles only")
             else:
                 raise InstallError(f"bundles build --arch {arch} failed:\n{out}")
-        python("-m", "tack.site", "bundles", "status", self.bundles_dir, env=env)
+        status = python("-m", "tack.site", "bundles", "status", self.bundles_dir, env=env,
+                        output=str)
+        tty.msg(status)
+        if "STALE" in status:
+            raise InstallError(f"the bundles just built are stale for the installed Tack:\n{status}")
 
     # -- tests -------------------------------------------------------------------
 
@@ -260,7 +271,8 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
             env = self.tack_build_env()
             env.update(TACK_CACHE_DIR=join_path(own, "cache"), TACK_CACHE="read",
                        TACK_CACHE_BUNDLES=self.bundles_dir)
-            out = python("-c", CONTOUR_SERVED_FROM_BUNDLE, output=str, error=str, env=env)
+            with working_dir(own):      # not the stage: the installed Tack is tested
+                out = python("-c", CONTOUR_SERVED_FROM_BUNDLE, output=str, error=str, env=env)
             tty.msg(out)
             assert "nothing compiled" in out, out
 
