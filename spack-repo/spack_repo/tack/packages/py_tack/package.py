@@ -2,6 +2,7 @@
 #
 # SPDX-License-Identifier: BSD-3-Clause
 
+import glob
 import json
 import os
 import tempfile
@@ -178,6 +179,13 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
                 del env[var]
         env["TACK_CACHE"] = "off"
         env["PYTHONNOUSERSITE"] = "1"
+        # The installed Tack, wherever pip put it in the prefix (site-packages of python-venv;
+        # an external Debian python's scheme says local/lib/python3.X/dist-packages).
+        found = glob.glob(join_path(self.prefix, "**", "tack", "__init__.py"), recursive=True)
+        if found:
+            site = os.path.dirname(os.path.dirname(found[0]))
+            env["PYTHONPATH"] = os.pathsep.join([site] + [p for p in
+                                                          env.get("PYTHONPATH", "").split(os.pathsep) if p])
         return env
 
     # -- install ---------------------------------------------------------------
