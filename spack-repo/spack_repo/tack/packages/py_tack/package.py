@@ -270,6 +270,17 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
 
     install_time_test_callbacks = ["test_imports", "test_contour_from_bundle"]
 
+    def test_imports(self):
+        """import the installed Tack's modules"""
+        # PythonPackage's own test_imports relies on PYTHONPATH, which during install lacks the
+        # prefix when pip's scheme and python's differ (python-venv over an external python).
+        python = self.spec["python"].command
+        env = self.tack_build_env()
+        for module in self.import_modules:
+            with test_part(self, f"test_imports_{module}", purpose=f"checking import of {module}",
+                           work_dir="spack-test"):
+                python("-c", f"import {module}", env=env)
+
     def test_contour_from_bundle(self):
         """the contour is served by the installed bundle: nothing is compiled"""
         if self.spec.satisfies("~bundles"):
