@@ -92,7 +92,7 @@ done | tee "$S/spack-figures.txt"
 check_load() {
   ( spack load "$@"
     cd /tmp
-    env | grep '^TACK_' | sort
+    env | grep '^TACK_CACHE' | sort
     python3 "$CONTOUR" )
 }
 step "spack load py-tack + contour from the bundle" check_load py-tack site_config=none
@@ -110,7 +110,7 @@ TCL_SITED="$(spack module tcl find py-tack site_config="$SITE")"
 in_module_shell() {  # INIT USE-DIRS MODULE : load MODULE in a clean bash, print TACK_*, run contour
   env -i HOME="$HOME" PATH=/usr/bin:/bin TERM=dumb bash --noprofile --norc -c "
     set -e; source '$1'; for d in $2; do module use \$d; done; module load $3
-    cd /tmp; env | grep '^TACK_' | sort; python3 '$CONTOUR'"
+    cd /tmp; env | grep '^TACK_CACHE' | sort; python3 '$CONTOUR'"
 }
 step "Lmod: module load py-tack (Spack's) + contour" \
   in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_PLAIN"
@@ -121,8 +121,10 @@ step "Tcl (Environment Modules): module load py-tack + contour" \
 # module files (python -m tack.site modules) do; TACK_CACHE_BUNDLES is the install's bundles.
 site_module_env() {
   rm -rf "$S/site-modules"
-  ( spack load py-tack site_config="$SITE"; python3 -m tack.site modules "$SITE" --root "$S/site-modules" >/dev/null )
-  in_module_shell "$LMOD_INIT" "$S/site-modules" tack | grep '^TACK_' | grep -v '^TACK_CACHE_BUNDLES='
+  # The site tool's module files, rendered by this checkout's Tack (with the externals' venv:
+  # Spack's external py-jinja2 does not bring MarkupSafe along).
+  PYTHONPATH="$ROOT" "$S/venv-ext/bin/python" -m tack.site modules "$SITE" --root "$S/site-modules" >/dev/null
+  in_module_shell "$LMOD_INIT" "$S/site-modules" tack | grep '^TACK_CACHE' | grep -v '^TACK_CACHE_BUNDLES='
 }
 compare_site_settings() {
   local want; want="$(site_module_env)"
@@ -134,7 +136,7 @@ compare_site_settings() {
       tcl)  got="$(in_module_shell "$TCL_INIT" "$(echo "$MODS"/tcl/linux-*)" "$TCL_SITED")" ;;
       load) got="$(check_load py-tack site_config="$SITE")" ;;
     esac
-    if [ "$(echo "$got" | grep '^TACK_' | grep -v '^TACK_CACHE_BUNDLES=')" != "$want" ]; then
+    if [ "$(echo "$got" | grep '^TACK_CACHE' | grep -v '^TACK_CACHE_BUNDLES=')" != "$want" ]; then
       echo "$how: the site config's settings differ:" >&2; echo "$got" >&2; return 1
     fi
     echo "$got" | grep -qx "TACK_CACHE_BUNDLES=$SITED/share/tack/bundles" \

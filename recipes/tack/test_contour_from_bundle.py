@@ -19,7 +19,7 @@ assert "llvmlite.binding" not in sys.modules, "LLVM was loaded: something was co
 """
 
 bundles = sys.argv[1] if len(sys.argv) > 1 else os.environ["TACK_CACHE_BUNDLES"]
-print("TACK_CACHE_BUNDLES after activation:", os.environ.get("TACK_CACHE_BUNDLES"))
+print("the environment says TACK_CACHE_BUNDLES =", os.environ.get("TACK_CACHE_BUNDLES"))
 with tempfile.TemporaryDirectory() as own:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
     env.update(TACK_CACHE_DIR=os.path.join(own, "cache"), TACK_CACHE="read",
