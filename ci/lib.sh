@@ -1,0 +1,64 @@
+# Helpers shared by the ci/ scripts (sourced).
+
+# step NAME CMD...: run CMD, then print how long it took; the figures are collected in $TIMES.
+TIMES="${TIMES:-$(mktemp)}"
+step() {
+  local name="$1"; shift
+  local t0 t1 rc=0
+  echo "::: $name"
+  t0=$EPOCHREALTIME
+  "$@" || rc=$?
+  t1=$EPOCHREALTIME
+  printf '%-58s %7.1f s%s\n' "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')" "$([ $rc -eq 0 ] || echo "  FAILED ($rc)")" | tee -a "$TIMES"
+  return $rc
+}
+
+# expect_failure PATTERN CMD...: CMD must fail and print PATTERN.
+expect_failure() {
+  local pattern="$1"; shift
+  local out
+  if out="$("$@" 2>&1)"; then echo "expected a failure: $*" >&2; return 1; fi
+  if ! grep -qF -- "$pattern" <<<"$out"; then echo "$out" >&2; echo "missing: $pattern" >&2; return 1; fi
+  grep -F -- "$pattern" <<<"$out" | head -1
+}
+
+# The sdist of this checkout (what package.py's and meta.yaml's release version are checked with).
+# TACK_SDIST, if set, names one already built.  $1: scratch directory.  Sets SDIST.
+build_sdist() {
+  local scratch="$1"
+  if [ -n "${TACK_SDIST:-}" ]; then SDIST="$TACK_SDIST"; echo "$SDIST"; return; fi
+  if [ ! -f "$scratch/venv-sdist/.ready" ]; then
+    python3 -m venv "$scratch/venv-sdist" >&2
+    "$scratch/venv-sdist/bin/pip" install -q -U build "setuptools>=68" 2>&1 | grep -v '^WARNING: Location' >&2
+    touch "$scratch/venv-sdist/.ready"
+  fi
+  rm -rf "$scratch/dist" "$scratch/sdist-src"
+  # From a copy of the tracked files: nothing is written into the checkout (egg-info).
+  mkdir -p "$scratch/sdist-src"
+  git ls-files -z | xargs -0 cp --parents -t "$scratch/sdist-src" || return 1
+  (cd "$scratch/sdist-src" && "$scratch/venv-sdist/bin/python" -m build --sdist --no-isolation \
+     -o "$scratch/dist" . >&2) || return 1
+  SDIST="$(ls "$scratch"/dist/tack-*.tar.gz)" || return 1
+  echo "$SDIST"
+}
+
+print_times() {
+  echo
+  echo "=== timings ==="
+  cat "$TIMES"
+}
+
+# apt_install PKG...: install the Debian packages that are missing (quiet; the log on failure).
+apt_install() {
+  local missing=() p sudo=""
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  local log; log="$(mktemp)"
+  if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get -qq update &&
+         $sudo env DEBIAN_FRONTEND=noninteractive apt-get -qq -o=Dpkg::Use-Pty=0 install -y \
+           --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    cat "$log" >&2; rm -f "$log"; return 1
+  fi
+  rm -f "$log"
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Check spack-repo/ with the real Spack: audit, info, concretize the variants, install py-tack with
+# Python and its Python dependencies as externals, load it (spack load, generated Lmod and Tcl
+# modules with the real module tools) and run the contour served from the installed bundle.
+#
+#   ci/spack-check.sh [SCRATCH]
+#
+# Spack comes from, in order: SPACK_ROOT (a Spack of your own, used with its own configuration:
+# the externals and the mirror steps are skipped), the shared tool kit (../shared/tools, or
+# TACK_TOOLS; see its README), or a clone of Spack's v1.1.0 release and spack-packages when the
+# network allows.  SCRATCH (default: a new temporary directory) may be reused: setup is idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+. ci/lib.sh
+TOOLS="${TACK_TOOLS:-$ROOT/../shared/tools}"
+S="${1:-$(mktemp -d)}"; mkdir -p "$S"; S="$(cd "$S" && pwd)"
+echo "spack-check: scratch $S"
+SITE="$ROOT/tests/packaging/site.yaml"
+CONTOUR="$ROOT/recipes/tack/test_contour_from_bundle.py"
+
+# -- the release version's sdist and a CI-local copy of the repository with its sha256 -------------
+step "sdist (python -m build --sdist)" build_sdist "$S" || exit 1
+SHA="$(sha256sum "$SDIST" | cut -d' ' -f1)"
+rm -rf "$S/repo" && mkdir -p "$S/repo/spack_repo"
+cp -r spack-repo/spack_repo/tack "$S/repo/spack_repo/tack"
+PKG="$S/repo/spack_repo/tack/packages/py_tack/package.py"
+committed="$(grep -o 'version("0.1.0", sha256="[0-9a-f]*")' "$PKG" | grep -o '[0-9a-f]\{64\}')"
+sed -i "s/$committed/$SHA/" "$PKG"
+echo "py-tack@0.1.0: committed sha256 $committed; this checkout's sdist $SHA ($SDIST)"
+
+# -- Spack -----------------------------------------------------------------------------------------
+KIT=""
+if [ -n "${SPACK_ROOT:-}" ]; then
+  . "$SPACK_ROOT/share/spack/setup-env.sh"
+elif [ -f "$TOOLS/spack/setup.sh" ]; then
+  KIT=1
+  step "spack/setup.sh (the shared kit)" bash "$TOOLS/spack/setup.sh" "$S/spack" >"$S/spack-setup.log" 2>&1 \
+    || { cat "$S/spack-setup.log"; exit 1; }
+  if [ ! -x "$S/venv-ext/bin/python" ]; then
+    /usr/bin/python3 -m venv "$S/venv-ext"
+  fi
+  EXT=(pip setuptools wheel numpy llvmlite pyyaml jinja2 markupsafe archspec)
+  step "venv + pip install of the externals" "$S/venv-ext/bin/pip" install -q -U "${EXT[@]}" 2>&1 | grep -v '^WARNING: Location' || true
+  step "externals.sh + mirror-add.sh" bash -c "bash '$TOOLS/spack/externals.sh' '$S/spack' '$S/venv-ext/bin/python' ${EXT[*]} >/dev/null && bash '$TOOLS/spack/mirror-add.sh' '$S/spack' '$SDIST'"
+  set +u; . "$S/spack/env.sh"; set -u
+else
+  echo "no SPACK_ROOT and no tool kit at $TOOLS (set TACK_TOOLS): cloning Spack v1.1.0"
+  git clone -q --depth 1 -b v1.1.0 https://github.com/spack/spack "$S/spack-clone"
+  git clone -q --depth 1 -b v2025.11.0 https://github.com/spack/spack-packages "$S/spack-packages-clone"
+  set +u; . "$S/spack-clone/share/spack/setup-env.sh"; set -u
+  spack repo add --scope site "$S/spack-packages-clone/repos/spack_repo/builtin" || true
+  spack mirror add --scope site local "file://$S/mirror"
+  spack_sdist_dir="$S/mirror/_source-cache/archive/${SHA:0:2}"
+  mkdir -p "$spack_sdist_dir" && cp "$SDIST" "$spack_sdist_dir/$SHA.tar.gz"
+fi
+
+spack repo remove --scope user tack >/dev/null 2>&1 || true
+step "spack repo add" spack repo add --scope user "$S/repo/spack_repo/tack"
+step "spack audit packages py-tack" spack audit packages py-tack
+step "spack info py-tack" spack info py-tack >"$S/spack-info.txt"
+grep -E "^    (bundles|mpi|level_zero|site_config|cuda|rocm) " "$S/spack-info.txt"
+step "spack spec -l py-tack" spack spec -l py-tack
+step "spack spec -l py-tack +cuda cuda_arch=90 +mpi" spack spec -l py-tack +cuda cuda_arch=90 +mpi
+step "spack spec -l py-tack ~bundles" spack spec -l py-tack ~bundles
+step "spack spec py-tack +cuda (conflict: no cuda_arch)" \
+  expect_failure "+cuda builds CUDA bundles for the GPUs cuda_arch names" spack spec py-tack +cuda
+
+[ -n "$KIT" ] || { echo "SPACK_ROOT/clone: Python and its dependencies are not externals here; stopping after concretization"; print_times; exit 0; }
+
+# -- install, with the install-time tests (imports; contour served from the bundle) ---------------
+spack uninstall -y -a py-tack >/dev/null 2>&1 || true
+step "spack install --test=root py-tack" spack install --fail-fast --test=root py-tack
+step "spack install --test=root py-tack site_config=tests/packaging/site.yaml" \
+  spack install --fail-fast --test=root py-tack site_config="$SITE"
+PLAIN="$(spack find --format '{prefix}' py-tack site_config=none)"
+SITED="$(spack find --format '{prefix}' py-tack site_config="$SITE")"
+for prefix in "$PLAIN" "$SITED"; do
+  echo "--- $prefix"
+  python3 - "$prefix/.spack/install_times.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+print("py-tack build: " + ", ".join(f"{p['name']} {p['seconds']:.1f} s" for p in t["phases"])
+      + f"; total {t['total']:.1f} s")
+PY
+  zcat "$prefix/.spack/spack-build-out.txt.gz" | sed -n '/^arch *kernels/,/^==>/p' | grep -v '^==>'
+  ls -l "$prefix/share/tack/bundles"
+  grep -h "served from the installed bundle" "$prefix/.spack/install-time-test-log.txt"
+done | tee "$S/spack-figures.txt"
+
+# -- spack load --------------------------------------------------------------------------------------
+check_load() {
+  ( spack load "$@"
+    cd /tmp
+    env | grep '^TACK_CACHE' | sort
+    python3 "$CONTOUR" )
+}
+step "spack load py-tack + contour from the bundle" check_load py-tack site_config=none
+
+# -- modules, loaded with the real module systems ----------------------------------------------------
+step "spack module tcl refresh + lmod refresh" bash -c "spack module tcl refresh -y >/dev/null && spack module lmod refresh -y >/dev/null"
+MODS="$S/spack/spack-modules"
+LMOD_INIT=/usr/share/lmod/lmod/init/bash
+TCL_INIT=/usr/share/modules/init/bash
+[ -f "$TCL_INIT" ] || TCL_INIT=/opt/envmodules/usr/share/modules/init/bash   # where ci/run-tests.sh puts it
+LMOD_PLAIN="$(spack module lmod find py-tack site_config=none)"
+LMOD_SITED="$(spack module lmod find py-tack site_config="$SITE")"
+TCL_PLAIN="$(spack module tcl find py-tack site_config=none)"
+TCL_SITED="$(spack module tcl find py-tack site_config="$SITE")"
+in_module_shell() {  # INIT USE-DIRS MODULE : load MODULE in a clean bash, print TACK_*, run contour
+  env -i HOME="$HOME" PATH=/usr/bin:/bin TERM=dumb bash --noprofile --norc -c "
+    set -e; source '$1'; for d in $2; do module use \$d; done; module load $3
+    cd /tmp; env | grep '^TACK_CACHE' | sort; python3 '$CONTOUR'"
+}
+step "Lmod: module load py-tack (Spack's) + contour" \
+  in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_PLAIN"
+step "Tcl (Environment Modules): module load py-tack + contour" \
+  in_module_shell "$TCL_INIT" "$(echo "$MODS"/tcl/linux-*)" "$TCL_PLAIN"
+
+# The site config's settings: Spack's modules and spack load export what the site tool's own
+# module files (python -m tack.site modules) do; TACK_CACHE_BUNDLES is the install's bundles.
+site_module_env() {
+  rm -rf "$S/site-modules"
+  # The site tool's module files, rendered by this checkout's Tack (with the externals' venv:
+  # Spack's external py-jinja2 does not bring MarkupSafe along).
+  PYTHONPATH="$ROOT" "$S/venv-ext/bin/python" -m tack.site modules "$SITE" --root "$S/site-modules" >/dev/null
+  in_module_shell "$LMOD_INIT" "$S/site-modules" tack | grep '^TACK_CACHE' | grep -v '^TACK_CACHE_BUNDLES='
+}
+compare_site_settings() {
+  local want; want="$(site_module_env)"
+  echo "python -m tack.site modules (Lmod) exports:"; echo "$want" | sed 's/^/  /'
+  local how got
+  for how in lmod tcl load; do
+    case $how in
+      lmod) got="$(in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_SITED")" ;;
+      tcl)  got="$(in_module_shell "$TCL_INIT" "$(echo "$MODS"/tcl/linux-*)" "$TCL_SITED")" ;;
+      load) got="$(check_load py-tack site_config="$SITE")" ;;
+    esac
+    if [ "$(echo "$got" | grep '^TACK_CACHE' | grep -v '^TACK_CACHE_BUNDLES=')" != "$want" ]; then
+      echo "$how: the site config's settings differ:" >&2; echo "$got" >&2; return 1
+    fi
+    echo "$got" | grep -qx "TACK_CACHE_BUNDLES=$SITED/share/tack/bundles" \
+      || { echo "$how: TACK_CACHE_BUNDLES is not the install's bundles" >&2; echo "$got" >&2; return 1; }
+    echo "$how: same settings as the site tool's module; TACK_CACHE_BUNDLES=$SITED/share/tack/bundles; contour served from the bundle"
+  done
+}
+step "site_config: Lmod, Tcl and spack load set what tack.site modules sets" compare_site_settings
+
+echo; echo "=== figures ==="; cat "$S/spack-figures.txt"
+print_times

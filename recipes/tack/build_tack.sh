@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Build script of the `tack` output: install the package, then build its CPU kernel bundles into
+# $PREFIX/share/tack/bundles (no post-link script: the bundles are in the package).
+set -euxo pipefail
+
+"$PYTHON" -m pip install . --no-deps --no-build-isolation -vv
+
+share="$PREFIX/share/tack"
+mkdir -p "$share/bundles"
+
+# The build config, kept in the package for `python -m tack.site bundles rebuild` and for admins.
+# tack_cpu_archs comes from conda_build_config.yaml (x86_64_v2 x86_64_v3 x86_64_v4, or aarch64).
+{
+  echo "version: 1"
+  echo "build:"
+  echo "  archs:"
+  echo "    cpu: [$(echo ${tack_cpu_archs} | sed 's/ /, /g')]"
+  echo "  kernels:"
+  echo "    - module: tack.kernels.contour"
+  echo "      shapes: [[21, 21, 21]]"
+} > "$share/bundles-build.yaml"
+
+# No user cache is read or written while building; the bundles are all that is made.  Run from
+# the prefix, not the source tree: `python -m` imports from the working directory first, and Tack
+# run from its source tree tags what it makes with a hash of the sources ("0.1.0+src.<hash>"),
+# which the installed Tack ("0.1.0") would find stale.
+cd "$share"
+start=$(date +%s)
+env -u TACK_CACHE_DIR -u TACK_CACHE_BUNDLES TACK_CACHE=off \
+  "$PYTHON" -m tack.site bundles build "$share/bundles-build.yaml" --output "$share/bundles"
+echo "tack: bundles built in $(( $(date +%s) - start )) s"
+du -b "$share"/bundles/* || true
+if "$PYTHON" -m tack.site bundles status "$share/bundles" | grep STALE; then
+  echo "tack: the bundles just built are stale for the installed Tack" >&2
+  exit 1
+fi
+cd "$SRC_DIR"
+
+# Activation: TACK_CACHE_BUNDLES points at this environment's bundles (the user's own value is
+# saved, and restored on deactivation).
+for d in activate deactivate; do
+  mkdir -p "$PREFIX/etc/conda/$d.d"
+  cp "$RECIPE_DIR/tack_$d.sh" "$PREFIX/etc/conda/$d.d/tack_$d.sh"
+done

@@ -1,0 +1,66 @@
+"""docs/deploy.md: every `sh` block runs and succeeds (in a fresh directory, with this checkout's
+Tack); the `console` blocks (Spack, conda-build: minutes) are run by ci/spack-check.sh and
+ci/conda-check.sh, and each of their commands must appear in the script the doc names."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "deploy.md"
+BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+
+
+def blocks(lang):
+    return [m.group(2) for m in BLOCK.finditer(DOC.read_text()) if m.group(1) == lang]
+
+
+def test_the_doc_has_shell_blocks():
+    assert len(blocks("sh")) >= 2 and len(blocks("console")) >= 2
+
+
+def test_shell_blocks_run(tmp_path):
+    """The sh blocks in order, in one shell, as an admin would type them."""
+    pytest.importorskip("yaml")
+    pytest.importorskip("jinja2")
+    pytest.importorskip("archspec")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}",
+               PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}".rstrip(os.pathsep),
+               TACK_CACHE="off")
+    script = "set -euo pipefail\n" + "\n".join(blocks("sh"))
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = os.listdir(tmp_path / "bundles")
+    assert any("x86_64_v2" in n or "aarch64" in n for n in names) or names, names
+    assert (tmp_path / "modulefiles" / "tack").is_dir()
+
+
+def _normalise(cmd):
+    return re.sub(r"\s+", " ", re.sub(r"\$\{?\w+\}?|\"|'", "", cmd)).strip()
+
+
+@pytest.mark.parametrize("script", ["ci/spack-check.sh", "ci/conda-check.sh"])
+def test_console_commands_are_run_by_ci(script):
+    """Each command of a console block the doc attributes to a CI script is run by it (variables
+    and quotes aside)."""
+    text = DOC.read_text()
+    ci = _normalise((ROOT / script).read_text())
+    for m in BLOCK.finditer(text):
+        if m.group(1) != "console" or script not in text[:m.start()].rsplit("\n\n", 1)[-1]:
+            continue
+        for line in m.group(2).splitlines():
+            words = _normalise(line).split()
+            if not words or words[0] == "conda":       # conda activate/deactivate: a shell function
+                continue
+            # the command's own words, in order, somewhere in the script
+            pattern = r"\b" + r"\s+(?:\S+\s+)*?".join(map(re.escape, words[:4]))
+            assert re.search(pattern, ci), f"{line!r} is not run by {script}"
