@@ -123,6 +123,7 @@ class _ModuleGen:
         self.addrspace = getattr(target, "addrspace", 0)
         self.alloca_addrspace = getattr(target, "alloca_addrspace", 0)
         self.no_float64 = getattr(target, "has_float64", True) is False
+        self.overflow_intrinsics = getattr(target, "overflow_intrinsics", True)
 
     def lltype(self, t):
         """``lltype`` with this target's address space for array data."""
@@ -354,13 +355,23 @@ class _FunctionGen:
             self.b.branch(inc)
         self.b.position_at_end(inc)
         # An increment that overflows the counter's type ends the loop (it has passed stop).
-        name = f"llvm.{'s' if signed else 'u'}add.with.overflow.i{step.type.width}"
-        fn = self.mod.module.globals.get(name) or ir.Function(
-            self.mod.module, ir.FunctionType(ir.LiteralStructType([step.type, I1]),
-                                             [step.type, step.type]), name)
-        res = self.b.call(fn, [self.b.load(counter), step])
-        self.b.store(self.b.extract_value(res, 0), counter)
-        self.b.cbranch(self.b.extract_value(res, 1), done, head)
+        if self.mod.overflow_intrinsics:
+            name = f"llvm.{'s' if signed else 'u'}add.with.overflow.i{step.type.width}"
+            fn = self.mod.module.globals.get(name) or ir.Function(
+                self.mod.module, ir.FunctionType(ir.LiteralStructType([step.type, I1]),
+                                                 [step.type, step.type]), name)
+            res = self.b.call(fn, [self.b.load(counter), step])
+            nxt, overflow = self.b.extract_value(res, 0), self.b.extract_value(res, 1)
+        else:                               # the same test in plain arithmetic (SPIR-V)
+            cur = self.b.load(counter)
+            nxt = self.b.add(cur, step)
+            if signed:                      # the sum's sign differs from both operands'
+                both = self.b.and_(self.b.xor(cur, nxt), self.b.xor(step, nxt))
+                overflow = self.b.icmp_signed("<", both, ir.Constant(step.type, 0))
+            else:
+                overflow = self.b.icmp_unsigned("<", nxt, cur)
+        self.b.store(nxt, counter)
+        self.b.cbranch(overflow, done, head)
         self.b.position_at_end(done)
 
     def _s_break(self, s):
@@ -697,6 +708,8 @@ class _FunctionGen:
         src, dst = src.strong(), dst.strong()
         if src == dst:
             return v
+        if dst.name == "float64" and self.mod.no_float64:
+            raise Unsupported("float64 (this device has no double precision)")
         b = self.b
         if dst.kind == "b":
             return self.to_bool(v, src)

@@ -216,12 +216,17 @@ def find_ptxas() -> str:
                     "(pip install nvidia-cuda-nvcc)")
 
 
-def run_tool(cmd, what: str, cwd=None) -> str:
-    """Run a vendor tool; ToolError with its output if it fails."""
-    try:
-        res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
-    except OSError as e:
-        raise ToolError(f"{what}: cannot run {cmd[0]}: {e}") from None
+def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
+    """Run a vendor tool; ToolError with its output if it fails.  ``tries``: runs allowed when
+    the tool dies by a signal (Debian 12's ocloc aborts now and then on input it compiles the
+    next time)."""
+    for attempt in range(tries):
+        try:
+            res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+        except OSError as e:
+            raise ToolError(f"{what}: cannot run {cmd[0]}: {e}") from None
+        if res.returncode >= 0:
+            break
     if res.returncode != 0:
         raise ToolError(f"{what} failed ({' '.join(map(str, cmd))}, exit {res.returncode}):\n"
                         f"{res.stdout}{res.stderr}")

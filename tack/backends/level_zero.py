@@ -26,6 +26,7 @@ class LevelZeroTarget(GPUTarget):
     kind = "level_zero"
     kernel_cc = "spir_kernel"
     machine_name = "spirv64"
+    overflow_intrinsics = False     # LLVM 22's SPIR-V backend cannot select sadd.with.overflow
 
     def __init__(self, arch):
         super().__init__(arch)
@@ -56,13 +57,44 @@ class LevelZeroTarget(GPUTarget):
                 f.write(spirv)
             run_tool([find_ocloc(), "compile", "-spirv_input", "-file", src, "-device",
                       self.device, "--format", "zebin", "-output", "native", "-output_no_suffix",
-                      "-out_dir", tmp], f"ocloc for level_zero:{self.arch}")
+                      "-out_dir", tmp], f"ocloc for level_zero:{self.arch}", tries=3)
             out = os.path.join(tmp, "native")      # -output_no_suffix: the name as given
             if not os.path.exists(out):
                 raise ToolError(f"ocloc for level_zero:{self.arch} wrote no binary "
                                 f"(found {sorted(os.listdir(tmp))})")
             with open(out, "rb") as f:
                 return f.read()
+
+    def atomic_rmw(self, builder, op, ptr, value):
+        """Integer atomics as SPIR-V's; float ones as a compare-and-swap loop on the bits (SPIR-V
+        has float add/min/max only through extensions that LLVM 22 does not enable by default)."""
+        if op not in ("fadd", "fmin", "fmax"):
+            return super().atomic_rmw(builder, op, ptr, value)
+        import llvmlite.ir as ir
+        from ..codegen import declare_intrinsic
+        b = builder
+        ity = ir.IntType(32 if isinstance(value.type, ir.FloatType) else 64)
+        iptr = b.bitcast(ptr, ity.as_pointer(self.addrspace))
+        start = b.block
+        loop = b.append_basic_block("atomic.cas")
+        done = b.append_basic_block("atomic.done")
+        first = b.load_atomic(iptr, "monotonic", ity.width // 8)
+        b.branch(loop)
+        b.position_at_end(loop)
+        old_i = b.phi(ity)
+        old_i.add_incoming(first, start)
+        old = b.bitcast(old_i, value.type)
+        if op == "fadd":
+            new = b.fadd(old, value)
+        else:
+            fn = declare_intrinsic(b.module, "minnum" if op == "fmin" else "maxnum",
+                                   value.type, [value.type, value.type])
+            new = b.call(fn, [old, value])
+        res = b.cmpxchg(iptr, old_i, b.bitcast(new, ity), "monotonic", "monotonic")
+        old_i.add_incoming(b.extract_value(res, 0), b.block)
+        b.cbranch(b.extract_value(res, 1), done, loop)
+        b.position_at_end(done)
+        return old
 
     def global_id(self, module, b, d):
         import llvmlite.ir as ir
