@@ -235,6 +235,13 @@ def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
 
 # -- the toolchain's target: what the three GPU targets share -----------------------------------
 
+# LLVM 22's SPIR-V backend keeps pointers into modules it has seen in the shared LLVM context;
+# once a module is freed and its memory reused, a later SPIR-V module can come out invalid (ids
+# defined twice: spirv-val rejects it, ocloc aborts on it).  Every module a GPU target compiles
+# is therefore kept for the life of the process (some hundred kB per kernel).
+_KEEP = []
+
+
 class GPUTarget:
     """A GPU target of the toolchain side (subclassed per kind in cuda.py, hip.py, level_zero.py).
 
@@ -303,7 +310,9 @@ class GPUTarget:
 
     def compile(self, module) -> bytes:
         """An llvmlite.ir module -> the artifact's bytes."""
-        return self.emit(self.optimize(module))
+        optimized = self.optimize(module)
+        _KEEP.append(optimized)
+        return self.emit(optimized)
 
     def emit(self, optimized) -> bytes:
         raise NotImplementedError

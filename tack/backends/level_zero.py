@@ -22,6 +22,13 @@ from .gpu import (INTEL_DEVICES, GPUTarget, ToolError, find_ocloc, pack_level_ze
                   split_arch)
 
 
+# LLVM 22's SPIR-V backend keeps pointers to the modules and machines it has emitted; once one
+# is freed and its memory reused, a later module can come out as invalid SPIR-V (ids defined
+# twice: spirv-val rejects it, ocloc aborts on it).  Every module and machine used here is
+# therefore kept for the life of the process (some hundred kB per kernel).
+_KEEP = []
+
+
 class LevelZeroTarget(GPUTarget):
     kind = "level_zero"
     kernel_cc = "spir_kernel"
@@ -47,6 +54,7 @@ class LevelZeroTarget(GPUTarget):
 
     def emit(self, optimized) -> bytes:
         spirv = self.machine.emit_object(optimized)
+        _KEEP.append((optimized, self.machine))
         return pack_level_zero(spirv, self.native(spirv) if self.device else b"")
 
     def native(self, spirv: bytes) -> bytes:
