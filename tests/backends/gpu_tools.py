@@ -125,6 +125,11 @@ def language_launches() -> tuple:
     finally:
         tack.launch = real
         tack.config.reset()
+        # Leave the suite's kernels as a fresh import would (its own tests count variants).
+        for value in vars(suite).values():
+            if isinstance(value, tack.api.Kernel):
+                value._lowered.clear()
+                value._variants.clear()
     return tuple(seen.values())
 
 
