@@ -218,8 +218,8 @@ def find_ptxas() -> str:
 
 def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
     """Run a vendor tool; ToolError with its output if it fails.  ``tries``: runs allowed when
-    the tool dies by a signal (Debian 12's ocloc aborts now and then on input it compiles the
-    next time)."""
+    the tool dies by a signal (kept for ocloc, which aborted on the invalid SPIR-V of the
+    backend's flake described at ``_KEEP``; a retry does not cure that, valid input needs none)."""
     for attempt in range(tries):
         try:
             res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
