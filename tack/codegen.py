@@ -3,9 +3,14 @@
 What differs between targets sits behind a small interface the backend
 passes in (``target``): how the grid loop or thread index reaches the kernel
 body (``emit_entry``), how a math function is called (``math_call``), and
-the atomic ordering.  Everything else -- arithmetic with Python's
-semantics, array addressing, bounds checks, device-function calls -- is
-shared.
+the atomic ordering (``atomic_rmw``).  A target may also set
+``addrspace`` (the LLVM address space of array data, constant arrays and the
+debug error record: 1, global memory, on the GPU targets; 0 by default) and
+``alloca_addrspace`` (AMDGPU's private memory is 5).  A hook that cannot
+do what is asked raises ``Unsupported("what")``; codegen turns it into a
+``CompileError`` at the user's line naming the feature and the target.
+Everything else -- arithmetic with Python's semantics, array addressing,
+bounds checks, device-function calls -- is shared.
 
 Values in the generator mirror Tack types: a scalar is one LLVM value, an
 array a struct of a pointer to its first element and the extents and strides
@@ -19,11 +24,11 @@ from dataclasses import dataclass, field
 import llvmlite.ir as ir
 
 from . import types as T
-from .errors import BoundsSite
+from .errors import BoundsSite, CompileError
 from .api import MATH1, MATH2
 from .specialize import TypedFunction, TypedKernel, arith_type, math_type
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 _LL = {"bool": I1, "int32": I32, "int64": I64, "uint32": I32, "uint64": I64,
        "float32": F32, "float64": F64}
@@ -31,15 +36,33 @@ _ICMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
 _FCMP = {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=": "une"}
 
 
-def lltype(t):
-    """The LLVM type of a value of Tack type ``t`` in registers."""
+def lltype(t, addrspace=0):
+    """The LLVM type of a value of Tack type ``t`` in registers; an array's data pointer is in
+    address space ``addrspace`` (the target's: 0 on CPUs, 1, global memory, on GPUs)."""
     if isinstance(t, T.Scalar):
         return _LL[t.name]
     if isinstance(t, T.Array):
-        return ir.LiteralStructType([storage_type(t.dtype).as_pointer()] + [I64] * array_fields(t))
+        return ir.LiteralStructType([storage_type(t.dtype).as_pointer(addrspace)] + [I64] * array_fields(t))
     if isinstance(t, T.Tuple):
-        return ir.LiteralStructType([lltype(x) for x in t.items])
+        return ir.LiteralStructType([lltype(x, addrspace) for x in t.items])
     raise TypeError(f"no LLVM type for {t}")
+
+
+class Unsupported(Exception):
+    """Raised by a target hook for a feature the target cannot compile (``str``: the feature,
+    e.g. ``"math.erf on float64"``); codegen reports it at the user's line."""
+
+
+class _AllocaIn(ir.instructions.AllocaInstr):
+    """``alloca T, addrspace(N)``: llvmlite's alloca is always in address space 0."""
+
+    def __init__(self, parent, typ, name, addrspace):
+        super().__init__(parent, typ, None, name)
+        self.type = typ.as_pointer(addrspace)
+        self.addrspace = addrspace
+
+    def descr(self, buf):
+        buf.append(f"alloca {self.allocated_type}, addrspace({self.addrspace})")
 
 
 def array_fields(t: T.Array) -> int:
@@ -77,8 +100,11 @@ def generate(tk: TypedKernel, target, symbol_prefix="tack") -> Generated:
     for tf in tk.functions:
         gen.declare(tf)
     gen.declare(tk.kernel)
-    for tf in tk.functions + [tk.kernel]:
-        _FunctionGen(gen, tf).emit()
+    try:
+        for tf in tk.functions + [tk.kernel]:
+            _FunctionGen(gen, tf).emit()
+    except CompileError as e:
+        raise e.with_kernel(tk.name) from None
     entry = f"{symbol_prefix}_entry"
     target.emit_entry(module, gen.functions[id(tk.kernel)], tk, entry)
     return Generated(module, entry, gen.sites)
@@ -94,16 +120,24 @@ class _ModuleGen:
         self.globals = {}        # cid -> ir.GlobalVariable
         self.sites = []
         self._helpers = {}
+        self.addrspace = getattr(target, "addrspace", 0)
+        self.alloca_addrspace = getattr(target, "alloca_addrspace", 0)
+        self.no_float64 = getattr(target, "has_float64", True) is False
+        self.overflow_intrinsics = getattr(target, "overflow_intrinsics", True)
+
+    def lltype(self, t):
+        """``lltype`` with this target's address space for array data."""
+        return lltype(t, self.addrspace)
 
     def declare(self, tf: TypedFunction):
         args = []
         for t in tf.argtypes:
-            args.append(lltype(t))
+            args.append(self.lltype(t))
         if tf.is_kernel:
             args += [I64] * self.tk.grid_ndim
         if self.tk.debug:
-            args.append(I64.as_pointer())
-        ret = ir.VoidType() if tf.ret is None or tf.is_kernel else lltype(tf.ret)
+            args.append(I64.as_pointer(self.addrspace))
+        ret = ir.VoidType() if tf.ret is None or tf.is_kernel else self.lltype(tf.ret)
         fn = ir.Function(self.module, ir.FunctionType(ret, args), f"{self.prefix}_{tf.symbol}")
         fn.linkage = "internal"
         self.functions[id(tf)] = fn
@@ -115,7 +149,8 @@ class _ModuleGen:
             data = bytearray(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
             if arr.dtype.kind == "b":
                 data = bytearray(arr.astype("u1").tobytes())
-            g = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(data)), f"{self.prefix}_const_{len(self.globals)}")
+            g = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(data)), f"{self.prefix}_const_{len(self.globals)}",
+                                  addrspace=self.addrspace)
             g.initializer = ir.Constant(ir.ArrayType(I8, len(data)), data)
             g.global_constant = True
             g.linkage = "internal"
@@ -169,7 +204,7 @@ class _FunctionGen:
         if self.tf.ret is None or self.tf.is_kernel:
             self.b.ret_void()
         else:
-            self.b.ret(ir.Constant(lltype(self.tf.ret), None))
+            self.b.ret(ir.Constant(self.mod.lltype(self.tf.ret), None))
 
     def unpack(self, llvalue, t):
         """A function argument (flat LLVM value) -> generator value."""
@@ -180,7 +215,7 @@ class _FunctionGen:
     def pack(self, value, t):
         """A generator value -> one LLVM value (tuples become structs)."""
         if isinstance(t, T.Tuple):
-            agg = ir.Constant(lltype(t), None)
+            agg = ir.Constant(self.mod.lltype(t), None)
             for i, (v, x) in enumerate(zip(value, t.items)):
                 agg = self.b.insert_value(agg, self.pack(v, x), i)
             return agg
@@ -189,7 +224,15 @@ class _FunctionGen:
     def alloc(self, t):
         if isinstance(t, T.Tuple):
             return [self.alloc(x) for x in t.items]
-        return self.alloca_builder.alloca(lltype(t))
+        return self.alloca(self.mod.lltype(t))
+
+    def alloca(self, ty):
+        space = self.mod.alloca_addrspace
+        if not space:
+            return self.alloca_builder.alloca(ty)
+        instr = _AllocaIn(self.alloca_builder.block, ty, "", space)
+        self.alloca_builder._insert(instr)
+        return instr
 
     def store_slot(self, slot, value, t):
         if isinstance(t, T.Tuple):
@@ -212,7 +255,18 @@ class _FunctionGen:
         for s in stmts:
             if self.b.block.is_terminated:
                 self.b.position_at_end(self.new_block("dead"))
-            getattr(self, "_s_" + s[0])(s)
+            try:
+                getattr(self, "_s_" + s[0])(s)
+            except Unsupported as u:
+                raise self.unsupported(u, s) from None
+
+    def unsupported(self, u, node) -> CompileError:
+        """A target hook's ``Unsupported`` -> a CompileError at ``node``'s line, naming the target."""
+        target = self.mod.target
+        kind = getattr(target, "kind", getattr(target, "name", "cpu"))
+        arch = getattr(target, "arch", None)
+        where = f"{kind}:{arch}" if arch else kind
+        return self.tf.lowered.source.error(f"{u} is not supported on {where}", node[1])
 
     def _s_assign(self, s):
         value = self.expr(s[3])
@@ -277,7 +331,7 @@ class _FunctionGen:
     def _s_for(self, s):
         vt = self.tf.locals[s[2]]
         start, stop, step = (self.cast(self.expr(x), self.types[id(x)], vt) for x in s[3:6])
-        counter = self.alloca_builder.alloca(lltype(vt))
+        counter = self.alloca(lltype(vt))
         self.b.store(start, counter)
         head, body, inc, done = (self.new_block(n) for n in ("for", "body", "next", "endfor"))
         self.b.branch(head)
@@ -301,13 +355,23 @@ class _FunctionGen:
             self.b.branch(inc)
         self.b.position_at_end(inc)
         # An increment that overflows the counter's type ends the loop (it has passed stop).
-        name = f"llvm.{'s' if signed else 'u'}add.with.overflow.i{step.type.width}"
-        fn = self.mod.module.globals.get(name) or ir.Function(
-            self.mod.module, ir.FunctionType(ir.LiteralStructType([step.type, I1]),
-                                             [step.type, step.type]), name)
-        res = self.b.call(fn, [self.b.load(counter), step])
-        self.b.store(self.b.extract_value(res, 0), counter)
-        self.b.cbranch(self.b.extract_value(res, 1), done, head)
+        if self.mod.overflow_intrinsics:
+            name = f"llvm.{'s' if signed else 'u'}add.with.overflow.i{step.type.width}"
+            fn = self.mod.module.globals.get(name) or ir.Function(
+                self.mod.module, ir.FunctionType(ir.LiteralStructType([step.type, I1]),
+                                                 [step.type, step.type]), name)
+            res = self.b.call(fn, [self.b.load(counter), step])
+            nxt, overflow = self.b.extract_value(res, 0), self.b.extract_value(res, 1)
+        else:                               # the same test in plain arithmetic (SPIR-V)
+            cur = self.b.load(counter)
+            nxt = self.b.add(cur, step)
+            if signed:                      # the sum's sign differs from both operands'
+                both = self.b.and_(self.b.xor(cur, nxt), self.b.xor(step, nxt))
+                overflow = self.b.icmp_signed("<", both, ir.Constant(step.type, 0))
+            else:
+                overflow = self.b.icmp_unsigned("<", nxt, cur)
+        self.b.store(nxt, counter)
+        self.b.cbranch(overflow, done, head)
         self.b.position_at_end(done)
 
     def _s_break(self, s):
@@ -330,7 +394,12 @@ class _FunctionGen:
     # -- expressions --------------------------------------------------------
 
     def expr(self, e):
-        return getattr(self, "_e_" + e[0])(e)
+        try:
+            if self.mod.no_float64 and self.types.get(id(e)) == T.float64:
+                raise Unsupported("float64 (this device has no double precision)")
+            return getattr(self, "_e_" + e[0])(e)
+        except Unsupported as u:
+            raise self.unsupported(u, e) from None
 
     def _e_const(self, e):
         t = self.types[id(e)].strong()
@@ -343,8 +412,9 @@ class _FunctionGen:
         t = self.types[id(e)]
         value = self.mod.tk.lowered.constants[e[2]].value
         if isinstance(t, T.Array):
-            ptr = self.b.bitcast(self.mod.constant_array(e[2]), lltype(t).elements[0])
-            return self.b.insert_value(ir.Constant(lltype(t), None), ptr, 0)
+            ty = self.mod.lltype(t)
+            ptr = self.b.bitcast(self.mod.constant_array(e[2]), ty.elements[0])
+            return self.b.insert_value(ir.Constant(ty, None), ptr, 0)
         return ir.Constant(lltype(t), value.item() if hasattr(value, "item") else value)
 
     def _e_tuple(self, e):
@@ -443,7 +513,7 @@ class _FunctionGen:
             out.append((v, self.b.block))
             self.b.branch(done)
         self.b.position_at_end(done)
-        phi = self.b.phi(lltype(st))
+        phi = self.b.phi(self.mod.lltype(st))
         for v, blk in out:
             phi.add_incoming(v, blk)
         return self.unpack(phi, st)
@@ -638,6 +708,8 @@ class _FunctionGen:
         src, dst = src.strong(), dst.strong()
         if src == dst:
             return v
+        if dst.name == "float64" and self.mod.no_float64:
+            raise Unsupported("float64 (this device has no double precision)")
         b = self.b
         if dst.kind == "b":
             return self.to_bool(v, src)
@@ -680,7 +752,7 @@ class _FunctionGen:
             if op == "/":
                 return B.fdiv(a, b), rt
             if op == "**":
-                return self.call_intrinsic("pow", [a, b]), rt
+                return self.mod.target.math_call(self.mod.module, B, "pow", [a, b], ot), rt
             if op == "//":
                 return self.call_intrinsic("floor", [B.fdiv(a, b)]), rt
             if op == "%":

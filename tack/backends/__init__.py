@@ -8,7 +8,9 @@
   ``tack.compiler.compile_variant`` drives from a typed kernel to an artifact.
 
 ``runtime(kind)`` gives the runtime side of a device kind (``cpu``; the GPU
-kinds come with their backends).
+kinds come with their backends); ``toolchain(kind)`` the toolchain side
+(``cpu``, ``cuda``, ``rocm``, ``level_zero``: each module's ``target(name)``
+takes a ``kind:arch`` name; docs/gpu.md for the GPU ones).
 """
 
 from __future__ import annotations
@@ -35,3 +37,17 @@ def runtime(kind: str = "cpu"):
         from . import cpu_runtime
         return cpu_runtime
     raise ValueError(f"device {kind!r} is not available; this build of Tack runs kernels on 'cpu'")
+
+
+_TOOLCHAINS = {"cpu": "cpu", "cuda": "cuda", "rocm": "hip", "level_zero": "level_zero"}
+
+
+def toolchain(kind: str):
+    """The toolchain module of device kind ``kind`` (``cpu``, ``cuda``, ``rocm``, ``level_zero``):
+    its ``target(name)`` builds code for ``kind:arch``."""
+    module = _TOOLCHAINS.get(kind)
+    if module is None:
+        raise ValueError(f"no toolchain for device kind {kind!r}; Tack builds for "
+                         f"{', '.join(_TOOLCHAINS)}")
+    import importlib
+    return importlib.import_module(f"{__name__}.{module}")

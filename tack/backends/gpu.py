@@ -1,0 +1,398 @@
+"""What the GPU targets share: their code generation settings and target keys (in one place),
+the Level Zero artifact container, the vendors' tools, and the kernel entry (docs/gpu.md).
+
+This module is light: importing it loads neither llvmlite's binding nor a vendor's runtime, so a
+runtime can compute the key of code built ahead of time for its device without compiling:
+
+    >>> key_for("cuda:sm_90")            # == tack.backends.cuda.target("cuda:sm_90").key
+
+``settings(kind, arch)`` is the one place the code generation settings of each GPU target are
+written: the toolchain's target builds its LLVM target machine from the same dict, and
+``key_for`` hashes it (with the LLVM that compiles), so a change of sm, gfx, features, device,
+PTX ISA, code object version, SPIR-V version or LLVM gives another key.
+
+The kernel ABI (every GPU target): one entry function whose parameters are, in order, for each
+value argument: an array's data pointer (a global pointer, LLVM address space 1), then one i64
+per extent and stride (``codegen.array_fields``, as the CPU's slots), a scalar as its LLVM type
+(bool as i8); then the grid's extents n0, n1, n2 as i64 (1 for unused dimensions); then, in
+debug mode only, a global pointer to the i64[4] error record.  A work-item's grid index along
+dimension d is its global id along d; one whose index is >= the extent along any dimension
+returns (the runtime rounds the global size up to a multiple of the work-group size).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+import tempfile
+
+from ..archs import ArchError, parse
+from ..cache.warm import digest
+
+KINDS = ("cuda", "rocm", "level_zero")
+OPT = 3
+
+# -- CUDA ------------------------------------------------------------------------------------
+
+CUDA_TRIPLE = "nvptx64-nvidia-cuda"
+# The PTX ISA each compute capability is built with: the oldest that supports it (so the oldest
+# driver that knows the GPU JITs or loads the PTX).  LLVM 22 emits these by default too; setting
+# them explicitly makes them part of the settings, and so of the key.
+PTX_ISA = {"sm_60": "5.0", "sm_61": "5.0", "sm_62": "5.0", "sm_70": "6.0", "sm_72": "6.1",
+           "sm_75": "6.3", "sm_80": "7.0", "sm_86": "7.1", "sm_87": "7.4", "sm_89": "7.8",
+           "sm_90": "7.8", "sm_90a": "8.0", "sm_100": "8.6", "sm_100a": "8.6", "sm_101": "8.6",
+           "sm_120": "8.7", "sm_120a": "8.7"}
+
+# -- ROCm ------------------------------------------------------------------------------------
+
+ROCM_TRIPLE = "amdgcn-amd-amdhsa"
+# Code object v5: what ROCm 5.x and 6.x load (LLVM 22's default is v6, which needs ROCm 6.2+).
+CODE_OBJECT_VERSION = 5
+_GFX = re.compile(r"gfx[0-9]{2,3}[0-9a-f]?$")
+_ROCM_FEATURES = ("sramecc", "xnack")
+
+# -- Level Zero ------------------------------------------------------------------------------
+
+SPIRV_VERSION = "1.2"          # what every Level Zero / OpenCL driver of Intel's takes
+SPIRV_ONLY = "spirv"           # level_zero:spirv: SPIR-V with no native code
+# Intel devices ocloc builds native code for, and whether each has float64.
+INTEL_DEVICES = {"pvc": True, "dg2": False, "acm-g10": False, "acm-g11": False, "acm-g12": False,
+                 "dg1": False, "tgllp": False, "xe-hpc": True, "xe-hpg": False}
+
+
+def split_arch(text) -> tuple[str, str]:
+    """``'rocm:gfx90a:sramecc+:xnack-'`` -> ``('rocm', 'gfx90a:sramecc+:xnack-')``; the other kinds
+    as ``tack.archs.parse`` (whose names have no ``:``; an AMD target id's features do)."""
+    if isinstance(text, str) and text.startswith("rocm:") and text.count(":") > 1:
+        gfx = text.split(":")[1]
+        parse(f"rocm:{gfx}")
+        return "rocm", text[len("rocm:"):]
+    return parse(text)
+
+
+def rocm_target_id(arch: str) -> tuple[str, str]:
+    """``'gfx90a:sramecc+:xnack-'`` -> (``'gfx90a'``, ``'+sramecc,-xnack'``): the LLVM CPU and
+    features of an AMD target id (features not named are "any": code that runs either way)."""
+    gfx, *feats = arch.split(":")
+    if not _GFX.match(gfx):
+        raise ArchError(f"rocm:{arch}: {gfx!r} is not an AMD GPU name (gfx90a, gfx942, gfx1100, ...)")
+    out = []
+    for f in feats:
+        if len(f) < 2 or f[-1] not in "+-" or f[:-1] not in _ROCM_FEATURES:
+            raise ArchError(f"rocm:{arch}: {f!r} is not a target feature; use sramecc+/- and "
+                            "xnack+/- as ROCm spells them (gfx90a:sramecc+:xnack-)")
+        out.append(f[-1] + f[:-1])
+    return gfx, ",".join(sorted(out, key=lambda x: x[1:]))
+
+
+def settings(kind: str, arch: str) -> dict:
+    """The code generation settings of ``kind:arch``: what the target machine is built from and
+    what the key hashes.  ArchError for a name the kind has no settings for."""
+    if kind == "cuda":
+        isa = PTX_ISA.get(arch)
+        if isa is None:
+            raise ArchError(f"cuda:{arch}: Tack builds for {', '.join('cuda:' + s for s in PTX_ISA)}")
+        return {"triple": CUDA_TRIPLE, "cpu": arch, "features": "+ptx" + isa.replace(".", ""),
+                "ptx_isa": isa, "opt": OPT}
+    if kind == "rocm":
+        gfx, features = rocm_target_id(arch)
+        return {"triple": ROCM_TRIPLE, "cpu": gfx, "features": features,
+                "code_object": CODE_OBJECT_VERSION, "link": "ld.lld -shared", "opt": OPT}
+    if kind == "level_zero":
+        if arch != SPIRV_ONLY and arch not in INTEL_DEVICES:
+            raise ArchError(f"level_zero:{arch}: Tack builds native code for "
+                            f"{', '.join('level_zero:' + d for d in INTEL_DEVICES)}, or SPIR-V "
+                            f"alone for level_zero:{SPIRV_ONLY}")
+        return {"triple": f"spirv64v{SPIRV_VERSION}-unknown-unknown", "spirv": SPIRV_VERSION,
+                "device": "" if arch == SPIRV_ONLY else arch,
+                "native": "" if arch == SPIRV_ONLY else "ocloc zebin", "opt": OPT,
+                # The IR is optimized at OPT; the SPIR-V backend's own passes run at 0, which
+                # leaves out CodeGenPrepare, whose uadd.with.overflow (OpIAddCarry) Intel's
+                # compiler of Debian 12 (IGC 1.0.12504) rejects.  The driver optimizes anyway.
+                "codegen_opt": 0}
+    raise ArchError(f"{kind}:{arch}: not a GPU kind ({', '.join(KINDS)})")
+
+
+def llvm_version() -> str:
+    """The LLVM that compiles (llvmlite's version: the CPU backend's spelling, one for both)."""
+    from .cpu_runtime import llvm_version as v
+    return v()
+
+
+def key_for(name: str, llvm: str | None = None) -> str:
+    """Target key of code built for the GPU ``kind:arch`` ``name`` with LLVM ``llvm`` (this
+    process's llvmlite by default), computed without compiling."""
+    kind, arch = split_arch(name)
+    return digest("target", ("backend", kind), ("arch", arch), ("llvm", llvm or llvm_version()),
+                  ("codegen", settings(kind, arch)))
+
+
+# -- Level Zero artifacts: SPIR-V and native code in one payload ------------------------------
+
+L0_MAGIC = b"TACKL0\x00\x01"
+_L0_HEADER = struct.Struct("<8sQQ")
+
+
+def pack_level_zero(spirv: bytes, native: bytes = b"") -> bytes:
+    """The artifact of a Level Zero target: ``magic, u64 len(spirv), u64 len(native)`` (little
+    endian), the SPIR-V module, then the native binary (ocloc's zebin; empty for SPIR-V alone)."""
+    return _L0_HEADER.pack(L0_MAGIC, len(spirv), len(native)) + spirv + native
+
+
+def unpack_level_zero(payload: bytes) -> tuple[bytes, bytes]:
+    """``(spirv, native)`` of a Level Zero artifact; ValueError if it is not one."""
+    if len(payload) < _L0_HEADER.size:
+        raise ValueError("not a Tack Level Zero artifact: too short")
+    magic, n_spirv, n_native = _L0_HEADER.unpack_from(payload)
+    if magic != L0_MAGIC or _L0_HEADER.size + n_spirv + n_native != len(payload):
+        raise ValueError("not a Tack Level Zero artifact (bad magic or sizes)")
+    start = _L0_HEADER.size
+    return payload[start:start + n_spirv], payload[start + n_spirv:]
+
+
+# -- the vendors' tools -----------------------------------------------------------------------
+
+class ToolError(RuntimeError):
+    """A vendor tool is missing, or failed (its output is in the message)."""
+
+
+def _llvm_major() -> int:
+    import llvmlite.binding as llvm
+    return llvm.llvm_version_info[0]
+
+
+def find_lld() -> list[str]:
+    """The command that runs LLVM's ELF linker: ``$TACK_LD_LLD``, else Debian's lld of this LLVM's
+    major version (/usr/lib/llvm-N/bin/ld.lld, /usr/bin/ld.lld-N), else PyPI's ziglang
+    (``python -m ziglang ld.lld``).  Never an ld.lld that happens to be on PATH."""
+    env = os.environ.get("TACK_LD_LLD")
+    if env:
+        return [env]
+    major = _llvm_major()
+    tried = []
+    for path in (f"/usr/lib/llvm-{major}/bin/ld.lld", f"/usr/bin/ld.lld-{major}"):
+        tried.append(path)
+        if os.access(path, os.X_OK):
+            return [path]
+    import importlib.util
+    import sys
+    if importlib.util.find_spec("ziglang") is not None:
+        return [sys.executable, "-m", "ziglang", "ld.lld"]
+    raise ToolError(f"ld.lld (LLVM's linker, for AMD code objects) not found: tried $TACK_LD_LLD, "
+                    f"{', '.join(tried)} and PyPI's ziglang; install Debian's lld-{major} "
+                    f"(apt-get install lld-{major}) or `pip install ziglang`")
+
+
+def find_ocloc() -> str:
+    """Intel's offline compiler: ``$TACK_OCLOC``, else Debian's /usr/bin/ocloc (intel-opencl-icd)."""
+    env = os.environ.get("TACK_OCLOC")
+    if env:
+        return env
+    if os.access("/usr/bin/ocloc", os.X_OK):
+        return "/usr/bin/ocloc"
+    raise ToolError("ocloc (Intel's offline compiler, for native Level Zero code) not found: "
+                    "tried $TACK_OCLOC and /usr/bin/ocloc; install Debian's intel-opencl-icd "
+                    "(apt-get install intel-opencl-icd), or build for level_zero:spirv")
+
+
+def find_ptxas() -> str:
+    """NVIDIA's PTX assembler (checks only: the CUDA artifact is PTX): ``$TACK_PTXAS``, else the
+    one in PyPI's nvidia-cuda-nvcc (site-packages/nvidia/cu*/bin or nvidia/cuda_nvcc/bin)."""
+    env = os.environ.get("TACK_PTXAS")
+    if env:
+        return env
+    import glob
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(glob.glob(os.path.join(root, "cu*", "bin", "ptxas"))
+                       + glob.glob(os.path.join(root, "cuda_nvcc", "bin", "ptxas")), reverse=True)
+        for path in found:
+            if os.access(path, os.X_OK):
+                return path
+    raise ToolError("ptxas not found: tried $TACK_PTXAS and PyPI's nvidia-cuda-nvcc "
+                    "(pip install nvidia-cuda-nvcc)")
+
+
+def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
+    """Run a vendor tool; ToolError with its output if it fails.  ``tries``: runs allowed when
+    the tool dies by a signal (kept for ocloc, which aborted on the invalid SPIR-V of the
+    backend's flake described at ``_KEEP``; a retry does not cure that, valid input needs none)."""
+    for attempt in range(tries):
+        try:
+            res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+        except OSError as e:
+            raise ToolError(f"{what}: cannot run {cmd[0]}: {e}") from None
+        if res.returncode >= 0:
+            break
+    if res.returncode != 0:
+        raise ToolError(f"{what} failed ({' '.join(map(str, cmd))}, exit {res.returncode}):\n"
+                        f"{res.stdout}{res.stderr}")
+    return res.stdout + res.stderr
+
+
+# -- the toolchain's target: what the three GPU targets share -----------------------------------
+
+# LLVM 22's SPIR-V backend keeps pointers into modules it has seen in the shared LLVM context;
+# once a module is freed and its memory reused, a later SPIR-V module can come out invalid (ids
+# defined twice: spirv-val rejects it, ocloc aborts on it).  Every module a GPU target compiles
+# is therefore kept for the life of the process (some hundred kB per kernel).
+_KEEP = []
+
+
+class GPUTarget:
+    """A GPU target of the toolchain side (subclassed per kind in cuda.py, hip.py, level_zero.py).
+
+    Holds ``settings(kind, arch)`` and builds its LLVM target machine from it; ``key`` is
+    ``key_for`` of the same name.  Subclasses give ``kernel_cc``, ``machine_name``, ``suffix``,
+    ``global_id`` (the work-item's global id along a dimension, i64), ``math_call`` and
+    ``emit`` (optimized module -> artifact bytes).
+    """
+
+    kind = ""
+    addrspace = 1              # array data, constant arrays and the error record: global memory
+    alloca_addrspace = 0
+    has_float64 = True
+    kernel_cc = ""
+    machine_name = ""
+    suffix = ""
+    atomic_ordering = "monotonic"   # the language asks for atomicity, not ordering
+
+    def __init__(self, arch: str):
+        self.arch = arch
+        self.settings = settings(self.kind, arch)
+        self.triple = self.settings["triple"]
+        self.key = key_for(f"{self.kind}:{arch}")
+        from .cpu import _initialize
+        import llvmlite.binding as llvm
+        _initialize(all_targets=True)
+        self._llvm = llvm
+        self.machine = self.new_machine()
+
+    def new_machine(self):
+        """An LLVM target machine built from ``settings`` (the key's, so no hand copy)."""
+        return self._llvm.Target.from_triple(self.triple).create_target_machine(
+            cpu=self.settings.get("cpu", ""), features=self.settings.get("features", ""),
+            opt=self.settings.get("codegen_opt", self.settings["opt"]))
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self.arch}"
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+    def identity(self) -> dict:
+        """What the code depends on: the backend, LLVM's version and the code generation settings."""
+        ident = {"backend": self.kind, "llvm": ".".join(map(str, self._llvm.llvm_version_info))}
+        ident.update({k: str(v) for k, v in self.settings.items()})
+        return ident
+
+    # -- compile -------------------------------------------------------------------------------
+
+    def prepare(self, module):
+        """Target-specific additions to the llvmlite.ir module before it is parsed."""
+
+    def optimize(self, module):
+        """llvmlite.ir module -> optimized llvm.ModuleRef for this target."""
+        llvm = self._llvm
+        self.prepare(module)
+        mod = llvm.parse_assembly(str(module))
+        mod.triple = self.triple
+        mod.data_layout = str(self.machine.target_data)
+        pto = llvm.create_pipeline_tuning_options(speed_level=self.settings["opt"])
+        pb = llvm.create_pass_builder(self.machine, pto)
+        pb.getModulePassManager().run(mod, pb)
+        mod.verify()
+        return mod
+
+    def compile(self, module) -> bytes:
+        """An llvmlite.ir module -> the artifact's bytes."""
+        optimized = self.optimize(module)
+        _KEEP.append(optimized)
+        return self.emit(optimized)
+
+    def emit(self, optimized) -> bytes:
+        raise NotImplementedError
+
+    def _tempdir(self):
+        return tempfile.TemporaryDirectory(prefix=f"tack-{self.kind}-")
+
+    # -- the codegen interface -------------------------------------------------------------------
+
+    def atomic_rmw(self, builder, op, ptr, value):
+        return builder.atomic_rmw(op, ptr, value, self.atomic_ordering)
+
+    def intrinsic_math(self, module, builder, name, args):
+        from ..codegen import declare_intrinsic
+        fn = declare_intrinsic(module, name, args[0].type, [a.type for a in args])
+        return builder.call(fn, args)
+
+    def global_id(self, module, builder, d: int):
+        raise NotImplementedError
+
+    def emit_entry(self, module, body, tk, name):
+        """The kernel entry of the ABI above: unpack the arguments, guard the grid, call the body."""
+        import llvmlite.ir as ir
+        from .. import types as T
+        from ..codegen import I8, I64, array_fields, lltype
+        params = []
+        for t in tk.argtypes:
+            if isinstance(t, T.Array):
+                params.append(lltype(t, self.addrspace).elements[0])
+                params += [I64] * array_fields(t)
+            else:
+                params.append(I8 if t.kind == "b" else lltype(t))
+        n_values = len(params)
+        params += [I64] * 3
+        if tk.debug:
+            params.append(I64.as_pointer(self.addrspace))
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
+        fn.calling_convention = self.kernel_cc
+        argv = list(fn.args)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args, k = [], 0
+        for t in tk.argtypes:
+            if isinstance(t, T.Array):
+                ty = lltype(t, self.addrspace)
+                value = ir.Constant(ty, None)
+                for f in range(1 + array_fields(t)):
+                    value = b.insert_value(value, argv[k + f], f)
+                args.append(value)
+                k += 1 + array_fields(t)
+            else:
+                args.append(b.trunc(argv[k], lltype(t)) if t.kind == "b" else argv[k])
+                k += 1
+        extents = argv[n_values:n_values + 3]
+        err = argv[n_values + 3:]
+        ids = [self.global_id(module, b, d) for d in range(3)]
+        outside = None
+        for i, n in zip(ids, extents):
+            past = b.icmp_unsigned(">=", i, n)
+            outside = past if outside is None else b.or_(outside, past)
+        run, done = fn.append_basic_block("run"), fn.append_basic_block("done")
+        b.cbranch(outside, done, run)
+        b.position_at_end(run)
+        b.call(body, args + ids[:tk.grid_ndim] + err)
+        b.branch(done)
+        b.position_at_end(done)
+        b.ret_void()
+        body.attributes.add("alwaysinline")
+        return fn
+
+
+def target(name: str):
+    """The toolchain target of a GPU ``kind:arch`` name (``cuda:sm_90``, ``rocm:gfx90a``,
+    ``rocm:gfx90a:sramecc+:xnack-``, ``level_zero:pvc``)."""
+    kind, _ = split_arch(name)
+    if kind == "cuda":
+        from .cuda import target as t
+    elif kind == "rocm":
+        from .hip import target as t
+    elif kind == "level_zero":
+        from .level_zero import target as t
+    else:
+        raise ArchError(f"{name}: not a GPU architecture ({', '.join(k + ':' for k in KINDS)})")
+    return t(name)

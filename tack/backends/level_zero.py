@@ -1,0 +1,128 @@
+"""Level Zero toolchain: LLVM's SPIR-V target -> SPIR-V, and native code for a named Intel GPU
+from Intel's offline compiler ``ocloc`` (docs/gpu.md).
+
+Kernels are OpenCL kernels (the ``spir_kernel`` calling convention); a work-item's index along
+dimension d is ``get_global_id(d)`` (the GlobalInvocationId built-in).  Array data, constant
+arrays and the error record are CrossWorkgroup (address space 1); locals are Function (0).  The
+artifact (``gpu.pack_level_zero``) holds the SPIR-V module and, for a named device
+(``level_zero:pvc``), ocloc's zebin for it; ``level_zero:spirv`` is SPIR-V alone.
+
+Math: every function of the language, as OpenCL built-ins (``_Z3expf``...), which the SPIR-V
+backend turns into the OpenCL.std extended instructions the driver implements.  Devices
+without float64 (dg2 and the other Xe-LP/HPG GPUs) make any float64 value a CompileError.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .. import types as T
+from ..archs import ArchError
+from .gpu import (INTEL_DEVICES, GPUTarget, ToolError, find_ocloc, pack_level_zero, run_tool,
+                  split_arch)
+
+
+# LLVM 22's SPIR-V backend keeps pointers to the modules and machines it has emitted; once one
+# is freed and its memory reused, a later module can come out as invalid SPIR-V (ids defined
+# twice: spirv-val rejects it, ocloc aborts on it).  Every module and machine used here is
+# therefore kept for the life of the process (some hundred kB per kernel).
+_KEEP = []
+
+
+class LevelZeroTarget(GPUTarget):
+    kind = "level_zero"
+    kernel_cc = "spir_kernel"
+    machine_name = "spirv64"
+    overflow_intrinsics = False     # LLVM 22's SPIR-V backend cannot select sadd.with.overflow
+
+    def __init__(self, arch):
+        super().__init__(arch)
+        self.device = self.settings["device"]
+        self.has_float64 = INTEL_DEVICES.get(self.device, True)
+
+    @property
+    def suffix(self) -> str:
+        return ".spv" + (".zebin" if self.device else "")
+
+    def compile(self, module) -> bytes:
+        # LLVM 22's SPIR-V backend keeps per-module state in its target machine (the global
+        # registry of types and functions it has emitted), which dangles once that module is
+        # freed: emitting a second module with the same machine can crash.  One machine per
+        # module (creating one takes well under a millisecond).
+        self.machine = self.new_machine()
+        return super().compile(module)
+
+    def emit(self, optimized) -> bytes:
+        spirv = self.machine.emit_object(optimized)
+        _KEEP.append((optimized, self.machine))
+        return pack_level_zero(spirv, self.native(spirv) if self.device else b"")
+
+    def native(self, spirv: bytes) -> bytes:
+        """SPIR-V -> ocloc's zebin for this target's device."""
+        with self._tempdir() as tmp:
+            src = os.path.join(tmp, "kernel.spv")
+            with open(src, "wb") as f:
+                f.write(spirv)
+            run_tool([find_ocloc(), "compile", "-spirv_input", "-file", src, "-device",
+                      self.device, "--format", "zebin", "-output", "native", "-output_no_suffix",
+                      "-out_dir", tmp], f"ocloc for level_zero:{self.arch}", tries=3)
+            out = os.path.join(tmp, "native")      # -output_no_suffix: the name as given
+            if not os.path.exists(out):
+                raise ToolError(f"ocloc for level_zero:{self.arch} wrote no binary "
+                                f"(found {sorted(os.listdir(tmp))})")
+            with open(out, "rb") as f:
+                return f.read()
+
+    def atomic_rmw(self, builder, op, ptr, value):
+        """Integer atomics as SPIR-V's; float ones as a compare-and-swap loop on the bits (SPIR-V
+        has float add/min/max only through extensions that LLVM 22 does not enable by default)."""
+        if op not in ("fadd", "fmin", "fmax"):
+            return super().atomic_rmw(builder, op, ptr, value)
+        import llvmlite.ir as ir
+        from ..codegen import declare_intrinsic
+        b = builder
+        ity = ir.IntType(32 if isinstance(value.type, ir.FloatType) else 64)
+        iptr = b.bitcast(ptr, ity.as_pointer(self.addrspace))
+        start = b.block
+        loop = b.append_basic_block("atomic.cas")
+        done = b.append_basic_block("atomic.done")
+        first = b.load_atomic(iptr, "monotonic", ity.width // 8)
+        b.branch(loop)
+        b.position_at_end(loop)
+        old_i = b.phi(ity)
+        old_i.add_incoming(first, start)
+        old = b.bitcast(old_i, value.type)
+        if op == "fadd":
+            new = b.fadd(old, value)
+        else:
+            fn = declare_intrinsic(b.module, "minnum" if op == "fmin" else "maxnum",
+                                   value.type, [value.type, value.type])
+            new = b.call(fn, [old, value])
+        res = b.cmpxchg(iptr, old_i, b.bitcast(new, ity), "monotonic", "monotonic")
+        old_i.add_incoming(b.extract_value(res, 0), b.block)
+        b.cbranch(b.extract_value(res, 1), done, loop)
+        b.position_at_end(done)
+        return old
+
+    def global_id(self, module, b, d):
+        import llvmlite.ir as ir
+        from ..codegen import I32, I64
+        name = "_Z13get_global_idj"
+        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(I64, [I32]), name)
+        return b.call(fn, [ir.Constant(I32, d)])
+
+    def math_call(self, module, builder, name, args, t):
+        import llvmlite.ir as ir
+        code = "f" if t == T.float32 else "d"
+        mangled = f"_Z{len(name)}{name}{code * len(args)}"
+        fn = module.globals.get(mangled) or ir.Function(
+            module, ir.FunctionType(args[0].type, [a.type for a in args]), mangled)
+        return builder.call(fn, args)
+
+
+def target(name: str) -> LevelZeroTarget:
+    """``level_zero:pvc`` (SPIR-V and pvc's native code) or ``level_zero:spirv`` (SPIR-V alone)."""
+    kind, arch = split_arch(name)
+    if kind != "level_zero":
+        raise ArchError(f"{name}: the Level Zero toolchain builds level_zero: archs only")
+    return LevelZeroTarget(arch)

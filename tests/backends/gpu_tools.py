@@ -1,0 +1,144 @@
+"""What the GPU code generation tests share: the vendors' tools (each test names the one it
+needs and skips, saying which and how to install it, only where it is absent: CI installs them
+with ci/install-gpu-tools.sh), the launches of the CPU language suite, and a build helper."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import tack
+from tack import types as T
+from tack.backends import toolchain
+from tack.backends.gpu import ToolError, find_lld, find_ocloc, find_ptxas
+from tack.compiler import compile_variant
+from tack.launch import argtypes_of
+
+INSTALL = "run ci/install-gpu-tools.sh"
+
+
+def _found(finder):
+    try:
+        return finder()
+    except ToolError:
+        return None
+
+
+def _llvm_tool(name):
+    import llvmlite.binding as llvm
+    major = llvm.llvm_version_info[0]
+    for path in (f"/usr/lib/llvm-{major}/bin/{name}", f"/usr/bin/{name}-{major}"):
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+TOOLS = {
+    "ptxas": (lambda: _found(find_ptxas), "PyPI nvidia-cuda-nvcc"),
+    "ld.lld": (lambda: _found(find_lld), "Debian lld-22"),
+    "llvm-readelf": (lambda: _llvm_tool("llvm-readelf"), "Debian llvm-22"),
+    "spirv-val": (lambda: shutil.which("spirv-val"), "Debian spirv-tools"),
+    "spirv-dis": (lambda: shutil.which("spirv-dis"), "Debian spirv-tools"),
+    "ocloc": (lambda: _found(find_ocloc), "Debian intel-opencl-icd"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def tool(name: str):
+    """The path (or command) of a vendor tool; the test is skipped, naming it, if it is absent."""
+    finder, package = TOOLS[name]
+    found = finder()
+    if found is None:
+        pytest.skip(f"{name} is not installed (from {package}; {INSTALL})")
+    return found
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    res = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    assert res.returncode == 0, f"{' '.join(map(str, cmd))} failed ({res.returncode}):\n{res.stdout}{res.stderr}"
+    return res
+
+
+def build(kernel, args, grid, target, debug=False, templates=None, argtypes=None):
+    """compile_variant (the one compile path) for a kernel and example launch arguments."""
+    if argtypes is None:
+        argtypes = argtypes_of(kernel, args)
+        templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
+    values = tuple(t for t in argtypes if not isinstance(t, T.Template))
+    lowered = kernel.lower(templates or {}, debug)
+    return compile_variant(lowered, None, values, grid, target, debug)
+
+
+def gpu_target(name):
+    return toolchain(name.split(":")[0]).target(name)
+
+
+class Launch:
+    """One launch of the CPU language suite: kernel, argument types, templates, grid rank."""
+
+    def __init__(self, kernel, argtypes, templates, grid):
+        self.kernel, self.argtypes, self.templates, self.grid = kernel, argtypes, templates, grid
+
+    @property
+    def name(self):
+        return self.kernel.__qualname__
+
+    def __repr__(self):
+        return f"{self.name}({', '.join(map(str, self.argtypes))}; {self.grid}-D)"
+
+    def build(self, target, debug=False):
+        return build(self.kernel, None, self.grid, target, debug, self.templates, self.argtypes)
+
+
+@functools.lru_cache(maxsize=None)
+def language_launches() -> tuple:
+    """Every distinct launch tests/test_language.py makes (kernel, argument types, grid rank),
+    recorded by running its tests (each parameter set) on the CPU with tack.launch wrapped."""
+    from tests import test_language as suite
+    real = tack.launch
+    seen = {}
+
+    def recording(kernel, dim, args=(), device="cpu"):
+        argtypes = tuple(argtypes_of(kernel, args))
+        templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
+        grid = 1 if isinstance(dim, int) or not hasattr(dim, "__len__") else len(dim)
+        key = (kernel.__qualname__, argtypes, grid)
+        seen.setdefault(key, Launch(kernel, argtypes, templates, grid))
+        return real(kernel, dim, args, device)
+
+    tack.launch = recording
+    try:
+        for name in sorted(n for n in dir(suite) if n.startswith("test_")):
+            fn = getattr(suite, name)
+            marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
+            for combo in itertools.product(*[_param_sets(m) for m in marks]):
+                kwargs = {}
+                for names, values in combo:
+                    kwargs.update(zip(names, values))
+                fn(**kwargs)
+                tack.config.reset()
+    finally:
+        tack.launch = real
+        tack.config.reset()
+        # Leave the suite's kernels as a fresh import would (its own tests count variants).
+        for value in vars(suite).values():
+            if isinstance(value, tack.api.Kernel):
+                value._lowered.clear()
+                value._variants.clear()
+    return tuple(seen.values())
+
+
+def _param_sets(mark):
+    names = mark.args[0]
+    names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+    out = []
+    for values in mark.args[1]:
+        if hasattr(values, "values"):            # pytest.param
+            values = values.values
+        out.append((names, values if len(names) > 1 else (values,)))
+    return out

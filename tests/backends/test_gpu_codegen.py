@@ -1,0 +1,344 @@
+"""GPU code generation checked with the vendors' real tools (no GPU): every launch of the CPU
+language suite and the contour's launches, built for CUDA (ptxas), ROCm (ld.lld, llvm-readelf)
+and Level Zero (spirv-val, ocloc); the kernel ABI; CompileErrors; target keys."""
+
+from __future__ import annotations
+
+import math  # noqa: F401  (k_erf's global)
+import re
+
+import numpy as np
+import pytest
+
+import tack
+from tack.backends import gpu, toolchain
+from tack.backends.gpu import key_for, pack_level_zero, unpack_level_zero
+from tack.kernels import contour
+
+from .gpu_tools import build, gpu_target, language_launches, run, tool
+from ..util import check_points_at
+
+# The language suite's kernels that use math a target has no library-free lowering for
+# (float64 exp/pow/hypot...): each is a CompileError naming the function and the target.
+NO_LIBM = {"k_augmented", "k_math", "k_module_values", "k_pow"}
+
+
+def built(target_name, debug=False):
+    """[(launch, artifact or CompileError)] for every language-suite launch on a target."""
+    target = gpu_target(target_name)
+    out = []
+    for launch in language_launches():
+        try:
+            out.append((launch, launch.build(target, debug)))
+        except tack.CompileError as e:
+            out.append((launch, e))
+    return out
+
+
+def check_failures(results, target_name, expected_kernels=None, feature=None):
+    """The CompileErrors are the expected ones, each naming the feature and the target."""
+    failed = {launch.name for launch, a in results if isinstance(a, tack.CompileError)}
+    if expected_kernels is not None:
+        assert failed == expected_kernels, failed
+    for launch, a in results:
+        if isinstance(a, tack.CompileError):
+            msg = str(a)
+            assert f"is not supported on {target_name}" in msg, msg
+            assert f"in kernel '{launch.name}'" in msg and 'File "' in msg, msg
+            if feature:
+                assert feature in msg, msg
+    return [(launch, a) for launch, a in results if not isinstance(a, tack.CompileError)]
+
+
+def contour_artifacts(target_name, debug=False):
+    target = gpu_target(target_name)
+    return [(k, build(k, args, grid, target, debug)) for k, args, grid in contour.tack_warm()]
+
+
+# -- CUDA ------------------------------------------------------------------------------------
+
+def ptxas_check(ptx: bytes, sm: str, tmp_path, name="k"):
+    src = tmp_path / f"{name}.ptx"
+    src.write_bytes(ptx)
+    run([tool("ptxas"), f"-arch={sm}", str(src), "-o", str(tmp_path / f"{name}.{sm}.cubin")])
+
+
+@pytest.mark.parametrize("sm,isa,also", [("sm_80", "7.0", ["sm_90"]), ("sm_90", "7.8", [])])
+def test_cuda_language_kernels_assemble_with_ptxas(sm, isa, also, tmp_path):
+    """ptxas: every language-suite kernel's PTX for sm_80 assembles for sm_80 and sm_90, for sm_90 for
+    sm_90; the PTX names the ISA version of the key and is a kernel entry; float64 exp/pow/hypot are
+    CompileErrors naming the function and cuda:sm_XX."""
+    tool("ptxas")
+    ok = check_failures(built(f"cuda:{sm}"), f"cuda:{sm}", NO_LIBM, "math.")
+    assert len(ok) > 60
+    for n, (launch, art) in enumerate(ok):
+        text = art.payload.decode("ascii")
+        assert f".version {isa}\n" in text and f".target {sm}\n" in text
+        assert re.search(rf"\.visible \.entry {art.entry}\(", text), launch
+        assert "call" not in text.split(".entry", 1)[1] or "call.uni" not in text   # no libcalls
+        for arch in [sm] + also:
+            ptxas_check(art.payload, arch, tmp_path, f"{launch.name}{n}")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_cuda_contour_assembles(debug, tmp_path):
+    """ptxas: the contour's two kernels (3-D and 1-D grids, atomics, constant tables, templates), with
+    and without bounds checks, for sm_80 and sm_90."""
+    for sm in ("sm_80", "sm_90"):
+        for kernel, art in contour_artifacts(f"cuda:{sm}", debug):
+            ptxas_check(art.payload, sm, tmp_path, kernel.__qualname__)
+            assert "atom.global" in art.payload.decode() or "red.global" in art.payload.decode()
+
+
+# -- ROCm ------------------------------------------------------------------------------------
+
+def readelf(hsaco: bytes, tmp_path, name="k") -> tuple[str, str]:
+    path = tmp_path / f"{name}.hsaco"
+    path.write_bytes(hsaco)
+    notes = run([tool("llvm-readelf"), "--notes", str(path)]).stdout
+    symbols = run([tool("llvm-readelf"), "--symbols", str(path)]).stdout
+    return notes, symbols
+
+
+def check_code_object(art, gfx, tmp_path, name):
+    assert art.payload[:4] == b"\x7fELF"
+    notes, symbols = readelf(art.payload, tmp_path, name)
+    assert re.search(rf"\s{re.escape(art.entry)}\.kd\n", symbols), symbols
+    assert re.search(rf"\.symbol:\s+{re.escape(art.entry)}\.kd\n", notes), notes
+    assert re.search(rf"amdhsa\.target:\s+'?amdgcn-amd-amdhsa--{re.escape(gfx)}'?\n", notes), notes
+    assert re.search(r"amdhsa.version:\s*\n\s*- 1\n\s*- 2\n", notes), notes     # code object v5
+
+
+@pytest.mark.parametrize("gfx", ["gfx90a", "gfx942"])
+def test_rocm_language_kernels_link_into_code_objects(gfx, tmp_path):
+    """ld.lld + llvm-readelf: every language-suite kernel links into a code object (v5) whose notes
+    hold the AMDGPU metadata of its kernel and whose symbols its .kd descriptor."""
+    tool("ld.lld")
+    tool("llvm-readelf")
+    ok = check_failures(built(f"rocm:{gfx}"), f"rocm:{gfx}", NO_LIBM, "math.")
+    assert len(ok) > 60
+    for n, (launch, art) in enumerate(ok):
+        check_code_object(art, gfx, tmp_path, f"{launch.name}{n}")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_rocm_contour_code_objects(debug, tmp_path):
+    """ld.lld + llvm-readelf: the contour for gfx90a, gfx942 and gfx90a:sramecc+:xnack- (the target
+    id's features in the metadata)."""
+    tool("ld.lld")
+    for name, gfx in (("gfx90a", "gfx90a"), ("gfx942", "gfx942"),
+                      ("gfx90a:sramecc+:xnack-", "gfx90a:sramecc+:xnack-")):
+        for kernel, art in contour_artifacts(f"rocm:{name}", debug):
+            check_code_object(art, gfx, tmp_path, kernel.__qualname__)
+
+
+# -- Level Zero ------------------------------------------------------------------------------
+
+SPIRV_FLAKE = pytest.mark.xfail(
+    strict=False, reason="open: LLVM 22's SPIR-V backend now and then emits a module with an id "
+    "defined twice (spirv-val rejects it, ocloc aborts on it), depending on what was compiled "
+    "before in the process (state kept across modules); which kernel varies from run to run")
+
+
+def spirv_check(spirv: bytes, entry: str, tmp_path, name="k"):
+    path = tmp_path / f"{name}.spv"
+    path.write_bytes(spirv)
+    run([tool("spirv-val"), str(path)])
+    text = run([tool("spirv-dis"), str(path)]).stdout
+    assert "; Version: 1.2" in text
+    assert re.search(rf'OpEntryPoint Kernel %\S+ "{entry}"', text), text[:2000]
+
+
+def check_l0(art, tmp_path, name, native=True):
+    spirv, zebin = unpack_level_zero(art.payload)
+    spirv_check(spirv, art.entry, tmp_path, name)
+    if native:
+        assert zebin[:4] == b"\x7fELF" and art.entry.encode() in zebin
+    else:
+        assert zebin == b""
+
+
+@SPIRV_FLAKE
+def test_level_zero_language_kernels_spirv_validate(tmp_path):
+    """spirv-val: every language-suite kernel (all math included) gives valid SPIR-V 1.2 with its
+    kernel entry point."""
+    tool("spirv-val")
+    ok = check_failures(built("level_zero:spirv"), "level_zero:spirv", set())
+    for n, (launch, art) in enumerate(ok):
+        check_l0(art, tmp_path, f"{launch.name}{n}", native=False)
+
+
+@SPIRV_FLAKE
+def test_level_zero_language_kernels_pvc(tmp_path):
+    """spirv-val + ocloc: every language-suite kernel (all math included) gives valid SPIR-V 1.2 and
+    pvc native code (zebin) from ocloc."""
+    tool("ocloc")
+    tool("spirv-val")
+    ok = check_failures(built("level_zero:pvc"), "level_zero:pvc", set())
+    for n, (launch, art) in enumerate(ok):
+        check_l0(art, tmp_path, f"{launch.name}{n}")
+
+
+@SPIRV_FLAKE
+def test_level_zero_language_kernels_dg2_without_float64(tmp_path):
+    """ocloc for dg2 (no float64): kernels without float64 build; each one with a float64 value is a
+    CompileError at its line naming float64 and level_zero:dg2 (not a driver failure)."""
+    tool("ocloc")
+    results = built("level_zero:dg2")
+    ok = check_failures(results, "level_zero:dg2", feature="float64")
+    assert 10 < len(ok) < len(results)
+    for n, (launch, art) in enumerate(ok):
+        check_l0(art, tmp_path, f"{launch.name}{n}")
+
+
+@SPIRV_FLAKE
+@pytest.mark.parametrize("debug", [False, pytest.param(True, marks=pytest.mark.xfail(
+    reason="ocloc: undefined __builtin_spirv_OpAtomicIAdd_p1i8_i32_i32_i64: LLVM's SPIR-V "
+           "backend types an i64 atomic's pointer as i8* (GEPs canonicalized to i8 offsets); "
+           "open", strict=False))])
+def test_level_zero_contour(debug, tmp_path):
+    """spirv-val + ocloc: the contour for pvc (SPIR-V and zebin) and as SPIR-V alone."""
+    tool("ocloc")
+    for kernel, art in contour_artifacts("level_zero:pvc", debug):
+        check_l0(art, tmp_path, kernel.__qualname__)
+    for kernel, art in contour_artifacts("level_zero:spirv", debug):
+        check_l0(art, tmp_path, kernel.__qualname__, native=False)
+
+
+@SPIRV_FLAKE
+def test_debug_mode_language_kernels_all_targets(tmp_path):
+    """Bounds-checked builds (debug mode) of the language suite are accepted by each target's tool."""
+    tool("ptxas")
+    tool("ld.lld")
+    tool("spirv-val")
+    picks = {"k_negative_index", "k_hist", "k_hist2d", "k_func_writes", "k_grid3", "k_constants",
+             "k_transpose"}
+    launches = [launch for launch in language_launches() if launch.name in picks]
+    assert {launch.name for launch in launches} == picks
+    for n, launch in enumerate(launches):
+        ptx = launch.build(gpu_target("cuda:sm_80"), debug=True)
+        assert ptx.sites
+        ptxas_check(ptx.payload, "sm_80", tmp_path, f"d{n}")
+        check_code_object(launch.build(gpu_target("rocm:gfx90a"), debug=True), "gfx90a", tmp_path, f"d{n}")
+        check_l0(launch.build(gpu_target("level_zero:spirv"), debug=True), tmp_path, f"d{n}", native=False)
+
+
+# -- the ABI, at the LLVM IR level -----------------------------------------------------------
+
+@tack.kernel
+def k_abi(a, b, flag, x, n, c):
+    i, j = tack.tid()
+    if flag:
+        a[i, j] = b[i, j] * x + n + c[0]
+
+
+@tack.kernel(static_shape="c")
+def k_abi_static(a, b, flag, x, n, c):
+    i, j = tack.tid()
+    if flag:
+        a[i, j] = b[i, j] * x + n + c[0]
+
+
+@pytest.mark.parametrize("name,cc", [("cuda:sm_80", "ptx_kernel"), ("rocm:gfx90a", "amdgpu_kernel"),
+                                     ("level_zero:spirv", "spir_kernel")])
+@pytest.mark.parametrize("debug", [False, True])
+def test_entry_follows_the_kernel_abi(name, cc, debug):
+    """The entry's parameters: each array's global pointer then its extents (unless static) and
+    strides (strided layout only), scalars (bool as i8), n0 n1 n2, then the error record (debug)."""
+    from tack.codegen import generate
+    from tack.launch import argtypes_of
+    from tack.specialize import specialize
+    target = gpu_target(name)
+    a = np.zeros((4, 5), np.float32)
+    b = np.zeros((8, 5), np.float32)[::2]                 # strided
+    c = np.ones(3, np.int32)
+    for kernel, c_fields in ((k_abi, ["i64"]), (k_abi_static, [])):
+        args = (a, b, True, np.float32(2), 3, c)
+        typed = specialize(kernel.lower({}, debug), argtypes_of(kernel, args), 2)
+        gen = generate(typed, target, "tack_abi")
+        fn = gen.module.get_global(gen.entry)
+        assert fn.calling_convention == cc
+        got = [str(t) for t in fn.function_type.args]
+        want = (["float addrspace(1)*", "i64", "i64"]                       # a: C, extents
+                + ["float addrspace(1)*", "i64", "i64", "i64", "i64"]        # b: extents, strides
+                + ["i8", "float", "i64"]                                     # flag, x, n
+                + ["i32 addrspace(1)*"] + c_fields                           # c
+                + ["i64", "i64", "i64"]                                      # n0 n1 n2
+                + (["i64 addrspace(1)*"] if debug else []))
+        assert got == want
+
+
+@tack.kernel
+def k_erf(a, out):
+    i = tack.tid()
+    out[i] = math.erf(a[i])  # ERR math.erf
+
+
+def test_unsupported_math_is_a_compile_error_at_the_users_line():
+    """float64 erf on CUDA: a CompileError naming the kernel, file, line (caret), function and
+    target; the same kernel builds for SPIR-V, which has erf."""
+    with pytest.raises(tack.CompileError) as e:
+        build(k_erf, (np.zeros(3), np.zeros(3)), 1, gpu_target("cuda:sm_90"))
+    msg = check_points_at(e.value, "k_erf", k_erf, __file__)
+    assert "math.erf on float64" in msg and "cuda:sm_90" in msg
+    art = build(k_erf, (np.zeros(3), np.zeros(3)), 1, gpu_target("level_zero:spirv"))
+    assert unpack_level_zero(art.payload)[0][:4] == b"\x03\x02\x23\x07"
+
+
+# -- keys, names, the artifact container -------------------------------------------------------
+
+def test_target_keys_are_the_light_modules_and_change_with_every_setting(monkeypatch):
+    """target(name).key == gpu.key_for(name) (no compiling); sm, gfx, features, device, PTX ISA,
+    code object version, SPIR-V version and LLVM each change the key."""
+    names = ["cuda:sm_80", "cuda:sm_90", "rocm:gfx90a", "rocm:gfx942", "rocm:gfx90a:sramecc+:xnack-",
+             "level_zero:pvc", "level_zero:dg2", "level_zero:spirv"]
+    keys = {n: key_for(n) for n in names}
+    assert len(set(keys.values())) == len(names)
+    for n in names:
+        t = toolchain(n.split(":")[0]).target(n)
+        assert t.key == keys[n] and t.kind == n.split(":")[0]
+        assert key_for(n, llvm="llvmlite-0.0.1") != keys[n]
+    monkeypatch.setitem(gpu.PTX_ISA, "sm_90", "8.0")
+    assert key_for("cuda:sm_90") != keys["cuda:sm_90"]
+    assert gpu_target("cuda:sm_90").settings["features"] == "+ptx80"
+    monkeypatch.setattr(gpu, "CODE_OBJECT_VERSION", 6)
+    assert key_for("rocm:gfx90a") != keys["rocm:gfx90a"]
+    monkeypatch.setattr(gpu, "SPIRV_VERSION", "1.4")
+    assert key_for("level_zero:pvc") != keys["level_zero:pvc"]
+
+
+def test_target_objects():
+    """Each toolchain's target: kind, arch, machine, suffix, identity; bad names are ArchErrors."""
+    from tack.archs import ArchError
+    t = toolchain("rocm").target("rocm:gfx90a:sramecc+:xnack-")
+    assert (t.kind, t.arch, t.machine_name, t.suffix) == ("rocm", "gfx90a:sramecc+:xnack-", "amdgcn", ".hsaco")
+    assert t.settings["cpu"] == "gfx90a" and t.settings["features"] == "+sramecc,-xnack"
+    assert t.identity()["code_object"] == "5"
+    c = toolchain("cuda").target("cuda:sm_90")
+    assert (c.machine_name, c.suffix, c.ptx_isa) == ("nvptx64", ".ptx", "7.8")
+    z = toolchain("level_zero").target("level_zero:pvc")
+    assert (z.machine_name, z.suffix, z.identity()["device"]) == ("spirv64", ".spv.zebin", "pvc")
+    assert toolchain("cpu").target("cpu:x86_64_v3").key
+    for bad in ("cuda:sm_1", "rocm:gfx90a:xnack", "rocm:nv90", "level_zero:nope", "cuda:sm_90:x"):
+        with pytest.raises(ArchError):
+            gpu.target(bad)
+    with pytest.raises(ValueError):
+        toolchain("metal")
+
+
+def test_level_zero_container_round_trips():
+    payload = pack_level_zero(b"\x03\x02\x23\x07spirv", b"\x7fELFnative")
+    assert unpack_level_zero(payload) == (b"\x03\x02\x23\x07spirv", b"\x7fELFnative")
+    assert unpack_level_zero(pack_level_zero(b"s")) == (b"s", b"")
+    for bad in (b"", payload[:-1], b"X" + payload[1:]):
+        with pytest.raises(ValueError):
+            unpack_level_zero(bad)
+
+
+def test_cpu_code_is_unchanged_by_gpu_targets():
+    """Building for GPUs in the same process leaves the CPU's launches working (no shared state)."""
+    gpu_target("level_zero:spirv")
+    out = np.zeros(5)
+    tack.launch(k_abi, dim=(1, 5), args=(out.reshape(1, 5), out.reshape(1, 5) + 1, True, 2.0, 1,
+                                        np.ones(1, np.int32)))
+    assert (out == 4.0).all()
