@@ -32,22 +32,14 @@ def toolchain(kind: str = "cpu"):
 
 
 def runtime(kind: str = "cpu"):
-    """The runtime side of the backend for device kind ``kind``."""
+    """The runtime side of the backend for device kind ``kind`` (``cpu``; ``opencl``: SPIR-V
+    through OpenCL, docs/opencl.md)."""
     if kind == "cpu":
         from . import cpu_runtime
         return cpu_runtime
-    raise ValueError(f"device {kind!r} is not available; this build of Tack runs kernels on 'cpu'")
+    if kind == "opencl":
+        from . import opencl_runtime
+        return opencl_runtime
+    raise ValueError(f"device {kind!r} is not available; this build of Tack runs kernels on "
+                     "'cpu' and 'opencl'")
 
-
-_TOOLCHAINS = {"cpu": "cpu", "cuda": "cuda", "rocm": "hip", "level_zero": "level_zero"}
-
-
-def toolchain(kind: str):
-    """The toolchain module of device kind ``kind`` (``cpu``, ``cuda``, ``rocm``, ``level_zero``):
-    its ``target(name)`` builds code for ``kind:arch``."""
-    module = _TOOLCHAINS.get(kind)
-    if module is None:
-        raise ValueError(f"no toolchain for device kind {kind!r}; Tack builds for "
-                         f"{', '.join(_TOOLCHAINS)}")
-    import importlib
-    return importlib.import_module(f"{__name__}.{module}")
