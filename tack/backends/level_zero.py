@@ -26,7 +26,6 @@ from .gpu import (INTEL_DEVICES, GPUTarget, ToolError, find_ocloc, pack_level_ze
 # is freed and its memory reused, a later module can come out as invalid SPIR-V (ids defined
 # twice: spirv-val rejects it, ocloc aborts on it).  Every module and machine used here is
 # therefore kept for the life of the process (some hundred kB per kernel).
-_KEEP = []
 
 
 class LevelZeroTarget(GPUTarget):
@@ -53,8 +52,7 @@ class LevelZeroTarget(GPUTarget):
         return super().compile(module)
 
     def emit(self, optimized) -> bytes:
-        spirv = self.machine.emit_object(optimized)
-        _KEEP.append((optimized, self.machine))
+        spirv = emit_spirv(str(optimized), self.triple, self.settings)
         return pack_level_zero(spirv, self.native(spirv) if self.device else b"")
 
     def native(self, spirv: bytes) -> bytes:
@@ -118,6 +116,39 @@ class LevelZeroTarget(GPUTarget):
         fn = module.globals.get(mangled) or ir.Function(
             module, ir.FunctionType(args[0].type, [a.type for a in args]), mangled)
         return builder.call(fn, args)
+
+
+_EMIT = """
+import sys
+import llvmlite.binding as llvm
+llvm.initialize_all_targets()
+llvm.initialize_all_asmprinters()
+triple, cpu, features, opt = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+module = llvm.parse_assembly(sys.stdin.buffer.read().decode())
+machine = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features, opt=opt)
+sys.stdout.buffer.write(machine.emit_object(module))
+"""
+
+
+def emit_spirv(ir_text: str, triple: str, settings: dict) -> bytes:
+    """Optimized LLVM IR -> SPIR-V, emitted in a process of its own.
+
+    LLVM 22's SPIR-V backend keeps state across the modules of a process: after the first,
+    a module can come out with ids defined twice (spirv-val rejects it; Intel's compiler
+    aborts on it), whichever kernel it is.  The first module of a process has always been
+    valid, so each is emitted by a new process that emits only it (about a tenth of a second:
+    SPIR-V is compiled ahead of time, or once per kernel on a cache miss).
+    """
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-c", _EMIT, triple, settings.get("cpu", ""),
+                          settings.get("features", ""),
+                          str(settings.get("codegen_opt", settings["opt"]))],
+                         input=ir_text.encode(), capture_output=True, timeout=300)
+    if res.returncode != 0 or not res.stdout.startswith(b"\x03\x02\x23\x07"):
+        raise ToolError(f"LLVM's SPIR-V backend failed for {triple} (exit {res.returncode}):\n"
+                        f"{res.stderr.decode(errors='replace')[-2000:]}")
+    return res.stdout
 
 
 def target(name: str) -> LevelZeroTarget:

@@ -134,11 +134,6 @@ def test_rocm_contour_code_objects(debug, tmp_path):
 
 # -- Level Zero ------------------------------------------------------------------------------
 
-SPIRV_FLAKE = pytest.mark.xfail(
-    strict=False, reason="open: LLVM 22's SPIR-V backend now and then emits a module with an id "
-    "defined twice (spirv-val rejects it, ocloc aborts on it), depending on what was compiled "
-    "before in the process (state kept across modules); which kernel varies from run to run")
-
 
 def spirv_check(spirv: bytes, entry: str, tmp_path, name="k"):
     path = tmp_path / f"{name}.spv"
@@ -158,7 +153,6 @@ def check_l0(art, tmp_path, name, native=True):
         assert zebin == b""
 
 
-@SPIRV_FLAKE
 def test_level_zero_language_kernels_spirv_validate(tmp_path):
     """spirv-val: every language-suite kernel (all math included) gives valid SPIR-V 1.2 with its
     kernel entry point."""
@@ -168,7 +162,6 @@ def test_level_zero_language_kernels_spirv_validate(tmp_path):
         check_l0(art, tmp_path, f"{launch.name}{n}", native=False)
 
 
-@SPIRV_FLAKE
 def test_level_zero_language_kernels_pvc(tmp_path):
     """spirv-val + ocloc: every language-suite kernel (all math included) gives valid SPIR-V 1.2 and
     pvc native code (zebin) from ocloc."""
@@ -179,7 +172,6 @@ def test_level_zero_language_kernels_pvc(tmp_path):
         check_l0(art, tmp_path, f"{launch.name}{n}")
 
 
-@SPIRV_FLAKE
 def test_level_zero_language_kernels_dg2_without_float64(tmp_path):
     """ocloc for dg2 (no float64): kernels without float64 build; each one with a float64 value is a
     CompileError at its line naming float64 and level_zero:dg2 (not a driver failure)."""
@@ -191,11 +183,10 @@ def test_level_zero_language_kernels_dg2_without_float64(tmp_path):
         check_l0(art, tmp_path, f"{launch.name}{n}")
 
 
-@SPIRV_FLAKE
 @pytest.mark.parametrize("debug", [False, pytest.param(True, marks=pytest.mark.xfail(
-    reason="ocloc: undefined __builtin_spirv_OpAtomicIAdd_p1i8_i32_i32_i64: LLVM's SPIR-V "
-           "backend types an i64 atomic's pointer as i8* (GEPs canonicalized to i8 offsets); "
-           "open", strict=False))])
+    reason="open: ocloc finds no __builtin_spirv_OpAtomicIAdd_p1i8_i32_i32_i64: LLVM 22's SPIR-V "
+           "backend types the pointer of the contour's int64 atomic add as i8* in debug mode "
+           "(byte-offset GEPs); calling OpenCL's atom_add built-in did not change it", strict=True))])
 def test_level_zero_contour(debug, tmp_path):
     """spirv-val + ocloc: the contour for pvc (SPIR-V and zebin) and as SPIR-V alone."""
     tool("ocloc")
@@ -205,7 +196,6 @@ def test_level_zero_contour(debug, tmp_path):
         check_l0(art, tmp_path, kernel.__qualname__, native=False)
 
 
-@SPIRV_FLAKE
 def test_debug_mode_language_kernels_all_targets(tmp_path):
     """Bounds-checked builds (debug mode) of the language suite are accepted by each target's tool."""
     tool("ptxas")
