@@ -63,6 +63,12 @@ if ! command -v tcsh >/dev/null || ! command -v fish >/dev/null; then
   apt_quiet install -y --no-install-recommends tcsh fish
 fi
 
+# The vendors' tools that check GPU code ahead of time (ptxas, ld.lld-22, llvm-readelf-22,
+# spirv-val, ocloc), and Intel's OpenCL CPU runtime with pyopencl, which runs Tack's SPIR-V here.
+bash ci/install-gpu-tools.sh
+bash ci/install-opencl.sh
+export TACK_REQUIRE_OPENCL=1      # the OpenCL tests fail, rather than skip, without a device
+
 # The README's test command.
 set +e
 python3 -m pytest -q "$@"

@@ -155,9 +155,14 @@ def typeof_arg(kernel_name, param, a, static=False):
 
 
 def _compile(kernel, dims, args, device, debug):
-    if device != "cpu":
-        raise ValueError(f"device {device!r} is not available; this build of Tack runs "
-                         "kernels on 'cpu'")
+    kind = device.split(":", 1)[0] if isinstance(device, str) else None
+    if kind not in ("cpu", "opencl") or (kind == "cpu" and device != "cpu"):
+        raise ValueError(f"device {device!r} is not available; this build of Tack runs kernels "
+                         "on 'cpu' and on 'opencl' (SPIR-V through OpenCL, e.g. 'opencl:0')")
+    from .backends import runtime as backend_runtime
+    runtime = backend_runtime(kind)
+    if kind == "opencl":
+        runtime.get_device(device)              # OpenCLUnavailable, saying what to install
     name = kernel.__qualname__
     params = kernel.params
     if len(args) != len(params):
@@ -173,8 +178,14 @@ def _compile(kernel, dims, args, device, debug):
         def locate(fid):
             from .cache.store import locate as _locate
             return _locate(deps, kernel, templates, fid)
+        if kind == "opencl":
+            return DeviceVariant(name, fn, runtime, meta, arg_index, sites if debug else None,
+                                 locate)
         return CPUVariant(name, fn, value_params, value_types, arg_index,
                           sites if debug else None, locate, meta.get("tidx"))
+
+    def load(payload, meta):
+        return runtime.load(payload, meta, device) if kind == "opencl" else runtime.load(payload, meta)
 
     timings = {}
     clock = time.perf_counter()
@@ -186,8 +197,6 @@ def _compile(kernel, dims, args, device, debug):
         clock = now
 
     from . import cache as _cache
-    from .backends import runtime as backend_runtime
-    runtime = backend_runtime(device)
     chain = _cache.session(runtime)
     keys = None
     if chain is not None:
@@ -195,7 +204,7 @@ def _compile(kernel, dims, args, device, debug):
         keys = warm.keys(kernel, templates, value_types, len(dims), debug)
         hit = warm.find_variant(chain, kernel, templates, keys)
         if hit is not None:
-            fn = _load_hit(chain, kernel, runtime, hit)
+            fn = _load_hit(chain, kernel, load, hit)
             stage("cache")
             if fn is not None:
                 kernel.timings = timings
@@ -217,13 +226,12 @@ def _compile(kernel, dims, args, device, debug):
             entries.store_lowered(chain, keys.lowered, lowered)
             stage("cache")
 
-    from .backends.cpu import target as toolchain_target
     from .compiler import compile_variant
-    target = toolchain_target()
+    target = _toolchain_target(kind)
     stage("init")
     art = compile_variant(lowered, keys.lowered if keys else None, value_types, len(dims), target,
                           debug, stage)
-    fn = runtime.load(art.payload, art.meta)
+    fn = load(art.payload, art.meta)
     stage("load")
     if chain is not None:
         entries.store_variant(chain, art)
@@ -232,11 +240,21 @@ def _compile(kernel, dims, args, device, debug):
     return variant(fn, art.sites, lowered.deps, art.meta)
 
 
-def _load_hit(chain, kernel, runtime, hit):
+def _toolchain_target(kind):
+    """The toolchain's target for a launch on this process's device of ``kind``: this host's
+    CPU, or SPIR-V for OpenCL (``level_zero:spirv``: the same code a Level Zero device takes)."""
+    if kind == "opencl":
+        from .backends.level_zero import target
+        return target("level_zero:spirv")
+    from .backends.cpu import target
+    return target()
+
+
+def _load_hit(chain, kernel, load, hit):
     """A stored variant's entry point, through the backend's runtime; None (the entry left
     unused, and said why) if it does not load."""
     try:
-        return runtime.load(hit.payload, hit.meta)
+        return load(hit.payload, hit.meta)
     except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
         from .cache.warm import unusable
         unusable(chain, kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})")
@@ -394,6 +412,23 @@ class CPUVariant:
         raise IndexError(f"kernel '{self.name}': index {int(err[2])} is out of bounds for axis "
                          f"{int(err[1])} of '{site.array}' with size {int(err[3])}{inside} "
                          f"({where})")
+
+
+class DeviceVariant:
+    """A compiled variant on a device (OpenCL): launched through its runtime, which copies NumPy
+    arrays to the device and back around each launch (docs/opencl.md)."""
+
+    def __init__(self, name, kernel, runtime, meta, arg_index, sites, locate=None):
+        self.name, self.kernel, self.runtime, self.meta = name, kernel, runtime, meta
+        self.arg_index, self.sites, self.locate = arg_index, sites, locate
+
+    def run(self, args, dims):
+        values = [args[i] for i in self.arg_index]
+        err = self.runtime.launch(self.kernel, self.meta, values, dims, self.sites is not None)
+        if err is not None and err[0]:
+            self.raise_bounds_error(err)
+
+    raise_bounds_error = CPUVariant.raise_bounds_error
 
 
 def _run_grid(fn, buf, d):

@@ -333,10 +333,10 @@ def get_device(device=None) -> _Device:
 
 
 def spirv_key() -> str:
-    """Target key of SPIR-V emitted with ``SPIRV`` by this node's LLVM: no device in it."""
-    from ..cache.warm import digest
-    from .cpu_runtime import llvm_version
-    return digest("target", ("backend", "spirv"), ("spirv", SPIRV), ("llvm", llvm_version()))
+    """Target key of SPIR-V with no device in it: the toolchain's ``level_zero:spirv`` target
+    (``gpu.key_for``: one identity for the code and for the runtime that looks it up)."""
+    from .gpu import key_for
+    return key_for("level_zero:spirv")
 
 
 def candidate_keys(device=None) -> list:
@@ -345,7 +345,7 @@ def candidate_keys(device=None) -> list:
     SPIR-V only, for now: it is portable, so its key names no device (a
     device's native binaries, once cached, would come before it).
     """
-    return [(f"spirv:{SPIRV['version']}", spirv_key())]
+    return [("level_zero:spirv", spirv_key())]
 
 
 def host_key() -> str:
@@ -481,6 +481,9 @@ class OpenCLKernel:
         return f"<OpenCLKernel {self.entry!r} on {self.dev.name}>"
 
 
+from .gpu import L0_MAGIC  # noqa: E402 - light: no llvmlite
+
+
 def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
     """A SPIR-V binary -> its built kernel ``meta["entry"]`` on ``device`` (the first by default).
 
@@ -488,6 +491,12 @@ def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
     such kernel, or when the kernel's parameters do not match ``meta``.
     """
     dev = get_device(device)
+    if payload[:len(L0_MAGIC)] == L0_MAGIC:         # a Level Zero artifact: its SPIR-V part
+        from .gpu import unpack_level_zero
+        try:
+            payload = unpack_level_zero(payload)[0]
+        except ValueError as e:
+            raise OpenCLError(f"damaged Level Zero artifact ({e})") from None
     check_spirv(payload)
     entry = meta.get("entry")
     if not entry:

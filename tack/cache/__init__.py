@@ -265,7 +265,9 @@ _lock = threading.Lock()
 _configured = {}
 _resolved = None          # Settings, once the first kernel compiled
 _resolved_by = None       # what made them resolved (for configure()'s error)
-_session = None           # the Session for this process
+_session = None           # the Session for this process (the CPU's)
+_other_sessions = {}      # those of other runtimes (OpenCL), by kind
+_warn = None              # the process's warn_once, shared by its sessions
 _stats = None
 _launch = None            # the MPI launch, if any (detected once)
 _loaded_bundle = None     # a Bundle given by load_bundle()
@@ -339,30 +341,41 @@ def session(runtime=None):
     ``warm.DiskCache``), or a ``bundle.Chain`` of stores when there are bundles to read.
 
     ``runtime``: the runtime side of the backend whose target keys the stores look up
-    (``tack.backends.runtime``); the dispatcher passes it, the CPU's by default.
+    (``tack.backends.runtime``); the dispatcher passes it, the CPU's by default.  Each
+    runtime has a session of its own (a CPU and an OpenCL device look up different keys and
+    site bundles); they share the settings, statistics and warnings.
     """
     global _session
+    if runtime is None:
+        from ..backends import runtime as backend_runtime
+        runtime = backend_runtime("cpu")
+    if getattr(runtime, "KIND", "cpu") != "cpu":
+        kind = runtime.KIND
+        if kind not in _other_sessions:
+            _other_sessions[kind] = _new_session(runtime, own_bundle=False)
+        return _other_sessions[kind] or None
     if _session is None:
-        if runtime is None:
-            from ..backends import runtime as backend_runtime
-            runtime = backend_runtime("cpu")
-        s = _settings_in_use("the first kernel compiled")
-        if s.mode == "off":
-            _session = False
-        else:
-            from .warm import site_dirs, user_directory, warn_once_factory
-            launch = mpi_launch()
-            warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
-            sites = site_dirs(warn=warn)
-            if s.mode == "bundle" or sites or _loaded_bundle is not None:
-                from .bundle import Chain
-                _session = Chain(s, _get_stats(), warn, runtime, launch, sites,
-                                 own_bundle=not _bundle_called)
-                if _loaded_bundle is not None:
-                    _session.add_loaded(_loaded_bundle)
-            else:
-                _session = user_directory(s, _get_stats(), warn, runtime, launch)
+        _session = _new_session(runtime, own_bundle=not _bundle_called,
+                                chain=_loaded_bundle is not None)
+        if _session and _loaded_bundle is not None:
+            _session.add_loaded(_loaded_bundle)
     return _session or None
+
+
+def _new_session(runtime, own_bundle, chain=False):
+    s = _settings_in_use("the first kernel compiled")
+    if s.mode == "off":
+        return False
+    from .warm import site_dirs, user_directory, warn_once_factory
+    launch = mpi_launch()
+    global _warn
+    if _warn is None:
+        _warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
+    sites = site_dirs(warn=_warn)
+    if s.mode == "bundle" or sites or chain:
+        from .bundle import Chain
+        return Chain(s, _get_stats(), _warn, runtime, launch, sites, own_bundle=own_bundle)
+    return user_directory(s, _get_stats(), _warn, runtime, launch)
 
 
 def load_bundle(comm=None) -> int:
@@ -405,8 +418,10 @@ def _setup_logging():
 
 def _reset_for_tests():
     """Forget settings, session, stats, MPI detection and bundles, as in a new process."""
-    global _resolved, _session, _launch, _loaded_bundle, _bundle_called, _stats
+    global _resolved, _session, _launch, _loaded_bundle, _bundle_called, _stats, _warn
     _bundle_called = False
+    _other_sessions.clear()
+    _warn = None
     _configured.clear()
     _resolved = None
     _session = None

@@ -190,7 +190,7 @@ _HEAD = struct.Struct("<8sB3xIQ32s64s")
 SUFFIX = {KIND_LOWERED: ".tlk", KIND_VARIANT: ".tvar"}
 LEVEL_DIR = {KIND_LOWERED: "lowered", KIND_VARIANT: "variants"}
 TMP_MARK = ".tmp."
-HIT_FIELDS = frozenset(("dep", "site", "entry", "tidx"))      # the metadata a lookup uses
+HIT_FIELDS = frozenset(("dep", "site", "entry", "tidx", "argspec"))  # what a lookup uses (argspec: a device runtime's launch)
 
 
 class DamagedEntry(Exception):

@@ -1,0 +1,136 @@
+"""tack.launch(..., device="opencl"): Tack's kernels compiled to SPIR-V (level_zero:spirv) and run
+through OpenCL (Intel's CPU runtime here): the one GPU-style code path that executes on this
+machine.  Results are compared with the CPU backend's and NumPy's; nothing is simulated."""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tack
+from tack.backends import opencl_runtime
+
+from .gpu_tools import _param_sets
+
+pytestmark = pytest.mark.skipif(
+    not opencl_runtime.available() and not os.environ.get("TACK_REQUIRE_OPENCL"),
+    reason=f"no OpenCL device takes SPIR-V here ({opencl_runtime.unavailable_reason()}); "
+           "run ci/install-opencl.sh")
+
+
+def test_the_language_suite_runs_on_opencl(monkeypatch):
+    """Every test of tests/test_language.py (each parameter set) passes with its launches on
+    device='opencl': the suite's own assertions compare each result with NumPy."""
+    from tests import test_language as suite
+    real = tack.launch
+    monkeypatch.setattr(tack, "launch", lambda k, dim, args=(), device="cpu": real(k, dim, args, "opencl"))
+    ran, failed = 0, {}
+    for name in sorted(n for n in dir(suite) if n.startswith("test_")):
+        fn = getattr(suite, name)
+        marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
+        for combo in itertools.product(*[_param_sets(m) for m in marks]):
+            kwargs = {k: v for names, values in combo for k, v in zip(names, values)}
+            try:
+                fn(**kwargs)
+            except Exception as e:                  # noqa: BLE001 - collected, then asserted
+                failed[f"{name}{kwargs}"] = f"{type(e).__name__}: {e}"
+            ran += 1
+            tack.config.reset()
+    for value in vars(suite).values():              # as a fresh import would leave them
+        if isinstance(value, tack.api.Kernel):
+            value._lowered.clear()
+            value._variants.clear()
+    assert ran >= 70 and failed == {}, failed
+
+
+def sphere(shape, r):
+    p = np.indices(shape).astype(np.float32)
+    c = (np.array(shape, np.float32) - 1) / 2
+    return np.sqrt(((p - c[:, None, None, None]) ** 2).sum(axis=0)).astype(np.float32), r
+
+
+def test_contour_on_opencl_equals_the_cpu_and_scikit_image(monkeypatch):
+    """The contour's kernels on OpenCL give the CPU backend's surface, and scikit-image's
+    triangle count, on two shapes."""
+    from skimage.measure import marching_cubes
+
+    from tack.kernels import contour as mod
+    for shape, r in ((21, 21, 21), 6.0), ((17, 23, 30), 5.0):
+        field, level = sphere(shape, r)
+        v_cpu, f_cpu = mod.contour(field, level)
+        real = tack.launch
+        monkeypatch.setattr(tack, "launch", lambda k, dim, args=(), device="cpu": real(k, dim, args, "opencl"))
+        v_cl, f_cl = mod.contour(field, level)
+        monkeypatch.undo()
+        _, sk_faces, _, _ = marching_cubes(field, level)
+        assert len(f_cl) == len(f_cpu) == len(sk_faces) > 0
+        # Work-items append vertices and faces with atomics, in another order than the CPU's
+        # threads: the same surface is the same set of triangles, each a set of points.
+        np.testing.assert_allclose(triangles(v_cl, f_cl), triangles(v_cpu, f_cpu), atol=1e-5)
+
+
+def triangles(verts, faces):
+    """Each triangle's corners sorted, then the triangles sorted: an order-free surface."""
+    tri = np.sort(np.round(verts[faces], 5).view([("", verts.dtype)] * 3).reshape(len(faces), 3), axis=1)
+    tri = tri.view(verts.dtype).reshape(len(faces), 9)
+    return tri[np.lexsort(tri.T[::-1])]
+
+
+@tack.kernel
+def k_oob(a, out):
+    i = tack.tid()
+    out[i] = a[i + 1]
+
+
+def test_debug_mode_reads_the_error_record_after_the_kernel(monkeypatch):
+    """In debug mode an out-of-bounds read on the device is an IndexError naming the array,
+    the index and the line, read from the error record once the kernel has finished."""
+    tack.config.debug = True
+    a = np.arange(4.0)
+    out = np.zeros(4)
+    with pytest.raises(IndexError, match=r"index 4 is out of bounds for axis 0 of 'a' with size 4"):
+        tack.launch(k_oob, 4, (a, out), device="opencl")
+    tack.launch(k_oob, 3, (a, out), device="opencl")
+    np.testing.assert_array_equal(out[:3], a[1:])
+
+
+WARM = textwrap.dedent("""
+    import json, sys, numpy as np, tack, tack.cache
+    from tack.kernels import contour as mod
+    real = tack.launch
+    tack.launch = lambda k, dim, args=(), device="cpu": real(k, dim, args, "opencl")
+    p = np.indices((19, 19, 19)).astype(np.float32)
+    f = np.sqrt(((p - 9.0) ** 2).sum(axis=0)).astype(np.float32)
+    v, fc = mod.contour(f, 5.0)
+    print(json.dumps({"ntri": len(fc), "stats": tack.cache.stats(),
+                      "compiler": sorted(m for m in ("llvmlite.binding", "tack.codegen")
+                                         if m in sys.modules)}))
+""")
+
+
+def run_warm(cache):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env["TACK_CACHE_DIR"] = str(cache)
+    p = subprocess.run([sys.executable, "-c", WARM], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_loads_the_spirv_from_the_cache(tmp_path):
+    """The SPIR-V a first process compiled and stored is what a second one loads: both contour
+    kernels hit, and no compiler module is imported."""
+    cold = run_warm(tmp_path / "cache")
+    warm = run_warm(tmp_path / "cache")
+    assert cold["stats"]["misses"]["variant"] == 2 and warm["ntri"] == cold["ntri"] > 0
+    assert warm["stats"]["hits"]["variant"] == 2 and warm["compiler"] == []
+
+
+def test_unknown_device_is_a_clear_error():
+    with pytest.raises(ValueError, match="device 'cuda' is not available.*'opencl'"):
+        tack.launch(k_oob, 1, (np.zeros(2), np.zeros(2)), device="cuda")
