@@ -130,3 +130,25 @@ def test_info_lists_entries_per_target(tmp_path):
     lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip().startswith("for ")]
     assert sorted((ln[1], ln[2]) for ln in lines) == sorted([("cpu:host", "2"), (GENERIC, "2")])
     np.testing.assert_equal(len(lines), 2)
+
+
+def test_gpu_artifacts_export_with_their_vendor_suffixes(tmp_path):
+    """AOT artifacts for CUDA, ROCm and Level Zero export as .ptx, .hsaco, and .spv plus .zebin
+    (the container's two parts): each file what the vendor's tool reads."""
+    from tests.backends.gpu_tools import tool
+    tool("ld.lld")
+    tool("ocloc")
+    k, args, grid = tack_warm((8, 8, 8))[0]
+    for arch, suffixes, head in (("cuda:sm_90", [".ptx"], b"//"), ("rocm:gfx90a", [".hsaco"], b"\x7fELF"),
+                                 ("level_zero:pvc", [".spv", ".zebin"], b"\x03\x02\x23\x07")):
+        art = tack.aot.compile(k, arch, args, grid=grid)
+        site = tmp_path / arch.replace(":", "-")
+        site.mkdir()
+        path = tack.aot.save_bundle([art], str(site))
+        out = tmp_path / ("out-" + site.name)
+        r = cli("export", path, "--output", str(out))
+        assert r.returncode == 0, r.stderr
+        files = sorted(os.listdir(out))
+        assert [os.path.splitext(f)[1] for f in files] == sorted(suffixes), files
+        first = next(f for f in files if f.endswith(suffixes[0]))
+        assert (out / first).read_bytes().startswith(head)

@@ -151,6 +151,14 @@ def emit_spirv(ir_text: str, triple: str, settings: dict) -> bytes:
     return res.stdout
 
 
+def artifact_parts(payload: bytes) -> list:
+    """[(suffix, bytes)] of a Level Zero artifact, for ``python -m tack.cache export``: its
+    SPIR-V, and its native code when it has some."""
+    from .gpu import unpack_level_zero
+    spirv, native = unpack_level_zero(payload)
+    return [(".spv", spirv)] + ([(".zebin", native)] if native else [])
+
+
 def target(name: str) -> LevelZeroTarget:
     """``level_zero:pvc`` (SPIR-V and pvc's native code) or ``level_zero:spirv`` (SPIR-V alone)."""
     kind, arch = split_arch(name)
