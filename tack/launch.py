@@ -155,14 +155,10 @@ def typeof_arg(kernel_name, param, a, static=False):
 
 
 def _compile(kernel, dims, args, device, debug):
-    kind = device.split(":", 1)[0] if isinstance(device, str) else None
-    if kind not in ("cpu", "opencl") or (kind == "cpu" and device != "cpu"):
-        raise ValueError(f"device {device!r} is not available; this build of Tack runs kernels "
-                         "on 'cpu' and on 'opencl' (SPIR-V through OpenCL, e.g. 'opencl:0')")
-    from .backends import runtime as backend_runtime
-    runtime = backend_runtime(kind)
-    if kind == "opencl":
-        runtime.get_device(device)              # OpenCLUnavailable, saying what to install
+    from .backends import runtime_for
+    kind, runtime = runtime_for(device)         # ValueError naming the devices there are
+    if kind != "cpu":
+        runtime.get_device(device)              # <Kind>Unavailable, saying what to install
     name = kernel.__qualname__
     params = kernel.params
     if len(args) != len(params):
@@ -178,14 +174,14 @@ def _compile(kernel, dims, args, device, debug):
         def locate(fid):
             from .cache.store import locate as _locate
             return _locate(deps, kernel, templates, fid)
-        if kind == "opencl":
+        if kind != "cpu":
             return DeviceVariant(name, fn, runtime, meta, arg_index, sites if debug else None,
                                  locate)
         return CPUVariant(name, fn, value_params, value_types, arg_index,
                           sites if debug else None, locate, meta.get("tidx"))
 
     def load(payload, meta):
-        return runtime.load(payload, meta, device) if kind == "opencl" else runtime.load(payload, meta)
+        return runtime.load(payload, meta) if kind == "cpu" else runtime.load(payload, meta, device)
 
     timings = {}
     clock = time.perf_counter()
@@ -227,7 +223,7 @@ def _compile(kernel, dims, args, device, debug):
             stage("cache")
 
     from .compiler import compile_variant
-    target = _toolchain_target(kind)
+    target = runtime.toolchain_target(device)
     stage("init")
     art = compile_variant(lowered, keys.lowered if keys else None, value_types, len(dims), target,
                           debug, stage)
@@ -238,16 +234,6 @@ def _compile(kernel, dims, args, device, debug):
         stage("cache")
     kernel.timings = timings
     return variant(fn, art.sites, lowered.deps, art.meta)
-
-
-def _toolchain_target(kind):
-    """The toolchain's target for a launch on this process's device of ``kind``: this host's
-    CPU, or SPIR-V for OpenCL (``level_zero:spirv``: the same code a Level Zero device takes)."""
-    if kind == "opencl":
-        from .backends.level_zero import target
-        return target("level_zero:spirv")
-    from .backends.cpu import target
-    return target()
 
 
 def _load_hit(chain, kernel, load, hit):

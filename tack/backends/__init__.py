@@ -31,15 +31,24 @@ def toolchain(kind: str = "cpu"):
         raise ValueError(f"no {kind} backend is installed in this Tack") from None
 
 
+_RUNTIMES = {"cpu": "cpu_runtime", "opencl": "opencl_runtime"}
+
+
 def runtime(kind: str = "cpu"):
     """The runtime side of the backend for device kind ``kind`` (``cpu``; ``opencl``: SPIR-V
     through OpenCL, docs/opencl.md)."""
-    if kind == "cpu":
-        from . import cpu_runtime
-        return cpu_runtime
-    if kind == "opencl":
-        from . import opencl_runtime
-        return opencl_runtime
-    raise ValueError(f"device {kind!r} is not available; this build of Tack runs kernels on "
-                     "'cpu' and 'opencl'")
+    module = _RUNTIMES.get(kind)
+    if module is None:
+        raise ValueError(f"device {kind!r} is not available; this build of Tack runs kernels "
+                         f"on {', '.join(repr(k) for k in _RUNTIMES)} (with an index: 'opencl:0')")
+    import importlib
+    return importlib.import_module(f"{__name__}.{module}")
 
+
+def runtime_for(device) -> tuple:
+    """``(kind, runtime)`` of a launch's ``device`` (``"cpu"``, ``"opencl"``, ``"opencl:1"``)."""
+    kind = device.split(":", 1)[0] if isinstance(device, str) else None
+    if kind is None or (kind == "cpu" and device != "cpu"):
+        raise ValueError(f"device {device!r} is not available; this build of Tack runs kernels "
+                         f"on {', '.join(repr(k) for k in _RUNTIMES)} (with an index: 'opencl:0')")
+    return kind, runtime(kind)

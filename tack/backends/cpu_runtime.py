@@ -120,6 +120,18 @@ def host_key() -> str:
     return _host_key
 
 
+def lookup_keys(device=None) -> tuple:
+    """The target keys the user's cache is looked up with, in order: this host's alone (code a
+    host compiled for itself; bundles built for its ancestors are a site's, site_candidates)."""
+    global _lookup
+    if _lookup is None:
+        _lookup = (host_key(),)
+    return _lookup
+
+
+_lookup = None
+
+
 def arch_key(arch: str, llvm: str | None = None) -> str:
     """Target key of code compiled ahead of time for the archspec microarchitecture ``arch``
     (a bare name: ``zen3``) with LLVM ``llvm`` (this node's by default)."""
@@ -146,6 +158,12 @@ def site_candidates(host: str | None = None) -> list:
     from ..archs import cpu_candidates
     llvm = llvm_version()
     return [(f"{KIND}:{a}", arch_key(a, llvm)) for a in cpu_candidates(host or host_arch())]
+
+
+def toolchain_target(device="cpu"):
+    """The toolchain's target for this host's CPU (imports llvmlite: a miss only)."""
+    from .cpu import target
+    return target()
 
 
 def load(payload: bytes, meta: dict):

@@ -348,6 +348,17 @@ def candidate_keys(device=None) -> list:
     return [("level_zero:spirv", spirv_key())]
 
 
+def toolchain_target(device=None):
+    """The toolchain's target for an OpenCL device: portable SPIR-V (``level_zero:spirv``)."""
+    from .level_zero import target
+    return target("level_zero:spirv")
+
+
+def lookup_keys(device=None) -> tuple:
+    """The keys the user's cache is looked up with: the portable SPIR-V's."""
+    return (spirv_key(),)
+
+
 def host_key() -> str:
     """The key of code compiled here for this runtime (the cache session's ``host_key``)."""
     return spirv_key()

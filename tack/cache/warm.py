@@ -472,10 +472,19 @@ class DiskCache:
     def read(self, kind: int, key, level: str):
         """-> (meta, payload, path) of a valid entry, or None (a miss).
 
-        ``key`` may be a function of the target key (a variant's: this host's).
+        ``key`` may be a function of the target key (a variant's): it is then looked up for
+        each of the runtime's ``lookup_keys()`` in turn (the CPU: this host's alone; CUDA: the
+        device's sm, then PTX of lower ones the driver compiles), the first found used.
         """
-        if callable(key):
-            key = key(self.runtime.host_key())
+        if not callable(key):
+            return self._read(kind, key, level)
+        for target_key in self.runtime.lookup_keys():
+            got = self._read(kind, key(target_key), level)
+            if got is not None:
+                return got
+        return None
+
+    def _read(self, kind: int, key: str, level: str):
         path = entry_path(self.version_dir, kind, key)
         t0 = time.perf_counter()
         self.why = "missing"

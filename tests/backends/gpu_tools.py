@@ -112,6 +112,7 @@ def language_launches() -> tuple:
         return real(kernel, dim, args, device)
 
     tack.launch = recording
+    private = _private_cache()
     try:
         for name in sorted(n for n in dir(suite) if n.startswith("test_")):
             fn = getattr(suite, name)
@@ -125,12 +126,35 @@ def language_launches() -> tuple:
     finally:
         tack.launch = real
         tack.config.reset()
+        private.close()
         # Leave the suite's kernels as a fresh import would (its own tests count variants).
         for value in vars(suite).values():
             if isinstance(value, tack.api.Kernel):
                 value._lowered.clear()
                 value._variants.clear()
     return tuple(seen.values())
+
+
+class _private_cache:
+    """A kernel cache of its own while the language suite is replayed (its entries must not
+    serve the suite's own tests later in the run: they count what compiles), then the run's."""
+
+    def __init__(self):
+        import tempfile
+        import tack.cache
+        self._dir = tempfile.TemporaryDirectory(prefix="tack-replay-")
+        self._saved = os.environ.get("TACK_CACHE_DIR")
+        os.environ["TACK_CACHE_DIR"] = self._dir.name
+        tack.cache._reset_for_tests()
+
+    def close(self):
+        import tack.cache
+        if self._saved is None:
+            os.environ.pop("TACK_CACHE_DIR", None)
+        else:
+            os.environ["TACK_CACHE_DIR"] = self._saved
+        tack.cache._reset_for_tests()
+        self._dir.cleanup()
 
 
 def _param_sets(mark):

@@ -27,6 +27,9 @@ def test_the_language_suite_runs_on_opencl(monkeypatch):
     """Every test of tests/test_language.py (each parameter set) passes with its launches on
     device='opencl': the suite's own assertions compare each result with NumPy."""
     from tests import test_language as suite
+
+    from .gpu_tools import _private_cache
+    private = _private_cache()
     real = tack.launch
     monkeypatch.setattr(tack, "launch", lambda k, dim, args=(), device="cpu": real(k, dim, args, "opencl"))
     ran, failed = 0, {}
@@ -41,6 +44,7 @@ def test_the_language_suite_runs_on_opencl(monkeypatch):
                 failed[f"{name}{kwargs}"] = f"{type(e).__name__}: {e}"
             ran += 1
             tack.config.reset()
+    private.close()
     for value in vars(suite).values():              # as a fresh import would leave them
         if isinstance(value, tack.api.Kernel):
             value._lowered.clear()

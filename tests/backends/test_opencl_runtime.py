@@ -321,7 +321,9 @@ def test_device_names_that_do_not_exist_are_refused(device):
 
 def test_candidate_keys_name_spirv_not_the_device():
     keys = ocl.candidate_keys()
-    assert keys == [("spirv:1.2", ocl.spirv_key())]
+    assert keys == [("level_zero:spirv", ocl.spirv_key())]
+    from tack.backends import level_zero
+    assert level_zero.target("level_zero:spirv").key == ocl.spirv_key()   # one identity
     assert ocl.candidate_keys("opencl:0") == keys
     assert ocl.host_key() == ocl.spirv_key()
     assert len(ocl.spirv_key()) == 64

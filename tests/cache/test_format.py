@@ -52,10 +52,11 @@ def test_first_cpu_without_blank_line(tmp_path):
 def test_metadata_only_the_fields_asked_for():
     """A hit parses just what it uses; the other fields are skipped, even when odd."""
     text = store.encode_meta({"arch": "zen3", "dep": [["k", "tack", "module", "tack"]], "entry": "e",
-                              "site": [["f", "a", "p", "1", "k", "0"]], "target": "x\ty"})
+                              "site": [["f", "a", "p", "1", "k", "0"]], "target": "x\ty",
+                              "argspec": [["array:float64:1:C:w"]]})
     meta = store.decode_meta(text, only=warm.HIT_FIELDS)
     assert meta == {"dep": [["k", "tack", "module", "tack"]], "entry": "e",
-                    "site": [["f", "a", "p", "1", "k", "0"]]}
+                    "site": [["f", "a", "p", "1", "k", "0"]], "argspec": [["array:float64:1:C:w"]]}
     assert store.decode_meta(text + b"\nkernel\ta\tb", only=warm.HIT_FIELDS) == meta
     with pytest.raises(store.DamagedEntry):
         store.decode_meta(text + b"\nentry\ta\tb", only=warm.HIT_FIELDS)
