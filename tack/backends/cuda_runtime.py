@@ -510,7 +510,7 @@ def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
                     tr.back.append((a, host, ptr, host.nbytes))
             else:
                 if c or f:
-                    host = a.reshape(-1, order="K") if a.size else a
+                    host = a                # contiguous: copied from and back into itself
                     estrides = [s // a.itemsize for s in a.strides]
                 else:                           # strided: a C copy, passed with its strides
                     host = np.ascontiguousarray(a)
@@ -601,7 +601,7 @@ def numpy_to_device(api, dev, array, cls=GPUArray):
     ptr = 0
     if host.nbytes:
         ptr = api.alloc(dev, host.nbytes)
-        api.htod(dev, ptr, host.reshape(-1, order="K"), host.nbytes)
+        api.htod(dev, ptr, host, host.nbytes)
         api.sync(dev)
     estrides = _f_strides(a.shape) if layout == "F" else _c_strides(a.shape)
     return cls(api, dev, ptr, a.shape, a.dtype, estrides, bool(a.flags.writeable))
