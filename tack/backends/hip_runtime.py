@@ -31,8 +31,8 @@ from .cuda_runtime import GPUArray, GPUKernel, argspecs, from_interface, numpy_t
 
 KIND = "hip"
 ARCH_KIND = "rocm"
-INSTALL_HINT = ("install AMD's hip-python matching your ROCm (`pip install \"tack[hip]\"`, or "
-                "`pip install hip-python~=X.Y.0` for ROCm X.Y) and ROCm's HIP runtime "
+INSTALL_HINT = ("install AMD's hip-python of your ROCm's version (`pip install hip-python~=X.Y.0` "
+                "for ROCm X.Y) and ROCm's HIP runtime "
                 "(libamdhip64.so: ROCm's packages, found under $ROCM_PATH/lib or /opt/rocm/lib)")
 
 
