@@ -562,16 +562,18 @@ def test_2d_strided_and_scalar_marshalling(fake_cuda, debug):
 
 
 def test_debug_error_record_is_returned(fake_cuda):
+    """The model finds b (4 rows, strided F memory) indexed past its end on a 6-row grid and
+    writes the record on the device; launch reads it back and returns it."""
     a = np.zeros((6, 5), np.float32)
-    b = np.zeros((4, 5), np.float32)[::1]
+    b = np.asfortranarray(np.zeros((8, 5), np.float32))[::2]        # layout A, 4 rows
     c = np.zeros(1, np.int32)
-    args = (a, np.asfortranarray(np.zeros((8, 5), np.float32))[::2], True, np.float32(1), 0, c)
+    args = (a, b, True, np.float32(1), 0, c)
     art = artifact(k_abi, args, 2, debug=True)
     k = cr.load(art.payload, art.meta)
     fake_cuda.models[art.meta["entry"]] = lambda v, m: k_abi_model(v, m, True)
-    err = cr.launch(k, art.meta, (a, args[1], True, np.float32(1), 0, c), (6, 5), debug=True)
+    err = cr.launch(k, art.meta, args, (6, 5), debug=True)
     assert err.tolist() == [1, 0, 4, 4]
-    assert b.shape == (4, 5) and fake_cuda.mem.blocks == {}
+    assert fake_cuda.mem.blocks == {}
 
 
 def test_argument_mismatches_are_type_errors_and_nothing_runs(fake_cuda):
