@@ -1,0 +1,993 @@
+"""The CUDA runtime side: PTX built by the toolchain (``tack.backends.cuda``) loaded and launched
+through the CUDA driver API of NVIDIA's ``cuda-python`` (docs/gpu-runtime.md).
+
+The module is light to import: cuda-python is imported on the first call that needs a device,
+and every driver call goes through one object (``_driver()``), the boundary the tests replace.
+
+* **Devices.**  ``devices()`` lists the CUDA devices as ``(name (cuda:sm_XY), "cuda:<index>")``;
+  ``"cuda"`` is ``cuda:0``.  Where there is none (cuda-python not installed, no NVIDIA driver,
+  no GPU), ``available()`` is False and ``unavailable_reason()`` says which and how to install;
+  every call that needs a device raises ``CUDAUnavailable`` with that text (never a crash).
+* **Keys.**  The artifact is PTX, which the driver JIT-compiles for its GPU: PTX built for an
+  older sm runs on a newer GPU.  ``candidate_keys(device)`` lists, most specific first, the
+  device's exact ``cuda:sm_XY`` (and its arch-specific ``sm_XYa``), then every older sm of
+  ``gpu.PTX_ISA`` whose PTX ISA the driver can JIT (``cuda_arch_candidates``).  Code compiled
+  here is built for the first of them (``toolchain_target``), so ``host_key()`` is its key.
+* **load(ptx, meta)**: checks the PTX (its ``.target`` runs on this GPU, its ``.version`` is one
+  the driver JITs, its entry's parameters are what ``meta["argspec"]`` makes), then
+  ``cuModuleLoadDataEx`` with JIT log buffers and ``cuModuleGetFunction``.
+* **launch(kernel, meta, args, dims, debug, block)**: the kernel ABI of docs/gpu.md, on the
+  device's stream; NumPy arrays are copied in and the writable ones back; device arrays
+  (``to_device``) and objects with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) are
+  passed by their pointer without a copy.
+
+The launch machinery here (``ArgSpec``, ``GPUArray``, ``GPUKernel``, ``marshal``, ``run``) is
+written against a small driver interface (``_CudaApi``) so the HIP runtime (``hip_runtime``)
+shares it: HIP's module API is CUDA's with other names.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+import re
+import threading
+
+import numpy as np
+
+KIND = "cuda"
+ARCH_KIND = "cuda"
+INSTALL_HINT = ('install cuda-python (`pip install "tack[cuda]"`, or `pip install cuda-python`) '
+                "and NVIDIA's driver (libcuda.so.1, from the system's NVIDIA driver package)")
+
+# Threads in a block when the caller does not choose (the kernel's limit caps it).
+DEFAULT_BLOCK = 256
+JIT_LOG_BYTES = 16384
+
+# The newest PTX ISA each CUDA driver JIT-compiles, by driver version (cuDriverGetVersion:
+# 1000 * major + 10 * minor).  A driver newer than the table takes everything Tack emits.
+DRIVER_PTX_ISA = {
+    10000: "6.3", 10010: "6.4", 10020: "6.5", 11000: "7.0", 11010: "7.1", 11020: "7.2",
+    11030: "7.3", 11040: "7.4", 11050: "7.5", 11060: "7.6", 11070: "7.7", 11080: "7.8",
+    12000: "8.0", 12010: "8.1", 12020: "8.2", 12030: "8.3", 12040: "8.4", 12050: "8.5",
+    12060: "8.5", 12080: "8.7", 12090: "8.8", 13000: "9.0",
+}
+
+
+class CUDAUnavailable(RuntimeError):
+    """No CUDA device here: cuda-python, the NVIDIA driver or a GPU is missing."""
+
+
+class CUDAError(RuntimeError):
+    """PTX the driver does not take, or a launch or copy the driver refuses."""
+
+
+# ---------------------------------------------------------------------------
+# Target keys: pure functions of the compute capability and the driver version
+
+
+def _isa(text: str) -> tuple:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def max_ptx_isa(driver_version: int | None) -> str | None:
+    """The newest PTX ISA a driver of ``driver_version`` JITs (None: unknown, no limit)."""
+    if not driver_version:
+        return None
+    known = [v for v in sorted(DRIVER_PTX_ISA) if v <= driver_version]
+    if not known:
+        return "6.0"                # older than CUDA 10: sm_60's ISA at most
+    if driver_version > max(DRIVER_PTX_ISA):
+        return None                 # newer than the table: newer than anything Tack emits
+    return DRIVER_PTX_ISA[known[-1]]
+
+
+def _sm(arch: str) -> tuple:
+    """``'sm_90a'`` -> (9, 0, 'a'); ``'sm_120'`` -> (12, 0, '')."""
+    m = re.fullmatch(r"sm_(\d+)(\d)([a-z]?)", arch)
+    if not m:
+        raise ValueError(f"not an sm name: {arch!r}")
+    return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+def cuda_arch_candidates(major: int, minor: int, driver_version: int | None = None) -> list:
+    """The ``sm_XY`` names whose PTX runs on a GPU of compute capability ``major.minor`` under a
+    driver of ``driver_version``, most specific first.
+
+    1. the exact sm, then its arch-specific ``sm_XYa`` (which runs on exactly that sm only);
+    2. every older sm Tack builds for (``gpu.PTX_ISA``), newest first: the driver JIT-compiles
+       PTX for an older sm for this GPU (PTX for sm_80 runs on sm_90).  Arch-specific PTX of
+       another sm never runs here.
+
+    Each only where the driver JITs its PTX ISA (``max_ptx_isa``).
+    """
+    from .gpu import PTX_ISA
+    limit = max_ptx_isa(driver_version)
+    ok = (lambda a: True) if limit is None else (lambda a: _isa(PTX_ISA[a]) <= _isa(limit))
+    here = (major, minor)
+    exact = [a for a in (f"sm_{major}{minor}", f"sm_{major}{minor}a") if a in PTX_ISA and ok(a)]
+    lower = sorted((a for a in PTX_ISA if not _sm(a)[2] and _sm(a)[:2] < here and ok(a)),
+                   key=lambda a: _sm(a)[:2], reverse=True)
+    return exact + lower
+
+
+def driver_can_run(ptx_target: str, ptx_version: str, major: int, minor: int,
+                   driver_version: int | None) -> str | None:
+    """Why PTX of ``.target ptx_target`` / ``.version ptx_version`` cannot run on a GPU of
+    ``major.minor`` under that driver; None if it can."""
+    try:
+        t_major, t_minor, t_suffix = _sm(ptx_target)
+    except ValueError:
+        return f"its .target {ptx_target!r} is not an sm"
+    if t_suffix and (t_major, t_minor) != (major, minor):
+        return (f"it is arch-specific PTX for {ptx_target}, which runs only on compute "
+                f"capability {t_major}.{t_minor}; this GPU is {major}.{minor}")
+    if (t_major, t_minor) > (major, minor):
+        return f"it targets {ptx_target}, newer than this GPU (sm_{major}{minor})"
+    limit = max_ptx_isa(driver_version)
+    if limit is not None and _isa(ptx_version) > _isa(limit):
+        return (f"it is PTX ISA {ptx_version}; this driver ({_driver_text(driver_version)}) JITs "
+                f"PTX ISA {limit} at most: update the NVIDIA driver")
+    return None
+
+
+def _driver_text(v) -> str:
+    return f"CUDA {v // 1000}.{v % 1000 // 10}" if v else "version unknown"
+
+
+# ---------------------------------------------------------------------------
+# PTX: the entry's parameters, read from the text
+
+
+_PTX_TYPES = {"ptr": (".u64", True), "i64": (".u64", False), "u64": (".u64", False),
+              "i32": (".u32", False), "u32": (".u32", False), "i8": (".u8", False),
+              "f32": (".f32", False), "f64": (".f64", False)}
+# PTX's spellings of one width: LLVM writes .u/.b; hand-written PTX may use .s/.b.
+_SAME = {".s64": ".u64", ".b64": ".u64", ".s32": ".u32", ".b32": ".u32", ".s8": ".u8", ".b8": ".u8"}
+
+
+def _ptx_text(params) -> str:
+    return "(" + ", ".join(t + (" .ptr" if p else "") for t, p in params) + ")"
+
+
+def ptx_header(ptx: str) -> tuple:
+    """``(.version, .target)`` of a PTX text; CUDAError if it has none."""
+    v = re.search(r"^\s*\.version\s+(\d+\.\d+)", ptx, re.M)
+    t = re.search(r"^\s*\.target\s+([A-Za-z0-9_]+)", ptx, re.M)
+    if not v or not t:
+        raise CUDAError("not PTX text (no .version or .target directive)")
+    return v.group(1), t.group(1)
+
+
+def ptx_entry_params(ptx: str, entry: str) -> list:
+    """The parameters of ``.entry entry(...)`` as ``(type, is_pointer)``: ``('.u64', True)`` for
+    ``.param .u64 .ptr .global .align 1 p0``; CUDAError if the PTX has no such entry."""
+    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", ptx)
+    if m is None:
+        m2 = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*(\{|$)", ptx, re.M)
+        if m2 is None:
+            names = re.findall(r"\.entry\s+([A-Za-z0-9_$]+)", ptx)
+            raise CUDAError(f"the PTX has no kernel '{entry}' (it has: {', '.join(names) or 'none'})")
+        return []
+    out = []
+    for p in m.group(1).split(","):
+        words = p.split()
+        if not words:
+            continue
+        if words[0] != ".param":
+            raise CUDAError(f"cannot read the PTX parameter {p.strip()!r} of '{entry}'")
+        ty = words[1]
+        out.append((_SAME.get(ty, ty), ".ptr" in words))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Argument specs and values (the kernel ABI, docs/gpu.md)
+
+
+_SCALAR_CODES = {"bool": "i8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
+                 "float32": "f32", "float64": "f64"}
+_SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
+                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
+PARAM_CTYPES = {"ptr": ctypes.c_uint64, "i8": ctypes.c_int8, "i32": ctypes.c_int32,
+                "u32": ctypes.c_uint32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64,
+                "f32": ctypes.c_float, "f64": ctypes.c_double}
+
+
+class ArgSpec:
+    """One value argument of the ABI, from its ``tack.types.spec`` text."""
+
+    __slots__ = ("text", "is_array", "dtype", "ndim", "layout", "writable", "shape", "scalar", "code")
+
+    def __init__(self, text):
+        from .. import types as T
+        self.text = text
+        t = T.parse_spec(text)
+        self.is_array = isinstance(t, T.Array)
+        if self.is_array:
+            self.dtype = t.dtype.dtype
+            self.ndim, self.layout, self.writable, self.shape = t.ndim, t.layout, t.writable, t.shape
+        else:
+            self.scalar = _SCALAR_TYPES[t.name]
+            self.code = _SCALAR_CODES[t.name]
+
+    def slot_codes(self) -> list:
+        """The ABI's parameters for this argument: ``ptr`` then one ``i64`` per extent (unless the
+        shape is static) and per stride (layout A); a scalar's code."""
+        if not self.is_array:
+            return [self.code]
+        return (["ptr"] + ["i64"] * (self.ndim if self.shape is None else 0)
+                + ["i64"] * (self.ndim if self.layout == "A" else 0))
+
+
+def argspecs(meta, error=CUDAError) -> list:
+    try:
+        return [ArgSpec(s[0] if isinstance(s, (list, tuple)) else s) for s in meta["argspec"]]
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise error(f"variant metadata has no usable argspec ({type(e).__name__}: {e})") from None
+
+
+def abi_codes(specs, debug: bool) -> list:
+    """Every parameter of the entry, in order, as slot codes: the arguments', n0 n1 n2, and the
+    error record's pointer in debug mode."""
+    codes = [c for s in specs for c in s.slot_codes()] + ["i64"] * 3
+    return codes + (["ptr"] if debug else [])
+
+
+def scalar_value(spec, a):
+    """A scalar argument as the ABI's type: bool as an i8 0 or 1; an integer type takes only
+    integers, in range; a float type any real number.  TypeError/OverflowError otherwise."""
+    if spec.text == "bool":
+        return 1 if a else 0
+    if spec.scalar in (np.float32, np.float64):
+        return float(spec.scalar(float(a)))
+    v = operator.index(a)
+    info = np.iinfo(spec.scalar)
+    if not info.min <= v <= info.max:
+        raise OverflowError(f"{v} is out of range for {spec.text}")
+    return v
+
+
+def pack_params(codes, values):
+    """The ``void **`` array ``cuLaunchKernel`` / ``hipModuleLaunchKernel`` take: one pointer per
+    parameter, to memory holding its value as the entry's type.  Returns (address, holder): the
+    holder keeps that memory alive and must outlive the launch call."""
+    cells = [PARAM_CTYPES[c](v) for c, v in zip(codes, values)]
+    array = (ctypes.c_void_p * max(1, len(cells)))(*[ctypes.addressof(c) for c in cells])
+    return ctypes.addressof(array), (array, cells)
+
+
+# ---------------------------------------------------------------------------
+# Device arrays
+
+
+def _c_strides(shape):
+    out, n = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        out[d] = n
+        n *= shape[d]
+    return out
+
+
+def _f_strides(shape):
+    out, n = [0] * len(shape), 1
+    for d in range(len(shape)):
+        out[d] = n
+        n *= shape[d]
+    return out
+
+
+def contiguity(shape, estrides) -> tuple:
+    """(C-contiguous, F-contiguous) of memory with these element strides (extents of 1 and
+    empty arrays ignore their strides, as NumPy does)."""
+    if any(n == 0 for n in shape):
+        return True, True
+    keep = [(n, s) for n, s in zip(shape, estrides) if n != 1]
+    sh = [n for n, _ in keep]
+    st = [s for _, s in keep]
+    return st == _c_strides(sh), st == _f_strides(sh)
+
+
+class GPUArray:
+    """An array in device memory, passed to launches by its pointer.
+
+    Made by ``to_device`` (memory this runtime allocated and frees; contiguous, C order or F
+    order when made from an F-ordered array) or wrapping an object with
+    ``__cuda_array_interface__`` (its memory, any non-negative strides; the object is kept
+    alive).  ``numpy()`` copies it into a new NumPy array.  It exposes
+    ``__cuda_array_interface__`` itself, so CuPy, PyTorch and Numba take it without a copy.
+    """
+
+    def __init__(self, api, dev, ptr, shape, dtype, estrides, writable=True, owner=None):
+        self.api, self.dev = api, dev
+        self.ptr = int(ptr)
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.estrides = [int(s) for s in estrides]
+        self.writable = bool(writable)
+        self.owner = owner                  # the foreign object whose memory this is; None: ours
+        self._freed = False
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def layout(self) -> str:
+        c, f = contiguity(self.shape, self.estrides)
+        return "C" if c else "F" if f else "A"
+
+    def span(self) -> int:
+        """Bytes from the first element to one past the last."""
+        if self.size == 0:
+            return 0
+        return (sum((n - 1) * s for n, s in zip(self.shape, self.estrides)) + 1) * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        """A new NumPy array with the device memory's contents (waits for the device's stream)."""
+        if self.size == 0:
+            return np.empty(self.shape, self.dtype)
+        raw = np.empty(self.span(), np.uint8)
+        self.api.dtoh(self.dev, raw, self.ptr, raw.nbytes)
+        self.api.sync(self.dev)
+        view = np.lib.stride_tricks.as_strided(
+            raw.view(self.dtype), self.shape, [s * self.dtype.itemsize for s in self.estrides])
+        return np.array(view, order="F" if self.layout == "F" else "C")
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        c, _ = contiguity(self.shape, self.estrides)
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, not self.writable),
+                "strides": None if c else tuple(s * self.dtype.itemsize for s in self.estrides),
+                "version": 3, "stream": None}
+
+    def free(self):
+        """Release the memory now (memory this runtime allocated; a foreign array's is its owner's)."""
+        if not self._freed and self.owner is None and self.ptr:
+            self._freed = True
+            self.api.free(self.dev, self.ptr)
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:                   # noqa: BLE001 - at exit the driver may be gone
+            pass
+
+    def __repr__(self):
+        return (f"<{type(self).__name__} {self.dtype}{list(self.shape)} {self.layout} on "
+                f"{self.dev.name}{' (foreign)' if self.owner is not None else ''}>")
+
+
+def from_interface(api, dev, obj, cls=GPUArray):
+    """A ``GPUArray`` over the memory of an object with ``__cuda_array_interface__`` (no copy).
+
+    Waits for the producer's stream when the interface names one (CAI v3).  TypeError for what
+    the ABI cannot pass: a dtype Tack has no type for, negative strides, strides that are not
+    whole elements."""
+    cai = obj.__cuda_array_interface__
+    try:
+        shape = tuple(int(n) for n in cai["shape"])
+        dtype = np.dtype(cai["typestr"])
+        ptr, readonly = cai["data"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise TypeError(f"{type(obj).__name__}'s __cuda_array_interface__ is not usable ({e})") from None
+    if cai.get("mask") is not None:
+        raise TypeError("masked arrays (__cuda_array_interface__ 'mask') are not supported")
+    strides = cai.get("strides")
+    if strides is None:
+        estrides = _c_strides(shape)
+    else:
+        if any(s < 0 or s % dtype.itemsize for s in strides):
+            raise TypeError(f"{type(obj).__name__} has strides {tuple(strides)} (bytes): Tack takes "
+                            f"non-negative strides in whole elements of {dtype}")
+        estrides = [s // dtype.itemsize for s in strides]
+    stream = cai.get("stream")
+    if stream:                              # the producer's work on its stream comes first
+        api.sync_foreign(dev, int(stream))
+    return cls(api, dev, ptr or 0, shape, dtype, estrides, writable=not readonly, owner=obj)
+
+
+# ---------------------------------------------------------------------------
+# Kernels and launches
+
+
+class GPUKernel:
+    """A loaded kernel on one device."""
+
+    def __init__(self, api, dev, module, func, entry, specs, num_params, max_threads, log=""):
+        self.api, self.dev, self.module, self.func = api, dev, module, func
+        self.entry, self.specs = entry, specs
+        self.num_params = num_params        # None where the driver cannot tell (HIP)
+        self.max_threads = max_threads
+        self.log = log
+        self.lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.entry!r} on {self.dev.name}>"
+
+
+def block_shape(dims, limit, max_block) -> tuple:
+    """A block over ``dims`` with at most ``limit`` threads, filled along dimension 0 first: each
+    extent a power of two, no larger than the grid needs along it."""
+    sizes, left = [], max(1, limit)
+    for d, n in enumerate(dims):
+        s = 1
+        while s < n and s * 2 <= left and s * 2 <= max_block[d]:
+            s *= 2
+        sizes.append(s)
+        left //= s
+    return tuple(sizes)
+
+
+def choose_block(kernel, dims, block):
+    """The block shape of a launch: ``DEFAULT_BLOCK`` threads (capped by the kernel's and the
+    device's limits) unless ``block`` says otherwise (an int: a total; a tuple: the shape)."""
+    dev = kernel.dev
+    limit = min(kernel.max_threads, dev.max_threads)
+    if block is None:
+        return block_shape(dims, min(DEFAULT_BLOCK, limit), dev.max_block)
+    if isinstance(block, (int, np.integer)):
+        if block < 1:
+            raise ValueError(f"block {block!r} must be at least 1 thread")
+        return block_shape(dims, min(int(block), limit), dev.max_block)
+    shape = tuple(int(x) for x in block)
+    if len(shape) != len(dims) or any(x < 1 for x in shape):
+        raise ValueError(f"block {block!r} does not match the grid {dims!r}")
+    if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, dev.max_block)):
+        raise ValueError(f"block {shape} is larger than kernel '{kernel.entry}' allows on {dev.name} "
+                         f"({limit} threads, at most {tuple(dev.max_block[:len(dims)])} per dimension)")
+    return shape
+
+
+class _Transfers:
+    """What one launch allocated and what it copies back, released when it ends."""
+
+    def __init__(self):
+        self.allocated = []                 # device pointers to free
+        self.back = []                      # (NumPy array, host buffer, device pointer, nbytes)
+        self.shared = {}                    # NumPy array identity -> (pointer, element strides, host)
+
+
+def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
+    """The entry's parameter values for ``args`` (one per value argument of ``kernel.specs``):
+    device pointers (NumPy arrays copied to the device into memory listed in ``tr``), extents,
+    strides and scalars, as ``kernel.specs`` types them.  TypeError naming the argument for a
+    mismatch.  Returns the values (without the grid extents and the error record)."""
+    api, dev = kernel.api, kernel.dev
+    values = []
+    for i, (spec, a) in enumerate(zip(kernel.specs, args)):
+        what = f"kernel '{kernel.entry}': argument {i}"
+        if not spec.is_array:
+            if isinstance(a, (np.ndarray, GPUArray)) or hasattr(a, "__cuda_array_interface__"):
+                raise TypeError(f"{what} is a {spec.text} scalar, not an array")
+            try:
+                values.append(scalar_value(spec, a))
+            except (OverflowError, TypeError, ValueError) as e:
+                raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
+            continue
+        if not isinstance(a, (np.ndarray, GPUArray)) and hasattr(a, "__cuda_array_interface__"):
+            a = from_interface(api, dev, a, array_types[0])
+        if isinstance(a, GPUArray):
+            if a.dev is not dev:
+                raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
+            shape, dtype, estrides = a.shape, a.dtype, a.estrides
+            c, f = contiguity(shape, estrides)
+            if spec.writable and not a.writable:
+                raise TypeError(f"{what}: the kernel writes it but the device array is read-only")
+            ptr = a.ptr
+        elif isinstance(a, np.ndarray):
+            shape, dtype = a.shape, a.dtype
+            c, f = a.flags.c_contiguous, a.flags.f_contiguous
+            if spec.writable and not a.flags.writeable:
+                raise TypeError(f"{what}: the kernel was compiled for a writable array; this one is "
+                                "read-only")
+            ptr = None
+        else:
+            raise TypeError(f"{what} must be a NumPy array, a device array or an object with "
+                            f"__cuda_array_interface__ ({spec.text}), not {type(a).__name__}")
+        if dtype != spec.dtype or len(shape) != spec.ndim:
+            raise TypeError(f"{what} is {dtype}[{len(shape)}-d]; the kernel takes {spec.text}")
+        if spec.shape is not None and tuple(shape) != spec.shape:
+            raise TypeError(f"{what} has shape {tuple(shape)}; the kernel compiled in {spec.shape}")
+        if spec.layout != "A" and not (c if spec.layout == "C" else f):
+            raise TypeError(f"{what} is not {spec.layout}-contiguous, as the kernel's {spec.text} "
+                            "requires")
+        if ptr is None:
+            ident = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+            known = tr.shared.get(ident)
+            if known is not None:               # the same array passed twice: one copy
+                ptr, estrides, host = known
+                if spec.writable and a.size and not any(p == ptr for _, _, p, _ in tr.back):
+                    tr.back.append((a, host, ptr, host.nbytes))
+            else:
+                if c or f:
+                    host = a                # contiguous: copied from and back into itself
+                    estrides = [s // a.itemsize for s in a.strides]
+                else:                           # strided: a C copy, passed with its strides
+                    host = np.ascontiguousarray(a)
+                    estrides = [s // a.itemsize for s in host.strides]
+                ptr = 0
+                if host.nbytes:
+                    ptr = api.alloc(dev, host.nbytes)
+                    tr.allocated.append(ptr)
+                    api.htod(dev, ptr, host, host.nbytes)
+                tr.shared[ident] = (ptr, estrides, host)
+                if spec.writable and a.size:
+                    tr.back.append((a, host, ptr, host.nbytes))
+        values.append(ptr)
+        if spec.shape is None:
+            values.extend(int(n) for n in shape)
+        if spec.layout == "A":
+            values.extend(int(s) for s in estrides)
+    return values
+
+
+def run(kernel, args, dims, debug=False, block=None, error=CUDAError, array_types=(GPUArray,)):
+    """Launch ``kernel`` over ``dims`` with ``args`` (the body of ``launch`` of both runtimes)."""
+    api, dev, specs = kernel.api, kernel.dev, kernel.specs
+    dims = tuple(int(d) for d in dims)
+    if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
+        raise ValueError(f"dims must be 1 to 3 extents, none negative: {dims!r}")
+    if len(args) != len(specs):
+        raise TypeError(f"kernel '{kernel.entry}' takes {len(specs)} value arguments, got {len(args)}")
+    codes = abi_codes(specs, debug)
+    if kernel.num_params is not None and len(codes) != kernel.num_params:
+        raise error(f"kernel '{kernel.entry}' takes {kernel.num_params} parameters but a "
+                    f"{'debug' if debug else 'non-debug'} launch passes {len(codes)}: was it "
+                    "compiled with debug mode as this launch says?")
+    grid_ext = dims + (1,) * (3 - len(dims))
+    shape = choose_block(kernel, dims, block)
+    bshape = shape + (1,) * (3 - len(shape))
+    grid = tuple(-(-n // b) for n, b in zip(grid_ext, bshape))
+    if any(g > m for g, m in zip(grid, dev.max_grid)):
+        raise ValueError(f"the grid {dims} needs {grid} blocks of {shape}; {dev.name} takes at "
+                         f"most {tuple(dev.max_grid)}")
+    tr = _Transfers()
+    err = None
+    with kernel.lock:
+        api.enter(dev)
+        try:
+            values = marshal(kernel, args, debug, tr, array_types, error)
+            values += list(grid_ext)
+            if debug:
+                err = np.zeros(4, np.int64)
+                errptr = api.alloc(dev, err.nbytes)
+                tr.allocated.append(errptr)
+                api.memset0(dev, errptr, err.nbytes)
+                values.append(errptr)
+            if grid_ext[0] * grid_ext[1] * grid_ext[2] == 0:
+                return err
+            address, holder = pack_params(codes, values)
+            try:
+                api.launch(kernel, grid, bshape, address)
+            except error as e:
+                raise error(f"launch of kernel '{kernel.entry}' over {dims} (blocks of {shape}) "
+                            f"failed on {dev.name}: {e}") from None
+            del holder
+            for a, host, ptr, n in tr.back:
+                api.dtoh(dev, host, ptr, n)
+            if debug:
+                api.dtoh(dev, err, errptr, err.nbytes)
+            api.sync(dev)
+        finally:
+            for ptr in tr.allocated:
+                try:
+                    api.free(dev, ptr)
+                except Exception:           # noqa: BLE001 - the launch's own error comes first
+                    pass
+    for a, host, _, _ in tr.back:
+        if not np.shares_memory(host, a):
+            np.copyto(a, host.reshape(a.shape))
+    return err
+
+
+def numpy_to_device(api, dev, array, cls=GPUArray):
+    """``array`` copied into new device memory, in its own order (C unless it is F)."""
+    a = np.asarray(array)
+    if a.ndim == 0:
+        raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
+    layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
+    host = np.asarray(a, order=layout)
+    api.enter(dev)
+    ptr = 0
+    if host.nbytes:
+        ptr = api.alloc(dev, host.nbytes)
+        api.htod(dev, ptr, host, host.nbytes)
+        api.sync(dev)
+    estrides = _f_strides(a.shape) if layout == "F" else _c_strides(a.shape)
+    return cls(api, dev, ptr, a.shape, a.dtype, estrides, bool(a.flags.writeable))
+
+
+# ---------------------------------------------------------------------------
+# The CUDA driver, through cuda-python (the one place its functions are called)
+
+
+def _import_driver():
+    """cuda-python's driver module (``cuda.bindings.driver``; ``cuda.cuda`` before 12.6)."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        from cuda import cuda as driver     # noqa: F401 - cuda-python < 12.6
+    return driver
+
+
+class _CudaApi:
+    """The driver calls the launch machinery makes, on cuda-python's ``driver`` module.  Each
+    returns the call's values and raises CUDAError naming the function and the driver's error."""
+
+    def __init__(self, drv):
+        self.drv = drv
+
+    def call(self, name, *args):
+        result = getattr(self.drv, name)(*args)
+        if not isinstance(result, tuple):
+            result = (result,)
+        status, values = result[0], result[1:]
+        if int(status) != 0:
+            raise CUDAError(f"{name} failed: {self.error_text(status)}")
+        return values[0] if len(values) == 1 else values
+
+    def error_text(self, status) -> str:
+        name = getattr(status, "name", None) or f"CUresult {int(status)}"
+        try:
+            res = self.drv.cuGetErrorString(status)
+            text = res[1] if isinstance(res, tuple) and len(res) > 1 else None
+            if isinstance(text, bytes):
+                text = text.decode(errors="replace")
+        except Exception:                   # noqa: BLE001 - the name alone then
+            text = None
+        return f"{name} ({text})" if text else name
+
+    def enter(self, dev):
+        self.call("cuCtxSetCurrent", dev.context)
+
+    def alloc(self, dev, n):
+        return int(self.call("cuMemAlloc", n))
+
+    def free(self, dev, ptr):
+        self.call("cuMemFree", ptr)
+
+    def htod(self, dev, ptr, host, n):
+        self.call("cuMemcpyHtoDAsync", ptr, host.ctypes.data, n, dev.stream)
+
+    def dtoh(self, dev, host, ptr, n):
+        self.call("cuMemcpyDtoHAsync", host.ctypes.data, ptr, n, dev.stream)
+
+    def memset0(self, dev, ptr, n):
+        self.call("cuMemsetD8Async", ptr, 0, n, dev.stream)
+
+    def launch(self, kernel, grid, block, params):
+        self.call("cuLaunchKernel", kernel.func, *grid, *block, 0, kernel.dev.stream, params, 0)
+
+    def sync(self, dev):
+        self.call("cuStreamSynchronize", dev.stream)
+
+    def sync_foreign(self, dev, stream):
+        self.call("cuStreamSynchronize", stream)
+
+
+class _Device:
+    """A CUDA device: its primary context and a stream of its own."""
+
+    def __init__(self, api, index, handle, name, cc, driver_version, max_threads, max_block, max_grid):
+        self.api, self.index, self.handle, self.name = api, index, handle, name
+        self.cc, self.driver_version = cc, driver_version
+        self.max_threads, self.max_block, self.max_grid = max_threads, max_block, max_grid
+        self.context = self.stream = None
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.cc[0]}{self.cc[1]}"
+
+    def open(self):
+        """Retain the primary context and create the stream (once)."""
+        if self.context is None:
+            ctx = self.api.call("cuDevicePrimaryCtxRetain", self.handle)
+            self.api.call("cuCtxSetCurrent", ctx)
+            self.stream = self.api.call("cuStreamCreate", 1)     # CU_STREAM_NON_BLOCKING
+            self.context = ctx
+        return self
+
+    def __repr__(self):
+        return f"<CUDA device {KIND}:{self.index} {self.name} ({ARCH_KIND}:{self.arch})>"
+
+
+_lock = threading.RLock()
+_state = None               # (api, [device], reason) once found
+_driver = _import_driver    # the boundary: tests replace it with a fake driver module
+
+
+def _attr(api, drv, name, handle):
+    return int(api.call("cuDeviceGetAttribute", getattr(drv.CUdevice_attribute, name), handle))
+
+
+def _find():
+    """(api, [_Device], reason): the devices found, or why there is none (never raises)."""
+    global _state
+    with _lock:
+        if _state is not None:
+            return _state
+        try:
+            drv = _driver()
+        except ImportError as e:
+            _state = (None, [], f"CUDA is not available: cuda-python does not import ({e}); {INSTALL_HINT}")
+            return _state
+        except Exception as e:              # noqa: BLE001 - a broken install: say so, never crash
+            _state = (None, [], f"CUDA is not available: cuda-python fails to import "
+                                f"({type(e).__name__}: {e}); {INSTALL_HINT}")
+            return _state
+        api = _CudaApi(drv)
+        try:
+            api.call("cuInit", 0)
+        except CUDAError as e:              # a status: CUDA_ERROR_NO_DEVICE, ..._INSUFFICIENT_DRIVER
+            _state = (api, [], f"CUDA is not available: the NVIDIA driver found no usable GPU ({e}); "
+                               "check nvidia-smi")
+            return _state
+        except Exception as e:              # noqa: BLE001 - cuda-python raises when libcuda is absent
+            _state = (api, [], f"CUDA is not available: NVIDIA's driver library libcuda.so.1 was "
+                               f"not found ({type(e).__name__}: {e}); install the NVIDIA driver "
+                               "(cuda-python is installed)")
+            return _state
+        devs, problems = [], []
+        try:
+            version = int(api.call("cuDriverGetVersion"))
+            count = int(api.call("cuDeviceGetCount"))
+            for i in range(count):
+                try:
+                    h = api.call("cuDeviceGet", i)
+                    raw = api.call("cuDeviceGetName", 256, h)
+                    name = (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw))
+                    name = name.split("\0", 1)[0].strip()
+                    cc = (_attr(api, drv, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", h),
+                          _attr(api, drv, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR", h))
+                    mt = _attr(api, drv, "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK", h)
+                    mb = [_attr(api, drv, f"CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_{x}", h) for x in "XYZ"]
+                    mg = [_attr(api, drv, f"CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_{x}", h) for x in "XYZ"]
+                    devs.append(_Device(api, i, h, name, cc, version, mt, mb, mg))
+                except CUDAError as e:
+                    problems.append(f"{KIND}:{i}: {e}")
+        except CUDAError as e:
+            problems.append(str(e))
+        reason = None
+        if not devs:
+            reason = (f"CUDA is not available: the NVIDIA driver lists no GPU"
+                      f"{' (' + '; '.join(problems) + ')' if problems else ''}; check nvidia-smi "
+                      "and CUDA_VISIBLE_DEVICES")
+        _state = (api, devs, reason)
+        return _state
+
+
+def reset():
+    """Forget the devices found (the next call looks again); for tests."""
+    global _state
+    with _lock:
+        _state = None
+
+
+def available() -> bool:
+    """Whether a CUDA device is here (never raises)."""
+    return bool(_find()[1])
+
+
+def unavailable_reason() -> str | None:
+    """Why ``available()`` is False, with what to install; None when it is True."""
+    return _find()[2]
+
+
+def devices() -> list:
+    """[(``name (cuda:sm_XY)``, ``cuda:<index>``)] of the CUDA devices; empty if none."""
+    return [(f"{d.name} ({ARCH_KIND}:{d.arch})", f"{KIND}:{d.index}") for d in _find()[1]]
+
+
+def _device_index(device) -> int:
+    if device is None or device == KIND:
+        return 0
+    if isinstance(device, str) and device.startswith(KIND + ":"):
+        try:
+            return int(device.split(":", 1)[1])
+        except ValueError:
+            pass
+    if isinstance(device, _Device):
+        return device.index
+    raise ValueError(f"not a CUDA device name: {device!r} (use 'cuda' or 'cuda:<index>')")
+
+
+def get_device(device=None) -> _Device:
+    """The device ``device`` names (``cuda``, ``cuda:<index>``), its context made; CUDAUnavailable
+    (the reason) if there is none."""
+    if isinstance(device, _Device):
+        return device
+    index = _device_index(device)
+    _, devs, reason = _find()
+    if not devs:
+        raise CUDAUnavailable(reason)
+    if index >= len(devs):
+        raise ValueError(f"no CUDA device {KIND}:{index}; this machine has "
+                         f"{', '.join(f'{KIND}:{d.index} ({d.name})' for d in devs)}")
+    with _lock:
+        return devs[index].open()
+
+
+def _describe(device):
+    """The device's facts without making a context (keys need no context)."""
+    if isinstance(device, _Device):
+        return device
+    index = _device_index(device)
+    _, devs, reason = _find()
+    if not devs:
+        raise CUDAUnavailable(reason)
+    if index >= len(devs):
+        raise ValueError(f"no CUDA device {KIND}:{index}")
+    return devs[index]
+
+
+# ---------------------------------------------------------------------------
+# Keys of a device
+
+
+def arch_candidates(device=None) -> list:
+    """``cuda:sm_XY`` names whose PTX the device runs, most specific first."""
+    d = _describe(device)
+    found = cuda_arch_candidates(d.cc[0], d.cc[1], d.driver_version)
+    if not found:
+        raise CUDAUnavailable(f"{d.name} (compute capability {d.cc[0]}.{d.cc[1]}, driver "
+                              f"{_driver_text(d.driver_version)}) runs none of the PTX Tack builds")
+    return [f"{ARCH_KIND}:{a}" for a in found]
+
+
+def candidate_keys(device=None) -> list:
+    """[(``cuda:sm_XY``, target key)] a launch on ``device`` can use, most specific first."""
+    from .gpu import key_for
+    return [(a, key_for(a)) for a in arch_candidates(device)]
+
+
+def lookup_keys(device=None) -> list:
+    """The target keys of ``candidate_keys``, in its order."""
+    return [k for _, k in candidate_keys(device)]
+
+
+def site_candidates(host=None) -> list:
+    """Site bundles for this runtime: ``candidate_keys`` of the default device."""
+    return candidate_keys()
+
+
+def build_arch(device=None) -> str:
+    """The ``cuda:sm_XY`` code compiled here is built for: the first candidate (the exact sm when
+    Tack builds for it, else the newest older one, which the driver JITs)."""
+    return arch_candidates(device)[0]
+
+
+def host_key(device=None) -> str:
+    """The key of code compiled here for the device (its ``build_arch``): what the cache stores
+    a variant compiled in this process under."""
+    from .gpu import key_for
+    return key_for(build_arch(device))
+
+
+def toolchain_target(device=None):
+    """The toolchain's target for the device: ``tack.backends.cuda.target(build_arch(device))``."""
+    from .cuda import target
+    return target(build_arch(device))
+
+
+# ---------------------------------------------------------------------------
+# Load and launch
+
+
+class CUDAKernel(GPUKernel):
+    """PTX loaded as a module on one device, with its entry function."""
+
+
+class CUDAArray(GPUArray):
+    """An array in CUDA device memory (``to_device``, or another library's through
+    ``__cuda_array_interface__``)."""
+
+
+def load(payload, meta: dict, device=None) -> CUDAKernel:
+    """PTX text -> its kernel ``meta["entry"]`` on ``device`` (the first by default).
+
+    CUDAError (with the JIT's log) when the PTX cannot run here, does not JIT, has no such
+    kernel, or its entry's parameters are not what ``meta["argspec"]`` makes."""
+    dev = get_device(device)
+    api = dev.api
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise CUDAError(f"a PTX module is bytes, not {type(payload).__name__}")
+    data = bytes(payload).rstrip(b"\0")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise CUDAError("not PTX text (not ASCII)") from None
+    version, target = ptx_header(text)
+    why = driver_can_run(target, version, dev.cc[0], dev.cc[1], dev.driver_version)
+    if why:
+        raise CUDAError(f"this PTX cannot run on {dev.name}: {why}")
+    entry = meta.get("entry")
+    if not entry:
+        raise CUDAError("variant metadata names no entry point")
+    specs = argspecs(meta)
+    params = ptx_entry_params(text, entry)
+    for debug in (False, True):
+        want = [_PTX_TYPES[c] for c in abi_codes(specs, debug)]
+        if len(params) == len(want):
+            if params != want:
+                raise CUDAError(f"kernel '{entry}' takes parameters {_ptx_text(params)}; its "
+                                f"metadata ({', '.join(s.text for s in specs)}) makes "
+                                f"{_ptx_text(want)}")
+            break
+    else:
+        base = len(abi_codes(specs, False))
+        raise CUDAError(f"kernel '{entry}' takes {len(params)} parameters; its metadata "
+                        f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in debug mode")
+    drv = api.drv
+    opt = drv.CUjit_option
+    err_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
+    options = [opt.CU_JIT_ERROR_LOG_BUFFER, opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+               opt.CU_JIT_INFO_LOG_BUFFER, opt.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES]
+    values = [err_log, JIT_LOG_BYTES, info_log, JIT_LOG_BYTES]
+    with _lock:
+        api.enter(dev)
+        try:
+            module = api.call("cuModuleLoadDataEx", data + b"\0", len(options), options, values)
+        except CUDAError as e:
+            log = bytes(err_log).split(b"\0", 1)[0].decode(errors="replace").strip()
+            raise CUDAError(f"the driver does not take the PTX of '{entry}' on {dev.name}: {e}"
+                            f"{chr(10) + log if log else ''}") from None
+        try:
+            func = api.call("cuModuleGetFunction", module, entry.encode())
+        except CUDAError as e:
+            raise CUDAError(f"the PTX module has no kernel '{entry}' ({e})") from None
+        max_threads = int(api.call("cuFuncGetAttribute",
+                                   drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                   func))
+    log = bytes(info_log).split(b"\0", 1)[0].decode(errors="replace").strip()
+    return CUDAKernel(api, dev, module, func, entry, specs, len(params), max_threads, log)
+
+
+def launch(kernel: CUDAKernel, meta: dict, args, dims, debug: bool = False, block=None):
+    """Run ``kernel`` over the grid ``dims`` (1 to 3 extents) with ``args`` (one per value argument,
+    as ``meta["argspec"]`` types them).
+
+    NumPy arrays are copied to device memory before the launch and, when their type is
+    writable, back after it; device arrays and ``__cuda_array_interface__`` objects are passed
+    by pointer.  ``block`` (a tuple like ``dims``, or an int for the threads of a block)
+    overrides the block shape; the grid is ``ceil(dims / block)``.  Returns the error record
+    (``numpy.int64[4]``) in debug mode, None otherwise; the launch has finished and the copies
+    are back when it returns."""
+    return run(kernel, args, dims, debug, block, CUDAError, (CUDAArray,))
+
+
+def to_device(array, device=None) -> CUDAArray:
+    """A NumPy array copied to ``device``; an object with ``__cuda_array_interface__`` (CuPy,
+    PyTorch, Numba) wrapped without a copy."""
+    dev = get_device(device)
+    if isinstance(array, GPUArray):
+        return array
+    if hasattr(array, "__cuda_array_interface__"):
+        dev.api.enter(dev)
+        return from_interface(dev.api, dev, array, CUDAArray)
+    return numpy_to_device(dev.api, dev, array, CUDAArray)
+
+
+def describe() -> str:
+    """What was found, as lines of text (``python -m tack.backends.cuda_runtime``)."""
+    found = _find()[1]
+    if not found:
+        return f"no device: {unavailable_reason()}"
+    return "\n".join(f"device {KIND}:{d.index}: {d.name}, compute capability {d.cc[0]}.{d.cc[1]}, "
+                     f"driver {_driver_text(d.driver_version)}; builds for {build_arch(d)}; "
+                     f"takes {', '.join(arch_candidates(d))}" for d in found)
+
+
+if __name__ == "__main__":
+    import sys
+    print(describe())
+    sys.exit(0 if available() else 1)

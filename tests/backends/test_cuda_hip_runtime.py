@@ -1,0 +1,899 @@
+"""The CUDA and HIP runtime sides (tack/backends/cuda_runtime.py, hip_runtime.py) on a machine
+without a GPU.
+
+1. The real bindings' import and error paths, each in a subprocess with a timeout (a crash or
+   a hang fails the test): cuda-python without NVIDIA's driver (its cuInit raises
+   DynamicLibNotFoundError), hip-python without ROCm (every call raises "failed to dlopen"),
+   hip-python with Debian's libamdhip64-5 and no GPU (hipGetDeviceCount: hipErrorNoDevice),
+   and each binding missing: the documented error, in the same process, never a crash.
+2. Keys, JIT-fallback order, argument marshalling and device-array bookkeeping, with the driver
+   simulated at the boundary only: a fake module stands in for cuda-python's ``driver`` (and
+   hip-python's ``hip``) module.  Its memory is host memory, its copies are memmoves, and its
+   launch reads each parameter from the ``void **`` array the runtime passes, with the types
+   the loaded PTX itself declares, then runs a NumPy model of the kernel over the grid.
+3. PTX built by the toolchain: each entry's parameter list equals what the launch marshals for
+   its argspec.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tack
+from tack.backends import cuda_runtime as cr
+from tack.backends import hip_runtime as hr
+from tack.backends.gpu import key_for
+
+from .gpu_tools import build, gpu_target
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEBIAN_HIP = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5"
+
+
+# ---------------------------------------------------------------------------
+# 1. the real bindings, in subprocesses
+
+
+def run_py(code, env=None, timeout=120):
+    """Run ``code`` in a new Python with Tack importable; a crash or hang fails the test."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env or {})
+    try:
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                           text=True, env=e, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the runtime hung (no answer in {timeout} s)")
+    assert r.returncode == 0, f"exit {r.returncode} (a crash is negative):\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+ABSENT = """
+    import sys
+    from tack.backends import {mod} as rt
+    assert rt.available() is False and rt.available() is False
+    reason = rt.unavailable_reason()
+    assert reason and reason == rt.unavailable_reason(), reason
+    assert rt.devices() == []
+    for call in (lambda: rt.get_device("{kind}"), lambda: rt.get_device("{kind}:1"),
+                 lambda: rt.load(b"x", {{"entry": "k", "argspec": []}}, "{kind}"),
+                 lambda: rt.to_device([1.0]), rt.host_key, rt.lookup_keys,
+                 rt.toolchain_target, rt.site_candidates):
+        try:
+            call()
+        except rt.{exc} as e:
+            assert str(e) == reason, (str(e), reason)
+            assert isinstance(e, RuntimeError)
+        else:
+            raise AssertionError("no {exc}")
+    print(reason)
+"""
+
+
+def has_module(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def loads(lib):
+    try:
+        ctypes.CDLL(lib)
+        return True
+    except OSError:
+        return False
+
+
+needs_cuda_python = pytest.mark.skipif(not has_module("cuda.bindings") and not has_module("cuda.cuda"),
+                                       reason="cuda-python is not installed (pip install cuda-python)")
+needs_hip_python = pytest.mark.skipif(not has_module("hip"),
+                                      reason="hip-python is not installed (pip install hip-python)")
+
+
+@needs_cuda_python
+@pytest.mark.skipif(loads("libcuda.so.1"), reason="NVIDIA's driver is installed here")
+def test_cuda_python_without_the_driver_is_cuda_unavailable():
+    """cuda-python's cuInit raises DynamicLibNotFoundError (a RuntimeError) when libcuda is absent:
+    CUDAUnavailable naming the driver, from every entry point, twice, in one process."""
+    out = run_py(ABSENT.format(mod="cuda_runtime", kind="cuda", exc="CUDAUnavailable"))
+    assert "libcuda.so.1 was not found" in out and "install the NVIDIA driver" in out
+    assert "DynamicLibNotFoundError" in out
+
+
+def test_cuda_python_missing_is_cuda_unavailable():
+    out = run_py("import sys; sys.modules['cuda'] = None\n"
+                 + textwrap.dedent(ABSENT.format(mod="cuda_runtime", kind="cuda", exc="CUDAUnavailable")))
+    assert "cuda-python does not import" in out and 'pip install "tack[cuda]"' in out
+
+
+@needs_hip_python
+@pytest.mark.skipif(loads("libamdhip64.so"), reason="ROCm's libamdhip64.so loads here")
+def test_hip_python_without_rocm_is_hip_unavailable():
+    """hip-python raises RuntimeError('failed to dlopen ... libamdhip64.so') on every call."""
+    out = run_py(ABSENT.format(mod="hip_runtime", kind="hip", exc="HIPUnavailable"),
+                 env={"ROCM_PATH": "/nonexistent-rocm", "ROCM_HOME": ""})
+    assert "libamdhip64.so) was not found" in out and "failed to dlopen" in out
+    assert "install ROCm" in out
+
+
+@needs_hip_python
+@pytest.mark.skipif(not os.path.exists(DEBIAN_HIP),
+                    reason="Debian's HIP runtime is not installed (apt-get install libamdhip64-5)")
+@pytest.mark.skipif(os.path.exists("/dev/kfd"), reason="an AMD GPU driver is here")
+def test_hip_with_rocm_and_no_gpu_is_hip_unavailable(tmp_path):
+    """With ROCm's runtime (Debian's libamdhip64-5, found through ROCM_PATH) and no GPU,
+    hipGetDeviceCount returns hipErrorNoDevice: HIPUnavailable saying ROCm found no GPU."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libamdhip64.so").symlink_to(DEBIAN_HIP)
+    out = run_py(ABSENT.format(mod="hip_runtime", kind="hip", exc="HIPUnavailable"),
+                 env={"ROCM_PATH": str(tmp_path)})
+    assert "found no AMD GPU" in out and "hipErrorNoDevice" in out and "HIP runtime 5." in out
+
+
+def test_hip_python_missing_is_hip_unavailable():
+    out = run_py("import sys; sys.modules['hip'] = None; sys.modules['rocm'] = None\n"
+                 + textwrap.dedent(ABSENT.format(mod="hip_runtime", kind="hip", exc="HIPUnavailable")))
+    assert "hip-python does not import" in out and "hip-python" in out and "ROCm" in out
+
+
+def test_imports_are_light():
+    out = run_py("""
+        import sys
+        import tack.backends.cuda_runtime, tack.backends.hip_runtime
+        heavy = [m for m in ("cuda", "cuda.bindings", "hip", "rocm", "llvmlite.binding")
+                 if m in sys.modules]
+        print(heavy)
+    """)
+    assert out.strip() == "[]"
+
+
+def test_module_main_says_why_and_exits_1():
+    for mod in ("cuda_runtime", "hip_runtime"):
+        e = dict(os.environ, PYTHONPATH=ROOT, ROCM_PATH="/nonexistent-rocm")
+        r = subprocess.run([sys.executable, "-m", f"tack.backends.{mod}"], capture_output=True,
+                           text=True, env=e, timeout=120)
+        if r.returncode == 0:
+            pytest.skip(f"a device is here: {r.stdout}")
+        assert r.returncode == 1 and r.stdout.startswith("no device: ") and "not available" in r.stdout
+
+
+# ---------------------------------------------------------------------------
+# 2. the driver simulated at the boundary
+
+
+class Memory:
+    """Device memory of a fake driver: host buffers, by address."""
+
+    def __init__(self):
+        self.blocks = {}
+        self.freed = []
+
+    def alloc(self, n):
+        buf = ctypes.create_string_buffer(n)
+        ptr = ctypes.addressof(buf)
+        self.blocks[ptr] = buf
+        return ptr
+
+    def free(self, ptr):
+        assert ptr in self.blocks, f"free of {ptr:#x}, which is not allocated"
+        self.freed.append(ptr)
+        del self.blocks[ptr]
+
+    def check(self, ptr, n):
+        for start, buf in self.blocks.items():
+            if start <= ptr and ptr + n <= start + len(buf):
+                return
+        raise AssertionError(f"access of {n} bytes at {ptr:#x}: outside device memory")
+
+    def view(self, ptr, dtype, shape, estrides):
+        dtype = np.dtype(dtype)
+        if not all(shape):
+            return np.empty(shape, dtype)
+        span = (sum((n - 1) * s for n, s in zip(shape, estrides)) + 1) * dtype.itemsize
+        self.check(ptr, span)
+        raw = np.frombuffer((ctypes.c_char * span).from_address(ptr), np.uint8)
+        return np.lib.stride_tricks.as_strided(raw.view(dtype), shape,
+                                               [s * dtype.itemsize for s in estrides])
+
+
+# The fake reads each parameter with the type the PTX declares (its own reading of the text).
+_PTX_CTYPES = {".u64": ctypes.c_uint64, ".u32": ctypes.c_uint32, ".u8": ctypes.c_uint8,
+               ".f32": ctypes.c_float, ".f64": ctypes.c_double, ".s64": ctypes.c_int64,
+               ".s32": ctypes.c_int32}
+
+
+def fake_ptx_params(ptx):
+    m = re.search(r"\.entry\s+\w+\s*\(([^)]*)\)", ptx)
+    return [re.search(r"\.param\s+(\.\w+)", p).group(1) for p in m.group(1).split(",")]
+
+
+def read_params(address, types):
+    arr = (ctypes.c_void_p * len(types)).from_address(address)
+    return [_PTX_CTYPES[t].from_address(arr[i]).value for i, t in enumerate(types)]
+
+
+class FakeCuda:
+    """Stands in for cuda-python's ``cuda.bindings.driver``: same function names, argument
+    orders and return tuples ``(CUresult, values...)``; records every call."""
+
+    class CUresult(enum.IntEnum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_INVALID_VALUE = 1
+        CUDA_ERROR_NO_DEVICE = 100
+        CUDA_ERROR_INVALID_PTX = 218
+        CUDA_ERROR_LAUNCH_FAILED = 719
+
+    class _Names:
+        def __getattr__(self, name):
+            return name
+
+    CUdevice_attribute = CUjit_option = CUfunction_attribute = _Names()
+
+    def __init__(self, cc=(9, 0), version=12040, count=1, name="NVIDIA H200"):
+        self.cc, self.version, self.count, self.name = cc, version, count, name
+        self.calls = []
+        self.mem = Memory()
+        self.modules = {}
+        self.models = {}            # entry -> fn(params, grid, block, mem)
+        self.fail = {}              # function name -> CUresult to return
+        self.jit_error = None
+
+    def _rec(self, name, *args):
+        self.calls.append((name,) + args)
+        status = self.fail.get(name, self.CUresult.CUDA_SUCCESS)
+        return status
+
+    def names(self):
+        return [c[0] for c in self.calls]
+
+    def cuGetErrorString(self, status):
+        return (self.CUresult.CUDA_SUCCESS, f"error {int(status)}".encode())
+
+    def cuInit(self, flags):
+        return (self._rec("cuInit", flags),)
+
+    def cuDriverGetVersion(self):
+        return (self._rec("cuDriverGetVersion"), self.version)
+
+    def cuDeviceGetCount(self):
+        return (self._rec("cuDeviceGetCount"), self.count)
+
+    def cuDeviceGet(self, i):
+        return (self._rec("cuDeviceGet", i), 1000 + i)
+
+    def cuDeviceGetName(self, n, h):
+        return (self._rec("cuDeviceGetName", n, h), self.name.encode() + b"\0" * 8)
+
+    def cuDeviceGetAttribute(self, attr, h):
+        values = {"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": self.cc[0],
+                  "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": self.cc[1],
+                  "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK": 1024,
+                  "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X": 1024, "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y": 1024,
+                  "CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z": 64,
+                  "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X": 2**31 - 1,
+                  "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y": 65535, "CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z": 65535}
+        return (self._rec("cuDeviceGetAttribute", attr, h), values[attr])
+
+    def cuDevicePrimaryCtxRetain(self, h):
+        return (self._rec("cuDevicePrimaryCtxRetain", h), f"ctx{h}")
+
+    def cuCtxSetCurrent(self, ctx):
+        return (self._rec("cuCtxSetCurrent", ctx),)
+
+    def cuStreamCreate(self, flags):
+        return (self._rec("cuStreamCreate", flags), "stream0")
+
+    def cuStreamSynchronize(self, s):
+        return (self._rec("cuStreamSynchronize", s),)
+
+    def cuModuleLoadDataEx(self, image, n, options, values):
+        status = self._rec("cuModuleLoadDataEx", image, n, list(options), list(values))
+        assert image.endswith(b"\0") and n == len(options) == len(values)
+        opts = dict(zip(options, values))
+        assert isinstance(opts["CU_JIT_ERROR_LOG_BUFFER"], bytearray)
+        assert opts["CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES"] == len(opts["CU_JIT_ERROR_LOG_BUFFER"])
+        if self.jit_error:
+            msg = self.jit_error.encode() + b"\0"
+            opts["CU_JIT_ERROR_LOG_BUFFER"][:len(msg)] = msg
+            return (self.CUresult.CUDA_ERROR_INVALID_PTX, None)
+        handle = f"module{len(self.modules)}"
+        self.modules[handle] = image[:-1].decode()
+        return (status, handle)
+
+    def cuModuleGetFunction(self, module, name):
+        status = self._rec("cuModuleGetFunction", module, name)
+        if f".entry {name.decode()}(" not in self.modules[module]:
+            return (self.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+        return (status, (module, name.decode()))
+
+    def cuFuncGetAttribute(self, attr, func):
+        return (self._rec("cuFuncGetAttribute", attr, func), 768)
+
+    def cuMemAlloc(self, n):
+        assert n > 0
+        return (self._rec("cuMemAlloc", n), self.mem.alloc(n))
+
+    def cuMemFree(self, ptr):
+        self.mem.free(ptr)
+        return (self._rec("cuMemFree", ptr),)
+
+    def cuMemcpyHtoDAsync(self, dst, src, n, stream):
+        self.mem.check(dst, n)
+        ctypes.memmove(dst, src, n)
+        return (self._rec("cuMemcpyHtoDAsync", dst, src, n, stream),)
+
+    def cuMemcpyDtoHAsync(self, dst, src, n, stream):
+        self.mem.check(src, n)
+        ctypes.memmove(dst, src, n)
+        return (self._rec("cuMemcpyDtoHAsync", dst, src, n, stream),)
+
+    def cuMemsetD8Async(self, ptr, value, n, stream):
+        self.mem.check(ptr, n)
+        ctypes.memset(ptr, value, n)
+        return (self._rec("cuMemsetD8Async", ptr, value, n, stream),)
+
+    def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        status = self._rec("cuLaunchKernel", func, (gx, gy, gz), (bx, by, bz), shared, stream)
+        if status:
+            return (status,)
+        module, entry = func
+        values = read_params(params, fake_ptx_params(self.modules[module]))
+        self.models[entry](values, self.mem)
+        return (status,)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    fake = FakeCuda()
+    monkeypatch.setattr(cr, "_driver", lambda: fake)
+    cr.reset()
+    yield fake
+    cr.reset()
+
+
+def artifact(kernel, args, grid, target="cuda:sm_80", debug=False):
+    return build(kernel, args, grid, gpu_target(target), debug)
+
+
+@tack.kernel
+def saxpy(a, x, y, out):
+    i = tack.tid()
+    out[i] = a * x[i] + y[i]
+
+
+def saxpy_model(values, mem):
+    """saxpy's ABI: a, x (ptr, n), y (ptr, n), out (ptr, n), n0 n1 n2."""
+    a, xp, xn, yp, yn, op, on, n0, n1, n2 = values
+    assert (n1, n2) == (1, 1)
+    x = mem.view(xp, np.float32, (xn,), (1,))
+    y = mem.view(yp, np.float32, (yn,), (1,))
+    out = mem.view(op, np.float32, (on,), (1,))
+    out[:n0] = np.float32(a) * x[:n0] + y[:n0]
+
+
+@tack.kernel
+def k_abi(a, b, flag, x, n, c):
+    i, j = tack.tid()
+    if flag:
+        a[i, j] = b[i, j] * x + n + c[0]
+
+
+def k_abi_model(values, mem, debug=False):
+    """k_abi's ABI: a (C: ptr, 2 extents), b (A: ptr, 2 extents, 2 strides), flag (u8),
+    x (f32), n (i64), c (ptr, 1 extent), n0 n1 n2 [, error record]."""
+    (ap, a0, a1, bp, b0, b1, bs0, bs1, flag, x, n, cp, c0, n0, n1, n2, *err) = values
+    a = mem.view(ap, np.float32, (a0, a1), (a1, 1))
+    b = mem.view(bp, np.float32, (b0, b1), (bs0, bs1))
+    c = mem.view(cp, np.int32, (c0,), (1,))
+    if debug:
+        record = mem.view(err[0], np.int64, (4,), (1,))
+        assert not record.any(), "the error record was not zeroed before the launch"
+        if n0 > b0:
+            record[:] = (1, 0, b0, b0)
+            return
+    if flag:
+        a[:n0, :n1] = b[:n0, :n1] * np.float32(x) + np.int64(n) + c[0]
+
+
+def test_arch_candidates_exact_then_older_ptx_the_driver_jits():
+    # H200 (9.0) under CUDA 12.4: its exact sm, its arch-specific sm, then every older sm.
+    assert cr.cuda_arch_candidates(9, 0, 12040) == [
+        "sm_90", "sm_90a", "sm_89", "sm_87", "sm_86", "sm_80", "sm_75", "sm_72", "sm_70",
+        "sm_62", "sm_61", "sm_60"]
+    # A driver whose JIT stops at PTX ISA 7.0 (CUDA 11.0) on an sm_86 GPU: sm_86 needs ISA 7.1,
+    # so the exact sm is left out and PTX for sm_80 is built and JIT-compiled.
+    assert cr.cuda_arch_candidates(8, 6, 11000)[:2] == ["sm_80", "sm_75"]
+    # A GPU Tack has no settings for (sm_121): the newest older sm, never another's 'a' PTX.
+    got = cr.cuda_arch_candidates(12, 1, None)
+    assert got[0] == "sm_120" and not any(a.endswith("a") for a in got)
+    # Nothing newer than the GPU.
+    assert all(cr._sm(a)[:2] <= (7, 5) for a in cr.cuda_arch_candidates(7, 5, 13000))
+    assert cr.max_ptx_isa(12040) == "8.4" and cr.max_ptx_isa(99000) is None
+    assert cr.max_ptx_isa(12070) == "8.5"       # between two table entries: the older's
+
+
+def test_driver_can_run_names_why_not():
+    assert cr.driver_can_run("sm_80", "7.0", 9, 0, 12040) is None
+    assert "newer than this GPU" in cr.driver_can_run("sm_90", "7.8", 8, 0, 12040)
+    assert "runs only on compute capability 9.0" in cr.driver_can_run("sm_90a", "8.0", 10, 0, 12080)
+    assert "update the NVIDIA driver" in cr.driver_can_run("sm_90", "7.8", 9, 0, 11070)
+
+
+def test_devices_keys_and_toolchain_target_with_a_fake_driver(fake_cuda):
+    assert cr.available() and cr.unavailable_reason() is None
+    assert cr.devices() == [("NVIDIA H200 (cuda:sm_90)", "cuda:0")]
+    want = [f"cuda:{a}" for a in cr.cuda_arch_candidates(9, 0, 12040)]
+    assert [a for a, _ in cr.candidate_keys("cuda:0")] == want
+    assert cr.lookup_keys() == [key_for(a) for a in want] == [k for _, k in cr.site_candidates()]
+    t = cr.toolchain_target("cuda")
+    assert t.name == "cuda:sm_90" and t.key == cr.host_key() == cr.lookup_keys()[0]
+    with pytest.raises(ValueError, match="no CUDA device cuda:1"):
+        cr.get_device("cuda:1")
+    with pytest.raises(ValueError, match="not a CUDA device name"):
+        cr.get_device("hip:0")
+    dev = cr.get_device("cuda")
+    assert dev is cr.get_device("cuda:0") and fake_cuda.names().count("cuDevicePrimaryCtxRetain") == 1
+    assert dev.stream == "stream0" and ("cuStreamCreate", 1) in fake_cuda.calls
+
+
+def test_an_older_driver_moves_the_build_to_older_ptx(fake_cuda):
+    fake_cuda.cc, fake_cuda.version = (8, 6), 11000
+    assert cr.toolchain_target().name == "cuda:sm_80"
+    assert cr.host_key() == key_for("cuda:sm_80") == cr.lookup_keys()[0]
+
+
+def test_cuda_error_statuses_are_cuda_unavailable(fake_cuda):
+    fake_cuda.fail["cuInit"] = FakeCuda.CUresult.CUDA_ERROR_NO_DEVICE
+    assert not cr.available()
+    assert "found no usable GPU" in cr.unavailable_reason()
+    assert "CUDA_ERROR_NO_DEVICE" in cr.unavailable_reason()
+    with pytest.raises(cr.CUDAUnavailable):
+        cr.get_device()
+    cr.reset()
+    fake_cuda.fail.clear()
+    fake_cuda.count = 0
+    assert "lists no GPU" in cr.unavailable_reason()
+
+
+def test_load_passes_nul_terminated_ptx_with_jit_log_buffers(fake_cuda):
+    x = np.ones(8, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta, "cuda")
+    (_, image, n, options, values), = [c for c in fake_cuda.calls if c[0] == "cuModuleLoadDataEx"]
+    assert image == art.payload.rstrip(b"\0") + b"\0"
+    assert "CU_JIT_ERROR_LOG_BUFFER" in options and "CU_JIT_INFO_LOG_BUFFER" in options
+    assert ("cuModuleGetFunction", "module0", art.meta["entry"].encode()) in fake_cuda.calls
+    assert k.num_params == 10 and k.max_threads == 768
+    fake_cuda.jit_error = "ptxas fatal   : Unresolved extern function 'foo'"
+    with pytest.raises(cr.CUDAError, match="Unresolved extern function 'foo'") as e:
+        cr.load(art.payload, art.meta, "cuda")
+    assert "CUDA_ERROR_INVALID_PTX" in str(e.value)
+
+
+def test_load_refuses_ptx_that_cannot_run_or_does_not_match(fake_cuda):
+    x = np.ones(8, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    fake_cuda.cc = (7, 5)
+    with pytest.raises(cr.CUDAError, match="targets sm_80, newer than this GPU"):
+        cr.load(art.payload, art.meta)
+    cr.reset()
+    fake_cuda.cc = (9, 0)
+    meta = dict(art.meta, argspec=[["float64"]] + art.meta["argspec"][1:])
+    with pytest.raises(cr.CUDAError, match="makes"):
+        cr.load(art.payload, meta)
+    with pytest.raises(cr.CUDAError, match="has no kernel 'nope'"):
+        cr.load(art.payload, dict(art.meta, entry="nope"))
+    with pytest.raises(cr.CUDAError, match="not PTX"):
+        cr.load(b"\x7fELF\x02", art.meta)
+    assert "cuModuleLoadDataEx" not in fake_cuda.names()
+
+
+def test_launch_copies_in_and_back_and_frees(fake_cuda):
+    x = np.arange(1000, dtype=np.float32)
+    y = np.full(1000, 0.5, np.float32)
+    x.flags.writeable = y.flags.writeable = False       # read-only inputs: specs without 'w'
+    out = np.zeros(1000, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, y, out), 1)
+    assert [s[0][-1] for s in art.meta["argspec"][1:]] == ["r", "r", "w"]
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    fake_cuda.calls.clear()
+    x_before = x.copy()
+    assert cr.launch(k, art.meta, (np.float32(2), x, y, out), (1000,)) is None
+    np.testing.assert_array_equal(out, 2 * x + y)
+    np.testing.assert_array_equal(x, x_before)
+    names = fake_cuda.names()
+    assert names.count("cuMemAlloc") == 3 and names.count("cuMemcpyHtoDAsync") == 3
+    assert names.count("cuMemcpyDtoHAsync") == 1        # only the writable spec comes back
+    assert names.index("cuLaunchKernel") < names.index("cuMemcpyDtoHAsync") < names.index("cuStreamSynchronize")
+    (launch,) = [c for c in fake_cuda.calls if c[0] == "cuLaunchKernel"]
+    assert launch[2:4] == ((4, 1, 1), (256, 1, 1)) and launch[5] == "stream0"
+    assert fake_cuda.mem.blocks == {} and len(fake_cuda.mem.freed) == 3
+
+
+@pytest.mark.parametrize("block,want_block,want_grid", [(100, (64, 1, 1), (16, 1, 1)),
+                                                        ((128,), (128, 1, 1), (8, 1, 1)),
+                                                        (1, (1, 1, 1), (1000, 1, 1))])
+def test_block_overrides_and_grid_rounding(fake_cuda, block, want_block, want_grid):
+    x = np.arange(1000, dtype=np.float32)
+    out = np.zeros(1000, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, out), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    cr.launch(k, art.meta, (np.float32(1), x, x, out), (1000,), block=block)
+    (launch,) = [c for c in fake_cuda.calls if c[0] == "cuLaunchKernel"]
+    assert launch[2:4] == (want_grid, want_block)
+    np.testing.assert_array_equal(out, 2 * x)
+    with pytest.raises(ValueError, match="larger than kernel"):
+        cr.launch(k, art.meta, (np.float32(1), x, x, out), (1000,), block=(1024,))
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_2d_strided_and_scalar_marshalling(fake_cuda, debug):
+    a = np.zeros((4, 5), np.float32)
+    b = np.arange(80, dtype=np.float32).reshape(16, 5)[::4]      # layout A: strides (20, 1)
+    c = np.array([7, 0, 0], np.int32)
+    args = (a, b, True, np.float32(2), 3, c)
+    art = artifact(k_abi, args, 2, debug=debug)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = lambda v, m: k_abi_model(v, m, debug)
+    err = cr.launch(k, art.meta, args, (4, 5), debug=debug)
+    np.testing.assert_array_equal(a, b * 2 + 3 + 7)
+    (launch,) = [c for c in fake_cuda.calls if c[0] == "cuLaunchKernel"]
+    assert launch[2:4] == ((1, 1, 1), (4, 8, 1))               # dimension 0 first, powers of two
+    if debug:
+        assert err.dtype == np.int64 and not err.any()
+        assert "cuMemsetD8Async" in fake_cuda.names()
+    else:
+        assert err is None
+    with pytest.raises(cr.CUDAError, match="was it compiled with debug mode"):
+        cr.launch(k, art.meta, args, (4, 5), debug=not debug)
+
+
+def test_debug_error_record_is_returned(fake_cuda):
+    """The model finds b (4 rows, strided F memory) indexed past its end on a 6-row grid and
+    writes the record on the device; launch reads it back and returns it."""
+    a = np.zeros((6, 5), np.float32)
+    b = np.asfortranarray(np.zeros((8, 5), np.float32))[::2]        # layout A, 4 rows
+    c = np.zeros(1, np.int32)
+    args = (a, b, True, np.float32(1), 0, c)
+    art = artifact(k_abi, args, 2, debug=True)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = lambda v, m: k_abi_model(v, m, True)
+    err = cr.launch(k, art.meta, args, (6, 5), debug=True)
+    assert err.tolist() == [1, 0, 4, 4]
+    assert fake_cuda.mem.blocks == {}
+
+
+def test_argument_mismatches_are_type_errors_and_nothing_runs(fake_cuda):
+    x = np.ones(8, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.calls.clear()
+    ro = np.ones(8, np.float32)
+    ro.flags.writeable = False
+    for args, match in [((2.0, x, x, np.ones(8)), "float64"),
+                        ((2.0, x, x, ro), "read-only"),
+                        ((2.0, x, x, x[::2]), "not C-contiguous"),
+                        ((x, x, x, x), "scalar, not an array"),
+                        (("a", x, x, x), "does not fit"),
+                        ((2.0, x, x, [1.0]), "must be a NumPy array")]:
+        with pytest.raises(TypeError, match=match):
+            cr.launch(k, art.meta, args, (8,))
+    with pytest.raises(TypeError, match="takes 4 value arguments"):
+        cr.launch(k, art.meta, (2.0, x), (8,))
+    assert "cuLaunchKernel" not in fake_cuda.names() and fake_cuda.mem.blocks == {}
+
+
+def test_int_scalar_range_is_checked(fake_cuda):
+    c = np.zeros(1, np.int32)
+    a = np.zeros((2, 2), np.float32)
+    art = artifact(k_abi, (a, a[:, ::1], True, np.float32(1), 0, c), 2)
+    k = cr.load(art.payload, art.meta)
+    with pytest.raises(TypeError, match="does not fit int64"):
+        cr.launch(k, art.meta, (a, a, True, np.float32(1), 2**63, c), (2, 2))
+
+
+def test_same_array_twice_is_one_copy_and_empty_grid_launches_nothing(fake_cuda):
+    x = np.arange(16, dtype=np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    fake_cuda.calls.clear()
+    cr.launch(k, art.meta, (np.float32(3), x, x, x), (16,))
+    np.testing.assert_array_equal(x, 4 * np.arange(16, dtype=np.float32))
+    assert fake_cuda.names().count("cuMemAlloc") == 1
+    assert fake_cuda.names().count("cuMemcpyDtoHAsync") == 1
+    fake_cuda.calls.clear()
+    cr.launch(k, art.meta, (np.float32(3), x, x, x), (0,))
+    assert "cuLaunchKernel" not in fake_cuda.names() and fake_cuda.mem.blocks == {}
+
+
+def test_launch_failure_names_the_kernel_and_frees(fake_cuda):
+    x = np.ones(8, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.fail["cuLaunchKernel"] = FakeCuda.CUresult.CUDA_ERROR_LAUNCH_FAILED
+    with pytest.raises(cr.CUDAError, match=r"launch of kernel .* over \(8,\) .*CUDA_ERROR_LAUNCH_FAILED"):
+        cr.launch(k, art.meta, (2.0, x, x, x), (8,))
+    assert fake_cuda.mem.blocks == {}
+
+
+def test_device_arrays_stay_on_the_device(fake_cuda):
+    x = np.arange(512, dtype=np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    dx, dout = cr.to_device(x), cr.to_device(np.zeros(512, np.float32))
+    assert isinstance(dx, cr.CUDAArray) and dx.layout == "C" and dx.shape == (512,)
+    fake_cuda.calls.clear()
+    cr.launch(k, art.meta, (np.float32(2), dx, dx, dout), (512,))
+    cr.launch(k, art.meta, (np.float32(1), dout, dx, dout), (512,))     # chained, no copies
+    names = fake_cuda.names()
+    assert "cuMemcpyHtoDAsync" not in names and "cuMemcpyDtoHAsync" not in names
+    np.testing.assert_array_equal(dout.numpy(), 4 * x)
+    f = cr.to_device(np.asfortranarray(np.arange(6.0).reshape(2, 3)))
+    assert f.layout == "F"
+    np.testing.assert_array_equal(f.numpy(), np.arange(6.0).reshape(2, 3))
+    assert f.numpy().flags.f_contiguous
+    ptr = dx.ptr
+    del dx
+    assert ptr in fake_cuda.mem.freed
+    cai = dout.__cuda_array_interface__
+    assert cai["data"] == (dout.ptr, False) and cai["shape"] == (512,) and cai["strides"] is None
+
+
+class ForeignArray:
+    """Another library's device array (as CuPy's): only ``__cuda_array_interface__``."""
+
+    def __init__(self, ptr, shape, typestr, strides=None, readonly=False, stream=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, readonly),
+                                         "strides": strides, "version": 3, "stream": stream}
+
+
+def test_cuda_array_interface_objects_are_passed_by_pointer(fake_cuda):
+    x = np.arange(64, dtype=np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    cr.get_device()
+    ptr = fake_cuda.mem.alloc(x.nbytes)
+    ctypes.memmove(ptr, x.ctypes.data, x.nbytes)
+    foreign = ForeignArray(ptr, (64,), "<f4", stream=77)
+    out = np.zeros(64, np.float32)
+    fake_cuda.calls.clear()
+    cr.launch(k, art.meta, (np.float32(3), foreign, foreign, out), (64,))
+    np.testing.assert_array_equal(out, 4 * x)
+    assert ("cuStreamSynchronize", 77) in fake_cuda.calls       # the producer's stream first
+    copies = [c for c in fake_cuda.calls if c[0] == "cuMemcpyHtoDAsync"]
+    assert len(copies) == 1 and copies[0][2] == out.ctypes.data  # out only: none of the foreign
+    cr.launch(k, art.meta, (np.float32(1), foreign, foreign, foreign), (64,))
+    np.testing.assert_array_equal(fake_cuda.mem.view(ptr, np.float32, (64,), (1,)), 2 * x)
+    wrapped = cr.to_device(foreign)
+    assert wrapped.ptr == ptr and wrapped.owner is foreign
+    np.testing.assert_array_equal(wrapped.numpy(), 2 * x)
+    del wrapped
+    assert ptr in fake_cuda.mem.blocks                           # not ours to free
+    for bad, match in [(ForeignArray(ptr, (64,), "<f8"), "float64"),
+                       (ForeignArray(ptr, (64,), "<f4", readonly=True), "read-only"),
+                       (ForeignArray(ptr, (32,), "<f4", strides=(8,)), "not C-contiguous"),
+                       (ForeignArray(ptr, (32,), "<f4", strides=(-4,)), "non-negative strides")]:
+        with pytest.raises(TypeError, match=match):
+            cr.launch(k, art.meta, (np.float32(1), x, x, bad), (32,))
+
+
+# -- HIP, simulated at hip-python's boundary --------------------------------------------------
+
+
+class FakeHip:
+    """Stands in for hip-python's ``hip`` module: same names, ``(hipError_t, values...)``."""
+
+    class hipError_t(enum.IntEnum):
+        hipSuccess = 0
+        hipErrorNoDevice = 100
+        hipErrorNoBinaryForGpu = 209
+
+    class _Names:
+        def __getattr__(self, name):
+            return name
+
+    hipDeviceAttribute_t = hipFunction_attribute = _Names()
+
+    class Props:
+        def __init__(self, arch):
+            self.gcnArchName = arch.encode() + b"\0" * 4
+            self.name = b"AMD Instinct MI250X\0"
+
+    def __init__(self, arch="gfx90a:sramecc+:xnack-"):
+        self.arch = arch
+        self.calls = []
+        self.mem = Memory()
+        self.models = {}
+        self.types = {}
+        self.count_status = self.hipError_t.hipSuccess
+
+    def _ok(self, name, *args):
+        self.calls.append((name,) + args)
+        return self.hipError_t.hipSuccess
+
+    def hipGetDeviceCount(self):
+        self.calls.append(("hipGetDeviceCount",))
+        return (self.count_status, 0 if self.count_status else 1)
+
+    def hipRuntimeGetVersion(self):
+        return (self._ok("hipRuntimeGetVersion"), 60443482)
+
+    def hipGetDeviceProperties(self, i):
+        return (self._ok("hipGetDeviceProperties", i), self.Props(self.arch))
+
+    def hipDeviceGetAttribute(self, attr, i):
+        values = {"hipDeviceAttributeMaxThreadsPerBlock": 1024, "hipDeviceAttributeMaxBlockDimX": 1024,
+                  "hipDeviceAttributeMaxBlockDimY": 1024, "hipDeviceAttributeMaxBlockDimZ": 1024,
+                  "hipDeviceAttributeMaxGridDimX": 2**31 - 1, "hipDeviceAttributeMaxGridDimY": 65535,
+                  "hipDeviceAttributeMaxGridDimZ": 65535}
+        return (self._ok("hipDeviceGetAttribute", attr, i), values[attr])
+
+    def hipSetDevice(self, i):
+        return (self._ok("hipSetDevice", i),)
+
+    def hipStreamCreateWithFlags(self, flags):
+        return (self._ok("hipStreamCreateWithFlags", flags), "hstream")
+
+    def hipStreamSynchronize(self, s):
+        return (self._ok("hipStreamSynchronize", s),)
+
+    def hipModuleLoadData(self, image):
+        return (self._ok("hipModuleLoadData", image), "hmodule")
+
+    def hipModuleGetFunction(self, module, name):
+        return (self._ok("hipModuleGetFunction", module, name), name.decode())
+
+    def hipFuncGetAttribute(self, attr, func):
+        return (self._ok("hipFuncGetAttribute", attr, func), 1024)
+
+    def hipMalloc(self, n):
+        return (self._ok("hipMalloc", n), self.mem.alloc(n))
+
+    def hipFree(self, ptr):
+        self.mem.free(ptr)
+        return (self._ok("hipFree", ptr),)
+
+    def hipMemcpyHtoDAsync(self, dst, src, n, s):
+        self.mem.check(dst, n)
+        ctypes.memmove(dst, src, n)
+        return (self._ok("hipMemcpyHtoDAsync", dst, src, n, s),)
+
+    def hipMemcpyDtoHAsync(self, dst, src, n, s):
+        self.mem.check(src, n)
+        ctypes.memmove(dst, src, n)
+        return (self._ok("hipMemcpyDtoHAsync", dst, src, n, s),)
+
+    def hipMemsetD8Async(self, ptr, v, n, s):
+        ctypes.memset(ptr, v, n)
+        return (self._ok("hipMemsetD8Async", ptr, v, n, s),)
+
+    def hipModuleLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        status = self._ok("hipModuleLaunchKernel", f, (gx, gy, gz), (bx, by, bz), stream, extra)
+        self.models[f](read_params(params, self.types[f]), self.mem)
+        return (status,)
+
+
+@pytest.fixture
+def fake_hip(monkeypatch):
+    fake = FakeHip()
+    monkeypatch.setattr(hr, "_driver", lambda: fake)
+    hr.reset()
+    yield fake
+    hr.reset()
+
+
+def test_hip_devices_and_exact_target_id_key(fake_hip):
+    assert hr.devices() == [("AMD Instinct MI250X (rocm:gfx90a:sramecc+:xnack-)", "hip:0")]
+    assert hr.lookup_keys() == [key_for("rocm:gfx90a:sramecc+:xnack-")] == [k for _, k in hr.site_candidates()]
+    t = hr.toolchain_target("hip:0")
+    assert t.name == "rocm:gfx90a:sramecc+:xnack-" and t.key == hr.host_key()
+    assert hr.get_device("hip").stream == "hstream"
+
+
+def test_hip_no_device_status_is_hip_unavailable(fake_hip):
+    fake_hip.count_status = FakeHip.hipError_t.hipErrorNoDevice
+    assert not hr.available()
+    assert "found no AMD GPU" in hr.unavailable_reason() and "6.4.43482" in hr.unavailable_reason()
+    with pytest.raises(hr.HIPUnavailable):
+        hr.to_device(np.ones(3))
+
+
+def test_code_object_checks_against_real_toolchain_output():
+    from .gpu_tools import tool
+    tool("ld.lld")
+    x = np.ones(8, np.float32)
+    objs = {g: artifact(saxpy, (np.float32(2), x, x, x), 1, f"rocm:{g}").payload
+            for g in ("gfx90a", "gfx90a:sramecc+:xnack-", "gfx942", "gfx1100")}
+    for g in ("gfx90a", "gfx942", "gfx1100"):
+        assert hr.code_object_target(objs[g])[0] == hr.GFX_MACH[g]
+        assert hr.code_object_target(objs[g])[1] == {"xnack": None, "sramecc": None} or g == "gfx1100"
+    assert hr.code_object_target(objs["gfx90a:sramecc+:xnack-"])[1] == {"xnack": "-", "sramecc": "+"}
+    assert hr.code_object_runs_on(objs["gfx90a"], "gfx90a:sramecc-:xnack+") is None     # any
+    assert "runs with xnack+" in hr.code_object_runs_on(objs["gfx90a:sramecc+:xnack-"],
+                                                        "gfx90a:sramecc+:xnack+")
+    assert "code for gfx942; this GPU is gfx90a" in hr.code_object_runs_on(objs["gfx942"], "gfx90a")
+    with pytest.raises(hr.HIPError, match="no ELF header"):
+        hr.code_object_target(b"// PTX" + bytes(64))
+
+
+def test_hip_launch_through_the_shared_machinery(fake_hip):
+    from .gpu_tools import tool
+    tool("ld.lld")
+    x = np.arange(300, dtype=np.float32)
+    out = np.zeros(300, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, out), 1, "rocm:gfx90a:sramecc+:xnack-")
+    with pytest.raises(hr.HIPError, match="code for gfx942"):
+        hr.load(artifact(saxpy, (np.float32(2), x, x, out), 1, "rocm:gfx942").payload, art.meta)
+    k = hr.load(art.payload, art.meta, "hip")
+    assert ("hipModuleLoadData", art.payload) in fake_hip.calls
+    entry = art.meta["entry"]
+    fake_hip.types[entry] = [".f32", ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u64", ".u64"]
+    fake_hip.models[entry] = saxpy_model
+    hr.launch(k, art.meta, (np.float32(2), x, x, out), (300,))
+    np.testing.assert_array_equal(out, 3 * x)
+    (launch,) = [c for c in fake_hip.calls if c[0] == "hipModuleLaunchKernel"]
+    assert launch[2:5] == ((2, 1, 1), (256, 1, 1), "hstream") and launch[5] is None
+    assert fake_hip.mem.blocks == {}
+    d = hr.to_device(x)
+    assert isinstance(d, hr.HIPArray)
+    np.testing.assert_array_equal(d.numpy(), x)
+
+
+# ---------------------------------------------------------------------------
+# 3. the toolchain's PTX takes what the launch marshals
+
+
+def entry_params(ptx, entry):
+    """The test's own reading of an .entry's parameters: (type, pointer?) each."""
+    body = re.search(r"\.entry\s+" + re.escape(entry) + r"\(\s*(.*?)\)", ptx, re.S).group(1)
+    return [(re.search(r"\.param\s+(\.\w+)", p).group(1), ".ptr" in p) for p in body.split(",")]
+
+
+_ABI_PTX = {"ptr": (".u64", True), "i64": (".u64", False), "u64": (".u64", False),
+            "i32": (".u32", False), "u32": (".u32", False), "i8": (".u8", False),
+            "f32": (".f32", False), "f64": (".f64", False)}
+
+
+@tack.kernel
+def k_scalars(out, b, i32, u32, i64, u64, f32, f64):
+    i = tack.tid()
+    if b:
+        out[i] = f64 + f32 + i32 + u32 + i64 + u64
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_toolchain_ptx_entries_take_what_launch_marshals(debug):
+    from tack.kernels import contour
+    cases = [(k_abi, (np.zeros((4, 5), np.float32), np.zeros((8, 5), np.float32)[::2], True,
+                      np.float32(2), 3, np.ones(3, np.int32)), 2),
+             (k_scalars, (np.zeros(4), True, np.int32(1), np.uint32(2), 3, np.uint64(4),
+                          np.float32(5), 6.0), 1),
+             (saxpy, (np.float32(2),) + (np.zeros(4, np.float32),) * 3, 1)]
+    cases += list(contour.tack_warm())
+    for kernel, args, grid in cases:
+        art = artifact(kernel, args, grid, "cuda:sm_80", debug)
+        ptx = art.payload.decode()
+        specs = cr.argspecs(art.meta)
+        marshalled = [_ABI_PTX[c] for c in cr.abi_codes(specs, debug)]
+        assert entry_params(ptx, art.entry) == marshalled, kernel.__qualname__
+        assert cr.ptx_entry_params(ptx, art.entry) == marshalled
+        # and the values a launch packs are exactly that many, of those widths
+        address, holder = cr.pack_params(cr.abi_codes(specs, debug), [0] * len(marshalled))
+        sizes = [ctypes.sizeof(c) for c in holder[1]]
+        assert sizes == [{".u64": 8, ".u32": 4, ".u8": 1, ".f32": 4, ".f64": 8}[t] for t, _ in marshalled]
