@@ -67,6 +67,13 @@ fi
 # spirv-val, ocloc), and Intel's OpenCL CPU runtime with pyopencl, which runs Tack's SPIR-V here.
 bash ci/install-gpu-tools.sh
 bash ci/install-opencl.sh
+# The GPU runtimes' Python bindings and HIP's runtime library, with no GPU: their import and
+# error paths are tested for real (a missing driver or device is a clear error, never a crash).
+python3 -m pip install --quiet cuda-python hip-python
+if ! dpkg -s libamdhip64-5 >/dev/null 2>&1; then
+  apt_update_once
+  apt_quiet install -y --no-install-recommends libamdhip64-5
+fi
 export TACK_REQUIRE_OPENCL=1      # the OpenCL tests fail, rather than skip, without a device
 
 # The README's test command.

@@ -120,3 +120,23 @@ def k_rank(out):
 def k_rank2(out):
     i, j = tack.tid()
     out[i, j] = i + j
+
+
+@pytest.mark.parametrize("device, error", [("cuda", "CUDAUnavailable"), ("hip", "HIPUnavailable"),
+                                           ("cuda:1", "CUDAUnavailable")])
+def test_a_gpu_device_without_its_driver_is_a_clear_error_in_process(device, error):
+    """device='cuda' or 'hip' on a machine without the driver (or the bindings): the runtime's
+    own error, saying what is missing, raised in this process (no crash, nothing compiled)."""
+    import numpy as np
+
+    from tack.backends import runtime_for
+    if runtime_for(device)[1].available():
+        pytest.skip(f"{device} is available on this machine: there is no missing driver to report")
+
+    @tack.kernel
+    def k_fill(a):
+        i = tack.tid()
+        a[i] = 1.0
+    with pytest.raises(RuntimeError) as e:
+        tack.launch(k_fill, 4, (np.zeros(4),), device=device)
+    assert type(e.value).__name__ == error and "not available" in str(e.value)

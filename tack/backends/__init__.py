@@ -31,12 +31,13 @@ def toolchain(kind: str = "cpu"):
         raise ValueError(f"no {kind} backend is installed in this Tack") from None
 
 
-_RUNTIMES = {"cpu": "cpu_runtime", "opencl": "opencl_runtime"}
+_RUNTIMES = {"cpu": "cpu_runtime", "opencl": "opencl_runtime", "cuda": "cuda_runtime",
+             "hip": "hip_runtime"}
 
 
 def runtime(kind: str = "cpu"):
-    """The runtime side of the backend for device kind ``kind`` (``cpu``; ``opencl``: SPIR-V
-    through OpenCL, docs/opencl.md)."""
+    """The runtime side of the backend for device kind ``kind``: ``cpu``; ``opencl`` (SPIR-V
+    through OpenCL, docs/opencl.md); ``cuda`` and ``hip`` (docs/gpu-runtime.md)."""
     module = _RUNTIMES.get(kind)
     if module is None:
         raise ValueError(f"device {kind!r} is not available; this build of Tack runs kernels "
