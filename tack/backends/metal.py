@@ -322,7 +322,12 @@ def generate_msl(tk, target, symbol_prefix="tack") -> MSLGenerated:
             mod.functions[id(tf)] = f"{symbol_prefix}_fn{i}_{tf.lowered.name}"
         mod.functions[id(tk.kernel)] = f"{symbol_prefix}_kernel"
         for tf in tk.functions + [tk.kernel]:
-            bodies.append(_Function(mod, tf).emit())
+            try:
+                bodies.append(_Function(mod, tf).emit())
+            except Unsupported as u:        # in a signature: the function's first line
+                fsrc = tf.lowered.source
+                raise fsrc.error(f"{u} is not supported on {target.name} (in '{tf.lowered.name}')",
+                                 (fsrc.first_line, 0)) from None
     except CompileError as e:
         raise e.with_kernel(tk.name) from None
     entry = f"{symbol_prefix}_entry"
@@ -416,7 +421,7 @@ class _Function:
             elif isinstance(t, T.Tuple):
                 params.append(f"{self.type_of(t)} v_{pname}")
             else:
-                params.append(f"{self.type_of(t, tf.lowered.kernel if False else None)} v_{pname}")
+                params.append(f"{self.type_of(t)} v_{pname}")
         if tf.is_kernel:
             params += [f"long tack_tid{d}" for d in range(mod.tk.grid_ndim)]
         if mod.debug:
@@ -450,7 +455,7 @@ class _Function:
             f"static inline {ret} {name}({', '.join(params)})"
         return head + "\n{\n" + "\n".join(self.lines) + "\n}\n"
 
-    def type_of(self, t, _=None) -> str:
+    def type_of(self, t) -> str:
         if isinstance(t, T.Tuple):
             return self.mod.tuple_type(T.Tuple(tuple(x.strong() if isinstance(x, T.Scalar) else x
                                                      for x in t.items)))
