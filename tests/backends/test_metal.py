@@ -270,7 +270,8 @@ def test_abi_of_saxpy():
     src = gen.source
     assert gen.entry == "tack_abi_entry"
     assert re.search(r"kernel void tack_abi_entry\(\n    const device float\* a1 \[\[buffer\(0\)\]\],\n"
-                     r"    device float\* a2 \[\[buffer\(1\)\]\],\n    device float\* a3 \[\[buffer\(2\)\]\],\n"
+                     r"    device float\* a2 \[\[buffer\(1\)\]\],\n"
+                     r"    device float\* a3 \[\[buffer\(2\)\]\],\n"
                      r"    constant tack_abi_entry_params& tack_p \[\[buffer\(3\)\]\],\n"
                      r"    uint3 tack_gid \[\[thread_position_in_grid\]\]\)", src), src
     assert "if (tack_i0 >= tack_p.n0 || tack_i1 >= tack_p.n1 || tack_i2 >= tack_p.n2) return;" in src
