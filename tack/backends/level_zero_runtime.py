@@ -1,0 +1,959 @@
+"""The Level Zero runtime side: Tack's Level Zero artifacts run on Intel GPUs (docs/level-zero-and-metal.md).
+
+Driven through the Level Zero loader's C API (``libze_loader.so.1``, Debian's
+``libze1``) bound with ctypes: there is no Python binding to depend on (the
+PyPI package named ``level-zero`` is unrelated).  The structures follow the
+Level Zero headers **v1.4** (``ze_api.h`` "v1.4-r1.4.8", as Debian 12's
+``libze-dev`` 1.8.12 ships them); the drivers of later API versions take them
+unchanged (every structure here has kept its layout since 1.0).  Importing
+this module loads nothing; the loader is opened on the first call that needs
+a device.
+
+* **Devices.**  ``zeInit`` then ``zeDriverGet``/``zeDeviceGet``; GPU devices
+  only, named ``level_zero:<index>`` (``"level_zero"`` is the first).  Where
+  there is none, ``available()`` is False, ``unavailable_reason()`` says why
+  and what to install, and every call that needs a device raises
+  ``LevelZeroUnavailable`` with that text.  **Nothing is called after a
+  failed ``zeInit``**: with Debian's loader and no GPU, ``zeInit`` returns
+  ``ZE_RESULT_ERROR_UNINITIALIZED`` and a ``zeDriverGet`` after it crashes the
+  process (SIGSEGV).  The outcome is kept for the life of the process.
+* **Keys.**  A device's candidate keys, most specific first: native code for
+  its exact device (``gpu.key_for("level_zero:pvc")``), for its family where
+  ocloc has a family name (``xe-hpc``, ``dg2``), then SPIR-V
+  (``key_for("level_zero:spirv")``), which every device takes.  The device's
+  ocloc name comes from its PCI device id (``DEVICE_IDS``); an id not in the
+  table gets SPIR-V only.
+* **load(payload, meta)**: the artifact (``gpu.pack_level_zero``: SPIR-V plus
+  native code, or SPIR-V alone, or bare SPIR-V) -> ``zeModuleCreate`` with
+  ``ZE_MODULE_FORMAT_NATIVE`` for the native part; where the driver refuses
+  it (another stepping, a driver update, a damaged part), ``zeModuleCreate``
+  with ``ZE_MODULE_FORMAT_IL_SPIRV`` from the SPIR-V.  A module built from
+  SPIR-V gives its native code back (``zeModuleGetNativeBinary``) as the
+  kernel's ``native_from_driver``, for the caller to store.
+* **launch(kernel, meta, args, dims, debug)**: the kernel ABI of docs/gpu.md
+  from ``meta["argspec"]``, with NumPy arrays in shared USM allocations
+  (``zeMemAllocShared``: copied in before, the writable ones back after),
+  ``LevelZeroArray`` (``to_device``: ``zeMemAllocDevice``) staying on the
+  device, one command list per device executed on its compute queue.
+
+Simulation for tests happens at the boundary only: ``_open_library`` returns
+the object whose ``zeXxx`` attributes are called (the ctypes library, or a
+stand-in with the same functions).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+
+import numpy as np
+
+KIND = "level_zero"
+LOADER = "libze_loader.so.1"
+HEADER_VERSION = "1.4"        # ze_api.h v1.4-r1.4.8: the structures below follow it
+INSTALL_HINT = ("install the Level Zero loader and Intel's GPU driver: Debian `apt-get install "
+                "libze1 intel-level-zero-gpu` (on Debian 12 the driver, libze_intel_gpu.so.1, "
+                "comes with intel-opencl-icd); a supported Intel GPU must be present")
+DEFAULT_GROUP_SIZE = 128
+UINT64_MAX = 2**64 - 1
+
+
+class LevelZeroUnavailable(RuntimeError):
+    """No Level Zero GPU here: the loader, the driver or a GPU is missing."""
+
+
+class LevelZeroError(RuntimeError):
+    """A module that does not build, a kernel the driver refuses, a failed launch."""
+
+
+# ---------------------------------------------------------------------------
+# The C API: result codes, enums and structures of ze_api.h v1.4
+
+ZE_RESULT_SUCCESS = 0
+RESULTS = {
+    0x0: "ZE_RESULT_SUCCESS",
+    0x1: "ZE_RESULT_NOT_READY",
+    0x70000001: "ZE_RESULT_ERROR_DEVICE_LOST",
+    0x70000002: "ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY",
+    0x70000003: "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
+    0x70000004: "ZE_RESULT_ERROR_MODULE_BUILD_FAILURE",
+    0x70000005: "ZE_RESULT_ERROR_MODULE_LINK_FAILURE",
+    0x70000006: "ZE_RESULT_ERROR_DEVICE_REQUIRES_RESET",
+    0x70000007: "ZE_RESULT_ERROR_DEVICE_IN_LOW_POWER_STATE",
+    0x7ff00001: "ZE_RESULT_EXP_ERROR_DEVICE_IS_NOT_VERTEX",
+    0x7ff00002: "ZE_RESULT_EXP_ERROR_VERTEX_IS_NOT_DEVICE",
+    0x7ff00003: "ZE_RESULT_EXP_ERROR_REMOTE_DEVICE",
+    0x70010000: "ZE_RESULT_ERROR_INSUFFICIENT_PERMISSIONS",
+    0x70010001: "ZE_RESULT_ERROR_NOT_AVAILABLE",
+    0x70020000: "ZE_RESULT_ERROR_DEPENDENCY_UNAVAILABLE",
+    0x70020001: "ZE_RESULT_WARNING_DROPPED_DATA",
+    0x78000001: "ZE_RESULT_ERROR_UNINITIALIZED",
+    0x78000002: "ZE_RESULT_ERROR_UNSUPPORTED_VERSION",
+    0x78000003: "ZE_RESULT_ERROR_UNSUPPORTED_FEATURE",
+    0x78000004: "ZE_RESULT_ERROR_INVALID_ARGUMENT",
+    0x78000005: "ZE_RESULT_ERROR_INVALID_NULL_HANDLE",
+    0x78000006: "ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE",
+    0x78000007: "ZE_RESULT_ERROR_INVALID_NULL_POINTER",
+    0x78000008: "ZE_RESULT_ERROR_INVALID_SIZE",
+    0x78000009: "ZE_RESULT_ERROR_UNSUPPORTED_SIZE",
+    0x7800000a: "ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT",
+    0x7800000b: "ZE_RESULT_ERROR_INVALID_SYNCHRONIZATION_OBJECT",
+    0x7800000c: "ZE_RESULT_ERROR_INVALID_ENUMERATION",
+    0x7800000d: "ZE_RESULT_ERROR_UNSUPPORTED_ENUMERATION",
+    0x7800000e: "ZE_RESULT_ERROR_UNSUPPORTED_IMAGE_FORMAT",
+    0x7800000f: "ZE_RESULT_ERROR_INVALID_NATIVE_BINARY",
+    0x78000010: "ZE_RESULT_ERROR_INVALID_GLOBAL_NAME",
+    0x78000011: "ZE_RESULT_ERROR_INVALID_KERNEL_NAME",
+    0x78000012: "ZE_RESULT_ERROR_INVALID_FUNCTION_NAME",
+    0x78000013: "ZE_RESULT_ERROR_INVALID_GROUP_SIZE_DIMENSION",
+    0x78000014: "ZE_RESULT_ERROR_INVALID_GLOBAL_WIDTH_DIMENSION",
+    0x78000015: "ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_INDEX",
+    0x78000016: "ZE_RESULT_ERROR_INVALID_KERNEL_ARGUMENT_SIZE",
+    0x78000017: "ZE_RESULT_ERROR_INVALID_KERNEL_ATTRIBUTE_VALUE",
+    0x78000018: "ZE_RESULT_ERROR_INVALID_MODULE_UNLINKED",
+    0x78000019: "ZE_RESULT_ERROR_INVALID_COMMAND_LIST_TYPE",
+    0x7800001a: "ZE_RESULT_ERROR_OVERLAPPING_REGIONS",
+    0x7800001b: "ZE_RESULT_WARNING_ACTION_REQUIRED",
+    0x7ffffffe: "ZE_RESULT_ERROR_UNKNOWN",
+}
+ZE_RESULT_ERROR_UNINITIALIZED = 0x78000001
+ZE_RESULT_ERROR_MODULE_BUILD_FAILURE = 0x70000004
+ZE_RESULT_ERROR_INVALID_NATIVE_BINARY = 0x7800000f
+ZE_RESULT_ERROR_INVALID_KERNEL_NAME = 0x78000011
+
+ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES = 0x3
+ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES = 0x4
+ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES = 0x6
+ZE_STRUCTURE_TYPE_CONTEXT_DESC = 0xd
+ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC = 0xe
+ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC = 0xf
+ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC = 0x15
+ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC = 0x16
+ZE_STRUCTURE_TYPE_MODULE_DESC = 0x1b
+ZE_STRUCTURE_TYPE_KERNEL_DESC = 0x1d
+ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES = 0x1e
+
+ZE_MODULE_FORMAT_IL_SPIRV = 0
+ZE_MODULE_FORMAT_NATIVE = 1
+ZE_DEVICE_TYPE_GPU = 1
+ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS = 2
+ZE_COMMAND_QUEUE_PRIORITY_NORMAL = 0
+ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE = 1
+
+ZE_MAX_DEVICE_NAME = 256
+ZE_SUBGROUPSIZE_COUNT = 8
+
+_u32, _u64, _size, _ptr, _cstr = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p, \
+    ctypes.c_char_p
+
+
+class ze_device_properties_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("type", _u32), ("vendorId", _u32),
+                ("deviceId", _u32), ("flags", _u32), ("subdeviceId", _u32),
+                ("coreClockRate", _u32), ("maxMemAllocSize", _u64),
+                ("maxHardwareContexts", _u32), ("maxCommandQueuePriority", _u32),
+                ("numThreadsPerEU", _u32), ("physicalEUSimdWidth", _u32),
+                ("numEUsPerSubslice", _u32), ("numSubslicesPerSlice", _u32), ("numSlices", _u32),
+                ("timerResolution", _u64), ("timestampValidBits", _u32),
+                ("kernelTimestampValidBits", _u32), ("uuid", ctypes.c_uint8 * 16),
+                ("name", ctypes.c_char * ZE_MAX_DEVICE_NAME)]
+
+
+class ze_device_compute_properties_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("maxTotalGroupSize", _u32),
+                ("maxGroupSizeX", _u32), ("maxGroupSizeY", _u32), ("maxGroupSizeZ", _u32),
+                ("maxGroupCountX", _u32), ("maxGroupCountY", _u32), ("maxGroupCountZ", _u32),
+                ("maxSharedLocalMemory", _u32), ("numSubGroupSizes", _u32),
+                ("subGroupSizes", _u32 * ZE_SUBGROUPSIZE_COUNT)]
+
+
+class ze_command_queue_group_properties_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("flags", _u32),
+                ("maxMemoryFillPatternSize", _size), ("numQueues", _u32)]
+
+
+class ze_context_desc_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("flags", _u32)]
+
+
+class ze_command_queue_desc_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("ordinal", _u32), ("index", _u32),
+                ("flags", _u32), ("mode", _u32), ("priority", _u32)]
+
+
+class ze_command_list_desc_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("commandQueueGroupOrdinal", _u32),
+                ("flags", _u32)]
+
+
+class ze_module_constants_t(ctypes.Structure):
+    _fields_ = [("numConstants", _u32), ("pConstantIds", ctypes.POINTER(_u32)),
+                ("pConstantValues", ctypes.POINTER(_ptr))]
+
+
+class ze_module_desc_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("format", _u32), ("inputSize", _size),
+                ("pInputModule", ctypes.POINTER(ctypes.c_uint8)), ("pBuildFlags", _cstr),
+                ("pConstants", ctypes.POINTER(ze_module_constants_t))]
+
+
+class ze_kernel_desc_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("flags", _u32), ("pKernelName", _cstr)]
+
+
+class ze_kernel_properties_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("numKernelArgs", _u32),
+                ("requiredGroupSizeX", _u32), ("requiredGroupSizeY", _u32),
+                ("requiredGroupSizeZ", _u32), ("requiredNumSubGroups", _u32),
+                ("requiredSubgroupSize", _u32), ("maxSubgroupSize", _u32),
+                ("maxNumSubgroups", _u32), ("localMemSize", _u32), ("privateMemSize", _u32),
+                ("spillMemSize", _u32), ("kid", ctypes.c_uint8 * 16), ("mid", ctypes.c_uint8 * 16)]
+
+
+class ze_device_mem_alloc_desc_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("flags", _u32), ("ordinal", _u32)]
+
+
+class ze_host_mem_alloc_desc_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("flags", _u32)]
+
+
+class ze_group_count_t(ctypes.Structure):
+    _fields_ = [("groupCountX", _u32), ("groupCountY", _u32), ("groupCountZ", _u32)]
+
+
+STRUCTURES = (ze_device_properties_t, ze_device_compute_properties_t,
+              ze_command_queue_group_properties_t, ze_context_desc_t, ze_command_queue_desc_t,
+              ze_command_list_desc_t, ze_module_constants_t, ze_module_desc_t, ze_kernel_desc_t,
+              ze_kernel_properties_t, ze_device_mem_alloc_desc_t, ze_host_mem_alloc_desc_t,
+              ze_group_count_t)
+
+_P = ctypes.POINTER
+_H = _ptr                     # every handle is an opaque pointer
+SIGNATURES = {
+    "zeInit": [_u32],
+    "zeDriverGet": [_P(_u32), _P(_H)],
+    "zeDeviceGet": [_H, _P(_u32), _P(_H)],
+    "zeDeviceGetProperties": [_H, _P(ze_device_properties_t)],
+    "zeDeviceGetComputeProperties": [_H, _P(ze_device_compute_properties_t)],
+    "zeDeviceGetCommandQueueGroupProperties": [_H, _P(_u32), _P(ze_command_queue_group_properties_t)],
+    "zeContextCreate": [_H, _P(ze_context_desc_t), _P(_H)],
+    "zeCommandQueueCreate": [_H, _H, _P(ze_command_queue_desc_t), _P(_H)],
+    "zeCommandListCreate": [_H, _H, _P(ze_command_list_desc_t), _P(_H)],
+    "zeModuleCreate": [_H, _H, _P(ze_module_desc_t), _P(_H), _P(_H)],
+    "zeModuleBuildLogGetString": [_H, _P(_size), ctypes.c_char_p],
+    "zeModuleBuildLogDestroy": [_H],
+    "zeModuleGetNativeBinary": [_H, _P(_size), _P(ctypes.c_uint8)],
+    "zeModuleDestroy": [_H],
+    "zeKernelCreate": [_H, _P(ze_kernel_desc_t), _P(_H)],
+    "zeKernelDestroy": [_H],
+    "zeKernelGetProperties": [_H, _P(ze_kernel_properties_t)],
+    "zeKernelSetGroupSize": [_H, _u32, _u32, _u32],
+    "zeKernelSetArgumentValue": [_H, _u32, _size, _ptr],
+    "zeCommandListAppendLaunchKernel": [_H, _H, _P(ze_group_count_t), _H, _u32, _P(_H)],
+    "zeCommandListAppendMemoryCopy": [_H, _ptr, _ptr, _size, _H, _u32, _P(_H)],
+    "zeCommandListClose": [_H],
+    "zeCommandListReset": [_H],
+    "zeCommandQueueExecuteCommandLists": [_H, _u32, _P(_H), _H],
+    "zeCommandQueueSynchronize": [_H, _u64],
+    "zeMemAllocShared": [_H, _P(ze_device_mem_alloc_desc_t), _P(ze_host_mem_alloc_desc_t), _size,
+                         _size, _H, _P(_ptr)],
+    "zeMemAllocDevice": [_H, _P(ze_device_mem_alloc_desc_t), _size, _size, _H, _P(_ptr)],
+    "zeMemAllocHost": [_H, _P(ze_host_mem_alloc_desc_t), _size, _size, _P(_ptr)],
+    "zeMemFree": [_H, _ptr],
+}
+
+
+def result_name(code) -> str:
+    code = int(code) & 0xFFFFFFFF
+    return RESULTS.get(code, f"ze_result_t {code:#010x}")
+
+
+# ---------------------------------------------------------------------------
+# The loader
+
+
+def _open_library():
+    """The Level Zero loader as a ctypes library (``TACK_LEVEL_ZERO_LOADER`` names another file).
+
+    OSError when it is not installed.  Tests replace this function (the driver's boundary).
+    """
+    path = os.environ.get("TACK_LEVEL_ZERO_LOADER") or LOADER
+    lib = ctypes.CDLL(path)
+    for name, argtypes in SIGNATURES.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes = argtypes
+            fn.restype = ctypes.c_uint32
+    return lib
+
+
+class _Api:
+    """Calls into the loader (or its stand-in), each result checked."""
+
+    def __init__(self, lib):
+        self.lib = lib
+
+    def raw(self, name, *args) -> int:
+        return int(getattr(self.lib, name)(*args)) & 0xFFFFFFFF
+
+    def __call__(self, name, *args, what=""):
+        r = self.raw(name, *args)
+        if r != ZE_RESULT_SUCCESS:
+            raise LevelZeroError(f"{name} failed: {result_name(r)}" + (f" ({what})" if what else ""))
+
+
+# PCI device ids -> ocloc's device names (gpu.INTEL_DEVICES), most specific first, then the
+# family name ocloc also takes.  An id not listed gets SPIR-V only (always correct, and the
+# driver's native code for it comes back as native_from_driver).
+_PVC = (0x0BD0, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB, 0x0B69, 0x0B6E)
+_ACM_G10 = (0x4F80, 0x4F81, 0x4F82, 0x4F83, 0x4F84, 0x5690, 0x5691, 0x5692, 0x56A0, 0x56A1,
+            0x56A2, 0x56BE, 0x56BF, 0x56C0, 0x56C2)
+_ACM_G11 = (0x4F87, 0x4F88, 0x5693, 0x5694, 0x5695, 0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA,
+            0x56BB, 0x56BC, 0x56BD, 0x56C1)
+_ACM_G12 = (0x4F85, 0x4F86, 0x5696, 0x5697, 0x56A3, 0x56A4, 0x56B2, 0x56B3)
+_DG1 = (0x4905, 0x4906, 0x4907, 0x4908, 0x4909)
+_TGLLP = (0x9A40, 0x9A49, 0x9A59, 0x9A60, 0x9A68, 0x9A70, 0x9A78)
+DEVICE_IDS = {}
+for _ids, _names in ((_PVC, ("pvc", "xe-hpc")), (_ACM_G10, ("acm-g10", "dg2", "xe-hpg")),
+                     (_ACM_G11, ("acm-g11", "dg2", "xe-hpg")), (_ACM_G12, ("acm-g12", "dg2", "xe-hpg")),
+                     (_DG1, ("dg1",)), (_TGLLP, ("tgllp",))):
+    for _i in _ids:
+        DEVICE_IDS[_i] = _names
+INTEL_VENDOR_ID = 0x8086
+
+
+def arch_names(vendor_id: int, device_id: int) -> tuple:
+    """ocloc's names for a device, most specific first; () when Tack knows none (SPIR-V only)."""
+    if vendor_id != INTEL_VENDOR_ID:
+        return ()
+    return DEVICE_IDS.get(device_id, ())
+
+
+# ---------------------------------------------------------------------------
+# Devices
+
+_lock = threading.Lock()
+_state = None                 # (api or None, [_Found], reason or None), once per process
+_devices = {}                 # index -> _Device
+
+
+class _Found:
+    __slots__ = ("name", "driver", "handle", "vendor_id", "device_id", "archs")
+
+    def __init__(self, name, driver, handle, vendor_id, device_id):
+        self.name, self.driver, self.handle = name, driver, handle
+        self.vendor_id, self.device_id = vendor_id, device_id
+        self.archs = arch_names(vendor_id, device_id)
+
+
+def _discover():
+    """(api, found, reason): the loader, its GPU devices, or why there are none.  Never raises."""
+    try:
+        lib = _open_library()
+    except OSError as e:
+        return None, [], (f"Level Zero is not available: the loader {LOADER} does not load ({e}); "
+                          f"{INSTALL_HINT}")
+    api = _Api(lib)
+    try:
+        r = api.raw("zeInit", 0)
+    except Exception as e:                  # noqa: BLE001 - a loader without zeInit
+        return None, [], f"Level Zero is not available: zeInit cannot be called ({e}); {INSTALL_HINT}"
+    if r != ZE_RESULT_SUCCESS:
+        # Nothing more may be called: Debian's loader crashes in zeDriverGet after this.
+        return None, [], (f"Level Zero is not available: zeInit failed with {result_name(r)}, so "
+                          f"no driver found a GPU (the loader is installed; Intel's GPU driver "
+                          f"libze_intel_gpu.so.1 or a GPU it supports is missing); {INSTALL_HINT}")
+    try:
+        found = []
+        n = _u32(0)
+        api("zeDriverGet", ctypes.byref(n), None)
+        drivers = (_H * n.value)()
+        if n.value:
+            api("zeDriverGet", ctypes.byref(n), drivers)
+        for drv in list(drivers)[:n.value]:
+            m = _u32(0)
+            api("zeDeviceGet", _H(drv), ctypes.byref(m), None)
+            if not m.value:
+                continue
+            devs = (_H * m.value)()
+            api("zeDeviceGet", _H(drv), ctypes.byref(m), devs)
+            for dev in list(devs)[:m.value]:
+                props = ze_device_properties_t(stype=ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES)
+                api("zeDeviceGetProperties", _H(dev), ctypes.byref(props))
+                if props.type != ZE_DEVICE_TYPE_GPU:
+                    continue
+                found.append(_Found(props.name.decode(errors="replace").strip(), drv, dev,
+                                    props.vendorId, props.deviceId))
+    except LevelZeroError as e:
+        return None, [], f"Level Zero is not available: {e}; {INSTALL_HINT}"
+    if not found:
+        return api, [], (f"Level Zero is not available: zeInit succeeded but no driver has a GPU "
+                         f"device; {INSTALL_HINT}")
+    return api, found, None
+
+
+def _find():
+    global _state
+    with _lock:
+        if _state is None:
+            _state = _discover()
+        return _state
+
+
+def _reset():
+    """Forget what was found (tests that replace ``_open_library``)."""
+    global _state
+    with _lock:
+        _state = None
+        _devices.clear()
+
+
+def available() -> bool:
+    """Whether a Level Zero GPU is here (never raises)."""
+    return bool(_find()[1])
+
+
+def unavailable_reason() -> str | None:
+    """Why ``available()`` is False, with what to install; None when it is True."""
+    return _find()[2]
+
+
+def devices() -> list:
+    """[(name, ``level_zero:<index>``)] of the Level Zero GPUs; empty if none."""
+    return [(f.name, f"{KIND}:{i}") for i, f in enumerate(_find()[1])]
+
+
+def _device_index(device) -> int:
+    if device in (None, KIND):
+        return 0
+    if isinstance(device, str) and device.startswith(KIND + ":"):
+        try:
+            return int(device.split(":", 1)[1])
+        except ValueError:
+            pass
+    raise ValueError(f"not a Level Zero device name: {device!r} (use 'level_zero' or "
+                     "'level_zero:<index>')")
+
+
+class _Device:
+    """A GPU with its context, compute queue and command list."""
+
+    def __init__(self, api, index, found):
+        self.api = api
+        self.index = index
+        self.name = found.name
+        self.archs = found.archs
+        self.driver, self.handle = _H(found.driver), _H(found.handle)
+        self.lock = threading.Lock()
+        compute = ze_device_compute_properties_t(stype=ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES)
+        api("zeDeviceGetComputeProperties", self.handle, ctypes.byref(compute))
+        self.max_group = max(1, compute.maxTotalGroupSize)
+        self.max_item_sizes = (compute.maxGroupSizeX, compute.maxGroupSizeY, compute.maxGroupSizeZ)
+        self.max_group_counts = (compute.maxGroupCountX, compute.maxGroupCountY,
+                                 compute.maxGroupCountZ)
+        self.ordinal = self._compute_ordinal()
+        ctx = _H()
+        api("zeContextCreate", self.driver,
+            ctypes.byref(ze_context_desc_t(stype=ZE_STRUCTURE_TYPE_CONTEXT_DESC)), ctypes.byref(ctx))
+        self.context = ctx
+        queue = _H()
+        api("zeCommandQueueCreate", ctx, self.handle, ctypes.byref(ze_command_queue_desc_t(
+            stype=ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, ordinal=self.ordinal, index=0,
+            mode=ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS, priority=ZE_COMMAND_QUEUE_PRIORITY_NORMAL)),
+            ctypes.byref(queue))
+        self.queue = queue
+        clist = _H()
+        api("zeCommandListCreate", ctx, self.handle, ctypes.byref(ze_command_list_desc_t(
+            stype=ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC, commandQueueGroupOrdinal=self.ordinal)),
+            ctypes.byref(clist))
+        self.list = clist
+
+    def _compute_ordinal(self) -> int:
+        n = _u32(0)
+        self.api("zeDeviceGetCommandQueueGroupProperties", self.handle, ctypes.byref(n), None)
+        props = (ze_command_queue_group_properties_t * max(1, n.value))()
+        for p in props:
+            p.stype = ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES
+        self.api("zeDeviceGetCommandQueueGroupProperties", self.handle, ctypes.byref(n), props)
+        for i in range(n.value):
+            if props[i].flags & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE:
+                return i
+        raise LevelZeroError(f"{self.name} has no compute command queue group")
+
+    @property
+    def arch(self) -> str:
+        """The toolchain's name for native code of this device, or ``spirv``."""
+        return self.archs[0] if self.archs else "spirv"
+
+    def run(self, append):
+        """Record commands with ``append(list)``, execute them and wait for them to finish."""
+        api = self.api
+        api("zeCommandListReset", self.list)
+        append(self.list)
+        api("zeCommandListClose", self.list)
+        lists = (_H * 1)(self.list.value)
+        api("zeCommandQueueExecuteCommandLists", self.queue, 1, lists, None)
+        api("zeCommandQueueSynchronize", self.queue, _u64(UINT64_MAX))
+
+    def alloc_shared(self, nbytes):
+        ptr = _ptr()
+        self.api("zeMemAllocShared", self.context,
+                 ctypes.byref(ze_device_mem_alloc_desc_t(stype=ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC)),
+                 ctypes.byref(ze_host_mem_alloc_desc_t(stype=ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC)),
+                 _size(max(1, nbytes)), _size(64), self.handle, ctypes.byref(ptr),
+                 what=f"{nbytes} bytes of shared memory")
+        return ptr.value
+
+    def alloc_device(self, nbytes):
+        ptr = _ptr()
+        self.api("zeMemAllocDevice", self.context,
+                 ctypes.byref(ze_device_mem_alloc_desc_t(stype=ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC)),
+                 _size(max(1, nbytes)), _size(64), self.handle, ctypes.byref(ptr),
+                 what=f"{nbytes} bytes of device memory")
+        return ptr.value
+
+    def free(self, ptr):
+        if ptr:
+            self.api.raw("zeMemFree", self.context, _ptr(ptr))
+
+    def copy(self, dst, src, nbytes):
+        """Copy between USM allocations (device <-> shared) and wait."""
+        if nbytes:
+            self.run(lambda cl: self.api("zeCommandListAppendMemoryCopy", cl, _ptr(dst), _ptr(src),
+                                         _size(nbytes), None, 0, None))
+
+    def __repr__(self):
+        return f"<Level Zero device {self.index}: {self.name} ({self.arch})>"
+
+
+def get_device(device=None) -> _Device:
+    """The GPU ``device`` names (``level_zero``, ``level_zero:<index>``); LevelZeroUnavailable if none."""
+    index = _device_index(device)
+    api, found, reason = _find()
+    if not found:
+        raise LevelZeroUnavailable(reason)
+    if index >= len(found):
+        raise ValueError(f"no Level Zero device {KIND}:{index}; this machine has "
+                         f"{', '.join(f'{KIND}:{i} ({f.name})' for i, f in enumerate(found))}")
+    with _lock:
+        dev = _devices.get(index)
+        if dev is None:
+            dev = _devices[index] = _Device(api, index, found[index])
+    return dev
+
+
+# ---------------------------------------------------------------------------
+# Target keys
+
+
+def toolchain_target(device=None) -> str:
+    """The toolchain target that builds native code for ``device`` (``level_zero:pvc``), or
+    ``level_zero:spirv`` for a device Tack has no ocloc name for."""
+    return f"{KIND}:{get_device(device).arch}"
+
+
+def candidate_keys(device=None) -> list:
+    """[(architecture name, target key)] a launch on ``device`` can use, most specific first:
+    native code for the exact device, for its family, then SPIR-V.  Without a device: SPIR-V."""
+    from .gpu import key_for
+    archs = get_device(device).archs if available() else ()
+    return [(f"{KIND}:{a}", key_for(f"{KIND}:{a}")) for a in archs] + \
+        [(f"{KIND}:spirv", key_for(f"{KIND}:spirv"))]
+
+
+lookup_keys = candidate_keys
+
+
+def host_key(device=None) -> str:
+    """The key of code compiled here for this runtime: native for this device where Tack knows
+    its name, else SPIR-V."""
+    return candidate_keys(device)[0][1]
+
+
+def site_candidates(host=None) -> list:
+    """Site bundles for this runtime: the candidate keys of the first device."""
+    return candidate_keys()
+
+
+# ---------------------------------------------------------------------------
+# Modules and kernels
+
+
+def _argspecs(meta) -> list:
+    from .opencl_runtime import _ArgSpec
+    try:
+        return [_ArgSpec(s[0] if isinstance(s, (list, tuple)) else s) for s in meta["argspec"]]
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise LevelZeroError(f"variant metadata has no usable argspec ({type(e).__name__}: {e})") \
+            from None
+
+
+def split_payload(payload) -> tuple[bytes, bytes]:
+    """(spirv, native) of a stored artifact: Tack's Level Zero container, or bare SPIR-V."""
+    from .gpu import L0_MAGIC, unpack_level_zero
+    from .opencl_runtime import OpenCLError, check_spirv
+    payload = bytes(payload)
+    if payload[:len(L0_MAGIC)] == L0_MAGIC:
+        try:
+            spirv, native = unpack_level_zero(payload)
+        except ValueError as e:
+            raise LevelZeroError(f"damaged Level Zero artifact ({e})") from None
+    else:
+        spirv, native = payload, b""
+    try:
+        check_spirv(spirv)          # the driver's compiler is not trusted with malformed SPIR-V
+    except OpenCLError as e:
+        raise LevelZeroError(str(e)) from None
+    return spirv, native
+
+
+class LevelZeroKernel:
+    """A kernel of a built module on one device.
+
+    ``format``: ``"native"`` or ``"spirv"``, what the module was built from;
+    ``native_refused``: why the native part was not used (None if it was, or
+    there was none); ``native_from_driver``: the driver's native code for a
+    module built from SPIR-V (bytes to store under the device's key), else None.
+    """
+
+    def __init__(self, dev, module, kernel, entry, specs, fmt, native_refused, native_from_driver,
+                 build_log, num_args):
+        self.dev, self.module, self.kernel, self.entry, self.specs = dev, module, kernel, entry, specs
+        self.format = fmt
+        self.native_refused = native_refused
+        self.native_from_driver = native_from_driver
+        self.build_log = build_log
+        self.num_args = num_args
+        self.lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<LevelZeroKernel {self.entry!r} ({self.format}) on {self.dev.name}>"
+
+
+def _build_log(api, log) -> str:
+    if not log.value:
+        return ""
+    try:
+        n = _size(0)
+        if api.raw("zeModuleBuildLogGetString", log, ctypes.byref(n), None) != ZE_RESULT_SUCCESS:
+            return ""
+        buf = ctypes.create_string_buffer(max(1, n.value))
+        api.raw("zeModuleBuildLogGetString", log, ctypes.byref(n), buf)
+        return buf.value.decode(errors="replace")
+    finally:
+        api.raw("zeModuleBuildLogDestroy", log)
+
+
+def _create_module(dev, data: bytes, fmt: int):
+    """(module handle or None, ze_result, build log) of ``zeModuleCreate`` for one format."""
+    api = dev.api
+    buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    desc = ze_module_desc_t(stype=ZE_STRUCTURE_TYPE_MODULE_DESC, format=fmt, inputSize=len(data),
+                            pInputModule=ctypes.cast(buf, ctypes.POINTER(ctypes.c_uint8)),
+                            pBuildFlags=b"")
+    module, log = _H(), _H()
+    r = api.raw("zeModuleCreate", dev.context, dev.handle, ctypes.byref(desc), ctypes.byref(module),
+                ctypes.byref(log))
+    text = _build_log(api, log)
+    if r != ZE_RESULT_SUCCESS:
+        if module.value:
+            api.raw("zeModuleDestroy", module)
+        return None, r, text
+    return module, r, text
+
+
+def _native_binary(dev, module) -> bytes | None:
+    api = dev.api
+    n = _size(0)
+    if api.raw("zeModuleGetNativeBinary", module, ctypes.byref(n), None) != ZE_RESULT_SUCCESS \
+            or not n.value:
+        return None
+    buf = (ctypes.c_uint8 * n.value)()
+    if api.raw("zeModuleGetNativeBinary", module, ctypes.byref(n), buf) != ZE_RESULT_SUCCESS:
+        return None
+    return bytes(buf[:n.value])
+
+
+def load(payload: bytes, meta: dict, device=None) -> LevelZeroKernel:
+    """A Level Zero artifact -> its kernel ``meta["entry"]`` on ``device`` (the first by default).
+
+    The native part first (``ZE_MODULE_FORMAT_NATIVE``); where the driver refuses it, or there
+    is none, the SPIR-V (``ZE_MODULE_FORMAT_IL_SPIRV``).  LevelZeroError, with the driver's
+    results and build log, when neither builds, the kernel is missing, or its parameters do
+    not match ``meta``.
+    """
+    dev = get_device(device)
+    spirv, native = split_payload(payload)
+    entry = meta.get("entry")
+    if not entry:
+        raise LevelZeroError("variant metadata names no entry point")
+    specs = _argspecs(meta)
+    api = dev.api
+    module, fmt, refused, from_driver, log = None, None, None, None, ""
+    if native:
+        module, r, log = _create_module(dev, native, ZE_MODULE_FORMAT_NATIVE)
+        if module is not None:
+            fmt = "native"
+        else:
+            refused = f"{result_name(r)}" + (f": {log.strip()}" if log.strip() else "")
+    if module is None:
+        module, r, log = _create_module(dev, spirv, ZE_MODULE_FORMAT_IL_SPIRV)
+        if module is None:
+            tried = f"the native code was refused ({refused}); " if refused else ""
+            raise LevelZeroError(f"module for '{entry}' does not build on {dev.name}: {tried}"
+                                 f"zeModuleCreate from SPIR-V: {result_name(r)}\n{log}".rstrip())
+        fmt = "spirv"
+        from_driver = _native_binary(dev, module)
+    kernel = _H()
+    name = entry.encode()
+    r = api.raw("zeKernelCreate", module, ctypes.byref(ze_kernel_desc_t(
+        stype=ZE_STRUCTURE_TYPE_KERNEL_DESC, pKernelName=name)), ctypes.byref(kernel))
+    if r != ZE_RESULT_SUCCESS:
+        api.raw("zeModuleDestroy", module)
+        raise LevelZeroError(f"module has no kernel '{entry}' ({result_name(r)})")
+    props = ze_kernel_properties_t(stype=ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES)
+    api("zeKernelGetProperties", kernel, ctypes.byref(props))
+    k = LevelZeroKernel(dev, module, kernel, entry, specs, fmt, refused, from_driver, log,
+                        props.numKernelArgs)
+    base = sum(s.slots() for s in specs) + 3
+    if k.num_args not in (base, base + 1):
+        raise LevelZeroError(f"kernel '{entry}' takes {k.num_args} parameters; its metadata "
+                             f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in "
+                             "debug mode")
+    return k
+
+
+# ---------------------------------------------------------------------------
+# Device arrays and launches
+
+
+class LevelZeroArray:
+    """An array kept in device memory (``zeMemAllocDevice``), passed to launches without copying.
+
+    Contiguous: C order, or F order when made from an F-ordered array.
+    ``numpy()`` copies it back into a new NumPy array.
+    """
+
+    def __init__(self, dev, ptr, shape, dtype, layout, writable=True):
+        self.dev, self.ptr = dev, ptr
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.layout, self.writable = layout, writable
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+    def element_strides(self) -> list:
+        strides, n = [0] * self.ndim, 1
+        order = range(self.ndim - 1, -1, -1) if self.layout == "C" else range(self.ndim)
+        for d in order:
+            strides[d] = n
+            n *= self.shape[d]
+        return strides
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype, order=self.layout)
+        if self.nbytes:
+            stage = self.dev.alloc_shared(self.nbytes)
+            try:
+                self.dev.copy(stage, self.ptr, self.nbytes)
+                ctypes.memmove(out.ctypes.data, stage, self.nbytes)
+            finally:
+                self.dev.free(stage)
+        return out
+
+    def __del__(self):
+        try:
+            self.dev.free(self.ptr)
+        except Exception:                   # noqa: BLE001 - at interpreter exit
+            pass
+
+    def __repr__(self):
+        return f"<LevelZeroArray {self.dtype}{list(self.shape)} {self.layout} on {self.dev.name}>"
+
+
+def to_device(array, device=None) -> LevelZeroArray:
+    """``array`` copied into device memory on ``device``, in its own memory order."""
+    a = np.asarray(array)
+    if a.ndim == 0:
+        raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
+    layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
+    host = np.asarray(a, order=layout)
+    dev = get_device(device)
+    ptr = dev.alloc_device(host.nbytes)
+    out = LevelZeroArray(dev, ptr, a.shape, a.dtype, layout, bool(a.flags.writeable))
+    if host.nbytes:
+        stage = dev.alloc_shared(host.nbytes)
+        try:
+            ctypes.memmove(stage, host.ctypes.data, host.nbytes)
+            dev.copy(ptr, stage, host.nbytes)
+        finally:
+            dev.free(stage)
+    return out
+
+
+def _raw(dtype, value) -> bytes:
+    return np.asarray(value, dtype=dtype).tobytes()
+
+
+def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False, group=None):
+    """Run ``kernel`` over ``dims`` (1 to 3 extents) with ``args`` (one per value argument, as
+    ``meta["argspec"]`` types them); returns the error record (int64[4]) in debug mode, else None.
+
+    NumPy arrays go in shared allocations, copied in before the launch and, when their type is
+    writable, back after it; ``LevelZeroArray`` arguments stay on the device.  ``group`` (a
+    tuple like ``dims``, or an int: work-items per group) overrides the work-group shape.
+    """
+    from .opencl_runtime import _group_sizes, _layout_fits, _scalar
+    dev = kernel.dev
+    api = dev.api
+    specs = kernel.specs
+    dims = tuple(int(d) for d in dims)
+    if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
+        raise ValueError(f"dims must be 1 to 3 extents, none negative: {dims!r}")
+    if len(args) != len(specs):
+        raise TypeError(f"kernel '{kernel.entry}' takes {len(specs)} value arguments, got {len(args)}")
+    expected = sum(s.slots() for s in specs) + 3 + (1 if debug else 0)
+    if expected != kernel.num_args:
+        raise LevelZeroError(f"kernel '{kernel.entry}' takes {kernel.num_args} parameters but a "
+                             f"{'debug' if debug else 'non-debug'} launch passes {expected}: "
+                             "was it compiled with debug mode as this launch says?")
+    values = []                 # raw bytes of each kernel parameter, in order
+    temps, copies, shared = [], [], {}
+    try:
+        for i, (spec, a) in enumerate(zip(specs, args)):
+            what = f"kernel '{kernel.entry}': argument {i}"
+            if not spec.is_array:
+                if isinstance(a, (np.ndarray, LevelZeroArray)):
+                    raise TypeError(f"{what} is a {spec.text} scalar, not an array")
+                try:
+                    values.append(_scalar(spec, a).tobytes())
+                except (OverflowError, TypeError, ValueError) as e:
+                    raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
+                continue
+            if isinstance(a, LevelZeroArray):
+                if a.dev is not dev:
+                    raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
+                if spec.writable and not a.writable:
+                    raise TypeError(f"{what}: the kernel writes it but the device array is read-only")
+                ptr, shape, dtype = a.ptr, a.shape, a.dtype
+                c = a.layout == "C" or a.ndim == 1
+                f = a.layout == "F" or a.ndim == 1
+                estrides = a.element_strides()
+            elif isinstance(a, np.ndarray):
+                shape, dtype = a.shape, a.dtype
+                c, f = a.flags.c_contiguous, a.flags.f_contiguous
+                if spec.writable and not a.flags.writeable:
+                    raise TypeError(f"{what}: the kernel was compiled for a writable array; this "
+                                    "one is read-only")
+                ptr = None
+            else:
+                raise TypeError(f"{what} must be a NumPy array or a LevelZeroArray ({spec.text}), "
+                                f"not {type(a).__name__}")
+            if dtype != spec.dtype or len(shape) != spec.ndim:
+                raise TypeError(f"{what} is {dtype}[{len(shape)}-d]; the kernel takes {spec.text}")
+            if spec.shape is not None and tuple(shape) != spec.shape:
+                raise TypeError(f"{what} has shape {tuple(shape)}; the kernel compiled in {spec.shape}")
+            if not _layout_fits(spec.layout, c, f):
+                raise TypeError(f"{what} is not {'C' if spec.layout == 'C' else 'F'}-contiguous, as "
+                                f"the kernel's {spec.text} requires")
+            if ptr is None:
+                ident = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+                known = shared.get(ident)
+                if known is not None:           # the same array passed twice: one allocation
+                    ptr, estrides, host = known
+                    if spec.writable and a.size and not any(p == ptr for _, p, _ in copies):
+                        copies.append((a, ptr, host))
+                else:
+                    # contiguous (C or F): its own memory, in its order; strided: a C copy
+                    host = a if (c or f) else np.ascontiguousarray(a)
+                    estrides = [s // a.itemsize for s in host.strides]
+                    ptr = dev.alloc_shared(host.nbytes)
+                    temps.append(ptr)
+                    if host.nbytes:
+                        ctypes.memmove(ptr, host.ctypes.data, host.nbytes)
+                    shared[ident] = (ptr, estrides, host)
+                    if spec.writable and a.size:
+                        copies.append((a, ptr, host))
+            values.append(_raw("<u8", ptr))
+            if spec.shape is None:
+                values.extend(_raw("<i8", n) for n in shape)
+            if spec.layout == "A":
+                values.extend(_raw("<i8", s) for s in estrides)
+        grid = dims + (1,) * (3 - len(dims))
+        values.extend(_raw("<i8", n) for n in grid)
+        err = errptr = None
+        if debug:
+            err = np.zeros(4, np.int64)
+            errptr = dev.alloc_shared(err.nbytes)
+            temps.append(errptr)
+            ctypes.memmove(errptr, err.ctypes.data, err.nbytes)
+            values.append(_raw("<u8", errptr))
+        if grid[0] * grid[1] * grid[2] == 0:
+            return err
+        limit = min(DEFAULT_GROUP_SIZE, dev.max_group)
+        if group is None:
+            local = _group_sizes(dims, limit, dev.max_item_sizes)
+        elif isinstance(group, (int, np.integer)):
+            local = _group_sizes(dims, min(int(group), dev.max_group), dev.max_item_sizes)
+        else:
+            local = tuple(int(x) for x in group)
+            if len(local) != len(dims) or any(x < 1 for x in local):
+                raise ValueError(f"group {group!r} does not match the grid {dims!r}")
+            if int(np.prod(local)) > dev.max_group or \
+                    any(x > m for x, m in zip(local, dev.max_item_sizes)):
+                raise ValueError(f"group {local} is larger than {dev.name} allows "
+                                 f"({dev.max_group} work-items, at most "
+                                 f"{dev.max_item_sizes[:len(dims)]} per dimension)")
+        local3 = tuple(local) + (1,) * (3 - len(local))
+        counts = tuple(-(-n // l) for n, l in zip(grid, local3))
+        if any(c > m for c, m in zip(counts, dev.max_group_counts)):
+            raise ValueError(f"grid {dims} needs {counts[:len(dims)]} work-groups of {local}; "
+                             f"{dev.name} allows at most {dev.max_group_counts[:len(dims)]}")
+        with kernel.lock:
+            api("zeKernelSetGroupSize", kernel.kernel, *local3)
+            keep = []
+            for index, raw in enumerate(values):
+                buf = ctypes.create_string_buffer(raw, len(raw))
+                keep.append(buf)
+                api("zeKernelSetArgumentValue", kernel.kernel, index, _size(len(raw)), buf,
+                    what=f"parameter {index} of '{kernel.entry}'")
+            count = ze_group_count_t(*counts)
+            with dev.lock:
+                try:
+                    dev.run(lambda cl: api("zeCommandListAppendLaunchKernel", cl, kernel.kernel,
+                                           ctypes.byref(count), None, 0, None))
+                except LevelZeroError as e:
+                    raise LevelZeroError(f"launch of kernel '{kernel.entry}' over {dims} "
+                                         f"(work-groups of {local}) failed on {dev.name}: {e}") \
+                        from None
+        for a, ptr, host in copies:
+            ctypes.memmove(host.ctypes.data, ptr, host.nbytes)
+            if host is not a:
+                np.copyto(a, host)
+        if err is not None:
+            ctypes.memmove(err.ctypes.data, errptr, err.nbytes)
+        return err
+    finally:
+        for p in temps:
+            dev.free(p)
+
+
+def describe() -> str:
+    """What was found (``python -m tack.backends.level_zero_runtime``)."""
+    found = devices()
+    if not found:
+        return f"no device: {unavailable_reason()}"
+    lines = []
+    for name, key in found:
+        dev = get_device(key)
+        lines.append(f"device {key}: {name} (native code: {KIND}:{dev.arch})")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())
+    sys.exit(0 if available() else 1)
