@@ -70,9 +70,16 @@ bash ci/install-opencl.sh
 # The GPU runtimes' Python bindings and HIP's runtime library, with no GPU: their import and
 # error paths are tested for real (a missing driver or device is a clear error, never a crash).
 python3 -m pip install --quiet cuda-python hip-python
-if ! dpkg -s libamdhip64-5 >/dev/null 2>&1; then
+# HIP's runtime library and the Level Zero loader (with its header, which the tests compare the
+# ctypes structures with), with no GPU: a missing device is an error, never a crash.
+missing=""
+for pkg in libamdhip64-5 libze1 libze-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
   apt_update_once
-  apt_quiet install -y --no-install-recommends libamdhip64-5
+  # shellcheck disable=SC2086
+  apt_quiet install -y --no-install-recommends $missing
 fi
 export TACK_REQUIRE_OPENCL=1      # the OpenCL tests fail, rather than skip, without a device
 

@@ -20,7 +20,8 @@ import difflib
 KINDS = {"cpu": "a CPU microarchitecture (archspec's name: zen3, x86_64_v3, neoverse_v2)",
          "cuda": "an NVIDIA compute capability (sm_80, sm_90)",
          "rocm": "an AMD GPU (gfx90a, gfx942)",
-         "level_zero": "an Intel GPU (pvc, dg2)"}
+         "level_zero": "an Intel GPU (pvc, dg2)",
+         "metal": "an Apple GPU family (apple, apple7 ... apple9, mac2): Metal source"}
 
 
 class ArchError(ValueError):

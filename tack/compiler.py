@@ -40,9 +40,14 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
         key = variant_key(lowered_key, argtypes, grid, target.key)
     else:                                       # no cache: a name unique to this variant
         key = hashlib.sha256(repr((lowered.fingerprint(), argtypes, grid, debug)).encode()).hexdigest()
-    gen = generate(typed, target, "tack_" + key)
-    stage("codegen")
-    payload = target.compile(gen.module)
+    if hasattr(target, "compile_typed"):        # a source-emitting backend (Metal): no LLVM
+        gen = target.generate(typed, "tack_" + key)
+        payload = gen.source.encode("utf-8")
+        stage("codegen")
+    else:
+        gen = generate(typed, target, "tack_" + key)
+        stage("codegen")
+        payload = target.compile(gen.module)
     stage("llvm")
     meta = variant_meta(lowered, lowered_key, argtypes, grid, gen.entry,
                         gen.sites if debug else (), target)

@@ -152,3 +152,20 @@ def test_gpu_artifacts_export_with_their_vendor_suffixes(tmp_path):
         assert [os.path.splitext(f)[1] for f in files] == sorted(suffixes), files
         first = next(f for f in files if f.endswith(suffixes[0]))
         assert (out / first).read_bytes().startswith(head)
+
+
+@tack.kernel
+def k_saxpy32(a, x, y, out):
+    i = tack.tid()
+    out[i] = a * x[i] + y[i]
+
+
+def test_metal_source_through_the_one_compile_path():
+    """metal:apple goes through the same compile path (the typed kernel to Metal source, no LLVM):
+    an artifact of MSL text naming its entry, keyed by the Metal target."""
+    x = np.zeros(4, np.float32)
+    art = tack.aot.compile(k_saxpy32, "metal:apple", (np.float32(2.0), x, x, x.copy()))
+    assert art.kind == "metal" and art.target == "metal:apple" and art.suffix == ".metal"
+    src = art.payload.decode()
+    assert "#include <metal_stdlib>" in src and f"kernel void {art.entry}" in src
+    assert art.meta["target_key"] == tack.aot.target_of("metal:apple").key

@@ -20,7 +20,8 @@ def toolchain(kind: str = "cpu"):
     """The toolchain side of the backend for architecture kind ``kind`` (``cpu``, ``cuda``,
     ``rocm``, ``level_zero``): a module with ``target(name)``."""
     import importlib
-    modules = {"cpu": "cpu", "cuda": "cuda", "rocm": "hip", "level_zero": "level_zero"}
+    modules = {"cpu": "cpu", "cuda": "cuda", "rocm": "hip", "level_zero": "level_zero",
+               "metal": "metal"}
     if kind not in modules:
         raise ValueError(f"no backend for architectures of kind {kind!r}")
     try:
@@ -32,7 +33,7 @@ def toolchain(kind: str = "cpu"):
 
 
 _RUNTIMES = {"cpu": "cpu_runtime", "opencl": "opencl_runtime", "cuda": "cuda_runtime",
-             "hip": "hip_runtime"}
+             "hip": "hip_runtime", "level_zero": "level_zero_runtime", "metal": "metal_runtime"}
 
 
 def runtime(kind: str = "cpu"):
