@@ -7,11 +7,12 @@ from ._version import __version__
 from .api import (Constant, Func, Kernel, atomic_add, atomic_max, atomic_min, bool_, constant,
                   float32, float64, func, int32, int64, kernel, tid, uint32, uint64)
 from .config import config
+from .devices import devices, to_device
 from .errors import CompileError
 from .launch import launch, report_timings
 
 __all__ = [
     "__version__", "CompileError", "Constant", "Func", "Kernel", "atomic_add", "atomic_max",
     "atomic_min", "bool_", "config", "constant", "float32", "float64", "func", "int32", "int64",
-    "kernel", "launch", "report_timings", "tid", "uint32", "uint64",
+    "devices", "kernel", "launch", "report_timings", "tid", "to_device", "uint32", "uint64",
 ]

@@ -112,7 +112,38 @@ def _arg_key(a):
         return (a.dtype, a.ndim, _LAYOUT[a.flags.num & _FLAG_BITS])
     if isinstance(a, type):
         return a
+    t = device_array_type(a)
+    if t is not None:                           # a device array (tack.to_device, CuPy, ...)
+        return (type(a), t.dtype, t.ndim, t.layout + ("w" if t.writable else "r"))
     return type(a)
+
+
+def device_array_type(a, static=False):
+    """The Tack type of an array that lives on a device (``tack.to_device``'s, or another
+    library's with ``shape``, ``dtype`` and strides), or None for anything else."""
+    shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
+    if shape is None or dtype is None or isinstance(a, (np.ndarray, np.generic)):
+        return None
+    st = T.from_dtype(np.dtype(dtype))
+    shape = tuple(int(n) for n in shape)
+    if st is None or not 1 <= len(shape) <= 4:
+        return None
+    layout = getattr(a, "layout", None)
+    if layout is None:
+        strides = getattr(a, "estrides", None)
+        if strides is None and getattr(a, "strides", None) is not None:
+            strides = [s // np.dtype(dtype).itemsize for s in a.strides]
+        layout = _layout_of_strides(shape, strides)
+    return T.Array(st, len(shape), layout, bool(getattr(a, "writable", True)),
+                   shape if static else None)
+
+
+def _layout_of_strides(shape, strides):
+    if strides is None:
+        return "C"
+    c = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
+    f = [int(np.prod(shape[:k])) for k in range(len(shape))]
+    return "C" if list(strides) == c else "F" if list(strides) == f else "A"
 
 
 def _static_key(a):
@@ -150,6 +181,9 @@ def typeof_arg(kernel_name, param, a, static=False):
         return T.from_dtype(a.dtype)
     if isinstance(a, type):
         return T.Template(a.__qualname__, class_fingerprint(a))
+    t = device_array_type(a, static)
+    if t is not None:
+        return t
     raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a {type(a).__name__}; "
                     "kernels take NumPy arrays, numbers, and classes (as templates)")
 
@@ -165,6 +199,12 @@ def _compile(kernel, dims, args, device, debug):
         raise TypeError(f"kernel '{name}' takes {len(params)} arguments ({', '.join(params)}), "
                         f"got {len(args)}")
     argtypes = argtypes_of(kernel, args)
+    if kind == "cpu":
+        for p, a, t in zip(params, args, argtypes):
+            if isinstance(t, T.Array) and not isinstance(a, np.ndarray):
+                raise TypeError(f"kernel '{name}': argument '{p}' is an array on a device "
+                                f"({type(a).__name__}); launch on that device, or pass its "
+                                ".numpy() copy")
     templates = {p: a for p, a, t in zip(params, args, argtypes) if isinstance(t, T.Template)}
     value_types = tuple(t for t in argtypes if not isinstance(t, T.Template))
     value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]

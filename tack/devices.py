@@ -1,0 +1,50 @@
+"""``tack.devices()`` and ``tack.to_device()``: what this process can launch on, and arrays kept there."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Device(NamedTuple):
+    """A device this process can launch on: its ``name``, the ``device`` string ``tack.launch``
+    takes (``"cpu"``, ``"opencl:0"``, ``"cuda:1"``) and the ``target`` it compiles for
+    (``kind:name``: ``cpu:zen3``, ``level_zero:spirv``, ``cuda:sm_90``)."""
+    name: str
+    device: str
+    target: str
+
+
+def devices() -> list:
+    """Every device this process can use, the CPU first; a runtime whose driver, bindings or
+    device are missing lists nothing (its ``unavailable_reason()`` says why)."""
+    from .backends import _RUNTIMES, runtime
+    import platform
+    cpu = runtime("cpu")
+    try:
+        arch = f"cpu:{cpu.host_arch()}"
+    except Exception:                           # noqa: BLE001 - no archspec: the host, unnamed
+        arch = "cpu:host"
+    out = [Device(platform.processor() or platform.machine(), "cpu", arch)]
+    for kind in _RUNTIMES:
+        if kind == "cpu":
+            continue
+        rt = runtime(kind)
+        if not rt.available():
+            continue
+        for name, dev in rt.devices():
+            try:
+                target = rt.toolchain_target(dev).name
+            except Exception as e:              # noqa: BLE001 - listed, with why it cannot build
+                target = f"none ({type(e).__name__}: {e})"
+            out.append(Device(name, dev, target))
+    return out
+
+
+def to_device(array, device: str):
+    """``array`` kept on ``device`` across launches (its runtime's device array, whose
+    ``.numpy()`` copies it back); on ``"cpu"``, the array itself."""
+    from .backends import runtime_for
+    kind, rt = runtime_for(device)
+    if kind == "cpu":
+        return array
+    return rt.to_device(array, device)
