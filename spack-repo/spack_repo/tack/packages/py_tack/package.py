@@ -51,15 +51,16 @@ print(json.dumps({"exports": cfg.exports(), "kernels": cfg.get("build.kernels") 
 
 
 class PyTack(PythonPackage, CudaPackage, ROCmPackage):
-    """Tack compiles Python kernels for CPUs (and, in coming releases, CUDA, HIP and Level Zero
-    GPUs) with LLVM, and keeps what it compiles on disk. This package builds the kernel bundles
-    for the spec's CPU microarchitecture and its generic level at install time, so that jobs load
-    Tack's kernels without compiling them.
+    """Tack compiles Python kernels for CPUs and GPUs (CUDA, HIP, Level Zero) with LLVM, and
+    keeps what it compiles on disk. This package builds the kernel bundles for the spec's CPU
+    microarchitecture and its generic level at install time, so that jobs load Tack's kernels
+    without compiling them.
 
-    GPU bundles (cuda_arch, amdgpu_target, level_zero) are NOT built yet: this Tack has no GPU
-    code generation. The variants are accepted and passed to `python -m tack.site bundles build`
-    as cuda:sm_XX, rocm:gfxNNN and level_zero:NAME; until Tack has those backends the install
-    says which GPU bundles it could not build and installs the CPU bundles only."""
+    GPU bundles are built for cuda_arch (PTX: LLVM alone), amdgpu_target (code objects: needs
+    LLVM's ld.lld, Debian's lld-22 or PyPI's ziglang) and level_zero (SPIR-V plus Intel's
+    native code: needs ocloc), passed to `python -m tack.site bundles build` as cuda:sm_XX,
+    rocm:gfxNNN and level_zero:NAME. An arch whose vendor tool is missing is skipped with a
+    warning naming the tool; the CPU bundles are always built."""
 
     homepage = "https://github.com/tack-dev/tack"
     pypi = "tack/tack-0.1.0.tar.gz"
@@ -82,8 +83,8 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
             description="Build the kernel bundles for the target (and its generic level) at install")
     variant("mpi", default=False, description="MPI support (py-mpi4py): bundles read once per job")
     variant("level_zero", values=any_combination_of(*LEVEL_ZERO_DEVICES),
-            description="Intel GPU devices to build Level Zero bundles for (not built yet: "
-                        "Tack has no Level Zero backend in this version)")
+            description="Intel GPU devices to build Level Zero bundles for (SPIR-V and native "
+                        "code from Intel's ocloc)")
     variant("site_config", default="none", values=lambda x: True,
             description="Absolute path of a site config YAML applied to the install: its cache "
                         "settings are exported by `spack load` and the modules, and its "
@@ -248,16 +249,15 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
         # first, and Tack run from its source tree tags what it makes with a hash of the sources
         # ("0.1.0+src.<hash>"), which the installed Tack ("0.1.0") would find stale.
         python(*args, *[x for a in cpu for x in ("--arch", a)], env=env)
-        # GPU bundles: passed through as they will be built; until Tack has a GPU backend,
-        # `bundles build` says it is not installed yet, and the install goes on without them.
+        # GPU bundles, one per arch: one whose vendor tool (ld.lld for rocm, ocloc for Intel's
+        # native code) is not installed is skipped with a warning; any other failure fails.
         for arch in gpu:
             out = python(*args, "--arch", arch, env=env, output=str, error=str,
                          fail_on_error=False)
             if python.returncode == 0:
                 continue
-            if "is installed yet" in out:
-                tty.warn(f"{arch}: GPU bundles are not built yet (this Tack has no backend for "
-                         f"it); the install has CPU bundles only")
+            if "not found: tried" in out:
+                tty.warn(f"{arch}: GPU bundle not built, a vendor tool is missing:\n{out}")
             else:
                 raise InstallError(f"bundles build --arch {arch} failed:\n{out}")
         status = python("-m", "tack.site", "bundles", "status", self.bundles_dir, env=env,
