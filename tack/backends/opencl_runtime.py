@@ -40,7 +40,6 @@ so the global size is rounded up to a multiple of the work-group size.
 
 from __future__ import annotations
 
-import operator
 import os
 import site
 import sys
@@ -49,6 +48,10 @@ import threading
 import warnings
 
 import numpy as np
+
+from .device_args import (Staging, argspecs, check_array, check_launch, check_param_count,
+                          check_scalar, device_index, group_shape, host_copy, layout_contiguity,
+                          layout_strides, no_such_device)
 
 KIND = "opencl"
 PIP_PACKAGES = ("intel-opencl-rt", "intel-cmplr-lib-rt", "pyopencl")
@@ -289,14 +292,7 @@ def devices() -> list:
 
 
 def _device_index(device) -> int:
-    if device in (None, KIND):
-        return 0
-    if isinstance(device, str) and device.startswith(KIND + ":"):
-        try:
-            return int(device.split(":", 1)[1])
-        except ValueError:
-            pass
-    raise ValueError(f"not an OpenCL device name: {device!r} (use 'opencl' or 'opencl:<index>')")
+    return device_index(device, KIND, "an OpenCL")
 
 
 class _Device:
@@ -318,8 +314,7 @@ def get_device(device=None) -> _Device:
     if not found:
         raise OpenCLUnavailable(reason)
     if index >= len(found):
-        raise ValueError(f"no OpenCL device {KIND}:{index}; this machine has "
-                         f"{', '.join(f'{KIND}:{i} ({n})' for i, (n, _) in enumerate(found))}")
+        raise no_such_device("OpenCL", KIND, index, ((i, n) for i, (n, _) in enumerate(found)))
     with _lock:
         dev = _contexts.get(index)
         if dev is None:
@@ -372,47 +367,8 @@ def site_candidates(host=None) -> list:
 # ---------------------------------------------------------------------------
 # Programs and launches
 
-_SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
-                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
-
-
-def _scalar(spec, a):
-    """A scalar argument as the ABI's type: bool as an i8 0 or 1; an integer type takes only
-    integers (as the CPU backend does), in range; a float type any real number."""
-    if spec.text == "bool":
-        return np.int8(1 if a else 0)
-    if spec.scalar in (np.float32, np.float64):
-        return spec.scalar(float(a))
-    return spec.scalar(operator.index(a))
-
-
-class _ArgSpec:
-    """One value argument of the ABI, from its ``tack.types.spec`` text."""
-
-    __slots__ = ("text", "is_array", "dtype", "ndim", "layout", "writable", "shape", "scalar")
-
-    def __init__(self, text):
-        from .. import types as T
-        self.text = text
-        t = T.parse_spec(text)
-        self.is_array = isinstance(t, T.Array)
-        if self.is_array:
-            self.dtype = t.dtype.dtype
-            self.ndim, self.layout, self.writable, self.shape = t.ndim, t.layout, t.writable, t.shape
-        else:
-            self.scalar = _SCALAR_TYPES[t.name]
-
-    def slots(self) -> int:
-        if not self.is_array:
-            return 1
-        return 1 + (self.ndim if self.shape is None else 0) + (self.ndim if self.layout == "A" else 0)
-
-
 def _argspecs(meta) -> list:
-    try:
-        return [_ArgSpec(s[0] if isinstance(s, (list, tuple)) else s) for s in meta["argspec"]]
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise OpenCLError(f"variant metadata has no usable argspec ({type(e).__name__}: {e})") from None
+    return argspecs(meta, OpenCLError)
 
 
 _SPIRV_MAGIC = 0x07230203
@@ -568,12 +524,10 @@ class OpenCLArray:
 
     def element_strides(self) -> list:
         """Strides in elements of its memory order."""
-        strides, n = [0] * self.ndim, 1
-        order = range(self.ndim - 1, -1, -1) if self.layout == "C" else range(self.ndim)
-        for d in order:
-            strides[d] = n
-            n *= self.shape[d]
-        return strides
+        return layout_strides(self.shape, self.layout)
+
+    def contiguity(self) -> tuple:
+        return layout_contiguity(self.layout, self.ndim)
 
     def numpy(self) -> np.ndarray:
         """A new NumPy array with the buffer's contents (waits for queued launches)."""
@@ -598,32 +552,10 @@ def _buffer(dev, host):
 
 def to_device(array, device=None) -> OpenCLArray:
     """``array`` copied into a buffer on ``device``, in its own memory order (C unless it is F)."""
-    a = np.asarray(array)
-    if a.ndim == 0:
-        raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
-    layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
-    host = np.asarray(a, order=layout)
+    a, host, layout = host_copy(array)
     dev = get_device(device)
     return OpenCLArray(dev, _buffer(dev, host.ravel(order="K")), a.shape, a.dtype, layout,
                        bool(a.flags.writeable))
-
-
-def _layout_fits(spec_layout, c, f) -> bool:
-    """Whether memory that is C- (``c``) or F-contiguous (``f``) fits a spec's layout."""
-    return spec_layout == "A" or (c if spec_layout == "C" else f)
-
-
-def _group_sizes(dims, limit, max_items):
-    """A work-group shape over ``dims`` with at most ``limit`` work-items, filled along
-    dimension 0 first: each a power of two, no larger than the grid needs along it."""
-    sizes, left = [], max(1, limit)
-    for d, n in enumerate(dims):
-        s = 1
-        while s < n and s * 2 <= left and s * 2 <= max_items[d]:
-            s *= 2
-        sizes.append(s)
-        left //= s
-    return tuple(sizes)
 
 
 def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, local_size=None):
@@ -639,73 +571,27 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
     """
     dev = kernel.dev
     cl = dev.cl
-    specs = kernel.specs
-    dims = tuple(int(d) for d in dims)
-    if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
-        raise ValueError(f"dims must be 1 to 3 extents, none negative: {dims!r}")
-    if len(args) != len(specs):
-        raise TypeError(f"kernel '{kernel.entry}' takes {len(specs)} value arguments, got {len(args)}")
-    expected = sum(s.slots() for s in specs) + 3 + (1 if debug else 0)
-    if expected != kernel.num_args:
-        raise OpenCLError(f"kernel '{kernel.entry}' takes {kernel.num_args} parameters but a "
-                          f"{'debug' if debug else 'non-debug'} launch passes {expected}: "
-                          "was it compiled with debug mode as this launch says?")
+    dims = check_launch(kernel, args, dims)
+    check_param_count(kernel, kernel.num_args,
+                      sum(s.slots() for s in kernel.specs) + 3 + (1 if debug else 0), debug, OpenCLError)
 
-    values, copies, shared = [], [], {}
-    for i, (spec, a) in enumerate(zip(specs, args)):
+    def upload(host):                   # a buffer of the host memory, flat in its own order
+        flat = host.ravel(order="K")
+        return _buffer(dev, flat if flat.flags.c_contiguous else flat.copy()), flat
+
+    values, staging = [], Staging()
+    for i, (spec, a) in enumerate(zip(kernel.specs, args)):
         what = f"kernel '{kernel.entry}': argument {i}"
         if not spec.is_array:
-            if isinstance(a, (np.ndarray, OpenCLArray)):
-                raise TypeError(f"{what} is a {spec.text} scalar, not an array")
-            try:
-                values.append(_scalar(spec, a))
-            except (OverflowError, TypeError, ValueError) as e:
-                raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
+            values.append(check_scalar(what, spec, a,
+                                       lambda a: isinstance(a, (np.ndarray, OpenCLArray))))
             continue
+        shape, _, c, f = check_array(what, spec, a, dev, OpenCLArray,
+                                     "a NumPy array or an OpenCLArray")
         if isinstance(a, OpenCLArray):
-            if a.dev is not dev:
-                raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
-            buf, shape, dtype = a.buffer, a.shape, a.dtype
-            c = a.layout == "C" or a.ndim == 1
-            f = a.layout == "F" or a.ndim == 1
-            estrides = a.element_strides()
-            if spec.writable and not a.writable:
-                raise TypeError(f"{what}: the kernel writes it but the device array is read-only")
-        elif isinstance(a, np.ndarray):
-            shape, dtype = a.shape, a.dtype
-            c, f = a.flags.c_contiguous, a.flags.f_contiguous
-            if spec.writable and not a.flags.writeable:
-                raise TypeError(f"{what}: the kernel was compiled for a writable array; this one is "
-                                "read-only")
-            buf = None
+            buf, estrides = a.buffer, a.element_strides()
         else:
-            raise TypeError(f"{what} must be a NumPy array or an OpenCLArray ({spec.text}), "
-                            f"not {type(a).__name__}")
-        if dtype != spec.dtype or len(shape) != spec.ndim:
-            raise TypeError(f"{what} is {dtype}[{len(shape)}-d]; the kernel takes {spec.text}")
-        if spec.shape is not None and tuple(shape) != spec.shape:
-            raise TypeError(f"{what} has shape {tuple(shape)}; the kernel compiled in {spec.shape}")
-        if not _layout_fits(spec.layout, c, f):
-            raise TypeError(f"{what} is not {'C' if spec.layout == 'C' else 'F'}-contiguous, as the "
-                            f"kernel's {spec.text} requires")
-        if buf is None:
-            ident = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
-            known = shared.get(ident)
-            if known is not None:               # the same array passed twice: one buffer
-                buf, estrides, host = known
-                if spec.writable and a.size and not any(b is buf for _, b, _ in copies):
-                    copies.append((a, buf, host))
-            else:
-                if c or f:
-                    host = a.ravel(order="K")
-                    estrides = [s // a.itemsize for s in a.strides]
-                else:                           # strided: a C copy, passed with its strides
-                    host = np.ascontiguousarray(a)
-                    estrides = [s // a.itemsize for s in host.strides]
-                buf = _buffer(dev, host if host.flags.c_contiguous else host.copy())
-                shared[ident] = (buf, estrides, host)
-                if spec.writable and a.size:
-                    copies.append((a, buf, host))
+            buf, estrides = staging.stage(spec, a, c, f, upload)
         values.append(buf)
         if spec.shape is None:
             values.extend(np.int64(n) for n in shape)
@@ -723,9 +609,9 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
     if grid[0] * grid[1] * grid[2] == 0:
         return err
     if local_size is None:
-        local = _group_sizes(dims, min(DEFAULT_GROUP_SIZE, kernel.max_group), dev.max_item_sizes)
+        local = group_shape(dims, min(DEFAULT_GROUP_SIZE, kernel.max_group), dev.max_item_sizes)
     elif isinstance(local_size, (int, np.integer)):
-        local = _group_sizes(dims, min(int(local_size), kernel.max_group), dev.max_item_sizes)
+        local = group_shape(dims, min(int(local_size), kernel.max_group), dev.max_item_sizes)
     else:
         local = tuple(int(x) for x in local_size)
         if len(local) != len(dims) or any(x < 1 for x in local):
@@ -741,7 +627,7 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
         try:
             kernel.kernel.set_args(*values)
             cl.enqueue_nd_range_kernel(dev.queue, kernel.kernel, global_size, local)
-            for a, buf, host in copies:
+            for _, buf, host in staging.back:
                 cl.enqueue_copy(dev.queue, host, buf, is_blocking=False)
             if errbuf is not None:
                 cl.enqueue_copy(dev.queue, err, errbuf, is_blocking=False)
@@ -749,9 +635,7 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
         except cl.Error as e:
             raise OpenCLError(f"launch of kernel '{kernel.entry}' over {dims} (work-groups of "
                               f"{local}) failed on {dev.name}: {e}") from None
-    for a, buf, host in copies:
-        if not np.shares_memory(host, a):
-            np.copyto(a, host.reshape(a.shape))
+    staging.finish()
     return err
 
 

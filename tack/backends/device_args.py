@@ -1,0 +1,251 @@
+"""What the device runtimes (OpenCL, Level Zero, CUDA, HIP) share when they take a launch's
+arguments: the ``meta["argspec"]`` parser, the per-argument checks of an array or a scalar
+(the same TypeErrors with the same messages in every runtime), the bookkeeping that gives an
+array passed twice one device buffer, the work-group shape and device-name parsing.
+
+Light to import (NumPy only): each runtime keeps its own device-array class and driver calls.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
+                "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
+# The kernel ABI's parameter code of each scalar type (docs/gpu.md).
+SCALAR_CODES = {"bool": "i8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
+                "float32": "f32", "float64": "f64"}
+
+
+class ArgSpec:
+    """One value argument of the ABI, from its ``tack.types.spec`` text."""
+
+    __slots__ = ("text", "is_array", "dtype", "ndim", "layout", "writable", "shape", "scalar", "code")
+
+    def __init__(self, text):
+        from .. import types as T
+        self.text = text
+        t = T.parse_spec(text)
+        self.is_array = isinstance(t, T.Array)
+        if self.is_array:
+            self.dtype = t.dtype.dtype
+            self.ndim, self.layout, self.writable, self.shape = t.ndim, t.layout, t.writable, t.shape
+        else:
+            self.scalar = SCALAR_TYPES[t.name]
+            self.code = SCALAR_CODES[t.name]
+
+    def slot_codes(self) -> list:
+        """The ABI's parameters for this argument: ``ptr`` then one ``i64`` per extent (unless the
+        shape is static) and per stride (layout A); a scalar's code."""
+        if not self.is_array:
+            return [self.code]
+        return (["ptr"] + ["i64"] * (self.ndim if self.shape is None else 0)
+                + ["i64"] * (self.ndim if self.layout == "A" else 0))
+
+    def slots(self) -> int:
+        """How many parameters of the ABI this argument takes."""
+        return len(self.slot_codes())
+
+
+def argspecs(meta, error) -> list:
+    """The ``ArgSpec`` of each value argument of ``meta["argspec"]``; ``error`` (the runtime's
+    exception class) when it has none that can be read."""
+    try:
+        return [ArgSpec(s[0] if isinstance(s, (list, tuple)) else s) for s in meta["argspec"]]
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise error(f"variant metadata has no usable argspec ({type(e).__name__}: {e})") from None
+
+
+# ---------------------------------------------------------------------------
+# Scalars
+
+
+def scalar_numpy(spec, a):
+    """A scalar argument as the ABI's NumPy type: bool as an i8 0 or 1; an integer type takes
+    only integers (as the CPU backend does), in range; a float type any real number."""
+    if spec.text == "bool":
+        return np.int8(1 if a else 0)
+    if spec.scalar in (np.float32, np.float64):
+        return spec.scalar(float(a))
+    return spec.scalar(operator.index(a))
+
+
+def scalar_value(spec, a):
+    """A scalar argument as a Python value of the ABI's type: bool as 0 or 1; an integer type
+    takes only integers, in range; a float type any real number.  TypeError/OverflowError
+    otherwise."""
+    if spec.text == "bool":
+        return 1 if a else 0
+    if spec.scalar in (np.float32, np.float64):
+        return float(spec.scalar(float(a)))
+    v = operator.index(a)
+    info = np.iinfo(spec.scalar)
+    if not info.min <= v <= info.max:
+        raise OverflowError(f"{v} is out of range for {spec.text}")
+    return v
+
+
+def check_scalar(what, spec, a, is_array, convert=scalar_numpy):
+    """``convert(spec, a)`` of a scalar argument; TypeError when ``a`` is an array
+    (``is_array(a)``) or does not fit the scalar type."""
+    if is_array(a):
+        raise TypeError(f"{what} is a {spec.text} scalar, not an array")
+    try:
+        return convert(spec, a)
+    except (OverflowError, TypeError, ValueError) as e:
+        raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
+
+
+# ---------------------------------------------------------------------------
+# Arrays
+
+
+def layout_contiguity(layout, ndim) -> tuple:
+    """(C-contiguous, F-contiguous) of a contiguous device array of ``layout`` (C or F)."""
+    return layout == "C" or ndim == 1, layout == "F" or ndim == 1
+
+
+def layout_strides(shape, layout) -> list:
+    """Element strides of contiguous memory of ``shape`` in ``layout`` order (C or F)."""
+    ndim = len(shape)
+    strides, n = [0] * ndim, 1
+    for d in (range(ndim - 1, -1, -1) if layout == "C" else range(ndim)):
+        strides[d] = n
+        n *= shape[d]
+    return strides
+
+
+def check_array(what, spec, a, dev, device_type, expected) -> tuple:
+    """(shape, dtype, C-contiguous, F-contiguous) of the array argument ``a``: a NumPy array or
+    the runtime's ``device_type`` (which has ``dev``, ``shape``, ``dtype``, ``writable`` and
+    ``contiguity()``) on ``dev``.  TypeError (ValueError for another device's array) naming
+    the argument when it does not fit ``spec``; ``expected`` says what it may be."""
+    if isinstance(a, device_type):
+        if a.dev is not dev:
+            raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
+        if spec.writable and not a.writable:
+            raise TypeError(f"{what}: the kernel writes it but the device array is read-only")
+        shape, dtype = a.shape, a.dtype
+        c, f = a.contiguity()
+    elif isinstance(a, np.ndarray):
+        shape, dtype = a.shape, a.dtype
+        c, f = a.flags.c_contiguous, a.flags.f_contiguous
+        if spec.writable and not a.flags.writeable:
+            raise TypeError(f"{what}: the kernel was compiled for a writable array; this one is "
+                            "read-only")
+    else:
+        raise TypeError(f"{what} must be {expected} ({spec.text}), not {type(a).__name__}")
+    if dtype != spec.dtype or len(shape) != spec.ndim:
+        raise TypeError(f"{what} is {dtype}[{len(shape)}-d]; the kernel takes {spec.text}")
+    if spec.shape is not None and tuple(shape) != spec.shape:
+        raise TypeError(f"{what} has shape {tuple(shape)}; the kernel compiled in {spec.shape}")
+    if spec.layout != "A" and not (c if spec.layout == "C" else f):
+        raise TypeError(f"{what} is not {spec.layout}-contiguous, as the kernel's {spec.text} "
+                        "requires")
+    return shape, dtype, c, f
+
+
+class Staging:
+    """The NumPy arrays of one launch in device buffers: one buffer per array however often it
+    is passed, and the list of those to copy back (``back``: (array, buffer, host)) after it."""
+
+    def __init__(self):
+        self.shared = {}                    # NumPy array identity -> (buffer, element strides, host)
+        self.back = []
+        self._backed = set()
+
+    def stage(self, spec, a, c, f, upload) -> tuple:
+        """(buffer, element strides) of the NumPy array ``a`` (C-/F-contiguous: ``c``/``f``).
+
+        The first time: ``upload(host)`` -> (buffer, host) puts ``host`` on the device: ``a``
+        itself when contiguous, else a C copy (passed with its strides); the host returned
+        is what the buffer is copied back into when ``spec`` is writable."""
+        ident = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+        known = self.shared.get(ident)
+        if known is None:
+            host = a if (c or f) else np.ascontiguousarray(a)
+            estrides = [s // a.itemsize for s in host.strides]
+            buf, host = upload(host)
+            known = self.shared[ident] = (buf, estrides, host)
+        buf, estrides, host = known
+        if spec.writable and a.size and ident not in self._backed:
+            self._backed.add(ident)
+            self.back.append((a, buf, host))
+        return buf, estrides
+
+    def finish(self):
+        """Copy what came back into the arrays whose memory it is not (strided ones)."""
+        for a, _, host in self.back:
+            if not np.shares_memory(host, a):
+                np.copyto(a, host.reshape(a.shape))
+
+
+def host_copy(array) -> tuple:
+    """(the array, its contiguous host copy, layout) for ``to_device``: its own memory order,
+    C unless it is F; ValueError for a scalar."""
+    a = np.asarray(array)
+    if a.ndim == 0:
+        raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
+    layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
+    return a, np.asarray(a, order=layout), layout
+
+
+# ---------------------------------------------------------------------------
+# Launch shapes and device names
+
+
+def check_launch(kernel, args, dims) -> tuple:
+    """``dims`` as a tuple of ints; ValueError unless 1 to 3 non-negative extents, TypeError
+    unless ``args`` has one value per value argument of ``kernel.specs``."""
+    dims = tuple(int(d) for d in dims)
+    if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
+        raise ValueError(f"dims must be 1 to 3 extents, none negative: {dims!r}")
+    if len(args) != len(kernel.specs):
+        raise TypeError(f"kernel '{kernel.entry}' takes {len(kernel.specs)} value arguments, "
+                        f"got {len(args)}")
+    return dims
+
+
+def check_param_count(kernel, num_params, expected, debug, error):
+    """``error`` when the kernel takes ``num_params`` parameters and the launch passes
+    ``expected``."""
+    if expected != num_params:
+        raise error(f"kernel '{kernel.entry}' takes {num_params} parameters but a "
+                    f"{'debug' if debug else 'non-debug'} launch passes {expected}: was it "
+                    "compiled with debug mode as this launch says?")
+
+
+def group_shape(dims, limit, max_items) -> tuple:
+    """A work-group (block) over ``dims`` with at most ``limit`` work-items, filled along
+    dimension 0 first: each a power of two, no larger than the grid needs along it."""
+    sizes, left = [], max(1, limit)
+    for d, n in enumerate(dims):
+        s = 1
+        while s < n and s * 2 <= left and s * 2 <= max_items[d]:
+            s *= 2
+        sizes.append(s)
+        left //= s
+    return tuple(sizes)
+
+
+def device_index(device, kind, name, device_type=None) -> int:
+    """The index ``device`` names: None or ``kind`` is 0, ``kind:<index>`` its index, a
+    ``device_type`` its own; ValueError otherwise (``name``: "a CUDA", "an OpenCL", ...)."""
+    if device is None or device == kind:
+        return 0
+    if isinstance(device, str) and device.startswith(kind + ":"):
+        try:
+            return int(device.split(":", 1)[1])
+        except ValueError:
+            pass
+    if device_type is not None and isinstance(device, device_type):
+        return device.index
+    raise ValueError(f"not {name} device name: {device!r} (use '{kind}' or '{kind}:<index>')")
+
+
+def no_such_device(label, kind, index, listing) -> ValueError:
+    """The ValueError for ``kind:index`` on a machine with the devices ``listing`` (index, name)."""
+    return ValueError(f"no {label} device {kind}:{index}; this machine has "
+                      f"{', '.join(f'{kind}:{i} ({n})' for i, n in listing)}")
