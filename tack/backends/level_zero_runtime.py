@@ -50,6 +50,10 @@ import threading
 
 import numpy as np
 
+from .device_args import (Staging, argspecs, check_array, check_launch, check_param_count,
+                          check_scalar, device_index, group_shape, host_copy, layout_contiguity,
+                          layout_strides, no_such_device)
+
 KIND = "level_zero"
 LOADER = "libze_loader.so.1"
 HEADER_VERSION = "1.4"        # ze_api.h v1.4-r1.4.8: the structures below follow it
@@ -427,15 +431,7 @@ def devices() -> list:
 
 
 def _device_index(device) -> int:
-    if device in (None, KIND):
-        return 0
-    if isinstance(device, str) and device.startswith(KIND + ":"):
-        try:
-            return int(device.split(":", 1)[1])
-        except ValueError:
-            pass
-    raise ValueError(f"not a Level Zero device name: {device!r} (use 'level_zero' or "
-                     "'level_zero:<index>')")
+    return device_index(device, KIND, "a Level Zero")
 
 
 class _Device:
@@ -536,8 +532,7 @@ def get_device(device=None) -> _Device:
     if not found:
         raise LevelZeroUnavailable(reason)
     if index >= len(found):
-        raise ValueError(f"no Level Zero device {KIND}:{index}; this machine has "
-                         f"{', '.join(f'{KIND}:{i} ({f.name})' for i, f in enumerate(found))}")
+        raise no_such_device("Level Zero", KIND, index, ((i, f.name) for i, f in enumerate(found)))
     with _lock:
         dev = _devices.get(index)
         if dev is None:
@@ -583,12 +578,7 @@ def site_candidates(host=None) -> list:
 
 
 def _argspecs(meta) -> list:
-    from .opencl_runtime import _ArgSpec
-    try:
-        return [_ArgSpec(s[0] if isinstance(s, (list, tuple)) else s) for s in meta["argspec"]]
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise LevelZeroError(f"variant metadata has no usable argspec ({type(e).__name__}: {e})") \
-            from None
+    return argspecs(meta, LevelZeroError)
 
 
 def split_payload(payload) -> tuple[bytes, bytes]:
@@ -747,12 +737,10 @@ class LevelZeroArray:
     nbytes = property(lambda self: self.size * self.dtype.itemsize)
 
     def element_strides(self) -> list:
-        strides, n = [0] * self.ndim, 1
-        order = range(self.ndim - 1, -1, -1) if self.layout == "C" else range(self.ndim)
-        for d in order:
-            strides[d] = n
-            n *= self.shape[d]
-        return strides
+        return layout_strides(self.shape, self.layout)
+
+    def contiguity(self) -> tuple:
+        return layout_contiguity(self.layout, self.ndim)
 
     def numpy(self) -> np.ndarray:
         out = np.empty(self.shape, self.dtype, order=self.layout)
@@ -777,11 +765,7 @@ class LevelZeroArray:
 
 def to_device(array, device=None) -> LevelZeroArray:
     """``array`` copied into device memory on ``device``, in its own memory order."""
-    a = np.asarray(array)
-    if a.ndim == 0:
-        raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
-    layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
-    host = np.asarray(a, order=layout)
+    a, host, layout = host_copy(array)
     dev = get_device(device)
     ptr = dev.alloc_device(host.nbytes)
     out = LevelZeroArray(dev, ptr, a.shape, a.dtype, layout, bool(a.flags.writeable))
@@ -807,77 +791,35 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
     writable, back after it; ``LevelZeroArray`` arguments stay on the device.  ``group`` (a
     tuple like ``dims``, or an int: work-items per group) overrides the work-group shape.
     """
-    from .opencl_runtime import _group_sizes, _layout_fits, _scalar
     dev = kernel.dev
     api = dev.api
-    specs = kernel.specs
-    dims = tuple(int(d) for d in dims)
-    if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
-        raise ValueError(f"dims must be 1 to 3 extents, none negative: {dims!r}")
-    if len(args) != len(specs):
-        raise TypeError(f"kernel '{kernel.entry}' takes {len(specs)} value arguments, got {len(args)}")
-    expected = sum(s.slots() for s in specs) + 3 + (1 if debug else 0)
-    if expected != kernel.num_args:
-        raise LevelZeroError(f"kernel '{kernel.entry}' takes {kernel.num_args} parameters but a "
-                             f"{'debug' if debug else 'non-debug'} launch passes {expected}: "
-                             "was it compiled with debug mode as this launch says?")
+    dims = check_launch(kernel, args, dims)
+    check_param_count(kernel, kernel.num_args,
+                      sum(s.slots() for s in kernel.specs) + 3 + (1 if debug else 0), debug,
+                      LevelZeroError)
     values = []                 # raw bytes of each kernel parameter, in order
-    temps, copies, shared = [], [], {}
+    temps, staging = [], Staging()
+
+    def upload(host):           # a shared allocation holding the host memory
+        ptr = dev.alloc_shared(host.nbytes)
+        temps.append(ptr)
+        if host.nbytes:
+            ctypes.memmove(ptr, host.ctypes.data, host.nbytes)
+        return ptr, host
+
     try:
-        for i, (spec, a) in enumerate(zip(specs, args)):
+        for i, (spec, a) in enumerate(zip(kernel.specs, args)):
             what = f"kernel '{kernel.entry}': argument {i}"
             if not spec.is_array:
-                if isinstance(a, (np.ndarray, LevelZeroArray)):
-                    raise TypeError(f"{what} is a {spec.text} scalar, not an array")
-                try:
-                    values.append(_scalar(spec, a).tobytes())
-                except (OverflowError, TypeError, ValueError) as e:
-                    raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
+                values.append(check_scalar(what, spec, a, lambda a: isinstance(
+                    a, (np.ndarray, LevelZeroArray))).tobytes())
                 continue
+            shape, _, c, f = check_array(what, spec, a, dev, LevelZeroArray,
+                                         "a NumPy array or a LevelZeroArray")
             if isinstance(a, LevelZeroArray):
-                if a.dev is not dev:
-                    raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
-                if spec.writable and not a.writable:
-                    raise TypeError(f"{what}: the kernel writes it but the device array is read-only")
-                ptr, shape, dtype = a.ptr, a.shape, a.dtype
-                c = a.layout == "C" or a.ndim == 1
-                f = a.layout == "F" or a.ndim == 1
-                estrides = a.element_strides()
-            elif isinstance(a, np.ndarray):
-                shape, dtype = a.shape, a.dtype
-                c, f = a.flags.c_contiguous, a.flags.f_contiguous
-                if spec.writable and not a.flags.writeable:
-                    raise TypeError(f"{what}: the kernel was compiled for a writable array; this "
-                                    "one is read-only")
-                ptr = None
+                ptr, estrides = a.ptr, a.element_strides()
             else:
-                raise TypeError(f"{what} must be a NumPy array or a LevelZeroArray ({spec.text}), "
-                                f"not {type(a).__name__}")
-            if dtype != spec.dtype or len(shape) != spec.ndim:
-                raise TypeError(f"{what} is {dtype}[{len(shape)}-d]; the kernel takes {spec.text}")
-            if spec.shape is not None and tuple(shape) != spec.shape:
-                raise TypeError(f"{what} has shape {tuple(shape)}; the kernel compiled in {spec.shape}")
-            if not _layout_fits(spec.layout, c, f):
-                raise TypeError(f"{what} is not {'C' if spec.layout == 'C' else 'F'}-contiguous, as "
-                                f"the kernel's {spec.text} requires")
-            if ptr is None:
-                ident = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
-                known = shared.get(ident)
-                if known is not None:           # the same array passed twice: one allocation
-                    ptr, estrides, host = known
-                    if spec.writable and a.size and not any(p == ptr for _, p, _ in copies):
-                        copies.append((a, ptr, host))
-                else:
-                    # contiguous (C or F): its own memory, in its order; strided: a C copy
-                    host = a if (c or f) else np.ascontiguousarray(a)
-                    estrides = [s // a.itemsize for s in host.strides]
-                    ptr = dev.alloc_shared(host.nbytes)
-                    temps.append(ptr)
-                    if host.nbytes:
-                        ctypes.memmove(ptr, host.ctypes.data, host.nbytes)
-                    shared[ident] = (ptr, estrides, host)
-                    if spec.writable and a.size:
-                        copies.append((a, ptr, host))
+                ptr, estrides = staging.stage(spec, a, c, f, upload)
             values.append(_raw("<u8", ptr))
             if spec.shape is None:
                 values.extend(_raw("<i8", n) for n in shape)
@@ -896,9 +838,9 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
             return err
         limit = min(DEFAULT_GROUP_SIZE, dev.max_group)
         if group is None:
-            local = _group_sizes(dims, limit, dev.max_item_sizes)
+            local = group_shape(dims, limit, dev.max_item_sizes)
         elif isinstance(group, (int, np.integer)):
-            local = _group_sizes(dims, min(int(group), dev.max_group), dev.max_item_sizes)
+            local = group_shape(dims, min(int(group), dev.max_group), dev.max_item_sizes)
         else:
             local = tuple(int(x) for x in group)
             if len(local) != len(dims) or any(x < 1 for x in local):
@@ -930,10 +872,9 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
                     raise LevelZeroError(f"launch of kernel '{kernel.entry}' over {dims} "
                                          f"(work-groups of {local}) failed on {dev.name}: {e}") \
                         from None
-        for a, ptr, host in copies:
+        for _, ptr, host in staging.back:
             ctypes.memmove(host.ctypes.data, ptr, host.nbytes)
-            if host is not a:
-                np.copyto(a, host)
+        staging.finish()
         if err is not None:
             ctypes.memmove(err.ctypes.data, errptr, err.nbytes)
         return err
