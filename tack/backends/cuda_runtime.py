@@ -29,11 +29,15 @@ shares it: HIP's module API is CUDA's with other names.
 from __future__ import annotations
 
 import ctypes
-import operator
 import re
 import threading
 
 import numpy as np
+
+from .device_args import (ArgSpec, Staging, check_array, check_launch, check_param_count,  # noqa: F401
+                          check_scalar, device_index, host_copy, no_such_device, scalar_value)
+from .device_args import argspecs as _argspecs
+from .device_args import group_shape as block_shape
 
 KIND = "cuda"
 ARCH_KIND = "cuda"
@@ -186,46 +190,13 @@ def ptx_entry_params(ptx: str, entry: str) -> list:
 # Argument specs and values (the kernel ABI, docs/gpu.md)
 
 
-_SCALAR_CODES = {"bool": "i8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
-                 "float32": "f32", "float64": "f64"}
-_SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
-                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
 PARAM_CTYPES = {"ptr": ctypes.c_uint64, "i8": ctypes.c_int8, "i32": ctypes.c_int32,
                 "u32": ctypes.c_uint32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64,
                 "f32": ctypes.c_float, "f64": ctypes.c_double}
 
 
-class ArgSpec:
-    """One value argument of the ABI, from its ``tack.types.spec`` text."""
-
-    __slots__ = ("text", "is_array", "dtype", "ndim", "layout", "writable", "shape", "scalar", "code")
-
-    def __init__(self, text):
-        from .. import types as T
-        self.text = text
-        t = T.parse_spec(text)
-        self.is_array = isinstance(t, T.Array)
-        if self.is_array:
-            self.dtype = t.dtype.dtype
-            self.ndim, self.layout, self.writable, self.shape = t.ndim, t.layout, t.writable, t.shape
-        else:
-            self.scalar = _SCALAR_TYPES[t.name]
-            self.code = _SCALAR_CODES[t.name]
-
-    def slot_codes(self) -> list:
-        """The ABI's parameters for this argument: ``ptr`` then one ``i64`` per extent (unless the
-        shape is static) and per stride (layout A); a scalar's code."""
-        if not self.is_array:
-            return [self.code]
-        return (["ptr"] + ["i64"] * (self.ndim if self.shape is None else 0)
-                + ["i64"] * (self.ndim if self.layout == "A" else 0))
-
-
 def argspecs(meta, error=CUDAError) -> list:
-    try:
-        return [ArgSpec(s[0] if isinstance(s, (list, tuple)) else s) for s in meta["argspec"]]
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise error(f"variant metadata has no usable argspec ({type(e).__name__}: {e})") from None
+    return _argspecs(meta, error)
 
 
 def abi_codes(specs, debug: bool) -> list:
@@ -233,20 +204,6 @@ def abi_codes(specs, debug: bool) -> list:
     error record's pointer in debug mode."""
     codes = [c for s in specs for c in s.slot_codes()] + ["i64"] * 3
     return codes + (["ptr"] if debug else [])
-
-
-def scalar_value(spec, a):
-    """A scalar argument as the ABI's type: bool as an i8 0 or 1; an integer type takes only
-    integers, in range; a float type any real number.  TypeError/OverflowError otherwise."""
-    if spec.text == "bool":
-        return 1 if a else 0
-    if spec.scalar in (np.float32, np.float64):
-        return float(spec.scalar(float(a)))
-    v = operator.index(a)
-    info = np.iinfo(spec.scalar)
-    if not info.min <= v <= info.max:
-        raise OverflowError(f"{v} is out of range for {spec.text}")
-    return v
 
 
 def pack_params(codes, values):
@@ -321,9 +278,12 @@ class GPUArray:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
+    def contiguity(self) -> tuple:
+        return contiguity(self.shape, self.estrides)
+
     @property
     def layout(self) -> str:
-        c, f = contiguity(self.shape, self.estrides)
+        c, f = self.contiguity()
         return "C" if c else "F" if f else "A"
 
     def span(self) -> int:
@@ -415,19 +375,6 @@ class GPUKernel:
         return f"<{type(self).__name__} {self.entry!r} on {self.dev.name}>"
 
 
-def block_shape(dims, limit, max_block) -> tuple:
-    """A block over ``dims`` with at most ``limit`` threads, filled along dimension 0 first: each
-    extent a power of two, no larger than the grid needs along it."""
-    sizes, left = [], max(1, limit)
-    for d, n in enumerate(dims):
-        s = 1
-        while s < n and s * 2 <= left and s * 2 <= max_block[d]:
-            s *= 2
-        sizes.append(s)
-        left //= s
-    return tuple(sizes)
-
-
 def choose_block(kernel, dims, block):
     """The block shape of a launch: ``DEFAULT_BLOCK`` threads (capped by the kernel's and the
     device's limits) unless ``block`` says otherwise (an int: a total; a tuple: the shape)."""
@@ -448,13 +395,12 @@ def choose_block(kernel, dims, block):
     return shape
 
 
-class _Transfers:
+class _Transfers(Staging):
     """What one launch allocated and what it copies back, released when it ends."""
 
     def __init__(self):
+        super().__init__()
         self.allocated = []                 # device pointers to free
-        self.back = []                      # (NumPy array, host buffer, device pointer, nbytes)
-        self.shared = {}                    # NumPy array identity -> (pointer, element strides, host)
 
 
 def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
@@ -463,66 +409,32 @@ def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
     strides and scalars, as ``kernel.specs`` types them.  TypeError naming the argument for a
     mismatch.  Returns the values (without the grid extents and the error record)."""
     api, dev = kernel.api, kernel.dev
+
+    def is_array(a):
+        return isinstance(a, (np.ndarray, GPUArray)) or hasattr(a, "__cuda_array_interface__")
+
+    def upload(host):                   # new device memory holding the host memory
+        ptr = 0
+        if host.nbytes:
+            ptr = api.alloc(dev, host.nbytes)
+            tr.allocated.append(ptr)
+            api.htod(dev, ptr, host, host.nbytes)
+        return ptr, host
+
     values = []
     for i, (spec, a) in enumerate(zip(kernel.specs, args)):
         what = f"kernel '{kernel.entry}': argument {i}"
         if not spec.is_array:
-            if isinstance(a, (np.ndarray, GPUArray)) or hasattr(a, "__cuda_array_interface__"):
-                raise TypeError(f"{what} is a {spec.text} scalar, not an array")
-            try:
-                values.append(scalar_value(spec, a))
-            except (OverflowError, TypeError, ValueError) as e:
-                raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
+            values.append(check_scalar(what, spec, a, is_array, scalar_value))
             continue
         if not isinstance(a, (np.ndarray, GPUArray)) and hasattr(a, "__cuda_array_interface__"):
             a = from_interface(api, dev, a, array_types[0])
+        shape, _, c, f = check_array(what, spec, a, dev, GPUArray, "a NumPy array, a device array "
+                                     "or an object with __cuda_array_interface__")
         if isinstance(a, GPUArray):
-            if a.dev is not dev:
-                raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
-            shape, dtype, estrides = a.shape, a.dtype, a.estrides
-            c, f = contiguity(shape, estrides)
-            if spec.writable and not a.writable:
-                raise TypeError(f"{what}: the kernel writes it but the device array is read-only")
-            ptr = a.ptr
-        elif isinstance(a, np.ndarray):
-            shape, dtype = a.shape, a.dtype
-            c, f = a.flags.c_contiguous, a.flags.f_contiguous
-            if spec.writable and not a.flags.writeable:
-                raise TypeError(f"{what}: the kernel was compiled for a writable array; this one is "
-                                "read-only")
-            ptr = None
+            ptr, estrides = a.ptr, a.estrides
         else:
-            raise TypeError(f"{what} must be a NumPy array, a device array or an object with "
-                            f"__cuda_array_interface__ ({spec.text}), not {type(a).__name__}")
-        if dtype != spec.dtype or len(shape) != spec.ndim:
-            raise TypeError(f"{what} is {dtype}[{len(shape)}-d]; the kernel takes {spec.text}")
-        if spec.shape is not None and tuple(shape) != spec.shape:
-            raise TypeError(f"{what} has shape {tuple(shape)}; the kernel compiled in {spec.shape}")
-        if spec.layout != "A" and not (c if spec.layout == "C" else f):
-            raise TypeError(f"{what} is not {spec.layout}-contiguous, as the kernel's {spec.text} "
-                            "requires")
-        if ptr is None:
-            ident = (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
-            known = tr.shared.get(ident)
-            if known is not None:               # the same array passed twice: one copy
-                ptr, estrides, host = known
-                if spec.writable and a.size and not any(p == ptr for _, _, p, _ in tr.back):
-                    tr.back.append((a, host, ptr, host.nbytes))
-            else:
-                if c or f:
-                    host = a                # contiguous: copied from and back into itself
-                    estrides = [s // a.itemsize for s in a.strides]
-                else:                           # strided: a C copy, passed with its strides
-                    host = np.ascontiguousarray(a)
-                    estrides = [s // a.itemsize for s in host.strides]
-                ptr = 0
-                if host.nbytes:
-                    ptr = api.alloc(dev, host.nbytes)
-                    tr.allocated.append(ptr)
-                    api.htod(dev, ptr, host, host.nbytes)
-                tr.shared[ident] = (ptr, estrides, host)
-                if spec.writable and a.size:
-                    tr.back.append((a, host, ptr, host.nbytes))
+            ptr, estrides = tr.stage(spec, a, c, f, upload)
         values.append(ptr)
         if spec.shape is None:
             values.extend(int(n) for n in shape)
@@ -533,17 +445,11 @@ def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
 
 def run(kernel, args, dims, debug=False, block=None, error=CUDAError, array_types=(GPUArray,)):
     """Launch ``kernel`` over ``dims`` with ``args`` (the body of ``launch`` of both runtimes)."""
-    api, dev, specs = kernel.api, kernel.dev, kernel.specs
-    dims = tuple(int(d) for d in dims)
-    if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
-        raise ValueError(f"dims must be 1 to 3 extents, none negative: {dims!r}")
-    if len(args) != len(specs):
-        raise TypeError(f"kernel '{kernel.entry}' takes {len(specs)} value arguments, got {len(args)}")
-    codes = abi_codes(specs, debug)
-    if kernel.num_params is not None and len(codes) != kernel.num_params:
-        raise error(f"kernel '{kernel.entry}' takes {kernel.num_params} parameters but a "
-                    f"{'debug' if debug else 'non-debug'} launch passes {len(codes)}: was it "
-                    "compiled with debug mode as this launch says?")
+    api, dev = kernel.api, kernel.dev
+    dims = check_launch(kernel, args, dims)
+    codes = abi_codes(kernel.specs, debug)
+    if kernel.num_params is not None:
+        check_param_count(kernel, kernel.num_params, len(codes), debug, error)
     grid_ext = dims + (1,) * (3 - len(dims))
     shape = choose_block(kernel, dims, block)
     bshape = shape + (1,) * (3 - len(shape))
@@ -573,8 +479,8 @@ def run(kernel, args, dims, debug=False, block=None, error=CUDAError, array_type
                 raise error(f"launch of kernel '{kernel.entry}' over {dims} (blocks of {shape}) "
                             f"failed on {dev.name}: {e}") from None
             del holder
-            for a, host, ptr, n in tr.back:
-                api.dtoh(dev, host, ptr, n)
+            for _, ptr, host in tr.back:
+                api.dtoh(dev, host, ptr, host.nbytes)
             if debug:
                 api.dtoh(dev, err, errptr, err.nbytes)
             api.sync(dev)
@@ -584,19 +490,13 @@ def run(kernel, args, dims, debug=False, block=None, error=CUDAError, array_type
                     api.free(dev, ptr)
                 except Exception:           # noqa: BLE001 - the launch's own error comes first
                     pass
-    for a, host, _, _ in tr.back:
-        if not np.shares_memory(host, a):
-            np.copyto(a, host.reshape(a.shape))
+    tr.finish()
     return err
 
 
 def numpy_to_device(api, dev, array, cls=GPUArray):
     """``array`` copied into new device memory, in its own order (C unless it is F)."""
-    a = np.asarray(array)
-    if a.ndim == 0:
-        raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
-    layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
-    host = np.asarray(a, order=layout)
+    a, host, layout = host_copy(array)
     api.enter(dev)
     ptr = 0
     if host.nbytes:
@@ -789,16 +689,7 @@ def devices() -> list:
 
 
 def _device_index(device) -> int:
-    if device is None or device == KIND:
-        return 0
-    if isinstance(device, str) and device.startswith(KIND + ":"):
-        try:
-            return int(device.split(":", 1)[1])
-        except ValueError:
-            pass
-    if isinstance(device, _Device):
-        return device.index
-    raise ValueError(f"not a CUDA device name: {device!r} (use 'cuda' or 'cuda:<index>')")
+    return device_index(device, KIND, "a CUDA", _Device)
 
 
 def get_device(device=None) -> _Device:
@@ -811,8 +702,7 @@ def get_device(device=None) -> _Device:
     if not devs:
         raise CUDAUnavailable(reason)
     if index >= len(devs):
-        raise ValueError(f"no CUDA device {KIND}:{index}; this machine has "
-                         f"{', '.join(f'{KIND}:{d.index} ({d.name})' for d in devs)}")
+        raise no_such_device("CUDA", KIND, index, ((d.index, d.name) for d in devs))
     with _lock:
         return devs[index].open()
 

@@ -28,6 +28,7 @@ import struct
 import threading
 
 from .cuda_runtime import GPUArray, GPUKernel, argspecs, from_interface, numpy_to_device, run
+from .device_args import device_index, no_such_device
 
 KIND = "hip"
 ARCH_KIND = "rocm"
@@ -269,16 +270,7 @@ def devices() -> list:
 
 
 def _device_index(device) -> int:
-    if device is None or device == KIND:
-        return 0
-    if isinstance(device, str) and device.startswith(KIND + ":"):
-        try:
-            return int(device.split(":", 1)[1])
-        except ValueError:
-            pass
-    if isinstance(device, _Device):
-        return device.index
-    raise ValueError(f"not a HIP device name: {device!r} (use 'hip' or 'hip:<index>')")
+    return device_index(device, KIND, "a HIP", _Device)
 
 
 def _describe(device):
@@ -289,8 +281,7 @@ def _describe(device):
     if not devs:
         raise HIPUnavailable(reason)
     if index >= len(devs):
-        raise ValueError(f"no HIP device {KIND}:{index}; this machine has "
-                         f"{', '.join(f'{KIND}:{d.index} ({d.name})' for d in devs)}")
+        raise no_such_device("HIP", KIND, index, ((d.index, d.name) for d in devs))
     return devs[index]
 
 
