@@ -34,7 +34,8 @@ import threading
 
 import numpy as np
 
-from .device_args import (ArgSpec, Staging, check_array, check_launch, check_param_count,  # noqa: F401
+from .device_args import ArgSpec  # noqa: F401 - part of this module's launch machinery
+from .device_args import (ArrayShape, Staging, check_array, check_launch, check_param_count,
                           check_scalar, device_index, host_copy, no_such_device, scalar_value)
 from .device_args import argspecs as _argspecs
 from .device_args import group_shape as block_shape
@@ -246,7 +247,7 @@ def contiguity(shape, estrides) -> tuple:
     return st == _c_strides(sh), st == _f_strides(sh)
 
 
-class GPUArray:
+class GPUArray(ArrayShape):
     """An array in device memory, passed to launches by its pointer.
 
     Made by ``to_device`` (memory this runtime allocated and frees; contiguous, C order or F
@@ -265,18 +266,6 @@ class GPUArray:
         self.writable = bool(writable)
         self.owner = owner                  # the foreign object whose memory this is; None: ours
         self._freed = False
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
 
     def contiguity(self) -> tuple:
         return contiguity(self.shape, self.estrides)

@@ -102,6 +102,22 @@ def check_scalar(what, spec, a, is_array, convert=scalar_numpy):
 # Arrays
 
 
+class ArrayShape:
+    """``ndim``, ``size`` and ``nbytes`` of a device array from its ``shape`` and ``dtype``."""
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
 def layout_contiguity(layout, ndim) -> tuple:
     """(C-contiguous, F-contiguous) of a contiguous device array of ``layout`` (C or F)."""
     return layout == "C" or ndim == 1, layout == "F" or ndim == 1

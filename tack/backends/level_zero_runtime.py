@@ -50,9 +50,9 @@ import threading
 
 import numpy as np
 
-from .device_args import (Staging, argspecs, check_array, check_launch, check_param_count,
-                          check_scalar, device_index, group_shape, host_copy, layout_contiguity,
-                          layout_strides, no_such_device)
+from .device_args import (ArrayShape, Staging, argspecs, check_array, check_launch,
+                          check_param_count, check_scalar, device_index, group_shape, host_copy,
+                          layout_contiguity, layout_strides, no_such_device)
 
 KIND = "level_zero"
 LOADER = "libze_loader.so.1"
@@ -720,7 +720,7 @@ def load(payload: bytes, meta: dict, device=None) -> LevelZeroKernel:
 # Device arrays and launches
 
 
-class LevelZeroArray:
+class LevelZeroArray(ArrayShape):
     """An array kept in device memory (``zeMemAllocDevice``), passed to launches without copying.
 
     Contiguous: C order, or F order when made from an F-ordered array.
@@ -731,10 +731,6 @@ class LevelZeroArray:
         self.dev, self.ptr = dev, ptr
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.layout, self.writable = layout, writable
-
-    ndim = property(lambda self: len(self.shape))
-    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
-    nbytes = property(lambda self: self.size * self.dtype.itemsize)
 
     def element_strides(self) -> list:
         return layout_strides(self.shape, self.layout)

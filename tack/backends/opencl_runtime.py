@@ -49,9 +49,9 @@ import warnings
 
 import numpy as np
 
-from .device_args import (Staging, argspecs, check_array, check_launch, check_param_count,
-                          check_scalar, device_index, group_shape, host_copy, layout_contiguity,
-                          layout_strides, no_such_device)
+from .device_args import (ArrayShape, Staging, argspecs, check_array, check_launch,
+                          check_param_count, check_scalar, device_index, group_shape, host_copy,
+                          layout_contiguity, layout_strides, no_such_device)
 
 KIND = "opencl"
 PIP_PACKAGES = ("intel-opencl-rt", "intel-cmplr-lib-rt", "pyopencl")
@@ -495,7 +495,7 @@ def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
     return k
 
 
-class OpenCLArray:
+class OpenCLArray(ArrayShape):
     """An array kept in a device buffer, passed to launches without copying.
 
     Its memory is contiguous: C order, or F order when made from an F-ordered
@@ -509,18 +509,6 @@ class OpenCLArray:
         self.dtype = np.dtype(dtype)
         self.layout = layout
         self.writable = writable
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
 
     def element_strides(self) -> list:
         """Strides in elements of its memory order."""
