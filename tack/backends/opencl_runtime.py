@@ -561,7 +561,8 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
     cl = dev.cl
     dims = check_launch(kernel, args, dims)
     check_param_count(kernel, kernel.num_args,
-                      sum(s.slots() for s in kernel.specs) + 3 + (1 if debug else 0), debug, OpenCLError)
+                      sum(s.slots() for s in kernel.specs) + 3 + (1 if debug else 0), debug,
+                      OpenCLError)
 
     def upload(host):                   # a buffer of the host memory, flat in its own order
         flat = host.ravel(order="K")
