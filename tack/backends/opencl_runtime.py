@@ -451,6 +451,13 @@ class OpenCLKernel:
 from .gpu import L0_MAGIC  # noqa: E402 - light: no llvmlite
 
 
+def _build(cl, dev, program):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        program.build(devices=[dev.device])
+    return program
+
+
 def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
     """A SPIR-V binary -> its built kernel ``meta["entry"]`` on ``device`` (the first by default).
 
@@ -458,10 +465,11 @@ def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
     such kernel, or when the kernel's parameters do not match ``meta``.
     """
     dev = get_device(device)
-    if payload[:len(L0_MAGIC)] == L0_MAGIC:         # a Level Zero artifact: its SPIR-V part
+    native = b""
+    if payload[:len(L0_MAGIC)] == L0_MAGIC:         # a Level Zero artifact: native code + SPIR-V
         from .gpu import unpack_level_zero
         try:
-            payload = unpack_level_zero(payload)[0]
+            payload, native = unpack_level_zero(payload)
         except ValueError as e:
             raise OpenCLError(f"damaged Level Zero artifact ({e})") from None
     check_spirv(payload)
@@ -470,24 +478,36 @@ def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
         raise OpenCLError("variant metadata names no entry point")
     specs = _argspecs(meta)
     cl = dev.cl
-    try:
-        program = cl.Program(dev.context, bytes(payload))
-    except cl.Error as e:
-        raise OpenCLError(f"OpenCL does not take this SPIR-V ({e})") from None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", cl.CompilerWarning)
+    program, fmt, refused = None, "spirv", None
+    if native:
+        # The device's own code first; a device or driver that refuses it (another GPU, another
+        # stepping, a driver update, damage) gets the SPIR-V it was made from.
         try:
-            program.build(devices=[dev.device])
+            program = _build(cl, dev, cl.Program(dev.context, [dev.device], [bytes(native)]))
+            fmt = "native"
+        except (cl.Error, OpenCLError) as e:
+            refused = f"{type(e).__name__}: {e}"
+            from ..cache import log
+            log.debug("'%s': native code refused on %s (%s); building its SPIR-V", entry,
+                      dev.name, refused)
+    if program is None:
+        try:
+            program = cl.Program(dev.context, bytes(payload))
+        except cl.Error as e:
+            raise OpenCLError(f"OpenCL does not take this SPIR-V ({e})") from None
+        try:
+            program = _build(cl, dev, program)
         except cl.Error as e:
             raise OpenCLError(f"SPIR-V program for '{entry}' does not build on {dev.name}: {e}") from None
-    log = program.get_build_info(dev.device, cl.program_build_info.LOG)
+    build_log = program.get_build_info(dev.device, cl.program_build_info.LOG)
     try:
         kernel = cl.Kernel(program, entry)
     except cl.Error as e:
         names = program.get_info(cl.program_info.KERNEL_NAMES)
         raise OpenCLError(f"SPIR-V program has no kernel '{entry}' (it has: {names or 'none'}; {e})") \
             from None
-    k = OpenCLKernel(dev, program, kernel, entry, specs, log)
+    k = OpenCLKernel(dev, program, kernel, entry, specs, build_log)
+    k.format, k.native_refused = fmt, refused
     base = sum(s.slots() for s in specs) + 3
     if k.num_args not in (base, base + 1):
         raise OpenCLError(f"kernel '{entry}' takes {k.num_args} parameters; its metadata "

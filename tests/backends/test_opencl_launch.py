@@ -138,3 +138,32 @@ def test_a_second_process_loads_the_spirv_from_the_cache(tmp_path):
 def test_unknown_device_is_a_clear_error():
     with pytest.raises(ValueError, match="device 'tpu' is not available.*'opencl'"):
         tack.launch(k_oob, 1, (np.zeros(2), np.zeros(2)), device="tpu")
+
+
+@pytest.mark.parametrize("damage", ["as built", "corrupted"])
+def test_level_zero_native_code_refused_falls_back_to_its_spirv(damage):
+    """A level_zero:pvc artifact (SPIR-V plus ocloc's native code for pvc) loaded on a device
+    that refuses the native part (this CPU device; or the part corrupted) is built from the
+    SPIR-V stored with it, and runs right: the fallback the spec asks of Level Zero, for real."""
+    import tack.aot
+    from tack.backends import gpu
+
+    from .gpu_tools import tool
+    tool("ocloc")
+    x = np.arange(8, dtype=np.float32)
+    out = np.zeros(8, np.float32)
+    art = tack.aot.compile(k_saxpy, "level_zero:pvc", (np.float32(2.0), x, x, out))
+    spirv, native = gpu.unpack_level_zero(art.payload)
+    assert native, "ocloc made no native code"
+    if damage == "corrupted":
+        native = native[:len(native) // 2] + bytes(64) + native[len(native) // 2 + 64:]
+    kernel = opencl_runtime.load(gpu.pack_level_zero(spirv, native), art.meta)
+    assert kernel.format == "spirv" and kernel.native_refused
+    opencl_runtime.launch(kernel, art.meta, [np.float32(2.0), x, x, out], (8,))
+    np.testing.assert_array_equal(out, 3 * x)
+
+
+@tack.kernel
+def k_saxpy(a, x, y, out):
+    i = tack.tid()
+    out[i] = a * x[i] + y[i]
