@@ -218,8 +218,8 @@ def find_ptxas() -> str:
 
 def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
     """Run a vendor tool; ToolError with its output if it fails.  ``tries``: runs allowed when
-    the tool dies by a signal (kept for ocloc, which aborted on the invalid SPIR-V of the
-    backend's flake described at ``_KEEP``; a retry does not cure that, valid input needs none)."""
+    the tool dies by a signal (kept for ocloc, which aborted on the invalid SPIR-V that LLVM's
+    backend made before each module was emitted in a process of its own)."""
     for attempt in range(tries):
         try:
             res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
@@ -235,11 +235,8 @@ def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
 
 # -- the toolchain's target: what the three GPU targets share -----------------------------------
 
-# LLVM 22's SPIR-V backend keeps pointers into modules it has seen in the shared LLVM context;
-# once a module is freed and its memory reused, a later SPIR-V module can come out invalid (ids
-# defined twice: spirv-val rejects it, ocloc aborts on it).  Every module a GPU target compiles
-# is therefore kept for the life of the process (some hundred kB per kernel).
-_KEEP = []
+# (LLVM 22's SPIR-V backend keeps state across the modules of a process, so that a later
+# module can come out invalid: level_zero.emit_spirv emits each in a process of its own.)
 
 
 class GPUTarget:
@@ -310,9 +307,7 @@ class GPUTarget:
 
     def compile(self, module) -> bytes:
         """An llvmlite.ir module -> the artifact's bytes."""
-        optimized = self.optimize(module)
-        _KEEP.append(optimized)
-        return self.emit(optimized)
+        return self.emit(self.optimize(module))
 
     def emit(self, optimized) -> bytes:
         raise NotImplementedError
