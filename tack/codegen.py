@@ -25,6 +25,7 @@ import llvmlite.ir as ir
 
 from . import types as T
 from .errors import BoundsSite, CompileError
+from .ir import assignments
 from .api import MATH1, MATH2
 from .specialize import TypedFunction, TypedKernel, arith_type, math_type
 
@@ -191,7 +192,7 @@ class _FunctionGen:
             self.store_slot(self.slots[name], self.cast(self.unpack(arg, t), t, tf.locals[name]), tf.locals[name])
         # An array parameter the body never rebinds: its geometry (strides computed from the
         # extents) is found once, here, rather than at every access (less IR for LLVM to clean up).
-        rebound = _assigned_names(tf.lowered.body)
+        rebound = set(assignments(tf.lowered.body))
         self.param_geometry = {name: self.geometry(arg, t)
                                for name, t, arg in zip(tf.lowered.params, tf.argtypes, args[:n])
                                if isinstance(t, T.Array) and name not in rebound}
@@ -837,34 +838,6 @@ class _FunctionGen:
             b.ret(res)
             return fn
         return self.mod.helper(f"ipow_{t.name}", build)
-
-
-def _assigned_names(stmts, out=None) -> set:
-    """Every local name a function body assigns (targets of assignments and for loops)."""
-    out = set() if out is None else out
-
-    def target(t):
-        if t[0] == "name":
-            out.add(t[2])
-        elif t[0] == "tuple":
-            for x in t[2]:
-                target(x)
-    for st in stmts:
-        op = st[0]
-        if op == "assign":
-            for t in st[2]:
-                target(t)
-        elif op == "augassign":
-            target(st[3])
-        elif op == "for":
-            out.add(st[2])
-            _assigned_names(st[6], out)
-        elif op == "if":
-            _assigned_names(st[3], out)
-            _assigned_names(st[4], out)
-        elif op == "while":
-            _assigned_names(st[3], out)
-    return out
 
 
 def strong_of(t):

@@ -22,9 +22,11 @@ def tid_indexed(lowered, grid_ndim: int) -> list:
     kernel's first line (where the first such access is)."""
     fn = lowered.kernel
     params = list(fn.params)
-    counts = {}
-    _count_assignments(fn.body, counts)
-    arrays = {p for p in params if counts.get(p, 0) == 0}
+    from collections import Counter
+
+    from .ir import assignments
+    counts = Counter(assignments(fn.body))
+    arrays = {p for p in params if counts[p] == 0}
     tid = {}                    # name -> grid dimension, or None for the whole index tuple
     found = {}
     first = fn.source.first_line
@@ -122,30 +124,6 @@ def _bind_tid(t, grid_ndim, counts, tid):
         for k, x in enumerate(t[2]):
             if x[0] == "name" and counts.get(x[2]) == 1:
                 tid[x[2]] = k
-
-
-def _count_assignments(stmts, counts):
-    def target(t):
-        if t[0] == "name":
-            counts[t[2]] = counts.get(t[2], 0) + 1
-        elif t[0] == "tuple":
-            for x in t[2]:
-                target(x)
-    for s in stmts:
-        kind = s[0]
-        if kind == "assign":
-            for t in s[2]:
-                target(t)
-        elif kind == "augassign":
-            target(s[3])
-        elif kind == "if":
-            _count_assignments(s[3], counts)
-            _count_assignments(s[4], counts)
-        elif kind == "while":
-            _count_assignments(s[3], counts)
-        elif kind == "for":
-            counts[s[2]] = counts.get(s[2], 0) + 1
-            _count_assignments(s[6], counts)
 
 
 def _may_return(s) -> bool:

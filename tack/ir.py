@@ -150,3 +150,29 @@ class LoweredKernel:
 
     def fingerprint(self) -> str:
         return hashlib.sha256(self.to_bytes()).hexdigest()
+
+
+def assignments(stmts):
+    """Each local name a lowered function body assigns, once per assignment: targets of
+    assignments (tuples unpacked), augmented assignments and for loops, in nested blocks too."""
+    def targets(t):
+        if t[0] == "name":
+            yield t[2]
+        elif t[0] == "tuple":
+            for x in t[2]:
+                yield from targets(x)
+    for st in stmts:
+        op = st[0]
+        if op == "assign":
+            for t in st[2]:
+                yield from targets(t)
+        elif op == "augassign":
+            yield from targets(st[3])
+        elif op == "for":
+            yield st[2]
+            yield from assignments(st[6])
+        elif op == "if":
+            yield from assignments(st[3])
+            yield from assignments(st[4])
+        elif op == "while":
+            yield from assignments(st[3])
