@@ -40,6 +40,7 @@ from .. import types as T
 from ..archs import ArchError
 from ..cache.warm import digest
 from ..errors import BoundsSite, CompileError
+from ..ir import assignments
 
 KIND = "metal"
 MSL_VERSION = "3.0"
@@ -378,11 +379,6 @@ def _entry(mod, entry) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _assigned(stmts, out=None):
-    from ..codegen import _assigned_names
-    return _assigned_names(stmts, out)
-
-
 class _Function:
     def __init__(self, mod: _Module, tf):
         self.mod, self.tf = mod, tf
@@ -433,7 +429,7 @@ class _Function:
                 ret = self.type_of(tf.ret)
             except Unsupported as u:
                 raise self.error(u, ["def", [self.src.first_line, 0]]) from None
-        rebound = _assigned(tf.lowered.body)
+        rebound = set(assignments(tf.lowered.body))
         for pname in self.arrays:
             if pname in rebound:
                 raise self.error("assigning to an array parameter", ["def", [self.src.first_line, 0]])
