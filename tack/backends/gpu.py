@@ -108,6 +108,7 @@ def settings(kind: str, arch: str) -> dict:
         return {"triple": f"spirv64v{SPIRV_VERSION}-unknown-unknown", "spirv": SPIRV_VERSION,
                 "device": "" if arch == SPIRV_ONLY else arch,
                 "native": "" if arch == SPIRV_ONLY else "ocloc zebin", "opt": OPT,
+                "inline": "all",    # see LevelZeroTarget.prepare
                 # The IR is optimized at OPT; the SPIR-V backend's own passes run at 0, which
                 # leaves out CodeGenPrepare, whose uadd.with.overflow (OpIAddCarry) Intel's
                 # compiler of Debian 12 (IGC 1.0.12504) rejects.  The driver optimizes anyway.

@@ -22,12 +22,6 @@ from .gpu import (INTEL_DEVICES, GPUTarget, ToolError, find_ocloc, pack_level_ze
                   split_arch)
 
 
-# LLVM 22's SPIR-V backend keeps pointers to the modules and machines it has emitted; once one
-# is freed and its memory reused, a later module can come out as invalid SPIR-V (ids defined
-# twice: spirv-val rejects it, ocloc aborts on it).  Every module and machine used here is
-# therefore kept for the life of the process (some hundred kB per kernel).
-
-
 class LevelZeroTarget(GPUTarget):
     kind = "level_zero"
     kernel_cc = "spir_kernel"
@@ -50,6 +44,17 @@ class LevelZeroTarget(GPUTarget):
         # module (creating one takes well under a millisecond).
         self.machine = self.new_machine()
         return super().compile(module)
+
+    def prepare(self, module):
+        """Every function of the kernel is inlined into its entry.  LLVM 22's SPIR-V backend
+        infers the pointee type of a pointer carried in an aggregate (an array's data pointer
+        passed to a function that is not inlined, as debug mode leaves them) as ``i8``: the
+        SPIR-V then fails spirv-val (OpCompositeInsert of mismatched pointer types) and an int64
+        atomic through it becomes a byte atomic that Intel's compiler has no built-in for.  With
+        no calls left, no pointer crosses a function boundary inside an aggregate."""
+        for fn in module.functions:
+            if not fn.is_declaration and fn.linkage == "internal":
+                fn.attributes.add("alwaysinline")
 
     def emit(self, optimized) -> bytes:
         spirv = emit_spirv(str(optimized), self.triple, self.settings)

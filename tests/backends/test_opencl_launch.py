@@ -58,10 +58,13 @@ def sphere(shape, r):
     return np.sqrt(((p - c[:, None, None, None]) ** 2).sum(axis=0)).astype(np.float32), r
 
 
-def test_contour_on_opencl_equals_the_cpu_and_scikit_image(monkeypatch):
+@pytest.mark.parametrize("debug", [False, True])
+def test_contour_on_opencl_equals_the_cpu_and_scikit_image(monkeypatch, debug):
     """The contour's kernels on OpenCL give the CPU backend's surface, and scikit-image's
-    triangle count, on two shapes."""
+    triangle count, on two shapes; in debug mode (bounds-checked) too."""
     from skimage.measure import marching_cubes
+
+    tack.config.debug = debug
 
     from tack.kernels import contour as mod
     for shape, r in ((21, 21, 21), 6.0), ((17, 23, 30), 5.0):
