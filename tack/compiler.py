@@ -71,3 +71,17 @@ def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> 
             "target": ";".join(f"{k}={v}" for k, v in sorted(ident.items())),
             "site": [list(s) for s in sites or ()],
             "tidx": encode(tidx)}
+
+
+def driver_meta(meta, kernel_name, lowered_key, argtypes, grid: int, target_key, made) -> dict:
+    """Metadata of code a device's driver built from a variant (``meta``: the variant's, or the
+    fields a cache hit read of it) for the dispatcher to store back under the device's key:
+    what a hit uses, copied; what the variant was compiled from, as ``variant_meta`` writes it;
+    the device's target and what made the code (``made``: a runtime's ``store_back`` says)."""
+    out = {f: meta[f] for f in ("dep", "entry", "site", "tidx", "argspec") if f in meta}
+    out.update(kernel=kernel_name, lowered=lowered_key or "",
+               arg=[[str(t)] for t in argtypes], argspec=[[T.spec(t)] for t in argtypes],
+               grid=str(grid), target_key=target_key, machine="", backend=made["backend"],
+               suffix=made["suffix"], arch=made["arch"],
+               target=";".join(f"{k}={v}" for k, v in sorted(made.items())))
+    return out

@@ -28,8 +28,12 @@ _pool = None
 _pool_size = 0
 
 
-def launch(kernel, dim, args=(), device="cpu"):
-    """Run ``kernel`` once per point of the grid ``dim`` (an int or a 1-3 tuple)."""
+def launch(kernel, dim, args=(), device="cpu", block=None):
+    """Run ``kernel`` once per point of the grid ``dim`` (an int or a 1-3 tuple) on ``device``.
+
+    ``block``: on a GPU device, the work-group (CUDA block) shape, an int (work-items per group)
+    or a tuple with one extent per grid dimension; Tack chooses when it is None.  The CPU, which
+    has no work-groups, ignores it, so one call runs on either."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"tack.launch takes a @tack.kernel, not {type(kernel).__name__}")
     dims = _dims(dim)
@@ -54,12 +58,12 @@ def launch(kernel, dim, args=(), device="cpu"):
             raise e.with_traceback(None) from None
         kernel._variants[key] = variant
         t0 = time.perf_counter()
-        variant.run(args, dims)
+        variant.run(args, dims, block)
         kernel.timings["launch"] = time.perf_counter() - t0
         if config.timing:
             report_timings(kernel)
         return
-    variant.run(args, dims)
+    variant.run(args, dims, block)
 
 
 _DIM_MAX = 2**63 - 1        # grid extents and their product are int64 in the entry point
@@ -119,22 +123,49 @@ def _arg_key(a):
 
 
 def device_array_type(a, static=False):
-    """The Tack type of an array that lives on a device (``tack.to_device``'s, or another
-    library's with ``shape``, ``dtype`` and strides), or None for anything else."""
-    shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
-    if shape is None or dtype is None or isinstance(a, (np.ndarray, np.generic)):
+    """The Tack type of an array that is not a NumPy array: a device array of Tack's
+    (``tack.to_device``), another library's with ``__cuda_array_interface__`` or DLPack (CuPy,
+    PyTorch, JAX...), or one with NumPy-style ``shape``, ``dtype`` and ``strides``; None for
+    anything else."""
+    if isinstance(a, (np.ndarray, np.generic)) or isinstance(a, type):
         return None
-    st = T.from_dtype(np.dtype(dtype))
-    shape = tuple(int(n) for n in shape)
+    writable = getattr(a, "writable", None)
+    layout = getattr(a, "layout", None) if writable is not None else None
+    try:
+        if layout is not None:                          # Tack's own device arrays
+            shape, dtype, estrides = a.shape, np.dtype(a.dtype), None
+        elif hasattr(a, "__cuda_array_interface__"):
+            cai = a.__cuda_array_interface__
+            shape, dtype = cai["shape"], np.dtype(cai["typestr"])
+            strides = cai.get("strides")
+            estrides = None if strides is None else [s // dtype.itemsize for s in strides]
+            writable = not cai["data"][1]
+        elif hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
+            from . import dlpack
+            t = dlpack.view(a)
+            shape, dtype, estrides, writable = t.shape, t.dtype, t.estrides, t.writable
+            t.close()
+        else:
+            shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
+            if shape is None or dtype is None:
+                return None
+            dtype = np.dtype(dtype)
+            strides = getattr(a, "estrides", None)
+            if strides is None and getattr(a, "strides", None) is not None:
+                strides = [s // dtype.itemsize for s in a.strides]
+            estrides = strides
+        shape = tuple(int(n) for n in shape)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        from .dlpack import DLPackError
+        if isinstance(e, DLPackError):  # a DLPack object that cannot be taken: say why
+            raise
+        return None                     # not an array Tack reads: typeof_arg says what it is
+    st = T.from_dtype(dtype)
     if st is None or not 1 <= len(shape) <= 4:
         return None
-    layout = getattr(a, "layout", None)
     if layout is None:
-        strides = getattr(a, "estrides", None)
-        if strides is None and getattr(a, "strides", None) is not None:
-            strides = [s // np.dtype(dtype).itemsize for s in a.strides]
-        layout = _layout_of_strides(shape, strides)
-    return T.Array(st, len(shape), layout, bool(getattr(a, "writable", True)),
+        layout = _layout_of_strides(shape, estrides)
+    return T.Array(st, len(shape), layout, bool(True if writable is None else writable),
                    shape if static else None)
 
 
@@ -198,6 +229,11 @@ def _compile(kernel, dims, args, device, debug):
     if len(args) != len(params):
         raise TypeError(f"kernel '{name}' takes {len(params)} arguments ({', '.join(params)}), "
                         f"got {len(args)}")
+    if kind == "cpu":
+        host = _host_dlpack(args)
+        if host:                        # other libraries' host arrays: NumPy views of them
+            inner = _compile(kernel, dims, _as_numpy(args, host), device, debug)
+            return HostArraysVariant(inner, host)
     argtypes = argtypes_of(kernel, args)
     if kind == "cpu":
         for p, a, t in zip(params, args, argtypes):
@@ -216,7 +252,7 @@ def _compile(kernel, dims, args, device, debug):
             return _locate(deps, kernel, templates, fid)
         if kind != "cpu":
             return DeviceVariant(name, fn, runtime, meta, arg_index, sites if debug else None,
-                                 locate)
+                                 locate, value_params)
         return CPUVariant(name, fn, value_params, value_types, arg_index,
                           sites if debug else None, locate, meta.get("tidx"))
 
@@ -243,6 +279,7 @@ def _compile(kernel, dims, args, device, debug):
             fn = _load_hit(chain, kernel, load, hit)
             stage("cache")
             if fn is not None:
+                _store_back(runtime, chain, keys, kernel, value_types, len(dims), fn, hit.meta)
                 kernel.timings = timings
                 return variant(fn, hit.sites, hit.meta["dep"], hit.meta)
         stage("cache")
@@ -271,9 +308,57 @@ def _compile(kernel, dims, args, device, debug):
     stage("load")
     if chain is not None:
         entries.store_variant(chain, art)
+        _store_back(runtime, chain, keys, kernel, value_types, len(dims), fn, art.meta)
         stage("cache")
     kernel.timings = timings
     return variant(fn, art.sites, lowered.deps, art.meta)
+
+
+def _host_dlpack(args) -> list:
+    """Indices of the arguments that are another library's arrays in host memory (DLPack)."""
+    from . import dlpack
+    return [i for i, a in enumerate(args) if not isinstance(a, (np.ndarray, np.generic, type))
+            and dlpack.is_dlpack(a) and dlpack.device_of(a)[0] in dlpack.HOST]
+
+
+def _as_numpy(args, host):
+    from .dlpack import host_array
+    return tuple(host_array(a) if i in host else a for i, a in enumerate(args))
+
+
+class HostArraysVariant:
+    """A CPU variant launched with other libraries' host arrays (PyTorch CPU tensors, JAX CPU
+    arrays...): each is read through DLPack as a NumPy array over its memory, no copy."""
+
+    def __init__(self, inner, host):
+        self.inner, self.host = inner, set(host)
+
+    def run(self, args, dims, block=None):
+        self.inner.run(_as_numpy(args, self.host), dims, block)
+
+
+def _store_back(runtime, chain, keys, kernel, value_types, grid, fn, meta):
+    """Store what a device's driver compiled while loading portable code (Level Zero's native
+    code from SPIR-V, an OpenCL program binary) under the device's own key, where the runtime
+    offers it (``runtime.store_back``); the next process then skips the driver's compile.
+    Never fails a launch: a store that does not work is said in the debug log."""
+    back = getattr(runtime, "store_back", None)
+    if back is None:
+        return
+    try:
+        got = back(fn)
+        if got is None:
+            return
+        target_key, payload, made = got
+        from .cache import store
+        from .compiler import Artifact, driver_meta
+        m = driver_meta(meta, kernel.__qualname__, keys.lowered, value_types, grid, target_key, made)
+        store.store_variant(chain, Artifact(keys.for_target(target_key), payload, m["entry"],
+                                            [], m))
+    except Exception as e:                  # noqa: BLE001 - the cache must never break a job
+        from .cache import log
+        log.debug("kernel '%s': the driver's code was not stored (%s: %s)",
+                  kernel.__qualname__, type(e).__name__, e)
 
 
 def _load_hit(chain, kernel, load, hit):
@@ -371,7 +456,7 @@ class CPUVariant:
                                for i, _, axis, dim, _ in self.grid_checks)
             self.grid_too_large = eval(f"lambda args, d: {test}")     # noqa: S307 - our own text
 
-    def run(self, args, dims):
+    def run(self, args, dims, block=None):
         values = self.values(args)
         d = dims + (1,) * (3 - len(dims))
         values += d
@@ -444,15 +529,31 @@ class DeviceVariant:
     """A compiled variant on a device (OpenCL): launched through its runtime, which copies NumPy
     arrays to the device and back around each launch (docs/opencl.md)."""
 
-    def __init__(self, name, kernel, runtime, meta, arg_index, sites, locate=None):
+    def __init__(self, name, kernel, runtime, meta, arg_index, sites, locate=None, params=()):
         self.name, self.kernel, self.runtime, self.meta = name, kernel, runtime, meta
         self.arg_index, self.sites, self.locate = arg_index, sites, locate
+        self.params = list(params)
 
-    def run(self, args, dims):
+    def run(self, args, dims, block=None):
         values = [args[i] for i in self.arg_index]
-        err = self.runtime.launch(self.kernel, self.meta, values, dims, self.sites is not None)
+        try:
+            err = self.runtime.launch(self.kernel, self.meta, values, dims,
+                                      self.sites is not None, block)
+        except (TypeError, ValueError) as e:
+            raise type(e)(self.in_user_terms(str(e))) from None
         if err is not None and err[0]:
             self.raise_bounds_error(err)
+
+    def in_user_terms(self, message: str) -> str:
+        """A runtime's message with the kernel's name for its entry symbol, and each argument's
+        parameter name for its index among the value arguments."""
+        entry = f"kernel '{self.meta.get('entry')}'"
+        if entry not in message:
+            return message
+        message = message.replace(entry, f"kernel '{self.name}'")
+        for i, p in enumerate(self.params):
+            message = message.replace(f"'{self.name}': argument {i} ", f"'{self.name}': argument '{p}' ")
+        return message
 
     raise_bounds_error = CPUVariant.raise_bounds_error
 

@@ -38,7 +38,7 @@ from .device_args import ArgSpec  # noqa: F401 - part of this module's launch ma
 from .device_args import (ArrayShape, Staging, check_array, check_launch, check_param_count,
                           check_scalar, device_index, host_copy, no_such_device, scalar_value)
 from .device_args import argspecs as _argspecs
-from .device_args import group_shape as block_shape
+from .device_args import choose_block as _choose_block
 
 KIND = "cuda"
 ARCH_KIND = "cuda"
@@ -345,6 +345,34 @@ def from_interface(api, dev, obj, cls=GPUArray):
     return cls(api, dev, ptr or 0, shape, dtype, estrides, writable=not readonly, owner=obj)
 
 
+def from_dlpack(api, dev, obj, cls=GPUArray):
+    """A ``GPUArray`` over the memory of a DLPack object on ``dev`` (no copy): the producer
+    orders its pending work before this device's stream (DLPack's ``stream``), and gets its
+    capsule back when the array is collected.  ValueError for an array on another device,
+    TypeError for what the ABI cannot pass (negative strides, a dtype without a Tack type)."""
+    from .. import dlpack
+    where = dlpack.device_of(obj)
+    if where[0] not in api.dlpack_devices or where[1] != dev.index:
+        raise ValueError(f"{type(obj).__name__} lives on {dlpack.device_name(where)} (DLPack), "
+                         f"the kernel on {dev.name} (device {dev.index})")
+    t = dlpack.view(obj, stream=api.dlpack_stream(dev))
+    if any(s < 0 for s in t.estrides):
+        t.close()
+        raise TypeError(f"{type(obj).__name__} has strides {tuple(t.estrides)} (elements): Tack "
+                        "takes non-negative strides")
+    return cls(api, dev, t.ptr, t.shape, t.dtype, t.estrides, writable=t.writable, owner=t)
+
+
+def from_foreign(api, dev, obj, cls=GPUArray):
+    """Another library's device array, without a copy: through ``__cuda_array_interface__``
+    where it has one, else DLPack; None when it has neither."""
+    if hasattr(obj, "__cuda_array_interface__"):
+        return from_interface(api, dev, obj, cls)
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return from_dlpack(api, dev, obj, cls)
+    return None
+
+
 # ---------------------------------------------------------------------------
 # Kernels and launches
 
@@ -368,20 +396,8 @@ def choose_block(kernel, dims, block):
     """The block shape of a launch: ``DEFAULT_BLOCK`` threads (capped by the kernel's and the
     device's limits) unless ``block`` says otherwise (an int: a total; a tuple: the shape)."""
     dev = kernel.dev
-    limit = min(kernel.max_threads, dev.max_threads)
-    if block is None:
-        return block_shape(dims, min(DEFAULT_BLOCK, limit), dev.max_block)
-    if isinstance(block, (int, np.integer)):
-        if block < 1:
-            raise ValueError(f"block {block!r} must be at least 1 thread")
-        return block_shape(dims, min(int(block), limit), dev.max_block)
-    shape = tuple(int(x) for x in block)
-    if len(shape) != len(dims) or any(x < 1 for x in shape):
-        raise ValueError(f"block {block!r} does not match the grid {dims!r}")
-    if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, dev.max_block)):
-        raise ValueError(f"block {shape} is larger than kernel '{kernel.entry}' allows on {dev.name} "
-                         f"({limit} threads, at most {tuple(dev.max_block[:len(dims)])} per dimension)")
-    return shape
+    return _choose_block(dims, block, DEFAULT_BLOCK, min(kernel.max_threads, dev.max_threads),
+                         dev.max_block, f"kernel '{kernel.entry}' on {dev.name}")
 
 
 class _Transfers(Staging):
@@ -390,6 +406,7 @@ class _Transfers(Staging):
     def __init__(self):
         super().__init__()
         self.allocated = []                 # device pointers to free
+        self.foreign = []                   # other libraries' arrays, held until the launch ends
 
 
 def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
@@ -400,7 +417,8 @@ def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
     api, dev = kernel.api, kernel.dev
 
     def is_array(a):
-        return isinstance(a, (np.ndarray, GPUArray)) or hasattr(a, "__cuda_array_interface__")
+        return (isinstance(a, (np.ndarray, GPUArray)) or hasattr(a, "__cuda_array_interface__")
+                or hasattr(a, "__dlpack__"))
 
     def upload(host):                   # new device memory holding the host memory
         ptr = 0
@@ -416,10 +434,12 @@ def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
         if not spec.is_array:
             values.append(check_scalar(what, spec, a, is_array, scalar_value))
             continue
-        if not isinstance(a, (np.ndarray, GPUArray)) and hasattr(a, "__cuda_array_interface__"):
-            a = from_interface(api, dev, a, array_types[0])
+        if not isinstance(a, (np.ndarray, GPUArray)):
+            a = from_foreign(api, dev, a, array_types[0]) or a
+            if isinstance(a, GPUArray):
+                tr.foreign.append(a)
         shape, _, c, f = check_array(what, spec, a, dev, GPUArray, "a NumPy array, a device array "
-                                     "or an object with __cuda_array_interface__")
+                                     "or an object with __cuda_array_interface__ or DLPack")
         if isinstance(a, GPUArray):
             ptr, estrides = a.ptr, a.estrides
         else:
@@ -562,6 +582,13 @@ class _CudaApi:
 
     def sync_foreign(self, dev, stream):
         self.call("cuStreamSynchronize", stream)
+
+    # DLPack: CUDA memory (and managed memory) is taken; the consumer stream is this device's
+    # (1, the legacy default stream, where it has none: DLPack reserves 0 on CUDA).
+    dlpack_devices = (2, 13)                # kDLCUDA, kDLCUDAManaged
+
+    def dlpack_stream(self, dev):
+        return int(dev.stream or 0) or 1
 
 
 class _Device:
@@ -845,15 +872,22 @@ def launch(kernel: CUDAKernel, meta: dict, args, dims, debug: bool = False, bloc
 
 
 def to_device(array, device=None) -> CUDAArray:
-    """A NumPy array copied to ``device``; an object with ``__cuda_array_interface__`` (CuPy,
-    PyTorch, Numba) wrapped without a copy."""
-    dev = get_device(device)
+    """A NumPy array copied to ``device``; an object with ``__cuda_array_interface__`` or DLPack
+    (CuPy, PyTorch, JAX, Numba) wrapped without a copy."""
+    return foreign_or_copy(get_device(device), array, CUDAArray)
+
+
+def foreign_or_copy(dev, array, cls):
+    """``to_device`` of both runtimes: a device array as it is, another library's wrapped, a
+    NumPy array (or anything ``numpy.asarray`` takes) copied."""
     if isinstance(array, GPUArray):
         return array
-    if hasattr(array, "__cuda_array_interface__"):
+    if not isinstance(array, np.ndarray):
         dev.api.enter(dev)
-        return from_interface(dev.api, dev, array, CUDAArray)
-    return numpy_to_device(dev.api, dev, array, CUDAArray)
+        wrapped = from_foreign(dev.api, dev, array, cls)
+        if wrapped is not None:
+            return wrapped
+    return numpy_to_device(dev.api, dev, array, cls)
 
 
 def describe() -> str:

@@ -246,6 +246,30 @@ def group_shape(dims, limit, max_items) -> tuple:
     return tuple(sizes)
 
 
+def choose_block(dims, block, default, limit, max_items, where) -> tuple:
+    """The work-group (block) shape of a launch over ``dims``: ``default`` work-items (capped by
+    ``limit``, the kernel's and the device's) unless ``block`` says otherwise: an int is the
+    work-items of a group, a tuple (one extent per grid dimension) the shape.  ValueError,
+    naming ``where`` (the kernel and device), for a shape that does not fit."""
+    if block is None:
+        return group_shape(dims, min(default, limit), max_items)
+    if isinstance(block, (int, np.integer)) and not isinstance(block, (bool, np.bool_)):
+        if block < 1:
+            raise ValueError(f"block {block!r} must be at least 1 work-item")
+        return group_shape(dims, min(int(block), limit), max_items)
+    try:
+        shape = tuple(operator.index(x) for x in block)
+    except TypeError:
+        raise TypeError(f"block must be an int or a tuple of ints, not {block!r}") from None
+    if len(shape) != len(dims) or any(x < 1 for x in shape):
+        raise ValueError(f"block {block!r} does not match the grid {dims!r} (one extent of at "
+                         "least 1 per grid dimension)")
+    if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, max_items)):
+        raise ValueError(f"block {shape} is larger than {where} allows ({limit} work-items, at "
+                         f"most {tuple(max_items[:len(dims)])} per dimension)")
+    return shape
+
+
 def device_index(device, kind, name, device_type=None) -> int:
     """The index ``device`` names: None or ``kind`` is 0, ``kind:<index>`` its index, a
     ``device_type`` its own; ValueError otherwise (``name``: "a CUDA", "an OpenCL", ...)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 import threading
 
-from .cuda_runtime import GPUArray, GPUKernel, argspecs, from_interface, numpy_to_device, run
+from .cuda_runtime import GPUArray, GPUKernel, argspecs, foreign_or_copy, run
 from .device_args import device_index, no_such_device
 
 KIND = "hip"
@@ -155,6 +155,11 @@ class _HipApi:
 
     def sync_foreign(self, dev, stream):
         self.call("hipStreamSynchronize", stream)
+
+    dlpack_devices = (10,)                  # kDLROCM
+
+    def dlpack_stream(self, dev):           # on ROCm, 0 is the default stream
+        return int(dev.stream or 0)
 
 
 class _Device:
@@ -395,15 +400,9 @@ def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block
 
 
 def to_device(array, device=None) -> HIPArray:
-    """A NumPy array copied to ``device``; an object with ``__cuda_array_interface__`` (CuPy or
-    PyTorch on ROCm) wrapped without a copy."""
-    dev = get_device(device)
-    if isinstance(array, GPUArray):
-        return array
-    if hasattr(array, "__cuda_array_interface__"):
-        dev.api.enter(dev)
-        return from_interface(dev.api, dev, array, HIPArray)
-    return numpy_to_device(dev.api, dev, array, HIPArray)
+    """A NumPy array copied to ``device``; an object with ``__cuda_array_interface__`` or DLPack
+    (CuPy or PyTorch on ROCm) wrapped without a copy."""
+    return foreign_or_copy(get_device(device), array, HIPArray)
 
 
 def describe() -> str:

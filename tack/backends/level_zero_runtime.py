@@ -51,7 +51,7 @@ import threading
 import numpy as np
 
 from .device_args import (ArrayShape, Staging, argspecs, check_array, check_launch,
-                          check_param_count, check_scalar, device_index, group_shape, host_copy,
+                          check_param_count, check_scalar, choose_block, device_index, host_copy,
                           layout_contiguity, layout_strides, no_such_device)
 
 KIND = "level_zero"
@@ -559,7 +559,9 @@ def candidate_keys(device=None) -> list:
         [(f"{KIND}:spirv", key_for(f"{KIND}:spirv"))]
 
 
-lookup_keys = candidate_keys
+def lookup_keys(device=None) -> list:
+    """The target keys of ``candidate_keys``, in its order (what the cache looks up)."""
+    return [k for _, k in candidate_keys(device)]
 
 
 def host_key(device=None) -> str:
@@ -708,12 +710,28 @@ def load(payload: bytes, meta: dict, device=None) -> LevelZeroKernel:
     api("zeKernelGetProperties", kernel, ctypes.byref(props))
     k = LevelZeroKernel(dev, module, kernel, entry, specs, fmt, refused, from_driver, log,
                         props.numKernelArgs)
+    k.spirv = spirv
     base = sum(s.slots() for s in specs) + 3
     if k.num_args not in (base, base + 1):
         raise LevelZeroError(f"kernel '{entry}' takes {k.num_args} parameters; its metadata "
                              f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in "
                              "debug mode")
     return k
+
+
+def store_back(kernel):
+    """(target key, artifact, what it is) of the native code the driver built from SPIR-V
+    (``zeModuleGetNativeBinary``), with that SPIR-V, for the dispatcher to store under the
+    device's native key: the next process loads it natively, and falls back to the SPIR-V if a
+    driver update refuses it.  None for a module loaded natively, or a device Tack has no
+    native key for."""
+    if not kernel.native_from_driver or not kernel.dev.archs:
+        return None
+    from .gpu import key_for, pack_level_zero
+    arch = f"{KIND}:{kernel.dev.archs[0]}"
+    return key_for(arch), pack_level_zero(kernel.spirv, kernel.native_from_driver), {
+        "backend": KIND, "arch": arch, "suffix": ".spv.zebin", "device": kernel.dev.name,
+        "made_by": "driver"}
 
 
 # ---------------------------------------------------------------------------
@@ -779,12 +797,12 @@ def _raw(dtype, value) -> bytes:
     return np.asarray(value, dtype=dtype).tobytes()
 
 
-def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False, group=None):
+def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False, block=None):
     """Run ``kernel`` over ``dims`` (1 to 3 extents) with ``args`` (one per value argument, as
     ``meta["argspec"]`` types them); returns the error record (int64[4]) in debug mode, else None.
 
     NumPy arrays go in shared allocations, copied in before the launch and, when their type is
-    writable, back after it; ``LevelZeroArray`` arguments stay on the device.  ``group`` (a
+    writable, back after it; ``LevelZeroArray`` arguments stay on the device.  ``block`` (a
     tuple like ``dims``, or an int: work-items per group) overrides the work-group shape.
     """
     dev = kernel.dev
@@ -832,20 +850,8 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
             values.append(_raw("<u8", errptr))
         if grid[0] * grid[1] * grid[2] == 0:
             return err
-        limit = min(DEFAULT_GROUP_SIZE, dev.max_group)
-        if group is None:
-            local = group_shape(dims, limit, dev.max_item_sizes)
-        elif isinstance(group, (int, np.integer)):
-            local = group_shape(dims, min(int(group), dev.max_group), dev.max_item_sizes)
-        else:
-            local = tuple(int(x) for x in group)
-            if len(local) != len(dims) or any(x < 1 for x in local):
-                raise ValueError(f"group {group!r} does not match the grid {dims!r}")
-            if int(np.prod(local)) > dev.max_group or \
-                    any(x > m for x, m in zip(local, dev.max_item_sizes)):
-                raise ValueError(f"group {local} is larger than {dev.name} allows "
-                                 f"({dev.max_group} work-items, at most "
-                                 f"{dev.max_item_sizes[:len(dims)]} per dimension)")
+        local = choose_block(dims, block, DEFAULT_GROUP_SIZE, dev.max_group,
+                             dev.max_item_sizes, f"kernel '{kernel.entry}' on {dev.name}")
         local3 = tuple(local) + (1,) * (3 - len(local))
         counts = tuple(-(-n // l) for n, l in zip(grid, local3))
         if any(c > m for c, m in zip(counts, dev.max_group_counts)):

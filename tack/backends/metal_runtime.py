@@ -78,7 +78,9 @@ def candidate_keys(device=None) -> list:
     return [(f"{KIND}:{DEFAULT_FAMILY}", key_for(f"{KIND}:{DEFAULT_FAMILY}"))]
 
 
-lookup_keys = candidate_keys
+def lookup_keys(device=None) -> list:
+    """The target keys of ``candidate_keys``, in its order (what the cache looks up)."""
+    return [k for _, k in candidate_keys(device)]
 
 
 def host_key(device=None) -> str:
@@ -94,7 +96,7 @@ def load(payload: bytes, meta: dict, device=None):
     _need()
 
 
-def launch(kernel, meta, args, dims, debug=False, group=None):
+def launch(kernel, meta, args, dims, debug=False, block=None):
     _need()
 
 

@@ -50,7 +50,7 @@ import warnings
 import numpy as np
 
 from .device_args import (ArrayShape, Staging, argspecs, check_array, check_launch,
-                          check_param_count, check_scalar, device_index, group_shape, host_copy,
+                          check_param_count, check_scalar, choose_block, device_index, host_copy,
                           layout_contiguity, layout_strides, no_such_device)
 
 KIND = "opencl"
@@ -298,10 +298,13 @@ def _device_index(device) -> int:
 class _Device:
     """A device with its context and in-order queue."""
 
-    def __init__(self, cl, name, device):
+    def __init__(self, cl, name, device, index=0):
         self.cl = cl
-        self.name = name
+        self.name, self.index = name, index
         self.device = device
+        # What the device's program binaries depend on besides the device: its driver's and
+        # its platform's versions.
+        self.driver = f"{device.driver_version}; {device.platform.version}"
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context, device)
         self.max_item_sizes = tuple(device.max_work_item_sizes)
@@ -319,7 +322,7 @@ def get_device(device=None) -> _Device:
         dev = _contexts.get(index)
         if dev is None:
             name, d = found[index]
-            dev = _contexts[index] = _Device(_cl(), name, d)
+            dev = _contexts[index] = _Device(_cl(), name, d, index)
     return dev
 
 
@@ -334,13 +337,24 @@ def spirv_key() -> str:
     return key_for("level_zero:spirv")
 
 
-def candidate_keys(device=None) -> list:
-    """[(architecture name, target key)] a launch on ``device`` can use, most specific first.
+def device_key(dev) -> str:
+    """Target key of a device's own program binary, built by its driver from Tack's SPIR-V:
+    the device, its driver and platform versions, and the SPIR-V's key (so a driver update or a
+    new LLVM is another key)."""
+    from ..cache.warm import digest
+    return digest("target", ("backend", KIND), ("device", dev.name), ("driver", dev.driver),
+                  ("spirv", spirv_key()))
 
-    SPIR-V only, for now: it is portable, so its key names no device (a
-    device's native binaries, once cached, would come before it).
-    """
-    return [("level_zero:spirv", spirv_key())]
+
+def candidate_keys(device=None) -> list:
+    """[(architecture name, target key)] a launch on ``device`` can use, most specific first:
+    the program binary its driver built from SPIR-V before (stored back by the dispatcher),
+    then the portable SPIR-V.  Without a device: SPIR-V."""
+    keys = [("level_zero:spirv", spirv_key())]
+    if available():
+        dev = get_device(device)
+        keys.insert(0, (f"{KIND}:{dev.index}", device_key(dev)))
+    return keys
 
 
 def toolchain_target(device=None):
@@ -350,8 +364,8 @@ def toolchain_target(device=None):
 
 
 def lookup_keys(device=None) -> tuple:
-    """The keys the user's cache is looked up with: the portable SPIR-V's."""
-    return (spirv_key(),)
+    """The keys the user's cache is looked up with: the device's binary's, then the SPIR-V's."""
+    return tuple(k for _, k in candidate_keys(device))
 
 
 def host_key() -> str:
@@ -360,8 +374,8 @@ def host_key() -> str:
 
 
 def site_candidates(host=None) -> list:
-    """Site bundles for this runtime: the portable SPIR-V key."""
-    return candidate_keys()
+    """Site bundles for this runtime: the portable SPIR-V key (bundles hold no driver's code)."""
+    return [("level_zero:spirv", spirv_key())]
 
 
 # ---------------------------------------------------------------------------
@@ -507,12 +521,29 @@ def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
         raise OpenCLError(f"SPIR-V program has no kernel '{entry}' (it has: {names or 'none'}; {e})") \
             from None
     k = OpenCLKernel(dev, program, kernel, entry, specs, build_log)
-    k.format, k.native_refused = fmt, refused
+    k.format, k.native_refused, k.spirv = fmt, refused, bytes(payload)
     base = sum(s.slots() for s in specs) + 3
     if k.num_args not in (base, base + 1):
         raise OpenCLError(f"kernel '{entry}' takes {k.num_args} parameters; its metadata "
                           f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in debug mode")
     return k
+
+
+def store_back(kernel):
+    """(target key, artifact, what it is) of the program binary the driver built from SPIR-V, for
+    the dispatcher to store under this device's key, so the next process skips the driver's
+    compile; None when the kernel was loaded from such a binary already (or there is none)."""
+    if kernel.format != "spirv":
+        return None
+    cl = kernel.dev.cl
+    binaries = kernel.program.get_info(cl.program_info.BINARIES)
+    if not binaries or not binaries[0]:
+        return None
+    from .gpu import pack_level_zero
+    dev = kernel.dev
+    return device_key(dev), pack_level_zero(kernel.spirv, bytes(binaries[0])), {
+        "backend": KIND, "arch": f"{KIND}:{dev.index}", "suffix": ".spv.clbin",
+        "device": dev.name, "driver": dev.driver, "made_by": "driver"}
 
 
 class OpenCLArray(ArrayShape):
@@ -566,13 +597,13 @@ def to_device(array, device=None) -> OpenCLArray:
                        bool(a.flags.writeable))
 
 
-def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, local_size=None):
+def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, block=None):
     """Run ``kernel`` over the grid ``dims`` (1 to 3 extents) with ``args`` (one per value argument,
     as ``meta["argspec"]`` types them).
 
     NumPy arrays are copied to device buffers before the launch and, when
     their type is writable, back after it; ``OpenCLArray`` arguments stay on
-    the device.  ``local_size`` (a tuple like ``dims``, or an int for the
+    the device.  ``block`` (a tuple like ``dims``, or an int for the
     work-items of a group) overrides the work-group shape.  Returns the error
     record (``numpy.int64[4]``) in debug mode, None otherwise; the launch has
     finished and the copies are back when it returns.
@@ -617,19 +648,8 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, lo
 
     if grid[0] * grid[1] * grid[2] == 0:
         return err
-    if local_size is None:
-        local = group_shape(dims, min(DEFAULT_GROUP_SIZE, kernel.max_group), dev.max_item_sizes)
-    elif isinstance(local_size, (int, np.integer)):
-        local = group_shape(dims, min(int(local_size), kernel.max_group), dev.max_item_sizes)
-    else:
-        local = tuple(int(x) for x in local_size)
-        if len(local) != len(dims) or any(x < 1 for x in local):
-            raise ValueError(f"local_size {local_size!r} does not match the grid {dims!r}")
-        total = int(np.prod(local))
-        if total > kernel.max_group or any(x > m for x, m in zip(local, dev.max_item_sizes)):
-            raise ValueError(f"local_size {local} is larger than kernel '{kernel.entry}' allows on "
-                             f"{dev.name} ({kernel.max_group} work-items, at most "
-                             f"{dev.max_item_sizes[:len(dims)]} per dimension)")
+    local = choose_block(dims, block, DEFAULT_GROUP_SIZE, kernel.max_group, dev.max_item_sizes,
+                         f"kernel '{kernel.entry}' on {dev.name}")
     global_size = tuple(-(-n // l) * l for n, l in zip(dims, local))
 
     with kernel.lock:

@@ -18,6 +18,7 @@ without a GPU.
 from __future__ import annotations
 
 import ctypes
+import gc
 import enum
 import importlib.util
 import os
@@ -172,6 +173,14 @@ def test_module_main_says_why_and_exits_1():
 # 2. the driver simulated at the boundary
 
 
+class Handle(str):
+    """A driver handle of the fakes: named for the tests, an integer to ``int()`` as the real
+    bindings' handles are (cuda-python's CUstream, hip-python's hipStream_t)."""
+
+    def __int__(self):
+        return 0x5000 + sum(map(ord, self))
+
+
 class Memory:
     """Device memory of a fake driver: host buffers, by address."""
 
@@ -292,7 +301,7 @@ class FakeCuda:
         return (self._rec("cuCtxSetCurrent", ctx),)
 
     def cuStreamCreate(self, flags):
-        return (self._rec("cuStreamCreate", flags), "stream0")
+        return (self._rec("cuStreamCreate", flags), Handle("stream0"))
 
     def cuStreamSynchronize(self, s):
         return (self._rec("cuStreamSynchronize", s),)
@@ -693,6 +702,48 @@ def test_cuda_array_interface_objects_are_passed_by_pointer(fake_cuda):
             cr.launch(k, art.meta, (np.float32(1), x, x, bad), (32,))
 
 
+def test_dlpack_device_arrays_are_passed_by_pointer(fake_cuda):
+    """A DLPack array in CUDA memory (a capsule made as CuPy's or PyTorch's are) is launched by
+    its pointer: no copy, the device's stream handed to the producer, its capsule given back
+    once the launch is over; another device's or a read-only one is refused, naming it."""
+    from tack import dlpack
+    from tests.dlpack_producer import Producer
+    x = np.arange(64, dtype=np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    dev = cr.get_device()
+    ptr = fake_cuda.mem.alloc(x.nbytes)
+    ctypes.memmove(ptr, x.ctypes.data, x.nbytes)
+    foreign = Producer(ptr, (64,), np.float32, device=(dlpack.CUDA, 0))
+    fake_cuda.calls.clear()
+    cr.launch(k, art.meta, (np.float32(3), foreign, foreign, foreign), (64,))
+    assert not [c for c in fake_cuda.calls if c[0].startswith("cuMemcpy")]
+    np.testing.assert_array_equal(fake_cuda.mem.view(ptr, np.float32, (64,), (1,)), 4 * x)
+    assert foreign.streams == [int(dev.stream)] * 3 and int(dev.stream) > 2
+    gc.collect()
+    assert foreign.deleted == 3
+    wrapped = cr.to_device(foreign)
+    assert isinstance(wrapped, cr.CUDAArray) and wrapped.ptr == ptr
+    np.testing.assert_array_equal(wrapped.numpy(), 4 * x)
+    del wrapped
+    gc.collect()
+    assert ptr in fake_cuda.mem.blocks and foreign.deleted == 4     # not ours to free
+    strided = Producer(ptr, (32,), np.float32, strides=(2,), device=(dlpack.CUDA_MANAGED, 0))
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    for bad, exc, match in [
+            (Producer(ptr, (64,), np.float32, device=(dlpack.CUDA, 1)), ValueError,
+             r"lives on cuda:1 \(DLPack\)"),
+            (Producer(ptr, (64,), np.float32, device=(dlpack.ROCM, 0)), ValueError, "lives on rocm:0"),
+            (Producer(ptr, (64,), np.float32, device=(dlpack.CUDA, 0), readonly=True), TypeError,
+             "read-only"),
+            (strided, TypeError, "not C-contiguous"),
+            (Producer(ptr + 4 * 63, (64,), np.float32, strides=(-1,), device=(dlpack.CUDA, 0)),
+             TypeError, "non-negative strides")]:
+        with pytest.raises(exc, match=match):
+            cr.launch(k, art.meta, (np.float32(1), x, x, bad), (64,))
+
+
 # -- HIP, simulated at hip-python's boundary --------------------------------------------------
 
 
@@ -748,7 +799,7 @@ class FakeHip:
         return (self._ok("hipSetDevice", i),)
 
     def hipStreamCreateWithFlags(self, flags):
-        return (self._ok("hipStreamCreateWithFlags", flags), "hstream")
+        return (self._ok("hipStreamCreateWithFlags", flags), Handle("hstream"))
 
     def hipStreamSynchronize(self, s):
         return (self._ok("hipStreamSynchronize", s),)
@@ -853,6 +904,16 @@ def test_hip_launch_through_the_shared_machinery(fake_hip):
     d = hr.to_device(x)
     assert isinstance(d, hr.HIPArray)
     np.testing.assert_array_equal(d.numpy(), x)
+    from tack import dlpack
+    from tests.dlpack_producer import Producer
+    rocm = Producer(d.ptr, (300,), np.float32, device=(dlpack.ROCM, 0))
+    fake_hip.calls.clear()
+    hr.launch(k, art.meta, (np.float32(1), rocm, rocm, rocm), (300,))    # by pointer, no copy
+    assert not [c for c in fake_hip.calls if c[0].startswith("hipMemcpy")]
+    assert rocm.streams == [int(hr.get_device("hip").stream)] * 3
+    np.testing.assert_array_equal(d.numpy(), 2 * x)
+    with pytest.raises(ValueError, match="lives on cuda:0"):
+        hr.to_device(Producer(d.ptr, (300,), np.float32, device=(dlpack.CUDA, 0)))
 
 
 # ---------------------------------------------------------------------------

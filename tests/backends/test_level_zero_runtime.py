@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from tack.backends import level_zero_runtime as zrt
-from tack.backends.gpu import key_for, pack_level_zero
+from tack.backends.gpu import key_for, pack_level_zero, unpack_level_zero
 
 TIMEOUT = 120
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -413,7 +413,7 @@ def test_devices_keys_and_toolchain_target(fake):
     assert keys == [("level_zero:pvc", key_for("level_zero:pvc")),
                     ("level_zero:xe-hpc", key_for("level_zero:xe-hpc")),
                     ("level_zero:spirv", key_for("level_zero:spirv"))]
-    assert zrt.lookup_keys() == zrt.site_candidates() == keys
+    assert zrt.lookup_keys() == [k for _, k in keys] and zrt.site_candidates() == keys
     assert zrt.host_key() == key_for("level_zero:pvc")
     # the compute queue group (ordinal 1 here, not the copy-only 0) for the queue and the list
     assert ("zeCommandQueueCreate", 1) in f.calls and ("zeCommandListCreate", 1) in f.calls
@@ -440,6 +440,25 @@ def test_native_refused_falls_back_to_spirv_and_returns_the_drivers_native_code(
     assert "stepping mismatch" in k.native_refused
     assert ("zeKernelCreate", b"tack_saxpy_entry") in f.calls
     assert [c[0] for c in f.calls].count("zeModuleBuildLogDestroy") == 2
+
+
+@pytest.mark.parametrize("device_id,native_result,stored", [
+    (0x0BD5, zrt.ZE_RESULT_ERROR_INVALID_NATIVE_BINARY, "pvc"),   # refused: the driver's is stored
+    (0x56A0, zrt.ZE_RESULT_SUCCESS, None),                         # loaded natively: nothing
+    (0x1234, zrt.ZE_RESULT_ERROR_INVALID_NATIVE_BINARY, None)])    # no native key for the device
+def test_store_back_of_the_drivers_native_code(fake, device_id, native_result, stored):
+    """What the dispatcher stores back after a load: the driver's native code with the SPIR-V it
+    was built from, under the device's native key (which a later process looks up first)."""
+    fake(device_id=device_id, native_result=native_result, num_args=10)
+    k = zrt.load(pack_level_zero(SPIRV, NATIVE), SAXPY_META)
+    got = zrt.store_back(k)
+    if stored is None:
+        assert got is None
+        return
+    key, payload, made = got
+    assert key == key_for(f"level_zero:{stored}") == zrt.lookup_keys()[0]
+    assert unpack_level_zero(payload) == (SPIRV, b"ZEBIN-FROM-DRIVER")
+    assert made["arch"] == f"level_zero:{stored}" and made["made_by"] == "driver"
 
 
 def test_native_accepted_builds_once(fake):
@@ -572,7 +591,7 @@ def test_launch_refusals(fake):
     with pytest.raises(zrt.LevelZeroError, match="debug"):
         zrt.launch(k, SAXPY_META, (1.0, x, x, x), (4,), debug=True)
     with pytest.raises(ValueError, match="does not match the grid"):
-        zrt.launch(k, SAXPY_META, (1.0, x, x, x), (4,), group=(2, 2))
+        zrt.launch(k, SAXPY_META, (1.0, x, x, x), (4,), block=(2, 2))
     assert zrt.launch(k, SAXPY_META, (1.0, x[:0], x[:0], x[:0]), (0,)) is None
 
 

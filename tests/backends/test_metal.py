@@ -301,6 +301,7 @@ def test_target_keys_and_settings():
     assert t.kind == "metal" and t.suffix == ".metal" and t.arch == "apple"
     assert t.settings["msl"] == "3.0" and t.settings["emitter"] == metal.EMITTER_VERSION
     assert t.key == metal.key_for("metal:apple") == metal_runtime.host_key()
+    assert metal_runtime.lookup_keys() == [t.key]       # keys, as the cache looks them up
     assert t.key != metal.target("metal:apple8").key
     from tack.archs import ArchError
     with pytest.raises(ArchError, match="metal:apple"):

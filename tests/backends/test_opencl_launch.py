@@ -114,7 +114,8 @@ WARM = textwrap.dedent("""
     p = np.indices((19, 19, 19)).astype(np.float32)
     f = np.sqrt(((p - 9.0) ** 2).sum(axis=0)).astype(np.float32)
     v, fc = mod.contour(f, 5.0)
-    print(json.dumps({"ntri": len(fc), "stats": tack.cache.stats(),
+    formats = sorted(v.kernel.format for k in (mod.classify, mod.emit) for v in k._variants.values())
+    print(json.dumps({"ntri": len(fc), "stats": tack.cache.stats(), "formats": formats,
                       "compiler": sorted(m for m in ("llvmlite.binding", "tack.codegen")
                                          if m in sys.modules)}))
 """)
@@ -129,13 +130,45 @@ def run_warm(cache):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def test_a_second_process_loads_the_spirv_from_the_cache(tmp_path):
-    """The SPIR-V a first process compiled and stored is what a second one loads: both contour
-    kernels hit, and no compiler module is imported."""
-    cold = run_warm(tmp_path / "cache")
-    warm = run_warm(tmp_path / "cache")
-    assert cold["stats"]["misses"]["variant"] == 2 and warm["ntri"] == cold["ntri"] > 0
+def variant_entries(cache):
+    """{path: (backend, arch, payload, key, meta)} of the variant entries under a cache directory."""
+    from tack.cache.warm import KIND_VARIANT, decode
+    out = {}
+    for path in sorted(cache.rglob("*.tvar")):
+        key, meta, payload = decode(path.read_bytes(), KIND_VARIANT)
+        out[path] = (meta["backend"], meta["arch"], payload, key, meta)
+    return out
+
+
+def test_a_second_process_loads_the_drivers_binary_from_the_cache(tmp_path):
+    """A first process compiles the contour's kernels to SPIR-V and stores it, and stores the
+    program binaries the driver built from it under the device's key; a second process loads
+    those binaries (no driver compile, no compiler module imported).  A binary the driver
+    refuses (corrupted here) falls back to the SPIR-V stored with it, and is replaced."""
+    from tack.backends import gpu
+    cache = tmp_path / "cache"
+    cold = run_warm(cache)
+    assert cold["stats"]["misses"]["variant"] == 2 and cold["formats"] == ["spirv", "spirv"]
+    entries = variant_entries(cache)
+    assert sorted(e[:2] for e in entries.values()) == [
+        ("level_zero", "level_zero:spirv")] * 2 + [("opencl", "opencl:0")] * 2
+    warm = run_warm(cache)
+    assert warm["ntri"] == cold["ntri"] > 0 and warm["formats"] == ["native", "native"]
     assert warm["stats"]["hits"]["variant"] == 2 and warm["compiler"] == []
+    assert warm["stats"]["bytes_written"] == 0
+    from tack.cache.store import encode
+    from tack.cache.warm import KIND_VARIANT
+    for path, (backend, _, payload, key, meta) in entries.items():
+        if backend == "opencl":         # a valid entry whose binary the driver refuses
+            spirv, native = gpu.unpack_level_zero(payload)
+            assert spirv[:4] == b"\x03\x02\x23\x07" and native
+            damaged = native[:64] + bytes(len(native) - 64)
+            path.write_bytes(encode(KIND_VARIANT, key, meta, gpu.pack_level_zero(spirv, damaged)))
+    bad = run_warm(cache)
+    assert bad["ntri"] == cold["ntri"] and bad["formats"] == ["spirv", "spirv"]
+    assert bad["stats"]["hits"]["variant"] == 2 and bad["stats"]["damaged"] == 0
+    again = run_warm(cache)
+    assert again["formats"] == ["native", "native"] and again["ntri"] == cold["ntri"]
 
 
 def test_unknown_device_is_a_clear_error():
@@ -170,3 +203,37 @@ def test_level_zero_native_code_refused_falls_back_to_its_spirv(damage):
 def k_saxpy(a, x, y, out):
     i = tack.tid()
     out[i] = a * x[i] + y[i]
+
+
+@tack.kernel
+def k_scale2d(a, out):
+    i, j = tack.tid()
+    out[i, j] = 2.0 * a[i, j]
+
+
+@tack.kernel
+def k_fill(out, v):
+    out[tack.tid()] = v
+
+
+def test_block_is_the_work_group_of_a_device_launch():
+    """tack.launch(..., block=): the work-group shape on the device (an int or one extent per grid
+    dimension, any size that does not divide the grid); one the device cannot take is a
+    ValueError naming the kernel and the device's limits; the CPU ignores block."""
+    a = np.arange(35.0 * 17).reshape(35, 17)
+    for block in (None, 1, 16, (5, 3), (35, 1), (1, 17)):
+        out = np.zeros_like(a)
+        tack.launch(k_scale2d, a.shape, (a, out), device="opencl", block=block)
+        np.testing.assert_array_equal(out, 2 * a)
+    with pytest.raises(ValueError, match=r"block \(5,\) does not match the grid \(35, 17\)"):
+        tack.launch(k_scale2d, a.shape, (a, out), device="opencl", block=(5,))
+    with pytest.raises(ValueError, match=r"block \(65536, 65536\) is larger than kernel 'k_scale2d' on "):
+        tack.launch(k_scale2d, a.shape, (a, out), device="opencl", block=(1 << 16, 1 << 16))
+    with pytest.raises(TypeError, match=r"kernel 'k_fill': argument 'v' = 2361183241434822606848 "
+                                        r"does not fit int64"):
+        tack.launch(k_fill, 4, (np.zeros(4, np.int64), 1 << 71), device="opencl")
+    with pytest.raises(TypeError, match="block must be an int or a tuple of ints"):
+        tack.launch(k_scale2d, a.shape, (a, out), device="opencl", block="big")
+    out = np.zeros_like(a)
+    tack.launch(k_scale2d, a.shape, (a, out), block=(1 << 16, 1 << 16))
+    np.testing.assert_array_equal(out, 2 * a)

@@ -319,14 +319,23 @@ def test_device_names_that_do_not_exist_are_refused(device):
         ocl.get_device("cuda:0")
 
 
-def test_candidate_keys_name_spirv_not_the_device():
+def test_candidate_keys_the_devices_binary_then_spirv():
+    """A device's keys: its driver's program binary (stored back after a SPIR-V build), then
+    SPIR-V, whose key names no device; compiling makes SPIR-V (host_key); site bundles are
+    looked up by the SPIR-V key alone."""
+    dev = ocl.get_device()
     keys = ocl.candidate_keys()
-    assert keys == [("level_zero:spirv", ocl.spirv_key())]
+    assert keys == [("opencl:0", ocl.device_key(dev)), ("level_zero:spirv", ocl.spirv_key())]
+    assert ocl.lookup_keys() == tuple(k for _, k in keys)
     from tack.backends import level_zero
     assert level_zero.target("level_zero:spirv").key == ocl.spirv_key()   # one identity
     assert ocl.candidate_keys("opencl:0") == keys
     assert ocl.host_key() == ocl.spirv_key()
-    assert len(ocl.spirv_key()) == 64
+    assert ocl.site_candidates() == [("level_zero:spirv", ocl.spirv_key())]
+    assert len(ocl.spirv_key()) == 64 and ocl.device_key(dev) != ocl.spirv_key()
+    import types
+    updated = types.SimpleNamespace(name=dev.name, driver=dev.driver + " (updated)")
+    assert ocl.device_key(updated) != ocl.device_key(dev)     # a driver update: another key
 
 
 def _run_python(code, env_changes, timeout=SUBPROCESS_TIMEOUT):
@@ -470,7 +479,7 @@ def test_work_group_sizes_and_rounding(kernels, local_size):
     n = 1001
     x = np.arange(n, dtype=np.float32)
     y = np.zeros(n, np.float32)
-    ocl.launch(k, meta, (x, y, 1.0), (n,), local_size=local_size)
+    ocl.launch(k, meta, (x, y, 1.0), (n,), block=local_size)
     np.testing.assert_array_equal(y, x)
 
 
@@ -478,9 +487,9 @@ def test_local_size_that_does_not_fit_is_refused(kernels):
     k, meta = kernels["saxpy"]
     x = np.zeros(4, np.float32)
     with pytest.raises(ValueError, match="does not match the grid"):
-        ocl.launch(k, meta, (x, x.copy(), 1.0), (4,), local_size=(2, 2))
-    with pytest.raises(ValueError, match="larger than kernel 'saxpy' allows"):
-        ocl.launch(k, meta, (x, x.copy(), 1.0), (4,), local_size=(1 << 30,))
+        ocl.launch(k, meta, (x, x.copy(), 1.0), (4,), block=(2, 2))
+    with pytest.raises(ValueError, match="larger than kernel 'saxpy' on .* allows"):
+        ocl.launch(k, meta, (x, x.copy(), 1.0), (4,), block=(1 << 30,))
 
 
 def test_2d_fortran_input_strided_output_float64_scalar(kernels):

@@ -1,0 +1,141 @@
+"""DLPack (tack.dlpack): NumPy's own capsules read right (versioned and not), the protocol's
+ownership kept (the capsule renamed, the producer's deleter called once), producers' failures
+turned into TypeErrors naming them, and other libraries' host arrays launched on the CPU
+without a copy."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+import tack
+from tack import dlpack
+
+from .dlpack_producer import Producer, host
+
+
+class OldNumPyStyle:
+    """A producer from before DLPack 1.0: ``__dlpack__(stream=None)`` only."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+class Wrapped:
+    """Another library's host array: DLPack, and a ``dtype`` NumPy cannot read (as PyTorch's)."""
+
+    dtype = "torch.float64"
+
+    def __init__(self, a):
+        self.a = a
+        self.shape = a.shape
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(12.0).reshape(3, 4),
+    lambda: np.asfortranarray(np.arange(12, dtype=np.int32).reshape(3, 4)),
+    lambda: np.arange(40, dtype=np.uint64).reshape(5, 8)[1:, ::3],
+    lambda: np.array([True, False, True]),
+    lambda: np.arange(6, dtype=np.float32)[2:],
+])
+@pytest.mark.parametrize("old", [False, True])
+def test_numpy_capsules_read_as_numpy_sees_them(make, old):
+    a = make()
+    before = sys.getrefcount(a)
+    t = dlpack.view(OldNumPyStyle(a) if old else a)
+    assert t._versioned is not old
+    assert t.ptr == a.ctypes.data and t.shape == a.shape and t.dtype == a.dtype
+    assert t.estrides == [s // a.itemsize for s in a.strides]
+    assert t.device == (dlpack.CPU, 0) and t.writable
+    t.close()
+    t.close()                               # once only
+    del t
+    gc.collect()
+    assert sys.getrefcount(a) == before     # NumPy's deleter ran: it holds the array no more
+
+
+def test_read_only_flag_of_a_versioned_capsule():
+    a = np.arange(4.0)
+    a.flags.writeable = False
+    assert dlpack.view(a).writable is False
+    assert dlpack.view(host(a, readonly=True)).writable is False
+    assert dlpack.view(host(np.arange(4.0))).writable is True
+
+
+def test_a_hand_made_capsule_byte_offset_null_strides_and_deleter():
+    a = np.arange(10, dtype=np.int64)
+    p = Producer(a.ctypes.data, (2, 3), np.int64, None, byte_offset=16)
+    t = dlpack.view(p)
+    assert t.ptr == a.ctypes.data + 16 and t.estrides == [3, 1] and t.shape == (2, 3)
+    assert p.deleted == 0
+    del t
+    gc.collect()
+    assert p.deleted == 1
+
+
+def test_producers_tack_cannot_take_are_type_errors_naming_them():
+    class Fails:
+        def __dlpack__(self, **kw):
+            raise BufferError("exporting is not allowed")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    class NotACapsule(Fails):
+        def __dlpack__(self, **kw):
+            return "capsule"
+
+    with pytest.raises(dlpack.DLPackError, match=r"Fails.__dlpack__\(\) failed \(BufferError"):
+        dlpack.view(Fails())
+    with pytest.raises(dlpack.DLPackError, match="returned str, not an unused DLPack capsule"):
+        dlpack.view(NotACapsule())
+    cplx = Producer(np.zeros(4, np.complex64).ctypes.data, (4,), np.complex64)
+    with pytest.raises(dlpack.DLPackError, match=r"Producer's DLPack tensor is not one Tack takes: "
+                                                 r"its dtype \(code 5, 64 bits, 1 lanes\)"):
+        dlpack.view(cplx)
+    assert cplx.deleted == 1                    # the capsule went back to its producer
+    assert issubclass(dlpack.DLPackError, TypeError)
+
+
+@tack.kernel
+def axpy(a, x, y):
+    i = tack.tid()
+    y[i] = a * x[i] + y[i]
+
+
+def test_host_arrays_of_other_libraries_launch_on_the_cpu_without_a_copy():
+    """A DLPack host array (a wrapper with a non-NumPy dtype, a hand-made capsule, an old-style
+    producer) is launched as a NumPy view of its memory: the kernel's writes are in it."""
+    x = np.arange(8.0)
+    y = np.ones(8)
+    tack.launch(axpy, 8, (2.0, Wrapped(x), Wrapped(y)))
+    np.testing.assert_array_equal(y, 2 * x + 1)
+    tack.launch(axpy, 8, (2.0, OldNumPyStyle(x), host(y)), block=4)     # block: ignored on a CPU
+    np.testing.assert_array_equal(y, 4 * x + 1)
+    z = np.ones(16)[::2]                                                # strided memory
+    tack.launch(axpy, 8, (1.0, x, host(z)))
+    np.testing.assert_array_equal(z, x + 1)
+
+
+def test_read_only_and_device_dlpack_arrays_are_refused_on_the_cpu():
+    x = np.arange(4.0)
+    with pytest.raises(tack.CompileError, match="read-only"):
+        tack.launch(axpy, 4, (1.0, x, host(np.ones(4), readonly=True)))
+    gpu = Producer(x.ctypes.data, (4,), np.float64, device=(dlpack.CUDA, 0))
+    with pytest.raises(TypeError, match="array on a device"):
+        tack.launch(axpy, 4, (1.0, x, gpu))
