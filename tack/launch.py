@@ -315,10 +315,15 @@ def _compile(kernel, dims, args, device, debug):
 
 
 def _host_dlpack(args) -> list:
-    """Indices of the arguments that are another library's arrays in host memory (DLPack)."""
+    """Indices of the arguments that are another library's arrays in host memory (DLPack).
+    (tack.dlpack is imported only when an argument offers DLPack: not on a NumPy launch.)"""
+    offers = [i for i, a in enumerate(args) if hasattr(a, "__dlpack__")
+              and not isinstance(a, (np.ndarray, np.generic, type))]
+    if not offers:
+        return []
     from . import dlpack
-    return [i for i, a in enumerate(args) if not isinstance(a, (np.ndarray, np.generic, type))
-            and dlpack.is_dlpack(a) and dlpack.device_of(a)[0] in dlpack.HOST]
+    return [i for i in offers if dlpack.is_dlpack(args[i])
+            and dlpack.device_of(args[i])[0] in dlpack.HOST]
 
 
 def _as_numpy(args, host):

@@ -139,3 +139,31 @@ def test_read_only_and_device_dlpack_arrays_are_refused_on_the_cpu():
     gpu = Producer(x.ctypes.data, (4,), np.float64, device=(dlpack.CUDA, 0))
     with pytest.raises(TypeError, match="array on a device"):
         tack.launch(axpy, 4, (1.0, x, gpu))
+
+
+def test_a_numpy_launch_does_not_import_dlpack(tmp_path):
+    """tack.dlpack (ctypes structures, some 0.4 ms to import) stays out of a process whose
+    launches take NumPy arrays only: the warm first call does not pay for it."""
+    import os
+    import subprocess
+    import textwrap
+    (tmp_path / "k.py").write_text(textwrap.dedent("""
+        import sys, numpy as np, tack
+
+        @tack.kernel
+        def axpy(a, x, y):
+            i = tack.tid()
+            y[i] = a * x[i] + y[i]
+
+        x = np.arange(4.0)
+        y = np.ones(4)
+        tack.launch(axpy, 4, (2.0, x, y))
+        assert (y == 2 * x + 1).all()
+        print("tack.dlpack" in sys.modules)
+    """))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TACK_CACHE="off", PYTHONPATH=root)
+    out = subprocess.run([sys.executable, str(tmp_path / "k.py")], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"]
