@@ -544,8 +544,11 @@ class DeviceVariant:
         try:
             err = self.runtime.launch(self.kernel, self.meta, values, dims,
                                       self.sites is not None, block)
-        except (TypeError, ValueError) as e:
-            raise type(e)(self.in_user_terms(str(e))) from None
+        except (TypeError, ValueError, RuntimeError) as e:
+            said = self.in_user_terms(str(e))
+            if said == str(e):
+                raise
+            raise type(e)(said) from None
         if err is not None and err[0]:
             self.raise_bounds_error(err)
 

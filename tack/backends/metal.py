@@ -183,24 +183,6 @@ def target(name: str) -> MetalTarget:
     return MetalTarget(arch)
 
 
-def compile_variant_metal(lowered, lowered_key, argtypes, grid: int, target, debug: bool = False):
-    """``tack.compiler.compile_variant`` for a target with ``compile_typed``: specialize, emit MSL,
-    and the variant's metadata from the one writer (``compiler.variant_meta``)."""
-    import hashlib
-    from ..cache.warm import variant_key
-    from ..compiler import Artifact, variant_meta
-    from ..specialize import specialize
-    typed = specialize(lowered, argtypes, grid)
-    if lowered_key is not None:
-        key = variant_key(lowered_key, argtypes, grid, target.key)
-    else:
-        key = hashlib.sha256(repr((lowered.fingerprint(), argtypes, grid, debug)).encode()).hexdigest()
-    gen = target.generate(typed, "tack_" + key)
-    meta = variant_meta(lowered, lowered_key, argtypes, grid, gen.entry,
-                        gen.sites if debug else (), target)
-    return Artifact(key, gen.source.encode("utf-8"), gen.entry, gen.sites, meta)
-
-
 # ---------------------------------------------------------------------------
 # The emitter
 

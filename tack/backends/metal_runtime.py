@@ -1,27 +1,56 @@
-"""The Metal runtime side (docs/level-zero-and-metal.md): what a warm process needs for
-``device="metal"``: its target keys and the launch parameters of the Metal kernel ABI.
+"""The Metal runtime side (docs/level-zero-and-metal.md): ``device="metal"`` on macOS.
 
-Loading and launching need macOS with Metal and pyobjc (``pip install pyobjc-framework-Metal``);
-elsewhere ``available()`` is False and ``load``/``launch``/``to_device`` raise
-``MetalUnavailable('Metal needs macOS and pyobjc ...')``.  The MSL source an artifact holds is
-compiled by Metal when it is loaded (``newLibraryWithSource:options:error:`` with fast math
-off); nothing here compiles it ahead of time (``xcrun metal`` is macOS-only).
+Metal is driven through pyobjc (``pip install pyobjc-framework-Metal``), imported on the first
+call that needs a device; this module is light to import.  Off macOS, or without the binding,
+``available()`` is False and every call that needs a device raises ``MetalUnavailable`` saying
+``Metal needs macOS and pyobjc ...`` and why.
 
-``pack_params(argspec, args, dims)`` is the one writer of the ``constant`` params struct the
-emitter declares (``tack.backends.metal.params_layout``): per value argument an array's
-extents (unless static) and element strides (layout A), or a scalar; then the grid.
+* **Devices**: ``MTLCopyAllDevices()`` (else the system default device), as ``metal:<index>``;
+  ``"metal"`` is the first.
+* **Keys**: the stored artifact is MSL source, which Metal compiles when it is loaded, so one
+  key serves every Apple GPU: ``metal:apple``'s (``metal.key_for``: the MSL version and the
+  emitter's).
+* **load(source, meta)**: ``newLibraryWithSource:options:error:`` with fast math off (Tack's
+  NaN semantics) and MSL 3.0, the entry ``meta["entry"]``, and a compute pipeline -> a
+  ``MetalKernel``.  Source that does not decode or compile, or lacks the entry, is a
+  ``MetalError`` naming it (a cache hit then recompiles).
+* **launch(kernel, meta, args, dims, debug, block)**: NumPy arrays are copied into shared
+  buffers (one per array however often it is passed) and the writable ones copied back after
+  the command buffer completes; ``MetalArray`` arguments (``to_device``) stay in theirs.  The
+  values go in one ``constant`` params struct (``pack_params``), set with ``setBytes``.  The
+  grid is dispatched in whole threadgroups (the kernel returns past ``n0 n1 n2``); ``block``
+  overrides the threadgroup shape.  Debug mode binds the i64[4] error record and returns it.
+
+``pack_params(argspec, args, dims)`` is the one writer of the params struct the emitter
+declares (``tack.backends.metal.params_layout``): per value argument an array's extents
+(unless static) and element strides (layout A), or a scalar; then the grid.
+
+Every pyobjc call is made on the module ``_metal()`` returns, or on objects it made: the
+boundary the tests replace with a simulated Metal (tests/backends/test_metal_runtime.py).
 """
 
 from __future__ import annotations
 
 import struct
 import sys
+import threading
 
 import numpy as np
+
+from .device_args import (ArrayShape, Staging, argspecs, check_array, check_launch,
+                          check_scalar, choose_block, device_index, host_copy,
+                          layout_contiguity, layout_strides, no_such_device, scalar_value)
 
 KIND = "metal"
 DEFAULT_FAMILY = "apple"
 INSTALL_HINT = "Metal needs macOS and pyobjc (pip install pyobjc-framework-Metal)"
+# Threads in a threadgroup when the caller does not choose (the pipeline's limit caps it).
+DEFAULT_GROUP_SIZE = 256
+# MTLLanguageVersion3_0 (major << 16 | minor): the version the emitter writes.
+LANGUAGE_VERSION = 3 << 16
+STORAGE_SHARED = 0                  # MTLResourceStorageModeShared
+MATH_MODE_SAFE = 0                  # MTLMathModeSafe (macOS 15's fastMathEnabled = NO)
+STATUS_ERROR = 5                    # MTLCommandBufferStatusError
 
 
 class MetalUnavailable(RuntimeError):
@@ -32,44 +61,107 @@ class MetalError(RuntimeError):
     """MSL that Metal does not compile, or a launch Metal refuses."""
 
 
+def _import_metal():
+    """pyobjc's ``Metal`` module; MetalUnavailable off macOS."""
+    if sys.platform != "darwin":
+        raise MetalUnavailable(f"{INSTALL_HINT}; this is {sys.platform}")
+    import Metal  # noqa: F401  (pyobjc-framework-Metal)
+    return Metal
+
+
+_lock = threading.RLock()
+_state = None               # (Metal module, [_Device], reason) once found
+_metal = _import_metal      # the boundary: tests replace it with a simulated Metal module
+
+
+class _Device:
+    """A Metal device and a command queue of its own."""
+
+    def __init__(self, mtl, index, device):
+        self.mtl, self.index, self.device = mtl, index, device
+        self.name = str(device.name())
+        size = device.maxThreadsPerThreadgroup()
+        self.max_item_sizes = (int(size.width), int(size.height), int(size.depth))
+        self.queue = None
+
+    def open(self):
+        with _lock:
+            if self.queue is None:
+                self.queue = self.device.newCommandQueue()
+        return self
+
+    def __repr__(self):
+        return f"<Metal device {KIND}:{self.index} {self.name}>"
+
+
+def _find():
+    """(Metal module, [_Device], reason): the devices found, or why there is none (never raises)."""
+    global _state
+    with _lock:
+        if _state is not None:
+            return _state
+        try:
+            mtl = _metal()
+        except MetalUnavailable as e:
+            _state = (None, [], str(e))
+            return _state
+        except Exception as e:              # noqa: BLE001 - any import failure is the same answer
+            _state = (None, [], f"{INSTALL_HINT}; import Metal failed ({type(e).__name__}: {e})")
+            return _state
+        try:
+            found = list(mtl.MTLCopyAllDevices() or ()) if hasattr(mtl, "MTLCopyAllDevices") else []
+            if not found:
+                default = mtl.MTLCreateSystemDefaultDevice()
+                found = [default] if default is not None else []
+            devs = [_Device(mtl, i, d) for i, d in enumerate(found)]
+        except Exception as e:              # noqa: BLE001
+            _state = (mtl, [], f"{INSTALL_HINT}; listing Metal devices failed "
+                               f"({type(e).__name__}: {e})")
+            return _state
+        reason = None if devs else f"{INSTALL_HINT}; this Mac reports no Metal device"
+        _state = (mtl, devs, reason)
+        return _state
+
+
+def reset():
+    """Forget the devices found (the next call looks again); for tests."""
+    global _state
+    with _lock:
+        _state = None
+
+
 def unavailable_reason() -> str | None:
     """Why there is no Metal device here (None on macOS with pyobjc's Metal). Never raises."""
-    if sys.platform != "darwin":
-        return f"{INSTALL_HINT}; this is {sys.platform}"
-    try:
-        import Metal  # noqa: F401  (pyobjc-framework-Metal)
-    except Exception as e:                  # noqa: BLE001 - any import failure is the same answer
-        return f"{INSTALL_HINT}; import Metal failed ({e})"
-    try:
-        if Metal.MTLCreateSystemDefaultDevice() is None:
-            return f"{INSTALL_HINT}; this Mac reports no Metal device"
-    except Exception as e:                  # noqa: BLE001
-        return f"{INSTALL_HINT}; MTLCreateSystemDefaultDevice failed ({e})"
-    return None
+    return _find()[2]
 
 
 def available() -> bool:
-    return unavailable_reason() is None
+    return bool(_find()[1])
 
 
 def devices() -> list:
-    return [] if not available() else [("Metal system default device", f"{KIND}:0")]
+    """[(name, ``metal:<index>``)] of the Metal devices; empty if none."""
+    return [(d.name, f"{KIND}:{d.index}") for d in _find()[1]]
 
 
-def _need():
-    reason = unavailable_reason()
-    if reason is not None:
+def get_device(device=None) -> _Device:
+    """The device ``device`` names (``metal``, ``metal:<index>``), its queue made;
+    MetalUnavailable (the reason) if there is none."""
+    if isinstance(device, _Device):
+        return device
+    index = device_index(device, KIND, "a Metal", _Device)
+    _, devs, reason = _find()
+    if not devs:
         raise MetalUnavailable(reason)
-    raise MetalUnavailable("Tack's Metal runtime does not load or launch kernels yet (the MSL "
-                           "emitter and the ABI are done; the pyobjc driving is not)")
+    if index >= len(devs):
+        raise no_such_device("Metal", KIND, index, ((d.index, d.name) for d in devs))
+    return devs[index].open()
 
 
-def get_device(device=None):
-    _need()
-
-
-def toolchain_target(device=None) -> str:
-    return f"{KIND}:{DEFAULT_FAMILY}"
+def toolchain_target(device=None):
+    """The toolchain's target for a Metal device: MSL for any Apple GPU (``metal:apple``)."""
+    from .metal import target
+    return target(f"{KIND}:{DEFAULT_FAMILY}")
 
 
 def candidate_keys(device=None) -> list:
@@ -91,17 +183,225 @@ def site_candidates(host=None) -> list:
     return candidate_keys()
 
 
-def load(payload: bytes, meta: dict, device=None):
-    """MSL source -> a compute pipeline (macOS only: MetalUnavailable elsewhere)."""
-    _need()
+# ---------------------------------------------------------------------------
+# Loading and launching
 
 
-def launch(kernel, meta, args, dims, debug=False, block=None):
-    _need()
+def _text(obj) -> str:
+    """An NSError's description (or anything's str), never raising."""
+    try:
+        return str(obj.localizedDescription())
+    except Exception:                       # noqa: BLE001
+        return str(obj)
 
 
-def to_device(array, device=None):
-    _need()
+def compile_options(mtl):
+    """MSL 3.0 with fast math off: Tack's float semantics (NaN comparisons, isnan) need it."""
+    opts = mtl.MTLCompileOptions.alloc().init()
+    if hasattr(opts, "setMathMode_"):       # macOS 15: fastMathEnabled is deprecated
+        opts.setMathMode_(MATH_MODE_SAFE)
+    else:
+        opts.setFastMathEnabled_(False)
+    opts.setLanguageVersion_(LANGUAGE_VERSION)
+    return opts
+
+
+class MetalKernel:
+    """A compiled MSL kernel on one device: its pipeline and what a launch binds."""
+
+    def __init__(self, dev, library, function, pipeline, entry, specs, debug, source):
+        self.dev, self.library, self.function, self.pipeline = dev, library, function, pipeline
+        self.entry, self.specs, self.debug, self.source = entry, specs, debug, source
+        from .. import types as T
+        self.types = [T.parse_spec(s.text) for s in specs]
+        self.arrays = sum(1 for s in specs if s.is_array)
+        self.max_group = int(pipeline.maxTotalThreadsPerThreadgroup())
+        self.simd_width = int(pipeline.threadExecutionWidth())
+
+    def __repr__(self):
+        return f"<MetalKernel {self.entry!r} on {self.dev.name}>"
+
+
+def _signature(source: str, entry: str) -> str | None:
+    """The parameter list of ``kernel void <entry>(...)`` in ``source``, or None."""
+    head = f"kernel void {entry}("
+    at = source.find(head)
+    if at < 0:
+        return None
+    end = source.find(")\n{", at)
+    return source[at + len(head):end] if end > 0 else None
+
+
+def load(payload: bytes, meta: dict, device=None) -> MetalKernel:
+    """MSL source -> its compute pipeline for ``meta["entry"]`` on ``device`` (the first by default).
+
+    MetalError when the source is not Tack's MSL for that entry and ``meta`` (its buffers, its
+    params struct's size, debug or not), or Metal does not compile it."""
+    dev = get_device(device)
+    entry = meta.get("entry")
+    if not entry:
+        raise MetalError("variant metadata names no entry point")
+    specs = argspecs(meta, MetalError)
+    try:
+        source = bytes(payload).decode("utf-8")
+    except (UnicodeDecodeError, TypeError) as e:
+        raise MetalError(f"MSL for '{entry}' is not UTF-8 text ({e})") from None
+    params = _signature(source, entry)
+    if params is None:
+        raise MetalError(f"the MSL source has no kernel '{entry}'")
+    from .. import types as T
+    from .metal import params_layout
+    _, size = params_layout([T.parse_spec(s.text) for s in specs])
+    arrays = sum(1 for s in specs if s.is_array)
+    expected = (f"{entry}_params& tack_p [[buffer({arrays})]]",
+                f"static_assert(sizeof({entry}_params) == {size},")
+    if not all(e in (params if i == 0 else source) for i, e in enumerate(expected)):
+        raise MetalError(f"kernel '{entry}' does not take what its metadata "
+                         f"({', '.join(s.text for s in specs)}) says: {arrays} buffers, then a "
+                         f"{size}-byte params struct")
+    debug = f"tack_err [[buffer({arrays + 1})]]" in params
+    mtl = dev.mtl
+    library, err = dev.device.newLibraryWithSource_options_error_(source, compile_options(mtl), None)
+    if library is None:
+        raise MetalError(f"MSL for '{entry}' does not compile on {dev.name}: {_text(err)}")
+    function = library.newFunctionWithName_(entry)
+    if function is None:
+        names = ", ".join(str(n) for n in (library.functionNames() or ())) or "none"
+        raise MetalError(f"the Metal library has no function '{entry}' (it has: {names})")
+    pipeline, err = dev.device.newComputePipelineStateWithFunction_error_(function, None)
+    if pipeline is None:
+        raise MetalError(f"no compute pipeline for '{entry}' on {dev.name}: {_text(err)}")
+    return MetalKernel(dev, library, function, pipeline, entry, specs, debug, source)
+
+
+class MetalArray(ArrayShape):
+    """An array kept in a shared Metal buffer, passed to launches without copying.
+
+    Its memory is contiguous: C order, or F order when made from an F-ordered array
+    (``layout``).  ``numpy()`` copies it back into a new NumPy array."""
+
+    def __init__(self, dev, buffer, shape, dtype, layout, writable=True):
+        self.dev, self.buffer = dev, buffer
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.layout, self.writable = layout, writable
+
+    def element_strides(self) -> list:
+        return layout_strides(self.shape, self.layout)
+
+    def contiguity(self) -> tuple:
+        return layout_contiguity(self.layout, self.ndim)
+
+    def numpy(self) -> np.ndarray:
+        """A new NumPy array with the buffer's contents (launches have completed when they return)."""
+        out = np.empty(self.shape, self.dtype, order=self.layout)
+        if self.nbytes:
+            _read(self.buffer, out.ravel(order="K"))
+        return out
+
+    def __repr__(self):
+        return f"<MetalArray {self.dtype}{list(self.shape)} {self.layout} on {self.dev.name}>"
+
+
+def _buffer(dev, host):
+    """A shared buffer holding the contiguous ``host`` (a 16-byte one when it is empty: Metal
+    makes no empty buffer)."""
+    n = host.nbytes
+    if n == 0:
+        buf = dev.device.newBufferWithLength_options_(16, STORAGE_SHARED)
+    else:
+        buf = dev.device.newBufferWithBytes_length_options_(memoryview(host).cast("B"), n,
+                                                            STORAGE_SHARED)
+    if buf is None:
+        raise MetalError(f"{dev.name} has no room for a {n}-byte buffer")
+    return buf
+
+
+def _read(buffer, out):
+    """Copy a shared buffer's first ``out.nbytes`` bytes into the contiguous ``out``."""
+    raw = buffer.contents().as_buffer(buffer.length())
+    out.view(np.uint8).reshape(-1)[:] = np.frombuffer(raw, np.uint8, count=out.nbytes)
+
+
+def to_device(array, device=None) -> MetalArray:
+    """``array`` copied into a shared buffer on ``device``, in its own memory order (C unless F)."""
+    a, host, layout = host_copy(array)
+    dev = get_device(device)
+    return MetalArray(dev, _buffer(dev, host.ravel(order="K")), a.shape, a.dtype, layout,
+                      bool(a.flags.writeable))
+
+
+def launch(kernel: MetalKernel, meta: dict, args, dims, debug: bool = False, block=None):
+    """Run ``kernel`` over the grid ``dims`` (1 to 3 extents) with ``args`` (one per value
+    argument, as ``meta["argspec"]`` types them); the error record (int64[4]) in debug mode,
+    None otherwise.  The command buffer has completed and the copies are back when it returns."""
+    if not isinstance(kernel, MetalKernel):
+        get_device()                        # MetalUnavailable where there is no Metal
+        raise TypeError(f"launch takes a MetalKernel (from load), not {type(kernel).__name__}")
+    dev = kernel.dev
+    dims = check_launch(kernel, args, dims)
+    if debug != kernel.debug:
+        raise MetalError(f"kernel '{kernel.entry}' was compiled {'with' if kernel.debug else 'without'}"
+                         f" debug mode but a {'debug' if debug else 'non-debug'} launch runs it")
+
+    def upload(host):                       # a buffer of the host memory, flat in its own order
+        flat = host.ravel(order="K")
+        return _buffer(dev, flat), flat
+
+    buffers, fields, staging = [], [], Staging()
+    for i, (spec, a) in enumerate(zip(kernel.specs, args)):
+        what = f"kernel '{kernel.entry}': argument {i}"
+        if not spec.is_array:
+            fields.append(check_scalar(what, spec, a,
+                                       lambda a: isinstance(a, (np.ndarray, MetalArray)),
+                                       scalar_value))
+            continue
+        shape, _, c, f = check_array(what, spec, a, dev, MetalArray, "a NumPy array or a MetalArray")
+        if isinstance(a, MetalArray):
+            buf, estrides = a.buffer, a.element_strides()
+        else:
+            buf, estrides = staging.stage(spec, a, c, f, upload)
+        buffers.append(buf)
+        fields.append((tuple(shape), tuple(estrides)))
+    params = _pack(kernel.types, fields, dims)
+    err = errbuf = None
+    if debug:
+        err = np.zeros(4, np.int64)
+        errbuf = _buffer(dev, err)
+    grid = dims + (1,) * (3 - len(dims))
+    if grid[0] * grid[1] * grid[2] == 0:
+        return err
+    local = choose_block(dims, block, DEFAULT_GROUP_SIZE, kernel.max_group, dev.max_item_sizes,
+                         f"kernel '{kernel.entry}' on {dev.name}")
+    local = tuple(local) + (1,) * (3 - len(local))
+    groups = tuple(-(-n // l) for n, l in zip(grid, local))
+    mtl = dev.mtl
+    try:
+        cb = dev.queue.commandBuffer()
+        enc = cb.computeCommandEncoder()
+        enc.setComputePipelineState_(kernel.pipeline)
+        for k, buf in enumerate(buffers):
+            enc.setBuffer_offset_atIndex_(buf, 0, k)
+        enc.setBytes_length_atIndex_(params, len(params), kernel.arrays)
+        if errbuf is not None:
+            enc.setBuffer_offset_atIndex_(errbuf, 0, kernel.arrays + 1)
+        enc.dispatchThreadgroups_threadsPerThreadgroup_(mtl.MTLSizeMake(*groups),
+                                                        mtl.MTLSizeMake(*local))
+        enc.endEncoding()
+        cb.commit()
+        cb.waitUntilCompleted()
+        status = int(cb.status())
+    except Exception as e:                  # noqa: BLE001 - pyobjc's errors: say which launch
+        raise MetalError(f"launch of kernel '{kernel.entry}' over {dims} (threadgroups of "
+                         f"{local[:len(dims)]}) failed on {dev.name}: {type(e).__name__}: {e}") from None
+    if status == STATUS_ERROR:
+        raise MetalError(f"launch of kernel '{kernel.entry}' over {dims} failed on {dev.name}: "
+                         f"{_text(cb.error())}")
+    for _, buf, host in staging.back:
+        _read(buf, host)
+    staging.finish()
+    if errbuf is not None:
+        _read(errbuf, err)
+    return err
 
 
 _FORMAT = {"bool": "?", "int": "i", "uint": "I", "long": "q", "ulong": "Q", "float": "f"}
@@ -111,26 +411,40 @@ def pack_params(argspec, args, dims) -> bytes:
     """The params struct's bytes for ``args`` (one per value argument: arrays as NumPy arrays
     whose memory the kernel's buffer holds, strides in elements of that memory) over ``dims``."""
     from .. import types as T
-    from .metal import params_layout
     types = [T.parse_spec(s[0] if isinstance(s, (list, tuple)) else s) for s in argspec]
     if len(args) != len(types):
         raise TypeError(f"the kernel takes {len(types)} value arguments, got {len(args)}")
-    members, size = params_layout(types)
-    values = {}
+    fields = []
     for k, (t, a) in enumerate(zip(types, args)):
         if isinstance(t, T.Array):
             a = np.asarray(a)
             if a.dtype != t.dtype.dtype or a.ndim != t.ndim:
                 raise TypeError(f"argument {k} is {a.dtype}[{a.ndim}-d]; the kernel takes {T.spec(t)}")
-            for d in range(t.ndim):
-                values[f"a{k}_n{d}"] = a.shape[d]
-                values[f"a{k}_s{d}"] = a.strides[d] // a.itemsize
-        elif t.kind == "b":
-            values[f"a{k}"] = bool(a)
-        elif t.kind == "f":
-            values[f"a{k}"] = float(a)
+            fields.append((a.shape, [s // a.itemsize for s in a.strides]))
         else:
-            values[f"a{k}"] = int(a)
+            fields.append(a)
+    return _pack(types, fields, dims)
+
+
+def _pack(types, fields, dims) -> bytes:
+    """The params struct of ``types`` (``tack.types``) holding ``fields``: per argument an array's
+    (shape, element strides), or a scalar's value; then the grid ``dims``."""
+    from .. import types as T
+    from .metal import params_layout
+    members, size = params_layout(types)
+    values = {}
+    for k, (t, v) in enumerate(zip(types, fields)):
+        if isinstance(t, T.Array):
+            shape, estrides = v
+            for d in range(t.ndim):
+                values[f"a{k}_n{d}"] = int(shape[d])
+                values[f"a{k}_s{d}"] = int(estrides[d])
+        elif t.kind == "b":
+            values[f"a{k}"] = bool(v)
+        elif t.kind == "f":
+            values[f"a{k}"] = float(v)
+        else:
+            values[f"a{k}"] = int(v)
     grid = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
     values.update(n0=grid[0], n1=grid[1], n2=grid[2])
     out = bytearray(size)
