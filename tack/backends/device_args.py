@@ -133,11 +133,12 @@ def layout_strides(shape, layout) -> list:
     return strides
 
 
-def check_array(what, spec, a, dev, device_type, expected) -> tuple:
+def check_array(what, spec, a, dev, device_type, expected, foreign=None) -> tuple:
     """(shape, dtype, C-contiguous, F-contiguous) of the array argument ``a``: a NumPy array or
     the runtime's ``device_type`` (which has ``dev``, ``shape``, ``dtype``, ``writable`` and
     ``contiguity()``) on ``dev``.  TypeError (ValueError for another device's array) naming
-    the argument when it does not fit ``spec``; ``expected`` says what it may be."""
+    the argument when it does not fit ``spec``; ``expected`` says what it may be, ``foreign`` why
+    another library's array (DLPack, ``__cuda_array_interface__``) is not taken."""
     if isinstance(a, device_type):
         if a.dev is not dev:
             raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
@@ -151,6 +152,9 @@ def check_array(what, spec, a, dev, device_type, expected) -> tuple:
         if spec.writable and not a.flags.writeable:
             raise TypeError(f"{what}: the kernel was compiled for a writable array; this one is "
                             "read-only")
+    elif foreign and (hasattr(a, "__dlpack__") or hasattr(a, "__cuda_array_interface__")):
+        raise TypeError(f"{what} is another library's array ({type(a).__name__}): {foreign}; pass "
+                        f"a NumPy copy of it, or {expected}")
     else:
         raise TypeError(f"{what} must be {expected} ({spec.text}), not {type(a).__name__}")
     if dtype != spec.dtype or len(shape) != spec.ndim:

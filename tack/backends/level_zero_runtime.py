@@ -64,6 +64,12 @@ DEFAULT_GROUP_SIZE = 128
 UINT64_MAX = 2**64 - 1
 
 
+# Why another library's device array (DLPack kDLOneAPI: PyTorch XPU, dpnp) is not taken.
+FOREIGN = ("Tack's Level Zero runtime does not take other libraries' arrays yet: their memory "
+           "belongs to the producer's Level Zero context (a SYCL queue's), which DLPack does not "
+           "name and Tack's own context cannot address")
+
+
 class LevelZeroUnavailable(RuntimeError):
     """No Level Zero GPU here: the loader, the driver or a GPU is missing."""
 
@@ -829,7 +835,8 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
                     a, (np.ndarray, LevelZeroArray))).tobytes())
                 continue
             shape, _, c, f = check_array(what, spec, a, dev, LevelZeroArray,
-                                         "a NumPy array or a LevelZeroArray")
+                                         "a NumPy array or a LevelZeroArray",
+                                         FOREIGN)
             if isinstance(a, LevelZeroArray):
                 ptr, estrides = a.ptr, a.element_strides()
             else:

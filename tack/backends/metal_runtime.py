@@ -53,6 +53,11 @@ MATH_MODE_SAFE = 0                  # MTLMathModeSafe (macOS 15's fastMathEnable
 STATUS_ERROR = 5                    # MTLCommandBufferStatusError
 
 
+# Why another library's device array is not taken.
+FOREIGN = ("Tack's Metal runtime takes MTLBuffers it made, and does not take DLPack (kDLMetal) "
+           "arrays yet")
+
+
 class MetalUnavailable(RuntimeError):
     """Not on macOS, or pyobjc's Metal binding is missing: no Metal device."""
 
@@ -355,7 +360,8 @@ def launch(kernel: MetalKernel, meta: dict, args, dims, debug: bool = False, blo
                                        lambda a: isinstance(a, (np.ndarray, MetalArray)),
                                        scalar_value))
             continue
-        shape, _, c, f = check_array(what, spec, a, dev, MetalArray, "a NumPy array or a MetalArray")
+        shape, _, c, f = check_array(what, spec, a, dev, MetalArray, "a NumPy array or a MetalArray",
+                                     FOREIGN)
         if isinstance(a, MetalArray):
             buf, estrides = a.buffer, a.element_strides()
         else:

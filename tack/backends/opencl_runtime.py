@@ -68,6 +68,10 @@ SPIRV = {"version": "1.2", "triple": "spirv64v1.2-unknown-unknown", "opt": 3}
 DEFAULT_GROUP_SIZE = 128
 
 
+# Why another library's device array is not taken.
+FOREIGN = "OpenCL kernels take OpenCL buffers, not the pointers DLPack and CUDA's interface give"
+
+
 class OpenCLUnavailable(RuntimeError):
     """No OpenCL device that takes SPIR-V here: pyopencl or the runtime is missing."""
 
@@ -627,7 +631,7 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, bl
                                        lambda a: isinstance(a, (np.ndarray, OpenCLArray))))
             continue
         shape, _, c, f = check_array(what, spec, a, dev, OpenCLArray,
-                                     "a NumPy array or an OpenCLArray")
+                                     "a NumPy array or an OpenCLArray", FOREIGN)
         if isinstance(a, OpenCLArray):
             buf, estrides = a.buffer, a.element_strides()
         else:

@@ -25,6 +25,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests.dlpack_producer import Producer
+
 from tack.backends import level_zero_runtime as zrt
 from tack.backends.gpu import key_for, pack_level_zero, unpack_level_zero
 
@@ -584,7 +586,10 @@ def test_launch_refusals(fake):
              ((1.0, x.astype(np.float64), x, x), TypeError, "float64"),
              ((1.0, x, x, ro), TypeError, "read-only"),
              ((1.0, x, x, [0.0] * 4), TypeError, "must be a NumPy array"),
-             ((1.0, x, x, np.zeros(8, np.float32)[::2]), TypeError, "C-contiguous")]
+             ((1.0, x, x, np.zeros(8, np.float32)[::2]), TypeError, "C-contiguous"),
+             ((1.0, x, x, Producer(x.ctypes.data, (4,), np.float32, device=(14, 0))), TypeError,
+              r"argument 3 is another library's array \(Producer\): .*producer's Level Zero "
+              r"context.*; pass a NumPy copy of it, or a NumPy array or a LevelZeroArray")]
     for args, exc, msg in cases:
         with pytest.raises(exc, match=msg):
             zrt.launch(k, SAXPY_META, args, (4,))

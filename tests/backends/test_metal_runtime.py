@@ -193,6 +193,11 @@ def test_wrong_arguments_are_clear_errors(metal):
         mr.launch(k, meta, (np.float32(1), x, x, ro), (10,))
     with pytest.raises(TypeError, match=r"takes 4 value arguments, got 3"):
         mr.launch(k, meta, (np.float32(1), x, x), (10,))
+    from tests.dlpack_producer import Producer
+    with pytest.raises(TypeError, match=r"argument 1 is another library's array \(Producer\): "
+                                        r"Tack's Metal runtime .* DLPack \(kDLMetal\)"):
+        mr.launch(k, meta, (np.float32(1), Producer(x.ctypes.data, (10,), np.float32, device=(8, 0)),
+                            x, out), (10,))
     with pytest.raises(TypeError, match="launch takes a MetalKernel"):
         mr.launch(None, meta, (), (1,))
     other = fake_metal.Device("Apple M3 (simulated)")

@@ -237,3 +237,14 @@ def test_block_is_the_work_group_of_a_device_launch():
     out = np.zeros_like(a)
     tack.launch(k_scale2d, a.shape, (a, out), block=(1 << 16, 1 << 16))
     np.testing.assert_array_equal(out, 2 * a)
+
+
+def test_another_librarys_array_is_refused_saying_why():
+    """A DLPack array (here one claiming CUDA memory) reaches the OpenCL runtime as a TypeError
+    naming the parameter and why OpenCL cannot take it, never a crash."""
+    from tests.dlpack_producer import Producer
+    a = np.arange(6.0).reshape(2, 3)
+    foreign = Producer(a.ctypes.data, a.shape, a.dtype, device=(2, 0))
+    with pytest.raises(TypeError, match=r"kernel 'k_scale2d': argument 'a' is another library's "
+                                        r"array \(Producer\): OpenCL kernels take OpenCL buffers"):
+        tack.launch(k_scale2d, a.shape, (foreign, np.zeros_like(a)), device="opencl")
