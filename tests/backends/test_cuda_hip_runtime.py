@@ -958,3 +958,238 @@ def test_toolchain_ptx_entries_take_what_launch_marshals(debug):
         address, holder = cr.pack_params(cr.abi_codes(specs, debug), [0] * len(marshalled))
         sizes = [ctypes.sizeof(c) for c in holder[1]]
         assert sizes == [{".u64": 8, ".u32": 4, ".u8": 1, ".f32": 4, ".f64": 8}[t] for t, _ in marshalled]
+
+
+# ---------------------------------------------------------------------------
+# 4. the real bindings take what Tack passes them
+#
+# cuda-python and hip-python convert every argument before they load the driver library, so
+# with the library absent a call Tack makes ends in the missing library (DynamicLibNotFoundError,
+# "failed to dlopen") when the binding takes its arguments, and in a TypeError when it does not.
+# Below, every driver call of a launch goes first to the real binding, with the driver's handles
+# as the binding's own types (CUstream, CUmodule, hipStream_t...), then to the fake driver,
+# which runs it.  Only possible while the driver library is missing: on a GPU machine these
+# tests have nothing to check and skip.
+
+
+class RealBindingCheck:
+    """The fake driver ``fake`` seen through the real binding module ``real``: each call Tack
+    makes is made on ``real`` first and must end in the missing library (``missing(e)``); the
+    handles ``wrap`` names come back as ``real``'s own types; ``enums`` are ``real``'s."""
+
+    def __init__(self, fake, real, missing, wrap, enums, prefix):
+        self.fake, self.real, self.missing = fake, real, missing
+        self.wrap, self.enums, self.prefix = wrap, enums, prefix
+        self.handles = {}                   # (type, int) of a real handle -> the fake's handle
+        self.checked = set()
+        self.next = 0x7000
+
+    def _to_fake(self, a):
+        if isinstance(a, enum.Enum) or type(a) in {getattr(self.real, e) for e in self.enums}:
+            return a.name
+        if isinstance(a, list):
+            return [self._to_fake(x) for x in a]
+        key = (type(a), self._int(a))
+        return self.handles.get(key, a)
+
+    @staticmethod
+    def _int(a):
+        try:
+            return int(a) if not isinstance(a, (bool, bytes, bytearray, str, float, list)) else None
+        except (TypeError, ValueError):
+            return None
+
+    def _to_real(self, name, value):
+        make = self.wrap.get(name)
+        if make is None:
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            handle = make(value)                # a pointer: its own value
+        else:
+            self.next += 16
+            handle = make(self.next)
+        self.handles[(type(handle), int(handle))] = value
+        return handle
+
+    def __getattr__(self, name):
+        if name in self.enums:
+            return getattr(self.real, name)
+        value = getattr(self.fake, name)
+        if not (name.startswith(self.prefix) and callable(value)):
+            return value
+
+        def call(*args):
+            try:
+                getattr(self.real, name)(*args)
+            except Exception as e:          # noqa: BLE001 - sorted below
+                if not self.missing(e):
+                    raise AssertionError(f"the real binding refuses Tack's arguments to {name}"
+                                         f"{args!r}: {type(e).__name__}: {e}") from None
+            else:
+                raise AssertionError(f"{name} answered: a driver library is loaded here")
+            self.checked.add(name)
+            result = value(*[self._to_fake(a) for a in args])
+            if len(result) == 2:
+                return (result[0], self._to_real(name, result[1]))
+            return result
+        return call
+
+
+def tack_calls(module, prefix):
+    """The driver functions a runtime module calls (``call("<prefix>...")`` in its source)."""
+    src = open(module.__file__).read()
+    return set(re.findall(r'call\(\s*"(' + prefix + r'\w+)"', src))
+
+
+def _cuda_missing(e):
+    return type(e).__name__ == "DynamicLibNotFoundError"
+
+
+@pytest.fixture
+def real_cuda(monkeypatch):
+    if not has_module("cuda"):
+        pytest.skip("cuda-python is not installed (pip install cuda-python)")
+    drv = cr._import_driver()
+    try:
+        drv.cuInit(0)
+    except Exception as e:                  # noqa: BLE001
+        if not _cuda_missing(e):
+            raise
+    else:
+        pytest.skip("NVIDIA's driver is installed here: the binding would call it")
+    wrap = {"cuDeviceGet": drv.CUdevice, "cuDevicePrimaryCtxRetain": drv.CUcontext,
+            "cuStreamCreate": drv.CUstream, "cuModuleLoadDataEx": drv.CUmodule,
+            "cuModuleGetFunction": drv.CUfunction, "cuMemAlloc": drv.CUdeviceptr}
+    checked = RealBindingCheck(FakeCuda(), drv, _cuda_missing, wrap,
+                               {"CUjit_option", "CUdevice_attribute", "CUfunction_attribute"}, "cu")
+    monkeypatch.setattr(cr, "_driver", lambda: checked)
+    cr.reset()
+    yield checked
+    cr.reset()
+
+
+def test_cuda_python_takes_every_argument_tack_passes(real_cuda):
+    """Device discovery, PTX load with JIT log bytearrays, copies, a debug launch (memset, params
+    by address), device arrays, a __cuda_array_interface__ stream and a DLPack stream (int() of
+    the binding's CUstream): each call accepted by cuda-python's own argument conversion."""
+    from tack import dlpack
+    from tests.dlpack_producer import Producer
+    fake = real_cuda.fake
+    dev = cr.get_device()
+    assert isinstance(dev.stream, cr._import_driver().CUstream) and dev.name == "NVIDIA H200"
+    a = np.zeros((4, 5), np.float32)
+    b = np.arange(80, dtype=np.float32).reshape(16, 5)[::4]
+    c = np.array([7, 0, 0], np.int32)
+    args = (a, b, True, np.float32(2), 3, c)
+    art = artifact(k_abi, args, 2, debug=True)
+    k = cr.load(art.payload, art.meta)
+    fake.models[art.meta["entry"]] = lambda v, m: k_abi_model(v, m, True)
+    err = cr.launch(k, art.meta, args, (4, 5), debug=True)
+    assert not err.any()
+    np.testing.assert_array_equal(a, b * 2 + 3 + 7)
+    x = np.arange(64, dtype=np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta)
+    fake.models[art.meta["entry"]] = saxpy_model
+    d = cr.to_device(x)
+    cr.launch(k, art.meta, (np.float32(2), d, d, d), (64,))
+    np.testing.assert_array_equal(d.numpy(), 3 * x)
+    ptr = fake.mem.alloc(x.nbytes)
+    ctypes.memmove(ptr, x.ctypes.data, x.nbytes)
+    cr.launch(k, art.meta, (np.float32(1), ForeignArray(ptr, (64,), "<f4", stream=77), x,
+                            Producer(ptr, (64,), np.float32, device=(dlpack.CUDA, 0))), (64,))
+    np.testing.assert_array_equal(fake.mem.view(ptr, np.float32, (64,), (1,)), 2 * x)
+    del d
+    gc.collect()
+    assert tack_calls(cr, "cu") <= real_cuda.checked, tack_calls(cr, "cu") - real_cuda.checked
+
+
+def _hip_missing(e):
+    return isinstance(e, RuntimeError) and "failed to dlopen" in str(e)
+
+
+class RealProps:
+    """hip-python's own ``hipDeviceProp_t`` over memory of ours, its fields found through the
+    binding's own accessors (a byte set at each offset until the field reads it)."""
+
+    def __init__(self, hip, **fields):
+        size = hip.hipDeviceProp_t().c_sizeof()
+        self.mem = ctypes.create_string_buffer(size)
+        self.props = hip.hipDeviceProp_t.fromObj(ctypes.addressof(self.mem))
+        for field, text in fields.items():
+            at = next(o for o in range(size) if self._reads(field, o))
+            raw = text.encode()
+            ctypes.memmove(ctypes.addressof(self.mem) + at, raw, len(raw))
+
+    def _reads(self, field, o):
+        self.mem[o] = b"x"
+        seen = getattr(self.props, field)
+        self.mem[o] = b"\0"
+        return seen in ("x", b"x")
+
+
+@pytest.fixture
+def real_hip(monkeypatch):
+    if not has_module("hip"):
+        pytest.skip("hip-python is not installed (pip install hip-python)")
+    drv = hr._import_driver()
+    try:
+        drv.hipGetDeviceCount()
+    except Exception as e:                  # noqa: BLE001
+        if not _hip_missing(e):
+            raise
+    else:
+        pytest.skip("a HIP runtime library loads here: the binding would call it")
+    fake = FakeHip()
+    held = RealProps(drv, gcnArchName=fake.arch, name="AMD Instinct MI250X")
+    fake.Props = lambda arch: held.props
+    wrap = {"hipStreamCreateWithFlags": drv.hipStream_t.fromObj,
+            "hipModuleLoadData": drv.ihipModule_t.fromObj,
+            "hipModuleGetFunction": drv.ihipModuleSymbol_t.fromObj}
+    checked = RealBindingCheck(fake, drv, _hip_missing, wrap,
+                               {"hipDeviceAttribute_t", "hipFunction_attribute"}, "hip")
+    monkeypatch.setattr(hr, "_driver", lambda: checked)
+    hr.reset()
+    yield checked
+    hr.reset()
+
+
+def test_hip_python_takes_every_argument_tack_passes(real_hip):
+    """Discovery reads hip-python's real hipDeviceProp_t (its gcnArchName and name are str);
+    load, copies, a launch with params by address, device arrays and a DLPack stream (int() of
+    hipStream_t): each call accepted by hip-python's own argument conversion."""
+    from tack import dlpack
+    from tests.dlpack_producer import Producer
+    from .gpu_tools import tool
+    tool("ld.lld")
+    fake = real_hip.fake
+    assert hr.devices() == [("AMD Instinct MI250X (rocm:gfx90a:sramecc+:xnack-)", "hip:0")]
+    x = np.arange(300, dtype=np.float32)
+    out = np.zeros(300, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, out), 1, "rocm:gfx90a:sramecc+:xnack-")
+    k = hr.load(art.payload, art.meta, "hip")
+    entry = art.meta["entry"]
+    fake.types[entry] = [".f32"] + [".u64"] * 9
+    fake.models[entry] = saxpy_model
+    hr.launch(k, art.meta, (np.float32(2), x, x, out), (300,))
+    np.testing.assert_array_equal(out, 3 * x)
+    d = hr.to_device(x)
+    rocm = Producer(d.ptr, (300,), np.float32, device=(dlpack.ROCM, 0))
+    hr.launch(k, art.meta, (np.float32(1), rocm, rocm, rocm), (300,))
+    np.testing.assert_array_equal(d.numpy(), 2 * x)
+    assert rocm.streams == [int(hr.get_device("hip").stream)] * 3
+    del d
+    gc.collect()
+    a = np.zeros((4, 5), np.float32)                        # a debug launch: the record zeroed
+    b = np.arange(80, dtype=np.float32).reshape(16, 5)[::4]
+    args = (a, b, True, np.float32(2), 3, np.array([7, 0, 0], np.int32))
+    art = artifact(k_abi, args, 2, "rocm:gfx90a:sramecc+:xnack-", debug=True)
+    k = hr.load(art.payload, art.meta, "hip")
+    fake.types[art.meta["entry"]] = [".u64"] * 8 + [".u8", ".f32"] + [".u64"] * 7
+    fake.models[art.meta["entry"]] = lambda v, m: k_abi_model(v, m, True)
+    assert not hr.launch(k, art.meta, args, (4, 5), debug=True).any()
+    np.testing.assert_array_equal(a, b * 2 + 3 + 7)
+    fake.count_status = FakeHip.hipError_t.hipErrorNoDevice    # no GPU: the runtime's version said
+    hr.reset()
+    assert "6.4.43482" in hr.unavailable_reason()
+    assert tack_calls(hr, "hip") <= real_hip.checked, tack_calls(hr, "hip") - real_hip.checked
