@@ -35,8 +35,8 @@ import threading
 import numpy as np
 
 from .device_args import ArgSpec  # noqa: F401 - part of this module's launch machinery
-from .device_args import (ArrayShape, Staging, check_array, check_launch, check_param_count,
-                          check_scalar, device_index, host_copy, no_such_device, scalar_value)
+from .device_args import (ArrayShape, Devices, Staging, check_array, check_launch,
+                          check_param_count, check_scalar, host_copy, scalar_value)
 from .device_args import argspecs as _argspecs
 from .device_args import choose_block as _choose_block
 
@@ -617,8 +617,6 @@ class _Device:
         return f"<CUDA device {KIND}:{self.index} {self.name} ({ARCH_KIND}:{self.arch})>"
 
 
-_lock = threading.RLock()
-_state = None               # (api, [device], reason) once found
 _driver = _import_driver    # the boundary: tests replace it with a fake driver module
 
 
@@ -626,114 +624,84 @@ def _attr(api, drv, name, handle):
     return int(api.call("cuDeviceGetAttribute", getattr(drv.CUdevice_attribute, name), handle))
 
 
-def _find():
+def _discover():
     """(api, [_Device], reason): the devices found, or why there is none (never raises)."""
-    global _state
-    with _lock:
-        if _state is not None:
-            return _state
-        try:
-            drv = _driver()
-        except ImportError as e:
-            _state = (None, [], f"CUDA is not available: cuda-python does not import ({e}); {INSTALL_HINT}")
-            return _state
-        except Exception as e:              # noqa: BLE001 - a broken install: say so, never crash
-            _state = (None, [], f"CUDA is not available: cuda-python fails to import "
-                                f"({type(e).__name__}: {e}); {INSTALL_HINT}")
-            return _state
-        api = _CudaApi(drv)
-        try:
-            api.call("cuInit", 0)
-        except CUDAError as e:              # a status: CUDA_ERROR_NO_DEVICE, ..._INSUFFICIENT_DRIVER
-            _state = (api, [], f"CUDA is not available: the NVIDIA driver found no usable GPU ({e}); "
-                               "check nvidia-smi")
-            return _state
-        except Exception as e:              # noqa: BLE001 - cuda-python raises when libcuda is absent
-            _state = (api, [], f"CUDA is not available: NVIDIA's driver library libcuda.so.1 was "
-                               f"not found ({type(e).__name__}: {e}); install the NVIDIA driver "
-                               "(cuda-python is installed)")
-            return _state
-        devs, problems = [], []
-        try:
-            version = int(api.call("cuDriverGetVersion"))
-            count = int(api.call("cuDeviceGetCount"))
-            for i in range(count):
-                try:
-                    h = api.call("cuDeviceGet", i)
-                    raw = api.call("cuDeviceGetName", 256, h)
-                    name = (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw))
-                    name = name.split("\0", 1)[0].strip()
-                    cc = (_attr(api, drv, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", h),
-                          _attr(api, drv, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR", h))
-                    mt = _attr(api, drv, "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK", h)
-                    mb = [_attr(api, drv, f"CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_{x}", h) for x in "XYZ"]
-                    mg = [_attr(api, drv, f"CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_{x}", h) for x in "XYZ"]
-                    devs.append(_Device(api, i, h, name, cc, version, mt, mb, mg))
-                except CUDAError as e:
-                    problems.append(f"{KIND}:{i}: {e}")
-        except CUDAError as e:
-            problems.append(str(e))
-        reason = None
-        if not devs:
-            reason = (f"CUDA is not available: the NVIDIA driver lists no GPU"
-                      f"{' (' + '; '.join(problems) + ')' if problems else ''}; check nvidia-smi "
-                      "and CUDA_VISIBLE_DEVICES")
-        _state = (api, devs, reason)
-        return _state
+    try:
+        drv = _driver()
+    except ImportError as e:
+        return (None, [], f"CUDA is not available: cuda-python does not import ({e}); {INSTALL_HINT}")
+    except Exception as e:              # noqa: BLE001 - a broken install: say so, never crash
+        return (None, [], f"CUDA is not available: cuda-python fails to import "
+                          f"({type(e).__name__}: {e}); {INSTALL_HINT}")
+    api = _CudaApi(drv)
+    try:
+        api.call("cuInit", 0)
+    except CUDAError as e:              # a status: CUDA_ERROR_NO_DEVICE, ..._INSUFFICIENT_DRIVER
+        return (api, [], f"CUDA is not available: the NVIDIA driver found no usable GPU ({e}); "
+                         "check nvidia-smi")
+    except Exception as e:              # noqa: BLE001 - cuda-python raises when libcuda is absent
+        return (api, [], f"CUDA is not available: NVIDIA's driver library libcuda.so.1 was "
+                         f"not found ({type(e).__name__}: {e}); install the NVIDIA driver "
+                         "(cuda-python is installed)")
+    devs, problems = [], []
+    try:
+        version = int(api.call("cuDriverGetVersion"))
+        count = int(api.call("cuDeviceGetCount"))
+        for i in range(count):
+            try:
+                h = api.call("cuDeviceGet", i)
+                raw = api.call("cuDeviceGetName", 256, h)
+                name = (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw))
+                name = name.split("\0", 1)[0].strip()
+                cc = (_attr(api, drv, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", h),
+                      _attr(api, drv, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR", h))
+                mt = _attr(api, drv, "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK", h)
+                mb = [_attr(api, drv, f"CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_{x}", h) for x in "XYZ"]
+                mg = [_attr(api, drv, f"CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_{x}", h) for x in "XYZ"]
+                devs.append(_Device(api, i, h, name, cc, version, mt, mb, mg))
+            except CUDAError as e:
+                problems.append(f"{KIND}:{i}: {e}")
+    except CUDAError as e:
+        problems.append(str(e))
+    reason = None
+    if not devs:
+        reason = (f"CUDA is not available: the NVIDIA driver lists no GPU"
+                  f"{' (' + '; '.join(problems) + ')' if problems else ''}; check nvidia-smi "
+                  "and CUDA_VISIBLE_DEVICES")
+    return (api, devs, reason)
 
 
-def reset():
-    """Forget the devices found (the next call looks again); for tests."""
-    global _state
-    with _lock:
-        _state = None
+_devices = Devices(_discover, KIND, "CUDA", _Device, CUDAUnavailable)
+_lock = _devices.lock
+reset = _devices.reset
+
+
+def _find():
+    return _devices.state()
 
 
 def available() -> bool:
     """Whether a CUDA device is here (never raises)."""
-    return bool(_find()[1])
+    return bool(_devices.found())
 
 
 def unavailable_reason() -> str | None:
     """Why ``available()`` is False, with what to install; None when it is True."""
-    return _find()[2]
+    return _devices.reason()
 
 
 def devices() -> list:
     """[(``name (cuda:sm_XY)``, ``cuda:<index>``)] of the CUDA devices; empty if none."""
-    return [(f"{d.name} ({ARCH_KIND}:{d.arch})", f"{KIND}:{d.index}") for d in _find()[1]]
-
-
-def _device_index(device) -> int:
-    return device_index(device, KIND, "a CUDA", _Device)
+    return [(f"{d.name} ({ARCH_KIND}:{d.arch})", f"{KIND}:{d.index}") for d in _devices.found()]
 
 
 def get_device(device=None) -> _Device:
     """The device ``device`` names (``cuda``, ``cuda:<index>``), its context made; CUDAUnavailable
     (the reason) if there is none."""
-    if isinstance(device, _Device):
-        return device
-    index = _device_index(device)
-    _, devs, reason = _find()
-    if not devs:
-        raise CUDAUnavailable(reason)
-    if index >= len(devs):
-        raise no_such_device("CUDA", KIND, index, ((d.index, d.name) for d in devs))
-    with _lock:
-        return devs[index].open()
+    return _devices.get(device)
 
 
-def _describe(device):
-    """The device's facts without making a context (keys need no context)."""
-    if isinstance(device, _Device):
-        return device
-    index = _device_index(device)
-    _, devs, reason = _find()
-    if not devs:
-        raise CUDAUnavailable(reason)
-    if index >= len(devs):
-        raise ValueError(f"no CUDA device {KIND}:{index}")
-    return devs[index]
+_describe = _devices.describe
 
 
 # ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ Light to import (NumPy only): each runtime keeps its own device-array class and 
 from __future__ import annotations
 
 import operator
+import threading
 
 import numpy as np
 
@@ -116,6 +117,37 @@ class ArrayShape:
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
+
+
+class ContiguousArray(ArrayShape):
+    """A runtime's own device array: contiguous memory in C order, or F order when made from an
+    F-ordered array (``layout``).  ``numpy()`` copies it back into a new NumPy array through
+    the runtime's ``read(out)`` (``out``: a contiguous, flat view of the new array)."""
+
+    def __init__(self, dev, shape, dtype, layout, writable=True):
+        self.dev, self.shape, self.dtype = dev, tuple(shape), np.dtype(dtype)
+        self.layout, self.writable = layout, writable
+
+    def element_strides(self) -> list:
+        """Strides in elements of its memory order."""
+        return layout_strides(self.shape, self.layout)
+
+    def contiguity(self) -> tuple:
+        return layout_contiguity(self.layout, self.ndim)
+
+    def numpy(self) -> np.ndarray:
+        """A new NumPy array with the device memory's contents (after the launches made)."""
+        out = np.empty(self.shape, self.dtype, order=self.layout)
+        if self.nbytes:
+            self.read(out.ravel(order="K"))
+        return out
+
+    def read(self, out):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return (f"<{type(self).__name__} {self.dtype}{list(self.shape)} {self.layout} on "
+                f"{self.dev.name}>")
 
 
 def layout_contiguity(layout, ndim) -> tuple:
@@ -293,3 +325,57 @@ def no_such_device(label, kind, index, listing) -> ValueError:
     """The ValueError for ``kind:index`` on a machine with the devices ``listing`` (index, name)."""
     return ValueError(f"no {label} device {kind}:{index}; this machine has "
                       f"{', '.join(f'{kind}:{i} ({n})' for i, n in listing)}")
+
+
+class Devices:
+    """A runtime's devices, found once per process by ``discover()``, which returns
+    ``(api, [device], reason)`` and never raises (``reason``: why there is none, with what to
+    install).  Each device has ``index``, ``name`` and ``open()`` (its context or stream, made
+    once).  ``kind`` (``cuda``), ``label`` (``CUDA``) and ``unavailable`` (the runtime's
+    exception) make the errors."""
+
+    def __init__(self, discover, kind, label, device_type, unavailable):
+        self.discover, self.kind, self.label = discover, kind, label
+        self.device_type, self.unavailable = device_type, unavailable
+        self.lock = threading.RLock()
+        self._state = None
+
+    def state(self) -> tuple:
+        with self.lock:
+            if self._state is None:
+                self._state = self.discover()
+            return self._state
+
+    def reset(self):
+        """Forget the devices found (the next call looks again); for tests."""
+        with self.lock:
+            self._state = None
+
+    def found(self) -> list:
+        return self.state()[1]
+
+    def reason(self):
+        return self.state()[2]
+
+    def index(self, device) -> int:
+        article = "an" if self.label[0] in "AEIOU" else "a"
+        return device_index(device, self.kind, f"{article} {self.label}", self.device_type)
+
+    def describe(self, device):
+        """The device ``device`` names as found, nothing made for it (keys need no context);
+        the runtime's unavailable error if there is none, ValueError past the last."""
+        if isinstance(device, self.device_type):
+            return device
+        index = self.index(device)
+        _, devs, reason = self.state()
+        if not devs:
+            raise self.unavailable(reason)
+        if index >= len(devs):
+            raise no_such_device(self.label, self.kind, index, ((d.index, d.name) for d in devs))
+        return devs[index]
+
+    def get(self, device):
+        """``describe(device)``, opened."""
+        d = self.describe(device)
+        with self.lock:
+            return d.open()

@@ -25,10 +25,9 @@ call goes through one object (``_driver()``), the boundary the tests replace.
 from __future__ import annotations
 
 import struct
-import threading
 
 from .cuda_runtime import GPUArray, GPUKernel, argspecs, foreign_or_copy, run
-from .device_args import device_index, no_such_device
+from .device_args import Devices
 
 KIND = "hip"
 ARCH_KIND = "rocm"
@@ -181,8 +180,6 @@ class _Device:
         return f"<HIP device {KIND}:{self.index} {self.name} ({ARCH_KIND}:{self.arch})>"
 
 
-_lock = threading.RLock()
-_state = None
 _driver = _import_driver    # the boundary: tests replace it with a fake HIP module
 
 # HIP's launch takes at most 2**32 - 1 work-items along each dimension (block * grid).
@@ -195,107 +192,85 @@ def _text(raw) -> str:
     return str(raw).split("\0", 1)[0].strip()
 
 
-def _find():
+def _discover():
     """(api, [_Device], reason): the AMD GPUs found, or why there is none (never raises)."""
-    global _state
-    with _lock:
-        if _state is not None:
-            return _state
+    try:
+        drv = _driver()
+    except ImportError as e:
+        return (None, [], f"HIP is not available: hip-python does not import ({e}); {INSTALL_HINT}")
+    except Exception as e:              # noqa: BLE001 - a broken install: say so, never crash
+        return (None, [], f"HIP is not available: hip-python fails to import "
+                          f"({type(e).__name__}: {e}); {INSTALL_HINT}")
+    api = _HipApi(drv)
+    try:
+        count = int(api.call("hipGetDeviceCount"))
+    except HIPError as e:               # hipErrorNoDevice: ROCm is here, no GPU
+        version = ""
         try:
-            drv = _driver()
-        except ImportError as e:
-            _state = (None, [], f"HIP is not available: hip-python does not import ({e}); {INSTALL_HINT}")
-            return _state
-        except Exception as e:              # noqa: BLE001 - a broken install: say so, never crash
-            _state = (None, [], f"HIP is not available: hip-python fails to import "
-                                f"({type(e).__name__}: {e}); {INSTALL_HINT}")
-            return _state
-        api = _HipApi(drv)
+            v = int(api.call("hipRuntimeGetVersion"))
+            version = f" (HIP runtime {v // 10000000}.{v // 100000 % 100}.{v % 100000})"
+        except Exception:               # noqa: BLE001 - the version is only for the message
+            pass
+        return (api, [], f"HIP is not available: ROCm's HIP runtime{version} found no AMD GPU "
+                         f"({e}); check rocminfo, /dev/kfd permissions and HIP_VISIBLE_DEVICES")
+    except Exception as e:              # noqa: BLE001 - hip-python raises when libamdhip64 is absent
+        return (api, [], f"HIP is not available: ROCm's HIP runtime (libamdhip64.so) was not "
+                         f"found ({type(e).__name__}: {e}); install ROCm, or set ROCM_PATH "
+                         "to its directory (hip-python is installed)")
+    devs, problems = [], []
+    attrs = drv.hipDeviceAttribute_t
+    for i in range(count):
         try:
-            count = int(api.call("hipGetDeviceCount"))
-        except HIPError as e:               # hipErrorNoDevice: ROCm is here, no GPU
-            version = ""
-            try:
-                v = int(api.call("hipRuntimeGetVersion"))
-                version = f" (HIP runtime {v // 10000000}.{v // 100000 % 100}.{v % 100000})"
-            except Exception:               # noqa: BLE001 - the version is only for the message
-                pass
-            _state = (api, [], f"HIP is not available: ROCm's HIP runtime{version} found no AMD GPU "
-                               f"({e}); check rocminfo, /dev/kfd permissions and HIP_VISIBLE_DEVICES")
-            return _state
-        except Exception as e:              # noqa: BLE001 - hip-python raises when libamdhip64 is absent
-            _state = (api, [], f"HIP is not available: ROCm's HIP runtime (libamdhip64.so) was not "
-                               f"found ({type(e).__name__}: {e}); install ROCm, or set ROCM_PATH "
-                               "to its directory (hip-python is installed)")
-            return _state
-        devs, problems = [], []
-        attrs = drv.hipDeviceAttribute_t
-        for i in range(count):
-            try:
-                props = api.call("hipGetDeviceProperties", i)
-                arch = _text(props.gcnArchName)
-                name = _text(props.name) or arch
+            props = api.call("hipGetDeviceProperties", i)
+            arch = _text(props.gcnArchName)
+            name = _text(props.name) or arch
 
-                def attr(n, i=i):
-                    return int(api.call("hipDeviceGetAttribute", getattr(attrs, n), i))
-                mt = attr("hipDeviceAttributeMaxThreadsPerBlock")
-                mb = [attr(f"hipDeviceAttributeMaxBlockDim{x}") for x in "XYZ"]
-                mg = [attr(f"hipDeviceAttributeMaxGridDim{x}") for x in "XYZ"]
-                devs.append(_Device(api, i, name, arch, None, mt, mb, mg))
-            except Exception as e:          # noqa: BLE001 - one device's problem, named
-                problems.append(f"{KIND}:{i}: {type(e).__name__}: {e}")
-        reason = None
-        if not devs:
-            reason = (f"HIP is not available: HIP lists no usable GPU"
-                      f"{' (' + '; '.join(problems) + ')' if problems else ''}; check rocminfo")
-        _state = (api, devs, reason)
-        return _state
+            def attr(n, i=i):
+                return int(api.call("hipDeviceGetAttribute", getattr(attrs, n), i))
+            mt = attr("hipDeviceAttributeMaxThreadsPerBlock")
+            mb = [attr(f"hipDeviceAttributeMaxBlockDim{x}") for x in "XYZ"]
+            mg = [attr(f"hipDeviceAttributeMaxGridDim{x}") for x in "XYZ"]
+            devs.append(_Device(api, i, name, arch, None, mt, mb, mg))
+        except Exception as e:          # noqa: BLE001 - one device's problem, named
+            problems.append(f"{KIND}:{i}: {type(e).__name__}: {e}")
+    reason = None
+    if not devs:
+        reason = (f"HIP is not available: HIP lists no usable GPU"
+                  f"{' (' + '; '.join(problems) + ')' if problems else ''}; check rocminfo")
+    return (api, devs, reason)
 
 
-def reset():
-    """Forget the devices found (the next call looks again); for tests."""
-    global _state
-    with _lock:
-        _state = None
+_devices = Devices(_discover, KIND, "HIP", _Device, HIPUnavailable)
+_lock = _devices.lock
+reset = _devices.reset
+
+
+def _find():
+    return _devices.state()
 
 
 def available() -> bool:
     """Whether an AMD GPU is here (never raises)."""
-    return bool(_find()[1])
+    return bool(_devices.found())
 
 
 def unavailable_reason() -> str | None:
     """Why ``available()`` is False, with what to install; None when it is True."""
-    return _find()[2]
+    return _devices.reason()
 
 
 def devices() -> list:
     """[(``name (rocm:gfxNNN...)``, ``hip:<index>``)] of the AMD GPUs; empty if none."""
-    return [(f"{d.name} ({ARCH_KIND}:{d.arch})", f"{KIND}:{d.index}") for d in _find()[1]]
+    return [(f"{d.name} ({ARCH_KIND}:{d.arch})", f"{KIND}:{d.index}") for d in _devices.found()]
 
 
-def _device_index(device) -> int:
-    return device_index(device, KIND, "a HIP", _Device)
-
-
-def _describe(device):
-    if isinstance(device, _Device):
-        return device
-    index = _device_index(device)
-    _, devs, reason = _find()
-    if not devs:
-        raise HIPUnavailable(reason)
-    if index >= len(devs):
-        raise no_such_device("HIP", KIND, index, ((d.index, d.name) for d in devs))
-    return devs[index]
+_describe = _devices.describe
 
 
 def get_device(device=None) -> _Device:
     """The device ``device`` names (``hip``, ``hip:<index>``), its stream made; HIPUnavailable
     (the reason) if there is none."""
-    d = _describe(device)
-    with _lock:
-        return d.open()
+    return _devices.get(device)
 
 
 # ---------------------------------------------------------------------------

@@ -50,9 +50,9 @@ import threading
 
 import numpy as np
 
-from .device_args import (ArrayShape, Staging, argspecs, check_array, check_launch,
+from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
                           check_param_count, check_scalar, choose_block, device_index, host_copy,
-                          layout_contiguity, layout_strides, no_such_device)
+                          no_such_device)
 
 KIND = "level_zero"
 LOADER = "libze_loader.so.1"
@@ -744,43 +744,27 @@ def store_back(kernel):
 # Device arrays and launches
 
 
-class LevelZeroArray(ArrayShape):
-    """An array kept in device memory (``zeMemAllocDevice``), passed to launches without copying.
-
-    Contiguous: C order, or F order when made from an F-ordered array.
-    ``numpy()`` copies it back into a new NumPy array.
-    """
+class LevelZeroArray(ContiguousArray):
+    """An array kept in device memory (``zeMemAllocDevice``), passed to launches without copying;
+    ``numpy()`` copies it back through shared staging."""
 
     def __init__(self, dev, ptr, shape, dtype, layout, writable=True):
-        self.dev, self.ptr = dev, ptr
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.layout, self.writable = layout, writable
+        super().__init__(dev, shape, dtype, layout, writable)
+        self.ptr = ptr
 
-    def element_strides(self) -> list:
-        return layout_strides(self.shape, self.layout)
-
-    def contiguity(self) -> tuple:
-        return layout_contiguity(self.layout, self.ndim)
-
-    def numpy(self) -> np.ndarray:
-        out = np.empty(self.shape, self.dtype, order=self.layout)
-        if self.nbytes:
-            stage = self.dev.alloc_shared(self.nbytes)
-            try:
-                self.dev.copy(stage, self.ptr, self.nbytes)
-                ctypes.memmove(out.ctypes.data, stage, self.nbytes)
-            finally:
-                self.dev.free(stage)
-        return out
+    def read(self, out):
+        stage = self.dev.alloc_shared(out.nbytes)
+        try:
+            self.dev.copy(stage, self.ptr, out.nbytes)
+            ctypes.memmove(out.ctypes.data, stage, out.nbytes)
+        finally:
+            self.dev.free(stage)
 
     def __del__(self):
         try:
             self.dev.free(self.ptr)
         except Exception:                   # noqa: BLE001 - at interpreter exit
             pass
-
-    def __repr__(self):
-        return f"<LevelZeroArray {self.dtype}{list(self.shape)} {self.layout} on {self.dev.name}>"
 
 
 def to_device(array, device=None) -> LevelZeroArray:

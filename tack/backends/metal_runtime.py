@@ -33,13 +33,11 @@ from __future__ import annotations
 
 import struct
 import sys
-import threading
 
 import numpy as np
 
-from .device_args import (ArrayShape, Staging, argspecs, check_array, check_launch,
-                          check_scalar, choose_block, device_index, host_copy,
-                          layout_contiguity, layout_strides, no_such_device, scalar_value)
+from .device_args import (ContiguousArray, Devices, Staging, argspecs, check_array, check_launch,
+                          check_scalar, choose_block, host_copy, scalar_value)
 
 KIND = "metal"
 DEFAULT_FAMILY = "apple"
@@ -74,8 +72,6 @@ def _import_metal():
     return Metal
 
 
-_lock = threading.RLock()
-_state = None               # (Metal module, [_Device], reason) once found
 _metal = _import_metal      # the boundary: tests replace it with a simulated Metal module
 
 
@@ -90,77 +86,55 @@ class _Device:
         self.queue = None
 
     def open(self):
-        with _lock:
-            if self.queue is None:
-                self.queue = self.device.newCommandQueue()
+        if self.queue is None:
+            self.queue = self.device.newCommandQueue()
         return self
 
     def __repr__(self):
         return f"<Metal device {KIND}:{self.index} {self.name}>"
 
 
-def _find():
+def _discover():
     """(Metal module, [_Device], reason): the devices found, or why there is none (never raises)."""
-    global _state
-    with _lock:
-        if _state is not None:
-            return _state
-        try:
-            mtl = _metal()
-        except MetalUnavailable as e:
-            _state = (None, [], str(e))
-            return _state
-        except Exception as e:              # noqa: BLE001 - any import failure is the same answer
-            _state = (None, [], f"{INSTALL_HINT}; import Metal failed ({type(e).__name__}: {e})")
-            return _state
-        try:
-            found = list(mtl.MTLCopyAllDevices() or ()) if hasattr(mtl, "MTLCopyAllDevices") else []
-            if not found:
-                default = mtl.MTLCreateSystemDefaultDevice()
-                found = [default] if default is not None else []
-            devs = [_Device(mtl, i, d) for i, d in enumerate(found)]
-        except Exception as e:              # noqa: BLE001
-            _state = (mtl, [], f"{INSTALL_HINT}; listing Metal devices failed "
-                               f"({type(e).__name__}: {e})")
-            return _state
-        reason = None if devs else f"{INSTALL_HINT}; this Mac reports no Metal device"
-        _state = (mtl, devs, reason)
-        return _state
+    try:
+        mtl = _metal()
+    except MetalUnavailable as e:
+        return (None, [], str(e))
+    except Exception as e:                  # noqa: BLE001 - any import failure is the same answer
+        return (None, [], f"{INSTALL_HINT}; import Metal failed ({type(e).__name__}: {e})")
+    try:
+        found = list(mtl.MTLCopyAllDevices() or ()) if hasattr(mtl, "MTLCopyAllDevices") else []
+        if not found:
+            default = mtl.MTLCreateSystemDefaultDevice()
+            found = [default] if default is not None else []
+        devs = [_Device(mtl, i, d) for i, d in enumerate(found)]
+    except Exception as e:                  # noqa: BLE001
+        return (mtl, [], f"{INSTALL_HINT}; listing Metal devices failed ({type(e).__name__}: {e})")
+    return (mtl, devs, None if devs else f"{INSTALL_HINT}; this Mac reports no Metal device")
 
 
-def reset():
-    """Forget the devices found (the next call looks again); for tests."""
-    global _state
-    with _lock:
-        _state = None
+_devices = Devices(_discover, KIND, "Metal", _Device, MetalUnavailable)
+reset = _devices.reset
 
 
 def unavailable_reason() -> str | None:
     """Why there is no Metal device here (None on macOS with pyobjc's Metal). Never raises."""
-    return _find()[2]
+    return _devices.reason()
 
 
 def available() -> bool:
-    return bool(_find()[1])
+    return bool(_devices.found())
 
 
 def devices() -> list:
     """[(name, ``metal:<index>``)] of the Metal devices; empty if none."""
-    return [(d.name, f"{KIND}:{d.index}") for d in _find()[1]]
+    return [(d.name, f"{KIND}:{d.index}") for d in _devices.found()]
 
 
 def get_device(device=None) -> _Device:
     """The device ``device`` names (``metal``, ``metal:<index>``), its queue made;
     MetalUnavailable (the reason) if there is none."""
-    if isinstance(device, _Device):
-        return device
-    index = device_index(device, KIND, "a Metal", _Device)
-    _, devs, reason = _find()
-    if not devs:
-        raise MetalUnavailable(reason)
-    if index >= len(devs):
-        raise no_such_device("Metal", KIND, index, ((d.index, d.name) for d in devs))
-    return devs[index].open()
+    return _devices.get(device)
 
 
 def toolchain_target(device=None):
@@ -279,32 +253,16 @@ def load(payload: bytes, meta: dict, device=None) -> MetalKernel:
     return MetalKernel(dev, library, function, pipeline, entry, specs, debug, source)
 
 
-class MetalArray(ArrayShape):
-    """An array kept in a shared Metal buffer, passed to launches without copying.
-
-    Its memory is contiguous: C order, or F order when made from an F-ordered array
-    (``layout``).  ``numpy()`` copies it back into a new NumPy array."""
+class MetalArray(ContiguousArray):
+    """An array kept in a shared Metal buffer, passed to launches without copying
+    (``tack.to_device(a, "metal")``); ``numpy()`` copies it back."""
 
     def __init__(self, dev, buffer, shape, dtype, layout, writable=True):
-        self.dev, self.buffer = dev, buffer
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.layout, self.writable = layout, writable
+        super().__init__(dev, shape, dtype, layout, writable)
+        self.buffer = buffer
 
-    def element_strides(self) -> list:
-        return layout_strides(self.shape, self.layout)
-
-    def contiguity(self) -> tuple:
-        return layout_contiguity(self.layout, self.ndim)
-
-    def numpy(self) -> np.ndarray:
-        """A new NumPy array with the buffer's contents (launches have completed when they return)."""
-        out = np.empty(self.shape, self.dtype, order=self.layout)
-        if self.nbytes:
-            _read(self.buffer, out.ravel(order="K"))
-        return out
-
-    def __repr__(self):
-        return f"<MetalArray {self.dtype}{list(self.shape)} {self.layout} on {self.dev.name}>"
+    def read(self, out):
+        _read(self.buffer, out)
 
 
 def _buffer(dev, host):

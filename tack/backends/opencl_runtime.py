@@ -49,9 +49,9 @@ import warnings
 
 import numpy as np
 
-from .device_args import (ArrayShape, Staging, argspecs, check_array, check_launch,
+from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
                           check_param_count, check_scalar, choose_block, device_index, host_copy,
-                          layout_contiguity, layout_strides, no_such_device)
+                          no_such_device)
 
 KIND = "opencl"
 PIP_PACKAGES = ("intel-opencl-rt", "intel-cmplr-lib-rt", "pyopencl")
@@ -550,38 +550,16 @@ def store_back(kernel):
         "device": dev.name, "driver": dev.driver, "made_by": "driver"}
 
 
-class OpenCLArray(ArrayShape):
-    """An array kept in a device buffer, passed to launches without copying.
-
-    Its memory is contiguous: C order, or F order when made from an F-ordered
-    array (``layout``).  ``numpy()`` copies it back into a new NumPy array.
-    """
+class OpenCLArray(ContiguousArray):
+    """An array kept in a device buffer, passed to launches without copying; ``numpy()`` copies
+    it back (waiting for queued launches)."""
 
     def __init__(self, dev, buffer, shape, dtype, layout, writable=True):
-        self.dev = dev
+        super().__init__(dev, shape, dtype, layout, writable)
         self.buffer = buffer
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self.layout = layout
-        self.writable = writable
 
-    def element_strides(self) -> list:
-        """Strides in elements of its memory order."""
-        return layout_strides(self.shape, self.layout)
-
-    def contiguity(self) -> tuple:
-        return layout_contiguity(self.layout, self.ndim)
-
-    def numpy(self) -> np.ndarray:
-        """A new NumPy array with the buffer's contents (waits for queued launches)."""
-        out = np.empty(self.shape, self.dtype, order=self.layout)
-        if self.nbytes:
-            self.dev.cl.enqueue_copy(self.dev.queue, out.ravel(order="K"), self.buffer,
-                                     is_blocking=True)
-        return out
-
-    def __repr__(self):
-        return f"<OpenCLArray {self.dtype}{list(self.shape)} {self.layout} on {self.dev.name}>"
+    def read(self, out):
+        self.dev.cl.enqueue_copy(self.dev.queue, out, self.buffer, is_blocking=True)
 
 
 def _buffer(dev, host):
