@@ -2,7 +2,7 @@
 # Check recipes/tack with the real conda-build: render for linux-64 and osx-arm64 (with and
 # without the CUDA output), build against the local channel with the recipe's tests, create an
 # environment from the built package, activate and deactivate it in bash, and run the contour
-# served from the package's bundle.
+# served from the package's bundles (python -m tack.site bundles check).
 #
 #   ci/conda-check.sh [SCRATCH]
 #
@@ -15,7 +15,6 @@ ROOT="$PWD"
 TOOLS="${TACK_TOOLS:-$ROOT/../shared/tools}"
 S="${1:-$(mktemp -d)}"; mkdir -p "$S"; S="$(cd "$S" && pwd)"
 echo "conda-check: scratch $S"
-CONTOUR="$ROOT/recipes/tack/test_contour_from_bundle.py"
 
 # -- the release version's sdist and a CI-local copy of the recipe with its sha256 -----------------
 step "sdist (python -m build --sdist)" build_sdist "$S" || exit 1
@@ -52,7 +51,7 @@ PKG="$(ls "$CONDA_BLD_PATH"/linux-64/tack-0.1.0-*.conda)"
 {
   grep -E '^tack: bundles built in|^arch +kernels|^cpu:' "$S/conda-build.log" | grep -v 'compiling\|\[' | sort -u
   echo "package: $(basename "$PKG"), $(stat -c %s "$PKG") bytes"
-  grep -E 'served from the package|^contour:' "$S/conda-build.log" | tail -2
+  grep -E 'served from the bundles|^contour ' "$S/conda-build.log" | tail -2
 } | tee "$S/conda-figures.txt"
 
 rm -rf "$S/env"
@@ -66,13 +65,13 @@ activation() {
   env -u TACK_CACHE_BUNDLES bash --noprofile --norc -c '
     set -eu
     eval "$(python -m conda shell.bash hook)"
-    E="$1"; CONTOUR="$2"
+    E="$1"
     want="$E/share/tack/bundles"
     # unset before: set on activation, unset again on deactivation
     conda activate "$E"
     [ "$TACK_CACHE_BUNDLES" = "$want" ] || { echo "activate: TACK_CACHE_BUNDLES=$TACK_CACHE_BUNDLES" >&2; exit 1; }
     echo "activated: TACK_CACHE_BUNDLES=$TACK_CACHE_BUNDLES"
-    (cd /tmp && python "$CONTOUR")
+    (cd /tmp && python -m tack.site bundles check)      # TACK_CACHE_BUNDLES, as activated
     conda deactivate
     [ -z "${TACK_CACHE_BUNDLES+x}" ] || { echo "deactivate left TACK_CACHE_BUNDLES=$TACK_CACHE_BUNDLES" >&2; exit 1; }
     echo "deactivated: TACK_CACHE_BUNDLES unset, as before"
@@ -84,7 +83,7 @@ activation() {
     conda deactivate
     [ "$TACK_CACHE_BUNDLES" = /home/me/my-bundles ] || { echo "deactivate: $TACK_CACHE_BUNDLES" >&2; exit 1; }
     echo "with a value of the user own: restored to $TACK_CACHE_BUNDLES"
-  ' bash "$S/env" "$CONTOUR"
+  ' bash "$S/env"
 }
 step "activate/deactivate in bash + contour from the bundle" activation
 

@@ -17,7 +17,6 @@ TOOLS="${TACK_TOOLS:-$ROOT/../shared/tools}"
 S="${1:-$(mktemp -d)}"; mkdir -p "$S"; S="$(cd "$S" && pwd)"
 echo "spack-check: scratch $S"
 SITE="$ROOT/tests/packaging/site.yaml"
-CONTOUR="$ROOT/recipes/tack/test_contour_from_bundle.py"
 
 # -- the release version's sdist and a CI-local copy of the repository with its sha256 -------------
 step "sdist (python -m build --sdist)" build_sdist "$S" || exit 1
@@ -85,7 +84,7 @@ print("py-tack build: " + ", ".join(f"{p['name']} {p['seconds']:.1f} s" for p in
 PY
   zcat "$prefix/.spack/spack-build-out.txt.gz" | sed -n '/^arch *kernels/,/^==>/p' | grep -v '^==>'
   ls -l "$prefix/share/tack/bundles"
-  grep -h "served from the installed bundle" "$prefix/.spack/install-time-test-log.txt"
+  grep -h "served from the bundles" "$prefix/.spack/install-time-test-log.txt"
 done | tee "$S/spack-figures.txt"
 
 # -- spack load --------------------------------------------------------------------------------------
@@ -93,7 +92,7 @@ check_load() {
   ( spack load "$@"
     cd /tmp
     env | grep '^TACK_CACHE' | sort
-    python3 "$CONTOUR" )
+    python3 -m tack.site bundles check )
 }
 step "spack load py-tack + contour from the bundle" check_load py-tack site_config=none
 
@@ -110,7 +109,7 @@ TCL_SITED="$(spack module tcl find py-tack site_config="$SITE")"
 in_module_shell() {  # INIT USE-DIRS MODULE : load MODULE in a clean bash, print TACK_*, run contour
   env -i HOME="$HOME" PATH=/usr/bin:/bin TERM=dumb bash --noprofile --norc -c "
     set -e; source '$1'; for d in $2; do module use \$d; done; module load $3
-    cd /tmp; env | grep '^TACK_CACHE' | sort; python3 '$CONTOUR'"
+    cd /tmp; env | grep '^TACK_CACHE' | sort; python3 -m tack.site bundles check"
 }
 step "Lmod: module load py-tack (Spack's) + contour" \
   in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_PLAIN"

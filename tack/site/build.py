@@ -417,6 +417,70 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
     return 0
 
 
+# Run by ``bundles check`` in a new process: the contour from the bundles alone.
+_CHECK_SCRIPT = """
+import json, sys
+import numpy as np
+import tack.cache
+from tack.kernels.contour import contour
+n, device = int(sys.argv[1]), sys.argv[2]
+p = np.indices((n, n, n)).astype(np.float32)
+f = np.sqrt(((p - (n - 1) / 2) ** 2).sum(axis=0)).astype(np.float32)
+v, faces = contour(f, n / 3.5, device=device)
+s = tack.cache.stats()
+print(json.dumps({"triangles": len(faces), "hits": s["hits"], "misses": s["misses"],
+                  "llvm": "llvmlite.binding" in sys.modules}))
+"""
+
+
+def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout) -> int:
+    """Run the contour demo (a sphere in a ``size``^3 field) on ``device`` in a new Python with an
+    empty cache of its own, reading only the bundles in ``directory`` (default: every directory
+    of TACK_CACHE_BUNDLES).  0 when every kernel variant came from a bundle and LLVM was never
+    loaded; 1, saying what was compiled, otherwise.  What a package's install test and an admin
+    after ``bundles build`` or ``rebuild`` run."""
+    import json
+    import subprocess
+    import tempfile
+    from .errors import SiteError
+    bundles = directory or os.environ.get("TACK_CACHE_BUNDLES", "")
+    if not bundles:
+        raise SiteError("bundles check: no bundle directory given and TACK_CACHE_BUNDLES is not set")
+    for d in bundles.split(os.pathsep):
+        if d and not os.path.isdir(d):
+            raise SiteError(f"bundles check: {d} is not a directory")
+    with tempfile.TemporaryDirectory(prefix="tack-bundles-check-") as own:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+        env.update(TACK_CACHE_DIR=os.path.join(own, "cache"), TACK_CACHE="read",
+                   TACK_CACHE_BUNDLES=bundles)
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # this Tack's parent
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here)]
+                                            + [p for p in [env.get("PYTHONPATH")] if p])
+        r = subprocess.run([sys.executable, "-c", _CHECK_SCRIPT, str(int(size)), device], env=env,
+                           cwd=own, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        print(r.stderr.rstrip(), file=out)
+        print(f"bundles check: the contour failed on {device} (exit {r.returncode})", file=out)
+        return 1
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    print(f"contour {size}^3 on {device}: {got['triangles']} triangles; variants from bundles "
+          f"{got['hits']['variant']}, compiled {got['misses']['variant']}", file=out)
+    problems = []
+    if got["misses"]["variant"] or not got["hits"]["variant"]:
+        problems.append(f"{got['misses']['variant']} kernel variant(s) were compiled, not found in "
+                        f"{bundles}: build them (bundles build) or rebuild stale ones (bundles "
+                        "rebuild; bundles status says which)")
+    if got["llvm"]:
+        problems.append("LLVM was loaded: something was compiled")
+    if not got["triangles"]:
+        problems.append("the contour found no triangles")
+    for problem in problems:
+        print(f"error: {problem}", file=out)
+    if not problems:
+        print(f"contour served from the bundles in {bundles}: nothing compiled", file=out)
+    return 1 if problems else 0
+
+
 def rebuild_bundle(path, llvm, out=sys.stdout):
     """Recompile one bundle's variants for its own architecture with this LLVM. -> new path."""
     from ..ir import LoweredKernel

@@ -91,6 +91,11 @@ def cmd_bundles_status(args) -> int:
     return bundles_status(args.dir)
 
 
+def cmd_bundles_check(args) -> int:
+    from .build import bundles_check
+    return bundles_check(args.dir, device=args.device, size=args.size)
+
+
 def cmd_bundles_rebuild(args) -> int:
     from .build import bundles_rebuild
     return bundles_rebuild(args.dir)
@@ -137,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     br = bsub.add_parser("rebuild", help="recompile stale variants from the bundles' lowered kernels")
     br.add_argument("dir", nargs="?", default=None)
     br.set_defaults(func=cmd_bundles_rebuild)
+    bc = bsub.add_parser("check", help="run the contour from the bundles alone: is anything compiled?")
+    bc.add_argument("dir", nargs="?", default=None,
+                    help="bundle directory, or several joined with ':' (default: TACK_CACHE_BUNDLES)")
+    bc.add_argument("--device", default="cpu", help="where the contour runs (default: cpu)")
+    bc.add_argument("--size", type=int, default=21, help="the field's extent (default: 21)")
+    bc.set_defaults(func=cmd_bundles_check)
     return p
 
 

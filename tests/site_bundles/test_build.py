@@ -287,3 +287,28 @@ def test_check_accepts_what_builds(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert f"{config}: valid" in r.stdout
+
+
+def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_path):
+    """`python -m tack.site bundles check DIR`: 0 and "nothing compiled" when this node's bundle
+    serves the contour; 1 naming the variants compiled when only another CPU's bundle is there;
+    a clear error for a directory that is not one."""
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    for arch, out_dir in ((host_arch(), mine), (OTHER, other)):
+        rc, out, err = run_build(write_config(tmp_path, [arch]), out_dir)
+        assert rc == 0, out + err
+
+    def check(*args):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+        return subprocess.run([sys.executable, "-m", "tack.site", "bundles", "check", *args],
+                              env=env, capture_output=True, text=True, timeout=600)
+    ok = check(str(mine))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert f"variants from bundles {KERNELS}, compiled 0" in ok.stdout
+    assert f"contour served from the bundles in {mine}: nothing compiled" in ok.stdout
+    bad = check(str(other), "--size", "9")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert f"{KERNELS} kernel variant(s) were compiled, not found in {other}" in bad.stdout
+    assert "LLVM was loaded" in bad.stdout
+    missing = check(str(tmp_path / "nowhere"))
+    assert missing.returncode == 1 and "is not a directory" in missing.stderr

@@ -24,22 +24,6 @@ NO_LLVM_CPU = ("armv8.1a", "armv8.2a", "armv8.3a", "armv8.4a", "armv8.5a", "armv
 #: The kernels a bundle holds when the site config names none (what `bundles build` defaults to).
 DEFAULT_KERNELS = [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
 
-#: Runs the contour on a 21^3 field in a fresh process reading an empty cache of its own and the
-#: installed bundles only, and fails unless every kernel came from a bundle and LLVM was not loaded.
-CONTOUR_SERVED_FROM_BUNDLE = """
-import sys, numpy as np, tack.cache
-from tack.kernels.contour import contour
-p = np.indices((21, 21, 21)).astype(np.float32)
-f = np.sqrt(((p - 10.0) ** 2).sum(axis=0)).astype(np.float32)
-v, faces = contour(f, 6.0)
-s = tack.cache.stats()
-print("contour:", len(faces), "triangles; cache hits", s["hits"], "misses", s["misses"])
-assert len(faces) > 0
-assert s["hits"]["variant"] == 2 and s["misses"]["variant"] == 0, s
-assert "llvmlite.binding" not in sys.modules, "LLVM was loaded: something was compiled"
-print("contour served from the installed bundle, nothing compiled")
-"""
-
 #: Reads a site config with Tack's own loader (the same checks `python -m tack.site check` makes)
 #: and prints what the package needs from it as JSON.
 READ_SITE_CONFIG = """
@@ -287,11 +271,11 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
             raise SkipTest("built ~bundles: no bundle to serve the contour")
         python = self.spec["python"].command
         with tempfile.TemporaryDirectory() as own:
-            env = self.tack_build_env()
-            env.update(TACK_CACHE_DIR=join_path(own, "cache"), TACK_CACHE="read",
-                       TACK_CACHE_BUNDLES=self.bundles_dir)
             with working_dir(own):      # not the stage: the installed Tack is tested
-                out = python("-c", CONTOUR_SERVED_FROM_BUNDLE, output=str, error=str, env=env)
+                # `bundles check` runs the contour in a new process with an empty cache of its
+                # own and these bundles only, and fails if anything was compiled.
+                out = python("-m", "tack.site", "bundles", "check", self.bundles_dir,
+                             output=str, error=str, env=self.tack_build_env())
             tty.msg(out)
             assert "nothing compiled" in out, out
 
