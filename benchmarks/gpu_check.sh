@@ -22,10 +22,12 @@
 #  3. through tack.launch(device="cuda"): the language suite and the contour against the CPU;
 #  4. the first contour call (sphere(--size), default 21) in new processes, --runs each
 #     (default 10; medians): cache off, only lowered kernels stored, PTX stored;
-#  5. the steady-state contour at --big (default 256)^3 on CUDA and on the CPU backend.
+#  5. the steady-state contour at --big (default 256)^3 on CUDA and on the CPU backend;
+#  6. a site bundle built for the GPU's arch (bundles build), then the contour served from it
+#     alone with nothing compiled (bundles check --device cuda).
 # Targets (H200): first call with PTX stored <= 20 ms and >= 20x faster than cold; steady state
 # at 256^3 >= 10x the CPU.  Timings are printed against their targets, never failed on; a
-# failed check (1-3) makes the exit status 1.
+# failed check (1-3, 6) makes the exit status 1.
 #
 # Dry run of the script's plumbing without a GPU: put a fake `nvidia-smi` printing
 # "GPU 0: ..." on PATH and set TACK_GPU_CHECK_DEVICE=cpu (steps 3-5 then run on that device;
@@ -312,6 +314,27 @@ print(f"target: CUDA >= 10x the CPU at {sys.argv[1]}^3: {cpu / gpu:.1f}x -> "
       f"{'met' if cpu / gpu >= 10 else 'NOT met'}")
 EOF
 [ $? -eq 0 ] || echo "gpu_check: the steady-state timing did not run"
+
+# -- 6. a site bundle for this GPU ---------------------------------------------------------------
+echo
+DEVICE="${TACK_GPU_CHECK_DEVICE:-cuda}"
+echo "== 6. a site bundle for this device's arch: bundles build, then bundles check --device $DEVICE"
+ARCH="$("$PY" -c "
+import sys, tack
+d = [x.target for x in tack.devices() if x.device.split(':')[0] == sys.argv[1]]
+print(d[0] if d else '')" "$DEVICE")"
+if [ -z "$ARCH" ]; then
+    echo "gpu_check: tack.devices() lists no $DEVICE device"; status=1
+else
+    kind="${ARCH%%:*}"; name="${ARCH#*:}"
+    printf 'version: 1\nbuild:\n  archs:\n    %s: [%s]\n  kernels:\n    - module: tack.kernels.contour\n      shapes: [[21, 21, 21]]\n' \
+        "$kind" "$name" > "$WORK/site.yaml"
+    if "$PY" -m tack.site bundles build "$WORK/site.yaml" --output "$WORK/bundles"; then
+        "$PY" -m tack.site bundles check "$WORK/bundles" --device "$DEVICE" || status=1
+    else
+        echo "gpu_check: bundles build for $ARCH failed"; status=1
+    fi
+fi
 
 echo
 [ $status -eq 0 ] && echo "gpu_check: checks passed" || echo "gpu_check: a check FAILED"

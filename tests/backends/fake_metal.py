@@ -26,7 +26,8 @@ import tempfile
 import numpy as np
 
 SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "metal_shim")
-_BUILT = {}                             # source digest -> (library path, [(index, kind, type)], entry)
+_BUILT = {}                             # source digest -> (library path, [(index, kind, type)])
+_WORK = tempfile.TemporaryDirectory(prefix="tack-fake-metal-")     # removed at exit
 
 
 class Size:
@@ -129,7 +130,8 @@ def build(source: str, entry: str):
               f'extern "C" void tack_dispatch(void** bufs, long n0, long n1, long n2) {{\n'
               f'  for (long z = 0; z < n2; z++) for (long y = 0; y < n1; y++) '
               f'for (long x = 0; x < n0; x++)\n    {entry}({", ".join(args)});\n}}\n')
-    work = tempfile.mkdtemp(prefix="tack-fake-metal-")
+    work = os.path.join(_WORK.name, digest[:16])
+    os.makedirs(work, exist_ok=True)
     src = os.path.join(work, "k.cpp")
     with open(src, "w") as f:
         f.write(source + driver)
