@@ -449,6 +449,8 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout) -> int:
     for d in bundles.split(os.pathsep):
         if d and not os.path.isdir(d):
             raise SiteError(f"bundles check: {d} is not a directory")
+    # absolute: the contour runs in a directory of its own
+    bundles = os.pathsep.join(os.path.abspath(d) for d in bundles.split(os.pathsep) if d)
     with tempfile.TemporaryDirectory(prefix="tack-bundles-check-") as own:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
         env.update(TACK_CACHE_DIR=os.path.join(own, "cache"), TACK_CACHE="read",

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 
+import tack
 import tack.frontend.lower
 from tack.api import Kernel
 from tack.cache import bundle, store
@@ -300,12 +301,15 @@ def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_p
 
     def check(*args):
         env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+        env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(tack.__file__)))
         return subprocess.run([sys.executable, "-m", "tack.site", "bundles", "check", *args],
-                              env=env, capture_output=True, text=True, timeout=600)
+                              env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     ok = check(str(mine))
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert f"variants from bundles {KERNELS}, compiled 0" in ok.stdout
     assert f"contour served from the bundles in {mine}: nothing compiled" in ok.stdout
+    relative = check("mine")                # the contour runs elsewhere: the path still holds
+    assert relative.returncode == 0 and f"in {mine}: nothing compiled" in relative.stdout
     bad = check(str(other), "--size", "9")
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert f"{KERNELS} kernel variant(s) were compiled, not found in {other}" in bad.stdout
