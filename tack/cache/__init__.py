@@ -117,10 +117,36 @@ class Settings:
                 f"max_size={self.max_size!r}, sources={self.sources!r})")
 
 
-def check_directory(value, origin: str) -> str:
+_VARIABLE = None
+
+
+def expand(value: str, origin: str, environ=None) -> str:
+    """``value`` with ``$VAR`` and ``${VAR}`` taken from ``environ`` (default: this process's)
+    and a leading ``~`` expanded, as ccache expands its ``cache_dir``: a site's modules and
+    Spack's may export ``$SCRATCH/$USER/tack`` unexpanded.  ValueError naming ``origin`` and
+    the variable when one is not set."""
+    global _VARIABLE
+    if "$" in value:
+        if _VARIABLE is None:
+            import re
+            _VARIABLE = re.compile(r"\$(?:(\w+)|\{(\w+)\})")
+        environ = os.environ if environ is None else environ
+
+        def sub(m):
+            name = m.group(1) or m.group(2)
+            if name not in environ:
+                raise ValueError(f"{origin}: {value!r} names ${name}, which is not set")
+            return environ[name]
+        value = _VARIABLE.sub(sub, value)
+    return os.path.expanduser(value)
+
+
+def check_directory(value, origin: str, environ=None) -> str:
+    """The absolute, normalized path ``value`` names (``expand``-ed); ValueError naming ``origin``
+    for an unset variable or a relative path."""
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise ValueError(f"{origin}: the cache directory must be a non-empty path")
-    path = os.path.expanduser(os.fspath(value))
+    path = expand(os.fspath(value), origin, environ)
     if not os.path.isabs(path):
         raise ValueError(f"{origin}: the cache directory must be an absolute path, not {value!r}")
     return os.path.normpath(path)
@@ -164,7 +190,8 @@ def resolve(configured: dict, environ=None, mpi=False) -> Settings:
         raw = environ.get(var)
         if raw is not None and raw.strip() != "":
             try:
-                values[key], sources[key] = check(raw, var), "environment"
+                values[key] = (check(raw, var, environ) if key == "directory" else check(raw, var))
+                sources[key] = "environment"
                 continue
             except ValueError as e:
                 warnings.warn(f"tack: {e}; using the default", RuntimeWarning, stacklevel=4)

@@ -609,6 +609,14 @@ def site_dirs(environ=None, warn=None) -> list:
     for d in raw.split(os.pathsep):
         if not d.strip():
             continue
+        if "$" in d or d.startswith("~"):       # as TACK_CACHE_DIR: $VAR, ${VAR} and ~ expanded
+            from . import check_directory
+            try:
+                d = check_directory(d, "TACK_CACHE_BUNDLES", environ)
+            except ValueError as e:
+                if warn is not None:
+                    warn(f"{e}; ignored")
+                continue
         why = _site_dir_problem(d)
         if why is None:
             out.append(d)

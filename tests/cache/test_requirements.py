@@ -331,3 +331,36 @@ def test_configure_with_one_bad_value_changes_nothing(tmp_path, cache_dir):
     assert s.directory == str(cache_dir) != str(good)
     assert s.mode == "write"
     assert s.sources == {"directory": "environment", "mode": "default", "max_size": "default"}
+
+
+def test_cache_directory_expands_variables(home, monkeypatch, tmp_path):
+    """TACK_CACHE_DIR=$SCRATCH/$USER/tack (as a site config writes it, and as Spack's modules export
+    it unexpanded) names the expanded directory; an unset variable is a warning naming it, and
+    the default directory is used."""
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    monkeypatch.setenv("USER", "me")
+    monkeypatch.setenv("TACK_CACHE_DIR", "$SCRATCH/${USER}/tack-cache")
+    tack.cache._reset_for_tests()
+    assert tack.cache.settings().directory == str(tmp_path / "scratch" / "me" / "tack-cache")
+    monkeypatch.setenv("TACK_CACHE_DIR", "~/tack-cache")
+    tack.cache._reset_for_tests()
+    assert tack.cache.settings().directory == str(home / "tack-cache")
+    monkeypatch.delenv("SCRATCH")
+    monkeypatch.setenv("TACK_CACHE_DIR", "$SCRATCH/tack-cache")
+    tack.cache._reset_for_tests()
+    with pytest.warns(RuntimeWarning, match=r"TACK_CACHE_DIR: '\$SCRATCH/tack-cache' names \$SCRATCH, "
+                                            r"which is not set; using the default"):
+        assert tack.cache.settings().directory == os.path.join(str(home), ".cache", "tack")
+    tack.cache._reset_for_tests()
+
+
+def test_bundle_directories_expand_variables(tmp_path):
+    """TACK_CACHE_BUNDLES entries expand $VAR and ~ as TACK_CACHE_DIR does; an entry naming an
+    unset variable is left out with a warning naming it."""
+    from tack.cache.warm import site_dirs
+    said = []
+    env = {"TACK_CACHE_BUNDLES": f"$ROOT/bundles:${{NOPE}}/b:{tmp_path}/plain",
+           "ROOT": str(tmp_path / "apps")}
+    assert site_dirs(env, said.append) == [str(tmp_path / "apps" / "bundles"), f"{tmp_path}/plain"]
+    assert said == ["TACK_CACHE_BUNDLES: '${NOPE}/b' names $NOPE, which is not set; ignored"]
