@@ -29,7 +29,7 @@ build_sdist() {
   if [ -n "${TACK_SDIST:-}" ]; then SDIST="$TACK_SDIST"; echo "$SDIST"; return; fi
   if [ ! -f "$scratch/venv-sdist/.ready" ]; then
     python3 -m venv "$scratch/venv-sdist" >&2
-    "$scratch/venv-sdist/bin/pip" install -q -U build "setuptools>=68" 2>&1 | grep -v '^WARNING: Location' >&2
+    "$scratch/venv-sdist/bin/pip" install -q -U build "setuptools>=77" 2>&1 | grep -v '^WARNING: Location' >&2
     touch "$scratch/venv-sdist/.ready"
   fi
   rm -rf "$scratch/dist" "$scratch/sdist-src"

@@ -76,8 +76,8 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
 
     # pyproject.toml: requires-python = ">=3.10"
     depends_on("python@3.10:", type=("build", "run"))
-    # pyproject.toml: [build-system] requires = ["setuptools>=68"]
-    depends_on("py-setuptools@68:", type="build")
+    # pyproject.toml: [build-system] requires = ["setuptools>=77"] (an SPDX license string)
+    depends_on("py-setuptools@77:", type="build")
     # pyproject.toml: dependencies "numpy>=1.24"; also at build time: bundles are built at install
     depends_on("py-numpy@1.24:", type=("build", "run"))
     # pyproject.toml: dependencies "llvmlite>=0.43"; the bundles are compiled with it
