@@ -99,11 +99,10 @@ class Launch:
 def language_launches() -> tuple:
     """Every distinct launch tests/test_language.py makes (kernel, argument types, grid rank),
     recorded by running its tests (each parameter set) on the CPU with tack.launch wrapped."""
-    from tests import test_language as suite
     real = tack.launch
     seen = {}
 
-    def recording(kernel, dim, args=(), device="cpu"):
+    def recording(kernel, dim, args=(), device="cpu", block=None):
         argtypes = tuple(argtypes_of(kernel, args))
         templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
         grid = 1 if isinstance(dim, int) or not hasattr(dim, "__len__") else len(dim)
@@ -111,28 +110,55 @@ def language_launches() -> tuple:
         seen.setdefault(key, Launch(kernel, argtypes, templates, grid))
         return real(kernel, dim, args, device)
 
-    tack.launch = recording
+    for case, error in replay_language_suite(recording).items():
+        if error is not None:
+            raise AssertionError(f"{case} failed on the CPU: {type(error).__name__}: {error}")
+    return tuple(seen.values())
+
+
+def replay_language_suite(launch) -> dict:
+    """Run every test of tests/test_language.py (each parameter set) with ``tack.launch`` replaced
+    by ``launch``, in a kernel cache of its own: {case: the exception it raised, or None}.  The
+    suite's kernels are left as a fresh import would leave them (its own tests count variants)."""
+    from tests import test_language as suite
+    real = tack.launch
+    tack.launch = launch
     private = _private_cache()
+    out = {}
     try:
         for name in sorted(n for n in dir(suite) if n.startswith("test_")):
             fn = getattr(suite, name)
             marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
             for combo in itertools.product(*[_param_sets(m) for m in marks]):
-                kwargs = {}
-                for names, values in combo:
-                    kwargs.update(zip(names, values))
-                fn(**kwargs)
+                kwargs = {k: v for names, values in combo for k, v in zip(names, values)}
+                try:
+                    fn(**kwargs)
+                    out[f"{name}{kwargs}"] = None
+                except Exception as e:              # noqa: BLE001 - the caller judges it
+                    out[f"{name}{kwargs}"] = e
                 tack.config.reset()
     finally:
         tack.launch = real
         tack.config.reset()
         private.close()
-        # Leave the suite's kernels as a fresh import would (its own tests count variants).
         for value in vars(suite).values():
             if isinstance(value, tack.api.Kernel):
                 value._lowered.clear()
                 value._variants.clear()
-    return tuple(seen.values())
+    return out
+
+
+def language_suite_on(device) -> tuple:
+    """``replay_language_suite`` with every launch on ``device``: (cases run, {case: error} of
+    those that failed, {case: first line} of those refused at compile time)."""
+    real = tack.launch
+    results = replay_language_suite(
+        lambda k, dim, args=(), device_=None, block=None: real(k, dim, args, device))
+    failed = {c: f"{type(e).__name__}: {e}" for c, e in results.items()
+              if e is not None and not isinstance(e, tack.CompileError)}
+    refused = {c: str(e).splitlines()[0] for c, e in results.items()
+               if isinstance(e, tack.CompileError)}
+    return len(results), failed, refused
 
 
 class _private_cache:

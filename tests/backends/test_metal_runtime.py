@@ -78,34 +78,13 @@ def f32(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def test_the_language_suite_on_metal(metal, monkeypatch):
+def test_the_language_suite_on_metal(metal):
     """Every test of tests/test_language.py (each parameter set) with its launches on
     device='metal': those Metal can compile pass (the suite compares each result with NumPy);
     the rest are refused at compile time, each with a CompileError naming what Metal lacks and
     metal:apple, never a wrong result or a crash."""
-    import itertools
-    from tests import test_language as suite
-    from .gpu_tools import _param_sets
-    real = tack.launch
-    monkeypatch.setattr(tack, "launch",
-                        lambda k, dim, args=(), device="cpu", block=None: real(k, dim, args, "metal"))
-    ran, failed, refused = 0, {}, {}
-    for name in sorted(n for n in dir(suite) if n.startswith("test_")):
-        fn = getattr(suite, name)
-        marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
-        for combo in itertools.product(*[_param_sets(m) for m in marks]):
-            kwargs = {k: v for names, values in combo for k, v in zip(names, values)}
-            try:
-                fn(**kwargs)
-            except tack.CompileError as e:
-                refused[f"{name}{kwargs}"] = str(e).splitlines()[0]
-            except Exception as e:                  # noqa: BLE001 - collected, then asserted
-                failed[f"{name}{kwargs}"] = f"{type(e).__name__}: {e}"
-            ran += 1
-            tack.config.reset()
-    for value in vars(suite).values():              # as a fresh import would leave them
-        if isinstance(value, tack.api.Kernel):
-            value._variants.clear()
+    from .gpu_tools import language_suite_on
+    ran, failed, refused = language_suite_on("metal")
     assert failed == {}, failed
     reasons = ("float64 (Metal has no double precision)", "(Metal has 32-bit atomics)",
                "(Metal's float atomics add only)", "(no MSL function)")

@@ -2,7 +2,6 @@
 through OpenCL (Intel's CPU runtime here): the one GPU-style code path that executes on this
 machine.  Results are compared with the CPU backend's and NumPy's; nothing is simulated."""
 
-import itertools
 import json
 import os
 import subprocess
@@ -15,7 +14,6 @@ import pytest
 import tack
 from tack.backends import opencl_runtime
 
-from .gpu_tools import _param_sets
 
 pytestmark = pytest.mark.skipif(
     not opencl_runtime.available() and not os.environ.get("TACK_REQUIRE_OPENCL"),
@@ -23,33 +21,12 @@ pytestmark = pytest.mark.skipif(
            "run ci/install-opencl.sh")
 
 
-def test_the_language_suite_runs_on_opencl(monkeypatch):
+def test_the_language_suite_runs_on_opencl():
     """Every test of tests/test_language.py (each parameter set) passes with its launches on
     device='opencl': the suite's own assertions compare each result with NumPy."""
-    from tests import test_language as suite
-
-    from .gpu_tools import _private_cache
-    private = _private_cache()
-    real = tack.launch
-    monkeypatch.setattr(tack, "launch", lambda k, dim, args=(), device="cpu": real(k, dim, args, "opencl"))
-    ran, failed = 0, {}
-    for name in sorted(n for n in dir(suite) if n.startswith("test_")):
-        fn = getattr(suite, name)
-        marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "parametrize"]
-        for combo in itertools.product(*[_param_sets(m) for m in marks]):
-            kwargs = {k: v for names, values in combo for k, v in zip(names, values)}
-            try:
-                fn(**kwargs)
-            except Exception as e:                  # noqa: BLE001 - collected, then asserted
-                failed[f"{name}{kwargs}"] = f"{type(e).__name__}: {e}"
-            ran += 1
-            tack.config.reset()
-    private.close()
-    for value in vars(suite).values():              # as a fresh import would leave them
-        if isinstance(value, tack.api.Kernel):
-            value._lowered.clear()
-            value._variants.clear()
-    assert ran >= 70 and failed == {}, failed
+    from .gpu_tools import language_suite_on
+    ran, failed, refused = language_suite_on("opencl")
+    assert ran >= 70 and failed == {} and refused == {}, (failed, refused)
 
 
 def sphere(shape, r):
