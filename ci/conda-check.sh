@@ -34,7 +34,10 @@ CPU=(--variants "{cuda_compiler_version: None}")
 step "seed_src.py (sdist into conda-build's source cache)" python "$TOOLS/conda/seed_src.py" "$R" "$(dirname "$SDIST")"
 step "conda render linux-64 (CPU variant, solved)" python -m conda render "${CH[@]}" -m "$OFFLINE_PINNING" "${CPU[@]}" "$R"
 render_matrix() {
-  python "$TOOLS/conda/render_matrix.py" "$R" "$OFFLINE_PINNING" "file://$OFFLINE_CHANNEL" linux-64 osx-arm64 \
+  # The channel's pinning plus the CUDA variants conda-forge-pinning lists (the kit's has none).
+  { cat "$OFFLINE_PINNING"; printf 'cuda_compiler_version:\n  - None\n  - "12.6"  # [linux64]\n'; } \
+    > "$S/pinning-with-cuda.yaml"
+  python "$TOOLS/conda/render_matrix.py" "$R" "$S/pinning-with-cuda.yaml" "file://$OFFLINE_CHANNEL" linux-64 osx-arm64 \
     | tee "$S/render-matrix.txt"
   # linux-64: the CPU output in both variants, the CUDA output (needing __cuda) in the CUDA one;
   # osx-arm64: the CPU output only.

@@ -8,13 +8,23 @@ set -euxo pipefail
 share="$PREFIX/share/tack"
 mkdir -p "$share/bundles"
 
+# The CPUs the bundles are built for: the x86-64 microarchitecture levels, so that every x86-64
+# machine finds the bundle of the highest level it supports (a node uses the bundle of its own
+# microarchitecture or of its nearest archspec ancestor); generic aarch64 on ARM (LLVM has no CPU
+# for archspec's armv8.Xa levels).  TACK_CPU_ARCHS (meta.yaml's script_env) overrides them.
+case "${target_platform}" in
+  *-64) default_archs="x86_64_v2 x86_64_v3 x86_64_v4" ;;
+  *-aarch64|*-arm64) default_archs="aarch64" ;;
+  *) echo "tack: no CPU bundles are defined for ${target_platform}" >&2; exit 1 ;;
+esac
+cpu_archs="${TACK_CPU_ARCHS:-$default_archs}"
+
 # The build config, kept in the package for `python -m tack.site bundles rebuild` and for admins.
-# tack_cpu_archs comes from conda_build_config.yaml (x86_64_v2 x86_64_v3 x86_64_v4, or aarch64).
 {
   echo "version: 1"
   echo "build:"
   echo "  archs:"
-  echo "    cpu: [$(echo ${tack_cpu_archs} | sed 's/ /, /g')]"
+  echo "    cpu: [$(echo ${cpu_archs} | sed 's/ /, /g')]"
   echo "  kernels:"
   echo "    - module: tack.kernels.contour"
   echo "      shapes: [[21, 21, 21]]"
