@@ -25,9 +25,8 @@ def test_the_doc_has_shell_blocks():
 
 def test_shell_blocks_run(tmp_path):
     """The sh blocks in order, in one shell, as an admin would type them."""
-    pytest.importorskip("yaml")
-    pytest.importorskip("jinja2")
-    pytest.importorskip("archspec")
+    for module, package in (("yaml", "PyYAML"), ("jinja2", "Jinja2"), ("archspec", "archspec")):
+        pytest.importorskip(module, reason=f"the site tool needs {package}: pip install 'tack[site]'")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "python").symlink_to(sys.executable)
