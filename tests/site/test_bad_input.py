@@ -237,20 +237,22 @@ DUPLICATES = {
 }
 
 
-def check_fails(tmp_path, text, message):
-    """``check`` of a config holding ``text``: exit 1, no traceback, an error line starting
-    with the file's path and ``message``."""
+def check_fails(tmp_path, text, message, exact=False):
+    """``check`` of a config holding ``text``: exit 1, no traceback, an error line that is the
+    file's path and ``message`` (``exact``), or starts with them."""
     config = tmp_path / "site.yaml"
     config.write_text(text)
     r = site("check", config)
     assert r.returncode == 1
     assert "Traceback" not in r.stderr, r.stderr
-    assert any(line.startswith(f"error: {config}{message}") for line in r.stderr.splitlines()), r.stderr
+    want = f"error: {config}{message}"
+    lines = r.stderr.splitlines()
+    assert (want in lines) if exact else any(line.startswith(want) for line in lines), r.stderr
 
 
 @pytest.mark.parametrize("case", list(DUPLICATES))
 def test_duplicate_keys(tmp_path, case):
-    check_fails(tmp_path, *DUPLICATES[case])
+    check_fails(tmp_path, *DUPLICATES[case], exact=True)
 
 
 HUGE = "1" * 311
