@@ -613,6 +613,10 @@ class _Device:
             self.context = ctx
         return self
 
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({ARCH_KIND}:{self.arch})"
+
     def __repr__(self):
         return f"<CUDA device {KIND}:{self.index} {self.name} ({ARCH_KIND}:{self.arch})>"
 
@@ -672,33 +676,11 @@ def _discover():
 
 
 _devices = Devices(_discover, KIND, "CUDA", _Device, CUDAUnavailable)
-_lock = _devices.lock
-reset = _devices.reset
+# The runtime interface (docs/architecture.md, "Adding a backend"), from the devices found.
+_lock, reset, available, unavailable_reason = (_devices.lock, _devices.reset, _devices.available,
+                                               _devices.reason)
+devices, get_device, _describe = _devices.listing, _devices.get, _devices.describe
 
-
-def _find():
-    return _devices.state()
-
-
-def available() -> bool:
-    """Whether a CUDA device is here (never raises)."""
-    return bool(_devices.found())
-
-
-def unavailable_reason() -> str | None:
-    """Why ``available()`` is False, with what to install; None when it is True."""
-    return _devices.reason()
-
-
-def devices() -> list:
-    """[(``name (cuda:sm_XY)``, ``cuda:<index>``)] of the CUDA devices; empty if none."""
-    return [(f"{d.name} ({ARCH_KIND}:{d.arch})", f"{KIND}:{d.index}") for d in _devices.found()]
-
-
-def get_device(device=None) -> _Device:
-    """The device ``device`` names (``cuda``, ``cuda:<index>``), its context made; CUDAUnavailable
-    (the reason) if there is none."""
-    return _devices.get(device)
 
 
 _describe = _devices.describe
@@ -860,7 +842,7 @@ def foreign_or_copy(dev, array, cls):
 
 def describe() -> str:
     """What was found, as lines of text (``python -m tack.backends.cuda_runtime``)."""
-    found = _find()[1]
+    found = _devices.found()
     if not found:
         return f"no device: {unavailable_reason()}"
     return "\n".join(f"device {KIND}:{d.index}: {d.name}, compute capability {d.cc[0]}.{d.cc[1]}, "

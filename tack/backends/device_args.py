@@ -330,8 +330,8 @@ def no_such_device(label, kind, index, listing) -> ValueError:
 class Devices:
     """A runtime's devices, found once per process by ``discover()``, which returns
     ``(api, [device], reason)`` and never raises (``reason``: why there is none, with what to
-    install).  Each device has ``index``, ``name`` and ``open()`` (its context or stream, made
-    once).  ``kind`` (``cuda``), ``label`` (``CUDA``) and ``unavailable`` (the runtime's
+    install).  Each device has ``index``, ``name``, ``label`` (what ``tack.devices()`` shows)
+    and ``open()`` (its context or stream, made once).  ``kind`` (``cuda``), ``label`` (``CUDA``) and ``unavailable`` (the runtime's
     exception) make the errors."""
 
     def __init__(self, discover, kind, label, device_type, unavailable):
@@ -354,14 +354,23 @@ class Devices:
     def found(self) -> list:
         return self.state()[1]
 
+    def available(self) -> bool:
+        """Whether a device is here (never raises)."""
+        return bool(self.state()[1])
+
     def reason(self):
+        """Why there is no device, with what to install; None when there is one."""
         return self.state()[2]
+
+    def listing(self) -> list:
+        """[(a device's ``label``, ``kind:<index>``)] of the devices found; empty if none."""
+        return [(d.label, f"{self.kind}:{d.index}") for d in self.state()[1]]
 
     def index(self, device) -> int:
         article = "an" if self.label[0] in "AEIOU" else "a"
         return device_index(device, self.kind, f"{article} {self.label}", self.device_type)
 
-    def describe(self, device):
+    def describe(self, device=None):
         """The device ``device`` names as found, nothing made for it (keys need no context);
         the runtime's unavailable error if there is none, ValueError past the last."""
         if isinstance(device, self.device_type):
@@ -374,7 +383,7 @@ class Devices:
             raise no_such_device(self.label, self.kind, index, ((d.index, d.name) for d in devs))
         return devs[index]
 
-    def get(self, device):
+    def get(self, device=None):
         """``describe(device)``, opened."""
         d = self.describe(device)
         with self.lock:

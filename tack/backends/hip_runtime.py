@@ -176,6 +176,10 @@ class _Device:
             self.stream = self.api.call("hipStreamCreateWithFlags", 1)     # hipStreamNonBlocking
         return self
 
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({ARCH_KIND}:{self.arch})"
+
     def __repr__(self):
         return f"<HIP device {KIND}:{self.index} {self.name} ({ARCH_KIND}:{self.arch})>"
 
@@ -241,36 +245,11 @@ def _discover():
 
 
 _devices = Devices(_discover, KIND, "HIP", _Device, HIPUnavailable)
-_lock = _devices.lock
-reset = _devices.reset
+# The runtime interface (docs/architecture.md, "Adding a backend"), from the devices found.
+_lock, reset, available, unavailable_reason = (_devices.lock, _devices.reset, _devices.available,
+                                               _devices.reason)
+devices, get_device, _describe = _devices.listing, _devices.get, _devices.describe
 
-
-def _find():
-    return _devices.state()
-
-
-def available() -> bool:
-    """Whether an AMD GPU is here (never raises)."""
-    return bool(_devices.found())
-
-
-def unavailable_reason() -> str | None:
-    """Why ``available()`` is False, with what to install; None when it is True."""
-    return _devices.reason()
-
-
-def devices() -> list:
-    """[(``name (rocm:gfxNNN...)``, ``hip:<index>``)] of the AMD GPUs; empty if none."""
-    return [(f"{d.name} ({ARCH_KIND}:{d.arch})", f"{KIND}:{d.index}") for d in _devices.found()]
-
-
-_describe = _devices.describe
-
-
-def get_device(device=None) -> _Device:
-    """The device ``device`` names (``hip``, ``hip:<index>``), its stream made; HIPUnavailable
-    (the reason) if there is none."""
-    return _devices.get(device)
 
 
 # ---------------------------------------------------------------------------
@@ -381,7 +360,7 @@ def to_device(array, device=None) -> HIPArray:
 
 
 def describe() -> str:
-    found = _find()[1]
+    found = _devices.found()
     if not found:
         return f"no device: {unavailable_reason()}"
     return "\n".join(f"device {KIND}:{d.index}: {d.name}, builds for {build_arch(d)}" for d in found)

@@ -90,6 +90,10 @@ class _Device:
             self.queue = self.device.newCommandQueue()
         return self
 
+    @property
+    def label(self) -> str:
+        return self.name
+
     def __repr__(self):
         return f"<Metal device {KIND}:{self.index} {self.name}>"
 
@@ -114,27 +118,9 @@ def _discover():
 
 
 _devices = Devices(_discover, KIND, "Metal", _Device, MetalUnavailable)
-reset = _devices.reset
-
-
-def unavailable_reason() -> str | None:
-    """Why there is no Metal device here (None on macOS with pyobjc's Metal). Never raises."""
-    return _devices.reason()
-
-
-def available() -> bool:
-    return bool(_devices.found())
-
-
-def devices() -> list:
-    """[(name, ``metal:<index>``)] of the Metal devices; empty if none."""
-    return [(d.name, f"{KIND}:{d.index}") for d in _devices.found()]
-
-
-def get_device(device=None) -> _Device:
-    """The device ``device`` names (``metal``, ``metal:<index>``), its queue made;
-    MetalUnavailable (the reason) if there is none."""
-    return _devices.get(device)
+# The runtime interface (docs/architecture.md, "Adding a backend"), from the devices found.
+reset, available, unavailable_reason = _devices.reset, _devices.available, _devices.reason
+devices, get_device = _devices.listing, _devices.get
 
 
 def toolchain_target(device=None):
