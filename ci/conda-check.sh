@@ -10,11 +10,8 @@
 # README).  SCRATCH (default: a new temporary directory) may be reused: setup is idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT="$PWD"
 . ci/lib.sh
-TOOLS="${TACK_TOOLS:-$ROOT/../shared/tools}"
-S="${1:-$(mktemp -d)}"; mkdir -p "$S"; S="$(cd "$S" && pwd)"
-echo "conda-check: scratch $S"
+scratch_dir conda-check "${1:-}"
 
 # -- the release version's sdist and a CI-local copy of the recipe with its sha256 -----------------
 step "sdist (python -m build --sdist)" build_sdist "$S" || exit 1

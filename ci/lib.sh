@@ -1,4 +1,14 @@
-# Helpers shared by the ci/ scripts (sourced).
+# Helpers shared by the ci/ scripts (sourced from the checkout's root).
+
+# The checkout, the shared tool kit (../shared/tools, or TACK_TOOLS), and scratch_dir.
+ROOT="$PWD"
+TOOLS="${TACK_TOOLS:-$ROOT/../shared/tools}"
+
+# scratch_dir NAME [DIR]: S is DIR (default: a new temporary directory), made and absolute.
+scratch_dir() {
+  S="${2:-$(mktemp -d)}"; mkdir -p "$S"; S="$(cd "$S" && pwd)"
+  echo "$1: scratch $S"
+}
 
 # step NAME CMD...: run CMD, then print how long it took; the figures are collected in $TIMES.
 TIMES="${TIMES:-$(mktemp)}"

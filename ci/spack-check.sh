@@ -11,11 +11,8 @@
 # network allows.  SCRATCH (default: a new temporary directory) may be reused: setup is idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT="$PWD"
 . ci/lib.sh
-TOOLS="${TACK_TOOLS:-$ROOT/../shared/tools}"
-S="${1:-$(mktemp -d)}"; mkdir -p "$S"; S="$(cd "$S" && pwd)"
-echo "spack-check: scratch $S"
+scratch_dir spack-check "${1:-}"
 SITE="$ROOT/tests/packaging/site.yaml"
 
 # -- the release version's sdist and a CI-local copy of the repository with its sha256 -------------
