@@ -153,18 +153,8 @@ def write_icd(library: str, directory: str | None = None) -> str:
     except OSError:
         pass
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".icd-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(line)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from ..cache.store import write_atomic      # a temporary file, then a rename
+    write_atomic(path, line.encode(), 0o644)
     return path
 
 
