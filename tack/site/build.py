@@ -443,6 +443,8 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout) -> int:
     import subprocess
     import tempfile
     from .errors import SiteError
+    if int(size) < 2:
+        raise SiteError(f"bundles check: --size {size}: the contour needs at least 2 points per axis")
     bundles = directory or os.environ.get("TACK_CACHE_BUNDLES", "")
     if not bundles:
         raise SiteError("bundles check: no bundle directory given and TACK_CACHE_BUNDLES is not set")

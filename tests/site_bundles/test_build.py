@@ -316,3 +316,8 @@ def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_p
     assert "LLVM was loaded" in bad.stdout
     missing = check(str(tmp_path / "nowhere"))
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
+    small = check(str(mine), "--size", "1")
+    assert small.returncode == 1 and "--size 1: the contour needs at least 2 points" in small.stderr
+    elsewhere = check(str(mine), "--device", "tpu")
+    assert elsewhere.returncode == 1 and "device 'tpu' is not available" in elsewhere.stdout
+    assert "the contour failed on tpu" in elsewhere.stdout
