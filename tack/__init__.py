@@ -4,8 +4,9 @@
 """
 
 from ._version import __version__
-from .api import (Constant, Func, Kernel, atomic_add, atomic_max, atomic_min, bool_, constant,
-                  float32, float64, func, int32, int64, kernel, tid, uint32, uint64)
+from .api import Kernel, constant, func, kernel
+from .language import (Constant, Func, atomic_add, atomic_max, atomic_min, bool_, float32, float64,
+                       int32, int64, tid, uint32, uint64)
 from .config import config
 from .devices import devices, to_device
 from .errors import CompileError

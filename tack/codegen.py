@@ -26,7 +26,7 @@ import llvmlite.ir as ir
 from . import types as T
 from .errors import BoundsSite, CompileError
 from .ir import assignments
-from .api import MATH1, MATH2
+from .language import MATH1, MATH2
 from .specialize import TypedFunction, TypedKernel, arith_type, math_type
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)

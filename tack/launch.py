@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 from . import types as T
-from .api import Kernel, class_fingerprint
+from .api import Kernel
+from .fingerprints import class_fingerprint
 from .config import config
 from .errors import CompileError
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import types as T
 from .errors import CompileError
-from .api import MATH1, MATH2, MATH_PREDICATES
+from .language import MATH1, MATH2, MATH_PREDICATES
 from .ir import LoweredFunction, LoweredKernel
 
 _MAX_ROUNDS = 50

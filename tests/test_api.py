@@ -99,15 +99,15 @@ def test_lowers_to_agrees_with_the_intrinsic_table(monkeypatch):
 
     import numpy as np
 
-    from tack import api
-    table = api._build()
+    from tack import language
+    table = language._build()
     names = set(table.values()) | {"erf2", "cast:int8"}
     objs = ([getattr(math, n) for n in dir(math)] + [getattr(np, n) for n in dir(np) if not n.startswith("_")]
-            + [getattr(builtins, n) for n in dir(builtins)] + list(api.CASTS.values())
-            + [api.tid, api.atomic_add, api.atomic_min, api.atomic_max, None])
-    monkeypatch.setattr(api, "_table", None)
-    cheap = {(id(o), n): api.lowers_to(o, n) for o in objs for n in names}
-    monkeypatch.setattr(api, "_table", table)
-    wrong = [(o, n) for o in objs for n in names if cheap[(id(o), n)] != (api.intrinsic_of(o) == n)]
+            + [getattr(builtins, n) for n in dir(builtins)] + list(language.CASTS.values())
+            + [language.tid, language.atomic_add, language.atomic_min, language.atomic_max, None])
+    monkeypatch.setattr(language, "_table", None)
+    cheap = {(id(o), n): language.lowers_to(o, n) for o in objs for n in names}
+    monkeypatch.setattr(language, "_table", table)
+    wrong = [(o, n) for o in objs for n in names if cheap[(id(o), n)] != (language.intrinsic_of(o) == n)]
     assert not wrong
     assert sum(cheap.values()) >= 60          # the check is not vacuous: most intrinsics were seen

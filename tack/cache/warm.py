@@ -60,8 +60,9 @@ import types
 import warnings
 
 from .._version import __version__
-from ..api import (Constant, Func, class_fingerprint, closure_identity, func_id,
-                   function_fingerprint, intrinsic_of, lowers_to, value_identity)
+from ..fingerprints import (class_fingerprint, closure_identity, func_id, function_fingerprint,
+                            value_identity)
+from ..language import Constant, Func, intrinsic_of, lowers_to
 from . import TRACE, log
 
 

@@ -224,8 +224,8 @@ def test_fingerprint_of_set_constants_is_seed_free(tmp_path):
     """function_fingerprint of code holding frozensets (nested in tuples too) is the same under any seed."""
     mod = tmp_path / "fpmod.py"
     mod.write_text("def f(k):\n    return k in {'a', 'b', 'c', 'd', 'e', 'f'} or k in ('x', frozenset({'p', 'q', 'r'}))\n")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import fpmod, tack.api; "
-            "print(tack.api.function_fingerprint(fpmod.f))")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import fpmod, tack.fingerprints; "
+            "print(tack.fingerprints.function_fingerprint(fpmod.f))")
     prints = {subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                              check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
               for seed in ("0", "1", "2", "3", "5", "8")}

@@ -1,0 +1,124 @@
+"""What a kernel depends on, hashed: functions, template classes, numbers read from modules
+and the values a function closes over.
+
+The fingerprints hash a function's code object (bytecode, constants, names),
+never its source text, so they are computed without tokenizing or parsing,
+in microseconds: a cached kernel's warm path can afford them, and this
+module imports nothing more for them.  Line numbers are left out, so an edit
+elsewhere in a module does not change a fingerprint.  The front end records
+them when it lowers a kernel, and the cache compares them before it reuses one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import types
+
+from .language import Constant, Func
+
+_PY = f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}".encode()
+
+
+def _feed_code(h, code: types.CodeType):
+    """Bytecode, names and constants (nested code objects in turn); no line numbers."""
+    h.update(code.co_code)
+    consts = []
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _feed_code(h, const)
+            consts.append("<code>")
+        else:
+            consts.append(_const_text(const))
+    h.update(repr((code.co_name, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                   code.co_argcount, code.co_kwonlyargcount, code.co_flags, consts)).encode())
+
+
+def _const_text(const):
+    """A code constant as text that is the same in every process.
+
+    ``x in {"a", "b"}`` compiles to a frozenset constant, whose repr lists its
+    items in an order that depends on the process's string hash seed: its
+    items are sorted here (by their own text, which is seed-free in turn).
+    """
+    if isinstance(const, frozenset):
+        return ("frozenset", sorted(repr(_const_text(c)) for c in const))
+    if isinstance(const, tuple):
+        return ("tuple", tuple(_const_text(c) for c in const))
+    return (type(const).__name__, const)
+
+
+_memo = {}      # id(code) -> (code, defaults, fingerprint): the code is kept alive, so ids stay unique
+
+
+def function_fingerprint(fn) -> str:
+    """Hex sha256 of a Python function's code (and defaults and Python version)."""
+    code = fn.__code__
+    hit = _memo.get(id(code))
+    if hit is not None and hit[0] is code and hit[1] == fn.__defaults__ and hit[2] == fn.__qualname__:
+        return hit[3]
+    fp = _function_fingerprint(fn)
+    _memo[id(code)] = (code, fn.__defaults__, fn.__qualname__, fp)
+    return fp
+
+
+def _function_fingerprint(fn) -> str:
+    h = hashlib.sha256(_PY)
+    h.update(fn.__qualname__.encode())
+    _feed_code(h, fn.__code__)
+    h.update(repr(fn.__defaults__).encode())
+    return h.hexdigest()
+
+
+def class_fingerprint(cls) -> str:
+    """Hex sha256 of a template class: its name, static methods and scalar attributes."""
+    h = hashlib.sha256(cls.__qualname__.encode())
+    for klass in reversed(cls.__mro__[:-1]):
+        for name, attr in sorted(vars(klass).items()):
+            if isinstance(attr, staticmethod):
+                attr = attr.__func__
+            if isinstance(attr, Func):
+                attr = attr.py_func
+            if isinstance(attr, types.FunctionType):
+                h.update(f"{name}=fn:{function_fingerprint(attr)};".encode())
+            elif isinstance(attr, (bool, int, float)):
+                h.update(f"{name}={type(attr).__name__}:{attr!r};".encode())
+    return h.hexdigest()
+
+
+def value_identity(obj) -> str | None:
+    """What a number read from a module is, for the dependency record (None: not a number)."""
+    if isinstance(obj, (bool, int, float)):
+        return f"{type(obj).__name__}:{obj!r}"
+    return None
+
+
+def closure_identity(obj) -> str:
+    """A stable text for a value a function closes over."""
+    if isinstance(obj, Func):
+        return "func:" + function_fingerprint(obj.py_func)
+    if isinstance(obj, Constant):
+        return "const:" + obj.fingerprint
+    if isinstance(obj, types.ModuleType):
+        return "module:" + obj.__name__
+    if isinstance(obj, type):
+        return "class:" + class_fingerprint(obj)
+    ident = value_identity(obj)
+    if ident is not None or isinstance(obj, str) or obj is None:
+        return ident or f"{type(obj).__name__}:{obj!r}"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def func_id(fn) -> str:
+    """A device function's id within a lowered kernel: module, qualified name, and for a
+    function made by a factory, what it closes over (two closures are two functions)."""
+    fid = f"{fn.__module__}.{fn.__qualname__}"
+    if fn.__closure__:
+        h = hashlib.sha256()
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                h.update(f"{name}={closure_identity(cell.cell_contents)};".encode())
+            except ValueError:                      # an empty cell
+                h.update(f"{name}=<empty>;".encode())
+        fid += "@" + h.hexdigest()[:16]
+    return fid

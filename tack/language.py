@@ -1,0 +1,176 @@
+"""The names a kernel may use besides its parameters: device functions (``Func``), constants
+(``Constant``), the intrinsics (``tid``, the atomics) and the casts, and the map from every
+Python object a kernel may call (``math.sqrt``, ``np.sqrt``, ``min``, the casts...) to the
+intrinsic it lowers to (``intrinsic_of``).
+
+The front end resolves a kernel's globals against these, the dependency check of the cache
+compares them again, and ``tack.api`` hands them to users: here they are defined once, with
+nothing above them to import.  The intrinsics are placeholders the front end recognizes by
+identity; calling them from plain Python is an error.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import hashlib
+import math
+import types
+
+import numpy as np
+
+
+class Func:
+    """A device function: callable from kernels and from other device functions."""
+
+    def __init__(self, fn):
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"@tack.func takes a Python function, not {type(fn).__name__}")
+        self.py_func = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args):
+        raise TypeError(f"tack.func '{self.__name__}' runs inside kernels; "
+                        "call it from a @tack.kernel launched with tack.launch")
+
+    def __repr__(self):
+        return f"<tack.func {self.__qualname__}>"
+
+
+class Constant:
+    """A scalar or NumPy array that kernels read by its global name.
+
+    The value is copied and frozen when wrapped, so what a kernel compiled
+    against cannot change behind its back.
+    """
+
+    def __init__(self, value):
+        if isinstance(value, (bool, int, float)):
+            self.value = value
+        elif isinstance(value, np.generic) and value.dtype.name in _TYPE_NAMES:
+            self.value = value
+        elif isinstance(value, np.ndarray):
+            if value.dtype.name not in _TYPE_NAMES or not 1 <= value.ndim <= 4:
+                raise TypeError("tack.constant takes arrays of bool, int32, int64, uint32, "
+                                f"uint64, float32 or float64 with 1-4 dimensions, not "
+                                f"{value.dtype} with {value.ndim}")
+            arr = np.array(value, copy=True, order="C")
+            arr.flags.writeable = False
+            self.value = arr
+        else:
+            raise TypeError(f"tack.constant takes a number or a NumPy array, not {type(value).__name__}")
+        self._fingerprint = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Hex sha256 of the value: its dtype, shape and bytes (or Python type and value)."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            v = self.value
+            if isinstance(v, (np.ndarray, np.generic)):
+                arr = np.ascontiguousarray(v)
+                h.update(f"{arr.dtype.str}{arr.shape}".encode())
+                h.update(arr.tobytes())
+            else:
+                h.update(f"{type(v).__name__}:{v!r}".encode())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+    def __repr__(self):
+        v = self.value
+        desc = f"array({v.dtype}, {v.shape})" if isinstance(v, np.ndarray) else repr(v)
+        return f"<tack.constant {desc}>"
+
+
+def _placeholder(name, doc):
+    def intrinsic(*args):
+        raise TypeError(f"tack.{name}() is only meaningful inside a @tack.kernel or @tack.func")
+    intrinsic.__name__ = intrinsic.__qualname__ = name
+    intrinsic.__doc__ = doc
+    return intrinsic
+
+
+tid = _placeholder("tid", "The index of this point of the launch grid: an int, or a tuple for 2-D/3-D.")
+atomic_add = _placeholder("atomic_add", "atomic_add(array, index, value): add atomically; returns the old value.")
+atomic_min = _placeholder("atomic_min", "atomic_min(array, index, value): minimum atomically; returns the old value.")
+atomic_max = _placeholder("atomic_max", "atomic_max(array, index, value): maximum atomically; returns the old value.")
+
+_TYPE_NAMES = ("bool", "int32", "int64", "uint32", "uint64", "float32", "float64")
+
+
+def _cast(name):
+    def cast(x):
+        return np.dtype(name).type(x)
+    cast.__name__ = cast.__qualname__ = name
+    cast.__doc__ = f"Convert to {name} (inside kernels, and in plain Python too)."
+    return cast
+
+
+bool_, int32, int64, uint32, uint64, float32, float64 = (_cast(n) for n in _TYPE_NAMES)
+CASTS = {"bool": bool_, "int32": int32, "int64": int64, "uint32": uint32,
+         "uint64": uint64, "float32": float32, "float64": float64}
+
+
+MATH1 = ("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos",
+         "atan", "sinh", "cosh", "tanh", "floor", "ceil", "fabs", "trunc", "expm1",
+         "log1p", "erf", "erfc", "cbrt")
+MATH2 = ("pow", "atan2", "hypot", "copysign", "fmod")
+MATH_PREDICATES = ("isnan", "isinf", "isfinite")
+_NUMPY_ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
+                  "absolute": "fabs", "power": "pow", "minimum": "min", "maximum": "max"}
+
+_table = None
+
+
+def _build():
+    table = {}
+    for name in MATH1 + MATH2 + MATH_PREDICATES:
+        if hasattr(math, name):
+            table[id(getattr(math, name))] = name
+        if hasattr(np, name):
+            table[id(getattr(np, name))] = name
+    for np_name, name in _NUMPY_ALIASES.items():
+        table[id(getattr(np, np_name))] = name
+    for name in ("min", "max", "abs", "range", "len"):
+        table[id(getattr(builtins, name))] = name
+    table[id(int)] = "cast:int64"
+    table[id(float)] = "cast:float64"
+    table[id(bool)] = "cast:bool"
+    for name, fn in CASTS.items():
+        table[id(fn)] = f"cast:{name}"
+        table[id(getattr(np, name if name != "bool" else "bool_"))] = f"cast:{name}"
+    for name in ("tid", "atomic_add", "atomic_min", "atomic_max"):
+        table[id(globals()[name])] = name
+    return table
+
+
+def intrinsic_of(obj):
+    """The intrinsic name a Python object lowers to, or None."""
+    global _table
+    if _table is None:
+        _table = _build()
+    return _table.get(id(obj))
+
+
+def lowers_to(obj, intrinsic: str) -> bool:
+    """Whether ``obj`` lowers to ``intrinsic``: ``intrinsic_of(obj) == intrinsic``, found
+    among that intrinsic's few candidates rather than by building the whole table (the
+    dependency check of a cached kernel runs this on its warm path)."""
+    if _table is not None:
+        return _table.get(id(obj)) == intrinsic
+    if obj is None:
+        return False
+    if intrinsic.startswith("cast:"):
+        name = intrinsic[5:]
+        if name not in CASTS:
+            return False
+        plain = {"int64": int, "float64": float, "bool": bool}.get(name)
+        return obj is CASTS[name] or obj is getattr(np, "bool_" if name == "bool" else name) or obj is plain
+    if intrinsic in ("tid", "atomic_add", "atomic_min", "atomic_max"):
+        return obj is globals()[intrinsic]
+    if intrinsic in ("min", "max", "abs", "range", "len") and obj is getattr(builtins, intrinsic):
+        return True
+    if intrinsic in MATH1 + MATH2 + MATH_PREDICATES and \
+            (obj is getattr(math, intrinsic, None) or obj is np.__dict__.get(intrinsic)):
+        return True
+    return any(obj is np.__dict__.get(alias) for alias, name in _NUMPY_ALIASES.items() if name == intrinsic)
