@@ -69,9 +69,6 @@ class Array(NamedTuple):
     def static(self) -> bool:
         return self.shape is not None
 
-    def with_shape(self, shape) -> "Array":
-        return self._replace(shape=tuple(int(n) for n in shape))
-
     def __str__(self) -> str:
         dims = ", ".join(map(str, self.shape)) if self.shape is not None else ", ".join("?" * self.ndim)
         ro = "" if self.writable else ", readonly"
