@@ -85,7 +85,7 @@ import numpy as np
 import tack
 from tack.backends import cuda_runtime as cr
 from tack.compiler import compile_variant
-from tack.launch import argtypes_of
+from tack.argtypes import argtypes_of
 
 print(cr.describe())
 if not cr.available():

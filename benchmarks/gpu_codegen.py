@@ -12,7 +12,7 @@ from tack import types as T
 from tack.backends import toolchain
 from tack.codegen import generate
 from tack.kernels import contour
-from tack.launch import argtypes_of
+from tack.argtypes import argtypes_of
 from tack.specialize import specialize
 
 ARCHS = ["cuda:sm_80", "cuda:sm_90", "rocm:gfx90a", "rocm:gfx942", "level_zero:pvc",

@@ -11,38 +11,18 @@
 Example arguments give the argument types only (an array's dtype, rank,
 layout and writability; its shape where the kernel compiles it in), as at a
 launch; nothing runs. The artifacts are what the runtime of each backend
-loads, stored exactly as a launch would store them: the same compile path
-(``tack.compiler.compile_variant``), keys and metadata.
+loads, stored exactly as a launch would store them: the same preamble and
+compile path (``tack.compiler``), keys and metadata.  ``tack.site bundles
+build`` is ``build`` then ``save_bundle`` for each architecture of a site.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from typing import NamedTuple
 
-from . import types as T
+from .compiler import Artifact
 
-__all__ = ["Artifact", "compile", "save", "save_bundle"]
-
-
-class Artifact(NamedTuple):
-    """A compiled variant: ``kind`` (cpu, cuda, rocm, level_zero), ``target`` (``kind:name``),
-    ``payload`` (object code, PTX text, a code object, SPIR-V with native code), ``entry`` (the
-    entry point's name), ``key`` (its cache key), ``meta`` (its entry's metadata) and the lowered
-    kernel it came from, with that kernel's key."""
-    kind: str
-    target: str
-    payload: bytes
-    entry: str
-    key: str
-    meta: dict
-    lowered: object
-    lowered_key: str
-
-    @property
-    def suffix(self) -> str:
-        return self.meta.get("suffix", ".bin")
+__all__ = ["Artifact", "build", "compile", "save", "save_bundle", "target_of"]
 
 
 def target_of(arch: str):
@@ -57,23 +37,28 @@ def compile(kernel, target: str, args=(), *, grid: int = 1, debug: bool = False)
     """Compile ``kernel`` for ``target`` (``cpu:zen4``, ``cuda:sm_90``, ``rocm:gfx90a``,
     ``level_zero:pvc``; ``cpu`` alone: this host) with the types of the example ``args``, for a
     ``grid``-dimensional launch."""
-    from .cache.warm import lowered_key, template_ids
-    from .compiler import compile_variant
-    from .launch import argtypes_of
     if not 1 <= grid <= 3:
         raise ValueError(f"grid must be 1, 2 or 3 dimensions, not {grid!r}")
-    if len(args) != len(kernel.params):
-        raise TypeError(f"kernel '{kernel.__qualname__}' takes {len(kernel.params)} arguments "
-                        f"({', '.join(kernel.params)}), got {len(args)}")
-    tgt = _host_or(target)
-    argtypes = argtypes_of(kernel, args)
-    templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
-    values = tuple(t for t in argtypes if not isinstance(t, T.Template))
-    lowered = kernel.lower(templates, debug)
-    lkey = lowered_key(kernel, template_ids(templates), debug)
-    art = compile_variant(lowered, lkey, values, grid, tgt, debug)
-    arch = art.meta["arch"] or f"{tgt.kind}:host"
-    return Artifact(tgt.kind, arch, art.payload, art.entry, art.key, art.meta, lowered, lkey)
+    return build(_host_or(target), [(kernel, args, grid)], debug)[0]
+
+
+def build(target, specs, debug: bool = False, step=None) -> list:
+    """Compile each ``(kernel, example args, grid)`` of ``specs`` for the toolchain ``target``
+    -> [Artifact].  Specs that need the same variant (a shape-generic kernel warmed for several
+    shapes) compile it once.  ``step(done, kernel, value types)`` follows each spec."""
+    from .cache.warm import variant_key
+    from .compiler import compile_variant, prepare
+    arts, seen = [], set()
+    for done, (kernel, args, grid) in enumerate(specs, 1):
+        sig, lowered, key = prepare(kernel, args, debug)
+        values = sig.value_types
+        vkey = variant_key(key, values, grid, target.key)
+        if vkey not in seen:
+            seen.add(vkey)
+            arts.append(compile_variant(lowered, key, values, grid, target, debug))
+        if step is not None:
+            step(done, kernel, values)
+    return arts
 
 
 def _host_or(target):
@@ -86,13 +71,13 @@ def _host_or(target):
 def _entries(artifacts):
     """[(kind, key, encoded entry)]: each lowered kernel once, then each variant."""
     from .cache import store
+    from .compiler import lowered_meta
     out, seen = [], set()
     for a in artifacts:
         if a.lowered_key not in seen:
             seen.add(a.lowered_key)
-            meta = {"kernel": a.lowered.kernel.source.name, "dep": a.lowered.deps}
-            out.append((store.KIND_LOWERED, a.lowered_key,
-                        store.encode(store.KIND_LOWERED, a.lowered_key, meta, a.lowered.to_bytes())))
+            out.append((store.KIND_LOWERED, a.lowered_key, store.encode(
+                store.KIND_LOWERED, a.lowered_key, lowered_meta(a.lowered), a.lowered.to_bytes())))
     for a in artifacts:
         out.append((store.KIND_VARIANT, a.key, store.encode(store.KIND_VARIANT, a.key, a.meta, a.payload)))
     return out
@@ -119,17 +104,13 @@ def save_bundle(artifacts, path: str) -> str:
     """Write the artifacts, all for one target, as a bundle at ``path``, or, if ``path`` is a
     directory, in it under the name a node looks a site bundle up by. -> the bundle's path."""
     from .backends.cpu_runtime import llvm_version
-    from .cache import bundle, store
-    from .cache.warm import tack_version_id
+    from .cache import bundle
     targets = {a.meta["target_key"] for a in artifacts}
     if len(targets) != 1:
         raise ValueError(f"a bundle holds one target's variants; these are for {len(targets)}")
-    first = artifacts[0].meta
-    meta = {"tack": tack_version_id(), "target_key": first["target_key"], "machine": first["machine"],
-            "arch": first["arch"], "backend": first.get("backend", "cpu"), "llvm": llvm_version(),
-            "target": first["target"], "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    header = bundle.header_for(artifacts[0].meta, llvm_version())
     if os.path.isdir(path):
-        path = os.path.join(path, bundle.site_bundle_name(meta["arch"] or f"{meta['backend']}:host",
-                                                          meta["target_key"], meta["machine"]))
-    store.write_atomic(path, bundle.pack(_entries(artifacts), meta), mode=0o644)
+        path = os.path.join(path, bundle.site_bundle_name(artifacts[0].target, header["target_key"],
+                                                          header["machine"]))
+    bundle.write(path, _entries(artifacts), header)
     return path

@@ -1,11 +1,16 @@
-"""One compile path for every caller: a lowered kernel, argument types and a target -> a variant.
+"""One compile path for every caller: a kernel and its arguments -> a lowered kernel -> a variant.
 
-``compile_variant`` is what a launch's cache miss (``tack.launch``), ``tack.site
-bundles build`` and ``bundles rebuild`` all run, and ``variant_meta`` the one
-writer of a variant entry's metadata, so that an entry says the same things
-whoever made it.  The boundary with a backend is the typed kernel: the target
-turns it into its artifact's bytes (``target.compile``), so a backend that
-emits source rather than LLVM IR fits the same path.
+Every compile runs the same preamble and core, whoever asks: a launch's
+cache miss (``tack.launch``), ``tack.aot`` and so ``tack.site bundles build``,
+and ``bundles rebuild`` (from the lowered kernels a bundle carries).  The
+preamble is ``tack.argtypes.signature`` (the arguments typed, templates split
+from values), then ``lower`` (the front end, memoized on the kernel, or the
+cache's copy) and the lowered kernel's key; ``prepare`` runs it all.  The core
+is ``compile_variant``.  ``lowered_meta`` and ``variant_meta`` are the one
+writer of each kind of entry's metadata, so that an entry says the same
+things whoever made it.  The boundary with a backend is the typed kernel: the
+target turns it into its artifact's bytes, from LLVM IR (``target.compile``),
+or, for a target that ``emits_source`` (Metal), from source it writes itself.
 """
 
 from __future__ import annotations
@@ -14,16 +19,76 @@ import hashlib
 from typing import NamedTuple
 
 from . import types as T
+from .argtypes import Signature, signature
 
 
 class Artifact(NamedTuple):
-    """A compiled variant: its cache key, the bytes a backend's runtime loads, the entry
-    point's name, the bounds-check sites (debug mode) and the entry's metadata."""
+    """A compiled variant: its cache key, the bytes a backend's runtime loads (object code, PTX
+    text, a code object, SPIR-V with native code, MSL source), the entry point's name, the
+    bounds-check sites (debug mode), the entry's metadata, and the lowered kernel it came from
+    with that kernel's key (None and "" for code a driver built from a variant)."""
     key: str
     payload: bytes
     entry: str
     sites: list
     meta: dict
+    lowered: object
+    lowered_key: str
+
+    @property
+    def kind(self) -> str:
+        """The backend: cpu, cuda, rocm, level_zero, metal..."""
+        return self.meta["backend"]
+
+    @property
+    def target(self) -> str:
+        """``kind:name`` of the target it was compiled for (``kind:host``: this host's own)."""
+        return self.meta["arch"] or f"{self.kind}:host"
+
+    @property
+    def suffix(self) -> str:
+        return self.meta.get("suffix", ".bin")
+
+
+class Prepared(NamedTuple):
+    """What the preamble gives the compile: the signature, the lowered kernel and its key."""
+    signature: Signature
+    lowered: object
+    lowered_key: str
+
+
+def prepare(kernel, args, debug: bool = False) -> Prepared:
+    """Type ``args``, lower ``kernel`` for their templates (memoized) and key the lowered kernel:
+    everything a compile needs but the target.  (A launch runs the same steps, with a cache
+    lookup between them: ``signature``, the key, ``lower``.)"""
+    from .cache.warm import lowered_key, template_ids
+    sig = signature(kernel, args)
+    key = lowered_key(kernel, template_ids(sig.templates), debug)
+    return Prepared(sig, lower(kernel, sig.templates, debug), key)
+
+
+def lower(kernel, templates: dict, debug: bool, chain=None, key: str | None = None,
+          stage=lambda label: None):
+    """The lowered kernel for these template bindings: the one this kernel already lowered, else,
+    with a cache ``chain``, the one stored under ``key``, else the front end's (then stored
+    there).  ``stage(label)`` is called after each step (cache, lower)."""
+    memo = kernel._memo_key(templates, debug)
+    lowered = kernel._lowered.get(memo)
+    if lowered is not None:
+        return lowered
+    if chain is not None:
+        from .cache import store
+        lowered = store.find_lowered(chain, kernel, templates, key)
+        stage("cache")
+        if lowered is not None:
+            kernel._lowered[memo] = lowered
+            return lowered
+    lowered = kernel.lower(templates, debug)
+    stage("lower")
+    if chain is not None:
+        store.store_lowered(chain, key, lowered_meta(lowered), lowered.to_bytes())
+        stage("cache")
+    return lowered
 
 
 def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bool = False,
@@ -32,7 +97,6 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
     code for ``target`` and compile it.  ``stage(label)`` is called after each step (the
     launch's timings: specialize, codegen, llvm)."""
     from .cache.warm import variant_key
-    from .codegen import generate
     from .specialize import specialize
     typed = specialize(lowered, argtypes, grid)
     stage("specialize")
@@ -40,18 +104,25 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
         key = variant_key(lowered_key, argtypes, grid, target.key)
     else:                                       # no cache: a name unique to this variant
         key = hashlib.sha256(repr((lowered.fingerprint(), argtypes, grid, debug)).encode()).hexdigest()
-    if hasattr(target, "compile_typed"):        # a source-emitting backend (Metal): no LLVM
+    if target.emits_source:                     # source from the typed kernel (MSL): no LLVM
         gen = target.generate(typed, "tack_" + key)
         payload = gen.source.encode("utf-8")
         stage("codegen")
     else:
+        from .codegen import generate
         gen = generate(typed, target, "tack_" + key)
         stage("codegen")
         payload = target.compile(gen.module)
     stage("llvm")
     meta = variant_meta(lowered, lowered_key, argtypes, grid, gen.entry,
                         gen.sites if debug else (), target)
-    return Artifact(key, payload, gen.entry, gen.sites, meta)
+    return Artifact(key, payload, gen.entry, gen.sites, meta, lowered, lowered_key or "")
+
+
+def lowered_meta(lowered) -> dict:
+    """The metadata of a lowered kernel's entry, and the start of each of its variants': the
+    kernel's name and the dependency record a hit checks."""
+    return {"kernel": lowered.kernel.source.name, "dep": lowered.deps}
 
 
 def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> dict:
@@ -59,18 +130,20 @@ def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> 
     hit needs (dependency record, entry point, bounds-check sites, the arrays indexed by the
     thread index on every point: ``tack.gridcheck``)."""
     from .gridcheck import encode, tid_indexed
-    ident = target.identity()
     tidx = [c for c in tid_indexed(lowered, int(grid))
             if isinstance(argtypes[c[0]], T.Array) and c[1] < argtypes[c[0]].ndim]
-    return {"kernel": lowered.kernel.source.name, "dep": lowered.deps, "entry": entry,
-            "lowered": lowered_key or "", "arg": [[str(t)] for t in argtypes],
-            "argspec": [[T.spec(t)] for t in argtypes], "grid": str(grid),
-            "target_key": target.key, "machine": target.machine_name,
-            "backend": target.kind, "suffix": target.suffix,
-            "arch": f"{target.kind}:{target.arch}" if target.arch else "",
-            "target": ";".join(f"{k}={v}" for k, v in sorted(ident.items())),
-            "site": [list(s) for s in sites or ()],
-            "tidx": encode(tidx)}
+    return dict(lowered_meta(lowered), entry=entry, lowered=lowered_key or "",
+                arg=[[str(t)] for t in argtypes], argspec=[[T.spec(t)] for t in argtypes],
+                grid=str(grid), target_key=target.key, machine=target.machine_name,
+                backend=target.kind, suffix=target.suffix,
+                arch=f"{target.kind}:{target.arch}" if target.arch else "",
+                target=identity_text(target.identity()),
+                site=[list(s) for s in sites or ()], tidx=encode(tidx))
+
+
+def identity_text(identity: dict) -> str:
+    """A target's identity (what its code depends on) as one metadata field: ``k=v;k=v``."""
+    return ";".join(f"{k}={v}" for k, v in sorted(identity.items()))
 
 
 def driver_meta(meta, kernel_name, lowered_key, argtypes, grid: int, target_key, made) -> dict:
@@ -82,6 +155,5 @@ def driver_meta(meta, kernel_name, lowered_key, argtypes, grid: int, target_key,
     out.update(kernel=kernel_name, lowered=lowered_key or "",
                arg=[[str(t)] for t in argtypes], argspec=[[T.spec(t)] for t in argtypes],
                grid=str(grid), target_key=target_key, machine="", backend=made["backend"],
-               suffix=made["suffix"], arch=made["arch"],
-               target=";".join(f"{k}={v}" for k, v in sorted(made.items())))
+               suffix=made["suffix"], arch=made["arch"], target=identity_text(made))
     return out

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import types as T
 from .api import Kernel
-from .fingerprints import class_fingerprint
+from .argtypes import device_array_type, signature
 from .config import config
 from .errors import CompileError
 
@@ -123,101 +123,11 @@ def _arg_key(a):
     return type(a)
 
 
-def device_array_type(a, static=False):
-    """The Tack type of an array that is not a NumPy array: a device array of Tack's
-    (``tack.to_device``), another library's with ``__cuda_array_interface__`` or DLPack (CuPy,
-    PyTorch, JAX...), or one with NumPy-style ``shape``, ``dtype`` and ``strides``; None for
-    anything else."""
-    if isinstance(a, (np.ndarray, np.generic)) or isinstance(a, type):
-        return None
-    writable = getattr(a, "writable", None)
-    layout = getattr(a, "layout", None) if writable is not None else None
-    try:
-        if layout is not None:                          # Tack's own device arrays
-            shape, dtype, estrides = a.shape, np.dtype(a.dtype), None
-        elif hasattr(a, "__cuda_array_interface__"):
-            cai = a.__cuda_array_interface__
-            shape, dtype = cai["shape"], np.dtype(cai["typestr"])
-            strides = cai.get("strides")
-            estrides = None if strides is None else [s // dtype.itemsize for s in strides]
-            writable = not cai["data"][1]
-        elif hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
-            from . import dlpack
-            t = dlpack.view(a)
-            shape, dtype, estrides, writable = t.shape, t.dtype, t.estrides, t.writable
-            t.close()
-        else:
-            shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
-            if shape is None or dtype is None:
-                return None
-            dtype = np.dtype(dtype)
-            strides = getattr(a, "estrides", None)
-            if strides is None and getattr(a, "strides", None) is not None:
-                strides = [s // dtype.itemsize for s in a.strides]
-            estrides = strides
-        shape = tuple(int(n) for n in shape)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
-        from .dlpack import DLPackError
-        if isinstance(e, DLPackError):  # a DLPack object that cannot be taken: say why
-            raise
-        return None                     # not an array Tack reads: typeof_arg says what it is
-    st = T.from_dtype(dtype)
-    if st is None or not 1 <= len(shape) <= 4:
-        return None
-    if layout is None:
-        layout = _layout_of_strides(shape, estrides)
-    return T.Array(st, len(shape), layout, bool(True if writable is None else writable),
-                   shape if static else None)
-
-
-def _layout_of_strides(shape, strides):
-    if strides is None:
-        return "C"
-    c = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
-    f = [int(np.prod(shape[:k])) for k in range(len(shape))]
-    return "C" if list(strides) == c else "F" if list(strides) == f else "A"
-
-
 def _static_key(a):
     """The key of an argument whose shape the kernel compiles in."""
     if isinstance(a, np.ndarray):
         return (a.dtype, a.shape, _LAYOUT[a.flags.num & _FLAG_BITS])
     return _arg_key(a)
-
-
-def argtypes_of(kernel, args):
-    """The Tack types of a launch's arguments (with their shapes where the kernel compiles them in)."""
-    name, static = kernel.__qualname__, kernel.static_shape
-    return [typeof_arg(name, p, a, p in static) for p, a in zip(kernel.params, args)]
-
-
-def typeof_arg(kernel_name, param, a, static=False):
-    """The Tack type of one launch argument; TypeError naming the parameter otherwise.
-
-    ``static``: an array's shape is compiled in.
-    """
-    if isinstance(a, np.ndarray):
-        t = T.typeof_array(a, static)
-        if t is None:
-            raise TypeError(f"kernel '{kernel_name}': argument '{param}' is an array Tack cannot "
-                            f"take (dtype {a.dtype}, {a.ndim} dimensions, strides {a.strides}); "
-                            "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions")
-        return t
-    if isinstance(a, bool):
-        return T.boolean
-    if isinstance(a, int):
-        return T.int64
-    if isinstance(a, float):
-        return T.float64
-    if isinstance(a, np.generic) and T.from_dtype(a.dtype) is not None:
-        return T.from_dtype(a.dtype)
-    if isinstance(a, type):
-        return T.Template(a.__qualname__, class_fingerprint(a))
-    t = device_array_type(a, static)
-    if t is not None:
-        return t
-    raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a {type(a).__name__}; "
-                    "kernels take NumPy arrays, numbers, and classes (as templates)")
 
 
 def _compile(kernel, dims, args, device, debug):
@@ -226,26 +136,20 @@ def _compile(kernel, dims, args, device, debug):
     if kind != "cpu":
         runtime.get_device(device)              # <Kind>Unavailable, saying what to install
     name = kernel.__qualname__
-    params = kernel.params
-    if len(args) != len(params):
-        raise TypeError(f"kernel '{name}' takes {len(params)} arguments ({', '.join(params)}), "
-                        f"got {len(args)}")
     if kind == "cpu":
         host = _host_dlpack(args)
         if host:                        # other libraries' host arrays: NumPy views of them
             inner = _compile(kernel, dims, _as_numpy(args, host), device, debug)
             return HostArraysVariant(inner, host)
-    argtypes = argtypes_of(kernel, args)
+    sig = signature(kernel, args)
+    templates, value_types = sig.templates, sig.value_types
+    value_params, arg_index = sig.value_params, sig.arg_index
     if kind == "cpu":
-        for p, a, t in zip(params, args, argtypes):
-            if isinstance(t, T.Array) and not isinstance(a, np.ndarray):
+        for i, p, t in zip(arg_index, value_params, value_types):
+            if isinstance(t, T.Array) and not isinstance(args[i], np.ndarray):
                 raise TypeError(f"kernel '{name}': argument '{p}' is an array on a device "
-                                f"({type(a).__name__}); launch on that device, or pass its "
+                                f"({type(args[i]).__name__}); launch on that device, or pass its "
                                 ".numpy() copy")
-    templates = {p: a for p, a, t in zip(params, args, argtypes) if isinstance(t, T.Template)}
-    value_types = tuple(t for t in argtypes if not isinstance(t, T.Template))
-    value_params = [p for p, t in zip(params, argtypes) if not isinstance(t, T.Template)]
-    arg_index = [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)]
 
     def variant(fn, sites, deps, meta):
         def locate(fid):
@@ -286,25 +190,12 @@ def _compile(kernel, dims, args, device, debug):
         stage("cache")
         from .cache import store as entries        # a miss: what compiling and storing need
 
-    memo = kernel._memo_key(templates, debug)
-    lowered = kernel._lowered.get(memo)
-    if lowered is None and chain is not None:
-        lowered = entries.find_lowered(chain, kernel, templates, keys.lowered)
-        stage("cache")
-        if lowered is not None:
-            kernel._lowered[memo] = lowered
-    if lowered is None:
-        lowered = kernel.lower(templates, debug)
-        stage("lower")
-        if chain is not None:
-            entries.store_lowered(chain, keys.lowered, lowered)
-            stage("cache")
-
-    from .compiler import compile_variant
+    from .compiler import compile_variant, lower
+    lkey = keys.lowered if keys else None
+    lowered = lower(kernel, templates, debug, chain, lkey, stage)
     target = runtime.toolchain_target(device)
     stage("init")
-    art = compile_variant(lowered, keys.lowered if keys else None, value_types, len(dims), target,
-                          debug, stage)
+    art = compile_variant(lowered, lkey, value_types, len(dims), target, debug, stage)
     fn = load(art.payload, art.meta)
     stage("load")
     if chain is not None:
@@ -360,7 +251,7 @@ def _store_back(runtime, chain, keys, kernel, value_types, grid, fn, meta):
         from .compiler import Artifact, driver_meta
         m = driver_meta(meta, kernel.__qualname__, keys.lowered, value_types, grid, target_key, made)
         store.store_variant(chain, Artifact(keys.for_target(target_key), payload, m["entry"],
-                                            [], m))
+                                            [], m, None, keys.lowered))
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job
         from .cache import log
         log.debug("kernel '%s': the driver's code was not stored (%s: %s)",

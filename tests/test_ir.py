@@ -13,7 +13,7 @@ import tack.types
 from tack.backends.cpu import host_target
 from tack.codegen import generate
 from tack.ir import LoweredKernel
-from tack.launch import typeof_arg
+from tack.argtypes import typeof_arg
 from tack.specialize import specialize
 
 from .util import marked_line
@@ -137,7 +137,7 @@ SUBPROCESS = r"""
 import json, struct, sys
 import numpy as np
 from tack.ir import LoweredKernel
-from tack.launch import typeof_arg
+from tack.argtypes import typeof_arg
 from tack.specialize import specialize
 from tack.codegen import generate
 from tack.backends.cpu import host_target

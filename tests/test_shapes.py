@@ -8,7 +8,7 @@ import tack
 import tack.cache
 from tack import types as T
 from tack.cache import warm
-from tack.launch import argtypes_of
+from tack.argtypes import argtypes_of
 
 
 @tack.kernel

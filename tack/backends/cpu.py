@@ -56,6 +56,7 @@ class CPUTarget:
 
     name = kind = "cpu"
     suffix = ".o"                       # what `python -m tack.cache export` names its artifacts
+    emits_source = False                # tack.compiler: code from LLVM IR (``compile``)
 
     def __init__(self, cpu: str | None = None, features: str | None = None,
                  triple: str | None = None, arch: str | None = None):

@@ -256,6 +256,7 @@ class GPUTarget:
     kernel_cc = ""
     machine_name = ""
     suffix = ""
+    emits_source = False            # tack.compiler: code from LLVM IR (``compile``)
     atomic_ordering = "monotonic"   # the language asks for atomicity, not ordering
 
     def __init__(self, arch: str):

@@ -143,6 +143,7 @@ class MetalTarget:
     kind = KIND
     suffix = ".metal"
     machine_name = "metal"
+    emits_source = True             # tack.compiler: MSL from the typed kernel (``generate``), no LLVM
     has_float64 = False
 
     def __init__(self, arch: str):

@@ -120,6 +120,26 @@ def pack(entries, meta: dict) -> bytes:
     return b"".join([head, meta_b, index_b] + [d for _, _, d in entries])
 
 
+def header_for(meta: dict, llvm: str = "", arch: str = "") -> dict:
+    """A new bundle's header, from the metadata of one of its variants (a bundle holds one
+    target's): this Tack's version, the target key, machine, arch (``arch`` where the variant
+    names none: one compiled on a host for itself), backend and the target's identity, the LLVM
+    that compiled it (``llvm``: "" where that is not known), and when the bundle was made."""
+    return {"tack": tack_version_id(), "target_key": meta["target_key"],
+            "machine": meta.get("machine", ""), "arch": meta.get("arch", "") or arch,
+            "backend": meta.get("backend", "cpu"), "llvm": llvm, "target": meta.get("target", ""),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def write(path: str, entries, header: dict) -> int:
+    """Write a bundle of ``[(kind, key, encoded entry bytes)]`` at ``path`` (atomically, readable
+    by all: a site's bundles serve every user). -> its size in bytes."""
+    from . import store
+    data = pack(entries, header)
+    store.write_atomic(path, data, mode=0o644)
+    return len(data)
+
+
 def read(path: str, allow_root: bool = False, tack_version: str | None = None) -> Bundle:
     """Open a bundle after checking it may be trusted: one open, one read.
 
@@ -192,13 +212,12 @@ def collect(version_dir: str, target_key: str | None = None):
     return lowered, variants
 
 
-def write_bundles(version_dir: str, out_dir: str, tack_version: str, output: str | None = None,
+def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
                   target_key: str | None = None, arch_of=lambda target_key: ""):
     """Pack a version directory into one bundle per target found. -> [(path, meta)].
 
     ``arch_of(target key)``: the ``kind:name`` to put in the header of the bundle of variants
     that do not name their arch (those compiled on a host for itself)."""
-    from . import store
     lowered, variants = collect(version_dir, target_key)
     if not variants:
         raise BundleError(f"no compiled variants to pack in {version_dir}" +
@@ -208,14 +227,11 @@ def write_bundles(version_dir: str, out_dir: str, tack_version: str, output: str
                           "bundle: choose one with --arch")
     written = []
     for tk, entries in sorted(variants.items()):
-        first = entries[0][3]
-        meta = {"tack": tack_version, "target_key": tk, "machine": first.get("machine", ""),
-                "arch": first.get("arch", "") or arch_of(tk), "target": first.get("target", ""),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        data = pack(lowered + [(k, key, d) for k, key, d, _ in entries], meta)
+        first = dict(entries[0][3], target_key=tk)
+        meta = header_for(first, arch=first.get("arch") or arch_of(tk))
         path = output or os.path.join(out_dir, bundle_name(tk, meta["machine"]))
-        store.write_atomic(path, data, mode=0o644)
-        written.append((path, dict(meta, entries=len(lowered) + len(entries), bytes=len(data))))
+        size = write(path, lowered + [(k, key, d) for k, key, d, _ in entries], meta)
+        written.append((path, dict(meta, entries=len(lowered) + len(entries), bytes=size)))
     return written
 
 

@@ -352,9 +352,8 @@ def cmd_pack(args) -> int:
     if output is not None and os.path.isdir(output):      # into that directory, named as usual
         output, out_dir = None, output
     try:
-        written = bundle.write_bundles(os.path.join(root, version), out_dir, version,
-                                       output=output, target_key=target,
-                                       arch_of=lambda tk: _arch_label(tk, rt))
+        written = bundle.write_bundles(os.path.join(root, version), out_dir, output=output,
+                                       target_key=target, arch_of=lambda tk: _arch_label(tk, rt))
     except bundle.BundleError as e:
         raise CLIError(str(e)) from None
     fs = settings_mod.format_size

@@ -197,9 +197,9 @@ def find_lowered(cache, kernel, templates, key: str):
 
 
 @_guarded(False)
-def store_lowered(cache, key: str, lowered) -> bool:
-    meta = {"kernel": lowered.kernel.source.name, "dep": lowered.deps}
-    return cache.write(KIND_LOWERED, key, meta, lowered.to_bytes())
+def store_lowered(cache, key: str, meta: dict, payload: bytes) -> bool:
+    """Store a lowered kernel's entry (``tack.compiler.lowered_meta`` and its bytes) under its key."""
+    return cache.write(KIND_LOWERED, key, meta, payload)
 
 
 @_guarded(False)

@@ -18,14 +18,14 @@ import time
 
 import numpy as np
 
+from .. import aot
 from .. import types as T
 from ..archs import qualify
 from ..cache import bundle as bundle_mod
 from ..cache import store
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
-from ..cache.warm import tack_version_id, variant_key
-
+from ..cache.warm import tack_version_id
 
 
 class BuildFailure(Exception):
@@ -35,9 +35,8 @@ class BuildFailure(Exception):
 def cpu_target(arch: str):
     """The toolchain target for ``arch`` (``zen3``, ``cpu:zen3``, ``cuda:sm_90``, ...);
     BuildFailure if no backend or compiler of this install can build code for it."""
-    from ..aot import target_of
     try:
-        return target_of(arch)
+        return aot.target_of(arch)
     except (ValueError, OSError) as e:          # ArchError is a ValueError
         raise BuildFailure(str(e)) from None
 
@@ -154,16 +153,13 @@ def describe_arg(a) -> str:
 
 def type_check(specs):
     """Lower and type each (kernel, args, grid) as the build would, without generating code."""
-    from ..launch import typeof_arg
+    from ..compiler import prepare
     from ..specialize import specialize
     for kernel, args, grid in specs:
         name = kernel.__qualname__
         try:
-            argtypes = [typeof_arg(name, p, a) for p, a in zip(kernel.params, args)]
-            templates = {p: a for p, a, t in zip(kernel.params, args, argtypes)
-                         if isinstance(t, T.Template)}
-            values = tuple(t for t in argtypes if not isinstance(t, T.Template))
-            specialize(kernel.lower(templates, False), values, grid)   # lower() is memoized
+            sig, lowered, _ = prepare(kernel, args)         # memoized: the build lowers it once
+            specialize(lowered, sig.value_types, grid)
         except Exception as e:                  # noqa: BLE001 - the compiler's errors, reported
             why = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
             raise BuildFailure(f"{name}({', '.join(map(describe_arg, args))}) "
@@ -171,14 +167,6 @@ def type_check(specs):
 
 
 # -- compiling for a target ---------------------------------------------------
-
-def compile_variant(target, lowered, lowered_key, argtypes, grid):
-    """One variant entry (kind, key, bytes) for ``target``, from a lowered kernel: the compile
-    path and metadata writer every compile uses (``tack.compiler``)."""
-    from ..compiler import compile_variant as compile_artifact
-    art = compile_artifact(lowered, lowered_key, argtypes, grid, target)
-    return store.KIND_VARIANT, art.key, store.encode(store.KIND_VARIANT, art.key, art.meta, art.payload)
-
 
 class Progress:
     """Progress per kernel and architecture: a bar redrawn in place on a terminal, lines otherwise."""
@@ -208,46 +196,11 @@ class Progress:
             self._open = False
 
 
-def build_arch(arch, specs, llvm, progress):
-    """-> (entries, variant count, target key, target) for one architecture (CPU or GPU).
-
-    Specs that need the same variant (shape-generic kernels warmed for several
-    shapes) compile it once.
-    """
-    from ..cache.warm import lowered_key, template_ids
-    from ..launch import argtypes_of
-    target = cpu_target(arch)
-    tk = target.key
-    lowered_entries, variants, seen = {}, [], set()
-    for done, (kernel, args, grid) in enumerate(specs, 1):
-        name = kernel.__qualname__
-        argtypes = argtypes_of(kernel, args)
-        templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
-        values = tuple(t for t in argtypes if not isinstance(t, T.Template))
-        lowered = kernel.lower(templates, False)
-        lkey = lowered_key(kernel, template_ids(templates), False)
-        if lkey not in lowered_entries:
-            lowered_entries[lkey] = (store.KIND_LOWERED, lkey, store.encode(
-                store.KIND_LOWERED, lkey, {"kernel": lowered.kernel.source.name, "dep": lowered.deps},
-                lowered.to_bytes()))
-        vkey = variant_key(lkey, values, grid, tk)
-        if vkey not in seen:
-            seen.add(vkey)
-            variants.append(compile_variant(target, lowered, lkey, values, grid))
-        progress.step(arch, done, len(specs), f"{name} {', '.join(str(v) for v in values)}")
-    return list(lowered_entries.values()) + variants, len(variants), tk, target
-
-
-def write_bundle(out_dir, arch, tk, llvm, entries, target):
-    arch = qualify(arch)
-    meta = {"tack": tack_version_id(), "target_key": tk, "machine": target.machine_name,
-            "arch": arch, "backend": target.kind, "llvm": llvm,
-            "target": ";".join(f"{k}={v}" for k, v in sorted(target.identity().items())),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    data = bundle_mod.pack(entries, meta)
-    path = os.path.join(out_dir, site_bundle_name(arch, tk, meta["machine"]))
-    store.write_atomic(path, data, mode=0o644)
-    return path, len(data)
+def build_arch(arch, specs, progress) -> list:
+    """The artifacts of every spec for one architecture (CPU or GPU): ``tack.aot.build``."""
+    def step(done, kernel, values):
+        progress.step(arch, done, len(specs), f"{kernel.__qualname__} {', '.join(map(str, values))}")
+    return aot.build(cpu_target(arch), specs, step=step)
 
 
 def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) -> int:
@@ -285,7 +238,6 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
     say = progress.say
 
     kernels = cfg.get("build.kernels") or [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
-    llvm = llvm_version()
     rows, failures = [], []
     specs = []
     for i, entry in enumerate(kernels):
@@ -297,13 +249,13 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
         t0 = time.perf_counter()
         say(f"{arch}: compiling the variants of {len(specs)} launches")
         try:
-            entries, nvar, tk, target = build_arch(arch, specs, llvm, progress)
-            path, nbytes = write_bundle(out_dir, arch, tk, llvm, entries, target)
+            arts = build_arch(arch, specs, progress)
+            path = aot.save_bundle(arts, out_dir)
         except Exception as e:                  # noqa: BLE001 - one arch's failure must not stop the rest
             failures.append((arch, f"{type(e).__name__}: {e}"))
             continue
-        rows.append((arch, len({k.__qualname__ for k, _, _ in specs}), nvar, nbytes,
-                     time.perf_counter() - t0, path))
+        rows.append((arch, len({k.__qualname__ for k, _, _ in specs}), len(arts),
+                     os.path.getsize(path), time.perf_counter() - t0, path))
     from ..cache import format_size
     say("")
     say(f"{'arch':<16}{'kernels':>8}{'variants':>10}{'bytes':>12}{'time':>9}  bundle")
@@ -485,8 +437,10 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout) -> int:
     return 1 if problems else 0
 
 
-def rebuild_bundle(path, llvm, out=sys.stdout):
-    """Recompile one bundle's variants for its own architecture with this LLVM. -> new path."""
+def rebuild_bundle(path, out=sys.stdout):
+    """Recompile one bundle's variants for its own architecture with this LLVM. -> (new path,
+    variants recompiled); BuildFailure if none could be."""
+    from ..compiler import compile_variant
     from ..ir import LoweredKernel
     b = bundle_mod.read(path, allow_root=True)
     arch = b.meta.get("arch")
@@ -496,15 +450,11 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
         raise BuildFailure(f"{path} was made by Tack {b.meta.get('tack')}; its lowered kernels "
                            f"cannot be read by {tack_version_id()}: build it again")
     target = cpu_target(arch)
-    tk = target.key
-    lowered, entries = {}, []
+    lowered, arts = {}, []
     for (kind, key) in sorted(b.index):
-        if kind == store.KIND_LOWERED:
-            got = b.get(kind, key)
-            if got is not None:
-                lowered[key] = LoweredKernel.from_bytes(got[1])
-                entries.append((kind, key, store.encode(kind, key, got[0], got[1])))
-    count = 0
+        got = b.get(kind, key) if kind == store.KIND_LOWERED else None
+        if got is not None:
+            lowered[key] = LoweredKernel.from_bytes(got[1])
     for (kind, key) in sorted(b.index):
         if kind != store.KIND_VARIANT:
             continue
@@ -519,13 +469,14 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
                   file=out)
             continue
         argtypes = tuple(T.parse_spec(row[0]) for row in meta["argspec"])
-        entries.append(compile_variant(target, lowered[lk], lk, argtypes, int(meta["grid"])))
-        count += 1
+        arts.append(compile_variant(lowered[lk], lk, argtypes, int(meta["grid"]), target))
         print(f"  {arch}: recompiled {meta.get('kernel')}", file=out)
-    new_path, _ = write_bundle(os.path.dirname(path), arch, tk, llvm, entries, target)
+    if not arts:
+        raise BuildFailure(f"{path}: none of its variants could be recompiled")
+    new_path = aot.save_bundle(arts, os.path.dirname(path))
     if os.path.abspath(new_path) != os.path.abspath(path):
         os.unlink(path)                         # open readers keep the old file until they close it
-    return new_path, count
+    return new_path, len(arts)
 
 
 def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
@@ -544,7 +495,7 @@ def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
             print(f"{os.path.basename(path)}: current, left as is", file=out)
             continue
         try:
-            new, n = rebuild_bundle(path, llvm, out)
+            new, n = rebuild_bundle(path, out)
         except Exception as e:                  # noqa: BLE001 - report and go on with the others
             print(f"{os.path.basename(path)}: rebuild failed: {type(e).__name__}: {e}", file=err)
             failures += 1

@@ -17,7 +17,7 @@ from tack import types as T
 from tack.backends import toolchain
 from tack.backends.gpu import ToolError, find_lld, find_ocloc, find_ptxas
 from tack.compiler import compile_variant
-from tack.launch import argtypes_of
+from tack.argtypes import argtypes_of
 
 INSTALL = "run ci/install-gpu-tools.sh"
 

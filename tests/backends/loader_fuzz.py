@@ -106,7 +106,7 @@ def subjects():
     import tack
     from tack.backends.cpu import host_target
     from tack.codegen import generate
-    from tack.launch import typeof_arg
+    from tack.argtypes import typeof_arg
     from tack.specialize import specialize
 
     @tack.kernel

@@ -10,7 +10,7 @@ import pytest
 import tack
 from tack.backends.cpu import CPUTarget, host_target
 from tack.codegen import generate
-from tack.launch import typeof_arg
+from tack.argtypes import typeof_arg
 from tack.specialize import specialize
 
 

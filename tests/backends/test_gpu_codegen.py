@@ -236,7 +236,7 @@ def test_entry_follows_the_kernel_abi(name, cc, debug):
     """The entry's parameters: each array's global pointer then its extents (unless static) and
     strides (strided layout only), scalars (bool as i8), n0 n1 n2, then the error record (debug)."""
     from tack.codegen import generate
-    from tack.launch import argtypes_of
+    from tack.argtypes import argtypes_of
     from tack.specialize import specialize
     target = gpu_target(name)
     a = np.zeros((4, 5), np.float32)

@@ -13,7 +13,7 @@ import tack
 from tack import loader as elf
 from tack.backends.cpu import host_target
 from tack.codegen import generate
-from tack.launch import typeof_arg
+from tack.argtypes import typeof_arg
 from tack.specialize import specialize
 
 from .elf_util import HEADER_FIELDS, Elf, load_in_child

@@ -31,7 +31,7 @@ import tack
 from tack import types as T
 from tack.backends import metal, metal_runtime
 from tack.kernels import contour
-from tack.launch import argtypes_of
+from tack.argtypes import argtypes_of
 from tack.specialize import specialize
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -256,7 +256,7 @@ def test_tack_warm_lists_the_same_variants_for_every_shape():
     from tack.cache import warm
     from tack.kernels.contour import tack_warm
     from tack import types as T
-    from tack.launch import argtypes_of
+    from tack.argtypes import argtypes_of
 
     def keys(shape):
         out = []

@@ -1,0 +1,131 @@
+"""A launch's arguments -> their Tack types, and the kernel's signature for those types.
+
+Every compile starts here: a launch's miss (``tack.launch``), ``tack.aot`` and
+the site tool.  ``signature`` types each argument (an array's dtype, rank,
+layout and writability, its shape where the kernel compiles it in; a class
+is a template), and splits the template bindings, which the front end
+specializes on, from the value arguments, which are compiled and passed.
+What it costs is a few attribute reads per argument: a cached kernel's first
+launch in a process runs it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import types as T
+from .fingerprints import class_fingerprint
+
+
+class Signature(NamedTuple):
+    """A launch's arguments, typed: ``templates`` ({param: class}, what the kernel is lowered
+    for), and of the other arguments their types, parameter names and positions in ``args``."""
+    templates: dict
+    value_types: tuple
+    value_params: list
+    arg_index: list
+
+
+def signature(kernel, args) -> Signature:
+    """The signature of ``kernel`` launched with ``args``; TypeError for a wrong argument count
+    or an argument Tack cannot take, naming the parameter."""
+    params = kernel.params
+    if len(args) != len(params):
+        raise TypeError(f"kernel '{kernel.__qualname__}' takes {len(params)} arguments "
+                        f"({', '.join(params)}), got {len(args)}")
+    argtypes = argtypes_of(kernel, args)
+    values = [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)]
+    return Signature({p: a for p, a, t in zip(params, args, argtypes) if isinstance(t, T.Template)},
+                     tuple(argtypes[i] for i in values), [params[i] for i in values], values)
+
+
+def argtypes_of(kernel, args):
+    """The Tack types of a launch's arguments (with their shapes where the kernel compiles them in)."""
+    name, static = kernel.__qualname__, kernel.static_shape
+    return [typeof_arg(name, p, a, p in static) for p, a in zip(kernel.params, args)]
+
+
+def typeof_arg(kernel_name, param, a, static=False):
+    """The Tack type of one launch argument; TypeError naming the parameter otherwise.
+
+    ``static``: an array's shape is compiled in.
+    """
+    if isinstance(a, np.ndarray):
+        t = T.typeof_array(a, static)
+        if t is None:
+            raise TypeError(f"kernel '{kernel_name}': argument '{param}' is an array Tack cannot "
+                            f"take (dtype {a.dtype}, {a.ndim} dimensions, strides {a.strides}); "
+                            "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions")
+        return t
+    if isinstance(a, bool):
+        return T.boolean
+    if isinstance(a, int):
+        return T.int64
+    if isinstance(a, float):
+        return T.float64
+    if isinstance(a, np.generic) and T.from_dtype(a.dtype) is not None:
+        return T.from_dtype(a.dtype)
+    if isinstance(a, type):
+        return T.Template(a.__qualname__, class_fingerprint(a))
+    t = device_array_type(a, static)
+    if t is not None:
+        return t
+    raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a {type(a).__name__}; "
+                    "kernels take NumPy arrays, numbers, and classes (as templates)")
+
+
+def device_array_type(a, static=False):
+    """The Tack type of an array that is not a NumPy array: a device array of Tack's
+    (``tack.to_device``), another library's with ``__cuda_array_interface__`` or DLPack (CuPy,
+    PyTorch, JAX...), or one with NumPy-style ``shape``, ``dtype`` and ``strides``; None for
+    anything else."""
+    if isinstance(a, (np.ndarray, np.generic)) or isinstance(a, type):
+        return None
+    writable = getattr(a, "writable", None)
+    layout = getattr(a, "layout", None) if writable is not None else None
+    try:
+        if layout is not None:                          # Tack's own device arrays
+            shape, dtype, estrides = a.shape, np.dtype(a.dtype), None
+        elif hasattr(a, "__cuda_array_interface__"):
+            cai = a.__cuda_array_interface__
+            shape, dtype = cai["shape"], np.dtype(cai["typestr"])
+            strides = cai.get("strides")
+            estrides = None if strides is None else [s // dtype.itemsize for s in strides]
+            writable = not cai["data"][1]
+        elif hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
+            from . import dlpack
+            t = dlpack.view(a)
+            shape, dtype, estrides, writable = t.shape, t.dtype, t.estrides, t.writable
+            t.close()
+        else:
+            shape, dtype = getattr(a, "shape", None), getattr(a, "dtype", None)
+            if shape is None or dtype is None:
+                return None
+            dtype = np.dtype(dtype)
+            strides = getattr(a, "estrides", None)
+            if strides is None and getattr(a, "strides", None) is not None:
+                strides = [s // dtype.itemsize for s in a.strides]
+            estrides = strides
+        shape = tuple(int(n) for n in shape)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        from .dlpack import DLPackError
+        if isinstance(e, DLPackError):  # a DLPack object that cannot be taken: say why
+            raise
+        return None                     # not an array Tack reads: typeof_arg says what it is
+    st = T.from_dtype(dtype)
+    if st is None or not 1 <= len(shape) <= 4:
+        return None
+    if layout is None:
+        layout = _layout_of_strides(shape, estrides)
+    return T.Array(st, len(shape), layout, bool(True if writable is None else writable),
+                   shape if static else None)
+
+
+def _layout_of_strides(shape, strides):
+    if strides is None:
+        return "C"
+    c = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
+    f = [int(np.prod(shape[:k])) for k in range(len(shape))]
+    return "C" if list(strides) == c else "F" if list(strides) == f else "A"
