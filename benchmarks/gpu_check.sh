@@ -84,8 +84,8 @@ cat > "$WORK/runtime_check.py" <<'EOF'
 import numpy as np
 import tack
 from tack.backends import cuda_runtime as cr
-from tack.compiler import compile_variant
 from tack.argtypes import argtypes_of
+from tack.compiler import compile_variant, lower
 
 print(cr.describe())
 if not cr.available():
@@ -106,7 +106,7 @@ def past(a, out):
 
 def build(kernel, args, grid, debug=False):
     types = tuple(argtypes_of(kernel, args))
-    return compile_variant(kernel.lower({}, debug), None, types, grid, target, debug)
+    return compile_variant(lower(kernel, {}, debug), None, types, grid, target, debug)
 
 n = 1_000_003
 x = np.random.default_rng(0).random(n, dtype=np.float32)
@@ -125,7 +125,7 @@ if older:
     from tack.backends.cuda import target as cuda_target
     t_old = cuda_target(older[-1])
     types = tuple(argtypes_of(saxpy, (np.float32(2), x, y, out)))
-    art_old = compile_variant(saxpy.lower({}, False), None, types, 1, t_old, False)
+    art_old = compile_variant(lower(saxpy, {}, False), None, types, 1, t_old, False)
     k_old = cr.load(art_old.payload, art_old.meta)
     out[:] = 0
     cr.launch(k_old, art_old.meta, (np.float32(2), x, y, out), (n,))

@@ -11,6 +11,7 @@ import time
 from tack import types as T
 from tack.backends import toolchain
 from tack.codegen import generate
+from tack.compiler import lower
 from tack.kernels import contour
 from tack.argtypes import argtypes_of
 from tack.specialize import specialize
@@ -25,7 +26,7 @@ def main():
         argtypes = argtypes_of(kernel, args)
         templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
         values = tuple(t for t in argtypes if not isinstance(t, T.Template))
-        launches.append((kernel.__qualname__, specialize(kernel.lower(templates, False), values, grid)))
+        launches.append((kernel.__qualname__, specialize(lower(kernel, templates, False), values, grid)))
     rows, total0 = [], time.perf_counter()
     for arch in ARCHS:
         t0 = time.perf_counter()

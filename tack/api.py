@@ -1,9 +1,9 @@
 """What users write: ``@tack.kernel``, ``@tack.func`` and ``tack.constant``.
 
 A ``Kernel`` holds its compiled variants and its lowered kernels (one per
-template binding); it runs the front end only when it must lower, so a
-cached kernel's warm path never imports it.  What a kernel may name besides
-its parameters (device functions, constants, intrinsics) is ``tack.language``.
+template binding), which ``tack.compiler.lower`` makes: nothing here imports
+the front end or the compiler.  What a kernel may name besides its
+parameters (device functions, constants, intrinsics) is ``tack.language``.
 """
 
 from __future__ import annotations
@@ -32,23 +32,9 @@ class Kernel:
         self.static_shape = _static_params(fn.__qualname__, self.params, static_shape)
         # indices of those parameters, for the launch key (None: none, the common case)
         self._static = frozenset(i for i, p in enumerate(self.params) if p in self.static_shape) or None
-        self._lowered = {}    # (template bindings, debug) -> LoweredKernel
+        self._lowered = {}    # (template bindings, debug) -> LoweredKernel (tack.compiler.lower)
         self._variants = {}   # launch signature -> compiled variant
         self.timings = {}     # stage -> seconds, of the most recent compile
-
-    @staticmethod
-    def _memo_key(templates, debug):
-        return tuple(sorted((templates or {}).items(), key=lambda kv: kv[0])), bool(debug)
-
-    def lower(self, templates=None, debug=False):
-        """The lowered kernel for these template bindings ({param: class}): runs the front end once."""
-        key = self._memo_key(templates, debug)
-        lowered = self._lowered.get(key)
-        if lowered is None:
-            from .frontend.lower import lower_kernel
-            lowered = lower_kernel(self, dict(templates or {}), bool(debug))
-            self._lowered[key] = lowered
-        return lowered
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"kernel '{self.__name__}' is launched with "

@@ -67,12 +67,14 @@ def prepare(kernel, args, debug: bool = False) -> Prepared:
     return Prepared(sig, lower(kernel, sig.templates, debug), key)
 
 
-def lower(kernel, templates: dict, debug: bool, chain=None, key: str | None = None,
-          stage=lambda label: None):
-    """The lowered kernel for these template bindings: the one this kernel already lowered, else,
-    with a cache ``chain``, the one stored under ``key``, else the front end's (then stored
-    there).  ``stage(label)`` is called after each step (cache, lower)."""
-    memo = kernel._memo_key(templates, debug)
+def lower(kernel, templates: dict | None = None, debug: bool = False, chain=None,
+          key: str | None = None, stage=lambda label: None):
+    """The lowered kernel of ``kernel`` (a ``tack.api.Kernel``) for these template bindings
+    ({param: class}): the one it already lowered in this process, else, with a cache ``chain``,
+    the one stored under ``key``, else the front end's (then stored there).  ``stage(label)`` is
+    called after each step (cache, lower)."""
+    templates = dict(templates or {})
+    memo = tuple(sorted(templates.items(), key=lambda kv: kv[0])), bool(debug)
     lowered = kernel._lowered.get(memo)
     if lowered is not None:
         return lowered
@@ -83,7 +85,8 @@ def lower(kernel, templates: dict, debug: bool, chain=None, key: str | None = No
         if lowered is not None:
             kernel._lowered[memo] = lowered
             return lowered
-    lowered = kernel.lower(templates, debug)
+    from .frontend.lower import lower_kernel
+    lowered = kernel._lowered[memo] = lower_kernel(kernel, templates, bool(debug))
     stage("lower")
     if chain is not None:
         store.store_lowered(chain, key, lowered_meta(lowered), lowered.to_bytes())

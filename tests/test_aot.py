@@ -169,3 +169,93 @@ def test_metal_source_through_the_one_compile_path():
     src = art.payload.decode()
     assert "#include <metal_stdlib>" in src and f"kernel void {art.entry}" in src
     assert art.meta["target_key"] == tack.aot.target_of("metal:apple").key
+
+
+@pytest.mark.parametrize("arch", ["cpu", GENERIC, "cuda:sm_90", "rocm:gfx90a", "level_zero:pvc",
+                                  "metal:apple"])
+def test_every_target_says_whether_it_emits_source(arch):
+    """The compile path asks a target one question, ``emits_source``, before calling either its
+    ``generate`` (source from the typed kernel: Metal) or ``compile`` (LLVM IR): every target
+    answers it, and has the method its answer names."""
+    t = tack.aot._host_or(arch)
+    assert t.emits_source is arch.startswith("metal:")
+    assert callable(t.generate if t.emits_source else t.compile)
+
+
+ENTRIES = textwrap.dedent("""
+    import sys, numpy as np, tack, tack.aot
+    sys.path.insert(0, sys.argv[1])
+    from aot_kmod import k_scale
+    x, out = np.arange(5, dtype=np.float32), np.zeros(5, np.float32)
+    tack.launch(k_scale, 5, (x, out, 2.0))                  # stored by the launch's miss
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    tack.aot.save([tack.aot.compile(k_scale, "cpu", (x, out, 2.0))], sys.argv[2])
+""")
+
+
+def entry_bytes(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*")
+            if p.suffix in (".tlk", ".tvar")}
+
+
+def test_a_launch_and_aot_write_the_same_entries(tmp_path):
+    """A launch's miss and ``tack.aot.save`` run one preamble and one metadata writer: the same
+    kernel and arguments give the same lowered and variant entries, byte for byte."""
+    (tmp_path / "aot_kmod.py").write_text(textwrap.dedent("""
+        import tack
+
+        @tack.kernel
+        def k_scale(x, out, a):
+            i = tack.tid()
+            out[i] = x[i] * a
+    """))
+    launched, saved = tmp_path / "launched", tmp_path / "saved"
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    p = subprocess.run([sys.executable, "-c", ENTRIES, str(tmp_path), str(saved)], capture_output=True,
+                       text=True, timeout=300, env=dict(e, TACK_CACHE_DIR=str(launched)))
+    assert p.returncode == 0, p.stderr
+    got, want = entry_bytes(launched), entry_bytes(saved)
+    assert sorted(os.path.splitext(n)[1] for n in got) == [".tlk", ".tvar"]
+    assert got == want
+
+
+def test_a_packed_bundle_and_a_saved_one_have_the_same_header(tmp_path):
+    """``python -m tack.cache pack`` and ``tack.aot.save_bundle`` write a bundle's header through
+    one writer: the same fields, the same values but for the time and the LLVM (which a cache
+    directory does not record)."""
+    arts = contour_artifacts("cpu")
+    cache = tmp_path / "cache"
+    tack.aot.save(arts, str(cache))
+    r = cli("pack", "--output", str(tmp_path / "packed"), TACK_CACHE_DIR=cache)
+    assert r.returncode == 0, r.stderr
+    packed = bundle.read(str(tmp_path / "packed")).meta
+    saved = bundle.read(tack.aot.save_bundle(arts, str(tmp_path / "saved"))).meta
+    assert sorted(packed) == sorted(saved)
+    assert saved["llvm"] == cpu_runtime.llvm_version() and packed["llvm"] == ""
+    same = ("tack", "target_key", "machine", "backend", "target")
+    assert {f: packed[f] for f in same} == {f: saved[f] for f in same}
+    assert saved["arch"] == "" and packed["arch"] == "cpu:" + cpu_runtime.host_arch()
+
+
+def test_aot_and_the_site_tool_compile_without_the_dispatcher():
+    """The compile preamble lives in the compiler: tack.aot, tack.site.build and the compiler
+    itself never import tack.launch; and tack.api, which the front end imports, imports neither
+    the front end nor the compiler back (tack.compiler.lower runs the front end)."""
+    import ast
+    root = os.path.dirname(os.path.abspath(tack.__file__))
+
+    def imports(rel):
+        tree = ast.parse(open(os.path.join(root, rel)).read())
+        pkg = ("tack." + os.path.dirname(rel).replace(os.sep, ".")).rstrip(".")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = pkg.rsplit(".", node.level - 1)[0] if node.level else ""
+                mod = ".".join(filter(None, [base, node.module]))
+                yield from [mod] + [f"{mod}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                yield from (a.name for a in node.names)
+    for rel in ("aot.py", "compiler.py", "argtypes.py", os.path.join("site", "build.py")):
+        assert "tack.launch" not in set(imports(rel)), rel
+    assert "tack.api.Kernel" in set(imports(os.path.join("frontend", "lower.py")))
+    assert not {m for m in imports("api.py") if m.startswith(("tack.frontend", "tack.compiler"))}
+    assert "tack.api" not in set(imports("fingerprints.py")) | set(imports("language.py"))

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tack
+from tack.compiler import lower
 
 from .util import check_points_at, marked_line
 
@@ -585,13 +586,13 @@ def test_debug_in_bounds_matches_release():
 def test_release_mode_has_no_bounds_check():
     """Without debug mode, a kernel's lowered form is not a debug one."""
     assert tack.config.debug is False
-    assert k_shift_write.lower({}, False).debug is False
-    assert k_shift_write.lower({}, True).debug is True
+    assert lower(k_shift_write, {}, False).debug is False
+    assert lower(k_shift_write, {}, True).debug is True
 
 
 def test_debug_kernel_is_a_different_lowered_kernel():
     """The debug build of a kernel is a distinct lowered kernel with its own fingerprint."""
-    rel = k_poke.lower({}, False)
-    dbg = k_poke.lower({}, True)
+    rel = lower(k_poke, {}, False)
+    dbg = lower(k_poke, {}, True)
     assert rel is not dbg and rel.fingerprint() != dbg.fingerprint()
-    assert k_poke.lower({}, True) is dbg
+    assert lower(k_poke, {}, True) is dbg

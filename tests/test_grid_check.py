@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tack
+from tack.compiler import lower
 from tack.gridcheck import decode, encode, tid_indexed
 
 from .util import marked_line
@@ -85,13 +86,13 @@ class TestWhatIsChecked:
     """``tid_indexed``: which (parameter, axis, grid dimension) a kernel indexes at every point."""
 
     def found(self, kern, grid, templates=None):
-        return [c[:3] for c in tid_indexed(kern.lower(templates or {}), grid)]
+        return [c[:3] for c in tid_indexed(lower(kern, templates or {}), grid)]
 
     def test_direct_index(self):
         assert self.found(k_copy, 1) == [(0, 0, 0), (1, 0, 0)]
-        off = tid_indexed(k_copy.lower(), 1)[0][3]
+        off = tid_indexed(lower(k_copy), 1)[0][3]
         lineno = marked_line(k_copy, "# ACCESS")[0]
-        assert k_copy.lower().kernel.source.first_line + off == lineno
+        assert lower(k_copy).kernel.source.first_line + off == lineno
 
     def test_guarded_or_after_a_return_is_not(self):
         assert self.found(k_guarded, 1) == []

@@ -12,6 +12,7 @@ import tack
 import tack.types
 from tack.backends.cpu import host_target
 from tack.codegen import generate
+from tack.compiler import lower
 from tack.ir import LoweredKernel
 from tack.argtypes import typeof_arg
 from tack.specialize import specialize
@@ -94,7 +95,7 @@ def reference():
 
 def test_round_trip_is_exact():
     """from_bytes(to_bytes(k)) serializes back to the same bytes and fingerprint, with the same functions, constants and templates."""
-    low = k_rt.lower({"policy": Cubic})
+    low = lower(k_rt, {"policy": Cubic})
     data = low.to_bytes()
     back = LoweredKernel.from_bytes(data)
     assert back.to_bytes() == data
@@ -115,7 +116,7 @@ def test_round_trip_is_exact():
 
 def test_bytes_hold_no_pickle():
     """The serialized form is a magic, a JSON document and raw array bytes: no pickle stream."""
-    data = k_rt.lower({"policy": Cubic}).to_bytes()
+    data = lower(k_rt, {"policy": Cubic}).to_bytes()
     assert data[:8] == b"TACKLOW1"
     hlen, nblobs = struct.unpack_from("<QI", data, 8)
     doc = json.loads(data[20:20 + hlen])
@@ -126,7 +127,7 @@ def test_bytes_hold_no_pickle():
 def test_deserialized_kernel_compiles_and_runs_identically():
     """A kernel rebuilt from bytes compiles through specialize, generate and the CPU target and gives the launch's results."""
     want_out, want_flags = reference()
-    back = LoweredKernel.from_bytes(k_rt.lower({"policy": Cubic}).to_bytes())
+    back = LoweredKernel.from_bytes(lower(k_rt, {"policy": Cubic}).to_bytes())
     x, out, flags = inputs()
     compile_and_run(back, (x, out, flags, 2.0), (9,), "tack_test_ir_rt")
     np.testing.assert_array_equal(out, want_out)
@@ -158,7 +159,7 @@ print(json.dumps([out.tolist(), flags.tolist()]))
 def test_bytes_alone_compile_in_another_process():
     """A fresh process that never imports the kernel's module compiles and runs it from the bytes alone."""
     want_out, want_flags = reference()
-    data = k_rt.lower({"policy": Cubic}).to_bytes()
+    data = lower(k_rt, {"policy": Cubic}).to_bytes()
     res = subprocess.run([sys.executable, "-c", SUBPROCESS], input=data, capture_output=True,
                          cwd="/", timeout=120)
     assert res.returncode == 0, res.stderr.decode()[-3000:]
@@ -169,7 +170,7 @@ def test_bytes_alone_compile_in_another_process():
 
 def test_deserialized_kernel_errors_point_at_source():
     """A type error found when specializing a deserialized kernel still names the file, line and source text."""
-    back = LoweredKernel.from_bytes(k_rt.lower({"policy": Cubic}).to_bytes())
+    back = LoweredKernel.from_bytes(lower(k_rt, {"policy": Cubic}).to_bytes())
     x, out, flags = inputs()
     types = tuple(typeof_arg("k_rt", p, v) for p, v in zip(back.kernel.params, (x, out, flags)))
     types += (tack.types.Tuple((tack.types.float64,)),)      # a tuple where a number is multiplied
@@ -182,14 +183,14 @@ def test_deserialized_kernel_errors_point_at_source():
 
 def test_debug_flag_survives_round_trip():
     """A debug lowered kernel stays a debug kernel after serialization."""
-    low = k_rt.lower({"policy": Cubic}, True)
+    low = lower(k_rt, {"policy": Cubic}, True)
     assert LoweredKernel.from_bytes(low.to_bytes()).debug is True
 
 
 # -- damaged bytes ---------------------------------------------------------------------------
 
 def good_bytes():
-    return k_rt.lower({"policy": Cubic}).to_bytes()
+    return lower(k_rt, {"policy": Cubic}).to_bytes()
 
 
 def loads_or_value_error(data):

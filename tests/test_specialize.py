@@ -9,6 +9,7 @@ import pytest
 
 import tack
 from tack import types as T
+from tack.compiler import lower
 from tack.specialize import specialize
 
 NAMES = ["bool", "int32", "int64", "uint32", "uint64", "float32", "float64"]
@@ -101,7 +102,7 @@ def expected(op, a, b):
 
 def inferred(op, a, b):
     """Tack's type for r = x op y, or None when it raises CompileError."""
-    low = OPS[op][0].lower({}, False)
+    low = lower(OPS[op][0], {}, False)
     try:
         tk = specialize(low, (T.SCALARS[a], T.SCALARS[b]), 1)
     except tack.CompileError:
@@ -140,7 +141,7 @@ def k_grid(out):
 def test_tid_type_follows_grid_rank(ndim):
     """tack.tid() is int64 on a 1-D grid and a tuple of int64 on 2-D and 3-D grids."""
     arr = T.Array(T.float64, 1, "C")
-    tk = specialize(k_grid.lower(), (arr,), ndim)
+    tk = specialize(lower(k_grid), (arr,), ndim)
     want = T.int64 if ndim == 1 else T.Tuple((T.int64,) * ndim)
     assert tk.kernel.locals["t"] == want
 
@@ -150,7 +151,7 @@ def test_grid_rank_out_of_range():
     arr = T.Array(T.float64, 1, "C")
     for bad in (0, 4):
         with pytest.raises(ValueError):
-            specialize(k_grid.lower(), (arr,), bad)
+            specialize(lower(k_grid), (arr,), bad)
 
 
 @tack.func
@@ -183,7 +184,7 @@ def test_inference_fixed_point_and_monomorphization():
     """Variables take the promoted type of all their assignments and device functions specialize per argument types."""
     f32 = T.Array(T.float32, 1, "C")
     f64 = T.Array(T.float64, 1, "C")
-    tk = specialize(k_infer.lower(), (f32, f64, f64), 1)
+    tk = specialize(lower(k_infer), (f32, f64, f64), 1)
     loc = tk.kernel.locals
     assert loc["h32"] == T.float32 and loc["h64"] == T.float64
     assert loc["acc"] == T.float64 and loc["p"] == T.float64 and loc["w"] == T.int64

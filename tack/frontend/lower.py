@@ -17,6 +17,7 @@ import types
 
 
 from .. import ir
+from ..api import Kernel
 from ..fingerprints import class_fingerprint, func_id, function_fingerprint, value_identity
 from ..language import Constant, Func, intrinsic_of
 from ..errors import CompileError, SourceContext
@@ -34,9 +35,8 @@ class _TemplateAttr(tuple):
     """``(class, attribute, name)``: an attribute of a template parameter (not a user's tuple)."""
 
 
-def lower_kernel(kernel, templates: dict, debug: bool) -> ir.LoweredKernel:
-    """Lower ``kernel`` (a ``tack.api.Kernel``) with its template parameters bound to
-    ``templates`` classes."""
+def lower_kernel(kernel: Kernel, templates: dict, debug: bool) -> ir.LoweredKernel:
+    """Lower ``kernel`` with its template parameters bound to ``templates`` classes."""
     unknown = set(templates) - set(kernel.params)
     if unknown:
         raise TypeError(f"kernel '{kernel.__name__}' has no parameter {sorted(unknown)[0]!r}")

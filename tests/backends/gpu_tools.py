@@ -16,7 +16,7 @@ import tack
 from tack import types as T
 from tack.backends import toolchain
 from tack.backends.gpu import ToolError, find_lld, find_ocloc, find_ptxas
-from tack.compiler import compile_variant
+from tack.compiler import compile_variant, lower
 from tack.argtypes import argtypes_of
 
 INSTALL = "run ci/install-gpu-tools.sh"
@@ -70,7 +70,7 @@ def build(kernel, args, grid, target, debug=False, templates=None, argtypes=None
         argtypes = argtypes_of(kernel, args)
         templates = {p: a for p, a, t in zip(kernel.params, args, argtypes) if isinstance(t, T.Template)}
     values = tuple(t for t in argtypes if not isinstance(t, T.Template))
-    lowered = kernel.lower(templates or {}, debug)
+    lowered = lower(kernel, templates or {}, debug)
     return compile_variant(lowered, None, values, grid, target, debug)
 
 

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tack import loader
+from tack.compiler import lower
 from tests.backends.elf_util import Elf
 from tests.backends.test_loader import call, compile_object, expected
 
@@ -116,7 +117,7 @@ def subjects():
 
     target = host_target()
     out = np.zeros(1, dtype=np.int64)
-    gen = generate(specialize(bounds.lower({}, False), (typeof_arg("bounds", "out", out),), 1),
+    gen = generate(specialize(lower(bounds, {}, False), (typeof_arg("bounds", "out", out),), 1),
                    target, "tack_fuzz_bounds")
     mathy, entry = compile_object()
     return [Subject(mathy, entry, run_mathy),

@@ -11,6 +11,7 @@ import tack
 from tack.backends.cpu import CPUTarget, host_target
 from tack.codegen import generate
 from tack.argtypes import typeof_arg
+from tack.compiler import lower
 from tack.specialize import specialize
 
 
@@ -28,7 +29,7 @@ def math_free(i):
 def typed_axpy(shape=(6, 5)):
     x = np.ones(shape)
     types = tuple(typeof_arg("k_axpy", p, v) for p, v in zip(k_axpy.params, (x, x, x, 2.0)))
-    return specialize(k_axpy.lower({}, False), types, 2)
+    return specialize(lower(k_axpy, {}, False), types, 2)
 
 
 def other_cpu():

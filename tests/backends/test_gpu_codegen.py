@@ -13,6 +13,7 @@ import pytest
 import tack
 from tack.backends import gpu, toolchain
 from tack.backends.gpu import key_for, pack_level_zero, unpack_level_zero
+from tack.compiler import lower
 from tack.kernels import contour
 
 from .gpu_tools import build, gpu_target, language_launches, run, tool
@@ -244,7 +245,7 @@ def test_entry_follows_the_kernel_abi(name, cc, debug):
     c = np.ones(3, np.int32)
     for kernel, c_fields in ((k_abi, ["i64"]), (k_abi_static, [])):
         args = (a, b, True, np.float32(2), 3, c)
-        typed = specialize(kernel.lower({}, debug), argtypes_of(kernel, args), 2)
+        typed = specialize(lower(kernel, {}, debug), argtypes_of(kernel, args), 2)
         gen = generate(typed, target, "tack_abi")
         fn = gen.module.get_global(gen.entry)
         assert fn.calling_convention == cc

@@ -14,6 +14,7 @@ from tack import loader as elf
 from tack.backends.cpu import host_target
 from tack.codegen import generate
 from tack.argtypes import typeof_arg
+from tack.compiler import lower
 from tack.specialize import specialize
 
 from .elf_util import HEADER_FIELDS, Elf, load_in_child
@@ -39,7 +40,7 @@ def compile_object(n=64):
     x = np.zeros(n)
     # static shapes: each array's slot is its data pointer alone (no extents follow)
     types = tuple(typeof_arg("mathy", p, a, static=True) for p, a in zip(mathy.params, (x, x)))
-    typed = specialize(mathy.lower({}, False), types, 1)
+    typed = specialize(lower(mathy, {}, False), types, 1)
     target = host_target()
     gen = generate(typed, target, "tack_test_loader")
     return target.emit_object(target.optimize(gen.module)), gen.entry
@@ -171,7 +172,7 @@ def test_entry_points_pass_64_bit_bounds():
     out = np.zeros(1, dtype=np.int64)
     types = (typeof_arg("bounds", "out", out, static=True),)
     target = host_target()
-    gen = generate(specialize(bounds.lower({}, False), types, 1), target, "tack_test_bounds")
+    gen = generate(specialize(lower(bounds, {}, False), types, 1), target, "tack_test_bounds")
     fn = elf.load_object(target.emit_object(target.optimize(gen.module)), gen.entry)
     start = (1 << 33) + 5
     fn(struct.pack("<Qqqq", out.ctypes.data, start + 1, 1, 1), start, start + 1)   # grid (start + 1,)

@@ -30,6 +30,7 @@ import pytest
 import tack
 from tack import types as T
 from tack.backends import metal, metal_runtime
+from tack.compiler import lower
 from tack.kernels import contour
 from tack.argtypes import argtypes_of
 from tack.specialize import specialize
@@ -128,7 +129,7 @@ def typed(kernel, args, grid, debug=False):
     ats = argtypes_of(kernel, args)
     templates = {p: a for p, a, t in zip(kernel.params, args, ats) if isinstance(t, T.Template)}
     values = tuple(t for t in ats if not isinstance(t, T.Template))
-    return specialize(kernel.lower(templates, debug), values, grid), values
+    return specialize(lower(kernel, templates, debug), values, grid), values
 
 
 def emit(kernel, args, grid, prefix, debug=False, target="metal:apple"):
@@ -315,7 +316,7 @@ def test_compile_typed_and_the_one_compile_path():
     src = metal.target("metal:apple").compile_typed(tk)
     assert isinstance(src, bytes) and b"kernel void tack_entry(" in src
     from tack.compiler import compile_variant
-    art = compile_variant(saxpy.lower({}, False), "lk", values, 1, metal.target("metal:apple"))
+    art = compile_variant(lower(saxpy, {}, False), "lk", values, 1, metal.target("metal:apple"))
     assert art.payload.decode().count("kernel void ") == 1
     assert art.meta["backend"] == "metal" and art.meta["suffix"] == ".metal"
     assert art.meta["entry"] == art.entry and art.entry in art.payload.decode()

@@ -1,0 +1,54 @@
+"""tack.argtypes: a launch's arguments typed, and the signature every compile starts from."""
+
+import numpy as np
+import pytest
+
+import tack
+import tack.aot
+from tack import types as T
+from tack.argtypes import signature
+from tack.compiler import lower, prepare
+
+
+class Twice:
+    @staticmethod
+    def f(x):
+        return x * 2.0
+
+
+@tack.kernel
+def k_policy(scale, policy, x, out):
+    i = tack.tid()
+    out[i] = policy.f(x[i]) * scale
+
+
+def test_signature_splits_templates_from_values():
+    """A class is a template binding; the other arguments keep their types, names and positions."""
+    x = np.zeros(4, np.float32)
+    sig = signature(k_policy, (1.5, Twice, x, x))
+    assert sig.templates == {"policy": Twice}
+    assert sig.value_types == (T.float64, T.Array(T.float32, 1, "C", True), T.Array(T.float32, 1, "C", True))
+    assert sig.value_params == ["scale", "x", "out"] and sig.arg_index == [0, 2, 3]
+
+
+def test_prepare_lowers_once_per_template_binding():
+    """The preamble's lowered kernel is the kernel's memoized one, and its key names the binding."""
+    x = np.zeros(4, np.float32)
+    first, again = prepare(k_policy, (1.5, Twice, x, x)), prepare(k_policy, (2.5, Twice, x, x))
+    assert first.lowered is again.lowered is lower(k_policy, {"policy": Twice})
+    assert first.lowered_key == again.lowered_key
+    out = np.zeros(4, np.float32)
+    tack.launch(k_policy, 4, (1.5, Twice, np.arange(4, dtype=np.float32), out))
+    np.testing.assert_array_equal(out, [0.0, 3.0, 6.0, 9.0])
+
+
+@pytest.mark.parametrize("compile_with", [
+    lambda args: tack.launch(k_policy, 4, args),
+    lambda args: tack.aot.compile(k_policy, "cpu", args),
+    lambda args: signature(k_policy, args),
+])
+def test_every_caller_refuses_a_wrong_argument_count_alike(compile_with):
+    """A launch, tack.aot and the signature itself say the same thing of a missing argument."""
+    with pytest.raises(TypeError) as e:
+        compile_with((1.5, Twice, np.zeros(4)))
+    assert str(e.value) == "kernel 'k_policy' takes 4 arguments (scale, policy, x, out), got 3"
