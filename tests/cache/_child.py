@@ -44,8 +44,8 @@ def main():
         "stats": tack.cache.stats(),
         "settings": {k: getattr(tack.cache.settings(), k) for k in ("directory", "mode", "max_size", "sources")},
         "warnings": [{"category": w.category.__name__, "message": str(w.message)} for w in caught],
-        "modules": sorted(m for m in ("llvmlite.binding", "tack.frontend.lower", "tack.compiler",
-                                      "tack.specialize", "tack.codegen") if m in sys.modules),
+        "modules": sorted(m for m in ("llvmlite.binding", "tack.frontend.lower")
+                          if m in sys.modules),
         "extra": scope.get("extra"),
     }
     print(json.dumps(report))

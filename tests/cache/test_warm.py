@@ -56,8 +56,7 @@ def test_warm_process_runs_no_front_end(warm):
 
 
 def test_warm_process_imports_neither_llvm_nor_front_end(warm):
-    """A warm launch imports neither llvmlite's LLVM binding nor the front end, nor the compile
-    preamble and core (tack.compiler, specialize, codegen): only tack.argtypes types its arguments."""
+    """A warm launch imports neither llvmlite's LLVM binding nor the front end."""
     cache, src = warm
     run = run_child(cache, src, KMOD_LAUNCHES)
     check_results(run)
