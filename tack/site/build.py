@@ -35,8 +35,9 @@ class BuildFailure(Exception):
 def cpu_target(arch: str):
     """The toolchain target for ``arch`` (``zen3``, ``cpu:zen3``, ``cuda:sm_90``, ...);
     BuildFailure if no backend or compiler of this install can build code for it."""
+    from ..aot import target_of
     try:
-        return aot.target_of(arch)
+        return target_of(arch)
     except (ValueError, OSError) as e:          # ArchError is a ValueError
         raise BuildFailure(str(e)) from None
 
