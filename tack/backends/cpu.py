@@ -22,7 +22,8 @@ import llvmlite.ir as ir
 from .. import types as T
 from ..archs import ArchError, cpu_target
 from ..codegen import I8, I64, array_fields, declare_intrinsic, lltype
-from .cpu_runtime import CODEGEN, arch_key, host_key
+from .cpu_identity import CODEGEN, arch_key, host_key
+from .cpu_loader import load_object
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -70,7 +71,7 @@ class CPUTarget:
         self.arch = arch
         target = llvm.Target.from_triple(self.triple)
         # CODEGEN, the settings the runtime's keys are made from.  Static relocations and the
-        # large code model leave only absolute addresses to patch (tack/loader.py).
+        # large code model leave only absolute addresses to patch (backends/cpu_loader.py).
         self.machine = target.create_target_machine(cpu=self.cpu, features=self.features,
                                                     **CODEGEN)
         self.is_host = host
@@ -189,8 +190,7 @@ class CPUTarget:
         """Link object code into this process; -> a ctypes function for ``entry``."""
         if not self.is_host:
             raise RuntimeError(f"code for CPU '{self.cpu}' cannot be run on this host")
-        from ..loader import load_object
-        return load_object(obj, entry)
+        return load_object(obj, entry, load_mcjit)
 
 
 def load_mcjit(obj: bytes, entry: str) -> int:

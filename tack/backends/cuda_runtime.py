@@ -34,6 +34,9 @@ import threading
 
 import numpy as np
 
+from .variant import any_arrays as check_args
+from .variant import device_variant
+from .variant import no_host_views as host_views
 from .device_args import ArgSpec  # noqa: F401 - part of this module's launch machinery
 from .device_args import (ArrayShape, Devices, Staging, check_array, check_launch,
                           check_param_count, check_scalar, host_copy, scalar_value)
@@ -819,6 +822,9 @@ def launch(kernel: CUDAKernel, meta: dict, args, dims, debug: bool = False, bloc
     (``numpy.int64[4]``) in debug mode, None otherwise; the launch has finished and the copies
     are back when it returns."""
     return run(kernel, args, dims, debug, block, CUDAError, (CUDAArray,))
+
+
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
 
 
 def to_device(array, device=None) -> CUDAArray:

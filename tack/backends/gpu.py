@@ -118,7 +118,7 @@ def settings(kind: str, arch: str) -> dict:
 
 def llvm_version() -> str:
     """The LLVM that compiles (llvmlite's version: the CPU backend's spelling, one for both)."""
-    from .cpu_runtime import llvm_version as v
+    from .cpu_identity import llvm_version as v
     return v()
 
 

@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import struct
 
+from .variant import any_arrays as check_args
+from .variant import device_variant
+from .variant import no_host_views as host_views
 from .cuda_runtime import GPUArray, GPUKernel, argspecs, foreign_or_copy, run
 from .device_args import Devices
 
@@ -351,6 +354,9 @@ def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block
         raise ValueError(f"the grid {dims} is larger than HIP launches ({_HIP_MAX_ITEMS} work-items "
                          "per dimension at most)")
     return run(kernel, args, dims, debug, block, HIPError, (HIPArray,))
+
+
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
 
 
 def to_device(array, device=None) -> HIPArray:

@@ -50,6 +50,9 @@ import threading
 
 import numpy as np
 
+from .variant import any_arrays as check_args
+from .variant import device_variant
+from .variant import no_host_views as host_views
 from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
                           check_param_count, check_scalar, choose_block, device_index, host_copy,
                           no_such_device)
@@ -874,6 +877,9 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
     finally:
         for p in temps:
             dev.free(p)
+
+
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
 
 
 def describe() -> str:

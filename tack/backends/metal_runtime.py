@@ -36,6 +36,9 @@ import sys
 
 import numpy as np
 
+from .variant import any_arrays as check_args
+from .variant import device_variant
+from .variant import no_host_views as host_views
 from .device_args import (ContiguousArray, Devices, Staging, argspecs, check_array, check_launch,
                           check_scalar, choose_block, host_copy, scalar_value)
 
@@ -352,6 +355,9 @@ def launch(kernel: MetalKernel, meta: dict, args, dims, debug: bool = False, blo
     if errbuf is not None:
         _read(errbuf, err)
     return err
+
+
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
 
 
 _FORMAT = {"bool": "?", "int": "i", "uint": "I", "long": "q", "ulong": "Q", "float": "f"}

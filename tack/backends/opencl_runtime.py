@@ -49,6 +49,9 @@ import warnings
 
 import numpy as np
 
+from .variant import any_arrays as check_args
+from .variant import device_variant
+from .variant import no_host_views as host_views
 from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
                           check_param_count, check_scalar, choose_block, device_index, host_copy,
                           no_such_device)
@@ -638,6 +641,9 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, bl
                               f"{local}) failed on {dev.name}: {e}") from None
     staging.finish()
     return err
+
+
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
 
 
 def describe() -> str:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tack.backends import cpu_runtime
+from tack.backends import cpu_identity
 from tack.cache import store, warm
 
 # Field names as the store writes them: no tab, newline or backslash.
@@ -36,7 +36,7 @@ def test_first_cpu_block_across_reads(tmp_path):
              "model name\t: AMD EPYC {n}\nflags\t\t: {flags}\nbogomips\t: 4000\n\n")
     path = tmp_path / "cpuinfo"
     path.write_text("".join(block.format(n=n, flags=flags if n == 0 else "other") for n in range(64)))
-    fields = cpu_runtime._first_cpu(str(path))
+    fields = cpu_identity._first_cpu(str(path))
     assert fields == {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1",
                       "model name": "AMD EPYC 0", "flags": flags}
 
@@ -45,7 +45,7 @@ def test_first_cpu_without_blank_line(tmp_path):
     """An AArch64-style file (one block, no trailing blank line) is read whole."""
     path = tmp_path / "cpuinfo"
     path.write_text("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f")
-    assert cpu_runtime._first_cpu(str(path)) == {"Features": "fp asimd sve", "CPU implementer": "0x41",
+    assert cpu_identity._first_cpu(str(path)) == {"Features": "fp asimd sve", "CPU implementer": "0x41",
                                             "CPU part": "0xd4f"}
 
 
@@ -73,13 +73,13 @@ def test_host_identity_without_cpuinfo_flags_uses_llvm(monkeypatch, tmp_path, cp
         if cpuinfo == "missing":
             raise FileNotFoundError(2, "No such file or directory", path)
         return {"model name": "a CPU without a flags line"}
-    monkeypatch.setattr(cpu_runtime, "_first_cpu", first_cpu)
-    monkeypatch.setattr(cpu_runtime, "_host_identity", None)
-    ident = cpu_runtime.host_cpu_identity()
+    monkeypatch.setattr(cpu_identity, "_first_cpu", first_cpu)
+    monkeypatch.setattr(cpu_identity, "_host_identity", None)
+    ident = cpu_identity.host_cpu_identity()
     assert ident["llvm cpu"] == llvm.get_host_cpu_name()
     assert ident["llvm features"] == llvm.get_host_cpu_features().flatten()
     assert "+" in ident["llvm features"]
-    monkeypatch.setattr(cpu_runtime, "_host_identity", None)
+    monkeypatch.setattr(cpu_identity, "_host_identity", None)
     monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: llvm.FeatureMap({"avx512f": False}))
-    assert cpu_runtime.host_cpu_identity() != ident        # another CPU's features: another identity
+    assert cpu_identity.host_cpu_identity() != ident        # another CPU's features: another identity
 

@@ -105,8 +105,9 @@ def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch)
     """Built with another LLVM: status says stale and why; rebuild recompiles without the front end; the result loads."""
     cfg = write_config(tmp_path, [host_arch()])
     out_dir = tmp_path / "bundles"
-    from tack.backends import cpu_runtime
-    for where in (build, cpu_runtime):      # the header's LLVM and the one the target key is made with
+    from tack.backends import cpu_identity, cpu_runtime
+    # the header's LLVM, the one the site's candidate keys and the toolchain's key are made with
+    for where in (build, cpu_runtime, cpu_identity):
         monkeypatch.setattr(where, "llvm_version", lambda: "llvmlite-0.0.1")
     rc, out, err = run_build(cfg, out_dir)
     assert rc == 0, out + err

@@ -11,7 +11,7 @@ import pytest
 
 from tack import archs
 from tack.backends import cpu as toolchain
-from tack.backends import cpu_runtime
+from tack.backends import cpu_identity, cpu_runtime
 from tack.cache import bundle
 from tack.cache.bundle import SiteBundleStore
 from tack.site import build
@@ -41,15 +41,15 @@ class TestTargetIdentity:
         """The key's codegen settings are what the target machine is created with (no hand copy):
         another setting gives another key."""
         t = toolchain.target(f"cpu:{GENERIC}")
-        assert t.opt == cpu_runtime.CODEGEN["opt"]
-        before = cpu_runtime.arch_key(GENERIC)
-        saved = dict(cpu_runtime.CODEGEN)
+        assert t.opt == cpu_identity.CODEGEN["opt"]
+        before = cpu_identity.arch_key(GENERIC)
+        saved = dict(cpu_identity.CODEGEN)
         try:
-            cpu_runtime.CODEGEN["opt"] = 2
-            assert cpu_runtime.arch_key(GENERIC) != before
+            cpu_identity.CODEGEN["opt"] = 2
+            assert cpu_identity.arch_key(GENERIC) != before
         finally:
-            cpu_runtime.CODEGEN.clear()
-            cpu_runtime.CODEGEN.update(saved)
+            cpu_identity.CODEGEN.clear()
+            cpu_identity.CODEGEN.update(saved)
 
 
 class TestAncestorOrder:
