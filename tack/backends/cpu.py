@@ -21,7 +21,8 @@ import llvmlite.ir as ir
 
 from .. import types as T
 from ..archs import ArchError, cpu_target
-from ..codegen import I8, I64, array_fields, declare_intrinsic, lltype
+from ..codegen import I8, I64, declare_intrinsic, lltype
+from .argument_layout import array_fields
 from .cpu_identity import CODEGEN, arch_key, host_key
 from .cpu_loader import load_object
 

@@ -25,12 +25,14 @@ import numpy as np
 
 from .. import types as T
 from ..config import config
+from .argument_layout import array_parts, entry_codes, slot_codes
 from .cpu_identity import KIND, arch_key, host_arch, host_key, llvm_version
 from .variant import BoundsReport, Signature
 
 _PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
-_SLOT_FMT = {"bool": "?7x", "int32": "i4x", "int64": "q", "uint32": "I4x", "uint64": "Q",
-             "float32": "f4x", "float64": "d"}
+# Each slot code's 8-byte struct format (a bool, i8, packs any truth value as 0 or 1).
+_SLOT_FMT = {"ptr": "Q", "i64": "q", "i8": "?7x", "i32": "i4x", "u32": "I4x", "u64": "Q",
+             "f32": "f4x", "f64": "d"}
 _pool = None
 _pool_size = 0
 _lookup = None
@@ -183,30 +185,23 @@ class CPUVariant(BoundsReport):
         self.locate = locate
         self.fn = fn
         self.sites = sites
-        # One 8-byte slot per scalar; per array, its data pointer, then its extents unless
-        # its shape is static, then its strides in elements if its layout is A (as
-        # codegen.array_fields and the backend's entry read them).
+        # One 8-byte slot per slot of the argument layout (backends/argument_layout.py), as the
+        # entry reads them (cpu.CPUTarget.emit_entry).
         self.params, self.slot_formats, parts = [], [], []
         for i, p, t in zip(arg_index, params, types):
             if isinstance(t, T.Array):
-                parts.append(f"dp(args[{i}])")
-                n = 1
-                if t.shape is None:
-                    parts.append(f"*args[{i}].shape")
-                    n += t.ndim
-                if t.layout == "A":
-                    parts.append(f"*strides(args[{i}])")
-                    n += t.ndim
-                self.params += [p] * n
-                self.slot_formats += ["Q"] + ["q"] * (n - 1)
+                text = {"pointer": f"dp(args[{i}])", "extents": f"*args[{i}].shape",
+                        "strides": f"*strides(args[{i}])"}
+                parts += [text[part] for part in array_parts(t)]
             else:
                 parts.append(f"args[{i}]")
-                self.params.append(p)
-                self.slot_formats.append(_SLOT_FMT[t.name])
+            codes = slot_codes(t)
+            self.params += [p] * len(codes)
+            self.slot_formats += [_SLOT_FMT[c] for c in codes]
         self.values = eval(f"lambda args: [{', '.join(parts)}]",     # noqa: S307 - our own text
                            {"dp": data_pointer, "strides": _element_strides})
-        fmt = "<" + "".join(self.slot_formats) + "qqq" + ("Q" if sites is not None else "")
-        self.packer = struct.Struct(fmt)
+        codes = entry_codes(types, sites is not None)
+        self.packer = struct.Struct("<" + "".join(_SLOT_FMT[c] for c in codes))
         # Arrays the kernel indexes by the thread index on every point (tack.gridcheck): a grid
         # larger than one of them is refused before the launch, for the cost of comparing ints.
         # (Debug mode checks every access as it runs, and says which index of which line.)

@@ -13,7 +13,7 @@ PTX ISA, code object version, SPIR-V version or LLVM gives another key.
 
 The kernel ABI (every GPU target): one entry function whose parameters are, in order, for each
 value argument: an array's data pointer (a global pointer, LLVM address space 1), then one i64
-per extent and stride (``codegen.array_fields``, as the CPU's slots), a scalar as its LLVM type
+per extent and stride (``argument_layout.array_fields``, as the CPU's slots), a scalar as its LLVM type
 (bool as i8); then the grid's extents n0, n1, n2 as i64 (1 for unused dimensions); then, in
 debug mode only, a global pointer to the i64[4] error record.  A work-item's grid index along
 dimension d is its global id along d; one whose index is >= the extent along any dimension
@@ -333,7 +333,8 @@ class GPUTarget:
         """The kernel entry of the ABI above: unpack the arguments, guard the grid, call the body."""
         import llvmlite.ir as ir
         from .. import types as T
-        from ..codegen import I8, I64, array_fields, lltype
+        from ..codegen import I8, I64, lltype
+        from .argument_layout import array_fields
         params = []
         for t in tk.argtypes:
             if isinstance(t, T.Array):

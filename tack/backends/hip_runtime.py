@@ -17,7 +17,7 @@ call goes through one object (``_driver()``), the boundary the tests replace.
   (``toolchain_target``).
 * **load(code_object, meta)**: checks the ELF (an AMDGPU HSA code object whose machine and
   sramecc/xnack settings run on this GPU), ``hipModuleLoadData``, ``hipModuleGetFunction``.
-* **launch / to_device**: the CUDA runtime's launch machinery (``cuda_runtime.run``: the same
+* **launch / to_device**: the launch machinery CUDA and HIP share (``cudalike.run``: the same
   kernel ABI, copies, block choice and ``__cuda_array_interface__`` arrays, which CuPy and
   PyTorch on ROCm expose) over HIP's calls.
 """
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import struct
 
-from .variant import any_arrays as check_args
+from .cudalike import GPUArray, GPUKernel, foreign_or_copy, run
+from .device_args import Devices, argspecs
+from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
 from .variant import device_variant
-from .variant import no_host_views as host_views
-from .cuda_runtime import GPUArray, GPUKernel, argspecs, foreign_or_copy, run
-from .device_args import Devices
+from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "hip"
 ARCH_KIND = "rocm"
@@ -353,7 +353,7 @@ def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block
     if any(d > _HIP_MAX_ITEMS for d in dims):
         raise ValueError(f"the grid {dims} is larger than HIP launches ({_HIP_MAX_ITEMS} work-items "
                          "per dimension at most)")
-    return run(kernel, args, dims, debug, block, HIPError, (HIPArray,))
+    return run(kernel, args, dims, debug, block, HIPError, HIPArray)
 
 
 make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)

@@ -50,12 +50,13 @@ import threading
 
 import numpy as np
 
-from .variant import any_arrays as check_args
-from .variant import device_variant
-from .variant import no_host_views as host_views
-from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
-                          check_param_count, check_scalar, choose_block, device_index, host_copy,
+from .argument_layout import grid as layout_grid
+from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
+                          check_launch, check_param_count, choose_block, device_index, host_copy,
                           no_such_device)
+from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .variant import device_variant
+from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "level_zero"
 LOADER = "libze_loader.so.1"
@@ -720,11 +721,7 @@ def load(payload: bytes, meta: dict, device=None) -> LevelZeroKernel:
     k = LevelZeroKernel(dev, module, kernel, entry, specs, fmt, refused, from_driver, log,
                         props.numKernelArgs)
     k.spirv = spirv
-    base = sum(s.slots() for s in specs) + 3
-    if k.num_args not in (base, base + 1):
-        raise LevelZeroError(f"kernel '{entry}' takes {k.num_args} parameters; its metadata "
-                             f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in "
-                             "debug mode")
+    check_entry_params(entry, specs, k.num_args, LevelZeroError)
     return k
 
 
@@ -786,8 +783,15 @@ def to_device(array, device=None) -> LevelZeroArray:
     return out
 
 
-def _raw(dtype, value) -> bytes:
-    return np.asarray(value, dtype=dtype).tobytes()
+_PARAM_DTYPES = {"ptr": "<u8", "i64": "<i8"}
+
+
+def _raw(code, value) -> bytes:
+    """A parameter's bytes: a pointer or an ``i64`` slot (``argument_layout``) as 8 bytes, a
+    scalar (``scalar_numpy``'s) as its own."""
+    if isinstance(value, np.generic):
+        return value.tobytes()
+    return np.asarray(value, dtype=_PARAM_DTYPES[code]).tobytes()
 
 
 def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False, block=None):
@@ -801,10 +805,7 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
     dev = kernel.dev
     api = dev.api
     dims = check_launch(kernel, args, dims)
-    check_param_count(kernel, kernel.num_args,
-                      sum(s.slots() for s in kernel.specs) + 3 + (1 if debug else 0), debug,
-                      LevelZeroError)
-    values = []                 # raw bytes of each kernel parameter, in order
+    codes = check_param_count(kernel, kernel.num_args, debug, LevelZeroError)
     temps, staging = [], Staging()
 
     def upload(host):           # a shared allocation holding the host memory
@@ -815,38 +816,22 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
         return ptr, host
 
     try:
-        for i, (spec, a) in enumerate(zip(kernel.specs, args)):
-            what = f"kernel '{kernel.entry}': argument {i}"
-            if not spec.is_array:
-                values.append(check_scalar(what, spec, a, lambda a: isinstance(
-                    a, (np.ndarray, LevelZeroArray))).tobytes())
-                continue
-            shape, _, c, f = check_array(what, spec, a, dev, LevelZeroArray,
-                                         "a NumPy array or a LevelZeroArray",
-                                         FOREIGN)
-            if isinstance(a, LevelZeroArray):
-                ptr, estrides = a.ptr, a.element_strides()
-            else:
-                ptr, estrides = staging.stage(spec, a, c, f, upload)
-            values.append(_raw("<u8", ptr))
-            if spec.shape is None:
-                values.extend(_raw("<i8", n) for n in shape)
-            if spec.layout == "A":
-                values.extend(_raw("<i8", s) for s in estrides)
-        grid = dims + (1,) * (3 - len(dims))
-        values.extend(_raw("<i8", n) for n in grid)
+        values = argument_values(kernel, args, LevelZeroArray, lambda a: (a.ptr, a.element_strides()),
+                                 upload, staging, "a NumPy array or a LevelZeroArray", FOREIGN)
+        grid = layout_grid(dims)
+        values += grid
         err = errptr = None
         if debug:
             err = np.zeros(4, np.int64)
             errptr = dev.alloc_shared(err.nbytes)
             temps.append(errptr)
             ctypes.memmove(errptr, err.ctypes.data, err.nbytes)
-            values.append(_raw("<u8", errptr))
+            values.append(errptr)
         if grid[0] * grid[1] * grid[2] == 0:
             return err
         local = choose_block(dims, block, DEFAULT_GROUP_SIZE, dev.max_group,
                              dev.max_item_sizes, f"kernel '{kernel.entry}' on {dev.name}")
-        local3 = tuple(local) + (1,) * (3 - len(local))
+        local3 = layout_grid(local)
         counts = tuple(-(-n // l) for n, l in zip(grid, local3))
         if any(c > m for c, m in zip(counts, dev.max_group_counts)):
             raise ValueError(f"grid {dims} needs {counts[:len(dims)]} work-groups of {local}; "
@@ -854,7 +839,7 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
         with kernel.lock:
             api("zeKernelSetGroupSize", kernel.kernel, *local3)
             keep = []
-            for index, raw in enumerate(values):
+            for index, raw in enumerate(map(_raw, codes, values)):
                 buf = ctypes.create_string_buffer(raw, len(raw))
                 keep.append(buf)
                 api("zeKernelSetArgumentValue", kernel.kernel, index, _size(len(raw)), buf,

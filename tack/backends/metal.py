@@ -41,6 +41,7 @@ from ..archs import ArchError
 from ..cache.warm import digest
 from ..errors import BoundsSite, CompileError
 from ..ir import assignments
+from .argument_layout import GRID, array_fields, field_names
 
 KIND = "metal"
 MSL_VERSION = "3.0"
@@ -97,15 +98,6 @@ def storage(t: T.Scalar) -> str:
     return "uchar" if t.kind == "b" else ctype(t)
 
 
-def array_fields(t: T.Array) -> int:
-    return (0 if t.shape is not None else t.ndim) + (t.ndim if t.layout == "A" else 0)
-
-
-def _field_names(t: T.Array) -> list:
-    names = [] if t.shape is not None else [f"n{d}" for d in range(t.ndim)]
-    return names + ([f"s{d}" for d in range(t.ndim)] if t.layout == "A" else [])
-
-
 _ALIGN = {"bool": 1, "int": 4, "uint": 4, "float": 4, "long": 8, "ulong": 8}
 
 
@@ -116,10 +108,10 @@ def params_layout(argtypes) -> tuple[list, int]:
     members = []
     for k, t in enumerate(argtypes):
         if isinstance(t, T.Array):
-            members += [(f"a{k}_{f}", "long") for f in _field_names(t)]
+            members += [(f"a{k}_{f}", "long") for f in field_names(t)]
         else:
             members.append((f"a{k}", ctype(t)))
-    members += [("n0", "long"), ("n1", "long"), ("n2", "long")]
+    members += [(n, "long") for n in GRID]
     out, off, align = [], 0, 1
     for name, ty in members:
         a = _ALIGN[ty]
@@ -340,7 +332,7 @@ def _entry(mod, entry) -> str:
             space = "device" if t.writable else "const device"
             params.append(f"{space} {storage(t.dtype)}* a{k} [[buffer({nbuf})]]")
             nbuf += 1
-            fields = [f"tack_p.a{k}_{f}" for f in _field_names(t)]
+            fields = [f"tack_p.a{k}_{f}" for f in field_names(t)]
             init = f"a{k}" + (", {" + ", ".join(fields) + "}" if fields else "")
             args.append(f"{mod.array_type(t, space)}{{{init}}}")
         else:
