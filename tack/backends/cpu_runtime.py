@@ -57,6 +57,11 @@ def get_device(device="cpu") -> str:
     return KIND
 
 
+def to_device(array, device="cpu"):
+    """An array "kept" on the CPU: the array itself (a launch reads host memory in place)."""
+    return array
+
+
 def lookup_keys(device=None) -> tuple:
     """The target keys the user's cache is looked up with, in order: this host's alone (code a
     host compiled for itself; bundles built for its ancestors are a site's, site_candidates)."""

@@ -79,10 +79,10 @@ class DeviceVariant(BoundsReport):
 
 
 def device_variant(launch):
-    """A device runtime's ``make_variant(kernel, meta, sig)``: a ``DeviceVariant`` launched
-    through ``launch``."""
-    def make_variant(kernel, meta, sig: Signature) -> DeviceVariant:
-        return DeviceVariant(launch, kernel, meta, sig)
+    """A device runtime's ``make_variant(fn, meta, sig)``: a ``DeviceVariant`` of the loaded
+    kernel ``fn``, launched through ``launch``."""
+    def make_variant(fn, meta, sig: Signature) -> DeviceVariant:
+        return DeviceVariant(launch, fn, meta, sig)
     return make_variant
 
 
