@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from .cudalike import GPUArray, GPUKernel, foreign_or_copy, run
+from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
 from .device_args import Devices, check_entry_params, launch_codes
 from .device_args import argspecs as _argspecs
 from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
@@ -194,21 +194,11 @@ def _import_driver():
     return driver
 
 
-class _CudaApi:
+class _CudaApi(DriverApi):
     """The driver calls the launch machinery makes, on cuda-python's ``driver`` module.  Each
     returns the call's values and raises CUDAError naming the function and the driver's error."""
 
-    def __init__(self, drv):
-        self.drv = drv
-
-    def call(self, name, *args):
-        result = getattr(self.drv, name)(*args)
-        if not isinstance(result, tuple):
-            result = (result,)
-        status, values = result[0], result[1:]
-        if int(status) != 0:
-            raise CUDAError(f"{name} failed: {self.error_text(status)}")
-        return values[0] if len(values) == 1 else values
+    error = CUDAError
 
     def error_text(self, status) -> str:
         name = getattr(status, "name", None) or f"CUresult {int(status)}"

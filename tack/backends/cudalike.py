@@ -31,6 +31,29 @@ from .device_args import choose_block as _choose_block
 DEFAULT_BLOCK = 256
 
 
+class DriverApi:
+    """Calls into a driver's Python binding (cuda-python's ``driver``, hip-python's ``hip``),
+    whose functions return ``(status, values...)``: ``call`` returns the values and raises the
+    runtime's ``error`` naming the function and the driver's error (``error_text``)."""
+
+    error = RuntimeError
+
+    def __init__(self, drv):
+        self.drv = drv
+
+    def call(self, name, *args):
+        result = getattr(self.drv, name)(*args)
+        if not isinstance(result, tuple):
+            result = (result,)
+        status, values = result[0], result[1:]
+        if int(status) != 0:
+            raise self.error(f"{name} failed: {self.error_text(status)}")
+        return values[0] if len(values) == 1 else values
+
+    def error_text(self, status) -> str:
+        return getattr(status, "name", None) or f"status {int(status)}"
+
+
 # ---------------------------------------------------------------------------
 # Parameter values (the argument layout, backends/argument_layout.py)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 
-from .cudalike import GPUArray, GPUKernel, foreign_or_copy, run
+from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
 from .device_args import Devices, argspecs
 from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
 from .variant import device_variant
@@ -110,21 +110,11 @@ def _import_driver():
     return hip
 
 
-class _HipApi:
+class _HipApi(DriverApi):
     """The HIP calls the launch machinery makes; each raises HIPError naming the function and
     HIP's error."""
 
-    def __init__(self, drv):
-        self.drv = drv
-
-    def call(self, name, *args):
-        result = getattr(self.drv, name)(*args)
-        if not isinstance(result, tuple):
-            result = (result,)
-        status, values = result[0], result[1:]
-        if int(status) != 0:
-            raise HIPError(f"{name} failed: {self.error_text(status)}")
-        return values[0] if len(values) == 1 else values
+    error = HIPError
 
     @staticmethod
     def error_text(status) -> str:
