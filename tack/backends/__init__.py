@@ -1,8 +1,10 @@
 """Backends, each in two halves (docs/architecture.md):
 
-* the **runtime side** (``cpu_runtime``): what a warm process needs, with no
-  compiler imported: the candidate target keys for a device, most specific
-  first, and ``load(payload, meta)`` of a stored artifact;
+* the **runtime side** (``cpu_runtime``, ``<kind>_runtime``): what a warm
+  process needs, with no compiler imported: the candidate target keys for a
+  device, most specific first, ``load(payload, meta, device)`` of a stored
+  artifact and the launchable variant (``make_variant``); every runtime
+  offers the same interface, ``interface.Runtime``;
 * the **toolchain side** (``cpu``): ``target(name)``, whose ``.key`` equals
   the runtime's key for that device, and the code generation hooks that
   ``tack.compiler.compile_variant`` drives from a typed kernel to an artifact.
