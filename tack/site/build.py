@@ -32,7 +32,7 @@ class BuildFailure(Exception):
     """One architecture or kernel could not be built; the others go on."""
 
 
-def cpu_target(arch: str):
+def build_target(arch: str):
     """The toolchain target for ``arch`` (``zen3``, ``cpu:zen3``, ``cuda:sm_90``, ...);
     BuildFailure if no backend or compiler of this install can build code for it."""
     from ..aot import target_of
@@ -216,7 +216,7 @@ def build_arch(arch, specs, llvm, progress):
     """
     from ..cache.warm import lowered_key, template_ids
     from ..launch import argtypes_of
-    target = cpu_target(arch)
+    target = build_target(arch)
     tk = target.key
     lowered_entries, variants, seen = {}, [], set()
     for done, (kernel, args, grid) in enumerate(specs, 1):
@@ -340,7 +340,7 @@ def staleness(b, node_llvm):
         # A GPU bundle's key holds its compilers' versions too (PTX ISA, code object version,
         # Intel's offline compiler for native code): another key today means another compiler.
         try:
-            now = cpu_target(arch).key
+            now = build_target(arch).key
         except BuildFailure as e:
             why.append(f"cannot build {arch} here to compare: {e}")
         else:
@@ -495,7 +495,7 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
     if b.meta.get("tack") != tack_version_id():
         raise BuildFailure(f"{path} was made by Tack {b.meta.get('tack')}; its lowered kernels "
                            f"cannot be read by {tack_version_id()}: build it again")
-    target = cpu_target(arch)
+    target = build_target(arch)
     tk = target.key
     lowered, entries = {}, []
     for (kind, key) in sorted(b.index):
