@@ -20,7 +20,7 @@ a device.
 * **Keys.**  A device's candidate keys, most specific first: native code for
   its exact device (``gpu.key_for("level_zero:pvc")``), for its family where
   ocloc has a family name (``xe-hpc``, ``dg2``), then SPIR-V
-  (``key_for("level_zero:spirv")``), which every device takes.  The device's
+  (``key_for("spirv:generic")``), which every device takes.  The device's
   ocloc name comes from its PCI device id (``DEVICE_IDS``); an id not in the
   table gets SPIR-V only.
 * **load(payload, meta)**: the artifact (``gpu.pack_level_zero``: SPIR-V plus
@@ -50,6 +50,7 @@ import threading
 
 import numpy as np
 
+from .arch_names import PORTABLE_SPIRV
 from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
                           check_param_count, check_scalar, choose_block, device_index, host_copy,
                           no_such_device)
@@ -315,7 +316,7 @@ class _Api:
             raise LevelZeroError(f"{name} failed: {result_name(r)}" + (f" ({what})" if what else ""))
 
 
-# PCI device ids -> ocloc's device names (gpu.INTEL_DEVICES), most specific first, then the
+# PCI device ids -> ocloc's device names (arch_names.INTEL_DEVICES), most specific first, then the
 # family name ocloc also takes.  An id not listed gets SPIR-V only (always correct, and the
 # driver's native code for it comes back as native_from_driver).
 _PVC = (0x0BD0, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB, 0x0B69, 0x0B6E)
@@ -487,8 +488,8 @@ class _Device:
 
     @property
     def arch(self) -> str:
-        """The toolchain's name for native code of this device, or ``spirv``."""
-        return self.archs[0] if self.archs else "spirv"
+        """The toolchain's target for this device: its native code's, or ``spirv:generic``."""
+        return f"{KIND}:{self.archs[0]}" if self.archs else PORTABLE_SPIRV
 
     def run(self, append):
         """Record commands with ``append(list)``, execute them and wait for them to finish."""
@@ -552,8 +553,8 @@ def get_device(device=None) -> _Device:
 
 def toolchain_target(device=None) -> str:
     """The toolchain target that builds native code for ``device`` (``level_zero:pvc``), or
-    ``level_zero:spirv`` for a device Tack has no ocloc name for."""
-    return f"{KIND}:{get_device(device).arch}"
+    ``spirv:generic`` for a device Tack has no ocloc name for."""
+    return get_device(device).arch
 
 
 def candidate_keys(device=None) -> list:
@@ -562,7 +563,7 @@ def candidate_keys(device=None) -> list:
     from .gpu import key_for
     archs = get_device(device).archs if available() else ()
     return [(f"{KIND}:{a}", key_for(f"{KIND}:{a}")) for a in archs] + \
-        [(f"{KIND}:spirv", key_for(f"{KIND}:spirv"))]
+        [(PORTABLE_SPIRV, key_for(PORTABLE_SPIRV))]
 
 
 def lookup_keys(device=None) -> list:
@@ -884,7 +885,7 @@ def describe() -> str:
     lines = []
     for name, key in found:
         dev = get_device(key)
-        lines.append(f"device {key}: {name} (native code: {KIND}:{dev.arch})")
+        lines.append(f"device {key}: {name} (target: {dev.arch})")
     return "\n".join(lines)
 
 
