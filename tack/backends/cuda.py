@@ -13,9 +13,8 @@ Tack does not link, and are a CompileError naming the function and the target.
 
 from __future__ import annotations
 
-from ..archs import ArchError, resolve
 from ..codegen import Unsupported
-from .gpu import GPUTarget
+from .gpu import GPUTarget, named_target
 
 NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
 _SREG = ("x", "y", "z")
@@ -53,7 +52,4 @@ class CUDATarget(GPUTarget):
 
 def target(name: str) -> CUDATarget:
     """``cuda:sm_80`` -> the target that builds PTX for it."""
-    kind, arch = resolve(name)
-    if kind != "cuda":
-        raise ArchError(f"{name}: the CUDA toolchain builds cuda: archs only")
-    return CUDATarget(arch)
+    return named_target(name, CUDATarget)

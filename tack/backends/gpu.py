@@ -326,3 +326,13 @@ class GPUTarget:
         body.attributes.add("alwaysinline")
         return fn
 
+
+def named_target(name: str, *classes):
+    """The target of the ``kind:arch`` ``name`` (the registry's name for an alias), of the one
+    of ``classes`` (a GPUTarget per kind a toolchain builds) whose kind it names."""
+    kind, arch = resolve(name)
+    for cls in classes:
+        if cls.kind == kind:
+            return cls(arch)
+    raise ArchError(f"{name}: this toolchain builds {' and '.join(c.kind + ':' for c in classes)} "
+                    "archs only")

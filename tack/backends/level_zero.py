@@ -18,9 +18,8 @@ from __future__ import annotations
 import os
 
 from .. import types as T
-from ..archs import ArchError, resolve
 from .arch_names import INTEL_DEVICES
-from .gpu import GPUTarget, ToolError, find_ocloc, pack_level_zero, run_tool
+from .gpu import GPUTarget, ToolError, find_ocloc, named_target, pack_level_zero, run_tool
 
 
 class LevelZeroTarget(GPUTarget):
@@ -174,9 +173,4 @@ def artifact_parts(payload: bytes) -> list:
 
 def target(name: str) -> LevelZeroTarget:
     """``level_zero:pvc`` (SPIR-V and pvc's native code) or ``spirv:generic`` (SPIR-V alone)."""
-    kind, arch = resolve(name)
-    if kind == "spirv":
-        return SPIRVTarget(arch)
-    if kind != "level_zero":
-        raise ArchError(f"{name}: the Level Zero toolchain builds level_zero: and spirv: archs only")
-    return LevelZeroTarget(arch)
+    return named_target(name, LevelZeroTarget, SPIRVTarget)
