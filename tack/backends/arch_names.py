@@ -53,6 +53,7 @@ INTEL_ALIASES = {"acm": "dg2"}
 # SPIR-V with no device's native code: what every Level Zero and OpenCL device takes.
 SPIRV_VERSION = "1.2"
 SPIRV_TARGETS = ("generic",)
+PORTABLE_SPIRV = "spirv:generic"    # what an OpenCL device, or an Intel GPU Tack has no name for, runs
 
 # -- Metal --------------------------------------------------------------------------------------
 # Apple GPU families Tack emits MSL 3.0 source for (no LLVM: the driver compiles it).
@@ -103,7 +104,7 @@ class AMDKind(Kind):
 
     def resolve(self, name: str) -> str:
         gfx, *feats = name.split(":")
-        Kind.resolve(self, gfx)
+        super().resolve(gfx)
         for f in feats:
             if len(f) < 2 or f[-1] not in "+-" or f[:-1] not in AMD_FEATURES:
                 raise ArchError(f"rocm:{name}: {f!r} is not a target feature; use sramecc+/- and "
@@ -162,8 +163,6 @@ def rocm_target_id(name: str) -> tuple[str, str]:
     gfx, *feats = KINDS["rocm"].resolve(name).split(":")
     return gfx, ",".join(sorted((f[-1] + f[:-1] for f in feats), key=lambda x: x[1:]))
 
-
-PORTABLE_SPIRV = "spirv:generic"     # the portable SPIR-V target's name
 
 KINDS = {k.kind: k for k in (
     CPUKind("cpu", "object code for CPU microarchitectures, by archspec's names"),
