@@ -115,12 +115,12 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
     conflicts("+rocm", when="amdgpu_target=none",
               msg="+rocm builds ROCm bundles for the GPUs amdgpu_target names: give amdgpu_target=gfxNNN")
     for _a in CudaPackage.cuda_arch_values:
-        if _a not in CUDA_ARCHS:
+        if _a != "none" and _a not in CUDA_ARCHS:
             conflicts(f"cuda_arch={_a}", when="+cuda +bundles",
                       msg=f"Tack builds no PTX for sm_{_a}; its CUDA bundles are for cuda_arch="
                           f"{','.join(CUDA_ARCHS)}")
     for _t in ROCmPackage.amdgpu_targets:
-        if _t.split(":")[0] not in AMD_GPUS:
+        if _t != "none" and _t.split(":")[0] not in AMD_GPUS:
             conflicts(f"amdgpu_target={_t}", when="+rocm +bundles",
                       msg=f"Tack builds no code object for {_t}; its ROCm bundles are for "
                           f"amdgpu_target={','.join(AMD_GPUS)}")
