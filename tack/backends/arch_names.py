@@ -2,8 +2,9 @@
 
 For each kind (``cpu``, ``cuda``, ``rocm``, ``level_zero``, ``spirv``, ``metal``): the names
 it builds, their aliases, and what each name maps to (an sm's PTX ISA, an archspec
-microarchitecture's LLVM CPU, whether an Intel device has float64).  The toolchains build
-from these tables, ``python -m tack.site check`` validates a site config by asking
+microarchitecture's LLVM CPU, whether an Intel device has float64, the ocloc names of an Intel
+GPU's PCI device id).  The toolchains build from these tables, the runtimes name a device's
+code with them, ``python -m tack.site check`` validates a site config by asking
 ``KINDS[kind].resolve(name)`` (so it refuses what ``bundles build`` refuses, with the same
 message), and tests compare the Spack package's literal lists and the docs' tables with it.
 
@@ -48,6 +49,22 @@ INTEL_DEVICES = {"pvc": True, "dg2": False, "acm-g10": False, "acm-g11": False, 
                  "dg1": False, "tgllp": False, "xe-hpc": True, "xe-hpg": False}
 # Arc "Alchemist" is DG2: ocloc's family name, whose code every ACM device runs.
 INTEL_ALIASES = {"acm": "dg2"}
+# PCI device ids of Intel GPUs -> ocloc's names for their code (INTEL_DEVICES), most specific
+# first, then the family name ocloc also takes: what a Level Zero device looks its native code
+# up by.  An id not listed gets SPIR-V only (always correct; the driver builds its native code).
+INTEL_VENDOR_ID = 0x8086
+_PVC = (0x0BD0, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB, 0x0B69, 0x0B6E)
+_ACM_G10 = (0x4F80, 0x4F81, 0x4F82, 0x4F83, 0x4F84, 0x5690, 0x5691, 0x5692, 0x56A0, 0x56A1,
+            0x56A2, 0x56BE, 0x56BF, 0x56C0, 0x56C2)
+_ACM_G11 = (0x4F87, 0x4F88, 0x5693, 0x5694, 0x5695, 0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA,
+            0x56BB, 0x56BC, 0x56BD, 0x56C1)
+_ACM_G12 = (0x4F85, 0x4F86, 0x5696, 0x5697, 0x56A3, 0x56A4, 0x56B2, 0x56B3)
+_DG1 = (0x4905, 0x4906, 0x4907, 0x4908, 0x4909)
+_TGLLP = (0x9A40, 0x9A49, 0x9A59, 0x9A60, 0x9A68, 0x9A70, 0x9A78)
+INTEL_DEVICE_IDS = {i: names for ids, names in (
+    (_PVC, ("pvc", "xe-hpc")), (_ACM_G10, ("acm-g10", "dg2", "xe-hpg")),
+    (_ACM_G11, ("acm-g11", "dg2", "xe-hpg")), (_ACM_G12, ("acm-g12", "dg2", "xe-hpg")),
+    (_DG1, ("dg1",)), (_TGLLP, ("tgllp",))) for i in ids}
 
 # -- SPIR-V -------------------------------------------------------------------------------------
 # SPIR-V with no device's native code: what every Level Zero and OpenCL device takes.
@@ -155,6 +172,12 @@ def llvm_cpu(name: str, llvm_major: int) -> tuple[str, str, str]:
             return CPU_TRIPLES[spec.family.name], LLVM_CPU_NAMES.get(cpu, cpu), flag
     raise ArchError(f"archspec gives no CPU name for cpu:{name} with clang {llvm_major} "
                     f"(flags: {flags!r})")
+
+
+def intel_device_archs(vendor_id: int, device_id: int) -> tuple:
+    """ocloc's names for a device's code, most specific first; () when Tack knows none (SPIR-V
+    only)."""
+    return INTEL_DEVICE_IDS.get(device_id, ()) if vendor_id == INTEL_VENDOR_ID else ()
 
 
 def rocm_target_id(name: str) -> tuple[str, str]:

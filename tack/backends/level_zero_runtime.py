@@ -21,7 +21,7 @@ a device.
   its exact device (``gpu.key_for("level_zero:pvc")``), for its family where
   ocloc has a family name (``xe-hpc``, ``dg2``), then SPIR-V
   (``key_for("spirv:generic")``), which every device takes.  The device's
-  ocloc name comes from its PCI device id (``DEVICE_IDS``); an id not in the
+  ocloc name comes from its PCI device id (``arch_names.INTEL_DEVICE_IDS``); an id not in the
   table gets SPIR-V only.
 * **load(payload, meta)**: the artifact (``gpu.pack_level_zero``: SPIR-V plus
   native code, or SPIR-V alone, or bare SPIR-V) -> ``zeModuleCreate`` with
@@ -50,7 +50,7 @@ import threading
 
 import numpy as np
 
-from .arch_names import PORTABLE_SPIRV
+from .arch_names import PORTABLE_SPIRV, intel_device_archs
 from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
                           check_param_count, check_scalar, choose_block, device_index, host_copy,
                           no_such_device)
@@ -316,33 +316,6 @@ class _Api:
             raise LevelZeroError(f"{name} failed: {result_name(r)}" + (f" ({what})" if what else ""))
 
 
-# PCI device ids -> ocloc's device names (arch_names.INTEL_DEVICES), most specific first, then the
-# family name ocloc also takes.  An id not listed gets SPIR-V only (always correct, and the
-# driver's native code for it comes back as native_from_driver).
-_PVC = (0x0BD0, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB, 0x0B69, 0x0B6E)
-_ACM_G10 = (0x4F80, 0x4F81, 0x4F82, 0x4F83, 0x4F84, 0x5690, 0x5691, 0x5692, 0x56A0, 0x56A1,
-            0x56A2, 0x56BE, 0x56BF, 0x56C0, 0x56C2)
-_ACM_G11 = (0x4F87, 0x4F88, 0x5693, 0x5694, 0x5695, 0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA,
-            0x56BB, 0x56BC, 0x56BD, 0x56C1)
-_ACM_G12 = (0x4F85, 0x4F86, 0x5696, 0x5697, 0x56A3, 0x56A4, 0x56B2, 0x56B3)
-_DG1 = (0x4905, 0x4906, 0x4907, 0x4908, 0x4909)
-_TGLLP = (0x9A40, 0x9A49, 0x9A59, 0x9A60, 0x9A68, 0x9A70, 0x9A78)
-DEVICE_IDS = {}
-for _ids, _names in ((_PVC, ("pvc", "xe-hpc")), (_ACM_G10, ("acm-g10", "dg2", "xe-hpg")),
-                     (_ACM_G11, ("acm-g11", "dg2", "xe-hpg")), (_ACM_G12, ("acm-g12", "dg2", "xe-hpg")),
-                     (_DG1, ("dg1",)), (_TGLLP, ("tgllp",))):
-    for _i in _ids:
-        DEVICE_IDS[_i] = _names
-INTEL_VENDOR_ID = 0x8086
-
-
-def arch_names(vendor_id: int, device_id: int) -> tuple:
-    """ocloc's names for a device, most specific first; () when Tack knows none (SPIR-V only)."""
-    if vendor_id != INTEL_VENDOR_ID:
-        return ()
-    return DEVICE_IDS.get(device_id, ())
-
-
 # ---------------------------------------------------------------------------
 # Devices
 
@@ -357,7 +330,7 @@ class _Found:
     def __init__(self, name, driver, handle, vendor_id, device_id):
         self.name, self.driver, self.handle = name, driver, handle
         self.vendor_id, self.device_id = vendor_id, device_id
-        self.archs = arch_names(vendor_id, device_id)
+        self.archs = intel_device_archs(vendor_id, device_id)
 
 
 def _discover():

@@ -128,6 +128,14 @@ class TestRefusedAlike:
         assert "no backend" not in r.stdout
         assert resolve("level_zero:acm") == ("level_zero", "dg2")
 
+    def test_a_level_zero_devices_names_are_names_tack_builds(self):
+        """Every ocloc name a PCI device id maps to builds (level_zero:<name>), most specific
+        first; an unknown device or vendor maps to none (SPIR-V only)."""
+        from tack.backends.arch_names import INTEL_DEVICE_IDS, intel_device_archs
+        assert {n for names in INTEL_DEVICE_IDS.values() for n in names} <= set(INTEL_DEVICES)
+        assert intel_device_archs(0x8086, 0x56A0) == ("acm-g10", "dg2", "xe-hpg")
+        assert intel_device_archs(0x8086, 0xFFFF) == () == intel_device_archs(0x10DE, 0x0BD5)
+
     def test_an_opencl_device_is_not_level_zero(self):
         """The portable SPIR-V target is spirv:generic; the old level_zero:spirv says so."""
         with pytest.raises(ArchError, match="level_zero:spirv: .* is spirv:generic"):
