@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from .. import types as T
-from ..archs import qualify
+from ..archs import qualify, resolve
 from ..cache import bundle as bundle_mod
 from ..cache import store
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
@@ -260,7 +260,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
     cpu = [qualify(a) for a in cfg.cpu_archs()]
     gpu = [(k, f"{k}:{a}") for k, a in cfg.gpu_archs()]
     try:
-        wanted = {qualify(a) for a in archs or []}
+        wanted = {':'.join(resolve(a)) for a in archs or []}     # level_zero:acm -> level_zero:dg2
     except ValueError as e:
         print(f"error: --arch {e}", file=err)
         return 1

@@ -49,10 +49,15 @@ def site(*args, cwd=None):
                           capture_output=True, text=True)
 
 
-def config(tmp_path, archs: dict):
+KERNELS = ["  kernels:", "    - module: tack.kernels.contour", "      shapes: [[4, 4, 4]]"]
+AXPY = ["  kernels:", f"    - module: {__name__}", "      kernel: k_axpy",
+        "      args: [float32, 'float32[4]', 'float32[4]']"]      # no float64: builds for dg2
+
+
+def config(tmp_path, archs: dict, kernels=KERNELS):
     lines = ["version: 1", "build:", "  archs:"]
     lines += [f"    {kind}: [{', '.join(names)}]" for kind, names in archs.items()]
-    lines += ["  kernels:", "    - module: tack.kernels.contour", "      shapes: [[4, 4, 4]]"]
+    lines += kernels
     path = tmp_path / "site.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -120,13 +125,16 @@ class TestRefusedAlike:
         """level_zero: [acm] builds level_zero:dg2, an entry may be written kind:name, and check
         lists what is built as kind:name."""
         path = config(tmp_path, {"cpu": ["cpu:x86_64_v3", "zen2"], "level_zero": ["acm"],
-                                 "cuda": ["cuda:sm_90"], "spirv": ["generic"]})
+                                 "cuda": ["cuda:sm_90"], "spirv": ["generic"]}, AXPY)
         r = site("check", path)
         assert r.returncode == 0, r.stderr
         assert "bundles to build:\n  cpu:x86_64_v3\n  cpu:zen2\n  cuda:sm_90\n  level_zero:dg2\n" \
             "  spirv:generic\n" in r.stdout
         assert "no backend" not in r.stdout
         assert resolve("level_zero:acm") == ("level_zero", "dg2")
+        build = site("bundles", "build", path, "--arch", "level_zero:acm", "--output", tmp_path / "b")
+        assert build.returncode == 0, build.stdout + build.stderr
+        assert [n.split("-")[2:4] for n in os.listdir(tmp_path / "b")] == [["level_zero", "dg2"]]
 
     def test_a_level_zero_devices_names_are_names_tack_builds(self):
         """Every ocloc name a PCI device id maps to builds (level_zero:<name>), most specific
