@@ -47,9 +47,9 @@ class Artifact(NamedTuple):
 
 def target_of(arch: str):
     """The toolchain target for ``kind:name`` (a bare name is a CPU's); ValueError if none."""
-    from .archs import parse
+    from .archs import resolve
     from .backends import toolchain
-    kind, name = parse(arch)
+    kind, name = resolve(arch)
     return toolchain(kind).target(f"{kind}:{name}")
 
 

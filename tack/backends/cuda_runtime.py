@@ -11,7 +11,7 @@ and every driver call goes through one object (``_driver()``), the boundary the 
 * **Keys.**  The artifact is PTX, which the driver JIT-compiles for its GPU: PTX built for an
   older sm runs on a newer GPU.  ``candidate_keys(device)`` lists, most specific first, the
   device's exact ``cuda:sm_XY`` (and its arch-specific ``sm_XYa``), then every older sm of
-  ``gpu.PTX_ISA`` whose PTX ISA the driver can JIT (``cuda_arch_candidates``).  Code compiled
+  ``arch_names.PTX_ISA`` whose PTX ISA the driver can JIT (``cuda_arch_candidates``).  Code compiled
   here is built for the first of them (``toolchain_target``), so ``host_key()`` is its key.
 * **load(ptx, meta)**: checks the PTX (its ``.target`` runs on this GPU, its ``.version`` is one
   the driver JITs, its entry's parameters are what ``meta["argspec"]`` makes), then
@@ -95,13 +95,13 @@ def cuda_arch_candidates(major: int, minor: int, driver_version: int | None = No
     driver of ``driver_version``, most specific first.
 
     1. the exact sm, then its arch-specific ``sm_XYa`` (which runs on exactly that sm only);
-    2. every older sm Tack builds for (``gpu.PTX_ISA``), newest first: the driver JIT-compiles
+    2. every older sm Tack builds for (``arch_names.PTX_ISA``), newest first: the driver JIT-compiles
        PTX for an older sm for this GPU (PTX for sm_80 runs on sm_90).  Arch-specific PTX of
        another sm never runs here.
 
     Each only where the driver JITs its PTX ISA (``max_ptx_isa``).
     """
-    from .gpu import PTX_ISA
+    from .arch_names import PTX_ISA
     limit = max_ptx_isa(driver_version)
     ok = (lambda a: True) if limit is None else (lambda a: _isa(PTX_ISA[a]) <= _isa(limit))
     here = (major, minor)

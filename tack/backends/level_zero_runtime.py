@@ -20,8 +20,8 @@ a device.
 * **Keys.**  A device's candidate keys, most specific first: native code for
   its exact device (``gpu.key_for("level_zero:pvc")``), for its family where
   ocloc has a family name (``xe-hpc``, ``dg2``), then SPIR-V
-  (``key_for("level_zero:spirv")``), which every device takes.  The device's
-  ocloc name comes from its PCI device id (``DEVICE_IDS``); an id not in the
+  (``key_for("spirv:generic")``), which every device takes.  The device's
+  ocloc name comes from its PCI device id (``arch_names.INTEL_DEVICE_IDS``); an id not in the
   table gets SPIR-V only.
 * **load(payload, meta)**: the artifact (``gpu.pack_level_zero``: SPIR-V plus
   native code, or SPIR-V alone, or bare SPIR-V) -> ``zeModuleCreate`` with
@@ -50,6 +50,7 @@ import threading
 
 import numpy as np
 
+from .arch_names import PORTABLE_SPIRV, intel_device_archs
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
                           check_launch, check_param_count, choose_block, device_index, host_copy,
@@ -319,33 +320,6 @@ class _Api:
             raise LevelZeroError(f"{name} failed: {result_name(r)}" + (f" ({what})" if what else ""))
 
 
-# PCI device ids -> ocloc's device names (gpu.INTEL_DEVICES), most specific first, then the
-# family name ocloc also takes.  An id not listed gets SPIR-V only (always correct, and the
-# driver's native code for it comes back as native_from_driver).
-_PVC = (0x0BD0, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB, 0x0B69, 0x0B6E)
-_ACM_G10 = (0x4F80, 0x4F81, 0x4F82, 0x4F83, 0x4F84, 0x5690, 0x5691, 0x5692, 0x56A0, 0x56A1,
-            0x56A2, 0x56BE, 0x56BF, 0x56C0, 0x56C2)
-_ACM_G11 = (0x4F87, 0x4F88, 0x5693, 0x5694, 0x5695, 0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA,
-            0x56BB, 0x56BC, 0x56BD, 0x56C1)
-_ACM_G12 = (0x4F85, 0x4F86, 0x5696, 0x5697, 0x56A3, 0x56A4, 0x56B2, 0x56B3)
-_DG1 = (0x4905, 0x4906, 0x4907, 0x4908, 0x4909)
-_TGLLP = (0x9A40, 0x9A49, 0x9A59, 0x9A60, 0x9A68, 0x9A70, 0x9A78)
-DEVICE_IDS = {}
-for _ids, _names in ((_PVC, ("pvc", "xe-hpc")), (_ACM_G10, ("acm-g10", "dg2", "xe-hpg")),
-                     (_ACM_G11, ("acm-g11", "dg2", "xe-hpg")), (_ACM_G12, ("acm-g12", "dg2", "xe-hpg")),
-                     (_DG1, ("dg1",)), (_TGLLP, ("tgllp",))):
-    for _i in _ids:
-        DEVICE_IDS[_i] = _names
-INTEL_VENDOR_ID = 0x8086
-
-
-def arch_names(vendor_id: int, device_id: int) -> tuple:
-    """ocloc's names for a device, most specific first; () when Tack knows none (SPIR-V only)."""
-    if vendor_id != INTEL_VENDOR_ID:
-        return ()
-    return DEVICE_IDS.get(device_id, ())
-
-
 # ---------------------------------------------------------------------------
 # Devices
 
@@ -360,7 +334,7 @@ class _Found:
     def __init__(self, name, driver, handle, vendor_id, device_id):
         self.name, self.driver, self.handle = name, driver, handle
         self.vendor_id, self.device_id = vendor_id, device_id
-        self.archs = arch_names(vendor_id, device_id)
+        self.archs = intel_device_archs(vendor_id, device_id)
 
 
 def _discover():
@@ -491,8 +465,8 @@ class _Device:
 
     @property
     def arch(self) -> str:
-        """The toolchain's name for native code of this device, or ``spirv``."""
-        return self.archs[0] if self.archs else "spirv"
+        """The toolchain's target for this device: its native code's, or ``spirv:generic``."""
+        return f"{KIND}:{self.archs[0]}" if self.archs else PORTABLE_SPIRV
 
     def run(self, append):
         """Record commands with ``append(list)``, execute them and wait for them to finish."""
@@ -556,8 +530,8 @@ def get_device(device=None) -> _Device:
 
 def toolchain_target(device=None) -> str:
     """The toolchain target that builds native code for ``device`` (``level_zero:pvc``), or
-    ``level_zero:spirv`` for a device Tack has no ocloc name for."""
-    return f"{KIND}:{get_device(device).arch}"
+    ``spirv:generic`` for a device Tack has no ocloc name for."""
+    return get_device(device).arch
 
 
 def candidate_keys(device=None) -> list:
@@ -566,7 +540,7 @@ def candidate_keys(device=None) -> list:
     from .gpu import key_for
     archs = get_device(device).archs if available() else ()
     return [(f"{KIND}:{a}", key_for(f"{KIND}:{a}")) for a in archs] + \
-        [(f"{KIND}:spirv", key_for(f"{KIND}:spirv"))]
+        [(PORTABLE_SPIRV, key_for(PORTABLE_SPIRV))]
 
 
 def lookup_keys(device=None) -> list:
@@ -875,7 +849,7 @@ def describe() -> str:
     lines = []
     for name, key in found:
         dev = get_device(key)
-        lines.append(f"device {key}: {name} (native code: {KIND}:{dev.arch})")
+        lines.append(f"device {key}: {name} (target: {dev.arch})")
     return "\n".join(lines)
 
 

@@ -41,12 +41,12 @@ from ..archs import ArchError
 from ..cache.warm import digest
 from ..errors import BoundsSite, CompileError
 from ..ir import assignments
+from .arch_names import METAL_FAMILIES
 from .argument_layout import GRID, array_fields, field_names
 
 KIND = "metal"
 MSL_VERSION = "3.0"
 EMITTER_VERSION = 1            # bump when the emitted source changes for the same kernel
-FAMILIES = ("apple", "apple7", "apple8", "apple9", "mac2")
 
 _CTYPE = {"bool": "bool", "int32": "int", "int64": "long", "uint32": "uint", "uint64": "ulong",
           "float32": "float"}
@@ -73,9 +73,9 @@ class Unsupported(Exception):
 
 def settings(arch: str) -> dict:
     """What the emitted source depends on: the MSL version, the emitter's version, the family."""
-    if arch not in FAMILIES:
+    if arch not in METAL_FAMILIES:
         raise ArchError(f"metal:{arch}: Tack emits MSL {MSL_VERSION} for "
-                        f"{', '.join('metal:' + f for f in FAMILIES)}")
+                        f"{', '.join('metal:' + f for f in METAL_FAMILIES)}")
     return {"msl": MSL_VERSION, "emitter": EMITTER_VERSION, "family": arch, "fast_math": "off"}
 
 
@@ -171,7 +171,7 @@ def target(name: str) -> MetalTarget:
     kind, _, arch = name.partition(":")
     if kind != KIND or not arch:
         raise ArchError(f"{name}: the Metal toolchain builds metal:<family> archs "
-                        f"({', '.join('metal:' + f for f in FAMILIES)})")
+                        f"({', '.join('metal:' + f for f in METAL_FAMILIES)})")
     return MetalTarget(arch)
 
 

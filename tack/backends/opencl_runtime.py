@@ -49,6 +49,7 @@ import warnings
 
 import numpy as np
 
+from .arch_names import PORTABLE_SPIRV
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
                           check_launch, check_param_count, choose_block, device_index, host_copy,
@@ -329,10 +330,10 @@ def get_device(device=None) -> _Device:
 
 
 def spirv_key() -> str:
-    """Target key of SPIR-V with no device in it: the toolchain's ``level_zero:spirv`` target
+    """Target key of SPIR-V with no device in it: the toolchain's ``spirv:generic`` target
     (``gpu.key_for``: one identity for the code and for the runtime that looks it up)."""
     from .gpu import key_for
-    return key_for("level_zero:spirv")
+    return key_for(PORTABLE_SPIRV)
 
 
 def device_key(dev) -> str:
@@ -348,7 +349,7 @@ def candidate_keys(device=None) -> list:
     """[(architecture name, target key)] a launch on ``device`` can use, most specific first:
     the program binary its driver built from SPIR-V before (stored back by the dispatcher),
     then the portable SPIR-V.  Without a device: SPIR-V."""
-    keys = [("level_zero:spirv", spirv_key())]
+    keys = [(PORTABLE_SPIRV, spirv_key())]
     if available():
         dev = get_device(device)
         keys.insert(0, (f"{KIND}:{dev.index}", device_key(dev)))
@@ -356,9 +357,9 @@ def candidate_keys(device=None) -> list:
 
 
 def toolchain_target(device=None):
-    """The toolchain's target for an OpenCL device: portable SPIR-V (``level_zero:spirv``)."""
+    """The toolchain's target for an OpenCL device: portable SPIR-V (``spirv:generic``)."""
     from .level_zero import target
-    return target("level_zero:spirv")
+    return target(PORTABLE_SPIRV)
 
 
 def lookup_keys(device=None) -> tuple:
@@ -373,7 +374,7 @@ def host_key() -> str:
 
 def site_candidates(host=None) -> list:
     """Site bundles for this runtime: the portable SPIR-V key (bundles hold no driver's code)."""
-    return [("level_zero:spirv", spirv_key())]
+    return [(PORTABLE_SPIRV, spirv_key())]
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from .. import types as T
-from ..archs import qualify
+from ..archs import qualify, resolve
 from ..cache import bundle as bundle_mod
 from ..cache import store
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
@@ -32,7 +32,7 @@ class BuildFailure(Exception):
     """One architecture or kernel could not be built; the others go on."""
 
 
-def cpu_target(arch: str):
+def build_target(arch: str):
     """The toolchain target for ``arch`` (``zen3``, ``cpu:zen3``, ``cuda:sm_90``, ...);
     BuildFailure if no backend or compiler of this install can build code for it."""
     from ..aot import target_of
@@ -121,8 +121,9 @@ def build_problems(cfg):
     Each CPU architecture must map to a CPU this LLVM knows; each kernel
     entry's module must import and give argument values the kernel can take
     (its ``tack_warm`` checks a shape's rank and extents), and each kernel
-    must type-check for them (an array of the wrong rank fails here).  GPU
-    architectures are not built yet, which ``check`` lists but does not count.
+    must type-check for them (an array of the wrong rank fails here).  Every
+    other arch name was checked with the config, by the registry that the
+    toolchains build from.
     """
     problems = []
     for i, arch in enumerate(cfg.cpu_archs()):
@@ -216,7 +217,7 @@ def build_arch(arch, specs, llvm, progress):
     """
     from ..cache.warm import lowered_key, template_ids
     from ..launch import argtypes_of
-    target = cpu_target(arch)
+    target = build_target(arch)
     tk = target.key
     lowered_entries, variants, seen = {}, [], set()
     for done, (kernel, args, grid) in enumerate(specs, 1):
@@ -259,7 +260,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
     cpu = [qualify(a) for a in cfg.cpu_archs()]
     gpu = [(k, f"{k}:{a}") for k, a in cfg.gpu_archs()]
     try:
-        wanted = {qualify(a) for a in archs or []}
+        wanted = {':'.join(resolve(a)) for a in archs or []}     # level_zero:acm -> level_zero:dg2
     except ValueError as e:
         print(f"error: --arch {e}", file=err)
         return 1
@@ -340,7 +341,7 @@ def staleness(b, node_llvm):
         # A GPU bundle's key holds its compilers' versions too (PTX ISA, code object version,
         # Intel's offline compiler for native code): another key today means another compiler.
         try:
-            now = cpu_target(arch).key
+            now = build_target(arch).key
         except BuildFailure as e:
             why.append(f"cannot build {arch} here to compare: {e}")
         else:
@@ -495,7 +496,7 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
     if b.meta.get("tack") != tack_version_id():
         raise BuildFailure(f"{path} was made by Tack {b.meta.get('tack')}; its lowered kernels "
                            f"cannot be read by {tack_version_id()}: build it again")
-    target = cpu_target(arch)
+    target = build_target(arch)
     tk = target.key
     lowered, entries = {}, []
     for (kind, key) in sorted(b.index):

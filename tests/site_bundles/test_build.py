@@ -164,17 +164,19 @@ def test_module_that_fails_to_import_is_reported(tmp_path):
 def test_gpu_archs_are_built_into_bundles_of_their_own(tmp_path):
     """GPU architectures of build.archs are built with their toolchains, one bundle each, named
     and headed by kind:name: PTX for cuda:sm_90, a code object for rocm:gfx90a, SPIR-V for
-    level_zero:spirv; a node's CPU does not use them (status says so)."""
+    spirv:generic; a node's CPU does not use them (status says so)."""
+    from tack.backends.gpu import unpack_level_zero
     from tests.backends.gpu_tools import tool
     tool("ld.lld")                      # rocm code objects are linked with it (skips, naming it)
     path = tmp_path / "site.yaml"
     path.write_text("version: 1\nbuild:\n  archs:\n    cpu: [" + host_arch() + "]\n    cuda: [sm_90]\n"
-                    "    rocm: [gfx90a]\n  kernels:\n    - module: tack.kernels.contour\n"
+                    "    rocm: [gfx90a]\n    spirv: [generic]\n  kernels:\n    - module: tack.kernels.contour\n"
                     "      shapes: [[8, 8, 8]]\n")
     rc, out, err = run_build(load(path), tmp_path / "bundles")
     assert rc == 0, out + err
     names = sorted(os.listdir(tmp_path / "bundles"))
-    assert len(names) == 3 and any("-cuda-sm_90-" in n for n in names) and any("-rocm-gfx90a-" in n for n in names)
+    assert len(names) == 4 and any("-cuda-sm_90-" in n for n in names) and any("-rocm-gfx90a-" in n for n in names)
+    assert any("-spirv-generic-" in n for n in names)
     for name in names:
         b = bundle.read(str(tmp_path / "bundles" / name))
         meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
@@ -182,6 +184,8 @@ def test_gpu_archs_are_built_into_bundles_of_their_own(tmp_path):
             assert payload.startswith(b"//") and b".target sm_90" in payload and meta["suffix"] == ".ptx"
         elif b.meta["arch"] == "rocm:gfx90a":
             assert payload[:4] == b"\x7fELF" and meta["suffix"] == ".hsaco"
+        elif b.meta["arch"] == "spirv:generic":
+            assert unpack_level_zero(payload)[0][:4] == b"\x03\x02\x23\x07" and meta["suffix"] == ".spv"
     status = io.StringIO()
     build.bundles_status(str(tmp_path / "bundles"), out=status)
     assert "cuda:sm_90 is a GPU's: its runtime reads it, not this node's CPU" in status.getvalue()
