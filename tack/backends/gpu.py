@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 
 from ..archs import ArchError, parse
-from ..cache.warm import digest
+from ..cache.keys import digest
 
 KINDS = ("cuda", "rocm", "level_zero")
 OPT = 3
