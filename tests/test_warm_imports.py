@@ -1,0 +1,80 @@
+"""A warm hit loads stored code and nothing of the compiler.
+
+The point of the cache is that a later process skips the front end, the
+specializer, code generation and LLVM.  These tests run the shipped contour
+in a fresh process twice, from the user's cache directory and from a packed
+bundle (``TACK_CACHE=bundle``), and check on the second, warm process which
+modules of Tack and llvmlite it imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What only a compile needs: none of these may be imported by a warm hit.
+COMPILER_MODULES = ("tack.frontend", "tack.specialize", "tack.codegen", "tack.compiler",
+                    "tack.aot", "tack.backends.cpu", "tack.backends.gpu",
+                    "tack.backends.metal", "tack.site", "llvmlite.binding", "llvmlite.ir")
+
+CHILD = """
+import json, sys
+import numpy as np
+import tack
+from tack.kernels.contour import contour
+g = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
+field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
+verts, faces = contour(field, 0.7)
+from tack.kernels import contour as mod
+print(json.dumps({
+    "faces": int(len(faces)),
+    "compiled": [k for k in ("classify", "emit")
+                 if {"lower", "specialize", "codegen", "llvm"} & set(getattr(mod, k).timings)],
+    "modules": sorted(m for m in sys.modules if m.startswith(("tack", "llvmlite", "archspec"))),
+}))
+"""
+
+
+def _run(tmp_path: Path, *args, **env_extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TACK_", "OMPI_", "PMI_", "SLURM_"))}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), **env_extra)
+    p = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                       cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def _contour(tmp_path, **env) -> dict:
+    return json.loads(_run(tmp_path, "-c", CHILD, **env).stdout.strip().splitlines()[-1])
+
+
+def _compiler_modules(report) -> list:
+    return [m for m in report["modules"]
+            if any(m == c or m.startswith(c + ".") for c in COMPILER_MODULES)]
+
+
+def test_cold_process_imports_the_compiler(tmp_path):
+    """The check below can fail: a compiling process imports the modules it looks for."""
+    cold = _contour(tmp_path)
+    assert cold["compiled"] == ["classify", "emit"]
+    assert "tack.codegen" in cold["modules"] and "llvmlite.binding" in cold["modules"]
+
+
+@pytest.mark.parametrize("mode", ["write", "bundle"])
+def test_warm_hit_imports_no_compiler_module(tmp_path, mode):
+    """From the user's directory and from a packed bundle, a warm process compiles nothing and
+    imports none of the compiler's modules nor llvmlite's."""
+    cold = _contour(tmp_path)
+    if mode == "bundle":
+        _run(tmp_path, "-m", "tack.cache", "pack")
+    warm = _contour(tmp_path, TACK_CACHE=mode)
+    assert warm["compiled"] == []
+    assert warm["faces"] == cold["faces"] > 0
+    assert _compiler_modules(warm) == []
