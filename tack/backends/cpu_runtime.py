@@ -12,8 +12,8 @@
 * **load(payload, meta)**: object code -> a callable entry point
   (``tack.loader``; LLVM's only for well-formed objects it does not read).
 
-The cache never imports this module: the dispatcher (``tack.launch``) hands
-it to the cache session, which asks it for keys.
+The cache never imports this module: the dispatcher (``tack.launch``) asks it
+for keys and hands them to the cache session.
 """
 
 from __future__ import annotations
