@@ -14,8 +14,8 @@ Layout::
 lists ``kind, key, offset, length`` of each entry and comes before the
 entries, so a truncated bundle still serves every entry that survives
 whole.  Each entry is a normal cache entry with its own checksum: a
-damaged one is ignored, and the others are used.  The stores that look
-entries up in bundles are in ``stores.py``.
+damaged one is ignored, and the others are used.  ``BundleStore`` and
+``SiteBundleStore`` look entries up in bundles for a session (``stores.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import struct
 import time
 
 from . import log
-from .entry import KIND_LOWERED, KIND_VARIANT, SUFFIX, DamagedEntry, decode, decode_meta, encode_meta
+from .entry import (KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode, decode_meta,
+                    encode_meta)
+from .keys import tack_version_id
 from .trust import TMP_MARK, NotRegular, Untrusted, check_stat, check_trusted, read_regular, write_atomic
 
 MAGIC = b"TACKBDL1"
@@ -236,3 +238,114 @@ def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> 
     from ..archs import parse
     kind, name = parse(arch)
     return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{kind}-{name}-{target_key[:12]}"
+
+
+# -- stores: lookups served from bundles ------------------------------------------
+
+class _ReadOnly:
+    """What a store that is never written offers of ``Store``'s writing half."""
+
+    writable = False
+
+    def write(self, kind, key, meta, payload) -> bool:
+        return False
+
+    def touch(self, kind, key) -> None:
+        pass
+
+    def discard(self, path) -> None:
+        pass
+
+
+class BundleStore(_ReadOnly):
+    """Lookups served from one bundle, opened at the first lookup (or given in memory).
+
+    ``target_key``: the target whose variants it holds (a variant's key is made for it)."""
+
+    def __init__(self, stats, warn_once, path=None, loaded=None, allow_root=False, label="bundle",
+                 quiet=False, target_key=None):
+        self.stats, self.warn_once = stats, warn_once
+        self.path = path
+        self.target_key = target_key
+        self.bundle = loaded
+        self.allow_root = allow_root
+        self.label = label
+        self.quiet = quiet              # a missing bundle is normal here: say so only in the log
+        self._failed = loaded is None and path is None
+
+    def _open(self):
+        t0 = time.perf_counter()
+        try:
+            self.bundle = read(self.path, allow_root=self.allow_root, tack_version=tack_version_id())
+            self.stats["bytes_read"] += len(self.bundle.data)
+            self.stats["load_seconds"] += time.perf_counter() - t0
+            log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
+        except BundleError as e:
+            self._failed = True
+            if self.quiet and not os.path.lexists(self.path):
+                log.debug("%s: none at %s", self.label, self.path)
+            else:
+                self.warn_once(f"not using the {self.label}: {e}")
+
+    def read(self, kind, key, level, targets=()):
+        if self.bundle is None and not self._failed:
+            self._open()
+        if self.bundle is None:
+            return None, MISSING
+        got = self.bundle.get(kind, key(self.target_key) if callable(key) else key)
+        if got is None:
+            return None, MISSING
+        return Found(got[0], got[1], self.bundle.path), ""
+
+
+class SiteBundleStore(_ReadOnly):
+    """A site's bundle directory: the bundles built ahead of time for this node's architecture
+    and each of its ancestors, looked in most specific first.  A bundle for an unrelated or
+    newer microarchitecture is never a candidate.  ``site_candidates()`` ([(``kind:arch``,
+    target key)], the caller's: archspec and llvmlite's version for a CPU, tens of
+    milliseconds) is called only when a lookup first reaches this store."""
+
+    def __init__(self, stats, warn_once, directory, site_candidates):
+        self.stats, self.warn_once = stats, warn_once
+        self.directory = directory
+        self.site_candidates = site_candidates
+        self.stores = None
+
+    def candidates(self):
+        """[(``kind:arch``, target key, bundle path)] in the order they are looked in."""
+        return [(arch, tk, os.path.join(self.directory, site_bundle_name(arch, tk)))
+                for arch, tk in self.site_candidates()]
+
+    def _open(self):
+        self.stores = []
+        try:
+            found = [c for c in self.candidates() if os.path.lexists(c[2])]
+        except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
+            self._say_unnamed(e)
+            return
+        for arch, tk, path in found:
+            log.debug("site bundle for %s: %s", arch, path)
+            self.stores.append(BundleStore(self.stats, self.warn_once, path, allow_root=True,
+                                           label=f"site bundle for {arch}", quiet=True, target_key=tk))
+
+    def _say_unnamed(self, e):
+        why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"
+        if isinstance(e, ImportError) and (e.name or "").split(".")[0] == "archspec":
+            why += "; install archspec (pip install archspec) to use them"
+        try:
+            any_bundle = any(n.startswith(BUNDLE_PREFIX) for n in os.listdir(self.directory))
+        except OSError:
+            any_bundle = False
+        if any_bundle:
+            self.warn_once(f"site bundles in {self.directory} not used: {why}")
+        else:
+            log.debug("site bundles in %s: %s", self.directory, why)
+
+    def read(self, kind, key, level, targets=()):
+        if self.stores is None:
+            self._open()
+        for store in self.stores:
+            found, _ = store.read(kind, key, level, targets)
+            if found is not None:
+                return found, ""
+        return None, MISSING

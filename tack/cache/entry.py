@@ -26,6 +26,18 @@ LEVEL_DIR = {KIND_LOWERED: "lowered", KIND_VARIANT: "variants"}
 HIT_FIELDS = frozenset(("dep", "site", "entry", "tidx", "argspec"))  # what a lookup uses (argspec: a device runtime's launch)
 
 
+MISSING = "missing"          # the reason of a plain miss: nothing there
+
+
+class Found:
+    """An entry a store read whole and valid: its metadata, payload, where it was read from,
+    and whether reading it marked it used (the user's directory, at most once an hour)."""
+    __slots__ = ("meta", "payload", "path", "marked")
+
+    def __init__(self, meta, payload, path, marked=False):
+        self.meta, self.payload, self.path, self.marked = meta, payload, path, marked
+
+
 class DamagedEntry(Exception):
     """An entry's bytes are not a whole, valid entry for the key asked for."""
 

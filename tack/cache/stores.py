@@ -1,23 +1,22 @@
-"""Where entries are looked up and stored: the stores, one protocol, and the session that chains them.
+"""Where entries are looked up and stored: the user's directory, and the session that chains the stores.
 
-* ``Store`` is what every store offers: ``read`` an entry (the entry found,
-  or None and why not), ``write``, ``touch`` (mark used), ``discard`` (an
-  entry found unusable), ``writable``.  A new kind of store is a class with
-  these five members; ``Session`` needs no change for it.
 * ``DiskCache``: the user's directory, per-kernel entries under
   ``<directory>/<tack version>/{lowered,variants}/<xx>/``.  Every failure of
   the file system is a miss and at most one warning per process.
-* ``BundleStore``: one bundle, opened at the first lookup that reaches it;
-  ``SiteBundleStore``: a site's bundle directory, the bundles built for this
-  node's architecture and its ancestors, most specific first.
 * ``Session``: the stores of one process and device kind, tried in order: a
   bundle given to ``load_bundle``; the user's directory (its per-kernel
   files, or in mode ``bundle`` only its bundle); the site's bundle
-  directories (TACK_CACHE_BUNDLES): a bundle packed on a host like this one,
-  then those built for this host's architecture.  Only the user's directory
-  is written, and under MPI only by rank 0.  It is also what a launch asks
-  of the cache: ``find_variant``, ``find_lowered``, ``store_lowered``,
-  ``store_variant``.
+  directories (TACK_CACHE_BUNDLES, ``site_dirs``): a bundle packed on a host
+  like this one, then those built for this host's architecture (the bundle
+  stores are in ``bundle.py``, imported only when a session has bundles).
+  Only the user's directory is written, and under MPI only by rank 0.  It is
+  also what a launch asks of the cache: ``find_variant``, ``find_lowered``,
+  ``store_lowered``, ``store_variant``.
+
+Every store, and the session itself, has the shape ``protocol.Store`` names:
+``read`` (the ``entry.Found`` entry, or None and why not), ``write``,
+``touch``, ``discard``, ``writable``; a new kind of store needs no change
+here but a line in ``open_session``.
 
 The caller hands a session what only the runtime knows: the target key of
 code compiled here (``host_key``, which names this host's bundle), the target
@@ -33,48 +32,14 @@ import functools
 import os
 import stat
 import time
-from typing import Protocol, runtime_checkable
 
 from . import log
 from .deps import check_deps
-from .entry import HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, DamagedEntry, decode, encode, entry_path
+from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, DamagedEntry, Found, decode, encode,
+                    entry_path)
 from .keys import tack_version_id
 from .trust import (VERSION_MARKER, NotRegular, Untrusted, check_stat, ensure_private_dir,
                     read_regular, tag_new_root, write_atomic)
-
-MISSING = "missing"          # the reason of a plain miss: nothing there
-
-
-class Found:
-    """An entry a store read whole and valid: its metadata, payload, where it was read from,
-    and whether reading it marked it used (the user's directory, at most once an hour)."""
-    __slots__ = ("meta", "payload", "path", "marked")
-
-    def __init__(self, meta, payload, path, marked=False):
-        self.meta, self.payload, self.path, self.marked = meta, payload, path, marked
-
-
-@runtime_checkable
-class Store(Protocol):
-    """One place entries are looked up in.
-
-    ``read(kind, key, level, targets)``: ``key`` is an entry's key, or, for a
-    variant, a function of a target key (``keys.for_target``); the user's
-    directory then tries each of ``targets`` in turn, and a bundle its own
-    target.  -> ``(Found, "")``, or ``(None, why)``: ``MISSING``, or what was
-    wrong (untrusted, damaged...), for the kernel's log line.
-    """
-
-    writable: bool
-
-    def read(self, kind: int, key, level: str, targets=()) -> tuple: ...
-
-    def write(self, kind: int, key: str, meta: dict, payload: bytes) -> bool: ...
-
-    def touch(self, kind: int, key: str) -> None: ...
-
-    def discard(self, path: str) -> None: ...
-
 
 # -- the user's directory --------------------------------------------------------
 
@@ -144,7 +109,7 @@ class DiskCache:
         return True
 
     def read(self, kind: int, key, level: str, targets=()):
-        """``Store.read``: a variant's key is tried for each of ``targets`` in turn (the CPU:
+        """``protocol.Store.read``: a variant's key is tried for each of ``targets`` in turn (the CPU:
         this host's alone; CUDA: the device's sm, then PTX of lower ones), the first found used."""
         if not callable(key):
             return self._read(kind, key, level)
@@ -273,119 +238,7 @@ def _os_error(e: OSError) -> str:
     return f"{reason} ({e.filename})" if e.filename else reason
 
 
-# -- bundles -----------------------------------------------------------------------
-
-class _ReadOnly:
-    """What a store that is never written offers of ``Store``'s writing half."""
-
-    writable = False
-
-    def write(self, kind, key, meta, payload) -> bool:
-        return False
-
-    def touch(self, kind, key) -> None:
-        pass
-
-    def discard(self, path) -> None:
-        pass
-
-
-class BundleStore(_ReadOnly):
-    """Lookups served from one bundle, opened at the first lookup (or given in memory).
-
-    ``target_key``: the target whose variants it holds (a variant's key is made for it)."""
-
-    def __init__(self, stats, warn_once, path=None, loaded=None, allow_root=False, label="bundle",
-                 quiet=False, target_key=None):
-        self.stats, self.warn_once = stats, warn_once
-        self.path = path
-        self.target_key = target_key
-        self.bundle = loaded
-        self.allow_root = allow_root
-        self.label = label
-        self.quiet = quiet              # a missing bundle is normal here: say so only in the log
-        self._failed = loaded is None and path is None
-
-    def _open(self):
-        from .bundle import BundleError, read
-        t0 = time.perf_counter()
-        try:
-            self.bundle = read(self.path, allow_root=self.allow_root, tack_version=tack_version_id())
-            self.stats["bytes_read"] += len(self.bundle.data)
-            self.stats["load_seconds"] += time.perf_counter() - t0
-            log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
-        except BundleError as e:
-            self._failed = True
-            if self.quiet and not os.path.lexists(self.path):
-                log.debug("%s: none at %s", self.label, self.path)
-            else:
-                self.warn_once(f"not using the {self.label}: {e}")
-
-    def read(self, kind, key, level, targets=()):
-        if self.bundle is None and not self._failed:
-            self._open()
-        if self.bundle is None:
-            return None, MISSING
-        got = self.bundle.get(kind, key(self.target_key) if callable(key) else key)
-        if got is None:
-            return None, MISSING
-        return Found(got[0], got[1], self.bundle.path), ""
-
-
-class SiteBundleStore(_ReadOnly):
-    """A site's bundle directory: the bundles built ahead of time for this node's architecture
-    and each of its ancestors, looked in most specific first.  A bundle for an unrelated or
-    newer microarchitecture is never a candidate.  ``site_candidates()`` ([(``kind:arch``,
-    target key)], the caller's: archspec and llvmlite's version for a CPU, tens of
-    milliseconds) is called only when a lookup first reaches this store."""
-
-    def __init__(self, stats, warn_once, directory, site_candidates):
-        self.stats, self.warn_once = stats, warn_once
-        self.directory = directory
-        self.site_candidates = site_candidates
-        self.stores = None
-
-    def candidates(self):
-        """[(``kind:arch``, target key, bundle path)] in the order they are looked in."""
-        from .bundle import site_bundle_name
-        return [(arch, tk, os.path.join(self.directory, site_bundle_name(arch, tk)))
-                for arch, tk in self.site_candidates()]
-
-    def _open(self):
-        self.stores = []
-        try:
-            found = [c for c in self.candidates() if os.path.lexists(c[2])]
-        except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
-            self._say_unnamed(e)
-            return
-        for arch, tk, path in found:
-            log.debug("site bundle for %s: %s", arch, path)
-            self.stores.append(BundleStore(self.stats, self.warn_once, path, allow_root=True,
-                                           label=f"site bundle for {arch}", quiet=True, target_key=tk))
-
-    def _say_unnamed(self, e):
-        from .bundle import BUNDLE_PREFIX
-        why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"
-        if isinstance(e, ImportError) and (e.name or "").split(".")[0] == "archspec":
-            why += "; install archspec (pip install archspec) to use them"
-        try:
-            any_bundle = any(n.startswith(BUNDLE_PREFIX) for n in os.listdir(self.directory))
-        except OSError:
-            any_bundle = False
-        if any_bundle:
-            self.warn_once(f"site bundles in {self.directory} not used: {why}")
-        else:
-            log.debug("site bundles in %s: %s", self.directory, why)
-
-    def read(self, kind, key, level, targets=()):
-        if self.stores is None:
-            self._open()
-        for store in self.stores:
-            found, _ = store.read(kind, key, level, targets)
-            if found is not None:
-                return found, ""
-        return None, MISSING
-
+# -- site bundle directories -----------------------------------------------------
 
 def site_dirs(environ=None, warn=None) -> list:
     """TACK_CACHE_BUNDLES: the site's bundle directories, searched after the user's own.
@@ -472,10 +325,11 @@ class Session:
 
     def add_loaded(self, loaded):
         """Look in a bundle given to ``load_bundle`` first."""
+        from .bundle import BundleStore
         self.stores.insert(0, BundleStore(self.stats, self.warn_once, loaded=loaded,
                                           label="broadcast bundle", target_key=self.host_key))
 
-    # -- Store ----------------------------------------------------------------
+    # -- as a store (protocol.Store) ---------------------------------------
 
     @property
     def writable(self):
@@ -606,7 +460,7 @@ def open_session(settings, stats, warn_once, host_key, site_candidates, rank=0, 
         disk = DiskCache(settings, stats, warn_once, rank)
         stores.append(disk)
     if settings.mode == "bundle" or sites:
-        from .bundle import bundle_name
+        from .bundle import BundleStore, SiteBundleStore, bundle_name
         name = bundle_name(host_key)
         if settings.mode == "bundle" and own_bundle:
             stores.append(BundleStore(stats, warn_once, os.path.join(settings.directory, name),

@@ -5,7 +5,7 @@ import os
 import pytest
 
 import tack.cache
-from tack.cache import bundle, entry, keys, stores
+from tack.cache import bundle, entry, keys, protocol, stores
 
 HOST = "a" * 64                 # made-up target keys: the caller names them, the cache never does
 OTHER = "b" * 64
@@ -47,8 +47,8 @@ def every_store(cache, site):
     st, warn = tack.cache.new_stats(), (lambda m: None)
     return {
         "disk": disk(cache),
-        "bundle": stores.BundleStore(st, warn, str(site / bundle.bundle_name(HOST)), target_key=HOST),
-        "site": stores.SiteBundleStore(st, warn, str(site), lambda: [("cpu:zen2", ARCH_KEY)]),
+        "bundle": bundle.BundleStore(st, warn, str(site / bundle.bundle_name(HOST)), target_key=HOST),
+        "site": bundle.SiteBundleStore(st, warn, str(site), lambda: [("cpu:zen2", ARCH_KEY)]),
         "session": stores.open_session(settings(cache), st, warn, HOST, lambda: [], sites=[str(site)]),
     }
 
@@ -57,12 +57,12 @@ class TestProtocol:
     def test_every_store_is_a_store(self, written):
         """The user's directory, a bundle, a site's bundle directory and a session all satisfy ``Store``."""
         for name, store in every_store(*written).items():
-            assert isinstance(store, stores.Store), name
+            assert isinstance(store, protocol.Store), name
 
     def test_something_else_is_not(self):
         """An object without the protocol's members is not a ``Store``."""
-        assert not isinstance(object(), stores.Store)
-        assert not isinstance(tack.cache.Settings("/x", "write", None, {}), stores.Store)
+        assert not isinstance(object(), protocol.Store)
+        assert not isinstance(tack.cache.Settings("/x", "write", None, {}), protocol.Store)
 
     def test_every_store_reads_a_variant_for_the_targets_it_serves(self, written):
         """Each store finds a variant by the key function: the user's directory for each target the
@@ -78,7 +78,7 @@ class TestProtocol:
     def test_every_store_misses_with_the_reason_missing(self, written):
         """A key no store holds: every store answers (None, "missing")."""
         for name, store in every_store(*written).items():
-            assert store.read(entry.KIND_VARIANT, "0" * 64, "variant") == (None, stores.MISSING), name
+            assert store.read(entry.KIND_VARIANT, "0" * 64, "variant") == (None, entry.MISSING), name
 
     def test_only_the_users_directory_is_written(self, written):
         """``writable`` and ``write``: the user's directory (and a session through it) stores; bundles never."""
@@ -95,8 +95,8 @@ class TestTargets:
         d = disk(written[0])
         got, _ = d.read(entry.KIND_VARIANT, variant_key, "variant", targets=[ARCH_KEY, HOST])
         assert got.payload == b"code for c"
-        assert d.read(entry.KIND_VARIANT, variant_key, "variant", targets=[OTHER]) == (None, stores.MISSING)
-        assert d.read(entry.KIND_VARIANT, variant_key, "variant") == (None, stores.MISSING)
+        assert d.read(entry.KIND_VARIANT, variant_key, "variant", targets=[OTHER]) == (None, entry.MISSING)
+        assert d.read(entry.KIND_VARIANT, variant_key, "variant") == (None, entry.MISSING)
 
     def test_site_candidates_are_asked_once_and_only_when_reached(self, written):
         """A session asks the caller's ``site_candidates`` only when a lookup reaches the site

@@ -14,7 +14,7 @@ from tack import archs
 from tack.backends import cpu as toolchain
 from tack.backends import cpu_runtime
 from tack.cache import bundle
-from tack.cache.stores import SiteBundleStore
+from tack.cache.bundle import SiteBundleStore
 from tack.site import build
 
 from .test_build import run_build, run_with_site_bundles, write_config
