@@ -57,7 +57,7 @@ def compile(kernel, target: str, args=(), *, grid: int = 1, debug: bool = False)
     """Compile ``kernel`` for ``target`` (``cpu:zen4``, ``cuda:sm_90``, ``rocm:gfx90a``,
     ``level_zero:pvc``; ``cpu`` alone: this host) with the types of the example ``args``, for a
     ``grid``-dimensional launch."""
-    from .cache.warm import lowered_key, template_ids
+    from .cache.keys import lowered_key, template_ids
     from .compiler import compile_variant
     from .launch import argtypes_of
     if not 1 <= grid <= 3:
@@ -85,33 +85,34 @@ def _host_or(target):
 
 def _entries(artifacts):
     """[(kind, key, encoded entry)]: each lowered kernel once, then each variant."""
-    from .cache import store
+    from .cache import entry
     out, seen = [], set()
     for a in artifacts:
         if a.lowered_key not in seen:
             seen.add(a.lowered_key)
             meta = {"kernel": a.lowered.kernel.source.name, "dep": a.lowered.deps}
-            out.append((store.KIND_LOWERED, a.lowered_key,
-                        store.encode(store.KIND_LOWERED, a.lowered_key, meta, a.lowered.to_bytes())))
+            out.append((entry.KIND_LOWERED, a.lowered_key,
+                        entry.encode(entry.KIND_LOWERED, a.lowered_key, meta, a.lowered.to_bytes())))
     for a in artifacts:
-        out.append((store.KIND_VARIANT, a.key, store.encode(store.KIND_VARIANT, a.key, a.meta, a.payload)))
+        out.append((entry.KIND_VARIANT, a.key, entry.encode(entry.KIND_VARIANT, a.key, a.meta, a.payload)))
     return out
 
 
 def save(artifacts, directory: str) -> int:
     """Store artifacts as entries of the cache directory ``directory`` (this Tack version's
     part of it, created private as the cache creates it). -> entries written."""
-    from .cache import store
-    from .cache.size import VERSION_MARKER
-    from .cache.warm import entry_path, tack_version_id
+    from .cache import trust
+    from .cache.entry import entry_path
+    from .cache.keys import tack_version_id
+    from .cache.trust import VERSION_MARKER
     version_dir = os.path.join(directory, tack_version_id())
     os.makedirs(directory, 0o700, exist_ok=True)
     entries = _entries(artifacts)
     for kind, key, data in entries:
         path = entry_path(version_dir, kind, key)
         for d in (version_dir, os.path.dirname(os.path.dirname(path)), os.path.dirname(path)):
-            store.ensure_private_dir(d, VERSION_MARKER if d == version_dir else None)
-        store.write_atomic(path, data)
+            trust.ensure_private_dir(d, VERSION_MARKER if d == version_dir else None)
+        trust.write_atomic(path, data)
     return len(entries)
 
 
@@ -119,8 +120,8 @@ def save_bundle(artifacts, path: str) -> str:
     """Write the artifacts, all for one target, as a bundle at ``path``, or, if ``path`` is a
     directory, in it under the name a node looks a site bundle up by. -> the bundle's path."""
     from .backends.cpu_runtime import llvm_version
-    from .cache import bundle, store
-    from .cache.warm import tack_version_id
+    from .cache import bundle, trust
+    from .cache.keys import tack_version_id
     targets = {a.meta["target_key"] for a in artifacts}
     if len(targets) != 1:
         raise ValueError(f"a bundle holds one target's variants; these are for {len(targets)}")
@@ -131,5 +132,5 @@ def save_bundle(artifacts, path: str) -> str:
     if os.path.isdir(path):
         path = os.path.join(path, bundle.site_bundle_name(meta["arch"] or f"{meta['backend']}:host",
                                                           meta["target_key"], meta["machine"]))
-    store.write_atomic(path, bundle.pack(_entries(artifacts), meta), mode=0o644)
+    trust.write_atomic(path, bundle.pack(_entries(artifacts), meta), mode=0o644)
     return path

@@ -31,7 +31,7 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
     """Specialize ``lowered`` for ``argtypes`` and a ``grid``-dimensional launch, generate
     code for ``target`` and compile it.  ``stage(label)`` is called after each step (the
     launch's timings: specialize, codegen, llvm)."""
-    from .cache.warm import variant_key
+    from .cache.keys import variant_key
     from .codegen import generate
     from .specialize import specialize
     typed = specialize(lowered, argtypes, grid)

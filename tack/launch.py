@@ -213,7 +213,7 @@ def typeof_arg(kernel_name, param, a, static=False):
 
 def _compile(kernel, dims, args, device, debug):
     from .backends import runtime_for
-    _, runtime = runtime_for(device)            # ValueError naming the devices there are
+    kind, runtime = runtime_for(device)         # ValueError naming the devices there are
     runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
     name = kernel.__qualname__
     params = kernel.params
@@ -233,7 +233,7 @@ def _compile(kernel, dims, args, device, debug):
 
     def variant(fn, sites, deps, meta):
         def locate(fid):
-            from .cache.store import locate as _locate
+            from .cache.deps import locate as _locate
             return _locate(deps, kernel, templates, fid)
         from .backends.variant import Signature
         sig = Signature(name, value_params, value_types, arg_index, sites if debug else None,
@@ -250,34 +250,33 @@ def _compile(kernel, dims, args, device, debug):
         clock = now
 
     from . import cache as _cache
-    chain = _cache.session(runtime)
+    session = _cache.session(kind, runtime.host_key(), runtime.site_candidates)
     keys = None
-    if chain is not None:
-        from .cache import warm
-        keys = warm.keys(kernel, templates, value_types, len(dims), debug)
-        hit = warm.find_variant(chain, kernel, templates, keys)
+    if session is not None:
+        from .cache.keys import keys as cache_keys
+        keys = cache_keys(kernel, templates, value_types, len(dims), debug)
+        hit = session.find_variant(kernel, templates, keys, runtime.lookup_keys(device))
         if hit is not None:
-            fn = _load_hit(chain, kernel, runtime, device, hit)
+            fn = _load_hit(session, kernel, runtime, device, hit)
             stage("cache")
             if fn is not None:
-                _store_back(runtime, chain, keys, kernel, value_types, len(dims), fn, hit.meta)
+                _store_back(runtime, session, keys, kernel, value_types, len(dims), fn, hit.meta)
                 kernel.timings = timings
                 return variant(fn, hit.sites, hit.meta["dep"], hit.meta)
         stage("cache")
-        from .cache import store as entries        # a miss: what compiling and storing need
 
     memo = kernel._memo_key(templates, debug)
     lowered = kernel._lowered.get(memo)
-    if lowered is None and chain is not None:
-        lowered = entries.find_lowered(chain, kernel, templates, keys.lowered)
+    if lowered is None and session is not None:
+        lowered = session.find_lowered(kernel, templates, keys.lowered)
         stage("cache")
         if lowered is not None:
             kernel._lowered[memo] = lowered
     if lowered is None:
         lowered = kernel.lower(templates, debug)
         stage("lower")
-        if chain is not None:
-            entries.store_lowered(chain, keys.lowered, lowered)
+        if session is not None:
+            session.store_lowered(keys.lowered, lowered)
             stage("cache")
 
     from .compiler import compile_variant
@@ -287,15 +286,15 @@ def _compile(kernel, dims, args, device, debug):
                           debug, stage)
     fn = runtime.load(art.payload, art.meta, device)
     stage("load")
-    if chain is not None:
-        entries.store_variant(chain, art)
-        _store_back(runtime, chain, keys, kernel, value_types, len(dims), fn, art.meta)
+    if session is not None:
+        session.store_variant(art)
+        _store_back(runtime, session, keys, kernel, value_types, len(dims), fn, art.meta)
         stage("cache")
     kernel.timings = timings
     return variant(fn, art.sites, lowered.deps, art.meta)
 
 
-def _store_back(runtime, chain, keys, kernel, value_types, grid, fn, meta):
+def _store_back(runtime, session, keys, kernel, value_types, grid, fn, meta):
     """Store what a device's driver compiled while loading portable code (Level Zero's native
     code from SPIR-V, an OpenCL program binary) under the device's own key, where the runtime
     offers it (``runtime.store_back``); the next process then skips the driver's compile.
@@ -308,25 +307,22 @@ def _store_back(runtime, chain, keys, kernel, value_types, grid, fn, meta):
         if got is None:
             return
         target_key, payload, made = got
-        from .cache import store
         from .compiler import Artifact, driver_meta
         m = driver_meta(meta, kernel.__qualname__, keys.lowered, value_types, grid, target_key, made)
-        store.store_variant(chain, Artifact(keys.for_target(target_key), payload, m["entry"],
-                                            [], m))
+        session.store_variant(Artifact(keys.for_target(target_key), payload, m["entry"], [], m))
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job
         from .cache import log
         log.debug("kernel '%s': the driver's code was not stored (%s: %s)",
                   kernel.__qualname__, type(e).__name__, e)
 
 
-def _load_hit(chain, kernel, runtime, device, hit):
+def _load_hit(session, kernel, runtime, device, hit):
     """A stored variant's entry point, through the backend's runtime; None (the entry left
     unused, and said why) if it does not load."""
     try:
         return runtime.load(hit.payload, hit.meta, device)
     except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
-        from .cache.warm import unusable
-        unusable(chain, kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})")
+        session.unusable(kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})")
         return None
 
 

@@ -17,7 +17,7 @@ import os
 import platform
 import sys
 
-from ..cache.warm import digest
+from ..cache.keys import digest
 
 KIND = "cpu"
 _host_identity = _host_key = None           # per process, found once

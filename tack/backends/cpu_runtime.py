@@ -11,8 +11,8 @@
   Other libraries' host arrays are taken as NumPy views of their memory (``host_views``);
   device arrays are refused (``check_args``).
 
-The cache never imports this module: the dispatcher (``tack.launch``) hands it to the cache
-session, which asks it for keys.
+The cache never imports this module: the dispatcher (``tack.launch``) asks it
+for keys and hands them to the cache session.
 """
 
 from __future__ import annotations

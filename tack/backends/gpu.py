@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 
 from ..archs import resolve
-from ..cache.warm import digest
+from ..cache.keys import digest
 from .arch_names import PTX_ISA, SPIRV_VERSION, ArchError, rocm_target_id
 
 OPT = 3

@@ -38,7 +38,7 @@ import numpy as np
 
 from .. import types as T
 from ..archs import ArchError
-from ..cache.warm import digest
+from ..cache.keys import digest
 from ..errors import BoundsSite, CompileError
 from ..ir import assignments
 from .arch_names import METAL_FAMILIES

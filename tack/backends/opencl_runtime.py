@@ -158,7 +158,7 @@ def write_icd(library: str, directory: str | None = None) -> str:
     except OSError:
         pass
     os.makedirs(directory, exist_ok=True)
-    from ..cache.store import write_atomic      # a temporary file, then a rename
+    from ..cache.trust import write_atomic      # a temporary file, then a rename
     write_atomic(path, line.encode(), 0o644)
     return path
 
@@ -340,7 +340,7 @@ def device_key(dev) -> str:
     """Target key of a device's own program binary, built by its driver from Tack's SPIR-V:
     the device, its driver and platform versions, and the SPIR-V's key (so a driver update or a
     new LLVM is another key)."""
-    from ..cache.warm import digest
+    from ..cache.keys import digest
     return digest("target", ("backend", KIND), ("device", dev.name), ("driver", dev.driver),
                   ("spirv", spirv_key()))
 

@@ -21,10 +21,10 @@ import numpy as np
 from .. import types as T
 from ..archs import qualify, resolve
 from ..cache import bundle as bundle_mod
-from ..cache import store
+from ..cache import entry, trust
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
-from ..cache.warm import tack_version_id, variant_key
+from ..cache.keys import tack_version_id, variant_key
 
 
 
@@ -178,7 +178,7 @@ def compile_variant(target, lowered, lowered_key, argtypes, grid):
     path and metadata writer every compile uses (``tack.compiler``)."""
     from ..compiler import compile_variant as compile_artifact
     art = compile_artifact(lowered, lowered_key, argtypes, grid, target)
-    return store.KIND_VARIANT, art.key, store.encode(store.KIND_VARIANT, art.key, art.meta, art.payload)
+    return entry.KIND_VARIANT, art.key, entry.encode(entry.KIND_VARIANT, art.key, art.meta, art.payload)
 
 
 class Progress:
@@ -215,7 +215,7 @@ def build_arch(arch, specs, llvm, progress):
     Specs that need the same variant (shape-generic kernels warmed for several
     shapes) compile it once.
     """
-    from ..cache.warm import lowered_key, template_ids
+    from ..cache.keys import lowered_key, template_ids
     from ..launch import argtypes_of
     target = build_target(arch)
     tk = target.key
@@ -228,8 +228,8 @@ def build_arch(arch, specs, llvm, progress):
         lowered = kernel.lower(templates, False)
         lkey = lowered_key(kernel, template_ids(templates), False)
         if lkey not in lowered_entries:
-            lowered_entries[lkey] = (store.KIND_LOWERED, lkey, store.encode(
-                store.KIND_LOWERED, lkey, {"kernel": lowered.kernel.source.name, "dep": lowered.deps},
+            lowered_entries[lkey] = (entry.KIND_LOWERED, lkey, entry.encode(
+                entry.KIND_LOWERED, lkey, {"kernel": lowered.kernel.source.name, "dep": lowered.deps},
                 lowered.to_bytes()))
         vkey = variant_key(lkey, values, grid, tk)
         if vkey not in seen:
@@ -247,7 +247,7 @@ def write_bundle(out_dir, arch, tk, llvm, entries, target):
             "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
     data = bundle_mod.pack(entries, meta)
     path = os.path.join(out_dir, site_bundle_name(arch, tk, meta["machine"]))
-    store.write_atomic(path, data, mode=0o644)
+    trust.write_atomic(path, data, mode=0o644)
     return path, len(data)
 
 
@@ -324,7 +324,7 @@ def _bundle_paths(directory):
             raise FileNotFoundError("no bundle directory given and TACK_CACHE_BUNDLES is not set")
         directory = dirs[0]
     return directory, sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                             if n.startswith(BUNDLE_PREFIX) and store.TMP_MARK not in n)
+                             if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)
 
 
 def staleness(b, node_llvm):
@@ -395,7 +395,7 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
             continue
         why = staleness(b, node_llvm)
         rank, reason = applies(b, path, node_arch, candidates, host_key)
-        variants = [k for (kind, k) in b.index if kind == store.KIND_VARIANT]
+        variants = [k for (kind, k) in b.index if kind == entry.KIND_VARIANT]
         state = "current" if not why else "STALE"
         use = f"used by this node ({reason})" if rank is not None and not why else \
             f"not used by this node ({reason})" if rank is None else "not used by this node (stale)"
@@ -407,7 +407,7 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
             print(f"  stale: {reason}", file=out)
         if why:
             for kind, key in sorted(b.index):
-                if kind == store.KIND_VARIANT:
+                if kind == entry.KIND_VARIANT:
                     got = b.get(kind, key)
                     name = got[0].get("kernel", "?") if got else "(damaged)"
                     print(f"    {name} {key[:16]}", file=out)
@@ -500,14 +500,14 @@ def rebuild_bundle(path, llvm, out=sys.stdout):
     tk = target.key
     lowered, entries = {}, []
     for (kind, key) in sorted(b.index):
-        if kind == store.KIND_LOWERED:
+        if kind == entry.KIND_LOWERED:
             got = b.get(kind, key)
             if got is not None:
                 lowered[key] = LoweredKernel.from_bytes(got[1])
-                entries.append((kind, key, store.encode(kind, key, got[0], got[1])))
+                entries.append((kind, key, entry.encode(kind, key, got[0], got[1])))
     count = 0
     for (kind, key) in sorted(b.index):
-        if kind != store.KIND_VARIANT:
+        if kind != entry.KIND_VARIANT:
             continue
         got = b.get(kind, key)
         if got is None:

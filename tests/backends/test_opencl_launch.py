@@ -109,7 +109,7 @@ def run_warm(cache):
 
 def variant_entries(cache):
     """{path: (backend, arch, payload, key, meta)} of the variant entries under a cache directory."""
-    from tack.cache.warm import KIND_VARIANT, decode
+    from tack.cache.entry import KIND_VARIANT, decode
     out = {}
     for path in sorted(cache.rglob("*.tvar")):
         key, meta, payload = decode(path.read_bytes(), KIND_VARIANT)
@@ -133,8 +133,7 @@ def test_a_second_process_loads_the_drivers_binary_from_the_cache(tmp_path):
     assert warm["ntri"] == cold["ntri"] > 0 and warm["formats"] == ["native", "native"]
     assert warm["stats"]["hits"]["variant"] == 2 and warm["compiler"] == []
     assert warm["stats"]["bytes_written"] == 0
-    from tack.cache.store import encode
-    from tack.cache.warm import KIND_VARIANT
+    from tack.cache.entry import KIND_VARIANT, encode
     for path, (backend, _, payload, key, meta) in entries.items():
         if backend == "opencl":         # a valid entry whose binary the driver refuses
             spirv, native = gpu.unpack_level_zero(payload)

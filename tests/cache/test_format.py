@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tack.backends import cpu_identity
-from tack.cache import store, warm
+from tack.cache import entry
 
 # Field names as the store writes them: no tab, newline or backslash.
 names = st.text(st.characters(blacklist_characters="\t\n\\", blacklist_categories=("Cs",)),
@@ -20,13 +20,13 @@ def test_metadata_round_trip(scalars, rows):
     """Any text (tabs, newlines, backslashes included) comes back as written, rows as rows."""
     meta = {k: v for k, v in scalars.items() if k not in ("dep", "site", "arg", "argspec")}
     meta["dep"] = rows
-    assert store.decode_meta(store.encode_meta(meta)) == {"site": [], "arg": [], "argspec": [], **meta}
+    assert entry.decode_meta(entry.encode_meta(meta)) == {"site": [], "arg": [], "argspec": [], **meta}
 
 
 @pytest.mark.parametrize("text", [b"kernel", b"kernel\ta\tb", b"dep\ta\nkernel", b"entry\\t\tx\ty"])
 def test_metadata_with_a_wrong_number_of_values_is_damaged(text):
-    with pytest.raises(store.DamagedEntry, match="metadata field"):
-        store.decode_meta(text)
+    with pytest.raises(entry.DamagedEntry, match="metadata field"):
+        entry.decode_meta(text)
 
 
 def test_first_cpu_block_across_reads(tmp_path):
@@ -51,15 +51,15 @@ def test_first_cpu_without_blank_line(tmp_path):
 
 def test_metadata_only_the_fields_asked_for():
     """A hit parses just what it uses; the other fields are skipped, even when odd."""
-    text = store.encode_meta({"arch": "zen3", "dep": [["k", "tack", "module", "tack"]], "entry": "e",
+    text = entry.encode_meta({"arch": "zen3", "dep": [["k", "tack", "module", "tack"]], "entry": "e",
                               "site": [["f", "a", "p", "1", "k", "0"]], "target": "x\ty",
                               "argspec": [["array:float64:1:C:w"]]})
-    meta = store.decode_meta(text, only=warm.HIT_FIELDS)
+    meta = entry.decode_meta(text, only=entry.HIT_FIELDS)
     assert meta == {"dep": [["k", "tack", "module", "tack"]], "entry": "e",
                     "site": [["f", "a", "p", "1", "k", "0"]], "argspec": [["array:float64:1:C:w"]]}
-    assert store.decode_meta(text + b"\nkernel\ta\tb", only=warm.HIT_FIELDS) == meta
-    with pytest.raises(store.DamagedEntry):
-        store.decode_meta(text + b"\nentry\ta\tb", only=warm.HIT_FIELDS)
+    assert entry.decode_meta(text + b"\nkernel\ta\tb", only=entry.HIT_FIELDS) == meta
+    with pytest.raises(entry.DamagedEntry):
+        entry.decode_meta(text + b"\nentry\ta\tb", only=entry.HIT_FIELDS)
 
 
 @pytest.mark.parametrize("cpuinfo", ["missing", "no flags"])

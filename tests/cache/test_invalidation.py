@@ -111,7 +111,7 @@ def test_other_tack_version_has_its_own_entries(warm):
     """Another Tack version misses every stored entry and stores its own in a new version directory."""
     cache, src = warm
     before = set(os.listdir(cache))
-    prelude = "import tack.cache.warm as K\nK.tack_version_id = lambda: '9.9.9'\n"
+    prelude = "import tack.cache.keys as K\nK._version_id = '9.9.9'\n"
     run = run_child(cache, src, KMOD_LAUNCHES, prelude=prelude)
     check_results(run)
     assert all(compiled(r) for r in run.results)

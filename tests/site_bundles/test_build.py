@@ -12,7 +12,7 @@ import pytest
 import tack
 import tack.frontend.lower
 from tack.api import Kernel
-from tack.cache import bundle, store
+from tack.cache import bundle, entry, trust
 from tack.backends.cpu_runtime import arch_key as arch_target_key, host_arch, llvm_version
 from tack.site import build
 from tack.kernels.contour import tack_warm
@@ -95,7 +95,7 @@ def test_several_shapes_build_one_set_of_variants(tmp_path, own_cache):
     assert rc == 0, out + err
     (name,) = os.listdir(out_dir)
     b = bundle.read(str(out_dir / name))
-    nvariants = sum(1 for kind, _ in b.index if kind == store.KIND_VARIANT)
+    nvariants = sum(1 for kind, _ in b.index if kind == entry.KIND_VARIANT)
     assert nvariants == len(WARM) == KERNELS
     r = contour_in_fresh_process(own_cache, out_dir)          # an 8^3 field: not a shape built for
     assert r["stats"]["hits"]["variant"] == KERNELS and r["stats"]["misses"]["variant"] == 0
@@ -149,7 +149,7 @@ def test_one_arch_failing_does_not_stop_the_others(tmp_path):
     assert "zen6" in out and "FAILED" in out and "cannot target cpu:zen6" in out
     names = os.listdir(out_dir)
     assert len(names) == 1 and host_arch() in names[0]
-    assert not [n for n in names if store.TMP_MARK in n]
+    assert not [n for n in names if trust.TMP_MARK in n]
 
 
 def test_module_that_fails_to_import_is_reported(tmp_path):
@@ -179,7 +179,7 @@ def test_gpu_archs_are_built_into_bundles_of_their_own(tmp_path):
     assert any("-spirv-generic-" in n for n in names)
     for name in names:
         b = bundle.read(str(tmp_path / "bundles" / name))
-        meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
+        meta, payload = next(b.get(k, key) for (k, key) in b.index if k == entry.KIND_VARIANT)
         if b.meta["arch"] == "cuda:sm_90":
             assert payload.startswith(b"//") and b".target sm_90" in payload and meta["suffix"] == ".ptx"
         elif b.meta["arch"] == "rocm:gfx90a":
@@ -198,7 +198,7 @@ def test_other_isa_object_code(tmp_path):
     assert rc == 0, out + err
     (name,) = os.listdir(tmp_path / "bundles")
     b = bundle.read(str(tmp_path / "bundles" / name))
-    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
+    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == entry.KIND_VARIANT)
     assert payload[:4] == b"\x7fELF" and int.from_bytes(payload[18:20], "little") == 183  # EM_AARCH64
     assert "triple=aarch64" in meta["target"]
 
@@ -230,7 +230,7 @@ def test_power_cpu_gets_llvm_name(tmp_path):
     assert rc == 0, out + err
     (name,) = os.listdir(tmp_path / "bundles")
     b = bundle.read(str(tmp_path / "bundles" / name))
-    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
+    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == entry.KIND_VARIANT)
     assert "cpu=pwr9" in meta["target"] and int.from_bytes(payload[18:20], "little") == 21  # EM_PPC64
 
 

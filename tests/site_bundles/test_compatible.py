@@ -9,6 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import tack.cache
 from tack import archs
 from tack.backends import cpu as toolchain
 from tack.backends import cpu_identity, cpu_runtime
@@ -87,7 +88,7 @@ class TestAncestorOrder:
             (tmp_path / name).write_bytes(b"")
         monkeypatch.setattr(cpu_runtime, "host_arch", lambda: "zen2")
         monkeypatch.setattr(cpu_runtime.platform, "machine", lambda: "x86_64")
-        store = SiteBundleStore(str(tmp_path), cpu_runtime)
+        store = SiteBundleStore(tack.cache.new_stats(), print, str(tmp_path), cpu_runtime.site_candidates)
         store._open()
         assert [os.path.basename(s.path).split("-")[3] for s in store.stores] == ["x86_64_v3", "x86_64_v2"]
 
