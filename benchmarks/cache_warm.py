@@ -53,6 +53,7 @@ Targets (printed next to the figures, never asserted):
 from __future__ import annotations
 
 import argparse
+import compileall
 import importlib.util
 import os
 import random
@@ -193,6 +194,7 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         site = os.path.join(tmp, "site")          # Tack installed: the package, as a wheel lays it out
         shutil.copytree(os.path.join(ROOT, "tack"), os.path.join(site, "tack"),
                         ignore=shutil.ignore_patterns("__pycache__"))
+        compileall.compile_dir(site, quiet=1)     # as pip does at install, whatever PYTHONDONTWRITEBYTECODE says
         env_cold = {"TACK_CACHE": "off", "TACK_CACHE_DIR": os.path.join(tmp, "tack-off"),
                     "TACK_BENCH_SITE": site}
         env_warm = {"TACK_CACHE_DIR": os.path.join(tmp, "tack"), "TACK_BENCH_SITE": site}
