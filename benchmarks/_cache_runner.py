@@ -69,7 +69,7 @@ def _run_tack(n, out):
     out["cache_stage_s"] = sum(t.get("cache", 0.0) for t in timings.values())
     import tack
     import tack.cache
-    from tack.cache.warm import tack_version_id
+    from tack.cache.keys import tack_version_id
     out["cache_stats"] = tack.cache.stats()
     out["cache_env"] = os.environ.get("TACK_CACHE")
     out["tack_version"] = tack_version_id()      # the version directory this process used

@@ -174,7 +174,7 @@ for name in kmod.KERNELS:
 # -- done: nothing below is counted --------------------------------------------------------------
 final = {k: dict(v) for k, v in counts.items()}
 ROOTS.clear()
-from tack.cache.warm import tack_version_id  # noqa: E402  (already computed by the launches)
+from tack.cache.keys import tack_version_id  # noqa: E402  (already computed by the launches)
 report = {"rank": rank, "size": size, "strategy": strategy, "ok": ok, "loaded": loaded,
           "kernels": len(kmod.KERNELS), "counts": final, "cache_paths": cache_paths,
           "stats": tack.cache.stats(), "mode": tack.cache.settings().mode,

@@ -10,7 +10,11 @@ so that both see the same load:
   compiles (front end, specializer, codegen, LLVM);
 * **warm**: ``_cache_runner.py tack N`` from a cache directory of that
   checkout's own, filled by one process first: ``import tack`` and the first
-  call, which loads both contour kernels from the cache.
+  call, which loads both contour kernels from the cache.  Tack runs as
+  installed (its package copied out of the checkout, as a wheel lays it out,
+  and found first through ``TACK_BENCH_SITE``): a checkout's Tack also hashes
+  its own sources on a first call, which an installed Tack never does and
+  which grows with the number of files.
 
 Each checkout runs its own runner scripts, so a change that renames modules
 is timed as it stands.  Prints the medians (first call wall time, ``import
@@ -22,6 +26,7 @@ shared machine) and the ratios this/base.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
@@ -49,10 +54,15 @@ def run_once(root: str, size: int, runner: str, env_extra: dict) -> dict:
     return report
 
 
-def cases(cache_dir: str) -> dict:
-    """case name -> (runner, environment) for one checkout."""
+def cases(root: str, scratch: str) -> dict:
+    """case name -> (runner, environment) for one checkout; its package installed under ``scratch``."""
+    site = os.path.join(scratch, "site")
+    shutil.copytree(os.path.join(root, "tack"), os.path.join(site, "tack"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    compileall.compile_dir(site, quiet=1)   # as pip does at install, whatever PYTHONDONTWRITEBYTECODE says
     return {"cold": ("_cold_runner.py", {"TACK_CACHE": "off"}),
-            "warm": ("_cache_runner.py", {"TACK_CACHE_DIR": cache_dir})}
+            "warm": ("_cache_runner.py", {"TACK_CACHE_DIR": os.path.join(scratch, "cache"),
+                                          "TACK_BENCH_SITE": site})}
 
 
 def main(argv=None) -> int:
@@ -64,10 +74,11 @@ def main(argv=None) -> int:
     roots = {"base": os.path.abspath(args.base), "this": HERE}
     scratch = tempfile.mkdtemp(prefix="tack-before-after-")
     try:
-        plan = {name: cases(os.path.join(scratch, name)) for name in roots}
+        plan = {name: cases(root, os.path.join(scratch, name)) for name, root in roots.items()}
         for name, root in roots.items():            # fill each warm cache; warm the OS file cache
             runner, env = plan[name]["warm"]
-            run_once(root, args.size, runner, env)
+            for _ in range(2):                      # the second writes the installed copy's .pyc
+                run_once(root, args.size, runner, env)
         runs = {(name, case): [] for name in roots for case in ("cold", "warm")}
         for _ in range(args.runs):
             for case in ("cold", "warm"):

@@ -35,7 +35,7 @@ made for this run in a temporary directory (deleted at the end unless
 3. **Cost of a hit against the size of the cache.**  For each count in
    ``--entries``: a fresh cache directory primed by one Tack process (the
    contour's real entries), then that many synthetic but valid entries
-   (``tack.cache.store.encode`` + ``write_atomic``, random keys, half lowered
+   (``tack.cache.entry.encode`` + ``write_atomic``, random keys, half lowered
    kernels, half variants) in this Tack version's directory; then
    ``--hit-processes`` warm processes per count, round-robin over the counts.
 
@@ -53,6 +53,7 @@ Targets (printed next to the figures, never asserted):
 from __future__ import annotations
 
 import argparse
+import compileall
 import importlib.util
 import os
 import random
@@ -146,13 +147,13 @@ def _private_dir(path):
 
 def fill_entries(version_dir, count, seed=0):
     """Write ``count`` synthetic, valid entries (random keys) into a version directory."""
-    from tack.cache import store
+    from tack.cache import entry, trust
     rng = random.Random(seed)
     made = set()
     for i in range(count):
-        kind = store.KIND_VARIANT if i % 2 else store.KIND_LOWERED
+        kind = entry.KIND_VARIANT if i % 2 else entry.KIND_LOWERED
         key = rng.randbytes(32).hex()
-        path = store.entry_path(version_dir, kind, key)
+        path = entry.entry_path(version_dir, kind, key)
         fan = os.path.dirname(path)
         if fan not in made:
             _private_dir(os.path.dirname(fan))
@@ -160,11 +161,11 @@ def fill_entries(version_dir, count, seed=0):
             made.add(fan)
         name = f"synthetic_{i}"
         meta = {"kernel": name, "dep": [[name, "tack", "module", "tack"]]}
-        if kind == store.KIND_VARIANT:
+        if kind == entry.KIND_VARIANT:
             meta.update({"entry": f"tack_{key}_entry", "lowered": rng.randbytes(32).hex(),
                          "arg": [["array(float32, (21, 21, 21))"], ["float64"]],
                          "target": "backend=cpu;synthetic", "site": []})
-        store.write_atomic(path, store.encode(kind, key, meta, rng.randbytes(SYNTH_PAYLOAD)))
+        trust.write_atomic(path, entry.encode(kind, key, meta, rng.randbytes(SYNTH_PAYLOAD)))
 
 
 def _count_entries(version_dir):
@@ -193,6 +194,7 @@ def measure(processes=10, hit_processes=5, entries=(10, 1000, 10000), size=21, w
         site = os.path.join(tmp, "site")          # Tack installed: the package, as a wheel lays it out
         shutil.copytree(os.path.join(ROOT, "tack"), os.path.join(site, "tack"),
                         ignore=shutil.ignore_patterns("__pycache__"))
+        compileall.compile_dir(site, quiet=1)     # as pip does at install, whatever PYTHONDONTWRITEBYTECODE says
         env_cold = {"TACK_CACHE": "off", "TACK_CACHE_DIR": os.path.join(tmp, "tack-off"),
                     "TACK_BENCH_SITE": site}
         env_warm = {"TACK_CACHE_DIR": os.path.join(tmp, "tack"), "TACK_BENCH_SITE": site}

@@ -59,7 +59,7 @@ def run(device, size, env):
 
 def strip_driver_entries(cache):
     """Remove the variant entries stored back from a driver's build, keeping the portable ones."""
-    from tack.cache.warm import KIND_VARIANT, decode
+    from tack.cache.entry import KIND_VARIANT, decode
     removed = 0
     for dirpath, _, files in os.walk(cache):
         for name in files:

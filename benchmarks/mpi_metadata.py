@@ -133,7 +133,7 @@ def _reports(out_dir):
 
 def current_version():
     """Tack's version id as of now (a source checkout's changes with every edit of its files)."""
-    from tack.cache.warm import tack_version_id
+    from tack.cache.keys import tack_version_id
     return tack_version_id.__wrapped__()
 
 
@@ -580,7 +580,7 @@ def report(res, file=None):
     vs = res["version_scan"]
     p(f"  Not counted above (outside TACK_CACHE_DIR): every rank, in every strategy (load_bundle "
       f"too), scans Tack's own package directory to compute the version id of a source checkout "
-      f"(tack.cache.warm.tack_version_id): {'/'.join(map(str, scan))} ops per rank "
+      f"(tack.cache.keys.tack_version_id): {'/'.join(map(str, scan))} ops per rank "
       f"({det['scandir']} scandir + {det['direntry_stat']} DirEntry.stat + "
       f"{det['stat'] + det['lstat']} stat); at {R:,} ranks: {R:,} x {_n(vs['per_rank'])} = "
       f"{_n(vs['job_ops'])} ops / {rate:,} ops/s = {_secs(vs['mds_seconds'])}, if Tack's checkout "

@@ -24,7 +24,7 @@ SHAPES = ([[21, 21, 21]], [[21, 21, 21], [33, 33, 33], [64, 64, 64], [17, 23, 30
 
 
 def build(arch: str, shapes, directory: str):
-    from tack.cache import bundle, store
+    from tack.cache import bundle, entry
     from tack.site import build as site_build
     from tack.site.config import load
     cfg_path = os.path.join(directory, "site.yaml")
@@ -39,7 +39,7 @@ def build(arch: str, shapes, directory: str):
         raise SystemExit(f"bundles build failed for {arch}")
     (name,) = os.listdir(out)
     b = bundle.read(os.path.join(out, name))
-    variants = sum(1 for kind, _ in b.index if kind == store.KIND_VARIANT)
+    variants = sum(1 for kind, _ in b.index if kind == entry.KIND_VARIANT)
     return variants, len(b), len(b.data), secs
 
 

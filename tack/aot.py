@@ -27,9 +27,9 @@ __all__ = ["Artifact", "build", "compile", "save", "save_bundle", "target_of"]
 
 def target_of(arch: str):
     """The toolchain target for ``kind:name`` (a bare name is a CPU's); ValueError if none."""
-    from .archs import parse
+    from .archs import resolve
     from .backends import toolchain
-    kind, name = parse(arch)
+    kind, name = resolve(arch)
     return toolchain(kind).target(f"{kind}:{name}")
 
 
@@ -46,12 +46,12 @@ def build(target, specs, debug: bool = False, step=None) -> list:
     """Compile each ``(kernel, example args, grid)`` of ``specs`` for the toolchain ``target``
     -> [Artifact].  Specs that need the same variant (a shape-generic kernel warmed for several
     shapes) compile it once.  ``step(done, kernel, value types)`` follows each spec."""
-    from .cache.warm import variant_key
+    from .cache.keys import variant_key
     from .compiler import compile_variant, prepare
     arts, seen = [], set()
     for done, (kernel, args, grid) in enumerate(specs, 1):
-        sig, lowered, key = prepare(kernel, args, debug)
-        values = sig.value_types
+        typed, lowered, key = prepare(kernel, args, debug)
+        values = typed.value_types
         vkey = variant_key(key, values, grid, target.key)
         if vkey not in seen:
             seen.add(vkey)
@@ -70,33 +70,34 @@ def _host_or(target):
 
 def _entries(artifacts):
     """[(kind, key, encoded entry)]: each lowered kernel once, then each variant."""
-    from .cache import store
+    from .cache import entry
     from .compiler import lowered_meta
     out, seen = [], set()
     for a in artifacts:
         if a.lowered_key not in seen:
             seen.add(a.lowered_key)
-            out.append((store.KIND_LOWERED, a.lowered_key, store.encode(
-                store.KIND_LOWERED, a.lowered_key, lowered_meta(a.lowered), a.lowered.to_bytes())))
+            out.append((entry.KIND_LOWERED, a.lowered_key, entry.encode(
+                entry.KIND_LOWERED, a.lowered_key, lowered_meta(a.lowered), a.lowered.to_bytes())))
     for a in artifacts:
-        out.append((store.KIND_VARIANT, a.key, store.encode(store.KIND_VARIANT, a.key, a.meta, a.payload)))
+        out.append((entry.KIND_VARIANT, a.key, entry.encode(entry.KIND_VARIANT, a.key, a.meta, a.payload)))
     return out
 
 
 def save(artifacts, directory: str) -> int:
     """Store artifacts as entries of the cache directory ``directory`` (this Tack version's
     part of it, created private as the cache creates it). -> entries written."""
-    from .cache import store
-    from .cache.size import VERSION_MARKER
-    from .cache.warm import entry_path, tack_version_id
+    from .cache import trust
+    from .cache.entry import entry_path
+    from .cache.keys import tack_version_id
+    from .cache.trust import VERSION_MARKER
     version_dir = os.path.join(directory, tack_version_id())
     os.makedirs(directory, 0o700, exist_ok=True)
     entries = _entries(artifacts)
     for kind, key, data in entries:
         path = entry_path(version_dir, kind, key)
         for d in (version_dir, os.path.dirname(os.path.dirname(path)), os.path.dirname(path)):
-            store.ensure_private_dir(d, VERSION_MARKER if d == version_dir else None)
-        store.write_atomic(path, data)
+            trust.ensure_private_dir(d, VERSION_MARKER if d == version_dir else None)
+        trust.write_atomic(path, data)
     return len(entries)
 
 

@@ -2,9 +2,11 @@
 
 ``cpu:zen3``, ``cpu:x86_64_v3`` (CPUs by archspec's names, conda-forge's
 microarchitecture levels among them), ``cuda:sm_90``, ``rocm:gfx90a``,
-``level_zero:pvc``.  A bare name means ``cpu:``.  Every command line, site
-config, bundle header and message reads and writes these; LLVM's own CPU
-names (``znver3``) are an implementation detail of the CPU backend.
+``level_zero:pvc``, ``spirv:generic``, ``metal:apple``.  A bare name means
+``cpu:``.  Every command line, site config, bundle header and message reads
+and writes these; LLVM's own CPU names (``znver3``) are an implementation
+detail of the CPU backend.  Which names each kind builds is the registry's
+(``tack.backends.arch_names``): ``resolve`` asks it.
 
 The CPU rule for compatible code: a node can run code built for its own
 microarchitecture and for each of archspec's ancestors of it, and looks for
@@ -17,15 +19,7 @@ from __future__ import annotations
 
 import difflib
 
-KINDS = {"cpu": "a CPU microarchitecture (archspec's name: zen3, x86_64_v3, neoverse_v2)",
-         "cuda": "an NVIDIA compute capability (sm_80, sm_90)",
-         "rocm": "an AMD GPU (gfx90a, gfx942)",
-         "level_zero": "an Intel GPU (pvc, dg2)",
-         "metal": "an Apple GPU family (apple, apple7 ... apple9, mac2): Metal source"}
-
-
-class ArchError(ValueError):
-    """An architecture name that is not ``kind:name`` of a known kind, or names no such arch."""
+from .backends.arch_names import KINDS, ArchError, cpu_microarch
 
 
 def parse(text) -> tuple[str, str]:
@@ -51,21 +45,23 @@ def qualify(text) -> str:
     return f"{kind}:{name}"
 
 
-def cpu_target(name: str):
-    """archspec's microarchitecture ``name``; ArchError (with a close match) if it knows none."""
-    import archspec.cpu
-    try:
-        return archspec.cpu.TARGETS[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, archspec.cpu.TARGETS, n=3)
-        raise ArchError(f"cpu:{name}: archspec knows no such CPU microarchitecture"
-                        + (f" (did you mean {', '.join('cpu:' + c for c in close)}?)" if close else ""))
+def resolve(text) -> tuple[str, str]:
+    """``(kind, name)`` of an architecture Tack builds (an alias gives its name: ``level_zero:acm``
+    -> ``('level_zero', 'dg2')``); ArchError, saying what the kind builds, otherwise.  The one
+    check of a name (``tack.backends.arch_names``), for the site config, ``bundles build`` and
+    the toolchains alike.  An AMD target id keeps its features: ``rocm:gfx90a:xnack-``."""
+    if isinstance(text, str) and text.startswith("rocm:") and text.count(":") > 1:
+        kind, name = "rocm", text[len("rocm:"):]
+        parse(f"rocm:{name.split(':')[0]}")
+    else:
+        kind, name = parse(text)
+    return kind, KINDS[kind].resolve(name)
 
 
 def cpu_candidates(name: str) -> list[str]:
     """``name`` and every archspec ancestor of it, most specific first: the CPU archs whose code
     a node of microarchitecture ``name`` runs, in the order it looks for them."""
-    target = cpu_target(name)
+    target = cpu_microarch(name)
     order = {a.name: i for i, a in enumerate(target.ancestors)}
     # Deeper in archspec's tree = more specific; ties keep archspec's own order.
     ancestors = sorted(target.ancestors, key=lambda a: (-len(a.ancestors), order[a.name]))

@@ -1,7 +1,7 @@
-"""A launch's arguments -> their Tack types, and the kernel's signature for those types.
+"""A launch's arguments -> their Tack types, split into template bindings and values.
 
 Every compile starts here: a launch's miss (``tack.launch``), ``tack.aot`` and
-the site tool.  ``signature`` types each argument (an array's dtype, rank,
+the site tool.  ``typed_args`` types each argument (an array's dtype, rank,
 layout and writability, its shape where the kernel compiles it in; a class
 is a template), and splits the template bindings, which the front end
 specializes on, from the value arguments, which are compiled and passed.
@@ -19,25 +19,28 @@ from . import types as T
 from .fingerprints import class_fingerprint
 
 
-class Signature(NamedTuple):
-    """A launch's arguments, typed: ``templates`` ({param: class}, what the kernel is lowered
-    for), and of the other arguments their types, parameter names and positions in ``args``."""
+class TypedArgs(NamedTuple):
+    """A launch's arguments, typed: every argument's type, ``templates`` ({param: class}, what
+    the kernel is lowered for), and of the other arguments their types, parameter names and
+    positions in ``args`` (what is compiled and passed)."""
+    argtypes: list
     templates: dict
     value_types: tuple
     value_params: list
     arg_index: list
 
 
-def signature(kernel, args) -> Signature:
-    """The signature of ``kernel`` launched with ``args``; TypeError for a wrong argument count
-    or an argument Tack cannot take, naming the parameter."""
+def typed_args(kernel, args) -> TypedArgs:
+    """The arguments of ``kernel`` launched with ``args``, typed; TypeError for a wrong argument
+    count or an argument Tack cannot take, naming the parameter."""
     params = kernel.params
     if len(args) != len(params):
         raise TypeError(f"kernel '{kernel.__qualname__}' takes {len(params)} arguments "
                         f"({', '.join(params)}), got {len(args)}")
     argtypes = argtypes_of(kernel, args)
     values = [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)]
-    return Signature({p: a for p, a, t in zip(params, args, argtypes) if isinstance(t, T.Template)},
+    return TypedArgs(argtypes,
+                     {p: a for p, a, t in zip(params, args, argtypes) if isinstance(t, T.Template)},
                      tuple(argtypes[i] for i in values), [params[i] for i in values], values)
 
 

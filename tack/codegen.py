@@ -14,7 +14,8 @@ bounds checks, device-function calls -- is shared.
 
 Values in the generator mirror Tack types: a scalar is one LLVM value, an
 array a struct of a pointer to its first element and the extents and strides
-not compiled in (``array_fields``), a tuple a Python list of values.
+not compiled in (``argument_layout.array_fields``: the order every launch passes them in), a
+tuple a Python list of values.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from . import types as T
 from .errors import BoundsSite, CompileError
 from .ir import assignments
 from .language import MATH1, MATH2
+from .backends.argument_layout import array_fields
 from .specialize import TypedFunction, TypedKernel, arith_type, math_type
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -64,12 +66,6 @@ class _AllocaIn(ir.instructions.AllocaInstr):
 
     def descr(self, buf):
         buf.append(f"alloca {self.allocated_type}, addrspace({self.addrspace})")
-
-
-def array_fields(t: T.Array) -> int:
-    """How many i64 values follow an array's data pointer, at launch and in registers:
-    its extents unless its shape is static, then its strides (in elements) if its layout is A."""
-    return (0 if t.shape is not None else t.ndim) + (t.ndim if t.layout == "A" else 0)
 
 
 def declare_intrinsic(module, name, ret, args):

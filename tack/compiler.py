@@ -3,7 +3,7 @@
 Every compile runs the same preamble and core, whoever asks: a launch's
 cache miss (``tack.launch``), ``tack.aot`` and so ``tack.site bundles build``,
 and ``bundles rebuild`` (from the lowered kernels a bundle carries).  The
-preamble is ``tack.argtypes.signature`` (the arguments typed, templates split
+preamble is ``tack.argtypes.typed_args`` (the arguments typed, templates split
 from values), then ``lower`` (the front end, memoized on the kernel, or the
 cache's copy) and the lowered kernel's key; ``prepare`` runs it all.  The core
 is ``compile_variant``.  ``lowered_meta`` and ``variant_meta`` are the one
@@ -19,7 +19,7 @@ import hashlib
 from typing import NamedTuple
 
 from . import types as T
-from .argtypes import Signature, signature
+from .argtypes import TypedArgs, typed_args
 
 
 class Artifact(NamedTuple):
@@ -51,8 +51,8 @@ class Artifact(NamedTuple):
 
 
 class Prepared(NamedTuple):
-    """What the preamble gives the compile: the signature, the lowered kernel and its key."""
-    signature: Signature
+    """What the preamble gives the compile: the typed arguments, the lowered kernel and its key."""
+    typed: TypedArgs
     lowered: object
     lowered_key: str
 
@@ -60,27 +60,26 @@ class Prepared(NamedTuple):
 def prepare(kernel, args, debug: bool = False) -> Prepared:
     """Type ``args``, lower ``kernel`` for their templates (memoized) and key the lowered kernel:
     everything a compile needs but the target.  (A launch runs the same steps, with a cache
-    lookup between them: ``signature``, the key, ``lower``.)"""
-    from .cache.warm import lowered_key, template_ids
-    sig = signature(kernel, args)
-    key = lowered_key(kernel, template_ids(sig.templates), debug)
-    return Prepared(sig, lower(kernel, sig.templates, debug), key)
+    lookup between them: ``typed_args``, the key, ``lower``.)"""
+    from .cache.keys import lowered_key, template_ids
+    typed = typed_args(kernel, args)
+    key = lowered_key(kernel, template_ids(typed.templates), debug)
+    return Prepared(typed, lower(kernel, typed.templates, debug), key)
 
 
-def lower(kernel, templates: dict | None = None, debug: bool = False, chain=None,
+def lower(kernel, templates: dict | None = None, debug: bool = False, session=None,
           key: str | None = None, stage=lambda label: None):
     """The lowered kernel of ``kernel`` (a ``tack.api.Kernel``) for these template bindings
-    ({param: class}): the one it already lowered in this process, else, with a cache ``chain``,
-    the one stored under ``key``, else the front end's (then stored there).  ``stage(label)`` is
+    ({param: class}): the one it already lowered in this process, else, with a cache
+    ``session``, the one stored under ``key``, else the front end's (then stored there).  ``stage(label)`` is
     called after each step (cache, lower)."""
     templates = dict(templates or {})
     memo = tuple(sorted(templates.items(), key=lambda kv: kv[0])), bool(debug)
     lowered = kernel._lowered.get(memo)
     if lowered is not None:
         return lowered
-    if chain is not None:
-        from .cache import store
-        lowered = store.find_lowered(chain, kernel, templates, key)
+    if session is not None:
+        lowered = session.find_lowered(kernel, templates, key)
         stage("cache")
         if lowered is not None:
             kernel._lowered[memo] = lowered
@@ -88,8 +87,8 @@ def lower(kernel, templates: dict | None = None, debug: bool = False, chain=None
     from .frontend.lower import lower_kernel
     lowered = kernel._lowered[memo] = lower_kernel(kernel, templates, bool(debug))
     stage("lower")
-    if chain is not None:
-        store.store_lowered(chain, key, lowered_meta(lowered), lowered.to_bytes())
+    if session is not None:
+        session.store_lowered(key, lowered_meta(lowered), lowered.to_bytes())
         stage("cache")
     return lowered
 
@@ -99,7 +98,7 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
     """Specialize ``lowered`` for ``argtypes`` and a ``grid``-dimensional launch, generate
     code for ``target`` and compile it.  ``stage(label)`` is called after each step (the
     launch's timings: specialize, codegen, llvm)."""
-    from .cache.warm import variant_key
+    from .cache.keys import variant_key
     from .specialize import specialize
     typed = specialize(lowered, argtypes, grid)
     stage("specialize")

@@ -8,7 +8,7 @@ from typing import NamedTuple
 class Device(NamedTuple):
     """A device this process can launch on: its ``name``, the ``device`` string ``tack.launch``
     takes (``"cpu"``, ``"opencl:0"``, ``"cuda:1"``) and the ``target`` it compiles for
-    (``kind:name``: ``cpu:zen3``, ``level_zero:spirv``, ``cuda:sm_90``)."""
+    (``kind:name``: ``cpu:zen3``, ``spirv:generic``, ``cuda:sm_90``)."""
     name: str
     device: str
     target: str
@@ -44,7 +44,5 @@ def to_device(array, device: str):
     """``array`` kept on ``device`` across launches (its runtime's device array, whose
     ``.numpy()`` copies it back); on ``"cpu"``, the array itself."""
     from .backends import runtime_for
-    kind, rt = runtime_for(device)
-    if kind == "cpu":
-        return array
+    _, rt = runtime_for(device)
     return rt.to_device(array, device)

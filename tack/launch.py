@@ -9,8 +9,6 @@ point.
 
 from __future__ import annotations
 
-import ctypes
-import struct
 import sys
 import time
 
@@ -18,15 +16,9 @@ import numpy as np
 
 from . import types as T
 from .api import Kernel
-from .argtypes import device_array_type, signature
+from .argtypes import device_array_type, typed_args
 from .config import config
 from .errors import CompileError
-
-_PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
-_SLOT_FMT = {"bool": "?7x", "int32": "i4x", "int64": "q", "uint32": "I4x", "uint64": "Q",
-             "float32": "f4x", "float64": "d"}
-_pool = None
-_pool_size = 0
 
 
 def launch(kernel, dim, args=(), device="cpu", block=None):
@@ -133,36 +125,25 @@ def _static_key(a):
 def _compile(kernel, dims, args, device, debug):
     from .backends import runtime_for
     kind, runtime = runtime_for(device)         # ValueError naming the devices there are
-    if kind != "cpu":
-        runtime.get_device(device)              # <Kind>Unavailable, saying what to install
+    runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
     name = kernel.__qualname__
-    if kind == "cpu":
-        host = _host_dlpack(args)
-        if host:                        # other libraries' host arrays: NumPy views of them
-            inner = _compile(kernel, dims, _as_numpy(args, host), device, debug)
-            return HostArraysVariant(inner, host)
-    sig = signature(kernel, args)
-    templates, value_types = sig.templates, sig.value_types
-    value_params, arg_index = sig.value_params, sig.arg_index
-    if kind == "cpu":
-        for i, p, t in zip(arg_index, value_params, value_types):
-            if isinstance(t, T.Array) and not isinstance(args[i], np.ndarray):
-                raise TypeError(f"kernel '{name}': argument '{p}' is an array on a device "
-                                f"({type(args[i]).__name__}); launch on that device, or pass its "
-                                ".numpy() copy")
+    views = runtime.host_views(args)
+    if views is not None:               # other libraries' host arrays: NumPy views of them
+        viewed, wrap = views
+        return wrap(_compile(kernel, dims, viewed, device, debug))
+    typed = typed_args(kernel, args)
+    runtime.check_args(name, kernel.params, args, typed.argtypes)
+    templates, value_types = typed.templates, typed.value_types
+    value_params, arg_index = typed.value_params, typed.arg_index
 
     def variant(fn, sites, deps, meta):
         def locate(fid):
-            from .cache.store import locate as _locate
+            from .cache.deps import locate as _locate
             return _locate(deps, kernel, templates, fid)
-        if kind != "cpu":
-            return DeviceVariant(name, fn, runtime, meta, arg_index, sites if debug else None,
-                                 locate, value_params)
-        return CPUVariant(name, fn, value_params, value_types, arg_index,
-                          sites if debug else None, locate, meta.get("tidx"))
-
-    def load(payload, meta):
-        return runtime.load(payload, meta) if kind == "cpu" else runtime.load(payload, meta, device)
+        from .backends.variant import Signature
+        sig = Signature(name, value_params, value_types, arg_index, sites if debug else None,
+                        locate)
+        return runtime.make_variant(fn, meta, sig)
 
     timings = {}
     clock = time.perf_counter()
@@ -174,67 +155,38 @@ def _compile(kernel, dims, args, device, debug):
         clock = now
 
     from . import cache as _cache
-    chain = _cache.session(runtime)
+    session = _cache.session(kind, runtime.host_key(), runtime.site_candidates)
     keys = None
-    if chain is not None:
-        from .cache import warm
-        keys = warm.keys(kernel, templates, value_types, len(dims), debug)
-        hit = warm.find_variant(chain, kernel, templates, keys)
+    if session is not None:
+        from .cache.keys import keys as cache_keys
+        keys = cache_keys(kernel, templates, value_types, len(dims), debug)
+        hit = session.find_variant(kernel, templates, keys, runtime.lookup_keys(device))
         if hit is not None:
-            fn = _load_hit(chain, kernel, load, hit)
+            fn = _load_hit(session, kernel, runtime, device, hit)
             stage("cache")
             if fn is not None:
-                _store_back(runtime, chain, keys, kernel, value_types, len(dims), fn, hit.meta)
+                _store_back(runtime, session, keys, kernel, value_types, len(dims), fn, hit.meta)
                 kernel.timings = timings
                 return variant(fn, hit.sites, hit.meta["dep"], hit.meta)
         stage("cache")
-        from .cache import store as entries        # a miss: what compiling and storing need
 
     from .compiler import compile_variant, lower
     lkey = keys.lowered if keys else None
-    lowered = lower(kernel, templates, debug, chain, lkey, stage)
+    lowered = lower(kernel, templates, debug, session, lkey, stage)
     target = runtime.toolchain_target(device)
     stage("init")
     art = compile_variant(lowered, lkey, value_types, len(dims), target, debug, stage)
-    fn = load(art.payload, art.meta)
+    fn = runtime.load(art.payload, art.meta, device)
     stage("load")
-    if chain is not None:
-        entries.store_variant(chain, art)
-        _store_back(runtime, chain, keys, kernel, value_types, len(dims), fn, art.meta)
+    if session is not None:
+        session.store_variant(art)
+        _store_back(runtime, session, keys, kernel, value_types, len(dims), fn, art.meta)
         stage("cache")
     kernel.timings = timings
     return variant(fn, art.sites, lowered.deps, art.meta)
 
 
-def _host_dlpack(args) -> list:
-    """Indices of the arguments that are another library's arrays in host memory (DLPack).
-    (tack.dlpack is imported only when an argument offers DLPack: not on a NumPy launch.)"""
-    offers = [i for i, a in enumerate(args) if hasattr(a, "__dlpack__")
-              and not isinstance(a, (np.ndarray, np.generic, type))]
-    if not offers:
-        return []
-    from . import dlpack
-    return [i for i in offers if dlpack.is_dlpack(args[i])
-            and dlpack.device_of(args[i])[0] in dlpack.HOST]
-
-
-def _as_numpy(args, host):
-    from .dlpack import host_array
-    return tuple(host_array(a) if i in host else a for i, a in enumerate(args))
-
-
-class HostArraysVariant:
-    """A CPU variant launched with other libraries' host arrays (PyTorch CPU tensors, JAX CPU
-    arrays...): each is read through DLPack as a NumPy array over its memory, no copy."""
-
-    def __init__(self, inner, host):
-        self.inner, self.host = inner, set(host)
-
-    def run(self, args, dims, block=None):
-        self.inner.run(_as_numpy(args, self.host), dims, block)
-
-
-def _store_back(runtime, chain, keys, kernel, value_types, grid, fn, meta):
+def _store_back(runtime, session, keys, kernel, value_types, grid, fn, meta):
     """Store what a device's driver compiled while loading portable code (Level Zero's native
     code from SPIR-V, an OpenCL program binary) under the device's own key, where the runtime
     offers it (``runtime.store_back``); the next process then skips the driver's compile.
@@ -247,25 +199,23 @@ def _store_back(runtime, chain, keys, kernel, value_types, grid, fn, meta):
         if got is None:
             return
         target_key, payload, made = got
-        from .cache import store
         from .compiler import Artifact, driver_meta
         m = driver_meta(meta, kernel.__qualname__, keys.lowered, value_types, grid, target_key, made)
-        store.store_variant(chain, Artifact(keys.for_target(target_key), payload, m["entry"],
-                                            [], m, None, keys.lowered))
+        session.store_variant(Artifact(keys.for_target(target_key), payload, m["entry"], [], m,
+                                       None, keys.lowered))
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job
         from .cache import log
         log.debug("kernel '%s': the driver's code was not stored (%s: %s)",
                   kernel.__qualname__, type(e).__name__, e)
 
 
-def _load_hit(chain, kernel, load, hit):
+def _load_hit(session, kernel, runtime, device, hit):
     """A stored variant's entry point, through the backend's runtime; None (the entry left
     unused, and said why) if it does not load."""
     try:
-        return load(hit.payload, hit.meta)
+        return runtime.load(hit.payload, hit.meta, device)
     except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
-        from .cache.warm import unusable
-        unusable(chain, kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})")
+        session.unusable(kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})")
         return None
 
 
@@ -274,210 +224,3 @@ def report_timings(kernel, file=None):
     parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items())
     print(f"tack: first call of '{kernel.__qualname__}': {parts} "
           f"(total {sum(t.values()) * 1e3:.1f} ms)", file=file or sys.stderr)
-
-
-def _probe_data_offset():
-    """Offset of the data pointer in a NumPy array object, if reading it is safe here.
-
-    Reading ``PyArrayObject.data`` straight from the object is 7x faster than
-    ``a.ctypes.data``; it is used only where it was seen to agree.
-    """
-    off = 2 * ctypes.sizeof(ctypes.c_void_p)
-    probes = [np.zeros(3), np.arange(12).reshape(3, 4)[1:, ::2], np.empty((0,), np.int32)]
-    for a in probes:
-        if ctypes.c_void_p.from_address(id(a) + off).value != a.ctypes.data:
-            return None
-    return off
-
-
-_DATA_OFFSET = _probe_data_offset()
-_read_pointer = ctypes.c_void_p.from_address
-
-
-def data_pointer(a):
-    if _DATA_OFFSET is None:
-        return a.ctypes.data
-    return _read_pointer(id(a) + _DATA_OFFSET).value or 0
-
-
-def _element_strides(a):
-    size = a.itemsize
-    return [s // size for s in a.strides]
-
-
-class CPUVariant:
-    """A compiled kernel variant loaded in this process."""
-
-    def __init__(self, name, fn, params, types, arg_index, sites, locate=None, tidx=None):
-        self.name = name
-        self.locate = locate
-        self.fn = fn
-        self.sites = sites
-        # One 8-byte slot per scalar; per array, its data pointer, then its extents unless
-        # its shape is static, then its strides in elements if its layout is A (as
-        # codegen.array_fields and the backend's entry read them).
-        self.params, self.slot_formats, parts = [], [], []
-        for i, p, t in zip(arg_index, params, types):
-            if isinstance(t, T.Array):
-                parts.append(f"dp(args[{i}])")
-                n = 1
-                if t.shape is None:
-                    parts.append(f"*args[{i}].shape")
-                    n += t.ndim
-                if t.layout == "A":
-                    parts.append(f"*strides(args[{i}])")
-                    n += t.ndim
-                self.params += [p] * n
-                self.slot_formats += ["Q"] + ["q"] * (n - 1)
-            else:
-                parts.append(f"args[{i}]")
-                self.params.append(p)
-                self.slot_formats.append(_SLOT_FMT[t.name])
-        self.values = eval(f"lambda args: [{', '.join(parts)}]",     # noqa: S307 - our own text
-                           {"dp": data_pointer, "strides": _element_strides})
-        fmt = "<" + "".join(self.slot_formats) + "qqq" + ("Q" if sites is not None else "")
-        self.packer = struct.Struct(fmt)
-        # Arrays the kernel indexes by the thread index on every point (tack.gridcheck): a grid
-        # larger than one of them is refused before the launch, for the cost of comparing ints.
-        # (Debug mode checks every access as it runs, and says which index of which line.)
-        self.grid_checks = []
-        if tidx and sites is None:
-            from .gridcheck import decode
-            self.grid_checks = [(arg_index[p], params[p], axis, dim, off)
-                                for p, axis, dim, off in decode(tidx)
-                                if p < len(types) and isinstance(types[p], T.Array)
-                                and axis < types[p].ndim]
-        self.grid_too_large = None
-        if self.grid_checks:
-            test = " or ".join(f"args[{i}].shape[{axis}] < d[{dim}]"
-                               for i, _, axis, dim, _ in self.grid_checks)
-            self.grid_too_large = eval(f"lambda args, d: {test}")     # noqa: S307 - our own text
-
-    def run(self, args, dims, block=None):
-        values = self.values(args)
-        d = dims + (1,) * (3 - len(dims))
-        values += d
-        err = None
-        if self.sites is not None:
-            err = np.zeros(4, np.int64)
-            values.append(err.ctypes.data)
-        try:
-            buf = self.packer.pack(*values)
-        except struct.error:
-            raise self.argument_error(values) from None
-        if d[0] * d[1] * d[2] == 0:
-            return
-        if self.grid_too_large is not None and self.grid_too_large(args, d):
-            raise self.grid_error(args, dims)
-        _run_grid(self.fn, buf, d)
-        if err is not None and err[0]:
-            self.raise_bounds_error(err)
-
-    def argument_error(self, values) -> TypeError:
-        """Name the argument whose value does not fit the type it was compiled for."""
-        for name, code, value in zip(self.params, self.slot_formats, values):
-            try:
-                struct.pack("<" + code, value)
-            except struct.error as e:
-                return TypeError(f"kernel '{self.name}': argument '{name}' = {value!r} does not "
-                                 f"fit the type it was compiled for ({e})")
-        return TypeError(f"kernel '{self.name}': an argument does not fit the type it was "
-                         f"compiled for ({', '.join(map(repr, values))})")
-
-    def grid_error(self, args, dims) -> IndexError:
-        """The first array the grid ``dims`` runs past, named with the access that would."""
-        for i, param, axis, dim, off in self.grid_checks:
-            extent = args[i].shape[axis]
-            if extent < dims[dim]:
-                break
-        where = ""
-        if self.locate is not None and off >= 0:
-            try:
-                now = self.locate(self.name)
-            except Exception:                   # noqa: BLE001 - the message without the line
-                now = None
-            if now is not None:
-                where = f" ({now[0]}:{now[1] + off})"
-        tid = "tack.tid()" if len(dims) == 1 else f"tack.tid()[{dim}]"
-        return IndexError(
-            f"kernel '{self.name}': the grid {dims} runs past '{param}': the kernel indexes "
-            f"'{param}' on axis {axis} by {tid} at every point{where}, and '{param}' has "
-            f"{extent} elements along that axis, the grid {dims[dim]}. Launch over {param}.shape, "
-            "or guard the access with an 'if'; nothing was run (TACK_DEBUG=1 checks every "
-            "access as it runs)")
-
-    def raise_bounds_error(self, err):
-        site = self.sites[int(err[0]) - 1]
-        where = f"{site.filename}:{site.line}"
-        if self.locate is not None and site.fid:
-            try:
-                now = self.locate(site.fid)
-            except Exception:                   # noqa: BLE001 - fall back to the recorded line
-                now = None
-            if now is not None:
-                where = f"{now[0]}:{now[1] + site.offset}"
-        inside = "" if site.function == self.name.rsplit(".", 1)[-1] else f" in '{site.function}'"
-        raise IndexError(f"kernel '{self.name}': index {int(err[2])} is out of bounds for axis "
-                         f"{int(err[1])} of '{site.array}' with size {int(err[3])}{inside} "
-                         f"({where})")
-
-
-class DeviceVariant:
-    """A compiled variant on a device (OpenCL): launched through its runtime, which copies NumPy
-    arrays to the device and back around each launch (docs/opencl.md)."""
-
-    def __init__(self, name, kernel, runtime, meta, arg_index, sites, locate=None, params=()):
-        self.name, self.kernel, self.runtime, self.meta = name, kernel, runtime, meta
-        self.arg_index, self.sites, self.locate = arg_index, sites, locate
-        self.params = list(params)
-
-    def run(self, args, dims, block=None):
-        values = [args[i] for i in self.arg_index]
-        try:
-            err = self.runtime.launch(self.kernel, self.meta, values, dims,
-                                      self.sites is not None, block)
-        except (TypeError, ValueError, RuntimeError) as e:
-            said = self.in_user_terms(str(e))
-            if said == str(e):
-                raise
-            raise type(e)(said) from None
-        if err is not None and err[0]:
-            self.raise_bounds_error(err)
-
-    def in_user_terms(self, message: str) -> str:
-        """A runtime's message with the kernel's name for its entry symbol, and each argument's
-        parameter name for its index among the value arguments."""
-        entry = f"kernel '{self.meta.get('entry')}'"
-        if entry not in message:
-            return message
-        message = message.replace(entry, f"kernel '{self.name}'")
-        for i, p in enumerate(self.params):
-            message = message.replace(f"'{self.name}': argument {i} ", f"'{self.name}': argument '{p}' ")
-        return message
-
-    raise_bounds_error = CPUVariant.raise_bounds_error
-
-
-def _run_grid(fn, buf, d):
-    threads = config.num_threads
-    total = d[0] * d[1] * d[2]
-    if threads == 1 or total < _PARALLEL_MIN or d[0] < 2:
-        fn(buf, 0, d[0])
-        return
-    pool = _get_pool(threads)
-    chunks = min(d[0], threads * 4)
-    bounds = [d[0] * k // chunks for k in range(chunks + 1)]
-    futures = [pool.submit(fn, buf, lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
-    for f in futures:
-        f.result()
-
-
-def _get_pool(n):
-    global _pool, _pool_size
-    if _pool is None or _pool_size != n:
-        if _pool is not None:
-            _pool.shutdown(wait=False)
-        from concurrent.futures import ThreadPoolExecutor
-        _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tack")
-        _pool_size = n
-    return _pool

@@ -1,4 +1,4 @@
-"""tack.argtypes: a launch's arguments typed, and the signature every compile starts from."""
+"""tack.argtypes: a launch's arguments typed, what every compile starts from."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 import tack
 import tack.aot
 from tack import types as T
-from tack.argtypes import signature
+from tack.argtypes import typed_args
 from tack.compiler import lower, prepare
 
 
@@ -22,10 +22,11 @@ def k_policy(scale, policy, x, out):
     out[i] = policy.f(x[i]) * scale
 
 
-def test_signature_splits_templates_from_values():
+def test_typed_args_split_templates_from_values():
     """A class is a template binding; the other arguments keep their types, names and positions."""
     x = np.zeros(4, np.float32)
-    sig = signature(k_policy, (1.5, Twice, x, x))
+    sig = typed_args(k_policy, (1.5, Twice, x, x))
+    assert isinstance(sig.argtypes[1], T.Template) and sig.argtypes[1].qualname == "Twice"
     assert sig.templates == {"policy": Twice}
     assert sig.value_types == (T.float64, T.Array(T.float32, 1, "C", True), T.Array(T.float32, 1, "C", True))
     assert sig.value_params == ["scale", "x", "out"] and sig.arg_index == [0, 2, 3]
@@ -45,10 +46,10 @@ def test_prepare_lowers_once_per_template_binding():
 @pytest.mark.parametrize("compile_with", [
     lambda args: tack.launch(k_policy, 4, args),
     lambda args: tack.aot.compile(k_policy, "cpu", args),
-    lambda args: signature(k_policy, args),
+    lambda args: typed_args(k_policy, args),
 ])
 def test_every_caller_refuses_a_wrong_argument_count_alike(compile_with):
-    """A launch, tack.aot and the signature itself say the same thing of a missing argument."""
+    """A launch, tack.aot and tack.argtypes itself say the same thing of a missing argument."""
     with pytest.raises(TypeError) as e:
         compile_with((1.5, Twice, np.zeros(4)))
     assert str(e.value) == "kernel 'k_policy' takes 4 arguments (scale, policy, x, out), got 3"

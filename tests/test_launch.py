@@ -1,13 +1,10 @@
 """tack.launch: variants per argument signature, scalar argument passing, and splitting grids over threads."""
 
-import importlib
-
 import numpy as np
 import pytest
 
 import tack
-
-launch_mod = importlib.import_module("tack.launch")
+from tack.backends import cpu_runtime
 
 
 @tack.kernel
@@ -35,7 +32,7 @@ class SpyPool:
 
 @pytest.fixture
 def spy(monkeypatch):
-    real = launch_mod._get_pool
+    real = cpu_runtime._get_pool
     holder = {}
 
     def get_pool(n):
@@ -43,7 +40,7 @@ def spy(monkeypatch):
         holder["n"] = n
         return holder["spy"]
 
-    monkeypatch.setattr(launch_mod, "_get_pool", get_pool)
+    monkeypatch.setattr(cpu_runtime, "_get_pool", get_pool)
     return holder
 
 

@@ -7,7 +7,7 @@ import pytest
 import tack
 import tack.cache
 from tack import types as T
-from tack.cache import warm
+from tack.cache import keys as cache_keys
 from tack.argtypes import argtypes_of
 
 
@@ -100,7 +100,7 @@ def test_layout_is_part_of_the_variant():
         out = np.empty(a.shape)
         types = tuple(argtypes_of(k_layout_key, (a, out)))
         assert types[0].layout == layout and types[0].shape is None
-        keys.add(warm.keys(k_layout_key, {}, types, 2, False).for_target("t"))
+        keys.add(cache_keys.keys(k_layout_key, {}, types, 2, False).for_target("t"))
         before = variant_misses()
         tack.launch(k_layout_key, a.shape, (a, out))
         assert variant_misses() == before + 1
@@ -149,7 +149,7 @@ def test_static_shape_is_a_different_variant_per_shape():
     t2 = argtypes_of(k_scale2_static, (a2, a2))
     g1 = argtypes_of(k_scale2, (a1, a1))
     assert t1[0].shape == (3, 4) and t2[0].shape == (7, 5) and g1[0].shape is None
-    key = lambda kern, ts: warm.keys(kern, {}, ts, 2, False).for_target("t")   # noqa: E731
+    key = lambda kern, ts: cache_keys.keys(kern, {}, ts, 2, False).for_target("t")   # noqa: E731
     assert key(k_scale2_static, t1) != key(k_scale2_static, t2)
     assert key(k_scale2_static, t1) != key(k_scale2_static, tuple(g1))
     for a in (a1, a2):

@@ -1,16 +1,19 @@
 """Backends, each in two halves (docs/architecture.md):
 
-* the **runtime side** (``cpu_runtime``): what a warm process needs, with no
-  compiler imported: the candidate target keys for a device, most specific
-  first, and ``load(payload, meta)`` of a stored artifact;
+* the **runtime side** (``cpu_runtime``, ``<kind>_runtime``): what a warm
+  process needs, with no compiler imported: the candidate target keys for a
+  device, most specific first, ``load(payload, meta, device)`` of a stored
+  artifact and the launchable variant (``make_variant``); every runtime
+  offers the same interface, ``interface.Runtime``;
 * the **toolchain side** (``cpu``): ``target(name)``, whose ``.key`` equals
   the runtime's key for that device, and the code generation hooks that
   ``tack.compiler.compile_variant`` drives from a typed kernel to an artifact.
 
 ``runtime(kind)`` gives the runtime side of a device kind (``cpu``; the GPU
 kinds come with their backends); ``toolchain(kind)`` the toolchain side
-(``cpu``, ``cuda``, ``rocm``, ``level_zero``: each module's ``target(name)``
-takes a ``kind:arch`` name; docs/gpu.md for the GPU ones).
+(``cpu``, ``cuda``, ``rocm``, ``level_zero``, ``spirv``, ``metal``: each
+module's ``target(name)`` takes a ``kind:arch`` name; docs/gpu.md for the GPU
+ones).  The names each kind builds are ``arch_names``'s, the one registry.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from __future__ import annotations
 
 def toolchain(kind: str = "cpu"):
     """The toolchain side of the backend for architecture kind ``kind`` (``cpu``, ``cuda``,
-    ``rocm``, ``level_zero``): a module with ``target(name)``."""
+    ``rocm``, ``level_zero``, ``spirv``, ``metal``): a module with ``target(name)``."""
     import importlib
     modules = {"cpu": "cpu", "cuda": "cuda", "rocm": "hip", "level_zero": "level_zero",
-               "metal": "metal"}
+               "spirv": "level_zero", "metal": "metal"}
     if kind not in modules:
         raise ValueError(f"no backend for architectures of kind {kind!r}")
     try:

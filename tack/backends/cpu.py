@@ -20,9 +20,12 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from .. import types as T
-from ..archs import ArchError, cpu_target
-from ..codegen import I8, I64, array_fields, declare_intrinsic, lltype
-from .cpu_runtime import CODEGEN, arch_key, host_key
+from ..archs import ArchError, resolve
+from ..codegen import I8, I64, declare_intrinsic, lltype
+from .arch_names import llvm_cpu
+from .argument_layout import array_fields
+from .cpu_identity import CODEGEN, arch_key, host_key
+from .cpu_loader import load_object
 
 _init_lock = threading.Lock()
 _initialized = False
@@ -71,7 +74,7 @@ class CPUTarget:
         self.arch = arch
         target = llvm.Target.from_triple(self.triple)
         # CODEGEN, the settings the runtime's keys are made from.  Static relocations and the
-        # large code model leave only absolute addresses to patch (tack/loader.py).
+        # large code model leave only absolute addresses to patch (backends/cpu_loader.py).
         self.machine = target.create_target_machine(cpu=self.cpu, features=self.features,
                                                     **CODEGEN)
         self.is_host = host
@@ -190,8 +193,7 @@ class CPUTarget:
         """Link object code into this process; -> a ctypes function for ``entry``."""
         if not self.is_host:
             raise RuntimeError(f"code for CPU '{self.cpu}' cannot be run on this host")
-        from ..loader import load_object
-        return load_object(obj, entry)
+        return load_object(obj, entry, load_mcjit)
 
 
 def load_mcjit(obj: bytes, entry: str) -> int:
@@ -208,11 +210,6 @@ def load_mcjit(obj: bytes, entry: str) -> int:
 
 _host = None
 
-TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-linux-gnu",
-           "ppc64le": "powerpc64le-unknown-linux-gnu"}
-# archspec spells POWER CPUs as GCC does (-mcpu=power9); LLVM's CPU names are pwr9.
-LLVM_CPU_NAMES = {f"power{n}": f"pwr{n}" for n in range(7, 12)}
-
 
 def target(name: str | None = None) -> CPUTarget:
     """The toolchain side's target for a device: this host (``None``), or ``cpu:<arch>`` (a bare
@@ -220,8 +217,7 @@ def target(name: str | None = None) -> CPUTarget:
     this LLVM cannot build code for it."""
     if name is None:
         return host_target()
-    from ..archs import parse
-    kind, arch = parse(name)
+    kind, arch = resolve(name)
     if kind != "cpu":
         raise ArchError(f"{kind}:{arch}: the CPU backend builds cpu: archs only")
     triple, cpu = llvm_target(arch)
@@ -232,28 +228,16 @@ def llvm_target(arch: str):
     """(triple, LLVM CPU name) for an archspec microarchitecture (zen3 -> x86_64, znver3).
 
     The CPU name comes from archspec's flags for the clang of this LLVM's
-    version; ArchError if this LLVM does not know it (it would build
-    generic code for the family, not code for ``arch``).
+    version (``arch_names.llvm_cpu``); ArchError if this LLVM does not know
+    it (it would build generic code for the family, not code for ``arch``).
     """
-    spec = cpu_target(arch)
-    family = spec.family.name
-    if family not in TRIPLES:
-        raise ArchError(f"cpu:{arch} is a {family} CPU; Tack builds for {', '.join(TRIPLES)}")
     major = llvm.llvm_version_info[0]
-    try:
-        flags = spec.optimization_flags("clang", f"{major}.0")
-    except Exception as e:                      # noqa: BLE001 - archspec's own error types
-        raise ArchError(f"LLVM {major} cannot target cpu:{arch}: {e}") from None
-    for flag in flags.split():
-        if flag.startswith(("-march=", "-mcpu=")):
-            cpu = flag.split("=", 1)[1]
-            cpu = LLVM_CPU_NAMES.get(cpu, cpu)
-            if not llvm_knows_cpu(TRIPLES[family], cpu):
-                raise ArchError(f"LLVM {major} does not recognise the CPU {cpu!r} that archspec "
-                                f"gives for cpu:{arch} ({flag}); it would build generic "
-                                f"{family} code, so cpu:{arch} is not built")
-            return TRIPLES[family], cpu
-    raise ArchError(f"archspec gives no CPU name for cpu:{arch} with clang {major} (flags: {flags!r})")
+    triple, cpu, flag = llvm_cpu(arch, major)
+    if not llvm_knows_cpu(triple, cpu):
+        raise ArchError(f"LLVM {major} does not recognise the CPU {cpu!r} that archspec gives "
+                        f"for cpu:{arch} ({flag}); it would build generic "
+                        f"{triple.split('-')[0]} code, so cpu:{arch} is not built")
+    return triple, cpu
 
 
 def llvm_knows_cpu(triple: str, cpu: str) -> bool:

@@ -1,123 +1,65 @@
 """The CPU backend's runtime side: what the warm path needs, without llvmlite.
 
-* **Target identity**, in one place: the code generation settings
-  (``CODEGEN``, which ``CPUTarget`` builds its target machine from: no hand
-  copy), and the keys made from them.  ``host_key()`` names code compiled on
-  this host for this host (the user's own cache); ``arch_key(arch)`` names
-  code compiled ahead of time for an archspec microarchitecture (site
-  bundles), found on a node from archspec and llvmlite's version without
-  compiling.  ``CPUTarget(...).key`` equals the one of these it compiles for.
-* **Candidate keys** for this node, most specific first: this exact host,
-  then its microarchitecture and each archspec ancestor (``tack.archs``).
-* **load(payload, meta)**: object code -> a callable entry point
-  (``tack.loader``; LLVM's only for well-formed objects it does not read).
+* **Keys** for this node, most specific first (``backends.cpu_identity`` makes them): this
+  exact host's for the user's cache (``lookup_keys``); its microarchitecture and each archspec
+  ancestor for site bundles (``site_candidates``, ``tack.archs``).
+* **load(payload, meta, device)**: object code -> a callable entry point
+  (``backends.cpu_loader``; LLVM's MCJIT only for well-formed objects it does not read).
+* **The launch**: ``make_variant`` gives a ``CPUVariant``, which packs the argument slots
+  (``backends.argument_layout``) into one buffer and runs the entry point over the grid, split
+  over a thread pool along the grid's first dimension (ctypes releases the GIL in each call).
+  Other libraries' host arrays are taken as NumPy views of their memory (``host_views``);
+  device arrays are refused (``check_args``).
 
-The cache never imports this module: the dispatcher (``tack.launch``) hands
-it to the cache session, which asks it for keys.
+The cache never imports this module: the dispatcher (``tack.launch``) asks it
+for keys and hands them to the cache session.
 """
 
 from __future__ import annotations
 
-import functools
-import os
+import ctypes
 import platform
-import sys
+import struct
 
-from ..cache.warm import digest
+import numpy as np
 
-KIND = "cpu"
-_host_identity = _host_key = None           # per process, found once
+from .. import types as T
+from ..config import config
+from .argument_layout import array_parts, entry_codes, slot_codes
+from .cpu_identity import KIND, arch_key, host_arch, host_key, llvm_version
+from .variant import BoundsReport, Signature
 
-def host_cpu_identity() -> dict:
-    """Facts that fix what LLVM's host detection sees, read without LLVM (once per process).
-
-    The CPU's model and feature flags (from /proc/cpuinfo on Linux), the
-    machine type, and llvmlite's library (which pins the LLVM version).
-    Where cpuinfo is missing or lists no feature flags (macOS, Windows, some
-    containers and architectures), LLVM's own host CPU name and features:
-    slower to get (it loads LLVM), but never a key that two CPUs share.
-    """
-    global _host_identity
-    if _host_identity is not None:
-        return _host_identity
-    ident = {"machine": platform.machine(), "system": sys.platform, "llvmlite": _llvmlite_version()}
-    try:
-        cpu = _first_cpu("/proc/cpuinfo")
-    except OSError:
-        cpu = {}
-    if not (cpu.get("flags") or cpu.get("Features")):
-        cpu.update(_llvm_host_cpu())
-    ident.update(cpu)
-    _host_identity = ident
-    return ident
+_PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
+# Each slot code's 8-byte struct format (a bool, i8, packs any truth value as 0 or 1).
+_SLOT_FMT = {"ptr": "Q", "i64": "q", "i8": "?7x", "i32": "i4x", "u32": "I4x", "u64": "Q",
+             "f32": "f4x", "f64": "d"}
+_pool = None
+_pool_size = 0
+_lookup = None
 
 
-def _llvm_host_cpu() -> dict:
-    """LLVM's name and features of this host's CPU (what code is compiled for here)."""
-    try:
-        import llvmlite.binding as llvm
-        return {"llvm cpu": llvm.get_host_cpu_name(), "llvm features": llvm.get_host_cpu_features().flatten()}
-    except Exception as e:                      # noqa: BLE001 - no LLVM: nothing compiles here either
-        return {"processor": platform.processor(), "llvm": f"unavailable ({type(e).__name__})"}
+def available() -> bool:
+    """The CPU is always here."""
+    return True
 
 
-_CPU_FIELDS = ("vendor_id", "cpu family", "model", "model name", "flags", "Features",
-               "CPU implementer", "CPU part")
+def unavailable_reason() -> None:
+    return None
 
 
-def _first_cpu(path: str) -> dict:
-    """The fields of the first CPU's block of a cpuinfo file that fix LLVM's host CPU.
-
-    Read in small pieces until that block ends: the kernel writes the file as
-    it is read, and a node of a few hundred cores has hundreds of kilobytes.
-    """
-    text = b""
-    with open(path, "rb") as f:
-        while b"\n\n" not in text:
-            chunk = f.read(4096)
-            if not chunk:
-                break
-            text += chunk
-    fields = {}
-    for line in text.split(b"\n\n", 1)[0].decode(errors="replace").splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key in _CPU_FIELDS:
-            fields[key] = value.strip()
-    return fields
+def devices() -> list:
+    """[(this host's processor, ``"cpu"``)]."""
+    return [(platform.processor() or platform.machine(), KIND)]
 
 
-def _llvmlite_version() -> str:
-    """Which LLVM would compile here: llvmlite's library file, by path, size and time.
-
-    Found without importing llvmlite (its version module parses JSON at
-    import) and without the import system's directory scans: a stat per
-    ``sys.path`` entry.  Any upgrade replaces the library and so changes this.
-    """
-    names = ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll")
-    for entry in sys.path:
-        lib_dir = os.path.join(entry or ".", "llvmlite", "binding")
-        if not os.path.isdir(lib_dir):
-            continue
-        for name in names:
-            try:
-                st = os.stat(os.path.join(lib_dir, name))
-            except OSError:
-                continue
-            return f"{os.path.abspath(lib_dir)}/{name}:{st.st_size}:{st.st_mtime_ns}"
-    return "none"
+def get_device(device="cpu") -> str:
+    """``"cpu"``: this process's host (the dispatcher refuses any other name first)."""
+    return KIND
 
 
-CODEGEN = {"opt": 3, "reloc": "static", "codemodel": "large"}
-
-
-def host_key() -> str:
-    """Target key of code compiled on this host for this host (the user's own cache)."""
-    global _host_key
-    if _host_key is None:
-        _host_key = digest("target", ("backend", KIND), ("host", host_cpu_identity()),
-                           ("codegen", CODEGEN))
-    return _host_key
+def to_device(array, device="cpu"):
+    """An array "kept" on the CPU: the array itself (a launch reads host memory in place)."""
+    return array
 
 
 def lookup_keys(device=None) -> tuple:
@@ -127,29 +69,6 @@ def lookup_keys(device=None) -> tuple:
     if _lookup is None:
         _lookup = (host_key(),)
     return _lookup
-
-
-_lookup = None
-
-
-def arch_key(arch: str, llvm: str | None = None) -> str:
-    """Target key of code compiled ahead of time for the archspec microarchitecture ``arch``
-    (a bare name: ``zen3``) with LLVM ``llvm`` (this node's by default)."""
-    return digest("target", ("backend", KIND), ("arch", arch),
-                  ("llvm", llvm or llvm_version()), ("codegen", CODEGEN))
-
-
-def llvm_version() -> str:
-    """The LLVM that compiles here, as llvmlite's version, without loading LLVM."""
-    import llvmlite
-    return f"llvmlite-{llvmlite.__version__}"
-
-
-@functools.lru_cache(maxsize=None)
-def host_arch() -> str:
-    """This node's microarchitecture by archspec's name (zen3, ...)."""
-    from ..archs import host_cpu
-    return host_cpu()
 
 
 def site_candidates(host: str | None = None) -> list:
@@ -166,9 +85,218 @@ def toolchain_target(device="cpu"):
     return target()
 
 
-def load(payload: bytes, meta: dict):
-    """A variant's object code -> its callable entry point (``tack.loader``)."""
-    from ..loader import load_object
-    return load_object(payload, meta["entry"])
+def load(payload: bytes, meta: dict, device="cpu"):
+    """A variant's object code -> its callable entry point (``backends.cpu_loader``)."""
+    from .cpu_loader import load_object
+    return load_object(payload, meta["entry"], _load_mcjit)
 
 
+def _load_mcjit(obj: bytes, entry: str) -> int:
+    from .cpu import load_mcjit         # llvmlite: only for an object Tack's loader does not read
+    return load_mcjit(obj, entry)
+
+
+# ---------------------------------------------------------------------------
+# What the dispatcher asks of the launch
+
+
+def host_views(args):
+    """(the arguments with other libraries' host arrays as NumPy views of their memory, the
+    variant maker's wrapper) when some argument is one (PyTorch CPU tensors, JAX CPU arrays:
+    DLPack); None otherwise."""
+    host = _host_dlpack(args)
+    if not host:
+        return None
+    return _as_numpy(args, host), lambda inner: HostArraysVariant(inner, host)
+
+
+def check_args(name, params, args, argtypes):
+    """TypeError for an array argument that is not in host memory (a device array)."""
+    for p, a, t in zip(params, args, argtypes):
+        if isinstance(t, T.Array) and not isinstance(a, np.ndarray):
+            raise TypeError(f"kernel '{name}': argument '{p}' is an array on a device "
+                            f"({type(a).__name__}); launch on that device, or pass its "
+                            ".numpy() copy")
+
+
+def make_variant(fn, meta, sig: Signature) -> "CPUVariant":
+    """The launchable variant of the loaded entry point ``fn``."""
+    return CPUVariant(sig.name, fn, sig.params, sig.types, sig.arg_index, sig.sites, sig.locate,
+                      meta.get("tidx"))
+
+
+def _host_dlpack(args) -> list:
+    """Indices of the arguments that are another library's arrays in host memory (DLPack).
+    (tack.dlpack is imported only when an argument offers DLPack: not on a NumPy launch.)"""
+    offers = [i for i, a in enumerate(args) if hasattr(a, "__dlpack__")
+              and not isinstance(a, (np.ndarray, np.generic, type))]
+    if not offers:
+        return []
+    from .. import dlpack
+    return [i for i in offers if dlpack.is_dlpack(args[i])
+            and dlpack.device_of(args[i])[0] in dlpack.HOST]
+
+
+def _as_numpy(args, host):
+    from ..dlpack import host_array
+    return tuple(host_array(a) if i in host else a for i, a in enumerate(args))
+
+
+class HostArraysVariant:
+    """A CPU variant launched with other libraries' host arrays (PyTorch CPU tensors, JAX CPU
+    arrays...): each is read through DLPack as a NumPy array over its memory, no copy."""
+
+    def __init__(self, inner, host):
+        self.inner, self.host = inner, set(host)
+
+    def run(self, args, dims, block=None):
+        self.inner.run(_as_numpy(args, self.host), dims, block)
+
+
+def _probe_data_offset():
+    """Offset of the data pointer in a NumPy array object, if reading it is safe here.
+
+    Reading ``PyArrayObject.data`` straight from the object is 7x faster than
+    ``a.ctypes.data``; it is used only where it was seen to agree.
+    """
+    off = 2 * ctypes.sizeof(ctypes.c_void_p)
+    probes = [np.zeros(3), np.arange(12).reshape(3, 4)[1:, ::2], np.empty((0,), np.int32)]
+    for a in probes:
+        if ctypes.c_void_p.from_address(id(a) + off).value != a.ctypes.data:
+            return None
+    return off
+
+
+_DATA_OFFSET = _probe_data_offset()
+_read_pointer = ctypes.c_void_p.from_address
+
+
+def data_pointer(a):
+    if _DATA_OFFSET is None:
+        return a.ctypes.data
+    return _read_pointer(id(a) + _DATA_OFFSET).value or 0
+
+
+def _element_strides(a):
+    size = a.itemsize
+    return [s // size for s in a.strides]
+
+
+class CPUVariant(BoundsReport):
+    """A compiled kernel variant loaded in this process."""
+
+    def __init__(self, name, fn, params, types, arg_index, sites, locate=None, tidx=None):
+        self.name = name
+        self.locate = locate
+        self.fn = fn
+        self.sites = sites
+        # One 8-byte slot per slot of the argument layout (backends/argument_layout.py), as the
+        # entry reads them (cpu.CPUTarget.emit_entry).
+        self.params, self.slot_formats, parts = [], [], []
+        for i, p, t in zip(arg_index, params, types):
+            if isinstance(t, T.Array):
+                text = {"pointer": f"dp(args[{i}])", "extents": f"*args[{i}].shape",
+                        "strides": f"*strides(args[{i}])"}
+                parts += [text[part] for part in array_parts(t)]
+            else:
+                parts.append(f"args[{i}]")
+            codes = slot_codes(t)
+            self.params += [p] * len(codes)
+            self.slot_formats += [_SLOT_FMT[c] for c in codes]
+        self.values = eval(f"lambda args: [{', '.join(parts)}]",     # noqa: S307 - our own text
+                           {"dp": data_pointer, "strides": _element_strides})
+        codes = entry_codes(types, sites is not None)
+        self.packer = struct.Struct("<" + "".join(_SLOT_FMT[c] for c in codes))
+        # Arrays the kernel indexes by the thread index on every point (tack.gridcheck): a grid
+        # larger than one of them is refused before the launch, for the cost of comparing ints.
+        # (Debug mode checks every access as it runs, and says which index of which line.)
+        self.grid_checks = []
+        if tidx and sites is None:
+            from ..gridcheck import decode
+            self.grid_checks = [(arg_index[p], params[p], axis, dim, off)
+                                for p, axis, dim, off in decode(tidx)
+                                if p < len(types) and isinstance(types[p], T.Array)
+                                and axis < types[p].ndim]
+        self.grid_too_large = None
+        if self.grid_checks:
+            test = " or ".join(f"args[{i}].shape[{axis}] < d[{dim}]"
+                               for i, _, axis, dim, _ in self.grid_checks)
+            self.grid_too_large = eval(f"lambda args, d: {test}")     # noqa: S307 - our own text
+
+    def run(self, args, dims, block=None):
+        values = self.values(args)
+        d = dims + (1,) * (3 - len(dims))
+        values += d
+        err = None
+        if self.sites is not None:
+            err = np.zeros(4, np.int64)
+            values.append(err.ctypes.data)
+        try:
+            buf = self.packer.pack(*values)
+        except struct.error:
+            raise self.argument_error(values) from None
+        if d[0] * d[1] * d[2] == 0:
+            return
+        if self.grid_too_large is not None and self.grid_too_large(args, d):
+            raise self.grid_error(args, dims)
+        _run_grid(self.fn, buf, d)
+        if err is not None and err[0]:
+            self.raise_bounds_error(err)
+
+    def argument_error(self, values) -> TypeError:
+        """Name the argument whose value does not fit the type it was compiled for."""
+        for name, code, value in zip(self.params, self.slot_formats, values):
+            try:
+                struct.pack("<" + code, value)
+            except struct.error as e:
+                return TypeError(f"kernel '{self.name}': argument '{name}' = {value!r} does not "
+                                 f"fit the type it was compiled for ({e})")
+        return TypeError(f"kernel '{self.name}': an argument does not fit the type it was "
+                         f"compiled for ({', '.join(map(repr, values))})")
+
+    def grid_error(self, args, dims) -> IndexError:
+        """The first array the grid ``dims`` runs past, named with the access that would."""
+        for i, param, axis, dim, off in self.grid_checks:
+            extent = args[i].shape[axis]
+            if extent < dims[dim]:
+                break
+        where = ""
+        if self.locate is not None and off >= 0:
+            try:
+                now = self.locate(self.name)
+            except Exception:                   # noqa: BLE001 - the message without the line
+                now = None
+            if now is not None:
+                where = f" ({now[0]}:{now[1] + off})"
+        tid = "tack.tid()" if len(dims) == 1 else f"tack.tid()[{dim}]"
+        return IndexError(
+            f"kernel '{self.name}': the grid {dims} runs past '{param}': the kernel indexes "
+            f"'{param}' on axis {axis} by {tid} at every point{where}, and '{param}' has "
+            f"{extent} elements along that axis, the grid {dims[dim]}. Launch over {param}.shape, "
+            "or guard the access with an 'if'; nothing was run (TACK_DEBUG=1 checks every "
+            "access as it runs)")
+
+
+def _run_grid(fn, buf, d):
+    threads = config.num_threads
+    total = d[0] * d[1] * d[2]
+    if threads == 1 or total < _PARALLEL_MIN or d[0] < 2:
+        fn(buf, 0, d[0])
+        return
+    pool = _get_pool(threads)
+    chunks = min(d[0], threads * 4)
+    bounds = [d[0] * k // chunks for k in range(chunks + 1)]
+    futures = [pool.submit(fn, buf, lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+    for f in futures:
+        f.result()
+
+
+def _get_pool(n):
+    global _pool, _pool_size
+    if _pool is None or _pool_size != n:
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        from concurrent.futures import ThreadPoolExecutor
+        _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tack")
+        _pool_size = n
+    return _pool

@@ -3,7 +3,7 @@
 Kernels are PTX kernel entries (the ``ptx_kernel`` calling convention); a work-item's index along
 x, y, z is ``ctaid * ntid + tid`` from the NVVM special registers; array data are global
 pointers (``.param .u64 .ptr .global``).  The artifact is the PTX text (ASCII bytes), of the
-PTX ISA version ``gpu.PTX_ISA`` gives for the sm (part of the key), which the CUDA driver
+PTX ISA version ``arch_names.PTX_ISA`` gives for the sm (part of the key), which the CUDA driver
 JIT-compiles for that GPU and newer ones.
 
 Math: the functions NVPTX turns into instructions without a library (``sqrt`` (``sqrt.rn``),
@@ -13,9 +13,8 @@ Tack does not link, and are a CompileError naming the function and the target.
 
 from __future__ import annotations
 
-from ..archs import ArchError
 from ..codegen import Unsupported
-from .gpu import GPUTarget, split_arch
+from .gpu import GPUTarget, named_target
 
 NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
 _SREG = ("x", "y", "z")
@@ -53,7 +52,4 @@ class CUDATarget(GPUTarget):
 
 def target(name: str) -> CUDATarget:
     """``cuda:sm_80`` -> the target that builds PTX for it."""
-    kind, arch = split_arch(name)
-    if kind != "cuda":
-        raise ArchError(f"{name}: the CUDA toolchain builds cuda: archs only")
-    return CUDATarget(arch)
+    return named_target(name, CUDATarget)

@@ -11,7 +11,7 @@ and every driver call goes through one object (``_driver()``), the boundary the 
 * **Keys.**  The artifact is PTX, which the driver JIT-compiles for its GPU: PTX built for an
   older sm runs on a newer GPU.  ``candidate_keys(device)`` lists, most specific first, the
   device's exact ``cuda:sm_XY`` (and its arch-specific ``sm_XYa``), then every older sm of
-  ``gpu.PTX_ISA`` whose PTX ISA the driver can JIT (``cuda_arch_candidates``).  Code compiled
+  ``arch_names.PTX_ISA`` whose PTX ISA the driver can JIT (``cuda_arch_candidates``).  Code compiled
   here is built for the first of them (``toolchain_target``), so ``host_key()`` is its key.
 * **load(ptx, meta)**: checks the PTX (its ``.target`` runs on this GPU, its ``.version`` is one
   the driver JITs, its entry's parameters are what ``meta["argspec"]`` makes), then
@@ -21,32 +21,26 @@ and every driver call goes through one object (``_driver()``), the boundary the 
   (``to_device``) and objects with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) are
   passed by their pointer without a copy.
 
-The launch machinery here (``ArgSpec``, ``GPUArray``, ``GPUKernel``, ``marshal``, ``run``) is
-written against a small driver interface (``_CudaApi``) so the HIP runtime (``hip_runtime``)
-shares it: HIP's module API is CUDA's with other names.
+The launch machinery (``GPUArray``, ``GPUKernel``, ``run``) is ``cudalike``'s, which the HIP
+runtime shares; this module gives it CUDA's driver calls (``_CudaApi``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import re
-import threading
 
-import numpy as np
-
-from .device_args import ArgSpec  # noqa: F401 - part of this module's launch machinery
-from .device_args import (ArrayShape, Devices, Staging, check_array, check_launch,
-                          check_param_count, check_scalar, host_copy, scalar_value)
+from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
+from .device_args import Devices, check_entry_params, launch_codes
 from .device_args import argspecs as _argspecs
-from .device_args import choose_block as _choose_block
+from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .variant import device_variant
+from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "cuda"
 ARCH_KIND = "cuda"
 INSTALL_HINT = ('install cuda-python (`pip install "tack[cuda]"`, or `pip install cuda-python`) '
                 "and NVIDIA's driver (libcuda.so.1, from the system's NVIDIA driver package)")
 
-# Threads in a block when the caller does not choose (the kernel's limit caps it).
-DEFAULT_BLOCK = 256
 JIT_LOG_BYTES = 16384
 
 # The newest PTX ISA each CUDA driver JIT-compiles, by driver version (cuDriverGetVersion:
@@ -101,13 +95,13 @@ def cuda_arch_candidates(major: int, minor: int, driver_version: int | None = No
     driver of ``driver_version``, most specific first.
 
     1. the exact sm, then its arch-specific ``sm_XYa`` (which runs on exactly that sm only);
-    2. every older sm Tack builds for (``gpu.PTX_ISA``), newest first: the driver JIT-compiles
+    2. every older sm Tack builds for (``arch_names.PTX_ISA``), newest first: the driver JIT-compiles
        PTX for an older sm for this GPU (PTX for sm_80 runs on sm_90).  Arch-specific PTX of
        another sm never runs here.
 
     Each only where the driver JITs its PTX ISA (``max_ptx_isa``).
     """
-    from .gpu import PTX_ISA
+    from .arch_names import PTX_ISA
     limit = max_ptx_isa(driver_version)
     ok = (lambda a: True) if limit is None else (lambda a: _isa(PTX_ISA[a]) <= _isa(limit))
     here = (major, minor)
@@ -188,335 +182,6 @@ def ptx_entry_params(ptx: str, entry: str) -> list:
 
 
 # ---------------------------------------------------------------------------
-# Argument specs and values (the kernel ABI, docs/gpu.md)
-
-
-PARAM_CTYPES = {"ptr": ctypes.c_uint64, "i8": ctypes.c_int8, "i32": ctypes.c_int32,
-                "u32": ctypes.c_uint32, "i64": ctypes.c_int64, "u64": ctypes.c_uint64,
-                "f32": ctypes.c_float, "f64": ctypes.c_double}
-
-
-def argspecs(meta, error=CUDAError) -> list:
-    return _argspecs(meta, error)
-
-
-def abi_codes(specs, debug: bool) -> list:
-    """Every parameter of the entry, in order, as slot codes: the arguments', n0 n1 n2, and the
-    error record's pointer in debug mode."""
-    codes = [c for s in specs for c in s.slot_codes()] + ["i64"] * 3
-    return codes + (["ptr"] if debug else [])
-
-
-def pack_params(codes, values):
-    """The ``void **`` array ``cuLaunchKernel`` / ``hipModuleLaunchKernel`` take: one pointer per
-    parameter, to memory holding its value as the entry's type.  Returns (address, holder): the
-    holder keeps that memory alive and must outlive the launch call."""
-    cells = [PARAM_CTYPES[c](v) for c, v in zip(codes, values)]
-    array = (ctypes.c_void_p * max(1, len(cells)))(*[ctypes.addressof(c) for c in cells])
-    return ctypes.addressof(array), (array, cells)
-
-
-# ---------------------------------------------------------------------------
-# Device arrays
-
-
-def _c_strides(shape):
-    out, n = [0] * len(shape), 1
-    for d in range(len(shape) - 1, -1, -1):
-        out[d] = n
-        n *= shape[d]
-    return out
-
-
-def _f_strides(shape):
-    out, n = [0] * len(shape), 1
-    for d in range(len(shape)):
-        out[d] = n
-        n *= shape[d]
-    return out
-
-
-def contiguity(shape, estrides) -> tuple:
-    """(C-contiguous, F-contiguous) of memory with these element strides (extents of 1 and
-    empty arrays ignore their strides, as NumPy does)."""
-    if any(n == 0 for n in shape):
-        return True, True
-    keep = [(n, s) for n, s in zip(shape, estrides) if n != 1]
-    sh = [n for n, _ in keep]
-    st = [s for _, s in keep]
-    return st == _c_strides(sh), st == _f_strides(sh)
-
-
-class GPUArray(ArrayShape):
-    """An array in device memory, passed to launches by its pointer.
-
-    Made by ``to_device`` (memory this runtime allocated and frees; contiguous, C order or F
-    order when made from an F-ordered array) or wrapping an object with
-    ``__cuda_array_interface__`` (its memory, any non-negative strides; the object is kept
-    alive).  ``numpy()`` copies it into a new NumPy array.  It exposes
-    ``__cuda_array_interface__`` itself, so CuPy, PyTorch and Numba take it without a copy.
-    """
-
-    def __init__(self, api, dev, ptr, shape, dtype, estrides, writable=True, owner=None):
-        self.api, self.dev = api, dev
-        self.ptr = int(ptr)
-        self.shape = tuple(int(n) for n in shape)
-        self.dtype = np.dtype(dtype)
-        self.estrides = [int(s) for s in estrides]
-        self.writable = bool(writable)
-        self.owner = owner                  # the foreign object whose memory this is; None: ours
-        self._freed = False
-
-    def contiguity(self) -> tuple:
-        return contiguity(self.shape, self.estrides)
-
-    @property
-    def layout(self) -> str:
-        c, f = self.contiguity()
-        return "C" if c else "F" if f else "A"
-
-    def span(self) -> int:
-        """Bytes from the first element to one past the last."""
-        if self.size == 0:
-            return 0
-        return (sum((n - 1) * s for n, s in zip(self.shape, self.estrides)) + 1) * self.dtype.itemsize
-
-    def numpy(self) -> np.ndarray:
-        """A new NumPy array with the device memory's contents (waits for the device's stream)."""
-        if self.size == 0:
-            return np.empty(self.shape, self.dtype)
-        raw = np.empty(self.span(), np.uint8)
-        self.api.dtoh(self.dev, raw, self.ptr, raw.nbytes)
-        self.api.sync(self.dev)
-        view = np.lib.stride_tricks.as_strided(
-            raw.view(self.dtype), self.shape, [s * self.dtype.itemsize for s in self.estrides])
-        return np.array(view, order="F" if self.layout == "F" else "C")
-
-    @property
-    def __cuda_array_interface__(self) -> dict:
-        c, _ = contiguity(self.shape, self.estrides)
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, not self.writable),
-                "strides": None if c else tuple(s * self.dtype.itemsize for s in self.estrides),
-                "version": 3, "stream": None}
-
-    def free(self):
-        """Release the memory now (memory this runtime allocated; a foreign array's is its owner's)."""
-        if not self._freed and self.owner is None and self.ptr:
-            self._freed = True
-            self.api.free(self.dev, self.ptr)
-
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:                   # noqa: BLE001 - at exit the driver may be gone
-            pass
-
-    def __repr__(self):
-        return (f"<{type(self).__name__} {self.dtype}{list(self.shape)} {self.layout} on "
-                f"{self.dev.name}{' (foreign)' if self.owner is not None else ''}>")
-
-
-def from_interface(api, dev, obj, cls=GPUArray):
-    """A ``GPUArray`` over the memory of an object with ``__cuda_array_interface__`` (no copy).
-
-    Waits for the producer's stream when the interface names one (CAI v3).  TypeError for what
-    the ABI cannot pass: a dtype Tack has no type for, negative strides, strides that are not
-    whole elements."""
-    cai = obj.__cuda_array_interface__
-    try:
-        shape = tuple(int(n) for n in cai["shape"])
-        dtype = np.dtype(cai["typestr"])
-        ptr, readonly = cai["data"]
-    except (KeyError, TypeError, ValueError) as e:
-        raise TypeError(f"{type(obj).__name__}'s __cuda_array_interface__ is not usable ({e})") from None
-    if cai.get("mask") is not None:
-        raise TypeError("masked arrays (__cuda_array_interface__ 'mask') are not supported")
-    strides = cai.get("strides")
-    if strides is None:
-        estrides = _c_strides(shape)
-    else:
-        if any(s < 0 or s % dtype.itemsize for s in strides):
-            raise TypeError(f"{type(obj).__name__} has strides {tuple(strides)} (bytes): Tack takes "
-                            f"non-negative strides in whole elements of {dtype}")
-        estrides = [s // dtype.itemsize for s in strides]
-    stream = cai.get("stream")
-    if stream:                              # the producer's work on its stream comes first
-        api.sync_foreign(dev, int(stream))
-    return cls(api, dev, ptr or 0, shape, dtype, estrides, writable=not readonly, owner=obj)
-
-
-def from_dlpack(api, dev, obj, cls=GPUArray):
-    """A ``GPUArray`` over the memory of a DLPack object on ``dev`` (no copy): the producer
-    orders its pending work before this device's stream (DLPack's ``stream``), and gets its
-    capsule back when the array is collected.  ValueError for an array on another device,
-    TypeError for what the ABI cannot pass (negative strides, a dtype without a Tack type)."""
-    from .. import dlpack
-    where = dlpack.device_of(obj)
-    if where[0] not in api.dlpack_devices or where[1] != dev.index:
-        raise ValueError(f"{type(obj).__name__} lives on {dlpack.device_name(where)} (DLPack), "
-                         f"the kernel on {dev.name} (device {dev.index})")
-    t = dlpack.view(obj, stream=api.dlpack_stream(dev))
-    if any(s < 0 for s in t.estrides):
-        t.close()
-        raise TypeError(f"{type(obj).__name__} has strides {tuple(t.estrides)} (elements): Tack "
-                        "takes non-negative strides")
-    return cls(api, dev, t.ptr, t.shape, t.dtype, t.estrides, writable=t.writable, owner=t)
-
-
-def from_foreign(api, dev, obj, cls=GPUArray):
-    """Another library's device array, without a copy: through ``__cuda_array_interface__``
-    where it has one, else DLPack; None when it has neither."""
-    if hasattr(obj, "__cuda_array_interface__"):
-        return from_interface(api, dev, obj, cls)
-    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        return from_dlpack(api, dev, obj, cls)
-    return None
-
-
-# ---------------------------------------------------------------------------
-# Kernels and launches
-
-
-class GPUKernel:
-    """A loaded kernel on one device."""
-
-    def __init__(self, api, dev, module, func, entry, specs, num_params, max_threads, log=""):
-        self.api, self.dev, self.module, self.func = api, dev, module, func
-        self.entry, self.specs = entry, specs
-        self.num_params = num_params        # None where the driver cannot tell (HIP)
-        self.max_threads = max_threads
-        self.log = log
-        self.lock = threading.Lock()
-
-    def __repr__(self):
-        return f"<{type(self).__name__} {self.entry!r} on {self.dev.name}>"
-
-
-def choose_block(kernel, dims, block):
-    """The block shape of a launch: ``DEFAULT_BLOCK`` threads (capped by the kernel's and the
-    device's limits) unless ``block`` says otherwise (an int: a total; a tuple: the shape)."""
-    dev = kernel.dev
-    return _choose_block(dims, block, DEFAULT_BLOCK, min(kernel.max_threads, dev.max_threads),
-                         dev.max_block, f"kernel '{kernel.entry}' on {dev.name}")
-
-
-class _Transfers(Staging):
-    """What one launch allocated and what it copies back, released when it ends."""
-
-    def __init__(self):
-        super().__init__()
-        self.allocated = []                 # device pointers to free
-        self.foreign = []                   # other libraries' arrays, held until the launch ends
-
-
-def marshal(kernel, args, debug, tr, array_types=(GPUArray,), error=CUDAError):
-    """The entry's parameter values for ``args`` (one per value argument of ``kernel.specs``):
-    device pointers (NumPy arrays copied to the device into memory listed in ``tr``), extents,
-    strides and scalars, as ``kernel.specs`` types them.  TypeError naming the argument for a
-    mismatch.  Returns the values (without the grid extents and the error record)."""
-    api, dev = kernel.api, kernel.dev
-
-    def is_array(a):
-        return (isinstance(a, (np.ndarray, GPUArray)) or hasattr(a, "__cuda_array_interface__")
-                or hasattr(a, "__dlpack__"))
-
-    def upload(host):                   # new device memory holding the host memory
-        ptr = 0
-        if host.nbytes:
-            ptr = api.alloc(dev, host.nbytes)
-            tr.allocated.append(ptr)
-            api.htod(dev, ptr, host, host.nbytes)
-        return ptr, host
-
-    values = []
-    for i, (spec, a) in enumerate(zip(kernel.specs, args)):
-        what = f"kernel '{kernel.entry}': argument {i}"
-        if not spec.is_array:
-            values.append(check_scalar(what, spec, a, is_array, scalar_value))
-            continue
-        if not isinstance(a, (np.ndarray, GPUArray)):
-            a = from_foreign(api, dev, a, array_types[0]) or a
-            if isinstance(a, GPUArray):
-                tr.foreign.append(a)
-        shape, _, c, f = check_array(what, spec, a, dev, GPUArray, "a NumPy array, a device array "
-                                     "or an object with __cuda_array_interface__ or DLPack")
-        if isinstance(a, GPUArray):
-            ptr, estrides = a.ptr, a.estrides
-        else:
-            ptr, estrides = tr.stage(spec, a, c, f, upload)
-        values.append(ptr)
-        if spec.shape is None:
-            values.extend(int(n) for n in shape)
-        if spec.layout == "A":
-            values.extend(int(s) for s in estrides)
-    return values
-
-
-def run(kernel, args, dims, debug=False, block=None, error=CUDAError, array_types=(GPUArray,)):
-    """Launch ``kernel`` over ``dims`` with ``args`` (the body of ``launch`` of both runtimes)."""
-    api, dev = kernel.api, kernel.dev
-    dims = check_launch(kernel, args, dims)
-    codes = abi_codes(kernel.specs, debug)
-    if kernel.num_params is not None:
-        check_param_count(kernel, kernel.num_params, len(codes), debug, error)
-    grid_ext = dims + (1,) * (3 - len(dims))
-    shape = choose_block(kernel, dims, block)
-    bshape = shape + (1,) * (3 - len(shape))
-    grid = tuple(-(-n // b) for n, b in zip(grid_ext, bshape))
-    if any(g > m for g, m in zip(grid, dev.max_grid)):
-        raise ValueError(f"the grid {dims} needs {grid} blocks of {shape}; {dev.name} takes at "
-                         f"most {tuple(dev.max_grid)}")
-    tr = _Transfers()
-    err = None
-    with kernel.lock:
-        api.enter(dev)
-        try:
-            values = marshal(kernel, args, debug, tr, array_types, error)
-            values += list(grid_ext)
-            if debug:
-                err = np.zeros(4, np.int64)
-                errptr = api.alloc(dev, err.nbytes)
-                tr.allocated.append(errptr)
-                api.memset0(dev, errptr, err.nbytes)
-                values.append(errptr)
-            if grid_ext[0] * grid_ext[1] * grid_ext[2] == 0:
-                return err
-            address, holder = pack_params(codes, values)
-            try:
-                api.launch(kernel, grid, bshape, address)
-            except error as e:
-                raise error(f"launch of kernel '{kernel.entry}' over {dims} (blocks of {shape}) "
-                            f"failed on {dev.name}: {e}") from None
-            del holder
-            for _, ptr, host in tr.back:
-                api.dtoh(dev, host, ptr, host.nbytes)
-            if debug:
-                api.dtoh(dev, err, errptr, err.nbytes)
-            api.sync(dev)
-        finally:
-            for ptr in tr.allocated:
-                try:
-                    api.free(dev, ptr)
-                except Exception:           # noqa: BLE001 - the launch's own error comes first
-                    pass
-    tr.finish()
-    return err
-
-
-def numpy_to_device(api, dev, array, cls=GPUArray):
-    """``array`` copied into new device memory, in its own order (C unless it is F)."""
-    a, host, layout = host_copy(array)
-    api.enter(dev)
-    ptr = 0
-    if host.nbytes:
-        ptr = api.alloc(dev, host.nbytes)
-        api.htod(dev, ptr, host, host.nbytes)
-        api.sync(dev)
-    estrides = _f_strides(a.shape) if layout == "F" else _c_strides(a.shape)
-    return cls(api, dev, ptr, a.shape, a.dtype, estrides, bool(a.flags.writeable))
-
-
-# ---------------------------------------------------------------------------
 # The CUDA driver, through cuda-python (the one place its functions are called)
 
 
@@ -529,21 +194,11 @@ def _import_driver():
     return driver
 
 
-class _CudaApi:
+class _CudaApi(DriverApi):
     """The driver calls the launch machinery makes, on cuda-python's ``driver`` module.  Each
     returns the call's values and raises CUDAError naming the function and the driver's error."""
 
-    def __init__(self, drv):
-        self.drv = drv
-
-    def call(self, name, *args):
-        result = getattr(self.drv, name)(*args)
-        if not isinstance(result, tuple):
-            result = (result,)
-        status, values = result[0], result[1:]
-        if int(status) != 0:
-            raise CUDAError(f"{name} failed: {self.error_text(status)}")
-        return values[0] if len(values) == 1 else values
+    error = CUDAError
 
     def error_text(self, status) -> str:
         name = getattr(status, "name", None) or f"CUresult {int(status)}"
@@ -748,6 +403,11 @@ class CUDAArray(GPUArray):
     ``__cuda_array_interface__``)."""
 
 
+def argspecs(meta) -> list:
+    """The ``ArgSpec`` of each value argument of ``meta["argspec"]``; CUDAError if unreadable."""
+    return _argspecs(meta, CUDAError)
+
+
 def load(payload, meta: dict, device=None) -> CUDAKernel:
     """PTX text -> its kernel ``meta["entry"]`` on ``device`` (the first by default).
 
@@ -771,18 +431,12 @@ def load(payload, meta: dict, device=None) -> CUDAKernel:
         raise CUDAError("variant metadata names no entry point")
     specs = argspecs(meta)
     params = ptx_entry_params(text, entry)
-    for debug in (False, True):
-        want = [_PTX_TYPES[c] for c in abi_codes(specs, debug)]
-        if len(params) == len(want):
-            if params != want:
-                raise CUDAError(f"kernel '{entry}' takes parameters {_ptx_text(params)}; its "
-                                f"metadata ({', '.join(s.text for s in specs)}) makes "
-                                f"{_ptx_text(want)}")
-            break
-    else:
-        base = len(abi_codes(specs, False))
-        raise CUDAError(f"kernel '{entry}' takes {len(params)} parameters; its metadata "
-                        f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in debug mode")
+    check_entry_params(entry, specs, len(params), CUDAError)    # with or without the error record
+    debug = len(params) == len(launch_codes(specs, True))
+    want = [_PTX_TYPES[c] for c in launch_codes(specs, debug)]
+    if params != want:
+        raise CUDAError(f"kernel '{entry}' takes parameters {_ptx_text(params)}; its metadata "
+                        f"({', '.join(s.text for s in specs)}) makes {_ptx_text(want)}")
     drv = api.drv
     opt = drv.CUjit_option
     err_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
@@ -818,26 +472,16 @@ def launch(kernel: CUDAKernel, meta: dict, args, dims, debug: bool = False, bloc
     overrides the block shape; the grid is ``ceil(dims / block)``.  Returns the error record
     (``numpy.int64[4]``) in debug mode, None otherwise; the launch has finished and the copies
     are back when it returns."""
-    return run(kernel, args, dims, debug, block, CUDAError, (CUDAArray,))
+    return run(kernel, args, dims, debug, block, CUDAError, CUDAArray)
+
+
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
 
 
 def to_device(array, device=None) -> CUDAArray:
     """A NumPy array copied to ``device``; an object with ``__cuda_array_interface__`` or DLPack
     (CuPy, PyTorch, JAX, Numba) wrapped without a copy."""
     return foreign_or_copy(get_device(device), array, CUDAArray)
-
-
-def foreign_or_copy(dev, array, cls):
-    """``to_device`` of both runtimes: a device array as it is, another library's wrapped, a
-    NumPy array (or anything ``numpy.asarray`` takes) copied."""
-    if isinstance(array, GPUArray):
-        return array
-    if not isinstance(array, np.ndarray):
-        dev.api.enter(dev)
-        wrapped = from_foreign(dev.api, dev, array, cls)
-        if wrapped is not None:
-            return wrapped
-    return numpy_to_device(dev.api, dev, array, cls)
 
 
 def describe() -> str:

@@ -1,7 +1,9 @@
-"""What the device runtimes (OpenCL, Level Zero, CUDA, HIP) share when they take a launch's
-arguments: the ``meta["argspec"]`` parser, the per-argument checks of an array or a scalar
-(the same TypeErrors with the same messages in every runtime), the bookkeeping that gives an
-array passed twice one device buffer, the work-group shape and device-name parsing.
+"""What the device runtimes (OpenCL, Level Zero, CUDA, HIP, Metal) share when they take a
+launch's arguments: the ``meta["argspec"]`` parser, the per-argument checks of an array or a
+scalar (the same TypeErrors with the same messages in every runtime), the bookkeeping that
+gives an array passed twice one device buffer and copies the writable ones back, the slot
+values of a launch in the argument layout's order (``argument_values``), the work-group shape
+and device-name parsing.
 
 Light to import (NumPy only): each runtime keeps its own device-array class and driver calls.
 """
@@ -13,41 +15,34 @@ import threading
 
 import numpy as np
 
+from .. import types as T
+from .argument_layout import array_values, entry_codes
+
 SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
-# The kernel ABI's parameter code of each scalar type (docs/gpu.md).
-SCALAR_CODES = {"bool": "i8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
-                "float32": "f32", "float64": "f64"}
 
 
 class ArgSpec:
-    """One value argument of the ABI, from its ``tack.types.spec`` text."""
+    """One value argument of the ABI, from its ``tack.types.spec`` text (``type``: its Tack type,
+    whose slots ``argument_layout`` gives)."""
 
-    __slots__ = ("text", "is_array", "dtype", "ndim", "layout", "writable", "shape", "scalar", "code")
+    __slots__ = ("text", "type", "is_array", "dtype", "ndim", "layout", "writable", "shape",
+                 "scalar")
 
     def __init__(self, text):
-        from .. import types as T
         self.text = text
-        t = T.parse_spec(text)
+        self.type = t = T.parse_spec(text)
         self.is_array = isinstance(t, T.Array)
         if self.is_array:
             self.dtype = t.dtype.dtype
             self.ndim, self.layout, self.writable, self.shape = t.ndim, t.layout, t.writable, t.shape
         else:
             self.scalar = SCALAR_TYPES[t.name]
-            self.code = SCALAR_CODES[t.name]
 
-    def slot_codes(self) -> list:
-        """The ABI's parameters for this argument: ``ptr`` then one ``i64`` per extent (unless the
-        shape is static) and per stride (layout A); a scalar's code."""
-        if not self.is_array:
-            return [self.code]
-        return (["ptr"] + ["i64"] * (self.ndim if self.shape is None else 0)
-                + ["i64"] * (self.ndim if self.layout == "A" else 0))
 
-    def slots(self) -> int:
-        """How many parameters of the ABI this argument takes."""
-        return len(self.slot_codes())
+def launch_codes(specs, debug: bool) -> list:
+    """The slot codes of a launch of value arguments ``specs`` (``argument_layout.entry_codes``)."""
+    return entry_codes([s.type for s in specs], debug)
 
 
 def argspecs(meta, error) -> list:
@@ -234,6 +229,49 @@ class Staging:
                 np.copyto(a, host.reshape(a.shape))
 
 
+def argument_values(kernel, args, own, handle, upload, staging, expected, foreign=None,
+                    convert=scalar_numpy, adopt=None) -> list:
+    """The slot values of ``args`` (one per value argument of ``kernel.specs``) in the argument
+    layout's order (``argument_layout``), the grid and the error record left to the caller.
+
+    A scalar is ``convert(spec, a)``.  An array passes its handle (a pointer, a buffer), then
+    its extents and strides as its type says: the runtime's own device array (``own``) its
+    ``handle(a)`` -> (handle, element strides); a NumPy array the buffer ``staging`` puts it in
+    (``upload``, ``Staging.stage``); another library's array is first ``adopt(a)``ed as the
+    runtime's own where the runtime takes them (CUDA's, HIP's), else refused with ``foreign``
+    (why).  TypeError naming the argument for one that does not fit (``expected``: what it may
+    be)."""
+    def is_array(a):
+        return (isinstance(a, (np.ndarray, own)) or hasattr(a, "__cuda_array_interface__")
+                or hasattr(a, "__dlpack__"))
+
+    values = []
+    for i, (spec, a) in enumerate(zip(kernel.specs, args)):
+        what = f"kernel '{kernel.entry}': argument {i}"
+        if not spec.is_array:
+            values.append(check_scalar(what, spec, a, is_array, convert))
+            continue
+        if adopt is not None and not isinstance(a, (np.ndarray, own)):
+            a = adopt(a)
+        shape, _, c, f = check_array(what, spec, a, kernel.dev, own, expected, foreign)
+        if isinstance(a, own):
+            ref, estrides = handle(a)
+        else:
+            ref, estrides = staging.stage(spec, a, c, f, upload)
+        values += array_values(spec.type, ref, [int(n) for n in shape], [int(s) for s in estrides])
+    return values
+
+
+def check_entry_params(entry, specs, count, error):
+    """``error`` unless an entry point of ``count`` parameters takes what ``specs`` make, with or
+    without debug mode's error record (what ``load`` checks)."""
+    base = len(launch_codes(specs, False))
+    if count not in (base, base + 1):
+        raise error(f"kernel '{entry}' takes {count} parameters; its metadata "
+                    f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in debug "
+                    "mode")
+
+
 def host_copy(array) -> tuple:
     """(the array, its contiguous host copy, layout) for ``to_device``: its own memory order,
     C unless it is F; ValueError for a scalar."""
@@ -260,13 +298,16 @@ def check_launch(kernel, args, dims) -> tuple:
     return dims
 
 
-def check_param_count(kernel, num_params, expected, debug, error):
-    """``error`` when the kernel takes ``num_params`` parameters and the launch passes
-    ``expected``."""
-    if expected != num_params:
+def check_param_count(kernel, num_params, debug, error) -> list:
+    """The slot codes of a launch of ``kernel`` (``launch_codes``); ``error`` when the kernel
+    takes ``num_params`` parameters and the launch passes another number (None: unknown)."""
+    codes = launch_codes(kernel.specs, debug)
+    expected = len(codes)
+    if num_params is not None and expected != num_params:
         raise error(f"kernel '{kernel.entry}' takes {num_params} parameters but a "
                     f"{'debug' if debug else 'non-debug'} launch passes {expected}: was it "
                     "compiled with debug mode as this launch says?")
+    return codes
 
 
 def group_shape(dims, limit, max_items) -> tuple:

@@ -6,14 +6,16 @@ runtime can compute the key of code built ahead of time for its device without c
 
     >>> key_for("cuda:sm_90")            # == tack.backends.cuda.target("cuda:sm_90").key
 
-``settings(kind, arch)`` is the one place the code generation settings of each GPU target are
-written: the toolchain's target builds its LLVM target machine from the same dict, and
+The names each GPU kind builds, and what each maps to (an sm's PTX ISA, an Intel device), are
+the registry's (``arch_names``); a toolchain's target is ``tack.backends.toolchain(kind).target(
+name)``.  ``settings(kind, arch)`` is the one place the code generation settings of each GPU
+target are written: the toolchain's target builds its LLVM target machine from the same dict, and
 ``key_for`` hashes it (with the LLVM that compiles), so a change of sm, gfx, features, device,
 PTX ISA, code object version, SPIR-V version or LLVM gives another key.
 
 The kernel ABI (every GPU target): one entry function whose parameters are, in order, for each
 value argument: an array's data pointer (a global pointer, LLVM address space 1), then one i64
-per extent and stride (``codegen.array_fields``, as the CPU's slots), a scalar as its LLVM type
+per extent and stride (``argument_layout.array_fields``, as the CPU's slots), a scalar as its LLVM type
 (bool as i8); then the grid's extents n0, n1, n2 as i64 (1 for unused dimensions); then, in
 debug mode only, a global pointer to the i64[4] error record.  A work-item's grid index along
 dimension d is its global id along d; one whose index is >= the extent along any dimension
@@ -23,109 +25,54 @@ returns (the runtime rounds the global size up to a multiple of the work-group s
 from __future__ import annotations
 
 import os
-import re
 import struct
 import subprocess
 import tempfile
 
-from ..archs import ArchError, parse
-from ..cache.warm import digest
+from ..archs import resolve
+from ..cache.keys import digest
+from .arch_names import PTX_ISA, SPIRV_VERSION, ArchError, rocm_target_id
 
-KINDS = ("cuda", "rocm", "level_zero")
 OPT = 3
-
-# -- CUDA ------------------------------------------------------------------------------------
-
 CUDA_TRIPLE = "nvptx64-nvidia-cuda"
-# The PTX ISA each compute capability is built with: the oldest that supports it (so the oldest
-# driver that knows the GPU JITs or loads the PTX).  LLVM 22 emits these by default too; setting
-# them explicitly makes them part of the settings, and so of the key.
-PTX_ISA = {"sm_60": "5.0", "sm_61": "5.0", "sm_62": "5.0", "sm_70": "6.0", "sm_72": "6.1",
-           "sm_75": "6.3", "sm_80": "7.0", "sm_86": "7.1", "sm_87": "7.4", "sm_89": "7.8",
-           "sm_90": "7.8", "sm_90a": "8.0", "sm_100": "8.6", "sm_100a": "8.6", "sm_101": "8.6",
-           "sm_120": "8.7", "sm_120a": "8.7"}
-
-# -- ROCm ------------------------------------------------------------------------------------
-
 ROCM_TRIPLE = "amdgcn-amd-amdhsa"
 # Code object v5: what ROCm 5.x and 6.x load (LLVM 22's default is v6, which needs ROCm 6.2+).
 CODE_OBJECT_VERSION = 5
-_GFX = re.compile(r"gfx[0-9]{2,3}[0-9a-f]?$")
-_ROCM_FEATURES = ("sramecc", "xnack")
-
-# -- Level Zero ------------------------------------------------------------------------------
-
-SPIRV_VERSION = "1.2"          # what every Level Zero / OpenCL driver of Intel's takes
-SPIRV_ONLY = "spirv"           # level_zero:spirv: SPIR-V with no native code
-# Intel devices ocloc builds native code for, and whether each has float64.
-INTEL_DEVICES = {"pvc": True, "dg2": False, "acm-g10": False, "acm-g11": False, "acm-g12": False,
-                 "dg1": False, "tgllp": False, "xe-hpc": True, "xe-hpg": False}
-
-
-def split_arch(text) -> tuple[str, str]:
-    """``'rocm:gfx90a:sramecc+:xnack-'`` -> ``('rocm', 'gfx90a:sramecc+:xnack-')``; the other kinds
-    as ``tack.archs.parse`` (whose names have no ``:``; an AMD target id's features do)."""
-    if isinstance(text, str) and text.startswith("rocm:") and text.count(":") > 1:
-        gfx = text.split(":")[1]
-        parse(f"rocm:{gfx}")
-        return "rocm", text[len("rocm:"):]
-    return parse(text)
-
-
-def rocm_target_id(arch: str) -> tuple[str, str]:
-    """``'gfx90a:sramecc+:xnack-'`` -> (``'gfx90a'``, ``'+sramecc,-xnack'``): the LLVM CPU and
-    features of an AMD target id (features not named are "any": code that runs either way)."""
-    gfx, *feats = arch.split(":")
-    if not _GFX.match(gfx):
-        raise ArchError(f"rocm:{arch}: {gfx!r} is not an AMD GPU name (gfx90a, gfx942, gfx1100, ...)")
-    out = []
-    for f in feats:
-        if len(f) < 2 or f[-1] not in "+-" or f[:-1] not in _ROCM_FEATURES:
-            raise ArchError(f"rocm:{arch}: {f!r} is not a target feature; use sramecc+/- and "
-                            "xnack+/- as ROCm spells them (gfx90a:sramecc+:xnack-)")
-        out.append(f[-1] + f[:-1])
-    return gfx, ",".join(sorted(out, key=lambda x: x[1:]))
 
 
 def settings(kind: str, arch: str) -> dict:
-    """The code generation settings of ``kind:arch``: what the target machine is built from and
-    what the key hashes.  ArchError for a name the kind has no settings for."""
+    """The code generation settings of ``kind:arch``, a name the registry resolved
+    (``tack.archs.resolve``): what the target machine is built from and what the key hashes."""
     if kind == "cuda":
-        isa = PTX_ISA.get(arch)
-        if isa is None:
-            raise ArchError(f"cuda:{arch}: Tack builds for {', '.join('cuda:' + s for s in PTX_ISA)}")
+        isa = PTX_ISA[arch]
         return {"triple": CUDA_TRIPLE, "cpu": arch, "features": "+ptx" + isa.replace(".", ""),
                 "ptx_isa": isa, "opt": OPT}
     if kind == "rocm":
         gfx, features = rocm_target_id(arch)
         return {"triple": ROCM_TRIPLE, "cpu": gfx, "features": features,
                 "code_object": CODE_OBJECT_VERSION, "link": "ld.lld -shared", "opt": OPT}
-    if kind == "level_zero":
-        if arch != SPIRV_ONLY and arch not in INTEL_DEVICES:
-            raise ArchError(f"level_zero:{arch}: Tack builds native code for "
-                            f"{', '.join('level_zero:' + d for d in INTEL_DEVICES)}, or SPIR-V "
-                            f"alone for level_zero:{SPIRV_ONLY}")
+    if kind in ("level_zero", "spirv"):
+        native = kind == "level_zero"
         return {"triple": f"spirv64v{SPIRV_VERSION}-unknown-unknown", "spirv": SPIRV_VERSION,
-                "device": "" if arch == SPIRV_ONLY else arch,
-                "native": "" if arch == SPIRV_ONLY else "ocloc zebin", "opt": OPT,
-                "inline": "all",    # see LevelZeroTarget.prepare
+                "device": arch if native else "", "native": "ocloc zebin" if native else "",
+                "opt": OPT, "inline": "all",    # see LevelZeroTarget.prepare
                 # The IR is optimized at OPT; the SPIR-V backend's own passes run at 0, which
                 # leaves out CodeGenPrepare, whose uadd.with.overflow (OpIAddCarry) Intel's
                 # compiler of Debian 12 (IGC 1.0.12504) rejects.  The driver optimizes anyway.
                 "codegen_opt": 0}
-    raise ArchError(f"{kind}:{arch}: not a GPU kind ({', '.join(KINDS)})")
+    raise ArchError(f"{kind}:{arch}: not a GPU kind (cuda, rocm, level_zero, spirv)")
 
 
 def llvm_version() -> str:
     """The LLVM that compiles (llvmlite's version: the CPU backend's spelling, one for both)."""
-    from .cpu_runtime import llvm_version as v
+    from .cpu_identity import llvm_version as v
     return v()
 
 
 def key_for(name: str, llvm: str | None = None) -> str:
     """Target key of code built for the GPU ``kind:arch`` ``name`` with LLVM ``llvm`` (this
     process's llvmlite by default), computed without compiling."""
-    kind, arch = split_arch(name)
+    kind, arch = resolve(name)
     return digest("target", ("backend", kind), ("arch", arch), ("llvm", llvm or llvm_version()),
                   ("codegen", settings(kind, arch)))
 
@@ -195,7 +142,7 @@ def find_ocloc() -> str:
         return "/usr/bin/ocloc"
     raise ToolError("ocloc (Intel's offline compiler, for native Level Zero code) not found: "
                     "tried $TACK_OCLOC and /usr/bin/ocloc; install Debian's intel-opencl-icd "
-                    "(apt-get install intel-opencl-icd), or build for level_zero:spirv")
+                    "(apt-get install intel-opencl-icd), or build for spirv:generic")
 
 
 def find_ptxas() -> str:
@@ -241,7 +188,8 @@ def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
 
 
 class GPUTarget:
-    """A GPU target of the toolchain side (subclassed per kind in cuda.py, hip.py, level_zero.py).
+    """A GPU target of the toolchain side (subclassed per kind in cuda.py, hip.py, level_zero.py;
+    ``arch`` is a name the registry resolved).
 
     Holds ``settings(kind, arch)`` and builds its LLVM target machine from it; ``key`` is
     ``key_for`` of the same name.  Subclasses give ``kernel_cc``, ``machine_name``, ``suffix``,
@@ -334,7 +282,8 @@ class GPUTarget:
         """The kernel entry of the ABI above: unpack the arguments, guard the grid, call the body."""
         import llvmlite.ir as ir
         from .. import types as T
-        from ..codegen import I8, I64, array_fields, lltype
+        from ..codegen import I8, I64, lltype
+        from .argument_layout import array_fields
         params = []
         for t in tk.argtypes:
             if isinstance(t, T.Array):
@@ -380,16 +329,12 @@ class GPUTarget:
         return fn
 
 
-def target(name: str):
-    """The toolchain target of a GPU ``kind:arch`` name (``cuda:sm_90``, ``rocm:gfx90a``,
-    ``rocm:gfx90a:sramecc+:xnack-``, ``level_zero:pvc``)."""
-    kind, _ = split_arch(name)
-    if kind == "cuda":
-        from .cuda import target as t
-    elif kind == "rocm":
-        from .hip import target as t
-    elif kind == "level_zero":
-        from .level_zero import target as t
-    else:
-        raise ArchError(f"{name}: not a GPU architecture ({', '.join(k + ':' for k in KINDS)})")
-    return t(name)
+def named_target(name: str, *classes):
+    """The target of the ``kind:arch`` ``name`` (the registry's name for an alias), of the one
+    of ``classes`` (a GPUTarget per kind a toolchain builds) whose kind it names."""
+    kind, arch = resolve(name)
+    for cls in classes:
+        if cls.kind == kind:
+            return cls(arch)
+    raise ArchError(f"{name}: this toolchain builds {' and '.join(c.kind + ':' for c in classes)} "
+                    "archs only")

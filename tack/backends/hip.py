@@ -17,9 +17,8 @@ from __future__ import annotations
 import os
 
 from .. import types as T
-from ..archs import ArchError
 from ..codegen import Unsupported
-from .gpu import GPUTarget, find_lld, run_tool, split_arch
+from .gpu import GPUTarget, find_lld, named_target, run_tool
 
 NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
 NATIVE_MATH_F32 = frozenset({"exp", "log", "log2", "log10"})
@@ -83,7 +82,4 @@ class ROCmTarget(GPUTarget):
 
 def target(name: str) -> ROCmTarget:
     """``rocm:gfx90a`` or ``rocm:gfx90a:sramecc+:xnack-`` -> the target that builds its code object."""
-    kind, arch = split_arch(name)
-    if kind != "rocm":
-        raise ArchError(f"{name}: the ROCm toolchain builds rocm: archs only")
-    return ROCmTarget(arch)
+    return named_target(name, ROCmTarget)

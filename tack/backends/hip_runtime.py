@@ -17,7 +17,7 @@ call goes through one object (``_driver()``), the boundary the tests replace.
   (``toolchain_target``).
 * **load(code_object, meta)**: checks the ELF (an AMDGPU HSA code object whose machine and
   sramecc/xnack settings run on this GPU), ``hipModuleLoadData``, ``hipModuleGetFunction``.
-* **launch / to_device**: the CUDA runtime's launch machinery (``cuda_runtime.run``: the same
+* **launch / to_device**: the launch machinery CUDA and HIP share (``cudalike.run``: the same
   kernel ABI, copies, block choice and ``__cuda_array_interface__`` arrays, which CuPy and
   PyTorch on ROCm expose) over HIP's calls.
 """
@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import struct
 
-from .cuda_runtime import GPUArray, GPUKernel, argspecs, foreign_or_copy, run
-from .device_args import Devices
+from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
+from .device_args import Devices, argspecs
+from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .variant import device_variant
+from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "hip"
 ARCH_KIND = "rocm"
@@ -107,21 +110,11 @@ def _import_driver():
     return hip
 
 
-class _HipApi:
+class _HipApi(DriverApi):
     """The HIP calls the launch machinery makes; each raises HIPError naming the function and
     HIP's error."""
 
-    def __init__(self, drv):
-        self.drv = drv
-
-    def call(self, name, *args):
-        result = getattr(self.drv, name)(*args)
-        if not isinstance(result, tuple):
-            result = (result,)
-        status, values = result[0], result[1:]
-        if int(status) != 0:
-            raise HIPError(f"{name} failed: {self.error_text(status)}")
-        return values[0] if len(values) == 1 else values
+    error = HIPError
 
     @staticmethod
     def error_text(status) -> str:
@@ -350,7 +343,10 @@ def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block
     if any(d > _HIP_MAX_ITEMS for d in dims):
         raise ValueError(f"the grid {dims} is larger than HIP launches ({_HIP_MAX_ITEMS} work-items "
                          "per dimension at most)")
-    return run(kernel, args, dims, debug, block, HIPError, (HIPArray,))
+    return run(kernel, args, dims, debug, block, HIPError, HIPArray)
+
+
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
 
 
 def to_device(array, device=None) -> HIPArray:

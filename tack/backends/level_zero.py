@@ -5,7 +5,8 @@ Kernels are OpenCL kernels (the ``spir_kernel`` calling convention); a work-item
 dimension d is ``get_global_id(d)`` (the GlobalInvocationId built-in).  Array data, constant
 arrays and the error record are CrossWorkgroup (address space 1); locals are Function (0).  The
 artifact (``gpu.pack_level_zero``) holds the SPIR-V module and, for a named device
-(``level_zero:pvc``), ocloc's zebin for it; ``level_zero:spirv`` is SPIR-V alone.
+(``level_zero:pvc``), ocloc's zebin for it; ``spirv:generic`` (``SPIRVTarget``) is SPIR-V
+alone, which every Level Zero and OpenCL device takes.
 
 Math: every function of the language, as OpenCL built-ins (``_Z3expf``...), which the SPIR-V
 backend turns into the OpenCL.std extended instructions the driver implements.  Devices
@@ -17,9 +18,8 @@ from __future__ import annotations
 import os
 
 from .. import types as T
-from ..archs import ArchError
-from .gpu import (INTEL_DEVICES, GPUTarget, ToolError, find_ocloc, pack_level_zero, run_tool,
-                  split_arch)
+from .arch_names import INTEL_DEVICES
+from .gpu import GPUTarget, ToolError, find_ocloc, named_target, pack_level_zero, run_tool
 
 
 class LevelZeroTarget(GPUTarget):
@@ -68,10 +68,10 @@ class LevelZeroTarget(GPUTarget):
                 f.write(spirv)
             run_tool([find_ocloc(), "compile", "-spirv_input", "-file", src, "-device",
                       self.device, "--format", "zebin", "-output", "native", "-output_no_suffix",
-                      "-out_dir", tmp], f"ocloc for level_zero:{self.arch}", tries=3)
+                      "-out_dir", tmp], f"ocloc for {self.name}", tries=3)
             out = os.path.join(tmp, "native")      # -output_no_suffix: the name as given
             if not os.path.exists(out):
-                raise ToolError(f"ocloc for level_zero:{self.arch} wrote no binary "
+                raise ToolError(f"ocloc for {self.name} wrote no binary "
                                 f"(found {sorted(os.listdir(tmp))})")
             with open(out, "rb") as f:
                 return f.read()
@@ -123,6 +123,13 @@ class LevelZeroTarget(GPUTarget):
         return builder.call(fn, args)
 
 
+
+class SPIRVTarget(LevelZeroTarget):
+    """``spirv:generic``: the SPIR-V module alone, no device's native code (the driver of each
+    Level Zero or OpenCL device compiles it when the kernel is first loaded)."""
+    kind = "spirv"
+
+
 _EMIT = """
 import sys
 import llvmlite.binding as llvm
@@ -165,8 +172,5 @@ def artifact_parts(payload: bytes) -> list:
 
 
 def target(name: str) -> LevelZeroTarget:
-    """``level_zero:pvc`` (SPIR-V and pvc's native code) or ``level_zero:spirv`` (SPIR-V alone)."""
-    kind, arch = split_arch(name)
-    if kind != "level_zero":
-        raise ArchError(f"{name}: the Level Zero toolchain builds level_zero: archs only")
-    return LevelZeroTarget(arch)
+    """``level_zero:pvc`` (SPIR-V and pvc's native code) or ``spirv:generic`` (SPIR-V alone)."""
+    return named_target(name, LevelZeroTarget, SPIRVTarget)

@@ -20,8 +20,8 @@ a device.
 * **Keys.**  A device's candidate keys, most specific first: native code for
   its exact device (``gpu.key_for("level_zero:pvc")``), for its family where
   ocloc has a family name (``xe-hpc``, ``dg2``), then SPIR-V
-  (``key_for("level_zero:spirv")``), which every device takes.  The device's
-  ocloc name comes from its PCI device id (``DEVICE_IDS``); an id not in the
+  (``key_for("spirv:generic")``), which every device takes.  The device's
+  ocloc name comes from its PCI device id (``arch_names.INTEL_DEVICE_IDS``); an id not in the
   table gets SPIR-V only.
 * **load(payload, meta)**: the artifact (``gpu.pack_level_zero``: SPIR-V plus
   native code, or SPIR-V alone, or bare SPIR-V) -> ``zeModuleCreate`` with
@@ -50,9 +50,14 @@ import threading
 
 import numpy as np
 
-from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
-                          check_param_count, check_scalar, choose_block, device_index, host_copy,
+from .arch_names import PORTABLE_SPIRV, intel_device_archs
+from .argument_layout import grid as layout_grid
+from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
+                          check_launch, check_param_count, choose_block, device_index, host_copy,
                           no_such_device)
+from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .variant import device_variant
+from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "level_zero"
 LOADER = "libze_loader.so.1"
@@ -315,33 +320,6 @@ class _Api:
             raise LevelZeroError(f"{name} failed: {result_name(r)}" + (f" ({what})" if what else ""))
 
 
-# PCI device ids -> ocloc's device names (gpu.INTEL_DEVICES), most specific first, then the
-# family name ocloc also takes.  An id not listed gets SPIR-V only (always correct, and the
-# driver's native code for it comes back as native_from_driver).
-_PVC = (0x0BD0, 0x0BD5, 0x0BD6, 0x0BD7, 0x0BD8, 0x0BD9, 0x0BDA, 0x0BDB, 0x0B69, 0x0B6E)
-_ACM_G10 = (0x4F80, 0x4F81, 0x4F82, 0x4F83, 0x4F84, 0x5690, 0x5691, 0x5692, 0x56A0, 0x56A1,
-            0x56A2, 0x56BE, 0x56BF, 0x56C0, 0x56C2)
-_ACM_G11 = (0x4F87, 0x4F88, 0x5693, 0x5694, 0x5695, 0x56A5, 0x56A6, 0x56B0, 0x56B1, 0x56BA,
-            0x56BB, 0x56BC, 0x56BD, 0x56C1)
-_ACM_G12 = (0x4F85, 0x4F86, 0x5696, 0x5697, 0x56A3, 0x56A4, 0x56B2, 0x56B3)
-_DG1 = (0x4905, 0x4906, 0x4907, 0x4908, 0x4909)
-_TGLLP = (0x9A40, 0x9A49, 0x9A59, 0x9A60, 0x9A68, 0x9A70, 0x9A78)
-DEVICE_IDS = {}
-for _ids, _names in ((_PVC, ("pvc", "xe-hpc")), (_ACM_G10, ("acm-g10", "dg2", "xe-hpg")),
-                     (_ACM_G11, ("acm-g11", "dg2", "xe-hpg")), (_ACM_G12, ("acm-g12", "dg2", "xe-hpg")),
-                     (_DG1, ("dg1",)), (_TGLLP, ("tgllp",))):
-    for _i in _ids:
-        DEVICE_IDS[_i] = _names
-INTEL_VENDOR_ID = 0x8086
-
-
-def arch_names(vendor_id: int, device_id: int) -> tuple:
-    """ocloc's names for a device, most specific first; () when Tack knows none (SPIR-V only)."""
-    if vendor_id != INTEL_VENDOR_ID:
-        return ()
-    return DEVICE_IDS.get(device_id, ())
-
-
 # ---------------------------------------------------------------------------
 # Devices
 
@@ -356,7 +334,7 @@ class _Found:
     def __init__(self, name, driver, handle, vendor_id, device_id):
         self.name, self.driver, self.handle = name, driver, handle
         self.vendor_id, self.device_id = vendor_id, device_id
-        self.archs = arch_names(vendor_id, device_id)
+        self.archs = intel_device_archs(vendor_id, device_id)
 
 
 def _discover():
@@ -487,8 +465,8 @@ class _Device:
 
     @property
     def arch(self) -> str:
-        """The toolchain's name for native code of this device, or ``spirv``."""
-        return self.archs[0] if self.archs else "spirv"
+        """The toolchain's target for this device: its native code's, or ``spirv:generic``."""
+        return f"{KIND}:{self.archs[0]}" if self.archs else PORTABLE_SPIRV
 
     def run(self, append):
         """Record commands with ``append(list)``, execute them and wait for them to finish."""
@@ -552,8 +530,8 @@ def get_device(device=None) -> _Device:
 
 def toolchain_target(device=None) -> str:
     """The toolchain target that builds native code for ``device`` (``level_zero:pvc``), or
-    ``level_zero:spirv`` for a device Tack has no ocloc name for."""
-    return f"{KIND}:{get_device(device).arch}"
+    ``spirv:generic`` for a device Tack has no ocloc name for."""
+    return get_device(device).arch
 
 
 def candidate_keys(device=None) -> list:
@@ -562,7 +540,7 @@ def candidate_keys(device=None) -> list:
     from .gpu import key_for
     archs = get_device(device).archs if available() else ()
     return [(f"{KIND}:{a}", key_for(f"{KIND}:{a}")) for a in archs] + \
-        [(f"{KIND}:spirv", key_for(f"{KIND}:spirv"))]
+        [(PORTABLE_SPIRV, key_for(PORTABLE_SPIRV))]
 
 
 def lookup_keys(device=None) -> list:
@@ -717,11 +695,7 @@ def load(payload: bytes, meta: dict, device=None) -> LevelZeroKernel:
     k = LevelZeroKernel(dev, module, kernel, entry, specs, fmt, refused, from_driver, log,
                         props.numKernelArgs)
     k.spirv = spirv
-    base = sum(s.slots() for s in specs) + 3
-    if k.num_args not in (base, base + 1):
-        raise LevelZeroError(f"kernel '{entry}' takes {k.num_args} parameters; its metadata "
-                             f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in "
-                             "debug mode")
+    check_entry_params(entry, specs, k.num_args, LevelZeroError)
     return k
 
 
@@ -783,8 +757,15 @@ def to_device(array, device=None) -> LevelZeroArray:
     return out
 
 
-def _raw(dtype, value) -> bytes:
-    return np.asarray(value, dtype=dtype).tobytes()
+_PARAM_DTYPES = {"ptr": "<u8", "i64": "<i8"}
+
+
+def _raw(code, value) -> bytes:
+    """A parameter's bytes: a pointer or an ``i64`` slot (``argument_layout``) as 8 bytes, a
+    scalar (``scalar_numpy``'s) as its own."""
+    if isinstance(value, np.generic):
+        return value.tobytes()
+    return np.asarray(value, dtype=_PARAM_DTYPES[code]).tobytes()
 
 
 def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False, block=None):
@@ -798,10 +779,7 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
     dev = kernel.dev
     api = dev.api
     dims = check_launch(kernel, args, dims)
-    check_param_count(kernel, kernel.num_args,
-                      sum(s.slots() for s in kernel.specs) + 3 + (1 if debug else 0), debug,
-                      LevelZeroError)
-    values = []                 # raw bytes of each kernel parameter, in order
+    codes = check_param_count(kernel, kernel.num_args, debug, LevelZeroError)
     temps, staging = [], Staging()
 
     def upload(host):           # a shared allocation holding the host memory
@@ -812,38 +790,22 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
         return ptr, host
 
     try:
-        for i, (spec, a) in enumerate(zip(kernel.specs, args)):
-            what = f"kernel '{kernel.entry}': argument {i}"
-            if not spec.is_array:
-                values.append(check_scalar(what, spec, a, lambda a: isinstance(
-                    a, (np.ndarray, LevelZeroArray))).tobytes())
-                continue
-            shape, _, c, f = check_array(what, spec, a, dev, LevelZeroArray,
-                                         "a NumPy array or a LevelZeroArray",
-                                         FOREIGN)
-            if isinstance(a, LevelZeroArray):
-                ptr, estrides = a.ptr, a.element_strides()
-            else:
-                ptr, estrides = staging.stage(spec, a, c, f, upload)
-            values.append(_raw("<u8", ptr))
-            if spec.shape is None:
-                values.extend(_raw("<i8", n) for n in shape)
-            if spec.layout == "A":
-                values.extend(_raw("<i8", s) for s in estrides)
-        grid = dims + (1,) * (3 - len(dims))
-        values.extend(_raw("<i8", n) for n in grid)
+        values = argument_values(kernel, args, LevelZeroArray, lambda a: (a.ptr, a.element_strides()),
+                                 upload, staging, "a NumPy array or a LevelZeroArray", FOREIGN)
+        grid = layout_grid(dims)
+        values += grid
         err = errptr = None
         if debug:
             err = np.zeros(4, np.int64)
             errptr = dev.alloc_shared(err.nbytes)
             temps.append(errptr)
             ctypes.memmove(errptr, err.ctypes.data, err.nbytes)
-            values.append(_raw("<u8", errptr))
+            values.append(errptr)
         if grid[0] * grid[1] * grid[2] == 0:
             return err
         local = choose_block(dims, block, DEFAULT_GROUP_SIZE, dev.max_group,
                              dev.max_item_sizes, f"kernel '{kernel.entry}' on {dev.name}")
-        local3 = tuple(local) + (1,) * (3 - len(local))
+        local3 = layout_grid(local)
         counts = tuple(-(-n // l) for n, l in zip(grid, local3))
         if any(c > m for c, m in zip(counts, dev.max_group_counts)):
             raise ValueError(f"grid {dims} needs {counts[:len(dims)]} work-groups of {local}; "
@@ -851,7 +813,7 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
         with kernel.lock:
             api("zeKernelSetGroupSize", kernel.kernel, *local3)
             keep = []
-            for index, raw in enumerate(values):
+            for index, raw in enumerate(map(_raw, codes, values)):
                 buf = ctypes.create_string_buffer(raw, len(raw))
                 keep.append(buf)
                 api("zeKernelSetArgumentValue", kernel.kernel, index, _size(len(raw)), buf,
@@ -876,6 +838,9 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
             dev.free(p)
 
 
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
+
+
 def describe() -> str:
     """What was found (``python -m tack.backends.level_zero_runtime``)."""
     found = devices()
@@ -884,7 +849,7 @@ def describe() -> str:
     lines = []
     for name, key in found:
         dev = get_device(key)
-        lines.append(f"device {key}: {name} (native code: {KIND}:{dev.arch})")
+        lines.append(f"device {key}: {name} (target: {dev.arch})")
     return "\n".join(lines)
 
 

@@ -38,14 +38,15 @@ import numpy as np
 
 from .. import types as T
 from ..archs import ArchError
-from ..cache.warm import digest
+from ..cache.keys import digest
 from ..errors import BoundsSite, CompileError
 from ..ir import assignments
+from .arch_names import METAL_FAMILIES
+from .argument_layout import GRID, array_fields, field_names
 
 KIND = "metal"
 MSL_VERSION = "3.0"
 EMITTER_VERSION = 1            # bump when the emitted source changes for the same kernel
-FAMILIES = ("apple", "apple7", "apple8", "apple9", "mac2")
 
 _CTYPE = {"bool": "bool", "int32": "int", "int64": "long", "uint32": "uint", "uint64": "ulong",
           "float32": "float"}
@@ -72,9 +73,9 @@ class Unsupported(Exception):
 
 def settings(arch: str) -> dict:
     """What the emitted source depends on: the MSL version, the emitter's version, the family."""
-    if arch not in FAMILIES:
+    if arch not in METAL_FAMILIES:
         raise ArchError(f"metal:{arch}: Tack emits MSL {MSL_VERSION} for "
-                        f"{', '.join('metal:' + f for f in FAMILIES)}")
+                        f"{', '.join('metal:' + f for f in METAL_FAMILIES)}")
     return {"msl": MSL_VERSION, "emitter": EMITTER_VERSION, "family": arch, "fast_math": "off"}
 
 
@@ -97,15 +98,6 @@ def storage(t: T.Scalar) -> str:
     return "uchar" if t.kind == "b" else ctype(t)
 
 
-def array_fields(t: T.Array) -> int:
-    return (0 if t.shape is not None else t.ndim) + (t.ndim if t.layout == "A" else 0)
-
-
-def _field_names(t: T.Array) -> list:
-    names = [] if t.shape is not None else [f"n{d}" for d in range(t.ndim)]
-    return names + ([f"s{d}" for d in range(t.ndim)] if t.layout == "A" else [])
-
-
 _ALIGN = {"bool": 1, "int": 4, "uint": 4, "float": 4, "long": 8, "ulong": 8}
 
 
@@ -116,10 +108,10 @@ def params_layout(argtypes) -> tuple[list, int]:
     members = []
     for k, t in enumerate(argtypes):
         if isinstance(t, T.Array):
-            members += [(f"a{k}_{f}", "long") for f in _field_names(t)]
+            members += [(f"a{k}_{f}", "long") for f in field_names(t)]
         else:
             members.append((f"a{k}", ctype(t)))
-    members += [("n0", "long"), ("n1", "long"), ("n2", "long")]
+    members += [(n, "long") for n in GRID]
     out, off, align = [], 0, 1
     for name, ty in members:
         a = _ALIGN[ty]
@@ -180,7 +172,7 @@ def target(name: str) -> MetalTarget:
     kind, _, arch = name.partition(":")
     if kind != KIND or not arch:
         raise ArchError(f"{name}: the Metal toolchain builds metal:<family> archs "
-                        f"({', '.join('metal:' + f for f in FAMILIES)})")
+                        f"({', '.join('metal:' + f for f in METAL_FAMILIES)})")
     return MetalTarget(arch)
 
 
@@ -341,7 +333,7 @@ def _entry(mod, entry) -> str:
             space = "device" if t.writable else "const device"
             params.append(f"{space} {storage(t.dtype)}* a{k} [[buffer({nbuf})]]")
             nbuf += 1
-            fields = [f"tack_p.a{k}_{f}" for f in _field_names(t)]
+            fields = [f"tack_p.a{k}_{f}" for f in field_names(t)]
             init = f"a{k}" + (", {" + ", ".join(fields) + "}" if fields else "")
             args.append(f"{mod.array_type(t, space)}{{{init}}}")
         else:

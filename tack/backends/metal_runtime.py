@@ -36,8 +36,13 @@ import sys
 
 import numpy as np
 
-from .device_args import (ContiguousArray, Devices, Staging, argspecs, check_array, check_launch,
-                          check_scalar, choose_block, host_copy, scalar_value)
+from .argument_layout import array_values
+from .argument_layout import grid as layout_grid
+from .device_args import (ContiguousArray, Devices, Staging, argspecs, argument_values,
+                          check_launch, choose_block, host_copy, launch_codes, scalar_value)
+from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .variant import device_variant
+from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "metal"
 DEFAULT_FAMILY = "apple"
@@ -296,33 +301,23 @@ def launch(kernel: MetalKernel, meta: dict, args, dims, debug: bool = False, blo
         flat = host.ravel(order="K")
         return _buffer(dev, flat), flat
 
-    buffers, fields, staging = [], [], Staging()
-    for i, (spec, a) in enumerate(zip(kernel.specs, args)):
-        what = f"kernel '{kernel.entry}': argument {i}"
-        if not spec.is_array:
-            fields.append(check_scalar(what, spec, a,
-                                       lambda a: isinstance(a, (np.ndarray, MetalArray)),
-                                       scalar_value))
-            continue
-        shape, _, c, f = check_array(what, spec, a, dev, MetalArray, "a NumPy array or a MetalArray",
-                                     FOREIGN)
-        if isinstance(a, MetalArray):
-            buf, estrides = a.buffer, a.element_strides()
-        else:
-            buf, estrides = staging.stage(spec, a, c, f, upload)
-        buffers.append(buf)
-        fields.append((tuple(shape), tuple(estrides)))
-    params = _pack(kernel.types, fields, dims)
+    staging = Staging()
+    values = argument_values(kernel, args, MetalArray, lambda a: (a.buffer, a.element_strides()),
+                             upload, staging, "a NumPy array or a MetalArray", FOREIGN,
+                             convert=scalar_value)
+    codes = launch_codes(kernel.specs, False)
+    buffers = [v for c, v in zip(codes, values) if c == "ptr"]
+    params = _pack(kernel.types, [v for c, v in zip(codes, values) if c != "ptr"], dims)
     err = errbuf = None
     if debug:
         err = np.zeros(4, np.int64)
         errbuf = _buffer(dev, err)
-    grid = dims + (1,) * (3 - len(dims))
+    grid = layout_grid(dims)
     if grid[0] * grid[1] * grid[2] == 0:
         return err
     local = choose_block(dims, block, DEFAULT_GROUP_SIZE, kernel.max_group, dev.max_item_sizes,
                          f"kernel '{kernel.entry}' on {dev.name}")
-    local = tuple(local) + (1,) * (3 - len(local))
+    local = layout_grid(local)
     groups = tuple(-(-n // l) for n, l in zip(grid, local))
     mtl = dev.mtl
     try:
@@ -354,6 +349,9 @@ def launch(kernel: MetalKernel, meta: dict, args, dims, debug: bool = False, blo
     return err
 
 
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
+
+
 _FORMAT = {"bool": "?", "int": "i", "uint": "I", "long": "q", "ulong": "Q", "float": "f"}
 
 
@@ -370,34 +368,23 @@ def pack_params(argspec, args, dims) -> bytes:
             a = np.asarray(a)
             if a.dtype != t.dtype.dtype or a.ndim != t.ndim:
                 raise TypeError(f"argument {k} is {a.dtype}[{a.ndim}-d]; the kernel takes {T.spec(t)}")
-            fields.append((a.shape, [s // a.itemsize for s in a.strides]))
+            fields += array_values(t, None, a.shape, [s // a.itemsize for s in a.strides])[1:]
         else:
             fields.append(a)
     return _pack(types, fields, dims)
 
 
 def _pack(types, fields, dims) -> bytes:
-    """The params struct of ``types`` (``tack.types``) holding ``fields``: per argument an array's
-    (shape, element strides), or a scalar's value; then the grid ``dims``."""
-    from .. import types as T
+    """The params struct of ``types`` (``tack.types``) holding ``fields``: the slot values of the
+    argument layout but the pointers (an array's extents and strides where its type passes them,
+    a scalar's value), in order; then the grid ``dims``."""
     from .metal import params_layout
     members, size = params_layout(types)
-    values = {}
-    for k, (t, v) in enumerate(zip(types, fields)):
-        if isinstance(t, T.Array):
-            shape, estrides = v
-            for d in range(t.ndim):
-                values[f"a{k}_n{d}"] = int(shape[d])
-                values[f"a{k}_s{d}"] = int(estrides[d])
-        elif t.kind == "b":
-            values[f"a{k}"] = bool(v)
-        elif t.kind == "f":
-            values[f"a{k}"] = float(v)
-        else:
-            values[f"a{k}"] = int(v)
-    grid = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
-    values.update(n0=grid[0], n1=grid[1], n2=grid[2])
+    values = list(fields) + [int(n) for n in layout_grid(dims)]
     out = bytearray(size)
-    for name, ty, off in members:
-        struct.pack_into("<" + _FORMAT[ty], out, off, values[name])
+    for (_, ty, off), v in zip(members, values):
+        struct.pack_into("<" + _FORMAT[ty], out, off, _CONVERT[ty](v))
     return bytes(out)
+
+
+_CONVERT = {"bool": bool, "int": int, "uint": int, "long": int, "ulong": int, "float": float}

@@ -49,9 +49,14 @@ import warnings
 
 import numpy as np
 
-from .device_args import (ContiguousArray, Staging, argspecs, check_array, check_launch,
-                          check_param_count, check_scalar, choose_block, device_index, host_copy,
+from .arch_names import PORTABLE_SPIRV
+from .argument_layout import grid as layout_grid
+from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
+                          check_launch, check_param_count, choose_block, device_index, host_copy,
                           no_such_device)
+from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .variant import device_variant
+from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "opencl"
 PIP_PACKAGES = ("intel-opencl-rt", "intel-cmplr-lib-rt", "pyopencl")
@@ -153,7 +158,7 @@ def write_icd(library: str, directory: str | None = None) -> str:
     except OSError:
         pass
     os.makedirs(directory, exist_ok=True)
-    from ..cache.store import write_atomic      # a temporary file, then a rename
+    from ..cache.trust import write_atomic      # a temporary file, then a rename
     write_atomic(path, line.encode(), 0o644)
     return path
 
@@ -325,17 +330,17 @@ def get_device(device=None) -> _Device:
 
 
 def spirv_key() -> str:
-    """Target key of SPIR-V with no device in it: the toolchain's ``level_zero:spirv`` target
+    """Target key of SPIR-V with no device in it: the toolchain's ``spirv:generic`` target
     (``gpu.key_for``: one identity for the code and for the runtime that looks it up)."""
     from .gpu import key_for
-    return key_for("level_zero:spirv")
+    return key_for(PORTABLE_SPIRV)
 
 
 def device_key(dev) -> str:
     """Target key of a device's own program binary, built by its driver from Tack's SPIR-V:
     the device, its driver and platform versions, and the SPIR-V's key (so a driver update or a
     new LLVM is another key)."""
-    from ..cache.warm import digest
+    from ..cache.keys import digest
     return digest("target", ("backend", KIND), ("device", dev.name), ("driver", dev.driver),
                   ("spirv", spirv_key()))
 
@@ -344,7 +349,7 @@ def candidate_keys(device=None) -> list:
     """[(architecture name, target key)] a launch on ``device`` can use, most specific first:
     the program binary its driver built from SPIR-V before (stored back by the dispatcher),
     then the portable SPIR-V.  Without a device: SPIR-V."""
-    keys = [("level_zero:spirv", spirv_key())]
+    keys = [(PORTABLE_SPIRV, spirv_key())]
     if available():
         dev = get_device(device)
         keys.insert(0, (f"{KIND}:{dev.index}", device_key(dev)))
@@ -352,9 +357,9 @@ def candidate_keys(device=None) -> list:
 
 
 def toolchain_target(device=None):
-    """The toolchain's target for an OpenCL device: portable SPIR-V (``level_zero:spirv``)."""
+    """The toolchain's target for an OpenCL device: portable SPIR-V (``spirv:generic``)."""
     from .level_zero import target
-    return target("level_zero:spirv")
+    return target(PORTABLE_SPIRV)
 
 
 def lookup_keys(device=None) -> tuple:
@@ -369,7 +374,7 @@ def host_key() -> str:
 
 def site_candidates(host=None) -> list:
     """Site bundles for this runtime: the portable SPIR-V key (bundles hold no driver's code)."""
-    return [("level_zero:spirv", spirv_key())]
+    return [(PORTABLE_SPIRV, spirv_key())]
 
 
 # ---------------------------------------------------------------------------
@@ -516,10 +521,7 @@ def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
             from None
     k = OpenCLKernel(dev, program, kernel, entry, specs, build_log)
     k.format, k.native_refused, k.spirv = fmt, refused, bytes(payload)
-    base = sum(s.slots() for s in specs) + 3
-    if k.num_args not in (base, base + 1):
-        raise OpenCLError(f"kernel '{entry}' takes {k.num_args} parameters; its metadata "
-                          f"({', '.join(s.text for s in specs)}) makes {base}, or {base + 1} in debug mode")
+    check_entry_params(entry, specs, k.num_args, OpenCLError)
     return k
 
 
@@ -583,40 +585,24 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, bl
     dev = kernel.dev
     cl = dev.cl
     dims = check_launch(kernel, args, dims)
-    check_param_count(kernel, kernel.num_args,
-                      sum(s.slots() for s in kernel.specs) + 3 + (1 if debug else 0), debug,
-                      OpenCLError)
+    codes = check_param_count(kernel, kernel.num_args, debug, OpenCLError)
 
     def upload(host):                   # a buffer of the host memory, flat in its own order
         flat = host.ravel(order="K")
         return _buffer(dev, flat if flat.flags.c_contiguous else flat.copy()), flat
 
-    values, staging = [], Staging()
-    for i, (spec, a) in enumerate(zip(kernel.specs, args)):
-        what = f"kernel '{kernel.entry}': argument {i}"
-        if not spec.is_array:
-            values.append(check_scalar(what, spec, a,
-                                       lambda a: isinstance(a, (np.ndarray, OpenCLArray))))
-            continue
-        shape, _, c, f = check_array(what, spec, a, dev, OpenCLArray,
-                                     "a NumPy array or an OpenCLArray", FOREIGN)
-        if isinstance(a, OpenCLArray):
-            buf, estrides = a.buffer, a.element_strides()
-        else:
-            buf, estrides = staging.stage(spec, a, c, f, upload)
-        values.append(buf)
-        if spec.shape is None:
-            values.extend(np.int64(n) for n in shape)
-        if spec.layout == "A":
-            values.extend(np.int64(s) for s in estrides)
-
-    grid = dims + (1,) * (3 - len(dims))
-    values.extend(np.int64(n) for n in grid)
+    staging = Staging()
+    values = argument_values(kernel, args, OpenCLArray, lambda a: (a.buffer, a.element_strides()),
+                             upload, staging, "a NumPy array or an OpenCLArray", FOREIGN)
+    grid = layout_grid(dims)
+    values += grid
     err = errbuf = None
     if debug:
         err = np.zeros(4, np.int64)
         errbuf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=err)
         values.append(errbuf)
+    # a buffer as it is, an extent or a stride as an int64, a scalar as scalar_numpy made it
+    values = [np.int64(v) if c == "i64" else v for c, v in zip(codes, values)]
 
     if grid[0] * grid[1] * grid[2] == 0:
         return err
@@ -638,6 +624,9 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, bl
                               f"{local}) failed on {dev.name}: {e}") from None
     staging.finish()
     return err
+
+
+make_variant = device_variant(launch)      # what the dispatcher launches (tack.launch)
 
 
 def describe() -> str:

@@ -11,8 +11,12 @@ docs/cache.md.
 The settings, the MPI launch they depend on and the ``tack.cache`` logger
 live here rather than in modules of their own because a warm kernel call
 imports this package anyway, and each module imported costs a few hundred
-microseconds of a budget of a few milliseconds.  What a cache hit runs is
-in ``warm.py``; what a miss or a store needs, in ``store.py``.
+microseconds of a budget of a few milliseconds.  The rest is a module per
+role: ``keys`` (what an entry is named by), ``entry`` (its format),
+``trust`` (reading and writing safely), ``deps`` (whether an entry is still
+current), ``stores`` (where entries are looked up and stored, and the
+session that chains them), ``bundle`` (many entries in one file), ``size``
+(the limit), and the tools (``cli``, ``export``, ``bcast``, ``host``).
 """
 
 from __future__ import annotations
@@ -292,7 +296,7 @@ _lock = threading.Lock()
 _configured = {}
 _resolved = None          # Settings, once the first kernel compiled
 _resolved_by = None       # what made them resolved (for configure()'s error)
-_session = None           # the Session for this process (the CPU's)
+_session = None           # this process's CPU Session (False: the cache is off)
 _other_sessions = {}      # those of other runtimes (OpenCL), by kind
 _warn = None              # the process's warn_once, shared by its sessions
 _stats = None
@@ -351,58 +355,75 @@ def stats() -> dict:
 def reset_stats() -> None:
     """Start this process's counters again from zero."""
     if _stats is not None:
-        from .warm import new_stats
         _stats.update(new_stats())
+
+
+def new_stats() -> dict:
+    """Counters of a process's cache use (what ``stats()`` returns a copy of)."""
+    return {"hits": {"lowered": 0, "variant": 0}, "misses": {"lowered": 0, "variant": 0},
+            "bytes_read": 0, "bytes_written": 0, "load_seconds": 0.0, "store_seconds": 0.0,
+            "damaged": 0,
+            "rejected": 0}          # entries whose dependency record no longer holds
 
 
 def _get_stats():
     global _stats
     if _stats is None:
-        from .warm import new_stats
         _stats = new_stats()
     return _stats
 
 
-def session(runtime=None):
-    """Where this process looks entries up, or None when off: the user's directory (a
-    ``warm.DiskCache``), or a ``bundle.Chain`` of stores when there are bundles to read.
+def warn_once_factory(quiet=False):
+    """A function that warns the first time it is called in this process, and logs always.
 
-    ``runtime``: the runtime side of the backend whose target keys the stores look up
-    (``tack.backends.runtime``); the dispatcher passes it, the CPU's by default.  Each
-    runtime has a session of its own (a CPU and an OpenCL device look up different keys and
-    site bundles); they share the settings, statistics and warnings.
+    ``quiet``: log only (MPI ranks other than 0, so a job of thousands of
+    ranks does not print one warning per rank).
+    """
+    said = set()
+
+    def warn_once(message: str):
+        if not said and not quiet:
+            warnings.warn(f"tack: {message}", RuntimeWarning, stacklevel=2)
+        said.add(message)
+        log.debug("%s", message)
+    return warn_once
+
+
+def session(kind: str, host_key: str, site_candidates):
+    """This process's ``stores.Session`` for device kind ``kind``, or None when the cache is off.
+
+    The caller (the dispatcher) names what only its runtime knows: ``host_key``, the target key
+    of code compiled here (it names this host's bundle), and ``site_candidates``, a function
+    giving the site bundles this node can use, [(``kind:arch``, target key)] most specific
+    first, called only if a lookup reaches a site bundle directory.  Each kind has a session
+    of its own (a CPU and an OpenCL device look up different keys and site bundles); they
+    share the settings, statistics and warnings.  A bundle given to ``load_bundle`` is the
+    CPU's.
     """
     global _session
-    if runtime is None:
-        from ..backends import runtime as backend_runtime
-        runtime = backend_runtime("cpu")
-    if getattr(runtime, "KIND", "cpu") != "cpu":
-        kind = runtime.KIND
+    if kind != "cpu":
         if kind not in _other_sessions:
-            _other_sessions[kind] = _new_session(runtime, own_bundle=False)
+            _other_sessions[kind] = _new_session(host_key, site_candidates, own_bundle=False)
         return _other_sessions[kind] or None
     if _session is None:
-        _session = _new_session(runtime, own_bundle=not _bundle_called,
-                                chain=_loaded_bundle is not None)
+        _session = _new_session(host_key, site_candidates, own_bundle=not _bundle_called)
         if _session and _loaded_bundle is not None:
             _session.add_loaded(_loaded_bundle)
     return _session or None
 
 
-def _new_session(runtime, own_bundle, chain=False):
+def _new_session(host_key, site_candidates, own_bundle):
     s = _settings_in_use("the first kernel compiled")
     if s.mode == "off":
         return False
-    from .warm import site_dirs, user_directory, warn_once_factory
+    from .stores import open_session, site_dirs
     launch = mpi_launch()
     global _warn
     if _warn is None:
         _warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
-    sites = site_dirs(warn=_warn)
-    if s.mode == "bundle" or sites or chain:
-        from .bundle import Chain
-        return Chain(s, _get_stats(), _warn, runtime, launch, sites, own_bundle=own_bundle)
-    return user_directory(s, _get_stats(), _warn, runtime, launch)
+    return open_session(s, _get_stats(), _warn, host_key, site_candidates,
+                        rank=launch.rank if launch is not None else 0,
+                        sites=site_dirs(warn=_warn), own_bundle=own_bundle)
 
 
 def load_bundle(comm=None) -> int:
@@ -415,17 +436,14 @@ def load_bundle(comm=None) -> int:
     Without ``comm``, this process reads the bundle itself.
     """
     from .bcast import load_and_broadcast
-    global _loaded_bundle, _bundle_called, _session
+    from .host import cpu_host_key
+    global _loaded_bundle, _bundle_called
     _bundle_called = True
-    loaded = load_and_broadcast(comm, settings())
+    loaded = load_and_broadcast(comm, settings(), cpu_host_key)
     if loaded is None:
         return 0
     _loaded_bundle = loaded
     if _session:
-        if not hasattr(_session, "add_loaded"):         # the user's directory alone, so far
-            from .bundle import Chain
-            _session = Chain(_session.settings, _session.stats, _session.warn_once,
-                             _session.runtime, disk=_session)
         _session.add_loaded(loaded)
     return len(loaded)
 

@@ -13,12 +13,12 @@ import os
 CHUNK = 1 << 30
 
 
-def load_and_broadcast(comm, settings):
-    """-> the Bundle on every rank, or None on every rank (after rank 0 warns why)."""
-    from . import bundle
-    from .bundle import bundle_name
-    from ..backends import runtime
-    from .warm import tack_version_id, warn_once_factory
+def load_and_broadcast(comm, settings, host_key):
+    """-> the Bundle on every rank, or None on every rank (after rank 0 warns why).
+
+    ``host_key()``: this host's CPU target key, which names its bundle (asked on rank 0 only)."""
+    from . import bundle, warn_once_factory
+    from .keys import tack_version_id
 
     rank = 0 if comm is None else comm.Get_rank()
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
@@ -27,7 +27,7 @@ def load_and_broadcast(comm, settings):
             reason = "the cache is off (TACK_CACHE=off)"
         else:
             try:
-                path = os.path.join(settings.directory, bundle_name(runtime("cpu").host_key()))
+                path = os.path.join(settings.directory, bundle.bundle_name(host_key()))
                 loaded = bundle.read(path, tack_version=tack_version_id())
                 data, status, reason = loaded.data, [len(loaded.data), len(loaded)], None
             except bundle.BundleError as e:

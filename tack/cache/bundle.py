@@ -10,11 +10,12 @@ Layout::
     "TACKBDL1" | u32 format | u32 entry count | u32 meta length | u32 index length
     | 32-byte sha256 of (meta, index) | meta | index | entries...
 
-``meta`` and ``index`` are text (``store.encode_meta`` lines); the index
+``meta`` and ``index`` are text (``entry.encode_meta`` lines); the index
 lists ``kind, key, offset, length`` of each entry and comes before the
 entries, so a truncated bundle still serves every entry that survives
 whole.  Each entry is a normal cache entry with its own checksum: a
-damaged one is ignored, and the others are used.
+damaged one is ignored, and the others are used.  ``BundleStore`` and
+``SiteBundleStore`` look entries up in bundles for a session (``stores.py``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ import platform
 import struct
 import time
 
-from . import log, warm
-from .warm import tack_version_id, user_directory
+from . import log
+from .entry import (KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode, decode_meta,
+                    encode_meta)
+from .keys import tack_version_id
+from .trust import TMP_MARK, NotRegular, Untrusted, check_stat, check_trusted, read_regular, write_atomic
 
 MAGIC = b"TACKBDL1"
 FORMAT = 1
 _HEAD = struct.Struct("<8sIIII32s")
+
+
 class BundleError(Exception):
     """A bundle that cannot be used at all, and why."""
 
@@ -52,9 +58,9 @@ class Bundle:
         if len(body) != mlen + ilen or hashlib.sha256(body).digest() != digest:
             raise BundleError(f"{path} is damaged (its index does not match its checksum)")
         try:
-            self.meta = warm.decode_meta(body[:mlen], list_fields=())
+            self.meta = decode_meta(body[:mlen], list_fields=())
             self.index = self._parse_index(body[mlen:], len(data)) if ilen else {}
-        except (ValueError, UnicodeDecodeError, warm.DamagedEntry) as e:
+        except (ValueError, UnicodeDecodeError, DamagedEntry) as e:
             raise BundleError(f"{path} is damaged (its header or index is malformed: {e})") from None
         if len(self.index) != count:
             raise BundleError(f"{path} is damaged (index has {len(self.index)} of {count} entries)")
@@ -71,7 +77,7 @@ class Bundle:
                                            for f in (fields[0], fields[2], fields[3])):
                 raise ValueError(f"index line {n} is not 'kind, key, offset, length'")
             kind, key, offset, length = int(fields[0]), fields[1], int(fields[2]), int(fields[3])
-            if kind not in warm.SUFFIX or len(key) != 64 or (kind, key) in index:
+            if kind not in SUFFIX or len(key) != 64 or (kind, key) in index:
                 raise ValueError(f"index line {n} names no entry of this bundle")
             index[(kind, key)] = (offset, length)
         return index
@@ -81,8 +87,8 @@ class Bundle:
         bad = 0
         for (kind, key), (offset, length) in self.index.items():
             try:
-                warm.decode(self.data[offset:offset + length], kind, key)
-            except warm.DamagedEntry:
+                decode(self.data[offset:offset + length], kind, key)
+            except DamagedEntry:
                 bad += 1
         return bad
 
@@ -96,8 +102,8 @@ class Bundle:
             return None
         offset, length = where
         try:
-            _, meta, payload = warm.decode(self.data[offset:offset + length], kind, key)
-        except warm.DamagedEntry as e:
+            _, meta, payload = decode(self.data[offset:offset + length], kind, key)
+        except DamagedEntry as e:
             log.debug("bundle %s: entry %s damaged (%s); ignored", self.path, key[:16], e)
             return None
         return meta, payload
@@ -105,8 +111,7 @@ class Bundle:
 
 def pack(entries, meta: dict) -> bytes:
     """Bundle bytes from ``[(kind, key, encoded entry bytes)]`` and header fields."""
-    from . import store
-    meta_b = store.encode_meta(meta)
+    meta_b = encode_meta(meta)
     # Fixed-width numbers: the index's length does not depend on the offsets it lists.
     row = len(f"0\t{'0' * 64}\t{0:016d}\t{0:016d}")
     offset = _HEAD.size + len(meta_b) + (row + 1) * len(entries) - (1 if entries else 0)
@@ -134,9 +139,8 @@ def header_for(meta: dict, llvm: str = "", arch: str = "") -> dict:
 def write(path: str, entries, header: dict) -> int:
     """Write a bundle of ``[(kind, key, encoded entry bytes)]`` at ``path`` (atomically, readable
     by all: a site's bundles serve every user). -> its size in bytes."""
-    from . import store
     data = pack(entries, header)
-    store.write_atomic(path, data, mode=0o644)
+    write_atomic(path, data, mode=0o644)
     return len(data)
 
 
@@ -149,14 +153,14 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None) -
     ``tack_version``, a bundle made by another Tack version is refused.
     """
     try:
-        warm.check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
-        data, st = warm.read_regular(path)
-        warm.check_stat(st, path, allow_root=allow_root, is_dir=False)
-    except warm.Untrusted as e:
+        check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
+        data, st = read_regular(path)
+        check_stat(st, path, allow_root=allow_root, is_dir=False)
+    except Untrusted as e:
         raise BundleError(str(e)) from None
     except FileNotFoundError:
         raise BundleError(f"there is no bundle at {path}") from None
-    except warm.NotRegular as e:
+    except NotRegular as e:
         if e.strerror.startswith("a symbolic link"):
             raise BundleError(f"{path} is a symbolic link; bundles are read only from the file itself") from None
         raise BundleError(f"{path} is {e.strerror}") from None
@@ -172,7 +176,7 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None) -
 def header(path: str) -> dict:
     """A bundle's header fields, entry count and size (read whole and checked: BundleError)."""
     try:
-        data, st = warm.read_regular(path)
+        data, st = read_regular(path)
     except OSError as e:
         raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
     b = Bundle(data, path)
@@ -185,9 +189,8 @@ def collect(version_dir: str, target_key: str | None = None):
     -> {target key: [(kind, key, bytes)]} of variants, and the lowered
     entries (which every architecture's bundle carries).
     """
-    from . import store
     lowered, variants = [], {}
-    for kind, level in ((warm.KIND_LOWERED, "lowered"), (warm.KIND_VARIANT, "variants")):
+    for kind, level in ((KIND_LOWERED, "lowered"), (KIND_VARIANT, "variants")):
         ldir = os.path.join(version_dir, level)
         if not os.path.isdir(ldir):
             continue
@@ -196,14 +199,14 @@ def collect(version_dir: str, target_key: str | None = None):
             if not os.path.isdir(fdir):
                 continue
             for name in sorted(os.listdir(fdir)):
-                if warm.TMP_MARK in name or not name.endswith(warm.SUFFIX[kind]):
+                if TMP_MARK in name or not name.endswith(SUFFIX[kind]):
                     continue
                 try:
-                    data = store.read_file(os.path.join(fdir, name))
-                    key, meta, _ = warm.decode(data, kind)
-                except (OSError, warm.DamagedEntry):
+                    data, _ = read_regular(os.path.join(fdir, name))
+                    key, meta, _ = decode(data, kind)
+                except (OSError, DamagedEntry):
                     continue                      # damaged entries are not packed
-                if kind == warm.KIND_LOWERED:
+                if kind == KIND_LOWERED:
                     lowered.append((kind, key, data))
                 else:
                     tk = meta.get("target_key", "")
@@ -235,7 +238,7 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
     return written
 
 
-# -- stores: lookups served from a bundle ---------------------------------------
+# -- names -------------------------------------------------------------------------
 
 BUNDLE_PREFIX = "bundle-"
 
@@ -253,161 +256,112 @@ def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> 
     return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{kind}-{name}-{target_key[:12]}"
 
 
-class BundleStore:
-    """Lookups served from one bundle, opened at the first lookup (or given in memory)."""
+# -- stores: lookups served from bundles ------------------------------------------
+
+class _ReadOnly:
+    """What a store that is never written offers of ``Store``'s writing half."""
 
     writable = False
 
-    def __init__(self, path=None, loaded=None, allow_root=False, label="bundle", quiet=False,
-                 target_key=None):
+    def write(self, kind, key, meta, payload) -> bool:
+        return False
+
+    def touch(self, kind, key) -> None:
+        pass
+
+    def discard(self, path) -> None:
+        pass
+
+
+class BundleStore(_ReadOnly):
+    """Lookups served from one bundle, opened at the first lookup (or given in memory).
+
+    ``target_key``: the target whose variants it holds (a variant's key is made for it)."""
+
+    def __init__(self, stats, warn_once, path=None, loaded=None, allow_root=False, label="bundle",
+                 quiet=False, target_key=None):
+        self.stats, self.warn_once = stats, warn_once
         self.path = path
-        self._target_key = target_key   # the target whose variants it is looked up for
+        self.target_key = target_key
         self.bundle = loaded
         self.allow_root = allow_root
         self.label = label
         self.quiet = quiet              # a missing bundle is normal here: say so only in the log
         self._failed = loaded is None and path is None
 
-    def _open(self, chain):
+    def _open(self):
         t0 = time.perf_counter()
         try:
-            self.bundle = read(self.path, allow_root=self.allow_root,
-                                      tack_version=tack_version_id())
-            chain.stats["bytes_read"] += len(self.bundle.data)
-            chain.stats["load_seconds"] += time.perf_counter() - t0
+            self.bundle = read(self.path, allow_root=self.allow_root, tack_version=tack_version_id())
+            self.stats["bytes_read"] += len(self.bundle.data)
+            self.stats["load_seconds"] += time.perf_counter() - t0
             log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
         except BundleError as e:
             self._failed = True
-            missing = not os.path.lexists(self.path)
-            if missing and self.quiet:
+            if self.quiet and not os.path.lexists(self.path):
                 log.debug("%s: none at %s", self.label, self.path)
             else:
-                chain.warn_once(f"not using the {self.label}: {e}")
+                self.warn_once(f"not using the {self.label}: {e}")
 
-    def lookup(self, chain, kind, key, level):
+    def read(self, kind, key, level, targets=()):
         if self.bundle is None and not self._failed:
-            self._open(chain)
+            self._open()
         if self.bundle is None:
-            return None
-        if callable(key):
-            key = key(self._target_key)
-        got = self.bundle.get(kind, key)
+            return None, MISSING
+        got = self.bundle.get(kind, key(self.target_key) if callable(key) else key)
         if got is None:
-            return None
-        meta, payload = got
-        return meta, payload, self.bundle.path
+            return None, MISSING
+        return Found(got[0], got[1], self.bundle.path), ""
 
 
-class SiteBundleStore:
-    """A site's bundle directory: the bundles built ahead of time for this node's
-    microarchitecture and for each of its archspec ancestors, looked in most specific first
-    (``runtime.site_candidates()``).  A bundle for an unrelated or newer microarchitecture is
-    never a candidate.  The candidates (archspec, llvmlite's version: tens of milliseconds) are
-    found only when a lookup first reaches this store, after a miss in the user's own cache.
-    """
+class SiteBundleStore(_ReadOnly):
+    """A site's bundle directory: the bundles built ahead of time for this node's architecture
+    and each of its ancestors, looked in most specific first.  A bundle for an unrelated or
+    newer microarchitecture is never a candidate.  ``site_candidates()`` ([(``kind:arch``,
+    target key)], the caller's: archspec and llvmlite's version for a CPU, tens of
+    milliseconds) is called only when a lookup first reaches this store."""
 
-    writable = False
-
-    def __init__(self, directory, runtime):
+    def __init__(self, stats, warn_once, directory, site_candidates):
+        self.stats, self.warn_once = stats, warn_once
         self.directory = directory
-        self.runtime = runtime
+        self.site_candidates = site_candidates
         self.stores = None
 
     def candidates(self):
         """[(``kind:arch``, target key, bundle path)] in the order they are looked in."""
         return [(arch, tk, os.path.join(self.directory, site_bundle_name(arch, tk)))
-                for arch, tk in self.runtime.site_candidates()]
+                for arch, tk in self.site_candidates()]
 
-    def _open(self, chain=None):
+    def _open(self):
         self.stores = []
         try:
             found = [c for c in self.candidates() if os.path.lexists(c[2])]
         except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
-            why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"
-            if isinstance(e, ImportError) and (e.name or "").split(".")[0] == "archspec":
-                why += "; install archspec (pip install archspec) to use them"
-            try:
-                any_bundle = any(n.startswith(BUNDLE_PREFIX) for n in os.listdir(self.directory))
-            except OSError:
-                any_bundle = False
-            if any_bundle and chain is not None:
-                chain.warn_once(f"site bundles in {self.directory} not used: {why}")
-            else:
-                log.debug("site bundles in %s: %s", self.directory, why)
+            self._say_unnamed(e)
             return
         for arch, tk, path in found:
             log.debug("site bundle for %s: %s", arch, path)
-            self.stores.append(BundleStore(path, allow_root=True, label=f"site bundle for {arch}",
-                                           quiet=True, target_key=tk))
+            self.stores.append(BundleStore(self.stats, self.warn_once, path, allow_root=True,
+                                           label=f"site bundle for {arch}", quiet=True, target_key=tk))
 
-    def lookup(self, chain, kind, key, level):
-        if self.stores is None:
-            self._open(chain)
-        for store in self.stores:
-            got = store.lookup(chain, kind, key, level)
-            if got is not None:
-                return got
-        return None
-
-
-class Chain:
-    """The stores of this process, tried in order, when there is more than the user's directory
-    (bundle mode, site bundles, a broadcast bundle); else the session is that ``DiskCache``."""
-
-    def __init__(self, settings, stats, warn_once, runtime, launch=None, site_dirs=(),
-                 own_bundle=True, disk=None):
-        self.settings = settings
-        self.stats = stats
-        self.warn_once = warn_once
-        self.runtime = runtime
-        self.disk = disk
-        self.stores = []
-        here = runtime.host_key()
-        name = bundle_name(here)
-        if settings.mode == "bundle":
-            if own_bundle:                      # else load_bundle() already read (or tried) it
-                self.stores.append(BundleStore(os.path.join(settings.directory, name),
-                                               label="cache bundle", quiet=True, target_key=here))
+    def _say_unnamed(self, e):
+        why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"
+        if isinstance(e, ImportError) and (e.name or "").split(".")[0] == "archspec":
+            why += "; install archspec (pip install archspec) to use them"
+        try:
+            any_bundle = any(n.startswith(BUNDLE_PREFIX) for n in os.listdir(self.directory))
+        except OSError:
+            any_bundle = False
+        if any_bundle:
+            self.warn_once(f"site bundles in {self.directory} not used: {why}")
         else:
-            if self.disk is None:
-                self.disk = user_directory(settings, stats, warn_once, runtime, launch)
-            self.stores.append(self.disk)
-        for d in site_dirs:
-            # a bundle packed on a node like this one, then those built for its microarchitecture
-            # and its ancestors
-            self.stores.append(BundleStore(os.path.join(d, name), allow_root=True,
-                                           label="site bundle", quiet=True, target_key=here))
-            self.stores.append(SiteBundleStore(d, runtime))
+            log.debug("site bundles in %s: %s", self.directory, why)
 
-    def add_loaded(self, loaded):
-        self.stores.insert(0, BundleStore(loaded=loaded, label="broadcast bundle",
-                                          target_key=self.runtime.host_key()))
-
-    @property
-    def writable(self):
-        return self.disk is not None and self.disk.writable
-
-    def read(self, kind, key, level):
-        self.why = "missing"
-        self.bumped = False
-        for s in self.stores:
-            got = s.lookup(self, kind, key, level)
-            if got is not None:
-                self.bumped = s is self.disk and s.bumped
-                return got
-            why = getattr(s, "why", "missing")      # the user's directory says why it missed
-            if why != "missing":
-                self.why = why
-        return None
-
-    def write(self, kind, key, meta, payload):
-        return self.disk.write(kind, key, meta, payload) if self.writable else False
-
-    def touch(self, kind, key):
-        if self.disk is not None:
-            self.disk.touch(kind, key)
-
-    def discard(self, path):
-        """Remove an unusable entry found at ``path`` (only ever a per-kernel file of ours)."""
-        if self.disk is not None:
-            self.disk.discard(path)
+    def read(self, kind, key, level, targets=()):
+        if self.stores is None:
+            self._open()
+        for store in self.stores:
+            found, _ = store.read(kind, key, level, targets)
+            if found is not None:
+                return found, ""
+        return None, MISSING

@@ -17,8 +17,9 @@ import time
 from .. import cache as settings_mod
 from . import size
 from .bundle import BUNDLE_PREFIX
-from .warm import (KIND_VARIANT, DamagedEntry, NotRegular, Untrusted, check_trusted, decode,
-                   read_regular, tack_version_id)
+from .entry import KIND_VARIANT, DamagedEntry, decode
+from .keys import tack_version_id
+from .trust import VERSION_MARKER, NotRegular, Untrusted, check_trusted, read_regular
 
 
 class CLIError(Exception):
@@ -141,7 +142,7 @@ def _target_label(path: str) -> str:
 
 
 def site_bundles() -> list:
-    from .warm import site_dirs
+    from .stores import site_dirs
     out = []
     for d in site_dirs():
         out.append({"directory": d, "bundles": bundles(d) if os.path.isdir(d) else None})
@@ -260,7 +261,7 @@ def clear_version(root: str, version: str) -> tuple[int, list]:
                     kept.append(path)
             _rmdir(fdir, kept)
         _rmdir(ldir, kept)
-    marker = os.path.join(vdir, size.VERSION_MARKER)
+    marker = os.path.join(vdir, VERSION_MARKER)
     if size.is_marker(marker) and not _others_in(vdir, marker):
         _unlink(marker)
     _rmdir(vdir, kept)
@@ -341,19 +342,18 @@ def cmd_clear(args) -> int:
 
 def cmd_pack(args) -> int:
     from . import bundle
-    from ..backends import runtime
+    from .host import cpu_host_key
     s = _settings(args)
     root = _trusted_root(s)
     version = tack_version_id()
-    rt = runtime("cpu")
-    here = rt.host_key()
-    target = _match_arch(root, version, args.arch, rt) if args.arch else None
+    here = cpu_host_key()
+    target = _match_arch(root, version, args.arch, here) if args.arch else None
     output, out_dir = args.output, root
     if output is not None and os.path.isdir(output):      # into that directory, named as usual
         output, out_dir = None, output
     try:
         written = bundle.write_bundles(os.path.join(root, version), out_dir, output=output,
-                                       target_key=target, arch_of=lambda tk: _arch_label(tk, rt))
+                                       target_key=target, arch_of=lambda tk: _arch_label(tk, here))
     except bundle.BundleError as e:
         raise CLIError(str(e)) from None
     fs = settings_mod.format_size
@@ -366,18 +366,19 @@ def cmd_pack(args) -> int:
     return 0
 
 
-def _arch_label(target_key, rt) -> str:
-    """``cpu:<archspec name>`` of variants compiled on this host (their key is its own), else the
-    arch their metadata names, else '' (a copy of another host's cache: unnamed)."""
-    if target_key == rt.host_key():
+def _arch_label(target_key, here) -> str:
+    """``cpu:<archspec name>`` of variants compiled on this host (their key is its own, ``here``),
+    else '' (a copy of another host's cache: unnamed)."""
+    if target_key == here:
+        from .host import cpu_host_arch
         try:
-            return f"cpu:{rt.host_arch()}"
+            return f"cpu:{cpu_host_arch()}"
         except Exception:                       # noqa: BLE001 - no archspec: unnamed
             return ""
     return ""
 
 
-def _match_arch(root, version, arch, rt):
+def _match_arch(root, version, arch, here):
     """The target key whose variants are for ``arch``: ``kind:name`` (this host's
     microarchitecture, or an arch a variant names), LLVM's CPU name, or a key prefix."""
     from . import bundle
@@ -386,7 +387,7 @@ def _match_arch(root, version, arch, rt):
 
     def names(tk, entries):
         out = {tk[:16]}
-        label = _arch_label(tk, rt)
+        label = _arch_label(tk, here)
         out.update(n for n in (label, *(m.get("arch", "") for *_, m in entries)) if n)
         out.update(f.split("=", 1)[1] for *_, m in entries for f in m.get("target", "").split(";")
                    if f.startswith("cpu="))             # LLVM's name: what older Tacks printed

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import re
 
-from . import warm
+from .entry import KIND_VARIANT, decode
+from .keys import digest, tack_version_id
+from .trust import read_regular, write_atomic
 
 
 def variants(source: str):
@@ -23,17 +25,17 @@ def variants(source: str):
     if not os.path.lexists(source):
         raise FileNotFoundError(2, "no such bundle or cache directory", source)
     if os.path.isdir(source) and not os.path.islink(source):
-        version_dir = os.path.join(source, warm.tack_version_id())
+        version_dir = os.path.join(source, tack_version_id())
         _, found = bundle.collect(version_dir)
         for entries in found.values():
             for _kind, key, data, _meta in entries:
-                _, meta, payload = warm.decode(data, warm.KIND_VARIANT, key)
+                _, meta, payload = decode(data, KIND_VARIANT, key)
                 out.append((meta, payload))
         return out, damaged
-    data, _ = warm.read_regular(source)
+    data, _ = read_regular(source)
     b = bundle.Bundle(data, source)
     for (kind, key) in sorted(b.index):
-        if kind != warm.KIND_VARIANT:
+        if kind != KIND_VARIANT:
             continue
         got = b.get(kind, key)
         if got is None:
@@ -48,11 +50,8 @@ def parts(meta: dict, payload: bytes):
     Zero: native code and its SPIR-V) splits them with its toolchain's ``artifact_parts``."""
     kind = meta.get("backend", "cpu")
     if kind != "cpu":
-        try:
-            from ..backends import toolchain
-            split = getattr(toolchain(kind), "artifact_parts", None)
-        except ValueError:
-            split = None
+        from .host import artifact_parts
+        split = artifact_parts(kind)
         if split is not None:
             return split(payload)
     return [(meta.get("suffix") or ".o", payload)]
@@ -69,13 +68,12 @@ def file_stem(meta: dict, key: str) -> str:
 
 def export(source: str, output: str) -> tuple[list, int]:
     """Write each variant's artifact under ``output``. -> ([paths written], damaged skipped)."""
-    from .store import write_atomic
     found, damaged = variants(source)
     os.makedirs(output, exist_ok=True)
     written = []
     for meta, payload in found:
         key = meta.get("target_key", "")
-        stem = file_stem(meta, warm.digest("export", ("entry", meta.get("entry", "")), ("key", key)))
+        stem = file_stem(meta, digest("export", ("entry", meta.get("entry", "")), ("key", key)))
         for suffix, data in parts(meta, payload):
             path = os.path.join(output, stem + suffix)
             write_atomic(path, data, mode=0o644)

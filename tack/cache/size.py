@@ -17,15 +17,14 @@ import re
 import stat
 import time
 
-from .warm import _HEAD, MAGIC, SUFFIX, TMP_MARK, NotRegular, _kind_of, read_regular
+from . import bundle
+from .entry import HEAD, MAGIC, SUFFIX
+from .trust import MARKER_TEXT, TMP_MARK, VERSION_MARKER, NotRegular, kind_of, read_regular
 
 _O_NOWAIT = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 LEVELS = ("lowered", "variants")
-VERSION_MARKER = ".tack-version"        # in each version directory the cache creates
-MARKER_TEXT = b"Tack kernel cache: a directory made by Tack; its entries may be deleted by it\n"
-BUNDLE_MAGIC = b"TACKBDL1"              # bundle.MAGIC (bundle.py imports this module's users)
-_MAGICS = (MAGIC, BUNDLE_MAGIC)
+_MAGICS = (MAGIC, bundle.MAGIC)        # an entry's, a bundle's
 
 HOUR = 3600
 STAMP = "size-check.stamp"
@@ -38,7 +37,7 @@ _STALE_CLAIM = 600
 def touch_if_stale(path: str, now: float | None = None) -> bool:
     """Mark an entry used: bump its mtime if it is more than an hour old (one write an hour).
 
-    (The read path does the same inline, in warm.py, from the mtime it already has.)
+    (The read path does the same inline, in stores.py, from the mtime it already has.)
     """
     now = time.time() if now is None else now
     try:
@@ -86,15 +85,15 @@ def is_own_file(path: str) -> bool:
     bundle) that holds the start of one.  Never follows a link or opens a FIFO."""
     name = os.path.basename(path)
     try:
-        head, _ = read_regular(path, limit=_HEAD.size)
+        head, _ = read_regular(path, limit=HEAD.size)
     except OSError:
         return False
     if TMP_MARK in name:
         return _TMP_RE.match(name) is not None and \
             any(head == magic[:len(head)] or head.startswith(magic) for magic in _MAGICS)
     for kind, suffix in SUFFIX.items():
-        if name.endswith(suffix) and len(head) == _HEAD.size:
-            magic, k, *_, key = _HEAD.unpack(head)
+        if name.endswith(suffix) and len(head) == HEAD.size:
+            magic, k, *_, key = HEAD.unpack(head)
             return magic == MAGIC and k == kind and key.decode("ascii", "replace") == name[:-len(suffix)]
     return False
 
@@ -220,7 +219,7 @@ def last_check(root: str) -> float | None:
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode):
-        raise NotRegular(path, _kind_of(st))
+        raise NotRegular(path, kind_of(st))
     return st.st_mtime
 
 
@@ -229,7 +228,7 @@ def _stamp(stamp: str, now: float):
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegular(stamp, _kind_of(st))
+            raise NotRegular(stamp, kind_of(st))
     finally:
         os.close(fd)
     os.utime(stamp, (now, now))
@@ -238,7 +237,7 @@ def _stamp(stamp: str, now: float):
 def _claim_is_stale(claim: str, now: float) -> bool:
     st = os.lstat(claim)
     if not stat.S_ISREG(st.st_mode):
-        raise NotRegular(claim, _kind_of(st))     # never deleted: not ours
+        raise NotRegular(claim, kind_of(st))     # never deleted: not ours
     return now - st.st_mtime > _STALE_CLAIM
 
 

@@ -20,19 +20,19 @@ import numpy as np
 
 from .. import aot
 from .. import types as T
-from ..archs import qualify
+from ..archs import qualify, resolve
 from ..cache import bundle as bundle_mod
-from ..cache import store
+from ..cache import entry, trust
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
-from ..cache.warm import tack_version_id
+from ..cache.keys import tack_version_id
 
 
 class BuildFailure(Exception):
     """One architecture or kernel could not be built; the others go on."""
 
 
-def cpu_target(arch: str):
+def build_target(arch: str):
     """The toolchain target for ``arch`` (``zen3``, ``cpu:zen3``, ``cuda:sm_90``, ...);
     BuildFailure if no backend or compiler of this install can build code for it."""
     from ..aot import target_of
@@ -121,8 +121,9 @@ def build_problems(cfg):
     Each CPU architecture must map to a CPU this LLVM knows; each kernel
     entry's module must import and give argument values the kernel can take
     (its ``tack_warm`` checks a shape's rank and extents), and each kernel
-    must type-check for them (an array of the wrong rank fails here).  GPU
-    architectures are not built yet, which ``check`` lists but does not count.
+    must type-check for them (an array of the wrong rank fails here).  Every
+    other arch name was checked with the config, by the registry that the
+    toolchains build from.
     """
     problems = []
     for i, arch in enumerate(cfg.cpu_archs()):
@@ -159,8 +160,8 @@ def type_check(specs):
     for kernel, args, grid in specs:
         name = kernel.__qualname__
         try:
-            sig, lowered, _ = prepare(kernel, args)         # memoized: the build lowers it once
-            specialize(lowered, sig.value_types, grid)
+            typed, lowered, _ = prepare(kernel, args)       # memoized: the build lowers it once
+            specialize(lowered, typed.value_types, grid)
         except Exception as e:                  # noqa: BLE001 - the compiler's errors, reported
             why = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
             raise BuildFailure(f"{name}({', '.join(map(describe_arg, args))}) "
@@ -201,7 +202,7 @@ def build_arch(arch, specs, progress) -> list:
     """The artifacts of every spec for one architecture (CPU or GPU): ``tack.aot.build``."""
     def step(done, kernel, values):
         progress.step(arch, done, len(specs), f"{kernel.__qualname__} {', '.join(map(str, values))}")
-    return aot.build(cpu_target(arch), specs, step=step)
+    return aot.build(build_target(arch), specs, step=step)
 
 
 def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) -> int:
@@ -213,7 +214,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
     cpu = [qualify(a) for a in cfg.cpu_archs()]
     gpu = [(k, f"{k}:{a}") for k, a in cfg.gpu_archs()]
     try:
-        wanted = {qualify(a) for a in archs or []}
+        wanted = {':'.join(resolve(a)) for a in archs or []}     # level_zero:acm -> level_zero:dg2
     except ValueError as e:
         print(f"error: --arch {e}", file=err)
         return 1
@@ -276,7 +277,7 @@ def _bundle_paths(directory):
             raise FileNotFoundError("no bundle directory given and TACK_CACHE_BUNDLES is not set")
         directory = dirs[0]
     return directory, sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                             if n.startswith(BUNDLE_PREFIX) and store.TMP_MARK not in n)
+                             if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)
 
 
 def staleness(b, node_llvm):
@@ -293,7 +294,7 @@ def staleness(b, node_llvm):
         # A GPU bundle's key holds its compilers' versions too (PTX ISA, code object version,
         # Intel's offline compiler for native code): another key today means another compiler.
         try:
-            now = cpu_target(arch).key
+            now = build_target(arch).key
         except BuildFailure as e:
             why.append(f"cannot build {arch} here to compare: {e}")
         else:
@@ -347,7 +348,7 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
             continue
         why = staleness(b, node_llvm)
         rank, reason = applies(b, path, node_arch, candidates, host_key)
-        variants = [k for (kind, k) in b.index if kind == store.KIND_VARIANT]
+        variants = [k for (kind, k) in b.index if kind == entry.KIND_VARIANT]
         state = "current" if not why else "STALE"
         use = f"used by this node ({reason})" if rank is not None and not why else \
             f"not used by this node ({reason})" if rank is None else "not used by this node (stale)"
@@ -359,7 +360,7 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
             print(f"  stale: {reason}", file=out)
         if why:
             for kind, key in sorted(b.index):
-                if kind == store.KIND_VARIANT:
+                if kind == entry.KIND_VARIANT:
                     got = b.get(kind, key)
                     name = got[0].get("kernel", "?") if got else "(damaged)"
                     print(f"    {name} {key[:16]}", file=out)
@@ -450,14 +451,14 @@ def rebuild_bundle(path, out=sys.stdout):
     if b.meta.get("tack") != tack_version_id():
         raise BuildFailure(f"{path} was made by Tack {b.meta.get('tack')}; its lowered kernels "
                            f"cannot be read by {tack_version_id()}: build it again")
-    target = cpu_target(arch)
+    target = build_target(arch)
     lowered, arts = {}, []
     for (kind, key) in sorted(b.index):
-        got = b.get(kind, key) if kind == store.KIND_LOWERED else None
+        got = b.get(kind, key) if kind == entry.KIND_LOWERED else None
         if got is not None:
             lowered[key] = LoweredKernel.from_bytes(got[1])
     for (kind, key) in sorted(b.index):
-        if kind != store.KIND_VARIANT:
+        if kind != entry.KIND_VARIANT:
             continue
         got = b.get(kind, key)
         if got is None:

@@ -31,10 +31,8 @@ def cmd_check(args) -> int:
     print(f"modules: {cfg.module_name}/{cfg.module_version} as {', '.join(cfg.formats)}"
           f" under {cfg.get('modules.root', '(--root)')}")
     print("bundles to build:")
-    for arch in cfg.cpu_archs():
-        print(f"  cpu {arch}")
-    for kind, arch in cfg.gpu_archs():
-        print(f"  {kind} {arch}  (no backend for it is installed yet)")
+    for arch in cfg.archs():
+        print(f"  {arch}")
     kernels = cfg.get("build.kernels") or [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
     for k in kernels:
         what = k.get("kernel") or ", ".join("x".join(map(str, s)) for s in k.get("shapes", []))

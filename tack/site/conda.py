@@ -16,6 +16,7 @@ import hashlib
 import os
 
 from .atomic import write_files
+from .errors import SiteError
 from .shell import quote, set_line
 
 EXTENSIONS = {"sh": "bash", "csh": "csh", "fish": "fish"}
@@ -90,7 +91,6 @@ def write_activate(cfg, prefix):
     """Write the activate.d and deactivate.d scripts into ``prefix``; return their paths."""
     prefix = os.path.abspath(os.fspath(prefix))
     if not os.path.isdir(prefix):
-        from .cli import SiteError
         raise SiteError(f"{prefix}: not a directory; --prefix must be an existing conda "
                         "environment (its $CONDA_PREFIX)")
     marker = f"_TACK_CONDA_{tag(prefix)}"

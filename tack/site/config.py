@@ -14,6 +14,8 @@ import stat
 
 import yaml
 
+from ..archs import ArchError
+from ..backends.arch_names import KINDS as ARCH_KINDS
 from ..cache import MAX_SIZE, MODES, SizeTooLarge, format_size, parse_size
 from .errors import SiteConfigError
 
@@ -29,12 +31,10 @@ SCHEMA = {
         "bundles": ("str", False, "TACK_CACHE_BUNDLES: where the site's bundles are installed"),
     }),
     "build": ("map", False, {
-        "archs": ("map", False, {
-            "cpu": ("list[str]", False, "CPU microarchitectures, by archspec name (zen3, ...)"),
-            "cuda": ("list[str]", False, "CUDA compute capabilities (sm_80, sm_90, ...)"),
-            "rocm": ("list[str]", False, "AMD GPU targets (gfx90a, gfx942, ...)"),
-            "level_zero": ("list[str]", False, "Intel GPU devices (pvc, acm, ...)"),
-        }),
+        # One list per device kind of the registry (tack.backends.arch_names), which decides
+        # the names each accepts.
+        "archs": ("map", False, {kind: ("list[str]", False, k.what)
+                                 for kind, k in ARCH_KINDS.items()}),
         "kernels": ("kernels", False, "what to warm into the bundles"),
     }),
     "modules": ("map", False, {
@@ -54,9 +54,6 @@ KERNEL_KEYS = {"module": "importable module", "shapes": "field shapes for the mo
                "grid": "launch grid dimensions (1-3)"}
 NODE_KEYS = {"name": "node type", "cpu": "a build.archs.cpu entry", "gpu": "a GPU arch from build.archs"}
 FORMATS = ("lmod", "tcl")
-CUDA_RE = re.compile(r"^sm_\d{2,3}[a-z]?$")
-ROCM_RE = re.compile(r"^gfx[0-9a-f]{3,4}$")
-LEVEL_ZERO = ("pvc", "acm", "dg2", "mtl", "lnl", "bmg")
 
 
 # Bounds on numbers, so that no value the config accepts overflows later.
@@ -149,13 +146,20 @@ class SiteConfig:
                 out[var] = str(value)
         return out
 
+    def archs(self) -> list:
+        """Every architecture of build.archs as ``kind:name``, the CPUs first, aliases resolved
+        (``level_zero: [acm]`` -> ``level_zero:dg2``): what ``bundles build`` builds."""
+        listed = self.get("build.archs", {}) or {}
+        return [f"{kind}:{ARCH_KINDS[kind].resolve(_bare(kind, a))}"
+                for kind in ARCH_KINDS for a in listed.get(kind) or []]
+
     def cpu_archs(self):
         """build.archs.cpu by archspec's bare names (an entry may be written ``cpu:zen3``)."""
-        return [_bare_cpu(a) for a in self.get("build.archs.cpu", []) or []]
+        return [a.partition(":")[2] for a in self.archs() if a.startswith("cpu:")]
 
     def gpu_archs(self):
-        archs = self.get("build.archs", {}) or {}
-        return [(kind, a) for kind in ("cuda", "rocm", "level_zero") for a in archs.get(kind) or []]
+        """[(kind, name)] of build.archs' other kinds (GPUs, portable SPIR-V, Metal)."""
+        return [tuple(a.split(":", 1)) for a in self.archs() if not a.startswith("cpu:")]
 
 
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -447,43 +451,41 @@ class _Validator:
                 except ValueError as e:
                     self.fail_at(("build", "kernels", i, "args", j), str(e))
         archs = (data.get("build") or {}).get("archs") or {}
-        known_cpu = known_cpu_archs()
-        for i, a in enumerate(archs.get("cpu") or []):
-            if isinstance(a, str) and a.startswith(tuple(f"{k}:" for k in ("cuda", "rocm", "level_zero"))):
-                self.fail_at(("build", "archs", "cpu"), f"{a!r} is not a CPU: list it under "
-                             f"build.archs.{a.split(':', 1)[0]}")
-                continue
-            a = _bare_cpu(a)
-            if a not in known_cpu:
-                close = difflib.get_close_matches(a, known_cpu, n=3)
-                hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-                self.fail_at(("build", "archs", "cpu"),
-                             f"unknown CPU microarchitecture {a!r}{hint} (archspec knows: "
-                             f"{', '.join(known_cpu)})")
-        for kind, pattern, example in (("cuda", CUDA_RE, "sm_90"), ("rocm", ROCM_RE, "gfx90a")):
-            for a in archs.get(kind) or []:
-                if not pattern.match(a):
-                    self.fail_at(("build", "archs", kind), f"{a!r} is not a {kind} architecture "
-                                 f"(expected a name like {example})")
-        for a in archs.get("level_zero") or []:
-            if a not in LEVEL_ZERO:
-                self.fail_at(("build", "archs", "level_zero"),
-                             f"unknown Intel GPU device {a!r} (known: {', '.join(LEVEL_ZERO)})")
+        for kind, names in archs.items():
+            for i, a in enumerate(names or []):
+                self.check_arch(kind, a, ("build", "archs", kind, i))
         for i, fmt in enumerate((data.get("modules") or {}).get("formats") or []):
             if fmt not in FORMATS:
                 close = difflib.get_close_matches(fmt, FORMATS, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 self.fail_at(("modules", "formats"), f"unknown module format {fmt!r}{hint} "
                              f"(expected {' or '.join(FORMATS)})")
-        gpus = {a for k in ("cuda", "rocm", "level_zero") for a in archs.get(k) or []}
+        cpus = {_bare("cpu", a) for a in archs.get("cpu") or []}
+        gpus = {name for k, listed in archs.items() if k != "cpu" for a in listed or []
+                for name in (_bare(k, a), f"{k}:{_bare(k, a)}")}
         for n in data.get("nodes") or []:
             where = n.pop("_line", 1)
-            if n.get("cpu") and _bare_cpu(n["cpu"]) not in [_bare_cpu(a) for a in archs.get("cpu") or []]:
+            if n.get("cpu") and _bare("cpu", n["cpu"]) not in cpus:
                 self.problems.append(f"{self.path}:{where}: nodes.{n.get('name')}.cpu: {n['cpu']!r} "
                                      "is not in build.archs.cpu, so no bundle is built for it")
             if n.get("gpu") and n["gpu"] not in gpus:
                 self.problems.append(f"{self.path}:{where}: nodes.{n.get('name')}.gpu: {n['gpu']!r} "
                                      "is not among build.archs' GPU architectures")
+
+    def check_arch(self, kind, name, keypath):
+        """Report an entry of build.archs.<kind> the registry does not build, with its message
+        (the one ``bundles build`` and ``tack.aot`` give)."""
+        if not isinstance(name, str):
+            return
+        other = name.partition(":")[0]
+        if ":" in name and other != kind and other in ARCH_KINDS:
+            self.fail_at(keypath, f"{name!r} is not a {kind} architecture: list it under "
+                         f"build.archs.{other}")
+            return
+        try:
+            ARCH_KINDS[kind].resolve(_bare(kind, name))
+        except ArchError as e:
+            self.fail_at(keypath, str(e))
 
 
 ARG_ARRAY = re.compile(r"^([a-z0-9_]+)\[([^\]]*)\]$")
@@ -540,12 +542,7 @@ def _loader():
     return _loader_instance
 
 
-def _bare_cpu(name):
-    """``cpu:zen3`` -> ``zen3``: the config's CPU archs may be written either way."""
-    return name[4:] if isinstance(name, str) and name.startswith("cpu:") else name
-
-
-def known_cpu_archs() -> list:
-    """CPU microarchitecture names archspec knows (the site config's vocabulary)."""
-    import archspec.cpu
-    return sorted(archspec.cpu.TARGETS)
+def _bare(kind, name):
+    """``cpu:zen3`` -> ``zen3``: an entry of build.archs.<kind> may be written either way."""
+    prefix = f"{kind}:"
+    return name[len(prefix):] if isinstance(name, str) and name.startswith(prefix) else name

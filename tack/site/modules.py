@@ -227,11 +227,3 @@ def render_modules(cfg, formats, root):
         files[path] = w.render()
     return files
 
-
-def write_modules(cfg, formats, root):
-    """Render the module file of each format under ``root``; return ``[(path, changed)]``.
-
-    Every file is rendered before any is written, and written all or nothing
-    (SiteError naming the path otherwise).  An unchanged file is not touched.
-    """
-    return write_files(render_modules(cfg, formats, root))

@@ -69,7 +69,7 @@ class Elf:
 
 CHILD = """
 import json, sys
-from tack import loader
+from tack.backends import cpu_loader as loader
 data = sys.stdin.buffer.read()
 try:
     obj = loader.load(data)
@@ -82,7 +82,7 @@ else:
 
 
 def load_in_child(data: bytes) -> dict:
-    """``tack.loader.load(data)`` in a child process, so that a crash fails the test instead of ending pytest."""
+    """``tack.backends.cpu_loader.load(data)`` in a child process, so that a crash fails the test instead of ending pytest."""
     proc = subprocess.run([sys.executable, "-c", CHILD], input=bytes(data), capture_output=True)
     assert proc.returncode == 0, f"the loader's process died (status {proc.returncode}): {proc.stderr[-2000:]!r}"
     return json.loads(proc.stdout)

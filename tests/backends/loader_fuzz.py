@@ -1,4 +1,4 @@
-"""Structure-aware fuzzing of tack/loader.py, run as a child process by test_loader_fuzz.py.
+"""Structure-aware fuzzing of tack/backends/cpu_loader.py, run as a child process by test_loader_fuzz.py.
 
 Real kernels' objects are mutated a field at a time (header, section, symbol and relocation
 fields, plus truncations and bit flips), one to three mutations a case.  Every case must end
@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tack import loader
+from tack.backends import cpu_loader as loader
 from tack.compiler import lower
 from tests.backends.elf_util import Elf
 from tests.backends.test_loader import call, compile_object, expected

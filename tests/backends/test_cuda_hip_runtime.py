@@ -33,6 +33,8 @@ import pytest
 import tack
 from tack.backends import cuda_runtime as cr
 from tack.backends import hip_runtime as hr
+from tack.backends.cudalike import pack_params
+from tack.backends.device_args import launch_codes
 from tack.backends.gpu import key_for
 
 from .gpu_tools import build, gpu_target
@@ -951,11 +953,11 @@ def test_toolchain_ptx_entries_take_what_launch_marshals(debug):
         art = artifact(kernel, args, grid, "cuda:sm_80", debug)
         ptx = art.payload.decode()
         specs = cr.argspecs(art.meta)
-        marshalled = [_ABI_PTX[c] for c in cr.abi_codes(specs, debug)]
+        marshalled = [_ABI_PTX[c] for c in launch_codes(specs, debug)]
         assert entry_params(ptx, art.entry) == marshalled, kernel.__qualname__
         assert cr.ptx_entry_params(ptx, art.entry) == marshalled
         # and the values a launch packs are exactly that many, of those widths
-        address, holder = cr.pack_params(cr.abi_codes(specs, debug), [0] * len(marshalled))
+        address, holder = pack_params(launch_codes(specs, debug), [0] * len(marshalled))
         sizes = [ctypes.sizeof(c) for c in holder[1]]
         assert sizes == [{".u64": 8, ".u32": 4, ".u8": 1, ".f32": 4, ".f64": 8}[t] for t, _ in marshalled]
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tack
-from tack.backends import gpu, toolchain
+from tack.backends import arch_names, gpu, toolchain
 from tack.backends.gpu import key_for, pack_level_zero, unpack_level_zero
 from tack.compiler import lower
 from tack.kernels import contour
@@ -158,7 +158,7 @@ def test_level_zero_language_kernels_spirv_validate(tmp_path):
     """spirv-val: every language-suite kernel (all math included) gives valid SPIR-V 1.2 with its
     kernel entry point."""
     tool("spirv-val")
-    ok = check_failures(built("level_zero:spirv"), "level_zero:spirv", set())
+    ok = check_failures(built("spirv:generic"), "spirv:generic", set())
     for n, (launch, art) in enumerate(ok):
         check_l0(art, tmp_path, f"{launch.name}{n}", native=False)
 
@@ -193,7 +193,7 @@ def test_level_zero_contour(debug, tmp_path):
     tool("ocloc")
     for kernel, art in contour_artifacts("level_zero:pvc", debug):
         check_l0(art, tmp_path, kernel.__qualname__)
-    for kernel, art in contour_artifacts("level_zero:spirv", debug):
+    for kernel, art in contour_artifacts("spirv:generic", debug):
         check_l0(art, tmp_path, kernel.__qualname__, native=False)
 
 
@@ -211,7 +211,7 @@ def test_debug_mode_language_kernels_all_targets(tmp_path):
         assert ptx.sites
         ptxas_check(ptx.payload, "sm_80", tmp_path, f"d{n}")
         check_code_object(launch.build(gpu_target("rocm:gfx90a"), debug=True), "gfx90a", tmp_path, f"d{n}")
-        check_l0(launch.build(gpu_target("level_zero:spirv"), debug=True), tmp_path, f"d{n}", native=False)
+        check_l0(launch.build(gpu_target("spirv:generic"), debug=True), tmp_path, f"d{n}", native=False)
 
 
 # -- the ABI, at the LLVM IR level -----------------------------------------------------------
@@ -231,7 +231,7 @@ def k_abi_static(a, b, flag, x, n, c):
 
 
 @pytest.mark.parametrize("name,cc", [("cuda:sm_80", "ptx_kernel"), ("rocm:gfx90a", "amdgpu_kernel"),
-                                     ("level_zero:spirv", "spir_kernel")])
+                                     ("spirv:generic", "spir_kernel")])
 @pytest.mark.parametrize("debug", [False, True])
 def test_entry_follows_the_kernel_abi(name, cc, debug):
     """The entry's parameters: each array's global pointer then its extents (unless static) and
@@ -272,7 +272,7 @@ def test_unsupported_math_is_a_compile_error_at_the_users_line():
         build(k_erf, (np.zeros(3), np.zeros(3)), 1, gpu_target("cuda:sm_90"))
     msg = check_points_at(e.value, "k_erf", k_erf, __file__)
     assert "math.erf on float64" in msg and "cuda:sm_90" in msg
-    art = build(k_erf, (np.zeros(3), np.zeros(3)), 1, gpu_target("level_zero:spirv"))
+    art = build(k_erf, (np.zeros(3), np.zeros(3)), 1, gpu_target("spirv:generic"))
     assert unpack_level_zero(art.payload)[0][:4] == b"\x03\x02\x23\x07"
 
 
@@ -282,14 +282,14 @@ def test_target_keys_are_the_light_modules_and_change_with_every_setting(monkeyp
     """target(name).key == gpu.key_for(name) (no compiling); sm, gfx, features, device, PTX ISA,
     code object version, SPIR-V version and LLVM each change the key."""
     names = ["cuda:sm_80", "cuda:sm_90", "rocm:gfx90a", "rocm:gfx942", "rocm:gfx90a:sramecc+:xnack-",
-             "level_zero:pvc", "level_zero:dg2", "level_zero:spirv"]
+             "level_zero:pvc", "level_zero:dg2", "spirv:generic"]
     keys = {n: key_for(n) for n in names}
     assert len(set(keys.values())) == len(names)
     for n in names:
         t = toolchain(n.split(":")[0]).target(n)
         assert t.key == keys[n] and t.kind == n.split(":")[0]
         assert key_for(n, llvm="llvmlite-0.0.1") != keys[n]
-    monkeypatch.setitem(gpu.PTX_ISA, "sm_90", "8.0")
+    monkeypatch.setitem(arch_names.PTX_ISA, "sm_90", "8.0")
     assert key_for("cuda:sm_90") != keys["cuda:sm_90"]
     assert gpu_target("cuda:sm_90").settings["features"] == "+ptx80"
     monkeypatch.setattr(gpu, "CODE_OBJECT_VERSION", 6)
@@ -312,7 +312,7 @@ def test_target_objects():
     assert toolchain("cpu").target("cpu:x86_64_v3").key
     for bad in ("cuda:sm_1", "rocm:gfx90a:xnack", "rocm:nv90", "level_zero:nope", "cuda:sm_90:x"):
         with pytest.raises(ArchError):
-            gpu.target(bad)
+            gpu_target(bad)
     with pytest.raises(ValueError, match="no backend for architectures of kind 'tpu'"):
         toolchain("tpu")
 
@@ -328,7 +328,7 @@ def test_level_zero_container_round_trips():
 
 def test_cpu_code_is_unchanged_by_gpu_targets():
     """Building for GPUs in the same process leaves the CPU's launches working (no shared state)."""
-    gpu_target("level_zero:spirv")
+    gpu_target("spirv:generic")
     out = np.zeros(5)
     tack.launch(k_abi, dim=(1, 5), args=(out.reshape(1, 5), out.reshape(1, 5) + 1, True, 2.0, 1,
                                         np.ones(1, np.int32)))

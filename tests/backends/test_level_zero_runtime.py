@@ -79,7 +79,7 @@ def test_without_the_loader_the_error_names_what_to_install(tmp_path):
     assert "available=False" in out and out.count("raised LevelZeroUnavailable True") == 3, out
     assert "the loader libze_loader.so.1 does not load" in out
     assert "libze1" in out and "intel-level-zero-gpu" in out
-    assert f"keys [('level_zero:spirv', '{key_for('level_zero:spirv')}')]" in out
+    assert f"keys [('spirv:generic', '{key_for('spirv:generic')}')]" in out
     assert out.rstrip().endswith("done")
 
 
@@ -414,7 +414,7 @@ def test_devices_keys_and_toolchain_target(fake):
     keys = zrt.candidate_keys()
     assert keys == [("level_zero:pvc", key_for("level_zero:pvc")),
                     ("level_zero:xe-hpc", key_for("level_zero:xe-hpc")),
-                    ("level_zero:spirv", key_for("level_zero:spirv"))]
+                    ("spirv:generic", key_for("spirv:generic"))]
     assert zrt.lookup_keys() == [k for _, k in keys] and zrt.site_candidates() == keys
     assert zrt.host_key() == key_for("level_zero:pvc")
     # the compute queue group (ordinal 1 here, not the copy-only 0) for the queue and the list
@@ -427,8 +427,8 @@ def test_devices_keys_and_toolchain_target(fake):
 
 def test_unknown_device_gets_spirv_only(fake):
     fake(device_id=0x1234)
-    assert zrt.toolchain_target() == "level_zero:spirv"
-    assert zrt.candidate_keys() == [("level_zero:spirv", key_for("level_zero:spirv"))]
+    assert zrt.toolchain_target() == "spirv:generic"
+    assert zrt.candidate_keys() == [("spirv:generic", key_for("spirv:generic"))]
 
 
 def test_native_refused_falls_back_to_spirv_and_returns_the_drivers_native_code(fake):

@@ -1,4 +1,4 @@
-"""Tack's own ELF loader and the MCJIT fallback (tack/loader.py)."""
+"""Tack's own ELF loader and the MCJIT fallback (tack/backends/cpu_loader.py)."""
 
 import ctypes
 import platform
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tack
-from tack import loader as elf
+from tack.backends import cpu_loader as elf
 from tack.backends.cpu import host_target
 from tack.codegen import generate
 from tack.argtypes import typeof_arg
@@ -120,8 +120,8 @@ def test_warm_path_loads_without_llvmlite(tmp_path):
     script = f"""
 import struct, sys
 import numpy as np
-from tack.loader import load_object
-fn = load_object(open({str(path)!r}, "rb").read(), {entry!r})
+from tack.backends.cpu_runtime import load
+fn = load(open({str(path)!r}, "rb").read(), {{"entry": {entry!r}}}, "cpu")
 x = np.linspace(0.1, 1.2, 16); y = np.zeros(16)
 fn(struct.pack("<QQqqq", x.ctypes.data, y.ctypes.data, 16, 1, 1), 0, 16)
 assert "llvmlite" not in sys.modules, "llvmlite was imported"

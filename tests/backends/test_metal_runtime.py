@@ -283,8 +283,7 @@ def test_a_damaged_cache_entry_is_compiled_again(metal, tmp_path, monkeypatch):
     """A stored MSL variant that does not load (damaged, foreign) is left unused, and the kernel
     is compiled; the result is right."""
     import tack.cache
-    from tack.cache.store import encode
-    from tack.cache.warm import KIND_VARIANT, decode
+    from tack.cache.entry import KIND_VARIANT, decode, encode
     monkeypatch.setenv("TACK_CACHE_DIR", str(tmp_path / "cache"))
     tack.cache._reset_for_tests()
     x, y = f32(20), f32(20, seed=5)

@@ -1,4 +1,4 @@
-"""tack.launch(..., device="opencl"): Tack's kernels compiled to SPIR-V (level_zero:spirv) and run
+"""tack.launch(..., device="opencl"): Tack's kernels compiled to SPIR-V (spirv:generic) and run
 through OpenCL (Intel's CPU runtime here): the one GPU-style code path that executes on this
 machine.  Results are compared with the CPU backend's and NumPy's; nothing is simulated."""
 
@@ -109,7 +109,7 @@ def run_warm(cache):
 
 def variant_entries(cache):
     """{path: (backend, arch, payload, key, meta)} of the variant entries under a cache directory."""
-    from tack.cache.warm import KIND_VARIANT, decode
+    from tack.cache.entry import KIND_VARIANT, decode
     out = {}
     for path in sorted(cache.rglob("*.tvar")):
         key, meta, payload = decode(path.read_bytes(), KIND_VARIANT)
@@ -128,13 +128,12 @@ def test_a_second_process_loads_the_drivers_binary_from_the_cache(tmp_path):
     assert cold["stats"]["misses"]["variant"] == 2 and cold["formats"] == ["spirv", "spirv"]
     entries = variant_entries(cache)
     assert sorted(e[:2] for e in entries.values()) == [
-        ("level_zero", "level_zero:spirv")] * 2 + [("opencl", "opencl:0")] * 2
+        ("opencl", "opencl:0")] * 2 + [("spirv", "spirv:generic")] * 2
     warm = run_warm(cache)
     assert warm["ntri"] == cold["ntri"] > 0 and warm["formats"] == ["native", "native"]
     assert warm["stats"]["hits"]["variant"] == 2 and warm["compiler"] == []
     assert warm["stats"]["bytes_written"] == 0
-    from tack.cache.store import encode
-    from tack.cache.warm import KIND_VARIANT
+    from tack.cache.entry import KIND_VARIANT, encode
     for path, (backend, _, payload, key, meta) in entries.items():
         if backend == "opencl":         # a valid entry whose binary the driver refuses
             spirv, native = gpu.unpack_level_zero(payload)

@@ -325,13 +325,13 @@ def test_candidate_keys_the_devices_binary_then_spirv():
     looked up by the SPIR-V key alone."""
     dev = ocl.get_device()
     keys = ocl.candidate_keys()
-    assert keys == [("opencl:0", ocl.device_key(dev)), ("level_zero:spirv", ocl.spirv_key())]
+    assert keys == [("opencl:0", ocl.device_key(dev)), ("spirv:generic", ocl.spirv_key())]
     assert ocl.lookup_keys() == tuple(k for _, k in keys)
     from tack.backends import level_zero
-    assert level_zero.target("level_zero:spirv").key == ocl.spirv_key()   # one identity
+    assert level_zero.target("spirv:generic").key == ocl.spirv_key()   # one identity
     assert ocl.candidate_keys("opencl:0") == keys
     assert ocl.host_key() == ocl.spirv_key()
-    assert ocl.site_candidates() == [("level_zero:spirv", ocl.spirv_key())]
+    assert ocl.site_candidates() == [("spirv:generic", ocl.spirv_key())]
     assert len(ocl.spirv_key()) == 64 and ocl.device_key(dev) != ocl.spirv_key()
     import types
     updated = types.SimpleNamespace(name=dev.name, driver=dev.driver + " (updated)")

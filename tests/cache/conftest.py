@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import tack.cache
-from tack.cache import store, warm as keys
+from tack.cache import entry, keys
 
 CHILD = Path(__file__).with_name("_child.py")
 ENV_VARS = ("TACK_CACHE_DIR", "TACK_CACHE", "TACK_CACHE_SIZE", "TACK_CACHE_LOG", "TACK_DEBUG",
@@ -34,7 +34,7 @@ ENV_VARS = ("TACK_CACHE_DIR", "TACK_CACHE", "TACK_CACHE_SIZE", "TACK_CACHE_LOG",
 # An MPI or Slurm launcher's variables would make Tack default to bundle mode: no test inherits them.
 LAUNCHER_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "MPI_", "I_MPI_", "MPICH_", "HYDRA_", "MV2_", "SLURM_",
                      "PALS_", "ALPS_")
-KIND_OF_LEVEL = {"lowered": store.KIND_LOWERED, "variants": store.KIND_VARIANT}
+KIND_OF_LEVEL = {"lowered": entry.KIND_LOWERED, "variants": entry.KIND_VARIANT}
 
 
 def _inherited(name: str) -> bool:
@@ -225,10 +225,10 @@ def entry_files(root) -> list[Path]:
 
 
 def decode_entry(path: Path):
-    """store.decode of an entry file with its kind and the key its name gives."""
+    """entry.decode of an entry file with its kind and the key its name gives."""
     kind = KIND_OF_LEVEL[path.parts[-3]]
     key = path.name.split(".")[0]
-    return store.decode(path.read_bytes(), kind, key)
+    return entry.decode(path.read_bytes(), kind, key)
 
 
 def entries_by_kernel(root) -> dict:

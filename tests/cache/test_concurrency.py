@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tack.cache import store
+from tack.cache import trust
 
 from .conftest import (child_argv, child_env, compiled, decode_entry, entry_files, run_child,
                        write_module, Run)
@@ -80,7 +80,7 @@ def test_concurrent_writers(round_, tmp_path):
             np.testing.assert_array_equal(r["out"], np.arange(len(r["out"])) * (j + 2.0) - j)
         assert run.warnings == [], run.warnings
     files = entry_files(cache)
-    assert not [p for p in cache.rglob("*") if store.TMP_MARK in p.name]
+    assert not [p for p in cache.rglob("*") if trust.TMP_MARK in p.name]
     assert sorted(p.suffix for p in files) == [".tlk"] * 4 + [".tvar"] * 5
     for p in files:
         decode_entry(p)
@@ -111,13 +111,13 @@ def test_writer_killed_mid_store(tmp_path, cache_dir):
         assert line.startswith("READY"), (line, p.stderr.read() if p.poll() is not None else "")
         _, tmp, final = line.split()
         assert os.path.isfile(tmp) and not os.path.lexists(final)
-        assert store.TMP_MARK in Path(tmp).name and Path(tmp).parent == Path(final).parent
+        assert trust.TMP_MARK in Path(tmp).name and Path(tmp).parent == Path(final).parent
     finally:
         p.send_signal(signal.SIGKILL)
         p.communicate(timeout=60)
     assert p.returncode == -signal.SIGKILL
     assert not os.path.lexists(final)
-    finals = [f for f in entry_files(cache_dir) if store.TMP_MARK not in f.name]
+    finals = [f for f in entry_files(cache_dir) if trust.TMP_MARK not in f.name]
     assert [f.suffix for f in finals] == [".tlk"]
     decode_entry(finals[0])
 

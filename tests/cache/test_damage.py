@@ -6,12 +6,14 @@ import struct
 import numpy as np
 import pytest
 
-from tack.cache import size, store
+import tack
+import tack.cache
+from tack.cache import entry, size, trust
 
 from .conftest import (check_results, clone, compiled, decode_entry, entry_files, loaded, one_entry, run_child,
                        stored_many_in)
 
-HEAD = store._HEAD.size
+HEAD = entry.HEAD.size
 LAUNCHES = [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 5}]
 
 
@@ -25,7 +27,7 @@ def truncate_at(offset):
 def flip_at(where):
     def damage(path, other):
         data = bytearray(path.read_bytes())
-        meta_len, payload_len = store._HEAD.unpack_from(data)[2:4]
+        meta_len, payload_len = entry.HEAD.unpack_from(data)[2:4]
         offset = where(len(data), meta_len, payload_len)
         data[offset] ^= 0x5A
         path.write_bytes(bytes(data))
@@ -72,7 +74,7 @@ def damaged(_stored_pool, tmp_path_factory):
     victims = {case: one_entry(cache, "variants", f"k{j:02d}") for j, case in enumerate(CASES)}
     for case in CASES:
         DAMAGE[case](victims[case], other)
-        with pytest.raises(store.DamagedEntry):
+        with pytest.raises(entry.DamagedEntry):
             decode_entry(victims[case])
     launches = [{"kernel": f"k{j:02d}", "n": 4} for j in range(len(CASES))] + [{"kernel": INTACT, "n": 4}]
     run = run_child(cache, stored_many.src, launches, module="kmany")
@@ -120,9 +122,9 @@ def test_leftover_temporary_file_is_ignored(warm):
     victim = one_entry(cache, "variants", "k_main")
     data = victim.read_bytes()
     victim.unlink()
-    tmp = victim.with_name(victim.name + store.TMP_MARK + "4242.abcdef")
+    tmp = victim.with_name(victim.name + trust.TMP_MARK + "4242.abcdef")
     tmp.write_bytes(data[: len(data) // 2])
-    whole_tmp = victim.with_name(victim.name + store.TMP_MARK + "4343.fedcba")
+    whole_tmp = victim.with_name(victim.name + trust.TMP_MARK + "4343.fedcba")
     whole_tmp.write_bytes(data)
     run = run_child(cache, src, LAUNCHES)
     check_results(run)
@@ -130,7 +132,7 @@ def test_leftover_temporary_file_is_ignored(warm):
     assert run.stats["misses"]["variant"] == 1 and run.stats["damaged"] == 0
     decode_entry(victim)
     assert tmp.read_bytes() == data[: len(data) // 2]
-    assert all(store.TMP_MARK not in p for p, *_ in size.entries(str(cache)))
+    assert all(trust.TMP_MARK not in p for p, *_ in size.entries(str(cache)))
     assert victim in entry_files(cache) and os.path.exists(tmp)
 
 
@@ -179,10 +181,34 @@ def test_entry_with_valid_checksum_but_malformed_code(case, warm):
     key, meta, payload = decode_entry(victim)
     obj = bytearray(payload)
     MALFORMED[case](obj)
-    victim.write_bytes(store.encode(store.KIND_VARIANT, key, meta, bytes(obj)))
+    victim.write_bytes(entry.encode(entry.KIND_VARIANT, key, meta, bytes(obj)))
     run = run_child(cache, src, LAUNCHES)
     assert run.rc == 0, f"rc {run.rc}: {run.stderr[-2000:]}"
     check_results(run)
     assert compiled(run.result("k_main"))
     assert run.stats["damaged"] == 1
     assert decode_entry(victim)[2] != bytes(obj)
+
+
+@tack.kernel
+def plus_one(x, y):
+    i = tack.tid()
+    y[i] = x[i] + 1.0
+
+
+def test_entry_with_bad_site_rows_is_discarded_not_raised(tmp_path):
+    """A variant entry whose checksum holds but whose metadata rows are malformed: the kernel compiles, no exception."""
+    x = np.arange(4.0)
+    y = np.zeros(4)
+    tack.launch(plus_one, dim=4, args=(x, y))
+    root = tack.cache.settings().directory
+    (path,) = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".tvar")]
+    key, meta, payload = entry.decode(open(path, "rb").read(), entry.KIND_VARIANT)
+    meta["site"] = [["only", "two"]]
+    with open(path, "wb") as f:
+        f.write(entry.encode(entry.KIND_VARIANT, key, meta, payload))
+    plus_one._variants.clear()
+    y[:] = 0
+    tack.launch(plus_one, dim=4, args=(x, y))
+    assert y.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert tack.cache.stats()["damaged"] == 1

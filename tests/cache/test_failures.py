@@ -2,7 +2,7 @@
 
 import os
 
-from tack.cache import store
+from tack.cache import entry, trust
 
 from .conftest import KMOD_LAUNCHES, check_results, decode_entry, drop_dac_caps, entry_files, run_child
 
@@ -38,7 +38,7 @@ def test_read_only_directory(warm):
     assert "Permission denied" in run.warnings[0]["message"], run.warnings
     assert run.stats["hits"] == {"lowered": 1, "variant": 3}
     assert run.stats["bytes_written"] == 0
-    assert not [p for p in cache.rglob("*") if store.TMP_MARK in p.name]
+    assert not [p for p in cache.rglob("*") if trust.TMP_MARK in p.name]
     assert len(entry_files(cache)) == 6
 
 
@@ -73,7 +73,7 @@ def test_file_too_big(tmp_path, cache_dir, warm):
     run = run_child(cache_dir, src, LAUNCHES, prelude=FILE_TOO_BIG)
     assert_one_warning_and_right(run)
     assert "too large" in run.warnings[0]["message"].lower(), run.warnings
-    assert not [p for p in cache_dir.rglob("*") if store.TMP_MARK in p.name]
+    assert not [p for p in cache_dir.rglob("*") if trust.TMP_MARK in p.name]
     for p in entry_files(cache_dir):
         decode_entry(p)
 
@@ -83,7 +83,7 @@ def test_a_file_where_a_level_of_the_cache_should_be(warm):
     nothing stored under it and the file untouched."""
     cache, src = warm
     (version_dir,) = [p for p in cache.iterdir() if p.is_dir()]
-    level = version_dir / store.LEVEL_DIR[store.KIND_VARIANT]
+    level = version_dir / entry.LEVEL_DIR[entry.KIND_VARIANT]
     for p in sorted(level.rglob("*"), reverse=True):
         p.unlink() if p.is_file() else p.rmdir()
     level.rmdir()

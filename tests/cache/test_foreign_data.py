@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from tack.cache import bundle, size, store
+from tack.cache import bundle, entry, size
 
 from .conftest import EXPECTED, check_results, current_version, entry_files, run_child, run_cli
 
@@ -195,4 +195,4 @@ def test_numbers_too_large_are_errors_not_tracebacks(warm):
     with pytest.raises(ValueError, match="from 1 to"):
         tack.config.num_threads = 10 ** 400
     assert tack.cache.parse_size("1.5G") == 3 << 29 and tack.cache.parse_size(str(2 ** 62)) == 2 ** 62
-    np.testing.assert_equal(store.MAGIC, b"TACKENT1")
+    np.testing.assert_equal(entry.MAGIC, b"TACKENT1")

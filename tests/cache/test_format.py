@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tack.backends import cpu_runtime
-from tack.cache import store, warm
+from tack.backends import cpu_identity
+from tack.cache import entry
 
 # Field names as the store writes them: no tab, newline or backslash.
 names = st.text(st.characters(blacklist_characters="\t\n\\", blacklist_categories=("Cs",)),
@@ -20,13 +20,13 @@ def test_metadata_round_trip(scalars, rows):
     """Any text (tabs, newlines, backslashes included) comes back as written, rows as rows."""
     meta = {k: v for k, v in scalars.items() if k not in ("dep", "site", "arg", "argspec")}
     meta["dep"] = rows
-    assert store.decode_meta(store.encode_meta(meta)) == {"site": [], "arg": [], "argspec": [], **meta}
+    assert entry.decode_meta(entry.encode_meta(meta)) == {"site": [], "arg": [], "argspec": [], **meta}
 
 
 @pytest.mark.parametrize("text", [b"kernel", b"kernel\ta\tb", b"dep\ta\nkernel", b"entry\\t\tx\ty"])
 def test_metadata_with_a_wrong_number_of_values_is_damaged(text):
-    with pytest.raises(store.DamagedEntry, match="metadata field"):
-        store.decode_meta(text)
+    with pytest.raises(entry.DamagedEntry, match="metadata field"):
+        entry.decode_meta(text)
 
 
 def test_first_cpu_block_across_reads(tmp_path):
@@ -36,7 +36,7 @@ def test_first_cpu_block_across_reads(tmp_path):
              "model name\t: AMD EPYC {n}\nflags\t\t: {flags}\nbogomips\t: 4000\n\n")
     path = tmp_path / "cpuinfo"
     path.write_text("".join(block.format(n=n, flags=flags if n == 0 else "other") for n in range(64)))
-    fields = cpu_runtime._first_cpu(str(path))
+    fields = cpu_identity._first_cpu(str(path))
     assert fields == {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1",
                       "model name": "AMD EPYC 0", "flags": flags}
 
@@ -45,21 +45,21 @@ def test_first_cpu_without_blank_line(tmp_path):
     """An AArch64-style file (one block, no trailing blank line) is read whole."""
     path = tmp_path / "cpuinfo"
     path.write_text("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f")
-    assert cpu_runtime._first_cpu(str(path)) == {"Features": "fp asimd sve", "CPU implementer": "0x41",
+    assert cpu_identity._first_cpu(str(path)) == {"Features": "fp asimd sve", "CPU implementer": "0x41",
                                             "CPU part": "0xd4f"}
 
 
 def test_metadata_only_the_fields_asked_for():
     """A hit parses just what it uses; the other fields are skipped, even when odd."""
-    text = store.encode_meta({"arch": "zen3", "dep": [["k", "tack", "module", "tack"]], "entry": "e",
+    text = entry.encode_meta({"arch": "zen3", "dep": [["k", "tack", "module", "tack"]], "entry": "e",
                               "site": [["f", "a", "p", "1", "k", "0"]], "target": "x\ty",
                               "argspec": [["array:float64:1:C:w"]]})
-    meta = store.decode_meta(text, only=warm.HIT_FIELDS)
+    meta = entry.decode_meta(text, only=entry.HIT_FIELDS)
     assert meta == {"dep": [["k", "tack", "module", "tack"]], "entry": "e",
                     "site": [["f", "a", "p", "1", "k", "0"]], "argspec": [["array:float64:1:C:w"]]}
-    assert store.decode_meta(text + b"\nkernel\ta\tb", only=warm.HIT_FIELDS) == meta
-    with pytest.raises(store.DamagedEntry):
-        store.decode_meta(text + b"\nentry\ta\tb", only=warm.HIT_FIELDS)
+    assert entry.decode_meta(text + b"\nkernel\ta\tb", only=entry.HIT_FIELDS) == meta
+    with pytest.raises(entry.DamagedEntry):
+        entry.decode_meta(text + b"\nentry\ta\tb", only=entry.HIT_FIELDS)
 
 
 @pytest.mark.parametrize("cpuinfo", ["missing", "no flags"])
@@ -73,13 +73,13 @@ def test_host_identity_without_cpuinfo_flags_uses_llvm(monkeypatch, tmp_path, cp
         if cpuinfo == "missing":
             raise FileNotFoundError(2, "No such file or directory", path)
         return {"model name": "a CPU without a flags line"}
-    monkeypatch.setattr(cpu_runtime, "_first_cpu", first_cpu)
-    monkeypatch.setattr(cpu_runtime, "_host_identity", None)
-    ident = cpu_runtime.host_cpu_identity()
+    monkeypatch.setattr(cpu_identity, "_first_cpu", first_cpu)
+    monkeypatch.setattr(cpu_identity, "_host_identity", None)
+    ident = cpu_identity.host_cpu_identity()
     assert ident["llvm cpu"] == llvm.get_host_cpu_name()
     assert ident["llvm features"] == llvm.get_host_cpu_features().flatten()
     assert "+" in ident["llvm features"]
-    monkeypatch.setattr(cpu_runtime, "_host_identity", None)
+    monkeypatch.setattr(cpu_identity, "_host_identity", None)
     monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: llvm.FeatureMap({"avx512f": False}))
-    assert cpu_runtime.host_cpu_identity() != ident        # another CPU's features: another identity
+    assert cpu_identity.host_cpu_identity() != ident        # another CPU's features: another identity
 

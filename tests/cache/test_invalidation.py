@@ -111,7 +111,7 @@ def test_other_tack_version_has_its_own_entries(warm):
     """Another Tack version misses every stored entry and stores its own in a new version directory."""
     cache, src = warm
     before = set(os.listdir(cache))
-    prelude = "import tack.cache.warm as K\nK.tack_version_id = lambda: '9.9.9'\n"
+    prelude = "import tack.cache.keys as K\nK._version_id = '9.9.9'\n"
     run = run_child(cache, src, KMOD_LAUNCHES, prelude=prelude)
     check_results(run)
     assert all(compiled(r) for r in run.results)
@@ -129,7 +129,7 @@ def test_other_host_has_its_own_variants(fact, warm):
     """Another CPU model or llvmlite version misses the stored variants but reuses the lowered kernels, and stores variants of its own."""
     cache, src = warm
     before = len(entry_files(cache))
-    prelude = ("import tack.backends.cpu_runtime as K\n"
+    prelude = ("import tack.backends.cpu_identity as K\n"
                "_real = K.host_cpu_identity()\n"
                f"K.host_cpu_identity = lambda: {{**_real, {fact!r}: 'something else'}}\n")
     run = run_child(cache, src, KMOD_LAUNCHES, prelude=prelude)

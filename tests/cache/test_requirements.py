@@ -35,8 +35,8 @@ def copy_package(parent: Path) -> Path:
 
 
 def version_id_of(parent: Path, cwd: Path) -> str:
-    """tack.cache.warm.tack_version_id() as a new process computes it with ``parent`` first on sys.path."""
-    code = "import tack, tack.cache.warm as w; print(tack.__file__); print(w.tack_version_id())"
+    """tack.cache.keys.tack_version_id() as a new process computes it with ``parent`` first on sys.path."""
+    code = "import tack, tack.cache.keys as k; print(tack.__file__); print(k.tack_version_id())"
     p = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=child_env(None, PYTHONPATH=str(parent)),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -65,7 +65,7 @@ def test_checkout_version_id_tracks_source_edits_not_pycache(tmp_path):
     # Whatever a __pycache__ holds (byte code, even a stray .py) is not part of the sources.
     pycache = pkg / "cache" / "__pycache__"
     pycache.mkdir()
-    (pycache / "warm.cpython-311.pyc").write_bytes(b"\0" * 100)
+    (pycache / "keys.cpython-311.pyc").write_bytes(b"\0" * 100)
     (pycache / "stray.py").write_text("x = 1\n")
     assert version_id_of(checkout, tmp_path) == base
 
@@ -358,7 +358,7 @@ def test_cache_directory_expands_variables(home, monkeypatch, tmp_path):
 def test_bundle_directories_expand_variables(tmp_path):
     """TACK_CACHE_BUNDLES entries expand $VAR and ~ as TACK_CACHE_DIR does; an entry naming an
     unset variable is left out with a warning naming it."""
-    from tack.cache.warm import site_dirs
+    from tack.cache.stores import site_dirs
     said = []
     env = {"TACK_CACHE_BUNDLES": f"$ROOT/bundles:${{NOPE}}/b:{tmp_path}/plain",
            "ROOT": str(tmp_path / "apps")}

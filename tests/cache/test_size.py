@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tack.cache
-from tack.cache import size, store
+from tack.cache import size, trust
 
 from .conftest import clone, entry_files, import_file, one_entry, run_child, write_module
 
@@ -17,7 +17,7 @@ HOUR = 3600
 
 def entry_paths(root):
     """The entry files (not temporaries) under ``root``."""
-    return [p for p in entry_files(root) if store.TMP_MARK not in p.name and p.suffix in (".tlk", ".tvar")]
+    return [p for p in entry_files(root) if trust.TMP_MARK not in p.name and p.suffix in (".tlk", ".tvar")]
 
 
 def age_entries(root, seed=0, base=None):
@@ -157,8 +157,8 @@ def test_stale_claim_is_removed(many):
 def test_check_removes_stale_temporaries_only(many):
     """The hourly check removes temporary files older than an hour and keeps younger ones (a writer may be using them)."""
     entry = entry_paths(many)[0]
-    old_tmp = entry.with_name(entry.name + store.TMP_MARK + "1.aaaa")
-    young_tmp = entry.with_name(entry.name + store.TMP_MARK + "2.bbbb")
+    old_tmp = entry.with_name(entry.name + trust.TMP_MARK + "1.aaaa")
+    young_tmp = entry.with_name(entry.name + trust.TMP_MARK + "2.bbbb")
     old_tmp.write_bytes(entry.read_bytes()[:100])       # writers that died part-way
     young_tmp.write_bytes(entry.read_bytes()[:100])
     os.utime(old_tmp, (time.time() - 2 * HOUR,) * 2)
@@ -230,3 +230,19 @@ def test_bundles_and_foreign_files_are_neither_counted_nor_deleted(many):
     assert size.prune(str(many), 1)[0] < 200_000
     assert all(p.exists() for p in foreign)
     assert size.entries(str(many)) == []
+
+
+def test_stale_temporaries_of_others_are_left_alone(tmp_path):
+    """Only ``<entry>.tmp.<pid>.<hex>`` files in the cache's own directories go; a user's *.tmp.* file stays."""
+    root = tmp_path / "c"
+    fan = root / "0.1.0" / "variants" / "ab"
+    fan.mkdir(parents=True)
+    ours = fan / (("ab" + "0" * 62) + ".tvar.tmp.123.0a1b2c3d4e5f")
+    theirs = root / "myproject" / "results.tmp.csv"
+    theirs.parent.mkdir()
+    for p in (ours, theirs):
+        p.write_bytes(b"TACKE")             # a writer died five bytes into an entry
+        old = time.time() - 10 * 3600
+        os.utime(p, (old, old))
+    assert size.remove_stale_temporaries(str(root)) == 1
+    assert not ours.exists() and theirs.exists()

@@ -56,7 +56,8 @@ def test_warm_process_runs_no_front_end(warm):
 
 
 def test_warm_process_imports_neither_llvm_nor_front_end(warm):
-    """A warm launch imports neither llvmlite's LLVM binding nor the front end."""
+    """A warm launch imports no compiler module: not llvmlite's LLVM binding, the front end, the
+    specializer, codegen, the compile path or the CPU toolchain."""
     cache, src = warm
     run = run_child(cache, src, KMOD_LAUNCHES)
     check_results(run)

@@ -253,7 +253,7 @@ def test_one_variant_per_kernel_for_every_field_shape():
 
 def test_tack_warm_lists_the_same_variants_for_every_shape():
     """tack_warm gives the same kernels and argument types (so the same variant keys) for any shape."""
-    from tack.cache import warm
+    from tack.cache import keys as cache_keys
     from tack.kernels.contour import tack_warm
     from tack import types as T
     from tack.argtypes import argtypes_of
@@ -264,7 +264,7 @@ def test_tack_warm_lists_the_same_variants_for_every_shape():
             types = argtypes_of(kernel, args)
             templates = {p: a for p, a in zip(kernel.params, args) if isinstance(a, type)}
             values = tuple(t for t in types if not isinstance(t, T.Template))
-            out.append(warm.keys(kernel, templates, values, grid, False).for_target("t"))
+            out.append(cache_keys.keys(kernel, templates, values, grid, False).for_target("t"))
         return out
     k8 = keys((8, 8, 8))
     assert len(k8) == 2 and keys((21, 21, 21)) == k8 == keys((5, 64, 33))

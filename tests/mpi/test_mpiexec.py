@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tack.cache import bundle, store
+from tack.cache import bundle, entry
 
 from .conftest import mpiexec, prime_and_pack, under
 
@@ -60,6 +60,6 @@ def test_write_mode_under_mpi_only_rank0_stores(kernel_dir, cache):
     assert all(r["ok"] for r in ranks) and len(ranks) == 4
     kernels = set()
     for p in cache.rglob("*.tvar"):
-        _, meta, _ = store.decode(p.read_bytes(), store.KIND_VARIANT)
+        _, meta, _ = entry.decode(p.read_bytes(), entry.KIND_VARIANT)
         kernels.add(meta["kernel"])
     assert kernels == {"k_a", "k_b"}

@@ -28,7 +28,8 @@ CASES = {
                    ":10: modules.conflicts: expected a list"),
     "bad-size": (GOOD.replace("size: 4G", "size: 4Q"), ":4: cache.size: "),
     "unknown-arch": (GOOD.replace("cpu: [zen3]", "cpu: [zen33]"),
-                     ":7: build.archs.cpu: unknown CPU microarchitecture 'zen33'; did you mean 'zen3'"),
+                     ":7: build.archs.cpu.0: cpu:zen33: archspec knows no such CPU microarchitecture "
+                     "(did you mean cpu:zen3"),
 }
 
 

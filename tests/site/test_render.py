@@ -12,10 +12,12 @@ import os
 import jinja2
 import pytest
 
-from tack.site.cli import SiteError, main
+from tack.site.atomic import write_files
+from tack.site.cli import main
 from tack.site.config import load
+from tack.site.errors import SiteError
 from tack.site.modules import (LmodWriter, TclWriter, environment, lua_long_string, lua_string,
-                               split_references, tcl_string, write_modules)
+                               render_modules, split_references, tcl_string)
 
 from .conftest import GOLDEN
 
@@ -26,7 +28,7 @@ LAYOUT = {"lmod": "1.0.lua", "tcl": "1.0"}
 @pytest.mark.parametrize("fmt", ["lmod", "tcl"])
 def test_golden(tmp_path, example, render_env, name, fmt):
     cfg = load(example(name))
-    [(path, changed)] = write_modules(cfg, [fmt], tmp_path)
+    [(path, changed)] = write_files(render_modules(cfg, [fmt], tmp_path))
     assert changed and path == str(tmp_path / "tack" / LAYOUT[fmt])
     got = open(path, "rb").read()
     golden = GOLDEN / f"{name}.{'lua' if fmt == 'lmod' else 'tcl'}"
@@ -66,7 +68,7 @@ def test_idempotent(tmp_path, example, capsys):
     assert sorted(os.listdir(root / "tack")) == ["1.0", "1.0.lua"], "temporary files left behind"
     # A change to the config rewrites the files, and only then.
     config.write_text(config.read_text().replace("size: 4G", "size: 8G"))
-    result = write_modules(load(config), ["lmod", "tcl"], root)
+    result = write_files(render_modules(load(config), ["lmod", "tcl"], root))
     assert [changed for _, changed in result] == [True, True]
     assert b'"8G"' in files[0].read_bytes() and b'"8G"' in files[1].read_bytes()
 
@@ -77,7 +79,7 @@ def test_all_or_nothing(tmp_path, example):
     root = tmp_path / "m"
     (root / "tack" / "1.0").mkdir(parents=True)           # where the Tcl file should go
     with pytest.raises(SiteError, match=r"1\.0: it exists and is not a regular file; nothing was written"):
-        write_modules(cfg, ["lmod", "tcl"], root)
+        write_files(render_modules(cfg, ["lmod", "tcl"], root))
     assert os.listdir(root / "tack") == ["1.0"]
 
 
@@ -86,7 +88,7 @@ def test_unwritable_root_leaves_nothing(tmp_path, example):
     blocker = tmp_path / "file"
     blocker.write_text("a regular file\n")
     with pytest.raises(SiteError) as e:
-        write_modules(cfg, ["lmod", "tcl"], blocker / "modules")
+        write_files(render_modules(cfg, ["lmod", "tcl"], blocker / "modules"))
     assert str(blocker) in str(e.value) and "not a directory" in str(e.value)
     assert sorted(os.listdir(tmp_path)) == ["file", "gpu-cluster.yaml"]
 
@@ -101,7 +103,7 @@ def test_failed_write_removes_its_directories(tmp_path, example, monkeypatch):
         raise OSError(28, "No space left on device", dst)
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(SiteError, match="No space left on device; nothing was written"):
-        write_modules(cfg, ["lmod", "tcl"], tmp_path / "new" / "root")
+        write_files(render_modules(cfg, ["lmod", "tcl"], tmp_path / "new" / "root"))
     monkeypatch.setattr(os, "replace", real)
     assert calls and not (tmp_path / "new").exists()
 

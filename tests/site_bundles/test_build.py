@@ -11,7 +11,7 @@ import pytest
 
 import tack
 import tack.frontend.lower
-from tack.cache import bundle, store
+from tack.cache import bundle, entry, trust
 from tack.backends.cpu_runtime import arch_key as arch_target_key, host_arch, llvm_version
 from tack.site import build
 from tack.kernels.contour import tack_warm
@@ -94,7 +94,7 @@ def test_several_shapes_build_one_set_of_variants(tmp_path, own_cache):
     assert rc == 0, out + err
     (name,) = os.listdir(out_dir)
     b = bundle.read(str(out_dir / name))
-    nvariants = sum(1 for kind, _ in b.index if kind == store.KIND_VARIANT)
+    nvariants = sum(1 for kind, _ in b.index if kind == entry.KIND_VARIANT)
     assert nvariants == len(WARM) == KERNELS
     r = contour_in_fresh_process(own_cache, out_dir)          # an 8^3 field: not a shape built for
     assert r["stats"]["hits"]["variant"] == KERNELS and r["stats"]["misses"]["variant"] == 0
@@ -104,8 +104,9 @@ def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch)
     """Built with another LLVM: status says stale and why; rebuild recompiles without the front end; the result loads."""
     cfg = write_config(tmp_path, [host_arch()])
     out_dir = tmp_path / "bundles"
-    from tack.backends import cpu_runtime
-    for where in (build, cpu_runtime):      # the header's LLVM and the one the target key is made with
+    from tack.backends import cpu_identity, cpu_runtime
+    # the header's LLVM, the one the site's candidate keys and the toolchain's key are made with
+    for where in (build, cpu_runtime, cpu_identity):
         monkeypatch.setattr(where, "llvm_version", lambda: "llvmlite-0.0.1")
     rc, out, err = run_build(cfg, out_dir)
     assert rc == 0, out + err
@@ -146,7 +147,7 @@ def test_one_arch_failing_does_not_stop_the_others(tmp_path):
     assert "zen6" in out and "FAILED" in out and "cannot target cpu:zen6" in out
     names = os.listdir(out_dir)
     assert len(names) == 1 and host_arch() in names[0]
-    assert not [n for n in names if store.TMP_MARK in n]
+    assert not [n for n in names if trust.TMP_MARK in n]
 
 
 def test_module_that_fails_to_import_is_reported(tmp_path):
@@ -161,24 +162,28 @@ def test_module_that_fails_to_import_is_reported(tmp_path):
 def test_gpu_archs_are_built_into_bundles_of_their_own(tmp_path):
     """GPU architectures of build.archs are built with their toolchains, one bundle each, named
     and headed by kind:name: PTX for cuda:sm_90, a code object for rocm:gfx90a, SPIR-V for
-    level_zero:spirv; a node's CPU does not use them (status says so)."""
+    spirv:generic; a node's CPU does not use them (status says so)."""
+    from tack.backends.gpu import unpack_level_zero
     from tests.backends.gpu_tools import tool
     tool("ld.lld")                      # rocm code objects are linked with it (skips, naming it)
     path = tmp_path / "site.yaml"
     path.write_text("version: 1\nbuild:\n  archs:\n    cpu: [" + host_arch() + "]\n    cuda: [sm_90]\n"
-                    "    rocm: [gfx90a]\n  kernels:\n    - module: tack.kernels.contour\n"
+                    "    rocm: [gfx90a]\n    spirv: [generic]\n  kernels:\n    - module: tack.kernels.contour\n"
                     "      shapes: [[8, 8, 8]]\n")
     rc, out, err = run_build(load(path), tmp_path / "bundles")
     assert rc == 0, out + err
     names = sorted(os.listdir(tmp_path / "bundles"))
-    assert len(names) == 3 and any("-cuda-sm_90-" in n for n in names) and any("-rocm-gfx90a-" in n for n in names)
+    assert len(names) == 4 and any("-cuda-sm_90-" in n for n in names) and any("-rocm-gfx90a-" in n for n in names)
+    assert any("-spirv-generic-" in n for n in names)
     for name in names:
         b = bundle.read(str(tmp_path / "bundles" / name))
-        meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
+        meta, payload = next(b.get(k, key) for (k, key) in b.index if k == entry.KIND_VARIANT)
         if b.meta["arch"] == "cuda:sm_90":
             assert payload.startswith(b"//") and b".target sm_90" in payload and meta["suffix"] == ".ptx"
         elif b.meta["arch"] == "rocm:gfx90a":
             assert payload[:4] == b"\x7fELF" and meta["suffix"] == ".hsaco"
+        elif b.meta["arch"] == "spirv:generic":
+            assert unpack_level_zero(payload)[0][:4] == b"\x03\x02\x23\x07" and meta["suffix"] == ".spv"
     status = io.StringIO()
     build.bundles_status(str(tmp_path / "bundles"), out=status)
     assert "cuda:sm_90 is a GPU's: its runtime reads it, not this node's CPU" in status.getvalue()
@@ -191,7 +196,7 @@ def test_other_isa_object_code(tmp_path):
     assert rc == 0, out + err
     (name,) = os.listdir(tmp_path / "bundles")
     b = bundle.read(str(tmp_path / "bundles" / name))
-    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
+    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == entry.KIND_VARIANT)
     assert payload[:4] == b"\x7fELF" and int.from_bytes(payload[18:20], "little") == 183  # EM_AARCH64
     assert "triple=aarch64" in meta["target"]
 
@@ -223,7 +228,7 @@ def test_power_cpu_gets_llvm_name(tmp_path):
     assert rc == 0, out + err
     (name,) = os.listdir(tmp_path / "bundles")
     b = bundle.read(str(tmp_path / "bundles" / name))
-    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == store.KIND_VARIANT)
+    meta, payload = next(b.get(k, key) for (k, key) in b.index if k == entry.KIND_VARIANT)
     assert "cpu=pwr9" in meta["target"] and int.from_bytes(payload[18:20], "little") == 21  # EM_PPC64
 
 

@@ -9,9 +9,10 @@ import textwrap
 import numpy as np
 import pytest
 
+import tack.cache
 from tack import archs
 from tack.backends import cpu as toolchain
-from tack.backends import cpu_runtime
+from tack.backends import cpu_identity, cpu_runtime
 from tack.cache import bundle
 from tack.cache.bundle import SiteBundleStore
 from tack.site import build
@@ -41,15 +42,15 @@ class TestTargetIdentity:
         """The key's codegen settings are what the target machine is created with (no hand copy):
         another setting gives another key."""
         t = toolchain.target(f"cpu:{GENERIC}")
-        assert t.opt == cpu_runtime.CODEGEN["opt"]
-        before = cpu_runtime.arch_key(GENERIC)
-        saved = dict(cpu_runtime.CODEGEN)
+        assert t.opt == cpu_identity.CODEGEN["opt"]
+        before = cpu_identity.arch_key(GENERIC)
+        saved = dict(cpu_identity.CODEGEN)
         try:
-            cpu_runtime.CODEGEN["opt"] = 2
-            assert cpu_runtime.arch_key(GENERIC) != before
+            cpu_identity.CODEGEN["opt"] = 2
+            assert cpu_identity.arch_key(GENERIC) != before
         finally:
-            cpu_runtime.CODEGEN.clear()
-            cpu_runtime.CODEGEN.update(saved)
+            cpu_identity.CODEGEN.clear()
+            cpu_identity.CODEGEN.update(saved)
 
 
 class TestAncestorOrder:
@@ -87,7 +88,7 @@ class TestAncestorOrder:
             (tmp_path / name).write_bytes(b"")
         monkeypatch.setattr(cpu_runtime, "host_arch", lambda: "zen2")
         monkeypatch.setattr(cpu_runtime.platform, "machine", lambda: "x86_64")
-        store = SiteBundleStore(str(tmp_path), cpu_runtime)
+        store = SiteBundleStore(tack.cache.new_stats(), print, str(tmp_path), cpu_runtime.site_candidates)
         store._open()
         assert [os.path.basename(s.path).split("-")[3] for s in store.stores] == ["x86_64_v3", "x86_64_v2"]
 

@@ -13,13 +13,30 @@ from spack_repo.builtin.build_systems.rocm import ROCmPackage
 
 from spack.package import *
 
-#: Intel GPU devices Tack's Level Zero backend is planned for (``level_zero:<name>``).
-LEVEL_ZERO_DEVICES = ("pvc", "acm", "dg2", "mtl", "lnl", "bmg")
+# The architecture names below are Tack's registry's (tack/backends/arch_names.py), copied
+# because a package cannot import Tack when Spack concretizes; tests/site/test_arch_registry.py
+# checks that the copies equal the registry.
 
-#: archspec aarch64 targets whose clang flags are ``-march=`` strings, not CPU names: the LLVM
-#: Tack uses has no CPU of that name, so ``bundles build`` cannot target them.
-NO_LLVM_CPU = ("armv8.1a", "armv8.2a", "armv8.3a", "armv8.4a", "armv8.5a", "armv9.0a",
-               "neoverse_n1", "neoverse_v1")
+#: Intel GPU devices Tack builds native Level Zero code for (``level_zero:<name>``).
+LEVEL_ZERO_DEVICES = ("pvc", "dg2", "acm-g10", "acm-g11", "acm-g12", "dg1", "tgllp", "xe-hpc",
+                      "xe-hpg")
+
+#: cuda_arch values Tack builds PTX for (``cuda:sm_<value>``).
+CUDA_ARCHS = ("60", "61", "62", "70", "72", "75", "80", "86", "87", "89", "90", "90a", "100",
+              "100a", "101", "120", "120a")
+
+#: amdgpu_target GPUs Tack builds code objects for (``rocm:<gfx>``; a feature suffix is dropped).
+AMD_GPUS = ("gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a", "gfx90c",
+            "gfx942", "gfx950", "gfx1010", "gfx1011", "gfx1012", "gfx1013", "gfx1030", "gfx1031",
+            "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036", "gfx1100", "gfx1101",
+            "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153", "gfx1200",
+            "gfx1201")
+
+#: archspec targets of x86_64, aarch64 and ppc64le that Tack's LLVM has no CPU for (their clang
+#: flags are ``-march=`` strings, or archspec has none for this clang), so ``bundles build``
+#: cannot target them.
+NO_LLVM_CPU = ("armv8.1a", "armv8.2a", "armv8.3a", "armv8.4a", "armv8.5a", "armv8.6a",
+               "armv9.0a", "armv9.2a", "neoverse_n1", "neoverse_v1", "zen6")
 
 #: The kernels a bundle holds when the site config names none (what `bundles build` defaults to).
 DEFAULT_KERNELS = [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
@@ -97,6 +114,16 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
               msg="+cuda builds CUDA bundles for the GPUs cuda_arch names: give cuda_arch=XX")
     conflicts("+rocm", when="amdgpu_target=none",
               msg="+rocm builds ROCm bundles for the GPUs amdgpu_target names: give amdgpu_target=gfxNNN")
+    for _a in CudaPackage.cuda_arch_values:
+        if _a != "none" and _a not in CUDA_ARCHS:
+            conflicts(f"cuda_arch={_a}", when="+cuda +bundles",
+                      msg=f"Tack builds no PTX for sm_{_a}; its CUDA bundles are for cuda_arch="
+                          f"{','.join(CUDA_ARCHS)}")
+    for _t in ROCmPackage.amdgpu_targets:
+        if _t != "none" and _t.split(":")[0] not in AMD_GPUS:
+            conflicts(f"amdgpu_target={_t}", when="+rocm +bundles",
+                      msg=f"Tack builds no code object for {_t}; its ROCm bundles are for "
+                          f"amdgpu_target={','.join(AMD_GPUS)}")
     for _dev in LEVEL_ZERO_DEVICES:
         conflicts(f"level_zero={_dev}", when="platform=darwin",
                   msg="Intel GPUs (Level Zero) are supported on Linux and Windows only")
@@ -104,9 +131,10 @@ class PyTack(PythonPackage, CudaPackage, ROCmPackage):
     conflicts("+rocm", when="platform=darwin", msg="ROCm is not available on macOS")
     for _t in NO_LLVM_CPU:
         conflicts("+bundles", when=f"target={_t}",
-                  msg=f"LLVM has no CPU named after archspec's {_t} (its clang flag is a -march= "
-                      f"string), so no bundle can be built for it: use target=aarch64 (the "
-                      f"generic bundle serves every aarch64 node) or ~bundles")
+                  msg=f"Tack's LLVM has no CPU for archspec's {_t} (its clang flag is a -march= "
+                      f"string, or archspec has none for this clang), so no bundle can be built "
+                      f"for it: use its family's generic level (target=aarch64, target=x86_64_v4: "
+                      f"that bundle serves every node of the family) or ~bundles")
     conflicts("+bundles", when="target=riscv64:",
               msg="Tack's CPU backend builds bundles for x86_64, aarch64 and ppc64le")
 

@@ -28,9 +28,10 @@ machine); a Mach-O object goes to LLVM only on macOS, and only with its
 header, load commands, sections, relocations and symbol table inside its
 bytes.  Anything else is refused: LLVM aborts the process on malformed input.
 
-It sits beside the package's top modules rather than in ``backends/``: a
-process whose kernels all come from the cache imports it and nothing else
-of the compiler.
+A process whose kernels all come from the cache imports it and nothing else
+of the compiler: it imports no other part of Tack, and the fallback to
+MCJIT is the caller's (``load_object``'s ``fallback``), so the loader sits
+below both halves of the CPU backend.
 """
 
 from __future__ import annotations
@@ -494,19 +495,19 @@ else:
     ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 
-def load_object(obj: bytes, entry: str):
+def load_object(obj: bytes, entry: str, fallback=None):
     """A ctypes function for ``entry`` in object code ``obj`` built for this host.
 
-    This loader first (no llvmlite import: this is the warm path); llvmlite's
-    MCJIT only for a well-formed object of a kind this loader does not read.
+    This loader first (no llvmlite import: this is the warm path);
+    ``fallback(obj, entry)`` -> an address (llvmlite's MCJIT, ``cpu.load_mcjit``) only for a
+    well-formed object of a kind this loader does not read (without one, its LoadError).
     """
     try:
         addr = load(obj).address(entry)
     except LoadError as e:
-        if not e.well_formed:
+        if not e.well_formed or fallback is None:
             raise
-        from .backends.cpu import load_mcjit
-        addr = load_mcjit(obj, entry)
+        addr = fallback(obj, entry)
     if not addr:
         raise LoadError(f"entry point {entry} not found in object code")
     return ENTRY_TYPE(addr)

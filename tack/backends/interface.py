@@ -1,0 +1,64 @@
+"""The interface every runtime offers (``tack.backends.runtime(kind)``), the CPU's included: what
+the dispatcher (``tack.launch``), the cache, ``tack.devices()`` and the site tools ask of a
+device kind.  A runtime is a module; ``tests/backends/test_runtime_interface.py`` checks each
+registered one (``tack.backends._RUNTIMES``) against ``Runtime``, names and parameters.
+
+A new backend's runtime is one new module that offers these and one entry in ``_RUNTIMES``:
+the dispatcher has no branch on a device kind.  Nothing on the warm path imports this module.
+
+Optional, not in the protocol: ``store_back(kernel)`` -> (target key, artifact, metadata) or
+None: code a device's driver compiled while loading portable code (Level Zero's native code
+from SPIR-V, an OpenCL program binary), which the dispatcher stores under the device's key.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """One device kind's runtime side (docs/architecture.md, "Adding a backend")."""
+
+    KIND: str               # the device kind: ``cpu``, ``cuda``, ``hip``, ``level_zero`` ...
+
+    def available(self) -> bool:
+        """Whether a device of this kind is here; never raises."""
+
+    def unavailable_reason(self) -> str | None:
+        """Why there is none, with what to install; None when there is one."""
+
+    def devices(self) -> list:
+        """[(a device's label, its device string: ``cuda:0``)] of the devices found."""
+
+    def get_device(self, device=None):
+        """The device ``device`` names, opened; the runtime's unavailable error if none."""
+
+    def host_key(self) -> str:
+        """The target key of code compiled in this process (for the default device)."""
+
+    def lookup_keys(self, device=None) -> list:
+        """The target keys the cache looks a variant for ``device`` up with, most specific first."""
+
+    def site_candidates(self, host=None) -> list:
+        """[(``kind:arch``, target key)] of the site bundles this node can use, most specific first."""
+
+    def toolchain_target(self, device=None):
+        """The toolchain's target that compiles for ``device`` (a miss only: imports the compiler)."""
+
+    def load(self, payload, meta, device):
+        """A stored artifact and its metadata -> the loaded kernel on ``device``."""
+
+    def host_views(self, args):
+        """(the arguments as this runtime takes them, a wrapper of the variant made for those) when
+        some argument must be viewed first (the CPU: other libraries' host arrays); else None."""
+
+    def check_args(self, name, params, args, argtypes):
+        """TypeError for an argument this runtime never takes, before anything compiles."""
+
+    def make_variant(self, fn, meta, sig):
+        """The launchable variant (``run(args, dims, block)``) of a loaded kernel ``fn``, for the
+        value arguments ``sig`` (``backends.variant.Signature``) describes."""
+
+    def to_device(self, array, device):
+        """``array`` kept on ``device`` across launches (``tack.to_device``)."""

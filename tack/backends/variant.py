@@ -1,0 +1,95 @@
+"""What the dispatcher hands a runtime to make a launchable variant (``Signature``), and the
+parts every variant shares: the bounds error of debug mode (``BoundsReport``) and the variant
+of a device runtime (``DeviceVariant``), launched through that runtime's ``launch``.
+
+Light to import (no NumPy, no compiler): the warm path makes its variants with it.
+"""
+
+from __future__ import annotations
+
+
+class Signature:
+    """A variant's value arguments as the launch sees them: the kernel's ``name``; per value
+    argument (a template is none) its parameter name (``params``), Tack type (``types``) and
+    index among the launch's arguments (``arg_index``); the bounds sites of debug mode
+    (``sites``, None without it); ``locate(fid)`` -> (file, first line) of a function now."""
+
+    __slots__ = ("name", "params", "types", "arg_index", "sites", "locate")
+
+    def __init__(self, name, params, types, arg_index, sites=None, locate=None):
+        self.name, self.params, self.types = name, list(params), list(types)
+        self.arg_index, self.sites, self.locate = list(arg_index), sites, locate
+
+
+class BoundsReport:
+    """The IndexError of an out-of-bounds access that debug mode recorded (``err``: the site's
+    number, the axis, the index and the extent), at the line where the function is now."""
+
+    name: str
+    sites: list
+    locate = None
+
+    def raise_bounds_error(self, err):
+        site = self.sites[int(err[0]) - 1]
+        where = f"{site.filename}:{site.line}"
+        if self.locate is not None and site.fid:
+            try:
+                now = self.locate(site.fid)
+            except Exception:                   # noqa: BLE001 - fall back to the recorded line
+                now = None
+            if now is not None:
+                where = f"{now[0]}:{now[1] + site.offset}"
+        inside = "" if site.function == self.name.rsplit(".", 1)[-1] else f" in '{site.function}'"
+        raise IndexError(f"kernel '{self.name}': index {int(err[2])} is out of bounds for axis "
+                         f"{int(err[1])} of '{site.array}' with size {int(err[3])}{inside} "
+                         f"({where})")
+
+
+class DeviceVariant(BoundsReport):
+    """A compiled variant on a device: ``launch(kernel, meta, values, dims, debug, block)`` is
+    its runtime's, which copies NumPy arrays to the device and back around each launch."""
+
+    def __init__(self, launch, kernel, meta, sig: Signature):
+        self.launch, self.kernel, self.meta = launch, kernel, meta
+        self.name, self.params, self.arg_index = sig.name, sig.params, sig.arg_index
+        self.sites, self.locate = sig.sites, sig.locate
+
+    def run(self, args, dims, block=None):
+        values = [args[i] for i in self.arg_index]
+        try:
+            err = self.launch(self.kernel, self.meta, values, dims, self.sites is not None, block)
+        except (TypeError, ValueError, RuntimeError) as e:
+            said = self.in_user_terms(str(e))
+            if said == str(e):
+                raise
+            raise type(e)(said) from None
+        if err is not None and err[0]:
+            self.raise_bounds_error(err)
+
+    def in_user_terms(self, message: str) -> str:
+        """A runtime's message with the kernel's name for its entry symbol, and each argument's
+        parameter name for its index among the value arguments."""
+        entry = f"kernel '{self.meta.get('entry')}'"
+        if entry not in message:
+            return message
+        message = message.replace(entry, f"kernel '{self.name}'")
+        for i, p in enumerate(self.params):
+            message = message.replace(f"'{self.name}': argument {i} ", f"'{self.name}': argument '{p}' ")
+        return message
+
+
+def device_variant(launch):
+    """A device runtime's ``make_variant(fn, meta, sig)``: a ``DeviceVariant`` of the loaded
+    kernel ``fn``, launched through ``launch``."""
+    def make_variant(fn, meta, sig: Signature) -> DeviceVariant:
+        return DeviceVariant(launch, fn, meta, sig)
+    return make_variant
+
+
+def no_host_views(args):
+    """A device runtime's ``host_views``: it takes NumPy arrays and its own, and views nothing."""
+    return None
+
+
+def any_arrays(name, params, args, argtypes):
+    """A device runtime's ``check_args``: its launch checks each array itself."""

@@ -1,0 +1,472 @@
+"""Where entries are looked up and stored: the user's directory, and the session that chains the stores.
+
+* ``DiskCache``: the user's directory, per-kernel entries under
+  ``<directory>/<tack version>/{lowered,variants}/<xx>/``.  Every failure of
+  the file system is a miss and at most one warning per process.
+* ``Session``: the stores of one process and device kind, tried in order: a
+  bundle given to ``load_bundle``; the user's directory (its per-kernel
+  files, or in mode ``bundle`` only its bundle); the site's bundle
+  directories (TACK_CACHE_BUNDLES, ``site_dirs``): a bundle packed on a host
+  like this one, then those built for this host's architecture (the bundle
+  stores are in ``bundle.py``, imported only when a session has bundles).
+  Only the user's directory is written, and under MPI only by rank 0.  It is
+  also what a launch asks of the cache: ``find_variant``, ``find_lowered``,
+  ``store_lowered``, ``store_variant``.
+
+Every store, and the session itself, has the shape ``protocol.Store`` names:
+``read`` (the ``entry.Found`` entry, or None and why not), ``write``,
+``touch``, ``discard``, ``writable``; a new kind of store needs no change
+here but a line in ``open_session``.
+
+The caller hands a session what only the runtime knows: the target key of
+code compiled here (``host_key``, which names this host's bundle), the target
+keys a launch's device loads, best first (``targets``), and the site bundles
+it can use (``site_candidates``); the cache never asks a backend.  Any
+unexpected error is a miss and one warning: no crash from the cache reaches
+a user's job.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+import time
+
+from . import log
+from .deps import check_deps
+from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, DamagedEntry, Found, decode, encode,
+                    entry_path)
+from .keys import tack_version_id
+from .trust import (VERSION_MARKER, NotRegular, Untrusted, check_stat, ensure_private_dir,
+                    read_regular, tag_new_root, write_atomic)
+
+# -- the user's directory --------------------------------------------------------
+
+class DiskCache:
+    """Per-kernel entries under ``<directory>/<tack version>/{lowered,variants}/<xx>/``.
+
+    ``rank``: this process's MPI rank; only rank 0 stores entries or marks them used (no
+    storm of metadata writes from thousands of ranks)."""
+
+    def __init__(self, settings, stats: dict, warn_once, rank: int = 0):
+        self.settings = settings
+        self.root = settings.directory
+        self.version_dir = os.path.join(self.root, tack_version_id())
+        self.writable = settings.mode == "write" and rank == 0
+        self.marks_used = settings.mode in ("write", "read") and rank == 0
+        self.stats = stats
+        self.warn_once = warn_once
+        self._checked = set()        # directories checked (or created) and trusted
+        self._usable = None
+        self._unusable_why = "missing (no cache directory)"
+
+    def usable(self) -> bool:
+        """Check (once) that the directory may be trusted; create it in write mode."""
+        if self._usable is None:
+            self._usable = self._open()
+        return self._usable
+
+    def _open(self) -> bool:
+        try:
+            try:
+                st = os.lstat(self.root)            # one system call when it exists, as it usually does
+            except FileNotFoundError:
+                if not self.writable:
+                    log.debug("no cache directory at %s (mode %s)", self.root, self.settings.mode)
+                    self._unusable_why = f"missing (no cache directory at {self.root})"
+                    return False
+                os.makedirs(self.root, 0o700, exist_ok=True)
+                st = os.lstat(self.root)
+                tag_new_root(self.root)
+            check_stat(st, self.root)
+            self._checked.add(self.root)
+            return True
+        except Untrusted as e:
+            self.warn_once(f"not using the kernel cache: {e}")
+            self._unusable_why = f"untrusted: {e}"
+        except OSError as e:
+            self.warn_once(f"not using the kernel cache at {self.root}: {e.strerror or e}")
+            self._unusable_why = f"unreadable: {e.strerror or e}"
+        return False
+
+    def _dir_ok(self, path: str, create: bool) -> bool:
+        """Each level below the root: create it private (write mode), check it trusted."""
+        if path in self._checked:
+            return True
+        parent = os.path.dirname(path)
+        if parent != self.root and not self._dir_ok(parent, create):
+            return False
+        if create:
+            ensure_private_dir(path, VERSION_MARKER if path == self.version_dir else None)
+        else:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return False                    # not made yet: a miss
+            check_stat(st, path)
+        self._checked.add(path)
+        return True
+
+    def read(self, kind: int, key, level: str, targets=()):
+        """``protocol.Store.read``: a variant's key is tried for each of ``targets`` in turn (the CPU:
+        this host's alone; CUDA: the device's sm, then PTX of lower ones), the first found used."""
+        if not callable(key):
+            return self._read(kind, key, level)
+        why = MISSING
+        for target_key in targets:
+            found, why_here = self._read(kind, key(target_key), level)
+            if found is not None:
+                return found, ""
+            if why_here != MISSING:
+                why = why_here
+        return None, why
+
+    def _read(self, kind: int, key: str, level: str):
+        path = entry_path(self.version_dir, kind, key)
+        t0 = time.perf_counter()
+        try:
+            if not self.usable():
+                return None, self._unusable_why
+            if not self._dir_ok(os.path.dirname(path), create=False):
+                return None, MISSING
+            data, st = read_regular(path)
+        except FileNotFoundError:
+            return None, MISSING
+        except NotRegular as e:
+            self.stats["damaged"] += 1
+            log.debug("%s %s: %s; ignored", level, key[:16], e)
+            return None, f"not used: {e.strerror}; left alone"
+        except Untrusted as e:
+            self.warn_once(f"not using the kernel cache: {e}")
+            self._usable = False
+            self._unusable_why = f"untrusted: {e}"
+            return None, self._unusable_why
+        except OSError as e:
+            self.warn_once(f"cannot read the kernel cache at {self.root}: {e.strerror or e}")
+            return None, f"unreadable: {e.strerror or e} ({e.filename or path})"
+        try:
+            _, meta, payload = decode(data, kind, key, only=HIT_FIELDS)
+        except DamagedEntry as e:
+            self.stats["damaged"] += 1
+            log.debug("%s %s: damaged (%s); ignored", level, key[:16], e)
+            self._remove_if_unchanged(path, st)
+            return None, f"damaged ({e}); ignored"
+        self.stats["bytes_read"] += len(data)
+        self.stats["load_seconds"] += time.perf_counter() - t0
+        return Found(meta, payload, path, self.marks_used and _mark_used(path, st.st_mtime)), ""
+
+    def touch(self, kind: int, key: str):
+        """Mark an entry used now (a lowered kernel whose variant was just marked: find_variant)."""
+        if self.marks_used:
+            now = time.time()
+            try:
+                os.utime(entry_path(self.version_dir, kind, key), (now, now))
+            except OSError:
+                pass
+
+    def _remove_if_unchanged(self, path, st):
+        """Remove a damaged entry, unless another process has just replaced it."""
+        if not self.writable:
+            return
+        try:
+            now = os.stat(path)
+            if (now.st_ino, now.st_mtime_ns, now.st_size) == (st.st_ino, st.st_mtime_ns, st.st_size):
+                os.unlink(path)
+        except OSError:
+            pass
+
+    def discard(self, path: str):
+        """Remove an entry found unusable (e.g. it no longer loads), if it is one of ours."""
+        if self.writable and os.path.dirname(os.path.dirname(os.path.dirname(path))) == self.version_dir:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def write(self, kind: int, key: str, meta: dict, payload: bytes) -> bool:
+        """Store one entry; False if it was not stored (said once, as a warning)."""
+        if not self.writable or not self.usable():
+            return False
+        path = entry_path(self.version_dir, kind, key)
+        t0 = time.perf_counter()
+        try:
+            self._dir_ok(os.path.dirname(path), create=True)
+            data = encode(kind, key, meta, payload)
+            write_atomic(path, data)
+        except Untrusted as e:
+            self.warn_once(f"not storing in the kernel cache: {e}")
+            self.writable = False
+            return False
+        except OSError as e:
+            self.warn_once(f"cannot store in the kernel cache at {self.root}: {_os_error(e)}; "
+                           "kernels still compile and run")
+            return False
+        self.stats["bytes_written"] += len(data)
+        self.stats["store_seconds"] += time.perf_counter() - t0
+        self._hourly_size_check()
+        return True
+
+    def _hourly_size_check(self):
+        from . import size                      # a store only: the size limit's scan
+        try:
+            result = size.maybe_prune(self.root, self.settings.max_size)
+        except OSError as e:
+            self.warn_once(f"cannot check the kernel cache's size at {self.root}: {_os_error(e)}; "
+                           "trying again in an hour")
+            return
+        if result and result[2]:
+            log.debug("size check: %d bytes, deleted %d entries (%d bytes)",
+                      result[0], result[2], result[1])
+
+
+def _mark_used(path: str, mtime: float) -> bool:
+    """LRU: bump an entry's mtime when loaded, at most once an hour (see size.py); -> bumped."""
+    now = time.time()
+    if now - mtime > 3600:
+        try:
+            os.utime(path, (now, now))
+            return True
+        except OSError:
+            pass
+    return False
+
+
+def _os_error(e: OSError) -> str:
+    """An OSError as 'reason (path)', the path being the file or directory at fault."""
+    reason = e.strerror or str(e)
+    return f"{reason} ({e.filename})" if e.filename else reason
+
+
+# -- site bundle directories -----------------------------------------------------
+
+def site_dirs(environ=None, warn=None) -> list:
+    """TACK_CACHE_BUNDLES: the site's bundle directories, searched after the user's own.
+
+    An entry that cannot name a bundle directory (a relative path, a file, a symbolic link) is
+    left out, and ``warn`` (if given) is told why; one that does not exist yet is left in
+    (a missing bundle is normal, and said only in the log)."""
+    environ = os.environ if environ is None else environ
+    out = []
+    for d in environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep):
+        if not d.strip():
+            continue
+        if "$" in d or d.startswith("~"):       # as TACK_CACHE_DIR: $VAR, ${VAR} and ~ expanded
+            from . import check_directory
+            try:
+                d = check_directory(d, "TACK_CACHE_BUNDLES", environ)
+            except ValueError as e:
+                if warn is not None:
+                    warn(f"{e}; ignored")
+                continue
+        why = _site_dir_problem(d)
+        if why is None:
+            out.append(d)
+        elif warn is not None:
+            warn(f"TACK_CACHE_BUNDLES names {why}; ignored")
+    return out
+
+
+def _site_dir_problem(d: str):
+    if not os.path.isabs(d):
+        return f"{d!r}, which is not an absolute path (name bundle directories from /)"
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return None                             # none there (yet): the lookups say so in the log
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{d}, a symbolic link (to {os.readlink(d)}): set TACK_CACHE_BUNDLES to the real "
+                f"directory, {os.path.realpath(d)}")
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{d}, which is not a directory"
+    return None
+
+
+# -- the session -------------------------------------------------------------------
+
+LEVEL_NAMES = {"variant": "compiled variant", "lowered": "lowered kernel"}
+
+
+def _guarded(default=None):
+    """A session's lookup or store: any unexpected error is one warning and ``default``."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(session, *args, **kwargs):
+            try:
+                return fn(session, *args, **kwargs)
+            except Exception as e:          # noqa: BLE001 - the cache must never break a job
+                session.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
+                return default
+        return inner
+    return wrap
+
+
+class Hit:
+    """A valid, current variant entry: what the backend's runtime loads (payload, meta), the
+    bounds-check sites, and where it was read from."""
+    __slots__ = ("meta", "payload", "sites", "path")
+
+    def __init__(self, meta, payload, sites, path):
+        self.meta, self.payload, self.sites, self.path = meta, payload, sites, path
+
+
+class Session:
+    """The stores of this process for one device kind, tried in order (see the module's
+    docstring), and what a launch asks of them.  ``disk``: the user's directory, when it is
+    one of them (the only store written)."""
+
+    def __init__(self, settings, stats, warn_once, host_key: str, stores=(), disk=None):
+        self.settings = settings
+        self.stats = stats
+        self.warn_once = warn_once
+        self.host_key = host_key
+        self.stores = list(stores)
+        self.disk = disk
+
+    def add_loaded(self, loaded):
+        """Look in a bundle given to ``load_bundle`` first."""
+        from .bundle import BundleStore
+        self.stores.insert(0, BundleStore(self.stats, self.warn_once, loaded=loaded,
+                                          label="broadcast bundle", target_key=self.host_key))
+
+    # -- as a store (protocol.Store) ---------------------------------------
+
+    @property
+    def writable(self):
+        return self.disk is not None and self.disk.writable
+
+    def read(self, kind, key, level, targets=()):
+        why = MISSING
+        for store in self.stores:
+            found, why_here = store.read(kind, key, level, targets)
+            if found is not None:
+                return found, ""
+            if why_here != MISSING:             # the user's directory says why it missed
+                why = why_here
+        return None, why
+
+    def write(self, kind, key, meta, payload):
+        return self.disk.write(kind, key, meta, payload) if self.writable else False
+
+    def touch(self, kind, key):
+        if self.disk is not None:
+            self.disk.touch(kind, key)
+
+    def discard(self, path):
+        """Remove an unusable entry found at ``path`` (only ever a per-kernel file of ours)."""
+        if self.disk is not None:
+            self.disk.discard(path)
+
+    # -- what a launch asks -------------------------------------------------
+
+    def find_variant(self, kernel, templates, keys, targets):
+        """-> the ``Hit`` of a valid, current variant for one of ``targets`` (target keys, best
+        first); None on a miss.  Loading its code is the runtime's (``runtime.load``)."""
+        try:
+            return self._find_variant(kernel, templates, keys, targets)
+        except Exception as e:                  # noqa: BLE001 - the cache must never break a job
+            self.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
+            return None
+
+    def _find_variant(self, kernel, templates, keys, targets):
+        found = self._read_current(kernel, templates, KIND_VARIANT, keys.for_target, "variant", targets)
+        if found is None:
+            return None
+        from ..errors import BoundsSite
+        try:
+            sites = [BoundsSite(f, a, p, int(n), fid, int(off))
+                     for f, a, p, n, fid, off in found.meta["site"]]
+        except (ValueError, TypeError) as e:
+            self._unusable(kernel, "variant", found.path, f"damaged ({type(e).__name__}: {e})")
+            return None
+        self.stats["hits"]["variant"] += 1
+        if found.marked:
+            # A warm process never reads the lowered kernel: mark it used with its variant (the same
+            # hourly write), or the size limit would delete the lowered kernels of the kernels in use
+            # first, and their next new shape would run the front end again.
+            self.touch(KIND_LOWERED, keys.lowered)
+        log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
+        return Hit(found.meta, found.payload, sites, found.path)
+
+    def _read_current(self, kernel, templates, kind, key, level, targets=()):
+        """-> the ``Found`` entry whose dependency record still holds; None on a miss."""
+        name = kernel.__qualname__
+        found, why = self.read(kind, key, level, targets)
+        if found is None:
+            self.stats["misses"][level] += 1
+            if why == MISSING:
+                log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
+            else:
+                log.debug("kernel '%s': %s not used: %s", name, LEVEL_NAMES[level], why)
+            return None
+        reason = check_deps(found.meta["dep"], kernel, templates)
+        if reason is not None:
+            self.stats["rejected"] += 1
+            self.stats["misses"][level] += 1
+            log.debug("kernel '%s': %s not used: dependency changed: %s", name, LEVEL_NAMES[level], reason)
+            return None
+        return found
+
+    def unusable(self, kernel, level, path, why):
+        """A hit read whole but unusable (its code does not load): counted, said, discarded."""
+        self.stats["hits"]["variant"] -= 1
+        self._unusable(kernel, level, path, why)
+
+    def _unusable(self, kernel, level, path, why):
+        self.stats["damaged"] += 1
+        self.stats["misses"][level] += 1
+        log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
+        self.discard(path)
+
+    @_guarded()
+    def find_lowered(self, kernel, templates, key: str):
+        """-> the cached lowered kernel if valid and current (the front end is then skipped); None on a miss."""
+        from ..ir import LoweredKernel
+        found = self._read_current(kernel, templates, KIND_LOWERED, key, "lowered")
+        if found is None:
+            return None
+        try:
+            lowered = LoweredKernel.from_bytes(found.payload)
+        except ValueError as e:
+            self._unusable(kernel, "lowered", found.path, f"damaged ({e})")
+            return None
+        self.stats["hits"]["lowered"] += 1
+        log.debug("kernel '%s': lowered kernel loaded from the cache (front end skipped)",
+                  kernel.__qualname__)
+        return lowered
+
+    @_guarded(False)
+    def store_lowered(self, key: str, meta: dict, payload: bytes) -> bool:
+        """Store a lowered kernel's entry (``tack.compiler.lowered_meta`` and its bytes) under its key."""
+        return self.write(KIND_LOWERED, key, meta, payload)
+
+    @_guarded(False)
+    def store_variant(self, artifact) -> bool:
+        """Store a compiled variant (``tack.compiler.Artifact``) under its key."""
+        stored = self.write(KIND_VARIANT, artifact.key, artifact.meta, artifact.payload)
+        log.debug("kernel '%s': compiled%s", artifact.meta["kernel"], " and stored" if stored else "")
+        return stored
+
+
+def open_session(settings, stats, warn_once, host_key, site_candidates, rank=0, sites=(),
+                 own_bundle=True) -> Session:
+    """The session of a process (``rank``: its MPI rank): in mode ``bundle``, this host's bundle
+    (named by ``host_key``) unless ``own_bundle`` is False (``load_bundle`` read it, or the
+    session is another device kind's); else the user's directory; then for each site bundle
+    directory in ``sites``, a bundle packed on a host like this one and those built for its
+    architecture (``site_candidates``)."""
+    stores, disk = [], None
+    if settings.mode != "bundle":
+        disk = DiskCache(settings, stats, warn_once, rank)
+        stores.append(disk)
+    if settings.mode == "bundle" or sites:
+        from .bundle import BundleStore, SiteBundleStore, bundle_name
+        name = bundle_name(host_key)
+        if settings.mode == "bundle" and own_bundle:
+            stores.append(BundleStore(stats, warn_once, os.path.join(settings.directory, name),
+                                      label="cache bundle", quiet=True, target_key=host_key))
+        for d in sites:
+            stores.append(BundleStore(stats, warn_once, os.path.join(d, name), allow_root=True,
+                                      label="site bundle", quiet=True, target_key=host_key))
+            stores.append(SiteBundleStore(stats, warn_once, d, site_candidates))
+    return Session(settings, stats, warn_once, host_key, stores, disk)

@@ -1,0 +1,196 @@
+"""Trust: what the cache reads, writes and creates, and whose it must be.
+
+* **Reading**: a cache file is opened without following a link and without
+  blocking (a FIFO would wait for a writer forever), and used only if the
+  descriptor is a regular file (``open_regular``, ``read_regular``;
+  ``NotRegular`` otherwise).
+* **Owners and modes**: a directory is trusted when it is a real directory
+  (not a symbolic link), owned by this user, and writable by nobody else
+  (``check_trusted``, ``check_stat``).  Site bundle directories (read-only,
+  installed by an admin) may also be owned by root.
+* **Writing**: through a temporary file in the same directory, renamed into
+  place, so a reader sees a whole file or none; never over what is not a
+  regular file.  Each directory level the cache creates is private (0700)
+  and checked as above; a version directory holds a marker saying the cache
+  made it, so that ``clear`` and ``prune`` know it for one of theirs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+TMP_MARK = ".tmp."                      # in the name of a write's temporary file
+VERSION_MARKER = ".tack-version"        # in each version directory the cache creates
+MARKER_TEXT = b"Tack kernel cache: a directory made by Tack; its entries may be deleted by it\n"
+
+_O_READ = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+           | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+
+
+class NotRegular(OSError):
+    """A path that should be one of the cache's files is something else (FIFO, device, socket,
+    directory, link): it is never read, written through or deleted."""
+
+    def __init__(self, path: str, what: str):
+        super().__init__(f"{path} is {what}, not a regular file")
+        self.filename = path
+        self.strerror = f"{what}, not a regular file"
+
+
+def kind_of(st) -> str:
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(st.st_mode):
+            return what
+    return "not a file"
+
+
+def open_regular(path: str):
+    """Open ``path`` for reading without ever blocking; NotRegular unless it is a regular file.
+
+    Opened non-blocking (a FIFO would otherwise wait for a writer forever) and
+    without following a link; the type is checked on the descriptor itself.
+    -> (descriptor, its fstat), the caller closing the descriptor.
+    """
+    try:
+        fd = os.open(path, _O_READ)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegular(path, "a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path, kind_of(st))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_regular(path: str, limit: int = -1):
+    """-> (bytes, fstat result) of the regular file ``path``: all of it, or its first ``limit`` bytes."""
+    fd, st = open_regular(path)
+    try:
+        chunks = []
+        while limit:
+            chunk = os.read(fd, limit if limit > 0 else max(st.st_size, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if limit > 0:
+                limit -= len(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+# -- owners and modes --------------------------------------------------------------
+
+class Untrusted(Exception):
+    """Why a directory or file is not trusted, and how to fix it."""
+
+
+def check_trusted(path: str, allow_root: bool = False, is_dir: bool = True) -> None:
+    """Raise Untrusted, with the reason and the fix, unless ``path`` is safe to load from."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise Untrusted(f"{path} does not exist") from None
+    check_stat(st, path, allow_root, is_dir)
+
+
+def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True) -> None:
+    """``check_trusted`` on a stat result (from lstat, or fstat of an open file)."""
+    what = "directory" if is_dir else "file"
+    if stat.S_ISLNK(st.st_mode):
+        raise Untrusted(f"{path} is a symbolic link (to {os.readlink(path)}); set TACK_CACHE_DIR "
+                        "to the real directory")
+    if is_dir and not stat.S_ISDIR(st.st_mode):
+        raise Untrusted(f"{path} is not a directory")
+    if not is_dir and not stat.S_ISREG(st.st_mode):
+        raise Untrusted(f"{path} is not a regular file")
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    if uid is not None:
+        owners = (uid, 0) if allow_root else (uid,)
+        if st.st_uid not in owners:
+            raise Untrusted(f"the {what} {path} belongs to uid {st.st_uid}, not to you (uid {uid}); "
+                            "use a directory of your own")
+    writers = [who for bit, who in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others"))
+               if st.st_mode & bit]
+    if writers:
+        raise Untrusted(f"the {what} {path} is writable by {' and '.join(writers)} "
+                        f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod go-w {path}")
+
+
+# -- writing -------------------------------------------------------------------------
+
+def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory."""
+    _refuse_non_regular(path)
+    tmp = f"{path}{TMP_MARK}{os.getpid()}.{os.urandom(6).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        # No fsync: after a crash the rename may survive with incomplete data,
+        # but every entry carries its checksum, so such a file is ignored, and
+        # a compile does not wait for the disk (milliseconds per entry).
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _refuse_non_regular(path: str) -> None:
+    """A write never replaces what is not a regular file (a FIFO, a directory, a link someone
+    put there): that is not the cache's to delete.  NotRegular (an OSError) instead."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(path, kind_of(st))
+
+
+def ensure_private_dir(path: str, marker: str | None = None) -> None:
+    """Create ``path`` (0700) if missing, then check it as ``check_trusted`` does.
+
+    ``marker``: the name of a file written in it (when missing) to say the cache
+    made it, so that ``clear`` and ``prune`` know it for one of theirs.
+    """
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    check_trusted(path)
+    if marker is not None:
+        write_new(os.path.join(path, marker), MARKER_TEXT)
+
+
+CACHEDIR_TAG = ("CACHEDIR.TAG", b"Signature: 8a477f597d28d172789f06886806bc55\n"
+                b"# This file is a cache directory tag created by Tack (its kernel cache).\n"
+                b"# For information about cache directory tags, see https://bford.info/cachedir/\n")
+
+
+def tag_new_root(root: str) -> None:
+    """Tag a cache directory that Tack itself created (backup tools then skip it).
+    Never a directory the user already had: it may hold their own files."""
+    write_new(os.path.join(root, CACHEDIR_TAG[0]), CACHEDIR_TAG[1])
+
+
+def write_new(path: str, data: bytes) -> None:
+    """Create ``path`` holding ``data`` unless something is there already (whatever it is)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)

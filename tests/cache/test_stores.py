@@ -1,0 +1,157 @@
+"""The stores behind one protocol: each is a ``Store``, each reads what the user's directory wrote, and misses say why."""
+
+import os
+
+import pytest
+
+import tack.cache
+from tack.cache import bundle, entry, keys, protocol, stores
+
+HOST = "a" * 64                 # made-up target keys: the caller names them, the cache never does
+OTHER = "b" * 64
+ARCH_KEY = "c" * 64
+META = {"dep": [], "site": [], "entry": "k_main", "kernel": "kmod.k_main"}
+
+
+def variant_key(target_key):
+    return keys.digest("variant", ("test", "stores"), ("target", target_key))
+
+
+def settings(directory, mode="write"):
+    return tack.cache.Settings(str(directory), mode, None, {})
+
+
+def disk(directory, mode="write", warn=None):
+    return stores.DiskCache(settings(directory, mode), tack.cache.new_stats(), warn or (lambda m: None))
+
+
+@pytest.fixture
+def written(tmp_path):
+    """A user's directory holding one variant for each of two targets, HOST's and ARCH_KEY's, and a
+    bundle of each (one packed for this host, one built for an arch, in a site directory)."""
+    d = disk(tmp_path / "cache")
+    for tk in (HOST, ARCH_KEY):
+        assert d.write(entry.KIND_VARIANT, variant_key(tk), dict(META, target_key=tk), f"code for {tk[0]}".encode())
+    site = tmp_path / "site"
+    site.mkdir()
+    for tk, name in ((HOST, bundle.bundle_name(HOST)), (ARCH_KEY, bundle.site_bundle_name("cpu:zen2", ARCH_KEY))):
+        data = (tmp_path / "cache" / keys.tack_version_id() / "variants" / variant_key(tk)[:2]
+                / (variant_key(tk) + ".tvar")).read_bytes()
+        (site / name).write_bytes(bundle.pack([(entry.KIND_VARIANT, variant_key(tk), data)],
+                                              {"tack": keys.tack_version_id(), "target_key": tk}))
+    return tmp_path / "cache", site
+
+
+def every_store(cache, site):
+    """One store of each kind, each able to serve HOST's variant or ARCH_KEY's."""
+    st, warn = tack.cache.new_stats(), (lambda m: None)
+    return {
+        "disk": disk(cache),
+        "bundle": bundle.BundleStore(st, warn, str(site / bundle.bundle_name(HOST)), target_key=HOST),
+        "site": bundle.SiteBundleStore(st, warn, str(site), lambda: [("cpu:zen2", ARCH_KEY)]),
+        "session": stores.open_session(settings(cache), st, warn, HOST, lambda: [], sites=[str(site)]),
+    }
+
+
+class TestProtocol:
+    def test_every_store_is_a_store(self, written):
+        """The user's directory, a bundle, a site's bundle directory and a session all satisfy ``Store``."""
+        for name, store in every_store(*written).items():
+            assert isinstance(store, protocol.Store), name
+
+    def test_something_else_is_not(self):
+        """An object without the protocol's members is not a ``Store``."""
+        assert not isinstance(object(), protocol.Store)
+        assert not isinstance(tack.cache.Settings("/x", "write", None, {}), protocol.Store)
+
+    def test_every_store_reads_a_variant_for_the_targets_it_serves(self, written):
+        """Each store finds a variant by the key function: the user's directory for each target the
+        caller names in turn, a bundle for its own target."""
+        found = {}
+        for name, store in every_store(*written).items():
+            got, why = store.read(entry.KIND_VARIANT, variant_key, "variant", targets=[OTHER, HOST])
+            assert got is not None and why == "", (name, why)
+            found[name] = got.payload
+        assert found == {"disk": b"code for a", "bundle": b"code for a", "site": b"code for c",
+                         "session": b"code for a"}
+
+    def test_every_store_misses_with_the_reason_missing(self, written):
+        """A key no store holds: every store answers (None, "missing")."""
+        for name, store in every_store(*written).items():
+            assert store.read(entry.KIND_VARIANT, "0" * 64, "variant") == (None, entry.MISSING), name
+
+    def test_only_the_users_directory_is_written(self, written):
+        """``writable`` and ``write``: the user's directory (and a session through it) stores; bundles never."""
+        for name, store in every_store(*written).items():
+            stored = store.write(entry.KIND_LOWERED, "1" * 64, {"dep": []}, b"x")
+            assert store.writable is stored is (name in ("disk", "session")), name
+            store.touch(entry.KIND_LOWERED, "1" * 64)
+            store.discard(str(written[0] / "nowhere.tvar"))
+
+
+class TestTargets:
+    def test_users_directory_tries_the_callers_targets_in_order(self, written):
+        """The first of the caller's targets with an entry wins; a target it does not name is never tried."""
+        d = disk(written[0])
+        got, _ = d.read(entry.KIND_VARIANT, variant_key, "variant", targets=[ARCH_KEY, HOST])
+        assert got.payload == b"code for c"
+        assert d.read(entry.KIND_VARIANT, variant_key, "variant", targets=[OTHER]) == (None, entry.MISSING)
+        assert d.read(entry.KIND_VARIANT, variant_key, "variant") == (None, entry.MISSING)
+
+    def test_site_candidates_are_asked_once_and_only_when_reached(self, written):
+        """A session asks the caller's ``site_candidates`` only when a lookup reaches the site
+        directory, and once however many lookups follow."""
+        cache, site = written
+        asked = []
+
+        def candidates():
+            asked.append(1)
+            return [("cpu:zen2", ARCH_KEY)]
+        s = stores.open_session(settings(cache), tack.cache.new_stats(), lambda m: None, HOST, candidates,
+                                sites=[str(site)])
+        assert s.read(entry.KIND_VARIANT, variant_key, "variant", targets=[HOST])[0] is not None
+        assert asked == []                      # found in the user's directory first
+        for _ in range(3):
+            got, _ = s.read(entry.KIND_VARIANT, lambda tk: variant_key(tk) if tk == ARCH_KEY else "0" * 64,
+                            "variant", targets=[HOST])
+            assert got.payload == b"code for c"
+        assert asked == [1]
+
+
+class TestReasons:
+    def test_an_untrusted_directory_is_the_reason_returned(self, tmp_path):
+        """A directory writable by others: the read returns why, and the store keeps no reason of its own."""
+        root = tmp_path / "shared"
+        root.mkdir()
+        os.chmod(root, 0o777)
+        said = []
+        d = disk(root, warn=said.append)
+        got, why = d.read(entry.KIND_LOWERED, "2" * 64, "lowered")
+        assert got is None and why.startswith("untrusted: ") and "writable by" in why
+        assert len(said) == 1
+        assert not hasattr(d, "why")
+
+    def test_a_damaged_entry_is_the_reason_returned(self, written):
+        """A truncated entry: (None, "damaged (...); ignored"), counted, and removed."""
+        cache, _ = written
+        d = disk(cache)
+        path = entry.entry_path(d.version_dir, entry.KIND_VARIANT, variant_key(HOST))
+        with open(path, "r+b") as f:
+            f.truncate(entry.HEAD.size + 3)
+        got, why = d.read(entry.KIND_VARIANT, variant_key(HOST), "variant")
+        assert got is None and why.startswith("damaged (") and why.endswith("; ignored")
+        assert d.stats["damaged"] == 1 and not os.path.exists(path)
+
+    def test_a_session_returns_the_reason_of_the_store_that_had_one(self, tmp_path):
+        """In a chain of stores, a miss in the user's directory for a reason other than 'missing'
+        is the reason the session gives, though the bundles after it just missed."""
+        root = tmp_path / "shared"
+        root.mkdir()
+        os.chmod(root, 0o777)
+        site = tmp_path / "site"
+        site.mkdir()
+        s = stores.open_session(settings(root), tack.cache.new_stats(), lambda m: None, HOST, lambda: [],
+                                sites=[str(site)])
+        got, why = s.read(entry.KIND_VARIANT, variant_key, "variant", targets=[HOST])
+        assert got is None and why.startswith("untrusted: ")
+        assert not hasattr(s, "why")

@@ -1,0 +1,213 @@
+"""The registry of architecture names (tack.backends.arch_names) is the one list: every name it
+accepts builds, what it refuses the site config's check and the build refuse with one message,
+and the Spack package's and the docs' lists are the registry's."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tack
+import tack.aot
+from tack.archs import ArchError, resolve
+from tack.backends.arch_names import (AMD_GPUS, INTEL_ALIASES, INTEL_DEVICES, KINDS,
+                                      METAL_FAMILIES, PTX_ISA, SPIRV_TARGETS)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE = os.path.join(ROOT, "spack-repo", "spack_repo", "tack", "packages", "py_tack", "package.py")
+
+
+@tack.kernel
+def k_axpy(a, x, out):
+    i = tack.tid()
+    out[i] = a * x[i] + out[i]
+
+
+ARGS = (np.float32(2), np.zeros(4, np.float32), np.zeros(4, np.float32))
+
+
+def cpu_refused() -> dict:
+    """{name: message} of archspec's CPUs of a built family that this LLVM cannot build."""
+    from tack.backends.cpu import llvm_target
+    out = {}
+    for name in KINDS["cpu"].names():
+        try:
+            llvm_target(name)
+        except ArchError as e:
+            out[name] = str(e)
+    return out
+
+
+def site(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "tack.site", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+KERNELS = ["  kernels:", "    - module: tack.kernels.contour", "      shapes: [[4, 4, 4]]"]
+AXPY = ["  kernels:", f"    - module: {__name__}", "      kernel: k_axpy",
+        "      args: [float32, 'float32[4]', 'float32[4]']"]      # no float64: builds for dg2
+
+
+def config(tmp_path, archs: dict, kernels=KERNELS):
+    lines = ["version: 1", "build:", "  archs:"]
+    lines += [f"    {kind}: [{', '.join(names)}]" for kind, names in archs.items()]
+    lines += kernels
+    path = tmp_path / "site.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class TestEveryNameBuilds:
+    @pytest.mark.parametrize("kind", [k for k in KINDS if k != "cpu"])
+    def test_every_gpu_name_compiles(self, kind):
+        """tack.aot.compile of a tiny kernel for every name of the kind (and every alias), with the
+        vendors' tools where the artifact needs one; an alias builds its name's code."""
+        from tests.backends.gpu_tools import tool
+        tool({"rocm": "ld.lld", "level_zero": "ocloc"}.get(kind, "spirv-val"))
+        for name in KINDS[kind].names():
+            art = tack.aot.compile(k_axpy, f"{kind}:{name}", ARGS)
+            assert art.payload and art.meta["arch"] == f"{kind}:{name}", name
+        for alias, name in KINDS[kind].aliases.items():
+            art = tack.aot.compile(k_axpy, f"{kind}:{alias}", ARGS)
+            assert art.key == tack.aot.compile(k_axpy, f"{kind}:{name}", ARGS).key
+
+    def test_every_cpu_name_compiles_or_is_refused_by_build(self):
+        """Each archspec CPU of a family Tack builds for compiles, or is one LLVM cannot build,
+        which the toolchain refuses with an ArchError; most of them compile."""
+        refused = cpu_refused()
+        for name in KINDS["cpu"].names():
+            if name in refused:
+                with pytest.raises(ArchError, match=re.escape(refused[name])):
+                    tack.aot.compile(k_axpy, f"cpu:{name}", ARGS)
+                continue
+            art = tack.aot.compile(k_axpy, f"cpu:{name}", ARGS)
+            assert art.payload[:4] == b"\x7fELF", name
+        assert len(refused) < len(KINDS["cpu"].names()) / 3
+        assert "aarch64" not in refused        # armv8-a: LLVM's generic AArch64 CPU
+
+
+class TestRefusedAlike:
+    REFUSED = {"cuda": ["sm_50"], "rocm": ["gfx1250", "gfx90a:xnack"], "level_zero": ["bmg", "spirv"],
+               "spirv": ["v1.2"], "metal": ["apple1"], "cpu": ["zen33", "riscv64"]}
+
+    def test_check_and_build_refuse_with_the_registrys_message(self, tmp_path):
+        """A name the registry refuses: `check` and `bundles build` fail on it with the message
+        the toolchain (tack.aot) gives, one line each, at the entry's line and key."""
+        path = config(tmp_path, self.REFUSED)
+        check, build = site("check", path), site("bundles", "build", path, "--output", tmp_path / "b")
+        assert check.returncode == build.returncode == 1
+        assert check.stderr == build.stderr
+        for line, (kind, names) in enumerate(self.REFUSED.items(), 4):
+            for i, name in enumerate(names):
+                with pytest.raises(ArchError) as e:
+                    tack.aot.target_of(f"{kind}:{name}")
+                assert f"error: {path}:{line}: build.archs.{kind}.{i}: {e.value}\n" in check.stderr
+
+    def test_a_cpu_llvm_cannot_build_is_refused_by_check_and_build(self, tmp_path):
+        """archspec knows it, LLVM does not: check's dry run and the build say the same."""
+        name, message = next(iter(cpu_refused().items()))
+        path = config(tmp_path, {"cpu": [name]})
+        check = site("check", path)
+        assert check.returncode == 1
+        assert f"error: {path}:4: build.archs.cpu.0: {message}\n" in check.stderr
+        build = site("bundles", "build", path, "--output", tmp_path / "b")
+        assert build.returncode == 1
+        assert re.search(f"cpu:{re.escape(name)} +FAILED: BuildFailure: {re.escape(message)}\n",
+                         build.stdout), build.stdout
+
+    def test_alias_and_qualified_names(self, tmp_path):
+        """level_zero: [acm] builds level_zero:dg2, an entry may be written kind:name, and check
+        lists what is built as kind:name."""
+        path = config(tmp_path, {"cpu": ["cpu:x86_64_v3", "zen2"], "level_zero": ["acm"],
+                                 "cuda": ["cuda:sm_90"], "spirv": ["generic"]}, AXPY)
+        r = site("check", path)
+        assert r.returncode == 0, r.stderr
+        assert "bundles to build:\n  cpu:x86_64_v3\n  cpu:zen2\n  cuda:sm_90\n  level_zero:dg2\n" \
+            "  spirv:generic\n" in r.stdout
+        assert "no backend" not in r.stdout
+        assert resolve("level_zero:acm") == ("level_zero", "dg2")
+        build = site("bundles", "build", path, "--arch", "level_zero:acm", "--output", tmp_path / "b")
+        assert build.returncode == 0, build.stdout + build.stderr
+        assert [n.split("-")[2:4] for n in os.listdir(tmp_path / "b")] == [["level_zero", "dg2"]]
+
+    def test_a_level_zero_devices_names_are_names_tack_builds(self):
+        """Every ocloc name a PCI device id maps to builds (level_zero:<name>), most specific
+        first; an unknown device or vendor maps to none (SPIR-V only)."""
+        from tack.backends.arch_names import INTEL_DEVICE_IDS, intel_device_archs
+        assert {n for names in INTEL_DEVICE_IDS.values() for n in names} <= set(INTEL_DEVICES)
+        assert intel_device_archs(0x8086, 0x56A0) == ("acm-g10", "dg2", "xe-hpg")
+        assert intel_device_archs(0x8086, 0xFFFF) == () == intel_device_archs(0x10DE, 0x0BD5)
+
+    def test_an_opencl_device_is_not_level_zero(self):
+        """The portable SPIR-V target is spirv:generic; the old level_zero:spirv says so."""
+        with pytest.raises(ArchError, match="level_zero:spirv: .* is spirv:generic"):
+            resolve("level_zero:spirv")
+        from tack.backends import opencl_runtime
+        assert [name for name, _ in opencl_runtime.site_candidates()] == ["spirv:generic"]
+
+
+def package_lists() -> dict:
+    """The module-level tuples of the Spack package, read from its source (it imports Spack)."""
+    tree = ast.parse(open(PACKAGE).read())
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)}
+
+
+class TestSpackPackage:
+    def test_variant_values_are_the_registrys(self):
+        """Intel devices, CUDA compute capabilities and AMD GPUs the package offers (or accepts
+        from CudaPackage/ROCmPackage) are the ones Tack builds."""
+        lists = package_lists()
+        assert lists["LEVEL_ZERO_DEVICES"] == tuple(INTEL_DEVICES)
+        assert lists["CUDA_ARCHS"] == tuple(sm[len("sm_"):] for sm in PTX_ISA)
+        assert lists["AMD_GPUS"] == AMD_GPUS
+
+    def test_targets_without_bundles_are_the_ones_llvm_cannot_build(self):
+        assert set(package_lists()["NO_LLVM_CPU"]) == set(cpu_refused())
+
+
+def doc(name) -> str:
+    with open(os.path.join(ROOT, "docs", name)) as f:
+        return f.read()
+
+
+def row(text, first_cell) -> list:
+    """The backticked words of the table row whose first cell is ``first_cell``, past that cell."""
+    line = next(l for l in text.splitlines() if l.startswith(f"| {first_cell} |"))
+    return re.findall(r"`([^`]+)`", line.split("|", 2)[2])
+
+
+class TestDocs:
+    @pytest.mark.parametrize("kind,names", [
+        ("cuda", tuple(PTX_ISA)), ("rocm", AMD_GPUS), ("spirv", SPIRV_TARGETS),
+        ("level_zero", tuple(INTEL_DEVICES) + tuple(INTEL_ALIASES)), ("metal", METAL_FAMILIES)])
+    def test_site_md_lists_the_registrys_names(self, kind, names):
+        assert row(doc("site.md"), f"`build.archs.{kind}`")[:-1] == list(names)   # last: example
+
+    def test_deploy_md_lists_the_packages_intel_devices(self):
+        assert row(doc("deploy.md"), "`level_zero`")[:-1] == list(INTEL_DEVICES)  # last: ocloc
+
+    @pytest.mark.parametrize("name", ["site.md", "deploy.md"])
+    def test_cpus_without_bundles_are_named(self, name):
+        """The paragraph naming the CPUs LLVM cannot build names exactly those."""
+        text = doc(name)
+        start = text.index("LLVM has no CPU for")
+        named = set(re.findall(r"`([a-z0-9_.=]+)`", text[start:text.index("\n\n", start)]))
+        generic = {"aarch64", "target=aarch64", "target=x86_64_v4"}
+        assert set(cpu_refused()) <= named <= set(cpu_refused()) | generic
+
+    @pytest.mark.parametrize("name", ["site.md", "deploy.md", "gpu.md", "opencl.md", "aot.md",
+                                      "level-zero-and-metal.md"])
+    def test_every_arch_the_docs_name_resolves(self, name):
+        """Every backticked kind:name of a GPU kind in the docs is one the registry builds (a
+        device, ``metal:0``, is not an architecture)."""
+        kinds = "|".join(k for k in KINDS if k != "cpu")
+        for arch in re.findall(rf"`((?:{kinds}):[a-z0-9][a-z0-9_:+.-]*)`", doc(name)):
+            if not arch.partition(":")[2].isdigit():
+                resolve(arch)
