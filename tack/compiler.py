@@ -131,7 +131,8 @@ def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> 
     """The metadata of a variant entry: what it was compiled from, for which target, and what a
     hit needs (dependency record, entry point, bounds-check sites, the arrays indexed by the
     thread index on every point: ``tack.gridcheck``)."""
-    from .gridcheck import encode, tid_indexed
+    from .backends.variant import encode_tidx
+    from .gridcheck import tid_indexed
     tidx = [c for c in tid_indexed(lowered, int(grid))
             if isinstance(argtypes[c[0]], T.Array) and c[1] < argtypes[c[0]].ndim]
     return dict(lowered_meta(lowered), entry=entry, lowered=lowered_key or "",
@@ -140,7 +141,7 @@ def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> 
                 backend=target.kind, suffix=target.suffix,
                 arch=f"{target.kind}:{target.arch}" if target.arch else "",
                 target=identity_text(target.identity()),
-                site=[list(s) for s in sites or ()], tidx=encode(tidx))
+                site=[list(s) for s in sites or ()], tidx=encode_tidx(tidx))
 
 
 def identity_text(identity: dict) -> str:

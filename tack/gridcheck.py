@@ -9,7 +9,9 @@ anything runs; accesses this cannot vouch for (``a[i + 1]``, guarded ones, those
 functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.
 
 ``tid_indexed`` finds such accesses in a lowered kernel, once per compiled variant; the
-variant's metadata carries them (``tidx``), so a cache hit checks them too.
+variant's metadata carries them (``tidx``, written and read by ``backends.variant``'s
+``encode_tidx`` and ``decode_tidx``, which a cache hit imports without this module), so a
+cache hit checks them too.
 """
 
 from __future__ import annotations
@@ -136,23 +138,3 @@ def _may_return(s) -> bool:
     if s[0] == "for":
         return any(_may_return(x) for x in s[6])
     return False
-
-
-def encode(checks) -> str:
-    """The metadata text of ``tid_indexed``'s list: ``param.axis.dim.offset`` items, space-separated."""
-    return " ".join(".".join(str(v) for v in c) for c in checks)
-
-
-def decode(text) -> list:
-    """``encode``'s text -> the list; [] for none, or for text that is not such a list (an entry
-    that predates the field, or a damaged one, checks nothing)."""
-    out = []
-    for item in (text or "").split():
-        parts = item.split(".")
-        if len(parts) != 4 or not all(p.lstrip("-").isdigit() and len(p) < 12 for p in parts):
-            return []
-        p, axis, dim, off = (int(v) for v in parts)
-        if p < 0 or not 0 <= axis < 4 or not 0 <= dim < 3:
-            return []
-        out.append((p, axis, dim, off))
-    return out

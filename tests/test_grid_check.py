@@ -13,7 +13,8 @@ import pytest
 
 import tack
 from tack.compiler import lower
-from tack.gridcheck import decode, encode, tid_indexed
+from tack.backends.variant import decode_tidx as decode, encode_tidx as encode
+from tack.gridcheck import tid_indexed
 
 from .util import marked_line
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What only a compile needs: none of these may be imported by a warm hit.
 COMPILER_MODULES = ("tack.frontend", "tack.specialize", "tack.codegen", "tack.compiler",
-                    "tack.aot", "tack.backends.cpu", "tack.backends.gpu",
+                    "tack.gridcheck", "tack.aot", "tack.backends.cpu", "tack.backends.gpu",
                     "tack.backends.metal", "tack.site", "llvmlite.binding", "llvmlite.ir")
 
 CHILD = """

@@ -27,7 +27,7 @@ from .. import types as T
 from ..config import config
 from .argument_layout import array_parts, entry_codes, slot_codes
 from .cpu_identity import KIND, arch_key, host_arch, host_key, llvm_version
-from .variant import BoundsReport, Signature
+from .variant import BoundsReport, Signature, decode_tidx
 
 _PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
 # Each slot code's 8-byte struct format (a bool, i8, packs any truth value as 0 or 1).
@@ -207,14 +207,13 @@ class CPUVariant(BoundsReport):
                            {"dp": data_pointer, "strides": _element_strides})
         codes = entry_codes(types, sites is not None)
         self.packer = struct.Struct("<" + "".join(_SLOT_FMT[c] for c in codes))
-        # Arrays the kernel indexes by the thread index on every point (tack.gridcheck): a grid
+        # Arrays the kernel indexes by the thread index on every point (tidx): a grid
         # larger than one of them is refused before the launch, for the cost of comparing ints.
         # (Debug mode checks every access as it runs, and says which index of which line.)
         self.grid_checks = []
         if tidx and sites is None:
-            from ..gridcheck import decode
             self.grid_checks = [(arg_index[p], params[p], axis, dim, off)
-                                for p, axis, dim, off in decode(tidx)
+                                for p, axis, dim, off in decode_tidx(tidx)
                                 if p < len(types) and isinstance(types[p], T.Array)
                                 and axis < types[p].ndim]
         self.grid_too_large = None

@@ -1,11 +1,33 @@
 """What the dispatcher hands a runtime to make a launchable variant (``Signature``), and the
-parts every variant shares: the bounds error of debug mode (``BoundsReport``) and the variant
-of a device runtime (``DeviceVariant``), launched through that runtime's ``launch``.
+parts every variant shares: the bounds error of debug mode (``BoundsReport``), the grid check
+of the arrays indexed by the thread index on every point (``tidx``: ``encode_tidx`` and
+``decode_tidx``; ``tack.gridcheck`` finds them at compile time) and the variant of a device
+runtime (``DeviceVariant``), launched through that runtime's ``launch``.
 
 Light to import (no NumPy, no compiler): the warm path makes its variants with it.
 """
 
 from __future__ import annotations
+
+
+def encode_tidx(checks) -> str:
+    """A variant's ``tidx`` metadata: ``gridcheck.tid_indexed``'s list as text: ``param.axis.dim.offset`` items, space-separated."""
+    return " ".join(".".join(str(v) for v in c) for c in checks)
+
+
+def decode_tidx(text) -> list:
+    """``encode_tidx``'s text -> the list; [] for none, or for text that is not such a list (an entry
+    that predates the field, or a damaged one, checks nothing)."""
+    out = []
+    for item in (text or "").split():
+        parts = item.split(".")
+        if len(parts) != 4 or not all(p.lstrip("-").isdigit() and len(p) < 12 for p in parts):
+            return []
+        p, axis, dim, off = (int(v) for v in parts)
+        if p < 0 or not 0 <= axis < 4 or not 0 <= dim < 3:
+            return []
+        out.append((p, axis, dim, off))
+    return out
 
 
 class Signature:
