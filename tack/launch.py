@@ -123,67 +123,83 @@ def _static_key(a):
 
 
 def _compile(kernel, dims, args, device, debug):
+    """The variant of ``kernel`` for these arguments on ``device``: from the cache, else compiled
+    (and stored).  Every step that differs by device kind is the runtime's."""
     from .backends import runtime_for
     kind, runtime = runtime_for(device)         # ValueError naming the devices there are
     runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
-    name = kernel.__qualname__
     views = runtime.host_views(args)
     if views is not None:               # other libraries' host arrays: NumPy views of them
         viewed, wrap = views
         return wrap(_compile(kernel, dims, viewed, device, debug))
     typed = typed_args(kernel, args)
-    runtime.check_args(name, kernel.params, args, typed.argtypes)
-    templates, value_types = typed.templates, typed.value_types
-    value_params, arg_index = typed.value_params, typed.arg_index
-
-    def variant(fn, sites, deps, meta):
-        def locate(fid):
-            from .cache.deps import locate as _locate
-            return _locate(deps, kernel, templates, fid)
-        from .backends.variant import Signature
-        sig = Signature(name, value_params, value_types, arg_index, sites if debug else None,
-                        locate)
-        return runtime.make_variant(fn, meta, sig)
-
-    timings = {}
-    clock = time.perf_counter()
-
-    def stage(label):
-        nonlocal clock
-        now = time.perf_counter()
-        timings[label] = timings.get(label, 0.0) + now - clock
-        clock = now
-
+    runtime.check_args(kernel.__qualname__, kernel.params, args, typed.argtypes)
+    stage = _Stages()
     from . import cache as _cache
     session = _cache.session(kind, runtime.host_key(), runtime.site_candidates)
     keys = None
     if session is not None:
         from .cache.keys import keys as cache_keys
-        keys = cache_keys(kernel, templates, value_types, len(dims), debug)
-        hit = session.find_variant(kernel, templates, keys, runtime.lookup_keys(device))
-        if hit is not None:
-            fn = _load_hit(session, kernel, runtime, device, hit)
-            stage("cache")
-            if fn is not None:
-                _store_back(runtime, session, keys, kernel, value_types, len(dims), fn, hit.meta)
-                kernel.timings = timings
-                return variant(fn, hit.sites, hit.meta["dep"], hit.meta)
-        stage("cache")
+        keys = cache_keys(kernel, typed.templates, typed.value_types, len(dims), debug)
+        found = _from_cache(session, kernel, typed, keys, runtime, device, len(dims), stage)
+        if found is not None:
+            fn, sites, meta = found
+            kernel.timings = stage.timings
+            return _variant(runtime, kernel, typed, debug, fn, sites, meta["dep"], meta)
 
     from .compiler import compile_variant, lower
     lkey = keys.lowered if keys else None
-    lowered = lower(kernel, templates, debug, session, lkey, stage)
+    lowered = lower(kernel, typed.templates, debug, session, lkey, stage)
     target = runtime.toolchain_target(device)
     stage("init")
-    art = compile_variant(lowered, lkey, value_types, len(dims), target, debug, stage)
+    art = compile_variant(lowered, lkey, typed.value_types, len(dims), target, debug, stage)
     fn = runtime.load(art.payload, art.meta, device)
     stage("load")
     if session is not None:
         session.store_variant(art)
-        _store_back(runtime, session, keys, kernel, value_types, len(dims), fn, art.meta)
+        _store_back(runtime, session, keys, kernel, typed.value_types, len(dims), fn, art.meta)
         stage("cache")
-    kernel.timings = timings
-    return variant(fn, art.sites, lowered.deps, art.meta)
+    kernel.timings = stage.timings
+    return _variant(runtime, kernel, typed, debug, fn, art.sites, lowered.deps, art.meta)
+
+
+class _Stages:
+    """The first call's timings, stage by stage: ``stage(label)`` adds the time since the last
+    call to ``label`` (the cache, lower, specialize, codegen, llvm, load...)."""
+
+    __slots__ = ("timings", "clock")
+
+    def __init__(self):
+        self.timings, self.clock = {}, time.perf_counter()
+
+    def __call__(self, label):
+        now = time.perf_counter()
+        self.timings[label] = self.timings.get(label, 0.0) + now - self.clock
+        self.clock = now
+
+
+def _from_cache(session, kernel, typed, keys, runtime, device, grid, stage):
+    """(loaded kernel, bounds sites, metadata) of a stored variant this launch can use, or None."""
+    hit = session.find_variant(kernel, typed.templates, keys, runtime.lookup_keys(device))
+    fn = None if hit is None else _load_hit(session, kernel, runtime, device, hit)
+    stage("cache")
+    if fn is None:
+        return None
+    _store_back(runtime, session, keys, kernel, typed.value_types, grid, fn, hit.meta)
+    return fn, hit.sites, hit.meta
+
+
+def _variant(runtime, kernel, typed, debug, fn, sites, deps, meta):
+    """The runtime's launchable variant of a loaded kernel ``fn``; ``deps`` (its dependency
+    record) places a debug-mode bounds error at the line where its function is now."""
+    from .backends.variant import Signature
+
+    def locate(fid):
+        from .cache.deps import locate as _locate
+        return _locate(deps, kernel, typed.templates, fid)
+    sig = Signature(kernel.__qualname__, typed.value_params, typed.value_types, typed.arg_index,
+                    sites if debug else None, locate)
+    return runtime.make_variant(fn, meta, sig)
 
 
 def _store_back(runtime, session, keys, kernel, value_types, grid, fn, meta):
