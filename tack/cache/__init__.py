@@ -392,10 +392,11 @@ def warn_once_factory(quiet=False):
 def session(kind: str, host_key: str, site_candidates):
     """This process's ``stores.Session`` for device kind ``kind``, or None when the cache is off.
 
-    The caller (the dispatcher) names what only its runtime knows: ``host_key``, the target key
-    of code compiled here (it names this host's bundle), and ``site_candidates``, a function
-    giving the site bundles this node can use, [(``kind:arch``, target key)] most specific
-    first, called only if a lookup reaches a site bundle directory.  Each kind has a session
+    The caller (the dispatcher) names what only its runtime knows, as functions called only when
+    the session is made: ``host_key()``, the target key of code compiled here (it names this
+    host's bundle), and ``site_candidates()``, the site bundles this node can use,
+    [(``kind:arch``, target key)] most specific first, called only if a lookup reaches a site
+    bundle directory.  Each kind has a session
     of its own (a CPU and an OpenCL device look up different keys and site bundles); they
     share the settings, statistics and warnings.  A bundle given to ``load_bundle`` is the
     CPU's.
@@ -416,6 +417,7 @@ def _new_session(host_key, site_candidates, own_bundle):
     s = _settings_in_use("the first kernel compiled")
     if s.mode == "off":
         return False
+    host_key = host_key()
     from .stores import open_session, site_dirs
     launch = mpi_launch()
     global _warn

@@ -80,7 +80,7 @@ CHILD = textwrap.dedent('''
         x[tack.tid()] = 1.0
 
     HOST = "d" * 64
-    session = tack.cache.session("cpu", HOST, lambda: [("cpu:zen2", "e" * 64)])
+    session = tack.cache.session("cpu", lambda: HOST, lambda: [("cpu:zen2", "e" * 64)])
     ks = keys.keys(k, {}, (), 1, False)
     assert session.write(entry.KIND_VARIANT, ks.for_target(HOST), {"dep": [], "site": [], "entry": "k"}, b"code")
     hit = session.find_variant(k, {}, ks, [HOST])

@@ -155,3 +155,28 @@ class TestReasons:
         got, why = s.read(entry.KIND_VARIANT, variant_key, "variant", targets=[HOST])
         assert got is None and why.startswith("untrusted: ")
         assert not hasattr(s, "why")
+
+
+class TestSessionAsksTheRuntimeOnce:
+    """``tack.cache.session`` calls the runtime's ``host_key`` only when it makes the kind's
+    session: not for each later kernel, and not at all with the cache off."""
+
+    def test_host_key_is_asked_once_per_kind(self, monkeypatch):
+        asked = []
+
+        def host_key():
+            asked.append(1)
+            return HOST
+        first = tack.cache.session("cpu", host_key, lambda: [])
+        assert tack.cache.session("cpu", host_key, lambda: []) is first
+        assert first.host_key == HOST and len(asked) == 1
+        tack.cache.session("opencl", host_key, lambda: [])
+        assert len(asked) == 2
+
+    def test_cache_off_asks_nothing(self, monkeypatch):
+        monkeypatch.setenv("TACK_CACHE", "off")
+        tack.cache._reset_for_tests()
+
+        def host_key():
+            raise AssertionError("host_key asked with the cache off")
+        assert tack.cache.session("cpu", host_key, lambda: []) is None
