@@ -15,11 +15,11 @@ or, for a target that ``emits_source`` (Metal), from source it writes itself.
 
 from __future__ import annotations
 
-import hashlib
 from typing import NamedTuple
 
 from . import types as T
 from .argtypes import TypedArgs, typed_args
+from .digests import sha256
 
 
 class Artifact(NamedTuple):
@@ -105,7 +105,7 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
     if lowered_key is not None:
         key = variant_key(lowered_key, argtypes, grid, target.key)
     else:                                       # no cache: a name unique to this variant
-        key = hashlib.sha256(repr((lowered.fingerprint(), argtypes, grid, debug)).encode()).hexdigest()
+        key = sha256(repr((lowered.fingerprint(), argtypes, grid, debug)).encode()).hexdigest()
     if target.emits_source:                     # source from the typed kernel (MSL): no LLVM
         gen = target.generate(typed, "tack_" + key)
         payload = gen.source.encode("utf-8")

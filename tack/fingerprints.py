@@ -11,11 +11,11 @@ them when it lowers a kernel, and the cache compares them before it reuses one.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import types
 
 from .language import Constant, Func
+from .digests import sha256
 
 _PY = f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}".encode()
 
@@ -63,7 +63,7 @@ def function_fingerprint(fn) -> str:
 
 
 def _function_fingerprint(fn) -> str:
-    h = hashlib.sha256(_PY)
+    h = sha256(_PY)
     h.update(fn.__qualname__.encode())
     _feed_code(h, fn.__code__)
     h.update(repr(fn.__defaults__).encode())
@@ -72,7 +72,7 @@ def _function_fingerprint(fn) -> str:
 
 def class_fingerprint(cls) -> str:
     """Hex sha256 of a template class: its name, static methods and scalar attributes."""
-    h = hashlib.sha256(cls.__qualname__.encode())
+    h = sha256(cls.__qualname__.encode())
     for klass in reversed(cls.__mro__[:-1]):
         for name, attr in sorted(vars(klass).items()):
             if isinstance(attr, staticmethod):
@@ -114,7 +114,7 @@ def func_id(fn) -> str:
     function made by a factory, what it closes over (two closures are two functions)."""
     fid = f"{fn.__module__}.{fn.__qualname__}"
     if fn.__closure__:
-        h = hashlib.sha256()
+        h = sha256()
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
             try:
                 h.update(f"{name}={closure_identity(cell.cell_contents)};".encode())

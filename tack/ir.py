@@ -27,7 +27,6 @@ constant arrays: no pickle, nothing evaluated on load.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import SourceContext
+from .digests import sha256
 
 FORMAT = 1
 _MAGIC = b"TACKLOW1"
@@ -149,7 +149,7 @@ class LoweredKernel:
                    doc["deps"], doc["debug"])
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(self.to_bytes()).hexdigest()
+        return sha256(self.to_bytes()).hexdigest()
 
 
 def assignments(stmts):

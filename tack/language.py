@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import builtins
 import functools
-import hashlib
 import math
 import types
 
 import numpy as np
+from .digests import sha256
 
 
 class Func:
@@ -65,8 +65,8 @@ class Constant:
     def fingerprint(self) -> str:
         """Hex sha256 of the value: its dtype, shape and bytes (or Python type and value)."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
             v = self.value
+            h = sha256(more=getattr(v, "nbytes", 0))
             if isinstance(v, (np.ndarray, np.generic)):
                 arr = np.ascontiguousarray(v)
                 h.update(f"{arr.dtype.str}{arr.shape}".encode())

@@ -20,12 +20,12 @@ damaged one is ignored, and the others are used.  ``BundleStore`` and
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import struct
 import time
 
+from ..digests import sha256
 from . import log
 from .entry import (KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode, decode_meta,
                     encode_meta)
@@ -55,7 +55,7 @@ class Bundle:
         if fmt != FORMAT:
             raise BundleError(f"{path} has bundle format {fmt}, this Tack reads {FORMAT}")
         body = data[_HEAD.size:_HEAD.size + mlen + ilen]
-        if len(body) != mlen + ilen or hashlib.sha256(body).digest() != digest:
+        if len(body) != mlen + ilen or sha256(body).digest() != digest:
             raise BundleError(f"{path} is damaged (its index does not match its checksum)")
         try:
             self.meta = decode_meta(body[:mlen], list_fields=())
@@ -120,7 +120,7 @@ def pack(entries, meta: dict) -> bytes:
         lines.append(f"{kind}\t{key}\t{offset:016d}\t{len(data):016d}")
         offset += len(data)
     index_b = "\n".join(lines).encode()
-    digest = hashlib.sha256(meta_b + index_b).digest()
+    digest = sha256(meta_b + index_b).digest()
     head = _HEAD.pack(MAGIC, FORMAT, len(entries), len(meta_b), len(index_b), digest)
     return b"".join([head, meta_b, index_b] + [d for _, _, d in entries])
 

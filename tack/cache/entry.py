@@ -14,9 +14,10 @@ used.  Bundles (``bundle.py``) hold entries in this same format.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
+
+from ..digests import sha256
 
 MAGIC = b"TACKENT1"
 KIND_LOWERED, KIND_VARIANT = 1, 2
@@ -109,7 +110,7 @@ def decode(data: bytes, kind: int, key: str | None = None, only=None):
         raise DamagedEntry("entry holds another key")
     meta_b = data[HEAD.size:HEAD.size + mlen]
     payload = data[HEAD.size + mlen:]
-    h = hashlib.sha256(key_b)
+    h = sha256(key_b)
     h.update(meta_b)
     h.update(payload)
     if h.digest() != digest:
@@ -141,5 +142,5 @@ def encode_meta(meta: dict) -> bytes:
 def encode(kind: int, key: str, meta: dict, payload: bytes) -> bytes:
     """One entry's bytes, as ``decode`` reads them back."""
     meta_b = encode_meta(meta)
-    digest = hashlib.sha256(key.encode() + meta_b + payload).digest()
+    digest = sha256(key.encode() + meta_b + payload).digest()
     return HEAD.pack(MAGIC, kind, len(meta_b), len(payload), digest, key.encode()) + meta_b + payload

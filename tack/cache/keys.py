@@ -10,12 +10,12 @@ target key, which the caller's runtime names (the cache never computes one).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import types
 
 from .._version import __version__
+from ..digests import sha256
 from ..fingerprints import class_fingerprint, closure_identity, function_fingerprint
 from . import TRACE, log
 
@@ -26,7 +26,7 @@ VARIANT_FORMAT = 2      # 2: arrays by dtype, rank, layout and writability (shap
 
 def digest(what: str, *steps) -> str:
     """sha256 over named steps ``(name, value)`` in turn; each is logged at TRACE with the running hash."""
-    h = hashlib.sha256(what.encode())
+    h = sha256(what.encode())
     trace = log.isEnabledFor(TRACE)
     for name, value in steps:
         if isinstance(value, dict):
@@ -60,7 +60,7 @@ def source_version_id() -> str:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not _in_checkout(root):
         return __version__
-    h = hashlib.sha256()
+    h = sha256()
 
     def walk(path, rel):
         for entry in sorted(os.scandir(path), key=lambda e: e.name):
