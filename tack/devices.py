@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from .records import record
 
 
-class Device(NamedTuple):
+class Device(record("Device", ("name", "device", "target"))):
     """A device this process can launch on: its ``name``, the ``device`` string ``tack.launch``
     takes (``"cpu"``, ``"opencl:0"``, ``"cuda:1"``) and the ``target`` it compiles for
     (``kind:name``: ``cpu:zen3``, ``spirv:generic``, ``cuda:sm_90``)."""
-    name: str
-    device: str
-    target: str
+    __slots__ = ()
 
 
 def devices() -> list:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import sys
 
 try:                                    # CPython 3.12+ names it _sha2, 3.11 _sha256
-    from _sha2 import sha256 as _builtin
-except ImportError:                     # pragma: no cover - depends on the Python version
-    try:
+    if sys.version_info >= (3, 12):
+        from _sha2 import sha256 as _builtin
+    else:
         from _sha256 import sha256 as _builtin
-    except ImportError:                 # a Python built without it: OpenSSL's
-        _builtin = None
+except ImportError:                     # a Python built without it: OpenSSL's
+    _builtin = None
 
 _LARGE = 1 << 20                        # bytes from which OpenSSL's load pays for itself
 

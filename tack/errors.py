@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from .records import record
 
 
 class CompileError(Exception):
@@ -63,7 +63,8 @@ class SourceContext:
                             col=col, line_text=text)
 
 
-class BoundsSite(NamedTuple):
+class BoundsSite(record("BoundsSite", ("function", "array", "filename", "line", "fid", "offset"),
+                        defaults=("", -1))):
     """Where a debug-mode bounds check sits, to name it when it fails.
 
     ``fid`` and ``offset`` (lines below the function's first line) let the
@@ -71,9 +72,4 @@ class BoundsSite(NamedTuple):
     the cache and the lines above the function have moved since.
     """
 
-    function: str
-    array: str
-    filename: str
-    line: int
-    fid: str = ""
-    offset: int = -1
+    __slots__ = ()

@@ -11,14 +11,16 @@ its kind, as ``np.float32(x) * 2.0`` stays float32.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
+from .records import record
 
-class Scalar(NamedTuple):
-    name: str          # numpy name: bool, int32, int64, uint32, uint64, float32, float64
-    weak: bool = False  # a Python literal, not yet committed to a width
+
+class Scalar(record("Scalar", ("name", "weak"), defaults=(False,))):
+    """A scalar type: ``name`` is NumPy's (bool, int32, int64, uint32, uint64, float32,
+    float64); ``weak``: a Python literal, not yet committed to a width."""
+
+    __slots__ = ()
 
     @property
     def kind(self) -> str:
@@ -49,7 +51,8 @@ WEAK_INT = Scalar("int64", weak=True)
 WEAK_FLOAT = Scalar("float64", weak=True)
 
 
-class Array(NamedTuple):
+class Array(record("Array", ("dtype", "ndim", "layout", "writable", "shape"),
+                   defaults=("A", True, None))):
     """A NumPy array argument: its dtype, rank, layout and writability.
 
     ``layout`` is ``"C"`` (row-major contiguous: the innermost stride is 1
@@ -59,11 +62,8 @@ class Array(NamedTuple):
     in (a kernel asks for it with ``@tack.kernel(static_shape=...)``).
     """
 
-    dtype: Scalar
-    ndim: int
-    layout: str = "A"
-    writable: bool = True
-    shape: tuple | None = None     # static extents, or None: passed at launch
+    __slots__ = ()
+    # dtype: Scalar, ndim: int, layout, writable, shape: static extents, or None (passed at launch)
 
     @property
     def static(self) -> bool:
@@ -84,18 +84,17 @@ def layout_of(flags_num: int) -> str:
     return "C" if flags_num & _C else "F" if flags_num & _F else "A"
 
 
-class Tuple(NamedTuple):
-    items: tuple
+class Tuple(record("Tuple", ("items",))):
+    __slots__ = ()
 
     def __str__(self) -> str:
         return "(" + ", ".join(map(str, self.items)) + ")"
 
 
-class Template(NamedTuple):
+class Template(record("Template", ("qualname", "fingerprint"))):
     """A class passed as a kernel argument: a compile-time parameter."""
 
-    qualname: str
-    fingerprint: str
+    __slots__ = ()
 
     def __str__(self) -> str:
         return f"class {self.qualname}"
