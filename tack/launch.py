@@ -125,8 +125,15 @@ def _static_key(a):
 def _compile(kernel, dims, args, device, debug):
     """The variant of ``kernel`` for these arguments on ``device``: from the cache, else compiled
     (and stored).  Every step that differs by device kind is the runtime's."""
+    stage = _Stages()
+    # Tack's own modules a first call needs, imported here so that they are its "import" stage
+    # (the runtime's module and what it imports come with runtime_for).
+    from . import cache as _cache
     from .backends import runtime_for
+    from .cache import keys as _keys
+    from .cache import stores as _stores  # noqa: F401 - the session's; timed with the others
     kind, runtime = runtime_for(device)         # ValueError naming the devices there are
+    stage("import")
     runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
     views = runtime.host_views(args)
     if views is not None:               # other libraries' host arrays: NumPy views of them
@@ -134,18 +141,15 @@ def _compile(kernel, dims, args, device, debug):
         return wrap(_compile(kernel, dims, viewed, device, debug))
     typed = typed_args(kernel, args)
     runtime.check_args(kernel.__qualname__, kernel.params, args, typed.argtypes)
-    stage = _Stages()
-    from . import cache as _cache
     session = _cache.session(kind, runtime.host_key, runtime.site_candidates)
     keys = None
     if session is not None:
-        from .cache.keys import keys as cache_keys
-        keys = cache_keys(kernel, typed.templates, typed.value_types, len(dims), debug)
+        keys = _keys.keys(kernel, typed.templates, typed.value_types, len(dims), debug)
+        stage("find")
         found = _from_cache(session, kernel, typed, keys, runtime, device, len(dims), stage)
         if found is not None:
             fn, sites, meta = found
-            kernel.timings = stage.timings
-            return _variant(runtime, kernel, typed, debug, fn, sites, meta["dep"], meta)
+            return _variant(runtime, kernel, typed, debug, fn, sites, meta["dep"], meta, stage)
 
     from .compiler import compile_variant, lower
     lkey = keys.lowered if keys else None
@@ -159,13 +163,16 @@ def _compile(kernel, dims, args, device, debug):
         session.store_variant(art)
         _store_back(runtime, session, keys, kernel, typed.value_types, len(dims), fn, art.meta)
         stage("cache")
-    kernel.timings = stage.timings
-    return _variant(runtime, kernel, typed, debug, fn, art.sites, lowered.deps, art.meta)
+    return _variant(runtime, kernel, typed, debug, fn, art.sites, lowered.deps, art.meta, stage)
 
 
 class _Stages:
-    """The first call's timings, stage by stage: ``stage(label)`` adds the time since the last
-    call to ``label`` (the cache, lower, specialize, codegen, llvm, load...)."""
+    """The first call's timings, stage by stage, with no gap: ``stage(label)`` adds the time
+    since the last call to ``label``.  A hit: import (Tack's own lazy imports), find (the
+    cache session and the keys), read (the entry's bytes and checksum), deps (its dependency
+    record), load (its code), variant (making the launchable variant), threads (starting the
+    CPU's workers, the first parallel launch only) and launch.  A miss adds the compiler's:
+    lower, specialize, init, codegen, llvm, load, cache (storing)."""
 
     __slots__ = ("timings", "clock")
 
@@ -180,16 +187,19 @@ class _Stages:
 
 def _from_cache(session, kernel, typed, keys, runtime, device, grid, stage):
     """(loaded kernel, bounds sites, metadata) of a stored variant this launch can use, or None."""
-    hit = session.find_variant(kernel, typed.templates, keys, runtime.lookup_keys(device))
-    fn = None if hit is None else _load_hit(session, kernel, runtime, device, hit)
-    stage("cache")
+    hit = session.find_variant(kernel, typed.templates, keys, runtime.lookup_keys(device), stage)
+    if hit is None:
+        stage("find")               # a miss: looking was all of it
+        return None
+    fn = _load_hit(session, kernel, runtime, device, hit)
+    stage("load")
     if fn is None:
         return None
     _store_back(runtime, session, keys, kernel, typed.value_types, grid, fn, hit.meta)
     return fn, hit.sites, hit.meta
 
 
-def _variant(runtime, kernel, typed, debug, fn, sites, deps, meta):
+def _variant(runtime, kernel, typed, debug, fn, sites, deps, meta, stage):
     """The runtime's launchable variant of a loaded kernel ``fn``; ``deps`` (its dependency
     record) places a debug-mode bounds error at the line where its function is now."""
     from .backends.variant import Signature
@@ -199,7 +209,10 @@ def _variant(runtime, kernel, typed, debug, fn, sites, deps, meta):
         return _locate(deps, kernel, typed.templates, fid)
     sig = Signature(kernel.__qualname__, typed.value_params, typed.value_types, typed.arg_index,
                     sites if debug else None, locate)
-    return runtime.make_variant(fn, meta, sig)
+    variant = runtime.make_variant(fn, meta, sig)
+    stage("variant")
+    kernel.timings = stage.timings
+    return variant
 
 
 def _store_back(runtime, session, keys, kernel, value_types, grid, fn, meta):

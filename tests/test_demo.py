@@ -43,3 +43,61 @@ def test_demo_help_is_plain_text_and_covers_every_option():
             entries[current] += "\n" + line
     for option in ("--field", "--size", "--level"):
         assert len(entries[option].split()) > 2, f"no help for {option}:\n{out}"
+
+
+def _first_call_lines(out):
+    """-> (first call ms, {stage: ms}) from the demo's output."""
+    lines = out.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.strip().startswith("first call:"))
+    first = float(lines[i].split(":")[1].split()[0])
+    stages = {}
+    for line in lines[i + 1:]:
+        if not line.startswith("    "):
+            break
+        name, ms = line.split()[:2]
+        stages[name] = float(ms)
+    return first, stages
+
+
+def test_demo_first_call_lines_add_up(tmp_path):
+    """Issue 21: the demo's first call is broken down with no gap. Cold, its lines are the
+    compiler's stages; warm, a hit's (import, find, read, deps, load, variant, launch) and no
+    compile; both add up, with the contour's own NumPy work between the kernels ("rest"), to the
+    first call (each line is rounded to 0.1 ms)."""
+    cache = str(tmp_path / "cache")
+    for run, must, must_not in (("cold", {"lower", "llvm"}, set()),
+                                ("warm", {"import", "find", "read", "deps", "load", "launch"},
+                                 {"lower", "specialize", "codegen", "llvm"})):
+        first, stages = _first_call_lines(demo("--size", "8", TACK_CACHE_DIR=cache))
+        assert must <= set(stages) and not must_not & set(stages), (run, stages)
+        assert "rest" in stages, stages
+        assert abs(sum(stages.values()) - first) <= 0.05 * len(stages) + 0.05, (run, first, stages)
+
+
+def test_timing_stages_of_a_hit_follow_one_clock(tmp_path):
+    """TACK_TIMING's stages of a warm first call are a hit's, in the order they happen, and add
+    up to no more than the call itself (one clock, nothing counted twice)."""
+    code = """
+import json, time, numpy as np, tack
+@tack.kernel
+def k(a, out):
+    i = tack.tid()
+    out[i] = a[i] * 2.0
+a, out = np.arange(8.0), np.zeros(8)
+t0 = time.perf_counter()
+tack.launch(k, 8, (a, out))
+wall = time.perf_counter() - t0
+print(json.dumps({"stages": list(k.timings), "sum": sum(k.timings.values()), "wall": wall,
+                  "ok": bool((out == 2 * a).all())}))
+"""
+    src = tmp_path / "kmod.py"
+    src.write_text(code)
+    child = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    child.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"))
+    import json
+    runs = [json.loads(subprocess.run([sys.executable, str(src)], env=child, capture_output=True,
+                                      text=True, check=True, timeout=300).stdout) for _ in range(2)]
+    warm = runs[1]
+    assert warm["ok"]
+    assert warm["stages"] == ["import", "find", "read", "deps", "load", "variant", "launch"], warm
+    assert warm["sum"] <= warm["wall"], warm

@@ -26,6 +26,7 @@ import numpy as np
 from .. import types as T
 from ..config import config
 from .argument_layout import array_parts, entry_codes, slot_codes
+from .cpu_loader import load_object
 from .cpu_identity import KIND, arch_key, host_arch, host_key, llvm_version
 from .variant import BoundsReport, Signature, decode_tidx
 
@@ -87,7 +88,6 @@ def toolchain_target(device="cpu"):
 
 def load(payload: bytes, meta: dict, device="cpu"):
     """A variant's object code -> its callable entry point (``backends.cpu_loader``)."""
-    from .cpu_loader import load_object
     return load_object(payload, meta["entry"], _load_mcjit)
 
 

@@ -301,6 +301,10 @@ def _guarded(default=None):
     return wrap
 
 
+def _no_stage(label):
+    """A first-call clock that keeps nothing (``Session.find_variant`` outside a launch)."""
+
+
 class Hit:
     """A valid, current variant entry: what the backend's runtime loads (payload, meta), the
     bounds-check sites, and where it was read from."""
@@ -359,17 +363,21 @@ class Session:
 
     # -- what a launch asks -------------------------------------------------
 
-    def find_variant(self, kernel, templates, keys, targets):
+    def find_variant(self, kernel, templates, keys, targets, stage=_no_stage):
         """-> the ``Hit`` of a valid, current variant for one of ``targets`` (target keys, best
-        first); None on a miss.  Loading its code is the runtime's (``runtime.load``)."""
+        first); None on a miss.  Loading its code is the runtime's (``runtime.load``).
+        ``stage(label)``: the dispatcher's first-call clock, told when the entry has been read
+        ("read": found, its bytes read and its checksum checked) and its dependency record
+        checked ("deps")."""
         try:
-            return self._find_variant(kernel, templates, keys, targets)
+            return self._find_variant(kernel, templates, keys, targets, stage)
         except Exception as e:                  # noqa: BLE001 - the cache must never break a job
             self.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
             return None
 
-    def _find_variant(self, kernel, templates, keys, targets):
-        found = self._read_current(kernel, templates, KIND_VARIANT, keys.for_target, "variant", targets)
+    def _find_variant(self, kernel, templates, keys, targets, stage):
+        found = self._read_current(kernel, templates, KIND_VARIANT, keys.for_target, "variant", targets,
+                                   stage)
         if found is None:
             return None
         from ..errors import BoundsSite
@@ -388,10 +396,11 @@ class Session:
         log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
         return Hit(found.meta, found.payload, sites, found.path)
 
-    def _read_current(self, kernel, templates, kind, key, level, targets=()):
+    def _read_current(self, kernel, templates, kind, key, level, targets=(), stage=_no_stage):
         """-> the ``Found`` entry whose dependency record still holds; None on a miss."""
         name = kernel.__qualname__
         found, why = self.read(kind, key, level, targets)
+        stage("read")
         if found is None:
             self.stats["misses"][level] += 1
             if why == MISSING:
@@ -400,6 +409,7 @@ class Session:
                 log.debug("kernel '%s': %s not used: %s", name, LEVEL_NAMES[level], why)
             return None
         reason = check_deps(found.meta["dep"], kernel, templates)
+        stage("deps")
         if reason is not None:
             self.stats["rejected"] += 1
             self.stats["misses"][level] += 1

@@ -209,9 +209,13 @@ def compiled(result) -> bool:
     return "llvm" in result["timings"]
 
 
+HIT_STAGES = {"import", "find", "read", "deps", "load", "variant", "threads", "launch"}
+
+
 def loaded(result) -> bool:
-    """Whether a launch loaded its variant: only the 'cache' stage, no front end and no LLVM."""
-    return result["timings"] == ["cache", "launch"]
+    """Whether a launch loaded its variant: its entry read and its dependency record checked, and
+    only a hit's stages (no front end, no LLVM)."""
+    return "deps" in result["timings"] and set(result["timings"]) <= HIT_STAGES
 
 
 # ---------------------------------------------------------------------------------------------
