@@ -1,0 +1,130 @@
+"""One process for ``deployed_warm.py``:
+``python benchmarks/_deployed_runner.py tack|numba|warp|numpy contour|saxpy SIZE [--mpi]``.
+
+The parent sets the environment (the cache settings of the path measured, TACK_BENCH_SITE
+for the installed copy) and times the process from spawn to exit.  In here: ``import
+numpy`` (timed), the input built (not timed), then, timed together as import-to-result and
+each on its own: the library's import (Tack: ``import tack``; Warp with its ``wp.init()``),
+the kernel's module, under ``--mpi`` ``tack.cache.load_bundle(MPI.COMM_WORLD)`` (mpi4py
+itself is imported before the clock starts: it is the job's, not Tack's), and the first
+call.  ``numpy`` runs no library: the baseline a warm process is compared with.  Then,
+untimed: whether the result is right, what the cache did, the first call's stages, and
+which modules were loaded.  Prints one JSON object on the last line (rank 0 under
+``--mpi``, with every rank's figures).  Not meant to be imported.
+"""
+
+import time
+
+T_START = time.perf_counter()
+
+import importlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for p in (ROOT, os.path.join(ROOT, "tests", "kernels"), os.path.join(ROOT, "benchmarks"),
+          os.path.join(ROOT, "benchmarks", "peers")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+if os.environ.get("TACK_BENCH_SITE"):               # an installed copy of Tack, found first
+    sys.path.insert(0, os.environ["TACK_BENCH_SITE"])
+if os.environ.get("TACK_BENCH_PEERS"):              # peers installed with pip --target
+    sys.path.append(os.environ["TACK_BENCH_PEERS"])
+
+COMPILE_STAGES = ("lower", "specialize", "init", "codegen", "llvm")
+MODULES = {"contour": {"tack": ("tack.kernels.contour", "contour"),
+                       "numba": ("numba_contour_cached", "contour_numba"),
+                       "warp": ("warp_contour", "contour_warp")},
+           "saxpy": {"tack": ("_deployed_kernels", "run"), "numba": ("numba_saxpy_cached", "run"),
+                     "warp": ("warp_saxpy", "run")}}
+
+
+def _inputs(kernel, size):
+    if kernel == "contour":
+        import fields
+        return fields.sphere(size), fields.SPHERE_LEVEL
+    import numpy as np
+    x = np.arange(size, dtype=np.float32)
+    return np.float32(2.0), x, np.ones(size, dtype=np.float32), np.empty(size, dtype=np.float32)
+
+
+def _check(kernel, args, result):
+    if kernel == "contour":
+        verts, faces = result
+        return len(faces) > 0 and int(faces.max()) < len(verts)
+    a, x, y, _ = args
+    return bool((result == a * x + y).all())
+
+
+def _start(lib):
+    if lib == "tack":
+        import tack  # noqa: F401
+    elif lib == "numba":
+        import numba  # noqa: F401
+    elif lib == "warp":
+        import contextlib
+        import io
+        import warp
+        with contextlib.redirect_stdout(io.StringIO()):
+            warp.init()
+
+
+def main():
+    lib, kernel, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    mpi = "--mpi" in sys.argv
+    comm = None
+    if mpi:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    out = {"lib": lib, "kernel": kernel, "size": size}
+    t0 = time.perf_counter()
+    import numpy  # noqa: F401
+    out["numpy_import_s"] = time.perf_counter() - t0
+    args = _inputs(kernel, size)
+    if comm is not None:
+        comm.Barrier()          # the ranks start Tack together: their start-up skew is the job's
+    if lib == "numpy":
+        out["ok"] = True
+        print(json.dumps(out))
+        return
+    module, call = MODULES[kernel][lib]
+    t_lib = time.perf_counter()
+    _start(lib)
+    t1 = time.perf_counter()
+    out["import_s"] = t1 - t_lib
+    fn = getattr(importlib.import_module(module), call)
+    t2 = time.perf_counter()
+    out["module_import_s"] = t2 - t1
+    if mpi:
+        import tack.cache
+        out["bundle_entries"] = tack.cache.load_bundle(comm)
+    t3 = time.perf_counter()
+    out["load_bundle_s"] = t3 - t2
+    result = fn(*args)
+    t4 = time.perf_counter()
+    out["first_call_s"] = t4 - t3
+    out["import_to_result_s"] = t4 - t_lib
+    out["ok"] = _check(kernel, args, result)
+    out["loaded"] = {m: m in sys.modules for m in ("archspec", "llvmlite.binding",
+                                                   "concurrent.futures", "hashlib")}
+    if lib == "tack":
+        import tack.cache
+        kernels = ("classify", "emit") if kernel == "contour" else ("saxpy",)
+        mod = sys.modules[module] if kernel == "saxpy" else importlib.import_module(module)
+        timings = {k: dict(getattr(mod, k).timings) for k in kernels}
+        out["timings"] = timings
+        out["compiled"] = [k for k in kernels if any(s in timings[k] for s in COMPILE_STAGES)]
+        st = tack.cache.stats()
+        out["cache"] = {"hits": st["hits"]["variant"], "bytes_read": st.get("bytes_read"),
+                        "mode": tack.cache.settings().mode}
+        out["tack_file"] = tack.__file__
+    if comm is not None:
+        ranks = comm.gather(out, root=0)
+        if comm.Get_rank() != 0:
+            return
+        out = dict(ranks[0], ranks=ranks)
+    print(json.dumps(out))
+
+
+main()

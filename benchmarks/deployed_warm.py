@@ -1,0 +1,334 @@
+"""Warm where a deployed site runs: every path a process finds its kernels on, side by side.
+
+    python benchmarks/deployed_warm.py [--runs 9] [--size 21] [--saxpy 100000] [--ranks 4]
+                                       [--bundle-kernels 10,3000] [--no-threads] [--json]
+
+Two kernels, the 21³ contour (``tack.kernels.contour``) and a 100k-element float32 saxpy
+(``benchmarks/_deployed_kernels.py``), each first called in a fresh process
+(``_deployed_runner.py``) by an installed, byte-compiled copy of Tack (``tack/`` copied into a
+site directory of this run, as a wheel installs it), on every path a deployed Tack serves
+from:
+
+* **user**: the user's own cache directory, primed by one process;
+* **bundle**: the user's own packed bundle (``python -m tack.cache pack``,
+  ``TACK_CACHE=bundle``);
+* **site**: a site bundle (``python -m tack.site bundles build``) built for an ancestor
+  architecture of this host (``cpu:x86_64_v3`` on x86-64, ``cpu:aarch64`` on Arm), with an
+  empty user cache: what a Spack or conda install serves;
+* **mpi**: ``tack.cache.load_bundle(comm)`` under ``mpiexec -n RANKS`` (rank 0 reads the
+  bundle and broadcasts it), where ``mpiexec`` and mpi4py are installed;
+* **Numba** (``cache=True``) and **Warp** (CPU, its kernel cache) warm, where installed
+  (``TACK_BENCH_PEERS``: a directory they were installed to with ``pip install --target``;
+  this script never installs them).
+
+A NumPy-only process (import NumPy, build the input, exit) is the baseline for the whole
+warm process.  Then: bundle mode's first call with ``--bundle-kernels`` kernels in the bundle
+(``_bundles.py`` fills one), and the steady-state table of 1 against 2 threads
+(``thread_scaling.py``).  At least 9 runs per case (``--runs``), interleaved case by case;
+figures are min / median / max.  Targets (printed beside the figures, never asserted):
+
+* every Tack path's first call within 1.3x, or 1 ms, of the user-directory path's;
+* import-to-result at most 15 ms for both kernels on every path;
+* the whole warm process at most 5 ms over the NumPy-only process;
+* bundle mode's first call with the most kernels within 1.5x of that with the fewest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RUNNER = os.path.join(HERE, "_deployed_runner.py")
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from _common import counts  # noqa: E402  (benchmarks/ is on sys.path)
+
+TARGET_PATH_RATIO, TARGET_PATH_SLACK_S = 1.3, 1e-3
+TARGET_IMPORT_TO_RESULT_S = 15e-3
+TARGET_OVER_NUMPY_S = 5e-3
+TARGET_BUNDLE_GROWTH = 1.5
+KERNELS = ("contour", "saxpy")
+# Environment that would change what a process measures; each case sets its own.
+_SCRUB = ("PYTHONDONTWRITEBYTECODE", "TACK_TIMING", "TACK_CACHE", "TACK_CACHE_DIR",
+          "TACK_CACHE_SIZE", "TACK_CACHE_LOG", "TACK_CACHE_BUNDLES", "TACK_BENCH_SITE",
+          "TACK_NUM_THREADS", "NUMBA_CACHE_DIR", "WARP_CACHE_PATH", "TACK_CONFIG")
+
+
+def _log(msg):
+    print(f"[deployed_warm] {msg}", file=sys.stderr, flush=True)
+
+
+def _env(**over):
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env.update({k: str(v) for k, v in over.items()})
+    return env
+
+
+def _run(argv, env, timeout=600):
+    """Run a command; -> (its JSON last line or None, spawn-to-exit seconds)."""
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, argv))} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    lines = p.stdout.strip().splitlines()
+    return (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None), wall
+
+
+def runner(lib, kernel, size, env, mpi_ranks=0):
+    argv = [sys.executable, RUNNER, lib, kernel, str(size)]
+    if mpi_ranks:
+        argv = [shutil.which("mpiexec"), "-n", str(mpi_ranks)] + argv + ["--mpi"]
+    res, wall = _run(argv, env)
+    res["process_wall_s"] = wall
+    if not res.get("ok"):
+        raise RuntimeError(f"{lib} {kernel}: wrong result")
+    return res
+
+
+def _install(tmp):
+    site = os.path.join(tmp, "site")
+    shutil.copytree(os.path.join(ROOT, "tack"), os.path.join(site, "tack"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    compileall.compile_dir(site, quiet=1)           # as pip does, whatever PYTHONDONTWRITEBYTECODE says
+    return site
+
+
+def _site_arch():
+    return "cpu:aarch64" if platform.machine() in ("aarch64", "arm64") else "cpu:x86_64_v3"
+
+
+def _site_config(tmp, size, n):
+    path = os.path.join(tmp, "site.yaml")
+    with open(path, "w") as f:
+        f.write(f"version: 1\nbuild:\n  archs:\n    cpu: [{_site_arch().split(':')[1]}]\n"
+                f"  kernels:\n    - module: tack.kernels.contour\n      shapes: [[{size}, {size}, {size}]]\n"
+                f"    - module: _deployed_kernels\n      kernel: saxpy\n"
+                f"      args: [float32, 'float32[{n}]', 'float32[{n}]', 'float32[{n}]']\n")
+    return path
+
+
+def _tool(args, env, cwd):
+    # Run outside the checkout: ``python -m`` puts the working directory first on sys.path.
+    p = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True,
+                       text=True, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError(f"python -m {' '.join(args)} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def prepare(tmp, size, n, ranks):
+    """The installed copy and each path's cache, primed: -> {case: (lib, env, mpi ranks)}."""
+    site = _install(tmp)
+    pypath = os.pathsep.join([site, HERE])
+    base = {"TACK_BENCH_SITE": site, "PYTHONPATH": pypath}
+    user, own = os.path.join(tmp, "user"), os.path.join(tmp, "own")
+    _log("priming the user's cache (one process per kernel)")
+    for k in KERNELS:
+        runner("tack", k, _size(k, size, n), _env(TACK_CACHE_DIR=user, **base))
+        runner("tack", k, _size(k, size, n), _env(TACK_CACHE_DIR=own, **base))
+    _log("packing the user's own bundle (python -m tack.cache pack)")
+    _tool(["tack.cache", "pack"], _env(TACK_CACHE_DIR=own, **base), tmp)
+    sites = os.path.join(tmp, "bundles")
+    _log(f"building a site bundle for {_site_arch()} (python -m tack.site bundles build)")
+    _tool(["tack.site", "bundles", "build", _site_config(tmp, size, n), "--output", sites],
+          _env(**base), tmp)
+    cases = {"numpy": ("numpy", _env(**base), 0),
+             "user": ("tack", _env(TACK_CACHE_DIR=user, **base), 0),
+             "bundle": ("tack", _env(TACK_CACHE_DIR=own, TACK_CACHE="bundle", **base), 0),
+             "site": ("tack", _env(TACK_CACHE_DIR=os.path.join(tmp, "empty-{run}"),
+                                   TACK_CACHE_BUNDLES=sites, **base), 0)}
+    if ranks and shutil.which("mpiexec"):
+        try:
+            import mpi4py  # noqa: F401
+            cases["mpi"] = ("tack", _env(TACK_CACHE_DIR=own, **base), ranks)
+        except ImportError:
+            _log("mpi4py is not installed: no MPI case")
+    peers = os.environ.get("TACK_BENCH_PEERS", "")
+    for lib, var in (("numba", "NUMBA_CACHE_DIR"), ("warp", "WARP_CACHE_PATH")):
+        env = _env(**{var: os.path.join(tmp, lib)}, **base, TACK_BENCH_PEERS=peers)
+        try:
+            for k in KERNELS:
+                _log(f"priming {lib} for the {k}")
+                runner(lib, k, _size(k, size, n), env)
+            cases[lib] = (lib, env, 0)
+        except RuntimeError as e:
+            _log(f"{lib}: not measured ({str(e).strip().splitlines()[-1]})")
+    return cases
+
+
+def _size(kernel, size, n):
+    return size if kernel == "contour" else n
+
+
+def measure(runs=9, size=21, n=100_000, ranks=4, bundle_kernels=(10, 3000), threads=True):
+    tmp = tempfile.mkdtemp(prefix="tack-deployed-")
+    res = {"benchmark": "deployed_warm", "runs": runs, "size": size, "saxpy": n,
+           "python": sys.version.split()[0], "machine": platform.machine(),
+           "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+    try:
+        cases = prepare(tmp, size, n, ranks)
+        res["cases"] = list(cases)
+        raw = {(c, k): [] for c in cases for k in KERNELS}
+        for i in range(runs):
+            _log(f"run {i + 1}/{runs}: " + ", ".join(cases))
+            for k in KERNELS:
+                for case, (lib, env, nranks) in cases.items():
+                    e = dict(env)
+                    if "{run}" in e.get("TACK_CACHE_DIR", ""):
+                        e["TACK_CACHE_DIR"] = e["TACK_CACHE_DIR"].format(run=f"{k}-{i}")
+                    raw[(case, k)].append(runner(lib, k, _size(k, size, n), e, nranks))
+        res["raw"] = {f"{c}/{k}": v for (c, k), v in raw.items()}
+        res["problems"] = _problems(raw)
+        if bundle_kernels:
+            try:
+                from _bundles import measure_first_call
+            except ImportError as e:
+                _log(f"no bundle-growth case: {e}")
+            else:
+                res["bundle_growth"] = measure_first_call(tmp, os.path.join(tmp, "site"),
+                                                          bundle_kernels, runs=runs, size=size)
+        if threads:
+            try:
+                from thread_scaling import table
+            except ImportError as e:
+                _log(f"no threads table: {e}")
+            else:
+                res["threads"] = table()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def _problems(raw):
+    """What would make a figure meaningless: a Tack warm process that compiled, or a site-bundle
+    hit that imported archspec or LLVM's binding."""
+    out = []
+    for (case, k), runs in raw.items():
+        for r in runs:
+            if r.get("compiled"):
+                out.append(f"{case}/{k}: compiled {r['compiled']}")
+            if case == "site" and (r["loaded"].get("archspec") or r["loaded"].get("llvmlite.binding")):
+                out.append(f"site/{k}: imported " + ", ".join(m for m in ("archspec", "llvmlite.binding")
+                                                             if r["loaded"].get(m)))
+    return sorted(set(out))
+
+
+def _stats(runs, key, ranks_max=False):
+    if ranks_max:
+        vals = [max(x[key] for x in r["ranks"]) for r in runs]
+    else:
+        vals = [r[key] for r in runs if r.get(key) is not None]
+    if not vals:
+        return None
+    return min(vals), statistics.median(vals), max(vals)
+
+
+def _fmt(t, scale=1e3):
+    return "-" if t is None else "/".join(f"{x * scale:.2f}" for x in t)
+
+
+def report(res, file=None):
+    p = lambda s="": print(s, file=file or sys.stdout)  # noqa: E731
+    raw = {tuple(k.split("/")): v for k, v in res["raw"].items()}
+    p(f"Deployed warm start: {res['runs']} fresh processes per case, Python {res['python']}, "
+      f"{res['machine']}, {res['cpus']} CPUs; ms, min/median/max")
+    for k in KERNELS:
+        label = f"21³ contour" if k == "contour" else f"{res['saxpy']}-element saxpy"
+        p(f"\n{label}")
+        p(f"  {'path':<8}{'first call':>22}{'import-to-result':>22}{'process':>22}{'over NumPy':>12}"
+          f"{'vs user':>9}")
+        base = _stats(raw[("numpy", k)], "process_wall_s")
+        user = _stats(raw[("user", k)], "first_call_s")
+        for case in res["cases"]:
+            if case == "numpy":
+                p(f"  {'numpy':<8}{'-':>22}{'-':>22}{_fmt(base):>22}")
+                continue
+            runs = raw[(case, k)]
+            first = _stats(runs, "first_call_s", ranks_max=case == "mpi")
+            itr = _stats(runs, "import_to_result_s", ranks_max=case == "mpi")
+            wall = _stats(runs, "process_wall_s")
+            over = f"{(wall[1] - base[1]) * 1e3:.2f}" if case not in ("mpi",) else "-"
+            ratio = f"{first[1] / user[1]:.2f}x"
+            p(f"  {case:<8}{_fmt(first):>22}{_fmt(itr):>22}{_fmt(wall):>22}{over:>12}{ratio:>9}")
+    p("\nTargets (medians):")
+    for k in KERNELS:
+        user = _stats(raw[("user", k)], "first_call_s")[1]
+        base = _stats(raw[("numpy", k)], "process_wall_s")[1]
+        for case in ("bundle", "site", "mpi"):
+            if case not in res["cases"]:
+                continue
+            first = _stats(raw[(case, k)], "first_call_s", ranks_max=case == "mpi")[1]
+            ok = first <= max(user * TARGET_PATH_RATIO, user + TARGET_PATH_SLACK_S)
+            p(f"  {k}/{case}: first call {first * 1e3:.2f} ms vs user {user * 1e3:.2f} ms "
+              f"(within 1.3x or 1 ms: {'met' if ok else 'NOT met'})")
+        for case in ("user", "bundle", "site", "mpi"):
+            if case not in res["cases"]:
+                continue
+            itr = _stats(raw[(case, k)], "import_to_result_s", ranks_max=case == "mpi")[1]
+            p(f"  {k}/{case}: import-to-result {itr * 1e3:.2f} ms (<= 15 ms: "
+              f"{'met' if itr <= TARGET_IMPORT_TO_RESULT_S else 'NOT met'})")
+        wall = _stats(raw[("user", k)], "process_wall_s")[1]
+        p(f"  {k}: warm process {(wall - base) * 1e3:.2f} ms over NumPy-only (<= 5 ms: "
+          f"{'met' if wall - base <= TARGET_OVER_NUMPY_S else 'NOT met'})")
+    for peer in ("numba", "warp"):
+        for k in KERNELS:
+            if peer in res["cases"]:
+                t = _stats(raw[(peer, k)], "import_to_result_s")[1]
+                u = _stats(raw[("user", k)], "import_to_result_s")[1]
+                p(f"  {k}: {peer} warm import-to-result {t * 1e3:.1f} ms, Tack's {t / u:.1f}x faster")
+    g = res.get("bundle_growth")
+    if g:
+        p("\nBundle mode's first call against the bundle's size (contour, ms min/median/max):")
+        for row in g["rows"]:
+            p(f"  {row['kernels']:>6} kernels, {row['bytes'] / 1e6:7.2f} MB: {_fmt(row['first_call'])}")
+        lo, hi = g["rows"][0]["first_call"][1], g["rows"][-1]["first_call"][1]
+        p(f"  growth {hi / lo:.2f}x (<= {TARGET_BUNDLE_GROWTH}x: "
+          f"{'met' if hi / lo <= TARGET_BUNDLE_GROWTH else 'NOT met'})")
+    if res.get("threads"):
+        p("\nSteady state, 1 against 2 threads:")
+        for line in res["threads"]:
+            p("  " + line)
+    if res["problems"]:
+        p("\nPROBLEMS (figures above not meaningful where they apply):")
+        for x in res["problems"]:
+            p(f"  {x}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=9, help="fresh processes per case (default 9)")
+    ap.add_argument("--size", type=int, default=21, help="contour field extent (default 21)")
+    ap.add_argument("--saxpy", type=int, default=100_000, help="saxpy elements (default 100000)")
+    ap.add_argument("--ranks", type=int, default=4, help="MPI ranks (default 4; 0: no MPI case)")
+    ap.add_argument("--bundle-kernels", default="10,3000",
+                    help="kernel counts of the bundle-growth case (default 10,3000; 0: skip)")
+    ap.add_argument("--no-threads", action="store_true", help="skip the 1 against 2 threads table")
+    ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
+    a = ap.parse_args(argv)
+    if a.runs < 1:
+        ap.error("--runs must be at least 1")
+    bk = () if a.bundle_kernels.strip() == "0" else counts(ap, a.bundle_kernels, "--bundle-kernels",
+                                                            "10,3000", 1)
+    res = measure(a.runs, a.size, a.saxpy, a.ranks, bk, not a.no_threads)
+    if a.json:
+        print(json.dumps(res, indent=1, default=str))
+    else:
+        report(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
