@@ -53,6 +53,7 @@ def every_grid_parallel(monkeypatch):
     """The rule's minimum work per thread set to nothing: every grid with a first extent of 2 or
     more runs on min(threads, first extent) threads."""
     monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-15)
+    monkeypatch.setattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
 
 
 def _launch_marked(shape):
@@ -90,6 +91,7 @@ def test_thread_rule_around_each_threshold(monkeypatch, shape, threads):
     estimate // PER_THREAD_S) threads: checked one point either side of every step, results
     right at each."""
     tack.config.num_threads = threads
+    monkeypatch.setattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
     kernel = MARK[len(shape)]
     points = int(np.prod(shape))
     _launch_marked(shape)                               # compiles the variant
@@ -101,6 +103,23 @@ def test_thread_rule_around_each_threshold(monkeypatch, shape, threads):
             want = min(threads, shape[0], int(points * 1e-9 / (per_thread * 1e-9)))
             used, _ = _launch_marked(shape)
             assert used == (want if want >= 2 else 1), (k, per_thread)
+
+
+def test_busy_machine_backs_off_and_probes(monkeypatch):
+    """Parallel launches that measured a large overhead (a busy machine) raise each thread's
+    minimum work, so mid-size grids run serially; every PROBE_EVERY-th launch held back so
+    goes parallel again, and one cheap probe brings the overhead down."""
+    tack.config.num_threads = 2
+    monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-9)
+    monkeypatch.setattr(cpu_runtime, "_overhead", 1.0)          # as if launches lagged 1 s
+    _launch_marked((1000,))
+    (variant,) = [v for v in k_mark1._variants.values() if getattr(v, "fn", None) is not None]
+    used = []
+    for _ in range(cpu_runtime.PROBE_EVERY):
+        variant.cost = 1e-9
+        used.append(_launch_marked((1000,))[0])
+    assert used.count(2) == 1 and used.count(1) == cpu_runtime.PROBE_EVERY - 1
+    assert cpu_runtime._overhead < 1.0
 
 
 def test_new_variant_runs_serially_then_measured(monkeypatch):

@@ -1037,9 +1037,11 @@ def every_grid_parallel(monkeypatch):
     """Every grid runs on the configured threads, whatever its estimated work (the thread rule's
     minimum per thread set to nothing): the atomics below are tested under real concurrency."""
     monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-15)
+    monkeypatch.setattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
 
 
-def test_atomic_add_histogram_under_threads(every_grid_parallel):
+@pytest.mark.usefixtures("every_grid_parallel")
+def test_atomic_add_histogram_under_threads():
     """atomic_add over 200,000 points on 2 threads builds an exact histogram and hands out unique tickets (the old values)."""
     tack.config.num_threads = 2
     n = 200_000
@@ -1053,7 +1055,8 @@ def test_atomic_add_histogram_under_threads(every_grid_parallel):
     np.testing.assert_array_equal(np.sort(tickets), np.arange(n))
 
 
-def test_atomic_add_2d_index_and_float_under_threads(every_grid_parallel):
+@pytest.mark.usefixtures("every_grid_parallel")
+def test_atomic_add_2d_index_and_float_under_threads():
     """atomic_add with a tuple index into a 2-D int32 array and into a float64 array is exact on a threaded 2-D grid."""
     tack.config.num_threads = 2
     vals = rng().integers(0, 16, (400, 300)).astype(np.int32)
@@ -1067,7 +1070,8 @@ def test_atomic_add_2d_index_and_float_under_threads(every_grid_parallel):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32, np.float64])
-def test_atomic_min_max_under_threads(dtype, every_grid_parallel):
+@pytest.mark.usefixtures("every_grid_parallel")
+def test_atomic_min_max_under_threads(dtype):
     """atomic_min/atomic_max over 150,000 points on 2 threads find the extremes and return old values."""
     tack.config.num_threads = 2
     n = 150_000
@@ -1114,7 +1118,8 @@ def k_threads_fill(out):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_results_independent_of_thread_count(threads, every_grid_parallel):
+@pytest.mark.usefixtures("every_grid_parallel")
+def test_results_independent_of_thread_count(threads):
     """A large 2-D grid computes the same result on 1, 2 and 3 threads."""
     tack.config.num_threads = threads
     out = np.full((257, 129), -1, np.int64)

@@ -22,6 +22,7 @@ def test_large_grid_split_over_threads(monkeypatch):
     """A grid whose estimated work gives each of 2 threads enough (here: every grid, the rule's
     minimum per thread set to nothing) runs on the 2 configured threads, and fills every point."""
     monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-15)
+    monkeypatch.setattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
     tack.config.num_threads = 2
     out = np.full((128, 128), -1.0)
     before = cpu_runtime.pool_stats()["parallel_launches"]
@@ -38,6 +39,8 @@ def test_small_or_unsplittable_grids_run_on_calling_thread(shape, threads):
     """Grids too small to gain (a new variant is estimated at the cheapest cost a point has), with
     first extent 1, or with one thread configured run on the calling thread."""
     tack.config.num_threads = threads
+    for v in k_fill._variants.values():
+        v.cost = None                       # as a new variant, whatever earlier tests measured
     out = np.zeros(shape)
     before = cpu_runtime.pool_stats()["parallel_launches"]
     tack.launch(k_fill, dim=shape, args=(out, 1.0))

@@ -297,7 +297,14 @@ class CPUVariant(BoundsReport):
 # count the dispatch and the other threads' share). A variant not measured yet is estimated at
 # FLOOR_S a point, the cheapest a kernel that writes its output runs here, so its first launch
 # goes parallel only where even that cheapest kernel gains (about 800k points on 2 threads),
-# and otherwise runs serially and is measured.
+# and otherwise runs serially and is measured. A measurement lower than the estimate replaces
+# it, a higher one moves it a quarter of the way (``_learn``: a launch preempted by another
+# process does not make a variant look costly for long).
+# A busy machine: each parallel launch also measures its overhead, its wall time beyond its
+# share of the work (cost * points / n), averaged over launches in ``_overhead``; each thread's
+# minimum work is then max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead), so where other processes
+# keep the worker from running promptly, mid-size grids go back to one thread. One launch in
+# PROBE_EVERY held back only by that overhead runs parallel anyway, to see if it has gone.
 #
 # The pool. Workers are started once per process (``_thread``: no threading.Thread start
 # handshake), as many as the first launch that wants them needs, more when a later one wants
@@ -314,6 +321,11 @@ PER_THREAD_S = 100e-6        # the least estimated work a thread is given
 FLOOR_S = 0.25e-9            # seconds per point assumed for a variant not measured yet
 MEASURE_MIN_S = 20e-6        # a launch (or the caller's chunks) shorter than this is not measured
 CHUNKS_PER_THREAD = 4        # chunks per thread, claimed in turn (balances a busy core)
+OVERHEAD_FACTOR = 2.0        # each thread's work is also at least this times the overhead seen
+PROBE_EVERY = 32             # one launch in this many held back by that overhead goes parallel
+
+_overhead = 20e-6            # what parallel launches took beyond their share of the work
+_held_back = 0               # (a moving average), and launches held back by it since a probe
 
 _clock = time.perf_counter
 _busy = _thread.allocate_lock()     # held while a launch uses the pool
@@ -331,6 +343,7 @@ def pool_stats() -> dict:
 def _run_grid(variant, buf, d):
     """Run ``variant.fn`` over the grid ``d`` (3 extents), on as many threads as the rule
     above gives, measuring the variant's cost per point where the launch is long enough."""
+    global _overhead, _held_back
     fn = variant.fn
     threads = config.num_threads
     d0 = d[0]
@@ -340,16 +353,24 @@ def _run_grid(variant, buf, d):
         return
     points = d0 * d[1] * d[2]
     cost = variant.cost
-    n = min(threads, d0, int(points * (FLOOR_S if cost is None else cost) / PER_THREAD_S))
+    estimate = points * (FLOOR_S if cost is None else cost)
+    n = min(threads, d0, int(estimate / max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead)))
+    if n < 2:
+        base = min(threads, d0, int(estimate / PER_THREAD_S))
+        if base >= 2:                   # held back by the overhead measured: probe now and then
+            _held_back += 1
+            if _held_back >= PROBE_EVERY:
+                _held_back, n = 0, base
     if n < 2 or not _busy.acquire(False):
         _stats["last_threads"] = 1
         t0 = _clock()
         fn(buf, 0, d0)
         t = _clock() - t0
         if t >= MEASURE_MIN_S:
-            variant.cost = t / points
+            _learn(variant, t / points)
         return
     try:
+        t0 = _clock()
         _stats["last_threads"] = n
         _stats["parallel_launches"] += 1
         chunks = min(d0, n * CHUNKS_PER_THREAD)
@@ -363,12 +384,23 @@ def _run_grid(variant, buf, d):
                 wake.release()
         job.work(timed=True)
         job.wait()
+        wall = _clock() - t0
         if job.timed >= MEASURE_MIN_S:
-            variant.cost = job.timed / (job.timed_rows * d[1] * d[2])
+            _learn(variant, job.timed / (job.timed_rows * d[1] * d[2]))
+        if variant.cost is not None:    # what the launch took beyond its share of the work
+            lag = max(wall - variant.cost * points / n, 0.0)
+            _overhead = (3 * _overhead + lag) / 4
         if job.error is not None:
             raise job.error
     finally:
         _busy.release()
+
+
+def _learn(variant, cost):
+    """A launch measured ``cost`` seconds a point: lower is taken at once, higher a quarter of
+    the way (one launch preempted by another process does not make a variant look costly)."""
+    old = variant.cost
+    variant.cost = cost if old is None or cost <= old else old + (cost - old) / 4
 
 
 class _Job:
