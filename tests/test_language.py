@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tack
+from tack.backends import cpu_runtime
 
 RNG_SEED = 1234
 
@@ -1031,6 +1032,15 @@ def k_minmax(vals, mn, mx, old):
     tack.atomic_max(mx, 0, vals[i])
 
 
+@pytest.fixture
+def every_grid_parallel(monkeypatch):
+    """Every grid runs on the configured threads, whatever its estimated work (the thread rule's
+    minimum per thread set to nothing): the atomics below are tested under real concurrency."""
+    monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-15)
+    monkeypatch.setattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
+
+
+@pytest.mark.usefixtures("every_grid_parallel")
 def test_atomic_add_histogram_under_threads():
     """atomic_add over 200,000 points on 2 threads builds an exact histogram and hands out unique tickets (the old values)."""
     tack.config.num_threads = 2
@@ -1045,6 +1055,7 @@ def test_atomic_add_histogram_under_threads():
     np.testing.assert_array_equal(np.sort(tickets), np.arange(n))
 
 
+@pytest.mark.usefixtures("every_grid_parallel")
 def test_atomic_add_2d_index_and_float_under_threads():
     """atomic_add with a tuple index into a 2-D int32 array and into a float64 array is exact on a threaded 2-D grid."""
     tack.config.num_threads = 2
@@ -1059,6 +1070,7 @@ def test_atomic_add_2d_index_and_float_under_threads():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32, np.float64])
+@pytest.mark.usefixtures("every_grid_parallel")
 def test_atomic_min_max_under_threads(dtype):
     """atomic_min/atomic_max over 150,000 points on 2 threads find the extremes and return old values."""
     tack.config.num_threads = 2
@@ -1106,6 +1118,7 @@ def k_threads_fill(out):
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.usefixtures("every_grid_parallel")
 def test_results_independent_of_thread_count(threads):
     """A large 2-D grid computes the same result on 1, 2 and 3 threads."""
     tack.config.num_threads = threads

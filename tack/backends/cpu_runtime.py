@@ -7,7 +7,8 @@
   (``backends.cpu_loader``; LLVM's MCJIT only for well-formed objects it does not read).
 * **The launch**: ``make_variant`` gives a ``CPUVariant``, which packs the argument slots
   (``backends.argument_layout``) into one buffer and runs the entry point over the grid, split
-  over a thread pool along the grid's first dimension (ctypes releases the GIL in each call).
+  along the grid's first dimension over Tack's own thread pool when the variant's cost estimate
+  says the grid gains from it (``_run_grid``; ctypes releases the GIL in each call).
   Other libraries' host arrays are taken as NumPy views of their memory (``host_views``);
   device arrays are refused (``check_args``).
 
@@ -17,9 +18,13 @@ for keys and hands them to the cache session.
 
 from __future__ import annotations
 
+import _thread
 import ctypes
+import itertools
+import os
 import platform
 import struct
+import time
 
 import numpy as np
 
@@ -30,12 +35,9 @@ from .cpu_loader import load_object
 from .cpu_identity import KIND, arch_key, host_arch, host_key, llvm_version
 from .variant import BoundsReport, Signature, decode_tidx
 
-_PARALLEL_MIN = 1 << 14      # grid points below which a launch runs on the calling thread
 # Each slot code's 8-byte struct format (a bool, i8, packs any truth value as 0 or 1).
 _SLOT_FMT = {"ptr": "Q", "i64": "q", "i8": "?7x", "i32": "i4x", "u32": "I4x", "u64": "Q",
              "f32": "f4x", "f64": "d"}
-_pool = None
-_pool_size = 0
 _lookup = None
 
 
@@ -216,6 +218,9 @@ class CPUVariant(BoundsReport):
                                 for p, axis, dim, off in decode_tidx(tidx)
                                 if p < len(types) and isinstance(types[p], T.Array)
                                 and axis < types[p].ndim]
+        # Seconds per grid point of this variant, from its last launch that took long enough to
+        # measure (None: not yet measured); the thread rule's estimate (``_run_grid``).
+        self.cost = None
         self.grid_too_large = None
         if self.grid_checks:
             test = " or ".join(f"args[{i}].shape[{axis}] < d[{dim}]"
@@ -238,7 +243,7 @@ class CPUVariant(BoundsReport):
             return
         if self.grid_too_large is not None and self.grid_too_large(args, d):
             raise self.grid_error(args, dims)
-        _run_grid(self.fn, buf, d)
+        _run_grid(self, buf, d)
         if err is not None and err[0]:
             self.raise_bounds_error(err)
 
@@ -276,26 +281,218 @@ class CPUVariant(BoundsReport):
             "access as it runs)")
 
 
-def _run_grid(fn, buf, d):
+# ---------------------------------------------------------------------------
+# Threads: the rule that picks a launch's thread count, and the pool that runs it
+#
+# The rule. A launch runs on n threads, n = min(config.num_threads, the grid's first extent,
+# estimate // PER_THREAD_S), and on the calling thread alone when n < 2, where ``estimate`` is
+# the variant's measured seconds per point (``CPUVariant.cost``) times the grid's points. Each
+# thread is thus handed at least PER_THREAD_S of work: waking a parked worker and collecting it
+# costs 10-30 us here, so 2 threads start only where one would take 200 us or more, and win
+# there by far more than that; where the other core is busy and the worker does not get to run,
+# the calling thread takes every chunk itself and loses only the wake (a few us, about 2%).
+# The cost is measured on each launch that runs long enough to time (MEASURE_MIN_S: the call's
+# own overhead stays under 5%): a serial launch's time over its points, or a parallel launch's
+# chunks timed on the calling thread over their points (not the launch's wall time, which would
+# count the dispatch and the other threads' share). A variant not measured yet is estimated at
+# FLOOR_S a point, the cheapest a kernel that writes its output runs here, so its first launch
+# goes parallel only where even that cheapest kernel gains (about 800k points on 2 threads),
+# and otherwise runs serially and is measured. A measurement lower than the estimate replaces
+# it, a higher one moves it a quarter of the way (``_learn``: a launch preempted by another
+# process does not make a variant look costly for long).
+# A busy machine: each parallel launch also measures its overhead, its wall time beyond its
+# share of the work (cost * points / n), averaged over launches in ``_overhead``; each thread's
+# minimum work is then max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead), so where other processes
+# keep the worker from running promptly, mid-size grids go back to one thread. One launch in
+# PROBE_EVERY held back only by that overhead runs parallel anyway, to see if it has gone.
+#
+# The pool. Workers are started once per process (``_thread``: no threading.Thread start
+# handshake), as many as the first launch that wants them needs, more when a later one wants
+# more, and each parks on its own lock. A launch hands its job (entry point, argument buffer,
+# chunk bounds) to the workers it wakes; every thread, the calling one included, claims chunks
+# from the job's counter (``itertools.count``: atomic under the GIL) until none are left, so a
+# worker that wakes late finds the work done and parks again, and the caller never waits for a
+# worker that has not started. The last chunk to finish releases the job's ``done`` lock.
+# One launch uses the pool at a time: a launch from a second Python thread while it is busy
+# runs serially. A forked child forgets the parent's workers (``os.register_at_fork``) and
+# starts its own; workers never keep the interpreter from exiting.
+
+PER_THREAD_S = 100e-6        # the least estimated work a thread is given
+FLOOR_S = 0.25e-9            # seconds per point assumed for a variant not measured yet
+MEASURE_MIN_S = 20e-6        # a launch (or the caller's chunks) shorter than this is not measured
+CHUNKS_PER_THREAD = 4        # chunks per thread, claimed in turn (balances a busy core)
+OVERHEAD_FACTOR = 2.0        # each thread's work is also at least this times the overhead seen
+PROBE_EVERY = 32             # one launch in this many held back by that overhead goes parallel
+
+_overhead = 20e-6            # what parallel launches took beyond their share of the work
+_held_back = 0               # (a moving average), and launches held back by it since a probe
+
+_clock = time.perf_counter
+_busy = _thread.allocate_lock()     # held while a launch uses the pool
+_wakes: list = []                   # per worker: the lock it parks on (held while parked)
+_slots: list = []                   # per worker: the job it is woken for
+_stats = {"workers": 0, "parallel_launches": 0, "last_threads": 1}
+
+
+def pool_stats() -> dict:
+    """How the pool stands: ``workers`` started in this process, ``parallel_launches`` so far,
+    and ``last_threads``, the number of threads the last CPU launch was given (1: serial)."""
+    return dict(_stats)
+
+
+def _run_grid(variant, buf, d):
+    """Run ``variant.fn`` over the grid ``d`` (3 extents), on as many threads as the rule
+    above gives, measuring the variant's cost per point where the launch is long enough."""
+    global _overhead, _held_back
+    fn = variant.fn
     threads = config.num_threads
-    total = d[0] * d[1] * d[2]
-    if threads == 1 or total < _PARALLEL_MIN or d[0] < 2:
-        fn(buf, 0, d[0])
+    d0 = d[0]
+    if threads == 1 or d0 < 2:
+        _stats["last_threads"] = 1
+        fn(buf, 0, d0)
         return
-    pool = _get_pool(threads)
-    chunks = min(d[0], threads * 4)
-    bounds = [d[0] * k // chunks for k in range(chunks + 1)]
-    futures = [pool.submit(fn, buf, lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
-    for f in futures:
-        f.result()
+    points = d0 * d[1] * d[2]
+    cost = variant.cost
+    estimate = points * (FLOOR_S if cost is None else cost)
+    n = min(threads, d0, int(estimate / max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead)))
+    if n < 2:
+        base = min(threads, d0, int(estimate / PER_THREAD_S))
+        if base >= 2:                   # held back by the overhead measured: probe now and then
+            _held_back += 1
+            if _held_back >= PROBE_EVERY:
+                _held_back, n = 0, base
+    if n < 2 or not _busy.acquire(False):
+        _stats["last_threads"] = 1
+        t0 = _clock()
+        fn(buf, 0, d0)
+        t = _clock() - t0
+        if t >= MEASURE_MIN_S:
+            _learn(variant, t / points)
+        return
+    try:
+        t0 = _clock()
+        _stats["last_threads"] = n
+        _stats["parallel_launches"] += 1
+        chunks = min(d0, n * CHUNKS_PER_THREAD)
+        job = _Job(fn, buf, [d0 * k // chunks for k in range(chunks + 1)])
+        if len(_wakes) < n - 1:
+            _start_workers(n - 1)
+        for i in range(n - 1):
+            _slots[i] = job
+            wake = _wakes[i]
+            if wake.locked():           # parked (or about to park): wake it
+                wake.release()
+        job.work(timed=True)
+        job.wait()
+        wall = _clock() - t0
+        if job.timed >= MEASURE_MIN_S:
+            _learn(variant, job.timed / (job.timed_rows * d[1] * d[2]))
+        if variant.cost is not None:    # what the launch took beyond its share of the work
+            lag = max(wall - variant.cost * points / n, 0.0)
+            _overhead = (3 * _overhead + lag) / 4
+        if job.error is not None:
+            raise job.error
+    finally:
+        _busy.release()
 
 
-def _get_pool(n):
-    global _pool, _pool_size
-    if _pool is None or _pool_size != n:
-        if _pool is not None:
-            _pool.shutdown(wait=False)
-        from concurrent.futures import ThreadPoolExecutor
-        _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tack")
-        _pool_size = n
-    return _pool
+def _learn(variant, cost):
+    """A launch measured ``cost`` seconds a point: lower is taken at once, higher a quarter of
+    the way (one launch preempted by another process does not make a variant look costly)."""
+    old = variant.cost
+    variant.cost = cost if old is None or cost <= old else old + (cost - old) / 4
+
+
+class _Job:
+    """One parallel launch: ``fn(buf, bounds[k], bounds[k + 1])`` for every chunk k, each run
+    by whichever thread claims it first."""
+
+    __slots__ = ("fn", "buf", "bounds", "chunks", "claim", "finish", "done", "error",
+                 "timed", "timed_rows")
+
+    def __init__(self, fn, buf, bounds):
+        self.fn, self.buf, self.bounds = fn, buf, bounds
+        self.chunks = len(bounds) - 1
+        self.claim = itertools.count().__next__
+        self.finish = itertools.count(1).__next__
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+        self.error = None
+        self.timed = 0.0            # seconds the calling thread's chunks took
+        self.timed_rows = 0         # and the rows of the first dimension they covered
+
+    def work(self, timed=False):
+        fn, buf, bounds, chunks = self.fn, self.buf, self.bounds, self.chunks
+        while True:
+            k = self.claim()
+            if k >= chunks:
+                return
+            lo, hi = bounds[k], bounds[k + 1]
+            try:
+                if timed:
+                    t0 = _clock()
+                    fn(buf, lo, hi)
+                    self.timed += _clock() - t0
+                    self.timed_rows += hi - lo
+                else:
+                    fn(buf, lo, hi)
+            except BaseException as e:              # noqa: BLE001 - raised by the caller
+                if self.error is None:
+                    self.error = e
+            if self.finish() == chunks:
+                self.done.release()
+
+    def wait(self):
+        """Until every chunk has run; an interrupt while waiting is raised only once no thread
+        still writes into the launch's arrays."""
+        interrupted = None
+        while True:
+            try:
+                self.done.acquire()
+                break
+            except BaseException as e:              # noqa: BLE001 - re-raised below
+                interrupted = e
+        if interrupted is not None:
+            raise interrupted
+
+
+def _worker(i):
+    """Worker i: parked on its lock; woken, it works on the job in its slot (the one it was woken
+    for, or a later one: either way only chunks still unclaimed), then parks again."""
+    wake, slots = _wakes[i], _slots
+    while True:
+        wake.acquire()
+        job = slots[i]
+        if job is not None:
+            job.work()
+
+
+def _start_workers(n):
+    """Start workers until there are ``n``, each parked on its held lock."""
+    if not _wakes:
+        _watch_fork()
+    while len(_wakes) < n:
+        wake = _thread.allocate_lock()
+        wake.acquire()
+        _wakes.append(wake)
+        _slots.append(None)
+        _thread.start_new_thread(_worker, (len(_wakes) - 1,))
+        _stats["workers"] = len(_wakes)
+
+
+_fork_watched = False
+
+
+def _watch_fork():
+    global _fork_watched
+    if not _fork_watched and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forget_pool)
+        _fork_watched = True
+
+
+def _forget_pool():
+    """In a forked child: the parent's workers do not exist here; start afresh when needed."""
+    global _busy, _wakes, _slots
+    _busy = _thread.allocate_lock()
+    _wakes, _slots = [], []
+    _stats["workers"] = 0

@@ -1,0 +1,336 @@
+"""The CPU thread pool (``cpu_runtime._run_grid``): results on every grid size and thread count,
+the thread rule, the workers really working, errors, concurrent launches, fork, exit, and the
+first parallel launch of a fresh process importing neither concurrent.futures nor logging."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import tack
+from tack.backends import cpu_runtime
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@tack.kernel
+def k_mark1(out):
+    i = tack.tid()
+    out[i] = out[i] + i + 1
+
+
+@tack.kernel
+def k_mark2(out):
+    i, j = tack.tid()
+    out[i, j] = out[i, j] + i * out.shape[1] + j + 1
+
+
+@tack.kernel
+def k_mark3(out):
+    i, j, k = tack.tid()
+    out[i, j, k] = out[i, j, k] + (i * out.shape[1] + j) * out.shape[2] + k + 1
+
+
+@tack.kernel
+def k_shift(a, s):
+    i = tack.tid()
+    a[i + s] = 1.0
+
+
+MARK = {1: k_mark1, 2: k_mark2, 3: k_mark3}
+
+
+@pytest.fixture
+def every_grid_parallel(monkeypatch):
+    """The rule's minimum work per thread set to nothing: every grid with a first extent of 2 or
+    more runs on min(threads, first extent) threads."""
+    monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-15)
+    monkeypatch.setattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
+
+
+def _launch_marked(shape):
+    """Launch the marking kernel over ``shape``; every point must be written exactly once."""
+    out = np.zeros(shape, np.int64)
+    before = cpu_runtime.pool_stats()["parallel_launches"]
+    tack.launch(MARK[len(shape)], dim=shape if len(shape) > 1 else shape[0], args=(out,))
+    np.testing.assert_array_equal(out, np.arange(1, out.size + 1).reshape(shape))
+    stats = cpu_runtime.pool_stats()
+    return stats["last_threads"], stats["parallel_launches"] - before
+
+
+SHAPES = [(1,), (2,), (3,), (5,), (8,), (9,), (100,), (16383,), (16384,), (16385,), (1_000_003,),
+          (1, 30000), (2, 7), (3, 5000), (257, 129), (4, 1), (1, 1, 5), (2, 3, 4000), (3, 64, 64),
+          (17, 5, 3)]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_every_grid_right_on_every_thread_count(every_grid_parallel, shape, threads):
+    """Every grid, 1-D to 3-D, one point to a million, first extent below the thread count
+    included, writes every point exactly once on 1, 2 and 4 threads, on the thread count the
+    rule gives (here min(threads, first extent); serial below 2)."""
+    tack.config.num_threads = threads
+    used, parallel = _launch_marked(shape)
+    want = min(threads, shape[0])
+    assert used == (want if want >= 2 else 1)
+    assert parallel == (1 if want >= 2 else 0)
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+@pytest.mark.parametrize("shape", [(1000,), (40, 50)], ids=["1d", "2d"])
+def test_thread_rule_around_each_threshold(monkeypatch, shape, threads):
+    """With a variant's cost per point known, the launch gets min(threads, first extent,
+    estimate // PER_THREAD_S) threads: checked one point either side of every step, results
+    right at each."""
+    tack.config.num_threads = threads
+    monkeypatch.setattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
+    kernel = MARK[len(shape)]
+    points = int(np.prod(shape))
+    _launch_marked(shape)                               # compiles the variant
+    (variant,) = [v for v in kernel._variants.values() if getattr(v, "fn", None) is not None]
+    for k in range(1, threads + 2):
+        for per_thread in (points * 1.0 / k * 1.0001, points * 1.0 / k * 0.9999):
+            monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", per_thread * 1e-9)
+            variant.cost = 1e-9                         # the estimate: points * 1 ns
+            want = min(threads, shape[0], int(points * 1e-9 / (per_thread * 1e-9)))
+            used, _ = _launch_marked(shape)
+            assert used == (want if want >= 2 else 1), (k, per_thread)
+
+
+def test_busy_machine_backs_off_and_probes(monkeypatch):
+    """Parallel launches that measured a large overhead (a busy machine) raise each thread's
+    minimum work, so mid-size grids run serially; every PROBE_EVERY-th launch held back so
+    goes parallel again, and one cheap probe brings the overhead down."""
+    tack.config.num_threads = 2
+    monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-9)
+    monkeypatch.setattr(cpu_runtime, "_overhead", 1.0)          # as if launches lagged 1 s
+    _launch_marked((1000,))
+    (variant,) = [v for v in k_mark1._variants.values() if getattr(v, "fn", None) is not None]
+    used = []
+    for _ in range(cpu_runtime.PROBE_EVERY):
+        variant.cost = 1e-9
+        used.append(_launch_marked((1000,))[0])
+    assert used.count(2) == 1 and used.count(1) == cpu_runtime.PROBE_EVERY - 1
+    assert cpu_runtime._overhead < 1.0
+
+
+def test_new_variant_runs_serially_then_measured(monkeypatch):
+    """A variant not measured yet is estimated at FLOOR_S a point: a small grid runs serially,
+    and its timed launch gives the variant a cost per point."""
+    tack.config.num_threads = 2
+
+    @tack.kernel
+    def k_fresh(out):
+        i = tack.tid()
+        out[i] = i
+
+    monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 0.0)
+    out = np.zeros(50_000)
+    tack.launch(k_fresh, dim=out.size, args=(out,))
+    assert cpu_runtime.pool_stats()["last_threads"] == 1
+    (variant,) = k_fresh._variants.values()
+    assert variant.cost is not None and variant.cost > 0
+    np.testing.assert_array_equal(out, np.arange(out.size))
+
+
+def _recording_variant(gate=None, fail_on=None):
+    """A stand-in variant whose entry point records which thread ran each chunk. With ``gate``,
+    the calling thread's first chunk waits until some other thread has run one (so the test
+    shows a worker really ran, without any timing). ``fail_on`` ("worker" or "caller"): the
+    first chunk that thread runs raises ValueError (its rows are not recorded)."""
+    main = threading.get_ident()
+    runs, failed = [], []
+
+    def fn(buf, lo, hi):
+        me = threading.get_ident()
+        if gate is not None:
+            if me == main:
+                assert gate.wait(60), "no worker ran a chunk"
+            else:
+                gate.set()
+        if not failed and fail_on == ("caller" if me == main else "worker"):
+            failed.append(hi - lo)
+            raise ValueError(f"chunk {lo}:{hi} failed")
+        runs.append((lo, hi, me))
+
+    return SimpleNamespace(fn=fn, cost=1.0), runs, failed
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_workers_run_chunks(threads):
+    """A parallel launch's chunks are run by parked workers as well as the calling thread, and
+    cover the first dimension exactly once."""
+    tack.config.num_threads = threads
+    variant, runs, _ = _recording_variant(gate=threading.Event())
+    cpu_runtime._run_grid(variant, b"", (100, 1, 1))
+    ranges = sorted((lo, hi) for lo, hi, _ in runs)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 100
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert len({t for _, _, t in runs}) >= 2
+    assert cpu_runtime.pool_stats()["workers"] >= threads - 1
+
+
+@pytest.mark.parametrize("where", ["worker", "caller"])
+def test_error_in_a_chunk_is_raised_by_the_launch(where):
+    """An exception in any chunk (a worker's, or the calling thread's) is raised by the launch,
+    once every other chunk has run; the pool serves the next launch."""
+    tack.config.num_threads = 2
+    variant, runs, failed = _recording_variant(gate=threading.Event(), fail_on=where)
+    with pytest.raises(ValueError, match="failed"):
+        cpu_runtime._run_grid(variant, b"", (100, 1, 1))
+    assert len(failed) == 1 and sum(hi - lo for lo, hi, _ in runs) == 100 - failed[0]
+    variant, runs, _ = _recording_variant()
+    cpu_runtime._run_grid(variant, b"", (100, 1, 1))
+    assert sum(hi - lo for lo, hi, _ in runs) == 100
+    assert cpu_runtime.pool_stats()["last_threads"] == 2
+
+
+def test_out_of_bounds_in_parallel_debug_launch(every_grid_parallel):
+    """Debug mode's bounds error, recorded by whichever thread ran the faulty point, is raised
+    after a parallel launch with the kernel, the array and the index; every other point ran."""
+    tack.config.debug = True
+    tack.config.num_threads = 2
+    a = np.zeros(1000)
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_shift, dim=a.size, args=(a, 1))
+    assert cpu_runtime.pool_stats()["last_threads"] == 2
+    msg = str(ei.value)
+    assert "k_shift" in msg and "'a'" in msg and "index 1000" in msg
+    np.testing.assert_array_equal(a[1:], 1.0)
+
+
+def test_second_launch_while_pool_busy_runs_serially(every_grid_parallel):
+    """A launch made while another holds the pool runs on its own thread, and is right."""
+    tack.config.num_threads = 2
+    assert cpu_runtime._busy.acquire(False)
+    try:
+        used, parallel = _launch_marked((300, 20))
+    finally:
+        cpu_runtime._busy.release()
+    assert (used, parallel) == (1, 0)
+    assert _launch_marked((300, 20)) == (2, 1)
+
+
+def test_concurrent_launches_from_two_threads(every_grid_parallel):
+    """Two Python threads launching kernels at once (each grid parallel or serial, whichever
+    finds the pool free) both get every point right, every time."""
+    tack.config.num_threads = 2
+    errors = []
+
+    def launches(shape):
+        try:
+            for _ in range(40):
+                out = np.zeros(shape, np.int64)
+                tack.launch(MARK[len(shape)], dim=shape if len(shape) > 1 else shape[0],
+                            args=(out,))
+                np.testing.assert_array_equal(out, np.arange(1, out.size + 1).reshape(shape))
+        except BaseException as e:      # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    _launch_marked((3000,))
+    _launch_marked((60, 50))            # both variants compiled before the race
+    ts = [threading.Thread(target=launches, args=(s,)) for s in ((3000,), (60, 50))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in ts)
+
+
+def test_thread_count_change_between_launches(every_grid_parallel):
+    """num_threads changed between launches applies to the next launch: more workers are started
+    when it grows, fewer threads are used when it shrinks."""
+    tack.config.num_threads = 4
+    assert _launch_marked((400,)) == (4, 1)
+    assert cpu_runtime.pool_stats()["workers"] >= 3
+    tack.config.num_threads = 2
+    assert _launch_marked((400,)) == (2, 1)
+    tack.config.num_threads = 1
+    assert _launch_marked((400,)) == (1, 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_forked_child_gets_a_fresh_pool(every_grid_parallel):
+    """After the parent used the pool, a forked child (multiprocessing, MPI launchers) starts
+    with no workers, starts its own at its first parallel launch, and gets every point right."""
+    tack.config.num_threads = 2
+    assert _launch_marked((500,)) == (2, 1)
+    assert cpu_runtime.pool_stats()["workers"] >= 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                        # the child: report, never return
+        code = 1
+        try:
+            before = cpu_runtime.pool_stats()["workers"]
+            gate_ok = _launch_marked((500,)) == (2, 1)
+            variant, runs, _ = _recording_variant(gate=threading.Event())
+            cpu_runtime._run_grid(variant, b"", (100, 1, 1))
+            helped = len({t for _, _, t in runs}) >= 2
+            os.write(w, json.dumps([before, gate_ok, helped,
+                                    cpu_runtime.pool_stats()["workers"]]).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        report = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0, report
+    assert json.loads(report) == [0, True, True, 1]
+
+
+def _child(code: str, tmp_path: Path, **env_extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), **env_extra)
+    script = tmp_path / "child.py"             # a kernel's source must be in a file
+    script.write_text(code)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+FIRST_PARALLEL = """
+import json, sys
+import numpy as np
+import tack
+from tack.backends import cpu_runtime
+
+@tack.kernel
+def saxpy(a, x, y, out):
+    i = tack.tid()
+    out[i] = a * x[i] + y[i]
+
+n = 4_000_000       # a new variant's estimate (FLOOR_S a point) gives it 2 threads at once
+x = np.arange(n, dtype=np.float32); y = np.ones(n, np.float32); out = np.zeros(n, np.float32)
+tack.launch(saxpy, dim=n, args=(np.float32(2.0), x, y, out))
+print(json.dumps({"ok": bool((out == 2 * x + 1).all()), "stats": cpu_runtime.pool_stats(),
+                  "modules": [m for m in ("concurrent.futures", "logging") if m in sys.modules],
+                  "compiled": "tack.compiler" in sys.modules}))
+"""
+
+
+def test_first_parallel_launch_imports_no_concurrent_futures(tmp_path):
+    """A warm process's first launch, parallel (its stats say 2 threads and a worker started),
+    imports neither concurrent.futures nor logging."""
+    _child(FIRST_PARALLEL, tmp_path, TACK_NUM_THREADS="2")          # compiles, fills the cache
+    warm = _child(FIRST_PARALLEL, tmp_path, TACK_NUM_THREADS="2")
+    assert warm["ok"] and not warm["compiled"]
+    assert warm["stats"] == {"workers": 1, "parallel_launches": 1, "last_threads": 2}
+    assert warm["modules"] == []
+
+
+def test_interpreter_exits_with_parked_workers(tmp_path):
+    """A process whose workers are parked (4 of them) exits at once, with its output."""
+    code = FIRST_PARALLEL.replace("n = 4_000_000", "n = 16_000_000")
+    report = _child(code, tmp_path, TACK_NUM_THREADS="5")
+    assert report["ok"] and report["stats"]["workers"] == 4
