@@ -50,9 +50,14 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
             # the user's to read: the traceback ends at this launch.
             raise e.with_traceback(None) from None
         kernel._variants[key] = variant
+        started = _startup_seconds(device)
         t0 = time.perf_counter()
         variant.run(args, dims, block)
-        kernel.timings["launch"] = time.perf_counter() - t0
+        t = kernel.timings
+        t["launch"] = time.perf_counter() - t0
+        threads = _startup_seconds(device) - started
+        if threads > 0:                 # the runtime started its threads in this launch
+            t["threads"], t["launch"] = threads, t["launch"] - threads
         if config.timing:
             report_timings(kernel)
         return
@@ -60,6 +65,12 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
 
 
 _DIM_MAX = 2**63 - 1        # grid extents and their product are int64 in the entry point
+
+
+def _startup_seconds(device) -> float:
+    """The runtime's time spent starting its workers so far (0 for one that starts none)."""
+    from .backends import runtime_for
+    return getattr(runtime_for(device)[1], "startup_seconds", lambda: 0.0)()
 
 
 def _dims(dim):

@@ -325,6 +325,7 @@ def test_first_parallel_launch_imports_no_concurrent_futures(tmp_path):
     _child(FIRST_PARALLEL, tmp_path, TACK_NUM_THREADS="2")          # compiles, fills the cache
     warm = _child(FIRST_PARALLEL, tmp_path, TACK_NUM_THREADS="2")
     assert warm["ok"] and not warm["compiled"]
+    assert warm["stats"].pop("start_seconds") > 0
     assert warm["stats"] == {"workers": 1, "parallel_launches": 1, "last_threads": 2}
     assert warm["modules"] == []
 
@@ -334,3 +335,42 @@ def test_interpreter_exits_with_parked_workers(tmp_path):
     code = FIRST_PARALLEL.replace("n = 4_000_000", "n = 16_000_000")
     report = _child(code, tmp_path, TACK_NUM_THREADS="5")
     assert report["ok"] and report["stats"]["workers"] == 4
+
+
+def test_first_parallel_call_reports_its_thread_start(tmp_path):
+    """Issue 21 part 5: a first call that starts the pool's workers says so in its own stage
+    ("threads"), taken out of "launch"; one that starts none has no such stage."""
+    import os
+    import subprocess
+    import sys
+    code = """
+import json, numpy as np, tack
+from tack.backends import cpu_runtime
+cpu_runtime.FLOOR_S = 1.0          # any grid is worth threads before the first measurement
+@tack.kernel
+def k(out):
+    i = tack.tid()
+    out[i] = 1.0
+@tack.kernel
+def k2(out):
+    i = tack.tid()
+    out[i] = 2.0
+tack.config.num_threads = 2
+out = np.zeros(1 << 12)
+tack.launch(k, len(out), (out,))
+first = dict(k.timings)
+tack.launch(k2, len(out), (out,))
+print(json.dumps({"first": first, "second": dict(k2.timings), "stats": cpu_runtime.pool_stats()}))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE="off", PYTHONPATH=os.pathsep.join(sys.path))
+    script = tmp_path / "first_parallel.py"
+    script.write_text(code)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    import json
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["stats"]["workers"] == 1 and got["stats"]["parallel_launches"] == 2, got
+    assert got["first"]["threads"] > 0 and "launch" in got["first"], got
+    assert "threads" not in got["second"], got          # workers were started already

@@ -331,12 +331,19 @@ _clock = time.perf_counter
 _busy = _thread.allocate_lock()     # held while a launch uses the pool
 _wakes: list = []                   # per worker: the lock it parks on (held while parked)
 _slots: list = []                   # per worker: the job it is woken for
-_stats = {"workers": 0, "parallel_launches": 0, "last_threads": 1}
+_stats = {"workers": 0, "parallel_launches": 0, "last_threads": 1, "start_seconds": 0.0}
+
+
+def startup_seconds() -> float:
+    """Seconds this process has spent starting worker threads (``interface.Runtime``): the
+    dispatcher reports a first call's share of it as its "threads" stage."""
+    return _stats["start_seconds"]
 
 
 def pool_stats() -> dict:
     """How the pool stands: ``workers`` started in this process, ``parallel_launches`` so far,
-    and ``last_threads``, the number of threads the last CPU launch was given (1: serial)."""
+    ``last_threads``, the number of threads the last CPU launch was given (1: serial), and
+    ``start_seconds``, the time spent starting workers (a first call's "threads" stage)."""
     return dict(_stats)
 
 
@@ -469,6 +476,7 @@ def _worker(i):
 
 def _start_workers(n):
     """Start workers until there are ``n``, each parked on its held lock."""
+    t0 = _clock()
     if not _wakes:
         _watch_fork()
     while len(_wakes) < n:
@@ -478,6 +486,7 @@ def _start_workers(n):
         _slots.append(None)
         _thread.start_new_thread(_worker, (len(_wakes) - 1,))
         _stats["workers"] = len(_wakes)
+    _stats["start_seconds"] += _clock() - t0
 
 
 _fork_watched = False

@@ -9,6 +9,8 @@ the dispatcher has no branch on a device kind.  Nothing on the warm path imports
 Optional, not in the protocol: ``store_back(kernel)`` -> (target key, artifact, metadata) or
 None: code a device's driver compiled while loading portable code (Level Zero's native code
 from SPIR-V, an OpenCL program binary), which the dispatcher stores under the device's key.
+``startup_seconds()`` -> the seconds the runtime has spent starting its own workers (the CPU's
+thread pool), which the dispatcher reports as a first call's "threads" stage.
 """
 
 from __future__ import annotations
