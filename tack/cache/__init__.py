@@ -444,6 +444,10 @@ def load_bundle(comm=None) -> int:
     loaded = load_and_broadcast(comm, settings(), cpu_host_key)
     if loaded is None:
         return 0
+    if loaded.bytes_read:                       # rank 0, which read the file
+        stats = _get_stats()
+        stats["bytes_read"] += loaded.bytes_read
+        stats["load_seconds"] += loaded.read_seconds
     _loaded_bundle = loaded
     if _session:
         _session.add_loaded(loaded)

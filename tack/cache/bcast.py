@@ -1,5 +1,9 @@
 """``load_bundle(comm)``: rank 0 reads the bundle, every rank gets its bytes.
 
+Rank 0 reads the whole file in one go (``bundle.read(..., whole=True)``): the job pays one
+open and one read of it, however many ranks use it; the other ranks look entries up in
+the bytes they received, each entry checked by its own checksum when used.
+
 The bytes go through mpi4py's buffer interface (``Bcast`` of a byte buffer,
 in chunks well under MPI's 2**31-element count limit), never pickled.  A
 status (entry count, byte length) is broadcast first, so every rank makes
@@ -28,7 +32,7 @@ def load_and_broadcast(comm, settings, host_key):
         else:
             try:
                 path = os.path.join(settings.directory, bundle.bundle_name(host_key()))
-                loaded = bundle.read(path, tack_version=tack_version_id())
+                loaded = bundle.read(path, tack_version=tack_version_id(), whole=True)
                 data, status, reason = loaded.data, [len(loaded.data), len(loaded)], None
             except bundle.BundleError as e:
                 reason = str(e)

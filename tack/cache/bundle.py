@@ -27,94 +27,289 @@ import time
 
 from ..digests import sha256
 from . import log
-from .entry import (KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode, decode_meta,
-                    encode_meta)
+from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode,
+                    decode_meta, encode_meta)
 from .keys import tack_version_id
-from .trust import TMP_MARK, NotRegular, Untrusted, check_stat, check_trusted, read_regular, write_atomic
+from .trust import (TMP_MARK, NotRegular, Untrusted, check_stat, check_trusted, open_regular, read_regular,
+                    write_atomic)
 
 MAGIC = b"TACKBDL1"
 FORMAT = 1
 _HEAD = struct.Struct("<8sIIII32s")
+# An index row, as ``pack`` writes it: ``kind<TAB>key<TAB>offset<TAB>length``, numbers 16 digits.
+_ROW = len(f"0\t{'0' * 64}\t{0:016d}\t{0:016d}")
+_STRIDE = _ROW + 1                          # a row and its newline
+_KEY_END = 2 + 64                           # "kind<TAB>key": what a lookup compares
+_TABS = (1, _KEY_END, _KEY_END + 17)        # where a row's tabs are
+_KINDS = "".join(str(k) for k in SUFFIX).encode()
+SORTED = "sorted"                           # header field ``index``: rows in byte order (bisect)
 
 
 class BundleError(Exception):
     """A bundle that cannot be used at all, and why."""
 
 
-class Bundle:
-    """A bundle's bytes, parsed: lookups are dict accesses."""
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    """Up to ``n`` bytes of ``fd`` at ``offset`` (fewer only at the end of the file)."""
+    chunks = []
+    while n > 0:
+        chunk = _pread1(fd, n, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+        offset += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def __init__(self, data: bytes, path: str = "<memory>"):
-        self.data = data
+
+if hasattr(os, "pread"):
+    _pread1 = os.pread
+else:                                       # pragma: no cover - Windows: seek and read, one at a time
+    import threading
+    _seek_lock = threading.Lock()
+
+    def _pread1(fd, n, offset):
+        with _seek_lock:
+            os.lseek(fd, offset, os.SEEK_SET)
+            return os.read(fd, n)
+
+
+class Bundle:
+    """One bundle: its header and index checked, its entries read and checked when looked up.
+
+    ``Bundle(data)`` serves from bytes in memory (a broadcast, a tool that read the file);
+    ``read(path)`` makes one that keeps the open file and reads each entry with ``pread``
+    when it is looked up, so a lookup costs what it reads, whatever the bundle's size.
+    ``bytes_read``: the bytes this bundle read from its file so far (0 for one in memory)."""
+
+    def __init__(self, data: bytes | None, path: str = "<memory>", _fd: int | None = None,
+                 _size: int = 0):
         self.path = path
-        if len(data) < _HEAD.size:
+        self._data = data
+        self._fd = _fd
+        self.size = len(data) if data is not None else _size
+        self.bytes_read = 0
+        self.read_seconds = 0.0                 # spent by ``read(whole=True)`` reading and checking it
+        self._index = None
+        try:
+            self._load()
+        except BaseException:
+            self._fd = None                 # not opened: the descriptor stays the caller's
+            raise
+
+    def _load(self):
+        path = self.path
+        if self.size < _HEAD.size:
             raise BundleError(f"{path} is too short to be a bundle")
-        magic, fmt, count, mlen, ilen, digest = _HEAD.unpack_from(data)
+        magic, fmt, count, mlen, ilen, digest = _HEAD.unpack(self._at(0, _HEAD.size))
         if magic != MAGIC:
             raise BundleError(f"{path} is not a Tack bundle")
         if fmt != FORMAT:
             raise BundleError(f"{path} has bundle format {fmt}, this Tack reads {FORMAT}")
-        body = data[_HEAD.size:_HEAD.size + mlen + ilen]
+        body = self._at(_HEAD.size, mlen + ilen) if mlen + ilen <= self.size else b""
         if len(body) != mlen + ilen or sha256(body).digest() != digest:
             raise BundleError(f"{path} is damaged (its index does not match its checksum)")
+        self.count = count
         try:
             self.meta = decode_meta(body[:mlen], list_fields=())
-            self.index = self._parse_index(body[mlen:], len(data)) if ilen else {}
+            rows = body[mlen:]
+            if _fixed_width(rows, count):
+                # Checked whole above (in C, as the checksum is): its shape. Each row's values
+                # are checked when the row is used (``_find``).
+                self._rows = rows
+                self._sorted = self.meta.get("index") == SORTED
+            else:                           # not as ``pack`` writes it: parse it all, strictly
+                self._rows = None
+                self._index = _parse_index(rows) if ilen else {}
+                if len(self._index) != count:
+                    raise ValueError(f"index has {len(self._index)} of {count} entries")
         except (ValueError, UnicodeDecodeError, DamagedEntry) as e:
             raise BundleError(f"{path} is damaged (its header or index is malformed: {e})") from None
-        if len(self.index) != count:
-            raise BundleError(f"{path} is damaged (index has {len(self.index)} of {count} entries)")
 
-    @staticmethod
-    def _parse_index(text: bytes, size: int) -> dict:
-        """``kind<TAB>key<TAB>offset<TAB>length`` lines -> {(kind, key): (offset, length)};
-        ValueError, naming the line, for any line that is not one (a checksum only says the
-        index is the one written, not that a writer wrote it well)."""
-        index = {}
-        for n, line in enumerate(text.decode("ascii").split("\n"), 1):
-            fields = line.split("\t")
-            if len(fields) != 4 or not all(f.isascii() and f.isdigit() and len(f) <= 20
-                                           for f in (fields[0], fields[2], fields[3])):
-                raise ValueError(f"index line {n} is not 'kind, key, offset, length'")
-            kind, key, offset, length = int(fields[0]), fields[1], int(fields[2]), int(fields[3])
-            if kind not in SUFFIX or len(key) != 64 or (kind, key) in index:
-                raise ValueError(f"index line {n} names no entry of this bundle")
-            index[(kind, key)] = (offset, length)
-        return index
+    # -- reading ------------------------------------------------------------
+
+    def _at(self, offset: int, n: int) -> bytes:
+        if self._data is not None:
+            return self._data[offset:offset + n]
+        if self._fd is None:
+            raise BundleError(f"{self.path} is closed")
+        got = _pread(self._fd, n, offset)
+        self.bytes_read += len(got)
+        return got
+
+    @property
+    def data(self) -> bytes:
+        """The whole bundle's bytes (read whole, once, for a bundle read from a file)."""
+        if self._data is None:
+            data = self._at(0, self.size)
+            self._data = data
+        return self._data
+
+    def close(self):
+        """Close the file (a bundle in memory: nothing to do). Lookups then miss."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self):
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except Exception:               # noqa: BLE001 - at exit, os may be half gone
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- the index ----------------------------------------------------------
+
+    def _find(self, kind: int, key: str):
+        """-> (offset, length) of the entry ``(kind, key)`` or None; DamagedEntry for a row
+        that names it but is not a row ``pack`` writes (bad numbers, listed twice)."""
+        if self._index is not None and self._rows is None:
+            return self._index.get((kind, key))
+        rows = self._rows
+        needle = f"{kind}\t{key}".encode("ascii", "replace")
+        if len(needle) != _KEY_END:
+            return None
+        if self._sorted:
+            lo, hi = 0, (len(rows) + 1) // _STRIDE
+            while lo < hi:
+                mid = (lo + hi) // 2
+                at = mid * _STRIDE
+                probe = rows[at:at + _KEY_END]
+                if probe < needle:
+                    lo = mid + 1
+                elif probe > needle:
+                    hi = mid
+                else:
+                    for other in (at - _STRIDE, at + _STRIDE):
+                        if 0 <= other < len(rows) and rows[other:other + _KEY_END] == needle:
+                            raise DamagedEntry("listed twice in the bundle's index")
+                    return _row_place(rows, at)
+            return None
+        needle += b"\t"
+        at = rows.find(needle)
+        while at >= 0 and at % _STRIDE:
+            at = rows.find(needle, at + 1)
+        if at < 0:
+            return None
+        if rows.find(needle, at + _STRIDE) >= 0:
+            raise DamagedEntry("listed twice in the bundle's index")
+        return _row_place(rows, at)
+
+    @property
+    def index(self) -> dict:
+        """{(kind, key): (offset, length)} of every well-formed row (parsed on first use: the
+        tools list entries; a lookup never needs it). A row with bad numbers, or a key listed
+        twice, is left out: ``damaged_entries`` counts it."""
+        if self._index is None:
+            index, bad = {}, set()
+            rows = self._rows
+            for at in range(0, len(rows), _STRIDE):
+                kind, key = int(rows[at:at + 1]), rows[at + 2:at + _KEY_END].decode("ascii")
+                try:
+                    place = _row_place(rows, at)
+                except DamagedEntry:
+                    bad.add((kind, key))
+                    continue
+                if (kind, key) in index:
+                    bad.add((kind, key))
+                index[(kind, key)] = place
+            for k in bad:
+                index.pop(k, None)
+            self._index = index
+        return self._index
 
     def damaged_entries(self) -> int:
         """How many entries fail their own checks (``info`` reports it; lookups skip them)."""
-        bad = 0
-        for (kind, key), (offset, length) in self.index.items():
+        bad = len(self) - len(self.index)
+        for (kind, key) in self.index:
             try:
-                decode(self.data[offset:offset + length], kind, key)
+                self.entry(kind, key)
             except DamagedEntry:
                 bad += 1
         return bad
 
     def __len__(self):
-        return len(self.index)
+        return self.count
 
-    def get(self, kind: int, key: str):
-        """-> (meta, payload) of a whole, valid entry, or None."""
-        where = self.index.get((kind, key))
-        if where is None:
+    # -- entries ------------------------------------------------------------
+
+    def entry(self, kind: int, key: str, only=None):
+        """-> (meta, payload) of the entry, None if the bundle has none; DamagedEntry (why)
+        if it has one that is not whole and valid. Reads that entry's bytes alone."""
+        place = self._find(kind, key)
+        if place is None:
             return None
-        offset, length = where
+        offset, length = place
+        if offset + length > self.size:
+            raise DamagedEntry(f"it ends at byte {offset + length}, past the bundle's end "
+                               f"({self.size}): truncated")
+        _, meta, payload = decode(self._at(offset, length), kind, key, only=only)
+        return meta, payload
+
+    def get(self, kind: int, key: str, only=None):
+        """-> (meta, payload) of a whole, valid entry, or None (a damaged one said in the log)."""
         try:
-            _, meta, payload = decode(self.data[offset:offset + length], kind, key)
+            return self.entry(kind, key, only)
         except DamagedEntry as e:
             log.debug("bundle %s: entry %s damaged (%s); ignored", self.path, key[:16], e)
             return None
-        return meta, payload
+
+
+def _fixed_width(rows: bytes, count: int) -> bool:
+    """Whether ``rows`` has the shape ``pack`` writes: ``count`` rows of ``_ROW`` ascii bytes,
+    tabs and newlines only where a row has them, a known kind in each. Whole-buffer C
+    operations (no Python loop over the rows)."""
+    if count == 0 or len(rows) != _STRIDE * count - 1 or not rows.isascii():
+        return count == 0 and not rows
+    if rows.count(b"\n") != count - 1 or rows[_ROW::_STRIDE] != b"\n" * (count - 1):
+        return False
+    if rows.count(b"\t") != 3 * count or any(rows[t::_STRIDE] != b"\t" * count for t in _TABS):
+        return False
+    return not rows[0::_STRIDE].translate(None, _KINDS)
+
+
+def _row_place(rows: bytes, at: int):
+    """(offset, length) of the fixed-width row at ``at``; DamagedEntry unless both are digits."""
+    off, length = rows[at + _KEY_END + 1:at + _KEY_END + 17], rows[at + _KEY_END + 18:at + _ROW]
+    if not (off.isdigit() and length.isdigit()):
+        raise DamagedEntry("its index row's offset or length is not a number")
+    return int(off), int(length)
+
+
+def _parse_index(text: bytes) -> dict:
+    """``kind<TAB>key<TAB>offset<TAB>length`` lines -> {(kind, key): (offset, length)};
+    ValueError, naming the line, for any line that is not one (a checksum only says the
+    index is the one written, not that a writer wrote it well)."""
+    index = {}
+    for n, line in enumerate(text.decode("ascii").split("\n"), 1):
+        fields = line.split("\t")
+        if len(fields) != 4 or not all(f.isascii() and f.isdigit() and len(f) <= 20
+                                       for f in (fields[0], fields[2], fields[3])):
+            raise ValueError(f"index line {n} is not 'kind, key, offset, length'")
+        kind, key, offset, length = int(fields[0]), fields[1], int(fields[2]), int(fields[3])
+        if kind not in SUFFIX or len(key) != 64 or (kind, key) in index:
+            raise ValueError(f"index line {n} names no entry of this bundle")
+        index[(kind, key)] = (offset, length)
+    return index
 
 
 def pack(entries, meta: dict) -> bytes:
-    """Bundle bytes from ``[(kind, key, encoded entry bytes)]`` and header fields."""
-    meta_b = encode_meta(meta)
+    """Bundle bytes from ``[(kind, key, encoded entry bytes)]`` and header fields.
+
+    Rows (and entries) are written in the byte order of ``kind<TAB>key``, and the header says
+    so (``index: sorted``), so a reader finds a row by bisection. A reader that predates this
+    ignores the field and reads the bundle as before."""
+    entries = sorted(entries, key=lambda e: f"{e[0]}\t{e[1]}".encode())
+    meta_b = encode_meta(dict(meta, index=SORTED))
     # Fixed-width numbers: the index's length does not depend on the offsets it lists.
-    row = len(f"0\t{'0' * 64}\t{0:016d}\t{0:016d}")
-    offset = _HEAD.size + len(meta_b) + (row + 1) * len(entries) - (1 if entries else 0)
+    offset = _HEAD.size + len(meta_b) + _STRIDE * len(entries) - (1 if entries else 0)
     lines = []
     for kind, key, data in entries:
         lines.append(f"{kind}\t{key}\t{offset:016d}\t{len(data):016d}")
@@ -144,18 +339,13 @@ def write(path: str, entries, header: dict) -> int:
     return len(data)
 
 
-def read(path: str, allow_root: bool = False, tack_version: str | None = None) -> Bundle:
-    """Open a bundle after checking it may be trusted: one open, one read.
-
-    Its directory must be trusted as the file is (else anyone who may write
-    there could swap the file), and the checks on the file are made on the
-    descriptor actually read (opened without following a link).  With
-    ``tack_version``, a bundle made by another Tack version is refused.
-    """
+def _opened(path: str, allow_root: bool, check_dir: bool = True):
+    """-> (descriptor, fstat) of the bundle at ``path``, checked for trust on the descriptor
+    itself (opened without following a link); BundleError saying why not."""
     try:
-        check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
-        data, st = read_regular(path)
-        check_stat(st, path, allow_root=allow_root, is_dir=False)
+        if check_dir:
+            check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
+        fd, st = open_regular(path)
     except Untrusted as e:
         raise BundleError(str(e)) from None
     except FileNotFoundError:
@@ -166,21 +356,64 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None) -
         raise BundleError(f"{path} is {e.strerror}") from None
     except OSError as e:
         raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
-    b = Bundle(data, path)
+    if check_dir:
+        try:
+            check_stat(st, path, allow_root=allow_root, is_dir=False)
+        except Untrusted as e:
+            os.close(fd)
+            raise BundleError(str(e)) from None
+    return fd, st
+
+
+def read(path: str, allow_root: bool = False, tack_version: str | None = None,
+         whole: bool = False) -> Bundle:
+    """Open a bundle after checking it may be trusted: one open, then its header and index.
+
+    Its directory must be trusted as the file is (else anyone who may write
+    there could swap the file), and the checks on the file are made on the
+    descriptor actually read (opened without following a link).  The
+    descriptor stays open: each entry is read from it when looked up, so a
+    bundle replaced while a job runs keeps serving the file that was opened.
+    ``whole``: read the whole file now and close it (``load_bundle``'s rank 0,
+    which broadcasts the bytes).  With ``tack_version``, a bundle made by
+    another Tack version is refused.
+    """
+    t0 = time.perf_counter()
+    fd, st = _opened(path, allow_root)
+    try:
+        if whole:
+            data = _pread(fd, st.st_size, 0)
+            b = Bundle(data, path)
+            b.bytes_read, b.read_seconds = len(data), time.perf_counter() - t0
+        else:
+            b = Bundle(None, path, _fd=fd, _size=st.st_size)
+            fd = None                           # the bundle's now: closed with it
+    except OSError as e:
+        raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
     if tack_version is not None and b.meta.get("tack") != tack_version:
+        b.close()
         raise BundleError(f"{path} was made by Tack {b.meta.get('tack')}, this is {tack_version}; "
                           "pack it again")
     return b
 
 
 def header(path: str) -> dict:
-    """A bundle's header fields, entry count and size (read whole and checked: BundleError)."""
+    """A bundle's header fields, entry count and size (its header and index read and checked,
+    no entry: BundleError)."""
+    fd, st = _opened(path, allow_root=True, check_dir=False)
     try:
-        data, st = read_regular(path)
+        b = Bundle(None, path, _fd=fd, _size=st.st_size)
     except OSError as e:
+        os.close(fd)
         raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
-    b = Bundle(data, path)
-    return dict(b.meta, entries=len(b), bytes=st.st_size)
+    except BundleError:
+        os.close(fd)
+        raise
+    with b:
+        return dict(b.meta, entries=len(b), bytes=st.st_size)
 
 
 def collect(version_dir: str, target_key: str | None = None):
@@ -288,13 +521,19 @@ class BundleStore(_ReadOnly):
         self.label = label
         self.quiet = quiet              # a missing bundle is normal here: say so only in the log
         self._failed = loaded is None and path is None
+        self._counted = loaded.bytes_read if loaded is not None else 0   # counted by its reader
+
+    def _count(self, t0):
+        """Add what the bundle read since the last count, and the time since ``t0``, to the stats."""
+        self.stats["bytes_read"] += self.bundle.bytes_read - self._counted
+        self._counted = self.bundle.bytes_read
+        self.stats["load_seconds"] += time.perf_counter() - t0
 
     def _open(self):
         t0 = time.perf_counter()
         try:
             self.bundle = read(self.path, allow_root=self.allow_root, tack_version=tack_version_id())
-            self.stats["bytes_read"] += len(self.bundle.data)
-            self.stats["load_seconds"] += time.perf_counter() - t0
+            self._count(t0)
             log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
         except BundleError as e:
             self._failed = True
@@ -308,9 +547,19 @@ class BundleStore(_ReadOnly):
             self._open()
         if self.bundle is None:
             return None, MISSING
-        got = self.bundle.get(kind, key(self.target_key) if callable(key) else key)
+        t0 = time.perf_counter()
+        key = key(self.target_key) if callable(key) else key
+        try:
+            got = self.bundle.entry(kind, key, only=HIT_FIELDS)
+        except (DamagedEntry, BundleError, OSError) as e:
+            self._count(t0)
+            self.stats["damaged"] += 1
+            log.debug("%s %s: %s %s damaged (%s); ignored", self.label, self.bundle.path, level,
+                      key[:16], e)
+            return None, f"damaged in the {self.label} ({e}); ignored"
         if got is None:
             return None, MISSING
+        self._count(t0)
         return Found(got[0], got[1], self.bundle.path), ""
 
 
