@@ -254,11 +254,12 @@ class Bundle:
         return meta, payload
 
     def get(self, kind: int, key: str, only=None):
-        """-> (meta, payload) of a whole, valid entry, or None (a damaged one said in the log)."""
+        """-> (meta, payload) of a whole, valid entry, or None (a damaged or unreadable one, or a
+        closed bundle: said in the log)."""
         try:
             return self.entry(kind, key, only)
-        except DamagedEntry as e:
-            log.debug("bundle %s: entry %s damaged (%s); ignored", self.path, key[:16], e)
+        except (DamagedEntry, BundleError, OSError) as e:
+            log.debug("bundle %s: entry %s not used (%s)", self.path, key[:16], e)
             return None
 
 
