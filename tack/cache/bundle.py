@@ -1,21 +1,35 @@
-"""Bundles: every entry of a cache directory in one file, read once per process.
+"""Bundles: every entry of a cache directory in one file, opened once per process.
 
 Thousands of MPI ranks each looking up a file per kernel on Lustre or GPFS
 load the metadata server as much as thousands of ranks importing Python.  A
 bundle holds all of one Tack version's entries for one host architecture;
-a rank opens it once, reads it whole, and looks entries up in memory.
+a rank opens it once and reads from it only what it uses.
 
 Layout::
 
     "TACKBDL1" | u32 format | u32 entry count | u32 meta length | u32 index length
     | 32-byte sha256 of (meta, index) | meta | index | entries...
 
-``meta`` and ``index`` are text (``entry.encode_meta`` lines); the index
-lists ``kind, key, offset, length`` of each entry and comes before the
-entries, so a truncated bundle still serves every entry that survives
-whole.  Each entry is a normal cache entry with its own checksum: a
-damaged one is ignored, and the others are used.  ``BundleStore`` and
-``SiteBundleStore`` look entries up in bundles for a session (``stores.py``).
+``meta`` is text (``entry.encode_meta`` lines): the header's fields.  The
+index is one row per entry, ``kind<TAB>key<TAB>offset<TAB>length`` with both
+numbers 16 digits wide, rows separated by newlines; ``pack`` writes them in
+byte order and says so in the header (``index sorted``).  The index comes
+before the entries, so a truncated bundle still serves every entry that
+survives whole.  Each entry is a normal cache entry with its own checksum.
+
+Reading (``read``): one open (no link followed, trust checked on the
+descriptor), one read of the fixed head, one of meta and index; their
+checksum and the index's shape are checked (whole-buffer byte operations,
+no loop over rows), and the descriptor is kept.  A lookup finds its row by
+bisection (sorted rows) or ``bytes.find`` at a row boundary (an older
+Tack's bundle), checks that row's numbers, and reads that entry alone with
+``pread``; ``entry.decode`` checks it before it is used.  A damaged entry, or
+a row that names no usable one (numbers unreadable, a key listed twice), is
+refused on its own: the rest of the bundle still serves.  An index not in
+the fixed-width form is parsed whole and strictly, as it always was.
+``Bundle(data)`` serves the same way from bytes in memory (the broadcast of
+``load_bundle``).  ``BundleStore`` and ``SiteBundleStore`` look entries up
+in bundles for a session (``stores.py``).
 """
 
 from __future__ import annotations
