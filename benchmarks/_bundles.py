@@ -27,10 +27,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def make_bundle(cache_dir: str, kernels: int, version: str | None = None, seed: int = 0) -> dict:
+def make_bundle(cache_dir: str, kernels: int, version: str | None = None, seed: int = 0,
+                lowered_bytes: int = 1800, variant_bytes: int = 3000) -> dict:
     """Write this host's bundle in ``cache_dir``: its real entries plus synthetic kernels, up to
     ``kernels`` kernels (variants) in all. ``version``: the Tack version directory to pack (the
     one the processes that read it run; default: the only one in ``cache_dir``).
+    ``lowered_bytes``, ``variant_bytes``: each synthetic entry's payload (the defaults make
+    3,000 kernels about 15 MB, as the 3,000 small kernels of issue 21 took).
     -> {"path", "kernels", "entries", "bytes", "version"}."""
     from tack.cache import bundle, entry
 
@@ -46,19 +49,17 @@ def make_bundle(cache_dir: str, kernels: int, version: str | None = None, seed: 
     if kernels < len(real):
         raise ValueError(f"{kernels} kernels asked, the primed cache has {len(real)} already")
     rng = random.Random(seed)
-    lsize = max(len(d) for _, _, d in lowered) if lowered else 2048
-    vsize = max(len(d) for _, _, d, _ in real)
     out = list(lowered) + [(k, key, d) for k, key, d, _ in real]
     for i in range(kernels - len(real)):
         lkey, vkey = rng.randbytes(32).hex(), rng.randbytes(32).hex()
         name = f"synthetic_{i}"
         out.append((entry.KIND_LOWERED, lkey, entry.encode(
             entry.KIND_LOWERED, lkey, {"kernel": name, "dep": [[name, "tack", "module", "tack"]]},
-            rng.randbytes(lsize))))
+            rng.randbytes(lowered_bytes))))
         out.append((entry.KIND_VARIANT, vkey, entry.encode(
             entry.KIND_VARIANT, vkey, {"kernel": name, "lowered": lkey, "entry": f"tack_{vkey}_entry",
                                        "target_key": target_key, "site": []},
-            rng.randbytes(vsize))))
+            rng.randbytes(variant_bytes))))
     first = dict(real[0][3], target_key=target_key)
     header = dict(bundle.header_for(first, arch=first.get("arch", "")), tack=version)
     path = os.path.join(cache_dir, bundle.bundle_name(target_key, header["machine"]))
@@ -75,11 +76,23 @@ def _child_env(checkout, **extra):
     return env
 
 
-def _runner(checkout, cache_dir, mode):
+def _runner(checkout, site, cache_dir, mode):
     sys.path.insert(0, HERE)
     from _common import run_json
     script = os.path.join(checkout, "benchmarks", "_cache_runner.py")
-    return run_json(script, ["tack", 21], _child_env(checkout, TACK_CACHE=mode, TACK_CACHE_DIR=cache_dir))
+    return run_json(script, ["tack", 21], _child_env(checkout, TACK_CACHE=mode, TACK_CACHE_DIR=cache_dir,
+                                                     TACK_BENCH_SITE=site))
+
+
+def _installed(checkout, site):
+    """``checkout``'s package copied to ``site`` and byte-compiled, as an install lays it out
+    (a checkout's own modules may lack their .pyc: PYTHONDONTWRITEBYTECODE, stale files)."""
+    import compileall
+    import shutil
+    shutil.copytree(os.path.join(checkout, "tack"), os.path.join(site, "tack"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    compileall.compile_dir(site, quiet=1)
+    return site
 
 
 def _make_in(checkout, cache_dir, kernels):
@@ -99,15 +112,18 @@ def measure(checkouts, counts=(10, 1000, 3000), runs=9):
     with tempfile.TemporaryDirectory(prefix="tack-bundle-size-") as tmp:
         for c, checkout in enumerate(checkouts):
             res[checkout] = {}
+            site = _installed(checkout, os.path.join(tmp, f"site-{c}"))
             for n in counts:
                 d = os.path.join(tmp, f"{c}-{n}")
                 os.mkdir(d, 0o700)
-                _runner(checkout, d, "write")                    # prime: classify and emit
+                _runner(checkout, site, d, "write")                    # prime: classify and emit
                 made = _make_in(checkout, d, n)
-                _runner(checkout, d, "bundle")                   # warm the page cache; not counted
+                _runner(checkout, site, d, "bundle")             # warm the page cache; not counted
                 times, got = [], None
                 for _ in range(runs):
-                    got = _runner(checkout, d, "bundle")
+                    got = _runner(checkout, site, d, "bundle")
+                    if not got["tack_file"].startswith(site):
+                        raise RuntimeError(f"not the installed copy: {got['tack_file']}")
                     if got["cache_stats"]["hits"]["variant"] != 2:
                         raise RuntimeError(f"bundle of {n} did not serve both kernels: {got['cache_stats']}")
                     times.append(got["first_call_s"] * 1e3)

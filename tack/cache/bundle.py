@@ -113,9 +113,10 @@ class Bundle:
 
     def _load(self):
         path = self.path
-        if self.size < _HEAD.size:
+        head = self._at(0, _HEAD.size) if self.size >= _HEAD.size else b""
+        if len(head) < _HEAD.size:              # (or cut since its size was read)
             raise BundleError(f"{path} is too short to be a bundle")
-        magic, fmt, count, mlen, ilen, digest = _HEAD.unpack(self._at(0, _HEAD.size))
+        magic, fmt, count, mlen, ilen, digest = _HEAD.unpack(head)
         if magic != MAGIC:
             raise BundleError(f"{path} is not a Tack bundle")
         if fmt != FORMAT:
@@ -160,7 +161,7 @@ class Bundle:
         return self._data
 
     def close(self):
-        """Close the file (a bundle in memory: nothing to do). Lookups then miss."""
+        """Close the file; lookups then miss (except in a bundle whose bytes are in memory)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -227,6 +228,8 @@ class Bundle:
             for at in range(0, len(rows), _STRIDE):
                 kind, key = int(rows[at:at + 1]), rows[at + 2:at + _KEY_END].decode("ascii")
                 try:
+                    if "\t" in key or "\n" in key:
+                        raise DamagedEntry("its key holds a separator")
                     place = _row_place(rows, at)
                 except DamagedEntry:
                     bad.add((kind, key))
@@ -279,13 +282,15 @@ class Bundle:
 
 def _fixed_width(rows: bytes, count: int) -> bool:
     """Whether ``rows`` has the shape ``pack`` writes: ``count`` rows of ``_ROW`` ascii bytes,
-    tabs and newlines only where a row has them, a known kind in each. Whole-buffer C
-    operations (no Python loop over the rows)."""
+    a newline after each but the last, tabs where a row has them, a known kind in each.
+    Strided slices in C, a few microseconds: no Python loop over the rows, and no pass that
+    counts bytes (a third of a millisecond for 6,000 rows). A stray tab inside a key is left
+    for the row's use: a lookup compares whole keys, and ``index`` leaves such a row out."""
     if count == 0 or len(rows) != _STRIDE * count - 1 or not rows.isascii():
         return count == 0 and not rows
-    if rows.count(b"\n") != count - 1 or rows[_ROW::_STRIDE] != b"\n" * (count - 1):
+    if rows[_ROW::_STRIDE] != b"\n" * (count - 1):
         return False
-    if rows.count(b"\t") != 3 * count or any(rows[t::_STRIDE] != b"\t" * count for t in _TABS):
+    if any(rows[t::_STRIDE] != b"\t" * count for t in _TABS):
         return False
     return not rows[0::_STRIDE].translate(None, _KINDS)
 
