@@ -8,6 +8,9 @@ in ``cache_dir``) and returns what it wrote.  The synthetic entries are valid en
 random keys: no lookup ever asks for them, they only make the bundle big, as a job's many
 kernels would.  3,000 kernels take about a second to make.
 
+``measure_first_call(tmp, site, counts, runs=9, size=21)`` is the case ``deployed_warm.py``
+runs: bundle mode's first call for each count, in fresh processes of an installed copy.
+
 Run as a script, it measures bundle mode's first call of the 21^3 contour against the bundle's
 size, in fresh processes, for the Tack checkouts named (default: this one)::
 
@@ -104,6 +107,36 @@ def _make_in(checkout, cache_dir, kernels):
     proc = subprocess.run([sys.executable, "-c", code], env=_child_env(checkout), check=True,
                           capture_output=True, text=True)
     return json.loads(proc.stdout)
+
+
+def measure_first_call(tmp, site, counts=(10, 3000), runs=9, size=21):
+    """Bundle mode's first contour call against the bundle's size, for ``deployed_warm.py``:
+    ``site``, a directory holding an installed copy of Tack (``site/tack``, byte-compiled);
+    ``tmp``, where to make a cache directory per count. For each count: one priming process
+    (``TACK_CACHE=write``), ``make_bundle``, one process to warm the page cache, then ``runs``
+    fresh processes with ``TACK_CACHE=bundle``. -> {"rows": [{"kernels", "bytes",
+    "bytes_read", "first_call": (min, median, max) seconds}]}; RuntimeError if a process did
+    not load both kernels from the bundle."""
+    sys.path.insert(0, HERE)
+    from _common import run_json
+    script = os.path.join(ROOT, "benchmarks", "_cache_runner.py")
+    rows = []
+    for n in counts:
+        d = os.path.join(tmp, f"bundle-growth-{n}")
+        os.mkdir(d, 0o700)
+        env = _child_env(ROOT, TACK_CACHE_DIR=d, TACK_BENCH_SITE=site)
+        run_json(script, ["tack", size], dict(env, TACK_CACHE="write"))
+        made = _make_in(site, d, n)
+        run_json(script, ["tack", size], dict(env, TACK_CACHE="bundle"))
+        times, got = [], None
+        for _ in range(runs):
+            got = run_json(script, ["tack", size], dict(env, TACK_CACHE="bundle"))
+            if got["cache_stats"]["hits"]["variant"] != 2:
+                raise RuntimeError(f"the bundle of {n} kernels did not serve both: {got['cache_stats']}")
+            times.append(got["first_call_s"])
+        rows.append({"kernels": n, "bytes": made["bytes"], "bytes_read": got["cache_stats"]["bytes_read"],
+                     "first_call": (min(times), statistics.median(times), max(times))})
+    return {"rows": rows}
 
 
 def measure(checkouts, counts=(10, 1000, 3000), runs=9):
