@@ -136,7 +136,7 @@ def _compile(kernel, dims, args, device, debug):
     runtime.check_args(kernel.__qualname__, kernel.params, args, typed.argtypes)
     stage = _Stages()
     from . import cache as _cache
-    session = _cache.session(kind, runtime.host_key, runtime.site_candidates)
+    session = _cache.session(kind, runtime.host_key, runtime.site_bundles)
     keys = None
     if session is not None:
         from .cache.keys import keys as cache_keys
