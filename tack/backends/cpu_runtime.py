@@ -90,9 +90,11 @@ def site_bundles(names, header, host: dict | None = None, why: dict | None = Non
     its header fields (None: unusable).  ``host``: this host's identity
     (``cpu_identity.host_cpu_identity()``) unless given (a made-up one); ``why``: a dict
     filled with name -> why a bundle offered is not used."""
+    from ..cache import log
     from ..cache.bundle import site_bundle_arch
     from .cpu_choice import choose
     host = host_cpu_identity() if host is None else host
+    why = {} if why is None else why
     machine = host.get("machine") or platform.machine()
     offers, llvm = [], None
     for name in names:
@@ -103,9 +105,12 @@ def site_bundles(names, header, host: dict | None = None, why: dict | None = Non
         key = arch_key(got[0], llvm)
         if key.startswith(got[1]):
             offers.append((name, got[0], key))
-        elif why is not None:
+        else:
             why[name] = f"built for cpu:{got[0]} with another LLVM or codegen than this node's"
-    return choose(host, offers, header, _archspec_ancestry, why)
+    chosen = choose(host, offers, header, _archspec_ancestry, why)
+    for name, reason in why.items():
+        log.debug("site bundle %s: not used: %s", name, reason)
+    return chosen
 
 
 def _archspec_ancestry() -> list:
