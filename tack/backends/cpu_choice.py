@@ -241,7 +241,9 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
     or None when it cannot be read (called only for the bundles the choice needs: one for the
     table, then those whose arch the table makes a candidate or does not know).
     ``ancestry()``: archspec's ``cpu_candidates`` of this host (imports archspec), asked only
-    where the table rule cannot answer.  ``why``: a dict, filled with name -> why not used.
+    where the table rule cannot answer; if it fails for bundles without a table, they are not
+    used, and its error is raised only when no other bundle is.  ``why``: a dict, filled with
+    name -> why not used.
     """
     why = {} if why is None else why
     if not offers:
@@ -272,7 +274,7 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
                 break
             except TableError:
                 probe = None
-    chosen, fallback = [], None
+    chosen, fallback, failed = [], None, None
     for name, arch, key in offers:
         if probe is not None and arch in probe.vendor and arch not in probe_list:
             why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
@@ -285,8 +287,13 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
             continue
         if not meta.get("cpu_table"):           # made by a Tack before these fields: archspec's rule
             if fallback is None:
-                fallback = list(ancestry())
-            if arch in fallback:
+                try:
+                    fallback = list(ancestry())
+                except Exception as e:          # noqa: BLE001 - no archspec: said if nothing else serves
+                    failed, fallback = e, []
+            if failed is not None:
+                why[name] = f"its header records no CPU table, and archspec cannot answer ({failed})"
+            elif arch in fallback:
                 chosen.append((fallback.index(arch), name, arch, key))
             else:
                 why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
@@ -313,6 +320,8 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
             why[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
             continue
         chosen.append((cands.index(arch), name, arch, key))
+    if failed is not None and not chosen:
+        raise failed                            # the caller says why no site bundle serves
     return _ordered(chosen)
 
 

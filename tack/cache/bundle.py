@@ -283,7 +283,10 @@ def named_candidates(candidates, names) -> list:
     names = set(names)
     out = []
     for arch, tk in candidates:
-        name = site_bundle_name(arch, tk)
+        try:
+            name = site_bundle_name(arch, tk)
+        except ValueError:                      # no file name (an AMD target id's features): no bundle
+            continue
         if name in names:
             out.append((arch, tk, name))
     return out

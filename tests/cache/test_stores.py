@@ -208,3 +208,25 @@ class TestSessionAsksTheRuntimeOnce:
         def host_key():
             raise AssertionError("host_key asked with the cache off")
         assert tack.cache.session("cpu", host_key, lambda: []) is None
+
+
+def test_named_candidates_keep_the_candidates_order_and_skip_what_is_absent():
+    """A runtime that knows its candidates (a GPU's) gets those of them whose bundle is in the
+    directory, in its own order; a candidate that names no file (an AMD target id with features)
+    is skipped, not an error."""
+    a, b = ("cuda:sm_90", "1" * 64), ("cuda:sm_80", "2" * 64)
+    names = [bundle.site_bundle_name(*b), bundle.site_bundle_name(*a), "bundle-x86_64-cpu-zen2-333333333333"]
+    got = bundle.named_candidates([a, ("rocm:gfx90a:xnack-", "4" * 64), b, ("cuda:sm_70", "5" * 64)], names)
+    assert got == [(a[0], a[1], names[1]), (b[0], b[1], names[0])]
+
+
+def test_site_bundle_arch_reads_back_site_bundle_name():
+    """``site_bundle_arch`` gives back the arch and key prefix ``site_bundle_name`` wrote, for
+    its kind and machine only."""
+    name = bundle.site_bundle_name("cpu:armv8.1a", "6" * 64, "aarch64")
+    assert bundle.site_bundle_arch(name, "cpu", "aarch64") == ("armv8.1a", "6" * 12)
+    assert bundle.site_bundle_arch(name, "cpu", "x86_64") is None
+    assert bundle.site_bundle_arch(name, "cuda", "aarch64") is None
+    for other in (bundle.bundle_name("7" * 64, "aarch64"), "bundle-aarch64-cpu--666666666666",
+                  "bundle-aarch64-cpu-zen2-6666", name + ".tmp.1a2b"):
+        assert bundle.site_bundle_arch(other, "cpu", "aarch64") is None, other

@@ -235,3 +235,22 @@ def test_status_and_the_runtime_choose_the_same_bundles(site):
     store._open()
     assert last[len("this node looks first in: "):].split(", ") == [os.path.basename(s.path) for s in store.stores]
     assert len(store.stores) >= 1
+
+
+def test_without_archspec_old_bundles_are_skipped_and_new_ones_serve(site):
+    """Where archspec cannot answer (not installed) a bundle without the CPU fields is not used,
+    the ones with them still are; with only old ones, the choice raises archspec's error (the
+    store says it once)."""
+    host = host_for("x86_64_v3", "GenuineIntel")
+    old = write_site_bundle(site, "x86_64_v2", requires={})
+    new = write_site_bundle(site, "x86_64")
+
+    def no_archspec():
+        raise ImportError("No module named 'archspec'", name="archspec")
+    headers = {n: bundle.read(str(site / n), allow_root=True).meta for n in (old, new)}
+    offers = [(n, headers[n]["arch"][4:], headers[n]["target_key"]) for n in (old, new)]
+    why = {}
+    got = cpu_choice.choose(host, offers, headers.get, no_archspec, why)
+    assert [n for _, _, n in got] == [new] and "archspec cannot answer" in why[old]
+    with pytest.raises(ImportError):
+        cpu_choice.choose(host, offers[:1], headers.get, no_archspec)
