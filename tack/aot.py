@@ -101,6 +101,20 @@ def save(artifacts, directory: str) -> int:
     return len(entries)
 
 
+def requirements(arch: str) -> dict:
+    """What a node needs to run code built for ``arch``, as a bundle's header records it: for
+    an archspec CPU microarchitecture, its features, vendor, rank and family's detection table
+    (``backends.cpu_choice``: how a node chooses its site bundle without archspec); {} for
+    another kind, or for code a host compiled for itself (``cpu:host``: its own key names it)."""
+    from .archs import parse
+    kind, name = parse(arch)
+    if kind != "cpu" or name == "host":
+        return {}
+    from .backends.arch_names import cpu_site_facts
+    from .backends.cpu_choice import header_fields
+    return header_fields(cpu_site_facts(name))
+
+
 def save_bundle(artifacts, path: str) -> str:
     """Write the artifacts, all for one target, as a bundle at ``path``, or, if ``path`` is a
     directory, in it under the name a node looks a site bundle up by. -> the bundle's path."""
@@ -109,7 +123,8 @@ def save_bundle(artifacts, path: str) -> str:
     targets = {a.meta["target_key"] for a in artifacts}
     if len(targets) != 1:
         raise ValueError(f"a bundle holds one target's variants; these are for {len(targets)}")
-    header = bundle.header_for(artifacts[0].meta, llvm_version())
+    header = bundle.header_for(artifacts[0].meta, llvm_version(),
+                               requires=requirements(artifacts[0].target))
     if os.path.isdir(path):
         path = os.path.join(path, bundle.site_bundle_name(artifacts[0].target, header["target_key"],
                                                           header["machine"]))

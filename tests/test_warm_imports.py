@@ -78,3 +78,31 @@ def test_warm_hit_imports_no_compiler_module(tmp_path, mode):
     assert warm["compiled"] == []
     assert warm["faces"] == cold["faces"] > 0
     assert _compiler_modules(warm) == []
+
+
+def test_site_bundle_hit_imports_neither_archspec_nor_llvmlite_binding(tmp_path):
+    """With an empty user cache and a site bundle built for an ancestor of this host's
+    microarchitecture (``x86_64_v3`` on an ``x86_64_v4`` host), a fresh process loads every
+    kernel from the bundle and imports neither archspec nor llvmlite's binding (nor any compiler
+    module): the node's bundle is chosen from the bundle's header and this host's cpuinfo."""
+    import io
+
+    from tack import archs
+    from tack.backends import cpu_choice, cpu_identity
+    from tack.site import build
+    from tack.site.config import load
+    if cpu_choice.host_facts(cpu_identity.host_cpu_identity()) is None:
+        pytest.skip("this host gives no cpuinfo features: archspec names its microarchitecture")
+    order = archs.cpu_candidates(cpu_identity.host_arch())
+    arch = order[1] if len(order) > 1 else order[0]
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{arch}]\n  kernels:\n"
+                   "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n")
+    out = io.StringIO()
+    assert build.build_bundles(load(cfg), output=str(tmp_path / "site"), out=out, err=out) == 0, out.getvalue()
+    (tmp_path / "cache").mkdir(mode=0o700)
+    warm = _contour(tmp_path, TACK_CACHE="read", TACK_CACHE_BUNDLES=str(tmp_path / "site"))
+    assert warm["compiled"] == [] and warm["faces"] > 0
+    assert [m for m in warm["modules"] if m.split(".")[0] == "archspec"] == []
+    assert _compiler_modules(warm) == []
+    assert os.listdir(tmp_path / "cache") == []

@@ -158,6 +158,26 @@ def cpu_microarch(name: str):
                            else "")) from None
 
 
+def cpu_site_facts(name: str) -> dict:
+    """What a node needs to run code built for the archspec microarchitecture ``name``, and the
+    data its family's host detection reads, as plain data from archspec (a CPU bundle's header
+    records them: ``backends.cpu_choice.header_fields``): the family, the target's vendor,
+    features (archspec's names, which are cpuinfo's) and rank (its number of ancestors); each
+    microarchitecture of the family in archspec's order as (name, vendor, CPU part, [parents],
+    [features]); and on aarch64 archspec's "CPU implementer" -> vendor conversions."""
+    import archspec.cpu
+    spec = cpu_microarch(KINDS["cpu"].resolve(name))
+    family = spec.family.name
+    targets = [(t.name, t.vendor, t.cpu_part, [p.name for p in t.parents], sorted(t.features))
+               for t in archspec.cpu.TARGETS.values() if t.family.name == family]
+    arm_vendors = {}
+    if family == "aarch64":
+        from archspec.cpu.schema import TARGETS_JSON
+        arm_vendors = dict(TARGETS_JSON["conversions"]["arm_vendors"])
+    return {"family": family, "vendor": spec.vendor, "features": sorted(spec.features),
+            "rank": len(spec.ancestors), "targets": targets, "arm_vendors": arm_vendors}
+
+
 def llvm_cpu(name: str, llvm_major: int) -> tuple[str, str, str]:
     """(triple, LLVM CPU name, clang flag) for the archspec microarchitecture ``name``, from
     archspec's flags for the clang of LLVM ``llvm_major``; ArchError if archspec gives none."""

@@ -1,8 +1,9 @@
 """The CPU backend's runtime side: what the warm path needs, without llvmlite.
 
 * **Keys** for this node, most specific first (``backends.cpu_identity`` makes them): this
-  exact host's for the user's cache (``lookup_keys``); its microarchitecture and each archspec
-  ancestor for site bundles (``site_candidates``, ``tack.archs``).
+  exact host's for the user's cache (``lookup_keys``); for site bundles, those of its
+  microarchitecture and each archspec ancestor, chosen from the bundles' headers and this
+  host's cpuinfo without archspec (``site_bundles``, ``backends.cpu_choice``).
 * **load(payload, meta, device)**: object code -> a callable entry point
   (``backends.cpu_loader``; LLVM's MCJIT only for well-formed objects it does not read).
 * **The launch**: ``make_variant`` gives a ``CPUVariant``, which packs the argument slots
@@ -32,7 +33,7 @@ from .. import types as T
 from ..config import config
 from .argument_layout import array_parts, entry_codes, slot_codes
 from .cpu_loader import load_object
-from .cpu_identity import KIND, arch_key, host_arch, host_key, llvm_version
+from .cpu_identity import KIND, arch_key, host_arch, host_cpu_identity, host_key, llvm_version
 from .variant import BoundsReport, Signature, decode_tidx
 
 # Each slot code's 8-byte struct format (a bool, i8, packs any truth value as 0 or 1).
@@ -75,11 +76,50 @@ def lookup_keys(device=None) -> tuple:
 
 
 def site_candidates(host: str | None = None) -> list:
-    """[(``cpu:arch``, target key)] of the site bundles this node can use, most specific first:
-    its microarchitecture, then each archspec ancestor (``tack.archs.cpu_candidates``)."""
+    """[(``cpu:arch``, target key)] of the site bundles a node of microarchitecture ``host``
+    (this one's, by archspec) can use, most specific first: it, then each archspec ancestor
+    (``tack.archs.cpu_candidates``).  Imports archspec: the tools' (``bundles status``), not a
+    launch's, which asks ``site_bundles``."""
     from ..archs import cpu_candidates
     llvm = llvm_version()
     return [(f"{KIND}:{a}", arch_key(a, llvm)) for a in cpu_candidates(host or host_arch())]
+
+
+def site_bundles(names, header, host: dict | None = None, why: dict | None = None) -> list:
+    """[(``cpu:arch``, target key, name)] of the CPU site bundles among ``names`` this node uses,
+    most specific first (``backends.cpu_choice.choose``: archspec's rule over the table the
+    bundles' headers carry, so no archspec here).  A bundle is offered when its name is a CPU
+    site bundle's for this machine with this LLVM's key for its arch; ``header(name)`` gives
+    its header fields (None: unusable).  ``host``: this host's identity
+    (``cpu_identity.host_cpu_identity()``) unless given (a made-up one); ``why``: a dict
+    filled with name -> why a bundle offered is not used."""
+    from ..cache import log
+    from ..cache.bundle import site_bundle_arch
+    from .cpu_choice import choose
+    host = host_cpu_identity() if host is None else host
+    why = {} if why is None else why
+    machine = host.get("machine") or platform.machine()
+    offers, llvm = [], None
+    for name in names:
+        got = site_bundle_arch(name, KIND, machine)
+        if got is None:
+            continue
+        llvm = llvm or llvm_version()
+        key = arch_key(got[0], llvm)
+        if key.startswith(got[1]):
+            offers.append((name, got[0], key))
+        else:
+            why[name] = f"built for cpu:{got[0]} with another LLVM or codegen than this node's"
+    chosen = choose(host, offers, header, _archspec_ancestry, why)
+    for name, reason in why.items():
+        log.debug("site bundle %s: not used: %s", name, reason)
+    return chosen
+
+
+def _archspec_ancestry() -> list:
+    """archspec's answer (imports it): where the table rule cannot apply (no cpuinfo features)."""
+    from ..archs import cpu_candidates
+    return cpu_candidates(host_arch())
 
 
 def toolchain_target(device="cpu"):

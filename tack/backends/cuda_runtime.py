@@ -371,6 +371,13 @@ def site_candidates(host=None) -> list:
     return candidate_keys()
 
 
+def site_bundles(names, header) -> list:
+    """[(``kind:arch``, target key, name)] of the site bundles among ``names`` this runtime uses,
+    in ``site_candidates``' order (read when a lookup first reaches them: no header needed)."""
+    from ..cache.bundle import named_candidates
+    return named_candidates(site_candidates(), names)
+
+
 def build_arch(device=None) -> str:
     """The ``cuda:sm_XY`` code compiled here is built for: the first candidate (the exact sm when
     Tack builds for it, else the newest older one, which the driver JITs)."""

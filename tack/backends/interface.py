@@ -43,7 +43,14 @@ class Runtime(Protocol):
         """The target keys the cache looks a variant for ``device`` up with, most specific first."""
 
     def site_candidates(self, host=None) -> list:
-        """[(``kind:arch``, target key)] of the site bundles this node can use, most specific first."""
+        """[(``kind:arch``, target key)] of the site bundles this node can use, most specific first
+        (the tools'; the CPU's asks archspec)."""
+
+    def site_bundles(self, names, header) -> list:
+        """[(``kind:arch``, target key, name)] of the site bundles among ``names`` (a site
+        directory's ``bundle-...`` file names) this node uses, most specific first: what the
+        cache's ``SiteBundleStore`` and ``bundles status`` ask.  ``header(name)``: that bundle's
+        header fields, or None when it cannot be used; read once, and only where asked."""
 
     def toolchain_target(self, device=None):
         """The toolchain's target that compiles for ``device`` (a miss only: imports the compiler)."""

@@ -377,6 +377,13 @@ def site_candidates(host=None) -> list:
     return [(PORTABLE_SPIRV, spirv_key())]
 
 
+def site_bundles(names, header) -> list:
+    """[(``kind:arch``, target key, name)] of the site bundles among ``names`` this runtime uses,
+    in ``site_candidates``' order (read when a lookup first reaches them: no header needed)."""
+    from ..cache.bundle import named_candidates
+    return named_candidates(site_candidates(), names)
+
+
 # ---------------------------------------------------------------------------
 # Programs and launches
 

@@ -389,14 +389,14 @@ def warn_once_factory(quiet=False):
     return warn_once
 
 
-def session(kind: str, host_key: str, site_candidates):
+def session(kind: str, host_key: str, site_bundles):
     """This process's ``stores.Session`` for device kind ``kind``, or None when the cache is off.
 
     The caller (the dispatcher) names what only its runtime knows, as functions called only when
     the session is made: ``host_key()``, the target key of code compiled here (it names this
-    host's bundle), and ``site_candidates()``, the site bundles this node can use,
-    [(``kind:arch``, target key)] most specific first, called only if a lookup reaches a site
-    bundle directory.  Each kind has a session
+    host's bundle), and ``site_bundles(names, header)``, which of a site directory's bundles
+    this node uses, [(``kind:arch``, target key, name)] most specific first, called only if a
+    lookup reaches a site bundle directory (``bundle.SiteBundleStore``).  Each kind has a session
     of its own (a CPU and an OpenCL device look up different keys and site bundles); they
     share the settings, statistics and warnings.  A bundle given to ``load_bundle`` is the
     CPU's.
@@ -404,16 +404,16 @@ def session(kind: str, host_key: str, site_candidates):
     global _session
     if kind != "cpu":
         if kind not in _other_sessions:
-            _other_sessions[kind] = _new_session(host_key, site_candidates, own_bundle=False)
+            _other_sessions[kind] = _new_session(host_key, site_bundles, own_bundle=False)
         return _other_sessions[kind] or None
     if _session is None:
-        _session = _new_session(host_key, site_candidates, own_bundle=not _bundle_called)
+        _session = _new_session(host_key, site_bundles, own_bundle=not _bundle_called)
         if _session and _loaded_bundle is not None:
             _session.add_loaded(_loaded_bundle)
     return _session or None
 
 
-def _new_session(host_key, site_candidates, own_bundle):
+def _new_session(host_key, site_bundles, own_bundle):
     s = _settings_in_use("the first kernel compiled")
     if s.mode == "off":
         return False
@@ -423,7 +423,7 @@ def _new_session(host_key, site_candidates, own_bundle):
     global _warn
     if _warn is None:
         _warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
-    return open_session(s, _get_stats(), _warn, host_key, site_candidates,
+    return open_session(s, _get_stats(), _warn, host_key, site_bundles,
                         rank=launch.rank if launch is not None else 0,
                         sites=site_dirs(warn=_warn), own_bundle=own_bundle)
 

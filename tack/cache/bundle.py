@@ -340,15 +340,22 @@ def pack(entries, meta: dict) -> bytes:
     return b"".join([head, meta_b, index_b] + [d for _, _, d in entries])
 
 
-def header_for(meta: dict, llvm: str = "", arch: str = "") -> dict:
+def header_for(meta: dict, llvm: str = "", arch: str = "", requires: dict | None = None) -> dict:
     """A new bundle's header, from the metadata of one of its variants (a bundle holds one
     target's): this Tack's version, the target key, machine, arch (``arch`` where the variant
     names none: one compiled on a host for itself), backend and the target's identity, the LLVM
-    that compiled it (``llvm``: "" where that is not known), and when the bundle was made."""
-    return {"tack": tack_version_id(), "target_key": meta["target_key"],
+    that compiled it (``llvm``: "" where that is not known), and when the bundle was made.
+    ``requires``: what a node needs to run the code, as its runtime reads it back (a CPU
+    bundle's ``cpu_*`` fields: ``backends.cpu_choice``); string fields, none of the others'."""
+    head = {"tack": tack_version_id(), "target_key": meta["target_key"],
             "machine": meta.get("machine", ""), "arch": meta.get("arch", "") or arch,
             "backend": meta.get("backend", "cpu"), "llvm": llvm, "target": meta.get("target", ""),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    for field, value in (requires or {}).items():
+        if field in head or not isinstance(value, str):
+            raise ValueError(f"bundle header field {field!r}: a new field's string value expected")
+        head[field] = value
+    return head
 
 
 def write(path: str, entries, header: dict) -> int:
@@ -509,6 +516,35 @@ def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> 
     return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{kind}-{name}-{target_key[:12]}"
 
 
+def site_bundle_arch(name: str, kind: str, machine: str | None = None):
+    """The inverse of ``site_bundle_name`` for one kind: ``(arch name, target key prefix)`` of a
+    site bundle's file name for ``kind`` on ``machine`` (this one by default), or None for any
+    other name (another kind or machine, a packed bundle, a temporary file)."""
+    prefix = f"{BUNDLE_PREFIX}{machine or platform.machine()}-{kind}-"
+    if not name.startswith(prefix) or TMP_MARK in name:
+        return None
+    arch, sep, tk = name[len(prefix):].rpartition("-")
+    if not sep or not arch or len(tk) != 12:
+        return None
+    return arch, tk
+
+
+def named_candidates(candidates, names) -> list:
+    """[(``kind:arch``, target key, name)] of each of ``candidates`` ([(``kind:arch``, target
+    key)], in their order) whose site bundle is among ``names``: how a runtime that knows its
+    candidates (the GPUs': one per device architecture) chooses among a directory's bundles."""
+    names = set(names)
+    out = []
+    for arch, tk in candidates:
+        try:
+            name = site_bundle_name(arch, tk)
+        except ValueError:                      # no file name (an AMD target id's features): no bundle
+            continue
+        if name in names:
+            out.append((arch, tk, name))
+    return out
+
+
 # -- stores: lookups served from bundles ------------------------------------------
 
 class _ReadOnly:
@@ -586,32 +622,72 @@ class BundleStore(_ReadOnly):
 class SiteBundleStore(_ReadOnly):
     """A site's bundle directory: the bundles built ahead of time for this node's architecture
     and each of its ancestors, looked in most specific first.  A bundle for an unrelated or
-    newer microarchitecture is never a candidate.  ``site_candidates()`` ([(``kind:arch``,
-    target key)], the caller's: archspec and llvmlite's version for a CPU, tens of
-    milliseconds) is called only when a lookup first reaches this store."""
+    newer microarchitecture is never a candidate.
 
-    def __init__(self, stats, warn_once, directory, site_candidates):
+    When a lookup first reaches this store it lists the directory once and asks the caller's
+    ``site_bundles(names, header)`` (the runtime's: ``interface.Runtime.site_bundles``) which
+    bundles this node uses, in order: [(``kind:arch``, target key, name)].  ``header(name)``
+    reads that bundle (``read``: trusted, this Tack's) once and gives its header fields, or None
+    when it cannot be used (said once, as a warning); a bundle read so is then served as read."""
+
+    def __init__(self, stats, warn_once, directory, site_bundles):
         self.stats, self.warn_once = stats, warn_once
         self.directory = directory
-        self.site_candidates = site_candidates
+        self.site_bundles = site_bundles
         self.stores = None
+        self._read = {}
+
+    def names(self) -> list:
+        """The directory's bundle file names, sorted (no temporary files); [] if it cannot be listed."""
+        try:
+            return sorted(n for n in os.listdir(self.directory)
+                          if n.startswith(BUNDLE_PREFIX) and TMP_MARK not in n)
+        except OSError as e:
+            log.debug("site bundles: cannot list %s (%s)", self.directory, e.strerror or e)
+            return []
+
+    def header(self, name: str):
+        """The header fields of bundle ``name`` (read once), or None when it cannot be used."""
+        if name not in self._read:
+            path = os.path.join(self.directory, name)
+            t0 = time.perf_counter()
+            try:
+                b = read(path, allow_root=True, tack_version=tack_version_id())
+            except BundleError as e:
+                self.warn_once(f"not using the site bundle {name}: {e}")
+                b = None
+            else:
+                self.stats["bytes_read"] += b.bytes_read        # its header and index, no more
+                self.stats["load_seconds"] += time.perf_counter() - t0
+            self._read[name] = b
+        b = self._read[name]
+        return None if b is None else b.meta
 
     def candidates(self):
         """[(``kind:arch``, target key, bundle path)] in the order they are looked in."""
-        return [(arch, tk, os.path.join(self.directory, site_bundle_name(arch, tk)))
-                for arch, tk in self.site_candidates()]
+        names = self.names()
+        if not names:
+            return []
+        return [(arch, tk, os.path.join(self.directory, name))
+                for arch, tk, name in self.site_bundles(names, self.header)]
 
     def _open(self):
         self.stores = []
         try:
-            found = [c for c in self.candidates() if os.path.lexists(c[2])]
+            found = self.candidates()
         except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
             self._say_unnamed(e)
             return
+        chosen = {os.path.basename(path) for _, _, path in found}
+        for name, b in self._read.items():      # read for their headers only: let them go
+            if b is not None and name not in chosen:
+                b.close()
         for arch, tk, path in found:
             log.debug("site bundle for %s: %s", arch, path)
-            self.stores.append(BundleStore(self.stats, self.warn_once, path, allow_root=True,
-                                           label=f"site bundle for {arch}", quiet=True, target_key=tk))
+            self.stores.append(BundleStore(self.stats, self.warn_once, path,
+                                           loaded=self._read.get(os.path.basename(path)),
+                                           allow_root=True, label=f"site bundle for {arch}",
+                                           quiet=True, target_key=tk))
 
     def _say_unnamed(self, e):
         why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"

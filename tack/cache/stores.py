@@ -20,8 +20,8 @@ here but a line in ``open_session``.
 
 The caller hands a session what only the runtime knows: the target key of
 code compiled here (``host_key``, which names this host's bundle), the target
-keys a launch's device loads, best first (``targets``), and the site bundles
-it can use (``site_candidates``); the cache never asks a backend.  Any
+keys a launch's device loads, best first (``targets``), and which of a site
+directory's bundles it uses (``site_bundles``); the cache never asks a backend.  Any
 unexpected error is a miss and one warning: no crash from the cache reaches
 a user's job.
 """
@@ -458,13 +458,13 @@ class Session:
         return stored
 
 
-def open_session(settings, stats, warn_once, host_key, site_candidates, rank=0, sites=(),
+def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sites=(),
                  own_bundle=True) -> Session:
     """The session of a process (``rank``: its MPI rank): in mode ``bundle``, this host's bundle
     (named by ``host_key``) unless ``own_bundle`` is False (``load_bundle`` read it, or the
     session is another device kind's); else the user's directory; then for each site bundle
     directory in ``sites``, a bundle packed on a host like this one and those built for its
-    architecture (``site_candidates``)."""
+    architecture (which, the caller's ``site_bundles`` says)."""
     stores, disk = [], None
     if settings.mode != "bundle":
         disk = DiskCache(settings, stats, warn_once, rank)
@@ -478,5 +478,5 @@ def open_session(settings, stats, warn_once, host_key, site_candidates, rank=0, 
         for d in sites:
             stores.append(BundleStore(stats, warn_once, os.path.join(d, name), allow_root=True,
                                       label="site bundle", quiet=True, target_key=host_key))
-            stores.append(SiteBundleStore(stats, warn_once, d, site_candidates))
+            stores.append(SiteBundleStore(stats, warn_once, d, site_bundles))
     return Session(settings, stats, warn_once, host_key, stores, disk)

@@ -25,6 +25,7 @@ from ..cache import bundle as bundle_mod
 from ..cache import entry, trust
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
+from ..backends.cpu_runtime import site_bundles as cpu_site_bundles
 from ..cache.keys import tack_version_id
 
 
@@ -304,23 +305,25 @@ def staleness(b, node_llvm):
     return why
 
 
-def applies(b, path, node_arch, candidates, host_key):
-    """(rank, why) of a bundle for this node, by the rule the runtime looks bundles up with:
+def applies(b, path, node_arch, chosen, why, host_key):
+    """(rank, why) of a bundle for this node, by the runtime's own choice (``chosen``, what
+    ``cpu_runtime.site_bundles`` returned for the directory, and its ``why`` for the others):
     rank 0 for one packed on a node like this one (its target is this host's own), then 1, 2...
-    for this node's microarchitecture and each archspec ancestor, most specific first, in
-    the file name the runtime opens; None (and why) for a bundle it never uses."""
+    in the order the runtime looks in them (this node's microarchitecture, then each ancestor,
+    most specific first); None (and why) for a bundle it never uses."""
     tk, arch = b.meta.get("target_key", ""), b.meta.get("arch", "")
-    if tk == host_key and os.path.basename(path) == bundle_mod.bundle_name(host_key):
+    name = os.path.basename(path)
+    if tk == host_key and name == bundle_mod.bundle_name(host_key):
         return 0, "packed on a node like this one"
-    for rank, (cand, cand_key, name) in enumerate(candidates, 1):
-        if arch == cand and tk == cand_key and os.path.basename(path) == name:
-            what = "this node's microarchitecture" if rank == 1 else f"an ancestor of {node_arch}"
+    for rank, (cand, _, cand_name) in enumerate(chosen, 1):
+        if cand_name == name:
+            what = "this node's microarchitecture" if cand == node_arch else f"an ancestor of {node_arch}"
             return rank, f"{cand} is {what}"
     if arch and not arch.startswith("cpu:"):
         return None, f"{arch} is a GPU's: its runtime reads it, not this node's CPU"
-    if arch in {c for c, _, _ in candidates}:
-        return None, f"built for {arch} with another LLVM or codegen than this node's"
-    return None, f"{arch or 'an unnamed arch'} is neither {node_arch} nor an ancestor of it"
+    if name in why:
+        return None, why[name]
+    return None, f"{arch or 'an unnamed arch'} is not named as a site bundle of this node's CPU"
 
 
 def _node():
@@ -331,6 +334,18 @@ def _node():
     return rt.host_key(), node_arch, candidates
 
 
+def choice(paths, bundles):
+    """What this node's CPU runtime uses among a directory's bundles: (chosen, why), from
+    ``cpu_runtime.site_bundles``, the function a launch's ``SiteBundleStore`` asks, given the
+    headers of ``bundles`` ({path: Bundle} of those that could be read) made by this Tack (the
+    runtime refuses the others)."""
+    headers = {os.path.basename(p): b.meta for p, b in bundles.items()
+               if b.meta.get("tack") == tack_version_id()}
+    why = {}
+    chosen = cpu_site_bundles([os.path.basename(p) for p in paths], headers.get, why=why)
+    return chosen, why
+
+
 def bundles_status(directory=None, out=sys.stdout) -> int:
     directory, paths = _bundle_paths(directory)
     node_llvm = llvm_version()
@@ -339,21 +354,27 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
     print(f"looks for: {', '.join(c for c, _, _ in candidates)} (most specific first)", file=out)
     if not paths:
         print(f"no bundles in {directory}", file=out)
-    chosen = []
+    bundles, unusable = {}, {}
     for path in paths:
         try:
-            b = bundle_mod.read(path, allow_root=True)
+            bundles[path] = bundle_mod.read(path, allow_root=True)
         except bundle_mod.BundleError as e:
-            print(f"{os.path.basename(path)}: UNUSABLE: {e}", file=out)
+            unusable[path] = e
+    chosen_by_runtime, why_not = choice(paths, bundles)
+    chosen = []
+    for path in paths:
+        if path in unusable:
+            print(f"{os.path.basename(path)}: UNUSABLE: {unusable[path]}", file=out)
             continue
+        b = bundles[path]
         why = staleness(b, node_llvm)
-        rank, reason = applies(b, path, node_arch, candidates, host_key)
+        rank, reason = applies(b, path, node_arch, chosen_by_runtime, why_not, host_key)
         variants = [k for (kind, k) in b.index if kind == entry.KIND_VARIANT]
         state = "current" if not why else "STALE"
         use = f"used by this node ({reason})" if rank is not None and not why else \
-            f"not used by this node ({reason})" if rank is None else "not used by this node (stale)"
+            f"not used by this node ({reason})" if rank is None or not why else "not used by this node (stale)"
         print(f"{os.path.basename(path)}: {b.meta.get('arch') or 'arch ?'}, {len(b)} entries "
-              f"({len(variants)} variants), {len(b.data)} bytes: {state}; {use}", file=out)
+              f"({len(variants)} variants), {b.size} bytes: {state}; {use}", file=out)
         if rank is not None and not why:
             chosen.append((rank, os.path.basename(path)))
         for reason in why:

@@ -1,6 +1,6 @@
 """Messages about bundles that name the right thing (issue 14): TACK_CACHE_BUNDLES entries that
-cannot be used (a symbolic link, a file, a relative path) and site bundles that cannot be looked
-up without archspec are said once, naming the setting and the fix; ``pack --output DIR`` writes
+cannot be used (a symbolic link, a file, a relative path) and site bundles that cannot be chosen
+without archspec (made before their headers said what a node needs) are said once, naming the setting and the fix; ``pack --output DIR`` writes
 into DIR."""
 
 import os
@@ -14,15 +14,18 @@ from .conftest import check_results, child_env, run_child, run_cli
 ONE = [{"kernel": "k_other", "n": 5}]
 
 
-def site_bundle(tmp_path, src):
-    """A site directory holding a bundle of k_other built ahead of time for this node's CPU."""
-    site = tmp_path / "site"
+def site_bundle(tmp_path, src, old=False):
+    """A site directory holding a bundle of k_other built ahead of time for this node's CPU
+    (``old``: its header without the CPU fields a node chooses by, as an older Tack wrote it)."""
+    site = tmp_path / ("site-old" if old else "site")
     site.mkdir()
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(src)!r})
         import numpy as np, tack.aot, kmod
         from tack.backends.cpu_runtime import host_arch
+        if {old!r}:
+            tack.aot.requirements = lambda arch: {{}}
         a = np.zeros(5)
         tack.aot.save_bundle([tack.aot.compile(kmod.k_other, "cpu:" + host_arch(), args=(a, a))],
                              {str(site)!r})
@@ -70,22 +73,30 @@ def test_file_or_relative_bundle_directory_is_said(warm, tmp_path):
         assert "TACK_CACHE_BUNDLES" in msg and value in msg and words in msg, msg
 
 
-def test_site_bundles_without_archspec_are_said(stored_kmod, tmp_path):
-    """Site bundles this node would use (it loads k_other from them) are, without archspec, not
-    used, with one warning naming the directory and archspec, and the kernel is compiled."""
+def test_site_bundles_without_archspec_are_used_or_said(stored_kmod, tmp_path):
+    """Without archspec installed, a site bundle this node uses (it loads k_other from it) still
+    serves: the node chooses it from its header and cpuinfo.  One whose header lacks those fields
+    (an older Tack's) needs archspec: it is not used, with one warning naming the directory and
+    archspec, and the kernel is compiled."""
+    from tack.backends import cpu_choice, cpu_identity
     site = site_bundle(tmp_path, stored_kmod.src)
     own = tmp_path / "own"
-    run = run_child(own, stored_kmod.src, ONE, env={"TACK_CACHE_BUNDLES": str(site),
-                                                    "TACK_CACHE": "read"})
+    no_archspec = "import sys; sys.modules['archspec'] = None   # not installed"
+    env = {"TACK_CACHE_BUNDLES": str(site), "TACK_CACHE": "read"}
+    run = run_child(own, stored_kmod.src, ONE, env=env)
     check_results(run)
     assert run.stats["hits"]["variant"] == 1 and messages(run) == []
-    run = run_child(own, stored_kmod.src, ONE, env={"TACK_CACHE_BUNDLES": str(site),
-                                                    "TACK_CACHE": "read"},
-                    prelude="import sys; sys.modules['archspec'] = None   # not installed")
+    run = run_child(own, stored_kmod.src, ONE, env=env, prelude=no_archspec)
+    check_results(run)
+    if cpu_choice.host_facts(cpu_identity.host_cpu_identity()) is not None:
+        assert run.stats["hits"]["variant"] == 1 and messages(run) == []
+    old = site_bundle(tmp_path, stored_kmod.src, old=True)
+    run = run_child(own, stored_kmod.src, ONE, env=dict(env, TACK_CACHE_BUNDLES=str(old)),
+                    prelude=no_archspec)
     check_results(run)
     assert run.stats["hits"]["variant"] == 0
     (msg,) = messages(run)
-    assert str(site) in msg and "archspec" in msg and "not used" in msg
+    assert str(old) in msg and "archspec" in msg and "not used" in msg
 
 
 def test_pack_output_to_a_directory_writes_into_it(warm, tmp_path):

@@ -80,7 +80,8 @@ CHILD = textwrap.dedent('''
         x[tack.tid()] = 1.0
 
     HOST = "d" * 64
-    session = tack.cache.session("cpu", lambda: HOST, lambda: [("cpu:zen2", "e" * 64)])
+    session = tack.cache.session("cpu", lambda: HOST,
+                                 lambda names, header: [("cpu:zen2", "e" * 64, n) for n in names])
     ks = keys.keys(k, {}, (), 1, False)
     assert session.write(entry.KIND_VARIANT, ks.for_target(HOST), {"dep": [], "site": [], "entry": "k"}, b"code")
     hit = session.find_variant(k, {}, ks, [HOST])
@@ -98,9 +99,11 @@ def test_a_session_reads_and_writes_without_a_backend(tmp_path):
     no compiler and no llvmlite."""
     site = tmp_path / "site"
     site.mkdir()
+    (site / "bundle-x86_64-cpu-zen2-eeeeeeeeeeee").write_bytes(b"")    # listed, then refused
     env = child_env(tmp_path / "cache", TACK_CACHE_BUNDLES=site, PYTHONPATH=CACHE.parent.parent)
     p = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
-    assert out == {"hit": "code", "miss": None, "stats": {"lowered": 0, "variant": 1}, "loaded": REGISTRY}
+    assert set(out.pop("loaded")) <= set(REGISTRY)
+    assert out == {"hit": "code", "miss": None, "stats": {"lowered": 0, "variant": 1}}
 

@@ -48,8 +48,10 @@ def every_store(cache, site):
     return {
         "disk": disk(cache),
         "bundle": bundle.BundleStore(st, warn, str(site / bundle.bundle_name(HOST)), target_key=HOST),
-        "site": bundle.SiteBundleStore(st, warn, str(site), lambda: [("cpu:zen2", ARCH_KEY)]),
-        "session": stores.open_session(settings(cache), st, warn, HOST, lambda: [], sites=[str(site)]),
+        "site": bundle.SiteBundleStore(st, warn, str(site),
+                                       lambda names, header: bundle.named_candidates([("cpu:zen2", ARCH_KEY)], names)),
+        "session": stores.open_session(settings(cache), st, warn, HOST, lambda names, header: [],
+                                       sites=[str(site)]),
     }
 
 
@@ -98,16 +100,16 @@ class TestTargets:
         assert d.read(entry.KIND_VARIANT, variant_key, "variant", targets=[OTHER]) == (None, entry.MISSING)
         assert d.read(entry.KIND_VARIANT, variant_key, "variant") == (None, entry.MISSING)
 
-    def test_site_candidates_are_asked_once_and_only_when_reached(self, written):
-        """A session asks the caller's ``site_candidates`` only when a lookup reaches the site
-        directory, and once however many lookups follow."""
+    def test_site_bundles_are_asked_once_and_only_when_reached(self, written):
+        """A session asks the caller's ``site_bundles`` only when a lookup reaches the site
+        directory, and once however many lookups follow, with the directory's bundle names."""
         cache, site = written
         asked = []
 
-        def candidates():
-            asked.append(1)
-            return [("cpu:zen2", ARCH_KEY)]
-        s = stores.open_session(settings(cache), tack.cache.new_stats(), lambda m: None, HOST, candidates,
+        def site_bundles(names, header):
+            asked.append(sorted(names))
+            return bundle.named_candidates([("cpu:zen2", ARCH_KEY)], names)
+        s = stores.open_session(settings(cache), tack.cache.new_stats(), lambda m: None, HOST, site_bundles,
                                 sites=[str(site)])
         assert s.read(entry.KIND_VARIANT, variant_key, "variant", targets=[HOST])[0] is not None
         assert asked == []                      # found in the user's directory first
@@ -115,7 +117,33 @@ class TestTargets:
             got, _ = s.read(entry.KIND_VARIANT, lambda tk: variant_key(tk) if tk == ARCH_KEY else "0" * 64,
                             "variant", targets=[HOST])
             assert got.payload == b"code for c"
-        assert asked == [1]
+        assert asked == [sorted(os.listdir(site))]
+
+    def test_a_bundle_read_for_its_header_is_served_without_reading_it_again(self, written):
+        """A bundle whose header the caller's ``site_bundles`` read is served from that read: the
+        bytes read are one bundle's, however many lookups follow."""
+        cache, site = written
+        name = bundle.site_bundle_name("cpu:zen2", ARCH_KEY)
+        st = tack.cache.new_stats()
+
+        def site_bundles(names, header):
+            assert header(name)["target_key"] == ARCH_KEY and header(name) is header(name)
+            return [("cpu:zen2", ARCH_KEY, name)]
+        store = bundle.SiteBundleStore(st, lambda m: None, str(site), site_bundles)
+        for _ in range(2):
+            got, _ = store.read(entry.KIND_VARIANT, variant_key, "variant")
+            assert got.payload == b"code for c"
+        assert st["bytes_read"] == os.path.getsize(site / name)
+
+    def test_an_unreadable_bundle_has_no_header_and_is_said_once(self, written):
+        """``header(name)`` of a damaged bundle is None, with one warning naming it."""
+        cache, site = written
+        (site / "bundle-x86_64-cpu-zen3-000000000000").write_bytes(b"TACKBDL1 damaged")
+        said = []
+        store = bundle.SiteBundleStore(tack.cache.new_stats(), said.append, str(site), lambda n, h: [])
+        assert store.header("bundle-x86_64-cpu-zen3-000000000000") is None
+        assert store.header("bundle-x86_64-cpu-zen3-000000000000") is None
+        assert len(said) == 1 and "bundle-x86_64-cpu-zen3-000000000000" in said[0]
 
 
 class TestReasons:
@@ -180,3 +208,25 @@ class TestSessionAsksTheRuntimeOnce:
         def host_key():
             raise AssertionError("host_key asked with the cache off")
         assert tack.cache.session("cpu", host_key, lambda: []) is None
+
+
+def test_named_candidates_keep_the_candidates_order_and_skip_what_is_absent():
+    """A runtime that knows its candidates (a GPU's) gets those of them whose bundle is in the
+    directory, in its own order; a candidate that names no file (an AMD target id with features)
+    is skipped, not an error."""
+    a, b = ("cuda:sm_90", "1" * 64), ("cuda:sm_80", "2" * 64)
+    names = [bundle.site_bundle_name(*b), bundle.site_bundle_name(*a), "bundle-x86_64-cpu-zen2-333333333333"]
+    got = bundle.named_candidates([a, ("rocm:gfx90a:xnack-", "4" * 64), b, ("cuda:sm_70", "5" * 64)], names)
+    assert got == [(a[0], a[1], names[1]), (b[0], b[1], names[0])]
+
+
+def test_site_bundle_arch_reads_back_site_bundle_name():
+    """``site_bundle_arch`` gives back the arch and key prefix ``site_bundle_name`` wrote, for
+    its kind and machine only."""
+    name = bundle.site_bundle_name("cpu:armv8.1a", "6" * 64, "aarch64")
+    assert bundle.site_bundle_arch(name, "cpu", "aarch64") == ("armv8.1a", "6" * 12)
+    assert bundle.site_bundle_arch(name, "cpu", "x86_64") is None
+    assert bundle.site_bundle_arch(name, "cuda", "aarch64") is None
+    for other in (bundle.bundle_name("7" * 64, "aarch64"), "bundle-aarch64-cpu--666666666666",
+                  "bundle-aarch64-cpu-zen2-6666", name + ".tmp.1a2b"):
+        assert bundle.site_bundle_arch(other, "cpu", "aarch64") is None, other

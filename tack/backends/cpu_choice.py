@@ -1,0 +1,329 @@
+"""Which CPU site bundles this node may run, chosen without archspec: the run-time half of the rule.
+
+A CPU site bundle's header (written at build time by ``header_fields``, from archspec's data:
+``backends.arch_names.cpu_site_facts``) records what a node needs to run its code:
+
+* ``cpu_family``, ``cpu_vendor``, ``cpu_rank``: the target's family (``x86_64``), vendor
+  (``generic``, ``GenuineIntel``, ``ARM``...) and depth in archspec's tree (its number of
+  ancestors);
+* ``cpu_features``: the CPU features the target requires, by archspec's names, which are the
+  names ``/proc/cpuinfo`` lists them by;
+* ``cpu_table``: archspec's detection table of the family, compact: for each microarchitecture
+  its name, vendor, CPU part, parents and features (as changes from its first parent's), and
+  on aarch64 archspec's "CPU implementer" -> vendor conversions.
+
+Features alone do not give archspec's answer (its generic Armv8/Armv9 levels list none, Ampere1
+descends from Neoverse N1 of another vendor, siblings have nested feature sets), so a node runs
+archspec's own host detection (``archspec.cpu.detect.host`` with the compatibility checks for
+x86_64 and aarch64) over the table with the host's cpuinfo facts, and takes that
+microarchitecture and its ancestors in ``tack.archs.cpu_candidates``'s order.  A bundle is used
+when its arch is among those, its target key is this LLVM's, and every feature it records is
+the host's (a check of its own).  ``choose`` is the one function: the CPU runtime's
+``site_bundles`` and ``python -m tack.site bundles status`` both call it.
+
+Imports nothing heavy (no archspec, no llvmlite, no NumPy); a table is parsed once per process
+for each distinct text.  Where the host gives no cpuinfo features (macOS, Windows), a family
+without a table rule (ppc64le), or bundles that record no table (made by a Tack before these
+fields), the caller's ``ancestry()`` answers instead: archspec, imported then and only then.
+"""
+
+from __future__ import annotations
+
+TABLE_FORMAT = "1"
+RULE_FAMILIES = ("x86_64", "aarch64")         # the families whose host detection is replicated
+FIELDS = ("cpu_family", "cpu_vendor", "cpu_rank", "cpu_features", "cpu_table")
+_ATOM_BAD = set("|/,;=\t\n\\")
+
+
+class TableError(ValueError):
+    """A detection table or header field that is not one this Tack writes."""
+
+
+# -- build time: the header fields ---------------------------------------------------
+
+def header_fields(facts: dict) -> dict:
+    """A CPU bundle's header fields from ``arch_names.cpu_site_facts(name)``'s plain data:
+    ``{family, vendor, features, rank, targets: [(name, vendor, cpu_part, [parents],
+    [features])] in archspec's order, arm_vendors: {code: vendor}}``."""
+    return {"cpu_family": _atom(facts["family"]), "cpu_vendor": _atom(facts["vendor"], spaces=True),
+            "cpu_rank": str(int(facts["rank"])),
+            "cpu_features": " ".join(sorted(_atom(f) for f in facts["features"])),
+            "cpu_table": encode_table(facts["family"], facts["targets"], facts.get("arm_vendors", {}))}
+
+
+def encode_table(family: str, targets, arm_vendors: dict) -> str:
+    """``1|family|code=vendor,...|name/vendor/part/parent,.../added/removed|...``: each
+    target's features as those it adds to its first parent's and those it drops (space
+    separated).  TableError for a name that would not read back."""
+    feats = {}
+    rows = []
+    for name, vendor, part, parents, features in targets:
+        feats[name] = set(features)
+        base = feats.get(parents[0], set()) if parents else set()
+        if parents and parents[0] not in feats:
+            raise TableError(f"{name}'s parent {parents[0]} comes after it")
+        rows.append("/".join([_atom(name), _atom(vendor, spaces=True), _atom(part),
+                              ",".join(_atom(p) for p in parents),
+                              " ".join(sorted(_atom(f) for f in feats[name] - base)),
+                              " ".join(sorted(_atom(f) for f in base - feats[name]))]))
+    conv = ",".join(f"{_atom(k)}={_atom(v, spaces=True)}" for k, v in sorted(arm_vendors.items()))
+    return "|".join([TABLE_FORMAT, _atom(family), conv] + rows)
+
+
+def _atom(text, spaces=False) -> str:
+    text = str(text)
+    if _ATOM_BAD & set(text) or (not spaces and " " in text) or text.startswith("-"):
+        raise TableError(f"{text!r} cannot be written in a CPU table")
+    return text
+
+
+# -- run time: the table -----------------------------------------------------------------
+
+class Table:
+    """A parsed detection table: ``order`` (names in archspec's order), and per name its
+    ``vendor``, ``part``, ``parents``, ``ancestors`` (archspec's order), ``depth`` and feature
+    set (``features(name)``; kept as bit masks over the table's feature names, ``bits``, so a
+    host's check is integer arithmetic); ``arm_vendors``."""
+
+    __slots__ = ("family", "arm_vendors", "order", "vendor", "part", "parents", "mask", "count",
+                 "bits", "ancestors", "depth", "_memo")
+
+    def __init__(self, text: str):
+        parts = text.split("|")
+        if len(parts) < 4 or parts[0] != TABLE_FORMAT:
+            raise TableError(f"not a CPU table of format {TABLE_FORMAT}")
+        self.family = parts[1]
+        self.arm_vendors = dict(kv.split("=", 1) for kv in parts[2].split(",")) if parts[2] else {}
+        self.order, self.vendor, self.part, self.parents, self.mask = [], {}, {}, {}, {}
+        bits = self.bits = {}
+        mask = self.mask
+        for row in parts[3:]:
+            fields = row.split("/")
+            if len(fields) != 6 or not fields[0] or fields[0] in self.vendor:
+                raise TableError(f"table row {row[:40]!r} is malformed")
+            name, vendor, part, parents, added, removed = fields
+            parents = tuple(parents.split(",")) if parents else ()
+            if parents and parents[0] not in mask:
+                raise TableError(f"table row {name}: parent {parents[0]} not before it")
+            m = mask[parents[0]] if parents else 0
+            for f in added.split():
+                b = bits.get(f)
+                if b is None:
+                    b = bits[f] = 1 << len(bits)
+                m |= b
+            for f in removed.split():
+                m &= ~bits.get(f, 0)
+            self.order.append(name)
+            self.vendor[name], self.part[name], self.parents[name] = vendor, part, parents
+            mask[name] = m
+        self.count = {n: m.bit_count() for n, m in mask.items()}
+        ancestors = self.ancestors = {}
+        for name in self.order:                 # archspec's order; parents come first
+            parents = self.parents[name]
+            if any(p not in ancestors for p in parents):
+                raise TableError(f"table row {name} names a parent the table lacks")
+            if len(parents) == 1:
+                ancestors[name] = parents + ancestors[parents[0]]
+                continue
+            value = list(parents)
+            for p in parents:
+                value.extend(a for a in ancestors[p] if a not in value)
+            ancestors[name] = tuple(value)
+        self.depth = {n: len(a) for n, a in ancestors.items()}
+        if self.family not in self.vendor or ancestors[self.family]:
+            raise TableError(f"table of {self.family!r} lacks its root")
+        self._memo = {}
+
+    def features(self, name: str) -> frozenset:
+        """The features of ``name`` by the table (archspec's ``features``)."""
+        m = self.mask[name]
+        return frozenset(f for f, b in self.bits.items() if m & b)
+
+    def host(self, facts: dict) -> str:
+        """archspec's ``detect.host()`` over this table for a host whose cpuinfo fields are
+        ``facts`` (``vendor_id``/``flags`` on x86_64; ``CPU implementer``/``Features``/``CPU
+        part`` on aarch64): the microarchitecture's name."""
+        family = self.family
+        if family == "x86_64":
+            vendor = facts.get("vendor_id", "generic")
+            features = facts.get("flags", "").split()
+            part = ""
+        elif family == "aarch64":
+            code = facts.get("CPU implementer")
+            vendor = "generic" if code is None else self.arm_vendors.get(code, code)
+            features = facts.get("Features", "").split()
+            part = facts.get("CPU part", "")
+        else:
+            raise TableError(f"no host rule for the {family} family")
+        if "ssse3" in features:         # as archspec's Microarchitecture adds it to every set
+            features.append("sse3")
+        bits = self.bits
+        have = 0
+        for f in features:
+            have |= bits.get(f, 0)
+        lacking = ~have
+        mask, tvendor = self.mask, self.vendor
+
+        def compatible(t):
+            if family == "aarch64" and tvendor[t] == "generic" and t != "aarch64":
+                return False
+            return tvendor[t] in (vendor, "generic") and not mask[t] & lacking
+
+        candidates = [t for t in self.order if compatible(t)]
+        if not candidates:
+            return family               # archspec's generic_microarchitecture(family)
+
+        def sorting(t):
+            return self.depth[t], self.count[t]
+
+        best_generic = max((t for t in candidates if tvendor[t] == "generic"), key=sorting,
+                           default=None)
+        if best_generic is None:        # archspec would fail here; its root is always generic
+            return family
+        if part != "" and any(part == self.part[t] for t in candidates):
+            candidates = [t for t in candidates if self.part[t] == part]
+        candidates = [t for t in candidates if best_generic in self.ancestors[t]]
+        return max(candidates, key=sorting) if candidates else best_generic
+
+    def candidates(self, facts: dict) -> tuple:
+        """The host's microarchitecture, then each ancestor, deeper first, ties in archspec's
+        order: ``tack.archs.cpu_candidates`` of ``host(facts)``, from the table."""
+        key = tuple(sorted(facts.items()))
+        got = self._memo.get(key)
+        if got is None:
+            name = self.host(facts)
+            anc = self.ancestors[name]
+            order = {a: i for i, a in enumerate(anc)}
+            got = (name,) + tuple(sorted(anc, key=lambda a: (-self.depth[a], order[a])))
+            self._memo[key] = got
+        return got
+
+
+_tables: dict = {}
+
+
+def parse_table(text: str) -> Table:
+    """The table ``text`` parsed (once per process for each distinct text); TableError if malformed."""
+    t = _tables.get(text)
+    if t is None:
+        try:
+            t = Table(text)
+        except TableError:
+            raise
+        except (ValueError, KeyError, IndexError) as e:
+            raise TableError(f"malformed CPU table ({type(e).__name__}: {e})") from None
+        _tables[text] = t
+    return t
+
+
+HOST_FIELDS = ("machine", "vendor_id", "flags", "CPU implementer", "Features", "CPU part")
+
+
+def host_facts(host: dict):
+    """The cpuinfo facts of ``host`` (``cpu_identity.host_cpu_identity()``'s dict) the table rule
+    reads, or None where it cannot apply: no cpuinfo feature line (macOS, Windows: LLVM's
+    instead) or a family without a rule here.  An empty line is archspec's empty set too."""
+    machine = host.get("machine")
+    if machine not in RULE_FAMILIES or ("flags" if machine == "x86_64" else "Features") not in host:
+        return None
+    return {k: host[k] for k in HOST_FIELDS if k in host}
+
+
+# -- the choice --------------------------------------------------------------------------
+
+def choose(host: dict, offers, header, ancestry, why=None) -> list:
+    """The usable CPU site bundles among ``offers``, most specific first: [(``cpu:arch``, target
+    key, name)].
+
+    ``host``: this host's identity (``cpu_identity.host_cpu_identity()``, or a made-up one).
+    ``offers``: [(name, arch, target key)]: the directory's CPU bundles for this machine whose
+    name carries this LLVM's key for their arch.  ``header(name)``: that bundle's header fields,
+    or None when it cannot be read (called only for the bundles the choice needs: one for the
+    table, then those whose arch the table makes a candidate or does not know).
+    ``ancestry()``: archspec's ``cpu_candidates`` of this host (imports archspec), asked only
+    where the table rule cannot answer; if it fails for bundles without a table, they are not
+    used, and its error is raised only when no other bundle is.  ``why``: a dict, filled with
+    name -> why not used.
+    """
+    why = {} if why is None else why
+    if not offers:
+        return []
+    facts = host_facts(host)
+    if facts is None:                           # no cpuinfo features: archspec's rule, by name
+        order = list(ancestry())
+        for name, arch, _ in offers:
+            if arch not in order:
+                why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
+        return _ordered([(order.index(a), n, a, k) for n, a, k in offers if a in order])
+    metas = {}
+
+    def meta_of(name):
+        if name not in metas:
+            metas[name] = header(name)
+            if metas[name] is None:
+                why[name] = "its header cannot be read"
+        return metas[name]
+
+    probe = None
+    for name, arch, _ in offers:                # the first readable table: the family's tree
+        meta = meta_of(name)
+        if meta and meta.get("cpu_table"):
+            try:
+                probe = parse_table(meta["cpu_table"])
+                probe_list = probe.candidates(facts) if probe.family == facts["machine"] else ()
+                break
+            except TableError:
+                probe = None
+    chosen, fallback, failed = [], None, None
+    for name, arch, key in offers:
+        if probe is not None and arch in probe.vendor and arch not in probe_list:
+            why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
+            continue
+        meta = meta_of(name)
+        if meta is None:
+            continue
+        if meta.get("arch") != f"cpu:{arch}" or meta.get("target_key") != key:
+            why[name] = "its header names another arch or target than its file name"
+            continue
+        if not meta.get("cpu_table"):           # made by a Tack before these fields: archspec's rule
+            if fallback is None:
+                try:
+                    fallback = list(ancestry())
+                except Exception as e:          # noqa: BLE001 - no archspec: said if nothing else serves
+                    failed, fallback = e, []
+            if failed is not None:
+                why[name] = f"its header records no CPU table, and archspec cannot answer ({failed})"
+            elif arch in fallback:
+                chosen.append((fallback.index(arch), name, arch, key))
+            else:
+                why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
+            continue
+        try:
+            table = parse_table(meta["cpu_table"])
+            if meta.get("cpu_family") != facts["machine"] or table.family != facts["machine"]:
+                why[name] = f"built for a {meta.get('cpu_family')} CPU, this node is {facts['machine']}"
+                continue
+            cands = table.candidates(facts)
+            if arch not in table.vendor or str(table.depth[arch]) != meta.get("cpu_rank"):
+                raise TableError(f"cpu:{arch} is not the table's")
+        except TableError as e:
+            why[name] = f"its CPU header is malformed ({e})"
+            continue
+        if arch not in cands:
+            why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
+            continue
+        host_features = set((facts.get("flags") or facts.get("Features") or "").split())
+        if "ssse3" in host_features:
+            host_features.add("sse3")
+        missing = set(meta.get("cpu_features", "").split()) - host_features
+        if missing:
+            why[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
+            continue
+        chosen.append((cands.index(arch), name, arch, key))
+    if failed is not None and not chosen:
+        raise failed                            # the caller says why no site bundle serves
+    return _ordered(chosen)
+
+
+def _ordered(rows) -> list:
+    return [(f"cpu:{arch}", key, name) for _, name, arch, key in sorted(rows)]

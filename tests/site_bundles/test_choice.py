@@ -1,0 +1,256 @@
+"""How a node chooses its CPU site bundles without archspec (``backends.cpu_choice``): the same
+answer as archspec's ancestor rule for every microarchitecture it knows, never a bundle that
+needs a feature the host lacks, and ``bundles status`` agreeing with the runtime.
+
+Hosts are made up (cpuinfo's fields for a CPU of each microarchitecture); archspec's expected
+answer is its own ``detect.host`` run on that same made-up information, then
+``tack.archs.cpu_candidates``."""
+
+import io
+import itertools
+import os
+
+import archspec.cpu
+import archspec.cpu.detect as detect
+import pytest
+
+import tack.cache
+from tack import aot, archs
+from tack.backends import cpu_choice, cpu_runtime
+from tack.backends.arch_names import cpu_site_facts
+from tack.cache import bundle
+from tack.cache.bundle import SiteBundleStore
+from tack.site import build
+
+from .made_up import host_for, served_by, write_site_bundle
+
+FAMILIES = ("x86_64", "aarch64")
+
+
+def family_targets(family):
+    return [t for t in archspec.cpu.TARGETS.values() if t.family.name == family]
+
+
+def archspec_answer(host: dict, monkeypatch) -> list:
+    """archspec's candidates for a made-up host: its own detection (``detect.host``'s code, on
+    the partial microarchitecture its cpuinfo reader would make of these fields), then
+    ``tack.archs.cpu_candidates``."""
+    family = host["machine"]
+    if family == "x86_64":
+        info = detect.partial_uarch(vendor=host.get("vendor_id", "generic"),
+                                    features=set(host["flags"].split()))
+    else:
+        info = detect.partial_uarch(vendor=detect._canonicalize_aarch64_vendor(host),
+                                    features=set(host["Features"].split()),
+                                    cpu_part=host.get("CPU part", ""))
+    with monkeypatch.context() as m:
+        m.setattr(detect, "_machine", lambda: family)
+        m.setattr(detect, "detected_info", lambda: info)
+        name = detect.host.__wrapped__().name          # host() without its per-process cache
+    return archs.cpu_candidates(name)
+
+
+def made_up_hosts(family):
+    """For each microarchitecture: a host with its own vendor (each common one for a generic
+    level), features and CPU part; the same less one of its features (three ways); and with
+    features of a newer CPU added."""
+    for t in family_targets(family):
+        vendors = [t.vendor] if t.vendor != "generic" else (
+            ["generic", "GenuineIntel", "AuthenticAMD"] if family == "x86_64" else ["generic", "ARM"])
+        feats = sorted(t.features - {"sse3"})
+        variants = [((), ())] + [((f,), ()) for f in feats[:3]] + [((), ("avx512f", "sve", "sve2"))]
+        for vendor, (drop, add) in itertools.product(vendors, variants):
+            yield f"{t.name}/{vendor}/-{','.join(drop)}/+{','.join(add)}", host_for(t.name, vendor, drop, add)
+
+
+def family_offers(family, llvm="llvmlite-made-up"):
+    """Every microarchitecture of ``family`` offered as a bundle: [(name, arch, key)] and their
+    headers by name, as ``bundles build`` writes them."""
+    offers, headers = [], {}
+    for t in family_targets(family):
+        key = cpu_runtime.arch_key(t.name, llvm)
+        name = bundle.site_bundle_name(f"cpu:{t.name}", key, family)
+        offers.append((name, t.name, key))
+        headers[name] = dict(aot.requirements(f"cpu:{t.name}"), arch=f"cpu:{t.name}", target_key=key)
+    return offers, headers
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_choice_equals_archspecs_rule_for_every_microarchitecture(family, monkeypatch):
+    """On made-up hosts of every microarchitecture archspec knows in the family, the table's host
+    and its ancestors, in order, are archspec's; and with a bundle for every microarchitecture,
+    ``choose`` returns exactly those bundles, most specific first."""
+    offers, headers = family_offers(family)
+    table = cpu_choice.parse_table(next(iter(headers.values()))["cpu_table"])
+    assert table.order == [t.name for t in family_targets(family)]
+    assert all(table.features(t.name) == t.features for t in family_targets(family))
+    hosts = list(made_up_hosts(family))
+    assert len(hosts) >= 4 * len(family_targets(family))
+    differ = []
+    for label, host in hosts:
+        want = archspec_answer(host, monkeypatch)
+        got = list(table.candidates(cpu_choice.host_facts(host)))
+        chosen = [arch for arch, _, _ in cpu_choice.choose(host, offers, headers.get, lambda: 1 / 0)]
+        if got != want or chosen != [f"cpu:{a}" for a in want]:
+            differ.append((label, want, got, chosen))
+    assert differ == []
+
+
+def test_every_target_is_its_own_hosts_choice_where_archspec_says_so(monkeypatch):
+    """The check above can fail: for most made-up hosts archspec names the target itself, so the
+    comparison covers deep trees, not only the generic levels."""
+    own = sum(archspec_answer(host_for(t.name), monkeypatch)[0] == t.name
+              for f in FAMILIES for t in family_targets(f))
+    assert own >= 0.75 * sum(len(family_targets(f)) for f in FAMILIES)
+
+
+def test_a_table_is_small_parsed_once_and_refuses_what_it_cannot_read():
+    """A family's table is a few kilobytes, parsed once per distinct text; malformed text is a
+    TableError naming what is wrong, never another exception."""
+    text = aot.requirements("cpu:x86_64_v3")["cpu_table"]
+    assert len(text) < 8192
+    assert cpu_choice.parse_table(text) is cpu_choice.parse_table(text)
+    for bad in ("", "2|x86_64||", "1|x86_64||a/b", "1|x86_64||x86_64/generic/////", "1|x86_64||x86_64/generic////|x86_64/generic////",
+                "1|x86_64||zen/AMD//x86_64_v9/avx/", "1|x86_64||x86_64_v2/generic//x86_64/sse/",
+                "1|x86_64||x86_64_v2/generic////", "1|aarch64|0x41|aarch64/generic////"):
+        with pytest.raises(cpu_choice.TableError):
+            cpu_choice.parse_table(bad)
+    with pytest.raises(cpu_choice.TableError):
+        cpu_choice.header_fields(dict(cpu_site_facts("x86_64"), vendor="a|b"))
+
+
+@pytest.fixture
+def site(tmp_path):
+    d = tmp_path / "site"
+    d.mkdir()
+    return d
+
+
+def site_store(site, host=None):
+    """The cache's store of ``site``, asking the CPU runtime's choice (for ``host``: made up)."""
+    return SiteBundleStore(tack.cache.new_stats(), lambda m: None, str(site),
+                           lambda names, header: cpu_runtime.site_bundles(names, header, host=host))
+
+
+def test_a_bundle_needing_a_feature_the_host_lacks_is_never_used(site):
+    """Through the real store and real bundle files: a host without AVX-512 is served by the
+    x86_64_v3 bundle, never the x86_64_v4 one beside it; a host with AVX-512 by x86_64_v4's."""
+    for arch in ("x86_64_v4", "x86_64_v3", "x86_64"):
+        write_site_bundle(site, arch)
+    no_avx512 = host_for("x86_64_v3", "GenuineIntel")
+    assert not any(f.startswith("avx512") for f in no_avx512["flags"].split())
+    assert served_by(site_store(site, no_avx512)) == "x86_64_v3"
+    assert served_by(site_store(site, host_for("x86_64_v4", "GenuineIntel"))) == "x86_64_v4"
+    assert served_by(site_store(site, host_for("x86_64_v4", "GenuineIntel", drop=("avx512bw",)))) == "x86_64_v3"
+
+
+def test_recorded_features_are_checked_even_where_the_tree_allows(site):
+    """A bundle whose header records a feature this host lacks is not used even for an arch the
+    table makes a candidate (the safety check): the next bundle serves."""
+    req = aot.requirements("cpu:x86_64_v2")
+    write_site_bundle(site, "x86_64_v2", requires=dict(req, cpu_features=req["cpu_features"] + " avx512f"))
+    write_site_bundle(site, "x86_64")
+    host = host_for("x86_64_v3", "AuthenticAMD")
+    why = {}
+    names = sorted(os.listdir(site))
+    store = site_store(site, host)
+    assert served_by(store) == "x86_64"
+    cpu_runtime.site_bundles(names, store.header, host=host, why=why)
+    assert [v for k, v in why.items() if "x86_64_v2" in k] == ["it needs CPU features this node lacks: avx512f"]
+
+
+def test_the_store_opens_candidates_in_order_and_skips_others(site):
+    """With bundles for x86_64_v2, x86_64_v3, zen3 and icelake, a made-up zen2 node opens
+    x86_64_v3's then x86_64_v2's, and never zen3's (newer) or icelake's (unrelated); of those
+    two it reads at most one header, the one the family's table is read from."""
+    for arch in ("x86_64_v2", "x86_64_v3", "zen3", "icelake"):
+        write_site_bundle(site, arch)
+    store = site_store(site, host_for("zen2"))
+    store._open()
+    assert [os.path.basename(s.path).split("-")[3] for s in store.stores] == ["x86_64_v3", "x86_64_v2"]
+    unused_read = [n for n, b in store._read.items() if "zen3" in n or "icelake" in n]
+    assert len(unused_read) <= 1
+
+
+def test_other_llvm_other_machine_and_damaged_bundles_are_ignored(site):
+    """A bundle named for another LLVM's key, one for another machine, a damaged one and a
+    malformed CPU table: none is used, none raises, and the good bundle still serves."""
+    host = host_for("x86_64_v3", "GenuineIntel")
+    write_site_bundle(site, "x86_64_v2", llvm="llvmlite-0.0.1")
+    write_site_bundle(site, "neoverse_n1")                       # aarch64
+    (site / bundle.site_bundle_name("cpu:x86_64_v3", cpu_runtime.arch_key("x86_64_v3"), "x86_64")
+     ).write_bytes(b"TACKBDL1 not really")
+    write_site_bundle(site, "haswell", requires=dict(aot.requirements("cpu:haswell"), cpu_table="1|x86_64||"))
+    write_site_bundle(site, "x86_64")
+    said = []
+    store = SiteBundleStore(tack.cache.new_stats(), said.append, str(site),
+                            lambda names, header: cpu_runtime.site_bundles(names, header, host=host))
+    assert served_by(store) == "x86_64"
+    assert len(said) == 1 and "x86_64_v3" in said[0]            # the damaged one, said once
+
+
+def test_a_bundle_without_the_cpu_fields_falls_back_to_archspec(site):
+    """A bundle whose header records no CPU fields (made before them) is chosen by archspec's
+    rule for this host (imported then), as before."""
+    here = cpu_runtime.host_arch()
+    ancestor = (archs.cpu_candidates(here) + [here])[1]
+    if cpu_choice.host_facts(cpu_runtime.host_cpu_identity()) is None:
+        pytest.skip("this host gives no cpuinfo features")
+    write_site_bundle(site, ancestor, requires={})
+    write_site_bundle(site, "icelake" if here != "icelake" else "zen3", requires={})
+    store = site_store(site)
+    assert served_by(store) == ancestor
+
+
+def test_a_host_without_cpuinfo_features_asks_archspec(site):
+    """Where the host gives no cpuinfo feature line (macOS: LLVM's features instead), archspec's
+    answer for this host is used, by name, without reading headers."""
+    here = cpu_runtime.host_arch()
+    order = archs.cpu_candidates(here)
+    for arch in order[-2:]:
+        write_site_bundle(site, arch)
+    host = {"machine": cpu_runtime.platform.machine(), "llvm cpu": "made-up", "llvm features": "+x"}
+    names = sorted(os.listdir(site))
+    read = []
+    got = cpu_runtime.site_bundles(names, lambda n: read.append(n), host=host)
+    assert [a for a, _, _ in got] == [f"cpu:{a}" for a in order[-2:]] and read == []
+
+
+def test_status_and_the_runtime_choose_the_same_bundles(site):
+    """``bundles status`` and a launch's store choose the same bundles, in the same order, on
+    this host: its own microarchitecture, an ancestor, and an unrelated and a newer one."""
+    here = cpu_runtime.host_arch()
+    order = archs.cpu_candidates(here)
+    archs_built = {order[0], order[-1], "icelake" if here != "icelake" else "zen3", "zen5", "x86_64_v4"}
+    family = archspec.cpu.TARGETS[here].family.name
+    for arch in sorted(a for a in archs_built if archspec.cpu.TARGETS[a].family.name == family):
+        write_site_bundle(site, arch)
+    if family != "x86_64":
+        write_site_bundle(site, order[-1])
+    text = io.StringIO()
+    build.bundles_status(str(site), out=text)
+    last = text.getvalue().splitlines()[-1]
+    assert last.startswith("this node looks first in: ")
+    store = site_store(site)
+    store._open()
+    assert last[len("this node looks first in: "):].split(", ") == [os.path.basename(s.path) for s in store.stores]
+    assert len(store.stores) >= 1
+
+
+def test_without_archspec_old_bundles_are_skipped_and_new_ones_serve(site):
+    """Where archspec cannot answer (not installed) a bundle without the CPU fields is not used,
+    the ones with them still are; with only old ones, the choice raises archspec's error (the
+    store says it once)."""
+    host = host_for("x86_64_v3", "GenuineIntel")
+    old = write_site_bundle(site, "x86_64_v2", requires={})
+    new = write_site_bundle(site, "x86_64")
+
+    def no_archspec():
+        raise ImportError("No module named 'archspec'", name="archspec")
+    headers = {n: bundle.read(str(site / n), allow_root=True).meta for n in (old, new)}
+    offers = [(n, headers[n]["arch"][4:], headers[n]["target_key"]) for n in (old, new)]
+    why = {}
+    got = cpu_choice.choose(host, offers, headers.get, no_archspec, why)
+    assert [n for _, _, n in got] == [new] and "archspec cannot answer" in why[old]
+    with pytest.raises(ImportError):
+        cpu_choice.choose(host, offers[:1], headers.get, no_archspec)
