@@ -120,8 +120,9 @@ class TestTargets:
         assert asked == [sorted(os.listdir(site))]
 
     def test_a_bundle_read_for_its_header_is_served_without_reading_it_again(self, written):
-        """A bundle whose header the caller's ``site_bundles`` read is served from that read: the
-        bytes read are one bundle's, however many lookups follow."""
+        """A bundle whose header the caller's ``site_bundles`` read is served from that read (the
+        same open bundle, not opened again); with lazy reads, what is read is its header and
+        index and the entries looked up, never more than the file."""
         cache, site = written
         name = bundle.site_bundle_name("cpu:zen2", ARCH_KEY)
         st = tack.cache.new_stats()
@@ -130,10 +131,15 @@ class TestTargets:
             assert header(name)["target_key"] == ARCH_KEY and header(name) is header(name)
             return [("cpu:zen2", ARCH_KEY, name)]
         store = bundle.SiteBundleStore(st, lambda m: None, str(site), site_bundles)
+        sizes = []
         for _ in range(2):
             got, _ = store.read(entry.KIND_VARIANT, variant_key, "variant")
             assert got.payload == b"code for c"
-        assert st["bytes_read"] == os.path.getsize(site / name)
+            sizes.append(st["bytes_read"])
+        assert store.stores[0].bundle is store._read[name]
+        assert 0 < sizes[0] <= os.path.getsize(site / name)       # header, index, one entry
+        assert st["bytes_read"] == store.stores[0].bundle.bytes_read
+        assert sizes[1] - sizes[0] < sizes[0]                      # the entry again, not the header
 
     def test_an_unreadable_bundle_has_no_header_and_is_said_once(self, written):
         """``header(name)`` of a damaged bundle is None, with one warning naming it."""
