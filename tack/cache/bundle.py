@@ -5,31 +5,39 @@ load the metadata server as much as thousands of ranks importing Python.  A
 bundle holds all of one Tack version's entries for one host architecture;
 a rank opens it once and reads from it only what it uses.
 
-Layout::
+Layout (format 2)::
 
-    "TACKBDL1" | u32 format | u32 entry count | u32 meta length | u32 index length
-    | 32-byte sha256 of (meta, index) | meta | index | entries...
+    "TACKBDL1" | u32 format | u32 entry count | u32 rows per block | u32 meta length
+    | 32-byte sha256 of (the head's 24 bytes before it, meta, table)
+    | meta | table | index | entries...
 
 ``meta`` is text (``entry.encode_meta`` lines): the header's fields.  The
-index is one row per entry, ``kind<TAB>key<TAB>offset<TAB>length`` with both
-numbers 16 digits wide, rows separated by newlines; ``pack`` writes them in
-byte order and says so in the header (``index sorted``).  The index comes
-before the entries, so a truncated bundle still serves every entry that
-survives whole.  Each entry is a normal cache entry with its own checksum.
+index is one row per entry, ``kind<TAB>key<TAB>offset<TAB>length<NEWLINE>``
+with both numbers 16 digits wide (101 bytes), in the byte order of
+``kind<TAB>key``, cut into blocks of ``rows per block`` rows (the last may
+hold fewer).  The table has one 98-byte record per block: its first row's
+``kind<TAB>key`` (the block's fence) and the sha256 of the block's bytes.
+The index comes before the entries, so a truncated bundle still serves every
+entry that survives whole.  Each entry is a normal cache entry with its own
+checksum.  ``pack`` chooses about sqrt(entries / 2) rows per block (at least
+32), so that the table checked at open and the one block a lookup checks
+cost about the same, and both grow as the square root of the bundle.
 
 Reading (``read``): one open (no link followed, trust checked on the
-descriptor), one read of the fixed head, one of meta and index; their
-checksum and the index's shape are checked (whole-buffer byte operations,
-no loop over rows), and the descriptor is kept.  A lookup finds its row by
-bisection (sorted rows) or ``bytes.find`` at a row boundary (an older
-Tack's bundle), checks that row's numbers, and reads that entry alone with
-``pread``; ``entry.decode`` checks it before it is used.  A damaged entry, or
-a row that names no usable one (numbers unreadable, a key listed twice), is
-refused on its own: the rest of the bundle still serves.  An index not in
-the fixed-width form is parsed whole and strictly, as it always was.
+descriptor), one read of the fixed head, one of meta and table; their
+checksum is checked, and the descriptor is kept.  A lookup finds its block
+by bisecting the fences, reads that block alone with ``pread`` and checks
+it once per bundle (its sha256, its shape, its rows strictly in order and
+within its fences), finds the row by bisection, checks that row's numbers,
+and reads that entry alone; ``entry.decode`` checks it before it is used.
+A damaged block refuses its own rows only, a damaged entry or a row with
+unreadable numbers itself only: the rest of the bundle still serves.
 ``Bundle(data)`` serves the same way from bytes in memory (the broadcast of
-``load_bundle``).  ``BundleStore`` and ``SiteBundleStore`` look entries up
-in bundles for a session (``stores.py``).
+``load_bundle``).  A format 1 bundle (an older Tack's: one checksum over
+meta and the whole index) is refused with a message saying to pack it
+again; bundles are version-locked, so such a bundle was never served to
+this Tack.  ``BundleStore`` and ``SiteBundleStore`` look entries up in
+bundles for a session (``stores.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ import os
 import platform
 import struct
 import time
+from bisect import bisect_left, bisect_right
+from math import isqrt
 
 from ..digests import sha256
 from . import log
@@ -47,16 +57,26 @@ from .keys import tack_version_id
 from .trust import (TMP_MARK, NotRegular, Untrusted, check_stat, check_trusted, open_regular, read_regular,
                     write_atomic)
 
-MAGIC = b"TACKBDL1"
-FORMAT = 1
-_HEAD = struct.Struct("<8sIIII32s")
-# An index row, as ``pack`` writes it: ``kind<TAB>key<TAB>offset<TAB>length``, numbers 16 digits.
+MAGIC = b"TACKBDL1"                         # a Tack bundle, whatever its format
+FORMAT = 2
+_HEAD = struct.Struct("<8sIIII32s")         # magic, format, count, rows per block, meta length, digest
+_FIELDS = _HEAD.size - 32                   # the head's bytes its digest covers
+# An index row, as ``pack`` writes it: ``kind<TAB>key<TAB>offset<TAB>length<NEWLINE>``, numbers 16 digits.
 _ROW = len(f"0\t{'0' * 64}\t{0:016d}\t{0:016d}")
 _STRIDE = _ROW + 1                          # a row and its newline
 _KEY_END = 2 + 64                           # "kind<TAB>key": what a lookup compares
 _TABS = (1, _KEY_END, _KEY_END + 17)        # where a row's tabs are
+_RECORD = _KEY_END + 32                     # a table record: a block's fence and sha256
 _KINDS = "".join(str(k) for k in SUFFIX).encode()
-SORTED = "sorted"                           # header field ``index``: rows in byte order (bisect)
+MIN_BLOCK_ROWS = 32
+
+
+def rows_per_block(count: int) -> int:
+    """The rows per index block ``pack`` writes for ``count`` entries: about sqrt(count / 2),
+    at least ``MIN_BLOCK_ROWS``. Opening checks the table (98 bytes a block) and a lookup one
+    block (101 bytes a row); this keeps the two about equal for a first call's two lookups,
+    whatever the bundle's size (6,000 entries: 54 rows a block, 112 blocks)."""
+    return max(MIN_BLOCK_ROWS, isqrt(count // 2))
 
 
 class BundleError(Exception):
@@ -89,12 +109,14 @@ else:                                       # pragma: no cover - Windows: seek a
 
 
 class Bundle:
-    """One bundle: its header and index checked, its entries read and checked when looked up.
+    """One bundle: its header and table checked at open, each index block read and checked when
+    a lookup first needs it, each entry read and checked when looked up.
 
     ``Bundle(data)`` serves from bytes in memory (a broadcast, a tool that read the file);
-    ``read(path)`` makes one that keeps the open file and reads each entry with ``pread``
-    when it is looked up, so a lookup costs what it reads, whatever the bundle's size.
-    ``bytes_read``: the bytes this bundle read from its file so far (0 for one in memory)."""
+    ``read(path)`` makes one that keeps the open file and reads with ``pread`` what a lookup
+    needs, so a lookup costs what it reads, whatever the bundle's size.
+    ``bytes_read``: the bytes this bundle read from its file so far (0 for one in memory);
+    ``blocks_checked``: the index blocks whose checksum it computed (each once)."""
 
     def __init__(self, data: bytes | None, path: str = "<memory>", _fd: int | None = None,
                  _size: int = 0):
@@ -104,7 +126,9 @@ class Bundle:
         self.size = len(data) if data is not None else _size
         self.bytes_read = 0
         self.read_seconds = 0.0                 # spent by ``read(whole=True)`` reading and checking it
+        self.blocks_checked = 0
         self._index = None
+        self._blocks = {}                       # block number -> (rows, keys) or why it is refused
         try:
             self._load()
         except BaseException:
@@ -116,30 +140,35 @@ class Bundle:
         head = self._at(0, _HEAD.size) if self.size >= _HEAD.size else b""
         if len(head) < _HEAD.size:              # (or cut since its size was read)
             raise BundleError(f"{path} is too short to be a bundle")
-        magic, fmt, count, mlen, ilen, digest = _HEAD.unpack(head)
+        magic, fmt, count, per, mlen, digest = _HEAD.unpack(head)
         if magic != MAGIC:
             raise BundleError(f"{path} is not a Tack bundle")
+        if fmt == 1:
+            raise BundleError(f"{path} has bundle format 1 (an older Tack's); this Tack reads format "
+                              f"{FORMAT}: pack it again")
         if fmt != FORMAT:
             raise BundleError(f"{path} has bundle format {fmt}, this Tack reads {FORMAT}")
-        body = self._at(_HEAD.size, mlen + ilen) if mlen + ilen <= self.size else b""
-        if len(body) != mlen + ilen or sha256(body).digest() != digest:
-            raise BundleError(f"{path} is damaged (its index does not match its checksum)")
-        self.count = count
+        nblocks = -(-count // per) if per else (1 if count else 0)
+        tlen = nblocks * _RECORD
+        end = _HEAD.size + mlen + tlen
+        body = self._at(_HEAD.size, mlen + tlen) if end <= self.size else b""
+        if len(body) != mlen + tlen or sha256(head[:_FIELDS] + body).digest() != digest:
+            raise BundleError(f"{path} is damaged (its header does not match its checksum)")
+        if count and not per:
+            raise BundleError(f"{path} is damaged (its header says 0 rows per index block)")
+        self.count, self._per, self._nblocks = count, per, nblocks
+        self._start = end                       # where the index starts
+        if end + count * _STRIDE > self.size:
+            raise BundleError(f"{path} is damaged (truncated: its index is cut)")
+        table = body[mlen:]
+        self._table = table
+        self._fences = [table[at:at + _KEY_END] for at in range(0, tlen, _RECORD)]
+        if any(a >= b for a, b in zip(self._fences, self._fences[1:])):
+            raise BundleError(f"{path} is damaged (its index blocks are out of order)")
         try:
             self.meta = decode_meta(body[:mlen], list_fields=())
-            rows = body[mlen:]
-            if _fixed_width(rows, count):
-                # Checked whole above (in C, as the checksum is): its shape. Each row's values
-                # are checked when the row is used (``_find``).
-                self._rows = rows
-                self._sorted = self.meta.get("index") == SORTED
-            else:                           # not as ``pack`` writes it: parse it all, strictly
-                self._rows = None
-                self._index = _parse_index(rows) if ilen else {}
-                if len(self._index) != count:
-                    raise ValueError(f"index has {len(self._index)} of {count} entries")
         except (ValueError, UnicodeDecodeError, DamagedEntry) as e:
-            raise BundleError(f"{path} is damaged (its header or index is malformed: {e})") from None
+            raise BundleError(f"{path} is damaged (its header is malformed: {e})") from None
 
     # -- reading ------------------------------------------------------------
 
@@ -182,68 +211,78 @@ class Bundle:
 
     # -- the index ----------------------------------------------------------
 
+    def _block(self, i: int):
+        """-> (rows, keys) of index block ``i``, read and checked the first time it is asked
+        for; DamagedEntry (why) for a block that fails its checks, every time it is asked for."""
+        got = self._blocks.get(i)
+        if got is None:
+            got = self._blocks[i] = self._check_block(i)
+        if type(got) is str:
+            raise DamagedEntry(got)
+        return got
+
+    def _check_block(self, i: int):
+        first = i * self._per
+        n = min(self._per, self.count - first)
+        # (OSError, or BundleError for a closed bundle, propagate: not remembered as damage)
+        rows = self._at(self._start + first * _STRIDE, n * _STRIDE)
+        self.blocks_checked += 1
+        at = i * _RECORD
+        if len(rows) != n * _STRIDE:
+            return f"its index block {i} is cut short"
+        if sha256(rows).digest() != self._table[at + _KEY_END:at + _RECORD]:
+            return f"its index block {i} does not match its checksum"
+        if not _shaped(rows, n):
+            return f"its index block {i} is malformed"
+        keys = [rows[a:a + _KEY_END] for a in range(0, len(rows), _STRIDE)]
+        fences = self._fences
+        if (keys[0] != fences[i] or any(a >= b for a, b in zip(keys, keys[1:]))
+                or (i + 1 < len(fences) and keys[-1] >= fences[i + 1])):
+            return f"its index block {i} is out of order (a key listed twice, or misplaced)"
+        return rows, keys
+
     def _find(self, kind: int, key: str):
-        """-> (offset, length) of the entry ``(kind, key)`` or None; DamagedEntry for a row
-        that names it but is not a row ``pack`` writes (bad numbers, listed twice)."""
-        if self._index is not None and self._rows is None:
-            return self._index.get((kind, key))
-        rows = self._rows
+        """-> (offset, length) of the entry ``(kind, key)`` or None; DamagedEntry for one whose
+        index block is damaged, or whose row is not one ``pack`` writes (numbers unreadable)."""
         needle = f"{kind}\t{key}".encode("ascii", "replace")
         if len(needle) != _KEY_END:
             return None
-        if self._sorted:
-            lo, hi = 0, (len(rows) + 1) // _STRIDE
-            while lo < hi:
-                mid = (lo + hi) // 2
-                at = mid * _STRIDE
-                probe = rows[at:at + _KEY_END]
-                if probe < needle:
-                    lo = mid + 1
-                elif probe > needle:
-                    hi = mid
-                else:
-                    for other in (at - _STRIDE, at + _STRIDE):
-                        if 0 <= other < len(rows) and rows[other:other + _KEY_END] == needle:
-                            raise DamagedEntry("listed twice in the bundle's index")
-                    return _row_place(rows, at)
+        i = bisect_right(self._fences, needle) - 1
+        if i < 0:
             return None
-        needle += b"\t"
-        at = rows.find(needle)
-        while at >= 0 and at % _STRIDE:
-            at = rows.find(needle, at + 1)
-        if at < 0:
+        rows, keys = self._block(i)
+        j = bisect_left(keys, needle)
+        if j == len(keys) or keys[j] != needle:
             return None
-        if rows.find(needle, at + _STRIDE) >= 0:
-            raise DamagedEntry("listed twice in the bundle's index")
-        return _row_place(rows, at)
+        return _row_place(rows, j * _STRIDE)
 
     @property
     def index(self) -> dict:
-        """{(kind, key): (offset, length)} of every well-formed row (parsed on first use: the
-        tools list entries; a lookup never needs it). A row with bad numbers, or a key listed
-        twice, is left out: ``damaged_entries`` counts it."""
+        """{(kind, key): (offset, length)} of every well-formed row of every sound block (checked
+        on first use: the tools list entries; a lookup never needs it). A row of a damaged
+        block, with bad numbers, or with a separator in its key, is left out:
+        ``damaged_entries`` counts it."""
         if self._index is None:
-            index, bad = {}, set()
-            rows = self._rows
-            for at in range(0, len(rows), _STRIDE):
-                kind, key = int(rows[at:at + 1]), rows[at + 2:at + _KEY_END].decode("ascii")
+            index = {}
+            for i in range(self._nblocks):
                 try:
-                    if "\t" in key or "\n" in key:
-                        raise DamagedEntry("its key holds a separator")
-                    place = _row_place(rows, at)
+                    rows, keys = self._block(i)
                 except DamagedEntry:
-                    bad.add((kind, key))
                     continue
-                if (kind, key) in index:
-                    bad.add((kind, key))
-                index[(kind, key)] = place
-            for k in bad:
-                index.pop(k, None)
+                for j, k in enumerate(keys):
+                    key = k[2:].decode("ascii")
+                    if "\t" in key or "\n" in key:
+                        continue
+                    try:
+                        index[(int(k[:1]), key)] = _row_place(rows, j * _STRIDE)
+                    except DamagedEntry:
+                        continue
             self._index = index
         return self._index
 
     def damaged_entries(self) -> int:
-        """How many entries fail their own checks (``info`` reports it; lookups skip them)."""
+        """How many entries fail their own checks or their block's (``info`` reports it; lookups
+        skip them): every index block and every entry is read and checked."""
         bad = len(self) - len(self.index)
         for (kind, key) in self.index:
             try:
@@ -259,7 +298,8 @@ class Bundle:
 
     def entry(self, kind: int, key: str, only=None):
         """-> (meta, payload) of the entry, None if the bundle has none; DamagedEntry (why)
-        if it has one that is not whole and valid. Reads that entry's bytes alone."""
+        if it has one that is not whole and valid, or if the index block that would list it
+        is damaged. Reads that block (once) and that entry's bytes alone."""
         place = self._find(kind, key)
         if place is None:
             return None
@@ -280,17 +320,16 @@ class Bundle:
             return None
 
 
-def _fixed_width(rows: bytes, count: int) -> bool:
-    """Whether ``rows`` has the shape ``pack`` writes: ``count`` rows of ``_ROW`` ascii bytes,
-    a newline after each but the last, tabs where a row has them, a known kind in each.
-    Strided slices in C, a few microseconds: no Python loop over the rows, and no pass that
-    counts bytes (a third of a millisecond for 6,000 rows). A stray tab inside a key is left
-    for the row's use: a lookup compares whole keys, and ``index`` leaves such a row out."""
-    if count == 0 or len(rows) != _STRIDE * count - 1 or not rows.isascii():
-        return count == 0 and not rows
-    if rows[_ROW::_STRIDE] != b"\n" * (count - 1):
+def _shaped(rows: bytes, n: int) -> bool:
+    """Whether the block ``rows`` has the shape ``pack`` writes: ``n`` rows of ``_ROW`` ascii
+    bytes, each ending in a newline, tabs where a row has them, a known kind in each (strided
+    slices in C: no Python loop over the rows). A stray tab inside a key is left for the row's
+    use: a lookup compares whole keys, and ``index`` leaves such a row out."""
+    if len(rows) != _STRIDE * n or not rows.isascii():
         return False
-    if any(rows[t::_STRIDE] != b"\t" * count for t in _TABS):
+    if rows[_ROW::_STRIDE] != b"\n" * n:
+        return False
+    if any(rows[t::_STRIDE] != b"\t" * n for t in _TABS):
         return False
     return not rows[0::_STRIDE].translate(None, _KINDS)
 
@@ -303,41 +342,37 @@ def _row_place(rows: bytes, at: int):
     return int(off), int(length)
 
 
-def _parse_index(text: bytes) -> dict:
-    """``kind<TAB>key<TAB>offset<TAB>length`` lines -> {(kind, key): (offset, length)};
-    ValueError, naming the line, for any line that is not one (a checksum only says the
-    index is the one written, not that a writer wrote it well)."""
-    index = {}
-    for n, line in enumerate(text.decode("ascii").split("\n"), 1):
-        fields = line.split("\t")
-        if len(fields) != 4 or not all(f.isascii() and f.isdigit() and len(f) <= 20
-                                       for f in (fields[0], fields[2], fields[3])):
-            raise ValueError(f"index line {n} is not 'kind, key, offset, length'")
-        kind, key, offset, length = int(fields[0]), fields[1], int(fields[2]), int(fields[3])
-        if kind not in SUFFIX or len(key) != 64 or (kind, key) in index:
-            raise ValueError(f"index line {n} names no entry of this bundle")
-        index[(kind, key)] = (offset, length)
-    return index
+def pack(entries, meta: dict, block_rows: int | None = None) -> bytes:
+    """Bundle bytes (format 2) from ``[(kind, key, encoded entry bytes)]`` and header fields.
 
-
-def pack(entries, meta: dict) -> bytes:
-    """Bundle bytes from ``[(kind, key, encoded entry bytes)]`` and header fields.
-
-    Rows (and entries) are written in the byte order of ``kind<TAB>key``, and the header says
-    so (``index: sorted``), so a reader finds a row by bisection. A reader that predates this
-    ignores the field and reads the bundle as before."""
-    entries = sorted(entries, key=lambda e: f"{e[0]}\t{e[1]}".encode())
-    meta_b = encode_meta(dict(meta, index=SORTED))
+    Rows (and entries) are written in the byte order of ``kind<TAB>key``, one row per key (the
+    first given of a key listed twice), in blocks of ``block_rows`` rows (default
+    ``rows_per_block``), each block's fence and sha256 in the table the head's checksum
+    covers. ValueError for a key that is not 64 characters of ascii without separators."""
+    seen, rows_in = set(), []
+    for e in sorted(entries, key=lambda e: f"{e[0]}\t{e[1]}".encode()):
+        kind, key = e[0], e[1]
+        if len(key) != 64 or not key.isascii() or "\t" in key or "\n" in key or kind not in SUFFIX:
+            raise ValueError(f"a bundle's entries have a known kind and a 64-character key: "
+                             f"{kind}, {key!r}")
+        if (kind, key) not in seen:
+            seen.add((kind, key))
+            rows_in.append(e)
+    n = len(rows_in)
+    per = block_rows or rows_per_block(n)
+    nblocks = -(-n // per)
+    meta_b = encode_meta(meta)
     # Fixed-width numbers: the index's length does not depend on the offsets it lists.
-    offset = _HEAD.size + len(meta_b) + _STRIDE * len(entries) - (1 if entries else 0)
-    lines = []
-    for kind, key, data in entries:
-        lines.append(f"{kind}\t{key}\t{offset:016d}\t{len(data):016d}")
+    offset = _HEAD.size + len(meta_b) + nblocks * _RECORD + _STRIDE * n
+    rows = []
+    for kind, key, data in rows_in:
+        rows.append(f"{kind}\t{key}\t{offset:016d}\t{len(data):016d}\n".encode())
         offset += len(data)
-    index_b = "\n".join(lines).encode()
-    digest = sha256(meta_b + index_b).digest()
-    head = _HEAD.pack(MAGIC, FORMAT, len(entries), len(meta_b), len(index_b), digest)
-    return b"".join([head, meta_b, index_b] + [d for _, _, d in entries])
+    table = b"".join(rows[b][:_KEY_END] + sha256(b"".join(rows[b:b + per])).digest()
+                     for b in range(0, n, per))
+    fields = _HEAD.pack(MAGIC, FORMAT, n, per, len(meta_b), b"")[:_FIELDS]
+    digest = sha256(fields + meta_b + table).digest()
+    return b"".join([fields, digest, meta_b, table] + rows + [d for _, _, d in rows_in])
 
 
 def header_for(meta: dict, llvm: str = "", arch: str = "", requires: dict | None = None) -> dict:
@@ -394,12 +429,13 @@ def _opened(path: str, allow_root: bool, check_dir: bool = True):
 
 def read(path: str, allow_root: bool = False, tack_version: str | None = None,
          whole: bool = False) -> Bundle:
-    """Open a bundle after checking it may be trusted: one open, then its header and index.
+    """Open a bundle after checking it may be trusted: one open, then its header and table.
 
     Its directory must be trusted as the file is (else anyone who may write
     there could swap the file), and the checks on the file are made on the
     descriptor actually read (opened without following a link).  The
-    descriptor stays open: each entry is read from it when looked up, so a
+    descriptor stays open: each index block and entry is read from it when a
+    lookup first needs it, so a
     bundle replaced while a job runs keeps serving the file that was opened.
     ``whole``: read the whole file now and close it (``load_bundle``'s rank 0,
     which broadcasts the bytes).  With ``tack_version``, a bundle made by
@@ -428,8 +464,8 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None,
 
 
 def header(path: str) -> dict:
-    """A bundle's header fields, entry count and size (its header and index read and checked,
-    no entry: BundleError)."""
+    """A bundle's header fields, entry count and size (its head, meta and table read and
+    checked, no index block nor entry: BundleError)."""
     fd, st = _opened(path, allow_root=True, check_dir=False)
     try:
         b = Bundle(None, path, _fd=fd, _size=st.st_size)
