@@ -1,6 +1,7 @@
-"""Bundle reads that cost what a process uses (tack/cache/bundle.py): the header and index read
-once, each entry read from the open file when looked up and checked then; damage refused entry
-by entry; truncation, replacement, fork, close; bundles written by an older Tack."""
+"""Bundle reads that cost what a process uses (tack/cache/bundle.py, format 2): the head, meta and
+block table read and checked once; each index block read and checked when a lookup first needs
+it, each entry when looked up; damage refused block by block and entry by entry; truncation,
+replacement, fork, close; a format 1 bundle (an older Tack's) refused, saying so."""
 
 import gc
 import os
@@ -15,19 +16,19 @@ from .conftest import mpiexec, prime_and_pack, run_one
 V, L = entry.KIND_VARIANT, entry.KIND_LOWERED
 
 
-def old_pack(entries, meta):
-    """A bundle as Tack wrote them before rows were sorted: rows in the order given, no
-    ``index`` header field (tack/cache/bundle.py ``pack`` at 72b89ef)."""
-    meta_b = entry.encode_meta(meta)
-    row = len(f"0\t{'0' * 64}\t{0:016d}\t{0:016d}")
-    offset = bundle._HEAD.size + len(meta_b) + (row + 1) * len(entries) - (1 if entries else 0)
+def format1_pack(entries, meta):
+    """A bundle as Tack wrote them before index blocks (format 1: one sha256 over meta and the
+    whole index, rows sorted; tack/cache/bundle.py ``pack`` at 438dead)."""
+    entries = sorted(entries, key=lambda e: f"{e[0]}\t{e[1]}".encode())
+    meta_b = entry.encode_meta(dict(meta, index="sorted"))
+    offset = bundle._HEAD.size + len(meta_b) + bundle._STRIDE * len(entries) - (1 if entries else 0)
     lines = []
     for kind, key, data in entries:
         lines.append(f"{kind}\t{key}\t{offset:016d}\t{len(data):016d}")
         offset += len(data)
     index_b = "\n".join(lines).encode()
     digest = bundle.sha256(meta_b + index_b).digest()
-    head = bundle._HEAD.pack(bundle.MAGIC, bundle.FORMAT, len(entries), len(meta_b), len(index_b), digest)
+    head = bundle._HEAD.pack(bundle.MAGIC, 1, len(entries), len(meta_b), len(index_b), digest)
     return b"".join([head, meta_b, index_b] + [d for _, _, d in entries])
 
 
@@ -41,9 +42,44 @@ def synthetic(n, seed=0, size=200):
     return out
 
 
+def layout(data):
+    """-> {"count", "per" (rows per block), "meta", "table", "index" (where it starts), "end"
+    (where the index ends)} of format 2 bundle bytes."""
+    _, fmt, count, per, mlen, _ = bundle._HEAD.unpack_from(data)
+    assert fmt == 2
+    nblocks = -(-count // per)
+    meta = bundle._HEAD.size
+    table = meta + mlen
+    index = table + nblocks * bundle._RECORD
+    return {"count": count, "per": per, "nblocks": nblocks, "meta": meta, "table": table,
+            "index": index, "end": index + count * bundle._STRIDE}
+
+
 def header_bytes(data):
-    _, _, _, mlen, ilen, _ = bundle._HEAD.unpack_from(data)
-    return bundle._HEAD.size + mlen + ilen
+    """What opening a bundle reads: its head, meta and table."""
+    return layout(data)["index"]
+
+
+def position(data, kind, key):
+    """-> (row number, block number) of (kind, key)'s row."""
+    lay = layout(data)
+    rows = data[lay["index"]:lay["end"]]
+    at = rows.index(f"{kind}\t{key}\t".encode())
+    assert at % bundle._STRIDE == 0
+    return at // bundle._STRIDE, at // bundle._STRIDE // lay["per"]
+
+
+def block_bytes(data, block):
+    lay = layout(data)
+    return min(lay["per"], lay["count"] - block * lay["per"]) * bundle._STRIDE
+
+
+def block_keys(data, block):
+    """{(kind, key)} listed in index block ``block``."""
+    lay = layout(data)
+    start = lay["index"] + block * lay["per"] * bundle._STRIDE
+    rows = data[start:start + block_bytes(data, block)]
+    return {(int(rows[a:a + 1]), rows[a + 2:a + 66].decode()) for a in range(0, len(rows), bundle._STRIDE)}
 
 
 def write_private(path, data):
@@ -51,26 +87,37 @@ def write_private(path, data):
     os.chmod(path, 0o600)
 
 
+def rewrite_rows(data, new_rows):
+    """``data`` with index rows replaced ({row number: new row, same width}), each block's
+    checksum and the head's made to hold (a buggy writer, not a flipped bit; the fences are
+    the ones written for the rows before)."""
+    lay = layout(data)
+    rows = bytearray(data[lay["index"]:lay["end"]])
+    for n, new in new_rows.items():
+        assert len(new) == bundle._ROW
+        rows[n * bundle._STRIDE:n * bundle._STRIDE + bundle._ROW] = new.encode()
+    table = bytearray(data[lay["table"]:lay["index"]])
+    size = lay["per"] * bundle._STRIDE
+    for b in range(lay["nblocks"]):
+        at = b * bundle._RECORD + 66
+        table[at:at + 32] = bundle.sha256(bytes(rows[b * size:(b + 1) * size])).digest()
+    fields = data[:bundle._FIELDS]
+    digest = bundle.sha256(fields + data[lay["meta"]:lay["table"]] + bytes(table)).digest()
+    return fields + digest + data[lay["meta"]:lay["table"]] + bytes(table) + bytes(rows) + data[lay["end"]:]
+
+
 def rewrite_row(data, kind, key, new_row):
-    """``data`` with the index row of (kind, key) replaced by ``new_row`` (same width), the
-    header's checksum made to hold (a buggy writer, not a flipped bit)."""
-    _, fmt, count, mlen, ilen, _ = bundle._HEAD.unpack_from(data)
-    start = bundle._HEAD.size
-    meta, rows = data[start:start + mlen], data[start + mlen:start + mlen + ilen]
-    at = rows.index(f"{kind}\t{key}\t".encode())
-    assert len(new_row) == bundle._ROW
-    rows = rows[:at] + new_row.encode() + rows[at + bundle._ROW:]
-    digest = bundle.sha256(meta + rows).digest()
-    return bundle._HEAD.pack(bundle.MAGIC, fmt, count, mlen, ilen, digest) + meta + rows + \
-        data[start + mlen + ilen:]
+    """``data`` with the index row of (kind, key) replaced by ``new_row`` (``rewrite_rows``)."""
+    return rewrite_rows(data, {position(data, kind, key)[0]: new_row})
 
 
-@pytest.fixture(params=["sorted", "old"])
+@pytest.fixture(params=["default blocks", "blocks of 4 rows"])
 def made(request, tmp_path):
-    """A bundle of 41 entries on disk, as this Tack writes it and as an older one did."""
+    """A bundle of 41 entries on disk, in blocks of the size ``pack`` chooses (32 rows: two
+    blocks) and of 4 rows (eleven)."""
     entries = synthetic(41)
     meta = {"tack": "t", "target_key": "k" * 64, "arch": "cpu:x"}
-    data = bundle.pack(entries, meta) if request.param == "sorted" else old_pack(entries, meta)
+    data = bundle.pack(entries, meta, block_rows=None if request.param == "default blocks" else 4)
     d = tmp_path / "d"
     d.mkdir(mode=0o700)
     path = d / "b"
@@ -81,32 +128,62 @@ def made(request, tmp_path):
 # -- in one process -----------------------------------------------------------------------
 
 def test_every_entry_found_reading_only_it(made):
-    """Each lookup reads that entry's bytes alone; every entry is found, an absent key misses,
-    from a file as from the same bytes in memory."""
+    """Each lookup reads that entry's bytes alone, and its index block the first time a lookup
+    needs that block; every entry is found, an absent key misses, from a file as from the same
+    bytes in memory."""
     path, entries, data = made
     with bundle.read(str(path)) as b:
         assert b.bytes_read == header_bytes(data) and len(b) == len(entries)
+        assert b.blocks_checked == 0
+        seen = set()
         for kind, key, raw in entries:
             before = b.bytes_read
+            block = position(data, kind, key)[1]
             meta, payload = b.get(kind, key)
-            assert b.bytes_read - before == len(raw)
+            assert b.bytes_read - before == len(raw) + (0 if block in seen else block_bytes(data, block))
+            seen.add(block)
+            assert b.blocks_checked == len(seen)
             assert entry.decode(raw, kind, key)[1:] == (meta, payload)
             assert bundle.Bundle(data).get(kind, key) == (meta, payload)
         before = b.bytes_read
         assert b.get(V, "0" * 64) is None and b.get(L, entries[1][1]) is None   # wrong kind
         assert b.get(V, "short") is None and b.bytes_read == before
+        assert b.blocks_checked == layout(data)["nblocks"]       # each once
     assert sorted(bundle.Bundle(data).index) == sorted((k, key) for k, key, _ in entries)
 
 
+def test_lookup_hashes_only_its_block(made, monkeypatch):
+    """Opening hashes the head's fields, meta and table, nothing of the index; a lookup hashes its
+    one index block (once: a second lookup in it hashes no index) and its entry."""
+    path, entries, data = made
+    hashed = []
+    real = bundle.sha256
+    monkeypatch.setattr(bundle, "sha256", lambda d=b"", more=0: hashed.append(len(d)) or real(d, more))
+    lay = layout(data)
+    with bundle.read(str(path)) as b:
+        assert hashed == [bundle._FIELDS + lay["index"] - lay["meta"]]
+        kind, key, raw = entries[5]
+        block = position(data, kind, key)[1]
+        assert b.get(kind, key) is not None
+        assert hashed[1:] == [block_bytes(data, block)] and b.blocks_checked == 1
+        same = [e for e in entries if position(data, *e[:2])[1] == block and e[1] != key]
+        other = next(e for e in entries if position(data, *e[:2])[1] != block)
+        del hashed[:]
+        if same:
+            assert b.get(*same[0][:2]) is not None and hashed == [] and b.blocks_checked == 1
+        assert b.get(*other[:2]) is not None and b.blocks_checked == 2
+        assert hashed == [block_bytes(data, position(data, *other[:2])[1])]
+
+
 def test_header_reads_only_the_header(made, monkeypatch):
-    """bundle.header(): its fields, entry count and size, from the header and index alone."""
+    """bundle.header(): its fields, entry count and size, from the head, meta and table alone."""
     path, entries, data = made
     got = []
     real = bundle._pread1
     monkeypatch.setattr(bundle, "_pread1", lambda fd, n, off: got.append(real(fd, n, off)) or got[-1])
     head = bundle.header(str(path))
     assert head["entries"] == len(entries) and head["bytes"] == len(data) and head["arch"] == "cpu:x"
-    assert sum(map(len, got)) == header_bytes(data)
+    assert sum(map(len, got)) == header_bytes(data) < layout(data)["end"]
 
 
 def test_damaged_entry_refused_alone(made):
@@ -126,55 +203,128 @@ def test_damaged_entry_refused_alone(made):
         assert b.damaged_entries() == 1
 
 
-@pytest.mark.parametrize("row", ["bad number", "listed twice", "tab in key"])
-def test_bad_index_row_refuses_that_entry_only(made, row):
-    """A row of the right width with a non-number, a key listed twice, or a tab inside its key
-    (a buggy writer, the checksum holding): that entry is refused, the bundle still serves
-    every other one. (Before, the whole bundle was refused.)"""
+def test_damaged_index_block_refuses_its_rows_only(made):
+    """A byte flipped in one index block (any byte of it: a key, a number, a tab): the entries
+    that block lists are refused (DamagedEntry naming the block), counted damaged; every entry of
+    every other block is served, from the file and from memory."""
     path, entries, data = made
-    kind, key, _ = entries[10]
+    lay = layout(data)
+    block = position(data, *entries[9][:2])[1]
+    gone = block_keys(data, block)
+    start = lay["index"] + block * lay["per"] * bundle._STRIDE
+    for at in (start, start + 70, start + block_bytes(data, block) - 1):
+        bad = bytearray(data)
+        bad[at] ^= 0x01
+        write_private(path, bytes(bad))
+        for b in (bundle.read(str(path)), bundle.Bundle(bytes(bad))):
+            with pytest.raises(entry.DamagedEntry, match=f"index block {block} does not match"):
+                b.entry(*entries[9][:2])
+            for k, ky, raw in entries:
+                got = b.get(k, ky)
+                if (k, ky) in gone:
+                    assert got is None
+                else:
+                    assert got == entry.decode(raw, k, ky)[1:]
+            assert b.blocks_checked == lay["nblocks"]           # the damaged one checked once
+            assert b.damaged_entries() == len(gone)
+            assert set(b.index) == {(k, ky) for k, ky, _ in entries} - gone
+            b.close()
+
+
+def test_damaged_header_refuses_the_bundle(made):
+    """A byte flipped anywhere in the head, meta or table (the block checksums and fences
+    included): the bundle is refused with a BundleError saying it is damaged (or not a bundle,
+    for the magic), from the file and from memory; never anything else raised."""
+    path, entries, data = made
+    for at in range(header_bytes(data)):
+        bad = bytearray(data)
+        bad[at] ^= 0x01
+        with pytest.raises(bundle.BundleError, match="damaged|not a Tack bundle|format|short"):
+            bundle.Bundle(bytes(bad))
+    for at in (12, 20, bundle._HEAD.size + 3, layout(data)["table"] + 5, header_bytes(data) - 1):
+        bad = bytearray(data)
+        bad[at] ^= 0x01
+        write_private(path, bytes(bad))
+        with pytest.raises(bundle.BundleError, match="damaged"):
+            bundle.read(str(path))
+
+
+def test_format_1_bundle_refused_with_a_clear_message(tmp_path):
+    """A bundle an older Tack wrote (format 1) is refused, saying so and to pack it again: by
+    read, header and Bundle(bytes), and by the store, with one warning; never a crash."""
+    from tack.cache.bundle import BundleStore
+    entries = synthetic(6)
+    data = format1_pack(entries, {"tack": "t", "target_key": "k" * 64})
+    d = tmp_path / "d"
+    d.mkdir(mode=0o700)
+    path = d / "b"
+    write_private(path, data)
+    for make in (lambda: bundle.read(str(path)), lambda: bundle.header(str(path)),
+                 lambda: bundle.Bundle(data)):
+        with pytest.raises(bundle.BundleError, match="bundle format 1 .*pack it again"):
+            make()
+    warned, stats = [], {"bytes_read": 0, "load_seconds": 0.0, "damaged": 0}
+    store = BundleStore(stats, warned.append, str(path))
+    for k, key, _ in entries:
+        assert store.read(k, key, "variant") == (None, entry.MISSING)
+    assert len(warned) == 1 and "format 1" in warned[0] and stats["damaged"] == 0
+
+
+def _middle_row(data):
+    """A row number p with p and p + 1 in one block, neither its first nor its last."""
+    lay = layout(data)
+    p = lay["per"] + 1 if lay["per"] + 3 <= lay["count"] else 1
+    assert p // lay["per"] == (p + 2) // lay["per"]
+    return p
+
+
+@pytest.mark.parametrize("row", ["bad number", "listed twice", "tab in key"])
+def test_bad_index_row_refused(made, row):
+    """A row of the right width with a non-number, or a tab inside its key (a buggy writer, the
+    checksums holding): that entry alone is refused, every other one served. A key listed twice
+    (rows out of order): the rows of that block are refused, every other block's served."""
+    path, entries, data = made
     b = bundle.Bundle(data)
+    lay = layout(data)
+    p = _middle_row(data)
+    rows = data[lay["index"]:lay["end"]]
+    (kind, key), (k2, key2) = [(int(rows[a:a + 1]), rows[a + 2:a + 66].decode())
+                               for a in (p * bundle._STRIDE, (p + 1) * bundle._STRIDE)]
     off, n = b.index[(kind, key)]
     if row == "bad number":
-        new = f"{kind}\t{key}\t{off:016d}\t{n:015d}x"
-        gone = {key}
+        data = rewrite_rows(data, {p: f"{kind}\t{key}\t{off:016d}\t{n:015d}x"})
+        gone = {(kind, key)}
     elif row == "tab in key":
-        new = f"{kind}\t{key[:30]}\t{key[31:]}\t{off:016d}\t{n:016d}"
-        gone = {key}
-    else:                                   # the row after entries[10]'s names its key too
-        rows = data[header_bytes(data) - b._rows.__len__():header_bytes(data)]
-        at = rows.index(f"{kind}\t{key}\t".encode()) + bundle._STRIDE
-        k2, key2 = int(rows[at:at + 1]), rows[at + 2:at + 66].decode()
+        data = rewrite_rows(data, {p: f"{kind}\t{key[:30]}\t{key[31:]}\t{off:016d}\t{n:016d}"})
+        gone = {(kind, key)}
+    else:                                   # the next row names entries[p]'s key too
         off2, n2 = b.index[(k2, key2)]
-        new = f"{kind}\t{key}\t{off2:016d}\t{n2:016d}"
-        data = rewrite_row(data, k2, key2, new)
-        new, gone = None, {key, key2}
-    if new is not None:
-        data = rewrite_row(data, kind, key, new)
+        data = rewrite_rows(data, {p + 1: f"{kind}\t{key}\t{off2:016d}\t{n2:016d}"})
+        gone = block_keys(b.data, p // lay["per"])         # as written, before the rewrite
     write_private(path, data)
-    # A key altered in a sorted index may also hide its neighbours from the bisection (they
-    # then miss and compile: never another entry's code); an older Tack's index has no order.
-    others_served = row != "tab in key" or b.meta.get("index") != bundle.SORTED
     for b in (bundle.read(str(path)), bundle.Bundle(data)):
-        for k, ky, _ in entries:
+        for k, ky, raw in entries:
             got = b.get(k, ky)
-            if ky in gone:
+            if (k, ky) in gone:
                 assert got is None, ky
-            elif others_served:
-                assert got is not None, ky
+            else:
+                assert got == entry.decode(raw, k, ky)[1:], ky
         assert b.damaged_entries() == len(gone)
-        assert set(b.index) == {(k, ky) for k, ky, _ in entries if ky not in gone}
+        assert set(b.index) == {(k, ky) for k, ky, _ in entries} - gone
+        b.close()
 
 
 def test_truncated_anywhere_serves_what_survives_whole(made):
-    """Cut at many offsets: inside the header or index the bundle is refused (BundleError);
-    past it, every entry that ends before the cut is served and the others refused; nothing
-    else is ever raised."""
+    """Cut at many offsets: before the index's end the bundle is refused (BundleError: no entry
+    survives such a cut); past it, every entry that ends before the cut is served and the others
+    refused; nothing else is ever raised."""
     path, entries, data = made
     places = bundle.Bundle(data).index
-    head = header_bytes(data)
-    cuts = sorted({0, 1, 10, bundle._HEAD.size - 1, bundle._HEAD.size, head // 2, head - 1, head,
-                   head + 1, len(data) - 1} | {off + n for off, n in places.values()}
+    lay = layout(data)
+    end = lay["end"]
+    cuts = sorted({0, 1, 10, bundle._HEAD.size - 1, bundle._HEAD.size, lay["table"], lay["index"] - 1,
+                   lay["index"], lay["index"] + 1, end - 1, end, end + 1, len(data) - 1}
+                  | {off + n for off, n in places.values()}
                   | {off + n // 2 for off, n in places.values()})
     for cut in cuts:
         write_private(path, data[:cut])
@@ -182,13 +332,31 @@ def test_truncated_anywhere_serves_what_survives_whole(made):
             try:
                 b = make()
             except bundle.BundleError as e:
-                assert cut < head, (cut, e)
+                assert cut < end, (cut, e)
                 continue
-            assert cut >= head
+            assert cut >= end
             for kind, key, raw in entries:
                 off, n = places[(kind, key)]
                 assert (b.get(kind, key) is not None) == (off + n <= cut), (cut, key)
             assert b.damaged_entries() == sum(off + n > cut for off, n in places.values())
+
+
+def test_cut_after_open_refuses_the_blocks_cut(made):
+    """The file truncated while open (inside its index): a block not yet read comes back short
+    and its rows are refused; the blocks read before still serve (entries that survive)."""
+    path, entries, data = made
+    lay = layout(data)
+    if lay["nblocks"] < 2:
+        pytest.skip("one block")
+    b = bundle.read(str(path))
+    first = next(e for e in entries if position(data, *e[:2])[1] == 0)
+    last = next(e for e in entries if position(data, *e[:2])[1] == lay["nblocks"] - 1)
+    assert b.get(*first[:2]) is not None
+    os.truncate(path, lay["end"] - 5)
+    with pytest.raises(entry.DamagedEntry, match="cut short"):
+        b.entry(*last[:2])
+    assert b.get(*last[:2]) is None
+    b.close()
 
 
 def test_replaced_bundle_keeps_serving_the_file_opened(made, tmp_path):
@@ -233,35 +401,11 @@ def test_lookups_after_fork_and_close(made):
         os.fstat(fd2)
 
 
-def test_index_of_another_width_is_parsed_whole():
-    """An index whose rows are not the fixed width ``pack`` writes (10-digit numbers) is parsed
-    whole, as before: lookups work; a line missing a field makes the bundle damaged."""
-    entries = synthetic(6)
-    meta_b = entry.encode_meta({"tack": "t"})
-    width = len(f"1\t{'0' * 64}\t{0:010d}\t{0:010d}") + 1
-    offset = bundle._HEAD.size + len(meta_b) + width * len(entries) - 1
-
-    def make(rows):
-        index_b = "\n".join(rows).encode()
-        head = bundle._HEAD.pack(bundle.MAGIC, 1, len(entries), len(meta_b), len(index_b),
-                                 bundle.sha256(meta_b + index_b).digest())
-        return head + meta_b + index_b + b"".join(d for _, _, d in entries)
-
-    rows = []
-    for k, key, d in entries:
-        rows.append(f"{k}\t{key}\t{offset:010d}\t{len(d):010d}")
-        offset += len(d)
-    b = bundle.Bundle(make(rows))
-    assert all(b.get(k, key) is not None for k, key, _ in entries) and b.damaged_entries() == 0
-    with pytest.raises(bundle.BundleError, match="damaged"):
-        bundle.Bundle(make([rows[0].rsplit("\t", 1)[0]] + rows[1:]))
-
-
 # -- through the store, in fresh processes -------------------------------------------------
 
 def grow(path, n):
     """Repack the bundle at ``path`` with ``n`` synthetic entries added. -> (bytes, header bytes,
-    {kernel name: variant entry length})."""
+    {kernel name: (variant entry length, its index block's number)})."""
     b = bundle.Bundle(path.read_bytes())
     real = [(k, key, b.data[off:off + ln]) for (k, key), (off, ln) in b.index.items()]
     data = bundle.pack(real + synthetic(n, seed=5, size=4000), b.meta)
@@ -269,19 +413,23 @@ def grow(path, n):
     lengths = {}
     for k, key, raw in real:
         if k == V:
-            lengths[entry.decode(raw, k, key)[1]["kernel"]] = len(raw)
+            lengths[entry.decode(raw, k, key)[1]["kernel"]] = \
+                (len(raw), position(data, k, key)[1])
     return data, header_bytes(data), lengths
 
 
 def test_bundle_mode_reads_the_index_and_the_entries_used(kernel_dir, cache):
-    """TACK_CACHE=bundle with 400 other entries in the bundle: the process reads the header,
-    the index and its two variants, no more (stats say so), and both kernels hit.
-    (Before, it read the whole file.)"""
+    """TACK_CACHE=bundle with 400 other entries in the bundle: the process reads the header
+    and table, the index blocks listing its two variants and those variants, no more (stats say
+    so), and both kernels hit. (Before format 2, it read the whole index.)"""
     path = prime_and_pack(kernel_dir, cache)
     data, head, lengths = grow(path, 400)
     r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
     assert r["ok"] and r["stats"]["hits"]["variant"] == 2 and r["stats"]["hits"]["lowered"] == 0
-    assert r["stats"]["bytes_read"] == head + lengths["k_a"] + lengths["k_b"] < len(data) // 10
+    (a, block_a), (b, block_b) = lengths["k_a"], lengths["k_b"]
+    blocks = sum(block_bytes(data, n) for n in {block_a, block_b})
+    assert r["stats"]["bytes_read"] == head + blocks + a + b
+    assert r["stats"]["bytes_read"] < head + layout(data)["end"] - layout(data)["index"]
 
 
 def test_bundle_mode_bad_row_serves_the_other_kernel(kernel_dir, cache):
