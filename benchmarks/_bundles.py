@@ -104,8 +104,10 @@ def _make_in(checkout, cache_dir, kernels):
     import subprocess
     code = (f"import json, sys; sys.path.insert(0, {HERE!r}); from _bundles import make_bundle; "
             f"print(json.dumps(make_bundle({cache_dir!r}, {kernels})))")
+    # cwd: ``python -c`` puts its working directory first on sys.path, ahead of PYTHONPATH, so
+    # run from another checkout it would pack with that one's Tack (and its bundle format).
     proc = subprocess.run([sys.executable, "-c", code], env=_child_env(checkout), check=True,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, cwd=checkout)
     return json.loads(proc.stdout)
 
 
