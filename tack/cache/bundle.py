@@ -693,7 +693,7 @@ class SiteBundleStore(_ReadOnly):
                 self.warn_once(f"not using the site bundle {name}: {e}")
                 b = None
             else:
-                self.stats["bytes_read"] += b.bytes_read        # its header and index, no more
+                self.stats["bytes_read"] += b.bytes_read        # its head, header and index table, no more
                 self.stats["load_seconds"] += time.perf_counter() - t0
             self._read[name] = b
         b = self._read[name]

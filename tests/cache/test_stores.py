@@ -121,8 +121,8 @@ class TestTargets:
 
     def test_a_bundle_read_for_its_header_is_served_without_reading_it_again(self, written):
         """A bundle whose header the caller's ``site_bundles`` read is served from that read (the
-        same open bundle, not opened again); with lazy reads, what is read is its header and
-        index and the entries looked up, never more than the file."""
+        same open bundle, not opened again); with lazy reads, what is read is its header, its index
+        table, the index blocks and the entries looked up, never more than the file."""
         cache, site = written
         name = bundle.site_bundle_name("cpu:zen2", ARCH_KEY)
         st = tack.cache.new_stats()
@@ -137,7 +137,7 @@ class TestTargets:
             assert got.payload == b"code for c"
             sizes.append(st["bytes_read"])
         assert store.stores[0].bundle is store._read[name]
-        assert 0 < sizes[0] <= os.path.getsize(site / name)       # header, index, one entry
+        assert 0 < sizes[0] <= os.path.getsize(site / name)       # header, one index block, one entry
         assert st["bytes_read"] == store.stores[0].bundle.bytes_read
         assert sizes[1] - sizes[0] < sizes[0]                      # the entry again, not the header
 
