@@ -100,6 +100,7 @@ def test_thread_rule_around_each_threshold(monkeypatch, shape, threads):
         for per_thread in (points * 1.0 / k * 1.0001, points * 1.0 / k * 0.9999):
             monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", per_thread * 1e-9)
             variant.cost = 1e-9                         # the estimate: points * 1 ns
+            variant.serial_points = 0                   # and no fast path learnt from it
             want = min(threads, shape[0], int(points * 1e-9 / (per_thread * 1e-9)))
             used, _ = _launch_marked(shape)
             assert used == (want if want >= 2 else 1), (k, per_thread)
@@ -116,7 +117,7 @@ def test_busy_machine_backs_off_and_probes(monkeypatch):
     (variant,) = [v for v in k_mark1._variants.values() if getattr(v, "fn", None) is not None]
     used = []
     for _ in range(cpu_runtime.PROBE_EVERY):
-        variant.cost = 1e-9
+        variant.cost, variant.serial_points = 1e-9, 0
         used.append(_launch_marked((1000,))[0])
     assert used.count(2) == 1 and used.count(1) == cpu_runtime.PROBE_EVERY - 1
     assert cpu_runtime._overhead < 1.0
@@ -161,7 +162,7 @@ def _recording_variant(gate=None, fail_on=None):
             raise ValueError(f"chunk {lo}:{hi} failed")
         runs.append((lo, hi, me))
 
-    return SimpleNamespace(fn=fn, cost=1.0), runs, failed
+    return SimpleNamespace(fn=fn, cost=1.0, serial_points=0), runs, failed
 
 
 @pytest.mark.parametrize("threads", [2, 4])
@@ -374,3 +375,31 @@ print(json.dumps({"first": first, "second": dict(k2.timings), "stats": cpu_runti
     assert got["stats"]["workers"] == 1 and got["stats"]["parallel_launches"] == 2, got
     assert got["first"]["threads"] > 0 and "launch" in got["first"], got
     assert "threads" not in got["second"], got          # workers were started already
+
+
+def test_grids_below_the_learnt_size_skip_the_rule_and_the_clock(monkeypatch):
+    """Issue 21: once a variant's cost is measured, grids so small that neither a second thread
+    nor a timing could pay take the fast path (as TACK_NUM_THREADS=1 does): serially, and not
+    measured again; larger grids still follow the rule. A launch too quick to time marks its
+    size as such."""
+    tack.config.num_threads = 2
+
+    @tack.kernel
+    def k_small(out):
+        i = tack.tid()
+        out[i] = i
+
+    out = np.zeros(64)
+    tack.launch(k_small, dim=out.size, args=(out,))          # compiles; 64 points: too quick
+    (variant,) = k_small._variants.values()
+    assert variant.serial_points == 65 and variant.cost is None
+    monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 0.0)   # time everything that is timed
+    tack.launch(k_small, dim=32, args=(out,))
+    assert variant.cost is None                              # the fast path: no clock
+    assert (out == np.arange(64)).all()
+    tack.launch(k_small, dim=64, args=(out,))
+    assert variant.cost is None
+    big = np.zeros(100_000)
+    tack.launch(k_small, dim=big.size, args=(big,))          # above it: timed, a cost learnt
+    assert variant.cost is not None and (big == np.arange(big.size)).all()
+    assert variant.serial_points >= 65                       # what it learnt stays learnt

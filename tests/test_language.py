@@ -781,13 +781,16 @@ def test_template_classes():
     a = np.arange(-3, 4, dtype=np.float64)
     out_d = np.empty((7, 4))
     out_s = np.empty((7, 4))
+    # Variants are per device: when the suite is replayed on another device after the CPU
+    # run, the CPU's are there already (the lowered kernels are shared).
+    before = len(k_template._variants)
     tack.launch(k_template, dim=7, args=(Double, a, out_d))
     tack.launch(k_template, dim=7, args=(Square, a, out_s))
     np.testing.assert_array_equal(out_d, np.stack([2 * a, 4 * a, np.full(7, 10.0), 4 * a], axis=1))
     np.testing.assert_array_equal(out_s, np.stack([a**2, a**4, np.full(7, 0.5), 4 * a], axis=1))
     assert len(k_template._lowered) == 2
     tack.launch(k_template, dim=7, args=(Double, a, out_d))
-    assert len(k_template._variants) == 2
+    assert len(k_template._variants) - before == 2
 
 
 # =====================================================================================

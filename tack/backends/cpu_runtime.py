@@ -261,6 +261,9 @@ class CPUVariant(BoundsReport):
         # Seconds per grid point of this variant, from its last launch that took long enough to
         # measure (None: not yet measured); the thread rule's estimate (``_run_grid``).
         self.cost = None
+        # Grids of fewer points than this run serially untimed: the measured cost puts them
+        # below both what a thread is given and what is worth timing (0: not measured yet).
+        self.serial_points = 0
         self.grid_too_large = None
         if self.grid_checks:
             test = " or ".join(f"args[{i}].shape[{axis}] < d[{dim}]"
@@ -394,11 +397,11 @@ def _run_grid(variant, buf, d):
     fn = variant.fn
     threads = config.num_threads
     d0 = d[0]
-    if threads == 1 or d0 < 2:
-        _stats["last_threads"] = 1
+    points = d0 * d[1] * d[2]
+    if threads == 1 or d0 < 2 or points < variant.serial_points:
+        _stats["last_threads"] = 1          # the fast path: as cheap as TACK_NUM_THREADS=1
         fn(buf, 0, d0)
         return
-    points = d0 * d[1] * d[2]
     cost = variant.cost
     estimate = points * (FLOOR_S if cost is None else cost)
     n = min(threads, d0, int(estimate / max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead)))
@@ -415,6 +418,8 @@ def _run_grid(variant, buf, d):
         t = _clock() - t0
         if t >= MEASURE_MIN_S:
             _learn(variant, t / points)
+        elif t < 2 * PER_THREAD_S and points >= variant.serial_points:
+            variant.serial_points = points + 1  # too quick to time: grids this small never gain
         return
     try:
         t0 = _clock()
@@ -432,10 +437,15 @@ def _run_grid(variant, buf, d):
         job.work(timed=True)
         job.wait()
         wall = _clock() - t0
+        now = None                      # seconds a point, as this launch's own chunks ran
         if job.timed >= MEASURE_MIN_S:
-            _learn(variant, job.timed / (job.timed_rows * d[1] * d[2]))
-        if variant.cost is not None:    # what the launch took beyond its share of the work
-            lag = max(wall - variant.cost * points / n, 0.0)
+            now = job.timed / (job.timed_rows * d[1] * d[2])
+            _learn(variant, now)
+        # What the launch took beyond its share of the work, at the cost this launch measured
+        # (an estimate learnt on another grid size would count its own error as overhead).
+        per_point = now if now is not None else variant.cost
+        if per_point is not None:
+            lag = max(wall - per_point * points / n, 0.0)
             _overhead = (3 * _overhead + lag) / 4
         if job.error is not None:
             raise job.error
@@ -447,7 +457,12 @@ def _learn(variant, cost):
     """A launch measured ``cost`` seconds a point: lower is taken at once, higher a quarter of
     the way (one launch preempted by another process does not make a variant look costly)."""
     old = variant.cost
-    variant.cost = cost if old is None or cost <= old else old + (cost - old) / 4
+    variant.cost = cost = cost if old is None or cost <= old else old + (cost - old) / 4
+    # Below this many points a launch would be given no second thread, nor be worth timing,
+    # even at half the cost measured: such launches skip the rule and the clock.
+    if cost > 0:
+        variant.serial_points = max(variant.serial_points,
+                                    int(min(PER_THREAD_S * 2, MEASURE_MIN_S) / (2 * cost)))
 
 
 class _Job:
