@@ -103,6 +103,8 @@ def _child_steady(sizes, repeats):
     # The rule's measured overhead, kept per mode: forced-2 launches of tiny grids lag far more
     # than their work, and must not make the automatic column hold back.
     overhead = {m: getattr(cpu_runtime, "_overhead", 0.0) for m in modes}
+    factor = getattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
+    learnt = {}
 
     def run_mode(mode, kernel, a, n, calls):
         threads, per_thread = modes[mode]
@@ -110,6 +112,11 @@ def _child_steady(sizes, repeats):
         if has_rule:
             cpu_runtime.PER_THREAD_S = per_thread
             cpu_runtime._overhead = overhead[mode]
+            # forced: 2 threads whatever the overhead measured (else it backs off like auto)
+            cpu_runtime.OVERHEAD_FACTOR = 0.0 if mode == "2" else factor
+        variants = [v for v in kernel._variants.values() if hasattr(v, "serial_points")]
+        for v in variants:          # what the rule learnt of small grids, per mode too
+            v.serial_points = learnt.get((mode, id(v)), 0)
         t0 = time.perf_counter()
         for _ in range(calls):
             tack.launch(kernel, dim=n, args=a)
@@ -117,6 +124,7 @@ def _child_steady(sizes, repeats):
         used = cpu_runtime.pool_stats()["last_threads"] if has_rule else None
         if has_rule:
             overhead[mode] = cpu_runtime._overhead
+            learnt.update(((mode, id(v)), v.serial_points) for v in variants)
         return t, used
 
     rows = []

@@ -343,8 +343,10 @@ class CPUVariant(BoundsReport):
 # and otherwise runs serially and is measured. A measurement lower than the estimate replaces
 # it, a higher one moves it a quarter of the way (``_learn``: a launch preempted by another
 # process does not make a variant look costly for long).
-# A busy machine: each parallel launch also measures its overhead, its wall time beyond its
-# share of the work (cost * points / n), averaged over launches in ``_overhead``; each thread's
+# A busy machine: each parallel launch also measures its overhead, the time its calling thread
+# spent not running chunks itself (waking workers, waiting for the last chunk) beyond one
+# chunk's time, averaged over
+# launches in ``_overhead``; each thread's
 # minimum work is then max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead), so where other processes
 # keep the worker from running promptly, mid-size grids go back to one thread. One launch in
 # PROBE_EVERY held back only by that overhead runs parallel anyway, to see if it has gone.
@@ -437,16 +439,16 @@ def _run_grid(variant, buf, d):
         job.work(timed=True)
         job.wait()
         wall = _clock() - t0
-        now = None                      # seconds a point, as this launch's own chunks ran
         if job.timed >= MEASURE_MIN_S:
-            now = job.timed / (job.timed_rows * d[1] * d[2])
-            _learn(variant, now)
-        # What the launch took beyond its share of the work, at the cost this launch measured
-        # (an estimate learnt on another grid size would count its own error as overhead).
-        per_point = now if now is not None else variant.cost
-        if per_point is not None:
-            lag = max(wall - per_point * points / n, 0.0)
-            _overhead = (3 * _overhead + lag) / 4
+            _learn(variant, job.timed / (job.timed_rows * d[1] * d[2]))
+        # The launch's overhead: the time the calling thread did not spend on chunks of its own
+        # (waking the workers, then waiting for the last chunk another thread still ran), less
+        # one chunk's time, the wait any split into chunks has. Not the wall time against an
+        # estimate: one learnt at another grid size, or work the caller took over from a late
+        # worker, would count as overhead.
+        if job.timed_rows:
+            chunk = job.timed * (d0 / chunks) / job.timed_rows
+            _overhead = (3 * _overhead + max(wall - job.timed - chunk, 0.0)) / 4
         if job.error is not None:
             raise job.error
     finally:
