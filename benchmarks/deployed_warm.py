@@ -22,7 +22,8 @@ from:
   this script never installs them).
 
 A NumPy-only process (import NumPy, build the input, exit) is the baseline for the whole
-warm process.  Then: bundle mode's first call with ``--bundle-kernels`` kernels in the bundle
+warm process, compared by CPU time (user + system, ``getrusage`` of the child: the wall time
+of a 100 ms process moves by tens of milliseconds on a shared machine).  Then: bundle mode's first call with ``--bundle-kernels`` kernels in the bundle
 (``_bundles.py`` fills one), and the steady-state table of 1 against 2 threads
 (``thread_scaling.py``).  At least 9 runs per case (``--runs``), interleaved case by case;
 figures are min / median / max.  Targets (printed beside the figures, never asserted):
@@ -40,6 +41,7 @@ import compileall
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -72,27 +74,35 @@ def _log(msg):
 
 def _env(**over):
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    # OpenBLAS starts a thread per core at NumPy's import, which spins for a while: CPU time
+    # that is NumPy's, different in every process. One thread, in every case alike.
+    env.update(OPENBLAS_NUM_THREADS="1")
     env.update({k: str(v) for k, v in over.items()})
     return env
 
 
+def _cpu():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _run(argv, env, timeout=600):
-    """Run a command; -> (its JSON last line or None, spawn-to-exit seconds)."""
-    t0 = time.perf_counter()
+    """Run a command; -> (its JSON last line or None, spawn-to-exit seconds, CPU seconds)."""
+    c0, t0 = _cpu(), time.perf_counter()
     p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, argv))} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     lines = p.stdout.strip().splitlines()
-    return (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None), wall
+    return (json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None), wall, cpu
 
 
 def runner(lib, kernel, size, env, mpi_ranks=0):
     argv = [sys.executable, RUNNER, lib, kernel, str(size)]
     if mpi_ranks:
         argv = [shutil.which("mpiexec"), "-n", str(mpi_ranks)] + argv + ["--mpi"]
-    res, wall = _run(argv, env)
-    res["process_wall_s"] = wall
+    res, wall, cpu = _run(argv, env)
+    res["process_wall_s"], res["process_cpu_s"] = wall, cpu
     if not res.get("ok"):
         raise RuntimeError(f"{lib} {kernel}: wrong result")
     return res
@@ -248,9 +258,9 @@ def report(res, file=None):
     for k in KERNELS:
         label = f"21³ contour" if k == "contour" else f"{res['saxpy']}-element saxpy"
         p(f"\n{label}")
-        p(f"  {'path':<8}{'first call':>22}{'import-to-result':>22}{'process':>22}{'over NumPy':>12}"
+        p(f"  {'path':<8}{'first call':>22}{'import-to-result':>22}{'process CPU':>22}{'over NumPy':>12}"
           f"{'vs user':>9}")
-        base = _stats(raw[("numpy", k)], "process_wall_s")
+        base = _stats(raw[("numpy", k)], "process_cpu_s")
         user = _stats(raw[("user", k)], "first_call_s")
         for case in res["cases"]:
             if case == "numpy":
@@ -259,14 +269,13 @@ def report(res, file=None):
             runs = raw[(case, k)]
             first = _stats(runs, "first_call_s", ranks_max=case == "mpi")
             itr = _stats(runs, "import_to_result_s", ranks_max=case == "mpi")
-            wall = _stats(runs, "process_wall_s")
+            wall = _stats(runs, "process_cpu_s")
             over = f"{(wall[1] - base[1]) * 1e3:.2f}" if case not in ("mpi",) else "-"
             ratio = f"{first[1] / user[1]:.2f}x"
             p(f"  {case:<8}{_fmt(first):>22}{_fmt(itr):>22}{_fmt(wall):>22}{over:>12}{ratio:>9}")
     p("\nTargets (medians):")
     for k in KERNELS:
         user = _stats(raw[("user", k)], "first_call_s")[1]
-        base = _stats(raw[("numpy", k)], "process_wall_s")[1]
         for case in ("bundle", "site", "mpi"):
             if case not in res["cases"]:
                 continue
@@ -280,9 +289,13 @@ def report(res, file=None):
             itr = _stats(raw[(case, k)], "import_to_result_s", ranks_max=case == "mpi")[1]
             p(f"  {k}/{case}: import-to-result {itr * 1e3:.2f} ms (<= 15 ms: "
               f"{'met' if itr <= TARGET_IMPORT_TO_RESULT_S else 'NOT met'})")
+        cpu = _stats(raw[("user", k)], "process_cpu_s")[1]
+        cbase = _stats(raw[("numpy", k)], "process_cpu_s")[1]
         wall = _stats(raw[("user", k)], "process_wall_s")[1]
-        p(f"  {k}: warm process {(wall - base) * 1e3:.2f} ms over NumPy-only (<= 5 ms: "
-          f"{'met' if wall - base <= TARGET_OVER_NUMPY_S else 'NOT met'})")
+        wbase = _stats(raw[("numpy", k)], "process_wall_s")[1]
+        p(f"  {k}: warm process {(cpu - cbase) * 1e3:.2f} ms of CPU over NumPy-only, wall "
+          f"{(wall - wbase) * 1e3:.2f} ms (<= 5 ms: {'met' if cpu - cbase <= TARGET_OVER_NUMPY_S else 'NOT met'}"
+          ", by CPU time: the wall time of a 100 ms process moves by tens of ms here)")
     for peer in ("numba", "warp"):
         for k in KERNELS:
             if peer in res["cases"]:
