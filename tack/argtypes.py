@@ -41,8 +41,12 @@ def typed_args(kernel, args) -> TypedArgs:
     count or an argument Tack cannot take, naming the parameter."""
     params = kernel.params
     if len(args) != len(params):
+        defaults = getattr(kernel.py_func, "__defaults__", None)
+        note = (f"; its default value{'s' if len(defaults) > 1 else ''} cannot be used: Tack "
+                "kernels take plain positional parameters only (no defaults), so pass every "
+                "argument") if defaults else ""
         raise TypeError(f"kernel '{kernel.__qualname__}' takes {len(params)} arguments "
-                        f"({', '.join(params)}), got {len(args)}")
+                        f"({', '.join(params)}), got {len(args)}{note}")
     argtypes = argtypes_of(kernel, args)
     values = [i for i, t in enumerate(argtypes) if not isinstance(t, T.Template)]
     return TypedArgs(argtypes,

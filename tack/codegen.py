@@ -27,6 +27,7 @@ import llvmlite.ir as ir
 from . import types as T
 from .errors import BoundsSite, CompileError
 from .ir import assignments
+from .limits import deep
 from .language import MATH1, MATH2
 from .backends.argument_layout import array_fields
 from .specialize import TypedFunction, TypedKernel, arith_type, math_type
@@ -92,6 +93,11 @@ class Generated:
 
 
 def generate(tk: TypedKernel, target, symbol_prefix="tack") -> Generated:
+    with deep():
+        return _generate(tk, target, symbol_prefix)
+
+
+def _generate(tk, target, symbol_prefix):
     module = ir.Module(name=tk.name)
     gen = _ModuleGen(module, tk, target, symbol_prefix)
     for tf in tk.functions:

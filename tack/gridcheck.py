@@ -18,6 +18,13 @@ from __future__ import annotations
 
 
 def tid_indexed(lowered, grid_ndim: int) -> list:
+    """See ``_tid_indexed``; run with the recursion headroom a deep expression needs."""
+    from .limits import deep
+    with deep():
+        return _tid_indexed(lowered, grid_ndim)
+
+
+def _tid_indexed(lowered, grid_ndim: int) -> list:
     """``[(parameter index, axis, grid dimension, line offset)]``: the kernel's parameter (its
     index among the non-template parameters) is indexed on ``axis`` by the thread index of
     ``grid dimension`` at every point; ``line offset`` is that access's line, counted from the

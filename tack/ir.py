@@ -35,6 +35,7 @@ import numpy as np
 
 from .errors import SourceContext
 from .digests import sha256
+from .limits import deep
 
 FORMAT = 1
 _MAGIC = b"TACKLOW1"
@@ -96,7 +97,8 @@ class LoweredKernel:
                "templates": {k: [t.qualname, t.fingerprint] for k, t in self.templates.items()},
                "deps": self.deps, "debug": self.debug,
                "arrays": [cid for cid, _ in arrays]}
-        head = json.dumps(doc, separators=(",", ":")).encode()
+        with deep(json=True):
+            head = json.dumps(doc, separators=(",", ":")).encode()
         blobs = [np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
                  for _, a in arrays]
         out = [_MAGIC, struct.pack("<QI", len(head), len(blobs)), head]
@@ -121,7 +123,8 @@ class LoweredKernel:
             raise ValueError("not a Tack lowered kernel")
         hlen, nblobs = struct.unpack_from("<QI", data, 8)
         pos = 20
-        doc = json.loads(data[pos:pos + hlen])
+        with deep(json=True):
+            doc = json.loads(data[pos:pos + hlen])
         pos += hlen
         if doc.get("format") != FORMAT:
             raise ValueError(f"lowered kernel format {doc.get('format')} is not {FORMAT}")

@@ -18,6 +18,7 @@ from . import types as T
 from .errors import CompileError
 from .language import MATH1, MATH2, MATH_PREDICATES
 from .ir import LoweredFunction, LoweredKernel
+from .limits import deep
 
 _MAX_ROUNDS = 50
 
@@ -56,12 +57,13 @@ def specialize(lowered: LoweredKernel, argtypes, grid_ndim: int) -> TypedKernel:
     if grid_ndim not in (1, 2, 3):
         raise ValueError(f"launch grids have 1, 2 or 3 dimensions, not {grid_ndim}")
     ctx = _Context(lowered, grid_ndim)
-    try:
-        kern = TypedFunction(lowered.kernel, tuple(argtypes), "tack_kernel", is_kernel=True)
-        _Inferer(ctx, kern).run()
-    except CompileError as e:
-        raise e.with_kernel(lowered.kernel.source.name) from None
-    return TypedKernel(lowered, tuple(argtypes), grid_ndim, kern, ctx.reachable(kern))
+    with deep():
+        try:
+            kern = TypedFunction(lowered.kernel, tuple(argtypes), "tack_kernel", is_kernel=True)
+            _Inferer(ctx, kern).run()
+        except CompileError as e:
+            raise e.with_kernel(lowered.kernel.source.name) from None
+        return TypedKernel(lowered, tuple(argtypes), grid_ndim, kern, ctx.reachable(kern))
 
 
 class _Context:

@@ -41,6 +41,7 @@ from ..archs import ArchError
 from ..cache.keys import digest
 from ..errors import BoundsSite, CompileError
 from ..ir import assignments
+from ..limits import deep
 from .arch_names import METAL_FAMILIES
 from .argument_layout import GRID, array_fields, field_names
 
@@ -156,7 +157,8 @@ class MetalTarget:
         return ident
 
     def generate(self, tk, symbol_prefix: str = "tack") -> MSLGenerated:
-        return generate_msl(tk, self, symbol_prefix)
+        with deep():
+            return generate_msl(tk, self, symbol_prefix)
 
     def compile_typed(self, tk, symbol_prefix: str = "tack") -> bytes:
         """The typed kernel -> MSL source (UTF-8) with entry ``<symbol_prefix>_entry``."""

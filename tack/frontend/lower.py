@@ -18,6 +18,7 @@ import types
 
 from .. import ir
 from ..api import Kernel
+from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
 from ..fingerprints import class_fingerprint, func_id, function_fingerprint, value_identity
 from ..language import Constant, Func, intrinsic_of
 from ..errors import CompileError, SourceContext
@@ -42,7 +43,8 @@ def lower_kernel(kernel: Kernel, templates: dict, debug: bool) -> ir.LoweredKern
         raise TypeError(f"kernel '{kernel.__name__}' has no parameter {sorted(unknown)[0]!r}")
     state = _KernelState(debug)
     try:
-        fn = _FunctionLowerer(state, kernel.py_func, kernel.__qualname__, templates, True).run()
+        with deep():
+            fn = _FunctionLowerer(state, kernel.py_func, kernel.__qualname__, templates, True).run()
     except CompileError as e:
         raise e.with_kernel(kernel.__qualname__) from None
     tmpl = {p: Template(c.__qualname__, class_fingerprint(c)) for p, c in templates.items()}
@@ -59,6 +61,7 @@ class _KernelState:
         self.deps = []
         self._seen = set()
         self.stack = []          # fids being lowered, to find recursion
+        self.depth = 0           # expression levels open, summed over the functions being lowered
 
     def dep(self, scope, name, kind, identity):
         entry = (scope, name, kind, identity)
@@ -92,6 +95,7 @@ class _FunctionLowerer:
         self.fid = fid
         self.templates = templates          # param name -> class
         self.is_kernel = is_kernel
+        self.depth = 0                      # this function's expression levels open
         self.globals = pyfn.__globals__
         self.closure = {}
         if pyfn.__closure__:
@@ -125,9 +129,21 @@ class _FunctionLowerer:
 
     def _check_signature(self, node):
         a = node.args
-        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
-            raise self.error("Tack functions take plain positional parameters only "
-                             "(no defaults, *args, **kwargs or keyword-only)", node)
+        what = ("a default value for parameter "
+                f"'{a.args[len(a.args) - len(a.defaults)].arg}'" if a.defaults else
+                f"'*{a.vararg.arg}'" if a.vararg else f"'**{a.kwarg.arg}'" if a.kwarg else
+                f"keyword-only parameter '{a.kwonlyargs[0].arg}'" if a.kwonlyargs else
+                f"positional-only parameter '{a.posonlyargs[0].arg}'" if a.posonlyargs else None)
+        if what is not None:
+            kind = "kernel" if self.is_kernel else "device function"
+            raise self.error(f"{kind} '{self.pyfn.__name__}' has {what}: Tack functions take "
+                             "plain positional parameters only (no defaults, *args, **kwargs "
+                             "or keyword-only); pass every argument at each call", node)
+
+    def check_signature(self):
+        """The signature check alone (before a call's arguments are counted against it)."""
+        node, self.src, self.line_offset, self.indent = _source_of(self.pyfn)
+        self._check_signature(node)
 
     def loc(self, node):
         return [node.lineno + self.line_offset, node.col_offset + self.indent]
@@ -222,7 +238,21 @@ class _FunctionLowerer:
         method = getattr(self, "_expr_" + type(e).__name__, None)
         if method is None:
             raise self.error(f"'{type(e).__name__}' expressions are not supported in Tack code", e)
-        return method(e)
+        self.depth += 1
+        self.state.depth += 1
+        try:
+            if self.depth > MAX_EXPR_DEPTH:
+                raise self.error(f"this expression is nested more than {MAX_EXPR_DEPTH} levels "
+                                 "deep; split it into several statements", e)
+            if self.state.depth > MAX_TOTAL_DEPTH:
+                raise self.error(f"expressions here are nested more than {MAX_TOTAL_DEPTH} levels "
+                                 "deep, counting those of the device functions that call this "
+                                 f"one ({_chain(self.state.stack)}); split them into several "
+                                 "statements", e)
+            return method(e)
+        finally:
+            self.depth -= 1
+            self.state.depth -= 1
 
     def _expr_Constant(self, e):
         v = e.value
@@ -441,6 +471,14 @@ class _FunctionLowerer:
     def device_call(self, target, e):
         fn, fid = target
         code = fn.__code__
+        if fn.__defaults__ or fn.__kwdefaults__ or code.co_kwonlyargcount or \
+                code.co_posonlyargcount or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+            try:                                # the error at the def, not a count at the call
+                _FunctionLowerer(self.state, fn, fid, {}, False).check_signature()
+            except CompileError as err:
+                where = f"{err.filename}, line {err.lineno}" if err.lineno is not None else "?"
+                raise self.error(f"'{fn.__name__}' cannot be called from Tack code: "
+                                 f"{err.message} (defined at {where})", e) from None
         params = code.co_varnames[:code.co_argcount]
         if len(e.args) != len(params):
             raise self.error(f"'{fn.__name__}' takes {len(params)} arguments "
@@ -458,11 +496,23 @@ class _FunctionLowerer:
         if fid in self.state.stack:
             chain = " -> ".join(self.state.stack[self.state.stack.index(fid):] + [fid])
             raise self.error(f"recursion is not supported in Tack code ({chain})", e)
+        if fid not in self.state.functions and len(self.state.stack) >= MAX_CALL_DEPTH:
+            raise self.error(f"device functions call each other more than {MAX_CALL_DEPTH} deep "
+                             f"({_chain(self.state.stack + [fid])}); Tack allows at most "
+                             f"{MAX_CALL_DEPTH}", e)
         if fid not in self.state.functions:
             self.state.functions[fid] = None        # reserve: keeps insertion order callee-first
             lowered = _FunctionLowerer(self.state, fn, fid, bound, False).run()
             self.state.functions[fid] = lowered
         return ["call", self.loc(e), fid, args]
+
+
+def _chain(fids) -> str:
+    """A call chain as ``a -> b -> c``, its middle left out when it is long."""
+    names = [f.rsplit(".", 1)[-1] for f in fids]
+    if len(names) > 6:
+        names = names[:3] + [f"... {len(names) - 6} more ..."] + names[-3:]
+    return " -> ".join(names)
 
 
 def _check_assigned_before_use(body, params, src):
@@ -495,6 +545,7 @@ class _DefiniteAssignment:
         self.src = src
         self.quiet = 0          # > 0 while a loop's state is still being iterated to its fixed point
         self.loops = []
+        self.memo = {}          # (id(loop), quiet, entry state) -> the state after the loop
 
     def run(self, body, params):
         self.block(body, {p: None for p in params})
@@ -623,7 +674,19 @@ class _DefiniteAssignment:
 
     def loop(self, s, entry, keyword, cond, body, runs, target=None):
         """The state after a loop; its head's state is iterated to a fixed point first (quietly),
-        then the body is read once more with errors raised."""
+        then the body is read once more with errors raised.
+
+        The result depends only on the loop and the state it is entered with (its breaks and
+        continues are its own), so it is remembered for that state: an outer loop iterating
+        to its own fixed point enters an inner one with the same state again and again, and
+        without the memo each level of nesting would multiply the work (2**depth walks)."""
+        key = (id(s), self.quiet > 0, frozenset(entry.items()))
+        hit = self.memo.get(key, _MISSING)
+        if hit is _MISSING:
+            hit = self.memo[key] = self._loop(s, entry, keyword, cond, body, runs, target)
+        return None if hit is None else dict(hit)
+
+    def _loop(self, s, entry, keyword, cond, body, runs, target):
         what = f"the '{keyword}' loop at line {self._line(s[1])}"
         first = f"{what} runs its first iteration"
         head = dict(entry)
