@@ -1,0 +1,214 @@
+"""Hostile sizes (issue 22): deep expressions, long call chains, deep loop nests, long
+straight-line kernels and default arguments compile, or fail with a CompileError at the line;
+never an internal RecursionError, never work exponential in the nesting."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import numpy as np
+import pytest
+
+import tack
+from tack import limits
+from tack.frontend import lower as lower_mod
+
+
+def load(tmp_path, name, source):
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, str(path)
+
+
+def sum_chain(n):
+    return ("import tack\n@tack.kernel\ndef k(src, out):\n    i = tack.tid()\n"
+            "    out[i] = " + " + ".join(f"src[i] * {j % 5}.0" for j in range(n)) + "\n")
+
+
+def call_chain(n):
+    lines = ["import tack", "@tack.func", "def f0(x):", "    return x + 1.0"]
+    for j in range(1, n):
+        lines += ["@tack.func", f"def f{j}(x):", f"    return f{j - 1}(x) * 1.5 + 1.0"]
+    lines += ["@tack.kernel", "def k(src, out):", "    i = tack.tid()", f"    out[i] = f{n - 1}(src[i])"]
+    return "\n".join(lines) + "\n"
+
+
+def nested_loops(levels):
+    lines = ["import tack", "@tack.kernel", "def k(out):", "    i = tack.tid()", "    acc = 0.0"]
+    ind = "    "
+    for lv in range(levels):
+        lines.append(ind + f"for a{lv} in range(2):")
+        ind += "    "
+    lines.append(ind + f"acc += 1.0 + a{levels - 1}")
+    lines.append("    out[i] = acc")
+    return "\n".join(lines) + "\n"
+
+
+def test_600_term_expression_compiles_and_matches_numpy(tmp_path):
+    mod, _ = load(tmp_path, "sum600", sum_chain(600))
+    src = np.random.default_rng(0).random(7)
+    out = np.zeros(7)
+    tack.launch(mod.k, dim=7, args=(src, out))
+    want = np.zeros(7)
+    for j in range(600):
+        want = want + src * (j % 5)
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("form", ["unary", "ifexp", "power"])
+def test_other_deep_expression_forms(tmp_path, form):
+    n = 700
+    expr = {"unary": "-" * n + "x", "ifexp": " if x > 0.0 else ".join(["x"] * n),
+            "power": " ** ".join(["x"] * n)}[form]
+    src = f"import tack\n@tack.kernel\ndef k(src, out):\n    i = tack.tid()\n    x = src[i]\n    out[i] = {expr}\n"
+    mod, _ = load(tmp_path, f"deep_{form}", src)
+    x = np.array([0.5, 1.0, 1.2])
+    out = np.zeros(3)
+    tack.launch(mod.k, dim=3, args=(x, out))
+    if form == "power":                     # right-associative: x ** (x ** (... ** x))
+        want = x.copy()
+        for _ in range(n - 1):
+            want = x ** want
+    else:
+        want = x if form == "ifexp" or n % 2 == 0 else -x
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+
+
+def test_deep_kernel_round_trips_through_the_lowered_bytes(tmp_path):
+    from tack.compiler import lower
+    from tack.ir import LoweredKernel
+    mod, _ = load(tmp_path, "sum2500", sum_chain(2500))
+    lowered = lower(mod.k)
+    again = LoweredKernel.from_bytes(lowered.to_bytes())
+    assert again.to_bytes() == lowered.to_bytes()
+
+
+def test_expression_deeper_than_the_bound_is_a_compile_error_at_its_line(tmp_path):
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 30000))      # so that Python itself compiles the module
+    try:
+        mod, path = load(tmp_path, "sum4000", sum_chain(limits.MAX_EXPR_DEPTH + 500))
+    finally:
+        sys.setrecursionlimit(old)
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(mod.k, dim=2, args=(np.zeros(2), np.zeros(2)))
+    msg = str(ei.value)
+    assert f"nested more than {limits.MAX_EXPR_DEPTH} levels" in msg
+    assert f'File "{path}", line 5' in msg
+    assert sys.getrecursionlimit() == old
+
+
+def test_chain_of_200_device_functions_compiles_and_matches(tmp_path):
+    mod, _ = load(tmp_path, "calls200", call_chain(200))
+    src = np.array([0.0, 1.0, -2.0])
+    out = np.zeros(3)
+    tack.launch(mod.k, dim=3, args=(src, out))
+    want = src + 1.0
+    for _ in range(199):
+        want = want * 1.5 + 1.0
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+
+
+def test_call_chain_deeper_than_the_bound_is_a_compile_error_at_its_line(tmp_path):
+    n = limits.MAX_CALL_DEPTH + 50
+    mod, path = load(tmp_path, "calls_deep", call_chain(n))
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(mod.k, dim=2, args=(np.zeros(2), np.zeros(2)))
+    msg = str(ei.value)
+    assert f"more than {limits.MAX_CALL_DEPTH} deep" in msg and "more ..." in msg
+    assert f'File "{path}", line ' in msg and "return f" in msg
+    assert "RecursionError" not in msg
+
+
+def test_recursion_limit_is_restored_after_a_compile(tmp_path):
+    before = sys.getrecursionlimit()
+    mod, _ = load(tmp_path, "sum50", sum_chain(50))
+    tack.launch(mod.k, dim=2, args=(np.ones(2), np.zeros(2)))
+    assert sys.getrecursionlimit() == before
+
+
+# -- compile work against size -----------------------------------------------------------------
+
+def _count_walks(monkeypatch):
+    """Count the statements the definite-assignment analysis visits."""
+    seen = [0]
+    orig = lower_mod._DefiniteAssignment.stmt
+
+    def stmt(self, s, state):
+        seen[0] += 1
+        return orig(self, s, state)
+    monkeypatch.setattr(lower_mod._DefiniteAssignment, "stmt", stmt)
+    return seen
+
+
+def test_nested_constant_loops_are_analysed_in_linear_work(tmp_path, monkeypatch):
+    seen = _count_walks(monkeypatch)
+    work = {}
+    for levels in (8, 16):
+        mod, _ = load(tmp_path, f"nest{levels}", nested_loops(levels))
+        seen[0] = 0
+        tack.compiler.lower(mod.k)
+        work[levels] = seen[0]
+    # twice the nesting is at most about four times the work (each loop is entered once per
+    # distinct state of those around it: quadratic in the depth, which Python caps at 20
+    # statically nested blocks); it was 2**levels, 256 times as much
+    assert work[16] <= 5 * work[8], work
+
+
+def test_twenty_nested_constant_loops_compile_and_match(tmp_path):
+    mod, _ = load(tmp_path, "nest20", nested_loops(20))
+    out = np.zeros(3)
+    tack.launch(mod.k, dim=3, args=(out,))
+    # acc += 1.0 + a19 over 2**20 iterations, half of them with a19 == 1
+    np.testing.assert_array_equal(out, np.full(3, 2.0 ** 20 + 2.0 ** 19))
+
+
+def test_deep_loop_nest_is_not_unrolled_past_a_budget(tmp_path):
+    """The optimizer's unrolling is bounded: 2**20 iterations do not become 2**20 additions."""
+    from tack.backends.cpu import CPUTarget
+    from tack.codegen import generate
+    from tack.specialize import specialize
+    from tack import types as T
+    mod, _ = load(tmp_path, "nest20b", nested_loops(20))
+    lowered = tack.compiler.lower(mod.k)
+    typed = specialize(lowered, (T.Array(T.float64, 1, "C", True),), 1)
+    target = CPUTarget()
+    text = str(target.optimize(generate(typed, target).module))
+    assert text.count("fadd") < 2000, text.count("fadd")
+
+
+# -- default arguments ------------------------------------------------------------------------
+
+DEFAULTS = '''import tack
+
+@tack.func
+def scale(a, b=2.0):
+    return a * b
+
+@tack.kernel
+def k(src, out):
+    i = tack.tid()
+    out[i] = scale(src[i])
+'''
+
+
+def test_device_function_default_argument_is_named_with_its_line(tmp_path):
+    mod, path = load(tmp_path, "defaults", DEFAULTS)
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(mod.k, dim=2, args=(np.zeros(2), np.zeros(2)))
+    msg = str(ei.value)
+    assert "default value for parameter 'b'" in msg, msg
+    assert "takes 2 arguments" not in msg
+    assert f"{path}, line 4" in msg                 # the def
+    assert f'File "{path}", line 10' in msg         # the call
+
+
+def test_kernel_default_argument_is_named_at_launch(tmp_path):
+    mod, _ = load(tmp_path, "kdefaults", "import tack\n@tack.kernel\ndef k(out, n=3):\n"
+                                          "    out[tack.tid()] = 1.0\n")
+    with pytest.raises(TypeError, match="no defaults"):
+        tack.launch(mod.k, dim=2, args=(np.zeros(2),))
