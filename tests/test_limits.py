@@ -212,3 +212,69 @@ def test_kernel_default_argument_is_named_at_launch(tmp_path):
                                           "    out[tack.tid()] = 1.0\n")
     with pytest.raises(TypeError, match="no defaults"):
         tack.launch(mod.k, dim=2, args=(np.zeros(2),))
+
+
+def straight_line(n):
+    """``n`` statements, a new variable each, every tenth an ``if`` (issue 22's quadratic case)."""
+    lines = ["import tack", "@tack.kernel", "def k(src, out):", "    i = tack.tid()", "    v0 = src[i]"]
+    for j in range(1, n):
+        if j % 10 == 0:
+            lines += [f"    if v{j - 1} > 0.5:", f"        v{j} = v{j - 1} * 0.5", "    else:",
+                      f"        v{j} = v{j - 1} + 0.25"]
+        else:
+            lines.append(f"    v{j} = v{j - 1} + 1.0")
+    lines.append(f"    out[i] = v{n - 1}")
+    return "\n".join(lines) + "\n"
+
+
+def test_straight_line_code_is_analysed_in_linear_work(tmp_path, monkeypatch):
+    """Each ``if`` joins its branches over the names they changed, not every variable so far:
+    four times the statements is about four times the names joined (it was sixteen)."""
+    joined = [0]
+    orig = lower_mod._DefiniteAssignment.join
+
+    def join(paths, base=None, changed=None):
+        live = [p for p in paths if p[0] is not None]
+        joined[0] += len(changed) if base is not None else len({n for s, _, _ in live for n in s})
+        return orig(paths, base, changed)
+    monkeypatch.setattr(lower_mod._DefiniteAssignment, "join", staticmethod(join))
+    work = {}
+    for n in (500, 2000):
+        mod, _ = load(tmp_path, f"line{n}", straight_line(n))
+        joined[0] = 0
+        tack.compiler.lower(mod.k)
+        work[n] = joined[0]
+    assert work[2000] <= 5 * work[500], work
+
+
+def test_straight_line_code_with_ifs_computes_what_python_does(tmp_path):
+    mod, _ = load(tmp_path, "line300", straight_line(300))
+    src = np.linspace(0.0, 1.0, 16)
+    out = np.zeros(16)
+    tack.launch(mod.k, dim=16, args=(src, out))
+    want = []
+    for x in src:
+        v = x
+        for j in range(1, 300):
+            v = (v * 0.5 if v > 0.5 else v + 0.25) if j % 10 == 0 else v + 1.0
+        want.append(v)
+    np.testing.assert_allclose(out, want)
+
+
+def test_unassigned_variable_is_still_named_after_ifs_that_do_not_touch_it(tmp_path):
+    """The join over changed names keeps the path on which a variable is unassigned."""
+    src = '''import tack
+@tack.kernel
+def k(src, out):
+    i = tack.tid()
+    if src[i] > 0.0:
+        w = 1.0
+    v = 2.0
+    if src[i] > 1.0:
+        v = 3.0
+    out[i] = w + v
+'''
+    mod, _ = load(tmp_path, "unassigned", src)
+    with pytest.raises(tack.CompileError, match=r"'w' may be used before it is assigned: it is "
+                                                r"unassigned when the 'if' at line 5 is false"):
+        tack.compiler.lower(mod.k)

@@ -546,6 +546,10 @@ class _DefiniteAssignment:
         self.quiet = 0          # > 0 while a loop's state is still being iterated to its fixed point
         self.loops = []
         self.memo = {}          # (id(loop), quiet, entry state) -> the state after the loop
+        # Names whose state may have changed, appended as statements run: an ``if`` joins its
+        # branches only over the names they changed (the others are as before it), so a kernel
+        # of many variables and many ``if``s is checked in linear work, not variables * ifs.
+        self.log = []
 
     def run(self, body, params):
         self.block(body, {p: None for p in params})
@@ -553,15 +557,26 @@ class _DefiniteAssignment:
     # -- joining paths --------------------------------------------------------
 
     @staticmethod
-    def join(paths):
+    def join(paths, base=None, changed=None):
         """Join ``[(state, condition, prefix)]``: ``condition`` (or None) is what a path is
         taken on, named where a variable is unassigned on it; it is put before the reasons
-        inherited along the path where ``prefix`` is true (an ``if``'s branches, a ``break``)."""
+        inherited along the path where ``prefix`` is true (an ``if``'s branches, a ``break``).
+        With ``base`` (the state every path started from) and ``changed`` (the only names any
+        path may have changed), the other names keep their state in ``base``: a variable
+        unassigned before an ``if`` that neither branch assigns is unassigned on the path it
+        was, whichever branch is taken."""
         live = [p for p in paths if p[0] is not None]
         if not live:
             return None
-        out = {}
-        for name in {n for s, _, _ in live for n in s}:
+        if base is not None:
+            out = dict(base)
+            names = changed
+        else:
+            out = {}
+            names = {n for s, _, _ in live for n in s}
+        for name in names:
+            if base is not None and not any(name in s for s, _, _ in live):
+                continue                # assigned only on paths that end (a return): on none here
             if all(name in s and s[name] is None for s, _, _ in live):
                 out[name] = None
                 continue
@@ -605,6 +620,7 @@ class _DefiniteAssignment:
     def targets(self, t, state):
         if t[0] == "name":
             state[t[2]] = None
+            self.log.append(t[2])
         elif t[0] == "index":
             self.reads(t[2], state)
             for x in t[3]:
@@ -649,9 +665,14 @@ class _DefiniteAssignment:
             what = f"the '{self._keyword(s[1], 'if')}' at line {self._line(s[1])}"
             test = _constant_truth(s[2])
             # a branch a constant condition never takes is no path (`if False:` code never runs)
+            mark = len(self.log)
             yes = self.block(s[3], dict(state)) if test is not False else None
             no = self.block(s[4], dict(state)) if test is not True else None
-            return self.join([(yes, f"{what} is true", True), (no, f"{what} is false", True)])
+            changed = set(self.log[mark:])
+            del self.log[mark:]
+            self.log.extend(changed)
+            return self.join([(yes, f"{what} is true", True), (no, f"{what} is false", True)],
+                             base=state, changed=changed)
         elif kind == "while":
             return self.loop(s, state, "while", s[2], s[3], _constant_truth(s[2]) is True)
         elif kind == "for":
@@ -681,10 +702,15 @@ class _DefiniteAssignment:
         to its own fixed point enters an inner one with the same state again and again, and
         without the memo each level of nesting would multiply the work (2**depth walks)."""
         key = (id(s), self.quiet > 0, frozenset(entry.items()))
+        mark = len(self.log)
         hit = self.memo.get(key, _MISSING)
         if hit is _MISSING:
             hit = self.memo[key] = self._loop(s, entry, keyword, cond, body, runs, target)
-        return None if hit is None else dict(hit)
+        del self.log[mark:]
+        if hit is None:
+            return None
+        self.log.extend(n for n, w in hit.items() if entry.get(n, _MISSING) != w)
+        return dict(hit)
 
     def _loop(self, s, entry, keyword, cond, body, runs, target):
         what = f"the '{keyword}' loop at line {self._line(s[1])}"
