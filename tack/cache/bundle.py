@@ -53,7 +53,7 @@ from ..digests import sha256
 from . import log
 from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode,
                     decode_meta, encode_meta)
-from .keys import tack_version_id
+from .keys import shown_version, tack_version_id
 from .trust import (TMP_MARK, NotRegular, Untrusted, check_stat, check_trusted, open_regular, read_regular,
                     write_atomic)
 
@@ -458,7 +458,8 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None,
             os.close(fd)
     if tack_version is not None and b.meta.get("tack") != tack_version:
         b.close()
-        raise BundleError(f"{path} was made by Tack {b.meta.get('tack')}, this is {tack_version}; "
+        raise BundleError(f"{path} was made by Tack {shown_version(b.meta.get('tack'))}, this is "
+                          f"{shown_version(tack_version)}; "
                           "pack it again")
     return b
 
