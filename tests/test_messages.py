@@ -200,3 +200,57 @@ def test_compile_error_full_traceback_under_tack_debug(tmp_path):
     _, err, frames = run_bad_script(tmp_path, TACK_DEBUG="1")
     assert any(f["file"].endswith(os.path.join("frontend", "lower.py")) for f in frames), err
     assert err.rstrip().splitlines()[-1] == "             ^"
+
+
+# -- warnings (issue 22): one clean line, still a warning the warnings module filters ----------
+
+def _child(args, env=None, flags=()):
+    child = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    child.update(PYTHONPATH=ROOT, **(env or {}))
+    return subprocess.run([sys.executable, *flags, *args], env=child, capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+
+
+def test_a_tack_warning_prints_as_one_line_without_tacks_source():
+    """A bad setting warns with one line, `tack: ...`: no RuntimeWarning label, no path into
+    Tack's sources, no source line under it."""
+    p = _child(["-m", "tack.cache", "info"], env={"TACK_CACHE_SIZE": "4Q", "TACK_CACHE_DIR": "/nonexistent-22"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tack: TACK_CACHE_SIZE"), p.stderr
+    assert "RuntimeWarning" not in p.stderr and ".py:" not in p.stderr
+    p = _child(["-c", "import tack; tack.config.num_threads"], env={"TACK_NUM_THREADS": "x"})
+    assert p.stderr.splitlines() == [
+        "tack: TACK_NUM_THREADS='x' is not an integer from 1 to 65536; "
+        f"using {len(os.sched_getaffinity(0))}"], p.stderr
+
+
+@pytest.mark.parametrize("flag, shown", [("ignore::RuntimeWarning", False),
+                                         ("ignore:tack", False),      # by message start
+                                         ("ignore::UserWarning", True)])
+def test_tack_warnings_are_filtered_by_the_warnings_module(flag, shown):
+    p = _child(["-c", "import tack; tack.config.num_threads"], env={"TACK_NUM_THREADS": "x"},
+               flags=("-W", flag))
+    assert ("tack: TACK_NUM_THREADS" in p.stderr) is shown, p.stderr
+
+
+def test_other_warnings_keep_pythons_format():
+    """Only Tack's own category is shown short: a warning of another library after one of Tack's
+    is formatted as Python formats it."""
+    code = ("import warnings, tack; tack.config.num_threads\n"
+            "warnings.warn('not tack', UserWarning)\n")
+    p = _child(["-c", code], env={"TACK_NUM_THREADS": "x"})
+    lines = p.stderr.splitlines()
+    assert lines[0].startswith("tack: TACK_NUM_THREADS") and "<string>:2: UserWarning: not tack" in lines[1]
+
+
+def test_tack_warning_is_a_runtime_warning():
+    """A TackWarning is a RuntimeWarning, filtered by its own class too (in Python: -W takes only
+    built-in categories at startup)."""
+    assert issubclass(tack.TackWarning, RuntimeWarning)
+    code = ("import warnings, tack; warnings.simplefilter('ignore', tack.TackWarning)\n"
+            "tack.config.num_threads\n")
+    assert _child(["-c", code], env={"TACK_NUM_THREADS": "x"}).stderr == ""
+    with pytest.warns(tack.TackWarning, match="^tack: x$"):
+        from tack.errors import warn
+        warn("tack: x")

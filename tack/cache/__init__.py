@@ -26,7 +26,8 @@ import re
 import sys
 import threading
 import types
-import warnings
+
+from ..errors import warn
 
 __all__ = ["configure", "load_bundle", "settings", "stats", "reset_stats"]
 
@@ -198,7 +199,7 @@ def resolve(configured: dict, environ=None, mpi=False) -> Settings:
                 sources[key] = "environment"
                 continue
             except ValueError as e:
-                warnings.warn(f"tack: {e}; using the default", RuntimeWarning, stacklevel=4)
+                warn(f"tack: {e}; using the default", stacklevel=4)
         values[key], sources[key] = defaults[key], "default"
     if values["directory"] is None:
         values["directory"] = default_directory()
@@ -383,7 +384,7 @@ def warn_once_factory(quiet=False):
 
     def warn_once(message: str):
         if not said and not quiet:
-            warnings.warn(f"tack: {message}", RuntimeWarning, stacklevel=2)
+            warn(f"tack: {message}", stacklevel=2)
         said.add(message)
         log.debug("%s", message)
     return warn_once

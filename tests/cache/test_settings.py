@@ -164,7 +164,7 @@ def test_unwritable_directory_warns_once_and_runs(tmp_path):
     run = run_child(afile / "sub", src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 6}])
     check_results(run)
     assert len(run.warnings) == 1, run.warnings
-    assert run.warnings[0]["category"] == "RuntimeWarning"
+    assert run.warnings[0]["category"] == "TackWarning"
     assert str(afile) in run.warnings[0]["message"]
     assert afile.read_text() == "not a directory"
     assert run.stats["bytes_written"] == 0 and run.stats["hits"] == {"lowered": 0, "variant": 0}
