@@ -254,3 +254,47 @@ def test_tack_warning_is_a_runtime_warning():
     with pytest.warns(tack.TackWarning, match="^tack: x$"):
         from tack.errors import warn
         warn("tack: x")
+
+
+# -- launch errors (issue 22): the message, not the frames of the checks inside tack/ ----------
+
+LAUNCH_CASES = {
+    "count": ("tack.launch(fill, 4, (out,))", "TypeError: kernel 'fill' takes 2 arguments"),
+    "list": ("tack.launch(fill, 4, ([1.0, 2.0], 1.0))", "argument 'out' is a list"),
+    "complex": ("tack.launch(fill, 4, (np.zeros(4, np.complex128), 1.0))", "dtype complex128"),
+    "dim4": ("tack.launch(fill, (1, 1, 1, 4), (out, 1.0))", "TypeError: dim must be"),
+    "grid": ("tack.launch(fill, 8, (out, 1.0))", "IndexError: kernel 'fill': the grid (8,)"),
+    "args": ("tack.launch(fill, 4, out)", "TypeError: args must be a tuple"),
+}
+
+
+@pytest.mark.parametrize("case, debug", [(c, "") for c in sorted(LAUNCH_CASES)]
+                         + [(c, "1") for c in ("complex", "count", "list")])
+def test_launch_errors_end_at_the_launch(tmp_path, case, debug):
+    """A launch refusing its arguments or grid shows the user's line and one frame of
+    tack.launch (as a CompileError does), then the message; TACK_DEBUG=1 keeps every frame."""
+    call, words = LAUNCH_CASES[case]
+    script = tmp_path / "use.py"
+    script.write_text(textwrap.dedent(f"""\
+        import numpy as np, tack
+        @tack.kernel
+        def fill(out, v):
+            i = tack.tid()
+            out[i] = v
+        out = np.zeros(4)
+        tack.launch(fill, 4, (out, 1.0))     # warm: the errors below come on a compiled kernel
+        {call}
+        """))
+    env = {"TACK_CACHE": "off"}
+    if debug:
+        env["TACK_DEBUG"] = debug
+    p = _child([str(script)], env=env)
+    assert p.returncode == 1 and words in p.stderr.splitlines()[-1], p.stderr
+    tack_frames = [ln for ln in p.stderr.splitlines()
+                   if ln.strip().startswith('File "') and os.path.join(ROOT, "tack") in ln]
+    assert f'File "{script}", line 8' in p.stderr, p.stderr
+    if debug:
+        assert len(tack_frames) >= 2, p.stderr
+    else:
+        assert len(tack_frames) == 1 and "in launch" in tack_frames[0], p.stderr
+        assert "During handling" not in p.stderr
