@@ -9,11 +9,11 @@ from .language import (Constant, Func, atomic_add, atomic_max, atomic_min, bool_
                        int32, int64, tid, uint32, uint64)
 from .config import config
 from .devices import devices, to_device
-from .errors import CompileError
+from .errors import CompileError, TackWarning
 from .launch import launch, report_timings
 
 __all__ = [
-    "__version__", "CompileError", "Constant", "Func", "Kernel", "atomic_add", "atomic_max",
+    "__version__", "CompileError", "Constant", "TackWarning", "Func", "Kernel", "atomic_add", "atomic_max",
     "atomic_min", "bool_", "config", "constant", "float32", "float64", "func", "int32", "int64",
     "devices", "kernel", "launch", "report_timings", "tid", "to_device", "uint32", "uint64",
 ]

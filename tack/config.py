@@ -8,7 +8,8 @@ Python at any time; a change applies to the next launch.
 from __future__ import annotations
 
 import os
-import warnings
+
+from .errors import warn
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}
@@ -19,8 +20,7 @@ def _env_flag(name: str) -> bool:
     if raw in _TRUE:
         return True
     if raw not in _FALSE:
-        warnings.warn(f"{name}={raw!r} is not a boolean (use 1 or 0); using 0",
-                      RuntimeWarning, stacklevel=3)
+        warn(f"tack: {name}={raw!r} is not a boolean (use 1 or 0); using 0", stacklevel=3)
     return False
 
 
@@ -35,9 +35,8 @@ def _env_threads() -> int:
     if raw.isascii() and raw.isdigit() and len(raw) <= 6 and 0 < int(raw) <= MAX_THREADS:
         return int(raw)
     shown = raw if len(raw) <= 32 else raw[:24] + "..."
-    warnings.warn(f"TACK_NUM_THREADS={shown!r} is not an integer from 1 to {MAX_THREADS}; "
-                  f"using {cores}",
-                  RuntimeWarning, stacklevel=3)
+    warn(f"tack: TACK_NUM_THREADS={shown!r} is not an integer from 1 to {MAX_THREADS}; "
+         f"using {cores}", stacklevel=3)
     return max(cores or 1, 1)
 
 

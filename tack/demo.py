@@ -56,8 +56,13 @@ def main(argv=None) -> int:
     if args.size < 2:
         ap.error("--size must be at least 2")
 
-    field = make_field(args.field, args.size)
     import tack                         # loaded already: python -m tack.demo runs inside it
+    from tack._shadowed import message
+    shadowed = message()
+    if shadowed is not None:            # a folder named tack, not Tack: say so, not AttributeError
+        print(f"python -m tack.demo: error: {shadowed}", file=sys.stderr)
+        return 1
+    field = make_field(args.field, args.size)
     t0 = time.perf_counter()
     from tack.kernels import contour as mc
     t_import = time.perf_counter() - t0

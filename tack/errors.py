@@ -2,7 +2,37 @@
 
 from __future__ import annotations
 
+import warnings
+
 from .records import record
+
+
+class TackWarning(RuntimeWarning):
+    """What Tack warns about (a bad setting, a cache it cannot use...): a RuntimeWarning, so
+    ``-W ignore::RuntimeWarning`` and filters on ``tack.TackWarning`` both silence it.  Shown as
+    its message alone (``tack: ...``, one line), not with a line of Tack's source: see ``warn``."""
+
+
+_shown = None                    # warnings.formatwarning as it was when Tack first warned
+
+
+def _format(message, category, filename, lineno, line=None):
+    if issubclass(category, TackWarning):
+        return f"{message}\n"
+    return _shown(message, category, filename, lineno, line)
+
+
+def warn(message: str, stacklevel: int = 1) -> None:
+    """Warn with ``message`` (starting ``tack: ``) as a TackWarning, filtered as any warning.
+
+    The first call wraps ``warnings.formatwarning`` (what the default ``showwarning`` and
+    ``logging.captureWarnings`` print with) so that a TackWarning prints as its message alone;
+    every other warning is formatted as before.  ``stacklevel`` counts from the caller of warn."""
+    global _shown
+    if _shown is None and warnings.formatwarning is not _format:
+        _shown = warnings.formatwarning
+        warnings.formatwarning = _format
+    warnings.warn(message, TackWarning, stacklevel=stacklevel + 1)
 
 
 class CompileError(Exception):

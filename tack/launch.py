@@ -9,6 +9,7 @@ point.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -27,41 +28,66 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
     ``block``: on a GPU device, the work-group (CUDA block) shape, an int (work-items per group)
     or a tuple with one extent per grid dimension; Tack chooses when it is None.  The CPU, which
     has no work-groups, ignores it, so one call runs on either."""
-    if not isinstance(kernel, Kernel):
-        raise TypeError(f"tack.launch takes a @tack.kernel, not {type(kernel).__name__}")
-    dims = _dims(dim)
-    if type(args) is not tuple:
-        args = _args(args)
-    debug = config.debug
-    static = kernel._static
-    if static is None:
-        key = (device, len(dims), debug) + tuple(map(_arg_key, args))
-    else:
-        key = (device, len(dims), debug) + tuple(_static_key(a) if i in static else _arg_key(a)
-                                                 for i, a in enumerate(args))
-    variant = kernel._variants.get(key)
-    if variant is None:
-        try:
-            variant = _compile(kernel, dims, args, device, debug)
-        except CompileError as e:
-            if debug:                       # TACK_DEBUG: the compiler's own frames too
-                raise
-            # The user's line is in the message, with its caret; the compiler's frames are not
-            # the user's to read: the traceback ends at this launch.
-            raise e.with_traceback(None) from None
-        kernel._variants[key] = variant
-        started = _startup_seconds(device)
-        t0 = time.perf_counter()
+    try:                            # free in 3.11 unless something is raised
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"tack.launch takes a @tack.kernel, not {type(kernel).__name__}")
+        dims = _dims(dim)
+        if type(args) is not tuple:
+            args = _args(args)
+        debug = config.debug
+        static = kernel._static
+        if static is None:
+            key = (device, len(dims), debug) + tuple(map(_arg_key, args))
+        else:
+            key = (device, len(dims), debug) + tuple(_static_key(a) if i in static else _arg_key(a)
+                                                     for i, a in enumerate(args))
+        variant = kernel._variants.get(key)
+        if variant is None:
+            try:
+                variant = _compile(kernel, dims, args, device, debug)
+            except CompileError as e:
+                if debug:                       # TACK_DEBUG: the compiler's own frames too
+                    raise
+                # The user's line is in the message, with its caret; the compiler's frames are not
+                # the user's to read: the traceback ends at this launch.
+                raise e.with_traceback(None) from None
+            kernel._variants[key] = variant
+            started = _startup_seconds(device)
+            t0 = time.perf_counter()
+            variant.run(args, dims, block)
+            t = kernel.timings
+            t["launch"] = time.perf_counter() - t0
+            threads = _startup_seconds(device) - started
+            if threads > 0:                 # the runtime started its threads in this launch
+                t["threads"], t["launch"] = threads, t["launch"] - threads
+            if config.timing:
+                report_timings(kernel)
+            return
         variant.run(args, dims, block)
-        t = kernel.timings
-        t["launch"] = time.perf_counter() - t0
-        threads = _startup_seconds(device) - started
-        if threads > 0:                 # the runtime started its threads in this launch
-            t["threads"], t["launch"] = threads, t["launch"] - threads
-        if config.timing:
-            report_timings(kernel)
-        return
-    variant.run(args, dims, block)
+    except (TypeError, ValueError, IndexError) as e:
+        if config.debug or not _launch_error(e):
+            raise
+        # A launch's own refusal (its arguments, its grid): the message says it all, and the
+        # frames that checked are not the user's to read: the traceback ends at this launch.
+        raise e.with_traceback(None) from None
+
+
+# Where a launch refuses its arguments or grid; an error raised anywhere else is a fault, and keeps
+# its frames.
+_CHECKING = frozenset(("launch.py", "argtypes.py", "gridcheck.py"))
+
+
+def _launch_error(e) -> bool:
+    """Whether ``e`` is a launch refusing what it was given (raised where the arguments and grid
+    are checked, or marked ``tack_launch_error`` where it was made, as the grid check does)."""
+    if getattr(e, "tack_launch_error", False):
+        return True
+    tb = e.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = tb.tb_frame.f_code.co_filename
+    return (os.path.basename(path) in _CHECKING
+            and os.path.dirname(os.path.abspath(path)) == os.path.dirname(os.path.abspath(__file__)))
 
 
 _DIM_MAX = 2**63 - 1        # grid extents and their product are int64 in the entry point

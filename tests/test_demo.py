@@ -101,3 +101,52 @@ print(json.dumps({"stages": list(k.timings), "sum": sum(k.timings.values()), "wa
     assert warm["ok"]
     assert warm["stages"] == ["import", "find", "read", "deps", "load", "variant", "launch"], warm
     assert warm["sum"] <= warm["wall"], warm
+
+
+# An editable install as setuptools makes it: a finder after the path finder that maps tack.* to
+# this checkout, so a folder named tack earlier on sys.path (the directory holding a checkout) is
+# taken as a namespace package and hides it.
+EDITABLE = """
+import importlib.machinery, os, runpy, sys
+ROOT = sys.argv.pop(1)
+class Editable:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "tack" or name.startswith("tack."):
+            parent = os.path.join(ROOT, *name.split(".")[:-1])
+            return importlib.machinery.PathFinder.find_spec(name, [parent])
+k = sys.meta_path.index(importlib.machinery.PathFinder)
+sys.meta_path.insert(k + 1, Editable)
+sys.path.insert(0, os.getcwd())          # as python -m puts the working directory first
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
+"""
+
+
+def run_beside_a_checkout(tmp_path, module, *args):
+    checkout = tmp_path / "tack"             # the folder a clone makes: no __init__.py in it
+    (checkout / "docs").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("[project]\nname = 'tack'\n")
+    child = {k: v for k, v in os.environ.items() if not k.startswith("TACK_") and k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-c", EDITABLE, ROOT, module, *args], cwd=tmp_path,
+                          env=child, capture_output=True, text=True, timeout=300)
+
+
+def test_demo_beside_its_checkout_says_the_folder_hides_tack(tmp_path):
+    """Run from the directory holding a checkout named tack (editable install), the demo says that
+    folder hides the install and what to do, in one line, instead of an AttributeError."""
+    p = run_beside_a_checkout(tmp_path, "tack.demo", "--size", "8")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and "AttributeError" not in p.stderr, p.stderr
+    line, = p.stderr.strip().splitlines()
+    assert f"the folder {tmp_path / 'tack'} hides the installed Tack ({ROOT}{os.sep}tack)" in line
+    assert "namespace package" in line and "cd tack" in line
+
+
+def test_kernels_beside_its_checkout_raise_an_import_error_naming_the_folder(tmp_path):
+    """Importing tack.kernels there raises ImportError saying why, not AttributeError."""
+    code = ("try:\n    import tack.kernels.contour\nexcept ImportError as e:\n    print('IE', e)\n")
+    script = tmp_path / "use.py"
+    script.write_text(code)
+    p = run_beside_a_checkout(tmp_path, "use")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("IE the folder") and "hides the installed Tack" in p.stdout, p.stdout

@@ -200,3 +200,101 @@ def test_compile_error_full_traceback_under_tack_debug(tmp_path):
     _, err, frames = run_bad_script(tmp_path, TACK_DEBUG="1")
     assert any(f["file"].endswith(os.path.join("frontend", "lower.py")) for f in frames), err
     assert err.rstrip().splitlines()[-1] == "             ^"
+
+
+# -- warnings (issue 22): one clean line, still a warning the warnings module filters ----------
+
+def _child(args, env=None, flags=()):
+    child = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    child.update(PYTHONPATH=ROOT, **(env or {}))
+    return subprocess.run([sys.executable, *flags, *args], env=child, capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+
+
+def test_a_tack_warning_prints_as_one_line_without_tacks_source():
+    """A bad setting warns with one line, `tack: ...`: no RuntimeWarning label, no path into
+    Tack's sources, no source line under it."""
+    p = _child(["-m", "tack.cache", "info"], env={"TACK_CACHE_SIZE": "4Q", "TACK_CACHE_DIR": "/nonexistent-22"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tack: TACK_CACHE_SIZE"), p.stderr
+    assert "RuntimeWarning" not in p.stderr and ".py:" not in p.stderr
+    p = _child(["-c", "import tack; tack.config.num_threads"], env={"TACK_NUM_THREADS": "x"})
+    assert p.stderr.splitlines() == [
+        "tack: TACK_NUM_THREADS='x' is not an integer from 1 to 65536; "
+        f"using {len(os.sched_getaffinity(0))}"], p.stderr
+
+
+@pytest.mark.parametrize("flag, shown", [("ignore::RuntimeWarning", False),
+                                         ("ignore:tack", False),      # by message start
+                                         ("ignore::UserWarning", True)])
+def test_tack_warnings_are_filtered_by_the_warnings_module(flag, shown):
+    p = _child(["-c", "import tack; tack.config.num_threads"], env={"TACK_NUM_THREADS": "x"},
+               flags=("-W", flag))
+    assert ("tack: TACK_NUM_THREADS" in p.stderr) is shown, p.stderr
+
+
+def test_other_warnings_keep_pythons_format():
+    """Only Tack's own category is shown short: a warning of another library after one of Tack's
+    is formatted as Python formats it."""
+    code = ("import warnings, tack; tack.config.num_threads\n"
+            "warnings.warn('not tack', UserWarning)\n")
+    p = _child(["-c", code], env={"TACK_NUM_THREADS": "x"})
+    lines = p.stderr.splitlines()
+    assert lines[0].startswith("tack: TACK_NUM_THREADS") and "<string>:2: UserWarning: not tack" in lines[1]
+
+
+def test_tack_warning_is_a_runtime_warning():
+    """A TackWarning is a RuntimeWarning, filtered by its own class too (in Python: -W takes only
+    built-in categories at startup)."""
+    assert issubclass(tack.TackWarning, RuntimeWarning)
+    code = ("import warnings, tack; warnings.simplefilter('ignore', tack.TackWarning)\n"
+            "tack.config.num_threads\n")
+    assert _child(["-c", code], env={"TACK_NUM_THREADS": "x"}).stderr == ""
+    with pytest.warns(tack.TackWarning, match="^tack: x$"):
+        from tack.errors import warn
+        warn("tack: x")
+
+
+# -- launch errors (issue 22): the message, not the frames of the checks inside tack/ ----------
+
+LAUNCH_CASES = {
+    "count": ("tack.launch(fill, 4, (out,))", "TypeError: kernel 'fill' takes 2 arguments"),
+    "list": ("tack.launch(fill, 4, ([1.0, 2.0], 1.0))", "argument 'out' is a list"),
+    "complex": ("tack.launch(fill, 4, (np.zeros(4, np.complex128), 1.0))", "dtype complex128"),
+    "dim4": ("tack.launch(fill, (1, 1, 1, 4), (out, 1.0))", "TypeError: dim must be"),
+    "grid": ("tack.launch(fill, 8, (out, 1.0))", "IndexError: kernel 'fill': the grid (8,)"),
+    "args": ("tack.launch(fill, 4, out)", "TypeError: args must be a tuple"),
+}
+
+
+@pytest.mark.parametrize("case, debug", [(c, "") for c in sorted(LAUNCH_CASES)]
+                         + [(c, "1") for c in ("complex", "count", "list")])
+def test_launch_errors_end_at_the_launch(tmp_path, case, debug):
+    """A launch refusing its arguments or grid shows the user's line and one frame of
+    tack.launch (as a CompileError does), then the message; TACK_DEBUG=1 keeps every frame."""
+    call, words = LAUNCH_CASES[case]
+    script = tmp_path / "use.py"
+    script.write_text(textwrap.dedent(f"""\
+        import numpy as np, tack
+        @tack.kernel
+        def fill(out, v):
+            i = tack.tid()
+            out[i] = v
+        out = np.zeros(4)
+        tack.launch(fill, 4, (out, 1.0))     # warm: the errors below come on a compiled kernel
+        {call}
+        """))
+    env = {"TACK_CACHE": "off"}
+    if debug:
+        env["TACK_DEBUG"] = debug
+    p = _child([str(script)], env=env)
+    assert p.returncode == 1 and words in p.stderr.splitlines()[-1], p.stderr
+    tack_frames = [ln for ln in p.stderr.splitlines()
+                   if ln.strip().startswith('File "') and os.path.join(ROOT, "tack") in ln]
+    assert f'File "{script}", line 8' in p.stderr, p.stderr
+    if debug:
+        assert len(tack_frames) >= 2, p.stderr
+    else:
+        assert len(tack_frames) == 1 and "in launch" in tack_frames[0], p.stderr
+        assert "During handling" not in p.stderr

@@ -285,7 +285,9 @@ class CPUVariant(BoundsReport):
         if d[0] * d[1] * d[2] == 0:
             return
         if self.grid_too_large is not None and self.grid_too_large(args, d):
-            raise self.grid_error(args, dims)
+            e = self.grid_error(args, dims)
+            e.tack_launch_error = True      # a refusal, not a fault: launch trims its frames
+            raise e
         _run_grid(self, buf, d)
         if err is not None and err[0]:
             self.raise_bounds_error(err)

@@ -26,7 +26,8 @@ import re
 import sys
 import threading
 import types
-import warnings
+
+from ..errors import warn
 
 __all__ = ["configure", "load_bundle", "settings", "stats", "reset_stats"]
 
@@ -145,15 +146,28 @@ def expand(value: str, origin: str, environ=None) -> str:
     return os.path.expanduser(value)
 
 
-def check_directory(value, origin: str, environ=None) -> str:
+def check_directory(value, origin: str, environ=None, relative_to_cwd=False) -> str:
     """The absolute, normalized path ``value`` names (``expand``-ed); ValueError naming ``origin``
-    for an unset variable or a relative path."""
+    for an unset variable or a relative path, or, with ``relative_to_cwd`` (the cache directory),
+    a relative path taken from the working directory now (when the settings are read)."""
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise ValueError(f"{origin}: the cache directory must be a non-empty path")
     path = expand(os.fspath(value), origin, environ)
     if not os.path.isabs(path):
-        raise ValueError(f"{origin}: the cache directory must be an absolute path, not {value!r}")
+        if not relative_to_cwd:
+            raise ValueError(f"{origin}: the cache directory must be an absolute path, not {value!r}")
+        try:
+            path = os.path.join(os.getcwd(), path)
+        except OSError as e:            # the working directory was deleted
+            raise ValueError(f"{origin}: {value!r} is relative, and the working directory cannot "
+                             f"be read ({e.strerror or e})") from None
     return os.path.normpath(path)
+
+
+def check_cache_directory(value, origin: str, environ=None) -> str:
+    """The cache directory ``value`` names: ``check_directory``, a relative path taken from the
+    working directory when the settings are read (as Python takes ``PYTHONPYCACHEPREFIX``)."""
+    return check_directory(value, origin, environ, relative_to_cwd=True)
 
 
 def check_mode(value, origin: str) -> str:
@@ -170,7 +184,7 @@ def check_size(value, origin: str):
         raise ValueError(f"{origin}: {e}") from None
 
 
-_CHECKS = {"directory": ("TACK_CACHE_DIR", check_directory),
+_CHECKS = {"directory": ("TACK_CACHE_DIR", check_cache_directory),
            "mode": ("TACK_CACHE", check_mode),
            "max_size": ("TACK_CACHE_SIZE", check_size)}
 
@@ -198,7 +212,7 @@ def resolve(configured: dict, environ=None, mpi=False) -> Settings:
                 sources[key] = "environment"
                 continue
             except ValueError as e:
-                warnings.warn(f"tack: {e}; using the default", RuntimeWarning, stacklevel=4)
+                warn(f"tack: {e}; using the default", stacklevel=4)
         values[key], sources[key] = defaults[key], "default"
     if values["directory"] is None:
         values["directory"] = default_directory()
@@ -315,7 +329,7 @@ def configure(directory=None, mode=None, max_size=None):
                            f"in use; they are since {_resolved_by}")
     given = {}
     if directory is not None:
-        given["directory"] = check_directory(directory, "configure(directory=...)")
+        given["directory"] = check_cache_directory(directory, "configure(directory=...)")
     if mode is not None:
         given["mode"] = check_mode(mode, "configure(mode=...)")
     if max_size is not None:
@@ -383,7 +397,7 @@ def warn_once_factory(quiet=False):
 
     def warn_once(message: str):
         if not said and not quiet:
-            warnings.warn(f"tack: {message}", RuntimeWarning, stacklevel=2)
+            warn(f"tack: {message}", stacklevel=2)
         said.add(message)
         log.debug("%s", message)
     return warn_once

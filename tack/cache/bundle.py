@@ -53,7 +53,7 @@ from ..digests import sha256
 from . import log
 from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode,
                     decode_meta, encode_meta)
-from .keys import tack_version_id
+from .keys import shown_version, tack_version_id
 from .trust import (TMP_MARK, NotRegular, Untrusted, check_stat, check_trusted, open_regular, read_regular,
                     write_atomic)
 
@@ -458,7 +458,8 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None,
             os.close(fd)
     if tack_version is not None and b.meta.get("tack") != tack_version:
         b.close()
-        raise BundleError(f"{path} was made by Tack {b.meta.get('tack')}, this is {tack_version}; "
+        raise StaleBundle(f"{path} was made by Tack {shown_version(b.meta.get('tack'))}, this is "
+                          f"{shown_version(tack_version)}; "
                           "pack it again")
     return b
 
@@ -598,14 +599,19 @@ class _ReadOnly:
         pass
 
 
+class StaleBundle(BundleError):
+    """A bundle another Tack version packed: whole, but none of its entries could ever match."""
+
+
 class BundleStore(_ReadOnly):
     """Lookups served from one bundle, opened at the first lookup (or given in memory).
 
     ``target_key``: the target whose variants it holds (a variant's key is made for it)."""
 
     def __init__(self, stats, warn_once, path=None, loaded=None, allow_root=False, label="bundle",
-                 quiet=False, target_key=None):
+                 quiet=False, target_key=None, quiet_stale=False):
         self.stats, self.warn_once = stats, warn_once
+        self.quiet_stale = quiet_stale  # another version's bundle: said only in the log
         self.path = path
         self.target_key = target_key
         self.bundle = loaded
@@ -631,6 +637,8 @@ class BundleStore(_ReadOnly):
             self._failed = True
             if self.quiet and not os.path.lexists(self.path):
                 log.debug("%s: none at %s", self.label, self.path)
+            elif self.quiet_stale and isinstance(e, StaleBundle):
+                log.debug("%s not used: %s", self.label, e)
             else:
                 self.warn_once(f"not using the {self.label}: {e}")
 

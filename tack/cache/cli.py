@@ -18,7 +18,7 @@ from .. import cache as settings_mod
 from . import size
 from .bundle import BUNDLE_PREFIX
 from .entry import KIND_VARIANT, DamagedEntry, decode
-from .keys import tack_version_id
+from .keys import shown_version, tack_version_id
 from .trust import VERSION_MARKER, NotRegular, Untrusted, check_trusted, read_regular
 
 
@@ -114,13 +114,14 @@ def gather(s) -> dict:
         info["trusted"], info["untrusted_reason"] = False, str(e)
         if not os.path.isdir(s.directory):
             return info                 # a file, or a link to one: nothing to list
+    labels = _Labels()
     for path, nbytes, _, version, level in size.entries(s.directory):
         v = info["versions"].setdefault(version, {"lowered": {"entries": 0, "bytes": 0},
                                                   "variants": {"entries": 0, "bytes": 0}})
         v[level]["entries"] += 1
         v[level]["bytes"] += nbytes
         if level == "variants":
-            t = v.setdefault("targets", {}).setdefault(_target_label(path), {"entries": 0, "bytes": 0})
+            t = v.setdefault("targets", {}).setdefault(labels(path), {"entries": 0, "bytes": 0})
             t["entries"] += 1
             t["bytes"] += nbytes
         info["total_bytes"] += nbytes
@@ -130,15 +131,33 @@ def gather(s) -> dict:
     return info
 
 
-def _target_label(path: str) -> str:
-    """The ``kind:name`` a variant entry was compiled for (``cpu:host``: this kind of host, by
-    its own CPU); ``damaged`` if its metadata cannot be read."""
-    try:
-        data, _ = read_regular(path)
-        _, meta, _ = decode(data, KIND_VARIANT, only=("arch", "backend"))
-    except (OSError, DamagedEntry):
-        return "damaged"
-    return meta.get("arch") or f"{meta.get('backend', 'cpu')}:host"
+class _Labels:
+    """The name ``info`` lists a variant entry under: the one ``pack --arch`` takes.  An arch the
+    entry names (code compiled ahead of time: ``cpu:x86_64_v3``, ``cuda:sm_90``); for code this
+    host compiled for itself, ``cpu:<its microarchitecture>`` (``_arch_label``, the name its bundle
+    is packed under; ``cpu:host`` without archspec, which pack takes too); for another host's
+    (a copied cache), ``target <key prefix>``; ``damaged`` if its metadata cannot be read."""
+
+    def __init__(self):
+        self._here = None
+
+    def __call__(self, path: str) -> str:
+        try:
+            data, _ = read_regular(path)
+            _, meta, _ = decode(data, KIND_VARIANT, only=("arch", "backend", "target_key"))
+        except (OSError, DamagedEntry):
+            return "damaged"
+        if meta.get("arch"):
+            return meta["arch"]
+        backend, tk = meta.get("backend", "cpu"), meta.get("target_key", "")
+        if backend != "cpu":
+            return f"{backend}:host"
+        if self._here is None:
+            from .host import cpu_host_key
+            self._here = cpu_host_key()
+        if tk == self._here or not tk:
+            return _arch_label(tk or self._here, self._here) or "cpu:host"
+        return f"target {tk[:16]}"
 
 
 def site_bundles() -> list:
@@ -164,7 +183,7 @@ def cmd_info(args) -> int:
     print(f"directory:    {info['directory']}  ({src['directory']})")
     print(f"mode:         {info['mode']}  ({src['mode']})")
     print(f"size limit:   {fs(info['max_size'])}  ({src['max_size']})")
-    print(f"tack version: {info['tack_version']}")
+    print(f"tack version: {shown_version(info['tack_version'])}")
     if not info["exists"]:
         print("status:       no cache directory yet (created when a kernel is first stored)")
         return 0
@@ -174,7 +193,7 @@ def cmd_info(args) -> int:
           f"{len(info['versions'])} Tack version(s)")
     for version, levels in sorted(info["versions"].items()):
         mark = "  <- this version" if version == info["tack_version"] else ""
-        print(f"  {version}{mark}")
+        print(f"  {shown_version(version)}{mark}")
         for level in ("lowered", "variants"):
             d = levels[level]
             print(f"    {level:<9} {d['entries']:6d} entries  {fs(d['bytes']):>10}")
@@ -190,7 +209,7 @@ def cmd_info(args) -> int:
                 print(f"  {b['name']}  {fs(b['bytes'])}  {_STATUS[b['status']]}: {b['error']}")
             else:
                 print(f"  {b['name']}  arch {b.get('arch') or '?'} ({b.get('machine', '?')}), "
-                      f"{b['entries']} entries, {fs(b['bytes'])}, Tack {b.get('tack', '?')}")
+                      f"{b['entries']} entries, {fs(b['bytes'])}, Tack {shown_version(b.get('tack', '?'))}")
     else:
         print("bundles:      none")
     for site in info["site_bundles"]:
@@ -329,7 +348,7 @@ def cmd_clear(args) -> int:
             path = os.path.join(root, name)
             if os.path.isfile(path) and not os.path.islink(path):
                 _unlink(path)
-    what = "every version's" if args.all else f"version {version}'s"
+    what = "every version's" if args.all else f"version {shown_version(version)}'s"
     extra = f" and {nbundles} bundle(s)" if args.all else ""
     print(f"cleared {what} entries ({removed} files in {len(targets)} version "
           f"director{'y' if len(targets) == 1 else 'ies'}){extra} from {root}")
@@ -396,10 +415,15 @@ def _match_arch(root, version, arch, here):
         wanted = qualify(arch)
     except ArchError as e:
         raise CLIError(str(e)) from None
-    found = {tk for tk, entries in variants.items()
-             if {arch, wanted} & names(tk, entries) or tk.startswith(arch)}
+    if wanted == "cpu:host":                 # this host's own code, however info names it
+        found = {here} & set(variants)
+    else:
+        found = {tk for tk, entries in variants.items()
+                 if {arch, wanted} & names(tk, entries) or tk.startswith(arch)}
     if not found:
-        known = sorted({n for tk, e in variants.items() for n in names(tk, e) if ":" in n})
+        known = sorted({n for tk, e in variants.items() for n in names(tk, e) if ":" in n}
+                       | {f"target {tk[:16]}" for tk, e in variants.items()
+                          if not any(":" in n for n in names(tk, e))})
         raise CLIError(f"no entries for arch {wanted!r}; the cache holds: {', '.join(known) or 'none'}")
     if len(found) > 1:
         raise CLIError(f"arch {wanted!r} matches {len(found)} targets; give a target key prefix")

@@ -49,6 +49,16 @@ def tack_version_id() -> str:
     return _version_id
 
 
+def shown_version(version) -> str:
+    """``version`` as messages print it: a checkout's source hash cut to 12 hex digits
+    (``0.1.0+src.1a2b3c4d5e6f``), which tells edits apart on a screen; keys and directory names keep
+    the whole id (``--json`` prints it)."""
+    if not isinstance(version, str):
+        return str(version)
+    head, sep, digest_hex = version.partition("+src.")
+    return f"{head}{sep}{digest_hex[:12]}" if sep and len(digest_hex) > 12 else version
+
+
 def source_version_id() -> str:
     """This Tack's version; for a source checkout, the version plus a hash of Tack's sources.
 

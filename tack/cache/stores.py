@@ -458,6 +458,42 @@ class Session:
         return stored
 
 
+class OwnBundle:
+    """In ``write`` and ``read`` mode, this host's bundle in the user's own directory, read after
+    its per-kernel files: after ``pack`` then ``clear``, a run loads from the bundle instead of
+    compiling, as a ccache or Numba user expects of a file in their own cache.  Nothing is imported
+    or opened until a lookup misses in the directory, and then only if the file exists (a warm
+    process never gets here); a bundle of another Tack version (a checkout edited since it was
+    packed) is passed over in the log only, since the directory serves and stores as usual."""
+
+    writable = False
+
+    def __init__(self, stats, warn_once, directory, target_key):
+        self.stats, self.warn_once = stats, warn_once
+        self.directory, self.target_key = directory, target_key
+        self.store = None
+
+    def read(self, kind, key, level, targets=()):
+        if self.store is None:          # the first miss in the directory: a compile follows anyway
+            from .bundle import BundleStore, bundle_name
+            path = os.path.join(self.directory, bundle_name(self.target_key))
+            self.store = os.path.lexists(path) and BundleStore(
+                self.stats, self.warn_once, path, label="cache bundle", quiet=True,
+                quiet_stale=True, target_key=self.target_key)
+        if self.store is False:
+            return None, MISSING
+        return self.store.read(kind, key, level, targets)
+
+    def write(self, kind, key, meta, payload) -> bool:
+        return False
+
+    def touch(self, kind, key) -> None:
+        pass
+
+    def discard(self, path) -> None:
+        pass
+
+
 def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sites=(),
                  own_bundle=True) -> Session:
     """The session of a process (``rank``: its MPI rank): in mode ``bundle``, this host's bundle
@@ -469,6 +505,8 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
     if settings.mode != "bundle":
         disk = DiskCache(settings, stats, warn_once, rank)
         stores.append(disk)
+        if own_bundle:
+            stores.append(OwnBundle(stats, warn_once, settings.directory, host_key))
     if settings.mode == "bundle" or sites:
         from .bundle import BundleStore, SiteBundleStore, bundle_name
         name = bundle_name(host_key)

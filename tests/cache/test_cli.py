@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from tack.cache import cli, size
+from tack.cache.keys import shown_version
 
 from .conftest import current_version, drop_dac_caps, entry_files, run_cli
 
@@ -36,9 +37,9 @@ def test_info(populated):
     assert f"directory:    {cache}  (environment)" in lines
     assert "mode:         write  (default)" in lines
     assert "size limit:   500.0 MiB  (environment)" in lines
-    assert f"tack version: {this}" in lines
+    assert f"tack version: {shown_version(this)}" in lines
     assert "across 2 Tack version(s)" in out and "entries:      12 (" in out
-    assert f"  {this}  <- this version" in lines
+    assert f"  {shown_version(this)}  <- this version" in lines
     assert f"  {OTHER_VERSION}" in lines
     level_lines = [ln.split() for ln in lines if ln.strip().startswith(("lowered", "variants"))]
     assert [(ln[0], ln[1], ln[2]) for ln in level_lines] == [
@@ -233,3 +234,39 @@ def test_info_on_a_regular_file(tmp_path):
     data = json.loads(run_cli(path, "info", "--json").stdout)
     assert data["trusted"] is False and "not a directory" in data["untrusted_reason"]
     assert path.read_text() == "mine"
+
+
+def test_info_names_this_hosts_variants_as_pack_takes_them(warm):
+    """The name info lists this host's variants under is one pack --arch takes (issue 22: info
+    said cpu:host, pack refused it and named cpu:<microarchitecture>); cpu:host is taken too."""
+    cache, _ = warm
+    run = run_cli(cache, "info")
+    assert run.rc == 0, run.stderr
+    labels = [ln.split()[1] for ln in run.stdout.splitlines() if ln.strip().startswith("for ")]
+    assert len(labels) == 1, run.stdout
+    for i, arch in enumerate((labels[0], "cpu:host")):
+        out = cache / f"b{i}"
+        packed = run_cli(cache, "pack", "--arch", arch, "--output", str(out))
+        assert packed.rc == 0, (arch, packed.stderr)
+        assert f"for {labels[0]} " in packed.stdout and out.is_file(), packed.stdout
+
+
+def test_versions_are_shown_short_and_keyed_whole(warm, monkeypatch):
+    """A checkout's version (0.1.0+src. and 64 hex digits) is shown cut to 12 hex digits by info
+    and clear, so their lines fit a terminal; the directory and --json keep the whole id."""
+    from tack.cache import keys
+    assert shown_version("0.1.0+src." + "ab" * 32) == "0.1.0+src." + "ab" * 6
+    assert shown_version("0.1.0") == "0.1.0"
+    cache, _ = warm
+    (this,) = [d.name for d in cache.iterdir() if d.is_dir()]
+    if "+src." not in this:
+        pytest.skip("an installed Tack: its version is short already")
+    short = shown_version(this)
+    assert len(short.split("+src.")[1]) == 12
+    info = run_cli(cache, "info")
+    assert f"tack version: {short}" in info.stdout.splitlines() and this not in info.stdout
+    assert all(len(ln) < 80 for ln in info.stdout.splitlines() if short in ln), info.stdout
+    assert json.loads(run_cli(cache, "info", "--json").stdout)["tack_version"] == this
+    cleared = run_cli(cache, "clear")
+    assert cleared.rc == 0 and f"version {short}'s entries" in cleared.stdout, cleared.stdout
+    assert this not in cleared.stdout

@@ -19,7 +19,7 @@ def assert_one_warning_and_right(run):
     assert run.rc == 0, run.stderr
     check_results(run)
     assert len(run.warnings) == 1, run.warnings
-    assert run.warnings[0]["category"] == "RuntimeWarning"
+    assert run.warnings[0]["category"] == "TackWarning"
     assert run.warnings[0]["message"].startswith("tack: ")
 
 

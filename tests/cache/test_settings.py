@@ -1,6 +1,9 @@
 """The cache's settings: TACK_CACHE_DIR, TACK_CACHE, TACK_CACHE_SIZE, configure(), their precedence and bad values."""
 
 import os
+import pathlib
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -11,6 +14,8 @@ import tack.cache
 import tack.cache as cfg
 
 from .conftest import KMOD, check_results, compiled, import_file, loaded, run_child, snapshot, write_module
+
+ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
 
@@ -80,7 +85,7 @@ def test_configure_one_setting_leaves_the_others_to_environment_and_default(monk
     ("TACK_CACHE", "bogus", "mode", "write"),
     ("TACK_CACHE_SIZE", "12Q", "max_size", GiB),
     ("TACK_CACHE_SIZE", "-5M", "max_size", GiB),
-    ("TACK_CACHE_DIR", "relative/dir", "directory", None),
+    ("TACK_CACHE_DIR", "$TACK_NOT_SET_22/dir", "directory", None),
 ])
 def test_bad_environment_value_warns_and_uses_default(monkeypatch, tmp_path, var, value, field, default):
     """A bad environment value is one RuntimeWarning naming the variable, and the default is used."""
@@ -97,7 +102,7 @@ def test_bad_environment_value_warns_and_uses_default(monkeypatch, tmp_path, var
 
 @pytest.mark.parametrize("kwargs", [
     {"mode": "bogus"}, {"mode": 3}, {"max_size": "12Q"}, {"max_size": -1}, {"max_size": 1.5},
-    {"directory": "relative/dir"}, {"directory": ""}, {"directory": 42},
+    {"directory": "$TACK_NOT_SET_22/dir"}, {"directory": ""}, {"directory": 42},
 ])
 def test_configure_bad_value_raises(kwargs):
     """configure() with a bad value raises ValueError and changes nothing."""
@@ -164,7 +169,7 @@ def test_unwritable_directory_warns_once_and_runs(tmp_path):
     run = run_child(afile / "sub", src, [{"kernel": "k_main", "n": 5}, {"kernel": "k_other", "n": 6}])
     check_results(run)
     assert len(run.warnings) == 1, run.warnings
-    assert run.warnings[0]["category"] == "RuntimeWarning"
+    assert run.warnings[0]["category"] == "TackWarning"
     assert str(afile) in run.warnings[0]["message"]
     assert afile.read_text() == "not a directory"
     assert run.stats["bytes_written"] == 0 and run.stats["hits"] == {"lowered": 0, "variant": 0}
@@ -203,3 +208,39 @@ def test_mode_read_with_no_directory_creates_none(tmp_path, cache_dir):
     check_results(run)
     assert not os.path.lexists(cache_dir)
     assert run.warnings == []
+
+
+def test_relative_cache_directory_is_taken_from_the_working_directory(tmp_path, monkeypatch):
+    """A relative TACK_CACHE_DIR, or configure(directory=...), names a directory below the
+    working directory when the settings are read (issue 22: it fell back to the default with a
+    warning), with no warning; info shows the absolute path."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TACK_CACHE_DIR", "rel/cache")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = tack.cache.settings()
+    assert (s.directory, s.sources["directory"]) == (str(tmp_path / "rel" / "cache"), "environment")
+
+
+def test_relative_cache_directory_from_configure(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tack.cache.configure(directory="./mine")
+    assert resolve_quietly().directory == str(tmp_path / "mine")
+
+
+def test_relative_cache_directory_stores_there(tmp_path):
+    """A child process with a relative TACK_CACHE_DIR stores its entries below its working
+    directory, and python -m tack.cache info run from there lists them."""
+    (tmp_path / "src").mkdir()
+    write_module(tmp_path / "src", KMOD, "kmod_rel")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR="c", PYTHONPATH=os.pathsep.join([str(tmp_path / "src"), ROOT]))
+    code = ("import numpy as np, tack, kmod_rel; out = np.zeros(4); "
+            "tack.launch(kmod_rel.k_other, 4, (np.arange(4.0), out))")
+    p = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert any((tmp_path / "c").rglob("*.tvar"))
+    info = subprocess.run([sys.executable, "-m", "tack.cache", "info"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert f"directory:    {tmp_path / 'c'}  (environment)" in info.stdout, info.stdout

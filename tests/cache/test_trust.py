@@ -55,7 +55,7 @@ def test_untrusted_directory_is_refused(case, warm, tmp_path):
     assert all(compiled(r) for r in run.results)
     assert len(run.warnings) == 1, run.warnings
     (warning,) = run.warnings
-    assert warning["category"] == "RuntimeWarning"
+    assert warning["category"] == "TackWarning"
     assert reason in warning["message"], warning["message"]
     assert run.stats["hits"] == {"lowered": 0, "variant": 0}
     assert run.stats["bytes_read"] == 0 and run.stats["bytes_written"] == 0

@@ -5,6 +5,7 @@ ci/conda-check.sh, and each of their commands must appear in the script the doc 
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
@@ -19,6 +20,37 @@ def blocks(lang):
     return [m.group(2) for m in BLOCK.finditer(DOC.read_text()) if m.group(1) == lang]
 
 
+def python_on_path(bindir):
+    """Put a `python` that runs this interpreter in ``bindir``: a script that execs
+    ``sys.executable``, not a link to it.  A link to a virtual environment's (or a conda env's)
+    python placed outside the environment runs the base interpreter: Python finds its
+    environment from pyvenv.cfg beside the path it was started by, and falls back to the link's
+    target, so the environment's packages (archspec, ...) would be missing."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    wrapper = bindir / "python"
+    wrapper.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_python_on_path_keeps_the_environment(tmp_path):
+    """From a real virtual environment, the `python` the shell blocks run is that environment's
+    (its sys.prefix), not the base interpreter a link would run."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
+                    str(venv)], check=True, timeout=120)
+    code = ("import pathlib, subprocess, sys; sys.path.insert(0, sys.argv[1]); "
+            "from test_deploy_doc import python_on_path; "
+            "w = python_on_path(pathlib.Path(sys.argv[2])); "
+            "print(subprocess.run([str(w), '-c', 'import sys; print(sys.prefix)'], "
+            "capture_output=True, text=True, check=True).stdout.strip())")
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", code, str(pathlib.Path(__file__).parent),
+                           str(tmp_path / "bin")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert pathlib.Path(proc.stdout.strip()) == venv, proc.stdout
+
+
 def test_the_doc_has_shell_blocks():
     assert len(blocks("sh")) >= 2 and len(blocks("console")) >= 2
 
@@ -28,8 +60,7 @@ def test_shell_blocks_run(tmp_path):
     for module, package in (("yaml", "PyYAML"), ("jinja2", "Jinja2"), ("archspec", "archspec")):
         pytest.importorskip(module, reason=f"the site tool needs {package}: pip install 'tack[site]'")
     bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "python").symlink_to(sys.executable)
+    python_on_path(bindir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
     env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}",
                PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}".rstrip(os.pathsep),

@@ -1,0 +1,57 @@
+"""A bundle in the user's own cache directory serves in write and read mode too (issue 22: after
+``pack`` and ``clear`` a plain run compiled again), after the directory's per-kernel files."""
+
+import pytest
+
+from tack.cache import bundle
+
+from .conftest import KMOD_LAUNCHES, check_results, compiled, entry_files, loaded, run_child, run_cli
+
+
+def _pack_and_clear(cache):
+    packed = run_cli(cache, "pack")
+    assert packed.rc == 0, packed.stderr
+    cleared = run_cli(cache, "clear")
+    assert cleared.rc == 0, cleared.stderr
+    assert not entry_files(cache)
+    (path,) = cache.glob("bundle-*")
+    return path
+
+
+@pytest.mark.parametrize("mode", ["write", "read"])
+def test_after_pack_and_clear_a_plain_run_loads_from_the_bundle(warm, mode):
+    """pack, clear, run: every kernel loads from the bundle, with no warning; nothing is compiled."""
+    cache, src = warm
+    _pack_and_clear(cache)
+    run = run_child(cache, src, KMOD_LAUNCHES, env={"TACK_CACHE": mode})
+    assert run.rc == 0, run.stderr
+    check_results(run)
+    results = run.data["results"]
+    assert all(loaded(r) and not compiled(r) for r in results), results
+    assert run.warnings == []
+    assert run.data["stats"]["hits"]["variant"] == len(KMOD_LAUNCHES)
+
+
+def test_a_bundle_of_another_version_is_passed_over_quietly_in_write_mode(warm):
+    """In write mode, a bundle of another Tack version (a checkout edited since it was packed) is
+    not used and not warned about: the kernels compile and are stored as usual."""
+    cache, src = warm
+    path = _pack_and_clear(cache)
+    b = bundle.Bundle(path.read_bytes())
+    entries = [(kind, key, b.data[off:off + n]) for (kind, key), (off, n) in b.index.items()]
+    path.write_bytes(bundle.pack(entries, dict(b.meta, tack="0.0.1")))
+    run = run_child(cache, src, KMOD_LAUNCHES)
+    assert run.rc == 0, run.stderr
+    check_results(run)
+    assert all(compiled(r) for r in run.data["results"])
+    assert run.warnings == [] and entry_files(cache)
+
+
+def test_the_directorys_own_files_come_first(warm):
+    """With both, the per-kernel files serve (the bundle is not even opened)."""
+    cache, src = warm
+    packed = run_cli(cache, "pack")
+    assert packed.rc == 0, packed.stderr
+    run = run_child(cache, src, KMOD_LAUNCHES, env={"TACK_CACHE_LOG": "2"})
+    assert run.rc == 0 and all(loaded(r) for r in run.data["results"]), run.stderr
+    assert "cache bundle" not in run.stderr
