@@ -15,10 +15,12 @@ class SiteError(Exception):
 
 
 class SiteConfigError(Exception):
-    """One or more problems in a site config; each line names file, line and key."""
+    """One or more problems in a site config; each line names file, line and key.  ``partial``:
+    the config's valid parts (a SiteConfig), for checks that look further (kernel modules)."""
 
-    def __init__(self, problems):
+    def __init__(self, problems, partial=None):
         self.problems = problems
+        self.partial = partial
         super().__init__("\n".join(problems))
 
 

@@ -279,3 +279,118 @@ NUMBERS = {
 def test_huge_numbers(tmp_path, case):
     """A number far out of range: a config error naming file, line and key, no traceback."""
     check_fails(tmp_path, *NUMBERS[case])
+
+
+# -- hostile YAML: deep nesting, complex keys, a wrong type at every key ------
+
+def test_deep_nesting_is_a_config_error(tmp_path):
+    """Nesting far past what PyYAML's recursive composer survives (it raised RecursionError at
+    about 450 levels): one error naming the file, line and key path, no traceback."""
+    deep = "[" * 5000 + "]" * 5000
+    check_fails(tmp_path, GOOD + f"nodes: {deep}\n", ":11: nodes.0.0.0.0.0... (32 levels): lists and "
+                "mappings are nested more than 32 levels deep")
+    check_fails(tmp_path, GOOD.replace("  conflicts: [tack-dev]", "  help: " + "{a: " * 600 + "1"
+                                       + "}" * 600), ":10: modules.help.a.a.a.a... (32 levels): ")
+
+
+def test_nesting_the_schema_needs_is_read():
+    """The depth bound leaves room for the schema's deepest value (an extent of a shape)."""
+    from tack.site.config import MAX_DEPTH, _check_depth
+    _check_depth("site.yaml", "build: {kernels: [{module: m, shapes: [[1, 2, 3]]}]}")
+    _check_depth("site.yaml", "[" * MAX_DEPTH + "]" * MAX_DEPTH)
+
+
+COMPLEX_KEYS = {
+    "top": (GOOD + "? [a, b]\n: 1\n", ":11: (top level): a key must be a name, not a list"),
+    "nested": (GOOD.replace("  size: 4G", "  size: 4G\n  ? {x: 1}\n  : 2"),
+               ":5: cache: a key must be a name, not a mapping"),
+    "kernel-entry": (GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n    - module: m\n"
+                                  "      ? [shapes]\n      : [[8, 8, 8]]"),
+                     ":10: build.kernels.0: a key must be a name, not a list"),
+    "node": (GOOD + "nodes:\n  - name: n\n    ? [cpu]\n    : zen3\n",
+             ":13: nodes.0: a key must be a name, not a list"),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPLEX_KEYS))
+def test_complex_keys(tmp_path, case):
+    """A '? ' key that is a list or mapping (it raised TypeError: unhashable type: 'list')."""
+    check_fails(tmp_path, *COMPLEX_KEYS[case])
+
+
+ITEMS = {
+    "cpu-list": ("cpu: [[zen3]]", ":7: build.archs.cpu.0: expected a single value, not a list"),
+    "cpu-mapping": ("cpu: [{a: 1}]", ":7: build.archs.cpu.0: expected a single value, not a mapping"),
+    "cuda-list": ("cpu: [zen3]\n    cuda: [[sm_90]]", ":8: build.archs.cuda.0: expected a single value"),
+    "cpu-number": ("cpu: [zen3, 5]", ":7: build.archs.cpu.1: expected a string, got 5"),
+}
+
+
+@pytest.mark.parametrize("case", list(ITEMS))
+def test_list_items_of_the_wrong_type(tmp_path, case):
+    """A list or mapping as an item of build.archs (it ended in TypeError from cross_checks)."""
+    new, message = ITEMS[case]
+    check_fails(tmp_path, GOOD.replace("cpu: [zen3]", new), message)
+
+
+WRONG = ["[x]", "{a: 1}", "[[x]]", "[{a: 1}]", "[[[]]]", "~", "1", "-1", "true", "1.5", "x", "''",
+         "!!binary aGk=", "2001-01-01", "{? [a, b]: 1}", "[1, [2]]", "[{? [a]: 1}]", "!!set {a}"]
+
+
+def schema_paths():
+    """Every key path of the schema, a kernel entry's and a node's keys as in item 0."""
+    from tack.site.config import KERNEL_KEYS, NODE_KEYS, SCHEMA
+
+    def walk(schema, prefix):
+        for key, (kind, _, detail) in schema.items():
+            yield prefix + (key,)
+            if kind == "map":
+                yield from walk(detail, prefix + (key,))
+            for listed, keys in (("kernels", KERNEL_KEYS), ("nodes", NODE_KEYS)):
+                if kind == listed:
+                    for k in keys:
+                        yield prefix + (key, 0, k)
+    return list(walk(SCHEMA, ()))
+
+
+def flow(keypath, value):
+    """A one-line config holding ``value`` at ``keypath`` (flow style), with ``version: 1``."""
+    text = value
+    for part in reversed(keypath):
+        text = f"[{text}]" if part == 0 else f"{{{part}: {text}}}"
+    return text if keypath == ("version",) else text[:-1] + ", version: 1}"
+
+
+def test_every_key_every_wrong_type(tmp_path):
+    """Walk the schema: each value of WRONG (a list, a mapping, nested ones, null, numbers, a
+    boolean, binary, a date, a complex key...) at every key and every list item.  Each config
+    loads or is refused with SiteConfigError whose every line is FILE:LINE: KEY: why, and one
+    line names the key (or one above or below it, or a required key it lacks); nothing else is raised, and a config that loads
+    gives its exports and archs."""
+    from tack.site.config import load
+    from tack.site.errors import SiteConfigError
+    config = tmp_path / "site.yaml"
+    crashes, refused, total = [], 0, 0
+    for keypath in schema_paths():
+        for value in WRONG:
+            for where in (keypath, keypath + (0,)):     # the value itself, and as a list's item
+                text = flow(where, value)
+                config.write_text(text + "\n")
+                total += 1
+                try:
+                    cfg = load(config)
+                    cfg.exports(), cfg.archs(), cfg.module_name, cfg.module_version, cfg.formats
+                except SiteConfigError as e:
+                    refused += 1
+                    for line in e.problems:
+                        assert line.startswith(f"{config}:1: "), (text, line)
+                    names = [line.split(": ")[1] for line in e.problems
+                             if ": missing; " not in line]        # a required key beside it
+                    dotted = ".".join(map(str, where))
+                    assert not names or any(dotted.startswith(n) or n.startswith(dotted)
+                                            or n == "(top level)" for n in names), (text, e.problems)
+                except Exception as e:                  # noqa: BLE001 - what the test looks for
+                    crashes.append(f"{text}: {type(e).__name__}: {e}")
+    print(f"\nsite config: {total} hostile values at {len(schema_paths())} key paths, "
+          f"{refused} refused with a config error, {len(crashes)} crashes")
+    assert not crashes, "\n".join(crashes)
