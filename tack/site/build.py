@@ -75,6 +75,31 @@ def parse_arg(text: str):
         raise BuildFailure(f"template {text.strip()!r}: {type(e).__name__}: {e}") from None
 
 
+def import_kernel_module(entry: dict, where):
+    """The module of one ``build.kernels`` entry, imported; BuildFailure naming it otherwise."""
+    try:
+        return importlib.import_module(entry["module"])
+    except Exception as e:                      # noqa: BLE001 - any import failure is reported
+        why = " ".join(str(e).split())
+        raise BuildFailure(f"{where(('module',))}: kernel module {entry['module']!r} failed to "
+                           f"import: {type(e).__name__}: {why}") from None
+
+
+def module_problems(cfg):
+    """["FILE:LINE: key: why"] for each ``build.kernels`` module that fails to import, from a
+    config that may have other problems (``SiteConfigError.partial``): so that ``check`` reports
+    a bad module with them rather than after they are fixed."""
+    problems = []
+    for i, entry in enumerate(cfg.get("build.kernels") or []):
+        if isinstance(entry, dict) and isinstance(entry.get("module"), str):
+            try:
+                import_kernel_module(entry, lambda keypath, i=i: cfg.where(("build", "kernels", i)
+                                                                           + tuple(keypath)))
+            except BuildFailure as e:
+                problems.append(str(e))
+    return problems
+
+
 def warm_specs(entry: dict, where=None):
     """[(kernel, example args, grid dims)] for one ``build.kernels`` entry.
 
@@ -82,11 +107,7 @@ def warm_specs(entry: dict, where=None):
     keypath is relative to the entry (``("shapes", 1)``, ``("args", 0)``).
     """
     where = where or (lambda keypath: ".".join(map(str, keypath)))
-    try:
-        module = importlib.import_module(entry["module"])
-    except Exception as e:                      # noqa: BLE001 - any import failure is reported
-        raise BuildFailure(f"{where(('module',))}: kernel module {entry['module']!r} failed to "
-                           f"import: {type(e).__name__}: {e}") from None
+    module = import_kernel_module(entry, where)
     if "kernel" in entry:
         kernel = getattr(module, entry["kernel"], None)
         if kernel is None or not hasattr(kernel, "params"):
@@ -275,7 +296,8 @@ def _bundle_paths(directory):
     if directory is None:
         dirs = [d for d in os.environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep) if d]
         if not dirs:
-            raise FileNotFoundError("no bundle directory given and TACK_CACHE_BUNDLES is not set")
+            from .errors import SiteError
+            raise SiteError("no bundle directory given and TACK_CACHE_BUNDLES is not set")
         directory = dirs[0]
     return directory, sorted(os.path.join(directory, n) for n in os.listdir(directory)
                              if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)

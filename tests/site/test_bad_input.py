@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -63,6 +64,7 @@ def test_bad_size_message(tmp_path):
     assert r.returncode == 1, r.stderr
     line = r.stderr.splitlines()[0]
     assert line.startswith(f"error: {config}:4: cache.size: ") and "4Q" in line, line
+    assert line.count("is not a size") == 1, line          # said once, not twice
 
 
 def test_good_config_is_good(tmp_path):
@@ -394,3 +396,65 @@ def test_every_key_every_wrong_type(tmp_path):
     print(f"\nsite config: {total} hostile values at {len(schema_paths())} key paths, "
           f"{refused} refused with a config error, {len(crashes)} crashes")
     assert not crashes, "\n".join(crashes)
+
+
+# -- messages -----------------------------------------------------------------
+
+BAD_MODULE = GOOD.replace("size: 4G", "size: 4Q").replace(
+    "    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n    - module: no_such_module_here\n      shapes: [[8, 8, 8]]")
+
+
+@pytest.mark.parametrize("command", ["check", "bundles build"])
+def test_bad_module_is_reported_with_the_other_problems(tmp_path, command):
+    """A kernel module that fails to import is reported with the config's other problems, not
+    only once they are fixed (the commands that import the kernel modules anyway)."""
+    config = tmp_path / "site.yaml"
+    config.write_text(BAD_MODULE)
+    r = site(*command.split(), config, *(["--output", tmp_path / "b"] if "build" in command else []))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: {config}:4: cache.size: '4Q' is not a size: use a number with K, M, G or T "
+        "(binary units, e.g. 500M or 2G), or 'unlimited'",
+        f"error: {config}:9: build.kernels.0.module: kernel module 'no_such_module_here' failed to "
+        "import: ModuleNotFoundError: No module named 'no_such_module_here'",
+        "2 problem(s); nothing was written"], r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_other_commands_do_not_import_kernel_modules(tmp_path):
+    """modules and env read the config only: no kernel module is imported to report it."""
+    config = tmp_path / "site.yaml"
+    config.write_text(BAD_MODULE)
+    r = site("env", config)
+    assert r.returncode == 1 and "no_such_module_here" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name,close", [("zen9", ["cpu:zen", "cpu:zen6", "cpu:zen5"]),
+                                        ("zen99999", []),
+                                        ("rocm:gfx9999", ["rocm:gfx909", "rocm:gfx950", "rocm:gfx942"]),
+                                        ("cuda:sm_1", ["cuda:sm_61", "cuda:sm_120", "cuda:sm_101"])])
+def test_unknown_arch_shows_close_names_and_how_to_list_them(tmp_path, name, close):
+    """An unknown name gets a few close matches, not archspec's (or a kind's) whole list, and
+    the command that lists them all; that command lists exactly the registry's names."""
+    from tack.backends.arch_names import KINDS
+    kind = name.partition(":")[0] if ":" in name else "cpu"
+    text = GOOD.replace("cpu: [zen3]", f"cpu: [zen3]\n    {kind}: [{name}]" if kind != "cpu" else f"cpu: [{name}]")
+    config = tmp_path / "site.yaml"
+    config.write_text(text)
+    r = site("check", config)
+    assert r.returncode == 1, r.stderr
+    (line,) = [l for l in r.stderr.splitlines() if f"build.archs.{kind}.0:" in l]
+    named = re.findall(rf"\b{kind}:[a-z0-9_]+", line.split(": ", 3)[3])
+    assert named[1:] == close, line                   # the name itself, then the close ones
+    assert line.endswith(f"; 'python -m tack.site archs {kind}' lists them all"), line
+    listed = site("archs", kind)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[:len(KINDS[kind].names())] == KINDS[kind].qualified()
+
+
+def test_status_without_a_directory(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TACK_CACHE_BUNDLES"}
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "status"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr == "error: no bundle directory given and TACK_CACHE_BUNDLES is not set\n", r.stderr
