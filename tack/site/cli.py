@@ -104,7 +104,7 @@ def cmd_archs(args) -> int:
 def cmd_bundles_build(args) -> int:
     from .build import build_bundles
     cfg = load(args.config, import_modules=True)
-    return build_bundles(cfg, archs=args.arch, output=args.output)
+    return build_bundles(cfg, archs=args.arch, output=args.output, verbose=args.verbose)
 
 
 def cmd_bundles_status(args) -> int:
@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     bb.add_argument("config")
     bb.add_argument("--arch", action="append", help="only this architecture (repeatable)")
     bb.add_argument("--output", help="bundle directory (default: the config's cache.bundles)")
+    bb.add_argument("--verbose", "-v", action="store_true",
+                    help="show each variant's value types and grid as it compiles")
     bb.set_defaults(func=cmd_bundles_build)
     bs = bsub.add_parser("status", help="does each bundle still match this node?")
     bs.add_argument("dir", nargs="?", default=None, help="bundle directory (default: TACK_CACHE_BUNDLES)")
