@@ -204,12 +204,32 @@ def test_missing_dependency(tmp_path, module, dist, command):
     config = tmp_path / "site.yaml"
     config.write_text(GOOD)
     extra = ["--root", tmp_path / "out"] if command == "modules" else []
+    import tack
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(tack.__file__)))
+    assert os.path.isfile(os.path.join(checkout, "pyproject.toml")), "these tests run from a checkout"
     r = subprocess.run([sys.executable, "-c", BLOCK.format(module=module), command, str(config),
-                        *map(str, extra)], capture_output=True, text=True)
+                        *map(str, extra)], capture_output=True, text=True, cwd=checkout)
     assert r.returncode == 1, r.stderr
     assert r.stderr == (f"error: python -m tack.site needs {dist} (module '{module}'), which is not "
-                        'installed: pip install "tack[site]"\n'), r.stderr
+                        'installed: pip install -e ".[site]"\n'), r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_missing_extra_hint_fits_how_tack_is_installed(tmp_path, monkeypatch):
+    """In a checkout (pyproject.toml of the project tack beside the package) the hint is an
+    editable install there, from the checkout or elsewhere; installed, it is the extra's."""
+    from tack.site.errors import missing_extra
+    e = ModuleNotFoundError("No module named 'yaml'", name="yaml")
+    checkout, installed = tmp_path / "src", tmp_path / "site-packages"
+    for root in (checkout, installed):
+        (root / "tack").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "tack"\nversion = "0"\n')
+    (installed / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    monkeypatch.chdir(checkout)
+    assert missing_extra(e, str(checkout / "tack")).endswith(': pip install -e ".[site]"')
+    monkeypatch.chdir(tmp_path)
+    assert missing_extra(e, str(checkout / "tack")).endswith(f': cd {checkout} && pip install -e ".[site]"')
+    assert missing_extra(e, str(installed / "tack")).endswith(': pip install "tack[site]"')
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
