@@ -85,6 +85,14 @@ CPU_TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown
 LLVM_CPU_NAMES = {**{f"power{n}": f"pwr{n}" for n in range(7, 12)}, "armv8-a": "generic"}
 
 
+SHOWN_IN_FULL = 8       # a refusal lists a kind's names when it has no more than this; else close ones
+
+
+def list_hint(kind: str) -> str:
+    """How to see every name of ``kind`` (a refusal shows only the close ones)."""
+    return f"'python -m tack.site archs {kind}' lists them all"
+
+
 class Kind:
     """One device kind's names: ``names()`` it builds, ``aliases`` (alias -> name), and
     ``resolve(name)``: the name it builds for ``name``, or ArchError saying what it builds."""
@@ -110,7 +118,10 @@ class Kind:
     def refusal(self, name: str) -> str:
         close = difflib.get_close_matches(name, list(self.names()) + list(self.aliases), n=3)
         hint = f" (did you mean {', '.join(f'{self.kind}:{c}' for c in close)}?)" if close else ""
-        return f"Tack builds {self.what} {', '.join(self.qualified())}{hint}"
+        if len(self.names()) <= SHOWN_IN_FULL:
+            return f"Tack builds {self.what} {', '.join(self.qualified())}{hint}"
+        return (f"Tack builds {self.what}, {len(self.names())} of them, and not this one{hint}; "
+                f"{list_hint(self.kind)}")
 
     def qualified(self) -> list:
         return [f"{self.kind}:{n}" for n in self.names()]
@@ -152,10 +163,10 @@ def cpu_microarch(name: str):
     try:
         return archspec.cpu.TARGETS[name]
     except KeyError:
-        close = difflib.get_close_matches(name, archspec.cpu.TARGETS, n=3)
+        close = difflib.get_close_matches(name, list(KINDS["cpu"].names()), n=3)
         raise ArchError(f"cpu:{name}: archspec knows no such CPU microarchitecture"
                         + (f" (did you mean {', '.join('cpu:' + c for c in close)}?)" if close
-                           else "")) from None
+                           else "") + f"; {list_hint('cpu')}") from None
 
 
 def cpu_site_facts(name: str) -> dict:

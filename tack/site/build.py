@@ -75,6 +75,31 @@ def parse_arg(text: str):
         raise BuildFailure(f"template {text.strip()!r}: {type(e).__name__}: {e}") from None
 
 
+def import_kernel_module(entry: dict, where):
+    """The module of one ``build.kernels`` entry, imported; BuildFailure naming it otherwise."""
+    try:
+        return importlib.import_module(entry["module"])
+    except Exception as e:                      # noqa: BLE001 - any import failure is reported
+        why = " ".join(str(e).split())
+        raise BuildFailure(f"{where(('module',))}: kernel module {entry['module']!r} failed to "
+                           f"import: {type(e).__name__}: {why}") from None
+
+
+def module_problems(cfg):
+    """["FILE:LINE: key: why"] for each ``build.kernels`` module that fails to import, from a
+    config that may have other problems (``SiteConfigError.partial``): so that ``check`` reports
+    a bad module with them rather than after they are fixed."""
+    problems = []
+    for i, entry in enumerate(cfg.get("build.kernels") or []):
+        if isinstance(entry, dict) and isinstance(entry.get("module"), str):
+            try:
+                import_kernel_module(entry, lambda keypath, i=i: cfg.where(("build", "kernels", i)
+                                                                           + tuple(keypath)))
+            except BuildFailure as e:
+                problems.append(str(e))
+    return problems
+
+
 def warm_specs(entry: dict, where=None):
     """[(kernel, example args, grid dims)] for one ``build.kernels`` entry.
 
@@ -82,11 +107,7 @@ def warm_specs(entry: dict, where=None):
     keypath is relative to the entry (``("shapes", 1)``, ``("args", 0)``).
     """
     where = where or (lambda keypath: ".".join(map(str, keypath)))
-    try:
-        module = importlib.import_module(entry["module"])
-    except Exception as e:                      # noqa: BLE001 - any import failure is reported
-        raise BuildFailure(f"{where(('module',))}: kernel module {entry['module']!r} failed to "
-                           f"import: {type(e).__name__}: {e}") from None
+    module = import_kernel_module(entry, where)
     if "kernel" in entry:
         kernel = getattr(module, entry["kernel"], None)
         if kernel is None or not hasattr(kernel, "params"):
@@ -174,9 +195,10 @@ def type_check(specs):
 class Progress:
     """Progress per kernel and architecture: a bar redrawn in place on a terminal, lines otherwise."""
 
-    def __init__(self, out):
+    def __init__(self, out, width=14):
         self.out = out
         self.tty = hasattr(out, "isatty") and out.isatty()
+        self.width = width                      # the longest arch name's
 
     def say(self, msg):
         self.end()
@@ -188,7 +210,7 @@ class Progress:
             return
         width = 30
         filled = width * done // max(total, 1)
-        line = f"\r  {arch:<14} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}"
+        line = f"\r  {arch:<{self.width}} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what}"
         self.out.write(line[:120].ljust(120))
         self.out.flush()
         self._open = True
@@ -199,15 +221,45 @@ class Progress:
             self._open = False
 
 
-def build_arch(arch, specs, progress) -> list:
-    """The artifacts of every spec for one architecture (CPU or GPU): ``tack.aot.build``."""
+def distinct_variants(specs) -> int:
+    """How many variants ``specs`` compile to: launches of one kernel with the same value
+    types and grid (a shape-generic kernel warmed for several shapes) are one variant.  Counted
+    by the front end alone (memoized: the build does not lower again); len(specs) if a kernel
+    does not lower (the build reports it)."""
+    from ..compiler import prepare
+    seen = set()
+    try:
+        for kernel, args, grid in specs:
+            typed, _, key = prepare(kernel, args)
+            seen.add((key, tuple(map(str, typed.value_types)), grid))
+    except Exception:                           # noqa: BLE001 - reported by the build itself
+        return len(specs)
+    return len(seen)
+
+
+def build_arch(arch, specs, progress, total=None, verbose=False) -> list:
+    """The artifacts of every spec for one architecture (CPU or GPU): ``tack.aot.build``.
+    Progress: one step per distinct variant (of ``total``), the kernel's name, with its value
+    types and grid when ``verbose``."""
+    seen = set()
+
     def step(done, kernel, values):
-        progress.step(arch, done, len(specs), f"{kernel.__qualname__} {', '.join(map(str, values))}")
+        grid = specs[done - 1][2]
+        ident = (id(kernel), tuple(map(str, values)), grid)
+        if ident in seen:
+            return
+        seen.add(ident)
+        what = kernel.__qualname__
+        if verbose:
+            what += f"({', '.join(map(str, values))}) grid {grid}"
+        progress.step(arch, len(seen), total or len(specs), what)
     return aot.build(build_target(arch), specs, step=step)
 
 
-def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) -> int:
-    """``bundles build``: each configured architecture; the others go on when one fails."""
+def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, verbose=False) -> int:
+    """``bundles build``: each configured architecture; the others go on when one fails.
+    Progress is one line per distinct variant (``verbose``: with its value types and grid),
+    then a table, one row per architecture."""
     out_dir = output or cfg.get("cache.bundles")
     if not out_dir:
         print("error: no bundle directory: give --output or set cache.bundles", file=err)
@@ -237,7 +289,8 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
         print(f"error: bundle directory {out_dir} is not writable: {e.strerror or e}", file=err)
         return 1
 
-    progress = Progress(out)
+    width = max([len("arch")] + [len(a) for a in cpu] + [len(a) for _, a in gpu])
+    progress = Progress(out, width)
     say = progress.say
 
     kernels = cfg.get("build.kernels") or [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
@@ -248,11 +301,13 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
             specs.extend(warm_specs(entry, lambda keypath, i=i: cfg.where(("build", "kernels", i) + keypath)))
         except BuildFailure as e:
             failures.append(("all", str(e)))
+    nvariants = distinct_variants(specs)
+    launches = f" ({len(specs)} launches)" if nvariants != len(specs) else ""
     for arch in cpu + [a for _, a in gpu]:
         t0 = time.perf_counter()
-        say(f"{arch}: compiling the variants of {len(specs)} launches")
+        say(f"{arch}: compiling {nvariants} variant(s){launches}")
         try:
-            arts = build_arch(arch, specs, progress)
+            arts = build_arch(arch, specs, progress, nvariants, verbose)
             path = aot.save_bundle(arts, out_dir)
         except Exception as e:                  # noqa: BLE001 - one arch's failure must not stop the rest
             failures.append((arch, f"{type(e).__name__}: {e}"))
@@ -261,11 +316,12 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr) 
                      os.path.getsize(path), time.perf_counter() - t0, path))
     from ..cache import format_size
     say("")
-    say(f"{'arch':<16}{'kernels':>8}{'variants':>10}{'bytes':>12}{'time':>9}  bundle")
+    w = max(width, *(len(a) for a, _ in failures)) + 2 if failures else width + 2
+    say(f"{'arch':<{w}}{'kernels':>8}{'variants':>10}{'bytes':>12}{'time':>9}  bundle")
     for arch, nk, nv, nb, secs, path in rows:
-        say(f"{arch:<16}{nk:>8}{nv:>10}{format_size(nb):>12}{secs:>8.1f}s  {path}")
+        say(f"{arch:<{w}}{nk:>8}{nv:>10}{format_size(nb):>12}{secs:>8.1f}s  {path}")
     for arch, why in failures:
-        say(f"{arch:<16}  FAILED: {why}")
+        say(f"{arch:<{w}}  FAILED: {why}")
     return 1 if failures else 0
 
 
@@ -275,7 +331,8 @@ def _bundle_paths(directory):
     if directory is None:
         dirs = [d for d in os.environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep) if d]
         if not dirs:
-            raise FileNotFoundError("no bundle directory given and TACK_CACHE_BUNDLES is not set")
+            from .errors import SiteError
+            raise SiteError("no bundle directory given and TACK_CACHE_BUNDLES is not set")
         directory = dirs[0]
     return directory, sorted(os.path.join(directory, n) for n in os.listdir(directory)
                              if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)
@@ -395,21 +452,35 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
 # Run by ``bundles check`` in a new process: the contour from the bundles alone.
 _CHECK_SCRIPT = """
 import json, sys
-import numpy as np
-import tack.cache
-from tack.kernels.contour import contour
 n, device = int(sys.argv[1]), sys.argv[2]
-p = np.indices((n, n, n)).astype(np.float32)
-f = np.sqrt(((p - (n - 1) / 2) ** 2).sum(axis=0)).astype(np.float32)
-v, faces = contour(f, n / 3.5, device=device)
+try:
+    import tack.cache
+    from tack.demo import make_field
+    from tack.kernels.contour import contour
+    v, faces = contour(make_field("sphere", n), 0.5, device=device)
+except Exception as e:
+    print(json.dumps({"error": " ".join(f"{type(e).__name__}: {e}".split())}))
+    sys.exit(3)
 s = tack.cache.stats()
 print(json.dumps({"triangles": len(faces), "hits": s["hits"], "misses": s["misses"],
                   "llvm": "llvmlite.binding" in sys.modules}))
 """
 
 
-def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout) -> int:
-    """Run the contour demo (a sphere in a ``size``^3 field) on ``device`` in a new Python with an
+def _child_result(r):
+    """The JSON a ``bundles check`` child printed last, or None."""
+    import json
+    lines = r.stdout.strip().splitlines()
+    try:
+        got = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys.stderr) -> int:
+    """Run the contour demo (``python -m tack.demo``'s sphere in a ``size``^3 field, the same field
+    and level, so the same triangles) on ``device`` in a new Python with an
     empty cache of its own, reading only the bundles in ``directory`` (default: every directory
     of TACK_CACHE_BUNDLES).  0 when every kernel variant came from a bundle and LLVM was never
     loaded; 1, saying what was compiled, otherwise.  What a package's install test and an admin
@@ -437,12 +508,14 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout) -> int:
                                             + [p for p in [env.get("PYTHONPATH")] if p])
         r = subprocess.run([sys.executable, "-c", _CHECK_SCRIPT, str(int(size)), device], env=env,
                            cwd=own, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        print(r.stderr.rstrip(), file=out)
-        print(f"bundles check: the contour failed on {device} (exit {r.returncode})", file=out)
+    got = _child_result(r)
+    if r.returncode != 0 or got is None or "error" in got:
+        # One line: the contour's own error (a device that is not there, or not one), not the
+        # child's traceback; a child that died without one gives its last line of stderr.
+        why = (got or {}).get("error") or (r.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"error: bundles check: the contour failed on {device}: {why}", file=err)
         return 1
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    print(f"contour {size}^3 on {device}: {got['triangles']} triangles; variants from bundles "
+    print(f"contour of the demo's {size}^3 sphere on {device}: {got['triangles']} triangles; variants from bundles "
           f"{got['hits']['variant']}, compiled {got['misses']['variant']}", file=out)
     problems = []
     if got["misses"]["variant"] or not got["hits"]["variant"]:

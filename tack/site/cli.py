@@ -13,13 +13,22 @@ import sys
 from .errors import SiteConfigError, SiteError, missing_extra
 
 
-def load(path):
+def load(path, import_modules=False):
+    """The validated config; SiteConfigError otherwise.  ``import_modules`` (check, bundles
+    build: the commands that import the kernel modules anyway): a module of build.kernels that
+    fails to import is reported with the config's other problems, not only once they are fixed."""
     from .config import load as load_config     # PyYAML is imported only when a config is read
-    return load_config(path)
+    try:
+        return load_config(path)
+    except SiteConfigError as e:
+        if import_modules and e.partial is not None:
+            from .build import module_problems
+            e.problems.extend(module_problems(e.partial))
+        raise
 
 
 def cmd_check(args) -> int:
-    cfg = load(args.config)
+    cfg = load(args.config, import_modules=True)
     from .build import build_problems
     problems = build_problems(cfg)
     if problems:
@@ -78,10 +87,24 @@ def cmd_conda_activate(args) -> int:
     return 0
 
 
+def cmd_archs(args) -> int:
+    """Every architecture name each kind builds (the registry's), one ``kind:name`` a line."""
+    from ..backends.arch_names import KINDS
+    kinds = [args.kind] if args.kind else list(KINDS)
+    for kind in kinds:
+        k = KINDS[kind]
+        names = k.qualified() + [f"{kind}:{a} (builds {kind}:{n})" for a, n in k.aliases.items()]
+        if not args.kind:
+            print(f"{kind}: {k.what} ({len(k.names())})")
+        for name in names:
+            print(f"{'  ' if not args.kind else ''}{name}")
+    return 0
+
+
 def cmd_bundles_build(args) -> int:
     from .build import build_bundles
-    cfg = load(args.config)
-    return build_bundles(cfg, archs=args.arch, output=args.output)
+    cfg = load(args.config, import_modules=True)
+    return build_bundles(cfg, archs=args.arch, output=args.output, verbose=args.verbose)
 
 
 def cmd_bundles_status(args) -> int:
@@ -127,12 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--prefix", required=True, help="the conda environment's prefix")
     a.set_defaults(func=cmd_conda_activate)
 
+    from ..backends.arch_names import KINDS
+    n = sub.add_parser("archs", help="list the architecture names each kind builds")
+    n.add_argument("kind", nargs="?", choices=list(KINDS), help="only this kind (default: every kind)")
+    n.set_defaults(func=cmd_archs)
+
     b = sub.add_parser("bundles", help="build, check and rebuild per-architecture bundles")
     bsub = b.add_subparsers(dest="bundles_command", metavar="ACTION", required=True)
     bb = bsub.add_parser("build", help="warm the configured kernels for each architecture and pack")
     bb.add_argument("config")
     bb.add_argument("--arch", action="append", help="only this architecture (repeatable)")
     bb.add_argument("--output", help="bundle directory (default: the config's cache.bundles)")
+    bb.add_argument("--verbose", "-v", action="store_true",
+                    help="show each variant's value types and grid as it compiles")
     bb.set_defaults(func=cmd_bundles_build)
     bs = bsub.add_parser("status", help="does each bundle still match this node?")
     bs.add_argument("dir", nargs="?", default=None, help="bundle directory (default: TACK_CACHE_BUNDLES)")
@@ -167,6 +197,10 @@ def main(argv=None) -> int:
     except SiteError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:             # the reader went away (| head): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as e:
-        print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
         return 1

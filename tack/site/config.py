@@ -61,6 +61,8 @@ MAX_EXTENT = 1 << 20                # one axis of a shape or an array spec
 MAX_ELEMENTS = 1 << 34              # all axes of one shape together
 MAX_RANK = 4                        # Tack's arrays have 1 to 4 dimensions
 NAME_MAX = 255                      # bytes in one file name
+MAX_DEPTH = 32                      # lists and mappings inside each other (the schema needs 6);
+                                    # PyYAML's composer recurses, and ~450 levels overflow Python's stack
 
 
 def path_part_problem(value, what, suffix=""):
@@ -210,20 +212,62 @@ def load(path) -> SiteConfig:
     path = os.fspath(path)
     text = read_text(path)
     try:
+        _check_depth(path, text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
         raise SiteConfigError([f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}"]) from None
+    except RecursionError:              # not reached: _check_depth bounds the nesting first
+        raise SiteConfigError([f"{path}: the YAML is nested too deeply to read"]) from None
     v = _Validator(path)
     if root is None:
         raise SiteConfigError([f"{path}:1: the config is empty; expected a mapping with "
                                f"'version: 1' and {', '.join(k for k in SCHEMA if k != 'version')}"])
     data = v.mapping(root, SCHEMA, ())
+    if data is _BAD:                    # not a mapping at all (reported)
+        data = {}
     v.cross_checks(data, root)
     if v.problems:
-        raise SiteConfigError(v.problems)
+        raise SiteConfigError(v.problems, partial=SiteConfig(path, data, v.lines))
     return SiteConfig(path, data, v.lines)
+
+
+def _check_depth(path, text):
+    """SiteConfigError if lists and mappings nest deeper than MAX_DEPTH anywhere in ``text``.
+
+    Read with PyYAML's event parser, which keeps its own stack (no Python recursion), before the
+    composer, which recurses once per level and raises RecursionError a few hundred levels down.
+    The message names the key path down to the level that is too deep.
+    """
+    stack = []              # per open collection: [is mapping, next node is a key, key or index]
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            stack.pop()
+            continue
+        if not isinstance(event, yaml.NodeEvent):
+            continue
+        if stack:
+            frame = stack[-1]
+            if not frame[0]:
+                frame[2] += 1
+            elif frame[1]:
+                frame[2] = event.value if isinstance(event, yaml.ScalarEvent) else "?"
+            if frame[0]:
+                frame[1] = not frame[1]
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_DEPTH:
+                parts = [str(f[2]) for f in stack]
+                name = ".".join(parts[:6]) + (f"... ({len(parts)} levels)" if len(parts) > 6 else "")
+                raise SiteConfigError([f"{path}:{event.start_mark.line + 1}: {name}: lists and mappings "
+                                       f"are nested more than {MAX_DEPTH} levels deep; the schema's "
+                                       "deepest value, an extent of build.kernels[].shapes, is 6 "
+                                       "levels down"])
+            mapping = isinstance(event, yaml.MappingStartEvent)
+            stack.append([mapping, True, None if mapping else -1])
+
+
+_NODE_KINDS = {yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping"}
 
 
 class _Validator:
@@ -246,28 +290,45 @@ class _Validator:
                 self.fail(node, keypath, f"cannot read the value {shown(node.value)}: {e}")
             return _BAD
 
+    def key(self, knode, keypath, known):
+        """The name of a mapping's key node, or None (reported) if it is no name: a complex
+        key (``? [a, b]``) is a list or mapping, which no key of the schema is."""
+        if not isinstance(knode, yaml.ScalarNode):
+            self.fail(knode, keypath, f"a key must be a name, not {_NODE_KINDS.get(type(knode), 'a node')} "
+                      f"(a '? ' complex key); expected one of: {', '.join(known)}")
+            return None
+        return knode.value
+
+    def unknown(self, knode, keypath, known):
+        key = keypath[-1]
+        close = difflib.get_close_matches(key, list(known), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else \
+            "; YAML merge keys (<<) are not supported" if key == "<<" else ""
+        self.fail(knode, keypath, f"unknown key{hint} (expected one of: {', '.join(known)})")
+
     def mapping(self, node, schema, keypath):
         if not isinstance(node, yaml.MappingNode):
             self.fail(node, keypath, f"expected a mapping of {', '.join(schema)}")
-            return {}
+            return _BAD
         out = {}
         seen = {}
         for knode, vnode in node.value:
-            key = knode.value
+            key = self.key(knode, keypath, schema)
+            if key is None:
+                continue
             here = keypath + (key,)
             if self.duplicate(knode, here, seen):
                 continue
             self.lines[here] = knode.start_mark.line + 1
             if key not in schema:
-                close = difflib.get_close_matches(str(key), list(schema), n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else ""
-                self.fail(knode, keypath + (key,), f"unknown key{hint} (expected one of: "
-                          f"{', '.join(schema)})")
+                self.unknown(knode, here, schema)
                 continue
             kind, _, detail = schema[key]
-            out[key] = self.value(vnode, kind, detail, here)
+            value = self.value(vnode, kind, detail, here)
+            if value is not _BAD:
+                out[key] = value
         for key, (kind, required, _) in schema.items():
-            if required and key not in out:
+            if required and key not in seen:
                 self.fail(node, keypath + (key,), "missing; it is required")
         return out
 
@@ -291,19 +352,21 @@ class _Validator:
         if kind.startswith("list["):
             if not isinstance(node, yaml.SequenceNode):
                 self.fail(node, keypath, f"expected a list ({detail})")
-                return []
+                return _BAD
             item_kind = kind[5:-1]
-            return [self.value(n, item_kind, detail, keypath + (i,)) for i, n in enumerate(node.value)]
+            items = [self.value(n, item_kind, detail, keypath + (i,)) for i, n in enumerate(node.value)]
+            return [item for item in items if item is not _BAD]     # a bad item is reported, not used
         if not isinstance(node, yaml.ScalarNode):
-            self.fail(node, keypath, f"expected a single value ({detail})")
-            return None
+            self.fail(node, keypath, f"expected a single value, not {_NODE_KINDS.get(type(node), 'a node')} "
+                      f"({detail})")
+            return _BAD
         value = self.scalar(node, keypath)
         if value is _BAD:
-            return None
+            return _BAD
         if kind == "int":
             if not isinstance(value, int) or isinstance(value, bool):
                 self.fail(node, keypath, f"expected an integer, got {shown(value)} ({detail})")
-                return None
+                return _BAD
             if keypath == ("version",) and value != 1:
                 self.fail(node, keypath, f"schema version {shown(value)} is not supported; expected 1")
             return value
@@ -313,10 +376,12 @@ class _Validator:
             except SizeTooLarge:
                 self.fail(node, keypath, f"{shown(value)} is too large a size (at most "
                           f"{format_size(MAX_SIZE)}; use 'unlimited' for no limit)")
-                return None
+                return _BAD
             except ValueError as e:
-                self.fail(node, keypath, f"{shown(value)} is not a size: {e}")
-                return None
+                why = str(e)        # parse_size's message names the value itself
+                self.fail(node, keypath, why if repr(str(value).strip()) in why
+                          else f"{shown(value)} is not a size: {why}")
+                return _BAD
             return value
         if kind == "mode":
             if value not in MODES:
@@ -324,17 +389,18 @@ class _Validator:
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 self.fail(node, keypath, f"{shown(value)} is not a cache mode; expected one of "
                           f"{', '.join(MODES)}{hint}")
+                return _BAD
             return value
         if not isinstance(value, str):
             self.fail(node, keypath, f"expected a string, got {shown(value)} ({detail})")
-            return str(value)
+            return _BAD
         return value
 
     def kernels(self, node, keypath):
         if not isinstance(node, yaml.SequenceNode):
             self.fail(node, keypath, "expected a list of {module: ..., shapes: [...]} or "
                       "{module: ..., kernel: ..., args: [...]}")
-            return []
+            return _BAD
         out = []
         for i, item in enumerate(node.value):
             here = keypath + (i,)
@@ -345,30 +411,31 @@ class _Validator:
             seen = {}
             self.lines[here] = item.start_mark.line + 1
             for knode, vnode in item.value:
-                key = knode.value
+                key = self.key(knode, here, KERNEL_KEYS)
+                if key is None:
+                    continue
                 if self.duplicate(knode, here + (key,), seen):
                     continue
                 self.lines[here + (key,)] = knode.start_mark.line + 1
                 if key not in KERNEL_KEYS:
-                    close = difflib.get_close_matches(str(key), list(KERNEL_KEYS), n=1)
-                    hint = f"; did you mean '{close[0]}'?" if close else ""
-                    self.fail(knode, here + (key,), f"unknown key{hint} (expected one of: "
-                              f"{', '.join(KERNEL_KEYS)})")
+                    self.unknown(knode, here + (key,), KERNEL_KEYS)
                     continue
                 if key == "shapes":
-                    entry[key] = self.shapes(vnode, here + (key,))
+                    value = self.shapes(vnode, here + (key,))
                 elif key == "args":
-                    entry[key] = self.value(vnode, "list[str]", KERNEL_KEYS[key], here + (key,))
+                    value = self.value(vnode, "list[str]", KERNEL_KEYS[key], here + (key,))
                 elif key == "grid":
-                    grid = self.value(vnode, "int", KERNEL_KEYS[key], here + (key,))
-                    if isinstance(grid, int) and not 1 <= grid <= 3:
-                        self.fail(vnode, here + (key,), f"a grid has 1 to 3 dimensions, not {shown(grid)}")
-                    entry[key] = grid
+                    value = self.value(vnode, "int", KERNEL_KEYS[key], here + (key,))
+                    if isinstance(value, int) and not 1 <= value <= 3:
+                        self.fail(vnode, here + (key,), f"a grid has 1 to 3 dimensions, not {shown(value)}")
+                        value = _BAD
                 else:
-                    entry[key] = self.value(vnode, "str", KERNEL_KEYS[key], here + (key,))
-            if "module" not in entry:
+                    value = self.value(vnode, "str", KERNEL_KEYS[key], here + (key,))
+                if value is not _BAD:
+                    entry[key] = value
+            if "module" not in seen:
                 self.fail(item, here + ("module",), "missing; it is required")
-            if "kernel" in entry and "args" not in entry:
+            if "kernel" in seen and "args" not in seen:
                 self.fail(item, here + ("args",), "missing; a 'kernel' entry needs its 'args'")
             out.append(entry)
         return out
@@ -376,7 +443,7 @@ class _Validator:
     def shapes(self, node, keypath):
         if not isinstance(node, yaml.SequenceNode):
             self.fail(node, keypath, "expected a list of shapes, e.g. [[21, 21, 21], [64, 64, 64]]")
-            return []
+            return _BAD
         out = []
         for i, s in enumerate(node.value):
             self.lines[keypath + (i,)] = s.start_mark.line + 1
@@ -416,7 +483,7 @@ class _Validator:
     def nodes(self, node, keypath):
         if not isinstance(node, yaml.SequenceNode):
             self.fail(node, keypath, "expected a list of {name: ..., cpu: ..., gpu: ...}")
-            return []
+            return _BAD
         out = []
         for i, item in enumerate(node.value):
             if not isinstance(item, yaml.MappingNode):
@@ -463,14 +530,15 @@ class _Validator:
         cpus = {_bare("cpu", a) for a in archs.get("cpu") or []}
         gpus = {name for k, listed in archs.items() if k != "cpu" for a in listed or []
                 for name in (_bare(k, a), f"{k}:{_bare(k, a)}")}
-        for n in data.get("nodes") or []:
-            where = n.pop("_line", 1)
+        for i, n in enumerate(data.get("nodes") or []):
+            n.pop("_line", None)
+            node = f" (node {n['name']!r})" if n.get("name") else ""
             if n.get("cpu") and _bare("cpu", n["cpu"]) not in cpus:
-                self.problems.append(f"{self.path}:{where}: nodes.{n.get('name')}.cpu: {n['cpu']!r} "
-                                     "is not in build.archs.cpu, so no bundle is built for it")
+                self.fail_at(("nodes", i, "cpu"), f"{n['cpu']!r} is not in build.archs.cpu, so no "
+                             f"bundle is built for it{node}")
             if n.get("gpu") and n["gpu"] not in gpus:
-                self.problems.append(f"{self.path}:{where}: nodes.{n.get('name')}.gpu: {n['gpu']!r} "
-                                     "is not among build.archs' GPU architectures")
+                self.fail_at(("nodes", i, "gpu"), f"{n['gpu']!r} is not among build.archs' GPU "
+                             f"architectures{node}")
 
     def check_arch(self, kind, name, keypath):
         """Report an entry of build.archs.<kind> the registry does not build, with its message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -63,6 +64,7 @@ def test_bad_size_message(tmp_path):
     assert r.returncode == 1, r.stderr
     line = r.stderr.splitlines()[0]
     assert line.startswith(f"error: {config}:4: cache.size: ") and "4Q" in line, line
+    assert line.count("is not a size") == 1, line          # said once, not twice
 
 
 def test_good_config_is_good(tmp_path):
@@ -202,12 +204,32 @@ def test_missing_dependency(tmp_path, module, dist, command):
     config = tmp_path / "site.yaml"
     config.write_text(GOOD)
     extra = ["--root", tmp_path / "out"] if command == "modules" else []
+    import tack
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(tack.__file__)))
+    assert os.path.isfile(os.path.join(checkout, "pyproject.toml")), "these tests run from a checkout"
     r = subprocess.run([sys.executable, "-c", BLOCK.format(module=module), command, str(config),
-                        *map(str, extra)], capture_output=True, text=True)
+                        *map(str, extra)], capture_output=True, text=True, cwd=checkout)
     assert r.returncode == 1, r.stderr
     assert r.stderr == (f"error: python -m tack.site needs {dist} (module '{module}'), which is not "
-                        'installed: pip install "tack[site]"\n'), r.stderr
+                        'installed: pip install -e ".[site]"\n'), r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_missing_extra_hint_fits_how_tack_is_installed(tmp_path, monkeypatch):
+    """In a checkout (pyproject.toml of the project tack beside the package) the hint is an
+    editable install there, from the checkout or elsewhere; installed, it is the extra's."""
+    from tack.site.errors import missing_extra
+    e = ModuleNotFoundError("No module named 'yaml'", name="yaml")
+    checkout, installed = tmp_path / "src", tmp_path / "site-packages"
+    for root in (checkout, installed):
+        (root / "tack").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "tack"\nversion = "0"\n')
+    (installed / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    monkeypatch.chdir(checkout)
+    assert missing_extra(e, str(checkout / "tack")).endswith(': pip install -e ".[site]"')
+    monkeypatch.chdir(tmp_path)
+    assert missing_extra(e, str(checkout / "tack")).endswith(f': cd {checkout} && pip install -e ".[site]"')
+    assert missing_extra(e, str(installed / "tack")).endswith(': pip install "tack[site]"')
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
@@ -279,3 +301,180 @@ NUMBERS = {
 def test_huge_numbers(tmp_path, case):
     """A number far out of range: a config error naming file, line and key, no traceback."""
     check_fails(tmp_path, *NUMBERS[case])
+
+
+# -- hostile YAML: deep nesting, complex keys, a wrong type at every key ------
+
+def test_deep_nesting_is_a_config_error(tmp_path):
+    """Nesting far past what PyYAML's recursive composer survives (it raised RecursionError at
+    about 450 levels): one error naming the file, line and key path, no traceback."""
+    deep = "[" * 5000 + "]" * 5000
+    check_fails(tmp_path, GOOD + f"nodes: {deep}\n", ":11: nodes.0.0.0.0.0... (32 levels): lists and "
+                "mappings are nested more than 32 levels deep")
+    check_fails(tmp_path, GOOD.replace("  conflicts: [tack-dev]", "  help: " + "{a: " * 600 + "1"
+                                       + "}" * 600), ":10: modules.help.a.a.a.a... (32 levels): ")
+
+
+def test_nesting_the_schema_needs_is_read():
+    """The depth bound leaves room for the schema's deepest value (an extent of a shape)."""
+    from tack.site.config import MAX_DEPTH, _check_depth
+    _check_depth("site.yaml", "build: {kernels: [{module: m, shapes: [[1, 2, 3]]}]}")
+    _check_depth("site.yaml", "[" * MAX_DEPTH + "]" * MAX_DEPTH)
+
+
+COMPLEX_KEYS = {
+    "top": (GOOD + "? [a, b]\n: 1\n", ":11: (top level): a key must be a name, not a list"),
+    "nested": (GOOD.replace("  size: 4G", "  size: 4G\n  ? {x: 1}\n  : 2"),
+               ":5: cache: a key must be a name, not a mapping"),
+    "kernel-entry": (GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n    - module: m\n"
+                                  "      ? [shapes]\n      : [[8, 8, 8]]"),
+                     ":10: build.kernels.0: a key must be a name, not a list"),
+    "node": (GOOD + "nodes:\n  - name: n\n    ? [cpu]\n    : zen3\n",
+             ":13: nodes.0: a key must be a name, not a list"),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPLEX_KEYS))
+def test_complex_keys(tmp_path, case):
+    """A '? ' key that is a list or mapping (it raised TypeError: unhashable type: 'list')."""
+    check_fails(tmp_path, *COMPLEX_KEYS[case])
+
+
+ITEMS = {
+    "cpu-list": ("cpu: [[zen3]]", ":7: build.archs.cpu.0: expected a single value, not a list"),
+    "cpu-mapping": ("cpu: [{a: 1}]", ":7: build.archs.cpu.0: expected a single value, not a mapping"),
+    "cuda-list": ("cpu: [zen3]\n    cuda: [[sm_90]]", ":8: build.archs.cuda.0: expected a single value"),
+    "cpu-number": ("cpu: [zen3, 5]", ":7: build.archs.cpu.1: expected a string, got 5"),
+}
+
+
+@pytest.mark.parametrize("case", list(ITEMS))
+def test_list_items_of_the_wrong_type(tmp_path, case):
+    """A list or mapping as an item of build.archs (it ended in TypeError from cross_checks)."""
+    new, message = ITEMS[case]
+    check_fails(tmp_path, GOOD.replace("cpu: [zen3]", new), message)
+
+
+WRONG = ["[x]", "{a: 1}", "[[x]]", "[{a: 1}]", "[[[]]]", "~", "1", "-1", "true", "1.5", "x", "''",
+         "!!binary aGk=", "2001-01-01", "{? [a, b]: 1}", "[1, [2]]", "[{? [a]: 1}]", "!!set {a}"]
+
+
+def schema_paths():
+    """Every key path of the schema, a kernel entry's and a node's keys as in item 0."""
+    from tack.site.config import KERNEL_KEYS, NODE_KEYS, SCHEMA
+
+    def walk(schema, prefix):
+        for key, (kind, _, detail) in schema.items():
+            yield prefix + (key,)
+            if kind == "map":
+                yield from walk(detail, prefix + (key,))
+            for listed, keys in (("kernels", KERNEL_KEYS), ("nodes", NODE_KEYS)):
+                if kind == listed:
+                    for k in keys:
+                        yield prefix + (key, 0, k)
+    return list(walk(SCHEMA, ()))
+
+
+def flow(keypath, value):
+    """A one-line config holding ``value`` at ``keypath`` (flow style), with ``version: 1``."""
+    text = value
+    for part in reversed(keypath):
+        text = f"[{text}]" if part == 0 else f"{{{part}: {text}}}"
+    return text if keypath == ("version",) else text[:-1] + ", version: 1}"
+
+
+def test_every_key_every_wrong_type(tmp_path):
+    """Walk the schema: each value of WRONG (a list, a mapping, nested ones, null, numbers, a
+    boolean, binary, a date, a complex key...) at every key and every list item.  Each config
+    loads or is refused with SiteConfigError whose every line is FILE:LINE: KEY: why, and one
+    line names the key (or one above or below it, or a required key it lacks); nothing else is raised, and a config that loads
+    gives its exports and archs."""
+    from tack.site.config import load
+    from tack.site.errors import SiteConfigError
+    config = tmp_path / "site.yaml"
+    crashes, refused, total = [], 0, 0
+    for keypath in schema_paths():
+        for value in WRONG:
+            for where in (keypath, keypath + (0,)):     # the value itself, and as a list's item
+                text = flow(where, value)
+                config.write_text(text + "\n")
+                total += 1
+                try:
+                    cfg = load(config)
+                    cfg.exports(), cfg.archs(), cfg.module_name, cfg.module_version, cfg.formats
+                except SiteConfigError as e:
+                    refused += 1
+                    for line in e.problems:
+                        assert line.startswith(f"{config}:1: "), (text, line)
+                    names = [line.split(": ")[1] for line in e.problems
+                             if ": missing; " not in line]        # a required key beside it
+                    dotted = ".".join(map(str, where))
+                    assert not names or any(dotted.startswith(n) or n.startswith(dotted)
+                                            or n == "(top level)" for n in names), (text, e.problems)
+                except Exception as e:                  # noqa: BLE001 - what the test looks for
+                    crashes.append(f"{text}: {type(e).__name__}: {e}")
+    print(f"\nsite config: {total} hostile values at {len(schema_paths())} key paths, "
+          f"{refused} refused with a config error, {len(crashes)} crashes")
+    assert not crashes, "\n".join(crashes)
+
+
+# -- messages -----------------------------------------------------------------
+
+BAD_MODULE = GOOD.replace("size: 4G", "size: 4Q").replace(
+    "    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n    - module: no_such_module_here\n      shapes: [[8, 8, 8]]")
+
+
+@pytest.mark.parametrize("command", ["check", "bundles build"])
+def test_bad_module_is_reported_with_the_other_problems(tmp_path, command):
+    """A kernel module that fails to import is reported with the config's other problems, not
+    only once they are fixed (the commands that import the kernel modules anyway)."""
+    config = tmp_path / "site.yaml"
+    config.write_text(BAD_MODULE)
+    r = site(*command.split(), config, *(["--output", tmp_path / "b"] if "build" in command else []))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: {config}:4: cache.size: '4Q' is not a size: use a number with K, M, G or T "
+        "(binary units, e.g. 500M or 2G), or 'unlimited'",
+        f"error: {config}:9: build.kernels.0.module: kernel module 'no_such_module_here' failed to "
+        "import: ModuleNotFoundError: No module named 'no_such_module_here'",
+        "2 problem(s); nothing was written"], r.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_other_commands_do_not_import_kernel_modules(tmp_path):
+    """modules and env read the config only: no kernel module is imported to report it."""
+    config = tmp_path / "site.yaml"
+    config.write_text(BAD_MODULE)
+    r = site("env", config)
+    assert r.returncode == 1 and "no_such_module_here" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name,close", [("zen9", ["cpu:zen", "cpu:zen6", "cpu:zen5"]),
+                                        ("zen99999", []),
+                                        ("rocm:gfx9999", ["rocm:gfx909", "rocm:gfx950", "rocm:gfx942"]),
+                                        ("cuda:sm_1", ["cuda:sm_61", "cuda:sm_120", "cuda:sm_101"])])
+def test_unknown_arch_shows_close_names_and_how_to_list_them(tmp_path, name, close):
+    """An unknown name gets a few close matches, not archspec's (or a kind's) whole list, and
+    the command that lists them all; that command lists exactly the registry's names."""
+    from tack.backends.arch_names import KINDS
+    kind = name.partition(":")[0] if ":" in name else "cpu"
+    text = GOOD.replace("cpu: [zen3]", f"cpu: [zen3]\n    {kind}: [{name}]" if kind != "cpu" else f"cpu: [{name}]")
+    config = tmp_path / "site.yaml"
+    config.write_text(text)
+    r = site("check", config)
+    assert r.returncode == 1, r.stderr
+    (line,) = [l for l in r.stderr.splitlines() if f"build.archs.{kind}.0:" in l]
+    named = re.findall(rf"\b{kind}:[a-z0-9_]+", line.split(": ", 3)[3])
+    assert named[1:] == close, line                   # the name itself, then the close ones
+    assert line.endswith(f"; 'python -m tack.site archs {kind}' lists them all"), line
+    listed = site("archs", kind)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[:len(KINDS[kind].names())] == KINDS[kind].qualified()
+
+
+def test_status_without_a_directory(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TACK_CACHE_BUNDLES"}
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "status"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr == "error: no bundle directory given and TACK_CACHE_BUNDLES is not set\n", r.stderr

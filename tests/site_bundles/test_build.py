@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -311,6 +312,12 @@ def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_p
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert f"variants from bundles {KERNELS}, compiled 0" in ok.stdout
     assert f"contour served from the bundles in {mine}: nothing compiled" in ok.stdout
+    # the demo's field and level: the same triangles as python -m tack.demo (a 21^3 sphere)
+    demo = subprocess.run([sys.executable, "-m", "tack.demo"], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    triangles = re.search(r"^  (\d+) triangles, ", demo.stdout, re.M).group(1)
+    assert f"contour of the demo's 21^3 sphere on cpu: {triangles} triangles;" in ok.stdout, ok.stdout
     relative = check("mine")                # the contour runs elsewhere: the path still holds
     assert relative.returncode == 0 and f"in {mine}: nothing compiled" in relative.stdout
     bad = check(str(other), "--size", "9")
@@ -321,6 +328,31 @@ def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_p
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
     small = check(str(mine), "--size", "1")
     assert small.returncode == 1 and "--size 1: the contour needs at least 2 points" in small.stderr
-    elsewhere = check(str(mine), "--device", "tpu")
-    assert elsewhere.returncode == 1 and "device 'tpu' is not available" in elsewhere.stdout
-    assert "the contour failed on tpu" in elsewhere.stdout
+    for device in ("tpu", "banana"):
+        # a device that is not one: the one line the contour's error makes, no child traceback
+        elsewhere = check(str(mine), "--device", device)
+        assert elsewhere.returncode == 1, elsewhere.stdout + elsewhere.stderr
+        (line,) = elsewhere.stderr.splitlines()
+        assert line.startswith(f"error: bundles check: the contour failed on {device}: ValueError: "
+                               f"device {device!r} is not available"), elsewhere.stderr
+
+
+
+def test_build_output_is_one_line_per_variant_and_an_aligned_table(tmp_path):
+    """Two shapes give the same variants: one progress line per distinct variant, the kernel's
+    name only (the value types under verbose); the table's columns line up for a long arch
+    name (cpu:sapphirerapids overflowed a 16-character column)."""
+    archs = [host_arch(), "sapphirerapids" if host_arch() != "sapphirerapids" else "icelake"]
+    kernels = "    - module: tack.kernels.contour\n      shapes: [[21, 21, 21], [8, 8, 8]]\n"
+    cfg = write_config(tmp_path, archs, kernels)
+    rc, out, err = run_build(cfg, tmp_path / "bundles")
+    assert rc == 0, out + err
+    steps = [line for line in out.splitlines() if line.startswith("  cpu:")]
+    assert len(steps) == len(archs) * KERNELS, out
+    assert "array(" not in out, out
+    assert f"compiling {KERNELS} variant(s) ({2 * len(WARM)} launches)" in out
+    table = out[out.index("\narch") + 1:].splitlines()
+    column = table[0].index("bundle")
+    assert [row.index(str(tmp_path)) for row in table[1:]] == [column] * len(archs), out
+    rc, verbose, err = run_build(cfg, tmp_path / "bundles", verbose=True)
+    assert rc == 0 and "classify(array(float32" in verbose, verbose
