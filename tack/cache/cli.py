@@ -110,6 +110,7 @@ def gather(s) -> dict:
         return info
     try:
         check_trusted(s.directory)
+        check_parents(s.directory)
         info["trusted"] = True
     except Untrusted as e:
         info["trusted"], info["untrusted_reason"] = False, str(e)

@@ -68,6 +68,8 @@ def test_parent_writable_by_others(warm, tmp_path, mode, refused):
         assert run.stats["bytes_read"] == 0 and run.stats["bytes_written"] == 0
         cli = run_cli(moved, "clear")
         assert cli.rc == 1 and "sticky" in cli.stderr, cli.stderr
+        info = run_cli(moved, "info")
+        assert info.rc == 0 and "NOT USED" in info.stdout and "sticky" in info.stdout, info.stdout
         assert entry_files(moved)
     else:
         assert run.warnings == [] and run.stats["hits"]["variant"] == 3
