@@ -50,7 +50,7 @@ def parse_size(text) -> int | None:
         raise ValueError(f"a size is a string such as '500M' or '2G', not {type(text).__name__}")
     if text.strip().lower() == "unlimited":
         return None
-    m = re.match(_SIZE_PATTERN, text, re.IGNORECASE)
+    m = re.match(_SIZE_PATTERN, text, re.IGNORECASE | re.ASCII)    # '١٢٣' is not a size
     if not m:
         raise ValueError(f"{text!r} is not a size: use a number with K, M, G or T "
                          "(binary units, e.g. 500M or 2G), or 'unlimited'")
@@ -153,6 +153,10 @@ def check_directory(value, origin: str, environ=None, relative_to_cwd=False) -> 
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise ValueError(f"{origin}: the cache directory must be a non-empty path")
     path = expand(os.fspath(value), origin, environ)
+    bad = next((c for c in path if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise ValueError(f"{origin}: the cache directory {path!r} holds the control character "
+                         f"{bad!r}; name a directory without one")
     if not os.path.isabs(path):
         if not relative_to_cwd:
             raise ValueError(f"{origin}: the cache directory must be an absolute path, not {value!r}")

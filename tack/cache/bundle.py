@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import platform
+import stat
 import struct
 import time
 from bisect import bisect_left, bisect_right
@@ -54,8 +55,8 @@ from . import log
 from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode,
                     decode_meta, encode_meta)
 from .keys import shown_version, tack_version_id
-from .trust import (TMP_MARK, NotRegular, Untrusted, check_stat, check_trusted, open_regular, read_regular,
-                    write_atomic)
+from .trust import (TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, check_trusted, open_regular,
+                    read_fd, read_regular, write_atomic)
 
 MAGIC = b"TACKBDL1"                         # a Tack bundle, whatever its format
 FORMAT = 2
@@ -407,6 +408,7 @@ def _opened(path: str, allow_root: bool, check_dir: bool = True):
     try:
         if check_dir:
             check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
+            check_parents(os.path.dirname(os.path.abspath(path)))
         fd, st = open_regular(path)
     except Untrusted as e:
         raise BundleError(str(e)) from None
@@ -512,12 +514,40 @@ def collect(version_dir: str, target_key: str | None = None):
     return lowered, variants
 
 
+def _real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def replaceable(path: str, force: bool = False) -> str | None:
+    """Why a new bundle may not replace what is at ``path`` (None: nothing is there, or a Tack
+    bundle, which Tack wrote and may replace).  A file Tack did not write is replaced only
+    with ``force``; what is not a regular file (a FIFO, a directory, a link) never is."""
+    try:
+        head, _ = read_regular(path, limit=len(MAGIC))
+    except FileNotFoundError:
+        return None
+    except NotRegular as e:
+        return f"not replacing {path}: it is {e.strerror}"
+    except OSError as e:
+        why = f"it cannot be read ({e.strerror or e}), so it is not known to be a bundle"
+    else:
+        if head == MAGIC:
+            return None
+        why = "it is not a Tack bundle" if head else "it is an empty file, not a Tack bundle"
+    return None if force else f"not replacing {path}: {why}; use --force to replace it"
+
+
 def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
-                  target_key: str | None = None, arch_of=lambda target_key: ""):
+                  target_key: str | None = None, arch_of=lambda target_key: "", force: bool = False):
     """Pack a version directory into one bundle per target found. -> [(path, meta)].
 
     ``arch_of(target key)``: the ``kind:name`` to put in the header of the bundle of variants
-    that do not name their arch (those compiled on a host for itself)."""
+    that do not name their arch (those compiled on a host for itself).  A file at a bundle's
+    path that is not a Tack bundle is replaced only with ``force`` (BundleError, before any
+    bundle is written); what is not a regular file never is."""
     lowered, variants = collect(version_dir, target_key)
     if not variants:
         raise BundleError(f"no compiled variants to pack in {version_dir}" +
@@ -525,11 +555,17 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
     if output is not None and len(variants) > 1:
         raise BundleError(f"entries for {len(variants)} targets found; --output writes one "
                           "bundle: choose one with --arch")
-    written = []
+    planned = []
     for tk, entries in sorted(variants.items()):
         first = dict(entries[0][3], target_key=tk)
         meta = header_for(first, arch=first.get("arch") or arch_of(tk))
         path = output or os.path.join(out_dir, bundle_name(tk, meta["machine"]))
+        why = replaceable(path, force)
+        if why is not None:
+            raise BundleError(why)
+        planned.append((tk, entries, meta, path))
+    written = []
+    for tk, entries, meta, path in planned:
         size = write(path, lowered + [(k, key, d) for k, key, d, _ in entries], meta)
         written.append((path, dict(meta, entries=len(lowered) + len(entries), bytes=size)))
     return written

@@ -19,7 +19,7 @@ from . import size
 from .bundle import BUNDLE_PREFIX
 from .entry import KIND_VARIANT, DamagedEntry, decode
 from .keys import shown_version, tack_version_id
-from .trust import VERSION_MARKER, NotRegular, Untrusted, check_trusted, read_regular
+from .trust import VERSION_MARKER, NotRegular, Untrusted, check_parents, check_trusted, read_regular
 
 
 class CLIError(Exception):
@@ -52,6 +52,7 @@ def _trusted_root(s, must_exist=True):
         return None
     try:
         check_trusted(s.directory)
+        check_parents(s.directory)
     except Untrusted as e:
         raise CLIError(f"refusing to touch an untrusted cache directory: {e}") from None
     return s.directory
@@ -109,6 +110,7 @@ def gather(s) -> dict:
         return info
     try:
         check_trusted(s.directory)
+        check_parents(s.directory)
         info["trusted"] = True
     except Untrusted as e:
         info["trusted"], info["untrusted_reason"] = False, str(e)
@@ -372,9 +374,12 @@ def cmd_pack(args) -> int:
         output, out_dir = None, output
     try:
         written = bundle.write_bundles(os.path.join(root, version), out_dir, output=output,
-                                       target_key=target, arch_of=lambda tk: _arch_label(tk, here))
+                                       target_key=target, arch_of=lambda tk: _arch_label(tk, here),
+                                       force=args.force)
     except bundle.BundleError as e:
         raise CLIError(str(e)) from None
+    except OSError as e:                        # a full disk, a read-only one: say which file
+        raise CLIError(f"cannot write {e.filename or out_dir}: {e.strerror or e}") from None
     fs = settings_mod.format_size
     for path, meta in written:
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for {meta['arch'] or 'arch ?'} "
@@ -433,9 +438,11 @@ def _match_arch(root, version, arch, here):
 def cmd_export(args) -> int:
     from . import bundle, export
     try:
-        written, damaged = export.export(args.source, args.output)
-    except bundle.BundleError as e:
+        written, damaged = export.export(args.source, args.output, force=args.force)
+    except (bundle.BundleError, export.ExportError) as e:
         raise CLIError(str(e)) from None
+    except OSError as e:
+        raise CLIError(f"cannot write {e.filename or args.output}: {e.strerror or e}") from None
     for path in written:
         print(path)
     print(f"exported {len(written)} file(s) to {args.output}"
@@ -472,6 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "its usual name")
     pack.add_argument("--arch", metavar="ARCH",
                       help="only this architecture's entries (kind:name, e.g. cpu:zen3)")
+    pack.add_argument("--force", action="store_true",
+                      help="replace a file at the bundle's path that is not a Tack bundle")
     pack.set_defaults(func=cmd_pack)
     export = sub.add_parser("export", help="write each entry's artifact as a file",
                             description="Write each compiled variant of a bundle, or of a cache "
@@ -480,6 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "inspect with the vendors' tools.")
     export.add_argument("source", metavar="BUNDLE_OR_DIR", help="a bundle file or a cache directory")
     export.add_argument("--output", metavar="DIR", required=True, help="where to write the files")
+    export.add_argument("--force", action="store_true",
+                        help="replace existing files that differ from what would be written")
     export.set_defaults(func=cmd_export)
     return p
 
@@ -498,5 +509,6 @@ def main(argv=None) -> int:
         os.dup2(devnull, sys.stdout.fileno())   # so the flush at exit finds somewhere to write
         return 0
     except OSError as e:
-        print(f"tack.cache: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"tack.cache: error: {where}{e.strerror or e}", file=sys.stderr)
         return 1

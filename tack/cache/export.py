@@ -15,7 +15,11 @@ import re
 
 from .entry import KIND_VARIANT, decode
 from .keys import digest, tack_version_id
-from .trust import read_regular, write_atomic
+from .trust import NotRegular, read_regular, write_atomic
+
+
+class ExportError(Exception):
+    """An export that would replace a file it did not write, and why."""
 
 
 def variants(source: str):
@@ -66,16 +70,46 @@ def file_stem(meta: dict, key: str) -> str:
     return _UNSAFE.sub("_", f"{kernel}-{arch.replace(':', '-')}-{key[:12]}")
 
 
-def export(source: str, output: str) -> tuple[list, int]:
-    """Write each variant's artifact under ``output``. -> ([paths written], damaged skipped)."""
+def export(source: str, output: str, force: bool = False) -> tuple[list, int]:
+    """Write each variant's artifact under ``output``. -> ([paths written], damaged skipped).
+
+    A file already at one of the paths is left as it is when it holds what would be written
+    (an export run again); one that differs is replaced only with ``force``, and what is not a
+    regular file never: ExportError before anything is written."""
     found, damaged = variants(source)
-    os.makedirs(output, exist_ok=True)
-    written = []
+    planned = []
     for meta, payload in found:
         key = meta.get("target_key", "")
         stem = file_stem(meta, digest("export", ("entry", meta.get("entry", "")), ("key", key)))
         for suffix, data in parts(meta, payload):
             path = os.path.join(output, stem + suffix)
+            planned.append((path, data, _existing(path, data, force)))
+    os.makedirs(output, exist_ok=True)
+    written = []
+    for path, data, same in planned:
+        if not same:
             write_atomic(path, data, mode=0o644)
-            written.append(path)
+        written.append(path)
     return written, damaged
+
+
+def _existing(path: str, data: bytes, force: bool) -> bool:
+    """Whether ``path`` already holds ``data``; ExportError if something else is there that may
+    not be replaced."""
+    try:
+        there, _ = read_regular(path, limit=len(data) + 1)
+    except FileNotFoundError:
+        return False
+    except NotRegular as e:
+        raise ExportError(f"not replacing {path}: it is {e.strerror}") from None
+    except OSError as e:
+        if force:
+            return False
+        raise ExportError(f"not replacing {path}: it cannot be read ({e.strerror or e}); "
+                          "use --force to replace it") from None
+    if there == data:
+        return True
+    if force:
+        return False
+    raise ExportError(f"not replacing {path}: it exists and holds something else; use --force "
+                      "to replace it") from None

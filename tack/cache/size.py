@@ -19,7 +19,8 @@ import time
 
 from . import bundle
 from .entry import HEAD, MAGIC, SUFFIX
-from .trust import MARKER_TEXT, TMP_MARK, VERSION_MARKER, NotRegular, kind_of, read_regular
+from .trust import (MARKER_TEXT, TMP_MARK, VERSION_MARKER, NotRegular, kind_of, mark_fd, read_regular,
+                    touch_regular)
 
 _O_NOWAIT = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -37,16 +38,11 @@ _STALE_CLAIM = 600
 def touch_if_stale(path: str, now: float | None = None) -> bool:
     """Mark an entry used: bump its mtime if it is more than an hour old (one write an hour).
 
-    (The read path does the same inline, in stores.py, from the mtime it already has.)
+    (The read path does the same inline, in stores.py, through the descriptor it read.)
+    Never through a link: a link, a FIFO or another's file at ``path`` is left as it is.
     """
     now = time.time() if now is None else now
-    try:
-        if now - os.stat(path).st_mtime > HOUR:
-            os.utime(path, (now, now))
-            return True
-    except OSError:
-        pass
-    return False
+    return touch_regular(path, now, older_than=HOUR)
 
 
 def is_version_dir(root: str, name: str) -> bool:
@@ -60,7 +56,7 @@ def is_version_dir(root: str, name: str) -> bool:
         return False
     if is_marker(os.path.join(path, VERSION_MARKER)):
         return True
-    return name[:1].isdigit() and any(_is_real_dir(os.path.join(path, d)) for d in LEVELS)
+    return name[:1].isascii() and name[:1].isdigit() and any(_is_real_dir(os.path.join(path, d)) for d in LEVELS)
 
 
 def _is_real_dir(path: str) -> bool:
@@ -229,9 +225,9 @@ def _stamp(stamp: str, now: float):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegular(stamp, kind_of(st))
+        mark_fd(fd, stamp, now)                 # the file opened (no link followed), not a path
     finally:
         os.close(fd)
-    os.utime(stamp, (now, now))
 
 
 def _claim_is_stale(claim: str, now: float) -> bool:

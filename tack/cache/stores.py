@@ -38,8 +38,9 @@ from .deps import check_deps
 from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, DamagedEntry, Found, decode, encode,
                     entry_path)
 from .keys import tack_version_id
-from .trust import (VERSION_MARKER, NotRegular, Untrusted, check_stat, ensure_private_dir,
-                    read_regular, tag_new_root, write_atomic)
+from .trust import (VERSION_MARKER, NotRegular, Untrusted, check_parents, check_stat, control_character,
+                    ensure_private_dir, mark_fd, open_regular, read_fd, tag_new_root, touch_regular,
+                    write_atomic)
 
 # -- the user's directory --------------------------------------------------------
 
@@ -80,6 +81,7 @@ class DiskCache:
                 st = os.lstat(self.root)
                 tag_new_root(self.root)
             check_stat(st, self.root)
+            check_parents(self.root)            # a directory above it that anyone may rename in
             self._checked.add(self.root)
             return True
         except Untrusted as e:
@@ -125,12 +127,22 @@ class DiskCache:
     def _read(self, kind: int, key: str, level: str):
         path = entry_path(self.version_dir, kind, key)
         t0 = time.perf_counter()
+        now = time.time()
         try:
             if not self.usable():
                 return None, self._unusable_why
             if not self._dir_ok(os.path.dirname(path), create=False):
                 return None, MISSING
-            data, st = read_regular(path)
+            fd, st = open_regular(path)
+            try:
+                # An entry must be the user's own and writable by nobody else, as its directory:
+                # checked on the descriptor read (its fstat, made anyway), so no swap gets past.
+                check_stat(st, path, is_dir=False)
+                data = read_fd(fd, st)
+                # LRU: marked used through the descriptor read, never a link (see size.py).
+                marked = self.marks_used and now - st.st_mtime > 3600 and mark_fd(fd, path, now)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return None, MISSING
         except NotRegular as e:
@@ -154,23 +166,19 @@ class DiskCache:
             return None, f"damaged ({e}); ignored"
         self.stats["bytes_read"] += len(data)
         self.stats["load_seconds"] += time.perf_counter() - t0
-        return Found(meta, payload, path, self.marks_used and _mark_used(path, st.st_mtime)), ""
+        return Found(meta, payload, path, marked), ""
 
     def touch(self, kind: int, key: str):
         """Mark an entry used now (a lowered kernel whose variant was just marked: find_variant)."""
         if self.marks_used:
-            now = time.time()
-            try:
-                os.utime(entry_path(self.version_dir, kind, key), (now, now))
-            except OSError:
-                pass
+            touch_regular(entry_path(self.version_dir, kind, key), time.time())
 
     def _remove_if_unchanged(self, path, st):
         """Remove a damaged entry, unless another process has just replaced it."""
         if not self.writable:
             return
         try:
-            now = os.stat(path)
+            now = os.lstat(path)                # a link put there since is another file: kept
             if (now.st_ino, now.st_mtime_ns, now.st_size) == (st.st_ino, st.st_mtime_ns, st.st_size):
                 os.unlink(path)
         except OSError:
@@ -180,7 +188,8 @@ class DiskCache:
         """Remove an entry found unusable (e.g. it no longer loads), if it is one of ours."""
         if self.writable and os.path.dirname(os.path.dirname(os.path.dirname(path))) == self.version_dir:
             try:
-                os.unlink(path)
+                if stat.S_ISREG(os.lstat(path).st_mode):      # never a link or FIFO put there
+                    os.unlink(path)
             except OSError:
                 pass
 
@@ -220,18 +229,6 @@ class DiskCache:
                       result[0], result[2], result[1])
 
 
-def _mark_used(path: str, mtime: float) -> bool:
-    """LRU: bump an entry's mtime when loaded, at most once an hour (see size.py); -> bumped."""
-    now = time.time()
-    if now - mtime > 3600:
-        try:
-            os.utime(path, (now, now))
-            return True
-        except OSError:
-            pass
-    return False
-
-
 def _os_error(e: OSError) -> str:
     """An OSError as 'reason (path)', the path being the file or directory at fault."""
     reason = e.strerror or str(e)
@@ -268,6 +265,9 @@ def site_dirs(environ=None, warn=None) -> list:
 
 
 def _site_dir_problem(d: str):
+    bad = control_character(d)
+    if bad is not None:
+        return f"{d!r}, which holds the control character {bad!r}"
     if not os.path.isabs(d):
         return f"{d!r}, which is not an absolute path (name bundle directories from /)"
     try:

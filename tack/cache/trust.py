@@ -8,6 +8,9 @@
   (not a symbolic link), owned by this user, and writable by nobody else
   (``check_trusted``, ``check_stat``).  Site bundle directories (read-only,
   installed by an admin) may also be owned by root.
+* **Marking**: an entry is marked used (its mtime) through the descriptor it was
+  read from, or one opened as for reading (``mark_fd``, ``touch_regular``):
+  never through a link.
 * **Writing**: through a temporary file in the same directory, renamed into
   place, so a reader sees a whole file or none; never over what is not a
   regular file.  Each directory level the cache creates is private (0700)
@@ -75,17 +78,63 @@ def read_regular(path: str, limit: int = -1):
     """-> (bytes, fstat result) of the regular file ``path``: all of it, or its first ``limit`` bytes."""
     fd, st = open_regular(path)
     try:
-        chunks = []
-        while limit:
-            chunk = os.read(fd, limit if limit > 0 else max(st.st_size, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if limit > 0:
-                limit -= len(chunk)
-        return b"".join(chunks), st
+        return read_fd(fd, st, limit), st
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, st, limit: int = -1) -> bytes:
+    """All of the open file ``fd`` (``st``: its fstat), or its first ``limit`` bytes."""
+    chunks = []
+    while limit:
+        chunk = os.read(fd, limit if limit > 0 else max(st.st_size, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if limit > 0:
+            limit -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- marking a file used -------------------------------------------------------------
+
+_UTIME_FD = os.utime in getattr(os, "supports_fd", ())
+
+
+def mark_fd(fd: int, path: str, now: float) -> bool:
+    """Set the mtime (and atime) of the open file ``fd`` to ``now``: the file actually opened,
+    never what a link at ``path`` points to. -> whether it was set."""
+    try:
+        if _UTIME_FD:
+            os.utime(fd, (now, now))
+        elif os.utime in os.supports_follow_symlinks:   # pragma: no cover - no futimens
+            os.utime(path, (now, now), follow_symlinks=False)
+        else:                                           # pragma: no cover - Windows: not marked
+            return False
+        return True
+    except OSError:
+        return False
+
+
+def touch_regular(path: str, now: float, older_than: float = 0.0) -> bool:
+    """Mark the cache's own file ``path`` used: its mtime set to ``now`` if it is older than
+    ``older_than`` seconds.  Opened as every cache file is (no link followed, never blocking),
+    and only a regular file of this user's is marked: a link, a FIFO, another's file is left
+    as it is.  -> whether it was marked."""
+    try:
+        fd, st = open_regular(path)
+    except OSError:
+        return False
+    try:
+        if now - st.st_mtime <= older_than or not _is_mine(st):
+            return False
+        return mark_fd(fd, path, now)
+    finally:
+        os.close(fd)
+
+
+def _is_mine(st) -> bool:
+    return not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
 
 
 # -- owners and modes --------------------------------------------------------------
@@ -106,6 +155,7 @@ def check_trusted(path: str, allow_root: bool = False, is_dir: bool = True) -> N
 def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True) -> None:
     """``check_trusted`` on a stat result (from lstat, or fstat of an open file)."""
     what = "directory" if is_dir else "file"
+    fix = "use a directory of your own" if is_dir else f"remove it: rm {path}"
     if stat.S_ISLNK(st.st_mode):
         raise Untrusted(f"{path} is a symbolic link (to {os.readlink(path)}); set TACK_CACHE_DIR "
                         "to the real directory")
@@ -118,12 +168,42 @@ def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True) -> 
         owners = (uid, 0) if allow_root else (uid,)
         if st.st_uid not in owners:
             raise Untrusted(f"the {what} {path} belongs to uid {st.st_uid}, not to you (uid {uid}); "
-                            "use a directory of your own")
+                            f"{fix}")
     writers = [who for bit, who in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others"))
                if st.st_mode & bit]
     if writers:
         raise Untrusted(f"the {what} {path} is writable by {' and '.join(writers)} "
                         f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod go-w {path}")
+
+
+def check_parents(path: str) -> None:
+    """Raise Untrusted if a directory above ``path`` (the real directories its parent resolves
+    to, up to /) is writable by others without the sticky bit: anyone could then rename
+    ``path`` away and put a directory of their own in its place."""
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    while True:
+        try:
+            st = os.lstat(parent)
+        except OSError:
+            return
+        if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX and stat.S_ISDIR(st.st_mode):
+            raise Untrusted(f"the directory {parent}, above {path}, is writable by others without "
+                            f"the sticky bit (mode {stat.S_IMODE(st.st_mode):04o}): anyone could "
+                            f"replace what is below it; run: chmod o-w {parent} (or chmod +t "
+                            f"{parent}), or use a directory elsewhere")
+        up = os.path.dirname(parent)
+        if up == parent:
+            return
+        parent = up
+
+
+def control_character(text: str):
+    """The first control character in ``text`` (NUL, newline, ...), or None: no path the cache
+    uses or a site exports may hold one (a shell script setting it would not parse)."""
+    for c in text:
+        if ord(c) < 32 or ord(c) == 127:
+            return c
+    return None
 
 
 # -- writing -------------------------------------------------------------------------
@@ -139,13 +219,18 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         # a compile does not wait for the disk (milliseconds per entry).
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, mode)
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), mode)     # the file written, by its descriptor
+            else:                               # pragma: no cover - Windows
+                os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and not e.filename:
+            e.filename = path               # a failed write (a full disk) names the file it was for
         raise
 
 

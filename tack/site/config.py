@@ -504,7 +504,20 @@ class _Validator:
         name = ".".join(map(str, keypath))
         self.problems.append(f"{self.path}:{self.at(keypath)}: {name}: {message}")
 
+    def check_cache_paths(self, cache):
+        """cache.directory and cache.bundles become TACK_CACHE_DIR and TACK_CACHE_BUNDLES in
+        every module and activation script: no control character (a newline would end a csh
+        line), as Tack itself refuses in the environment."""
+        for key in ("directory", "bundles"):
+            value = cache.get(key)
+            bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None) \
+                if isinstance(value, str) else None
+            if bad is not None:
+                self.fail_at(("cache", key), f"{shown(value)} holds the control character {bad!r}; "
+                             "a path cannot (the activation scripts would not parse)")
+
     def cross_checks(self, data, root):
+        self.check_cache_paths(data.get("cache") or {})
         modules = data.get("modules") or {}
         for key, what, suffix in (("name", "module name", ""), ("version", "module version", ".lua")):
             if key in modules and modules[key] is not None:
@@ -582,7 +595,7 @@ def parse_arg_spec(text):
             raise ValueError(f"{text!r}: an array has 1 to {MAX_RANK} extents, not {len(parts)}")
         shape = []
         for d in parts:
-            if not d.isdigit() or not 1 <= int(d) <= MAX_EXTENT:
+            if not (d.isascii() and d.isdigit()) or not 1 <= int(d) <= MAX_EXTENT:
                 raise ValueError(f"{text!r}: an extent is an integer 1 to {MAX_EXTENT}, not {shown(d)}")
             shape.append(int(d))
         total = 1

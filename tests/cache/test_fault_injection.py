@@ -7,7 +7,9 @@ nowhere), a truncation, a bit flip, an empty file and an unreadable file.  Each 
 the kernels in a new process, time-bounded, and asserts: right results, at most one warning,
 no traceback, nothing deleted that Tack did not make (the fault, where it is not Tack's own
 file, is still there).  The CLI's info, prune and pack are run on the user-directory cases
-with the same assertions.  Totals are printed at the end of the run (tests/conftest.py) and
+with the same assertions.  Two classes more: a link to a file outside the cache (holding the
+bytes it replaced) at every path the cache marks used or deletes, through a run and every CLI
+command; and an entry owned by another user or writable by its group or others.  Totals are printed at the end of the run (tests/conftest.py) and
 quoted in docs/cache.md.
 """
 
@@ -17,6 +19,7 @@ import os
 import socket
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -90,7 +93,8 @@ def held(run, path, fault, users) -> None:
 
 
 # The cases counted in the totals printed at the end of the run (see conftest.py).
-FAULT_CASES = ("test_user_directory", "test_bundle", "test_site_bundle")
+FAULT_CASES = ("test_user_directory", "test_bundle", "test_site_bundle", "test_link_out",
+               "test_untrusted_entry")
 
 
 def _run(cache, src, env=None, preexec=None):
@@ -199,3 +203,100 @@ def test_timeout_is_what_a_hang_looks_like(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(subprocess.TimeoutExpired):
         subprocess.run(["python3", "-c", f"open({str(fifo)!r}, 'rb').read()"], timeout=2)
+
+
+# -- links out of the cache, at every path the cache marks or deletes (issue 22) -------------
+
+LINKED = ("lowered-entry", "variant-entry", "size-stamp", "size-claim", "version-marker", "bundle",
+          "stale-temporary")
+HOURS_AGO = 3 * 3600
+
+
+def _linked_path(cache, which):
+    """The path of ``which`` in ``cache`` (made where the cache would have one)."""
+    if which in ("lowered-entry", "variant-entry", "size-stamp", "size-claim"):
+        return _target(cache, which)
+    (version,) = [d for d in cache.iterdir() if d.is_dir()]
+    if which == "version-marker":
+        from tack.cache.trust import VERSION_MARKER
+        return version / VERSION_MARKER
+    if which == "bundle":
+        return cache / "bundle-x86_64-0123456789abcdef"
+    entry = _target(cache, "variant-entry")
+    return entry.with_name(entry.name + f".tmp.1.{'ab' * 6}")
+
+
+@pytest.mark.parametrize("which", LINKED)
+def test_link_out(warm, tmp_path, which):
+    """A symbolic link, in place of a file the cache marks used or deletes, to a file outside
+    the cache that holds the very bytes it replaced (an entry that would load): neither the run
+    (entries due to be marked, the size check due and over its limit) nor info, prune, pack,
+    clear and clear --all follow it: the outside file keeps its bytes and its mtime, and the
+    link stays."""
+    cache, src = warm
+    old = time.time() - HOURS_AGO
+    for p in entry_files(cache):
+        os.utime(p, (old, old))                    # every entry is due to be marked used
+    path = _linked_path(cache, which)
+    outside = tmp_path / "outside" / path.name
+    outside.parent.mkdir()
+    outside.write_bytes(path.read_bytes() if path.is_file() else b"the user's own file\n")
+    os.chmod(outside, 0o600)
+    os.utime(outside, (old, old))
+    if path.exists() or path.is_symlink():
+        path.unlink()
+    os.symlink(outside, path)
+    before = (outside.read_bytes(), outside.stat().st_mtime_ns)
+
+    def intact(after):
+        assert path.is_symlink(), f"{path} ({which}): the link was removed {after}"
+        assert (outside.read_bytes(), outside.stat().st_mtime_ns) == before, \
+            f"{outside} was changed through the link at {which} {after}"
+
+    run = _run(cache, src, {"TACK_CACHE_SIZE": "1K"})
+    assert run.rc == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    check_results(run, EXPECTED)
+    assert len(run.warnings) <= 1, run.warnings
+    intact("by a run")
+    for args in (("info",), ("prune", "--max-size", "1"), ("pack",), ("clear",), ("clear", "--all")):
+        cli = run_cli(cache, *args)
+        assert cli.rc in (0, 1) and "Traceback" not in cli.stderr, (args, cli.stderr[-2000:])
+        intact(f"by {' '.join(args)}")
+
+
+# -- entries that are not the user's own, or that others may write (issue 22) ----------------
+
+UNTRUSTED = {"foreign-owner": ("belongs to uid 65534", lambda p: os.chown(p, 65534, 65534)),
+             "group-writable": ("writable by its group", lambda p: os.chmod(p, 0o620)),
+             "others-writable": ("writable by others", lambda p: os.chmod(p, 0o602))}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+@pytest.mark.parametrize("fault", list(UNTRUSTED))
+@pytest.mark.parametrize("which", ["lowered-entry", "variant-entry"])
+def test_untrusted_entry(warm, which, fault):
+    """An entry owned by another user, or writable by its group or others, in the user's private
+    directory: never loaded (its code never runs), one warning naming it and why, the kernels
+    compile and run right, and the file is left exactly as it was (its owner, mode and bytes)."""
+    cache, src = warm
+    path = _target(cache, which)
+    if which == "lowered-entry":                    # the lowered kernel is read on a variant miss
+        for p in entry_files(cache):
+            if p.parts[-3] == "variants":
+                p.unlink()
+    reason, make = UNTRUSTED[fault]
+    make(path)
+    st = os.lstat(path)
+    before = (path.read_bytes(), st.st_uid, st.st_mode)
+    run = _run(cache, src)
+    assert run.rc == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    check_results(run, EXPECTED)
+    assert len(run.warnings) == 1, run.warnings
+    assert reason in run.warnings[0]["message"] and str(path) in run.warnings[0]["message"], run.warnings
+    level = "lowered" if which == "lowered-entry" else "variant"
+    assert run.stats["hits"][level] < len(KMOD_LAUNCHES), run.stats   # not the faulted one
+    st = os.lstat(path)
+    assert (path.read_bytes(), st.st_uid, st.st_mode) == before
+    for args in (("info",), ("pack",)):
+        cli = run_cli(cache, *args)
+        assert cli.rc in (0, 1) and "Traceback" not in cli.stderr, (args, cli.stderr[-2000:])

@@ -1,0 +1,205 @@
+"""Trust against hostile files and values (issue 22): marking never follows a link, a directory
+above the cache that anyone may rename in, commands that would replace a user's file, values
+no path may hold, and a full disk named in the error."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+import tack.cache
+from tack.cache import bundle, size
+
+from .conftest import KMOD_LAUNCHES, check_results, compiled, entry_files, run_child, run_cli
+
+HOURS_AGO = 3 * 3600
+
+
+def test_touch_if_stale_never_follows_a_link(tmp_path):
+    """size.touch_if_stale on a link to an old file outside the cache: the file's mtime stays;
+    on the cache's own old file it is bumped."""
+    old = time.time() - HOURS_AGO
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not the cache's")
+    os.utime(outside, (old, old))
+    link = tmp_path / "entry.tvar"
+    link.symlink_to(outside)
+    assert size.touch_if_stale(str(link)) is False
+    assert outside.stat().st_mtime == pytest.approx(old)
+    mine = tmp_path / "mine.tvar"
+    mine.write_bytes(b"x")
+    os.utime(mine, (old, old))
+    assert size.touch_if_stale(str(mine)) is True
+    assert mine.stat().st_mtime > old + 3600
+
+
+def test_warm_load_marks_the_variant_it_read(warm):
+    """The control of the link tests: an old variant loaded is marked used (through its
+    descriptor), with its lowered entry."""
+    cache, src = warm
+    old = time.time() - HOURS_AGO
+    for p in entry_files(cache):
+        os.utime(p, (old, old))
+    run = run_child(cache, src, KMOD_LAUNCHES)
+    check_results(run)
+    assert run.stats["hits"]["variant"] == 3
+    assert all(p.stat().st_mtime > old + 3600 for p in entry_files(cache))
+
+
+@pytest.mark.parametrize("mode, refused", [(0o777, True), (0o1777, False), (0o775, False)])
+def test_parent_writable_by_others(warm, tmp_path, mode, refused):
+    """A cache directory below one that others may write without the sticky bit (anyone could
+    rename the cache away and put their own in its place) is not used: one warning naming that
+    directory and the fix.  With the sticky bit (/tmp), or writable by a group only, it is used."""
+    cache, src = warm
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    moved = parent / "cache"
+    os.rename(cache, moved)
+    os.chmod(parent, mode)
+    run = run_child(moved, src, KMOD_LAUNCHES)
+    check_results(run)
+    if refused:
+        assert len(run.warnings) == 1, run.warnings
+        msg = run.warnings[0]["message"]
+        assert str(parent) in msg and "without the sticky bit" in msg and "chmod o-w" in msg, msg
+        assert all(compiled(r) for r in run.results)
+        assert run.stats["bytes_read"] == 0 and run.stats["bytes_written"] == 0
+        cli = run_cli(moved, "clear")
+        assert cli.rc == 1 and "sticky" in cli.stderr, cli.stderr
+        info = run_cli(moved, "info")
+        assert info.rc == 0 and "NOT USED" in info.stdout and "sticky" in info.stdout, info.stdout
+        assert entry_files(moved)
+    else:
+        assert run.warnings == [] and run.stats["hits"]["variant"] == 3
+
+
+@pytest.fixture
+def packed_cache(warm):
+    cache, _ = warm
+    run = run_cli(cache, "pack")
+    assert run.rc == 0, run.stderr
+    (path,) = [p for p in cache.iterdir() if p.name.startswith("bundle-")]
+    return cache, path
+
+
+def test_pack_output_onto_a_users_file(packed_cache, tmp_path):
+    """pack --output onto an existing file that is not a bundle: refused, exit 1, the file kept;
+    with --force it is replaced; onto a Tack bundle (one Tack wrote) it is replaced without."""
+    cache, _ = packed_cache
+    mine = tmp_path / "results.csv"
+    mine.write_text("a user's file\n")
+    run = run_cli(cache, "pack", "--output", str(mine))
+    assert run.rc == 1 and "not replacing" in run.stderr and "--force" in run.stderr, run.stderr
+    assert mine.read_text() == "a user's file\n"
+    assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]
+    run = run_cli(cache, "pack", "--output", str(mine), "--force")
+    assert run.rc == 0, run.stderr
+    assert mine.read_bytes().startswith(bundle.MAGIC)
+    run = run_cli(cache, "pack", "--output", str(mine))      # a bundle now: Tack's to replace
+    assert run.rc == 0, run.stderr
+
+
+@pytest.mark.parametrize("content", [b"notes\n", b""])
+def test_pack_onto_a_file_named_like_a_bundle(packed_cache, content):
+    """pack onto a file at the bundle's own name that is not a bundle: refused, the file kept;
+    packing again onto the bundle pack wrote is fine."""
+    cache, path = packed_cache
+    assert run_cli(cache, "pack").rc == 0                     # its own bundle: replaced
+    path.write_bytes(content)
+    run = run_cli(cache, "pack")
+    assert run.rc == 1 and str(path) in run.stderr and "not a Tack bundle" in run.stderr, run.stderr
+    assert path.read_bytes() == content
+
+
+def test_export_onto_existing_files(packed_cache, tmp_path):
+    """export onto files that hold something else: refused before anything is written, the files
+    kept; run again onto its own output: fine; with --force: replaced."""
+    cache, bpath = packed_cache
+    out = tmp_path / "out"
+    first = run_cli(cache, "export", str(bpath), "--output", str(out))
+    assert first.rc == 0, first.stderr
+    files = sorted(out.iterdir())
+    assert files
+    again = run_cli(cache, "export", str(bpath), "--output", str(out))
+    assert again.rc == 0, again.stderr
+    files[0].write_bytes(b"the user's edit")
+    for f in files[1:]:
+        f.unlink()
+    run = run_cli(cache, "export", str(bpath), "--output", str(out))
+    assert run.rc == 1 and "not replacing" in run.stderr and str(files[0]) in run.stderr, run.stderr
+    assert files[0].read_bytes() == b"the user's edit"
+    assert sorted(out.iterdir()) == files[:1]                 # nothing written before refusing
+    run = run_cli(cache, "export", str(bpath), "--output", str(out), "--force")
+    assert run.rc == 0 and files[0].read_bytes() != b"the user's edit"
+    assert sorted(out.iterdir()) == files
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 256 KiB tmpfs filled to the last byte (root only: mount)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
+                                            str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_pack_on_a_full_disk_names_the_file(packed_cache, full_disk):
+    """pack onto a full disk: exit 1 and one line naming the bundle's path and the reason."""
+    cache, _ = packed_cache
+    run = run_cli(cache, "pack", "--output", str(full_disk))
+    assert run.rc == 1 and "Traceback" not in run.stderr, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert f"cannot write {full_disk}/bundle-" in line and "No space left on device" in line, line
+    assert "error: :" not in line
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]   # no temporary left
+
+
+@pytest.mark.parametrize("value", ["/x/a\x00b", "/x/a\nb", "/x/a\rb", "/x/\x1bb"])
+def test_configure_refuses_a_control_character(value):
+    """configure(directory=...) with a NUL, newline or other control character: ValueError now,
+    naming it, not a failure at first use."""
+    with pytest.raises(ValueError, match="control character"):
+        tack.cache.configure(directory=value)
+
+
+def test_environment_directory_with_a_newline(monkeypatch, tmp_path):
+    """TACK_CACHE_DIR holding a newline: one warning naming the variable, the default used."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("TACK_CACHE_DIR", str(tmp_path / "a\nb"))
+    with pytest.warns(RuntimeWarning, match="TACK_CACHE_DIR.*control character"):
+        s = tack.cache.settings()
+    assert s.directory == str(tmp_path / "xdg" / "tack")
+
+
+def test_bundle_directory_with_a_newline(tmp_path):
+    """A TACK_CACHE_BUNDLES entry holding a newline is left out, with a warning."""
+    from tack.cache.stores import site_dirs
+    said = []
+    good = str(tmp_path)
+    assert site_dirs({"TACK_CACHE_BUNDLES": f"{tmp_path}/a\nb:{good}"}, said.append) == [good]
+    assert len(said) == 1 and "control character" in said[0]
+
+
+@pytest.mark.parametrize("text", ["١٢٣", "١٢٣M", "12٣", "１２M", "1.٥G"])
+def test_non_ascii_digits_are_not_a_size(text, monkeypatch):
+    """Digits of other scripts (Arabic-Indic, full width) are not read as a size."""
+    with pytest.raises(ValueError):
+        tack.cache.parse_size(text)
+    monkeypatch.setenv("TACK_CACHE_SIZE", text)
+    with pytest.warns(RuntimeWarning, match="TACK_CACHE_SIZE"):
+        assert tack.cache.settings().max_size == tack.cache.DEFAULT_SIZE
