@@ -348,8 +348,10 @@ def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block
     the block (work-group) shape.  Returns the error record in debug mode, else None."""
     dims = tuple(int(d) for d in dims)
     if any(d > _HIP_MAX_ITEMS for d in dims):
-        raise ValueError(f"the grid {dims} is larger than HIP launches ({_HIP_MAX_ITEMS} work-items "
-                         "per dimension at most)")
+        e = ValueError(f"the grid {dims} is larger than HIP launches ({_HIP_MAX_ITEMS} work-items "
+                       "per dimension at most)")
+        e.tack_launch_error = True          # a refusal, not a fault: launch trims its frames
+        raise e
     return run(kernel, args, dims, debug, block, HIPError, HIPArray)
 
 

@@ -815,8 +815,10 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
         local3 = layout_grid(local)
         counts = tuple(-(-n // l) for n, l in zip(grid, local3))
         if any(c > m for c, m in zip(counts, dev.max_group_counts)):
-            raise ValueError(f"grid {dims} needs {counts[:len(dims)]} work-groups of {local}; "
-                             f"{dev.name} allows at most {dev.max_group_counts[:len(dims)]}")
+            e = ValueError(f"grid {dims} needs {counts[:len(dims)]} work-groups of {local}; "
+                           f"{dev.name} allows at most {dev.max_group_counts[:len(dims)]}")
+            e.tack_launch_error = True      # a refusal, not a fault: launch trims its frames
+            raise e
         with kernel.lock:
             api("zeKernelSetGroupSize", kernel.kernel, *local3)
             keep = []

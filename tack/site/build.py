@@ -26,7 +26,7 @@ from ..cache import entry, trust
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
 from ..backends.cpu_runtime import site_bundles as cpu_site_bundles
-from ..cache.keys import tack_version_id
+from ..cache.keys import shown_version, tack_version_id
 
 
 class BuildFailure(Exception):
@@ -344,7 +344,8 @@ def staleness(b, node_llvm):
     why = []
     meta = b.meta
     if meta.get("tack") != tack_version_id():
-        why.append(f"made by Tack {meta.get('tack')}, this is {tack_version_id()}")
+        why.append(f"made by Tack {shown_version(meta.get('tack'))}, this is "
+                   f"{shown_version(tack_version_id())}")
     if meta.get("llvm") and meta.get("llvm") != node_llvm:
         why.append(f"built with {meta.get('llvm')}, this node has {node_llvm}")
     arch = meta.get("arch", "")
@@ -407,7 +408,7 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
     directory, paths = _bundle_paths(directory)
     node_llvm = llvm_version()
     host_key, node_arch, candidates = _node()
-    print(f"node: {node_arch}, {node_llvm}, Tack {tack_version_id()}", file=out)
+    print(f"node: {node_arch}, {node_llvm}, Tack {shown_version(tack_version_id())}", file=out)
     print(f"looks for: {', '.join(c for c, _, _ in candidates)} (most specific first)", file=out)
     if not paths:
         print(f"no bundles in {directory}", file=out)
@@ -543,8 +544,9 @@ def rebuild_bundle(path, out=sys.stdout):
     if not arch:
         raise BuildFailure(f"{path} does not name its architecture")
     if b.meta.get("tack") != tack_version_id():
-        raise BuildFailure(f"{path} was made by Tack {b.meta.get('tack')}; its lowered kernels "
-                           f"cannot be read by {tack_version_id()}: build it again")
+        raise BuildFailure(f"{path} was made by Tack {shown_version(b.meta.get('tack'))}; its "
+                           f"lowered kernels cannot be read by {shown_version(tack_version_id())}: "
+                           "build it again")
     target = build_target(arch)
     lowered, arts = {}, []
     for (kind, key) in sorted(b.index):
