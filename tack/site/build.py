@@ -433,6 +433,10 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
             f"not used by this node ({reason})" if rank is None or not why else "not used by this node (stale)"
         print(f"{os.path.basename(path)}: {b.meta.get('arch') or 'arch ?'}, {len(b)} entries "
               f"({len(variants)} variants), {b.size} bytes: {state}; {use}", file=out)
+        damaged = b.damaged_entries()
+        if damaged:         # refused one by one at run time (they compile); the rest serves
+            print(f"  DAMAGED: {damaged} of {len(b)} entries unusable; build it again "
+                  "(python -m tack.site bundles build)", file=out)
         if rank is not None and not why:
             chosen.append((rank, os.path.basename(path)))
         for reason in why:
@@ -586,6 +590,12 @@ def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
             b = bundle_mod.read(path, allow_root=True)
         except bundle_mod.BundleError as e:
             print(f"{os.path.basename(path)}: cannot rebuild: {e}", file=err)
+            failures += 1
+            continue
+        damaged = b.damaged_entries()
+        if damaged:         # its own lowered kernels are what a rebuild compiles: not all here
+            print(f"{os.path.basename(path)}: cannot rebuild: {damaged} of {len(b)} entries are "
+                  "damaged; build it again (python -m tack.site bundles build)", file=err)
             failures += 1
             continue
         why = staleness(b, llvm)

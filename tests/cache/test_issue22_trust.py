@@ -141,9 +141,13 @@ def full_disk(tmp_path):
     """A 256 KiB tmpfs filled to the last byte (root only: mount)."""
     mnt = tmp_path / "full"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
-                                            str(mnt)], capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here")
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is made by mounting a 256 KiB tmpfs, which needs root")
+    got = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                         capture_output=True, text=True)
+    if got.returncode != 0:
+        pytest.skip("a full disk is made by mounting a 256 KiB tmpfs, and this machine refuses "
+                    f"the mount: {got.stderr.strip()}")
     try:
         fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
         try:

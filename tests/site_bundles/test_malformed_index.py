@@ -59,8 +59,10 @@ def test_malformed_index_line_is_damage(good_bundle, tmp_path, case):
     status, rebuilt = io.StringIO(), io.StringIO()
     assert build.bundles_status(str(site), out=status) == 0
     assert path.name in status.getvalue() and "Traceback" not in status.getvalue()
-    build.bundles_rebuild(str(site), out=rebuilt, err=rebuilt)
-    assert "Traceback" not in rebuilt.getvalue()
+    assert f"DAMAGED: {block0} of {len(b)} entries unusable" in status.getvalue()
+    assert build.bundles_rebuild(str(site), out=rebuilt, err=rebuilt) == 1
+    assert f"cannot rebuild: {block0} of {len(b)} entries are damaged" in rebuilt.getvalue()
+    assert "Traceback" not in rebuilt.getvalue() and "current" not in rebuilt.getvalue()
     own = tmp_path / "own"
     own.mkdir(mode=0o700)
     script = ("import json, warnings, numpy as np, tack.cache\n"
