@@ -46,9 +46,10 @@ def record(typename: str, fields: tuple, defaults: tuple = ()):
                 values[i] = defaults[i - first_default]
         return tuple.__new__(cls, values)
 
+    body = "(" + ", ".join(f"{f}=%r" for f in fields) + ")"
+
     def __repr__(self):
-        return f"{type(self).__name__}(" + ", ".join(
-            f"{f}={v!r}" for f, v in zip(fields, self)) + ")"
+        return type(self).__name__ + body % tuple(self)
 
     def _replace(self, **changes):
         return type(self)(**dict(zip(fields, self), **changes))

@@ -73,6 +73,15 @@ def test_cpu_packing_reads_the_layout(debug):
     assert values[0] is True and values[4] == -7
 
 
+def test_cpu_packing_without_strided_arrays():
+    """Contiguous arrays (static or not) and scalars only: the same order, the pointer first."""
+    types = [C2, T.int32, STATIC, T.float32]
+    v = cpu_runtime.CPUVariant("k", None, list("abcd"), types, [0, 1, 2, 3], None)
+    a, c = np.zeros((3, 4)), np.zeros((2, 3, 4), np.int32)
+    assert v.values((a, 5, c, 2.5)) == [a.ctypes.data, 3, 4, 5, c.ctypes.data, 2.5]
+    assert v.packer.size == 8 * len(L.entry_codes(types, False))
+
+
 def test_metal_params_struct_reads_the_layout():
     """Metal's params struct holds the layout's slots but the pointers (those are its buffers),
     named by argument and field, then the grid."""
