@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from . import types as T
 from .argtypes import TypedArgs, typed_args
-from .digests import sha256
+from .digests import hasher
 
 
 class Artifact(NamedTuple):
@@ -105,7 +105,7 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
     if lowered_key is not None:
         key = variant_key(lowered_key, argtypes, grid, target.key)
     else:                                       # no cache: a name unique to this variant
-        key = sha256(repr((lowered.fingerprint(), argtypes, grid, debug)).encode()).hexdigest()
+        key = hasher(repr((lowered.fingerprint(), argtypes, grid, debug)).encode()).hexdigest()
     if target.emits_source:                     # source from the typed kernel (MSL): no LLVM
         gen = target.generate(typed, "tack_" + key)
         payload = gen.source.encode("utf-8")

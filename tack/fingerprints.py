@@ -15,7 +15,7 @@ import sys
 import types
 
 from .language import Constant, Func
-from .digests import sha256
+from .digests import hasher
 
 _PY = f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}".encode()
 
@@ -52,7 +52,7 @@ _memo = {}      # id(code) -> (code, defaults, fingerprint): the code is kept al
 
 
 def function_fingerprint(fn) -> str:
-    """Hex sha256 of a Python function's code (and defaults and Python version)."""
+    """Hex digest (``tack.digests``) of a Python function's code (and defaults and Python version)."""
     code = fn.__code__
     hit = _memo.get(id(code))
     if hit is not None and hit[0] is code and hit[1] == fn.__defaults__ and hit[2] == fn.__qualname__:
@@ -63,7 +63,7 @@ def function_fingerprint(fn) -> str:
 
 
 def _function_fingerprint(fn) -> str:
-    h = sha256(_PY)
+    h = hasher(_PY)
     h.update(fn.__qualname__.encode())
     _feed_code(h, fn.__code__)
     h.update(repr(fn.__defaults__).encode())
@@ -71,8 +71,8 @@ def _function_fingerprint(fn) -> str:
 
 
 def class_fingerprint(cls) -> str:
-    """Hex sha256 of a template class: its name, static methods and scalar attributes."""
-    h = sha256(cls.__qualname__.encode())
+    """Hex digest (``tack.digests``) of a template class: its name, static methods and scalar attributes."""
+    h = hasher(cls.__qualname__.encode())
     for klass in reversed(cls.__mro__[:-1]):
         for name, attr in sorted(vars(klass).items()):
             if isinstance(attr, staticmethod):
@@ -114,7 +114,7 @@ def func_id(fn) -> str:
     function made by a factory, what it closes over (two closures are two functions)."""
     fid = f"{fn.__module__}.{fn.__qualname__}"
     if fn.__closure__:
-        h = sha256()
+        h = hasher()
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
             try:
                 h.update(f"{name}={closure_identity(cell.cell_contents)};".encode())

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import SourceContext
-from .digests import sha256
+from .digests import hasher
 from .limits import deep
 
 FORMAT = 1
@@ -152,7 +152,7 @@ class LoweredKernel:
                    doc["deps"], doc["debug"])
 
     def fingerprint(self) -> str:
-        return sha256(self.to_bytes()).hexdigest()
+        return hasher(self.to_bytes()).hexdigest()
 
 
 def assignments(stmts):

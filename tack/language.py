@@ -17,7 +17,7 @@ import math
 import types
 
 import numpy as np
-from .digests import sha256
+from .digests import hasher
 
 
 class Func:
@@ -63,10 +63,10 @@ class Constant:
 
     @property
     def fingerprint(self) -> str:
-        """Hex sha256 of the value: its dtype, shape and bytes (or Python type and value)."""
+        """Hex digest (``tack.digests``) of the value: its dtype, shape and bytes (or Python type and value)."""
         if self._fingerprint is None:
             v = self.value
-            h = sha256(more=getattr(v, "nbytes", 0))
+            h = hasher()
             if isinstance(v, (np.ndarray, np.generic)):
                 arr = np.ascontiguousarray(v)
                 h.update(f"{arr.dtype.str}{arr.shape}".encode())

@@ -8,7 +8,7 @@ a rank opens it once and reads from it only what it uses.
 Layout (format 2)::
 
     "TACKBDL1" | u32 format | u32 entry count | u32 rows per block | u32 meta length
-    | 32-byte sha256 of (the head's 24 bytes before it, meta, table)
+    | 32-byte digest (tack.digests) of (the head's 24 bytes before it, meta, table)
     | meta | table | index | entries...
 
 ``meta`` is text (``entry.encode_meta`` lines): the header's fields.  The
@@ -16,7 +16,7 @@ index is one row per entry, ``kind<TAB>key<TAB>offset<TAB>length<NEWLINE>``
 with both numbers 16 digits wide (101 bytes), in the byte order of
 ``kind<TAB>key``, cut into blocks of ``rows per block`` rows (the last may
 hold fewer).  The table has one 98-byte record per block: its first row's
-``kind<TAB>key`` (the block's fence) and the sha256 of the block's bytes.
+``kind<TAB>key`` (the block's fence) and the digest of the block's bytes.
 The index comes before the entries, so a truncated bundle still serves every
 entry that survives whole.  Each entry is a normal cache entry with its own
 checksum.  ``pack`` chooses about sqrt(entries / 2) rows per block (at least
@@ -27,15 +27,15 @@ Reading (``read``): one open (no link followed, trust checked on the
 descriptor), one read of the fixed head, one of meta and table; their
 checksum is checked, and the descriptor is kept.  A lookup finds its block
 by bisecting the fences, reads that block alone with ``pread`` and checks
-it once per bundle (its sha256, its shape, its rows strictly in order and
+it once per bundle (its digest, its shape, its rows strictly in order and
 within its fences), finds the row by bisection, checks that row's numbers,
 and reads that entry alone; ``entry.decode`` checks it before it is used.
 A damaged block refuses its own rows only, a damaged entry or a row with
 unreadable numbers itself only: the rest of the bundle still serves.
 ``Bundle(data)`` serves the same way from bytes in memory (the broadcast of
-``load_bundle``).  A format 1 bundle (an older Tack's: one checksum over
-meta and the whole index) is refused with a message saying to pack it
-again; bundles are version-locked, so such a bundle was never served to
+``load_bundle``).  A bundle of an older format (1: one checksum over meta
+and the whole index; 2: SHA-256 checksums) is refused with a message
+saying to pack it again; bundles are version-locked, so such a bundle was never served to
 this Tack.  ``BundleStore`` and ``SiteBundleStore`` look entries up in
 bundles for a session (``stores.py``).
 """
@@ -50,7 +50,7 @@ import time
 from bisect import bisect_left, bisect_right
 from math import isqrt
 
-from ..digests import sha256
+from ..digests import hasher
 from . import log
 from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode,
                     decode_meta, encode_meta)
@@ -59,7 +59,7 @@ from .trust import (TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, 
                     read_fd, read_regular, write_atomic)
 
 MAGIC = b"TACKBDL1"                         # a Tack bundle, whatever its format
-FORMAT = 2
+FORMAT = 3                                  # 3: BLAKE2b checksums (2: SHA-256; 1: one index)
 _HEAD = struct.Struct("<8sIIII32s")         # magic, format, count, rows per block, meta length, digest
 _FIELDS = _HEAD.size - 32                   # the head's bytes its digest covers
 # An index row, as ``pack`` writes it: ``kind<TAB>key<TAB>offset<TAB>length<NEWLINE>``, numbers 16 digits.
@@ -67,7 +67,7 @@ _ROW = len(f"0\t{'0' * 64}\t{0:016d}\t{0:016d}")
 _STRIDE = _ROW + 1                          # a row and its newline
 _KEY_END = 2 + 64                           # "kind<TAB>key": what a lookup compares
 _TABS = (1, _KEY_END, _KEY_END + 17)        # where a row's tabs are
-_RECORD = _KEY_END + 32                     # a table record: a block's fence and sha256
+_RECORD = _KEY_END + 32                     # a table record: a block's fence and digest
 _KINDS = "".join(str(k) for k in SUFFIX).encode()
 MIN_BLOCK_ROWS = 32
 
@@ -144,16 +144,16 @@ class Bundle:
         magic, fmt, count, per, mlen, digest = _HEAD.unpack(head)
         if magic != MAGIC:
             raise BundleError(f"{path} is not a Tack bundle")
-        if fmt == 1:
-            raise BundleError(f"{path} has bundle format 1 (an older Tack's); this Tack reads format "
-                              f"{FORMAT}: pack it again")
+        if 0 < fmt < FORMAT:
+            raise BundleError(f"{path} has bundle format {fmt} (an older Tack's); this Tack reads "
+                              f"format {FORMAT}: pack it again")
         if fmt != FORMAT:
             raise BundleError(f"{path} has bundle format {fmt}, this Tack reads {FORMAT}")
         nblocks = -(-count // per) if per else (1 if count else 0)
         tlen = nblocks * _RECORD
         end = _HEAD.size + mlen + tlen
         body = self._at(_HEAD.size, mlen + tlen) if end <= self.size else b""
-        if len(body) != mlen + tlen or sha256(head[:_FIELDS] + body).digest() != digest:
+        if len(body) != mlen + tlen or hasher(head[:_FIELDS] + body).digest() != digest:
             raise BundleError(f"{path} is damaged (its header does not match its checksum)")
         if count and not per:
             raise BundleError(f"{path} is damaged (its header says 0 rows per index block)")
@@ -231,7 +231,7 @@ class Bundle:
         at = i * _RECORD
         if len(rows) != n * _STRIDE:
             return f"its index block {i} is cut short"
-        if sha256(rows).digest() != self._table[at + _KEY_END:at + _RECORD]:
+        if hasher(rows).digest() != self._table[at + _KEY_END:at + _RECORD]:
             return f"its index block {i} does not match its checksum"
         if not _shaped(rows, n):
             return f"its index block {i} is malformed"
@@ -348,7 +348,7 @@ def pack(entries, meta: dict, block_rows: int | None = None) -> bytes:
 
     Rows (and entries) are written in the byte order of ``kind<TAB>key``, one row per key (the
     first given of a key listed twice), in blocks of ``block_rows`` rows (default
-    ``rows_per_block``), each block's fence and sha256 in the table the head's checksum
+    ``rows_per_block``), each block's fence and digest in the table the head's checksum
     covers. ValueError for a key that is not 64 characters of ascii without separators."""
     seen, rows_in = set(), []
     for e in sorted(entries, key=lambda e: f"{e[0]}\t{e[1]}".encode()):
@@ -369,10 +369,10 @@ def pack(entries, meta: dict, block_rows: int | None = None) -> bytes:
     for kind, key, data in rows_in:
         rows.append(f"{kind}\t{key}\t{offset:016d}\t{len(data):016d}\n".encode())
         offset += len(data)
-    table = b"".join(rows[b][:_KEY_END] + sha256(b"".join(rows[b:b + per])).digest()
+    table = b"".join(rows[b][:_KEY_END] + hasher(b"".join(rows[b:b + per])).digest()
                      for b in range(0, n, per))
     fields = _HEAD.pack(MAGIC, FORMAT, n, per, len(meta_b), b"")[:_FIELDS]
-    digest = sha256(fields + meta_b + table).digest()
+    digest = hasher(fields + meta_b + table).digest()
     return b"".join([fields, digest, meta_b, table] + rows + [d for _, _, d in rows_in])
 
 

@@ -2,8 +2,8 @@
 
 An entry file is a small header, a metadata block and a payload::
 
-    magic "TACKENT1" | u8 kind | 3 pad | u32 meta length | u64 payload length
-    | 32-byte sha256 of (key, meta, payload) | 64-byte key (hex) | meta | payload
+    magic "TACKENT2" | u8 kind | 3 pad | u32 meta length | u64 payload length
+    | 32-byte digest (tack.digests) of (key, meta, payload) | 64-byte key (hex) | meta | payload
 
 The metadata is lines of tab-separated text, ``field<TAB>value...``, a field
 that repeats giving a list of rows (``dep``, ``site``); tabs, newlines and
@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 import struct
 
-from ..digests import sha256
+from ..digests import hasher
 
-MAGIC = b"TACKENT1"
+MAGIC = b"TACKENT2"                     # 2: BLAKE2b checksum (1: SHA-256)
 KIND_LOWERED, KIND_VARIANT = 1, 2
 HEAD = struct.Struct("<8sB3xIQ32s64s")
 SUFFIX = {KIND_LOWERED: ".tlk", KIND_VARIANT: ".tvar"}
@@ -99,7 +99,8 @@ def decode(data: bytes, kind: int, key: str | None = None, only=None):
         raise DamagedEntry("shorter than an entry header")
     magic, k, mlen, plen, digest, key_b = HEAD.unpack_from(data)
     if magic != MAGIC:
-        raise DamagedEntry("not a Tack cache entry (bad magic)")
+        raise DamagedEntry("an entry of an older Tack's format (TACKENT1)" if magic == b"TACKENT1"
+                           else "not a Tack cache entry (bad magic)")
     if k != kind:
         raise DamagedEntry(f"entry kind {k}, expected {kind}")
     if len(data) != HEAD.size + mlen + plen:
@@ -110,7 +111,7 @@ def decode(data: bytes, kind: int, key: str | None = None, only=None):
         raise DamagedEntry("entry holds another key")
     meta_b = data[HEAD.size:HEAD.size + mlen]
     payload = data[HEAD.size + mlen:]
-    h = sha256(key_b)
+    h = hasher(key_b)
     h.update(meta_b)
     h.update(payload)
     if h.digest() != digest:
@@ -142,5 +143,5 @@ def encode_meta(meta: dict) -> bytes:
 def encode(kind: int, key: str, meta: dict, payload: bytes) -> bytes:
     """One entry's bytes, as ``decode`` reads them back."""
     meta_b = encode_meta(meta)
-    digest = sha256(key.encode() + meta_b + payload).digest()
+    digest = hasher(key.encode() + meta_b + payload).digest()
     return HEAD.pack(MAGIC, kind, len(meta_b), len(payload), digest, key.encode()) + meta_b + payload

@@ -15,7 +15,7 @@ import sys
 import types
 
 from .._version import __version__
-from ..digests import sha256
+from ..digests import hasher
 from ..fingerprints import class_fingerprint, closure_identity, function_fingerprint
 from . import TRACE, log
 
@@ -25,8 +25,8 @@ VARIANT_FORMAT = 2      # 2: arrays by dtype, rank, layout and writability (shap
 
 
 def digest(what: str, *steps) -> str:
-    """sha256 over named steps ``(name, value)`` in turn; each is logged at TRACE with the running hash."""
-    h = sha256(what.encode())
+    """The digest (``tack.digests``) over named steps ``(name, value)`` in turn; each is logged at TRACE with the running hash."""
+    h = hasher(what.encode())
     trace = log.isEnabledFor(TRACE)
     for name, value in steps:
         if isinstance(value, dict):
@@ -70,7 +70,7 @@ def source_version_id() -> str:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not _in_checkout(root):
         return __version__
-    h = sha256()
+    h = hasher()
 
     def walk(path, rel):
         for entry in sorted(os.scandir(path), key=lambda e: e.name):

@@ -83,3 +83,19 @@ def test_host_identity_without_cpuinfo_flags_uses_llvm(monkeypatch, tmp_path, cp
     monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: llvm.FeatureMap({"avx512f": False}))
     assert cpu_identity.host_cpu_identity() != ident        # another CPU's features: another identity
 
+
+
+def test_entry_of_the_sha256_format_is_refused_as_an_older_one():
+    """An entry written with SHA-256 checksums (magic TACKENT1) is damaged to this Tack, and the
+    reason says it is an older format, not foreign data; today's round-trips."""
+    import hashlib
+    key = "ab" * 32
+    kind = entry.KIND_VARIANT
+    data = entry.encode(kind, key, {"entry": "k"}, b"payload")
+    assert entry.decode(data, kind, key)[2] == b"payload"
+    meta_b = data[entry.HEAD.size:-len(b"payload")]
+    old = entry.HEAD.pack(b"TACKENT1", kind, len(meta_b), 7,
+                          hashlib.sha256(key.encode() + meta_b + b"payload").digest(),
+                          key.encode()) + meta_b + b"payload"
+    with pytest.raises(entry.DamagedEntry, match="older Tack's format"):
+        entry.decode(old, kind, key)

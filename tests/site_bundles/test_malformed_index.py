@@ -31,9 +31,9 @@ def rewrite_index(data: bytes, line: str) -> bytes:
     index = table + -(-count // per) * bundle._RECORD
     first = min(per, count) * bundle._STRIDE
     block = line.ljust(bundle._ROW)[:bundle._ROW].encode() + data[index + bundle._ROW:index + first]
-    record = data[table:table + 66] + bundle.sha256(block).digest()
+    record = data[table:table + 66] + bundle.hasher(block).digest()
     body = data[bundle._HEAD.size:table] + record + data[table + bundle._RECORD:index]
-    digest = bundle.sha256(data[:bundle._FIELDS] + body).digest()
+    digest = bundle.hasher(data[:bundle._FIELDS] + body).digest()
     return data[:bundle._FIELDS] + digest + body + block + data[index + first:]
 
 
