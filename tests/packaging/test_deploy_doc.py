@@ -20,6 +20,15 @@ def blocks(lang):
     return [m.group(2) for m in BLOCK.finditer(DOC.read_text()) if m.group(1) == lang]
 
 
+def attributed(script):
+    """The console blocks whose paragraph just above names ``script`` (the CI script that runs
+    them).  (The blank line between that paragraph and the block is stripped first: taken as the
+    paragraph, it named no script, and no block was checked.)"""
+    text = DOC.read_text()
+    return [m.group(2) for m in BLOCK.finditer(text) if m.group(1) == "console"
+            and script in text[:m.start()].rstrip().rsplit("\n\n", 1)[-1]]
+
+
 def python_on_path(bindir):
     """Put a `python` that runs this interpreter in ``bindir``: a script that execs
     ``sys.executable``, not a link to it.  A link to a virtual environment's (or a conda env's)
@@ -82,12 +91,10 @@ def _normalise(cmd):
 def test_console_commands_are_run_by_ci(script):
     """Each command of a console block the doc attributes to a CI script is run by it (variables
     and quotes aside)."""
-    text = DOC.read_text()
     ci = _normalise((ROOT / script).read_text())
-    for m in BLOCK.finditer(text):
-        if m.group(1) != "console" or script not in text[:m.start()].rsplit("\n\n", 1)[-1]:
-            continue
-        for line in m.group(2).splitlines():
+    assert attributed(script), f"no console block of docs/deploy.md names {script}"
+    for block in attributed(script):
+        for line in block.splitlines():
             words = _normalise(line).split()
             if not words or words[0] == "conda":       # conda activate/deactivate: a shell function
                 continue
