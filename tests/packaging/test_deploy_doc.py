@@ -1,6 +1,8 @@
 """docs/deploy.md: every `sh` block runs and succeeds (in a fresh directory, with this checkout's
-Tack); the `console` blocks (Spack, conda-build: minutes) are run by ci/spack-check.sh and
-ci/conda-check.sh, and each of their commands must appear in the script the doc names."""
+Tack); each `console` block names, in the paragraph just above it, the CI script that runs it:
+ci/spack-check.sh and ci/conda-check.sh (Spack, conda-build: minutes), each of whose commands must
+appear in the script, and ci/slurm-check.sh (a running Slurm), whose tests run the block itself
+as it stands (tests/slurm/test_walkthrough.py)."""
 
 import os
 import pathlib
@@ -14,6 +16,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "deploy.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+
+
+RUNNERS = ("ci/spack-check.sh", "ci/conda-check.sh", "ci/slurm-check.sh")
 
 
 def blocks(lang):
@@ -101,3 +106,10 @@ def test_console_commands_are_run_by_ci(script):
             # the command's own words, in order, somewhere in the script
             pattern = r"\b" + r"\s+(?:\S+\s+)*?".join(map(re.escape, words[:4]))
             assert re.search(pattern, ci), f"{line!r} is not run by {script}"
+
+
+def test_each_console_block_names_the_script_that_runs_it():
+    """No console block goes unrun: each one's paragraph names exactly one of the CI scripts."""
+    named = [block for script in RUNNERS for block in attributed(script)]
+    assert sorted(named) == sorted(blocks("console"))
+    assert all(attributed(script) for script in RUNNERS)
