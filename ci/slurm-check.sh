@@ -114,11 +114,31 @@ wait_idle() {
   return 1
 }
 
+# searchable_by_all DIR: DIR and every directory above it may be searched by anyone.
+searchable_by_all() {
+  local d="$1" perm
+  while :; do
+    perm="$(stat -c %A "$d")" || return 1
+    [[ "${perm:3:1}${perm:6:1}${perm:9:1}" =~ ^[xst]{3}$ ]] || { echo "$d ($perm)"; return 1; }
+    [ "$d" != / ] || return 0
+    d="$(dirname "$d")"
+  done
+}
+
 start_slurm() {
+  local force=() blocked
   dd if=/dev/urandom of="$D/munge/munge.key" bs=1024 count=1 status=none || return 1
   chmod 0400 "$D/munge/munge.key" || return 1
-  munged --socket="$MUNGE_SOCKET" --key-file="$D/munge/munge.key" --seed-file="$D/munge/munged.seed" \
-    --log-file="$D/log/munged.log" --pid-file="$D/munge-run/munged.pid" || { show_logs; return 1; }
+  # munged refuses a socket other users could not reach (a directory above it not searchable by
+  # all: mktemp -d makes 0700 ones).  Every client of this cluster is root, so there --force makes
+  # that refusal a warning in munged's log; the directories are left as they are.
+  if ! blocked="$(searchable_by_all "$D/munge-run")"; then
+    echo "slurm-check: $blocked is not searchable by all: munged --force (every client is root)"
+    force=(--force)
+  fi
+  munged "${force[@]}" --socket="$MUNGE_SOCKET" --key-file="$D/munge/munge.key" \
+    --seed-file="$D/munge/munged.seed" --log-file="$D/log/munged.log" \
+    --pid-file="$D/munge-run/munged.pid" || { show_logs; return 1; }
   munge -S "$MUNGE_SOCKET" -n | unmunge -S "$MUNGE_SOCKET" >/dev/null || { show_logs; return 1; }
   write_conf || return 1
   slurmctld || { show_logs; return 1; }
