@@ -6,7 +6,8 @@ Imports ``kmod`` from KERNEL_DIR, records every file it opens (Python's audit
 hook on ``open``) from the first launch on, launches the kernels, checks the
 results, and reports as JSON (on stdout, or in a file per rank under
 $TACK_TEST_REPORTS): rank, results ok, entries loaded by load_bundle, the
-opened paths, cache stats and warnings.
+opened paths, cache stats and warnings, the cache mode, the MPI launcher
+recognized (None: not MPI), and whether llvmlite was imported (a compile).
 """
 
 import json
@@ -60,9 +61,12 @@ for name, ref in kmod.REFERENCES.items():
     tack.launch(getattr(kmod, name), dim=x.size, args=(x, y))
     ok = ok and bool(np.allclose(y, ref(x)))
 recording = False
+launch = tack.cache.mpi_launch()
 report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened,
                      "stats": tack.cache.stats(), "warnings": caught,
-                     "mode": tack.cache.settings().mode})
+                     "mode": tack.cache.settings().mode,
+                     "launcher": launch.launcher if launch else None,
+                     "llvmlite": "llvmlite" in sys.modules})    # False: nothing was compiled
 out = os.environ.get("TACK_TEST_REPORTS")
 if out:                                   # ranks share stdout: each writes its own file
     with open(os.path.join(out, f"rank-{rank}-{os.getpid()}.json"), "w") as f:

@@ -1,6 +1,8 @@
 """docs/deploy.md: every `sh` block runs and succeeds (in a fresh directory, with this checkout's
-Tack); the `console` blocks (Spack, conda-build: minutes) are run by ci/spack-check.sh and
-ci/conda-check.sh, and each of their commands must appear in the script the doc names."""
+Tack); each `console` block names, in the paragraph just above it, the CI script that runs it:
+ci/spack-check.sh and ci/conda-check.sh (Spack, conda-build: minutes), each of whose commands must
+appear in the script, and ci/slurm-check.sh (a running Slurm), whose tests run the block itself
+as it stands (tests/slurm/test_walkthrough.py)."""
 
 import os
 import pathlib
@@ -16,8 +18,20 @@ DOC = ROOT / "docs" / "deploy.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
+RUNNERS = ("ci/spack-check.sh", "ci/conda-check.sh", "ci/slurm-check.sh")
+
+
 def blocks(lang):
     return [m.group(2) for m in BLOCK.finditer(DOC.read_text()) if m.group(1) == lang]
+
+
+def attributed(script):
+    """The console blocks whose paragraph just above names ``script`` (the CI script that runs
+    them).  (The blank line between that paragraph and the block is stripped first: taken as the
+    paragraph, it named no script, and no block was checked.)"""
+    text = DOC.read_text()
+    return [m.group(2) for m in BLOCK.finditer(text) if m.group(1) == "console"
+            and script in text[:m.start()].rstrip().rsplit("\n\n", 1)[-1]]
 
 
 def python_on_path(bindir):
@@ -82,15 +96,20 @@ def _normalise(cmd):
 def test_console_commands_are_run_by_ci(script):
     """Each command of a console block the doc attributes to a CI script is run by it (variables
     and quotes aside)."""
-    text = DOC.read_text()
     ci = _normalise((ROOT / script).read_text())
-    for m in BLOCK.finditer(text):
-        if m.group(1) != "console" or script not in text[:m.start()].rsplit("\n\n", 1)[-1]:
-            continue
-        for line in m.group(2).splitlines():
+    assert attributed(script), f"no console block of docs/deploy.md names {script}"
+    for block in attributed(script):
+        for line in block.splitlines():
             words = _normalise(line).split()
             if not words or words[0] == "conda":       # conda activate/deactivate: a shell function
                 continue
             # the command's own words, in order, somewhere in the script
             pattern = r"\b" + r"\s+(?:\S+\s+)*?".join(map(re.escape, words[:4]))
             assert re.search(pattern, ci), f"{line!r} is not run by {script}"
+
+
+def test_each_console_block_names_the_script_that_runs_it():
+    """No console block goes unrun: each one's paragraph names exactly one of the CI scripts."""
+    named = [block for script in RUNNERS for block in attributed(script)]
+    assert sorted(named) == sorted(blocks("console"))
+    assert all(attributed(script) for script in RUNNERS)
