@@ -35,7 +35,7 @@ echo "Tack-$VERSION.eb: committed sha256 $committed; this checkout's sdist $SHA 
 apt_install lmod
 if [ ! -f "$S/venv-eb/.ready" ]; then
   rm -rf "$S/venv-eb" && /usr/bin/python3 -m venv "$S/venv-eb"
-  step "venv + pip install easybuild==5.4.1" "$S/venv-eb/bin/pip" install -q wheel easybuild==5.4.1 2>&1 \
+  step "venv + pip install easybuild==5.4.1" "$S/venv-eb/bin/pip" install -q wheel easybuild==5.4.1 pycodestyle 2>&1 \
     | grep -v '^WARNING: Location' || true
   touch "$S/venv-eb/.ready"
 fi
@@ -66,9 +66,10 @@ eb_shell() {  # COMMAND...: run in eb's environment
 }
 install_tack() {  # EASYCONFIG INSTALLPATH: eb's output in INSTALLPATH.log, its steps shown
   local ec="$1" root="$2" rc=0
-  eb_shell eb "$ec" --sourcepath="$S/sources" --installpath="$root" --buildpath="$S/eb-build" \
-    --tmpdir="$S/eb-tmp" --repositorypath="$S/ebfiles_repo" --modules-tool=Lmod --module-syntax=Lua --filter-deps=$FILTER \
-    --try-toolchain=system,system --disable-map-toolchains --rebuild $AS_ROOT >"$root.log" 2>&1 || rc=$?
+  eb_shell eb "$ec" --sourcepath="$S/sources" --buildpath="$S/eb-build" --tmpdir="$S/eb-tmp" \
+    --repositorypath="$S/ebfiles_repo" --installpath="$root" --modules-tool=Lmod --module-syntax=Lua \
+    --filter-deps=$FILTER --try-toolchain=system,system --disable-map-toolchains --rebuild $AS_ROOT \
+    >"$root.log" 2>&1 || rc=$?
   grep -E '^== (building|installing|postprocessing|sanity|creating module|COMPLETED|FAILED)' "$root.log" || true
   [ $rc -eq 0 ] || tail -60 "$root.log"
   return $rc
@@ -79,10 +80,13 @@ lmod_found() {
   grep -q '^\* modules tool: Lmod [0-9]' "$S/eb-deps.txt"
 }
 step "eb --check-eb-deps --modules-tool=Lmod" lmod_found
+# What easybuild-easyconfigs' CI runs on a contribution: the style check (pycodestyle) and sha256
+# checksums, on the committed easyconfig.
+step "eb --check-contrib recipes/easybuild/Tack-$VERSION.eb" \
+  eb_shell eb --check-contrib "recipes/easybuild/Tack-$VERSION.eb" --tmpdir="$S/eb-tmp" $AS_ROOT
 step "eb Tack-$VERSION.eb" install_tack "$EC" "$S/eb"
 PREFIX="$S/eb/software/Tack/$VERSION"
-MODS="$S/eb/modules/all"
-echo "module files: $(cd "$MODS" && ls Tack/*)"
+echo "module files: $(cd "$S/eb/modules/all" && ls Tack/*)"
 
 # -- the installed module, in a clean shell ------------------------------------------------------------
 in_module_shell() {  # MODULEPATH SCRIPT: Lmod in a clean bash, the machine's Python on PATH
@@ -91,14 +95,14 @@ in_module_shell() {  # MODULEPATH SCRIPT: Lmod in a clean bash, the machine's Py
     cd /tmp; $2"
 }
 loaded() {
-  in_module_shell "$MODS" '
+  in_module_shell "$S/eb/modules/all" '
     module load Tack
     env | grep "^TACK_CACHE" | sort
     python -m tack.site bundles check'
 }
 step "clean shell: module load Tack + contour (bundles check)" loaded
 prepended() {   # the user's own bundles stay after the module's, and come back on unload
-  in_module_shell "$MODS" "
+  in_module_shell "$S/eb/modules/all" "
     export TACK_CACHE_BUNDLES=/home/me/my-bundles
     module load Tack
     [ \"\$TACK_CACHE_BUNDLES\" = '$PREFIX/share/tack/bundles:/home/me/my-bundles' ] || { echo \"load: \$TACK_CACHE_BUNDLES\" >&2; exit 1; }

@@ -1,6 +1,7 @@
 """docs/deploy.md: every `sh` block runs and succeeds (in a fresh directory, with this checkout's
-Tack); the `console` blocks (Spack, conda-build: minutes) are run by ci/spack-check.sh and
-ci/conda-check.sh, and each of their commands must appear in the script the doc names."""
+Tack); the `console` blocks (Spack, EasyBuild, conda-build: minutes) are run by ci/spack-check.sh,
+ci/easybuild-check.sh and ci/conda-check.sh, and each of their commands must appear in the script
+the doc names."""
 
 import os
 import pathlib
@@ -78,15 +79,20 @@ def _normalise(cmd):
     return re.sub(r"\s+", " ", re.sub(r"\$\{?\w+\}?|\"|'", "", cmd)).strip()
 
 
-@pytest.mark.parametrize("script", ["ci/spack-check.sh", "ci/conda-check.sh"])
+@pytest.mark.parametrize("script", ["ci/spack-check.sh", "ci/conda-check.sh",
+                                    "ci/easybuild-check.sh"])
 def test_console_commands_are_run_by_ci(script):
     """Each command of a console block the doc attributes to a CI script is run by it (variables
     and quotes aside)."""
     text = DOC.read_text()
     ci = _normalise((ROOT / script).read_text())
+    checked = 0
     for m in BLOCK.finditer(text):
-        if m.group(1) != "console" or script not in text[:m.start()].rsplit("\n\n", 1)[-1]:
+        # the paragraph just above the block (the blank line before the fence aside)
+        above = text[:m.start()].rstrip("\n").rsplit("\n\n", 1)[-1]
+        if m.group(1) != "console" or script not in above:
             continue
+        checked += 1
         for line in m.group(2).splitlines():
             words = _normalise(line).split()
             if not words or words[0] == "conda":       # conda activate/deactivate: a shell function
@@ -94,3 +100,4 @@ def test_console_commands_are_run_by_ci(script):
             # the command's own words, in order, somewhere in the script
             pattern = r"\b" + r"\s+(?:\S+\s+)*?".join(map(re.escape, words[:4]))
             assert re.search(pattern, ci), f"{line!r} is not run by {script}"
+    assert checked, f"no console block of {DOC.name} is attributed to {script}"
