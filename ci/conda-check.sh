@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Check recipes/tack with the real conda-build: render for linux-64 and osx-arm64 (with and
+# Check recipes/conda with the real conda-build: render for linux-64 and osx-arm64 (with and
 # without the CUDA output), build against the local channel with the recipe's tests, create an
 # environment from the built package, activate and deactivate it in bash, and run the contour
 # served from the package's bundles (python -m tack.site bundles check).
@@ -16,7 +16,7 @@ scratch_dir conda-check "${1:-}"
 # -- the release version's sdist and a CI-local copy of the recipe with its sha256 -----------------
 step "sdist (python -m build --sdist)" build_sdist "$S" || exit 1
 SHA="$(sha256sum "$SDIST" | cut -d' ' -f1)"
-rm -rf "$S/recipe" && mkdir -p "$S/recipe" && cp -r recipes/tack "$S/recipe/tack"
+rm -rf "$S/recipe" && mkdir -p "$S/recipe" && cp -r recipes/conda "$S/recipe/tack"
 R="$S/recipe/tack"
 committed="$(sed -n 's/^{% set sha256 = "\([0-9a-f]*\)" %}$/\1/p' "$R/meta.yaml")"
 sed -i "s/$committed/$SHA/" "$R/meta.yaml"

@@ -73,3 +73,15 @@ def host_cpu() -> str:
     paid only where a site bundle is looked for, never on a hit in the user's own cache)."""
     import archspec.cpu
     return archspec.cpu.host().name
+
+
+def generic_level(name: str) -> str:
+    """The generic level of the CPU microarchitecture ``name``, whose code runs on every node of
+    its family at that level or above: the highest x86-64 level among ``name`` and its ancestors
+    (``zen3`` -> ``x86_64_v3``; ``x86_64_v4`` is its own), else the family (``neoverse_v2`` ->
+    ``aarch64``, ``power9le`` -> ``ppc64le``).  What a package builds besides the target's own
+    bundle, so that one install serves a mixed partition."""
+    for cand in cpu_candidates(name):
+        if cand.startswith("x86_64_v"):
+            return cand
+    return cpu_microarch(name).family.name

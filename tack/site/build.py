@@ -338,9 +338,11 @@ def _bundle_paths(directory):
                              if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)
 
 
-def staleness(b, node_llvm):
+def staleness(b, node_llvm, uncomparable=True):
     """Why a bundle's variants are out of date (another Tack, another LLVM): [] when current.
-    Which node a bundle is for is another question: ``applies``."""
+    Which node a bundle is for is another question: ``applies``.  ``uncomparable``: a GPU
+    bundle whose compilers this host lacks (so its key cannot be compared) counts as stale;
+    ``bundles check``, which runs on any node, passes False."""
     why = []
     meta = b.meta
     if meta.get("tack") != tack_version_id():
@@ -355,7 +357,8 @@ def staleness(b, node_llvm):
         try:
             now = build_target(arch).key
         except BuildFailure as e:
-            why.append(f"cannot build {arch} here to compare: {e}")
+            if uncomparable:
+                why.append(f"cannot build {arch} here to compare: {e}")
         else:
             if now != meta.get("target_key"):
                 why.append(f"{arch}'s compilers changed since it was built (target "
@@ -488,8 +491,9 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     and level, so the same triangles) on ``device`` in a new Python with an
     empty cache of its own, reading only the bundles in ``directory`` (default: every directory
     of TACK_CACHE_BUNDLES).  0 when every kernel variant came from a bundle and LLVM was never
-    loaded; 1, saying what was compiled, otherwise.  What a package's install test and an admin
-    after ``bundles build`` or ``rebuild`` run."""
+    loaded, and no bundle there is stale or unreadable (``stale_bundles``); 1, saying what was
+    compiled or which bundle, otherwise.  What a package's install test and an admin after
+    ``bundles build`` or ``rebuild`` run."""
     import json
     import subprocess
     import tempfile
@@ -504,6 +508,7 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
             raise SiteError(f"bundles check: {d} is not a directory")
     # absolute: the contour runs in a directory of its own
     bundles = os.pathsep.join(os.path.abspath(d) for d in bundles.split(os.pathsep) if d)
+    problems = stale_bundles(bundles.split(os.pathsep))
     with tempfile.TemporaryDirectory(prefix="tack-bundles-check-") as own:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
         env.update(TACK_CACHE_DIR=os.path.join(own, "cache"), TACK_CACHE="read",
@@ -519,10 +524,11 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
         # child's traceback; a child that died without one gives its last line of stderr.
         why = (got or {}).get("error") or (r.stderr.strip().splitlines() or ["no output"])[-1]
         print(f"error: bundles check: the contour failed on {device}: {why}", file=err)
+        for problem in problems:
+            print(f"error: {problem}", file=out)
         return 1
     print(f"contour of the demo's {size}^3 sphere on {device}: {got['triangles']} triangles; variants from bundles "
           f"{got['hits']['variant']}, compiled {got['misses']['variant']}", file=out)
-    problems = []
     if got["misses"]["variant"] or not got["hits"]["variant"]:
         problems.append(f"{got['misses']['variant']} kernel variant(s) were compiled, not found in "
                         f"{bundles}: build them (bundles build) or rebuild stale ones (bundles "
@@ -536,6 +542,30 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     if not problems:
         print(f"contour served from the bundles in {bundles}: nothing compiled", file=out)
     return 1 if problems else 0
+
+
+def stale_bundles(directories) -> list:
+    """One line for each bundle of ``directories`` that this Tack cannot use as it is: one that
+    cannot be read (damaged, untrusted, another format), or one made by another Tack or with
+    another LLVM (``staleness``).  ``bundles check`` fails on them even when the contour is
+    served by another bundle: a stale bundle serves nothing."""
+    node_llvm = llvm_version()
+    lines = []
+    for d in directories:
+        _, paths = _bundle_paths(d)
+        for path in paths:
+            try:
+                b = bundle_mod.read(path, allow_root=True)
+            except bundle_mod.BundleError as e:
+                lines.append(f"{path}: cannot be used: {e}")
+                continue
+            why = staleness(b, node_llvm, uncomparable=False)
+            if why:
+                # rebuild reads the lowered kernels of this Tack's bundles only
+                fix = "rebuild it (bundles rebuild)" if b.meta.get("tack") == tack_version_id() \
+                    else "build it again (bundles build; a package's prefix: bundles install)"
+                lines.append(f"{path} is stale ({'; '.join(why)}): {fix}")
+    return lines
 
 
 def rebuild_bundle(path, out=sys.stdout):

@@ -122,6 +122,15 @@ def cmd_bundles_rebuild(args) -> int:
     return bundles_rebuild(args.dir)
 
 
+def cmd_bundles_install(args) -> int:
+    from . import install
+    if args.installed_in is None:
+        return install.bundles_install(args.prefix, args.target or (), args.arch or (),
+                                       args.site_config)
+    return install.install_here(args.prefix, args.installed_in, args.target or (), args.arch or (),
+                                args.site_config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tack.site",
                                 description="Deploy Tack at a site from one YAML config.")
@@ -142,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("env", help="print the exports for a shell, for sites without modules")
     e.add_argument("config")
-    e.add_argument("--shell", choices=("bash", "csh", "fish"), default="bash")
+    e.add_argument("--shell", choices=("bash", "csh", "fish", "easybuild"), default="bash",
+                   help="easybuild: modextravars (and modextrapaths) for an easyconfig")
     e.set_defaults(func=cmd_env)
 
     a = sub.add_parser("conda-activate", help="write conda activate.d/deactivate.d scripts")
@@ -176,6 +186,21 @@ def build_parser() -> argparse.ArgumentParser:
     bc.add_argument("--device", default="cpu", help="where the contour runs (default: cpu)")
     bc.add_argument("--size", type=int, default=21, help="the field's extent (default: 21)")
     bc.set_defaults(func=cmd_bundles_check)
+    bi = bsub.add_parser("install", help="build and check the bundles of an install prefix, with "
+                         "the Tack installed there (what packages run)")
+    bi.add_argument("prefix", help="the prefix Tack is installed in; the bundles go into "
+                    "PREFIX/share/tack/bundles")
+    bi.add_argument("--target", action="append", metavar="CPU",
+                    help="a CPU microarchitecture (archspec's name, or 'host': this node's): "
+                    "bundles for it and for its generic level (zen3: cpu:zen3 and "
+                    "cpu:x86_64_v3); repeatable (default, without --arch: host)")
+    bi.add_argument("--arch", action="append", metavar="KIND:NAME",
+                    help="one more architecture (cpu:x86_64_v2, cuda:sm_90 ...); repeatable")
+    bi.add_argument("--site-config", metavar="FILE",
+                    help="a site config: its build.kernels are what the bundles hold; it is "
+                    "kept as PREFIX/share/tack/site.yaml, its exports as site-env.json")
+    bi.add_argument("--in", dest="installed_in", help=argparse.SUPPRESS)
+    bi.set_defaults(func=cmd_bundles_install)
     return p
 
 

@@ -79,8 +79,45 @@ def set_line(shell, var, value_word):
             "fish": f"set -gx {var} {value_word}"}[shell]
 
 
+def easybuild_value(value) -> str:
+    """``value`` as EasyBuild 5 writes a ``modextravars`` value into a module: a ``$NAME`` or
+    ``${NAME}`` is looked up when the module is loaded (Lmod's ``os.getenv``, Tcl's
+    ``$::env``), ``$$`` is a literal ``$``.  So each reference is written ``${NAME}`` and every
+    other ``$`` doubled."""
+    return "".join("${%s}" % p["variable"] if "variable" in p else p["literal"].replace("$", "$$")
+                   for p in split_references(value))
+
+
+def render_easybuild(cfg) -> str:
+    """The site's settings as easyconfig parameters (``modextravars``, and ``modextrapaths``
+    when ``cache.bundles`` adds directories after the install's own bundles), for
+    recipes/easybuild/Tack-*.eb: appended to it, they replace its own."""
+    from .errors import SiteError
+    exports = cfg.exports()
+    lines = ["# Tack's settings for this site, as easyconfig parameters: append them to a copy of",
+             "# recipes/easybuild/Tack-*.eb.  EasyBuild 5 resolves $NAME references when the module",
+             "# is loaded."]
+    bundles = exports.pop("TACK_CACHE_BUNDLES", None)
+    if bundles is not None:
+        dirs = [d for d in bundles.split(":") if d]
+        for d in dirs:
+            if any("variable" in p for p in split_references(d)):
+                raise SiteError(f"cache.bundles: {d} refers to variables; EasyBuild's modextrapaths "
+                                "takes directories as they are")
+            if not d.startswith("/"):
+                raise SiteError(f"cache.bundles: {d} is not an absolute path")
+        lines.append(f"modextrapaths = {{'TACK_CACHE_BUNDLES': {['share/tack/bundles'] + dirs!r}}}")
+    lines.append("modextravars = {")
+    lines += [f"    {var!r}: {easybuild_value(value)!r}," for var, value in exports.items()]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def render_env(cfg, shell) -> str:
-    """Shell code exporting the site's settings, for ``eval`` or ``source``."""
+    """Shell code exporting the site's settings, for ``eval`` or ``source``; for ``easybuild``,
+    easyconfig parameters (``render_easybuild``)."""
+    if shell == "easybuild":
+        return render_easybuild(cfg)
     if shell not in SHELLS:
         raise ValueError(f"unknown shell {shell!r}; expected one of {', '.join(SHELLS)}")
     lines = [f"# Tack's settings for this site ({shell}); $NAME references expand when this is sourced."]

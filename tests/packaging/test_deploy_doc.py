@@ -1,7 +1,7 @@
 """docs/deploy.md: every `sh` block runs and succeeds (in a fresh directory, with this checkout's
 Tack); each `console` block names, in the paragraph just above it, the CI script that runs it:
-ci/spack-check.sh and ci/conda-check.sh (Spack, conda-build: minutes), each of whose commands must
-appear in the script, and ci/slurm-check.sh (a running Slurm), whose tests run the block itself
+ci/spack-check.sh, ci/easybuild-check.sh and ci/conda-check.sh (Spack, EasyBuild, conda-build:
+minutes), each of whose commands must appear in the script, and ci/slurm-check.sh (a running Slurm), whose tests run the block itself
 as it stands (tests/slurm/test_walkthrough.py)."""
 
 import os
@@ -18,7 +18,7 @@ DOC = ROOT / "docs" / "deploy.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
-RUNNERS = ("ci/spack-check.sh", "ci/conda-check.sh", "ci/slurm-check.sh")
+RUNNERS = ("ci/spack-check.sh", "ci/conda-check.sh", "ci/easybuild-check.sh", "ci/slurm-check.sh")
 
 
 def blocks(lang):
@@ -92,7 +92,8 @@ def _normalise(cmd):
     return re.sub(r"\s+", " ", re.sub(r"\$\{?\w+\}?|\"|'", "", cmd)).strip()
 
 
-@pytest.mark.parametrize("script", ["ci/spack-check.sh", "ci/conda-check.sh"])
+@pytest.mark.parametrize("script", ["ci/spack-check.sh", "ci/conda-check.sh",
+                                    "ci/easybuild-check.sh"])
 def test_console_commands_are_run_by_ci(script):
     """Each command of a console block the doc attributes to a CI script is run by it (variables
     and quotes aside)."""

@@ -93,6 +93,39 @@ def test_env_fish_sourced(tmp_path, example):
     assert path == f"/scratch/b/{user}/{ODD}", r.stdout + r.stderr
 
 
+# -- EasyBuild ---------------------------------------------------------------------
+
+def test_env_easybuild_parameters(example):
+    """`--shell easybuild`: modextravars (and modextrapaths after the install's own bundles) that
+    an easyconfig takes as Python; each value, resolved the way EasyBuild 5 resolves a
+    modextravars value when the module is loaded ($NAME and ${NAME} looked up, $$ a `$`: the
+    rules of Python's string.Template, which EasyBuild uses), is the site tool's own value, odd
+    characters and lone `$`s included."""
+    config = odd_config(example)
+    text = site_env(config, "easybuild")
+    params = {}
+    exec(text, {}, params)                      # as EasyBuild reads an easyconfig
+    assert params["modextrapaths"] == {"TACK_CACHE_BUNDLES": ["share/tack/bundles",
+                                                              "/apps/tack/0.1.0/bundles"]}
+    env = {"HOME": "/home/bob", "USER": "bob", "SCRATCH": "/scratch/b"}
+    got = {var: string.Template(value).substitute(env) for var, value in params["modextravars"].items()}
+    want = load(config).exports()
+    want.pop("TACK_CACHE_BUNDLES")
+    want["TACK_CACHE_DIR"] = f"/scratch/b/bob/{ODD}"
+    assert got == want, text
+
+
+def test_env_easybuild_refuses_bundles_it_cannot_carry(tmp_path):
+    for bundles, why in (("$HOME/bundles", "refers to variables"), ("bundles", "is not an absolute path")):
+        config = tmp_path / "site.yaml"
+        config.write_text(f"version: 1\ncache:\n  bundles: {bundles}\n")
+        r = subprocess.run([sys.executable, "-m", "tack.site", "env", str(config), "--shell",
+                            "easybuild"], capture_output=True, text=True)
+        assert r.returncode == 1 and f"error: cache.bundles: {bundles} {why}" in r.stderr, r.stderr
+    config.write_text("version: 1\n")
+    assert site_env(config, "easybuild").splitlines()[-2:] == ["modextravars = {", "}"]
+
+
 # -- conda -----------------------------------------------------------------------
 
 def conda_scripts(tmp_path, example, name="gpu-cluster", config=None):

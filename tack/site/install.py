@@ -1,0 +1,184 @@
+"""``bundles install PREFIX``: build and check the bundles of an install prefix, for packages.
+
+What a package (EasyBuild, Spack, conda) runs once Tack is installed into PREFIX: the bundles
+for the CPUs it names (``--target``: a microarchitecture and its generic level; ``--arch``: any
+architecture) are built into ``PREFIX/share/tack/bundles`` with the kernels of a site config (or
+Tack's contour), then ``bundles check`` runs the contour from them with nothing compiled.
+
+It is always the Tack installed in PREFIX that builds and checks, whatever ``python -m
+tack.site`` imported first: the command finds PREFIX's Tack where Python's install schemes put
+packages (purelib and platlib, under PREFIX) and does the work in a new Python that imports it,
+with no user cache (``TACK_CACHE=off``) and no ``TACK_*`` setting of the caller's.  A build run
+from an unpacked source tree (where ``python -m`` imports the sources first, whose Tack tags what
+it makes ``0.1.0+src.<hash>``) therefore makes bundles the installed Tack uses, and a package
+needs no ``cd`` to get them.
+
+Written beside the bundles, in ``PREFIX/share/tack``: ``bundles-build.yaml`` (the config they
+were built from, for ``bundles rebuild`` and the admin) and, with ``--site-config``, the site
+config itself (``site.yaml``) and its exports (``site-env.json``: what a package's environment
+sets besides ``TACK_CACHE_BUNDLES``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+
+from .errors import SiteError
+
+#: The kernels a prefix's bundles hold when no site config names any.
+DEFAULT_KERNELS = [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
+
+
+def share_dir(prefix) -> str:
+    return os.path.join(prefix, "share", "tack")
+
+
+def site_dirs(prefix) -> list:
+    """Where an install into ``prefix`` puts Python packages, by each of this Python's install
+    schemes (``posix_prefix``, ``venv``, Debian's ``posix_local`` ...): purelib and platlib,
+    the default scheme's first; user schemes aside (they ignore the prefix)."""
+    schemes = [sysconfig.get_default_scheme()] + [s for s in sysconfig.get_scheme_names()
+                                                  if not s.endswith("_user")]
+    dirs = []
+    for scheme in schemes:
+        try:
+            paths = sysconfig.get_paths(scheme, vars={"base": prefix, "platbase": prefix,
+                                                      "installed_base": prefix,
+                                                      "installed_platbase": prefix})
+        except KeyError:
+            continue
+        for key in ("purelib", "platlib"):
+            d = os.path.normpath(paths[key])
+            if d not in dirs and d.startswith(os.path.normpath(prefix) + os.sep):
+                dirs.append(d)
+    return dirs
+
+
+def installed_tack(prefix) -> str:
+    """The directory under ``prefix`` that holds its installed ``tack`` package; SiteError naming
+    where it looked otherwise."""
+    dirs = site_dirs(prefix)
+    for d in dirs:
+        if os.path.isfile(os.path.join(d, "tack", "__init__.py")):
+            return d
+    raise SiteError(f"bundles install: no Tack is installed in {prefix} (looked for "
+                    f"tack/__init__.py in {', '.join(dirs)}): install it there first")
+
+
+def target_archs(targets, archs) -> list:
+    """``cpu:T`` and ``cpu:<generic level of T>`` for each of ``targets`` (``host``: this node's
+    microarchitecture), then ``archs``, each once, by their ``kind:name``; ArchError for a name
+    Tack does not build."""
+    from ..archs import generic_level, host_cpu, resolve
+    names = []
+    for t in targets:
+        if t.startswith("cpu:"):
+            t = t[len("cpu:"):]
+        cpu = host_cpu() if t == "host" else resolve(f"cpu:{t}")[1]
+        names += [f"cpu:{cpu}", f"cpu:{generic_level(cpu)}"]
+    for a in archs:
+        names.append(":".join(resolve(a)))
+    return list(dict.fromkeys(names))
+
+
+def build_config(archs, kernels) -> dict:
+    """The site config ``bundles build`` reads: ``archs`` by kind, ``kernels``."""
+    by_kind = {}
+    for a in archs:
+        kind, name = a.split(":", 1)
+        by_kind.setdefault(kind, []).append(name)
+    return {"version": 1, "build": {"archs": by_kind, "kernels": kernels}}
+
+
+def bundles_install(prefix, targets=(), archs=(), site_config=None, out=sys.stdout,
+                    err=sys.stderr) -> int:
+    """Build and check ``prefix``'s bundles with the Tack installed there, in a new Python (see
+    the module's doc); its exit status."""
+    if not os.path.isdir(prefix):
+        raise SiteError(f"bundles install: {prefix} is not a directory")
+    prefix = os.path.abspath(prefix)
+    site = installed_tack(prefix)
+    if site_config is not None:
+        if not os.path.isfile(site_config):
+            raise SiteError(f"bundles install: --site-config {site_config} is not a file")
+        site_config = os.path.abspath(site_config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE="off", PYTHONNOUSERSITE="1",
+               PYTHONPATH=os.pathsep.join([site] + [p for p in [env.get("PYTHONPATH")] if p]))
+    args = [sys.executable, "-m", "tack.site", "bundles", "install", prefix, "--in", site]
+    for t in targets:
+        args += ["--target", t]
+    for a in archs:
+        args += ["--arch", a]
+    if site_config:
+        args += ["--site-config", site_config]
+    # cwd: the installed packages' own directory, which Python puts first on the path.
+    try:
+        streams = {"stdout": out.fileno(), "stderr": err.fileno()}
+    except (AttributeError, OSError, ValueError):       # io.StringIO and the like
+        streams = {"capture_output": True, "text": True}
+    out.flush()
+    err.flush()
+    r = subprocess.run(args, env=env, cwd=site, **streams)
+    if "capture_output" in streams:
+        out.write(r.stdout)
+        err.write(r.stderr)
+    return r.returncode
+
+
+def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.stdout,
+                 err=sys.stderr) -> int:
+    """The work of ``bundles install``, in the Python that imports the Tack of ``site``."""
+    import tack
+    from .build import build_bundles, bundles_check
+    from .cli import load
+    from ..cache.keys import shown_version, tack_version_id
+    here = os.path.dirname(os.path.realpath(tack.__file__))
+    if here != os.path.realpath(os.path.join(site, "tack")):
+        raise SiteError(f"bundles install: this Python imports Tack from {here}, not the one "
+                        f"installed in {prefix} ({site})")
+    kernels = DEFAULT_KERNELS
+    share = share_dir(prefix)
+    os.makedirs(share, exist_ok=True)
+    if site_config:
+        cfg = load(site_config, import_modules=True)
+        kernels = cfg.get("build.kernels") or kernels
+        kept = os.path.join(share, "site.yaml")
+        if os.path.realpath(site_config) != os.path.realpath(kept):
+            shutil.copyfile(site_config, kept)
+        with open(os.path.join(share, "site-env.json"), "w", encoding="utf-8") as f:
+            json.dump(cfg.exports(), f, indent=2, sort_keys=True)
+            f.write("\n")
+        if cfg.archs():
+            print(f"bundles install: {site_config}'s build.archs are not what this install "
+                  "builds: --target and --arch are", file=out)
+    from ..archs import ArchError
+    try:
+        wanted = target_archs(targets or (["host"] if not archs else []), archs)
+    except ArchError as e:
+        raise SiteError(f"bundles install: {e}") from None
+    import yaml
+    config_path = os.path.join(share, "bundles-build.yaml")
+    with open(config_path, "w", encoding="utf-8") as f:
+        f.write("# The config these bundles were built from (python -m tack.site bundles install)\n")
+        yaml.safe_dump(build_config(wanted, kernels), f, sort_keys=False)
+    bundles = os.path.join(share, "bundles")
+    print(f"bundles install: {', '.join(wanted)} into {bundles}, by Tack "
+          f"{shown_version(tack_version_id())} from {site}", file=out, flush=True)
+    t0 = time.perf_counter()
+    rc = build_bundles(load(config_path, import_modules=True), output=bundles, out=out, err=err)
+    built = time.perf_counter() - t0
+    print(f"bundles install: built in {built:.1f} s", file=out, flush=True)
+    if rc:
+        print("error: bundles install: an architecture failed to build (above)", file=err)
+        return rc
+    t0 = time.perf_counter()
+    rc = bundles_check(bundles, out=out, err=err)
+    print(f"bundles install: checked in {time.perf_counter() - t0:.1f} s", file=out, flush=True)
+    return rc

@@ -1,0 +1,115 @@
+"""``python -m tack.site bundles install PREFIX``: a package's one command to build and check the
+bundles of an install prefix with the Tack installed there (tack/site/install.py), and ``bundles
+check`` failing on a stale bundle."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import tack
+from tack import __version__
+from tack.archs import generic_level
+from tack.cache import bundle
+from tack.site import install
+from tack.site.config import load
+from tack.site.errors import SiteError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SITE = ROOT / "tests" / "packaging" / "site.yaml"
+
+
+@pytest.mark.parametrize("name, level", [
+    ("zen3", "x86_64_v3"), ("haswell", "x86_64_v3"), ("icelake", "x86_64_v4"),
+    ("x86_64_v4", "x86_64_v4"), ("core2", "x86_64"), ("neoverse_v2", "aarch64"),
+    ("aarch64", "aarch64"), ("power9le", "ppc64le")])
+def test_generic_level(name, level):
+    assert generic_level(name) == level
+
+
+def test_target_archs_are_each_target_and_its_level_then_the_archs():
+    assert install.target_archs(["zen3"], []) == ["cpu:zen3", "cpu:x86_64_v3"]
+    assert install.target_archs(["cpu:x86_64_v3", "haswell"], ["cuda:sm_90", "level_zero:acm"]) == \
+        ["cpu:x86_64_v3", "cpu:haswell", "cuda:sm_90", "level_zero:dg2"]
+
+
+def installed_prefix(tmp_path):
+    """A prefix with this checkout's Tack installed in it as pip installs a package: the package
+    directory in the prefix's site-packages (so the installed Tack is Tack __version__, not a
+    checkout's 0.1.0+src.<hash>)."""
+    prefix = tmp_path / "prefix"
+    site = pathlib.Path(install.site_dirs(str(prefix))[0])
+    shutil.copytree(pathlib.Path(tack.__file__).parent, site / "tack",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return prefix, site
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(extra)
+    return env
+
+
+def test_install_from_the_sources_builds_with_the_installed_tack(tmp_path):
+    """Run from the checkout, where `python -m tack.site` imports the checkout's Tack first (as a
+    package's build does in the unpacked sources): the bundles are made by the Tack installed in
+    PREFIX, so that it uses them; the site config is kept with its exports; the contour is served
+    from them with nothing compiled."""
+    prefix, site = installed_prefix(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "install", str(prefix),
+                        "--target", "host", "--arch", "cpu:x86_64_v2", "--site-config", str(SITE)],
+                       cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"by Tack {__version__} from {site}" in r.stdout, r.stdout
+    share = prefix / "share" / "tack"
+    assert "nothing compiled" in r.stdout and "bundles install: built in " in r.stdout, r.stdout
+    names = sorted(os.listdir(share / "bundles"))
+    metas = [bundle.read(str(share / "bundles" / n)).meta for n in names]
+    assert {m["tack"] for m in metas} == {__version__}, metas
+    wanted = install.target_archs(["host"], ["cpu:x86_64_v2"])
+    assert sorted(m["arch"] for m in metas) == sorted(wanted)
+    built = load(str(share / "bundles-build.yaml"))
+    assert built.archs() == wanted
+    assert built.get("build.kernels") == load(str(SITE)).get("build.kernels")
+    assert (share / "site.yaml").read_bytes() == SITE.read_bytes()
+    assert json.loads((share / "site-env.json").read_text()) == load(str(SITE)).exports()
+
+    # A bundle the checkout's Tack makes there (0.1.0+src.<hash>) serves the installed Tack
+    # nothing: `bundles check` with the installed Tack fails and names it.
+    src = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "build",
+                          str(share / "bundles-build.yaml"), "--arch", "cpu:x86_64_v2",
+                          "--output", str(share / "bundles")],
+                         cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT), TACK_CACHE="off"),
+                         capture_output=True, text=True, timeout=600)
+    assert src.returncode == 0, src.stdout + src.stderr
+    check = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "check",
+                            str(share / "bundles")], cwd=tmp_path,
+                           env=clean_env(PYTHONPATH=str(site)), capture_output=True, text=True,
+                           timeout=600)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "cpu-x86_64_v2-" in check.stdout and f"is stale (made by Tack {__version__}+src." \
+        in check.stdout, check.stdout
+
+
+def test_install_refuses_a_prefix_without_tack(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SiteError, match=r"no Tack is installed in .*empty \(looked for "
+                                        r"tack/__init__.py in .*site-packages"):
+        install.bundles_install(str(tmp_path / "empty"))
+    with pytest.raises(SiteError, match="is not a directory"):
+        install.bundles_install(str(tmp_path / "nowhere"))
+
+
+def test_install_refuses_an_arch_tack_does_not_build(tmp_path):
+    prefix, _ = installed_prefix(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "install", str(prefix),
+                        "--target", "zen9"], cwd=tmp_path,
+                       env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 1 and not (prefix / "share" / "tack" / "bundles").exists()
+    assert "error: bundles install: cpu:zen9: archspec knows no such CPU" in r.stderr, r.stderr
