@@ -122,10 +122,47 @@ def arch_key(arch: str, llvm: str | None = None) -> str:
                   ("llvm", llvm or llvm_version()), ("codegen", CODEGEN))
 
 
+_llvm_version = None
+
+
 def llvm_version() -> str:
-    """The LLVM that compiles here, as llvmlite's version, without loading LLVM."""
+    """The LLVM that compiles here, as llvmlite's version, without loading LLVM (once per
+    process).  Read from the text of ``llvmlite/_version.py`` where llvmlite's package is first
+    found on ``sys.path``, as ``import llvmlite`` would find it: importing it costs a site
+    bundle's first call about 1 M instructions (two modules), for one string.  Where that file
+    does not say it plainly (another llvmlite's layout), ``llvmlite.__version__`` itself."""
+    global _llvm_version
+    if _llvm_version is None:
+        _llvm_version = f"llvmlite-{_llvmlite_version_text() or _imported_llvmlite_version()}"
+    return _llvm_version
+
+
+def _llvmlite_version_text() -> str | None:
+    """``version_version = '0.44.0'`` in llvmlite/_version.py (versioneer's file), else None."""
+    for entry in sys.path:
+        pkg = os.path.join(entry or ".", "llvmlite")
+        if not os.path.isfile(os.path.join(pkg, "__init__.py")):
+            continue
+        try:
+            with open(os.path.join(pkg, "_version.py"), "rb") as f:
+                text = f.read(65536).decode("utf-8", "replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            name, eq, value = line.partition("=")
+            value = value.strip()
+            if (eq and name.strip() == "version_version" and len(value) > 2
+                    and value[0] == value[-1] and value[0] in "'\""):
+                version = value[1:-1]
+                if version and all(c.isalnum() or c in ".+-_" for c in version):
+                    return version
+        return None
+    return None
+
+
+def _imported_llvmlite_version() -> str:
     import llvmlite
-    return f"llvmlite-{llvmlite.__version__}"
+    return llvmlite.__version__
 
 
 @functools.lru_cache(maxsize=None)

@@ -99,3 +99,36 @@ def test_entry_of_the_sha256_format_is_refused_as_an_older_one():
                           key.encode()) + meta_b + b"payload"
     with pytest.raises(entry.DamagedEntry, match="older Tack's format"):
         entry.decode(old, kind, key)
+
+
+def test_llvm_version_read_without_importing_llvmlite():
+    """A node's LLVM (part of a site bundle's key) is llvmlite's own version, read from its
+    _version.py, with llvmlite not imported."""
+    import subprocess
+    import sys
+    code = ("import sys; from tack.backends import cpu_identity as c; v = c.llvm_version(); "
+            "print('llvmlite' in sys.modules); import llvmlite; print(v == 'llvmlite-' + llvmlite.__version__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.parametrize("version_py", ["", "def get_versions():\n    return {'version': 'x'}\n",
+                                        "version_version = get()\n"])
+def test_llvm_version_falls_back_to_the_package(tmp_path, monkeypatch, version_py):
+    """An llvmlite whose _version.py does not state its version plainly: its __version__."""
+    pkg = tmp_path / "llvmlite"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("__version__ = '9.8.7'\n")
+    (pkg / "_version.py").write_text(version_py)
+    import sys
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cpu_identity, "_llvm_version", None)
+    real = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "llvmlite"}
+    for k in real:
+        del sys.modules[k]
+    try:
+        assert cpu_identity.llvm_version() == "llvmlite-9.8.7"
+    finally:                    # the real llvmlite back for the rest of the run, the made-up one gone
+        for k in [k for k in sys.modules if k.split(".")[0] == "llvmlite"]:
+            del sys.modules[k]
+        sys.modules.update(real)
