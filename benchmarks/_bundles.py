@@ -38,14 +38,14 @@ def make_bundle(cache_dir: str, kernels: int, version: str | None = None, seed: 
     ``lowered_bytes``, ``variant_bytes``: each synthetic entry's payload (the defaults make
     3,000 kernels about 15 MB, as the 3,000 small kernels of issue 21 took).
     -> {"path", "kernels", "entries", "bytes", "version"}."""
-    from tack.cache import bundle, entry
+    from tack.cache import bundle, bundle_write, entry
 
     if version is None:
         found = [d for d in os.listdir(cache_dir) if os.path.isdir(os.path.join(cache_dir, d))]
         if len(found) != 1:
             raise ValueError(f"{cache_dir} holds {len(found)} version directories; name one")
         version = found[0]
-    lowered, variants = bundle.collect(os.path.join(cache_dir, version))
+    lowered, variants = bundle_write.collect(os.path.join(cache_dir, version))
     if len(variants) != 1:
         raise ValueError(f"{cache_dir} holds variants of {len(variants)} targets; prime one")
     (target_key, real), = variants.items()
@@ -64,9 +64,9 @@ def make_bundle(cache_dir: str, kernels: int, version: str | None = None, seed: 
                                        "target_key": target_key, "site": []},
             rng.randbytes(variant_bytes))))
     first = dict(real[0][3], target_key=target_key)
-    header = dict(bundle.header_for(first, arch=first.get("arch", "")), tack=version)
+    header = dict(bundle_write.header_for(first, arch=first.get("arch", "")), tack=version)
     path = os.path.join(cache_dir, bundle.bundle_name(target_key, header["machine"]))
-    size = bundle.write(path, out, header)
+    size = bundle_write.write(path, out, header)
     return {"path": path, "kernels": kernels, "entries": len(out), "bytes": size, "version": version}
 
 

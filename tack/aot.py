@@ -119,14 +119,14 @@ def save_bundle(artifacts, path: str) -> str:
     """Write the artifacts, all for one target, as a bundle at ``path``, or, if ``path`` is a
     directory, in it under the name a node looks a site bundle up by. -> the bundle's path."""
     from .backends.cpu_runtime import llvm_version
-    from .cache import bundle
+    from .cache import bundle, bundle_write
     targets = {a.meta["target_key"] for a in artifacts}
     if len(targets) != 1:
         raise ValueError(f"a bundle holds one target's variants; these are for {len(targets)}")
-    header = bundle.header_for(artifacts[0].meta, llvm_version(),
-                               requires=requirements(artifacts[0].target))
+    header = bundle_write.header_for(artifacts[0].meta, llvm_version(),
+                                     requires=requirements(artifacts[0].target))
     if os.path.isdir(path):
         path = os.path.join(path, bundle.site_bundle_name(artifacts[0].target, header["target_key"],
                                                           header["machine"]))
-    bundle.write(path, _entries(artifacts), header)
+    bundle_write.write(path, _entries(artifacts), header)
     return path

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import os
 import platform
-import stat
 import struct
 import time
 from bisect import bisect_left, bisect_right
@@ -52,11 +51,9 @@ from math import isqrt
 
 from ..digests import hasher
 from . import log
-from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, SUFFIX, DamagedEntry, Found, decode,
-                    decode_meta, encode_meta)
+from .entry import HIT_FIELDS, MISSING, SUFFIX, DamagedEntry, Found, decode, decode_meta
 from .keys import shown_version, tack_version_id
-from .trust import (TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, check_trusted, open_regular,
-                    read_fd, read_regular, write_atomic)
+from .trust import TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, check_trusted, open_regular
 
 MAGIC = b"TACKBDL1"                         # a Tack bundle, whatever its format
 FORMAT = 3                                  # 3: BLAKE2b checksums (2: SHA-256; 1: one index)
@@ -343,65 +340,6 @@ def _row_place(rows: bytes, at: int):
     return int(off), int(length)
 
 
-def pack(entries, meta: dict, block_rows: int | None = None) -> bytes:
-    """Bundle bytes (format 2) from ``[(kind, key, encoded entry bytes)]`` and header fields.
-
-    Rows (and entries) are written in the byte order of ``kind<TAB>key``, one row per key (the
-    first given of a key listed twice), in blocks of ``block_rows`` rows (default
-    ``rows_per_block``), each block's fence and digest in the table the head's checksum
-    covers. ValueError for a key that is not 64 characters of ascii without separators."""
-    seen, rows_in = set(), []
-    for e in sorted(entries, key=lambda e: f"{e[0]}\t{e[1]}".encode()):
-        kind, key = e[0], e[1]
-        if len(key) != 64 or not key.isascii() or "\t" in key or "\n" in key or kind not in SUFFIX:
-            raise ValueError(f"a bundle's entries have a known kind and a 64-character key: "
-                             f"{kind}, {key!r}")
-        if (kind, key) not in seen:
-            seen.add((kind, key))
-            rows_in.append(e)
-    n = len(rows_in)
-    per = block_rows or rows_per_block(n)
-    nblocks = -(-n // per)
-    meta_b = encode_meta(meta)
-    # Fixed-width numbers: the index's length does not depend on the offsets it lists.
-    offset = _HEAD.size + len(meta_b) + nblocks * _RECORD + _STRIDE * n
-    rows = []
-    for kind, key, data in rows_in:
-        rows.append(f"{kind}\t{key}\t{offset:016d}\t{len(data):016d}\n".encode())
-        offset += len(data)
-    table = b"".join(rows[b][:_KEY_END] + hasher(b"".join(rows[b:b + per])).digest()
-                     for b in range(0, n, per))
-    fields = _HEAD.pack(MAGIC, FORMAT, n, per, len(meta_b), b"")[:_FIELDS]
-    digest = hasher(fields + meta_b + table).digest()
-    return b"".join([fields, digest, meta_b, table] + rows + [d for _, _, d in rows_in])
-
-
-def header_for(meta: dict, llvm: str = "", arch: str = "", requires: dict | None = None) -> dict:
-    """A new bundle's header, from the metadata of one of its variants (a bundle holds one
-    target's): this Tack's version, the target key, machine, arch (``arch`` where the variant
-    names none: one compiled on a host for itself), backend and the target's identity, the LLVM
-    that compiled it (``llvm``: "" where that is not known), and when the bundle was made.
-    ``requires``: what a node needs to run the code, as its runtime reads it back (a CPU
-    bundle's ``cpu_*`` fields: ``backends.cpu_choice``); string fields, none of the others'."""
-    head = {"tack": tack_version_id(), "target_key": meta["target_key"],
-            "machine": meta.get("machine", ""), "arch": meta.get("arch", "") or arch,
-            "backend": meta.get("backend", "cpu"), "llvm": llvm, "target": meta.get("target", ""),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    for field, value in (requires or {}).items():
-        if field in head or not isinstance(value, str):
-            raise ValueError(f"bundle header field {field!r}: a new field's string value expected")
-        head[field] = value
-    return head
-
-
-def write(path: str, entries, header: dict) -> int:
-    """Write a bundle of ``[(kind, key, encoded entry bytes)]`` at ``path`` (atomically, readable
-    by all: a site's bundles serve every user). -> its size in bytes."""
-    data = pack(entries, header)
-    write_atomic(path, data, mode=0o644)
-    return len(data)
-
-
 def _opened(path: str, allow_root: bool, check_dir: bool = True):
     """-> (descriptor, fstat) of the bundle at ``path``, checked for trust on the descriptor
     itself (opened without following a link); BundleError saying why not."""
@@ -480,95 +418,6 @@ def header(path: str) -> dict:
         raise
     with b:
         return dict(b.meta, entries=len(b), bytes=st.st_size)
-
-
-def collect(version_dir: str, target_key: str | None = None):
-    """The entries of one Tack version's directory, for ``pack``.
-
-    -> {target key: [(kind, key, bytes)]} of variants, and the lowered
-    entries (which every architecture's bundle carries).
-    """
-    lowered, variants = [], {}
-    for kind, level in ((KIND_LOWERED, "lowered"), (KIND_VARIANT, "variants")):
-        ldir = os.path.join(version_dir, level)
-        if not os.path.isdir(ldir):
-            continue
-        for fan in sorted(os.listdir(ldir)):
-            fdir = os.path.join(ldir, fan)
-            if not os.path.isdir(fdir):
-                continue
-            for name in sorted(os.listdir(fdir)):
-                if TMP_MARK in name or not name.endswith(SUFFIX[kind]):
-                    continue
-                try:
-                    data, _ = read_regular(os.path.join(fdir, name))
-                    key, meta, _ = decode(data, kind)
-                except (OSError, DamagedEntry):
-                    continue                      # damaged entries are not packed
-                if kind == KIND_LOWERED:
-                    lowered.append((kind, key, data))
-                else:
-                    tk = meta.get("target_key", "")
-                    if target_key is None or tk == target_key:
-                        variants.setdefault(tk, []).append((kind, key, data, meta))
-    return lowered, variants
-
-
-def _real_dir(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def replaceable(path: str, force: bool = False) -> str | None:
-    """Why a new bundle may not replace what is at ``path`` (None: nothing is there, or a Tack
-    bundle, which Tack wrote and may replace).  A file Tack did not write is replaced only
-    with ``force``; what is not a regular file (a FIFO, a directory, a link) never is."""
-    try:
-        head, _ = read_regular(path, limit=len(MAGIC))
-    except FileNotFoundError:
-        return None
-    except NotRegular as e:
-        return f"not replacing {path}: it is {e.strerror}"
-    except OSError as e:
-        why = f"it cannot be read ({e.strerror or e}), so it is not known to be a bundle"
-    else:
-        if head == MAGIC:
-            return None
-        why = "it is not a Tack bundle" if head else "it is an empty file, not a Tack bundle"
-    return None if force else f"not replacing {path}: {why}; use --force to replace it"
-
-
-def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
-                  target_key: str | None = None, arch_of=lambda target_key: "", force: bool = False):
-    """Pack a version directory into one bundle per target found. -> [(path, meta)].
-
-    ``arch_of(target key)``: the ``kind:name`` to put in the header of the bundle of variants
-    that do not name their arch (those compiled on a host for itself).  A file at a bundle's
-    path that is not a Tack bundle is replaced only with ``force`` (BundleError, before any
-    bundle is written); what is not a regular file never is."""
-    lowered, variants = collect(version_dir, target_key)
-    if not variants:
-        raise BundleError(f"no compiled variants to pack in {version_dir}" +
-                          (f" for target {target_key[:16]}" if target_key else ""))
-    if output is not None and len(variants) > 1:
-        raise BundleError(f"entries for {len(variants)} targets found; --output writes one "
-                          "bundle: choose one with --arch")
-    planned = []
-    for tk, entries in sorted(variants.items()):
-        first = dict(entries[0][3], target_key=tk)
-        meta = header_for(first, arch=first.get("arch") or arch_of(tk))
-        path = output or os.path.join(out_dir, bundle_name(tk, meta["machine"]))
-        why = replaceable(path, force)
-        if why is not None:
-            raise BundleError(why)
-        planned.append((tk, entries, meta, path))
-    written = []
-    for tk, entries, meta, path in planned:
-        size = write(path, lowered + [(k, key, d) for k, key, d, _ in entries], meta)
-        written.append((path, dict(meta, entries=len(lowered) + len(entries), bytes=size)))
-    return written
 
 
 # -- names -------------------------------------------------------------------------

@@ -362,7 +362,7 @@ def cmd_clear(args) -> int:
 
 
 def cmd_pack(args) -> int:
-    from . import bundle
+    from . import bundle, bundle_write
     from .host import cpu_host_key
     s = _settings(args)
     root = _trusted_root(s)
@@ -373,7 +373,7 @@ def cmd_pack(args) -> int:
     if output is not None and os.path.isdir(output):      # into that directory, named as usual
         output, out_dir = None, output
     try:
-        written = bundle.write_bundles(os.path.join(root, version), out_dir, output=output,
+        written = bundle_write.write_bundles(os.path.join(root, version), out_dir, output=output,
                                        target_key=target, arch_of=lambda tk: _arch_label(tk, here),
                                        force=args.force)
     except bundle.BundleError as e:
@@ -405,9 +405,9 @@ def _arch_label(target_key, here) -> str:
 def _match_arch(root, version, arch, here):
     """The target key whose variants are for ``arch``: ``kind:name`` (this host's
     microarchitecture, or an arch a variant names), LLVM's CPU name, or a key prefix."""
-    from . import bundle
+    from . import bundle_write
     from ..archs import ArchError, qualify
-    _, variants = bundle.collect(os.path.join(root, version))
+    _, variants = bundle_write.collect(os.path.join(root, version))
 
     def names(tk, entries):
         out = {tk[:16]}

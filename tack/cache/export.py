@@ -24,13 +24,13 @@ class ExportError(Exception):
 
 def variants(source: str):
     """-> ([(meta, payload)] of every whole variant entry in ``source``, damaged count)."""
-    from . import bundle
+    from . import bundle, bundle_write
     out, damaged = [], 0
     if not os.path.lexists(source):
         raise FileNotFoundError(2, "no such bundle or cache directory", source)
     if os.path.isdir(source) and not os.path.islink(source):
         version_dir = os.path.join(source, tack_version_id())
-        _, found = bundle.collect(version_dir)
+        _, found = bundle_write.collect(version_dir)
         for entries in found.values():
             for _kind, key, data, _meta in entries:
                 _, meta, payload = decode(data, KIND_VARIANT, key)

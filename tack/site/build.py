@@ -27,6 +27,7 @@ from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
 from ..backends.cpu_runtime import site_bundles as cpu_site_bundles
 from ..cache.keys import shown_version, tack_version_id
+from .errors import SiteConfigError
 
 
 class BuildFailure(Exception):
@@ -83,6 +84,20 @@ def import_kernel_module(entry: dict, where):
         why = " ".join(str(e).split())
         raise BuildFailure(f"{where(('module',))}: kernel module {entry['module']!r} failed to "
                            f"import: {type(e).__name__}: {why}") from None
+
+
+def load_config(path, import_modules=False):
+    """The validated config; SiteConfigError otherwise.  ``import_modules`` (check, bundles
+    build, bundles install: the commands that import the kernel modules anyway): a module of
+    build.kernels that fails to import is reported with the config's other problems, not only
+    once they are fixed."""
+    from .config import load as load_yaml     # PyYAML is imported only when a config is read
+    try:
+        return load_yaml(path)
+    except SiteConfigError as e:
+        if import_modules and e.partial is not None:
+            e.problems.extend(module_problems(e.partial))
+        raise
 
 
 def module_problems(cfg):

@@ -14,17 +14,9 @@ from .errors import SiteConfigError, SiteError, missing_extra
 
 
 def load(path, import_modules=False):
-    """The validated config; SiteConfigError otherwise.  ``import_modules`` (check, bundles
-    build: the commands that import the kernel modules anyway): a module of build.kernels that
-    fails to import is reported with the config's other problems, not only once they are fixed."""
-    from .config import load as load_config     # PyYAML is imported only when a config is read
-    try:
-        return load_config(path)
-    except SiteConfigError as e:
-        if import_modules and e.partial is not None:
-            from .build import module_problems
-            e.problems.extend(module_problems(e.partial))
-        raise
+    """The validated config (``build.load_config``); SiteConfigError otherwise."""
+    from .build import load_config
+    return load_config(path, import_modules)
 
 
 def cmd_check(args) -> int:

@@ -137,7 +137,7 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     """The work of ``bundles install``, in the Python that imports the Tack of ``site``."""
     import tack
     from .build import build_bundles, bundles_check
-    from .cli import load
+    from .build import load_config as load
     from ..cache.keys import shown_version, tack_version_id
     here = os.path.dirname(os.path.realpath(tack.__file__))
     if here != os.path.realpath(os.path.join(site, "tack")):

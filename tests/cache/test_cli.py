@@ -20,8 +20,8 @@ def populated(warm):
     cache, _ = warm
     (this,) = [d for d in cache.iterdir() if d.is_dir()]
     shutil.copytree(this, cache / OTHER_VERSION)
-    from tack.cache import bundle
-    (cache / "bundle-x86_64").write_bytes(bundle.pack([], {"arch": "znver3", "machine": "x86_64"}))
+    from tack.cache import bundle_write
+    (cache / "bundle-x86_64").write_bytes(bundle_write.pack([], {"arch": "znver3", "machine": "x86_64"}))
     (cache / "bundle-notes.txt").write_text("a user's file that happens to start with bundle-")
     (cache / "notes.txt").write_text("not Tack's")
     return cache, this.name

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from tack.cache import bundle, entry, size
+from tack.cache import bundle_write, entry, size
 
 from .conftest import EXPECTED, check_results, current_version, entry_files, run_child, run_cli
 
@@ -94,7 +94,7 @@ def test_clear_all_deletes_damaged_bundles_but_not_foreign_ones(warm):
     """clear --all deletes Tack's bundles, damaged ones too, and keeps files named bundle-* that
     are not Tack bundles (empty, random, a directory)."""
     cache, _ = warm
-    good = bundle.pack([], {"arch": "zen3", "machine": "x86_64"})
+    good = bundle_write.pack([], {"arch": "zen3", "machine": "x86_64"})
     (cache / "bundle-good").write_bytes(good)
     (cache / "bundle-damaged").write_bytes(good[:-3] + b"xyz")
     made = _user_tree(cache, {"bundle-empty": b"", "bundle-random": os.urandom(300),
@@ -109,7 +109,7 @@ def test_info_reports_damaged_empty_and_random_bundles(warm):
     """info lists a damaged bundle as DAMAGED with why, and empty or random files named like bundles
     as not bundles, instead of listing the damaged one as normal and omitting the others."""
     cache, _ = warm
-    good = bundle.pack([], {"arch": "zen3", "machine": "x86_64"})
+    good = bundle_write.pack([], {"arch": "zen3", "machine": "x86_64"})
     (cache / "bundle-damaged").write_bytes(good[:-3] + b"xyz")
     _user_tree(cache, {"bundle-empty": b"", "bundle-random": os.urandom(300)})
     run = run_cli(cache, "info")

@@ -3,7 +3,7 @@
 
 import pytest
 
-from tack.cache import bundle
+from tack.cache import bundle, bundle_write
 
 from .conftest import KMOD_LAUNCHES, check_results, compiled, entry_files, loaded, run_child, run_cli
 
@@ -39,7 +39,7 @@ def test_a_bundle_of_another_version_is_passed_over_quietly_in_write_mode(warm):
     path = _pack_and_clear(cache)
     b = bundle.Bundle(path.read_bytes())
     entries = [(kind, key, b.data[off:off + n]) for (kind, key), (off, n) in b.index.items()]
-    path.write_bytes(bundle.pack(entries, dict(b.meta, tack="0.0.1")))
+    path.write_bytes(bundle_write.pack(entries, dict(b.meta, tack="0.0.1")))
     run = run_child(cache, src, KMOD_LAUNCHES)
     assert run.rc == 0, run.stderr
     check_results(run)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 import tack.cache
-from tack.cache import bundle, entry, keys, protocol, stores
+from tack.cache import bundle, bundle_write, entry, keys, protocol, stores
 
 HOST = "a" * 64                 # made-up target keys: the caller names them, the cache never does
 OTHER = "b" * 64
@@ -37,7 +37,7 @@ def written(tmp_path):
     for tk, name in ((HOST, bundle.bundle_name(HOST)), (ARCH_KEY, bundle.site_bundle_name("cpu:zen2", ARCH_KEY))):
         data = (tmp_path / "cache" / keys.tack_version_id() / "variants" / variant_key(tk)[:2]
                 / (variant_key(tk) + ".tvar")).read_bytes()
-        (site / name).write_bytes(bundle.pack([(entry.KIND_VARIANT, variant_key(tk), data)],
+        (site / name).write_bytes(bundle_write.pack([(entry.KIND_VARIANT, variant_key(tk), data)],
                                               {"tack": keys.tack_version_id(), "target_key": tk}))
     return tmp_path / "cache", site
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tack.cache import bundle
+from tack.cache import bundle, bundle_write
 
 from .conftest import clean_env, prime_and_pack, run_one, under
 
@@ -154,7 +154,7 @@ def test_bundle_of_another_tack_version_is_refused(kernel_dir, cache):
     path = prime_and_pack(kernel_dir, cache)
     b = bundle.Bundle(path.read_bytes())
     entries = [(kind, key, b.data[off:off + n]) for (kind, key), (off, n) in b.index.items()]
-    path.write_bytes(bundle.pack(entries, dict(b.meta, tack="0.0.1")))
+    path.write_bytes(bundle_write.pack(entries, dict(b.meta, tack="0.0.1")))
     r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
     assert r["ok"] and r["stats"]["hits"]["variant"] == 0
     assert any("made by Tack 0.0.1" in w for w in r["warnings"])

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tack.cache import bundle, entry
+from tack.cache import bundle, bundle_write, entry
 
 from .conftest import mpiexec, prime_and_pack, run_one
 
@@ -117,7 +117,7 @@ def made(request, tmp_path):
     blocks) and of 4 rows (eleven)."""
     entries = synthetic(41)
     meta = {"tack": "t", "target_key": "k" * 64, "arch": "cpu:x"}
-    data = bundle.pack(entries, meta, block_rows=None if request.param == "default blocks" else 4)
+    data = bundle_write.pack(entries, meta, block_rows=None if request.param == "default blocks" else 4)
     d = tmp_path / "d"
     d.mkdir(mode=0o700)
     path = d / "b"
@@ -259,7 +259,7 @@ def test_older_format_bundle_refused_with_a_clear_message(tmp_path, fmt):
     if fmt == 1:
         data = format1_pack(entries, {"tack": "t", "target_key": "k" * 64})
     else:       # today's layout with format 2 in its head (its checksums would not hold anyway)
-        data = bytearray(bundle.pack(entries, {"tack": "t", "target_key": "k" * 64}))
+        data = bytearray(bundle_write.pack(entries, {"tack": "t", "target_key": "k" * 64}))
         data[8:12] = (2).to_bytes(4, "little")
         data = bytes(data)
     d = tmp_path / "d"
@@ -373,7 +373,7 @@ def test_replaced_bundle_keeps_serving_the_file_opened(made, tmp_path):
     assert b.get(*entries[0][:2]) is not None
     others = synthetic(5, seed=99)
     new = tmp_path / "new"
-    write_private(new, bundle.pack(others, {"tack": "t", "target_key": "k" * 64}))
+    write_private(new, bundle_write.pack(others, {"tack": "t", "target_key": "k" * 64}))
     os.replace(new, path)
     assert all(b.get(k, key) is not None for k, key, _ in entries)
     assert all(b.get(k, key) is None for k, key, _ in others)
@@ -414,7 +414,7 @@ def grow(path, n):
     {kernel name: (variant entry length, its index block's number)})."""
     b = bundle.Bundle(path.read_bytes())
     real = [(k, key, b.data[off:off + ln]) for (k, key), (off, ln) in b.index.items()]
-    data = bundle.pack(real + synthetic(n, seed=5, size=4000), b.meta)
+    data = bundle_write.pack(real + synthetic(n, seed=5, size=4000), b.meta)
     path.write_bytes(data)
     lengths = {}
     for k, key, raw in real:

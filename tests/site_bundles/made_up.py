@@ -2,7 +2,7 @@
 
 A made-up host is the dict ``cpu_identity.host_cpu_identity()`` gives (cpuinfo's fields), for
 a CPU of an archspec microarchitecture: its vendor, features and CPU part.  A small bundle is a
-real bundle file, written by the code ``bundles build`` writes with (``bundle.header_for``,
+real bundle file, written by the code ``bundles build`` writes with (``bundle_write.header_for``,
 ``tack.aot.requirements``), holding one made-up variant entry whose payload says which bundle
 served it.
 """
@@ -14,7 +14,7 @@ from archspec.cpu.schema import TARGETS_JSON
 
 from tack import aot
 from tack.backends import cpu_runtime
-from tack.cache import bundle, entry, keys
+from tack.cache import bundle, bundle_write, entry, keys
 
 ARM_CODES = {v: k for k, v in TARGETS_JSON["conversions"]["arm_vendors"].items()}
 META = {"dep": [], "site": [], "entry": "k_main", "kernel": "kmod.k_main"}
@@ -52,12 +52,12 @@ def write_site_bundle(directory, arch: str, requires=None, llvm=None) -> str:
     tk = cpu_runtime.arch_key(arch, llvm)
     machine = archspec.cpu.TARGETS[arch].family.name
     meta = {"target_key": tk, "machine": machine, "arch": f"cpu:{arch}", "backend": "cpu"}
-    header = bundle.header_for(meta, llvm, requires=aot.requirements(f"cpu:{arch}")
+    header = bundle_write.header_for(meta, llvm, requires=aot.requirements(f"cpu:{arch}")
                                if requires is None else requires)
     vkey = variant_key(tk)
     data = entry.encode(entry.KIND_VARIANT, vkey, dict(META, target_key=tk), f"code for {arch}".encode())
     name = bundle.site_bundle_name(f"cpu:{arch}", tk, machine)
-    bundle.write(str(directory / name), [(entry.KIND_VARIANT, vkey, data)], header)
+    bundle_write.write(str(directory / name), [(entry.KIND_VARIANT, vkey, data)], header)
     return name
 
 
