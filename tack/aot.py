@@ -22,7 +22,7 @@ import os
 
 from .compiler import Artifact
 
-__all__ = ["Artifact", "build", "compile", "save", "save_bundle", "target_of"]
+__all__ = ["Artifact", "build", "bundle_path", "compile", "save", "save_bundle", "target_of"]
 
 
 def target_of(arch: str):
@@ -115,9 +115,14 @@ def requirements(arch: str) -> dict:
     return header_fields(cpu_site_facts(name))
 
 
-def save_bundle(artifacts, path: str) -> str:
+def save_bundle(artifacts, path: str, force: bool = False) -> str:
     """Write the artifacts, all for one target, as a bundle at ``path``, or, if ``path`` is a
-    directory, in it under the name a node looks a site bundle up by. -> the bundle's path."""
+    directory, in it under the name a node looks a site bundle up by. -> the bundle's path.
+
+    Written atomically (a job that has the old bundle open keeps reading it).  A Tack bundle
+    already there is replaced; a file that is not one only with ``force``
+    (``tack.cache.bundle.BundleError`` otherwise), and what is not a regular file (a link, a
+    FIFO) never."""
     from .backends.cpu_runtime import llvm_version
     from .cache import bundle, bundle_write
     targets = {a.meta["target_key"] for a in artifacts}
@@ -128,5 +133,16 @@ def save_bundle(artifacts, path: str) -> str:
     if os.path.isdir(path):
         path = os.path.join(path, bundle.site_bundle_name(artifacts[0].target, header["target_key"],
                                                           header["machine"]))
+    why = bundle_write.replaceable(path, force)
+    if why is not None:
+        raise bundle.BundleError(why)
     bundle_write.write(path, _entries(artifacts), header)
     return path
+
+
+def bundle_path(target, directory: str) -> str:
+    """Where ``save_bundle`` writes, in ``directory``, the bundle of toolchain ``target``'s
+    artifacts (known before anything is compiled: ``bundles build`` checks it first)."""
+    from .cache import bundle
+    arch = f"{target.kind}:{target.arch}" if target.arch else f"{target.kind}:host"
+    return os.path.join(directory, bundle.site_bundle_name(arch, target.key, target.machine_name))

@@ -74,6 +74,29 @@ def test_saved_bundle_serves_a_node_as_a_site_bundle(tmp_path):
     assert r["stats"]["hits"]["variant"] == 2 and not r["llvm"]
 
 
+def test_saved_bundle_replaces_a_bundle_never_a_users_file(tmp_path):
+    """save_bundle (so bundles build and rebuild) writes over a Tack bundle, over a file that is
+    not one only with force=True, and never through a link; ``bundle_path`` is where it writes."""
+    site = tmp_path / "site"
+    site.mkdir()
+    arts = contour_artifacts(GENERIC)
+    path = tack.aot.bundle_path(tack.aot.target_of(GENERIC), str(site))
+    assert tack.aot.save_bundle(arts, str(site)) == path
+    assert tack.aot.save_bundle(arts, str(site)) == path          # its own bundle: replaced
+    with open(path, "wb") as f:
+        f.write(b"a user's file\n")
+    with pytest.raises(bundle.BundleError, match="it is not a Tack bundle; use --force"):
+        tack.aot.save_bundle(arts, str(site))
+    assert open(path, "rb").read() == b"a user's file\n"
+    assert tack.aot.save_bundle(arts, str(site), force=True) == path
+    assert bundle.read(path).meta["arch"] == GENERIC
+    os.unlink(path)
+    os.symlink(tmp_path / "elsewhere", path)
+    with pytest.raises(bundle.BundleError, match="symbolic link"):
+        tack.aot.save_bundle(arts, str(site), force=True)
+    assert os.path.islink(path) and not (tmp_path / "elsewhere").exists()
+
+
 def test_one_target_per_bundle(tmp_path):
     with pytest.raises(ValueError, match="one target"):
         tack.aot.save_bundle(contour_artifacts("cpu")[:1] + contour_artifacts(GENERIC)[:1],

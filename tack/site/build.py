@@ -271,10 +271,14 @@ def build_arch(arch, specs, progress, total=None, verbose=False) -> list:
     return aot.build(build_target(arch), specs, step=step)
 
 
-def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, verbose=False) -> int:
+def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, verbose=False,
+                  force=False) -> int:
     """``bundles build``: each configured architecture; the others go on when one fails.
     Progress is one line per distinct variant (``verbose``: with its value types and grid),
-    then a table, one row per architecture."""
+    then a table, one row per architecture.  Before anything compiles, each bundle's path is
+    checked: a file there that Tack did not write (not a Tack bundle) is replaced only with
+    ``force``, what is not a regular file never (one error line each, and nothing is built);
+    a Tack bundle there is replaced atomically, and one that was damaged is said to have been."""
     out_dir = output or cfg.get("cache.bundles")
     if not out_dir:
         print("error: no bundle directory: give --output or set cache.bundles", file=err)
@@ -303,6 +307,21 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
     except OSError as e:
         print(f"error: bundle directory {out_dir} is not writable: {e.strerror or e}", file=err)
         return 1
+    replacing, refused = {}, []
+    for arch in cpu + [a for _, a in gpu]:
+        try:
+            path = aot.bundle_path(build_target(arch), out_dir)
+        except BuildFailure:
+            continue                            # reported with the others when its turn comes
+        why = bundle_mod.replaceable(path, force)
+        if why is not None:
+            refused.append(why)
+        else:
+            replacing[arch] = replaced_what(path)
+    for why in refused:
+        print(f"error: {why}", file=err)
+    if refused:
+        return 1
 
     width = max([len("arch")] + [len(a) for a in cpu] + [len(a) for _, a in gpu])
     progress = Progress(out, width)
@@ -323,10 +342,12 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
         say(f"{arch}: compiling {nvariants} variant(s){launches}")
         try:
             arts = build_arch(arch, specs, progress, nvariants, verbose)
-            path = aot.save_bundle(arts, out_dir)
+            path = aot.save_bundle(arts, out_dir, force=force)
         except Exception as e:                  # noqa: BLE001 - one arch's failure must not stop the rest
             failures.append((arch, f"{type(e).__name__}: {e}"))
             continue
+        if replacing.get(arch):
+            say(f"{arch}: replaced {replacing[arch]}")
         rows.append((arch, len({k.__qualname__ for k, _, _ in specs}), len(arts),
                      os.path.getsize(path), time.perf_counter() - t0, path))
     from ..cache import format_size
@@ -338,6 +359,26 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
     for arch, why in failures:
         say(f"{arch:<{w}}  FAILED: {why}")
     return 1 if failures else 0
+
+
+def replaced_what(path) -> str | None:
+    """What ``bundles build`` says of the file at ``path`` it is about to replace: None for
+    nothing there or a whole Tack bundle (the usual rebuild), else what was wrong with it (a
+    damaged bundle: its header, or how many of its entries; a file that is not a bundle at all,
+    replaced because of --force).  Read before the new bundle is written, which removes it."""
+    if not os.path.lexists(path):
+        return None
+    if bundle_mod.replaceable(path) is not None:
+        return f"{path}, which was not a Tack bundle (--force)"
+    try:
+        with bundle_mod.read(path, allow_root=True) as b:
+            damaged = b.damaged_entries()
+            total = len(b)
+    except bundle_mod.BundleError as e:
+        return f"a bundle that could not be used: {e}"
+    if damaged:
+        return f"a damaged bundle: {damaged} of {total} entries of {path} were unusable"
+    return None
 
 
 # -- status and rebuild -------------------------------------------------------

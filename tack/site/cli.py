@@ -96,7 +96,8 @@ def cmd_archs(args) -> int:
 def cmd_bundles_build(args) -> int:
     from .build import build_bundles
     cfg = load(args.config, import_modules=True)
-    return build_bundles(cfg, archs=args.arch, output=args.output, verbose=args.verbose)
+    return build_bundles(cfg, archs=args.arch, output=args.output, verbose=args.verbose,
+                         force=args.force)
 
 
 def cmd_bundles_status(args) -> int:
@@ -165,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     bb.add_argument("--output", help="bundle directory (default: the config's cache.bundles)")
     bb.add_argument("--verbose", "-v", action="store_true",
                     help="show each variant's value types and grid as it compiles")
+    bb.add_argument("--force", action="store_true",
+                    help="replace a file at a bundle's name that is not a Tack bundle")
     bb.set_defaults(func=cmd_bundles_build)
     bs = bsub.add_parser("status", help="does each bundle still match this node?")
     bs.add_argument("dir", nargs="?", default=None, help="bundle directory (default: TACK_CACHE_BUNDLES)")

@@ -63,6 +63,8 @@ MAX_RANK = 4                        # Tack's arrays have 1 to 4 dimensions
 NAME_MAX = 255                      # bytes in one file name
 MAX_DEPTH = 32                      # lists and mappings inside each other (the schema needs 6);
                                     # PyYAML's composer recurses, and ~450 levels overflow Python's stack
+MAX_VALUES = 10_000                 # values once aliases (*name) are expanded: an alias repeats what
+                                    # its anchor names, so a few KB of aliases of aliases are millions
 
 
 def path_part_problem(value, what, suffix=""):
@@ -214,10 +216,16 @@ def load(path) -> SiteConfig:
     try:
         _check_depth(path, text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.reader.ReaderError as e:     # a character YAML does not allow (a NUL, a control)
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        raise SiteConfigError([f"{path}:{line}: invalid YAML: the character {chr(e.character)!r} "
+                               f"(column {column}) is not allowed in YAML ({e.reason})"]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
-        raise SiteConfigError([f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}"]) from None
+        why = " ".join(str(getattr(e, "problem", None) or e).split())      # one line
+        raise SiteConfigError([f"{where}: invalid YAML: {why}"]) from None
     except RecursionError:              # not reached: _check_depth bounds the nesting first
         raise SiteConfigError([f"{path}: the YAML is nested too deeply to read"]) from None
     v = _Validator(path)
@@ -234,16 +242,27 @@ def load(path) -> SiteConfig:
 
 
 def _check_depth(path, text):
-    """SiteConfigError if lists and mappings nest deeper than MAX_DEPTH anywhere in ``text``.
+    """SiteConfigError if lists and mappings nest deeper than MAX_DEPTH anywhere in ``text``, or
+    if aliases expand it past MAX_VALUES values.
 
     Read with PyYAML's event parser, which keeps its own stack (no Python recursion), before the
     composer, which recurses once per level and raises RecursionError a few hundred levels down.
-    The message names the key path down to the level that is too deep.
+    The parser does not expand aliases; the count does, anchor by anchor (each anchor's values
+    once, each alias adding its anchor's count), so that a config whose aliases name aliases
+    (a few KB that the validator would walk as millions of values, and report each problem as
+    often) is refused before it is composed.  An alias of an anchor still open (a recursive
+    one) counts one: the validator never descends further than the schema goes.  A config
+    without aliases is never refused for its size.  The message names the key path down to the
+    level that is too deep, or to the alias that crosses the bound.
     """
-    stack = []              # per open collection: [is mapping, next node is a key, key or index]
+    stack = []              # per open collection: [is mapping, next node is a key, key or index,
+    anchors = {}            #                      its anchor, the count before it]
+    count = 0               # values so far, aliases expanded
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            stack.pop()
+            frame = stack.pop()
+            if frame[3] is not None:
+                anchors[frame[3]] = count - frame[4]
             continue
         if not isinstance(event, yaml.NodeEvent):
             continue
@@ -255,16 +274,35 @@ def _check_depth(path, text):
                 frame[2] = event.value if isinstance(event, yaml.ScalarEvent) else "?"
             if frame[0]:
                 frame[1] = not frame[1]
+        if isinstance(event, yaml.AliasEvent):
+            repeats = anchors.get(event.anchor) or 1
+            count += repeats
+            if count > MAX_VALUES:
+                raise SiteConfigError([f"{path}:{event.start_mark.line + 1}: {_name(stack)}: the alias "
+                                       f"*{event.anchor} repeats {repeats} value(s), and with the "
+                                       f"aliases before it the config holds more than {MAX_VALUES} "
+                                       "values once they are expanded; a site config needs far fewer: "
+                                       "write them out, or alias less"])
+            continue
+        before = count
+        count += 1
+        if isinstance(event, yaml.ScalarEvent) and event.anchor is not None:
+            anchors[event.anchor] = 1
         if isinstance(event, yaml.CollectionStartEvent):
             if len(stack) >= MAX_DEPTH:
-                parts = [str(f[2]) for f in stack]
-                name = ".".join(parts[:6]) + (f"... ({len(parts)} levels)" if len(parts) > 6 else "")
-                raise SiteConfigError([f"{path}:{event.start_mark.line + 1}: {name}: lists and mappings "
-                                       f"are nested more than {MAX_DEPTH} levels deep; the schema's "
-                                       "deepest value, an extent of build.kernels[].shapes, is 6 "
-                                       "levels down"])
+                raise SiteConfigError([f"{path}:{event.start_mark.line + 1}: {_name(stack)}: lists and "
+                                       f"mappings are nested more than {MAX_DEPTH} levels deep; the "
+                                       "schema's deepest value, an extent of build.kernels[].shapes, "
+                                       "is 6 levels down"])
             mapping = isinstance(event, yaml.MappingStartEvent)
-            stack.append([mapping, True, None if mapping else -1])
+            stack.append([mapping, True, None if mapping else -1, event.anchor, before])
+
+
+def _name(stack) -> str:
+    """The key path of ``_check_depth``'s open collections, shortened past 6 levels."""
+    parts = [str(f[2]) for f in stack]
+    return (".".join(parts[:6]) + (f"... ({len(parts)} levels)" if len(parts) > 6 else "")) \
+        or "(top level)"
 
 
 _NODE_KINDS = {yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping"}
@@ -287,7 +325,9 @@ class _Validator:
             return yaml.SafeLoader.construct_object(_loader(), node, deep=True)
         except (ValueError, OverflowError, yaml.YAMLError) as e:
             if keypath is not None:
-                self.fail(node, keypath, f"cannot read the value {shown(node.value)}: {e}")
+                # A YAMLError's text adds where it is and the source line under it: the problem alone
+                why = " ".join(str(getattr(e, "problem", None) or e).split())
+                self.fail(node, keypath, f"cannot read the value {shown(node.value)}: {why}")
             return _BAD
 
     def key(self, knode, keypath, known):

@@ -277,14 +277,16 @@ def import_file(path: Path, name: str):
 # ---------------------------------------------------------------------------------------------
 
 _VERSION_AT_START = pytest.StashKey[str]()
-FAULT_TOTALS = pytest.StashKey[dict]()       # test_fault_injection.py's cases: run, held
+FAULT_TOTALS = pytest.StashKey[dict]()       # test_fault_injection.py's cases: class -> [run, held]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     totals = config.stash.get(FAULT_TOTALS, None)
     if totals:
-        terminalreporter.write_line(f"fault injection: {totals['run']} cases run, "
-                                    f"{totals['held']} held")
+        run = sum(r for r, _ in totals.values())
+        held = sum(h for _, h in totals.values())
+        classes = ", ".join(f"{name} {h}/{r}" for name, (r, h) in totals.items())
+        terminalreporter.write_line(f"fault injection: {run} cases run, {held} held ({classes})")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -292,11 +294,13 @@ def pytest_runtest_makereport(item, call):
     """On a failure, say if tack/ was edited while the test ran: entries stored before the edit belong to another version."""
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" and getattr(item, "originalname", None) in \
-            getattr(getattr(item, "module", None), "FAULT_CASES", ()):
-        totals = item.config.stash.setdefault(FAULT_TOTALS, {"run": 0, "held": 0})
-        totals["run"] += 1
-        totals["held"] += report.passed
+    cases = getattr(getattr(item, "module", None), "FAULT_CASES", {})
+    counted = report.when == "call" or (report.when == "setup" and report.failed)   # a broken fixture: run, not held
+    if counted and getattr(item, "originalname", None) in cases:
+        totals = item.config.stash.setdefault(FAULT_TOTALS, {})
+        counts = totals.setdefault(cases[item.originalname], [0, 0])
+        counts[0] += 1
+        counts[1] += report.passed
     before = item.stash.get(_VERSION_AT_START, None)
     if report.when == "call" and report.failed and before is not None:
         now = current_version()

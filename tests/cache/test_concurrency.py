@@ -52,13 +52,20 @@ def launches_of(i):
             {"kernel": f"c{1 + i % 3}", "n": 5}]
 
 
-def run_released(tmp_path, cache, prelude=""):
-    """PROCESSES children of ``launches_of`` (``prelude`` run first in each), started together,
+def own_variant_of(i):
+    """Process i: a variant no other process launches (c0..c3 at float64 for 0-3, at float32 for
+    4-7), so that every process must compile and store at least one entry, however late it
+    starts; the lowered kernels are shared between i and i + 4."""
+    return [{"kernel": f"c{i % 4}", "n": 5, "dtype": ("float64", "float32")[i // 4]}]
+
+
+def run_released(tmp_path, cache, prelude="", launches=launches_of):
+    """PROCESSES children of ``launches`` (``prelude`` run first in each), started together,
     all released at once into ``cache``; -> their Runs."""
     src = write_module(tmp_path / "src", CONC, "conc")
     go = tmp_path / "go"
     prelude = WAIT_FOR_GO.format(go=str(go)) + prelude
-    procs = [subprocess.Popen(child_argv(src, launches_of(i), "conc", prelude=prelude),
+    procs = [subprocess.Popen(child_argv(src, launches(i), "conc", prelude=prelude),
                               env=child_env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(PROCESSES)]
     go.touch()
@@ -155,9 +162,11 @@ _size.prune = lambda *args: (time.sleep(1.0), _real_prune(*args))[1]
 def test_hourly_size_check_is_made_by_one_process(round_, tmp_path):
     """Eight processes storing entries at once into a directory whose size check is due, the scan
     taking a second: exactly one of them scans it (the claim, then the stamp), every store of
-    every other process skips it."""
+    every other process skips it.  Each process launches a variant of its own (with
+    ``launches_of``, processes 0 and 6, 1 and 7 launch the same variants, and one that started
+    late found all of its entries stored by its twin and stored nothing)."""
     cache, log = tmp_path / "shared-cache", tmp_path / "scans.log"
-    runs = run_released(tmp_path, cache, COUNT_SIZE_CHECKS.format(log=str(log)))
+    runs = run_released(tmp_path, cache, COUNT_SIZE_CHECKS.format(log=str(log)), own_variant_of)
     assert [run.warnings for run in runs] == [[]] * len(runs)
     assert all(run.stats["bytes_written"] > 0 for run in runs)
     assert len(log.read_text().split()) == 1, log.read_text()

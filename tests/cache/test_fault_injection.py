@@ -7,26 +7,38 @@ nowhere), a truncation, a bit flip, an empty file and an unreadable file.  Each 
 the kernels in a new process, time-bounded, and asserts: right results, at most one warning,
 no traceback, nothing deleted that Tack did not make (the fault, where it is not Tack's own
 file, is still there).  The CLI's info, prune and pack are run on the user-directory cases
-with the same assertions.  Two classes more: a link to a file outside the cache (holding the
-bytes it replaced) at every path the cache marks used or deletes, through a run and every CLI
-command; and an entry owned by another user or writable by its group or others.  Totals are printed at the end of the run (tests/conftest.py) and
-quoted in docs/cache.md.
+with the same assertions.  Classes more, each case in new processes (issue 22): a link to a
+file outside the cache (holding the bytes it replaced) at every path the cache marks used or
+deletes, through a run and every CLI command; an entry owned by another user or writable by
+its group or others; hostile site configs (deep and odd YAML: nesting thousands of levels,
+complex keys, lists and mappings where a string belongs, tags, aliases of aliases, characters
+YAML refuses) through ``tack.site check`` and ``bundles build``; kernels as deep as Python
+compiles (long expressions, long device-function call chains), cold, warm and from their
+lowered entry; kernels past Tack's bounds (a CompileError at the line); and a lowered entry
+whose JSON nests 100,000 levels with a right checksum.  Totals are printed at the end of the
+run (tests/cache/conftest.py) and quoted in docs/cache.md.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
+import struct
 import subprocess
+import sys
 import time
 
 import pytest
 
-from tack.cache import size
+import tack
+from tack.cache import entry, size
 
-from .conftest import (EXPECTED, KMOD_LAUNCHES, check_results, drop_dac_caps, entry_files,
-                       run_child, run_cli)
+from ..test_limits import call_chain, sum_chain
+from .conftest import (EXPECTED, KMOD_LAUNCHES, Run, check_results, child_env, compiled,
+                       decode_entry, drop_dac_caps, entry_files, loaded, one_entry, run_child,
+                       run_cli, write_module)
 
 NON_REGULAR = ("fifo", "directory", "socket", "link-to-fifo", "link-to-dev-zero", "dangling-link")
 DAMAGE = ("truncated", "bit-flip", "empty", "unreadable")
@@ -92,9 +104,13 @@ def held(run, path, fault, users) -> None:
         assert still_there(path, fault), f"{path} ({fault}) was removed or replaced"
 
 
-# The cases counted in the totals printed at the end of the run (see conftest.py).
-FAULT_CASES = ("test_user_directory", "test_bundle", "test_site_bundle", "test_link_out",
-               "test_untrusted_entry")
+# The cases counted in the totals printed at the end of the run (see conftest.py), by class.
+FAULT_CASES = {"test_user_directory": "user directory", "test_bundle": "own bundle",
+               "test_site_bundle": "site bundle", "test_link_out": "links out",
+               "test_untrusted_entry": "foreign or writable entries",
+               "test_hostile_site_config": "deep and odd YAML", "test_deep_kernel": "deep kernels",
+               "test_deep_kernel_refused": "kernels past the bounds",
+               "test_forged_deep_lowered_entry": "forged deep lowered entry"}
 
 
 def _run(cache, src, env=None, preexec=None):
@@ -300,3 +316,241 @@ def test_untrusted_entry(warm, which, fault):
     for args in (("info",), ("pack",)):
         cli = run_cli(cache, *args)
         assert cli.rc in (0, 1) and "Traceback" not in cli.stderr, (args, cli.stderr[-2000:])
+
+
+# -- hostile site configs (issue 22): deep and odd YAML, through check and bundles build -----
+
+SITE = """version: 1
+cache:
+  directory: $SCRATCH/$USER/tack-cache
+  size: 4G
+build:
+  archs:
+    cpu: [zen3]
+modules:
+  version: "1.0"
+  conflicts: [tack-dev]
+"""
+_ALIASES = ("[&k {module: tack.kernels.contour, shapes: [&s [8, 8, 8], " + ", ".join(["*s"] * 999)
+            + "]}, " + ", ".join(["*k"] * 999) + "]")
+
+# name -> (the config's text (bytes: as they are), what the one error line says after the file's
+# path: ":LINE: KEY: ..." as far as given).  Each is refused by check and by bundles build.
+HOSTILE_YAML = {
+    "lists nested 5,000 deep": (SITE + "nodes: " + "[" * 5000 + "]" * 5000 + "\n",
+                                ":11: nodes.0.0.0.0.0... (32 levels): lists and mappings are nested more "
+                                "than 32 levels deep"),
+    "flow mappings nested 600 deep": (SITE.replace("  conflicts: [tack-dev]", "  help: " + "{a: " * 600
+                                                   + "1" + "}" * 600),
+                                      ":10: modules.help.a.a.a.a... (32 levels): lists and mappings"),
+    "block mappings indented 400 deep": (SITE + "".join(f"{'  ' * j}k{j}:\n" for j in range(400))
+                                         + "  " * 400 + "x\n",
+                                         ":43: k0.k1.k2.k3.k4.k5... (32 levels): lists and mappings"),
+    "a complex key (a list) at the top": (SITE + "? [a, b]\n: 1\n",
+                                          ":11: (top level): a key must be a name, not a list"),
+    "a complex key (a mapping) in cache": (SITE.replace("  size: 4G", "  size: 4G\n  ? {x: 1}\n  : 2"),
+                                           ":5: cache: a key must be a name, not a mapping"),
+    "a complex key in a kernel entry": (SITE.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n"
+                                                     "    - module: tack.kernels.contour\n      ? [shapes]\n      : [[8, 8, 8]]"),
+                                        ":10: build.kernels.0: a key must be a name, not a list"),
+    "a list in build.archs.cpu": (SITE.replace("cpu: [zen3]", "cpu: [[zen3]]"),
+                                  ":7: build.archs.cpu.0: expected a single value, not a list"),
+    "a mapping in build.archs.cpu": (SITE.replace("cpu: [zen3]", "cpu: [{a: 1}]"),
+                                     ":7: build.archs.cpu.0: expected a single value, not a mapping"),
+    "a list in build.archs.cuda": (SITE.replace("cpu: [zen3]", "cpu: [zen3]\n    cuda: [[sm_90]]"),
+                                   ":8: build.archs.cuda.0: expected a single value, not a list"),
+    "a mapping as cache.directory": (SITE.replace("  directory: $SCRATCH/$USER/tack-cache", "  directory: {a: 1}"),
+                                     ":3: cache.directory: expected a single value, not a mapping"),
+    "a list as modules.version": (SITE.replace('  version: "1.0"', "  version: [1, 0]"),
+                                  ":9: modules.version: expected a single value, not a list"),
+    "a Python object tag (never run)": (SITE.replace("  size: 4G", "  size: !!python/object/apply:os.mkdir [{made}]"),
+                                        ":4: cache.size: expected a single value, not a list"),
+    "a Python name tag (never run)": (SITE.replace("  size: 4G", "  size: !!python/name:os.system"),
+                                      ":4: cache.size: cannot read the value '': could not determine a "
+                                      "constructor for the tag 'tag:yaml.org,2002:python/name:os.system'"),
+    "aliases of aliases (8 KB, 4 million values)": (SITE.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels: "
+                                                                 + _ALIASES),
+                                                    ":8: build.kernels.2: the alias *k repeats 4005 value(s)"),
+    "a recursive alias": (SITE.replace("  size: 4G", "  size: &c [*c]"),
+                          ":4: cache.size: expected a single value, not a list"),
+    "a merge key": (SITE.replace("  size: 4G", "  <<: {size: 1G}"),
+                    ":4: cache.<<: unknown key; YAML merge keys (<<) are not supported"),
+    "a NUL character": (SITE.replace("size: 4G", "size: 4G\0"),
+                        ":4: invalid YAML: the character '\\x00' (column 11) is not allowed in YAML"),
+    "a tab in the indentation": (SITE.replace("  size: 4G", "\tsize: 4G"),
+                                 ":4: invalid YAML: found character '\\t' that cannot start any token"),
+    "two documents": (SITE + "---\nversion: 1\n", ":11: invalid YAML: but found another document"),
+    "bytes that are not UTF-8": (SITE.replace("tack-cache", "tack-\xff").encode("latin-1"),
+                                 ":3: not UTF-8 text: byte 0xff at offset"),
+    "an empty file": ("", ":1: the config is empty"),
+    "a list at the top": ("- version: 1\n", ":1: (top level): expected a mapping of version"),
+}
+
+
+def run_site(*args, cwd=None) -> Run:
+    p = subprocess.run([sys.executable, "-m", "tack.site", *map(str, args)], env=child_env(None),
+                       capture_output=True, text=True, timeout=TIMEOUT, cwd=cwd)
+    return Run(p.returncode, p.stdout, p.stderr)
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_YAML))
+def test_hostile_site_config(tmp_path, case):
+    """A site config that is deep or odd YAML: ``check`` and ``bundles build``, each in a new
+    process, exit 1 with one error line naming the file, the line and the key, and the count;
+    no traceback, nothing written, no tag run."""
+    text, said = HOSTILE_YAML[case]
+    made = tmp_path / "made-by-a-tag"
+    config = tmp_path / "site.yaml"
+    if isinstance(text, bytes):
+        config.write_bytes(text)
+    else:
+        config.write_text(text.replace("{made}", str(made)), encoding="utf-8")
+    out = tmp_path / "bundles"
+    for args in (("check", config), ("bundles", "build", config, "--output", out)):
+        run = run_site(*args, cwd=tmp_path)
+        assert run.rc == 1 and "Traceback" not in run.stderr, (args, run.stderr[-3000:])
+        lines = run.stderr.splitlines()
+        assert len(lines) == 2 and lines[0].startswith(f"error: {config}{said}"), (args, lines[:3])
+        assert lines[1] == "1 problem(s); nothing was written", (args, lines)
+        assert run.stdout == "", (args, run.stdout[-2000:])
+    assert not out.exists() and not made.exists()
+    assert sorted(os.listdir(tmp_path)) == ["site.yaml"]
+
+
+def test_aliases_a_site_config_may_use(tmp_path):
+    """The control: anchors and aliases that repeat a few values are read as those values."""
+    config = tmp_path / "site.yaml"
+    config.write_text(SITE.replace("    cpu: [zen3]", "    cpu: &cpus [zen3, x86_64_v3]\n  kernels:\n"
+                                   "    - {module: tack.kernels.contour, shapes: &s [[8, 8, 8], [5, 9, 30]]}\n"
+                                   "    - {module: tack.kernels.contour, shapes: *s}\n"
+                                   "nodes:\n  - {name: a, cpu: zen3}\n"))
+    run = run_site("check", config)
+    assert run.rc == 0 and run.stderr == "", run.stderr
+    assert f"{config}: valid" in run.stdout and "  cpu:x86_64_v3" in run.stdout, run.stdout
+    assert run.stdout.count("kernels: tack.kernels.contour (8x8x8, 5x9x30)") == 2, run.stdout
+
+
+# -- deep expressions and long device-function call chains (issue 22) ---------------------------
+
+def _terms(n):
+    return float(sum(j % 5 for j in range(n)))
+
+
+def _calls(n):
+    def f(a):
+        a = a + 1.0
+        for _ in range(n - 1):
+            a = a * 1.5 + 1.0
+        return a
+    return f
+
+
+# name -> (the kernel module's source, what ``k(src, out)`` computes of src).  Each is valid
+# Python, and Tack compiles it: cold, warm, and from its lowered entry alone.
+DEEP_KERNELS = {
+    "a 600-term + chain": (sum_chain(600), lambda a: a * _terms(600)),
+    "a 2,000-term + chain": (sum_chain(2000), lambda a: a * _terms(2000)),
+    "200 device functions, each calling the next": (call_chain(200), _calls(200)),
+    "700 nested unary minus": ("import tack\n@tack.kernel\ndef k(src, out):\n    i = tack.tid()\n"
+                               "    out[i] = " + "-" * 700 + "src[i]\n", lambda a: a),
+    "700 nested conditional expressions": ("import tack\n@tack.kernel\ndef k(src, out):\n    i = tack.tid()\n"
+                                           "    x = src[i]\n    out[i] = " + " if x > 1.0 else ".join(["x"] * 700)
+                                           + "\n", lambda a: a),
+}
+DEEP_LAUNCH = [{"kernel": "k", "n": 5}]
+
+
+def _deep_run(cache, src, want, name):
+    run = run_child(cache, src, DEEP_LAUNCH, module=name, timeout=TIMEOUT)
+    assert run.rc == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    check_results(run, {"k": want})
+    assert run.warnings == [], run.warnings
+    return run
+
+
+@pytest.mark.parametrize("case", list(DEEP_KERNELS))
+def test_deep_kernel(tmp_path, case):
+    """A kernel as deep as Python compiles, in three new processes: compiled and stored; loaded
+    from its variant; compiled again from its lowered entry alone (the deep lowered kernel read
+    back from disk).  Right results each time, no warning, no traceback."""
+    source, want = DEEP_KERNELS[case]
+    name = "deep_" + "".join(c if c.isalnum() else "_" for c in case)
+    src = write_module(tmp_path / "src", source, name)
+    cache = tmp_path / "cache"
+    cold = _deep_run(cache, src, want, name)
+    assert compiled(cold.result("k")) and cold.stats["bytes_written"] > 0, cold.stats
+    warm = _deep_run(cache, src, want, name)
+    assert loaded(warm.result("k")) and warm.stats["hits"]["variant"] == 1, warm.stats
+    for p in entry_files(cache):
+        if p.parts[-3] == "variants":
+            p.unlink()
+    again = _deep_run(cache, src, want, name)
+    assert again.stats["hits"] == {"lowered": 1, "variant": 0}, again.stats
+
+
+# name -> (the module's source, what the CompileError says).  Past Tack's bounds (beyond what
+# Python itself compiles without a raised recursion limit, for the expression).
+DEEP_REFUSED = {
+    "an expression nested 3,500 deep": (sum_chain(3500), 5, "this expression is nested more than "
+                                        "3000 levels deep; split it into several statements"),
+    "1,050 device functions, each calling the next": (call_chain(1050), None, "device functions call "
+                                                      "each other more than 1000 deep (k -> f1049 -> "),
+}
+SCRIPT = """import sys
+sys.setrecursionlimit(30000)            # only so that Python itself compiles the module
+sys.path.insert(0, {src!r})
+import numpy as np
+import tack
+import {name}
+tack.launch({name}.k, dim=2, args=(np.zeros(2), np.zeros(2)))
+"""
+
+
+@pytest.mark.parametrize("case", list(DEEP_REFUSED))
+def test_deep_kernel_refused(tmp_path, case):
+    """Past the bounds, a user's script that launches the kernel, in a new process, fails with
+    Tack's CompileError naming the kernel, the bound, the file and the line: no RecursionError,
+    no frame of Tack's compiler (only the user's and the launch, as for every compile error),
+    nothing stored."""
+    source, line, said = DEEP_REFUSED[case]
+    name = "refused_" + "".join(c if c.isalnum() else "_" for c in case)
+    src = write_module(tmp_path / "src", source, name)
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT.format(src=str(src), name=name))
+    cache = tmp_path / "cache"
+    p = subprocess.run([sys.executable, str(script)], env=child_env(cache), capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "RecursionError" not in p.stderr and "During handling" not in p.stderr, p.stderr[-3000:]
+    frames = re.findall(r'^  File "([^"]+)", line \d+, in ', p.stderr, re.M)
+    tack_dir = os.path.dirname(os.path.abspath(tack.__file__))
+    assert frames == [str(script), os.path.join(tack_dir, "launch.py")], p.stderr[-3000:]
+    error = [i for i, s in enumerate(p.stderr.splitlines()) if s.startswith("tack.errors.CompileError: ")]
+    assert len(error) == 1, p.stderr[-3000:]
+    lines = p.stderr.splitlines()[error[0]:]
+    assert lines[0] == f"tack.errors.CompileError: in kernel 'k': {said}" or \
+        lines[0].startswith(f"tack.errors.CompileError: in kernel 'k': {said}"), lines[0][:300]
+    where = f'  File "{src / (name + ".py")}", line '
+    assert lines[1].startswith(where) and (line is None or lines[1] == f"{where}{line}"), lines[1]
+    assert entry_files(cache) == []
+
+
+def test_forged_deep_lowered_entry(warm):
+    """A lowered entry whose kernel JSON nests 100,000 levels, with a right checksum (a forged
+    or corrupted-and-resummed file): refused as damaged (never a RecursionError or a crash of
+    the JSON decoder), the kernels compile and run right, at most one warning."""
+    from tack import ir
+    cache, src = warm
+    for p in entry_files(cache):
+        if p.parts[-3] == "variants":
+            p.unlink()                              # the lowered entries are read
+    path = one_entry(cache, "lowered", "k_other")
+    key, meta, _ = decode_entry(path)
+    head = b"[" * 100_000 + b"]" * 100_000
+    payload = ir._MAGIC + struct.pack("<QI", len(head), 0) + head
+    path.write_bytes(entry.encode(entry.KIND_LOWERED, key, meta, payload))
+    run = _run(cache, src)
+    assert run.rc == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    check_results(run, EXPECTED)
+    assert len(run.warnings) <= 1, run.warnings
+    assert run.stats["damaged"] >= 1 and run.stats["hits"]["lowered"] == len(KMOD_LAUNCHES) - 1, run.stats

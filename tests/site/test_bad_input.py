@@ -315,11 +315,42 @@ def test_deep_nesting_is_a_config_error(tmp_path):
                                        + "}" * 600), ":10: modules.help.a.a.a.a... (32 levels): ")
 
 
+def test_a_character_yaml_does_not_allow_is_one_line_at_its_line(tmp_path):
+    """A NUL or another control character: PyYAML's reader gives no line and two lines of text
+    ('in "<unicode string>", position 50'); the error is one line at the character's line."""
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD.replace("size: 4G", "size: 4G\x00"))
+    r = site("check", config)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines() == [f"error: {config}:4: invalid YAML: the character '\\x00' (column 11) "
+                                     "is not allowed in YAML (special characters are not allowed)",
+                                     "1 problem(s); nothing was written"], r.stderr
+
+
 def test_nesting_the_schema_needs_is_read():
     """The depth bound leaves room for the schema's deepest value (an extent of a shape)."""
     from tack.site.config import MAX_DEPTH, _check_depth
     _check_depth("site.yaml", "build: {kernels: [{module: m, shapes: [[1, 2, 3]]}]}")
     _check_depth("site.yaml", "[" * MAX_DEPTH + "]" * MAX_DEPTH)
+
+
+def test_aliases_a_config_needs_are_read_and_only_expansion_past_the_bound_is_refused(tmp_path):
+    """An alias that repeats a shapes list is read as the list; a config of more than MAX_VALUES
+    values written out (no alias) is not refused for its size; aliases of aliases that expand
+    past MAX_VALUES are (an 8 KB config made a million problem lines)."""
+    from tack.site.config import MAX_VALUES, _check_depth, load
+    from tack.site.errors import SiteConfigError
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n"
+                                   "    - {module: tack.kernels.contour, shapes: &s [[8, 8, 8]]}\n"
+                                   "    - {module: tack.kernels.contour, shapes: *s}"))
+    cfg = load(config)
+    assert [k["shapes"] for k in cfg.get("build.kernels")] == [[[8, 8, 8]], [[8, 8, 8]]]
+    _check_depth("site.yaml", "[" + ", ".join(["x"] * (2 * MAX_VALUES)) + "]")
+    bomb = "[&a [x, x, x, x, x, x, x, x, x, x], " + ", ".join(["*a"] * (MAX_VALUES // 10)) + "]"
+    with pytest.raises(SiteConfigError, match=r"site.yaml:1: [0-9]+: the alias \*a repeats 11 "
+                                              rf"value\(s\).* more than {MAX_VALUES} values"):
+        _check_depth("site.yaml", bomb)
 
 
 COMPLEX_KEYS = {
@@ -356,7 +387,8 @@ def test_list_items_of_the_wrong_type(tmp_path, case):
 
 
 WRONG = ["[x]", "{a: 1}", "[[x]]", "[{a: 1}]", "[[[]]]", "~", "1", "-1", "true", "1.5", "x", "''",
-         "!!binary aGk=", "2001-01-01", "{? [a, b]: 1}", "[1, [2]]", "[{? [a]: 1}]", "!!set {a}"]
+         "!!binary aGk=", "2001-01-01", "{? [a, b]: 1}", "[1, [2]]", "[{? [a]: 1}]", "!!set {a}",
+         "!!python/name:os.system ''", "!!python/object/apply:os.getpid []", "&x [*x]"]
 
 
 def schema_paths():
@@ -405,7 +437,7 @@ def test_every_key_every_wrong_type(tmp_path):
                 except SiteConfigError as e:
                     refused += 1
                     for line in e.problems:
-                        assert line.startswith(f"{config}:1: "), (text, line)
+                        assert line.startswith(f"{config}:1: ") and "\n" not in line, (text, line)
                     names = [line.split(": ")[1] for line in e.problems
                              if ": missing; " not in line]        # a required key beside it
                     dotted = ".".join(map(str, where))

@@ -1,0 +1,154 @@
+"""What ``python -m tack.site bundles build`` does with what its output directory already holds
+(issue 22: never replace a file Tack did not write without --force): a file that is not a
+bundle at a bundle's name is refused, in one line, before anything compiles; a bundle it wrote
+before is replaced atomically; a damaged bundle is replaced, and the build says so.  Each case
+is a real run of the command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tack.backends.cpu_runtime import host_arch
+from tack.cache import bundle, trust
+
+ARCH = f"cpu:{host_arch()}"
+
+
+def build(config, out_dir, *extra):
+    return subprocess.run([sys.executable, "-m", "tack.site", "bundles", "build", str(config),
+                           "--output", str(out_dir), *extra], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    """A config for this host's CPU (the 8^3 contour) and the bundle a first build made:
+    -> (config, bundle file name, its bytes)."""
+    base = tmp_path_factory.mktemp("build-output")
+    config = base / "site.yaml"
+    config.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{host_arch()}]\n  kernels:\n"
+                      "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n")
+    r = build(config, base / "first")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (name,) = os.listdir(base / "first")
+    return config, name, (base / "first" / name).read_bytes()
+
+
+def whole(path) -> int:
+    """The number of entries of the bundle at ``path``, every one of them whole."""
+    with bundle.read(str(path)) as b:
+        assert b.meta["arch"] == ARCH
+        assert b.damaged_entries() == 0
+        return len(b)
+
+
+def no_temporaries(directory):
+    assert not [n for n in os.listdir(directory) if trust.TMP_MARK in n], os.listdir(directory)
+
+
+NOT_BUNDLES = {"a user's file": b"my notes, kept here by chance\n",
+               "an empty file": b"",
+               "a bundle whose first bytes are lost": None}        # made from the first bundle
+
+
+@pytest.mark.parametrize("what", list(NOT_BUNDLES))
+def test_a_file_that_is_not_a_bundle_is_refused_without_force(first, tmp_path, what):
+    """At a bundle's name, a file that does not start as a Tack bundle: exit 1, one line naming
+    it and --force, nothing compiled, and the file is left exactly as it was."""
+    config, name, data = first
+    out_dir = tmp_path / "bundles"
+    out_dir.mkdir()
+    target = out_dir / name
+    mine = NOT_BUNDLES[what] if NOT_BUNDLES[what] is not None else b"\0" * 16 + data[16:]
+    target.write_bytes(mine)
+    r = build(config, out_dir)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.splitlines() == [f"error: not replacing {target}: "
+                                     f"{'it is an empty file, not a Tack bundle' if not mine else 'it is not a Tack bundle'}; "
+                                     "use --force to replace it"], r.stderr
+    assert "compiling" not in r.stdout, r.stdout
+    assert target.read_bytes() == mine
+    assert os.listdir(out_dir) == [name]
+
+
+def test_force_replaces_a_file_that_is_not_a_bundle_and_says_so(first, tmp_path):
+    config, name, _ = first
+    out_dir = tmp_path / "bundles"
+    out_dir.mkdir()
+    (out_dir / name).write_bytes(b"my notes\n")
+    r = build(config, out_dir, "--force")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{ARCH}: replaced {out_dir / name}, which was not a Tack bundle (--force)" in r.stdout.splitlines()
+    assert whole(out_dir / name) > 0
+    no_temporaries(out_dir)
+
+
+def test_a_link_at_a_bundles_name_is_never_replaced(first, tmp_path):
+    """Not even with --force: what is not a regular file is not Tack's to replace, and the file
+    the link points to keeps its bytes."""
+    config, name, _ = first
+    out_dir = tmp_path / "bundles"
+    out_dir.mkdir()
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"the user's own file\n")
+    os.symlink(outside, out_dir / name)
+    r = build(config, out_dir, "--force")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.splitlines() == [f"error: not replacing {out_dir / name}: it is a symbolic link, "
+                                     "not a regular file"], r.stderr
+    assert os.path.islink(out_dir / name) and outside.read_bytes() == b"the user's own file\n"
+
+
+def test_a_bundle_it_wrote_before_is_replaced_atomically(first, tmp_path):
+    """A build over its own earlier bundle: the new bundle is renamed into place (another
+    file), so a job that has the old one open keeps reading the old bytes whole; the new one is
+    whole, nothing is said about damage, no temporary file is left."""
+    config, name, data = first
+    out_dir = tmp_path / "bundles"
+    out_dir.mkdir()
+    old = out_dir / name
+    old.write_bytes(data)
+    fd = os.open(old, os.O_RDONLY)
+    try:
+        before = os.fstat(fd).st_ino
+        r = build(config, out_dir)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "replaced" not in r.stdout, r.stdout
+        assert os.stat(old).st_ino != before, "the bundle was rewritten in place"
+        assert os.pread(fd, len(data) + 1, 0) == data     # the open file: the old bundle, whole
+    finally:
+        os.close(fd)
+    assert whole(old) == whole_count(data)
+    no_temporaries(out_dir)
+
+
+DAMAGE = {"an entry bit-flipped": lambda d: d[:-100] + bytes([d[-100] ^ 1]) + d[-99:],
+          "cut after its first bytes": lambda d: d[:100]}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_bundle_is_replaced_and_the_build_says_so(first, tmp_path, damage):
+    """A Tack bundle (it starts as one) that is damaged, in an entry or in its header: replaced
+    by a whole one, and the build says what was wrong with the one it replaced."""
+    config, name, data = first
+    out_dir = tmp_path / "bundles"
+    out_dir.mkdir()
+    (out_dir / name).write_bytes(DAMAGE[damage](data))
+    r = build(config, out_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = [line for line in r.stdout.splitlines() if line.startswith(f"{ARCH}: replaced ")]
+    want = {"an entry bit-flipped": f"a damaged bundle: 1 of {whole_count(data)} entries of "
+                                    f"{out_dir / name} were unusable",
+            "cut after its first bytes": f"a bundle that could not be used: {out_dir / name} is damaged"}
+    assert len(said) == 1 and said[0].startswith(f"{ARCH}: replaced {want[damage]}"), r.stdout
+    assert whole(out_dir / name) == whole_count(data)
+    no_temporaries(out_dir)
+
+
+def whole_count(data) -> int:
+    with bundle.Bundle(data, "first") as b:
+        return len(b)
