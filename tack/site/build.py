@@ -22,7 +22,7 @@ from .. import aot
 from .. import types as T
 from ..archs import qualify, resolve
 from ..cache import bundle as bundle_mod
-from ..cache import entry, trust
+from ..cache import bundle_write, entry, trust
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
 from ..backends.cpu_runtime import site_bundles as cpu_site_bundles
@@ -313,7 +313,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
             path = aot.bundle_path(build_target(arch), out_dir)
         except BuildFailure:
             continue                            # reported with the others when its turn comes
-        why = bundle_mod.replaceable(path, force)
+        why = bundle_write.replaceable(path, force)
         if why is not None:
             refused.append(why)
         else:
@@ -368,7 +368,7 @@ def replaced_what(path) -> str | None:
     replaced because of --force).  Read before the new bundle is written, which removes it."""
     if not os.path.lexists(path):
         return None
-    if bundle_mod.replaceable(path) is not None:
+    if bundle_write.replaceable(path) is not None:
         return f"{path}, which was not a Tack bundle (--force)"
     try:
         with bundle_mod.read(path, allow_root=True) as b:
