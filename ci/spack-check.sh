@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Check spack-repo/ with the real Spack: audit, info, concretize the variants, install py-tack with
 # Python and its Python dependencies as externals, load it (spack load, generated Lmod and Tcl
-# modules with the real module tools) and run the contour served from the installed bundle.
+# modules with the real module tools) and run the contour served from the installed bundle; push
+# the install to a build cache and install it from there alone into another install root, where
+# the relocated copy serves the contour and passes the package's stand-alone tests (spack test run).
 #
 #   ci/spack-check.sh [SCRATCH]
 #
@@ -64,25 +66,107 @@ step "spack spec py-tack +cuda (conflict: no cuda_arch)" \
 
 [ -n "$KIT" ] || { echo "SPACK_ROOT/clone: Python and its dependencies are not externals here; stopping after concretization"; print_times; exit 0; }
 
+# The real module tools, each in a clean shell (Lmod from apt; Environment Modules as ci/run-tests.sh
+# installs it).
+LMOD_INIT=/usr/share/lmod/lmod/init/bash
+TCL_INIT=/usr/share/modules/init/bash
+[ -f "$TCL_INIT" ] || TCL_INIT=/opt/envmodules/usr/share/modules/init/bash   # where ci/run-tests.sh puts it
+in_module_shell() {  # INIT USE-DIRS MODULE : load MODULE in a clean bash, print TACK_*, run contour
+  env -i HOME="$HOME" PATH=/usr/bin:/bin TERM=dumb bash --noprofile --norc -c "
+    set -e; source '$1'; for d in $2; do module use \$d; done; module load $3
+    cd /tmp; env | grep '^TACK_CACHE' | sort; python3 -m tack.site bundles check"
+}
+
 # -- install, with the install-time tests (imports; contour served from the bundle) ---------------
 spack uninstall -y -a py-tack >/dev/null 2>&1 || true
 step "spack install --test=root py-tack" spack install --fail-fast --test=root py-tack
+
+# -- a build cache: push the install, install it from the cache alone into another install root --
+# "Another machine" for Spack: a user scope of its own (a copy of the kit's) whose install tree and
+# module roots lie elsewhere, at paths of another length, so that Spack relocates the install.
+# Externals (Python and its packages) are never pushed: the push takes py-tack and what Spack
+# built for it (python-venv), and the other machine has the same externals.
+BC="$S/buildcache"
+R2="$S/relocated"
+TREE2="$R2/an-install-root-longer-than-the-build-one"
+BUILT="$(spack find --format '{prefix}' py-tack)"
+HASH="$(spack find --format '{hash}' py-tack)"
+rm -rf "$BC" "$R2" && mkdir -p "$R2/spack-config"
+cp "$SPACK_USER_CONFIG_PATH"/*.yaml "$R2/spack-config/"
+sed -i "s|$S/spack/spack-install|$TREE2|; s|$S/spack/spack-modules|$R2/spack-modules|" \
+  "$R2/spack-config/config.yaml" "$R2/spack-config/modules.yaml"
+relocated() { ( export SPACK_USER_CONFIG_PATH="$R2/spack-config"; "$@" ); }
+step "spack buildcache push --unsigned" spack buildcache push --unsigned --update-index "$BC" py-tack
+add_mirror() { spack mirror add --unsigned tack-buildcache "file://$BC" && spack buildcache list --long; }
+step "spack mirror add --unsigned + buildcache list (other root)" relocated add_mirror
+# By its hash: exactly the binary pushed, with no concretization (`spack install --cache-only py-tack`
+# concretizes first, about a minute here, and reuses that binary too).
+step "spack install --cache-only /HASH (other root)" relocated spack install --cache-only "/$HASH"
+check_relocated() {  # under spack load of the relocated copy: its own Tack, the bundle as built, served
+  local prefix; prefix="$(spack find --format '{prefix}' py-tack)"
+  echo "built in $BUILT"; echo "installed from the build cache in $prefix"
+  case "$prefix" in "$TREE2"/*) ;; *) echo "not in the other install root $TREE2" >&2; return 1 ;; esac
+  # Spack relocated the install's text files and links; a bundle names no path, so it is the bytes
+  # built (tests/site_bundles/test_no_build_paths.py), and nothing in share/tack names the build root.
+  diff <(cd "$BUILT/share/tack/bundles" && sha256sum ./*) <(cd "$prefix/share/tack/bundles" && sha256sum ./*) \
+    || { echo "the relocated bundles differ from those built" >&2; return 1; }
+  if grep -rlF "$S/spack/spack-install" "$prefix/share/tack"; then
+    echo "the relocated share/tack names the build root $S/spack/spack-install" >&2; return 1
+  fi
+  ( spack load py-tack
+    cd /tmp
+    env | grep '^TACK_CACHE' | sort
+    [ "$TACK_CACHE_BUNDLES" = "$prefix/share/tack/bundles" ] || { echo "TACK_CACHE_BUNDLES is not the relocated bundles" >&2; exit 1; }
+    python3 -c 'import tack; print(tack.__file__)' | grep "^$prefix/" \
+      || { echo "spack load imports another Tack" >&2; exit 1; }
+    # the demo with a new, empty user cache, then bundles check (nothing compiled, LLVM not loaded)
+    TACK_CACHE_DIR="$R2/user-cache" python3 -m tack.demo | tee "$R2/demo.txt" || exit 1
+    grep -q "(2 of 2 kernels loaded from it this run)" "$R2/demo.txt" \
+      || { echo "the demo compiled its kernels" >&2; exit 1; }
+    python3 -m tack.site bundles check )
+}
+step "spack load py-tack (other root) + contour from the relocated bundle" relocated check_relocated
+relocated_module() {
+  spack module lmod refresh -y >/dev/null &&
+    in_module_shell "$LMOD_INIT" "$(echo "$R2"/spack-modules/lmod/linux-*/Core)" "$(spack module lmod find py-tack)"
+}
+step "Lmod: module load py-tack (other root) + contour" relocated relocated_module
+standalone_tests() {  # spack test run, then its results; fails if a test failed
+  spack test remove -y tack-relocated >/dev/null 2>&1 || true
+  local rc=0
+  spack test run --alias tack-relocated py-tack || rc=$?
+  spack test results -l tack-relocated | sed -n '/^=* SUMMARY/,$p'
+  return $rc
+}
+step "spack test run py-tack (other root: stand-alone tests)" relocated standalone_tests
+
+# -- install with a site config (its settings exported by spack load and the modules) ------------
 step "spack install --test=root py-tack site_config=tests/packaging/site.yaml" \
   spack install --fail-fast --test=root py-tack site_config="$SITE"
 PLAIN="$(spack find --format '{prefix}' py-tack site_config=none)"
 SITED="$(spack find --format '{prefix}' py-tack site_config="$SITE")"
 for prefix in "$PLAIN" "$SITED"; do
   echo "--- $prefix"
-  python3 - "$prefix/.spack/install_times.json" <<'PY'
-import json, sys
+  python3 - "$prefix/.spack/install_times.json" "$prefix/.spack/spack-build-out.txt.gz" <<'PY'
+import datetime, gzip, json, re, sys
 t = json.load(open(sys.argv[1]))
 print("py-tack build: " + ", ".join(f"{p['name']} {p['seconds']:.1f} s" for p in t["phases"])
       + f"; total {t['total']:.1f} s")
+# bundle building: from Spack's log line running `bundles build` to the log's next line
+stamps = [(datetime.datetime.strptime(m[1], "%Y-%m-%d-%H:%M:%S.%f"), line)
+          for line in gzip.open(sys.argv[2], "rt") if (m := re.match(r"==> \[([^]]+)\]", line))]
+for (t0, line), (t1, _) in zip(stamps, stamps[1:]):
+    if "'bundles' 'build'" in line:
+        print(f"bundle building (python -m tack.site bundles build, in the install): {(t1 - t0).total_seconds():.2f} s")
 PY
   zcat "$prefix/.spack/spack-build-out.txt.gz" | sed -n '/^arch *kernels/,/^==>/p' | grep -v '^==>'
   ls -l "$prefix/share/tack/bundles"
   grep -h "served from the bundles" "$prefix/.spack/install-time-test-log.txt"
 done | tee "$S/spack-figures.txt"
+{ echo "--- build cache $BC: $(du -sh "$BC" | cut -f1)"
+  ls "$BC"/v3/manifests/spec/*/ | grep -o '^[a-z0-9.-]*-[a-z0-9]\{32\}' | sed 's/^/  pushed /'
+  echo "  relocated to $TREE2 (install tree $(echo -n "$TREE2" | wc -c) characters long; built in one of $(echo -n "$S/spack/spack-install" | wc -c))"
+} | tee -a "$S/spack-figures.txt"
 
 # -- spack load --------------------------------------------------------------------------------------
 check_load() {
@@ -96,18 +180,10 @@ step "spack load py-tack + contour from the bundle" check_load py-tack site_conf
 # -- modules, loaded with the real module systems ----------------------------------------------------
 step "spack module tcl refresh + lmod refresh" bash -c "spack module tcl refresh -y >/dev/null && spack module lmod refresh -y >/dev/null"
 MODS="$S/spack/spack-modules"
-LMOD_INIT=/usr/share/lmod/lmod/init/bash
-TCL_INIT=/usr/share/modules/init/bash
-[ -f "$TCL_INIT" ] || TCL_INIT=/opt/envmodules/usr/share/modules/init/bash   # where ci/run-tests.sh puts it
 LMOD_PLAIN="$(spack module lmod find py-tack site_config=none)"
 LMOD_SITED="$(spack module lmod find py-tack site_config="$SITE")"
 TCL_PLAIN="$(spack module tcl find py-tack site_config=none)"
 TCL_SITED="$(spack module tcl find py-tack site_config="$SITE")"
-in_module_shell() {  # INIT USE-DIRS MODULE : load MODULE in a clean bash, print TACK_*, run contour
-  env -i HOME="$HOME" PATH=/usr/bin:/bin TERM=dumb bash --noprofile --norc -c "
-    set -e; source '$1'; for d in $2; do module use \$d; done; module load $3
-    cd /tmp; env | grep '^TACK_CACHE' | sort; python3 -m tack.site bundles check"
-}
 step "Lmod: module load py-tack (Spack's) + contour" \
   in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_PLAIN"
 step "Tcl (Environment Modules): module load py-tack + contour" \

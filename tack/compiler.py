@@ -141,7 +141,14 @@ def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> 
                 backend=target.kind, suffix=target.suffix,
                 arch=f"{target.kind}:{target.arch}" if target.arch else "",
                 target=identity_text(target.identity()),
-                site=[list(s) for s in sites or ()], tidx=encode_tidx(tidx))
+                site=[site_record(s) for s in sites or ()], tidx=encode_tidx(tidx))
+
+
+def site_record(site) -> list:
+    """A bounds site as a variant's metadata keeps it: its file relative to its import root
+    (``tack.sourcefiles``), so that no entry, and no bundle, names the path it was built in."""
+    from .sourcefiles import portable
+    return [site.function, site.array, portable(site.filename), site.line, site.fid, site.offset]
 
 
 def identity_text(identity: dict) -> str:

@@ -4,7 +4,9 @@ A lowered kernel is what the front end makes of a ``@tack.kernel`` function
 for one binding of its template parameters.  It is self-contained: the device
 functions it calls (at any depth), the constants it reads and the source
 lines needed to point errors at the user's code travel with it, so a variant
-can be compiled from the lowered kernel alone, without the front end.
+can be compiled from the lowered kernel alone, without the front end.  Each
+function's file is recorded relative to its import root (``tack.sourcefiles``),
+so that a lowered kernel names no path of the machine that made it.
 
 Statements and expressions are nested lists whose first item names the node
 and whose second is its location ``[line, column]`` in the user's file::
@@ -36,6 +38,7 @@ import numpy as np
 from .errors import SourceContext
 from .digests import hasher
 from .limits import deep
+from .sourcefiles import local, portable
 
 FORMAT = 1
 _MAGIC = b"TACKLOW1"
@@ -52,11 +55,11 @@ class LoweredFunction:
     def to_json(self):
         s = self.source
         return {"fid": self.fid, "name": self.name, "params": self.params, "body": self.body,
-                "file": s.filename, "first": s.first_line, "lines": s.lines}
+                "file": portable(s.filename), "first": s.first_line, "lines": s.lines}
 
     @classmethod
     def from_json(cls, d):
-        src = SourceContext(d["name"], d["file"], d["first"], d["lines"])
+        src = SourceContext(d["name"], local(d["file"]), d["first"], d["lines"])
         return cls(d["fid"], d["name"], d["params"], d["body"], src)
 
 

@@ -53,7 +53,8 @@ class BoundsReport:
 
     def raise_bounds_error(self, err):
         site = self.sites[int(err[0]) - 1]
-        where = f"{site.filename}:{site.line}"
+        from ..sourcefiles import local
+        where = f"{local(site.filename)}:{site.line}"
         if self.locate is not None and site.fid:
             try:
                 now = self.locate(site.fid)
