@@ -36,6 +36,7 @@ import tack
 from tack.cache import entry, size
 
 from ..test_limits import call_chain, sum_chain
+from ..site.test_bad_input import GOOD
 from .conftest import (EXPECTED, KMOD_LAUNCHES, Run, check_results, child_env, compiled,
                        decode_entry, drop_dac_caps, entry_files, loaded, one_entry, run_child,
                        run_cli, write_module)
@@ -320,17 +321,7 @@ def test_untrusted_entry(warm, which, fault):
 
 # -- hostile site configs (issue 22): deep and odd YAML, through check and bundles build -----
 
-SITE = """version: 1
-cache:
-  directory: $SCRATCH/$USER/tack-cache
-  size: 4G
-build:
-  archs:
-    cpu: [zen3]
-modules:
-  version: "1.0"
-  conflicts: [tack-dev]
-"""
+SITE = GOOD                 # the site tests' valid config, which each case spoils
 _ALIASES = ("[&k {module: tack.kernels.contour, shapes: [&s [8, 8, 8], " + ", ".join(["*s"] * 999)
             + "]}, " + ", ".join(["*k"] * 999) + "]")
 
