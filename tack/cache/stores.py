@@ -6,7 +6,8 @@
 * ``Session``: the stores of one process and device kind, tried in order: a
   bundle given to ``load_bundle``; the user's directory (its per-kernel
   files, or in mode ``bundle`` only its bundle); the site's bundle
-  directories (TACK_CACHE_BUNDLES, ``site_dirs``): a bundle packed on a host
+  directories (TACK_CACHE_BUNDLES, then ``share/tack/bundles`` beside the
+  install, ``site_dirs``): a bundle packed on a host
   like this one, then those built for this host's architecture (the bundle
   stores are in ``bundle.py``, imported only when a session has bundles).
   Only the user's directory is written, and under MPI only by rank 0.  It is
@@ -31,6 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import sys
 import time
 
 from . import log
@@ -237,8 +239,41 @@ def _os_error(e: OSError) -> str:
 
 # -- site bundle directories -----------------------------------------------------
 
-def site_dirs(environ=None, warn=None) -> list:
-    """TACK_CACHE_BUNDLES: the site's bundle directories, searched after the user's own.
+#: tack/__init__.py, whose directory's parent is the site-packages an install put Tack in.
+_PACKAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__init__.py")
+
+#: Where an install puts its bundles, under its prefix (``bundles install PREFIX``).
+INSTALLED_BUNDLES = os.path.join("share", "tack", "bundles")
+
+
+def installed_dirs(environ=None, package_file=None, prefix=None) -> list:
+    """The bundle directories installed beside this Tack, found with no setting: ``share/tack/
+    bundles`` under the prefix Tack is installed in (``PREFIX/lib/pythonX.Y/site-packages/tack``:
+    Spack, EasyBuild, ``pip --prefix``) and under ``sys.prefix`` (a venv, a conda env), each
+    that is a real directory, once.  None when ``TACK_CACHE_INSTALLED_BUNDLES`` is ``0``, ``no``,
+    ``off`` or ``false``.  Two ``lstat`` calls; no import."""
+    environ = os.environ if environ is None else environ
+    if environ.get("TACK_CACHE_INSTALLED_BUNDLES", "").strip().lower() in ("0", "no", "off", "false"):
+        return []
+    prefixes = []
+    here = os.path.dirname(os.path.dirname(os.path.abspath(package_file or _PACKAGE_FILE)))
+    if os.path.basename(here) in ("site-packages", "dist-packages"):
+        prefixes.append(os.path.dirname(os.path.dirname(os.path.dirname(here))))
+    prefixes.append(sys.prefix if prefix is None else prefix)
+    out = []
+    for p in prefixes:
+        d = os.path.join(p, INSTALLED_BUNDLES)
+        try:
+            if stat.S_ISDIR(os.lstat(d).st_mode) and d not in out:
+                out.append(d)
+        except OSError:
+            pass
+    return out
+
+
+def site_dirs(environ=None, warn=None, installed=None) -> list:
+    """The site's bundle directories, searched after the user's own: TACK_CACHE_BUNDLES's, then
+    those installed beside Tack (``installed_dirs``; ``installed`` given: those instead).
 
     An entry that cannot name a bundle directory (a relative path, a file, a symbolic link) is
     left out, and ``warn`` (if given) is told why; one that does not exist yet is left in
@@ -261,6 +296,11 @@ def site_dirs(environ=None, warn=None) -> list:
             out.append(d)
         elif warn is not None:
             warn(f"TACK_CACHE_BUNDLES names {why}; ignored")
+    seen = {os.path.normpath(d) for d in out}
+    for d in installed_dirs(environ) if installed is None else installed:
+        if os.path.normpath(d) not in seen:
+            seen.add(os.path.normpath(d))
+            out.append(d)
     return out
 
 

@@ -385,10 +385,12 @@ def replaced_what(path) -> str | None:
 
 def _bundle_paths(directory):
     if directory is None:
-        dirs = [d for d in os.environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep) if d]
+        from ..cache.stores import site_dirs
+        dirs = site_dirs()
         if not dirs:
             from .errors import SiteError
-            raise SiteError("no bundle directory given and TACK_CACHE_BUNDLES is not set")
+            raise SiteError("no bundle directory given, TACK_CACHE_BUNDLES is not set and no "
+                            "bundles are installed beside Tack (share/tack/bundles)")
         directory = dirs[0]
     return directory, sorted(os.path.join(directory, n) for n in os.listdir(directory)
                              if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)
@@ -546,7 +548,7 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     """Run the contour demo (``python -m tack.demo``'s sphere in a ``size``^3 field, the same field
     and level, so the same triangles) on ``device`` in a new Python with an
     empty cache of its own, reading only the bundles in ``directory`` (default: every directory
-    of TACK_CACHE_BUNDLES).  0 when every kernel variant came from a bundle and LLVM was never
+    of TACK_CACHE_BUNDLES, then those installed beside Tack).  0 when every kernel variant came from a bundle and LLVM was never
     loaded, and no bundle there is stale or unreadable (``stale_bundles``); 1, saying what was
     compiled or which bundle, otherwise.  What a package's install test and an admin after
     ``bundles build`` or ``rebuild`` run."""
@@ -556,9 +558,13 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     from .errors import SiteError
     if int(size) < 2:
         raise SiteError(f"bundles check: --size {size}: the contour needs at least 2 points per axis")
-    bundles = directory or os.environ.get("TACK_CACHE_BUNDLES", "")
+    if not directory:
+        from ..cache.stores import site_dirs
+        directory = os.pathsep.join(site_dirs())
+    bundles = directory
     if not bundles:
-        raise SiteError("bundles check: no bundle directory given and TACK_CACHE_BUNDLES is not set")
+        raise SiteError("bundles check: no bundle directory given, TACK_CACHE_BUNDLES is not set "
+                        "and no bundles are installed beside Tack (share/tack/bundles)")
     for d in bundles.split(os.pathsep):
         if d and not os.path.isdir(d):
             raise SiteError(f"bundles check: {d} is not a directory")
@@ -568,7 +574,7 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     with tempfile.TemporaryDirectory(prefix="tack-bundles-check-") as own:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
         env.update(TACK_CACHE_DIR=os.path.join(own, "cache"), TACK_CACHE="read",
-                   TACK_CACHE_BUNDLES=bundles)
+                   TACK_CACHE_BUNDLES=bundles, TACK_CACHE_INSTALLED_BUNDLES="0")
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # this Tack's parent
         env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here)]
                                             + [p for p in [env.get("PYTHONPATH")] if p])

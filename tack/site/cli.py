@@ -170,14 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="replace a file at a bundle's name that is not a Tack bundle")
     bb.set_defaults(func=cmd_bundles_build)
     bs = bsub.add_parser("status", help="does each bundle still match this node?")
-    bs.add_argument("dir", nargs="?", default=None, help="bundle directory (default: TACK_CACHE_BUNDLES)")
+    bs.add_argument("dir", nargs="?", default=None,
+                    help="bundle directory (default: the first of TACK_CACHE_BUNDLES, then "
+                         "share/tack/bundles beside Tack)")
     bs.set_defaults(func=cmd_bundles_status)
     br = bsub.add_parser("rebuild", help="recompile stale variants from the bundles' lowered kernels")
     br.add_argument("dir", nargs="?", default=None)
     br.set_defaults(func=cmd_bundles_rebuild)
     bc = bsub.add_parser("check", help="run the contour from the bundles alone: is anything compiled?")
     bc.add_argument("dir", nargs="?", default=None,
-                    help="bundle directory, or several joined with ':' (default: TACK_CACHE_BUNDLES)")
+                    help="bundle directory, or several joined with ':' (default: "
+                         "TACK_CACHE_BUNDLES, then share/tack/bundles beside Tack)")
     bc.add_argument("--device", default="cpu", help="where the contour runs (default: cpu)")
     bc.add_argument("--size", type=int, default=21, help="the field's extent (default: 21)")
     bc.set_defaults(func=cmd_bundles_check)
