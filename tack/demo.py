@@ -12,7 +12,6 @@ where the kernel cache lives (a second run of the demo starts warm).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -40,6 +39,7 @@ def make_field(kind: str, n: int) -> np.ndarray:
 
 
 def main(argv=None) -> int:
+    import argparse                     # here: make_field is imported by warm processes too
     ap = argparse.ArgumentParser(
         prog="python -m tack.demo",
         description="Contour a 3-D field with Tack's marching cubes on the CPU and show where the "

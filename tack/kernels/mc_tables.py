@@ -354,9 +354,9 @@ EDGE_CORNERS = np.array(
 
 EDGE_TABLE = np.array(_EDGE_TABLE, dtype=np.int32)
 
-TRI_TABLE = np.full((256, 16), -1, dtype=np.int32)
-for _c, _row in enumerate(_TRI_TABLE):
-    TRI_TABLE[_c, : len(_row)] = _row
+# One conversion of the padded rows (not 256 row assignments: this module is imported by every
+# process that runs the contour, warm ones included).
+TRI_TABLE = np.array([_row + (-1,) * (16 - len(_row)) for _row in _TRI_TABLE], dtype=np.int32)
 
 TRI_COUNT = np.array([len(_row) // 3 for _row in _TRI_TABLE], dtype=np.int32)
 
@@ -367,4 +367,4 @@ EDGE_ORIGIN = np.minimum(CORNERS[EDGE_CORNERS[:, 0]], CORNERS[EDGE_CORNERS[:, 1]
 for _a in (EDGE_TABLE, TRI_TABLE, TRI_COUNT, CORNERS, EDGE_CORNERS, EDGE_AXIS, EDGE_ORIGIN):
     _a.setflags(write=False)
 
-del _c, _row, _d, _a, _EDGE_TABLE, _TRI_TABLE
+del _d, _a, _EDGE_TABLE, _TRI_TABLE
