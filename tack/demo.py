@@ -92,9 +92,11 @@ def main(argv=None) -> int:
     print(f"  second call:  {second * 1e3:8.3f} ms")
     import tack.cache
     s = tack.cache.settings()
-    hits = tack.cache.stats()["hits"]["variant"]
+    st = tack.cache.stats()
+    hits = st["hits"]["variant"]
     state = "off" if s.mode == "off" else f"{s.mode} mode, {s.directory}"
-    print(f"  cache: {state} ({hits} of 2 kernels loaded from it this run)")
+    where = ", ".join(f"{n} from the {src}" for src, n in sorted(st["variants_from"].items()))
+    print(f"  cache: {state} ({hits} of 2 kernels loaded this run{': ' + where if where else ''})")
     if s.mode != "off":
         if hits == 2:
             print("         this run started warm; TACK_CACHE=off to time a cold compile")

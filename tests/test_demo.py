@@ -30,6 +30,29 @@ def test_demo_says_warm_only_when_it_was(tmp_path):
     assert "run again" not in read_only and "stores nothing" in read_only
 
 
+def test_demo_says_where_the_kernels_came_from(tmp_path):
+    """Kernels served by a bundle are said to come from it, not from the cache directory (the
+    demo had said "loaded from it" of the user's directory when a site bundle served them)."""
+    import shutil
+    cache = tmp_path / "cache"
+    demo("--size", "8", TACK_CACHE_DIR=str(cache))
+    child = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    subprocess.run([sys.executable, "-m", "tack.cache", "pack"], check=True, capture_output=True,
+                   env=dict(child, PYTHONPATH=ROOT, TACK_CACHE_DIR=str(cache)), timeout=300)
+    (packed,) = [p for p in cache.iterdir() if p.name.startswith("bundle-")]
+    own = demo("--size", "8", TACK_CACHE_DIR=str(cache), TACK_CACHE="bundle")
+    assert "2 of 2 kernels loaded this run: 2 from the cache bundle" in own, own
+    site = tmp_path / "site"
+    site.mkdir()
+    shutil.copy(packed, site / packed.name)
+    served = demo("--size", "8", TACK_CACHE_DIR=str(tmp_path / "empty"), TACK_CACHE="read",
+                  TACK_CACHE_BUNDLES=str(site))
+    assert "2 of 2 kernels loaded this run: 2 from the site bundles" in served, served
+    assert "cache directory" not in served.split("cache:", 1)[1]
+    warm = demo("--size", "8", TACK_CACHE_DIR=str(cache))
+    assert "2 from the cache directory" in warm, warm
+
+
 def test_demo_help_is_plain_text_and_covers_every_option():
     """--help has no reStructuredText backticks, and says what each option is, not only its name."""
     out = demo("--help")

@@ -366,7 +366,9 @@ def mpi_launch():
 
 
 def stats() -> dict:
-    """This process's hits and misses per level, bytes read and written, seconds loading and storing."""
+    """This process's hits and misses per level, bytes read and written, seconds loading and
+    storing, and where its variant hits came from (``variants_from``: "cache directory",
+    "cache bundle", "broadcast bundle", "site bundles")."""
     return {k: dict(v) if isinstance(v, dict) else v for k, v in _get_stats().items()}
 
 
@@ -381,6 +383,7 @@ def new_stats() -> dict:
     return {"hits": {"lowered": 0, "variant": 0}, "misses": {"lowered": 0, "variant": 0},
             "bytes_read": 0, "bytes_written": 0, "load_seconds": 0.0, "store_seconds": 0.0,
             "damaged": 0,
+            "variants_from": {},    # hits per kind of store: "cache directory", "site bundles"...
             "rejected": 0}          # entries whose dependency record no longer holds
 
 

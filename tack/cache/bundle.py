@@ -502,6 +502,7 @@ class BundleStore(_ReadOnly):
         self.bundle = loaded
         self.allow_root = allow_root
         self.label = label
+        self.source = "site bundles" if label.startswith("site") else label
         self.quiet = quiet              # a missing bundle is normal here: say so only in the log
         self._failed = loaded is None and path is None
         self._counted = loaded.bytes_read if loaded is not None else 0   # counted by its reader
@@ -558,6 +559,8 @@ class SiteBundleStore(_ReadOnly):
     bundles this node uses, in order: [(``kind:arch``, target key, name)].  ``header(name)``
     reads that bundle (``read``: trusted, this Tack's) once and gives its header fields, or None
     when it cannot be used (said once, as a warning); a bundle read so is then served as read."""
+
+    source = "site bundles"
 
     def __init__(self, stats, warn_once, directory, site_bundles):
         self.stats, self.warn_once = stats, warn_once

@@ -32,11 +32,13 @@ MISSING = "missing"          # the reason of a plain miss: nothing there
 
 class Found:
     """An entry a store read whole and valid: its metadata, payload, where it was read from,
-    and whether reading it marked it used (the user's directory, at most once an hour)."""
-    __slots__ = ("meta", "payload", "path", "marked")
+    whether reading it marked it used (the user's directory, at most once an hour), and which
+    kind of store served it (``source``: "cache directory", "cache bundle", "site bundles"...)."""
+    __slots__ = ("meta", "payload", "path", "marked", "source")
 
     def __init__(self, meta, payload, path, marked=False):
         self.meta, self.payload, self.path, self.marked = meta, payload, path, marked
+        self.source = None              # which store served it (``Session.read``: its ``source``)
 
 
 class DamagedEntry(Exception):

@@ -52,6 +52,8 @@ class DiskCache:
     ``rank``: this process's MPI rank; only rank 0 stores entries or marks them used (no
     storm of metadata writes from thousands of ranks)."""
 
+    source = "cache directory"          # what ``stats()["variants_from"]`` counts its hits as
+
     def __init__(self, settings, stats: dict, warn_once, rank: int = 0):
         self.settings = settings
         self.root = settings.directory
@@ -384,6 +386,7 @@ class Session:
         for store in self.stores:
             found, why_here = store.read(kind, key, level, targets)
             if found is not None:
+                found.source = getattr(store, "source", "cache")
                 return found, ""
             if why_here != MISSING:             # the user's directory says why it missed
                 why = why_here
@@ -428,6 +431,8 @@ class Session:
             self._unusable(kernel, "variant", found.path, f"damaged ({type(e).__name__}: {e})")
             return None
         self.stats["hits"]["variant"] += 1
+        served = self.stats["variants_from"]
+        served[found.source] = served.get(found.source, 0) + 1
         if found.marked:
             # A warm process never reads the lowered kernel: mark it used with its variant (the same
             # hourly write), or the size limit would delete the lowered kernels of the kernels in use
@@ -507,6 +512,7 @@ class OwnBundle:
     packed) is passed over in the log only, since the directory serves and stores as usual."""
 
     writable = False
+    source = "cache bundle"
 
     def __init__(self, stats, warn_once, directory, target_key):
         self.stats, self.warn_once = stats, warn_once
