@@ -509,4 +509,5 @@ def test_status_without_a_directory(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "status"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 1
-    assert r.stderr == "error: no bundle directory given and TACK_CACHE_BUNDLES is not set\n", r.stderr
+    assert r.stderr == ("error: no bundle directory given, TACK_CACHE_BUNDLES is not set and no "
+                        "bundles are installed beside Tack (share/tack/bundles)\n"), r.stderr
