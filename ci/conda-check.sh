@@ -61,8 +61,9 @@ render_matrix() {
   [ "$(grep -c -- '^  - tack-cuda-0.1.0-' <<<"$linux")" -eq 1 ] || { echo "linux-64: not one tack-cuda variant" >&2; return 1; }
   ! grep -q 'NOT solvable' <<<"$linux" || { echo "linux-64: an output is not solvable" >&2; return 1; }
   ! grep -q 'cuda_compiler_version\|cuda-version\|cuda-nvcc' "$m" || { echo "the recipe varies on CUDA" >&2; return 1; }
-  grep -q 'run: .*__cuda >=12, cuda-python >=12, python >=3.11,<3.12.0a0, tack 0.1.0 py311' <<<"$linux"
-  grep -q 'run: .*llvmlite >=0.50.0,<0.50.1.0a0, .*python >=3.11,<3.12.0a0' <<<"$linux"
+  local xy='python >=3\.[0-9]+,<3\.[0-9]+\.0a0' xyz='llvmlite >=[0-9]+\.[0-9]+\.[0-9]+,<[0-9]+\.[0-9]+\.[0-9]+\.0a0'
+  grep -Eq "run: .*__cuda >=12, cuda-python >=12, $xy, tack 0\.1\.0 py3" <<<"$linux"
+  grep -Eq "run: .*$xyz, .*$xy" <<<"$linux"
   # osx-arm64: the CPU output only (tack-cuda is skipped: no CUDA on macOS)
   grep -q -- '^  - tack-0.1.0-' <<<"$osx" && ! grep -q -- '^  - tack-cuda-' <<<"$osx"
 }
@@ -81,14 +82,17 @@ packages() {
   # What each package holds and needs, from its own metadata (info/paths.json, info/index.json).
   python - "$PKG" "$PKG_CUDA" >"$S/packages.txt" <<'EOF'
 import json, os, sys, tempfile
+import yaml
 from conda_package_handling.api import extract
-got = {}
+got, hosts = {}, {}
 for path in sys.argv[1:]:
     d = tempfile.mkdtemp()
     extract(path, d)
     paths = [p["_path"] for p in json.load(open(os.path.join(d, "info", "paths.json")))["paths"]]
     index = json.load(open(os.path.join(d, "info", "index.json")))
     got[index["name"]] = (set(paths), index["depends"])
+    with open(os.path.join(d, "info", "recipe", "meta.yaml")) as f:
+        hosts[index["name"]] = yaml.safe_load(f)["requirements"]["host"]
     bundles = sorted(p.rsplit("/", 1)[1] for p in paths if p.startswith("share/tack/bundles/"))
     print(f"{os.path.basename(path)}: {os.path.getsize(path)} bytes; bundles: {', '.join(bundles)}")
     print(f"  depends: {', '.join(index['depends'])}")
@@ -100,9 +104,17 @@ if "share/tack/bundles-build.yaml" not in cpu or "share/tack/bundles-build-cuda.
     problems.append("each package keeps the config its bundles were built from")
 if any(p.startswith("etc/conda/") for p in cpu | cuda):
     problems.append("an activation script: bundles are found beside Tack, with no setting")
-if not all(b in cpu_deps for b in ("llvmlite >=0.50.0,<0.50.1.0a0", "python >=3.11,<3.12.0a0")):
-    problems.append(f"tack: llvmlite x.y.z and Python X.Y are not pinned: {cpu_deps}")
-if "__cuda >=12" not in cuda_deps or not any(d.startswith("tack 0.1.0 py311") for d in cuda_deps):
+# what built the bundles: llvmlite x.y.z and Python X.Y of tack's build (host) environment, as
+# its rendered recipe (info/recipe/meta.yaml) records them
+built = {name: version for name, version, _ in (r.split() for r in hosts["tack"])
+         if name in ("llvmlite", "python")}
+x, y, z = built["llvmlite"].split(".")[:3]
+py = built["python"].split(".")
+want = [f"llvmlite >={x}.{y}.{z},<{x}.{y}.{int(z) + 1}.0a0",
+        f"python >={py[0]}.{py[1]},<{py[0]}.{int(py[1]) + 1}.0a0"]
+if not all(w in cpu_deps for w in want):
+    problems.append(f"tack: llvmlite x.y.z and Python X.Y are not pinned to {want}: {cpu_deps}")
+if "__cuda >=12" not in cuda_deps or not any(d.startswith("tack 0.1.0 py3") for d in cuda_deps):
     problems.append(f"tack-cuda: __cuda >=12 and tack exactly: {cuda_deps}")
 for p in problems:
     print(f"error: {p}", file=sys.stderr)
