@@ -119,9 +119,9 @@ def cmd_bundles_install(args) -> int:
     from . import install
     if args.installed_in is None:
         return install.bundles_install(args.prefix, args.target or (), args.arch or (),
-                                       args.site_config)
+                                       args.site_config, config_name=args.config_name)
     return install.install_here(args.prefix, args.installed_in, args.target or (), args.arch or (),
-                                args.site_config)
+                                args.site_config, config_name=args.config_name)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -197,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--site-config", metavar="FILE",
                     help="a site config: its build.kernels are what the bundles hold; it is "
                     "kept as PREFIX/share/tack/site.yaml, its exports as site-env.json")
+    bi.add_argument("--config-name", metavar="NAME", default="bundles-build",
+                    help="the config the bundles were built from is kept as "
+                    "PREFIX/share/tack/NAME.yaml (default: bundles-build): a package adding "
+                    "bundles to a prefix another one filled names its own")
     bi.add_argument("--in", dest="installed_in", help=argparse.SUPPRESS)
     bi.set_defaults(func=cmd_bundles_install)
     return p

@@ -14,9 +14,11 @@ it makes ``0.1.0+src.<hash>``) therefore makes bundles the installed Tack uses, 
 needs no ``cd`` to get them.
 
 Written beside the bundles, in ``PREFIX/share/tack``: ``bundles-build.yaml`` (the config they
-were built from, for ``bundles rebuild`` and the admin) and, with ``--site-config``, the site
-config itself (``site.yaml``) and its exports (``site-env.json``: what a package's environment
-sets besides ``TACK_CACHE_BUNDLES``).
+were built from, for ``bundles rebuild`` and the admin; with ``--config-name NAME``, ``NAME.yaml``:
+a second package adding bundles to the same prefix, conda's ``tack-cuda`` beside ``tack``, keeps
+its own and leaves the first one's file as it is) and, with ``--site-config``, the site config
+itself (``site.yaml``) and its exports (``site-env.json``: what a package's environment sets
+besides ``TACK_CACHE_BUNDLES``).
 """
 
 from __future__ import annotations
@@ -96,13 +98,26 @@ def build_config(archs, kernels) -> dict:
     return {"version": 1, "build": {"archs": by_kind, "kernels": kernels}}
 
 
+#: The name (without ``.yaml``) of the build config written beside the bundles, by default.
+CONFIG_NAME = "bundles-build"
+
+
+def config_file(name) -> str:
+    """``NAME.yaml``, the build config's file name in ``PREFIX/share/tack``; SiteError for a name
+    that is not a plain file name."""
+    if not name or name in (".", "..") or "/" in name or os.sep in name or name.startswith("."):
+        raise SiteError(f"bundles install: --config-name {name!r} is not a plain file name")
+    return f"{name}.yaml"
+
+
 def bundles_install(prefix, targets=(), archs=(), site_config=None, out=sys.stdout,
-                    err=sys.stderr) -> int:
+                    err=sys.stderr, config_name=CONFIG_NAME) -> int:
     """Build and check ``prefix``'s bundles with the Tack installed there, in a new Python (see
     the module's doc); its exit status."""
     if not os.path.isdir(prefix):
         raise SiteError(f"bundles install: {prefix} is not a directory")
     prefix = os.path.abspath(prefix)
+    config_file(config_name)
     site = installed_tack(prefix)
     if site_config is not None:
         if not os.path.isfile(site_config):
@@ -118,6 +133,8 @@ def bundles_install(prefix, targets=(), archs=(), site_config=None, out=sys.stdo
         args += ["--arch", a]
     if site_config:
         args += ["--site-config", site_config]
+    if config_name != CONFIG_NAME:
+        args += ["--config-name", config_name]
     # cwd: the installed packages' own directory, which Python puts first on the path.
     try:
         streams = {"stdout": out.fileno(), "stderr": err.fileno()}
@@ -133,7 +150,7 @@ def bundles_install(prefix, targets=(), archs=(), site_config=None, out=sys.stdo
 
 
 def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.stdout,
-                 err=sys.stderr) -> int:
+                 err=sys.stderr, config_name=CONFIG_NAME) -> int:
     """The work of ``bundles install``, in the Python that imports the Tack of ``site``."""
     import tack
     from .build import build_bundles, bundles_check
@@ -143,6 +160,7 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     if here != os.path.realpath(os.path.join(site, "tack")):
         raise SiteError(f"bundles install: this Python imports Tack from {here}, not the one "
                         f"installed in {prefix} ({site})")
+    config_path = os.path.join(share_dir(prefix), config_file(config_name))
     kernels = DEFAULT_KERNELS
     share = share_dir(prefix)
     os.makedirs(share, exist_ok=True)
@@ -164,7 +182,6 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     except ArchError as e:
         raise SiteError(f"bundles install: {e}") from None
     import yaml
-    config_path = os.path.join(share, "bundles-build.yaml")
     with open(config_path, "w", encoding="utf-8") as f:
         f.write("# The config these bundles were built from (python -m tack.site bundles install)\n")
         yaml.safe_dump(build_config(wanted, kernels), f, sort_keys=False)

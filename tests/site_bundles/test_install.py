@@ -113,3 +113,28 @@ def test_install_refuses_an_arch_tack_does_not_build(tmp_path):
                        timeout=600)
     assert r.returncode == 1 and not (prefix / "share" / "tack" / "bundles").exists()
     assert "error: bundles install: cpu:zen9: archspec knows no such CPU" in r.stderr, r.stderr
+
+
+def test_a_second_install_into_the_prefix_keeps_the_first_ones_config(tmp_path):
+    """conda's tack-cuda adds PTX bundles to the prefix tack filled: with --config-name it writes
+    its own config (conda-build packages only the files an output adds, so a rewritten
+    bundles-build.yaml would be left out of tack-cuda and change tack's file in the build prefix),
+    leaves the first one's as it was, and the check runs over every bundle there."""
+    prefix, _ = installed_prefix(tmp_path)
+    share = prefix / "share" / "tack"
+    run = dict(cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+               timeout=600)
+    cmd = [sys.executable, "-m", "tack.site", "bundles", "install", str(prefix)]
+    first = subprocess.run(cmd + ["--arch", "cpu:x86_64_v2", "--target", "host"], **run)
+    assert first.returncode == 0, first.stdout + first.stderr
+    cpu_config = (share / "bundles-build.yaml").read_bytes()
+    second = subprocess.run(cmd + ["--arch", "cuda:sm_70", "--config-name", "bundles-build-cuda"],
+                            **run)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "nothing compiled" in second.stdout, second.stdout
+    assert (share / "bundles-build.yaml").read_bytes() == cpu_config
+    assert load(str(share / "bundles-build-cuda.yaml")).archs() == ["cuda:sm_70"]
+    metas = [bundle.read(str(share / "bundles" / n)).meta for n in os.listdir(share / "bundles")]
+    assert "cuda:sm_70" in {m["arch"] for m in metas} and {m["tack"] for m in metas} == {__version__}
+    bad = subprocess.run(cmd + ["--arch", "cuda:sm_70", "--config-name", "../x"], **run)
+    assert bad.returncode == 1 and "is not a plain file name" in bad.stderr, bad.stderr
