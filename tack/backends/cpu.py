@@ -24,7 +24,7 @@ from ..archs import ArchError, resolve
 from ..codegen import I8, I64, declare_intrinsic, lltype
 from .arch_names import llvm_cpu
 from .argument_layout import array_fields
-from .cpu_identity import CODEGEN, arch_key, host_key
+from .cpu_identity import CODEGEN, LIMITS, arch_key, host_key
 from .cpu_loader import load_object
 
 _init_lock = threading.Lock()
@@ -70,6 +70,7 @@ class CPUTarget:
             features = llvm.get_host_cpu_features().flatten() if host else ""
         self.features = features
         self.opt = CODEGEN["opt"]
+        self.block_limit = LIMITS["block"]
         self.triple = triple or llvm.get_process_triple()
         self.arch = arch
         target = llvm.Target.from_triple(self.triple)
@@ -181,7 +182,26 @@ class CPUTarget:
         pto.slp_vectorization = True
         pb = llvm.create_pass_builder(self.machine, pto)
         pb.getModulePassManager().run(mod, pb)
-        return mod
+        return self.cut_long_blocks(mod, module)
+
+    def cut_long_blocks(self, mod, module: ir.Module):
+        """``mod`` (optimized) with its basic blocks of more than ``block_limit`` instructions
+        cut (``backends.long_blocks``: instruction selection and scheduling are superlinear in
+        a block's length).  Only a module that had that many instructions before optimizing
+        is looked at (the middle end's unrolling stays far below the limit): a small kernel
+        pays nothing."""
+        limit = self.block_limit
+        size = 0
+        for fn in module.functions:
+            for block in fn.blocks:
+                size += len(block.instructions)
+        if size <= limit:
+            return mod
+        from .long_blocks import cut
+        text, cuts = cut(str(mod), limit)
+        if not cuts:
+            return mod
+        return llvm.parse_assembly(text)
 
     def emit_object(self, optimized) -> bytes:
         return self.machine.emit_object(optimized)

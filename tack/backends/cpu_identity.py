@@ -106,12 +106,24 @@ def _llvmlite_version() -> str:
 CODEGEN = {"opt": 3, "reloc": "static", "codemodel": "large"}
 
 
+def _block_limit() -> int:
+    raw = os.environ.get("TACK_TEST_BLOCK_LIMIT", "").strip()
+    return max(1, int(raw)) if raw.isdigit() else 2000
+
+
+# The longest basic block instruction selection is given: longer ones are cut
+# (``backends.long_blocks``, ``CPUTarget.optimize``); it enters the target keys with
+# CODEGEN, as the code may differ.  TACK_TEST_BLOCK_LIMIT (read once per process) sets
+# another, for tests to cut small kernels' blocks.
+LIMITS = {"block": _block_limit()}
+
+
 def host_key() -> str:
     """Target key of code compiled on this host for this host (the user's own cache)."""
     global _host_key
     if _host_key is None:
         _host_key = digest("target", ("backend", KIND), ("host", host_cpu_identity()),
-                           ("codegen", CODEGEN))
+                           ("codegen", CODEGEN), ("limits", LIMITS))
     return _host_key
 
 
@@ -119,7 +131,7 @@ def arch_key(arch: str, llvm: str | None = None) -> str:
     """Target key of code compiled ahead of time for the archspec microarchitecture ``arch``
     (a bare name: ``zen3``) with LLVM ``llvm`` (this node's by default)."""
     return digest("target", ("backend", KIND), ("arch", arch),
-                  ("llvm", llvm or llvm_version()), ("codegen", CODEGEN))
+                  ("llvm", llvm or llvm_version()), ("codegen", CODEGEN), ("limits", LIMITS))
 
 
 _llvm_version = None
