@@ -105,27 +105,41 @@ step "spack spec -l py-tack" spack spec -l py-tack
 # +cuda: PTX needs LLVM alone, the runtime binding is py-cuda-bindings: no CUDA toolkit dependency
 step "spack spec py-tack +cuda cuda_arch=90 +mpi (its dependencies)" \
   expect_deps "py-cuda-bindings py-mpi4py" "cuda" py-tack +cuda cuda_arch=90 +mpi
-# +rocm: ld.lld from llvm-amdgpu (build); nothing links HIP or the HSA runtime
-step "spack spec py-tack +rocm amdgpu_target=gfx90a +spirv (its dependencies)" \
-  expect_deps "llvm-amdgpu" "hip hsa-rocr-dev" py-tack +rocm amdgpu_target=gfx90a +spirv
 step "spack spec -l py-tack ~bundles" spack spec -l py-tack ~bundles
 step "spack spec py-tack +cuda (conflict: no cuda_arch)" \
   expect_failure "+cuda builds CUDA bundles for the GPUs cuda_arch names" spack spec py-tack +cuda
 
 [ -n "$KIT" ] || { echo "SPACK_ROOT/clone: Python and its dependencies are not externals here; stopping after concretization"; print_times; exit 0; }
 
+# kit_scope DIR SED: a configuration scope whose packages are the kit's (its gcc, the externals)
+# edited by SED, and only those; for concretizing specs this host cannot build.
+kit_scope() {
+  mkdir -p "$1"
+  { echo "packages::"
+    sed -n '/^  gcc:/,$p' "$SPACK_USER_CONFIG_PATH/packages.yaml"
+    sed -n '/^packages:/,$p' "$S/spack/spack/etc/spack/site/packages.yaml" | tail -n +2
+  } | sed -E "$2" >"$1/packages.yaml"
+}
+
+# -- +rocm: ld.lld from llvm-amdgpu (build); nothing links HIP or the HSA runtime ----------------
+# llvm-amdgpu is built with a Fortran compiler, which this host lacks: a scope declares the host's
+# gcc with Fortran too (concretization only: nothing is built).
+rocm_spec() {
+  kit_scope "$S/fortran-scope" "s/languages:='c,c\+\+'/languages:='c,c++,fortran'/"
+  SPACK_GLOBAL=(-C "$S/fortran-scope")
+  local rc=0
+  expect_deps "llvm-amdgpu" "hip hsa-rocr-dev" py-tack +rocm amdgpu_target=gfx90a +spirv || rc=$?
+  SPACK_GLOBAL=(); return $rc
+}
+step "spack spec py-tack +rocm amdgpu_target=gfx90a +spirv (its dependencies)" rocm_spec
+
 # -- an aarch64 target (Graviton3's default, neoverse_v1), concretized on this x86-64 host ---------
 # Spack concretizes only host-compatible targets, and the externals are this host's: a scope of
 # its own declares the same externals (and gcc) for aarch64, and host_compatible:false lets the
 # target leave the host's family.  Concretization only: nothing here could run aarch64 code.
 aarch64_spec() {
-  local scope="$S/aarch64-scope"
-  mkdir -p "$scope"
-  { echo "packages::"   # this scope's packages only: the kit's externals, as aarch64 ones
-    sed -n '/^  gcc:/,$p' "$SPACK_USER_CONFIG_PATH/packages.yaml"
-    sed -n '/^packages:/,$p' "$S/spack/spack/etc/spack/site/packages.yaml" | tail -n +2
-  } | sed -E 's/^(    - spec: .*)$/\1 target=aarch64/' >"$scope/packages.yaml"
-  SPACK_GLOBAL=(-C "$scope" -c concretizer:targets:host_compatible:false)
+  kit_scope "$S/aarch64-scope" 's/^(    - spec: .*)$/\1 target=aarch64/'
+  SPACK_GLOBAL=(-C "$S/aarch64-scope" -c concretizer:targets:host_compatible:false)
   local out rc=0
   out="$(expect_deps "python-venv" "" py-tack target=neoverse_v1)" || rc=$?
   SPACK_GLOBAL=(); echo "$out"
