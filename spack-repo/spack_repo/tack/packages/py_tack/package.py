@@ -44,8 +44,8 @@ class PyTack(PythonPackage):
     # here in a CI-local copy of this repository (docs/deploy.md, "Versions and checksums").
     version("0.1.0", sha256="2864a41fd5a5eb8b0ae27db5b0d65b5c323697a0fce710ae70a4906f1d98a4af")
 
-    # sticky: the concretizer would otherwise turn bundles off to save building a tool
-    # (llvm-amdgpu for +rocm), and the install would hold none
+    # sticky (here and for the GPU names): the concretizer would otherwise turn bundles off to
+    # save building a tool (llvm-amdgpu for +rocm), or pick GPUs no one asked for
     variant(
         "bundles",
         default=True,
@@ -56,6 +56,7 @@ class PyTack(PythonPackage):
     variant("cuda", default=False, description="CUDA: PTX bundles for cuda_arch, and the runtime")
     variant(
         "cuda_arch",
+        sticky=True,
         values=any_combination_of(*CUDA_ARCHS),
         when="+cuda",
         description="NVIDIA compute capabilities to build PTX for (cuda:sm_XX)",
@@ -63,6 +64,7 @@ class PyTack(PythonPackage):
     variant("rocm", default=False, description="ROCm: code object bundles for amdgpu_target")
     variant(
         "amdgpu_target",
+        sticky=True,
         values=any_combination_of(*AMD_GPUS),
         when="+rocm",
         description="AMD GPUs to build code objects for (rocm:gfxNNN)",
