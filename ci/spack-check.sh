@@ -279,9 +279,9 @@ write_site_scope() {
 import sys, yaml
 from tack.site.config import load
 env = {k: v for k, v in load(sys.argv[1]).exports().items() if k != "TACK_CACHE_BUNDLES"}
-py_tack = {"py-tack": {"environment": {"set": env}}}
+modules = {kind: {"py-tack": {"environment": {"set": dict(env)}}} for kind in ("lmod", "tcl")}
 print("# the site's Tack settings, for the module files Spack generates (from tests/packaging/site.yaml)")
-print(yaml.safe_dump({"modules": {"default": {"lmod": py_tack, "tcl": py_tack}}}, sort_keys=False), end="")
+print(yaml.safe_dump({"modules": {"default": modules}}, sort_keys=False), end="")
 PY
   cat "$SITE_SCOPE/modules.yaml"
   spack -C "$SITE_SCOPE" module lmod refresh -y >/dev/null && spack -C "$SITE_SCOPE" module tcl refresh -y >/dev/null
