@@ -4,6 +4,8 @@
 # modules with the real module tools) and run the contour served from the installed bundle; push
 # the install to a build cache and install it from there alone into another install root, where
 # the relocated copy serves the contour and passes the package's stand-alone tests (spack test run).
+# Also: spack style on the package, the dependencies each GPU variant brings, an aarch64 target
+# concretized, and a site's settings given the Spack way (modules.yaml `environment: set`).
 #
 #   ci/spack-check.sh [SCRATCH]
 #
@@ -16,6 +18,7 @@ cd "$(dirname "$0")/.."
 . ci/lib.sh
 scratch_dir spack-check "${1:-}"
 SITE="$ROOT/tests/packaging/site.yaml"
+PACKAGE_PY=spack-repo/spack_repo/tack/packages/py_tack/package.py
 
 # -- the release version's sdist and a CI-local copy of the repository with its sha256 -------------
 step "sdist (python -m build --sdist)" build_sdist "$S" || exit 1
@@ -29,7 +32,8 @@ echo "py-tack@0.1.0: committed sha256 $committed; this checkout's sdist $SHA ($S
 
 # -- Spack -----------------------------------------------------------------------------------------
 KIT=""
-if [ -n "${SPACK_ROOT:-}" ]; then
+OWN_SPACK="${SPACK_ROOT:-}"
+if [ -n "$OWN_SPACK" ]; then
   . "$SPACK_ROOT/share/spack/setup-env.sh"
 elif [ -f "$TOOLS/spack/setup.sh" ]; then
   KIT=1
@@ -57,14 +61,91 @@ spack repo remove --scope user tack >/dev/null 2>&1 || true
 step "spack repo add" spack repo add --scope user "$S/repo/spack_repo/tack"
 step "spack audit packages py-tack" spack audit packages py-tack
 step "spack info py-tack" spack info py-tack >"$S/spack-info.txt"
-grep -E "^    (bundles|mpi|level_zero|site_config|cuda|rocm) " "$S/spack-info.txt"
+grep -E "^    (bundles|mpi|spirv|cuda|rocm|cuda_arch|amdgpu_target) " "$S/spack-info.txt"
+
+# -- spack style: flake8 (99 columns) and black, as Spack checks a package ---------------------------
+# flake8 and black from PyPI, at the versions spack-packages' own style check pins.  Spack's
+# .flake8 lets package files under var/spack/ star-import spack.package: the package is checked
+# there, as a copy (anywhere else Spack's configuration would take it for library code).
+spack_style() {
+  [ -z "$OWN_SPACK" ] || { echo "SPACK_ROOT is your own Spack: nothing is written into it, no style check"; return 0; }
+  if [ ! -x "$S/venv-style/bin/black" ]; then
+    /usr/bin/python3 -m venv "$S/venv-style" &&
+      "$S/venv-style/bin/pip" install -q black==25.1.0 flake8==7.2.0 2>&1 | grep -v '^WARNING: Location' || true
+  fi
+  local d="$SPACK_ROOT/var/spack/tack-style"
+  rm -rf "$d" && mkdir -p "$d" && cp "$PACKAGE_PY" "$d/package.py"
+  PATH="$S/venv-style/bin:$PATH" spack style -t flake8,black "$d/package.py"
+}
+
+# direct_deps SPEC...: concretize SPEC, print the root's variants and its direct dependencies
+SPACK_GLOBAL=()     # spack's own options for direct_deps (a configuration scope)
+direct_deps() {
+  spack "${SPACK_GLOBAL[@]}" spec --json "$@" | python3 -c '
+import json, sys
+root = json.load(sys.stdin)["spec"]["nodes"][0]
+print("variants:", " ".join(f"{k}={v}" for k, v in sorted(root["parameters"].items())
+                            if k in ("bundles", "cuda", "rocm", "spirv", "cuda_arch", "amdgpu_target")))
+t = root["arch"]["target"]
+print("target:", t["name"] if isinstance(t, dict) else t)
+for d in root["dependencies"]:
+    print("depends on", d["name"], ",".join(d["parameters"]["deptypes"]))'
+}
+# expect_deps WANT NOT SPEC...: the root keeps +bundles, depends on each of WANT, on none of NOT
+expect_deps() {
+  local want="$1" not="$2" out; shift 2
+  out="$(direct_deps "$@")" || return 1
+  echo "$out"
+  grep -q "^variants: .*bundles=True" <<<"$out" || { echo "the concretizer turned bundles off" >&2; return 1; }
+  for d in $want; do grep -q "^depends on $d " <<<"$out" || { echo "no dependency on $d" >&2; return 1; }; done
+  for d in $not; do ! grep -q "^depends on $d " <<<"$out" || { echo "a dependency on $d" >&2; return 1; }; done
+}
+step "spack style -t flake8,black (package.py)" spack_style
 step "spack spec -l py-tack" spack spec -l py-tack
-step "spack spec -l py-tack +cuda cuda_arch=90 +mpi" spack spec -l py-tack +cuda cuda_arch=90 +mpi
+# +cuda: PTX needs LLVM alone, the runtime binding is py-cuda-bindings: no CUDA toolkit dependency
+step "spack spec py-tack +cuda cuda_arch=90 +mpi (its dependencies)" \
+  expect_deps "py-cuda-bindings py-mpi4py" "cuda" py-tack +cuda cuda_arch=90 +mpi
 step "spack spec -l py-tack ~bundles" spack spec -l py-tack ~bundles
 step "spack spec py-tack +cuda (conflict: no cuda_arch)" \
   expect_failure "+cuda builds CUDA bundles for the GPUs cuda_arch names" spack spec py-tack +cuda
 
 [ -n "$KIT" ] || { echo "SPACK_ROOT/clone: Python and its dependencies are not externals here; stopping after concretization"; print_times; exit 0; }
+
+# kit_scope DIR SED: a configuration scope whose packages are the kit's (its gcc, the externals)
+# edited by SED, and only those; for concretizing specs this host cannot build.
+kit_scope() {
+  mkdir -p "$1"
+  { echo "packages::"
+    sed -n '/^  gcc:/,$p' "$SPACK_USER_CONFIG_PATH/packages.yaml"
+    sed -n '/^packages:/,$p' "$S/spack/spack/etc/spack/site/packages.yaml" | tail -n +2
+  } | sed -E "$2" >"$1/packages.yaml"
+}
+
+# -- +rocm: ld.lld from llvm-amdgpu (build); nothing links HIP or the HSA runtime ----------------
+# llvm-amdgpu is built with a Fortran compiler, which this host lacks: a scope declares the host's
+# gcc with Fortran too (concretization only: nothing is built).
+rocm_spec() {
+  kit_scope "$S/fortran-scope" "s/languages:='c,c\+\+'/languages:='c,c++,fortran'/"
+  SPACK_GLOBAL=(-C "$S/fortran-scope")
+  local rc=0
+  expect_deps "llvm-amdgpu" "hip hsa-rocr-dev" py-tack +rocm amdgpu_target=gfx90a +spirv || rc=$?
+  SPACK_GLOBAL=(); return $rc
+}
+step "spack spec py-tack +rocm amdgpu_target=gfx90a +spirv (its dependencies)" rocm_spec
+
+# -- an aarch64 target (Graviton3's default, neoverse_v1), concretized on this x86-64 host ---------
+# Spack concretizes only host-compatible targets, and the externals are this host's: a scope of
+# its own declares the same externals (and gcc) for aarch64, and host_compatible:false lets the
+# target leave the host's family.  Concretization only: nothing here could run aarch64 code.
+aarch64_spec() {
+  kit_scope "$S/aarch64-scope" 's/^(    - spec: .*)$/\1 target=aarch64/'
+  SPACK_GLOBAL=(-C "$S/aarch64-scope" -c concretizer:targets:host_compatible:false)
+  local out rc=0
+  out="$(expect_deps "python-venv" "" py-tack target=neoverse_v1)" || rc=$?
+  SPACK_GLOBAL=(); echo "$out"
+  [ $rc -eq 0 ] && grep -qx "target: neoverse_v1" <<<"$out"
+}
+step "spack spec py-tack target=neoverse_v1 (+bundles; aarch64 externals)" aarch64_spec
 
 # The real module tools, each in a clean shell (Lmod from apt; Environment Modules as ci/run-tests.sh
 # installs it).
@@ -140,26 +221,23 @@ standalone_tests() {  # spack test run, then its results; fails if a test failed
 }
 step "spack test run py-tack (other root: stand-alone tests)" relocated standalone_tests
 
-# -- install with a site config (its settings exported by spack load and the modules) ------------
-step "spack install --test=root py-tack site_config=tests/packaging/site.yaml" \
-  spack install --fail-fast --test=root py-tack site_config="$SITE"
-PLAIN="$(spack find --format '{prefix}' py-tack site_config=none)"
-SITED="$(spack find --format '{prefix}' py-tack site_config="$SITE")"
-for prefix in "$PLAIN" "$SITED"; do
+# -- figures of the install -------------------------------------------------------------------------
+PLAIN="$(spack find --format '{prefix}' py-tack)"
+for prefix in "$PLAIN"; do
   echo "--- $prefix"
   python3 - "$prefix/.spack/install_times.json" "$prefix/.spack/spack-build-out.txt.gz" <<'PY'
 import datetime, gzip, json, re, sys
 t = json.load(open(sys.argv[1]))
 print("py-tack build: " + ", ".join(f"{p['name']} {p['seconds']:.1f} s" for p in t["phases"])
       + f"; total {t['total']:.1f} s")
-# bundle building: from Spack's log line running `bundles build` to the log's next line
+# bundle building: from Spack's log line running `bundles install` to the log's next line
 stamps = [(datetime.datetime.strptime(m[1], "%Y-%m-%d-%H:%M:%S.%f"), line)
           for line in gzip.open(sys.argv[2], "rt") if (m := re.match(r"==> \[([^]]+)\]", line))]
 for (t0, line), (t1, _) in zip(stamps, stamps[1:]):
-    if "'bundles' 'build'" in line:
-        print(f"bundle building (python -m tack.site bundles build, in the install): {(t1 - t0).total_seconds():.2f} s")
+    if "'bundles' 'install'" in line:
+        print(f"bundles install (build + check, in the install): {(t1 - t0).total_seconds():.2f} s")
 PY
-  zcat "$prefix/.spack/spack-build-out.txt.gz" | sed -n '/^arch *kernels/,/^==>/p' | grep -v '^==>'
+  zcat "$prefix/.spack/spack-build-out.txt.gz" | sed -n '/^arch *kernels/,/^bundles install: checked/p'
   ls -l "$prefix/share/tack/bundles"
   grep -h "served from the bundles" "$prefix/.spack/install-time-test-log.txt"
 done | tee "$S/spack-figures.txt"
@@ -168,29 +246,47 @@ done | tee "$S/spack-figures.txt"
   echo "  relocated to $TREE2 (install tree $(echo -n "$TREE2" | wc -c) characters long; built in one of $(echo -n "$S/spack/spack-install" | wc -c))"
 } | tee -a "$S/spack-figures.txt"
 
-# -- spack load --------------------------------------------------------------------------------------
+# -- spack load: TACK_CACHE_BUNDLES is prepended to, not overwritten ---------------------------------
 check_load() {
-  ( spack load "$@"
+  ( export TACK_CACHE_BUNDLES=/a/site/bundle/dir
+    spack load "$@"
     cd /tmp
     env | grep '^TACK_CACHE' | sort
-    python3 -m tack.site bundles check )
+    [ "$TACK_CACHE_BUNDLES" = "$PLAIN/share/tack/bundles:/a/site/bundle/dir" ] \
+      || { echo "spack load did not prepend the install's bundles to TACK_CACHE_BUNDLES" >&2; exit 1; }
+    python3 -m tack.site bundles check "$PLAIN/share/tack/bundles" )
 }
-step "spack load py-tack + contour from the bundle" check_load py-tack site_config=none
+step "spack load py-tack (TACK_CACHE_BUNDLES prepended) + contour from the bundle" check_load py-tack
 
 # -- modules, loaded with the real module systems ----------------------------------------------------
 step "spack module tcl refresh + lmod refresh" bash -c "spack module tcl refresh -y >/dev/null && spack module lmod refresh -y >/dev/null"
 MODS="$S/spack/spack-modules"
-LMOD_PLAIN="$(spack module lmod find py-tack site_config=none)"
-LMOD_SITED="$(spack module lmod find py-tack site_config="$SITE")"
-TCL_PLAIN="$(spack module tcl find py-tack site_config=none)"
-TCL_SITED="$(spack module tcl find py-tack site_config="$SITE")"
+LMOD_NAME="$(spack module lmod find py-tack)"
+TCL_NAME="$(spack module tcl find py-tack)"
 step "Lmod: module load py-tack (Spack's) + contour" \
-  in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_PLAIN"
+  in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_NAME"
 step "Tcl (Environment Modules): module load py-tack + contour" \
-  in_module_shell "$TCL_INIT" "$(echo "$MODS"/tcl/linux-*)" "$TCL_PLAIN"
+  in_module_shell "$TCL_INIT" "$(echo "$MODS"/tcl/linux-*)" "$TCL_NAME"
 
-# The site config's settings: Spack's modules and spack load export what the site tool's own
-# module files (python -m tack.site modules) do; TACK_CACHE_BUNDLES is the install's bundles.
+# -- a site's settings, the Spack way: modules.yaml `environment: set` in a scope of the site's ----
+# Nothing of them is in the package or its hash.  The scope is written from the site config, so
+# that Spack's modules set what the site tool's own module files (python -m tack.site modules) do;
+# TACK_CACHE_BUNDLES stays the install's bundles.
+SITE_SCOPE="$S/site-scope"
+write_site_scope() {
+  mkdir -p "$SITE_SCOPE"
+  PYTHONPATH="$ROOT" "$S/venv-ext/bin/python" - "$SITE" >"$SITE_SCOPE/modules.yaml" <<'PY' || return 1
+import sys, yaml
+from tack.site.config import load
+env = {k: v for k, v in load(sys.argv[1]).exports().items() if k != "TACK_CACHE_BUNDLES"}
+modules = {kind: {"py-tack": {"environment": {"set": dict(env)}}} for kind in ("lmod", "tcl")}
+print("# the site's Tack settings, for the module files Spack generates (from tests/packaging/site.yaml)")
+print(yaml.safe_dump({"modules": {"default": modules}}, sort_keys=False), end="")
+PY
+  cat "$SITE_SCOPE/modules.yaml"
+  spack -C "$SITE_SCOPE" module lmod refresh -y >/dev/null && spack -C "$SITE_SCOPE" module tcl refresh -y >/dev/null
+}
+step "site settings: modules.yaml environment: set (scope $SITE_SCOPE) + module refresh" write_site_scope
 site_module_env() {
   rm -rf "$S/site-modules"
   # The site tool's module files, rendered by this checkout's Tack (with the externals' venv:
@@ -202,21 +298,20 @@ compare_site_settings() {
   local want; want="$(site_module_env)"
   echo "python -m tack.site modules (Lmod) exports:"; echo "$want" | sed 's/^/  /'
   local how got
-  for how in lmod tcl load; do
+  for how in lmod tcl; do
     case $how in
-      lmod) got="$(in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_SITED")" ;;
-      tcl)  got="$(in_module_shell "$TCL_INIT" "$(echo "$MODS"/tcl/linux-*)" "$TCL_SITED")" ;;
-      load) got="$(check_load py-tack site_config="$SITE")" ;;
+      lmod) got="$(in_module_shell "$LMOD_INIT" "$(echo "$MODS"/lmod/linux-*/Core)" "$LMOD_NAME")" ;;
+      tcl)  got="$(in_module_shell "$TCL_INIT" "$(echo "$MODS"/tcl/linux-*)" "$TCL_NAME")" ;;
     esac
     if [ "$(echo "$got" | grep '^TACK_CACHE' | grep -v '^TACK_CACHE_BUNDLES=')" != "$want" ]; then
-      echo "$how: the site config's settings differ:" >&2; echo "$got" >&2; return 1
+      echo "$how: the site's settings differ:" >&2; echo "$got" >&2; return 1
     fi
-    echo "$got" | grep -qx "TACK_CACHE_BUNDLES=$SITED/share/tack/bundles" \
+    echo "$got" | grep -qx "TACK_CACHE_BUNDLES=$PLAIN/share/tack/bundles" \
       || { echo "$how: TACK_CACHE_BUNDLES is not the install's bundles" >&2; echo "$got" >&2; return 1; }
-    echo "$how: same settings as the site tool's module; TACK_CACHE_BUNDLES=$SITED/share/tack/bundles; contour served from the bundle"
+    echo "$how: same settings as the site tool's module; TACK_CACHE_BUNDLES=$PLAIN/share/tack/bundles; contour served from the bundle"
   done
 }
-step "site_config: Lmod, Tcl and spack load set what tack.site modules sets" compare_site_settings
+step "site settings: Lmod and Tcl set what tack.site modules sets" compare_site_settings
 
 echo; echo "=== figures ==="; cat "$S/spack-figures.txt"
 print_times

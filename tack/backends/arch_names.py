@@ -83,6 +83,14 @@ CPU_TRIPLES = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown
 # archspec gives clang's flags; where clang's CPU name is not LLVM's: POWER CPUs as GCC spells
 # them (-mcpu=power9 -> pwr9), and the first Armv8 level (-march=armv8-a), LLVM's generic AArch64.
 LLVM_CPU_NAMES = {**{f"power{n}": f"pwr{n}" for n in range(7, 12)}, "armv8-a": "generic"}
+# archspec's microarchitectures whose clang flags name no CPU (a -march= level with extensions,
+# written for clangs older than the core): the LLVM CPU and features Tack builds each with.  A
+# Neoverse core is LLVM's CPU of its name (archspec's flags for GCC say -mcpu=neoverse-n1 too);
+# an Arm architecture level is LLVM's generic AArch64 CPU with that level's feature.  The one
+# table from archspec's names to LLVM's: packages (Spack's target=) pass archspec names to Tack.
+LLVM_CPUS = {"neoverse_n1": ("neoverse-n1", ""), "neoverse_v1": ("neoverse-v1", ""),
+             **{f"armv8.{n}a": ("generic", f"+v8.{n}a") for n in range(1, 7)},
+             "armv9.0a": ("generic", "+v9a"), "armv9.2a": ("generic", "+v9.2a")}
 
 
 SHOWN_IN_FULL = 8       # a refusal lists a kind's names when it has no more than this; else close ones
@@ -189,10 +197,15 @@ def cpu_site_facts(name: str) -> dict:
             "rank": len(spec.ancestors), "targets": targets, "arm_vendors": arm_vendors}
 
 
-def llvm_cpu(name: str, llvm_major: int) -> tuple[str, str, str]:
-    """(triple, LLVM CPU name, clang flag) for the archspec microarchitecture ``name``, from
-    archspec's flags for the clang of LLVM ``llvm_major``; ArchError if archspec gives none."""
+def llvm_cpu(name: str, llvm_major: int) -> tuple[str, str, str, str]:
+    """(triple, LLVM CPU name, LLVM features, what it came from) for the archspec
+    microarchitecture ``name``: ``LLVM_CPUS``'s entry, else the CPU of archspec's flags for the
+    clang of LLVM ``llvm_major``; ArchError if archspec gives none."""
     spec = cpu_microarch(KINDS["cpu"].resolve(name))
+    triple = CPU_TRIPLES[spec.family.name]
+    if name in LLVM_CPUS:
+        cpu, features = LLVM_CPUS[name]
+        return triple, cpu, features, f"Tack's table: {cpu}{' ' + features if features else ''}"
     try:
         flags = spec.optimization_flags("clang", f"{llvm_major}.0")
     except Exception as e:                      # noqa: BLE001 - archspec's own error types
@@ -200,7 +213,7 @@ def llvm_cpu(name: str, llvm_major: int) -> tuple[str, str, str]:
     for flag in flags.split():
         if flag.startswith(("-march=", "-mcpu=")):
             cpu = flag.split("=", 1)[1]
-            return CPU_TRIPLES[spec.family.name], LLVM_CPU_NAMES.get(cpu, cpu), flag
+            return triple, LLVM_CPU_NAMES.get(cpu, cpu), "", flag
     raise ArchError(f"archspec gives no CPU name for cpu:{name} with clang {llvm_major} "
                     f"(flags: {flags!r})")
 

@@ -240,33 +240,36 @@ def target(name: str | None = None) -> CPUTarget:
     kind, arch = resolve(name)
     if kind != "cpu":
         raise ArchError(f"{kind}:{arch}: the CPU backend builds cpu: archs only")
-    triple, cpu = llvm_target(arch)
-    return CPUTarget(cpu=cpu, features="", triple=triple, arch=arch)
+    triple, cpu, features = llvm_target(arch)
+    return CPUTarget(cpu=cpu, features=features, triple=triple, arch=arch)
 
 
 def llvm_target(arch: str):
-    """(triple, LLVM CPU name) for an archspec microarchitecture (zen3 -> x86_64, znver3).
+    """(triple, LLVM CPU name, LLVM features) for an archspec microarchitecture (zen3 ->
+    x86_64, znver3, no features; armv8.2a -> aarch64, generic, +v8.2a).
 
-    The CPU name comes from archspec's flags for the clang of this LLVM's
-    version (``arch_names.llvm_cpu``); ArchError if this LLVM does not know
-    it (it would build generic code for the family, not code for ``arch``).
+    From the registry's one table of archspec's names to LLVM's, else archspec's flags for
+    the clang of this LLVM's version (``arch_names.llvm_cpu``); ArchError if this LLVM does
+    not know the CPU or a feature (it would build generic code for the family, not code for
+    ``arch``).
     """
     major = llvm.llvm_version_info[0]
-    triple, cpu, flag = llvm_cpu(arch, major)
-    if not llvm_knows_cpu(triple, cpu):
+    triple, cpu, features, flag = llvm_cpu(arch, major)
+    if not llvm_knows_cpu(triple, cpu, features):
         raise ArchError(f"LLVM {major} does not recognise the CPU {cpu!r} that archspec gives "
                         f"for cpu:{arch} ({flag}); it would build generic "
                         f"{triple.split('-')[0]} code, so cpu:{arch} is not built")
-    return triple, cpu
+    return triple, cpu, features
 
 
-def llvm_knows_cpu(triple: str, cpu: str) -> bool:
-    """Does this LLVM know ``cpu`` for ``triple``?
+def llvm_knows_cpu(triple: str, cpu: str, features: str = "") -> bool:
+    """Does this LLVM know ``cpu`` (and each of ``features``) for ``triple``?
 
     llvmlite has no list of CPU names; for one it does not know, LLVM prints
     "'X' is not a recognized processor for this target (ignoring processor)"
-    to file descriptor 2 and goes on with generic code.  That warning is
-    captured (fd 2 redirected around the call) and taken as the answer.
+    (or "... feature ...") to file descriptor 2 and goes on with generic code.
+    That warning is captured (fd 2 redirected around the call) and taken as
+    the answer.
     """
     import os
     import sys
@@ -279,14 +282,14 @@ def llvm_knows_cpu(triple: str, cpu: str) -> bool:
         with tempfile.TemporaryFile() as captured:
             os.dup2(captured.fileno(), 2)
             try:
-                machine.create_target_machine(cpu=cpu)
+                machine.create_target_machine(cpu=cpu, features=features)
             finally:
                 os.dup2(saved, 2)
             captured.seek(0)
             warning = captured.read().decode("utf-8", "replace")
     finally:
         os.close(saved)
-    return "not a recognized processor" not in warning
+    return "not a recognized" not in warning
 
 
 def host_target() -> CPUTarget:

@@ -8,7 +8,10 @@ Tack's contour), then ``bundles check`` runs the contour from them with nothing 
 It is always the Tack installed in PREFIX that builds and checks, whatever ``python -m
 tack.site`` imported first: the command finds PREFIX's Tack where Python's install schemes put
 packages (purelib and platlib, under PREFIX) and does the work in a new Python that imports it,
-with no user cache (``TACK_CACHE=off``) and no ``TACK_*`` setting of the caller's.  A build run
+with no user cache (``TACK_CACHE=off``) and no ``TACK_*`` setting of the caller's but those
+naming a vendor tool (``TOOL_SETTINGS``: a package points ``TACK_LD_LLD`` at the ``ld.lld`` it
+depends on, so what the install holds does not depend on what the build host has).  An
+architecture that fails to build, a missing tool among the causes, fails the command.  A build run
 from an unpacked source tree (where ``python -m`` imports the sources first, whose Tack tags what
 it makes ``0.1.0+src.<hash>``) therefore makes bundles the installed Tack uses, and a package
 needs no ``cd`` to get them.
@@ -35,6 +38,10 @@ from .errors import SiteError
 
 #: The kernels a prefix's bundles hold when no site config names any.
 DEFAULT_KERNELS = [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
+
+
+#: The caller's settings kept for the build: where the vendor tools are (tack.backends.gpu).
+TOOL_SETTINGS = ("TACK_LD_LLD", "TACK_OCLOC")
 
 
 def share_dir(prefix) -> str:
@@ -123,7 +130,8 @@ def bundles_install(prefix, targets=(), archs=(), site_config=None, out=sys.stdo
         if not os.path.isfile(site_config):
             raise SiteError(f"bundles install: --site-config {site_config} is not a file")
         site_config = os.path.abspath(site_config)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TACK_") or k in TOOL_SETTINGS}
     env.update(TACK_CACHE="off", PYTHONNOUSERSITE="1",
                PYTHONPATH=os.pathsep.join([site] + [p for p in [env.get("PYTHONPATH")] if p]))
     args = [sys.executable, "-m", "tack.site", "bundles", "install", prefix, "--in", site]

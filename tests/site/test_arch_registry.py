@@ -91,6 +91,41 @@ class TestEveryNameBuilds:
         assert len(refused) < len(KINDS["cpu"].names()) / 3
         assert "aarch64" not in refused        # armv8-a: LLVM's generic AArch64 CPU
 
+    def test_every_aarch64_microarchitecture_builds(self):
+        """Every aarch64 microarchitecture archspec knows maps to a CPU (and features) this LLVM
+        knows, through the registry's one table where archspec's clang flags name no CPU: the
+        default targets of Graviton2/3 and Ampere Altra nodes (neoverse_n1, neoverse_v1) among
+        them, so a Spack spec of any of them builds its bundle (spack-repo's package passes
+        archspec's name to Tack; the Spack check concretizes target=neoverse_v1)."""
+        import archspec.cpu
+        from tack.backends.arch_names import LLVM_CPUS
+        from tack.backends.cpu import llvm_knows_cpu, llvm_target
+        arm = [n for n, t in archspec.cpu.TARGETS.items() if t.family.name == "aarch64"]
+        assert {"neoverse_n1", "neoverse_v1", "neoverse_v2", "a64fx"} <= set(arm)
+        refused = cpu_refused()
+        assert not set(arm) & set(refused), {n: refused[n] for n in arm if n in refused}
+        for name in arm:
+            flags = archspec.cpu.TARGETS[name].optimization_flags("clang", "22.0")
+            triple, cpu, features = llvm_target(name)
+            assert triple.startswith("aarch64-") and llvm_knows_cpu(triple, cpu, features)
+            if name in LLVM_CPUS:       # the table only where archspec names no CPU for clang
+                assert "-mcpu=" not in flags and flags != "-march=armv8-a -mtune=generic", name
+        assert llvm_target("neoverse_v1")[1:] == ("neoverse-v1", "")
+        assert llvm_target("armv8.2a")[1:] == ("generic", "+v8.2a")
+        # the table's entries are archspec's names, and every one is an aarch64 one
+        assert set(LLVM_CPUS) <= set(arm)
+
+    def test_arm_targets_are_built_for_their_core(self):
+        """The CPU toolchain builds cpu:neoverse_v1 for LLVM's neoverse-v1 and cpu:armv8.2a for
+        generic AArch64 with the Armv8.2 feature, not for the family's generic CPU."""
+        from tack.backends.cpu import target
+        t = target("cpu:neoverse_v1")
+        assert (t.cpu, t.features, t.triple) == ("neoverse-v1", "", "aarch64-unknown-linux-gnu")
+        t = target("cpu:armv8.2a")
+        assert (t.cpu, t.features) == ("generic", "+v8.2a")
+        art = tack.aot.compile(k_axpy, "cpu:neoverse_v1", ARGS)
+        assert art.payload[:4] == b"\x7fELF"
+
 
 class TestRefusedAlike:
     REFUSED = {"cuda": ["sm_50"], "rocm": ["gfx1250", "gfx90a:xnack"], "level_zero": ["bmg", "spirv"],
@@ -153,23 +188,36 @@ class TestRefusedAlike:
 
 
 def package_lists() -> dict:
-    """The module-level tuples of the Spack package, read from its source (it imports Spack)."""
-    tree = ast.parse(open(PACKAGE).read())
-    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)}
+    """The module-level lists of names of the Spack package (tuples, or ``"a b c".split()``),
+    read from its source (it imports Spack)."""
+    lists = {}
+    for node in ast.parse(open(PACKAGE).read()).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        value = node.value
+        if isinstance(value, ast.Tuple):
+            lists[node.targets[0].id] = ast.literal_eval(value)
+        elif (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+              and value.func.attr == "split" and isinstance(value.func.value, ast.Constant)):
+            lists[node.targets[0].id] = tuple(value.func.value.value.split())
+    return lists
 
 
 class TestSpackPackage:
     def test_variant_values_are_the_registrys(self):
-        """Intel devices, CUDA compute capabilities and AMD GPUs the package offers (or accepts
-        from CudaPackage/ROCmPackage) are the ones Tack builds."""
+        """The CUDA compute capabilities and AMD GPUs the package's variants offer are the ones
+        Tack builds; it offers no Intel device (native code needs ocloc, which Spack lacks:
+        +spirv builds the portable SPIR-V) and keeps no other list."""
         lists = package_lists()
-        assert lists["LEVEL_ZERO_DEVICES"] == tuple(INTEL_DEVICES)
+        assert set(lists) == {"CUDA_ARCHS", "AMD_GPUS"}
         assert lists["CUDA_ARCHS"] == tuple(sm[len("sm_"):] for sm in PTX_ISA)
         assert lists["AMD_GPUS"] == AMD_GPUS
 
-    def test_targets_without_bundles_are_the_ones_llvm_cannot_build(self):
-        assert set(package_lists()["NO_LLVM_CPU"]) == set(cpu_refused())
+    def test_the_package_keeps_no_cpu_names(self):
+        """The package passes the spec's target to Tack (`bundles install --target`), which maps
+        it through the registry: no frozen list of CPUs, no conflicts on targets."""
+        assert "NO_LLVM_CPU" not in package_lists()
+        assert 'conflicts("+bundles", when=f"target=' not in open(PACKAGE).read()
 
 
 def doc(name) -> str:
@@ -190,8 +238,11 @@ class TestDocs:
     def test_site_md_lists_the_registrys_names(self, kind, names):
         assert row(doc("site.md"), f"`build.archs.{kind}`")[:-1] == list(names)   # last: example
 
-    def test_deploy_md_lists_the_packages_intel_devices(self):
-        assert row(doc("deploy.md"), "`level_zero`")[:-1] == list(INTEL_DEVICES)  # last: ocloc
+    def test_deploy_md_names_the_packages_gpu_variants(self):
+        """The Spack variants table: `spirv` builds the portable spirv:generic; no Level Zero
+        device list (the package builds no native Intel code)."""
+        assert "spirv:generic" in row(doc("deploy.md"), "`spirv`")
+        assert not any(l.startswith("| `level_zero` |") for l in doc("deploy.md").splitlines())
 
     @pytest.mark.parametrize("name", ["site.md", "deploy.md"])
     def test_cpus_without_bundles_are_named(self, name):

@@ -2,6 +2,7 @@
 bundles of an install prefix with the Tack installed there (tack/site/install.py), and ``bundles
 check`` failing on a stale bundle."""
 
+import io
 import json
 import os
 import pathlib
@@ -94,6 +95,28 @@ def test_install_from_the_sources_builds_with_the_installed_tack(tmp_path):
     assert check.returncode == 1, check.stdout + check.stderr
     assert "cpu-x86_64_v2-" in check.stdout and f"is stale (made by Tack {__version__}+src." \
         in check.stdout, check.stdout
+
+
+def test_install_uses_the_callers_tool_and_fails_when_it_fails(tmp_path):
+    """A package names the tool it depends on (TACK_LD_LLD: Spack's llvm-amdgpu): the install
+    uses that one, not whatever the build host has, and fails, not warns, when it fails (or is
+    missing): one install per package hash."""
+    prefix, _ = installed_prefix(tmp_path)
+    marker = tmp_path / "lld-ran"
+    lld = tmp_path / "ld.lld"
+    lld.write_text(f"#!/bin/sh\ntouch {marker}\necho 'ld.lld: error: no' >&2\nexit 1\n")
+    lld.chmod(0o755)
+    for tool in (lld, tmp_path / "missing" / "ld.lld"):
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TACK_LD_LLD", str(tool))
+            mp.setenv("TACK_CACHE_DIR", str(tmp_path / "not-used"))
+            rc = install.bundles_install(str(prefix), ["x86_64"], ["rocm:gfx90a"], out=out,
+                                         err=err)
+        assert rc != 0, out.getvalue() + err.getvalue()
+        assert "rocm:gfx90a" in err.getvalue() + out.getvalue()
+    assert marker.exists()
+    assert not (tmp_path / "not-used").exists()     # the caller's cache settings are not kept
 
 
 def test_install_refuses_a_prefix_without_tack(tmp_path):
