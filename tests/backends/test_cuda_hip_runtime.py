@@ -242,6 +242,7 @@ class FakeCuda:
         CUDA_SUCCESS = 0
         CUDA_ERROR_INVALID_VALUE = 1
         CUDA_ERROR_NO_DEVICE = 100
+        CUDA_ERROR_NO_BINARY_FOR_GPU = 209
         CUDA_ERROR_INVALID_PTX = 218
         CUDA_ERROR_LAUNCH_FAILED = 719
 
@@ -259,6 +260,8 @@ class FakeCuda:
         self.models = {}            # entry -> fn(params, grid, block, mem)
         self.fail = {}              # function name -> CUresult to return
         self.jit_error = None
+        self.cubins = {}            # a cubin it takes -> the PTX it was assembled from (its model)
+        self.refuse_cubins = False  # a driver older than the ptxas: every cubin refused
 
     def _rec(self, name, *args):
         self.calls.append((name,) + args)
@@ -314,6 +317,12 @@ class FakeCuda:
         opts = dict(zip(options, values))
         assert isinstance(opts["CU_JIT_ERROR_LOG_BUFFER"], bytearray)
         assert opts["CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES"] == len(opts["CU_JIT_ERROR_LOG_BUFFER"])
+        if image.startswith(b"\x7fELF"):          # a cubin: loaded as it is, no JIT
+            if self.refuse_cubins or image[:-1] not in self.cubins:
+                return (self.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU, None)
+            handle = f"module{len(self.modules)}"
+            self.modules[handle] = self.cubins[image[:-1]]
+            return (status, handle)
         if self.jit_error:
             msg = self.jit_error.encode() + b"\0"
             opts["CU_JIT_ERROR_LOG_BUFFER"][:len(msg)] = msg
@@ -373,8 +382,10 @@ def fake_cuda(monkeypatch):
     cr.reset()
 
 
-def artifact(kernel, args, grid, target="cuda:sm_80", debug=False):
-    return build(kernel, args, grid, gpu_target(target), debug)
+def artifact(kernel, args, grid, target="cuda:sm_80", debug=False, sass=False):
+    """A CUDA variant built as ``compile_variant`` builds it: PTX alone (a miss's), or with
+    ``sass`` PTX and a cubin from the packaged ptxas (what tack.aot and bundles store)."""
+    return build(kernel, args, grid, gpu_target(target, sass=sass), debug)
 
 
 @tack.kernel
