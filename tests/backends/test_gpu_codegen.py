@@ -1,10 +1,12 @@
 """GPU code generation checked with the vendors' real tools (no GPU): every launch of the CPU
-language suite and the contour's launches, built for CUDA (ptxas), ROCm (ld.lld, llvm-readelf)
+language suite and the contour's launches, built for CUDA (ptxas; the SASS stored beside the
+PTX read by cuobjdump and nvdisasm), ROCm (ld.lld, llvm-readelf)
 and Level Zero (spirv-val, ocloc); the kernel ABI; CompileErrors; target keys."""
 
 from __future__ import annotations
 
 import math  # noqa: F401  (k_erf's global)
+import os
 import re
 
 import numpy as np
@@ -399,3 +401,39 @@ def test_cpu_code_is_unchanged_by_gpu_targets():
     tack.launch(k_abi, dim=(1, 5), args=(out.reshape(1, 5), out.reshape(1, 5) + 1, True, 2.0, 1,
                                         np.ones(1, np.int32)))
     assert (out == 4.0).all()
+
+
+def test_find_ptxas_takes_packages_never_path(tmp_path, monkeypatch):
+    """ptxas for SASS comes from a package: $TACK_PTXAS, PyPI's wheel, conda-forge's cuda-nvcc in
+    a conda environment (sys.prefix/bin), $CUDA_HOME/bin (Spack's cuda); one that is only on
+    PATH is never taken."""
+    import importlib.util
+    import sys
+    from tack.backends import gpu
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "nvidia" else real(name, *a))
+    monkeypatch.delenv("TACK_PTXAS", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+
+    def fake_ptxas(where):
+        (where / "bin").mkdir(parents=True)
+        exe = where / "bin" / "ptxas"
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+        return str(exe)
+    on_path = fake_ptxas(tmp_path / "path")
+    monkeypatch.setenv("PATH", os.path.dirname(on_path) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    with pytest.raises(gpu.ToolError, match=r"\$CUDA_HOME/bin \(Spack's cuda\)"):
+        gpu.find_ptxas()
+    assert gpu.sass_tool("sm_90") == (None, "none: ptxas not found")
+    spack = fake_ptxas(tmp_path / "spack-cuda")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "spack-cuda"))
+    assert gpu.find_ptxas() == spack
+    conda = fake_ptxas(tmp_path / "conda")
+    (tmp_path / "conda" / "conda-meta").mkdir()
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "conda"))
+    assert gpu.find_ptxas() == conda
+    monkeypatch.setenv("TACK_PTXAS", spack)
+    assert gpu.find_ptxas() == spack
