@@ -438,6 +438,9 @@ def staleness(b, node_llvm, uncomparable=True):
     return why
 
 
+CANNOT_COMPARE = "cannot compare"
+
+
 def _made(value: str) -> bool:
     """Whether a tool field of a target's identity names a tool that made code (``ptxas 13.0.88``)
     rather than none (``none: ...``, ``off``, or "" in a bundle that predates the field)."""
@@ -458,8 +461,8 @@ def tool_changes(arch, built: str, now: dict, uncomparable=True) -> list:
             continue
         if not _made(value):
             if uncomparable:
-                why.append(f"cannot compare {arch}'s {field} here: it was made by {then}; this "
-                           f"host has {value}")
+                why.append(f"{CANNOT_COMPARE} {arch}'s {field} here: it was made by {then}; this "
+                           f"host has {value} (rebuild leaves it as is)")
             continue
         why.append(f"{arch}'s {field} toolchain changed since it was built "
                    f"({then or 'none'} then, {value} now)")
@@ -735,6 +738,10 @@ def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
         why = staleness(b, llvm)
         if not why:
             print(f"{os.path.basename(path)}: current, left as is", file=out)
+            continue
+        if all(w.startswith(CANNOT_COMPARE) for w in why):
+            # a tool it was built with is not here (ptxas): rebuilding would drop what it made
+            print(f"{os.path.basename(path)}: left as is: {'; '.join(why)}", file=out)
             continue
         try:
             new, n = rebuild_bundle(path, out)

@@ -93,6 +93,10 @@ def test_cuda_bundles_carry_sass_and_a_ptxas_update_makes_them_stale(tmp_path, m
     monkeypatch.setattr(gpu, "find_ptxas", missing)
     assert "cannot compare cuda:sm_90's sass here: it was made by ptxas 99.1.2" in status(out_dir)
     assert build.stale_bundles([str(out_dir)]) == []
+    said = rebuild(out_dir)
+    assert said.count("left as is: cannot compare") == 2, said
+    for name in os.listdir(out_dir):
+        assert all(unpack_cuda(p)[2].endswith(" ptxas 99.1.2") for _, p in variants(out_dir / name)[1])
 
 
 def test_without_ptxas_bundles_carry_ptx_only_and_say_so(tmp_path, monkeypatch):
