@@ -1,5 +1,7 @@
 """Ahead-of-time builds of the shipped kernels (the contour) for GPU and CPU targets: total time,
-time per arch, and per-kernel code generation time per target against the CPU backend's.
+time per arch, and per-kernel code generation time per target against the CPU backend's.  The
+``cubin ms`` column is CUDA's SASS step (the packaged ptxas assembling the PTX for the target's
+sm, as tack.aot and bundles store it); ``compile ms`` is LLVM's part alone.
 
     PYTHONPATH=. python3 benchmarks/gpu_codegen.py
 """
@@ -38,19 +40,25 @@ def main():
             b = time.perf_counter()
             payload = target.compile(gen.module)
             c = time.perf_counter()
-            rows.append((arch, name, b - a, c - b, len(payload)))
-        rows.append((arch, "(arch total)", setup, time.perf_counter() - t0, None))
+            sass = getattr(target, "sass_seconds", None) if getattr(target, "ptxas", None) else None
+            rows.append((arch, name, b - a, c - b - (sass or 0.0), sass, len(payload)))
+        rows.append((arch, "(arch total)", setup, time.perf_counter() - t0, None, None))
     total = time.perf_counter() - total0
-    print(f"{'arch':16} {'kernel':14} {'codegen ms':>10} {'compile ms':>11} {'bytes':>8}")
-    for arch, name, g, c, n in rows:
+    print(f"{'arch':16} {'kernel':14} {'codegen ms':>10} {'compile ms':>11} {'cubin ms':>9} {'bytes':>8}")
+    for arch, name, g, c, sass, n in rows:
+        cubin = f"{sass * 1e3:9.1f}" if sass is not None else f"{'-':>9}"
         if n is None:
-            print(f"{arch:16} {name:14} {'':>10} {c * 1e3:11.1f} {'':>8}")
+            print(f"{arch:16} {name:14} {'':>10} {c * 1e3:11.1f} {'':>9} {'':>8}")
         else:
-            print(f"{arch:16} {name:14} {g * 1e3:10.2f} {c * 1e3:11.1f} {n:8d}")
+            print(f"{arch:16} {name:14} {g * 1e3:10.2f} {c * 1e3:11.1f} {cubin} {n:8d}")
     print(f"total: {total:.2f} s for {len(ARCHS)} archs x {len(launches)} kernels")
-    cpu = {name: g for arch, name, g, c, n in rows if arch == "cpu:x86_64_v3" and n is not None}
+    for arch in ARCHS:
+        t = toolchain(arch.split(":")[0]).target(arch)
+        if hasattr(t, "code_note"):
+            print(f"  {arch}: {t.code_note}")
+    cpu = {name: g for arch, name, g, c, s, n in rows if arch == "cpu:x86_64_v3" and n is not None}
     print("\ncodegen (LLVM IR generation) time relative to the CPU backend's (cpu:x86_64_v3):")
-    for arch, name, g, c, n in rows:
+    for arch, name, g, c, s, n in rows:
         if n is not None and not arch.startswith("cpu"):
             print(f"  {arch:16} {name:10} {g / cpu[name]:.2f}x")
 

@@ -5,6 +5,7 @@
 #   llvm-readelf-22      Debian llvm-22              (reads code objects' notes and symbols)
 #   ocloc                Debian intel-opencl-icd     (SPIR-V -> Intel native code, level_zero)
 #   ptxas                PyPI nvidia-cuda-nvcc       (assembles PTX, cuda; found in site-packages)
+#   cuobjdump, nvdisasm  PyPI nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm (read the stored SASS)
 # Idempotent and quiet: each step runs only when what it installs is missing, and its
 # output is shown only when it fails.  Run as root or with sudo available.
 set -euo pipefail
@@ -34,3 +35,17 @@ if ! python3 -c 'import sys; sys.path.insert(0, "."); from tack.backends.cuda im
      >/dev/null 2>&1; then
   quiet python3 -m pip install --quiet nvidia-cuda-nvcc
 fi
+
+# cuobjdump and nvdisasm from NVIDIA's PyPI wheels, beside the wheel's ptxas (nvidia/cu*/bin):
+# the tests read every cubin stored beside PTX with them.
+for tool in cuobjdump nvdisasm; do
+  if ! python3 - "$tool" >/dev/null 2>&1 <<'PY'
+import sys, glob, importlib.util, os
+spec = importlib.util.find_spec("nvidia")
+roots = spec.submodule_search_locations if spec else []
+sys.exit(0 if any(os.access(p, os.X_OK) for r in roots for p in glob.glob(os.path.join(r, "cu*", "bin", sys.argv[1]))) else 1)
+PY
+  then
+    quiet python3 -m pip install --quiet "nvidia-cuda-$tool"
+  fi
+done

@@ -1,9 +1,9 @@
 """Ahead of time: compile a kernel for named targets and argument types, with no device.
 
-    import numpy as np, tack, tack.aot
+    import numpy as np, tack, tack.aot, tack.backends.cuda
     arts = [tack.aot.compile(kernel, arch, args=(np.empty((2, 2, 2), np.float32), 0.5))
             for arch in ("cpu:zen4", "cuda:sm_90", "rocm:gfx90a", "level_zero:pvc")]
-    arts[1].payload.decode()            # PTX text
+    tack.backends.cuda.ptx_of(arts[1].payload).decode()   # PTX text (SASS beside it: docs/gpu.md)
     tack.aot.save(arts, directory="/scratch/me/tack-cache")     # as a cache directory's entries
     tack.aot.save_bundle(arts[:1], "/apps/tack/bundles")     # one target per bundle, named as
                                                               # a node looks it up

@@ -158,13 +158,16 @@ def test_info_lists_entries_per_target(tmp_path):
 
 
 def test_gpu_artifacts_export_with_their_vendor_suffixes(tmp_path):
-    """AOT artifacts for CUDA, ROCm and Level Zero export as .ptx, .hsaco, and .spv plus .zebin
-    (the container's two parts): each file what the vendor's tool reads."""
+    """AOT artifacts for CUDA, ROCm and Level Zero export as .ptx plus .cubin (the PTX and the SASS
+    stored beside it), .hsaco, and .spv plus .zebin (the container's two parts): each file what
+    the vendor's tool reads."""
     from tests.backends.gpu_tools import tool
     tool("ld.lld")
     tool("ocloc")
+    tool("ptxas")
     k, args, grid = tack_warm((8, 8, 8))[0]
-    for arch, suffixes, head in (("cuda:sm_90", [".ptx"], b"//"), ("rocm:gfx90a", [".hsaco"], b"\x7fELF"),
+    for arch, suffixes, head in (("cuda:sm_90", [".ptx", ".cubin"], b"//"),
+                                 ("rocm:gfx90a", [".hsaco"], b"\x7fELF"),
                                  ("level_zero:pvc", [".spv", ".zebin"], b"\x03\x02\x23\x07")):
         art = tack.aot.compile(k, arch, args, grid=grid)
         site = tmp_path / arch.replace(":", "-")
@@ -177,6 +180,10 @@ def test_gpu_artifacts_export_with_their_vendor_suffixes(tmp_path):
         assert [os.path.splitext(f)[1] for f in files] == sorted(suffixes), files
         first = next(f for f in files if f.endswith(suffixes[0]))
         assert (out / first).read_bytes().startswith(head)
+        if arch.startswith("cuda:"):
+            cubin = next(f for f in files if f.endswith(".cubin"))
+            assert cubin[:-len(".cubin")] == first[:-len(".ptx")]       # beside its PTX
+            assert (out / cubin).read_bytes()[:4] == b"\x7fELF"
 
 
 @tack.kernel

@@ -1,10 +1,21 @@
-"""CUDA toolchain: LLVM's NVPTX target -> PTX text for one compute capability (docs/gpu.md).
+"""CUDA toolchain: LLVM's NVPTX target -> PTX text for one compute capability, and, ahead of
+time, SASS for it (a cubin) made by a packaged ptxas (docs/gpu.md).
 
 Kernels are PTX kernel entries (the ``ptx_kernel`` calling convention); a work-item's index along
 x, y, z is ``ctaid * ntid + tid`` from the NVVM special registers; array data are global
 pointers (``.param .u64 .ptr .global``).  The artifact is the PTX text (ASCII bytes), of the
 PTX ISA version ``arch_names.PTX_ISA`` gives for the sm (part of the key), which the CUDA driver
 JIT-compiles for that GPU and newer ones.
+
+SASS: a target made with ``sass=True`` (``tack.aot``, ``bundles build`` and ``rebuild``: the
+default of ``target``) also assembles the PTX with ptxas from a package (``gpu.find_ptxas``:
+NVIDIA's PyPI wheel, conda-forge's cuda-nvcc, ``$CUDA_HOME`` of Spack's cuda; never PATH), for
+exactly its sm, and the artifact is ``gpu.pack_cuda``'s container: the PTX and the cubin, with
+the cubin's sm and ptxas version.  The ptxas version is the target identity's ``sass`` field
+(``ptxas 13.0.88``; ``none: ...`` without one, ``off`` with ``TACK_CUDA_SASS=0`` or for code a
+launch compiles on a miss): what ``bundles status`` compares, as it compares LLVM.  The target
+key stays the PTX's (LLVM, sm, PTX ISA), so a node finds the entry whatever ptxas it has, and
+its runtime loads the cubin when the device is that sm and the driver takes it, else the PTX.
 
 Math: the functions NVPTX turns into instructions without a library (``sqrt`` (``sqrt.rn``),
 ``fabs``, ``floor``, ``ceil``, ``trunc``, ``copysign``); the others need libdevice, which
@@ -13,8 +24,12 @@ Tack does not link, and are a CompileError naming the function and the target.
 
 from __future__ import annotations
 
+import os
+import time
+
+from ..archs import resolve
 from ..codegen import Unsupported
-from .gpu import GPUTarget, named_target
+from .gpu import GPUTarget, named_target, pack_cuda, run_tool, sass_tool, unpack_cuda
 
 NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
 _SREG = ("x", "y", "z")
@@ -26,12 +41,37 @@ class CUDATarget(GPUTarget):
     machine_name = "nvptx64"
     suffix = ".ptx"
 
+    def __init__(self, arch: str, sass: bool = True):
+        super().__init__(arch)
+        self.ptxas, self.sass = None, "off"
+        if sass and os.environ.get("TACK_CUDA_SASS", "1") != "0":
+            self.ptxas, self.sass = sass_tool(arch)
+        self.sass_seconds = 0.0         # the last emit's ptxas time (benchmarks/gpu_codegen.py)
+
     @property
     def ptx_isa(self) -> str:
         return self.settings["ptx_isa"]
 
+    def identity(self) -> dict:
+        """The GPU identity, and what made the SASS (``sass``: ptxas's version, or why none)."""
+        return dict(super().identity(), sass=self.sass)
+
+    @property
+    def code_note(self) -> str:
+        """What its artifacts hold, as ``bundles build``'s table says."""
+        if self.ptxas:
+            return f"PTX + SASS ({self.sass})"
+        return "PTX only (" + ("SASS off" if self.sass == "off" else self.sass[len("none: "):]) + ")"
+
     def emit(self, optimized) -> bytes:
-        return self.machine.emit_assembly(optimized).encode("ascii")
+        ptx = self.machine.emit_assembly(optimized).encode("ascii")
+        if self.ptxas is None:
+            self.sass_seconds = 0.0
+            return ptx
+        t0 = time.perf_counter()
+        cubin = assemble(self.ptxas, ptx, self.arch)
+        self.sass_seconds = time.perf_counter() - t0
+        return pack_cuda(ptx, cubin, f"{self.arch} {self.sass}")
 
     def global_id(self, module, b, d):
         import llvmlite.ir as ir
@@ -50,6 +90,34 @@ class CUDATarget(GPUTarget):
         return self.intrinsic_math(module, builder, name, args)
 
 
-def target(name: str) -> CUDATarget:
-    """``cuda:sm_80`` -> the target that builds PTX for it."""
-    return named_target(name, CUDATarget)
+def assemble(ptxas: str, ptx: bytes, arch: str) -> bytes:
+    """PTX text -> a cubin for exactly ``arch`` (ptxas ``-arch=sm_XY``)."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="tack-cuda-") as tmp:
+        src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(src, "wb") as f:
+            f.write(ptx)
+        run_tool([ptxas, f"-arch={arch}", src, "-o", out], f"ptxas for {arch}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def target(name: str, sass: bool = True) -> CUDATarget:
+    """``cuda:sm_80`` -> the target that builds PTX for it, and SASS with a packaged ptxas where
+    ``sass`` and one is found (``CUDATarget``)."""
+    kind, arch = resolve(name)
+    if kind != CUDATarget.kind:
+        return named_target(name, CUDATarget)       # its error for a name of another kind
+    return CUDATarget(arch, sass=sass)
+
+
+def artifact_parts(payload: bytes) -> list:
+    """[(suffix, bytes)] of a CUDA artifact, for ``python -m tack.cache export``: its PTX, and
+    its cubin when it has one."""
+    ptx, cubin, _ = unpack_cuda(payload)
+    return [(".ptx", ptx)] + ([(".cubin", cubin)] if cubin else [])
+
+
+def ptx_of(payload: bytes) -> bytes:
+    """The PTX text of a CUDA artifact (with or without SASS)."""
+    return unpack_cuda(payload)[0]

@@ -9,13 +9,17 @@ and every driver call goes through one object (``_driver()``), the boundary the 
   no GPU), ``available()`` is False and ``unavailable_reason()`` says which and how to install;
   every call that needs a device raises ``CUDAUnavailable`` with that text (never a crash).
 * **Keys.**  The artifact is PTX, which the driver JIT-compiles for its GPU: PTX built for an
-  older sm runs on a newer GPU.  ``candidate_keys(device)`` lists, most specific first, the
+  older sm runs on a newer GPU; code built ahead of time holds SASS for its sm beside the PTX,
+  in the same entry under the same key (``gpu.pack_cuda``).  ``candidate_keys(device)`` lists, most specific first, the
   device's exact ``cuda:sm_XY`` (and its arch-specific ``sm_XYa``), then every older sm of
-  ``arch_names.PTX_ISA`` whose PTX ISA the driver can JIT (``cuda_arch_candidates``).  Code compiled
-  here is built for the first of them (``toolchain_target``), so ``host_key()`` is its key.
-* **load(ptx, meta)**: checks the PTX (its ``.target`` runs on this GPU, its ``.version`` is one
-  the driver JITs, its entry's parameters are what ``meta["argspec"]`` makes), then
-  ``cuModuleLoadDataEx`` with JIT log buffers and ``cuModuleGetFunction``.
+  ``arch_names.PTX_ISA`` whose PTX ISA the driver can JIT (``cuda_arch_candidates``).  So a device
+  is served, in order: the cubin of its exact sm, the PTX of its sm (the same entry: a cubin the
+  driver refuses falls back to it), the PTX of lower sm's.  Code compiled here is built for the
+  first of them (``toolchain_target``, PTX only), so ``host_key()`` is its key.
+* **load(artifact, meta)**: checks the PTX (its ``.target`` runs on this GPU, its ``.version`` is
+  one the driver JITs, its entry's parameters are what ``meta["argspec"]`` makes), then
+  ``cuModuleLoadDataEx`` (with JIT log buffers) of the cubin where it is for this exact sm, else
+  (or when the driver refuses it: one log line per process) of the PTX, and ``cuModuleGetFunction``.
 * **launch(kernel, meta, args, dims, debug, block)**: the kernel ABI of docs/gpu.md, on the
   device's stream; NumPy arrays are copied in and the writable ones back; device arrays
   (``to_device``) and objects with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) are
@@ -392,9 +396,11 @@ def host_key(device=None) -> str:
 
 
 def toolchain_target(device=None):
-    """The toolchain's target for the device: ``tack.backends.cuda.target(build_arch(device))``."""
+    """The toolchain's target for the device: ``tack.backends.cuda.target(build_arch(device))``,
+    PTX only (a miss: the driver compiles it for the device as it loads it; SASS is stored ahead
+    of time, by ``tack.aot`` and bundles)."""
     from .cuda import target
-    return target(build_arch(device))
+    return target(build_arch(device), sass=False)
 
 
 # ---------------------------------------------------------------------------
@@ -416,15 +422,25 @@ def argspecs(meta) -> list:
 
 
 def load(payload, meta: dict, device=None) -> CUDAKernel:
-    """PTX text -> its kernel ``meta["entry"]`` on ``device`` (the first by default).
+    """A CUDA artifact -> its kernel ``meta["entry"]`` on ``device`` (the first by default).
+
+    The artifact is PTX text, or PTX with SASS for one sm (``gpu.pack_cuda``).  The cubin is
+    loaded where the device is exactly its sm; a cubin the driver refuses (made by a ptxas newer
+    than the driver, say) falls back to the PTX of the same entry, said once per process
+    (``_refused``).  ``kernel.code``: ``"sass"`` or ``"ptx"``, what was loaded.
 
     CUDAError (with the JIT's log) when the PTX cannot run here, does not JIT, has no such
     kernel, or its entry's parameters are not what ``meta["argspec"]`` makes."""
+    from .gpu import unpack_cuda
     dev = get_device(device)
     api = dev.api
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise CUDAError(f"a PTX module is bytes, not {type(payload).__name__}")
-    data = bytes(payload).rstrip(b"\0")
+    try:
+        ptx, cubin, label = unpack_cuda(payload)
+    except ValueError as e:
+        raise CUDAError(str(e)) from None
+    data = ptx.rstrip(b"\0")
     try:
         text = data.decode("ascii")
     except UnicodeDecodeError:
@@ -444,6 +460,52 @@ def load(payload, meta: dict, device=None) -> CUDAKernel:
     if params != want:
         raise CUDAError(f"kernel '{entry}' takes parameters {_ptx_text(params)}; its metadata "
                         f"({', '.join(s.text for s in specs)}) makes {_ptx_text(want)}")
+    if cubin and sass_runs_on(label, dev.cc) and _sass_of(dev, label) not in _refused_by:
+        try:
+            kernel = _load_module(api, dev, cubin, entry, specs, len(params), "SASS")
+        except CUDAError as e:
+            _refused(dev, label, e)
+        else:
+            kernel.code = "sass"
+            return kernel
+    kernel = _load_module(api, dev, data, entry, specs, len(params), "PTX")
+    kernel.code = "ptx"
+    return kernel
+
+
+def sass_runs_on(label: str, cc) -> bool:
+    """Whether the cubin of a CUDA artifact's ``label`` (``sm_90 ptxas 13.0.88``) is for exactly
+    compute capability ``cc`` (its ``sm_90a`` too): SASS of another sm is not loaded."""
+    try:
+        major, minor, _ = _sm(label.split(" ", 1)[0])
+    except ValueError:
+        return False
+    return (major, minor) == tuple(cc)
+
+
+_refused_by = {}            # (device, toolchain) -> the driver's error: cubins not tried again
+_refused_count = [0]        # cubins refused in this process (tests, gpu_check.sh)
+
+
+def _sass_of(dev, label: str) -> tuple:
+    return dev.index, label.split(" ", 1)[-1]
+
+
+def _refused(dev, label, error):
+    """A cubin the driver refused: its device and toolchain are not tried again in this process,
+    and the first refusal is one warning line (the PTX loads instead)."""
+    import logging
+    _refused_count[0] += 1
+    first = not _refused_by
+    _refused_by[_sass_of(dev, label)] = str(error)
+    if first:
+        logging.getLogger("tack.cuda").warning(
+            "%s refuses the SASS Tack stored (%s): loading the PTX of the same entries instead "
+            "(the driver compiles it; said once per process): %s", dev.name, label, error)
+
+
+def _load_module(api, dev, image, entry, specs, num_params, what) -> CUDAKernel:
+    """``cuModuleLoadDataEx`` of PTX text or a cubin, with JIT log buffers, and its entry."""
     drv = api.drv
     opt = drv.CUjit_option
     err_log, info_log = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
@@ -453,20 +515,20 @@ def load(payload, meta: dict, device=None) -> CUDAKernel:
     with _lock:
         api.enter(dev)
         try:
-            module = api.call("cuModuleLoadDataEx", data + b"\0", len(options), options, values)
+            module = api.call("cuModuleLoadDataEx", image + b"\0", len(options), options, values)
         except CUDAError as e:
             log = bytes(err_log).split(b"\0", 1)[0].decode(errors="replace").strip()
-            raise CUDAError(f"the driver does not take the PTX of '{entry}' on {dev.name}: {e}"
+            raise CUDAError(f"the driver does not take the {what} of '{entry}' on {dev.name}: {e}"
                             f"{chr(10) + log if log else ''}") from None
         try:
             func = api.call("cuModuleGetFunction", module, entry.encode())
         except CUDAError as e:
-            raise CUDAError(f"the PTX module has no kernel '{entry}' ({e})") from None
+            raise CUDAError(f"the {what} module has no kernel '{entry}' ({e})") from None
         max_threads = int(api.call("cuFuncGetAttribute",
                                    drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                                    func))
     log = bytes(info_log).split(b"\0", 1)[0].decode(errors="replace").strip()
-    return CUDAKernel(api, dev, module, func, entry, specs, len(params), max_threads, log)
+    return CUDAKernel(api, dev, module, func, entry, specs, num_params, max_threads, log)
 
 
 def launch(kernel: CUDAKernel, meta: dict, args, dims, debug: bool = False, block=None):

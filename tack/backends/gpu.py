@@ -25,6 +25,7 @@ returns (the runtime rounds the global size up to a multiple of the work-group s
 from __future__ import annotations
 
 import os
+import re
 import struct
 import subprocess
 import tempfile
@@ -146,13 +147,17 @@ def find_ocloc() -> str:
 
 
 def find_ptxas() -> str:
-    """NVIDIA's PTX assembler (checks only: the CUDA artifact is PTX): ``$TACK_PTXAS``, else the
-    one in PyPI's nvidia-cuda-nvcc (site-packages/nvidia/cu*/bin or nvidia/cuda_nvcc/bin)."""
+    """NVIDIA's PTX assembler, from a package, never one that happens to be on PATH:
+    ``$TACK_PTXAS``; else the one in PyPI's nvidia-cuda-nvcc (site-packages/nvidia/cu*/bin or
+    nvidia/cuda_nvcc/bin); else conda-forge's cuda-nvcc in this environment (sys.prefix/bin, a
+    conda environment: it has conda-meta); else ``$CUDA_HOME/bin`` (what Spack's ``cuda`` and
+    NVIDIA's installers set).  ToolError naming each place tried if none."""
     env = os.environ.get("TACK_PTXAS")
     if env:
         return env
     import glob
     import importlib.util
+    import sys
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
         found = sorted(glob.glob(os.path.join(root, "cu*", "bin", "ptxas"))
@@ -160,8 +165,80 @@ def find_ptxas() -> str:
         for path in found:
             if os.access(path, os.X_OK):
                 return path
-    raise ToolError("ptxas not found: tried $TACK_PTXAS and PyPI's nvidia-cuda-nvcc "
-                    "(pip install nvidia-cuda-nvcc)")
+    places = []
+    if os.path.isdir(os.path.join(sys.prefix, "conda-meta")):
+        places.append(os.path.join(sys.prefix, "bin", "ptxas"))
+    if os.environ.get("CUDA_HOME"):
+        places.append(os.path.join(os.environ["CUDA_HOME"], "bin", "ptxas"))
+    for path in places:
+        if os.access(path, os.X_OK):
+            return path
+    raise ToolError("ptxas not found: tried $TACK_PTXAS, PyPI's nvidia-cuda-nvcc (pip install "
+                    "nvidia-cuda-nvcc), conda-forge's cuda-nvcc in this environment and "
+                    "$CUDA_HOME/bin (Spack's cuda)")
+
+
+_ptxas_info = {}
+
+
+def ptxas_info(path: str) -> tuple:
+    """``(version, sm names it assembles for)`` of the ptxas at ``path`` (``--version``'s
+    ``V13.0.88`` and ``--help``'s allowed ``--gpu-name`` values), asked once per process."""
+    got = _ptxas_info.get(path)
+    if got is None:
+        text = run_tool([path, "--version"], "ptxas --version")
+        m = re.search(r"\bV(\d+(?:\.\d+)+)", text) or re.search(r"release (\d+\.\d+)", text)
+        version = m.group(1) if m else "unknown"
+        help_text = run_tool([path, "--help"], "ptxas --help")
+        sms = frozenset(re.findall(r"'(sm_\d+[a-z]?)'", help_text))
+        got = _ptxas_info[path] = (version, sms)
+    return got
+
+
+def sass_tool(arch: str) -> tuple:
+    """``(ptxas path, what it is)`` that assembles PTX for ``arch`` into SASS (a cubin), or
+    ``(None, why not)``: the second is what a CUDA target's identity records (``ptxas 13.0.88``;
+    ``none: ...`` where no packaged ptxas is found or it does not build ``arch``)."""
+    try:
+        path = find_ptxas()
+        version, sms = ptxas_info(path)
+    except ToolError as e:
+        return None, "none: " + str(e).split(":", 1)[0].replace(";", ",")
+    if sms and arch not in sms:
+        return None, f"none: ptxas {version} does not build {arch}"
+    return path, f"ptxas {version}"
+
+
+# -- CUDA artifacts: PTX, and SASS for its sm, in one payload ------------------------------------
+
+CUDA_MAGIC = b"TACKCU\x00\x01"
+_CUDA_HEADER = struct.Struct("<8sQQH")
+
+
+def pack_cuda(ptx: bytes, cubin: bytes, label: str) -> bytes:
+    """The artifact of a CUDA target with SASS: ``magic, u64 len(ptx), u64 len(cubin), u16
+    len(label)`` (little endian), the label (ASCII: the cubin's sm and toolchain, ``sm_90
+    ptxas 13.0.88``), the PTX text, then the cubin.  An artifact of PTX alone is the PTX text
+    itself (what every entry held before SASS was stored)."""
+    lab = label.encode("ascii")
+    return _CUDA_HEADER.pack(CUDA_MAGIC, len(ptx), len(cubin), len(lab)) + lab + ptx + cubin
+
+
+def unpack_cuda(payload: bytes) -> tuple:
+    """``(ptx, cubin, label)`` of a CUDA artifact (``b"", ""`` for PTX alone); ValueError for a
+    container whose sizes are off."""
+    payload = bytes(payload)
+    if not payload.startswith(CUDA_MAGIC):
+        return payload, b"", ""
+    if len(payload) < _CUDA_HEADER.size:
+        raise ValueError("not a Tack CUDA artifact: too short")
+    _, n_ptx, n_cubin, n_label = _CUDA_HEADER.unpack_from(payload)
+    start = _CUDA_HEADER.size
+    if start + n_label + n_ptx + n_cubin != len(payload):
+        raise ValueError("not a Tack CUDA artifact (bad sizes)")
+    label = payload[start:start + n_label].decode("ascii", "replace")
+    start += n_label
+    return payload[start:start + n_ptx], payload[start + n_ptx:], label
 
 
 def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:

@@ -349,16 +349,28 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
         if replacing.get(arch):
             say(f"{arch}: replaced {replacing[arch]}")
         rows.append((arch, len({k.__qualname__ for k, _, _ in specs}), len(arts),
-                     os.path.getsize(path), time.perf_counter() - t0, path))
+                     os.path.getsize(path), time.perf_counter() - t0, code_held(arch, arts), path))
     from ..cache import format_size
     say("")
     w = max(width, *(len(a) for a, _ in failures)) + 2 if failures else width + 2
-    say(f"{'arch':<{w}}{'kernels':>8}{'variants':>10}{'bytes':>12}{'time':>9}  bundle")
-    for arch, nk, nv, nb, secs, path in rows:
-        say(f"{arch:<{w}}{nk:>8}{nv:>10}{format_size(nb):>12}{secs:>8.1f}s  {path}")
+    cw = max([len("code")] + [len(r[5]) for r in rows])
+    say(f"{'arch':<{w}}{'kernels':>8}{'variants':>10}{'bytes':>12}{'time':>9}  {'code':<{cw}}  bundle")
+    for arch, nk, nv, nb, secs, code, path in rows:
+        say(f"{arch:<{w}}{nk:>8}{nv:>10}{format_size(nb):>12}{secs:>8.1f}s  {code:<{cw}}  {path}")
     for arch, why in failures:
         say(f"{arch:<{w}}  FAILED: {why}")
     return 1 if failures else 0
+
+
+def code_held(arch, arts) -> str:
+    """What a bundle's artifacts hold, for the build's table: the target's ``code_note`` where it
+    has one (CUDA: ``PTX + SASS (ptxas 13.0.88)``, or ``PTX only (...)`` and why), else the
+    artifacts' file type (``o``, ``hsaco``, ``spv``, ``metal``)."""
+    try:
+        note = getattr(build_target(arch), "code_note", "")
+    except BuildFailure:
+        note = ""
+    return note or (arts[0].suffix.lstrip(".") if arts else "-")
 
 
 def replaced_what(path) -> str | None:
@@ -413,14 +425,47 @@ def staleness(b, node_llvm, uncomparable=True):
         # A GPU bundle's key holds its compilers' versions too (PTX ISA, code object version,
         # Intel's offline compiler for native code): another key today means another compiler.
         try:
-            now = build_target(arch).key
+            now = build_target(arch)
         except BuildFailure as e:
             if uncomparable:
                 why.append(f"cannot build {arch} here to compare: {e}")
         else:
-            if now != meta.get("target_key"):
+            if now.key != meta.get("target_key"):
                 why.append(f"{arch}'s compilers changed since it was built (target "
-                           f"{meta.get('target_key', '?')[:12]}, now {now[:12]})")
+                           f"{meta.get('target_key', '?')[:12]}, now {now.key[:12]})")
+            else:
+                why.extend(tool_changes(arch, meta.get("target", ""), now.identity(), uncomparable))
+    return why
+
+
+CANNOT_COMPARE = "cannot compare"
+
+
+def _made(value: str) -> bool:
+    """Whether a tool field of a target's identity names a tool that made code (``ptxas 13.0.88``)
+    rather than none (``none: ...``, ``off``, or "" in a bundle that predates the field)."""
+    return bool(value) and not value.startswith("none") and value != "off"
+
+
+def tool_changes(arch, built: str, now: dict, uncomparable=True) -> list:
+    """Why a GPU bundle whose target key is still this host's is stale: a tool its target's
+    identity records beside LLVM and the key does not (CUDA's ptxas, ``sass``) changed since it
+    was built: another version, or one that is here now and was not then (a rebuild adds what
+    it makes).  A tool this host lacks cannot be compared: stale where ``uncomparable`` (as a
+    GPU bundle whose compilers this host lacks), else not."""
+    fields = dict(item.partition("=")[::2] for item in built.split(";") if item)
+    why = []
+    for field, value in sorted(now.items()):
+        then = fields.get(field, "")
+        if then == value or not (_made(then) or _made(value)):
+            continue
+        if not _made(value):
+            if uncomparable:
+                why.append(f"{CANNOT_COMPARE} {arch}'s {field} here: it was made by {then}; this "
+                           f"host has {value} (rebuild leaves it as is)")
+            continue
+        why.append(f"{arch}'s {field} toolchain changed since it was built "
+                   f"({then or 'none'} then, {value} now)")
     return why
 
 
@@ -693,6 +738,10 @@ def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
         why = staleness(b, llvm)
         if not why:
             print(f"{os.path.basename(path)}: current, left as is", file=out)
+            continue
+        if all(w.startswith(CANNOT_COMPARE) for w in why):
+            # a tool it was built with is not here (ptxas): rebuilding would drop what it made
+            print(f"{os.path.basename(path)}: left as is: {'; '.join(why)}", file=out)
             continue
         try:
             new, n = rebuild_bundle(path, out)

@@ -38,8 +38,24 @@ def _llvm_tool(name):
     return None
 
 
+def _beside_ptxas(name):
+    """NVIDIA's ``cuobjdump``/``nvdisasm`` from their PyPI wheels (nvidia-cuda-cuobjdump,
+    nvidia-cuda-nvdisasm), which install beside the wheel's ptxas (site-packages/nvidia/cu*/bin)."""
+    import glob
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", name))
+                           + glob.glob(os.path.join(root, f"cuda_{name}", "bin", name)), reverse=True):
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
 TOOLS = {
     "ptxas": (lambda: _found(find_ptxas), "PyPI nvidia-cuda-nvcc"),
+    "cuobjdump": (lambda: _beside_ptxas("cuobjdump"), "PyPI nvidia-cuda-cuobjdump"),
+    "nvdisasm": (lambda: _beside_ptxas("nvdisasm"), "PyPI nvidia-cuda-nvdisasm"),
     "ld.lld": (lambda: _found(find_lld), "Debian lld-22"),
     "llvm-readelf": (lambda: _llvm_tool("llvm-readelf"), "Debian llvm-22"),
     "spirv-val": (lambda: shutil.which("spirv-val"), "Debian spirv-tools"),
@@ -74,8 +90,10 @@ def build(kernel, args, grid, target, debug=False, templates=None, argtypes=None
     return compile_variant(lowered, None, values, grid, target, debug)
 
 
-def gpu_target(name):
-    return toolchain(name.split(":")[0]).target(name)
+def gpu_target(name, **options):
+    """The toolchain's target for ``name``; ``options`` for its kind's ``target`` (CUDA's
+    ``sass``: False for PTX alone)."""
+    return toolchain(name.split(":")[0]).target(name, **options)
 
 
 class Launch:

@@ -31,6 +31,8 @@ import numpy as np
 import pytest
 
 import tack
+import tack.aot
+import tack.cache
 from tack.backends import cuda_runtime as cr
 from tack.backends import hip_runtime as hr
 from tack.backends.cudalike import pack_params
@@ -242,6 +244,7 @@ class FakeCuda:
         CUDA_SUCCESS = 0
         CUDA_ERROR_INVALID_VALUE = 1
         CUDA_ERROR_NO_DEVICE = 100
+        CUDA_ERROR_NO_BINARY_FOR_GPU = 209
         CUDA_ERROR_INVALID_PTX = 218
         CUDA_ERROR_LAUNCH_FAILED = 719
 
@@ -259,6 +262,8 @@ class FakeCuda:
         self.models = {}            # entry -> fn(params, grid, block, mem)
         self.fail = {}              # function name -> CUresult to return
         self.jit_error = None
+        self.cubins = {}            # a cubin it takes -> the PTX it was assembled from (its model)
+        self.refuse_cubins = False  # a driver older than the ptxas: every cubin refused
 
     def _rec(self, name, *args):
         self.calls.append((name,) + args)
@@ -314,6 +319,12 @@ class FakeCuda:
         opts = dict(zip(options, values))
         assert isinstance(opts["CU_JIT_ERROR_LOG_BUFFER"], bytearray)
         assert opts["CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES"] == len(opts["CU_JIT_ERROR_LOG_BUFFER"])
+        if image.startswith(b"\x7fELF"):          # a cubin: loaded as it is, no JIT
+            if self.refuse_cubins or image[:-1] not in self.cubins:
+                return (self.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU, None)
+            handle = f"module{len(self.modules)}"
+            self.modules[handle] = self.cubins[image[:-1]]
+            return (status, handle)
         if self.jit_error:
             msg = self.jit_error.encode() + b"\0"
             opts["CU_JIT_ERROR_LOG_BUFFER"][:len(msg)] = msg
@@ -373,8 +384,11 @@ def fake_cuda(monkeypatch):
     cr.reset()
 
 
-def artifact(kernel, args, grid, target="cuda:sm_80", debug=False):
-    return build(kernel, args, grid, gpu_target(target), debug)
+def artifact(kernel, args, grid, target="cuda:sm_80", debug=False, sass=False):
+    """A CUDA variant built as ``compile_variant`` builds it: PTX alone (a miss's), or with
+    ``sass`` PTX and a cubin from the packaged ptxas (what tack.aot and bundles store)."""
+    options = {"sass": sass} if target.startswith("cuda:") else {}
+    return build(kernel, args, grid, gpu_target(target, **options), debug)
 
 
 @tack.kernel
@@ -490,6 +504,111 @@ def test_load_passes_nul_terminated_ptx_with_jit_log_buffers(fake_cuda):
     with pytest.raises(cr.CUDAError, match="Unresolved extern function 'foo'") as e:
         cr.load(art.payload, art.meta, "cuda")
     assert "CUDA_ERROR_INVALID_PTX" in str(e.value)
+
+
+def loaded_images(fake):
+    """The images ``cuModuleLoadDataEx`` was given, without their NUL."""
+    return [c[1][:-1] for c in fake.calls if c[0] == "cuModuleLoadDataEx"]
+
+
+def sass_artifacts(fake, kernel, args, archs, sass=True):
+    """{sm: artifact} built ahead of time (tack.aot) for each ``cuda:sm``, with SASS from the
+    packaged ptxas (or, ``sass=False``, PTX alone); the fake driver takes their cubins."""
+    from tack.backends.gpu import unpack_cuda
+    from .gpu_tools import tool
+    tool("ptxas")
+    arts = {}
+    for sm in archs:
+        with pytest.MonkeyPatch.context() as mp:
+            if not sass:
+                mp.setenv("TACK_CUDA_SASS", "0")
+            art = tack.aot.compile(kernel, f"cuda:{sm}", args)
+        ptx, cubin, label = unpack_cuda(art.payload)
+        assert bool(cubin) == sass and (not sass or label.startswith(f"{sm} ptxas "))
+        if cubin:
+            fake.cubins[cubin] = ptx.decode()
+        fake.models[art.meta["entry"]] = saxpy_model
+        arts[sm] = art
+    return arts
+
+
+def launch_from(arts, tmp_path, monkeypatch, name):
+    """saxpy launched on the fake H200 with a fresh cache directory holding ``arts`` (as
+    tack.aot.save stores them): the launch finds one by the runtime's candidate keys."""
+    cache = tmp_path / name
+    tack.aot.save(list(arts), str(cache))
+    monkeypatch.setenv("TACK_CACHE_DIR", str(cache))
+    tack.cache._reset_for_tests()
+    saxpy._variants.clear()
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    tack.launch(saxpy, 64, (np.float32(2), x, x, out), device="cuda")
+    np.testing.assert_array_equal(out, 3 * x)
+
+
+def test_candidate_order_sass_then_ptx_then_lower_ptx(fake_cuda, tmp_path, monkeypatch):
+    """What an H200 (sm_90) loads of the entries stored for it, through a launch's cache lookup:
+    1. the cubin of its exact sm, stored beside that sm's PTX; 2. that PTX where the entry has no
+    SASS; 3. the PTX of a lower sm, never that sm's cubin."""
+    from tack.backends.gpu import unpack_cuda
+    monkeypatch.setattr(cr, "_refused_by", {})
+    x = np.zeros(64, np.float32)
+    args = (np.float32(2), x, x, x)
+    sass = sass_artifacts(fake_cuda, saxpy, args, ("sm_90", "sm_80"))
+    ptx_only = sass_artifacts(fake_cuda, saxpy, args, ("sm_90",), sass=False)
+    assert sass["sm_90"].key == ptx_only["sm_90"].key      # one key: the PTX's (LLVM, sm, ISA)
+
+    launch_from(sass.values(), tmp_path, monkeypatch, "both")
+    assert loaded_images(fake_cuda) == [unpack_cuda(sass["sm_90"].payload)[1]]     # 1. SASS
+
+    fake_cuda.calls.clear()
+    launch_from([ptx_only["sm_90"], sass["sm_80"]], tmp_path, monkeypatch, "ptx90")
+    assert loaded_images(fake_cuda) == [ptx_only["sm_90"].payload]                # 2. its PTX
+
+    fake_cuda.calls.clear()
+    launch_from([sass["sm_80"]], tmp_path, monkeypatch, "only80")
+    assert loaded_images(fake_cuda) == [unpack_cuda(sass["sm_80"].payload)[0]]    # 3. lower PTX
+
+
+def test_a_refused_cubin_falls_back_to_the_ptx_of_its_entry_said_once(fake_cuda, caplog,
+                                                                     monkeypatch):
+    """A cubin the driver refuses (a ptxas newer than the driver: CUDA_ERROR_NO_BINARY_FOR_GPU)
+    loads the PTX of the same entry instead; the process says so in one warning line, and
+    later loads of that toolchain's SASS on the device go straight to the PTX."""
+    import logging
+    from tack.backends.gpu import unpack_cuda
+    monkeypatch.setattr(cr, "_refused_by", {})
+    x = np.zeros(64, np.float32)
+    arts = sass_artifacts(fake_cuda, saxpy, (np.float32(2), x, x, x), ("sm_90",))
+    art = arts["sm_90"]
+    ptx, cubin, _ = unpack_cuda(art.payload)
+    assert cr.load(art.payload, art.meta).code == "sass"
+    fake_cuda.refuse_cubins = True
+    fake_cuda.calls.clear()
+    with caplog.at_level(logging.WARNING, logger="tack.cuda"):
+        kernels = [cr.load(art.payload, art.meta) for _ in range(5)]
+    assert [k.code for k in kernels] == ["ptx"] * 5
+    assert loaded_images(fake_cuda) == [cubin] + [ptx] * 5       # the cubin tried once
+    said = [r for r in caplog.records if r.name == "tack.cuda"]
+    assert len(said) == 1 and "refuses the SASS" in said[0].getMessage()
+    assert "CUDA_ERROR_NO_BINARY_FOR_GPU" in said[0].getMessage()
+    out = np.zeros(64, np.float32)
+    cr.launch(kernels[-1], art.meta, (np.float32(2), np.arange(64, dtype=np.float32),
+                                      np.arange(64, dtype=np.float32), out), (64,))
+    np.testing.assert_array_equal(out, 3 * np.arange(64, dtype=np.float32))
+
+
+def test_sass_of_another_sm_is_never_loaded(fake_cuda, monkeypatch):
+    """An sm_80 entry's cubin is not loaded on an sm_86 GPU (its PTX is), nor an sm_90 one's on
+    sm_90a's sibling check: the label's sm must be the device's compute capability."""
+    monkeypatch.setattr(cr, "_refused_by", {})
+    assert cr.sass_runs_on("sm_90 ptxas 13.0.88", (9, 0)) and cr.sass_runs_on("sm_90a ptxas 13.0", (9, 0))
+    assert not cr.sass_runs_on("sm_80 ptxas 13.0.88", (8, 6)) and not cr.sass_runs_on("", (9, 0))
+    fake_cuda.cc = (8, 6)
+    x = np.zeros(64, np.float32)
+    art = sass_artifacts(fake_cuda, saxpy, (np.float32(2), x, x, x), ("sm_80",))["sm_80"]
+    assert cr.load(art.payload, art.meta).code == "ptx"
+    assert not any(i.startswith(b"\x7fELF") for i in loaded_images(fake_cuda))
 
 
 def test_load_refuses_ptx_that_cannot_run_or_does_not_match(fake_cuda):

@@ -1,10 +1,12 @@
 """GPU code generation checked with the vendors' real tools (no GPU): every launch of the CPU
-language suite and the contour's launches, built for CUDA (ptxas), ROCm (ld.lld, llvm-readelf)
+language suite and the contour's launches, built for CUDA (ptxas; the SASS stored beside the
+PTX read by cuobjdump and nvdisasm), ROCm (ld.lld, llvm-readelf)
 and Level Zero (spirv-val, ocloc); the kernel ABI; CompileErrors; target keys."""
 
 from __future__ import annotations
 
 import math  # noqa: F401  (k_erf's global)
+import os
 import re
 
 import numpy as np
@@ -12,7 +14,8 @@ import pytest
 
 import tack
 from tack.backends import arch_names, gpu, toolchain
-from tack.backends.gpu import key_for, pack_level_zero, unpack_level_zero
+from tack.backends.cuda import ptx_of
+from tack.backends.gpu import key_for, pack_cuda, pack_level_zero, unpack_cuda, unpack_level_zero
 from tack.compiler import lower
 from tack.kernels import contour
 
@@ -60,35 +63,100 @@ def contour_artifacts(target_name, debug=False):
 
 def ptxas_check(ptx: bytes, sm: str, tmp_path, name="k"):
     src = tmp_path / f"{name}.ptx"
-    src.write_bytes(ptx)
+    src.write_bytes(ptx_of(ptx))
     run([tool("ptxas"), f"-arch={sm}", str(src), "-o", str(tmp_path / f"{name}.{sm}.cubin")])
+
+
+def sass_check(art, sm: str, tmp_path, name="k", disassembler="cuobjdump") -> list:
+    """The cubin stored beside an artifact's PTX is SASS for ``sm`` holding its kernel's entry,
+    as NVIDIA's cuobjdump (``-sass``) or nvdisasm reads it. -> the lines that show it."""
+    ptx, cubin, label = unpack_cuda(art.payload)
+    assert ptx.startswith(b"//") and cubin[:4] == b"\x7fELF", label
+    assert label.startswith(f"{sm} ptxas ") and label.split()[-1][0].isdigit(), label
+    path = tmp_path / f"{name}.{sm}.cubin"
+    path.write_bytes(cubin)
+    if disassembler == "cuobjdump":
+        out = run([tool("cuobjdump"), "-sass", str(path)]).stdout
+        lines = [ln.strip() for ln in out.splitlines()
+                 if ln.strip() in (f"code for {sm}", f"Function : {art.entry}")]
+        assert len(lines) == 2, out[:600]
+    else:
+        out = run([tool("nvdisasm"), str(path)]).stdout
+        lines = [ln.strip() for ln in out.splitlines()
+                 if re.match(rf"\s*\.(global|type)\s+{art.entry}\b", ln)
+                 or re.match(rf"\s*\.section\s+\.text\.{art.entry},", ln)
+                 or ln.startswith(f".text.{art.entry}:")]
+        assert lines, out[:600]
+    return lines
 
 
 @pytest.mark.parametrize("sm,isa,also", [("sm_80", "7.0", ["sm_90"]), ("sm_90", "7.8", [])])
 def test_cuda_language_kernels_assemble_with_ptxas(sm, isa, also, tmp_path):
     """ptxas: every language-suite kernel's PTX for sm_80 assembles for sm_80 and sm_90, for sm_90 for
     sm_90; the PTX names the ISA version of the key and is a kernel entry; float64 exp/pow/hypot are
-    CompileErrors naming the function and cuda:sm_XX."""
+    CompileErrors naming the function and cuda:sm_XX.  The SASS stored beside each kernel's PTX
+    (ptxas of the target, for exactly its sm) is read by cuobjdump, the kernel's entry in it."""
     tool("ptxas")
+    tool("cuobjdump")
     ok = check_failures(built(f"cuda:{sm}"), f"cuda:{sm}", NO_LIBM, "math.")
     assert len(ok) > 60
     for n, (launch, art) in enumerate(ok):
-        text = art.payload.decode("ascii")
+        text = ptx_of(art.payload).decode("ascii")
         assert f".version {isa}\n" in text and f".target {sm}\n" in text
         assert re.search(rf"\.visible \.entry {art.entry}\(", text), launch
         assert "call" not in text.split(".entry", 1)[1] or "call.uni" not in text   # no libcalls
-        for arch in [sm] + also:
+        sass_check(art, sm, tmp_path, f"{launch.name}{n}")
+        for arch in also:
             ptxas_check(art.payload, arch, tmp_path, f"{launch.name}{n}")
 
 
 @pytest.mark.parametrize("debug", [False, True])
 def test_cuda_contour_assembles(debug, tmp_path):
     """ptxas: the contour's two kernels (3-D and 1-D grids, atomics, constant tables, templates), with
-    and without bounds checks, for sm_80 and sm_90."""
+    and without bounds checks, for sm_80 and sm_90: the SASS stored beside the PTX is read by
+    cuobjdump and nvdisasm, with the kernel's entry."""
+    tool("ptxas")
+    tool("cuobjdump")
+    tool("nvdisasm")
     for sm in ("sm_80", "sm_90"):
         for kernel, art in contour_artifacts(f"cuda:{sm}", debug):
-            ptxas_check(art.payload, sm, tmp_path, kernel.__qualname__)
-            assert "atom.global" in art.payload.decode() or "red.global" in art.payload.decode()
+            for dis in ("cuobjdump", "nvdisasm"):
+                lines = sass_check(art, sm, tmp_path, kernel.__qualname__, dis)
+                print(f"{sm} {kernel.__qualname__} {dis}: {' | '.join(lines)}")
+            text = ptx_of(art.payload).decode()
+            assert "atom.global" in text or "red.global" in text
+
+
+def test_cuda_without_ptxas_builds_ptx_only(monkeypatch):
+    """No packaged ptxas: the artifact is the PTX text alone, and the target says why (its
+    identity's ``sass`` field, and the note bundles build prints); TACK_CUDA_SASS=0 the same."""
+    from tack.backends import cuda, gpu
+    def missing():
+        raise gpu.ToolError("ptxas not found: tried nowhere")
+    monkeypatch.setattr(gpu, "find_ptxas", missing)
+    k, args, grid = contour.tack_warm((8, 8, 8))[1]
+    for t in (cuda.target("cuda:sm_90"), cuda.target("cuda:sm_90", sass=False)):
+        art = build(k, args, grid, t)
+        assert art.payload.startswith(b"//") and unpack_cuda(art.payload)[1] == b""
+        assert cuda.artifact_parts(art.payload) == [(".ptx", art.payload)]
+    assert cuda.target("cuda:sm_90").identity()["sass"] == "none: ptxas not found"
+    assert cuda.target("cuda:sm_90").code_note == "PTX only (ptxas not found)"
+    assert cuda.target("cuda:sm_90", sass=False).code_note == "PTX only (SASS off)"
+    monkeypatch.undo()
+    monkeypatch.setenv("TACK_CUDA_SASS", "0")
+    assert cuda.target("cuda:sm_90").sass == "off"
+
+
+def test_cuda_artifact_container():
+    """PTX and SASS in one payload: the PTX, the cubin and its label come back; PTX alone (every
+    entry before SASS was stored) reads as PTX with no cubin; a container whose sizes are off is
+    refused, never misread."""
+    packed = pack_cuda(b"// ptx", b"\x7fELFcubin", "sm_90 ptxas 13.0.88")
+    assert unpack_cuda(packed) == (b"// ptx", b"\x7fELFcubin", "sm_90 ptxas 13.0.88")
+    assert unpack_cuda(b"// ptx") == (b"// ptx", b"", "")
+    for bad in (packed[:-1], packed + b"x", packed[:12]):
+        with pytest.raises(ValueError, match="not a Tack CUDA artifact"):
+            unpack_cuda(bad)
 
 
 # -- ROCm ------------------------------------------------------------------------------------
@@ -333,3 +401,39 @@ def test_cpu_code_is_unchanged_by_gpu_targets():
     tack.launch(k_abi, dim=(1, 5), args=(out.reshape(1, 5), out.reshape(1, 5) + 1, True, 2.0, 1,
                                         np.ones(1, np.int32)))
     assert (out == 4.0).all()
+
+
+def test_find_ptxas_takes_packages_never_path(tmp_path, monkeypatch):
+    """ptxas for SASS comes from a package: $TACK_PTXAS, PyPI's wheel, conda-forge's cuda-nvcc in
+    a conda environment (sys.prefix/bin), $CUDA_HOME/bin (Spack's cuda); one that is only on
+    PATH is never taken."""
+    import importlib.util
+    import sys
+    from tack.backends import gpu
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "nvidia" else real(name, *a))
+    monkeypatch.delenv("TACK_PTXAS", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+
+    def fake_ptxas(where):
+        (where / "bin").mkdir(parents=True)
+        exe = where / "bin" / "ptxas"
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+        return str(exe)
+    on_path = fake_ptxas(tmp_path / "path")
+    monkeypatch.setenv("PATH", os.path.dirname(on_path) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    with pytest.raises(gpu.ToolError, match=r"\$CUDA_HOME/bin \(Spack's cuda\)"):
+        gpu.find_ptxas()
+    assert gpu.sass_tool("sm_90") == (None, "none: ptxas not found")
+    spack = fake_ptxas(tmp_path / "spack-cuda")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "spack-cuda"))
+    assert gpu.find_ptxas() == spack
+    conda = fake_ptxas(tmp_path / "conda")
+    (tmp_path / "conda" / "conda-meta").mkdir()
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "conda"))
+    assert gpu.find_ptxas() == conda
+    monkeypatch.setenv("TACK_PTXAS", spack)
+    assert gpu.find_ptxas() == spack

@@ -163,8 +163,9 @@ def test_module_that_fails_to_import_is_reported(tmp_path):
 def test_gpu_archs_are_built_into_bundles_of_their_own(tmp_path):
     """GPU architectures of build.archs are built with their toolchains, one bundle each, named
     and headed by kind:name: PTX for cuda:sm_90, a code object for rocm:gfx90a, SPIR-V for
-    spirv:generic; a node's CPU does not use them (status says so)."""
-    from tack.backends.gpu import unpack_level_zero
+    spirv:generic (PTX with SASS beside it for cuda:sm_90); a node's CPU does not use them
+    (status says so)."""
+    from tack.backends.gpu import unpack_cuda, unpack_level_zero
     from tests.backends.gpu_tools import tool
     tool("ld.lld")                      # rocm code objects are linked with it (skips, naming it)
     path = tmp_path / "site.yaml"
@@ -180,7 +181,9 @@ def test_gpu_archs_are_built_into_bundles_of_their_own(tmp_path):
         b = bundle.read(str(tmp_path / "bundles" / name))
         meta, payload = next(b.get(k, key) for (k, key) in b.index if k == entry.KIND_VARIANT)
         if b.meta["arch"] == "cuda:sm_90":
-            assert payload.startswith(b"//") and b".target sm_90" in payload and meta["suffix"] == ".ptx"
+            ptx, cubin, label = unpack_cuda(payload)          # SASS beside it where ptxas is
+            assert ptx.startswith(b"//") and b".target sm_90" in ptx and meta["suffix"] == ".ptx"
+            assert (cubin[:4] == b"\x7fELF" and label.startswith("sm_90 ptxas ")) or not cubin
         elif b.meta["arch"] == "rocm:gfx90a":
             assert payload[:4] == b"\x7fELF" and meta["suffix"] == ".hsaco"
         elif b.meta["arch"] == "spirv:generic":
