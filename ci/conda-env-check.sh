@@ -65,5 +65,32 @@ in_env() {
 }
 step "tests from the conda env: pytest $*" in_env "$@" || rc=$?
 
+# A site config's settings through conda's own env_vars.d (python -m tack.site conda-activate
+# --env-vars): conda's activation of every shell it supports sets them (cmd.exe's goes to a file
+# whose path it prints), and a real bash's activate sets them and deactivate clears them.
+every_shell() {
+  env -u PYTHONPATH "$E/bin/python" -m tack.site conda-activate tests/packaging/site.yaml \
+    --prefix "$E" --env-vars || return 1
+  local sh out
+  for sh in posix csh fish xonsh powershell cmd.exe; do
+    out="$(env -u PYTHONPATH python -m conda "shell.$sh" activate "$E")" || return 1
+    if [ "$sh" = cmd.exe ]; then out="$(cat "$(printf '%s' "$out" | tail -n 1 | tr -d '\r')")"; fi
+    printf '%s\n' "$out" | grep -q "TACK_CACHE_MPI.*bundle" \
+      || { echo "conda shell.$sh activate does not set TACK_CACHE_MPI" >&2; return 1; }
+    echo "conda shell.$sh activate: $(printf '%s\n' "$out" | grep TACK_CACHE_MPI | head -n 1)"
+  done
+  env -u PYTHONPATH -u TACK_CACHE_MPI bash --noprofile --norc -c '
+    set -eu
+    eval "$(python -m conda shell.bash hook)"
+    conda activate "$1"
+    test "$TACK_CACHE_MPI" = bundle && test "$TACK_CACHE_SIZE" = 3G
+    conda deactivate
+    test -z "${TACK_CACHE_MPI:-}"     # unset, or empty where conda stacked (Tack: the default)
+    echo "bash: conda activate sets the site settings, conda deactivate clears them"
+  ' bash "$E" || return 1
+  rm -f "$E/etc/conda/env_vars.d/tack-site.json"
+}
+step "conda-activate --env-vars: every shell conda supports" every_shell || rc=$?
+
 printf 'conda-env-check: %.0f s in all\n' "$(awk -v a="$T0" -v b="$EPOCHREALTIME" 'BEGIN{print b-a}')"
 exit "${rc:-0}"

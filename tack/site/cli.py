@@ -74,7 +74,7 @@ def cmd_env(args) -> int:
 def cmd_conda_activate(args) -> int:
     from .conda import write_activate
     cfg = load(args.config)
-    for path in write_activate(cfg, args.prefix):
+    for path in write_activate(cfg, args.prefix, env_vars=args.env_vars):
         print(f"wrote {path}")
     return 0
 
@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("conda-activate", help="write conda activate.d/deactivate.d scripts")
     a.add_argument("config")
     a.add_argument("--prefix", required=True, help="the conda environment's prefix")
+    a.add_argument("--env-vars", action="store_true",
+                   help="write conda's env_vars.d file (every shell conda supports; deactivation "
+                        "unsets) instead of sh, csh and fish scripts (which restore the user's values)")
     a.set_defaults(func=cmd_conda_activate)
 
     from ..backends.arch_names import KINDS

@@ -1,7 +1,12 @@
-"""Conda activation scripts: ``python -m tack.site conda-activate CONFIG --prefix PREFIX``.
+"""Conda activation: ``python -m tack.site conda-activate CONFIG --prefix PREFIX [--env-vars]``.
 
-Writes ``PREFIX/etc/conda/activate.d/tack.{sh,csh,fish}`` and the matching
-``deactivate.d`` scripts.  Activating saves the user's own value of each
+With ``--env-vars``: ``PREFIX/etc/conda/env_vars.d/tack-site.json``, the site's settings as
+conda's own package variables, which ``conda activate`` sets in every shell it supports (bash,
+zsh, csh, fish, xonsh, PowerShell, cmd.exe) and deactivation unsets; conda warns when one
+replaces a value the user had set, and does not restore it.
+
+Without: ``PREFIX/etc/conda/activate.d/tack.{sh,csh,fish}`` and the matching
+``deactivate.d`` scripts, which restore the user's own values.  Activating saves the user's own value of each
 variable (and whether it was set at all) in ``_TACK_CONDA_<TAG>_<VAR>``,
 then exports the site's value; deactivating restores the saved value, or
 unsets the variable if it was unset.  ``<TAG>`` is derived from the prefix,
@@ -87,12 +92,50 @@ def deactivate_script(cfg, ext, marker):
     return "\n".join(lines) + "\n"
 
 
-def write_activate(cfg, prefix):
-    """Write the activate.d and deactivate.d scripts into ``prefix``; return their paths."""
+ENV_VARS = os.path.join("etc", "conda", "env_vars.d", "tack-site.json")
+HEADER = "# Written by `python -m tack.site conda-activate`"
+
+
+def _remove_ours(paths):
+    """Remove the files of the other form that this command wrote (never a file of someone else)."""
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4096)
+        except OSError:
+            continue
+        if path.endswith(ENV_VARS):
+            import json
+            try:
+                got = json.loads(head)
+            except ValueError:
+                continue
+            if not (isinstance(got, dict) and got and all(k.startswith("TACK_") for k in got)):
+                continue
+        elif HEADER.encode() not in head:
+            continue
+        os.unlink(path)
+
+
+def _scripts(prefix):
+    return [os.path.join(prefix, "etc", "conda", d, f"tack.{ext}")
+            for d in ("activate.d", "deactivate.d") for ext in EXTENSIONS]
+
+
+def write_activate(cfg, prefix, env_vars=False):
+    """Write the activate.d and deactivate.d scripts into ``prefix`` (``env_vars``: conda's
+    ``env_vars.d`` file instead, and the scripts of an earlier run removed); return the paths."""
+    import json
     prefix = os.path.abspath(os.fspath(prefix))
     if not os.path.isdir(prefix):
         raise SiteError(f"{prefix}: not a directory; --prefix must be an existing conda "
                         "environment (its $CONDA_PREFIX)")
+    if env_vars:
+        text = json.dumps(cfg.exports(), indent=2, sort_keys=True) + "\n"
+        written = [path for path, _ in write_files({os.path.join(prefix, ENV_VARS): text.encode()})]
+        _remove_ours(_scripts(prefix))
+        return written
+    _remove_ours([os.path.join(prefix, ENV_VARS)])
     marker = f"_TACK_CONDA_{tag(prefix)}"
     files = {}
     for ext in EXTENSIONS:

@@ -239,3 +239,35 @@ def test_conda_prefix_must_exist(tmp_path, example):
                         "--prefix", str(tmp_path / "nope")], capture_output=True, text=True)
     assert r.returncode == 1 and f"{tmp_path / 'nope'}: not a directory" in r.stderr
     assert not (tmp_path / "nope").exists()
+
+
+def test_conda_env_vars_file(tmp_path, example):
+    """--env-vars: the site's exports as conda's env_vars.d JSON (every shell conda supports),
+    and the scripts of an earlier run removed; the scripts again remove the JSON, and a file of
+    someone else's is never removed."""
+    import json
+    cfg = load(example("gpu-cluster"))
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    scripts = write_activate(cfg, prefix)
+    other = prefix / "etc" / "conda" / "activate.d" / "someone-elses.sh"
+    other.write_text("export X=1\n")
+    (written,) = write_activate(cfg, prefix, env_vars=True)
+    assert written == str(prefix / "etc" / "conda" / "env_vars.d" / "tack-site.json")
+    assert json.loads(open(written).read()) == cfg.exports()
+    assert not any(os.path.exists(p) for p in scripts) and other.exists()
+    again = write_activate(cfg, prefix)
+    assert not os.path.exists(written) and all(os.path.exists(p) for p in again)
+    foreign = prefix / "etc" / "conda" / "env_vars.d" / "tack-site.json"
+    foreign.write_text('{"OTHER": "1"}')
+    write_activate(cfg, prefix)
+    assert foreign.exists()
+
+
+def test_conda_env_vars_cli(tmp_path, example):
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    r = subprocess.run([sys.executable, "-m", "tack.site", "conda-activate", str(example("gpu-cluster")),
+                        "--prefix", str(prefix), "--env-vars"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"wrote {prefix / 'etc' / 'conda' / 'env_vars.d' / 'tack-site.json'}"
