@@ -196,13 +196,34 @@ def test_explicit_linear_policy_is_the_default():
     assert len(lf) == len(faces)
 
 
-def test_float64_and_non_contiguous_fields():
-    """A float64 or non-contiguous field gives the same surface as its contiguous float32 copy."""
+def test_non_contiguous_and_other_dtype_fields():
+    """A non-contiguous float32 field, or a float16 one (computed in float32), gives the same
+    surface as its contiguous float32 copy."""
     f, level, verts, faces = contoured("sphere", 21)
-    for g in (f.astype(np.float64), np.asfortranarray(f)):
+    h = f.astype(np.float16)
+    vh, fh = contour(h.astype(np.float32), level)
+    for g, (v, fc) in ((np.asfortranarray(f), (verts, faces)), (h, (vh, fh))):
         v2, f2 = contour(g, level)
-        np.testing.assert_array_equal(np.unique(v2, axis=0), np.unique(verts, axis=0))
-        assert len(f2) == len(faces)
+        np.testing.assert_array_equal(np.unique(v2, axis=0), np.unique(v, axis=0))
+        assert len(f2) == len(fc)
+
+
+@pytest.mark.parametrize("name, n", CASES, ids=IDS)
+def test_float64_field_is_contoured_in_float64(name, n):
+    """A float64 field is contoured in float64: its surface is the float64 reference's (edges,
+    oriented triangles, vertices within a float32 rounding), and its vertices are as close to
+    the float32 field's as float32 allows."""
+    f, level, verts, faces = contoured(name, n)
+    g = f.astype(np.float64)
+    v2, f2 = contour(g, level)
+    ref_verts, ref_faces = contour_reference(g, level)
+    codes = edge_codes(vertex_edges(v2, g, level), g.shape)
+    ref_codes = edge_codes(vertex_edges(ref_verts, g, level), g.shape)
+    order, ref_order = np.argsort(codes), np.argsort(ref_codes)
+    np.testing.assert_array_equal(codes[order], ref_codes[ref_order])
+    np.testing.assert_allclose(v2[order], ref_verts[ref_order], rtol=2e-7, atol=0)
+    np.testing.assert_array_equal(canonical_faces(f2, codes), canonical_faces(ref_faces, ref_codes))
+    assert len(f2) == len(faces)
 
 
 def test_level_outside_field_gives_empty_surface():
