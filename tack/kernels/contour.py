@@ -21,6 +21,25 @@ Two launches:
 
 Only the first launch visits the whole grid.
 
+Precision: the kernels compute in the field's type (``precision``): float32
+for a float32 field (and for float16 or integer fields, converted), float64
+for a float64 field, and count with int32 atomics, so a float32 field's
+contour builds and runs on every backend, Metal and Intel GPUs without float64
+(dg2) included.  The level is given to the kernels rounded down to the
+field's type (``level_as``), which makes every ``value > level`` the same as
+with the exact level: a float32 field's corners, and so its vertex and
+triangle counts, are scikit-image's (which compares its float32 volume with a
+double level).  What the rounding left out is kept, and the interpolation
+policy is given the edge's end values relative to the level (``a - level``,
+``b - level``, and 0 for the level), each rounded once, so float32 places a
+vertex within about 1e-7 of its edge of the float64 position.  int32 counters
+hold every count of a field of up to ``MAX_POINTS`` points (about 894^3; its
+vertex ids were int32 already) but the triangles', at most 5 a cell, which
+only a surface through nearly every cell of a field past about 754^3 could
+overflow: ``contour`` raises OverflowError then.  A 512^3 field's worst case,
+6.7e8 triangles, fits.  A float64 field on Metal or dg2 is a CompileError
+naming float64: pass ``field.astype(np.float32)``.
+
 With more than one thread the order of vertices and triangles varies from
 run to run; the surface does not.  The kernels are shape-generic (extents
 are passed at launch), so one variant of each serves every field size,
@@ -45,7 +64,11 @@ EDGE_ORIGIN = tack.constant(_EDGE_ORIGIN)
 
 
 class Linear:
-    """Place each vertex where the linear interpolant of the edge's ends meets the level."""
+    """Place each vertex where the linear interpolant of the edge's ends meets the level.
+
+    An interpolation policy's ``weight(a, b, level)`` is given the end values relative to the
+    level (``a - level``, ``b - level``) and 0 for ``level``, in the field's type, and returns
+    the vertex's place along the edge from ``a`` (clamped to [0, 1])."""
 
     @staticmethod
     def weight(a, b, level):
