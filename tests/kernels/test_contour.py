@@ -289,3 +289,30 @@ def test_tack_warm_lists_the_same_variants_for_every_shape():
         return out
     k8 = keys((8, 8, 8))
     assert len(k8) == 2 and keys((21, 21, 21)) == k8 == keys((5, 64, 33))
+
+
+def test_level_rounded_down_keeps_scikit_images_corners():
+    """A float32 value just above a float64 level that rounds up to it in float32 (0.4 -> float32
+    0.40000000596) is inside, as scikit-image's double comparison has it: the level is given to
+    the float32 kernels rounded down, and the triangle counts stay scikit-image's."""
+    from tack.kernels.contour import level_as
+    f, _ = field_of("sphere", 21)
+    g = f.copy()
+    near = np.abs(g - 0.75) < 0.05
+    g[near] = np.float32(0.4)                       # many corners exactly at float32(0.4)
+    g[~near] = np.where(g[~near] > 0.75, np.float32(1.0), np.float32(0.0))
+    assert float(np.float32(0.4)) > 0.4 and level_as(0.4, np.float32) < np.float32(0.4)
+    verts, faces = contour(g, 0.4)
+    sk_verts, sk_faces, _, _ = marching_cubes(g, 0.4, method="lorensen")
+    assert (len(verts), len(faces)) == (len(sk_verts), len(sk_faces)) and len(faces) > 0
+    below, _ = contour(g, np.nextafter(np.float32(0.4), np.float32(1)))  # above every 0.4 corner
+    assert len(below) != len(verts)
+
+
+@pytest.mark.parametrize("level, expect", [(0.4, np.float32(0.39999998)), (0.5, np.float32(0.5)),
+                                           (1e39, np.finfo(np.float32).max), (-1e39, -np.inf)])
+def test_level_as_is_the_largest_float32_at_most_the_level(level, expect):
+    from tack.kernels.contour import level_as
+    got = level_as(level, np.float32)
+    assert got.dtype == np.float32 and got == expect and float(got) <= level
+    assert level_as(level, np.float64) == level
