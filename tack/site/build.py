@@ -152,7 +152,7 @@ def warm_specs(entry: dict, where=None):
     return specs
 
 
-def build_problems(cfg):
+def build_problems(cfg, progress=None):
     """What ``bundles build`` would fail on, found without compiling: ``["FILE:LINE: key: why"]``.
 
     Each CPU architecture must map to a CPU this LLVM knows; each kernel
@@ -160,9 +160,11 @@ def build_problems(cfg):
     (its ``tack_warm`` checks a shape's rank and extents), and each kernel
     must type-check for them (an array of the wrong rank fails here).  Every
     other arch name was checked with the config, by the registry that the
-    toolchains build from.
+    toolchains build from.  Then each kernel's code is generated for each
+    architecture (``target_problems``: what a target lacks, such as float64 on
+    Metal or dg2, is refused there), telling ``progress`` each architecture.
     """
-    problems = []
+    problems, entries = [], []
     for i, arch in enumerate(cfg.cpu_archs()):
         try:
             llvm_target(arch)
@@ -179,6 +181,61 @@ def build_problems(cfg):
             type_check(specs)
         except BuildFailure as e:
             problems.append(f"{cfg.where(base)}: {e}")
+            continue
+        entries.append((entry, specs))
+    if not problems and entries:
+        problems.extend(target_problems(cfg, entries, progress))
+    return problems
+
+
+def target_problems(cfg, entries, progress=None):
+    """``["FILE:LINE: build.archs.KIND[i]: ..."]`` for each architecture of build.archs that a
+    configured kernel cannot be compiled for, naming the kernel, its module and the feature the
+    target lacks (float64 on Metal and dg2, int64 atomics on Metal...).  Found by generating
+    each distinct variant's code for each architecture (LLVM IR or MSL: where Tack refuses a
+    feature), without LLVM's optimizer or a vendor tool; ``progress(line)`` is told each
+    architecture first.  One problem per architecture and kernel."""
+    from ..archs import ArchError
+    from ..compiler import prepare
+    from ..specialize import specialize
+    from .config import ARCH_KINDS, _bare
+    listed = cfg.get("build.archs", {}) or {}
+    archs = [(f"{kind}:{ARCH_KINDS[kind].resolve(_bare(kind, a))}", ("build", "archs", kind, i))
+             for kind in ARCH_KINDS for i, a in enumerate(listed.get(kind) or [])]
+    variants, seen = [], set()
+    for entry, specs in entries:
+        for kernel, args, grid in specs:
+            typed, lowered, key = prepare(kernel, args)         # memoized by type_check
+            ident = (key, tuple(map(str, typed.value_types)), grid)
+            if ident not in seen:
+                seen.add(ident)
+                variants.append((entry["module"], kernel, lowered, typed.value_types, grid))
+    problems = []
+    for arch, keypath in archs:
+        if progress is not None:
+            progress(f"check: generating {len(variants)} variant(s) for {arch} ...")
+        try:
+            target = build_target(arch)
+        except (BuildFailure, ArchError):
+            continue                            # the config's own check reports the name
+        refused = set()
+        for module, kernel, lowered, values, grid in variants:
+            name = kernel.__qualname__
+            if name in refused:
+                continue
+            try:
+                typed = specialize(lowered, values, grid)
+                if target.emits_source:
+                    target.generate(typed, "tack_check")
+                else:
+                    from ..codegen import generate
+                    generate(typed, target, "tack_check")
+            except Exception as e:              # noqa: BLE001 - the compiler's refusal, reported
+                refused.add(name)
+                why = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+                problems.append(f"{cfg.where(keypath)}: {arch} cannot build kernel {name} of "
+                                f"{module} ({', '.join(map(str, values))}): "
+                                f"{type(e).__name__}: {why}")
     return problems
 
 

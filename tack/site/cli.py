@@ -22,7 +22,9 @@ def load(path, import_modules=False):
 def cmd_check(args) -> int:
     cfg = load(args.config, import_modules=True)
     from .build import build_problems
-    problems = build_problems(cfg)
+    # Generating each kernel's code for each arch takes a moment: say so, on stderr (stdout is
+    # the report).
+    problems = build_problems(cfg, progress=lambda line: print(line, file=sys.stderr, flush=True))
     if problems:
         raise SiteConfigError(problems)
     print(f"{args.config}: valid")

@@ -225,8 +225,8 @@ def _contour_args(counts_dtype):
     out = []
     for kernel, args, grid in contour.tack_warm():
         args = tuple(np.zeros(4, counts_dtype) if (isinstance(a, np.ndarray) and a.shape == (4,)
-                                                   and a.dtype == np.int64)
-                     else np.float32(a) if isinstance(a, float) else a for a in args)
+                                                   and a.dtype.kind == "i")
+                     else a for a in args)
         out.append((kernel, args, grid))
     return out
 
@@ -243,8 +243,9 @@ def golden_cases():
              ("stencil_debug", stencil, (g, g.copy()), 2, True),
              ("histogram", histogram, (np.zeros(8, np.int32), np.zeros(4, np.int32),
                                        np.zeros(1, np.uint32), np.zeros(1, np.float32)), 1, False)]
-    kernel, args, grid = _contour_args(np.int32)[0]         # classify; emit needs float64
+    (kernel, args, grid), (ekernel, eargs, egrid) = _contour_args(np.int32)   # as it ships
     cases.append(("contour_classify", kernel, args, grid, False))
+    cases.append(("contour_emit", ekernel, eargs, egrid, False))
     return cases
 
 
@@ -393,14 +394,13 @@ def test_contour_classify_with_int32_counters_runs_like_the_cpu(tmp_path):
     assert results["shim"] == results["cpu"] and results["cpu"][0][2] > 50
 
 
-def test_contour_emit_needs_float64_so_metal_refuses_it():
-    """``(i + t * di) * sx``: int64 + float32 is float64 (NEP 50), which Metal lacks."""
-    kernel, args, grid = _contour_args(np.int32)[1]
-    with pytest.raises(tack.CompileError) as e:
-        emit(kernel, args, grid, "tack_x")
-    msg = str(e.value)
-    assert "float64 (Metal has no double precision) is not supported on metal:apple" in msg
-    assert "verts[v, 0] = (i + t * di) * sx" in msg
+def test_contour_for_a_float64_field_is_refused_naming_float64():
+    """The contour computes in its field's precision: its float32 variants (what it ships and
+    tack_warm lists) build for Metal, a float64 field's are refused naming float64."""
+    for kernel, args, grid in contour.tack_warm(dtype=np.float64):
+        with pytest.raises(tack.CompileError) as e:
+            emit(kernel, args, grid, "tack_x")
+        assert "float64 (Metal has no double precision) is not supported on metal:apple" in str(e.value)
 
 
 def test_debug_mode_records_the_first_out_of_bounds_access(tmp_path):

@@ -333,3 +333,27 @@ def test_a_broken_binding_is_the_documented_error(monkeypatch):
             tack.to_device(np.zeros(3), "metal")
     finally:
         mr.reset()
+
+
+def test_the_contour_runs_on_metal_with_the_cpus_triangles(metal):
+    """The shipped contour end to end on the simulated Metal (float32 arithmetic, int32 counters):
+    the CPU backend's triangle and vertex counts and the same surface, for the demo's fields,
+    one of them not cubic."""
+    from tack.demo import make_field
+    from tack.kernels import contour as mc
+    from .test_opencl_launch import triangles
+    for k in (mc.classify, mc.emit):
+        k._variants.clear()
+    try:
+        for kind, shape in (("sphere", 21), ("waves", 21), ("torus", (17, 23, 30))):
+            field = make_field(kind, shape) if isinstance(shape, int) else \
+                np.ascontiguousarray(make_field(kind, 30)[:17, :23, :30])
+            v_cpu, f_cpu = mc.contour(field, 0.5)
+            v_mt, f_mt = mc.contour(field, 0.5, device="metal")
+            assert (len(v_mt), len(f_mt)) == (len(v_cpu), len(f_cpu)) and len(f_cpu) > 0, kind
+            np.testing.assert_allclose(triangles(v_mt, f_mt), triangles(v_cpu, f_cpu), atol=1e-5)
+        sources = [lib.source for lib in metal.devices[0].libraries]
+        assert len(sources) == 2 and not any("double" in s for s in sources)
+    finally:
+        for k in (mc.classify, mc.emit):
+            k._variants.clear()

@@ -196,13 +196,34 @@ def test_explicit_linear_policy_is_the_default():
     assert len(lf) == len(faces)
 
 
-def test_float64_and_non_contiguous_fields():
-    """A float64 or non-contiguous field gives the same surface as its contiguous float32 copy."""
+def test_non_contiguous_and_other_dtype_fields():
+    """A non-contiguous float32 field, or a float16 one (computed in float32), gives the same
+    surface as its contiguous float32 copy."""
     f, level, verts, faces = contoured("sphere", 21)
-    for g in (f.astype(np.float64), np.asfortranarray(f)):
+    h = f.astype(np.float16)
+    vh, fh = contour(h.astype(np.float32), level)
+    for g, (v, fc) in ((np.asfortranarray(f), (verts, faces)), (h, (vh, fh))):
         v2, f2 = contour(g, level)
-        np.testing.assert_array_equal(np.unique(v2, axis=0), np.unique(verts, axis=0))
-        assert len(f2) == len(faces)
+        np.testing.assert_array_equal(np.unique(v2, axis=0), np.unique(v, axis=0))
+        assert len(f2) == len(fc)
+
+
+@pytest.mark.parametrize("name, n", CASES, ids=IDS)
+def test_float64_field_is_contoured_in_float64(name, n):
+    """A float64 field is contoured in float64: its surface is the float64 reference's (edges,
+    oriented triangles, vertices within a float32 rounding), and its vertices are as close to
+    the float32 field's as float32 allows."""
+    f, level, verts, faces = contoured(name, n)
+    g = f.astype(np.float64)
+    v2, f2 = contour(g, level)
+    ref_verts, ref_faces = contour_reference(g, level)
+    codes = edge_codes(vertex_edges(v2, g, level), g.shape)
+    ref_codes = edge_codes(vertex_edges(ref_verts, g, level), g.shape)
+    order, ref_order = np.argsort(codes), np.argsort(ref_codes)
+    np.testing.assert_array_equal(codes[order], ref_codes[ref_order])
+    np.testing.assert_allclose(v2[order], ref_verts[ref_order], rtol=2e-7, atol=0)
+    np.testing.assert_array_equal(canonical_faces(f2, codes), canonical_faces(ref_faces, ref_codes))
+    assert len(f2) == len(faces)
 
 
 def test_level_outside_field_gives_empty_surface():
@@ -268,3 +289,30 @@ def test_tack_warm_lists_the_same_variants_for_every_shape():
         return out
     k8 = keys((8, 8, 8))
     assert len(k8) == 2 and keys((21, 21, 21)) == k8 == keys((5, 64, 33))
+
+
+def test_level_rounded_down_keeps_scikit_images_corners():
+    """A float32 value just above a float64 level that rounds up to it in float32 (0.4 -> float32
+    0.40000000596) is inside, as scikit-image's double comparison has it: the level is given to
+    the float32 kernels rounded down, and the triangle counts stay scikit-image's."""
+    from tack.kernels.contour import level_as
+    f, _ = field_of("sphere", 21)
+    g = f.copy()
+    near = np.abs(g - 0.75) < 0.05
+    g[near] = np.float32(0.4)                       # many corners exactly at float32(0.4)
+    g[~near] = np.where(g[~near] > 0.75, np.float32(1.0), np.float32(0.0))
+    assert float(np.float32(0.4)) > 0.4 and level_as(0.4, np.float32) < np.float32(0.4)
+    verts, faces = contour(g, 0.4)
+    sk_verts, sk_faces, _, _ = marching_cubes(g, 0.4, method="lorensen")
+    assert (len(verts), len(faces)) == (len(sk_verts), len(sk_faces)) and len(faces) > 0
+    below, _ = contour(g, np.nextafter(np.float32(0.4), np.float32(1)))  # above every 0.4 corner
+    assert len(below) != len(verts)
+
+
+@pytest.mark.parametrize("level, expect", [(0.4, np.float32(0.39999998)), (0.5, np.float32(0.5)),
+                                           (1e39, np.finfo(np.float32).max), (-1e39, -np.inf)])
+def test_level_as_is_the_largest_float32_at_most_the_level(level, expect):
+    from tack.kernels.contour import level_as
+    got = level_as(level, np.float32)
+    assert got.dtype == np.float32 and got == expect and float(got) <= level
+    assert level_as(level, np.float64) == level

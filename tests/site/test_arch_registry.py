@@ -262,3 +262,44 @@ class TestDocs:
         for arch in re.findall(rf"`((?:{kinds}):[a-z0-9][a-z0-9_:+.-]*)`", doc(name)):
             if not arch.partition(":")[2].isdigit():
                 resolve(arch)
+
+
+@tack.kernel
+def k_double_count(x, counts):
+    i = tack.tid()
+    tack.atomic_add(counts, 0, 1)
+    x[i] = x[i] * 2.0
+
+
+class TestCheckCompilesForEachArch:
+    """`check` generates each configured kernel's code for each arch (no LLVM optimizer, no vendor
+    tool), so an arch a kernel cannot be built for is refused before `bundles build` runs."""
+
+    DOUBLE = ["  kernels:", f"    - module: {__name__}", "      kernel: k_double_count",
+              "      args: ['float64[4]', 'int64[4]']"]
+
+    def test_an_arch_lacking_a_feature_is_refused_naming_kernel_and_feature(self, tmp_path):
+        path = config(tmp_path, {"cpu": ["x86_64_v3"], "cuda": ["sm_90"], "level_zero": ["pvc", "acm"],
+                                 "metal": ["apple"]}, self.DOUBLE)
+        r = site("check", path)
+        assert r.returncode == 1 and r.stdout == ""
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 2, r.stderr
+        assert errors[0].startswith(f"error: {path}:6: build.archs.level_zero.1: level_zero:dg2 "
+                                    f"cannot build kernel k_double_count of {__name__}")
+        assert "float64 (this device has no double precision) is not supported on level_zero:dg2" \
+            in errors[0]
+        assert errors[1].startswith(f"error: {path}:7: build.archs.metal.0: metal:apple cannot "
+                                    "build kernel k_double_count")
+        assert "is not supported on metal:apple" in errors[1]
+        for arch in ("cpu:x86_64_v3", "cuda:sm_90", "level_zero:pvc", "level_zero:dg2", "metal:apple"):
+            assert f"check: generating 1 variant(s) for {arch} ...\n" in r.stderr
+
+    def test_the_contour_passes_check_for_every_kind(self, tmp_path):
+        """The shipped contour (float32, int32 counters) is valid for Metal and dg2 too."""
+        path = config(tmp_path, {"cpu": ["x86_64_v3"], "cuda": ["sm_90"], "rocm": ["gfx90a"],
+                                 "level_zero": ["dg2", "pvc"], "spirv": ["generic"],
+                                 "metal": ["apple"]})
+        r = site("check", path)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.count("check: generating 2 variant(s) for ") == 7
