@@ -29,6 +29,11 @@ def parse(text) -> tuple[str, str]:
     kind, sep, name = text.strip().partition(":")
     if not sep:
         kind, name = "cpu", kind
+    if kind == "rocm" and name.count(":") and all(name.split(":")):
+        # An AMD target id keeps its features (rocm:gfx942:sramecc+:xnack-): the gfx is the
+        # name checked here, the features by the registry (arch_names.AMDKind).
+        parse(f"rocm:{name.split(':')[0]}")
+        return kind, name
     if kind not in KINDS:
         hint = difflib.get_close_matches(kind, KINDS, n=1)
         raise ArchError(f"{text!r}: unknown kind {kind!r}"
@@ -50,11 +55,7 @@ def resolve(text) -> tuple[str, str]:
     -> ``('level_zero', 'dg2')``); ArchError, saying what the kind builds, otherwise.  The one
     check of a name (``tack.backends.arch_names``), for the site config, ``bundles build`` and
     the toolchains alike.  An AMD target id keeps its features: ``rocm:gfx90a:xnack-``."""
-    if isinstance(text, str) and text.startswith("rocm:") and text.count(":") > 1:
-        kind, name = "rocm", text[len("rocm:"):]
-        parse(f"rocm:{name.split(':')[0]}")
-    else:
-        kind, name = parse(text)
+    kind, name = parse(text)
     return kind, KINDS[kind].resolve(name)
 
 

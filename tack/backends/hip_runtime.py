@@ -254,12 +254,31 @@ def build_arch(device=None) -> str:
     return f"{ARCH_KIND}:{_describe(device).arch}"
 
 
+def target_id_candidates(arch: str) -> list:
+    """The target ids whose code objects run on a GPU of target id ``arch``, in ROCm's
+    compatibility order (the loader's: a code object's feature is either the GPU's setting or
+    "any"): the exact target id first, then each with fewer features pinned, down to the bare
+    gfx, the "any" build (xnack and sramecc any), which is what ``rocm:gfxNNN`` builds.
+    ``'gfx942:sramecc+:xnack-'`` -> [that, ``'gfx942:sramecc+'``, ``'gfx942:xnack-'``,
+    ``'gfx942'``]."""
+    from itertools import combinations
+    gfx, *feats = arch.split(":")
+    feats = [f for f in feats if f]
+    out = []
+    for n in range(len(feats), -1, -1):
+        for keep in combinations(feats, n):
+            name = ":".join((gfx,) + keep)
+            if name not in out:
+                out.append(name)
+    return out
+
+
 def candidate_keys(device=None) -> list:
-    """[(``rocm:<target id>``, target key)]: the device's exact target id only (a code object
-    is native code for one GPU)."""
+    """[(``rocm:<target id>``, target key)] of the code objects that run on the device, most
+    specific first (``target_id_candidates``): its exact target id, then the "any" build."""
     from .gpu import key_for
-    name = build_arch(device)
-    return [(name, key_for(name))]
+    return [(f"{ARCH_KIND}:{a}", key_for(f"{ARCH_KIND}:{a}"))
+            for a in target_id_candidates(_describe(device).arch)]
 
 
 def lookup_keys(device=None) -> list:

@@ -970,12 +970,36 @@ def fake_hip(monkeypatch):
     hr.reset()
 
 
-def test_hip_devices_and_exact_target_id_key(fake_hip):
+def test_hip_devices_and_target_id_keys_in_rocm_order(fake_hip):
+    """An MI-series GPU reports features (gfx90a:sramecc+:xnack-); its lookup follows ROCm's
+    target-id compatibility order: the exact features, then fewer, then the "any" build that
+    ``rocm:gfx90a`` (tack.aot, bundles build) makes, so such a bundle matches."""
     assert hr.devices() == [("AMD Instinct MI250X (rocm:gfx90a:sramecc+:xnack-)", "hip:0")]
-    assert hr.lookup_keys() == [key_for("rocm:gfx90a:sramecc+:xnack-")] == [k for _, k in hr.site_candidates()]
+    names = ["rocm:gfx90a:sramecc+:xnack-", "rocm:gfx90a:sramecc+", "rocm:gfx90a:xnack-",
+             "rocm:gfx90a"]
+    assert [a for a, _ in hr.candidate_keys()] == names
+    assert hr.lookup_keys() == [key_for(a) for a in names] == [k for _, k in hr.site_candidates()]
+    assert key_for("rocm:gfx90a") in hr.lookup_keys()
+    assert hr.target_id_candidates("gfx1100") == ["gfx1100"]
     t = hr.toolchain_target("hip:0")
     assert t.name == "rocm:gfx90a:sramecc+:xnack-" and t.key == hr.host_key()
     assert hr.get_device("hip").stream == "hstream"
+
+
+def test_feature_qualified_rocm_names_are_accepted_where_a_user_types_one():
+    from tack import archs
+    from tack.backends.arch_names import ArchError
+    from tack.cache.bundle import site_bundle_arch, site_bundle_name
+    assert archs.parse("rocm:gfx942:sramecc+:xnack-") == ("rocm", "gfx942:sramecc+:xnack-")
+    assert archs.qualify("rocm:gfx942:sramecc+:xnack-") == "rocm:gfx942:sramecc+:xnack-"
+    assert archs.resolve("rocm:gfx942:xnack-") == ("rocm", "gfx942:xnack-")
+    with pytest.raises(ArchError):
+        archs.resolve("rocm:gfx942:xnack")
+    with pytest.raises(ArchError):
+        archs.parse("rocm:gfx942::")
+    name = site_bundle_name("rocm:gfx942:sramecc+:xnack-", "ab" * 32, "x86_64")
+    assert site_bundle_arch(name, "rocm", "x86_64") == ("gfx942:sramecc+:xnack-", "ab" * 6)
+    assert gpu_target("rocm:gfx942:sramecc+:xnack-").name == "rocm:gfx942:sramecc+:xnack-"
 
 
 def test_hip_no_device_status_is_hip_unavailable(fake_hip):
