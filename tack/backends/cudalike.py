@@ -126,6 +126,7 @@ class GPUArray(ArrayShape):
         if self.size == 0:
             return np.empty(self.shape, self.dtype)
         raw = np.empty(self.span(), np.uint8)
+        self.api.enter(self.dev)            # this thread's current context: any thread may call
         self.api.dtoh(self.dev, raw, self.ptr, raw.nbytes)
         self.api.sync(self.dev)
         view = np.lib.stride_tricks.as_strided(
@@ -143,6 +144,7 @@ class GPUArray(ArrayShape):
         """Release the memory now (memory this runtime allocated; a foreign array's is its owner's)."""
         if not self._freed and self.owner is None and self.ptr:
             self._freed = True
+            self.api.enter(self.dev)        # __del__ runs on whichever thread drops it last
             self.api.free(self.dev, self.ptr)
 
     def __del__(self):

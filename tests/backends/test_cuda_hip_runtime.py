@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import enum
+import threading
 import importlib.util
 import os
 import re
@@ -244,6 +245,7 @@ class FakeCuda:
         CUDA_SUCCESS = 0
         CUDA_ERROR_INVALID_VALUE = 1
         CUDA_ERROR_NO_DEVICE = 100
+        CUDA_ERROR_INVALID_CONTEXT = 201
         CUDA_ERROR_NO_BINARY_FOR_GPU = 209
         CUDA_ERROR_INVALID_PTX = 218
         CUDA_ERROR_LAUNCH_FAILED = 719
@@ -264,9 +266,17 @@ class FakeCuda:
         self.jit_error = None
         self.cubins = {}            # a cubin it takes -> the PTX it was assembled from (its model)
         self.refuse_cubins = False  # a driver older than the ptxas: every cubin refused
+        self.current = threading.local()    # as the real driver: a current context per thread
+
+    # What needs the calling thread's current context (cuCtxSetCurrent), as in the real driver.
+    NEED_CONTEXT = {"cuStreamCreate", "cuStreamSynchronize", "cuModuleLoadDataEx", "cuMemAlloc",
+                    "cuMemFree", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemsetD8Async",
+                    "cuLaunchKernel"}
 
     def _rec(self, name, *args):
         self.calls.append((name,) + args)
+        if name in self.NEED_CONTEXT and getattr(self.current, "ctx", None) is None:
+            return self.CUresult.CUDA_ERROR_INVALID_CONTEXT
         status = self.fail.get(name, self.CUresult.CUDA_SUCCESS)
         return status
 
@@ -305,6 +315,7 @@ class FakeCuda:
         return (self._rec("cuDevicePrimaryCtxRetain", h), f"ctx{h}")
 
     def cuCtxSetCurrent(self, ctx):
+        self.current.ctx = ctx
         return (self._rec("cuCtxSetCurrent", ctx),)
 
     def cuStreamCreate(self, flags):
@@ -347,8 +358,10 @@ class FakeCuda:
         return (self._rec("cuMemAlloc", n), self.mem.alloc(n))
 
     def cuMemFree(self, ptr):
-        self.mem.free(ptr)
-        return (self._rec("cuMemFree", ptr),)
+        status = self._rec("cuMemFree", ptr)
+        if status == self.CUresult.CUDA_SUCCESS:        # refused (no context): the memory leaks
+            self.mem.free(ptr)
+        return (status,)
 
     def cuMemcpyHtoDAsync(self, dst, src, n, stream):
         self.mem.check(dst, n)
@@ -356,9 +369,11 @@ class FakeCuda:
         return (self._rec("cuMemcpyHtoDAsync", dst, src, n, stream),)
 
     def cuMemcpyDtoHAsync(self, dst, src, n, stream):
-        self.mem.check(src, n)
-        ctypes.memmove(dst, src, n)
-        return (self._rec("cuMemcpyDtoHAsync", dst, src, n, stream),)
+        status = self._rec("cuMemcpyDtoHAsync", dst, src, n, stream)
+        if status == self.CUresult.CUDA_SUCCESS:
+            self.mem.check(src, n)
+            ctypes.memmove(dst, src, n)
+        return (status,)
 
     def cuMemsetD8Async(self, ptr, value, n, stream):
         self.mem.check(ptr, n)
@@ -1338,3 +1353,38 @@ def test_hip_python_takes_every_argument_tack_passes(real_hip):
     hr.reset()
     assert "6.4.43482" in hr.unavailable_reason()
     assert tack_calls(hr, "hip") <= real_hip.checked, tack_calls(hr, "hip") - real_hip.checked
+
+
+def test_device_array_on_a_fresh_thread_makes_its_context_current(fake_cuda):
+    """numpy(), free() and a del of a CUDA array on a thread that never made a context current:
+    the driver (the fake as the real one: a current context per thread) would refuse the copy
+    and the free (a free failing silently in __del__ leaks device memory)."""
+    x = np.arange(300, dtype=np.float32)
+    d = cr.to_device(x)
+    e = cr.to_device(x + 1)
+    ptr_e = e.ptr
+    got, errors = {}, []
+
+    def on_thread():
+        try:
+            got["numpy"] = d.numpy()
+            d.free()
+            got["del"] = e
+        except Exception as exc:    # noqa: BLE001 - reported below
+            errors.append(exc)
+    t = threading.Thread(target=on_thread)
+    t.start()
+    t.join()
+    assert not errors, errors
+    np.testing.assert_array_equal(got["numpy"], x)
+    assert d.ptr in fake_cuda.mem.freed and d.ptr not in fake_cuda.mem.blocks
+    fake_cuda.calls.clear()
+    holder = [got.pop("del")]
+    del e
+    t = threading.Thread(target=holder.clear)           # the last reference dies on the thread
+    t.start()
+    t.join()
+    frees = [c for c in fake_cuda.calls if c[0] == "cuMemFree"]
+    assert frees == [("cuMemFree", ptr_e)] and ptr_e in fake_cuda.mem.freed
+    i = fake_cuda.calls.index(frees[0])
+    assert any(c[0] == "cuCtxSetCurrent" for c in fake_cuda.calls[:i]), fake_cuda.calls
