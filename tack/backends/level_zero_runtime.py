@@ -469,14 +469,17 @@ class _Device:
         return f"{KIND}:{self.archs[0]}" if self.archs else PORTABLE_SPIRV
 
     def run(self, append):
-        """Record commands with ``append(list)``, execute them and wait for them to finish."""
+        """Record commands with ``append(list)``, execute them and wait for them to finish, under
+        the device's lock: its one command list is reset and executed by launches, ``to_device``
+        and reads alike, from any thread."""
         api = self.api
-        api("zeCommandListReset", self.list)
-        append(self.list)
-        api("zeCommandListClose", self.list)
-        lists = (_H * 1)(self.list.value)
-        api("zeCommandQueueExecuteCommandLists", self.queue, 1, lists, None)
-        api("zeCommandQueueSynchronize", self.queue, _u64(UINT64_MAX))
+        with self.lock:
+            api("zeCommandListReset", self.list)
+            append(self.list)
+            api("zeCommandListClose", self.list)
+            lists = (_H * 1)(self.list.value)
+            api("zeCommandQueueExecuteCommandLists", self.queue, 1, lists, None)
+            api("zeCommandQueueSynchronize", self.queue, _u64(UINT64_MAX))
 
     def alloc_shared(self, nbytes):
         ptr = _ptr()
@@ -828,14 +831,13 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
                 api("zeKernelSetArgumentValue", kernel.kernel, index, _size(len(raw)), buf,
                     what=f"parameter {index} of '{kernel.entry}'")
             count = ze_group_count_t(*counts)
-            with dev.lock:
-                try:
-                    dev.run(lambda cl: api("zeCommandListAppendLaunchKernel", cl, kernel.kernel,
-                                           ctypes.byref(count), None, 0, None))
-                except LevelZeroError as e:
-                    raise LevelZeroError(f"launch of kernel '{kernel.entry}' over {dims} "
-                                         f"(work-groups of {local}) failed on {dev.name}: {e}") \
-                        from None
+            try:                        # dev.run holds the device's lock
+                dev.run(lambda cl: api("zeCommandListAppendLaunchKernel", cl, kernel.kernel,
+                                       ctypes.byref(count), None, 0, None))
+            except LevelZeroError as e:
+                raise LevelZeroError(f"launch of kernel '{kernel.entry}' over {dims} "
+                                     f"(work-groups of {local}) failed on {dev.name}: {e}") \
+                    from None
         for _, ptr, host in staging.back:
             ctypes.memmove(host.ctypes.data, ptr, host.nbytes)
         staging.finish()

@@ -21,6 +21,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -167,6 +169,9 @@ class FakeZe:
         self.group = None
         self.recorded = []              # commands appended since the last reset
         self.launches = []              # (group size, group count, params) of executed launches
+        self.recording = None           # the thread between a list's reset and its execution
+        self.overlaps = []              # a reset while another thread was recording into the list
+        self.copy_delay = 0.0           # seconds each appended copy takes (to widen a race)
         self._next = 0x1000
 
     def _new(self):
@@ -296,6 +301,10 @@ class FakeZe:
         return 0
 
     def zeCommandListReset(self, clist):
+        me = threading.get_ident()
+        if self.recording not in (None, me):
+            self.overlaps.append(("reset while recording", self.recording, me))
+        self.recording = me
         self.recorded = []
         return 0
 
@@ -306,6 +315,8 @@ class FakeZe:
         return 0
 
     def zeCommandListAppendMemoryCopy(self, clist, dst, src, size, event, nwait, waits):
+        if self.copy_delay:
+            time.sleep(self.copy_delay)
         self.recorded.append(("copy", _handle(dst), _handle(src), size.value))
         return 0
 
@@ -326,6 +337,7 @@ class FakeZe:
 
     def zeCommandQueueSynchronize(self, queue, timeout):
         assert timeout.value == 2**64 - 1
+        self.recording = None
         return 0
 
     def _alloc(self, size):
@@ -670,3 +682,29 @@ def test_structure_layouts_and_constants_match_the_header(tmp_path):
     subprocess.run([cc, str(src), "-o", str(exe)], check=True, capture_output=True, timeout=TIMEOUT)
     got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
     assert [g for g in got if g] == expect
+
+
+def test_copies_and_launches_on_threads_never_share_the_command_list(fake):
+    """to_device and a device array's read reset and execute the device's one command list, as a
+    launch does: from several threads at once they take the device's lock, so no thread resets
+    the list while another is recording into it (the fake notes any such overlap)."""
+    f = fake(num_args=10, kernel_fn=saxpy_fn)
+    f.copy_delay = 0.01
+    zrt.get_device()
+    x = np.arange(64, dtype=np.float32)
+    errors, results = [], []
+
+    def work():
+        try:
+            d = zrt.to_device(x)
+            results.append(d.numpy())
+        except Exception as e:          # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert f.overlaps == []
+    assert len(results) == 4 and all(np.array_equal(r, x) for r in results)
