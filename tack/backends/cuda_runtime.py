@@ -239,6 +239,8 @@ class _CudaApi(DriverApi):
     def sync(self, dev):
         self.call("cuStreamSynchronize", dev.stream)
 
+    legacy_stream = 1                       # CU_STREAM_LEGACY
+
     def sync_foreign(self, dev, stream):
         self.call("cuStreamSynchronize", stream)
 

@@ -161,7 +161,8 @@ class GPUArray(ArrayShape):
 def from_interface(api, dev, obj, cls):
     """A ``GPUArray`` over the memory of an object with ``__cuda_array_interface__`` (no copy).
 
-    Waits for the producer's stream when the interface names one (CAI v3).  TypeError for what
+    Waits for the producer's stream when the interface names one (CAI v3), and for the legacy
+    default stream when it has no ``stream`` at all (v2, as PyTorch's); ``None`` (v3): no wait.  TypeError for what
     the ABI cannot pass: a dtype Tack has no type for, negative strides, strides that are not
     whole elements."""
     cai = obj.__cuda_array_interface__
@@ -181,9 +182,12 @@ def from_interface(api, dev, obj, cls):
             raise TypeError(f"{type(obj).__name__} has strides {tuple(strides)} (bytes): Tack takes "
                             f"non-negative strides in whole elements of {dtype}")
         estrides = [s // dtype.itemsize for s in strides]
-    stream = cai.get("stream")
-    if stream:                              # the producer's work on its stream comes first
-        api.sync_foreign(dev, int(stream))
+    if "stream" not in cai:
+        # CAI v2 (PyTorch's): no stream named, the producer's work is on the legacy default
+        # stream, which this device's non-blocking stream does not wait for by itself.
+        api.sync_foreign(dev, api.legacy_stream)
+    elif cai["stream"]:                     # v3: the producer's work on its stream comes first
+        api.sync_foreign(dev, int(cai["stream"]))
     return cls(api, dev, ptr or 0, shape, dtype, estrides, writable=not readonly, owner=obj)
 
 

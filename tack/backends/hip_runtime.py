@@ -145,6 +145,8 @@ class _HipApi(DriverApi):
     def sync(self, dev):
         self.call("hipStreamSynchronize", dev.stream)
 
+    legacy_stream = 0                       # HIP's null stream: the legacy default stream
+
     def sync_foreign(self, dev, stream):
         self.call("hipStreamSynchronize", stream)
 

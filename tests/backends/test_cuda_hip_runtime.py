@@ -1388,3 +1388,31 @@ def test_device_array_on_a_fresh_thread_makes_its_context_current(fake_cuda):
     assert frees == [("cuMemFree", ptr_e)] and ptr_e in fake_cuda.mem.freed
     i = fake_cuda.calls.index(frees[0])
     assert any(c[0] == "cuCtxSetCurrent" for c in fake_cuda.calls[:i]), fake_cuda.calls
+
+
+def test_an_interface_naming_no_stream_is_ordered_after_the_legacy_stream(fake_cuda):
+    """PyTorch's __cuda_array_interface__ is version 2, with no 'stream': its producer's work is
+    on the legacy default stream, which Tack's non-blocking stream does not wait for.  Tack waits
+    for the legacy stream (CU_STREAM_LEGACY, 1) before using it; a v3 interface's stream None
+    means the producer needs no wait, and none is made."""
+    x = np.arange(64, dtype=np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    cr.get_device()
+    ptr = fake_cuda.mem.alloc(x.nbytes)
+    ctypes.memmove(ptr, x.ctypes.data, x.nbytes)
+    torch_like = ForeignArray(ptr, (64,), "<f4")
+    cai = torch_like.__cuda_array_interface__
+    del cai["stream"]
+    cai["version"] = 2
+    out = np.zeros(64, np.float32)
+    fake_cuda.calls.clear()
+    cr.launch(k, art.meta, (np.float32(3), torch_like, torch_like, out), (64,))
+    np.testing.assert_array_equal(out, 4 * x)
+    names = fake_cuda.names()
+    assert ("cuStreamSynchronize", 1) in fake_cuda.calls
+    assert names.index("cuStreamSynchronize") < names.index("cuLaunchKernel")
+    fake_cuda.calls.clear()
+    cr.launch(k, art.meta, (np.float32(3), ForeignArray(ptr, (64,), "<f4"), torch_like, out), (64,))
+    assert sum(1 for c in fake_cuda.calls if c == ("cuStreamSynchronize", 1)) == 1
