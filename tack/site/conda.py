@@ -18,6 +18,7 @@ own values as the user's.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 
 from .atomic import write_files
@@ -105,7 +106,6 @@ def _remove_ours(paths):
         except OSError:
             continue
         if path.endswith(ENV_VARS):
-            import json
             try:
                 got = json.loads(head)
             except ValueError:
@@ -125,7 +125,6 @@ def _scripts(prefix):
 def write_activate(cfg, prefix, env_vars=False):
     """Write the activate.d and deactivate.d scripts into ``prefix`` (``env_vars``: conda's
     ``env_vars.d`` file instead, and the scripts of an earlier run removed); return the paths."""
-    import json
     prefix = os.path.abspath(os.fspath(prefix))
     if not os.path.isdir(prefix):
         raise SiteError(f"{prefix}: not a directory; --prefix must be an existing conda "

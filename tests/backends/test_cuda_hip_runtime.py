@@ -807,7 +807,9 @@ class ForeignArray:
                                          "strides": strides, "version": 3, "stream": stream}
 
 
-def test_cuda_array_interface_objects_are_passed_by_pointer(fake_cuda):
+def saxpy_over_foreign_memory(fake_cuda):
+    """(x, the saxpy artifact, its loaded kernel, device memory holding x) on the fake driver:
+    what a test of another library's array needs."""
     x = np.arange(64, dtype=np.float32)
     art = artifact(saxpy, (np.float32(2), x, x, x), 1)
     k = cr.load(art.payload, art.meta)
@@ -815,6 +817,11 @@ def test_cuda_array_interface_objects_are_passed_by_pointer(fake_cuda):
     cr.get_device()
     ptr = fake_cuda.mem.alloc(x.nbytes)
     ctypes.memmove(ptr, x.ctypes.data, x.nbytes)
+    return x, art, k, ptr
+
+
+def test_cuda_array_interface_objects_are_passed_by_pointer(fake_cuda):
+    x, art, k, ptr = saxpy_over_foreign_memory(fake_cuda)
     foreign = ForeignArray(ptr, (64,), "<f4", stream=77)
     out = np.zeros(64, np.float32)
     fake_cuda.calls.clear()
@@ -1395,13 +1402,7 @@ def test_an_interface_naming_no_stream_is_ordered_after_the_legacy_stream(fake_c
     on the legacy default stream, which Tack's non-blocking stream does not wait for.  Tack waits
     for the legacy stream (CU_STREAM_LEGACY, 1) before using it; a v3 interface's stream None
     means the producer needs no wait, and none is made."""
-    x = np.arange(64, dtype=np.float32)
-    art = artifact(saxpy, (np.float32(2), x, x, x), 1)
-    k = cr.load(art.payload, art.meta)
-    fake_cuda.models[art.meta["entry"]] = saxpy_model
-    cr.get_device()
-    ptr = fake_cuda.mem.alloc(x.nbytes)
-    ctypes.memmove(ptr, x.ctypes.data, x.nbytes)
+    x, art, k, ptr = saxpy_over_foreign_memory(fake_cuda)
     torch_like = ForeignArray(ptr, (64,), "<f4")
     cai = torch_like.__cuda_array_interface__
     del cai["stream"]

@@ -400,7 +400,10 @@ def test_contour_for_a_float64_field_is_refused_naming_float64():
     for kernel, args, grid in contour.tack_warm(dtype=np.float64):
         with pytest.raises(tack.CompileError) as e:
             emit(kernel, args, grid, "tack_x")
-        assert "float64 (Metal has no double precision) is not supported on metal:apple" in str(e.value)
+        msg = str(e.value)
+        assert "float64 (Metal has no double precision) is not supported on metal:apple" in msg
+        # where: the kernel and its source line (a float64 argument: the kernel's own line)
+        assert f"in kernel '{kernel.__qualname__}'" in msg and 'contour.py", line ' in msg, msg
 
 
 def test_debug_mode_records_the_first_out_of_bounds_access(tmp_path):
