@@ -70,6 +70,19 @@ bash ci/install-opencl.sh
 # The GPU runtimes' Python bindings and HIP's runtime library, with no GPU: their import and
 # error paths are tested for real (a missing driver or device is a clear error, never a crash).
 python3 -m pip install --quiet cuda-python hip-python
+# Older hip-python releases, each in a directory of its own, for the test that runs the real-binding
+# check with each first on the path: 6.x and 7.x (ROCm 6.2-7.2) take hipGetDeviceProperties(prop,
+# deviceId), 10 (above) hipGetDeviceProperties(deviceId).
+HIP_PYTHONS=/opt/tack-hip-pythons
+for v in 6.2.0.499.16 7.2.2.562.43; do
+  if [ ! -f "$HIP_PYTHONS/$v/.installed" ]; then
+    $SUDO rm -rf "$HIP_PYTHONS/$v"
+    $SUDO python3 -m pip install --quiet --no-deps --target "$HIP_PYTHONS/$v" "hip-python==$v" \
+      2>&1 | grep -v '^WARNING: ' || true
+    [ -d "$HIP_PYTHONS/$v/hip" ] && $SUDO touch "$HIP_PYTHONS/$v/.installed"
+  fi
+done
+export TACK_TEST_HIP_PYTHONS="$HIP_PYTHONS"
 # HIP's runtime library and the Level Zero loader (with its header, which the tests compare the
 # ctypes structures with), with no GPU: a missing device is an error, never a crash.
 missing=""

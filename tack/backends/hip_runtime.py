@@ -191,6 +191,26 @@ def _text(raw) -> str:
     return str(raw).split("\0", 1)[0].strip()
 
 
+def _fills_props(drv) -> bool:
+    """Whether this hip-python's ``hipGetDeviceProperties`` fills a ``hipDeviceProp_t`` it is
+    given, ``(prop, deviceId) -> (err,)``: hip-python 6.x and 7.x (ROCm 6.2 to 7.2) do, as
+    HIP's C function does; hip-python 10 makes one, ``(deviceId) -> (err, prop)``.  Read from
+    the signature Cython writes on the first line of the function's docstring."""
+    doc = getattr(drv.hipGetDeviceProperties, "__doc__", None) or ""
+    head = doc.lstrip().split("\n", 1)[0].replace(" ", "")
+    return head.startswith("hipGetDeviceProperties(prop,")
+
+
+def device_properties(api, drv, index):
+    """``hipDeviceProp_t`` of device ``index``, with the call form of this hip-python
+    (``_fills_props``)."""
+    if _fills_props(drv):
+        props = drv.hipDeviceProp_t()
+        api.call("hipGetDeviceProperties", props, index)
+        return props
+    return api.call("hipGetDeviceProperties", index)
+
+
 def _discover():
     """(api, [_Device], reason): the AMD GPUs found, or why there is none (never raises)."""
     try:
@@ -220,7 +240,7 @@ def _discover():
     attrs = drv.hipDeviceAttribute_t
     for i in range(count):
         try:
-            props = api.call("hipGetDeviceProperties", i)
+            props = device_properties(api, drv, i)
             arch = _text(props.gcnArchName)
             name = _text(props.name) or arch
 

@@ -916,6 +916,7 @@ class FakeHip:
         self.models = {}
         self.types = {}
         self.count_status = self.hipError_t.hipSuccess
+        self.props_form("return")
 
     def _ok(self, name, *args):
         self.calls.append((name,) + args)
@@ -928,8 +929,39 @@ class FakeHip:
     def hipRuntimeGetVersion(self):
         return (self._ok("hipRuntimeGetVersion"), 60443482)
 
-    def hipGetDeviceProperties(self, i):
-        return (self._ok("hipGetDeviceProperties", i), self.Props(self.arch))
+    class hipDeviceProp_t:
+        """What hip-python 6.x-7.x's ``hipGetDeviceProperties(prop, deviceId)`` fills."""
+        gcnArchName = name = b""
+
+    def _device_properties(self, *args):
+        """hip-python 10's form, ``(deviceId) -> (err, prop)``, or 6.x-7.x's, ``(prop, deviceId)
+        -> (err,)``, filling the prop it is given (see ``props_form``)."""
+        if len(args) == 1:
+            return (self._ok("hipGetDeviceProperties", args[0]), self.Props(self.arch))
+        props, i = args
+        made = self.Props(self.arch)
+        if hasattr(props, "as_c_void_p"):       # hip-python's own struct: copy the memory
+            size = props.c_sizeof()
+            ctypes.memmove(props.as_c_void_p().value, made.as_c_void_p().value, size)
+        else:
+            props.gcnArchName, props.name = made.gcnArchName, made.name
+        return (self._ok("hipGetDeviceProperties", i),)
+
+    # The first line of each form's docstring, as Cython writes the binding's signature there.
+    PROPS_FORMS = {"return": "hipGetDeviceProperties(int deviceId)\n\nReturns device properties.",
+                   "fill": "hipGetDeviceProperties(prop, int deviceId)\n(No short description)"}
+
+    def props_form(self, form):
+        """Make this fake's ``hipGetDeviceProperties`` read as hip-python 10's (``"return"``)
+        or 6.x-7.x's (``"fill"``): Tack tells them apart by the docstring's signature."""
+        def hipGetDeviceProperties(*args):
+            if len(args) != (1 if form == "return" else 2):    # as the binding: a TypeError
+                raise TypeError(f"hipGetDeviceProperties() takes exactly "
+                                f"{1 if form == 'return' else 2} positional arguments "
+                                f"({len(args)} given)")
+            return self._device_properties(*args)
+        hipGetDeviceProperties.__doc__ = self.PROPS_FORMS[form]
+        self.hipGetDeviceProperties = hipGetDeviceProperties
 
     def hipDeviceGetAttribute(self, attr, i):
         values = {"hipDeviceAttributeMaxThreadsPerBlock": 1024, "hipDeviceAttributeMaxBlockDimX": 1024,
@@ -990,6 +1022,47 @@ def fake_hip(monkeypatch):
     hr.reset()
     yield fake
     hr.reset()
+
+
+@pytest.mark.parametrize("form", ["return", "fill"])
+def test_hip_device_properties_in_each_hip_python_form(fake_hip, form):
+    """hip-python 10 returns the properties, ``hipGetDeviceProperties(i) -> (err, prop)``;
+    hip-python 6.x and 7.x (ROCm 6.2-7.2) fill one given, ``(prop, i) -> (err,)``.  Each form is
+    read as its docstring's signature says (the one-argument call on 6.x raised a TypeError,
+    which discovery caught: no GPU was found)."""
+    fake_hip.props_form(form)
+    assert hr.devices() == [("AMD Instinct MI250X (rocm:gfx90a:sramecc+:xnack-)", "hip:0")]
+    call = next(c for c in fake_hip.calls if c[0] == "hipGetDeviceProperties")
+    assert call == ("hipGetDeviceProperties", 0)
+
+
+# hip-python releases installed apart (pip install --target DIR/<version> hip-python==<version>),
+# by ci/run-tests.sh; each is put first on the path of a pytest run of the real-binding test.
+HIP_PYTHONS = os.environ.get("TACK_TEST_HIP_PYTHONS", "")
+
+
+def _hip_python_dirs():
+    if not HIP_PYTHONS or not os.path.isdir(HIP_PYTHONS):
+        return []
+    return sorted(os.path.join(HIP_PYTHONS, d) for d in os.listdir(HIP_PYTHONS))
+
+
+@pytest.mark.skipif(not _hip_python_dirs(), reason="TACK_TEST_HIP_PYTHONS names no directory of "
+                    "hip-python releases (ci/run-tests.sh installs them)")
+@pytest.mark.parametrize("where", _hip_python_dirs() or ["-"], ids=os.path.basename)
+def test_each_hip_python_release_takes_what_tack_passes(where):
+    """The real-binding test below, run with an older hip-python first on the path (6.2's
+    ``hipGetDeviceProperties(prop, deviceId)`` among them): discovery, load, copies and launches
+    accepted by that release's own argument conversion."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([where, root]))
+    probe = subprocess.run([sys.executable, "-c", "import hip, os; print(os.path.dirname(hip.__file__))"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert probe.stdout.strip() == os.path.join(where, "hip"), probe.stderr
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          f"{os.path.abspath(__file__)}::test_hip_python_takes_every_argument_tack_passes"],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=root)
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
 
 
 def test_hip_devices_and_target_id_keys_in_rocm_order(fake_hip):
@@ -1144,8 +1217,9 @@ class RealBindingCheck:
     makes is made on ``real`` first and must end in the missing library (``missing(e)``); the
     handles ``wrap`` names come back as ``real``'s own types; ``enums`` are ``real``'s."""
 
-    def __init__(self, fake, real, missing, wrap, enums, prefix):
+    def __init__(self, fake, real, missing, wrap, enums, prefix, types=()):
         self.fake, self.real, self.missing = fake, real, missing
+        self.types = set(types)             # the binding's own classes Tack makes (hipDeviceProp_t)
         self.wrap, self.enums, self.prefix = wrap, enums, prefix
         self.handles = {}                   # (type, int) of a real handle -> the fake's handle
         self.checked = set()
@@ -1179,7 +1253,7 @@ class RealBindingCheck:
         return handle
 
     def __getattr__(self, name):
-        if name in self.enums:
+        if name in self.enums or name in self.types:
             return getattr(self.real, name)
         value = getattr(self.fake, name)
         if not (name.startswith(self.prefix) and callable(value)):
@@ -1195,10 +1269,12 @@ class RealBindingCheck:
             else:
                 raise AssertionError(f"{name} answered: a driver library is loaded here")
             self.checked.add(name)
-            result = value(*[self._to_fake(a) for a in args])
+            result = value(*[a if type(a) in real_types else self._to_fake(a) for a in args])
             if len(result) == 2:
                 return (result[0], self._to_real(name, result[1]))
             return result
+        real_types = {getattr(self.real, t) for t in self.types}
+        call.__doc__ = getattr(self.real, name).__doc__     # the binding's signature, as Tack reads it
         return call
 
 
@@ -1310,11 +1386,13 @@ def real_hip(monkeypatch):
     fake = FakeHip()
     held = RealProps(drv, gcnArchName=fake.arch, name="AMD Instinct MI250X")
     fake.Props = lambda arch: held.props
+    fake.hipGetDeviceProperties = fake._device_properties   # either form: the real binding checks
     wrap = {"hipStreamCreateWithFlags": drv.hipStream_t.fromObj,
             "hipModuleLoadData": drv.ihipModule_t.fromObj,
             "hipModuleGetFunction": drv.ihipModuleSymbol_t.fromObj}
     checked = RealBindingCheck(fake, drv, _hip_missing, wrap,
-                               {"hipDeviceAttribute_t", "hipFunction_attribute"}, "hip")
+                               {"hipDeviceAttribute_t", "hipFunction_attribute"}, "hip",
+                               types=("hipDeviceProp_t",))
     monkeypatch.setattr(hr, "_driver", lambda: checked)
     hr.reset()
     yield checked
