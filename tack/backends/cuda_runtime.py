@@ -259,6 +259,7 @@ class _Device:
         self.api, self.index, self.handle, self.name = api, index, handle, name
         self.cc, self.driver_version = cc, driver_version
         self.max_threads, self.max_block, self.max_grid = max_threads, max_block, max_grid
+        self.lost = None                    # why, once a kernel's sticky error lost its context
         self.context = self.stream = None
 
     @property

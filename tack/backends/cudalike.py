@@ -47,11 +47,19 @@ class DriverApi:
             result = (result,)
         status, values = result[0], result[1:]
         if int(status) != 0:
-            raise self.error(f"{name} failed: {self.error_text(status)}")
+            e = self.error(f"{name} failed: {self.error_text(status)}")
+            e.status = int(status)
+            raise e
         return values[0] if len(values) == 1 else values
 
     def error_text(self, status) -> str:
         return getattr(status, "name", None) or f"status {int(status)}"
+
+    # A kernel's faults that leave the context unusable: every later call of the process on it
+    # fails with the same error (CUDA's codes; HIP uses the same numbers for these).  700 illegal
+    # address, 702 launch timeout, 710 device-side assert, 714-718 stack, instruction,
+    # alignment, address space, PC, 719 launch failure.
+    sticky = frozenset((700, 702, 710, 714, 715, 716, 717, 718, 719))
 
 
 # ---------------------------------------------------------------------------
@@ -287,6 +295,8 @@ def run(kernel, args, dims, debug, block, error, cls):
     """Launch ``kernel`` over ``dims`` with ``args`` (the body of ``launch`` of both runtimes:
     ``error`` is the runtime's, ``cls`` its device-array class)."""
     api, dev = kernel.api, kernel.dev
+    if dev.lost is not None:
+        raise error(dev.lost)
     dims = check_launch(kernel, args, dims)
     codes = check_param_count(kernel, kernel.num_params, debug, error)
     grid_ext = grid(dims)
@@ -317,11 +327,23 @@ def run(kernel, args, dims, debug, block, error, cls):
                 raise error(f"launch of kernel '{kernel.entry}' over {dims} (blocks of {shape}) "
                             f"failed on {dev.name}: {e}") from None
             del holder
-            for _, ptr, host in tr.back:
-                api.dtoh(dev, host, ptr, host.nbytes)
-            if debug:
-                api.dtoh(dev, err, errptr, err.nbytes)
-            api.sync(dev)
+            try:
+                for _, ptr, host in tr.back:
+                    api.dtoh(dev, host, ptr, host.nbytes)
+                if debug:
+                    api.dtoh(dev, err, errptr, err.nbytes)
+                api.sync(dev)
+            except error as e:
+                if getattr(e, "status", None) not in api.sticky:
+                    raise
+                # The kernel faulted: the driver says so at the next call that waits for it (a
+                # copy back, the synchronize), and at every call after it.  Name the kernel, and
+                # take the device out of this process's list (its context is lost).
+                dev.lost = (f"kernel '{kernel.entry}' failed on {dev.name} ({e}); the error is "
+                            f"sticky: its context cannot be used again in this process")
+                raise error(f"{dev.lost}; restart the process to use the GPU again (TACK_DEBUG=1 "
+                            f"checks every array access and names the index out of bounds)"
+                            ) from None
         finally:
             for ptr in tr.allocated:
                 try:

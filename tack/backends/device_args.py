@@ -396,16 +396,22 @@ class Devices:
         return self.state()[1]
 
     def available(self) -> bool:
-        """Whether a device is here (never raises)."""
-        return bool(self.state()[1])
+        """Whether a usable device is here (never raises): one found, and not lost to a sticky
+        error (a kernel's fault, ``lost``)."""
+        return any(getattr(d, "lost", None) is None for d in self.state()[1])
 
     def reason(self):
-        """Why there is no device, with what to install; None when there is one."""
-        return self.state()[2]
+        """Why there is no device, with what to install, or why each found was lost; None when
+        there is one."""
+        _, devs, reason = self.state()
+        if devs and not self.available():
+            return f"{self.label} is not available: " + "; ".join(d.lost for d in devs)
+        return reason
 
     def listing(self) -> list:
-        """[(a device's ``label``, ``kind:<index>``)] of the devices found; empty if none."""
-        return [(d.label, f"{self.kind}:{d.index}") for d in self.state()[1]]
+        """[(a device's ``label``, ``kind:<index>``)] of the usable devices; empty if none."""
+        return [(d.label, f"{self.kind}:{d.index}") for d in self.state()[1]
+                if getattr(d, "lost", None) is None]
 
     def index(self, device) -> int:
         article = "an" if self.label[0] in "AEIOU" else "a"
@@ -425,7 +431,10 @@ class Devices:
         return devs[index]
 
     def get(self, device=None):
-        """``describe(device)``, opened."""
+        """``describe(device)``, opened; the runtime's unavailable error for a device lost to a
+        sticky error."""
         d = self.describe(device)
+        if getattr(d, "lost", None) is not None:
+            raise self.unavailable(d.lost)
         with self.lock:
             return d.open()

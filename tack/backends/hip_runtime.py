@@ -163,6 +163,7 @@ class _Device:
         self.api, self.index, self.name, self.arch = api, index, name, arch
         self.runtime_version = runtime_version
         self.max_threads, self.max_block, self.max_grid = max_threads, max_block, max_grid
+        self.lost = None                    # why, once a kernel's sticky error lost its context
         self.stream = None
 
     def open(self):

@@ -248,6 +248,7 @@ class FakeCuda:
         CUDA_ERROR_INVALID_CONTEXT = 201
         CUDA_ERROR_NO_BINARY_FOR_GPU = 209
         CUDA_ERROR_INVALID_PTX = 218
+        CUDA_ERROR_ILLEGAL_ADDRESS = 700
         CUDA_ERROR_LAUNCH_FAILED = 719
 
     class _Names:
@@ -258,6 +259,7 @@ class FakeCuda:
 
     def __init__(self, cc=(9, 0), version=12040, count=1, name="NVIDIA H200"):
         self.cc, self.version, self.count, self.name = cc, version, count, name
+        self.fault = self.sticky = None     # fault: what the next launch's kernel raises
         self.calls = []
         self.mem = Memory()
         self.modules = {}
@@ -277,6 +279,8 @@ class FakeCuda:
         self.calls.append((name,) + args)
         if name in self.NEED_CONTEXT and getattr(self.current, "ctx", None) is None:
             return self.CUresult.CUDA_ERROR_INVALID_CONTEXT
+        if self.sticky is not None:         # a kernel faulted: every call fails, as the real one
+            return self.sticky
         status = self.fail.get(name, self.CUresult.CUDA_SUCCESS)
         return status
 
@@ -383,6 +387,9 @@ class FakeCuda:
     def cuLaunchKernel(self, func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         status = self._rec("cuLaunchKernel", func, (gx, gy, gz), (bx, by, bz), shared, stream)
         if status:
+            return (status,)
+        if self.fault is not None:          # the kernel faults: the launch itself succeeds
+            self.sticky = self.fault
             return (status,)
         module, entry = func
         values = read_params(params, fake_ptx_params(self.modules[module]))
@@ -559,6 +566,46 @@ def launch_from(arts, tmp_path, monkeypatch, name):
     out = np.zeros(64, np.float32)
     tack.launch(saxpy, 64, (np.float32(2), x, x, out), device="cuda")
     np.testing.assert_array_equal(out, 3 * x)
+
+
+def test_a_kernel_fault_names_the_kernel_and_loses_the_device(fake_cuda):
+    """A kernel that faults (an illegal address): the launch call succeeds and the driver says
+    so at the copy back, then at every call (CUDA's sticky errors).  The error names the kernel
+    and says the context is lost; tack.devices() and available() no longer offer the device,
+    and a later launch or to_device says why instead of a driver error on a copy."""
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, out), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    cr.launch(k, art.meta, (np.float32(2), x, x, out), (64,))
+    assert cr.available() and cr.devices() == [("NVIDIA H200 (cuda:sm_90)", "cuda:0")]
+    fake_cuda.fault = FakeCuda.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(cr.CUDAError) as e:
+        cr.launch(k, art.meta, (np.float32(2), x, x, out), (64,))
+    msg = str(e.value)
+    assert f"kernel '{art.meta['entry']}' failed on NVIDIA H200" in msg
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in msg and "sticky" in msg and "restart" in msg
+    assert not cr.available() and cr.devices() == []
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in cr.unavailable_reason()
+    with pytest.raises(cr.CUDAError, match="sticky"):        # no copy attempted: said at once
+        cr.launch(k, art.meta, (np.float32(2), x, x, out), (64,))
+    with pytest.raises(cr.CUDAUnavailable, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
+        cr.to_device(x)
+
+
+def test_a_failed_copy_that_is_not_a_fault_keeps_the_device(fake_cuda):
+    """A copy back that fails with an error that is not sticky stays that error, and the device
+    stays listed."""
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, out), 1)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = saxpy_model
+    fake_cuda.fail["cuMemcpyDtoHAsync"] = FakeCuda.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(cr.CUDAError, match="cuMemcpyDtoHAsync failed: CUDA_ERROR_INVALID_VALUE"):
+        cr.launch(k, art.meta, (np.float32(2), x, x, out), (64,))
+    assert cr.available() and len(cr.devices()) == 1
 
 
 def test_candidate_order_sass_then_ptx_then_lower_ptx(fake_cuda, tmp_path, monkeypatch):
@@ -897,6 +944,7 @@ class FakeHip:
         hipSuccess = 0
         hipErrorNoDevice = 100
         hipErrorNoBinaryForGpu = 209
+        hipErrorIllegalAddress = 700
 
     class _Names:
         def __getattr__(self, name):
@@ -916,10 +964,13 @@ class FakeHip:
         self.models = {}
         self.types = {}
         self.count_status = self.hipError_t.hipSuccess
+        self.fault = self.sticky = None     # fault: what the next launch's kernel raises
         self.props_form("return")
 
     def _ok(self, name, *args):
         self.calls.append((name,) + args)
+        if self.sticky is not None:         # a kernel faulted: every call fails, as the real one
+            return self.sticky
         return self.hipError_t.hipSuccess
 
     def hipGetDeviceCount(self):
@@ -1011,6 +1062,9 @@ class FakeHip:
 
     def hipModuleLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         status = self._ok("hipModuleLaunchKernel", f, (gx, gy, gz), (bx, by, bz), stream, extra)
+        if self.fault is not None:          # the kernel faults: the launch itself succeeds
+            self.sticky = self.fault
+            return (status,)
         self.models[f](read_params(params, self.types[f]), self.mem)
         return (status,)
 
@@ -1063,6 +1117,26 @@ def test_each_hip_python_release_takes_what_tack_passes(where):
                           f"{os.path.abspath(__file__)}::test_hip_python_takes_every_argument_tack_passes"],
                          env=env, capture_output=True, text=True, timeout=600, cwd=root)
     assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def test_a_hip_kernel_fault_names_the_kernel_and_loses_the_device(fake_hip):
+    """HIP's sticky errors (hipErrorIllegalAddress) as CUDA's: the kernel named, the device no
+    longer offered."""
+    from .gpu_tools import tool
+    tool("ld.lld")
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, out), 1, "rocm:gfx90a:sramecc+:xnack-")
+    k = hr.load(art.payload, art.meta, "hip")
+    fake_hip.types[art.meta["entry"]] = [".f32"] + [".u64"] * 9
+    fake_hip.fault = FakeHip.hipError_t.hipErrorIllegalAddress
+    with pytest.raises(hr.HIPError) as e:
+        hr.launch(k, art.meta, (np.float32(2), x, x, out), (64,))
+    assert f"kernel '{art.meta['entry']}' failed on AMD Instinct MI250X" in str(e.value)
+    assert "hipErrorIllegalAddress" in str(e.value) and "sticky" in str(e.value)
+    assert not hr.available() and hr.devices() == []
+    with pytest.raises(hr.HIPUnavailable, match="hipErrorIllegalAddress"):
+        hr.get_device("hip:0")
 
 
 def test_hip_devices_and_target_id_keys_in_rocm_order(fake_hip):
