@@ -17,7 +17,8 @@
 # What it does, in order, each step printing what it found:
 #  1. the runtime straight through tack.backends.cuda_runtime (no dispatcher): devices, keys,
 #     a toolchain-built kernel loaded and launched on NumPy arrays and device arrays, a debug
-#     error record;
+#     error record, a device array's numpy() and free on a fresh thread, and (where PyTorch is
+#     installed) a tensor PyTorch produces asynchronously, read by a launch;
 #  2. pytest tests/backends/test_cuda_hip_runtime.py;
 #  3. through tack.launch(device="cuda"): the language suite and the contour against the CPU;
 #  4. the first contour call (sphere(--size), default 21) in new processes, --runs each
@@ -151,6 +152,46 @@ if cupy is not None:
     cr.launch(cr.load(art.payload, art.meta), art.meta, (np.float32(1), dx, dx, c), (n,))
     np.testing.assert_allclose(cupy.asnumpy(c), 2 * x, rtol=1e-6)
     print("CuPy array through __cuda_array_interface__: ok")
+# A device array read back and freed on a thread that never made a context current (the review:
+# numpy() failed there and the free leaked).
+import threading
+d_thread = cr.to_device(x)
+e_thread = cr.to_device(y)
+seen = {}
+def on_thread():
+    try:
+        seen["numpy"] = d_thread.numpy()
+        d_thread.free()
+    except Exception as exc:            # reported below
+        seen["error"] = exc
+t = threading.Thread(target=on_thread)
+t.start(); t.join()
+assert "error" not in seen, seen.get("error")
+np.testing.assert_array_equal(seen["numpy"], x)
+def drop():
+    global e_thread
+    del e_thread
+t = threading.Thread(target=drop)
+t.start(); t.join()
+print("device array: numpy() and free on a fresh thread, a del on another: ok")
+# A PyTorch tensor written by kernels PyTorch queued just before (its __cuda_array_interface__
+# is version 2, with no stream: Tack waits for the legacy default stream before reading it).
+try:
+    import torch
+except ImportError:
+    torch = None
+    print("(PyTorch not installed: an asynchronously produced tensor not checked)")
+if torch is not None and torch.cuda.is_available():
+    big = 1 << 24
+    src = torch.arange(big, dtype=torch.float32, device="cuda")
+    for _ in range(20):                 # queued work, still running when Tack reads
+        src = src * 1.0001 + 1
+    res = torch.zeros(big, dtype=torch.float32, device="cuda")
+    host = np.zeros(big, np.float32)
+    art = build(saxpy, (np.float32(2), host, host, host), 1)
+    cr.launch(cr.load(art.payload, art.meta), art.meta, (np.float32(1), src, src, res), (big,))
+    np.testing.assert_allclose(res.cpu().numpy(), 2 * src.cpu().numpy(), rtol=1e-5)
+    print("PyTorch tensor produced asynchronously, read after its stream: ok")
 EOF
 "$PY" "$WORK/runtime_check.py" || status=1
 
