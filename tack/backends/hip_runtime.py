@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 
 from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
-from .device_args import Devices, argspecs
+from .device_args import Devices, argspecs, launch_codes
 from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
 from .variant import device_variant
 from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
@@ -72,6 +72,51 @@ def code_object_target(payload: bytes) -> tuple:
                        f"code object has {_EM_AMDGPU} and {_ELFOSABI_AMDGPU_HSA})")
     flags = struct.unpack_from("<I", data, 48)[0]
     return flags & 0xff, {"xnack": _SETTING[(flags >> 8) & 3], "sramecc": _SETTING[(flags >> 10) & 3]}
+
+
+def kernarg_size(data: bytes, entry: str):
+    """The bytes of explicit arguments kernel ``entry`` of a code object takes: the
+    ``kernarg_size`` of its kernel descriptor (the symbol ``<entry>.kd``: 64 bytes, the size a
+    u32 at offset 8), read from the ELF symbol table; None where it cannot be found (HIP then
+    checks nothing, as before)."""
+    try:
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        if shentsize < 64 or shoff + shnum * shentsize > len(data):
+            return None
+        sections = [struct.unpack_from("<IIQQQQII", data, shoff + i * shentsize)
+                    for i in range(shnum)]     # name, type, flags, addr, offset, size, link, info
+        want = (entry + ".kd").encode()
+        for _, kind, _, _, off, size, link, _ in sections:
+            if kind not in (2, 11) or link >= shnum:                # SHT_SYMTAB, SHT_DYNSYM
+                continue
+            str_off, str_size = sections[link][4], sections[link][5]
+            for at in range(off, off + size - 23, 24):
+                name, _, _, shndx, value, _ = struct.unpack_from("<IBBHQQ", data, at)
+                end = data.find(b"\0", str_off + name, str_off + str_size)
+                if end < 0 or data[str_off + name:end] != want or shndx >= shnum:
+                    continue
+                _, _, _, addr, sec_off, _, _, _ = sections[shndx]
+                at_kd = sec_off + value - addr
+                if 0 <= at_kd and at_kd + 12 <= len(data):
+                    return struct.unpack_from("<I", data, at_kd + 8)[0]
+                return None
+    except struct.error:
+        return None
+    return None
+
+
+_SLOT_BYTES = {"ptr": 8, "i8": 1, "i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4, "f64": 8}
+
+
+def kernarg_bytes(codes) -> int:
+    """The explicit kernel-argument bytes a launch of slot ``codes`` passes: each slot at its
+    natural alignment, as the AMDGPU ABI lays them out."""
+    end = 0
+    for c in codes:
+        n = _SLOT_BYTES[c]
+        end = -(-end // n) * n + n
+    return end
 
 
 def target_features(arch: str) -> tuple:
@@ -337,6 +382,8 @@ def toolchain_target(device=None):
 class HIPKernel(GPUKernel):
     """A code object loaded as a HIP module on one device, with its kernel."""
 
+    kernarg_size = None     # the bytes of arguments its kernel descriptor says (None: unknown)
+
 
 class HIPArray(GPUArray):
     """An array in AMD GPU memory (``to_device``, or another library's through
@@ -379,9 +426,11 @@ def load(payload, meta: dict, device=None) -> HIPKernel:
                 drv.hipFunction_attribute.HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func))
         except (HIPError, AttributeError):
             max_threads = dev.max_threads
-    # The code object's argument count lives in msgpack notes: not read; the entry name is the
-    # variant's hash, so a mismatch would need a damaged cache entry (whose checksum fails).
-    return HIPKernel(api, dev, module, func, entry, specs, None, max_threads or dev.max_threads)
+    kernel = HIPKernel(api, dev, module, func, entry, specs, None, max_threads or dev.max_threads)
+    # HIP cannot tell a kernel's parameters (CUDA's cuFuncGetParamInfo has no HIP twin): the
+    # code object's kernel descriptor gives their size, which each launch is checked against.
+    kernel.kernarg_size = kernarg_size(data, entry)
+    return kernel
 
 
 def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block=None):
@@ -394,6 +443,12 @@ def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block
                        "per dimension at most)")
         e.tack_launch_error = True          # a refusal, not a fault: launch trims its frames
         raise e
+    if kernel.kernarg_size is not None:
+        passes = kernarg_bytes(launch_codes(kernel.specs, debug))
+        if passes != kernel.kernarg_size:
+            raise HIPError(f"kernel '{kernel.entry}' takes {kernel.kernarg_size} bytes of "
+                           f"arguments but a {'debug' if debug else 'non-debug'} launch passes "
+                           f"{passes}: was it compiled with debug mode as this launch says?")
     return run(kernel, args, dims, debug, block, HIPError, HIPArray)
 
 

@@ -1139,6 +1139,56 @@ def test_a_hip_kernel_fault_names_the_kernel_and_loses_the_device(fake_hip):
         hr.get_device("hip:0")
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_hip_kernel_descriptor_gives_the_argument_bytes_a_launch_passes(debug):
+    """The kernarg size read from a real code object's kernel descriptor (``<entry>.kd``) equals
+    LLVM's own metadata (llvm-readelf's ``.kernarg_segment_size``) and what a launch of the same
+    debug mode lays out, for saxpy (f32 and pointers) and k_abi (i8, f32 and i64 between
+    pointers and extents)."""
+    from tack.backends.device_args import argspecs, launch_codes
+    from .gpu_tools import tool
+    tool("ld.lld")
+    readelf = tool("llvm-readelf")
+    x = np.zeros(4, np.float32)
+    a = np.zeros((4, 5), np.float32)
+    cases = ((saxpy, (np.float32(2), x, x, x), 1),
+             (k_abi, (a, a, True, np.float32(2), 3, np.zeros(3, np.int32)), 2))
+    for kernel, args, grid in cases:
+        art = artifact(kernel, args, grid, "rocm:gfx90a", debug=debug)
+        got = hr.kernarg_size(art.payload, art.meta["entry"])
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tack-kd-{os.getpid()}.co")
+        with open(path, "wb") as f:
+            f.write(art.payload)
+        try:
+            notes = subprocess.run([readelf, "--notes", path], capture_output=True, text=True,
+                                   check=True).stdout
+        finally:
+            os.unlink(path)
+        (llvm,) = re.findall(r"\.kernarg_segment_size:\s*(\d+)", notes)
+        codes = launch_codes(argspecs(art.meta, RuntimeError), debug)
+        assert got == int(llvm) == hr.kernarg_bytes(codes), (kernel, got, llvm)
+    assert hr.kernarg_size(art.payload, "no_such_kernel") is None
+    assert hr.kernarg_size(b"\x7fELF" + b"\0" * 60, "x") is None
+    assert hr.kernarg_size(art.payload[:200], art.meta["entry"]) is None
+
+
+def test_hip_launch_in_the_other_debug_mode_is_refused(fake_hip):
+    """A code object compiled without debug mode launched as a debug launch (one more parameter,
+    the error record): refused before anything is copied, naming both sizes (HIP's driver
+    cannot tell a kernel's parameters; the descriptor can)."""
+    from .gpu_tools import tool
+    tool("ld.lld")
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, x, out), 1, "rocm:gfx90a:sramecc+:xnack-")
+    k = hr.load(art.payload, art.meta, "hip")
+    assert k.kernarg_size == 80
+    fake_hip.calls.clear()
+    with pytest.raises(hr.HIPError, match="takes 80 bytes of arguments but a debug launch passes 88"):
+        hr.launch(k, art.meta, (np.float32(2), x, x, out), (64,), debug=True)
+    assert not [c for c in fake_hip.calls if c[0] in ("hipMalloc", "hipModuleLaunchKernel")]
+
+
 def test_hip_devices_and_target_id_keys_in_rocm_order(fake_hip):
     """An MI-series GPU reports features (gfx90a:sramecc+:xnack-); its lookup follows ROCm's
     target-id compatibility order: the exact features, then fewer, then the "any" build that
