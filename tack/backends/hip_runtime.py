@@ -383,6 +383,8 @@ class HIPKernel(GPUKernel):
     """A code object loaded as a HIP module on one device, with its kernel."""
 
     kernarg_size = None     # the bytes of arguments its kernel descriptor says (None: unknown)
+    # per debug mode (False, True): the bytes that launch lays out (from specs, once, at load)
+    kernarg_passed = (None, None)
 
 
 class HIPArray(GPUArray):
@@ -430,6 +432,7 @@ def load(payload, meta: dict, device=None) -> HIPKernel:
     # HIP cannot tell a kernel's parameters (CUDA's cuFuncGetParamInfo has no HIP twin): the
     # code object's kernel descriptor gives their size, which each launch is checked against.
     kernel.kernarg_size = kernarg_size(data, entry)
+    kernel.kernarg_passed = tuple(kernarg_bytes(launch_codes(specs, d)) for d in (False, True))
     return kernel
 
 
@@ -444,7 +447,7 @@ def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block
         e.tack_launch_error = True          # a refusal, not a fault: launch trims its frames
         raise e
     if kernel.kernarg_size is not None:
-        passes = kernarg_bytes(launch_codes(kernel.specs, debug))
+        passes = kernel.kernarg_passed[bool(debug)]
         if passes != kernel.kernarg_size:
             raise HIPError(f"kernel '{kernel.entry}' takes {kernel.kernarg_size} bytes of "
                            f"arguments but a {'debug' if debug else 'non-debug'} launch passes "
