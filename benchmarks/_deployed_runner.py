@@ -119,6 +119,8 @@ def main():
         out["cache"] = {"hits": st["hits"]["variant"], "bytes_read": st.get("bytes_read"),
                         "mode": tack.cache.settings().mode}
         out["tack_file"] = tack.__file__
+        image = tack._image.finder()
+        out["image_served"] = image.served if image is not None else 0
     if comm is not None:
         ranks = comm.gather(out, root=0)
         if comm.Get_rank() != 0:

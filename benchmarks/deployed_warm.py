@@ -63,8 +63,8 @@ TARGET_OVER_NUMPY_S = 5e-3
 TARGET_BUNDLE_GROWTH = 1.5
 KERNELS = ("contour", "saxpy")
 # Environment that would change what a process measures; each case sets its own.
-_SCRUB = ("PYTHONDONTWRITEBYTECODE", "TACK_TIMING", "TACK_CACHE", "TACK_CACHE_DIR",
-          "TACK_CACHE_SIZE", "TACK_CACHE_LOG", "TACK_CACHE_BUNDLES", "TACK_BENCH_SITE",
+_SCRUB = ("PYTHONDONTWRITEBYTECODE", "TACK_IMPORT_IMAGE", "TACK_TIMING", "TACK_CACHE",
+          "TACK_CACHE_DIR", "TACK_CACHE_SIZE", "TACK_CACHE_LOG", "TACK_CACHE_BUNDLES", "TACK_BENCH_SITE",
           "TACK_NUM_THREADS", "NUMBA_CACHE_DIR", "WARP_CACHE_PATH", "TACK_CONFIG")
 
 
@@ -113,6 +113,9 @@ def _install(tmp):
     shutil.copytree(os.path.join(ROOT, "tack"), os.path.join(site, "tack"),
                     ignore=shutil.ignore_patterns("__pycache__"))
     compileall.compile_dir(site, quiet=1)           # as pip does, whatever PYTHONDONTWRITEBYTECODE says
+    # The import image, as `bundles install` writes it into a Spack, conda or EasyBuild prefix
+    # (and a user's own install gets from its first compiling process).
+    _tool(["tack.site", "image"], _env(PYTHONPATH=site), tmp)
     return site
 
 
@@ -157,6 +160,8 @@ def prepare(tmp, size, n, ranks):
           _env(**base), tmp)
     cases = {"numpy": ("numpy", _env(**base), 0),
              "user": ("tack", _env(TACK_CACHE_DIR=user, **base), 0),
+             # the same, with the import image switched off: what the image saves
+             "noimage": ("tack", _env(TACK_CACHE_DIR=user, TACK_IMPORT_IMAGE=0, **base), 0),
              "bundle": ("tack", _env(TACK_CACHE_DIR=own, TACK_CACHE="bundle", **base), 0),
              "site": ("tack", _env(TACK_CACHE_DIR=os.path.join(tmp, "empty-{run}"),
                                    TACK_CACHE_BUNDLES=sites, **base), 0)}
@@ -230,6 +235,8 @@ def _problems(raw):
         for r in runs:
             if r.get("compiled"):
                 out.append(f"{case}/{k}: compiled {r['compiled']}")
+            if r.get("lib") == "tack" and (case == "noimage") == bool(r.get("image_served")):
+                out.append(f"{case}/{k}: {r.get('image_served')} modules from the import image")
             if case == "site" and (r["loaded"].get("archspec") or r["loaded"].get("llvmlite.binding")):
                 out.append(f"site/{k}: imported " + ", ".join(m for m in ("archspec", "llvmlite.binding")
                                                              if r["loaded"].get(m)))
@@ -289,6 +296,11 @@ def report(res, file=None):
             itr = _stats(raw[(case, k)], "import_to_result_s", ranks_max=case == "mpi")[1]
             p(f"  {k}/{case}: import-to-result {itr * 1e3:.2f} ms (<= 15 ms: "
               f"{'met' if itr <= TARGET_IMPORT_TO_RESULT_S else 'NOT met'})")
+        if "noimage" in res["cases"]:
+            with_image = _stats(raw[("user", k)], "import_to_result_s")[1]
+            without = _stats(raw[("noimage", k)], "import_to_result_s")[1]
+            p(f"  {k}: the import image takes import-to-result from {without * 1e3:.2f} to "
+              f"{with_image * 1e3:.2f} ms ({(without - with_image) * 1e3:.2f} ms less)")
         cpu = _stats(raw[("user", k)], "process_cpu_s")[1]
         cbase = _stats(raw[("numpy", k)], "process_cpu_s")[1]
         wall = _stats(raw[("user", k)], "process_wall_s")[1]

@@ -3,6 +3,10 @@
 ``import tack`` is light: llvmlite and the compiler load on the first compile.
 """
 
+from . import _image
+
+_image.install(__name__, __path__[0])   # the rest of Tack from its import image, where current
+
 from ._version import __version__
 from .api import Kernel, constant, func, kernel
 from .language import (Constant, Func, atomic_add, atomic_max, atomic_min, bool_, float32, float64,

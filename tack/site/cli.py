@@ -117,6 +117,11 @@ def cmd_bundles_rebuild(args) -> int:
     return bundles_rebuild(args.dir)
 
 
+def cmd_image(args) -> int:
+    from .install import import_image
+    return import_image(check=args.check)
+
+
 def cmd_bundles_install(args) -> int:
     from . import install
     if args.installed_in is None:
@@ -208,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "bundles to a prefix another one filled names its own")
     bi.add_argument("--in", dest="installed_in", help=argparse.SUPPRESS)
     bi.set_defaults(func=cmd_bundles_install)
+    im = sub.add_parser("image", help="write the import image of this Tack (all its bytecode in "
+                        "one file in its __pycache__, read by every later import; bundles "
+                        "install writes it too)")
+    im.add_argument("--check", action="store_true",
+                    help="write nothing: exit 0 if the image is there and current, 1 if not")
+    im.set_defaults(func=cmd_image)
     return p
 
 

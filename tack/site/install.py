@@ -193,6 +193,7 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     with open(config_path, "w", encoding="utf-8") as f:
         f.write("# The config these bundles were built from (python -m tack.site bundles install)\n")
         yaml.safe_dump(build_config(wanted, kernels), f, sort_keys=False)
+    import_image(out=out, err=err, said="bundles install: ")
     bundles = os.path.join(share, "bundles")
     print(f"bundles install: {', '.join(wanted)} into {bundles}, by Tack "
           f"{shown_version(tack_version_id())} from {site}", file=out, flush=True)
@@ -207,3 +208,24 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     rc = bundles_check(bundles, out=out, err=err)
     print(f"bundles install: checked in {time.perf_counter() - t0:.1f} s", file=out, flush=True)
     return rc
+
+
+def import_image(check=False, out=sys.stdout, err=sys.stderr, said="image: ") -> int:
+    """Write (or with ``check``, only check) the import image of the Tack this Python imports
+    (``tack._image``); its exit status, with one line saying what was done."""
+    import tack
+    from .. import _image
+    here = os.path.dirname(os.path.realpath(tack.__file__))
+    path = _image.image_path(here)
+    ok = _image.current("tack", here)
+    if check or ok:                     # a current image is left as it is, its time too
+        print(f"{said}import image {path}: {'current' if ok else 'missing or stale'}",
+              file=out if ok else err)
+        return 0 if ok else 1
+    try:
+        path, modules, size = _image.write("tack", here)
+    except OSError as e:
+        raise SiteError(f"{said}cannot write the import image of {here}: {e}") from None
+    print(f"{said}import image {path}: {modules} modules, {size // 1024} KiB", file=out,
+          flush=True)
+    return 0

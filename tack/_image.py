@@ -1,0 +1,274 @@
+"""Tack's bytecode in one file (its import image), so that a warm process imports in less time.
+
+A warm first call runs about 28 of Tack's modules.  CPython imports each by searching its
+package directory, checking and opening its ``.pyc``, and reading it: about a fifth of the
+warm process's import time, for work that gives the same answer every time.  The image holds
+the code of every module of the package in one file beside the ``.pyc`` files
+(``tack/__pycache__/import-image.<cache tag>[.opt-N].bin``), indexed by module name; ``import
+tack`` puts a finder for it first on ``sys.meta_path``, which serves only Tack's own modules.
+
+Each module is served from the image only while its source file has the size and
+modification time (nanoseconds) recorded when the image was written, which is how CPython
+checks a ``.pyc`` against its source (``.pyc`` files use whole seconds); otherwise, and for
+anything the image lacks, cannot read or cannot unmarshal, the module is imported as usual
+from its source and ``.pyc``.  An image written by another Python (another magic number or
+cache tag) or damaged in its header is not used at all.  Nothing in it is trusted beyond what
+a ``.pyc`` is: it is written by whoever installed the package, in the package's directory.
+
+Written (atomically: a temporary file renamed into place) by ``python -m tack.site image``,
+by ``bundles install`` (so Spack, conda and EasyBuild installs ship one), and by a process
+that compiled a kernel when the image is missing or stale and the package's ``__pycache__``
+is writable and Python writes bytecode (``PYTHONDONTWRITEBYTECODE`` unset): the same places
+and rules as CPython's own ``.pyc`` files.  ``TACK_IMPORT_IMAGE=0`` turns the finder off.
+"""
+
+import _imp
+import marshal
+import os
+import sys
+import types
+from importlib.machinery import ModuleSpec, SourceFileLoader
+from importlib.util import MAGIC_NUMBER
+
+FORMAT = b"TACKIMG1"
+_HEAD = 16                      # FORMAT, Python's bytecode magic, the index's length (uint32)
+
+
+def image_path(package_dir: str) -> str | None:
+    """Where the image of the package in ``package_dir`` is for this Python; None when this
+    Python keeps no bytecode files (no cache tag)."""
+    tag = sys.implementation.cache_tag
+    if tag is None:
+        return None
+    opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
+    return os.path.join(package_dir, "__pycache__", f"import-image.{tag}{opt}.bin")
+
+
+class _Loader(SourceFileLoader):
+    """A module's loader: its code from the image, or (if that fails) from its source."""
+
+    def __init__(self, name, path, image, where):
+        super().__init__(name, path)
+        self._image, self._where = image, where
+
+    def get_code(self, fullname):
+        image = self._image
+        if image is not None and fullname == self.name and image.fd is not None:
+            try:
+                code = marshal.loads(image.read(*self._where))
+                if not isinstance(code, types.CodeType):
+                    raise ValueError("not a code object")
+            except Exception:               # noqa: BLE001 - damaged: never served again
+                image.close()
+            else:
+                _imp._fix_co_filename(code, self.path)
+                return code
+        return super().get_code(fullname)
+
+
+class ImageFinder:
+    """Serves the modules of one package (``prefix``: its name and a dot) from its image."""
+
+    def __init__(self, package: str, package_dir: str, fd: int, index: dict, base: int):
+        self.package, self.prefix = package, package + "."
+        self.root = package_dir + os.sep
+        self.fd, self.index, self.base = fd, index, base
+        self.served = 0                     # modules served from the image, for tests and status
+
+    def find_spec(self, name, path=None, target=None):
+        if not name.startswith(self.prefix) or self.fd is None:
+            return None
+        try:
+            rel, is_package, mtime_ns, size, offset, length = self.index[name]
+            origin = self.root + rel
+            st = os.stat(origin)
+            if st.st_mtime_ns != mtime_ns or st.st_size != size:
+                return None                 # the source changed since: imported as usual
+            spec = ModuleSpec(name, _Loader(name, origin, self, (offset, length)),
+                              origin=origin, is_package=is_package)
+        except Exception:                   # noqa: BLE001 - not in it, no source, bad index
+            return None
+        spec.has_location = True
+        if is_package:
+            spec.submodule_search_locations = [os.path.dirname(origin)]
+        self.served += 1
+        return spec
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = os.pread(self.fd, length, self.base + offset)
+        if len(data) != length:
+            raise ValueError("the image is shorter than its index")
+        return data
+
+    def close(self):
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def invalidate_caches(self):
+        pass
+
+
+def open_image(package: str, package_dir: str):
+    """The finder of ``package_dir``'s image, or None if there is none this Python can use."""
+    path = image_path(package_dir)
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, _HEAD, 0)
+        if len(head) != _HEAD or head[:8] != FORMAT or head[8:12] != MAGIC_NUMBER:
+            raise ValueError("another format or Python")
+        n = int.from_bytes(head[12:16], "little")
+        index = marshal.loads(os.pread(fd, n, _HEAD))
+        if type(index) is not dict:
+            raise ValueError("no index")
+        return ImageFinder(package, package_dir, fd, index, _HEAD + n)
+    except Exception:                       # noqa: BLE001 - unusable: imported as usual
+        os.close(fd)
+        return None
+
+
+def install(package: str, package_dir: str):
+    """Put the finder of the package's image first on ``sys.meta_path`` (once); it or None."""
+    if os.environ.get("TACK_IMPORT_IMAGE", "1") == "0":
+        return None
+    for f in sys.meta_path:
+        if isinstance(f, ImageFinder) and f.package == package:
+            return f
+    finder = open_image(package, package_dir)
+    if finder is not None:
+        sys.meta_path.insert(0, finder)
+    return finder
+
+
+def finder(package: str = "tack"):
+    """This process's finder of ``package``'s image, or None."""
+    for f in sys.meta_path:
+        if isinstance(f, ImageFinder) and f.package == package:
+            return f
+    return None
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+def _modules(package: str, package_dir: str):
+    """(module name, path relative to package_dir with '/', is package) of every .py file."""
+    for here, dirs, files in os.walk(package_dir):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith(".")
+                         and os.path.isfile(os.path.join(here, d, "__init__.py")))
+        rel_dir = os.path.relpath(here, package_dir)
+        parts = [] if rel_dir == "." else rel_dir.split(os.sep)
+        for f in sorted(files):
+            if not f.endswith(".py"):
+                continue
+            rel = "/".join(parts + [f])
+            if f == "__init__.py":
+                yield ".".join([package] + parts), rel, True
+            else:
+                yield ".".join([package] + parts + [f[:-3]]), rel, False
+
+
+def _code_bytes(path: str, st) -> bytes | None:
+    """The marshalled code of the source at ``path`` (whose stat is ``st``): from its .pyc when
+    that is current (what CPython would load), else compiled now; None if it changed meanwhile."""
+    from importlib.util import cache_from_source
+    try:
+        with open(cache_from_source(path), "rb") as fh:
+            pyc = fh.read()
+        if (pyc[:4] == MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 0
+                and int.from_bytes(pyc[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+                and int.from_bytes(pyc[12:16], "little") == st.st_size & 0xFFFFFFFF):
+            return pyc[16:]
+    except (OSError, ValueError):
+        pass
+    with open(path, "rb") as fh:
+        source = fh.read()
+    after = os.stat(path)
+    if (after.st_mtime_ns, after.st_size) != (st.st_mtime_ns, st.st_size):
+        return None
+    return marshal.dumps(compile(source, path, "exec", dont_inherit=True,
+                                 optimize=sys.flags.optimize))
+
+
+def current(package: str, package_dir: str) -> bool:
+    """Whether the image holds every module of the package as its source is now."""
+    f = open_image(package, package_dir)
+    if f is None:
+        return False
+    try:
+        want = {}
+        for name, rel, _ in _modules(package, package_dir):
+            want[name] = rel
+        if set(want) != set(f.index):
+            return False
+        for name, rel in want.items():
+            e = f.index[name]
+            st = os.stat(os.path.join(package_dir, rel))
+            if e[0] != rel or (e[2], e[3]) != (st.st_mtime_ns, st.st_size):
+                return False
+        return True
+    except (OSError, LookupError, TypeError, ValueError):
+        return False
+    finally:
+        f.close()
+
+
+def write(package: str, package_dir: str) -> tuple[str, int, int]:
+    """Write the package's image; (its path, modules, bytes).  Raises OSError if it cannot."""
+    path = image_path(package_dir)
+    if path is None:
+        raise OSError("this Python keeps no bytecode files (sys.implementation.cache_tag is None)")
+    index, blobs, offset = {}, [], 0
+    for name, rel, is_package in _modules(package, package_dir):
+        source = os.path.join(package_dir, rel)
+        st = os.stat(source)
+        data = _code_bytes(source, st)
+        if data is None:
+            continue                        # changed while we read it: imported as usual
+        index[name] = (rel, is_package, st.st_mtime_ns, st.st_size, offset, len(data))
+        blobs.append(data)
+        offset += len(data)
+    head = marshal.dumps(index)
+    payload = b"".join([FORMAT, MAGIC_NUMBER, len(head).to_bytes(4, "little"), head] + blobs)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path, len(index), len(payload)
+
+
+_refreshed = False
+
+
+def refresh(package: str = "tack") -> None:
+    """Write the package's image if it is missing or stale, where CPython would write a .pyc:
+    called once by a process that compiled a kernel.  Never raises."""
+    global _refreshed
+    if _refreshed or sys.dont_write_bytecode:
+        return
+    _refreshed = True
+    try:
+        package_dir = os.path.dirname(sys.modules[package].__file__)
+        cache_dir = os.path.join(package_dir, "__pycache__")
+        if not os.access(cache_dir if os.path.isdir(cache_dir) else package_dir, os.W_OK):
+            return
+        if not current(package, package_dir):
+            write(package, package_dir)
+    except Exception:                       # noqa: BLE001 - an optimisation, never an error
+        pass

@@ -1,0 +1,209 @@
+"""The import image (``tack._image``): Tack's bytecode in one file, served only while current.
+
+Each test installs a copy of the package in a temporary directory (as a wheel installs it,
+byte-compiled), so that writing, damaging or editing the image and the sources never touches
+the checkout, and runs fresh Pythons against it.
+"""
+
+from __future__ import annotations
+
+import compileall
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A fresh process: import Tack, run the contour, say where each module came from.
+CHILD = r"""
+import json, sys, inspect
+import numpy as np
+import tack
+from tack import _image
+from tack.kernels.contour import contour
+g = np.linspace(-1.0, 1.0, 12, dtype=np.float32)
+field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
+verts, faces = contour(field, 0.7)
+import tack.cache.stores as stores
+f = _image.finder()
+mods = {m: type(sys.modules[m].__spec__.loader).__name__ for m in sys.modules
+        if m.startswith("tack.")}
+print(json.dumps({
+    "faces": int(len(faces)), "verts": float(verts.sum()),
+    "finder": f is not None, "served": f.served if f else 0, "open": bool(f and f.fd is not None),
+    "loaders": mods,
+    "stores_file": stores.__file__,
+    "co_filename": stores.open_session.__code__.co_filename,
+    "source_ok": "def open_session" in inspect.getsource(stores.open_session),
+    "image_path": _image.image_path(__import__("os").path.dirname(tack.__file__)),
+}))
+"""
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TACK_", "OMPI_", "PMI_", "SLURM_")) and k != "PYTHONDONTWRITEBYTECODE"}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+@pytest.fixture()
+def site(tmp_path):
+    """A byte-compiled copy of Tack in tmp_path/site (no image yet) and a warm cache for it."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "tack", site / "tack",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    assert compileall.compile_dir(str(site), quiet=1)
+    return site
+
+
+def _py(site, code, tmp_path, **extra):
+    env = _env(PYTHONPATH=str(site), TACK_CACHE_DIR=str(tmp_path / "cache"))
+    env.update({k: str(v) for k, v in extra.items()})
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def _child(site, tmp_path, **extra) -> dict:
+    p = _py(site, CHILD, tmp_path, **extra)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _write(site, tmp_path):
+    p = _py(site, "import sys; from tack.site.cli import main; sys.exit(main(['image']))",
+            tmp_path)
+    assert "import image" in p.stdout and "modules" in p.stdout, p.stdout
+    return next((site / "tack" / "__pycache__").glob("import-image.*.bin"))
+
+
+def _served(report):
+    return sorted(m for m, kind in report["loaders"].items() if kind == "_Loader")
+
+
+def test_written_image_serves_every_module_with_the_same_results(site, tmp_path):
+    before = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)      # compiles; writes no image
+    assert not before["finder"] and not _served(before)
+    assert not list((site / "tack" / "__pycache__").glob("import-image.*"))
+    image = _write(site, tmp_path)
+    after = _child(site, tmp_path)
+    assert after["finder"] and after["image_path"] == str(image)
+    # Every Tack module the warm process imported after tack/__init__ and tack._image.
+    assert set(_served(after)) == set(after["loaders"]) - {"tack._image"}, after["loaders"]
+    assert after["served"] == len(_served(after))
+    assert (after["faces"], after["verts"]) == (before["faces"], before["verts"])
+    # Code objects name the real source, which inspect and tracebacks read.
+    stores_py = str(site / "tack" / "cache" / "stores.py")
+    assert after["stores_file"] == after["co_filename"] == stores_py
+    assert after["source_ok"]
+
+
+def test_an_edited_module_is_imported_from_its_source_the_rest_from_the_image(site, tmp_path):
+    _write(site, tmp_path)
+    keys = site / "tack" / "cache" / "keys.py"
+    keys.write_text(keys.read_text() + "\nEDITED = 'after the image was written'\n")
+    p = _py(site, "import json, tack.cache.keys as k, tack.cache.stores as s; "
+            "print(json.dumps([getattr(k, 'EDITED', None), type(k.__spec__.loader).__name__, "
+            "type(s.__spec__.loader).__name__]))", tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    edited, keys_loader, stores_loader = json.loads(p.stdout.strip().splitlines()[-1])
+    assert edited == "after the image was written"
+    assert keys_loader == "SourceFileLoader" and stores_loader == "_Loader"
+
+
+def _damage(image: Path, how: str):
+    data = bytearray(image.read_bytes())
+    n = int.from_bytes(data[12:16], "little")
+    if how == "header":
+        data[0:8] = b"NOTANIMG"
+    elif how == "python":
+        data[8:12] = b"\x00\x00\r\n"                        # another Python's bytecode magic
+    elif how == "index":
+        data[16:16 + n] = b"\xff" * n
+    elif how == "index-not-dict":
+        import marshal
+        index = marshal.dumps([1, 2, 3])
+        data = data[:12] + len(index).to_bytes(4, "little") + index
+    elif how == "truncated":
+        data = data[:16 + n + 100]
+    elif how == "code":
+        for i in range(16 + n, len(data), 97):            # every code blob garbled
+            data[i] = 0x5A
+    image.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["header", "python", "index", "index-not-dict", "truncated",
+                                 "code"])
+def test_a_damaged_or_foreign_image_is_ignored_and_tack_still_works(site, tmp_path, how):
+    reference = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    _damage(_write(site, tmp_path), how)
+    report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert (report["faces"], report["verts"]) == (reference["faces"], reference["verts"])
+    if how in ("header", "python", "index", "index-not-dict"):
+        assert not report["finder"]                        # never put on sys.meta_path
+    if how in ("truncated", "code"):
+        assert report["finder"] and not report["open"]     # closed at the first bad module
+        assert report["served"] >= 1
+
+
+def test_switched_off_by_TACK_IMPORT_IMAGE_0(site, tmp_path):
+    _write(site, tmp_path)
+    report = _child(site, tmp_path, TACK_IMPORT_IMAGE=0)
+    assert not report["finder"] and not _served(report)
+
+
+def test_a_cold_process_writes_the_image_where_python_writes_bytecode(site, tmp_path):
+    cache = site / "tack" / "__pycache__"
+    _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert not list(cache.glob("import-image.*"))               # as no .pyc would be written
+    shutil.rmtree(tmp_path / "cache")
+    _child(site, tmp_path)                                # compiles: writes it
+    assert len(list(cache.glob("import-image.*.bin"))) == 1
+    assert _served(_child(site, tmp_path))
+    p = _py(site, "import sys; from tack.site.cli import main; sys.exit(main(['image', '--check']))",
+            tmp_path)
+    assert "current" in p.stdout
+
+
+def test_an_image_that_cannot_be_written_is_no_error(site, tmp_path):
+    # The image's name taken by a directory: the rename fails (as on a read-only install, which
+    # root, running these tests, would not see), the compiling process runs on, and leaves no
+    # temporary file behind.
+    cache = site / "tack" / "__pycache__"
+    (cache / f"import-image.{sys.implementation.cache_tag}.bin").mkdir()
+    report = _child(site, tmp_path)
+    assert report["faces"] > 0 and not report["finder"]
+    assert sorted(p.name for p in cache.glob("import-image*")) == [
+        f"import-image.{sys.implementation.cache_tag}.bin"]
+
+
+def test_current_sees_an_edit_and_a_new_module(site, tmp_path):
+    _write(site, tmp_path)
+    check = "import sys; from tack.site.cli import main; sys.exit(main(['image', '--check']))"
+    env = _env(PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE=1)
+
+    def rc():
+        return subprocess.run([sys.executable, "-c", check], env=env, capture_output=True,
+                              cwd=tmp_path).returncode
+    assert rc() == 0
+    (site / "tack" / "extra_module.py").write_text("X = 1\n")
+    assert rc() == 1
+    (site / "tack" / "extra_module.py").unlink()
+    assert rc() == 0
+    os.utime(site / "tack" / "records.py", ns=(1, 1))
+    assert rc() == 1
+
+
+def test_the_finder_serves_only_its_own_package(site, tmp_path):
+    _write(site, tmp_path)
+    (tmp_path / "tackle.py").write_text("WHO = 'not tack'\n")
+    p = _py(site, "import sys, tack, tackle; sys.path.insert(0, '.'); "
+            "from tack import _image; f = _image.finder(); "
+            "print(f.find_spec('tackle'), f.find_spec('tack.nothing_here'), f.find_spec('os'), "
+            "tackle.WHO)", tmp_path, PYTHONPATH=f"{site}{os.pathsep}{tmp_path}")
+    assert p.stdout.split() == ["None", "None", "None", "not", "tack"]
