@@ -8,9 +8,10 @@ A CPU site bundle's header (written at build time by ``header_fields``, from arc
   ancestors);
 * ``cpu_features``: the CPU features the target requires, by archspec's names, which are the
   names ``/proc/cpuinfo`` lists them by;
-* ``cpu_table``: archspec's detection table of the family, compact: for each microarchitecture
-  its name, vendor, CPU part, parents and features (as changes from its first parent's), and
-  on aarch64 archspec's "CPU implementer" -> vendor conversions.
+* ``cpu_table``: archspec's detection table of the family, compact: the family's feature names
+  once, then for each microarchitecture its name, vendor, CPU part, parents and features (a bit
+  mask over those names: reading a table is a split and an ``int`` a row), and on aarch64
+  archspec's "CPU implementer" -> vendor conversions.
 
 Features alone do not give archspec's answer (its generic Armv8/Armv9 levels list none, Ampere1
 descends from Neoverse N1 of another vendor, siblings have nested feature sets), so a node runs
@@ -29,7 +30,7 @@ fields), the caller's ``ancestry()`` answers instead: archspec, imported then an
 
 from __future__ import annotations
 
-TABLE_FORMAT = "1"
+TABLE_FORMAT = "2"                            # 1: features as changes from the first parent's
 RULE_FAMILIES = ("x86_64", "aarch64")         # the families whose host detection is replicated
 FIELDS = ("cpu_family", "cpu_vendor", "cpu_rank", "cpu_features", "cpu_table")
 _ATOM_BAD = set("|/,;=\t\n\\")
@@ -52,22 +53,24 @@ def header_fields(facts: dict) -> dict:
 
 
 def encode_table(family: str, targets, arm_vendors: dict) -> str:
-    """``1|family|code=vendor,...|name/vendor/part/parent,.../added/removed|...``: each
-    target's features as those it adds to its first parent's and those it drops (space
-    separated).  TableError for a name that would not read back."""
-    feats = {}
-    rows = []
+    """``2|family|code=vendor,...|feature feature ...|name/vendor/part/parent,.../mask|...``:
+    the family's feature names once (sorted), then each target's features as a hexadecimal bit
+    mask over them (bit i: the i-th name), so that reading a table is a split and an ``int`` per
+    target.  TableError for a name that would not read back."""
+    names = sorted({_atom(f) for *_, features in targets for f in features})
+    bit = {f: 1 << i for i, f in enumerate(names)}
+    seen, rows = set(), []
     for name, vendor, part, parents, features in targets:
-        feats[name] = set(features)
-        base = feats.get(parents[0], set()) if parents else set()
-        if parents and parents[0] not in feats:
+        if parents and parents[0] not in seen:
             raise TableError(f"{name}'s parent {parents[0]} comes after it")
+        seen.add(name)
+        mask = 0
+        for f in features:
+            mask |= bit[f]
         rows.append("/".join([_atom(name), _atom(vendor, spaces=True), _atom(part),
-                              ",".join(_atom(p) for p in parents),
-                              " ".join(sorted(_atom(f) for f in feats[name] - base)),
-                              " ".join(sorted(_atom(f) for f in base - feats[name]))]))
+                              ",".join(_atom(p) for p in parents), f"{mask:x}"]))
     conv = ",".join(f"{_atom(k)}={_atom(v, spaces=True)}" for k, v in sorted(arm_vendors.items()))
-    return "|".join([TABLE_FORMAT, _atom(family), conv] + rows)
+    return "|".join([TABLE_FORMAT, _atom(family), conv, " ".join(names)] + rows)
 
 
 def _atom(text, spaces=False) -> str:
@@ -90,29 +93,28 @@ class Table:
 
     def __init__(self, text: str):
         parts = text.split("|")
-        if len(parts) < 4 or parts[0] != TABLE_FORMAT:
+        if len(parts) < 5 or parts[0] != TABLE_FORMAT:
             raise TableError(f"not a CPU table of format {TABLE_FORMAT}")
         self.family = parts[1]
         self.arm_vendors = dict(kv.split("=", 1) for kv in parts[2].split(",")) if parts[2] else {}
+        names = parts[3].split()
+        bits = self.bits = {f: 1 << i for i, f in enumerate(names)}
+        if len(bits) != len(names):
+            raise TableError("the table names a feature twice")
+        limit = 1 << len(names)
         self.order, self.vendor, self.part, self.parents, self.mask = [], {}, {}, {}, {}
-        bits = self.bits = {}
         mask = self.mask
-        for row in parts[3:]:
+        for row in parts[4:]:
             fields = row.split("/")
-            if len(fields) != 6 or not fields[0] or fields[0] in self.vendor:
+            if len(fields) != 5 or not fields[0] or fields[0] in self.vendor:
                 raise TableError(f"table row {row[:40]!r} is malformed")
-            name, vendor, part, parents, added, removed = fields
+            name, vendor, part, parents, m = fields
             parents = tuple(parents.split(",")) if parents else ()
             if parents and parents[0] not in mask:
                 raise TableError(f"table row {name}: parent {parents[0]} not before it")
-            m = mask[parents[0]] if parents else 0
-            for f in added.split():
-                b = bits.get(f)
-                if b is None:
-                    b = bits[f] = 1 << len(bits)
-                m |= b
-            for f in removed.split():
-                m &= ~bits.get(f, 0)
+            m = int(m, 16)
+            if not 0 <= m < limit:
+                raise TableError(f"table row {name}: its features are not the table's")
             self.order.append(name)
             self.vendor[name], self.part[name], self.parents[name] = vendor, part, parents
             mask[name] = m

@@ -110,9 +110,20 @@ def test_a_table_is_small_parsed_once_and_refuses_what_it_cannot_read():
     text = aot.requirements("cpu:x86_64_v3")["cpu_table"]
     assert len(text) < 8192
     assert cpu_choice.parse_table(text) is cpu_choice.parse_table(text)
-    for bad in ("", "2|x86_64||", "1|x86_64||a/b", "1|x86_64||x86_64/generic/////", "1|x86_64||x86_64/generic////|x86_64/generic////",
-                "1|x86_64||zen/AMD//x86_64_v9/avx/", "1|x86_64||x86_64_v2/generic//x86_64/sse/",
-                "1|x86_64||x86_64_v2/generic////", "1|aarch64|0x41|aarch64/generic////"):
+    assert text.startswith(cpu_choice.TABLE_FORMAT + "|")
+    for bad in ("", "3|x86_64|||", "2|x86_64||", "2|x86_64|||a/b",
+                # a format-1 table (features as changes from the first parent's)
+                "1|x86_64||x86_64/generic////",
+                "2|x86_64||avx|x86_64/generic/////",                        # six fields
+                "2|x86_64||avx|x86_64/generic///0|x86_64/generic///0",      # a name twice
+                "2|x86_64||avx|zen/AMD//x86_64_v9/1",                       # parent after it
+                "2|x86_64||avx|x86_64/generic///0|x86_64_v2/generic//x86_64/2",  # a bit too many
+                "2|x86_64||avx|x86_64/generic///-1", "2|x86_64||avx|x86_64/generic///zz",
+                "2|x86_64||avx|x86_64/generic///",                          # no mask
+                "2|x86_64||avx avx|x86_64/generic///0",                     # a feature twice
+                "2|x86_64||avx|x86_64_v2/generic///0",                      # no root
+                "2|aarch64|0x41||aarch64/generic///0"):                     # conversion without =
+
         with pytest.raises(cpu_choice.TableError):
             cpu_choice.parse_table(bad)
     with pytest.raises(cpu_choice.TableError):
@@ -180,7 +191,7 @@ def test_other_llvm_other_machine_and_damaged_bundles_are_ignored(site):
     write_site_bundle(site, "neoverse_n1")                       # aarch64
     (site / bundle.site_bundle_name("cpu:x86_64_v3", cpu_runtime.arch_key("x86_64_v3"), "x86_64")
      ).write_bytes(b"TACKBDL1 not really")
-    write_site_bundle(site, "haswell", requires=dict(aot.requirements("cpu:haswell"), cpu_table="1|x86_64||"))
+    write_site_bundle(site, "haswell", requires=dict(aot.requirements("cpu:haswell"), cpu_table="2|x86_64|||"))
     write_site_bundle(site, "x86_64")
     said = []
     store = SiteBundleStore(tack.cache.new_stats(), said.append, str(site),
