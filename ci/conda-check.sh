@@ -158,9 +158,13 @@ from tack.kernels.contour import contour
 v, faces = contour(make_field("sphere", 21), 0.5)
 s = tack.cache.stats()
 compiled = "llvmlite.binding" in sys.modules
+image = tack._image.finder()        # the import image `bundles install` wrote into the package
+served = image.served if image is not None else 0
 print(f"{sys.prefix}: {len(faces)} triangles; variants from bundles {s['hits']['variant']}, "
-      f"compiled {s['misses']['variant']}; LLVM loaded: {compiled}")
-sys.exit(0 if s["hits"]["variant"] and not s["misses"]["variant"] and not compiled and len(faces) else 1)
+      f"compiled {s['misses']['variant']}; LLVM loaded: {compiled}; "
+      f"modules from the import image: {served}")
+sys.exit(0 if s["hits"]["variant"] and not s["misses"]["variant"] and not compiled and len(faces)
+         and served else 1)
 EOF
   ) || return 1
   # bundles check with no directory: the installed ones, found with no setting

@@ -155,7 +155,8 @@ TCL_INIT=/usr/share/modules/init/bash
 in_module_shell() {  # INIT USE-DIRS MODULE : load MODULE in a clean bash, print TACK_*, run contour
   env -i HOME="$HOME" PATH=/usr/bin:/bin TERM=dumb bash --noprofile --norc -c "
     set -e; source '$1'; for d in $2; do module use \$d; done; module load $3
-    cd /tmp; env | grep '^TACK_CACHE' | sort; python3 -m tack.site bundles check"
+    cd /tmp; env | grep '^TACK_CACHE' | sort; python3 -m tack.site image --check
+    python3 -m tack.site bundles check"
 }
 
 # -- install, with the install-time tests (imports; contour served from the bundle) ---------------
@@ -204,6 +205,7 @@ check_relocated() {  # under spack load of the relocated copy: its own Tack, the
     TACK_CACHE_DIR="$R2/user-cache" python3 -m tack.demo | tee "$R2/demo.txt" || exit 1
     grep -q "(2 of 2 kernels loaded this run: 2 from the site bundles)" "$R2/demo.txt" \
       || { echo "the demo compiled its kernels" >&2; exit 1; }
+    python3 -m tack.site image --check || exit 1       # the relocated import image still serves
     python3 -m tack.site bundles check )
 }
 step "spack load py-tack (other root) + contour from the relocated bundle" relocated check_relocated
