@@ -7,11 +7,13 @@ the code of every module of the package in one file beside the ``.pyc`` files
 (``tack/__pycache__/import-image.<cache tag>[.opt-N].bin``), indexed by module name; ``import
 tack`` puts a finder for it first on ``sys.meta_path``, which serves only Tack's own modules.
 
-Each module is served from the image only while its source file has the size and
-modification time (nanoseconds) recorded when the image was written, which is how CPython
-checks a ``.pyc`` against its source (``.pyc`` files use whole seconds); otherwise, and for
-anything the image lacks, cannot read or cannot unmarshal, the module is imported as usual
-from its source and ``.pyc``.  An image written by another Python (another magic number or
+Each module is served from the image only while its source file is the one it was written
+from: the same size and modification time in whole seconds, as CPython checks a ``.pyc``, or,
+where the time differs, the same size and content (``importlib.util.source_hash``, CPython's
+check of a hash-based ``.pyc``).  The second is what an install that sets the files' times
+needs: conda's packages keep them to the microsecond, Spack's build caches set them to 0 for
+reproducible tarballs.  Otherwise, and for anything the image lacks, cannot read or cannot
+unmarshal, the module is imported as usual from its source and ``.pyc``.  An image written by another Python (another magic number or
 cache tag) or damaged in its header is not used at all.  Nothing in it is trusted beyond what
 a ``.pyc`` is: it is written by whoever installed the package, in the package's directory.
 
@@ -28,9 +30,9 @@ import os
 import sys
 import types
 from importlib.machinery import ModuleSpec, SourceFileLoader
-from importlib.util import MAGIC_NUMBER
+from importlib.util import MAGIC_NUMBER, source_hash
 
-FORMAT = b"TACKIMG1"
+FORMAT = b"TACKIMG2"                    # 2: whole seconds and a source hash per module
 _HEAD = 16                      # FORMAT, Python's bytecode magic, the index's length (uint32)
 
 
@@ -42,6 +44,21 @@ def image_path(package_dir: str) -> str | None:
         return None
     opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
     return os.path.join(package_dir, "__pycache__", f"import-image.{tag}{opt}.bin")
+
+
+def same_source(path: str, mtime: int, size: int, digest: bytes) -> bool:
+    """Whether the source at ``path`` is the one the image holds the code of: its size and its
+    modification time in whole seconds as recorded (CPython's check of a ``.pyc``), or, where
+    the time differs (an install that set the times: a reproducible build cache sets them to
+    0), the same size and content (``importlib.util.source_hash``, CPython's hash-based
+    ``.pyc`` check)."""
+    st = os.stat(path)
+    if st.st_size != size:
+        return False
+    if int(st.st_mtime) == mtime:
+        return True
+    with open(path, "rb") as fh:
+        return source_hash(fh.read()) == digest
 
 
 class _Loader(SourceFileLoader):
@@ -79,10 +96,9 @@ class ImageFinder:
         if not name.startswith(self.prefix) or self.fd is None:
             return None
         try:
-            rel, is_package, mtime_ns, size, offset, length = self.index[name]
+            rel, is_package, mtime, size, digest, offset, length = self.index[name]
             origin = self.root + rel
-            st = os.stat(origin)
-            if st.st_mtime_ns != mtime_ns or st.st_size != size:
+            if not same_source(origin, mtime, size, digest):
                 return None                 # the source changed since: imported as usual
             spec = ModuleSpec(name, _Loader(name, origin, self, (offset, length)),
                               origin=origin, is_package=is_package)
@@ -175,26 +191,29 @@ def _modules(package: str, package_dir: str):
                 yield ".".join([package] + parts + [f[:-3]]), rel, False
 
 
-def _code_bytes(path: str, st) -> bytes | None:
-    """The marshalled code of the source at ``path`` (whose stat is ``st``): from its .pyc when
-    that is current (what CPython would load), else compiled now; None if it changed meanwhile."""
+def _code_bytes(path: str, st):
+    """(the marshalled code, ``source_hash``) of the source at ``path`` (whose stat is ``st``):
+    the code from its .pyc when that is current (what CPython would load), else compiled now;
+    None if the source changed meanwhile."""
     from importlib.util import cache_from_source
-    try:
-        with open(cache_from_source(path), "rb") as fh:
-            pyc = fh.read()
-        if (pyc[:4] == MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 0
-                and int.from_bytes(pyc[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-                and int.from_bytes(pyc[12:16], "little") == st.st_size & 0xFFFFFFFF):
-            return pyc[16:]
-    except (OSError, ValueError):
-        pass
     with open(path, "rb") as fh:
         source = fh.read()
     after = os.stat(path)
-    if (after.st_mtime_ns, after.st_size) != (st.st_mtime_ns, st.st_size):
+    if (after.st_mtime_ns, after.st_size) != (st.st_mtime_ns, st.st_size) or len(source) != st.st_size:
         return None
-    return marshal.dumps(compile(source, path, "exec", dont_inherit=True,
-                                 optimize=sys.flags.optimize))
+    try:
+        with open(cache_from_source(path), "rb") as fh:
+            pyc = fh.read()
+        flags = int.from_bytes(pyc[4:8], "little")
+        if pyc[:4] == MAGIC_NUMBER and (
+                flags == 0 and int.from_bytes(pyc[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+                and int.from_bytes(pyc[12:16], "little") == st.st_size & 0xFFFFFFFF
+                or flags & 1 and pyc[8:16] == source_hash(source)):
+            return pyc[16:], source_hash(source)
+    except (OSError, ValueError):
+        pass
+    code = compile(source, path, "exec", dont_inherit=True, optimize=sys.flags.optimize)
+    return marshal.dumps(code), source_hash(source)
 
 
 def current(package: str, package_dir: str) -> bool:
@@ -210,8 +229,7 @@ def current(package: str, package_dir: str) -> bool:
             return False
         for name, rel in want.items():
             e = f.index[name]
-            st = os.stat(os.path.join(package_dir, rel))
-            if e[0] != rel or (e[2], e[3]) != (st.st_mtime_ns, st.st_size):
+            if e[0] != rel or not same_source(os.path.join(package_dir, rel), *e[2:5]):
                 return False
         return True
     except (OSError, LookupError, TypeError, ValueError):
@@ -229,10 +247,11 @@ def write(package: str, package_dir: str) -> tuple[str, int, int]:
     for name, rel, is_package in _modules(package, package_dir):
         source = os.path.join(package_dir, rel)
         st = os.stat(source)
-        data = _code_bytes(source, st)
-        if data is None:
+        got = _code_bytes(source, st)
+        if got is None:
             continue                        # changed while we read it: imported as usual
-        index[name] = (rel, is_package, st.st_mtime_ns, st.st_size, offset, len(data))
+        data, digest = got
+        index[name] = (rel, is_package, int(st.st_mtime), st.st_size, digest, offset, len(data))
         blobs.append(data)
         offset += len(data)
     head = marshal.dumps(index)

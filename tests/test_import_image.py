@@ -195,8 +195,39 @@ def test_current_sees_an_edit_and_a_new_module(site, tmp_path):
     assert rc() == 1
     (site / "tack" / "extra_module.py").unlink()
     assert rc() == 0
-    os.utime(site / "tack" / "records.py", ns=(1, 1))
+    # A time changed, the content not (an install that sets the times): still current, by content.
+    records = site / "tack" / "records.py"
+    os.utime(records, ns=(1, 1))
+    assert rc() == 0
+    # The same size and another content: not current.
+    records.write_text(_same_size_edit(records.read_text()))
+    os.utime(records, ns=(2 * 10**9, 2 * 10**9))    # not the second recorded (a fast test's)
     assert rc() == 1
+
+
+def _same_size_edit(text: str) -> str:
+    """The module's text with one letter of its docstring in the other case."""
+    assert text.startswith('"""') and text[3].isalpha()
+    return text[:3] + text[3].swapcase() + text[4:]
+
+
+def test_sources_whose_times_were_reset_are_served_by_content(site, tmp_path):
+    """What Spack's build cache does to an install (every file's time 0) and what a tar that
+    keeps microseconds does: each module is served after its content is checked."""
+    reference = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    _write(site, tmp_path)
+    for path in (site / "tack").rglob("*.py"):
+        os.utime(path, ns=(0, 0))
+    report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert set(_served(report)) == set(report["loaders"]) - {"tack._image"}
+    assert (report["faces"], report["verts"]) == (reference["faces"], reference["verts"])
+    # An edit of the same size with its time reset too: that module from its source.
+    keys = site / "tack" / "cache" / "keys.py"
+    keys.write_text(_same_size_edit(keys.read_text()))
+    os.utime(keys, ns=(0, 0))
+    report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert report["loaders"]["tack.cache.keys"] == "SourceFileLoader"
+    assert report["loaders"]["tack.cache.stores"] == "_Loader"
 
 
 def test_the_finder_serves_only_its_own_package(site, tmp_path):

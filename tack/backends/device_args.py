@@ -371,8 +371,9 @@ def no_such_device(label, kind, index, listing) -> ValueError:
 class Devices:
     """A runtime's devices, found once per process by ``discover()``, which returns
     ``(api, [device], reason)`` and never raises (``reason``: why there is none, with what to
-    install).  Each device has ``index``, ``name``, ``label`` (what ``tack.devices()`` shows)
-    and ``open()`` (its context or stream, made once).  ``kind`` (``cuda``), ``label`` (``CUDA``) and ``unavailable`` (the runtime's
+    install).  Each device has ``index``, ``name``, ``label`` (what ``tack.devices()`` shows),
+    ``open()`` (its context or stream, made once) and ``lost`` (None, or why a kernel's sticky
+    fault lost it: CUDA and HIP set it).  ``kind`` (``cuda``), ``label`` (``CUDA``) and ``unavailable`` (the runtime's
     exception) make the errors."""
 
     def __init__(self, discover, kind, label, device_type, unavailable):
@@ -398,7 +399,7 @@ class Devices:
     def available(self) -> bool:
         """Whether a usable device is here (never raises): one found, and not lost to a sticky
         error (a kernel's fault, ``lost``)."""
-        return any(getattr(d, "lost", None) is None for d in self.state()[1])
+        return any(d.lost is None for d in self.state()[1])
 
     def reason(self):
         """Why there is no device, with what to install, or why each found was lost; None when
@@ -411,7 +412,7 @@ class Devices:
     def listing(self) -> list:
         """[(a device's ``label``, ``kind:<index>``)] of the usable devices; empty if none."""
         return [(d.label, f"{self.kind}:{d.index}") for d in self.state()[1]
-                if getattr(d, "lost", None) is None]
+                if d.lost is None]
 
     def index(self, device) -> int:
         article = "an" if self.label[0] in "AEIOU" else "a"
@@ -434,7 +435,7 @@ class Devices:
         """``describe(device)``, opened; the runtime's unavailable error for a device lost to a
         sticky error."""
         d = self.describe(device)
-        if getattr(d, "lost", None) is not None:
+        if d.lost is not None:
             raise self.unavailable(d.lost)
         with self.lock:
             return d.open()

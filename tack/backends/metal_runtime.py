@@ -83,6 +83,8 @@ _metal = _import_metal      # the boundary: tests replace it with a simulated Me
 class _Device:
     """A Metal device and a command queue of its own."""
 
+    lost = None         # what Devices reads: Metal faults are not sticky (a new command buffer runs)
+
     def __init__(self, mtl, index, device):
         self.mtl, self.index, self.device = mtl, index, device
         self.name = str(device.name())
