@@ -10,12 +10,13 @@ tack`` puts a finder for it first on ``sys.meta_path``, which serves only Tack's
 Each module is served from the image only while its source file is the one it was written
 from: the same size and modification time in whole seconds, as CPython checks a ``.pyc``, or,
 where the time differs, the same size and content (``importlib.util.source_hash``, CPython's
-check of a hash-based ``.pyc``).  The second is what an install that sets the files' times
-needs: conda's packages keep them to the microsecond, Spack's build caches set them to 0 for
-reproducible tarballs.  Otherwise, and for anything the image lacks, cannot read or cannot
-unmarshal, the module is imported as usual from its source and ``.pyc``.  An image written by another Python (another magic number or
-cache tag) or damaged in its header is not used at all.  Nothing in it is trusted beyond what
-a ``.pyc`` is: it is written by whoever installed the package, in the package's directory.
+check of a hash-based ``.pyc``).  Installs move the times: conda's packages bring them back
+some nanoseconds off (the same second), Spack's build caches set them to 0 for reproducible
+tarballs (the content check).  Otherwise, and for anything the image lacks, cannot read or
+cannot unmarshal, the module is imported as usual from its source and ``.pyc``.  An image
+written by another Python (another magic number or cache tag) or damaged in its header is not
+used at all.  Nothing in it is trusted beyond what a ``.pyc`` is: it is written by whoever
+installed the package, in the package's directory.
 
 Written (atomically: a temporary file renamed into place) by ``python -m tack.site image``,
 by ``bundles install`` (so Spack, conda and EasyBuild installs ship one), and by a process
@@ -32,7 +33,7 @@ import types
 from importlib.machinery import ModuleSpec, SourceFileLoader
 from importlib.util import MAGIC_NUMBER, source_hash
 
-FORMAT = b"TACKIMG2"                    # 2: whole seconds and a source hash per module
+FORMAT = b"TACKIMG2"                    # 2: whole seconds, a source hash, relative names
 _HEAD = 16                      # FORMAT, Python's bytecode magic, the index's length (uint32)
 
 
@@ -78,7 +79,8 @@ class _Loader(SourceFileLoader):
             except Exception:               # noqa: BLE001 - damaged: never served again
                 image.close()
             else:
-                _imp._fix_co_filename(code, self.path)
+                _imp._fix_co_filename(code, self.path)     # the image names no directory
+                image.served += 1
                 return code
         return super().get_code(fullname)
 
@@ -107,7 +109,6 @@ class ImageFinder:
         spec.has_location = True
         if is_package:
             spec.submodule_search_locations = [os.path.dirname(origin)]
-        self.served += 1
         return spec
 
     def read(self, offset: int, length: int) -> bytes:
@@ -191,10 +192,11 @@ def _modules(package: str, package_dir: str):
                 yield ".".join([package] + parts + [f[:-3]]), rel, False
 
 
-def _code_bytes(path: str, st):
-    """(the marshalled code, ``source_hash``) of the source at ``path`` (whose stat is ``st``):
-    the code from its .pyc when that is current (what CPython would load), else compiled now;
-    None if the source changed meanwhile."""
+def _code_bytes(path: str, rel: str, st):
+    """(the marshalled code, ``source_hash``) of the source at ``path`` (``rel`` in the
+    package; its stat is ``st``): the code from its .pyc when that is current (what CPython
+    would load), else compiled now, named ``rel`` (``_named``); None if the source changed
+    meanwhile."""
     from importlib.util import cache_from_source
     with open(path, "rb") as fh:
         source = fh.read()
@@ -209,15 +211,31 @@ def _code_bytes(path: str, st):
                 flags == 0 and int.from_bytes(pyc[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
                 and int.from_bytes(pyc[12:16], "little") == st.st_size & 0xFFFFFFFF
                 or flags & 1 and pyc[8:16] == source_hash(source)):
-            return pyc[16:], source_hash(source)
-    except (OSError, ValueError):
-        pass
-    code = compile(source, path, "exec", dont_inherit=True, optimize=sys.flags.optimize)
-    return marshal.dumps(code), source_hash(source)
+            code = marshal.loads(pyc[16:])
+        else:
+            code = None
+    except (OSError, ValueError, EOFError, TypeError):
+        code = None
+    if not isinstance(code, types.CodeType):
+        code = compile(source, path, "exec", dont_inherit=True, optimize=sys.flags.optimize)
+    return marshal.dumps(_named(code, rel)), source_hash(source)
+
+
+def _named(code, filename: str):
+    """``code`` with ``filename`` as its and its nested code objects' ``co_filename``.
+
+    The image records the path relative to the package, never the directory it was written
+    in: a package manager that relocates an install rewrites the old prefix wherever a file
+    holds it (conda's binary replacement, Spack's), which would corrupt marshalled strings;
+    the loader sets the real path (``_imp._fix_co_filename``, as importing a ``.pyc`` does)."""
+    consts = tuple(_named(c, filename) if isinstance(c, types.CodeType) else c
+                   for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def current(package: str, package_dir: str) -> bool:
-    """Whether the image holds every module of the package as its source is now."""
+    """Whether the image holds every module of the package as its source is now, each one's
+    code readable (what ``image --check`` says; a process that compiled rewrites it if not)."""
     f = open_image(package, package_dir)
     if f is None:
         return False
@@ -231,8 +249,10 @@ def current(package: str, package_dir: str) -> bool:
             e = f.index[name]
             if e[0] != rel or not same_source(os.path.join(package_dir, rel), *e[2:5]):
                 return False
+            if not isinstance(marshal.loads(f.read(*e[5:7])), types.CodeType):
+                return False                # damaged (a relocation that rewrote it...)
         return True
-    except (OSError, LookupError, TypeError, ValueError):
+    except (OSError, LookupError, TypeError, ValueError, EOFError):
         return False
     finally:
         f.close()
@@ -247,7 +267,7 @@ def write(package: str, package_dir: str) -> tuple[str, int, int]:
     for name, rel, is_package in _modules(package, package_dir):
         source = os.path.join(package_dir, rel)
         st = os.stat(source)
-        got = _code_bytes(source, st)
+        got = _code_bytes(source, rel, st)
         if got is None:
             continue                        # changed while we read it: imported as usual
         data, digest = got
