@@ -233,9 +233,10 @@ def _named(code, filename: str):
     return code.replace(co_filename=filename, co_consts=consts)
 
 
-def current(package: str, package_dir: str) -> bool:
+def current(package: str, package_dir: str, read_code: bool = True) -> bool:
     """Whether the image holds every module of the package as its source is now, each one's
-    code readable (what ``image --check`` says; a process that compiled rewrites it if not)."""
+    code readable (``read_code``: unmarshalled here, a few milliseconds) (what ``image
+    --check`` says; a process that compiled rewrites it if not)."""
     f = open_image(package, package_dir)
     if f is None:
         return False
@@ -249,7 +250,7 @@ def current(package: str, package_dir: str) -> bool:
             e = f.index[name]
             if e[0] != rel or not same_source(os.path.join(package_dir, rel), *e[2:5]):
                 return False
-            if not isinstance(marshal.loads(f.read(*e[5:7])), types.CodeType):
+            if read_code and not isinstance(marshal.loads(f.read(*e[5:7])), types.CodeType):
                 return False                # damaged (a relocation that rewrote it...)
         return True
     except (OSError, LookupError, TypeError, ValueError, EOFError):
@@ -307,7 +308,9 @@ def refresh(package: str = "tack") -> None:
         cache_dir = os.path.join(package_dir, "__pycache__")
         if not os.access(cache_dir if os.path.isdir(cache_dir) else package_dir, os.W_OK):
             return
-        if not current(package, package_dir):
+        mine = finder(package)              # closed here: a module's code did not read
+        damaged = mine is not None and mine.fd is None
+        if damaged or not current(package, package_dir, read_code=False):
             write(package, package_dir)
     except Exception:                       # noqa: BLE001 - an optimisation, never an error
         pass

@@ -166,6 +166,14 @@ def test_the_image_names_no_directory_and_serves_a_moved_install(site, tmp_path)
     assert report["co_filename"] == str(moved / "tack" / "cache" / "stores.py")
 
 
+def test_a_compiling_process_rewrites_a_damaged_image(site, tmp_path):
+    _damage(_write(site, tmp_path), "code")
+    _child(site, tmp_path)                                  # compiles: finds it damaged
+    report = _child(site, tmp_path)
+    assert report["open"] and set(_served(report)) == set(report["loaders"]) - {"tack._image"}
+    assert report["served"] == len(_served(report))
+
+
 def test_switched_off_by_TACK_IMPORT_IMAGE_0(site, tmp_path):
     _write(site, tmp_path)
     report = _child(site, tmp_path, TACK_IMPORT_IMAGE=0)
