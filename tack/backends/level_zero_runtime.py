@@ -158,6 +158,12 @@ ZE_COMMAND_QUEUE_PRIORITY_NORMAL = 0
 ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE = 1
 
 ZE_MAX_DEVICE_NAME = 256
+ZE_MAX_EXTENSION_NAME = 256
+# The kernel's own work-group limit (extension ZE_extension_kernel_max_group_size_properties,
+# in headers newer than Debian's v1.4, so named apart from the constants the tests check against
+# it): ZE_STRUCTURE_TYPE_KERNEL_MAX_GROUP_SIZE_EXT_PROPERTIES.
+KERNEL_MAX_GROUP_SIZE_EXTENSION = b"ZE_extension_kernel_max_group_size_properties"
+KERNEL_MAX_GROUP_SIZE_STYPE = 0x00010013
 ZE_SUBGROUPSIZE_COUNT = 8
 
 _u32, _u64, _size, _ptr, _cstr = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p, \
@@ -239,17 +245,28 @@ class ze_group_count_t(ctypes.Structure):
     _fields_ = [("groupCountX", _u32), ("groupCountY", _u32), ("groupCountZ", _u32)]
 
 
+class ze_driver_extension_properties_t(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * ZE_MAX_EXTENSION_NAME), ("version", _u32)]
+
+
+class ze_kernel_max_group_size_properties_ext_t(ctypes.Structure):
+    """Chained to ``ze_kernel_properties_t`` where the driver has the extension (not in
+    STRUCTURES: the headers the tests compile against predate it)."""
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("maxGroupSize", _u32)]
+
+
 STRUCTURES = (ze_device_properties_t, ze_device_compute_properties_t,
               ze_command_queue_group_properties_t, ze_context_desc_t, ze_command_queue_desc_t,
               ze_command_list_desc_t, ze_module_constants_t, ze_module_desc_t, ze_kernel_desc_t,
               ze_kernel_properties_t, ze_device_mem_alloc_desc_t, ze_host_mem_alloc_desc_t,
-              ze_group_count_t)
+              ze_group_count_t, ze_driver_extension_properties_t)
 
 _P = ctypes.POINTER
 _H = _ptr                     # every handle is an opaque pointer
 SIGNATURES = {
     "zeInit": [_u32],
     "zeDriverGet": [_P(_u32), _P(_H)],
+    "zeDriverGetExtensionProperties": [_H, _P(_u32), _P(ze_driver_extension_properties_t)],
     "zeDeviceGet": [_H, _P(_u32), _P(_H)],
     "zeDeviceGetProperties": [_H, _P(ze_device_properties_t)],
     "zeDeviceGetComputeProperties": [_H, _P(ze_device_compute_properties_t)],
@@ -418,6 +435,18 @@ def _device_index(device) -> int:
     return device_index(device, KIND, "a Level Zero")
 
 
+def _extensions(api, driver) -> set:
+    """The names of the driver's extensions; empty if it cannot say."""
+    try:
+        n = _u32(0)
+        api("zeDriverGetExtensionProperties", driver, ctypes.byref(n), None)
+        props = (ze_driver_extension_properties_t * max(1, n.value))()
+        api("zeDriverGetExtensionProperties", driver, ctypes.byref(n), props)
+        return {props[i].name for i in range(min(n.value, len(props)))}
+    except (LevelZeroError, AttributeError, OSError):      # an old loader: none known
+        return set()
+
+
 class _Device:
     """A GPU with its context, compute queue and command list."""
 
@@ -434,6 +463,7 @@ class _Device:
         self.max_item_sizes = (compute.maxGroupSizeX, compute.maxGroupSizeY, compute.maxGroupSizeZ)
         self.max_group_counts = (compute.maxGroupCountX, compute.maxGroupCountY,
                                  compute.maxGroupCountZ)
+        self.kernel_max_group = KERNEL_MAX_GROUP_SIZE_EXTENSION in _extensions(api, self.driver)
         self.ordinal = self._compute_ordinal()
         ctx = _H()
         api("zeContextCreate", self.driver,
@@ -613,6 +643,7 @@ class LevelZeroKernel:
         self.native_from_driver = native_from_driver
         self.build_log = build_log
         self.num_args = num_args
+        self.max_group = dev.max_group  # work-items of a group: the device's, or the kernel's less
         self.lock = threading.Lock()
 
     def __repr__(self):
@@ -701,9 +732,15 @@ def load(payload: bytes, meta: dict, device=None) -> LevelZeroKernel:
         api.raw("zeModuleDestroy", module)
         raise LevelZeroError(f"module has no kernel '{entry}' ({result_name(r)})")
     props = ze_kernel_properties_t(stype=ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES)
+    limit = None
+    if dev.kernel_max_group:            # the kernel's own limit (its registers, its barriers)
+        limit = ze_kernel_max_group_size_properties_ext_t(stype=KERNEL_MAX_GROUP_SIZE_STYPE)
+        props.pNext = ctypes.addressof(limit)
     api("zeKernelGetProperties", kernel, ctypes.byref(props))
     k = LevelZeroKernel(dev, module, kernel, entry, specs, fmt, refused, from_driver, log,
                         props.numKernelArgs)
+    if limit is not None and limit.maxGroupSize:
+        k.max_group = max(1, min(dev.max_group, limit.maxGroupSize))
     k.spirv = spirv
     check_entry_params(entry, specs, k.num_args, LevelZeroError)
     return k
@@ -813,7 +850,7 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
             values.append(errptr)
         if grid[0] * grid[1] * grid[2] == 0:
             return err
-        local = choose_block(dims, block, DEFAULT_GROUP_SIZE, dev.max_group,
+        local = choose_block(dims, block, DEFAULT_GROUP_SIZE, kernel.max_group,
                              dev.max_item_sizes, f"kernel '{kernel.entry}' on {dev.name}")
         local3 = layout_grid(local)
         counts = tuple(-(-n // l) for n, l in zip(grid, local3))

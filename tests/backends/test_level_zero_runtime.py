@@ -156,8 +156,12 @@ class FakeZe:
     """
 
     def __init__(self, device_id=0x0BD5, init_result=0, native_result=0, spirv_result=0,
-                 num_args=None, kernel_fn=None, build_log=b"", driver_native=b"ZEBIN-FROM-DRIVER"):
+                 num_args=None, kernel_fn=None, build_log=b"", driver_native=b"ZEBIN-FROM-DRIVER",
+                 extensions=(), kernel_max_group=None):
         self.device_id = device_id
+        self.extensions = extensions    # the driver's extension names
+        self.kernel_max_group = kernel_max_group    # what the kernel's extension struct says
+        self.chained = []               # stype of each struct chained to zeKernelGetProperties
         self.init_result = init_result
         self.native_result, self.spirv_result = native_result, spirv_result
         self.num_args, self.kernel_fn = num_args, kernel_fn
@@ -287,7 +291,22 @@ class FakeZe:
         return 0
 
     def zeKernelGetProperties(self, kernel, props):
-        _obj(props).numKernelArgs = self.num_args
+        p = _obj(props)
+        p.numKernelArgs = self.num_args
+        if p.pNext:         # as a driver with the extension fills it (one without never sees it)
+            ext = zrt.ze_kernel_max_group_size_properties_ext_t.from_address(p.pNext)
+            self.chained.append(ext.stype)
+            assert zrt.KERNEL_MAX_GROUP_SIZE_EXTENSION in self.extensions
+            if ext.stype == zrt.KERNEL_MAX_GROUP_SIZE_STYPE:
+                ext.maxGroupSize = self.kernel_max_group
+        return 0
+
+    def zeDriverGetExtensionProperties(self, driver, count, props):
+        n = _obj(count)
+        if props is not None:
+            for i, name in enumerate(self.extensions[:n.value]):
+                props[i].name, props[i].version = name, 0x10000
+        n.value = len(self.extensions)
         return 0
 
     # -- launches
@@ -518,6 +537,31 @@ def test_load_refusals(fake):
         zrt.load(SPIRV, SAXPY_META)
 
 
+@pytest.mark.parametrize("extensions, kernel_limit, group", [
+    ((), None, 128),                                        # no extension: the device's limit
+    ((zrt.KERNEL_MAX_GROUP_SIZE_EXTENSION,), 64, 64),       # the kernel's, below the default
+    ((zrt.KERNEL_MAX_GROUP_SIZE_EXTENSION,), 1024, 128),    # above it: the default
+    ((b"ZE_extension_other", zrt.KERNEL_MAX_GROUP_SIZE_EXTENSION), 0, 128)])   # 0: none said
+def test_a_kernels_own_group_limit_caps_its_launches(fake, extensions, kernel_limit, group):
+    """Where the driver has ZE_extension_kernel_max_group_size_properties, a kernel's own limit
+    (its registers and barriers may allow fewer work-items than the device) caps the group its
+    launches use, and a block the kernel cannot take is refused naming it; a driver without the
+    extension never gets the struct chained."""
+    f = fake(num_args=10, kernel_fn=saxpy_fn, extensions=extensions, kernel_max_group=kernel_limit)
+    k = zrt.load(SPIRV, SAXPY_META)
+    assert f.chained == ([zrt.KERNEL_MAX_GROUP_SIZE_STYPE] if extensions else [])
+    x, y, out = np.arange(1000, dtype=np.float32), np.ones(1000, np.float32), np.zeros(1000, np.float32)
+    zrt.launch(k, SAXPY_META, (2.5, x, y, out), (1000,))
+    np.testing.assert_array_equal(out, 2.5 * x + 1)
+    (got, count, _), = f.launches
+    assert got == (group, 1, 1) and count == (-(-1000 // group), 1, 1)
+    if kernel_limit == 64:
+        assert k.max_group == 64
+        with pytest.raises(ValueError, match=r"block \(256,\) is larger than kernel 'tack_saxpy_entry'"
+                           r".* allows \(64 work-items"):
+            zrt.launch(k, SAXPY_META, (2.5, x, y, out), (1000,), block=(256,))
+
+
 def test_saxpy_marshalling_by_its_outcome(fake):
     f = fake(num_args=10, kernel_fn=saxpy_fn)
     k = zrt.load(SPIRV, SAXPY_META)
@@ -633,6 +677,7 @@ LAYOUTS = {
     "ze_device_compute_properties_t": (88, {"maxTotalGroupSize": 16, "maxGroupCountX": 32,
                                             "subGroupSizes": 52}),
     "ze_kernel_properties_t": (96, {"numKernelArgs": 16, "spillMemSize": 56, "kid": 60, "mid": 76}),
+    "ze_driver_extension_properties_t": (260, {"name": 0, "version": 256}),
     "ze_command_queue_group_properties_t": (40, {"flags": 16, "maxMemoryFillPatternSize": 24,
                                                  "numQueues": 32}),
 }
@@ -646,6 +691,14 @@ def test_structure_layouts_as_written():
         for field, off in offsets.items():
             assert getattr(cls, field).offset == off, (name, field)
     assert {c.__name__ for c in zrt.STRUCTURES} == set(LAYOUTS)
+
+
+def test_the_kernel_max_group_size_extension_struct():
+    """Not in the v1.4 header the test below compiles: its layout as ze_api.h 1.9+ declares it
+    (stype, pNext, maxGroupSize), chained from ze_kernel_properties_t."""
+    cls = zrt.ze_kernel_max_group_size_properties_ext_t
+    assert ctypes.sizeof(cls) == 24 and (cls.stype.offset, cls.pNext.offset, cls.maxGroupSize.offset) == (0, 8, 16)
+    assert zrt.KERNEL_MAX_GROUP_SIZE_STYPE == 0x00010013
 
 
 def test_structure_layouts_and_constants_match_the_header(tmp_path):
