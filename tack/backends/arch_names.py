@@ -69,8 +69,17 @@ INTEL_DEVICE_IDS = {i: names for ids, names in (
 # -- SPIR-V -------------------------------------------------------------------------------------
 # SPIR-V with no device's native code: what every Level Zero and OpenCL device takes.
 SPIRV_VERSION = "1.2"
-SPIRV_TARGETS = ("generic",)
+# Each name -> whether its code may use float64 (SPIR-V's Float64 capability).
+SPIRV_TARGETS = {"generic": True, "generic-fp32": False}
 PORTABLE_SPIRV = "spirv:generic"    # what an OpenCL device, or an Intel GPU Tack has no name for, runs
+# ... where the device says it has no float64 (Level Zero's fp64flags, OpenCL's
+# CL_DEVICE_DOUBLE_FP_CONFIG): float64 kernels are refused at compile time, naming float64.
+PORTABLE_SPIRV_FP32 = "spirv:generic-fp32"
+
+
+def portable_spirv(has_float64: bool) -> str:
+    """The portable SPIR-V target of a device with or without float64."""
+    return PORTABLE_SPIRV if has_float64 else PORTABLE_SPIRV_FP32
 
 # -- Metal --------------------------------------------------------------------------------------
 # Apple GPU families Tack emits MSL 3.0 source for (no LLVM: the driver compiles it).

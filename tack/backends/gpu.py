@@ -32,7 +32,7 @@ import tempfile
 
 from ..archs import resolve
 from ..cache.keys import digest
-from .arch_names import PTX_ISA, SPIRV_VERSION, ArchError, rocm_target_id
+from .arch_names import PTX_ISA, SPIRV_TARGETS, SPIRV_VERSION, ArchError, rocm_target_id
 
 OPT = 3
 CUDA_TRIPLE = "nvptx64-nvidia-cuda"
@@ -54,7 +54,10 @@ def settings(kind: str, arch: str) -> dict:
                 "code_object": CODE_OBJECT_VERSION, "link": "ld.lld -shared", "opt": OPT}
     if kind in ("level_zero", "spirv"):
         native = kind == "level_zero"
-        return {"triple": f"spirv64v{SPIRV_VERSION}-unknown-unknown", "spirv": SPIRV_VERSION,
+        # spirv:generic-fp32 says so (spirv:generic's settings, so its key, stay as they were)
+        fp32 = {"float64": False} if kind == "spirv" and not SPIRV_TARGETS[arch] else {}
+        return {**fp32, "triple": f"spirv64v{SPIRV_VERSION}-unknown-unknown",
+                "spirv": SPIRV_VERSION,
                 "device": arch if native else "", "native": "ocloc zebin" if native else "",
                 "opt": OPT, "inline": "all",    # see LevelZeroTarget.prepare
                 # The IR is optimized at OPT; the SPIR-V backend's own passes run at 0, which

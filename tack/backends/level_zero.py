@@ -31,7 +31,8 @@ class LevelZeroTarget(GPUTarget):
     def __init__(self, arch):
         super().__init__(arch)
         self.device = self.settings["device"]
-        self.has_float64 = INTEL_DEVICES.get(self.device, True)
+        self.has_float64 = INTEL_DEVICES.get(self.device, True) and \
+            self.settings.get("float64", True)
 
     @property
     def suffix(self) -> str:

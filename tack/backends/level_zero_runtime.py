@@ -20,9 +20,10 @@ a device.
 * **Keys.**  A device's candidate keys, most specific first: native code for
   its exact device (``gpu.key_for("level_zero:pvc")``), for its family where
   ocloc has a family name (``xe-hpc``, ``dg2``), then SPIR-V
-  (``key_for("spirv:generic")``), which every device takes.  The device's
-  ocloc name comes from its PCI device id (``arch_names.INTEL_DEVICE_IDS``); an id not in the
-  table gets SPIR-V only.
+  (``key_for("spirv:generic")``), which every device takes, or, for a device
+  whose module properties say it has no float64 (``fp64flags``),
+  ``spirv:generic-fp32``.  The device's ocloc name comes from its PCI device id
+  (``arch_names.INTEL_DEVICE_IDS``); an id not in the table gets SPIR-V only.
 * **load(payload, meta)**: the artifact (``gpu.pack_level_zero``: SPIR-V plus
   native code, or SPIR-V alone, or bare SPIR-V) -> ``zeModuleCreate`` with
   ``ZE_MODULE_FORMAT_NATIVE`` for the native part; where the driver refuses
@@ -50,7 +51,7 @@ import threading
 
 import numpy as np
 
-from .arch_names import PORTABLE_SPIRV, intel_device_archs
+from .arch_names import PORTABLE_SPIRV, intel_device_archs, portable_spirv
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
                           check_launch, check_param_count, choose_block, device_index, host_copy,
@@ -140,6 +141,7 @@ ZE_RESULT_ERROR_INVALID_KERNEL_NAME = 0x78000011
 
 ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES = 0x3
 ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES = 0x4
+ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES = 0x5
 ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES = 0x6
 ZE_STRUCTURE_TYPE_CONTEXT_DESC = 0xd
 ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC = 0xe
@@ -245,6 +247,13 @@ class ze_group_count_t(ctypes.Structure):
     _fields_ = [("groupCountX", _u32), ("groupCountY", _u32), ("groupCountZ", _u32)]
 
 
+class ze_device_module_properties_t(ctypes.Structure):
+    _fields_ = [("stype", _u32), ("pNext", _ptr), ("spirvVersionSupported", _u32),
+                ("flags", _u32), ("fp16flags", _u32), ("fp32flags", _u32), ("fp64flags", _u32),
+                ("maxArgumentsSize", _u32), ("printfBufferSize", _u32),
+                ("nativeKernelSupported", ctypes.c_uint8 * 16)]
+
+
 class ze_driver_extension_properties_t(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * ZE_MAX_EXTENSION_NAME), ("version", _u32)]
 
@@ -259,7 +268,7 @@ STRUCTURES = (ze_device_properties_t, ze_device_compute_properties_t,
               ze_command_queue_group_properties_t, ze_context_desc_t, ze_command_queue_desc_t,
               ze_command_list_desc_t, ze_module_constants_t, ze_module_desc_t, ze_kernel_desc_t,
               ze_kernel_properties_t, ze_device_mem_alloc_desc_t, ze_host_mem_alloc_desc_t,
-              ze_group_count_t, ze_driver_extension_properties_t)
+              ze_group_count_t, ze_driver_extension_properties_t, ze_device_module_properties_t)
 
 _P = ctypes.POINTER
 _H = _ptr                     # every handle is an opaque pointer
@@ -270,6 +279,7 @@ SIGNATURES = {
     "zeDeviceGet": [_H, _P(_u32), _P(_H)],
     "zeDeviceGetProperties": [_H, _P(ze_device_properties_t)],
     "zeDeviceGetComputeProperties": [_H, _P(ze_device_compute_properties_t)],
+    "zeDeviceGetModuleProperties": [_H, _P(ze_device_module_properties_t)],
     "zeDeviceGetCommandQueueGroupProperties": [_H, _P(_u32), _P(ze_command_queue_group_properties_t)],
     "zeContextCreate": [_H, _P(ze_context_desc_t), _P(_H)],
     "zeCommandQueueCreate": [_H, _H, _P(ze_command_queue_desc_t), _P(_H)],
@@ -346,12 +356,24 @@ _devices = {}                 # index -> _Device
 
 
 class _Found:
-    __slots__ = ("name", "driver", "handle", "vendor_id", "device_id", "archs")
+    __slots__ = ("name", "driver", "handle", "vendor_id", "device_id", "archs", "spirv")
 
-    def __init__(self, name, driver, handle, vendor_id, device_id):
+    def __init__(self, name, driver, handle, vendor_id, device_id, has_float64=True):
         self.name, self.driver, self.handle = name, driver, handle
         self.vendor_id, self.device_id = vendor_id, device_id
         self.archs = intel_device_archs(vendor_id, device_id)
+        self.spirv = portable_spirv(has_float64)    # the SPIR-V it runs after its native code
+
+
+def _has_float64(api, dev) -> bool:
+    """Whether the device does float64 (its module properties' ``fp64flags``); True where the
+    driver cannot say (as Tack assumed before it asked)."""
+    props = ze_device_module_properties_t(stype=ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES)
+    try:
+        api("zeDeviceGetModuleProperties", dev, ctypes.byref(props))
+    except (LevelZeroError, AttributeError):
+        return True
+    return props.fp64flags != 0
 
 
 def _discover():
@@ -391,7 +413,7 @@ def _discover():
                 if props.type != ZE_DEVICE_TYPE_GPU:
                     continue
                 found.append(_Found(props.name.decode(errors="replace").strip(), drv, dev,
-                                    props.vendorId, props.deviceId))
+                                    props.vendorId, props.deviceId, _has_float64(api, _H(dev))))
     except LevelZeroError as e:
         return None, [], f"Level Zero is not available: {e}; {INSTALL_HINT}"
     if not found:
@@ -454,7 +476,7 @@ class _Device:
         self.api = api
         self.index = index
         self.name = found.name
-        self.archs = found.archs
+        self.archs, self.spirv = found.archs, found.spirv
         self.driver, self.handle = _H(found.driver), _H(found.handle)
         self.lock = threading.Lock()
         compute = ze_device_compute_properties_t(stype=ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES)
@@ -495,8 +517,9 @@ class _Device:
 
     @property
     def arch(self) -> str:
-        """The toolchain's target for this device: its native code's, or ``spirv:generic``."""
-        return f"{KIND}:{self.archs[0]}" if self.archs else PORTABLE_SPIRV
+        """The toolchain's target for this device: its native code's, or its portable SPIR-V
+        (``spirv:generic``, or ``spirv:generic-fp32`` where it has no float64)."""
+        return f"{KIND}:{self.archs[0]}" if self.archs else self.spirv
 
     def run(self, append):
         """Record commands with ``append(list)``, execute them and wait for them to finish, under
@@ -563,17 +586,19 @@ def get_device(device=None) -> _Device:
 
 def toolchain_target(device=None) -> str:
     """The toolchain target that builds native code for ``device`` (``level_zero:pvc``), or
-    ``spirv:generic`` for a device Tack has no ocloc name for."""
+    its portable SPIR-V for a device Tack has no ocloc name for (``spirv:generic``;
+    ``spirv:generic-fp32`` where the device has no float64)."""
     return get_device(device).arch
 
 
 def candidate_keys(device=None) -> list:
     """[(architecture name, target key)] a launch on ``device`` can use, most specific first:
-    native code for the exact device, for its family, then SPIR-V.  Without a device: SPIR-V."""
+    native code for the exact device, for its family, then its SPIR-V.  Without a device:
+    SPIR-V."""
     from .gpu import key_for
-    archs = get_device(device).archs if available() else ()
-    return [(f"{KIND}:{a}", key_for(f"{KIND}:{a}")) for a in archs] + \
-        [(PORTABLE_SPIRV, key_for(PORTABLE_SPIRV))]
+    dev = get_device(device) if available() else None
+    archs, spirv = (dev.archs, dev.spirv) if dev is not None else ((), PORTABLE_SPIRV)
+    return [(f"{KIND}:{a}", key_for(f"{KIND}:{a}")) for a in archs] + [(spirv, key_for(spirv))]
 
 
 def lookup_keys(device=None) -> list:

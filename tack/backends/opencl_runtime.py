@@ -18,7 +18,8 @@ first call that needs a device.
   ``OpenCLUnavailable`` with that text.
 * **Keys.**  SPIR-V is portable, so a variant's target key names the SPIR-V
   settings (``SPIRV``) and the LLVM that emits them, never the device:
-  ``spirv_key()``; ``candidate_keys()`` lists it.
+  ``spirv_key()`` (``spirv:generic``; ``spirv:generic-fp32`` for a device whose
+  ``CL_DEVICE_DOUBLE_FP_CONFIG`` is 0); ``candidate_keys()`` lists it.
 * **load(spirv, meta)**: ``clCreateProgramWithIL`` then ``clBuildProgram`` ->
   an ``OpenCLKernel``.
 * **launch(kernel, meta, args, dims, debug)**: builds the argument list of the
@@ -49,7 +50,7 @@ import warnings
 
 import numpy as np
 
-from .arch_names import PORTABLE_SPIRV
+from .arch_names import PORTABLE_SPIRV, portable_spirv
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
                           check_launch, check_param_count, choose_block, device_index, host_copy,
@@ -304,9 +305,20 @@ class _Device:
         # What the device's program binaries depend on besides the device: its driver's and
         # its platform's versions.
         self.driver = f"{device.driver_version}; {device.platform.version}"
+        # The portable SPIR-V it runs: spirv:generic, or spirv:generic-fp32 without float64.
+        self.spirv = portable_spirv(_has_float64(device))
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context, device)
         self.max_item_sizes = tuple(device.max_work_item_sizes)
+
+
+def _has_float64(device) -> bool:
+    """Whether the device does float64 (``CL_DEVICE_DOUBLE_FP_CONFIG`` not 0); True where it
+    cannot say (as Tack assumed before it asked)."""
+    try:
+        return bool(device.double_fp_config)
+    except Exception:                       # noqa: BLE001 - a driver that does not answer
+        return True
 
 
 def get_device(device=None) -> _Device:
@@ -329,11 +341,12 @@ def get_device(device=None) -> _Device:
 # Target keys
 
 
-def spirv_key() -> str:
-    """Target key of SPIR-V with no device in it: the toolchain's ``spirv:generic`` target
-    (``gpu.key_for``: one identity for the code and for the runtime that looks it up)."""
+def spirv_key(dev=None) -> str:
+    """Target key of SPIR-V with no device in it: the toolchain's ``spirv:generic`` target, or
+    the ``spirv:generic-fp32`` of a device ``dev`` without float64 (``gpu.key_for``: one
+    identity for the code and for the runtime that looks it up)."""
     from .gpu import key_for
-    return key_for(PORTABLE_SPIRV)
+    return key_for(PORTABLE_SPIRV if dev is None else dev.spirv)
 
 
 def device_key(dev) -> str:
@@ -342,24 +355,24 @@ def device_key(dev) -> str:
     new LLVM is another key)."""
     from ..cache.keys import digest
     return digest("target", ("backend", KIND), ("device", dev.name), ("driver", dev.driver),
-                  ("spirv", spirv_key()))
+                  ("spirv", spirv_key(dev)))
 
 
 def candidate_keys(device=None) -> list:
     """[(architecture name, target key)] a launch on ``device`` can use, most specific first:
     the program binary its driver built from SPIR-V before (stored back by the dispatcher),
-    then the portable SPIR-V.  Without a device: SPIR-V."""
-    keys = [(PORTABLE_SPIRV, spirv_key())]
-    if available():
-        dev = get_device(device)
-        keys.insert(0, (f"{KIND}:{dev.index}", device_key(dev)))
-    return keys
+    then the portable SPIR-V it runs.  Without a device: SPIR-V."""
+    if not available():
+        return [(PORTABLE_SPIRV, spirv_key())]
+    dev = get_device(device)
+    return [(f"{KIND}:{dev.index}", device_key(dev)), (dev.spirv, spirv_key(dev))]
 
 
 def toolchain_target(device=None):
-    """The toolchain's target for an OpenCL device: portable SPIR-V (``spirv:generic``)."""
+    """The toolchain's target for an OpenCL device: portable SPIR-V (``spirv:generic``, or
+    ``spirv:generic-fp32`` for a device without float64)."""
     from .level_zero import target
-    return target(PORTABLE_SPIRV)
+    return target(get_device(device).spirv if available() else PORTABLE_SPIRV)
 
 
 def lookup_keys(device=None) -> tuple:
@@ -368,13 +381,15 @@ def lookup_keys(device=None) -> tuple:
 
 
 def host_key() -> str:
-    """The key of code compiled here for this runtime (the cache session's ``host_key``)."""
-    return spirv_key()
+    """The key of code compiled here for this runtime (the cache session's ``host_key``): the
+    first device's SPIR-V's."""
+    return candidate_keys()[-1][1]
 
 
 def site_candidates(host=None) -> list:
-    """Site bundles for this runtime: the portable SPIR-V key (bundles hold no driver's code)."""
-    return [(PORTABLE_SPIRV, spirv_key())]
+    """Site bundles for this runtime: the portable SPIR-V key of the first device (bundles
+    hold no driver's code)."""
+    return candidate_keys()[-1:]
 
 
 def site_bundles(names, header) -> list:

@@ -157,8 +157,9 @@ class FakeZe:
 
     def __init__(self, device_id=0x0BD5, init_result=0, native_result=0, spirv_result=0,
                  num_args=None, kernel_fn=None, build_log=b"", driver_native=b"ZEBIN-FROM-DRIVER",
-                 extensions=(), kernel_max_group=None):
+                 extensions=(), kernel_max_group=None, fp64flags=0x3F):
         self.device_id = device_id
+        self.fp64flags = fp64flags      # the device's module properties (0: no float64)
         self.extensions = extensions    # the driver's extension names
         self.kernel_max_group = kernel_max_group    # what the kernel's extension struct says
         self.chained = []               # stype of each struct chained to zeKernelGetProperties
@@ -219,6 +220,12 @@ class FakeZe:
         else:
             p.type, p.vendorId, p.deviceId = zrt.ZE_DEVICE_TYPE_GPU, 0x8086, self.device_id
             p.name = b"Intel(R) Data Center GPU Max 1550"
+        return 0
+
+    def zeDeviceGetModuleProperties(self, dev, props):
+        p = _obj(props)
+        assert p.stype == zrt.ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES
+        p.spirvVersionSupported, p.fp32flags, p.fp64flags = 0x10004, 0x3F, self.fp64flags
         return 0
 
     def zeDeviceGetComputeProperties(self, dev, props):
@@ -462,6 +469,23 @@ def test_unknown_device_gets_spirv_only(fake):
     assert zrt.candidate_keys() == [("spirv:generic", key_for("spirv:generic"))]
 
 
+@pytest.mark.parametrize("device_id, keys", [
+    (0x1234, ["spirv:generic-fp32"]),                                   # unknown to Tack
+    (0x56A0, ["level_zero:acm-g10", "level_zero:dg2", "level_zero:xe-hpg", "spirv:generic-fp32"])])
+def test_a_device_without_float64_gets_spirv_without_it(fake, device_id, keys):
+    """An Intel GPU whose module properties say it has no float64 (fp64flags 0) is compiled for
+    spirv:generic-fp32 where Tack has no native name for it, and looks that SPIR-V up after
+    its native code: a float64 kernel is refused at compile time naming float64, instead of
+    SPIR-V with the Float64 capability that its driver would refuse."""
+    fake(device_id=device_id, fp64flags=0)
+    assert [a for a, _ in zrt.candidate_keys()] == keys
+    assert zrt.candidate_keys()[-1][1] == key_for("spirv:generic-fp32") != key_for("spirv:generic")
+    if device_id == 0x1234:
+        assert zrt.toolchain_target() == "spirv:generic-fp32"
+        from tack.backends.level_zero import target
+        assert target(zrt.toolchain_target()).has_float64 is False
+
+
 def test_native_refused_falls_back_to_spirv_and_returns_the_drivers_native_code(fake):
     f = fake(native_result=zrt.ZE_RESULT_ERROR_INVALID_NATIVE_BINARY, num_args=10,
              build_log=b"stepping mismatch")
@@ -678,6 +702,8 @@ LAYOUTS = {
                                             "subGroupSizes": 52}),
     "ze_kernel_properties_t": (96, {"numKernelArgs": 16, "spillMemSize": 56, "kid": 60, "mid": 76}),
     "ze_driver_extension_properties_t": (260, {"name": 0, "version": 256}),
+    "ze_device_module_properties_t": (64, {"spirvVersionSupported": 16, "fp64flags": 32,
+                                           "nativeKernelSupported": 44}),
     "ze_command_queue_group_properties_t": (40, {"flags": 16, "maxMemoryFillPatternSize": 24,
                                                  "numQueues": 32}),
 }

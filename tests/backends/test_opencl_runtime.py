@@ -334,8 +334,30 @@ def test_candidate_keys_the_devices_binary_then_spirv():
     assert ocl.site_candidates() == [("spirv:generic", ocl.spirv_key())]
     assert len(ocl.spirv_key()) == 64 and ocl.device_key(dev) != ocl.spirv_key()
     import types
-    updated = types.SimpleNamespace(name=dev.name, driver=dev.driver + " (updated)")
+    updated = types.SimpleNamespace(name=dev.name, driver=dev.driver + " (updated)", spirv=dev.spirv)
     assert ocl.device_key(updated) != ocl.device_key(dev)     # a driver update: another key
+    assert dev.spirv == "spirv:generic"         # Intel's OpenCL CPU runtime does float64
+
+
+def test_a_device_without_float64_runs_spirv_without_it(monkeypatch):
+    """A device whose CL_DEVICE_DOUBLE_FP_CONFIG is 0 compiles for, and looks up,
+    spirv:generic-fp32: a float64 kernel is refused at compile time naming float64, instead of
+    SPIR-V with the Float64 capability that its driver would refuse."""
+    real = ocl.get_device()
+
+    class NoDouble:                 # the real device, saying what a device without float64 says
+        def __getattr__(self, name):
+            return 0 if name == "double_fp_config" else getattr(real.device, name)
+    assert ocl._has_float64(real.device) and not ocl._has_float64(NoDouble())
+    monkeypatch.setattr(ocl, "_has_float64", lambda device: False)
+    monkeypatch.setattr(ocl, "_contexts", {})
+    dev = ocl.get_device()
+    assert dev.spirv == "spirv:generic-fp32"
+    assert ocl.candidate_keys() == [("opencl:0", ocl.device_key(dev)),
+                                    ("spirv:generic-fp32", ocl.spirv_key(dev))]
+    assert ocl.spirv_key(dev) != ocl.spirv_key() and ocl.device_key(dev) != ocl.device_key(real)
+    assert ocl.toolchain_target().has_float64 is False
+    assert ocl.site_candidates() == [("spirv:generic-fp32", ocl.spirv_key(dev))]
 
 
 def _run_python(code, env_changes, timeout=SUBPROCESS_TIMEOUT):

@@ -13,10 +13,11 @@ import tack.aot
 from tack.kernels.contour import tack_warm
 
 # (arch, the vendor tool its compile needs beyond LLVM, or None)
-TARGETS = [("cpu", None), ("spirv:generic", None), ("cuda:sm_80", None), ("cuda:sm_90", None),
+TARGETS = [("cpu", None), ("spirv:generic", None), ("spirv:generic-fp32", None),
+           ("cuda:sm_80", None), ("cuda:sm_90", None),
            ("rocm:gfx90a", "ld.lld"), ("rocm:gfx942", "ld.lld"), ("level_zero:pvc", "ocloc"),
            ("level_zero:dg2", "ocloc"), ("metal:apple", None)]
-NO_FLOAT64 = ("level_zero:dg2", "metal:apple")
+NO_FLOAT64 = ("level_zero:dg2", "spirv:generic-fp32", "metal:apple")
 
 
 def spirv_capabilities(words: bytes) -> set:
