@@ -206,6 +206,15 @@ check_relocated() {  # under spack load of the relocated copy: its own Tack, the
     grep -q "(2 of 2 kernels loaded this run: 2 from the site bundles)" "$R2/demo.txt" \
       || { echo "the demo compiled its kernels" >&2; exit 1; }
     python3 -m tack.site image --check || exit 1       # the relocated import image still serves
+    # Spack's build cache set every source's time to 0: Tack's .pyc files are checked by content
+    # (the package compiles them so), not left stale.
+    python3 - <<'PYEOF' || { echo "tack's .pyc files are not hash-checked" >&2; exit 1; }
+import importlib.util, os, sys, tack
+pyc = importlib.util.cache_from_source(tack.__file__)
+flags = int.from_bytes(open(pyc, "rb").read(8)[4:8], "little")
+print(f"{pyc}: flags {flags}, source time {os.stat(tack.__file__).st_mtime:.0f}")
+sys.exit(0 if flags == 3 else 1)
+PYEOF
     python3 -m tack.site bundles check )
 }
 step "spack load py-tack (other root) + contour from the relocated bundle" relocated check_relocated

@@ -145,6 +145,15 @@ class PyTack(PythonPackage):
             env.set("TACK_LD_LLD", join_path(self.spec["llvm-amdgpu"].prefix.bin, "ld.lld"))
 
     @run_after("install")
+    def hash_checked_bytecode(self):
+        """Tack's .pyc files checked against their sources' content, not their times: a build
+        cache sets every installed file's time to 0, which leaves time-stamped .pyc files stale,
+        so each process would compile Tack's modules again where it cannot write them. Runs
+        before install_bundles, whose import image reads these."""
+        tack_dir = join_path(python_purelib, "tack")
+        python("-m", "compileall", "-q", "--invalidation-mode", "checked-hash", tack_dir)
+
+    @run_after("install")
     def install_bundles(self):
         """Tack's one command for packages: builds the bundles with the Tack installed in the
         prefix, then checks them; a bundle that fails to build (a missing tool, a stale
