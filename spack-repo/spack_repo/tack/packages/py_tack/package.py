@@ -151,7 +151,8 @@ class PyTack(PythonPackage):
         so each process would compile Tack's modules again where it cannot write them. Runs
         before install_bundles, whose import image reads these."""
         tack_dir = join_path(python_purelib, "tack")
-        python("-m", "compileall", "-q", "--invalidation-mode", "checked-hash", tack_dir)
+        # -f: pip's time-stamped .pyc files look current to compileall, which keeps them
+        python("-m", "compileall", "-q", "-f", "--invalidation-mode", "checked-hash", tack_dir)
 
     @run_after("install")
     def install_bundles(self):
