@@ -75,7 +75,8 @@ class PyTack(PythonPackage):
     variant(
         "spirv",
         default=False,
-        description="Portable SPIR-V bundle (spirv:generic): Intel GPUs, OpenCL devices",
+        description="Portable SPIR-V bundles (spirv:generic, and spirv:generic-fp32 for "
+        "devices without float64): Intel GPUs, OpenCL devices",
     )
 
     # pyproject.toml: requires-python = ">=3.10"
@@ -137,7 +138,7 @@ class PyTack(PythonPackage):
         if spec.satisfies("+rocm"):
             args += [f"--arch=rocm:{a}" for a in spec.variants["amdgpu_target"].value]
         if spec.satisfies("+spirv"):
-            args.append("--arch=spirv:generic")
+            args += ["--arch=spirv:generic", "--arch=spirv:generic-fp32"]
         return args
 
     def setup_build_environment(self, env: EnvironmentModifications) -> None:
