@@ -156,13 +156,10 @@ def install(package: str, package_dir: str):
     """Put the finder of the package's image first on ``sys.meta_path`` (once); it or None."""
     if os.environ.get("TACK_IMPORT_IMAGE", "1") == "0":
         return None
-    for f in sys.meta_path:
-        if isinstance(f, ImageFinder) and f.package == package:
-            return f
-    finder = open_image(package, package_dir)
-    if finder is not None:
-        sys.meta_path.insert(0, finder)
-    return finder
+    found = finder(package) or open_image(package, package_dir)
+    if found is not None and found not in sys.meta_path:
+        sys.meta_path.insert(0, found)
+    return found
 
 
 def finder(package: str = "tack"):
@@ -194,30 +191,15 @@ def _modules(package: str, package_dir: str):
 
 def _code_bytes(path: str, rel: str, st):
     """(the marshalled code, ``source_hash``) of the source at ``path`` (``rel`` in the
-    package; its stat is ``st``): the code from its .pyc when that is current (what CPython
-    would load), else compiled now, named ``rel`` (``_named``); None if the source changed
+    package; its stat is ``st``): the code CPython's own loader gives (its ``.pyc`` where that
+    is current, else compiled now), named ``rel`` (``_named``); None if the source changed
     meanwhile."""
-    from importlib.util import cache_from_source
     with open(path, "rb") as fh:
         source = fh.read()
+    code = SourceFileLoader(rel, path).get_code(rel)
     after = os.stat(path)
     if (after.st_mtime_ns, after.st_size) != (st.st_mtime_ns, st.st_size) or len(source) != st.st_size:
         return None
-    try:
-        with open(cache_from_source(path), "rb") as fh:
-            pyc = fh.read()
-        flags = int.from_bytes(pyc[4:8], "little")
-        if pyc[:4] == MAGIC_NUMBER and (
-                flags == 0 and int.from_bytes(pyc[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-                and int.from_bytes(pyc[12:16], "little") == st.st_size & 0xFFFFFFFF
-                or flags & 1 and pyc[8:16] == source_hash(source)):
-            code = marshal.loads(pyc[16:])
-        else:
-            code = None
-    except (OSError, ValueError, EOFError, TypeError):
-        code = None
-    if not isinstance(code, types.CodeType):
-        code = compile(source, path, "exec", dont_inherit=True, optimize=sys.flags.optimize)
     return marshal.dumps(_named(code, rel)), source_hash(source)
 
 
@@ -277,19 +259,9 @@ def write(package: str, package_dir: str) -> tuple[str, int, int]:
         offset += len(data)
     head = marshal.dumps(index)
     payload = b"".join([FORMAT, MAGIC_NUMBER, len(head).to_bytes(4, "little"), head] + blobs)
+    from .cache.trust import write_atomic   # a temporary file renamed into place, as entries
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, payload, mode=0o644)
     return path, len(index), len(payload)
 
 

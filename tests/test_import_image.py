@@ -205,6 +205,29 @@ def test_an_image_that_cannot_be_written_is_no_error(site, tmp_path):
         f"import-image.{sys.implementation.cache_tag}.bin"]
 
 
+def test_image_command_says_what_it_cannot_write(site, tmp_path):
+    taken = site / "tack" / "__pycache__" / f"import-image.{sys.implementation.cache_tag}.bin"
+    taken.mkdir()
+    env = _env(PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE=1)
+    p = subprocess.run([sys.executable, "-m", "tack.site", "image"], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and p.stdout == ""
+    assert p.stderr.startswith("error: image: cannot write the import image of ") \
+        and str(taken) in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-m", "tack.site", "image", "--check"], env=env,
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and "missing or stale" in p.stderr
+
+
+def test_installed_twice_is_one_finder(site, tmp_path):
+    _write(site, tmp_path)
+    p = _py(site, "import sys, tack; from tack import _image; f = _image.finder(); "
+            "g = _image.install('tack', tack.__path__[0]); "
+            "print(f is g, sum(isinstance(x, _image.ImageFinder) for x in sys.meta_path))",
+            tmp_path)
+    assert p.stdout.split() == ["True", "1"]
+
+
 def test_current_sees_an_edit_and_a_new_module(site, tmp_path):
     _write(site, tmp_path)
     check = "import sys; from tack.site.cli import main; sys.exit(main(['image', '--check']))"
