@@ -199,7 +199,7 @@ def _compile(kernel, dims, args, device, debug):
     if session is not None:
         session.store_variant(art)
         _store_back(runtime, session, keys, kernel, typed.value_types, len(dims), fn, art.meta)
-        from ._image import refresh         # the next process imports Tack from its image
+        from ._image_write import refresh   # the next process imports Tack from its image
         refresh()
         stage("cache")
     return _variant(runtime, kernel, typed, debug, fn, art.sites, lowered.deps, art.meta, stage)

@@ -19,10 +19,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What only a compile needs: none of these may be imported by a warm hit.
+# What only a compile (or a tool, or a writer) needs: none of these may be imported by a warm
+# hit, whose cost grows with the code it loads.
 COMPILER_MODULES = ("tack.frontend", "tack.specialize", "tack.codegen", "tack.compiler",
                     "tack.gridcheck", "tack.aot", "tack.backends.cpu", "tack.backends.gpu",
-                    "tack.backends.metal", "tack.site", "llvmlite.binding", "llvmlite.ir")
+                    "tack.backends.metal", "tack.site", "llvmlite.binding", "llvmlite.ir",
+                    "tack._image_write", "tack.cache.bundle_write", "tack.cache.size",
+                    "tack.cache.cli")
 
 CHILD = """
 import json, sys

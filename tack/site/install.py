@@ -212,18 +212,19 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
 
 def import_image(check=False, out=sys.stdout, err=sys.stderr, said="image: ") -> int:
     """Write (or with ``check``, only check) the import image of the Tack this Python imports
-    (``tack._image``); its exit status, with one line saying what was done."""
+    (``tack._image``, written by ``tack._image_write``); its exit status, with one line saying
+    what was done."""
     import tack
-    from .. import _image
+    from .. import _image, _image_write
     here = os.path.dirname(os.path.realpath(tack.__file__))
     path = _image.image_path(here)
-    ok = _image.current("tack", here)
+    ok = _image_write.current("tack", here)
     if check or ok:                     # a current image is left as it is, its time too
         print(f"{said}import image {path}: {'current' if ok else 'missing or stale'}",
               file=out if ok else err)
         return 0 if ok else 1
     try:
-        path, modules, size = _image.write("tack", here)
+        path, modules, size = _image_write.write("tack", here)
     except OSError as e:
         raise SiteError(f"{said}cannot write the import image of {here}: {e}") from None
     print(f"{said}import image {path}: {modules} modules, {size // 1024} KiB", file=out,

@@ -80,10 +80,10 @@ def test_install_from_the_sources_builds_with_the_installed_tack(tmp_path):
     assert (share / "site.yaml").read_bytes() == SITE.read_bytes()
     assert json.loads((share / "site-env.json").read_text()) == load(str(SITE)).exports()
     # The installed Tack's import image, written before the bundles and current.
-    from tack import _image
+    from tack import _image, _image_write
     image = _image.image_path(str(site / "tack"))
     assert f"bundles install: import image {image}: " in r.stdout, r.stdout
-    assert _image.current("tack", str(site / "tack"))
+    assert _image_write.current("tack", str(site / "tack"))
 
     # A bundle the checkout's Tack makes there (0.1.0+src.<hash>) serves the installed Tack
     # nothing: `bundles check` with the installed Tack fails and names it.

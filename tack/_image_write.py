@@ -1,0 +1,132 @@
+"""Writing Tack's import image (``tack._image`` reads it): every module's code, as CPython's own
+loader gives it, in one file beside the ``.pyc`` files, written atomically.
+
+Kept apart from the reader so that a warm process, which only reads the image, does not load
+the writer's code: it is imported by ``python -m tack.site image``, ``bundles install`` and a
+process that compiled a kernel (``refresh``).
+"""
+
+import marshal
+import os
+import sys
+import types
+from importlib.machinery import SourceFileLoader
+from importlib.util import MAGIC_NUMBER, source_hash
+
+from ._image import FORMAT, finder, image_path, open_image, same_source
+
+
+def _modules(package: str, package_dir: str):
+    """(module name, path relative to package_dir with '/', is package) of every .py file."""
+    for here, dirs, files in os.walk(package_dir):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith(".")
+                         and os.path.isfile(os.path.join(here, d, "__init__.py")))
+        rel_dir = os.path.relpath(here, package_dir)
+        parts = [] if rel_dir == "." else rel_dir.split(os.sep)
+        for f in sorted(files):
+            if not f.endswith(".py"):
+                continue
+            rel = "/".join(parts + [f])
+            if f == "__init__.py":
+                yield ".".join([package] + parts), rel, True
+            else:
+                yield ".".join([package] + parts + [f[:-3]]), rel, False
+
+
+def _code_bytes(path: str, rel: str, st):
+    """(the marshalled code, ``source_hash``) of the source at ``path`` (``rel`` in the
+    package; its stat is ``st``): the code CPython's own loader gives (its ``.pyc`` where that
+    is current, else compiled now), named ``rel`` (``_named``); None if the source changed
+    meanwhile."""
+    with open(path, "rb") as fh:
+        source = fh.read()
+    code = SourceFileLoader(rel, path).get_code(rel)
+    after = os.stat(path)
+    if (after.st_mtime_ns, after.st_size) != (st.st_mtime_ns, st.st_size) or len(source) != st.st_size:
+        return None
+    return marshal.dumps(_named(code, rel)), source_hash(source)
+
+
+def _named(code, filename: str):
+    """``code`` with ``filename`` as its and its nested code objects' ``co_filename``.
+
+    The image records the path relative to the package, never the directory it was written
+    in: a package manager that relocates an install rewrites the old prefix wherever a file
+    holds it (conda's binary replacement, Spack's), which would corrupt marshalled strings;
+    the loader sets the real path (``_imp._fix_co_filename``, as importing a ``.pyc`` does)."""
+    consts = tuple(_named(c, filename) if isinstance(c, types.CodeType) else c
+                   for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def current(package: str, package_dir: str, read_code: bool = True) -> bool:
+    """Whether the image holds every module of the package as its source is now, each one's
+    code readable (``read_code``: unmarshalled here, a few milliseconds) (what ``image
+    --check`` says; a process that compiled rewrites it if not)."""
+    f = open_image(package, package_dir)
+    if f is None:
+        return False
+    try:
+        want = {}
+        for name, rel, _ in _modules(package, package_dir):
+            want[name] = rel
+        if set(want) != set(f.index):
+            return False
+        for name, rel in want.items():
+            e = f.index[name]
+            if e[0] != rel or not same_source(os.path.join(package_dir, rel), *e[2:5]):
+                return False
+            if read_code and not isinstance(marshal.loads(f.read(*e[5:7])), types.CodeType):
+                return False                # damaged (a relocation that rewrote it...)
+        return True
+    except (OSError, LookupError, TypeError, ValueError, EOFError):
+        return False
+    finally:
+        f.close()
+
+
+def write(package: str, package_dir: str) -> tuple[str, int, int]:
+    """Write the package's image; (its path, modules, bytes).  Raises OSError if it cannot."""
+    path = image_path(package_dir)
+    if path is None:
+        raise OSError("this Python keeps no bytecode files (sys.implementation.cache_tag is None)")
+    index, blobs, offset = {}, [], 0
+    for name, rel, is_package in _modules(package, package_dir):
+        source = os.path.join(package_dir, rel)
+        st = os.stat(source)
+        got = _code_bytes(source, rel, st)
+        if got is None:
+            continue                        # changed while we read it: imported as usual
+        data, digest = got
+        index[name] = (rel, is_package, int(st.st_mtime), st.st_size, digest, offset, len(data))
+        blobs.append(data)
+        offset += len(data)
+    head = marshal.dumps(index)
+    payload = b"".join([FORMAT, MAGIC_NUMBER, len(head).to_bytes(4, "little"), head] + blobs)
+    from .cache.trust import write_atomic   # a temporary file renamed into place, as entries
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_atomic(path, payload, mode=0o644)
+    return path, len(index), len(payload)
+
+
+_refreshed = False
+
+
+def refresh(package: str = "tack") -> None:
+    """Write the package's image if it is missing or stale, where CPython would write a .pyc:
+    called once by a process that compiled a kernel.  Never raises."""
+    global _refreshed
+    if _refreshed or sys.dont_write_bytecode:
+        return
+    _refreshed = True
+    try:
+        package_dir = os.path.dirname(sys.modules[package].__file__)
+        cache_dir = os.path.join(package_dir, "__pycache__")
+        if not os.access(cache_dir if os.path.isdir(cache_dir) else package_dir, os.W_OK):
+            return
+        mine = finder(package)              # closed here: a module's code did not read
+        damaged = mine is not None and mine.fd is None
+        if damaged or not current(package, package_dir, read_code=False):
+            write(package, package_dir)
+    except Exception:                       # noqa: BLE001 - an optimisation, never an error
+        pass
