@@ -47,7 +47,7 @@ print(json.dumps({
 
 def _run(tmp_path: Path, *args, **env_extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TACK_", "OMPI_", "PMI_", "SLURM_"))}
-    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), **env_extra)
+    env.update({"TACK_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), **env_extra})
     p = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
                        cwd=tmp_path, timeout=600)
     assert p.returncode == 0, p.stderr
@@ -109,6 +109,12 @@ def test_site_bundle_hit_imports_neither_archspec_nor_llvmlite_binding(tmp_path)
     assert [m for m in warm["modules"] if m.split(".")[0] in ("archspec", "llvmlite")] == []
     assert _compiler_modules(warm) == []
     assert os.listdir(tmp_path / "cache") == []
+    # In write mode (the default) too, a process served by the site bundle alone creates no
+    # user directory: only a store makes one.
+    again = _contour(tmp_path, TACK_CACHE_DIR=str(tmp_path / "never"),
+                     TACK_CACHE_BUNDLES=str(tmp_path / "site"))
+    assert again["compiled"] == [] and again["faces"] == warm["faces"]
+    assert not (tmp_path / "never").exists()
 
 
 def test_demo_field_and_contour_import_no_argparse(tmp_path):

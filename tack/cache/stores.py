@@ -66,22 +66,30 @@ class DiskCache:
         self._usable = None
         self._unusable_why = "missing (no cache directory)"
 
-    def usable(self) -> bool:
-        """Check (once) that the directory may be trusted; create it in write mode."""
-        if self._usable is None:
-            self._usable = self._open()
+    def usable(self, create: bool = False) -> bool:
+        """Check (once) that the directory may be trusted; ``create``: make it if it is missing
+        (a store, in write mode).  A lookup never creates it: a process whose kernels all come
+        from elsewhere (a site bundle) leaves no directory behind, and spends no system call on
+        making one."""
+        if self._usable is None or (create and self._missing):
+            self._usable = self._open(create and self.writable)
         return self._usable
 
-    def _open(self) -> bool:
+    _missing = False                            # the directory was not there at the last look
+
+    def _open(self, create: bool) -> bool:
         try:
             try:
                 st = os.lstat(self.root)            # one system call when it exists, as it usually does
+                self._missing = False
             except FileNotFoundError:
-                if not self.writable:
+                if not create:
                     log.debug("no cache directory at %s (mode %s)", self.root, self.settings.mode)
+                    self._missing = True
                     self._unusable_why = f"missing (no cache directory at {self.root})"
                     return False
                 os.makedirs(self.root, 0o700, exist_ok=True)
+                self._missing = False
                 st = os.lstat(self.root)
                 tag_new_root(self.root)
             check_stat(st, self.root)
@@ -134,7 +142,7 @@ class DiskCache:
         now = time.time()
         try:
             if not self.usable():
-                return None, self._unusable_why
+                return None, MISSING if self._missing and self.writable else self._unusable_why
             if not self._dir_ok(os.path.dirname(path), create=False):
                 return None, MISSING
             fd, st = open_regular(path)
@@ -199,7 +207,7 @@ class DiskCache:
 
     def write(self, kind: int, key: str, meta: dict, payload: bytes) -> bool:
         """Store one entry; False if it was not stored (said once, as a warning)."""
-        if not self.writable or not self.usable():
+        if not self.writable or not self.usable(create=True):
             return False
         path = entry_path(self.version_dir, kind, key)
         t0 = time.perf_counter()
