@@ -16,7 +16,6 @@ names is the one check left to the CPU toolchain (``backends.cpu.llvm_target``):
 from __future__ import annotations
 
 import difflib
-import re
 
 
 class ArchError(ValueError):

@@ -73,15 +73,20 @@ class CUDATarget(GPUTarget):
         self.sass_seconds = time.perf_counter() - t0
         return pack_cuda(ptx, cubin, f"{self.arch} {self.sass}")
 
-    def global_id(self, module, b, d):
+    def _sreg(self, module, b, reg, axis):
         import llvmlite.ir as ir
         from ..codegen import I32, I64
+        name = f"llvm.nvvm.read.ptx.sreg.{reg}.{_SREG[axis]}"
+        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(I32, []), name)
+        return b.zext(b.call(fn, []), I64)
 
-        def sreg(reg):
-            name = f"llvm.nvvm.read.ptx.sreg.{reg}.{_SREG[d]}"
-            fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(I32, []), name)
-            return b.zext(b.call(fn, []), I64)
-        return b.add(b.mul(sreg("ctaid"), sreg("ntid")), sreg("tid"))
+    def global_id(self, module, b, axis):
+        sreg = self._sreg
+        return b.add(b.mul(sreg(module, b, "ctaid", axis), sreg(module, b, "ntid", axis)),
+                     sreg(module, b, "tid", axis))
+
+    def global_size(self, module, b, axis):
+        return b.mul(self._sreg(module, b, "nctaid", axis), self._sreg(module, b, "ntid", axis))
 
     def math_call(self, module, builder, name, args, t):
         if name not in NATIVE_MATH:

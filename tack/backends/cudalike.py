@@ -24,7 +24,7 @@ import numpy as np
 
 from .argument_layout import grid
 from .device_args import (ArrayShape, Staging, argument_values, check_launch, check_param_count,
-                          host_copy, layout_strides, scalar_value)
+                          hardware_launch, host_copy, layout_strides, scalar_value)
 from .device_args import choose_block as _choose_block
 
 # Threads in a block when the caller does not choose (the kernel's limit caps it).
@@ -301,11 +301,9 @@ def run(kernel, args, dims, debug, block, error, cls):
     codes = check_param_count(kernel, kernel.num_params, debug, error)
     grid_ext = grid(dims)
     shape = choose_block(kernel, dims, block)
-    bshape = grid(shape)
-    blocks = tuple(-(-n // b) for n, b in zip(grid_ext, bshape))
-    if any(g > m for g, m in zip(blocks, dev.max_grid)):
-        raise ValueError(f"the grid {dims} needs {blocks} blocks of {shape}; {dev.name} takes at "
-                         f"most {tuple(dev.max_grid)}")
+    # The last grid dimension on x; past the device's blocks along an axis (65535 along y and
+    # z), the entry's grid-stride loop takes the rest.
+    blocks, bshape = hardware_launch(dims, shape, dev.max_grid)
     tr = _Transfers()
     err = None
     with kernel.lock:

@@ -2,8 +2,9 @@
 launch's arguments: the ``meta["argspec"]`` parser, the per-argument checks of an array or a
 scalar (the same TypeErrors with the same messages in every runtime), the bookkeeping that
 gives an array passed twice one device buffer and copies the writable ones back, the slot
-values of a launch in the argument layout's order (``argument_values``), the work-group shape
-and device-name parsing.
+values of a launch in the argument layout's order (``argument_values``), the launch's
+geometry (which grid dimension goes on which hardware axis, the work-group shape) and
+device-name parsing.
 
 Light to import (NumPy only): each runtime keeps its own device-array class and driver calls.
 """
@@ -310,24 +311,59 @@ def check_param_count(kernel, num_params, debug, error) -> list:
     return codes
 
 
+# -- the launch's geometry ---------------------------------------------------------------
+#
+# A grid's dimensions are a NumPy array's: the last is the fastest-varying axis of a C-order
+# array.  On a GPU the fastest work-item index is x (consecutive work-items of a warp or
+# wavefront differ in x), so the last grid dimension goes on x, the one before on y, the one
+# before that on z (``hardware_order``), as Warp, CUDA C and Numba's CUDA target map them:
+# consecutive work-items then touch consecutive elements (one memory transaction a warp,
+# not 32).  Every entry of a GPU target (``gpu.GPUTarget.emit_entry``, Metal's) takes the
+# grid index d from hardware axis ndim-1-d, and loops over its axes (a grid-stride loop: a
+# device with fewer work-groups than the grid needs along an axis, CUDA's 65535 along y and z,
+# launches at most its limit and each work-item takes several points).  Work-groups
+# (``group_shape``) fill x first.  A ``block`` a user gives and every message keep the grid's
+# order.
+
+
+def hardware_order(extents) -> tuple:
+    """Per-dimension values of a grid (``extents``: its 1 to 3 dimensions, in its order) in the
+    hardware's (x, y, z), 1 for an axis the grid does not use: the last dimension on x."""
+    return tuple(reversed(tuple(extents))) + (1,) * (3 - len(extents))
+
+
+def hardware_launch(dims, local, max_groups=None) -> tuple:
+    """(work-groups, work-group size) of a launch over ``dims`` in work-groups of ``local``
+    (both in the grid's order), each three values in the hardware's (x, y, z).  ``max_groups``:
+    the device's limit per axis; where the grid needs more, that many are launched and the
+    entry's grid-stride loop covers the rest."""
+    ext, size = hardware_order(dims), hardware_order(local)
+    groups = tuple(-(-n // b) for n, b in zip(ext, size))
+    if max_groups is not None:
+        groups = tuple(max(1, min(g, int(m))) for g, m in zip(groups, max_groups))
+    return groups, size
+
+
 def group_shape(dims, limit, max_items) -> tuple:
-    """A work-group (block) over ``dims`` with at most ``limit`` work-items, filled along
-    dimension 0 first: each a power of two, no larger than the grid needs along it."""
+    """A work-group (block) over ``dims`` with at most ``limit`` work-items, in the grid's
+    order, filled along the last dimension (the hardware's x, ``max_items[0]``) first: each a
+    power of two, no larger than the grid needs along it."""
     sizes, left = [], max(1, limit)
-    for d, n in enumerate(dims):
+    for axis, n in enumerate(reversed(tuple(dims))):
         s = 1
-        while s < n and s * 2 <= left and s * 2 <= max_items[d]:
+        while s < n and s * 2 <= left and s * 2 <= max_items[axis]:
             s *= 2
         sizes.append(s)
         left //= s
-    return tuple(sizes)
+    return tuple(reversed(sizes))
 
 
 def choose_block(dims, block, default, limit, max_items, where) -> tuple:
-    """The work-group (block) shape of a launch over ``dims``: ``default`` work-items (capped by
-    ``limit``, the kernel's and the device's) unless ``block`` says otherwise: an int is the
-    work-items of a group, a tuple (one extent per grid dimension) the shape.  ValueError,
-    naming ``where`` (the kernel and device), for a shape that does not fit."""
+    """The work-group (block) shape of a launch over ``dims``, in the grid's order: ``default``
+    work-items (capped by ``limit``, the kernel's and the device's) unless ``block`` says
+    otherwise: an int is the work-items of a group, a tuple (one extent per grid dimension) the
+    shape.  ``max_items``: the device's limit per hardware axis (x, y, z).  ValueError, naming
+    ``where`` (the kernel and device), for a shape that does not fit."""
     if block is None:
         return group_shape(dims, min(default, limit), max_items)
     if isinstance(block, (int, np.integer)) and not isinstance(block, (bool, np.bool_)):
@@ -341,9 +377,10 @@ def choose_block(dims, block, default, limit, max_items, where) -> tuple:
     if len(shape) != len(dims) or any(x < 1 for x in shape):
         raise ValueError(f"block {block!r} does not match the grid {dims!r} (one extent of at "
                          "least 1 per grid dimension)")
-    if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, max_items)):
+    per_dim = tuple(reversed(tuple(max_items[:len(dims)])))        # the grid's order
+    if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, per_dim)):
         raise ValueError(f"block {shape} is larger than {where} allows ({limit} work-items, at "
-                         f"most {tuple(max_items[:len(dims)])} per dimension)")
+                         f"most {per_dim} per dimension)")
     return shape
 
 

@@ -18,8 +18,14 @@ value argument: an array's data pointer (a global pointer, LLVM address space 1)
 per extent and stride (``argument_layout.array_fields``, as the CPU's slots), a scalar as its LLVM type
 (bool as i8); then the grid's extents n0, n1, n2 as i64 (1 for unused dimensions); then, in
 debug mode only, a global pointer to the i64[4] error record.  A work-item's grid index along
-dimension d is its global id along d; one whose index is >= the extent along any dimension
-returns (the runtime rounds the global size up to a multiple of the work-group size).
+dimension d of an n-dimensional grid comes from the hardware's axis n-1-d: the last dimension
+(the fastest-varying axis of a C-order array) on x, the fastest work-item index, so that the
+work-items of a warp touch consecutive elements (``GRID_MAPPING``).  Each axis is a grid-stride
+loop: a work-item runs its global id, then that plus the global size, while below the extent,
+so a device that launches fewer work-groups than the grid needs along an axis (CUDA's 65535
+along y and z) still covers it; a launch of exactly enough runs each point once and returns.
+A work-item of an axis the grid does not use runs only at index 0.  The runtimes launch in
+that order (``device_args.hardware_launch``).
 """
 
 from __future__ import annotations
@@ -41,9 +47,19 @@ ROCM_TRIPLE = "amdgcn-amd-amdhsa"
 CODE_OBJECT_VERSION = 5
 
 
+# How the entry maps the grid onto the hardware's work-item indices (in every GPU target's key):
+# 1: grid dimension d on hardware axis d; 2: on axis ndim-1-d (the last dimension on x, the
+# fastest), each axis in a grid-stride loop (``emit_entry``; ``device_args.hardware_launch``).
+GRID_MAPPING = 2
+
+
 def settings(kind: str, arch: str) -> dict:
     """The code generation settings of ``kind:arch``, a name the registry resolved
     (``tack.archs.resolve``): what the target machine is built from and what the key hashes."""
+    return {**_settings(kind, arch), "grid": GRID_MAPPING}
+
+
+def _settings(kind: str, arch: str) -> dict:
     if kind == "cuda":
         isa = PTX_ISA[arch]
         return {"triple": CUDA_TRIPLE, "cpu": arch, "features": "+ptx" + isa.replace(".", ""),
@@ -54,7 +70,7 @@ def settings(kind: str, arch: str) -> dict:
                 "code_object": CODE_OBJECT_VERSION, "link": "ld.lld -shared", "opt": OPT}
     if kind in ("level_zero", "spirv"):
         native = kind == "level_zero"
-        # spirv:generic-fp32 says so (spirv:generic's settings, so its key, stay as they were)
+        # spirv:generic-fp32 says so (spirv:generic's settings name no float64)
         fp32 = {"float64": False} if kind == "spirv" and not SPIRV_TARGETS[arch] else {}
         return {**fp32, "triple": f"spirv64v{SPIRV_VERSION}-unknown-unknown",
                 "spirv": SPIRV_VERSION,
@@ -355,7 +371,12 @@ class GPUTarget:
         fn = declare_intrinsic(module, name, args[0].type, [a.type for a in args])
         return builder.call(fn, args)
 
-    def global_id(self, module, builder, d: int):
+    def global_id(self, module, builder, axis: int):
+        """The work-item's global index along hardware axis ``axis`` (0: x), as an i64."""
+        raise NotImplementedError
+
+    def global_size(self, module, builder, axis: int):
+        """The launch's work-items along hardware axis ``axis`` (0: x), as an i64."""
         raise NotImplementedError
 
     def emit_entry(self, module, body, tk, name):
@@ -393,16 +414,35 @@ class GPUTarget:
                 k += 1
         extents = argv[n_values:n_values + 3]
         err = argv[n_values + 3:]
-        ids = [self.global_id(module, b, d) for d in range(3)]
-        outside = None
-        for i, n in zip(ids, extents):
-            past = b.icmp_unsigned(">=", i, n)
-            outside = past if outside is None else b.or_(outside, past)
-        run, done = fn.append_basic_block("run"), fn.append_basic_block("done")
-        b.cbranch(outside, done, run)
-        b.position_at_end(run)
-        b.call(body, args + ids[:tk.grid_ndim] + err)
-        b.branch(done)
+        g = tk.grid_ndim
+        done = fn.append_basic_block("done")
+        for axis in range(g, 3):                # an axis the grid does not use: index 0 only
+            on = fn.append_basic_block(f"axis{axis}")
+            b.cbranch(b.icmp_unsigned("!=", self.global_id(module, b, axis), ir.Constant(I64, 0)),
+                      done, on)
+            b.position_at_end(on)
+        # Grid-stride loops, the slowest axis outermost: grid dimension d on axis g-1-d.
+        levels = [(axis, g - 1 - axis, fn.append_basic_block(f"test{axis}"),
+                   fn.append_basic_block(f"point{axis}"), fn.append_basic_block(f"next{axis}"))
+                  for axis in range(g - 1, -1, -1)]
+        ids, loops = [None] * g, []
+        for k, (axis, d, test, point, _) in enumerate(levels):
+            start, step = self.global_id(module, b, axis), self.global_size(module, b, axis)
+            before = b.block
+            b.branch(test)
+            b.position_at_end(test)
+            i = b.phi(I64, name=f"i{d}")
+            i.add_incoming(start, before)
+            b.cbranch(b.icmp_unsigned("<", i, extents[d]), point, levels[k - 1][4] if k else done)
+            b.position_at_end(point)
+            ids[d] = i
+            loops.append((i, step))
+        b.call(body, args + ids + err)
+        b.branch(levels[-1][4])
+        for (axis, d, test, _, nxt), (i, step) in zip(levels, loops):
+            b.position_at_end(nxt)
+            i.add_incoming(b.add(i, step), nxt)
+            b.branch(test)
         b.position_at_end(done)
         b.ret_void()
         body.attributes.add("alwaysinline")

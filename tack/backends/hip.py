@@ -22,8 +22,10 @@ from .gpu import GPUTarget, find_lld, named_target, run_tool
 
 NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
 NATIVE_MATH_F32 = frozenset({"exp", "log", "log2", "log10"})
-# hsa_kernel_dispatch_packet_t: workgroup_size_x, _y, _z (uint16) at byte offsets 4, 6, 8.
+# hsa_kernel_dispatch_packet_t: workgroup_size_x, _y, _z (uint16) at byte offsets 4, 6, 8;
+# grid_size_x, _y, _z (uint32, in work-items) at 12, 16, 20.
 _WG_SIZE_OFFSET = (4, 6, 8)
+_GRID_SIZE_OFFSET = (12, 16, 20)
 _XYZ = ("x", "y", "z")
 
 
@@ -57,21 +59,31 @@ class ROCmTarget(GPUTarget):
             with open(out, "rb") as f:
                 return f.read()
 
-    def global_id(self, module, b, d):
+    @staticmethod
+    def _intrinsic(module, b, name, ret):
         import llvmlite.ir as ir
-        from ..codegen import I16, I32, I64, I8
+        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(ret, []), name)
+        return b.call(fn, [])
 
-        def intrinsic(name, ret):
-            fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(ret, []), name)
-            return b.call(fn, [])
-        group = b.zext(intrinsic(f"llvm.amdgcn.workgroup.id.{_XYZ[d]}", I32), I64)
-        item = b.zext(intrinsic(f"llvm.amdgcn.workitem.id.{_XYZ[d]}", I32), I64)
-        packet = intrinsic("llvm.amdgcn.dispatch.ptr", I8.as_pointer(4))
-        field = b.bitcast(b.gep(packet, [ir.Constant(I64, _WG_SIZE_OFFSET[d])], inbounds=True),
-                          I16.as_pointer(4))
-        size = b.load(field)
-        size.align = 2
-        return b.add(b.mul(group, b.zext(size, I64)), item)
+    def _packet_field(self, module, b, offset, ty, align):
+        """A field of the kernel's dispatch packet (``hsa_kernel_dispatch_packet_t``), as an i64."""
+        import llvmlite.ir as ir
+        from ..codegen import I64, I8
+        packet = self._intrinsic(module, b, "llvm.amdgcn.dispatch.ptr", I8.as_pointer(4))
+        field = b.bitcast(b.gep(packet, [ir.Constant(I64, offset)], inbounds=True), ty.as_pointer(4))
+        value = b.load(field)
+        value.align = align
+        return b.zext(value, I64)
+
+    def global_id(self, module, b, axis):
+        from ..codegen import I16, I32, I64
+        group = b.zext(self._intrinsic(module, b, f"llvm.amdgcn.workgroup.id.{_XYZ[axis]}", I32), I64)
+        item = b.zext(self._intrinsic(module, b, f"llvm.amdgcn.workitem.id.{_XYZ[axis]}", I32), I64)
+        return b.add(b.mul(group, self._packet_field(module, b, _WG_SIZE_OFFSET[axis], I16, 2)), item)
+
+    def global_size(self, module, b, axis):
+        from ..codegen import I32
+        return self._packet_field(module, b, _GRID_SIZE_OFFSET[axis], I32, 4)
 
     def math_call(self, module, builder, name, args, t):
         if name not in NATIVE_MATH and not (name in NATIVE_MATH_F32 and t == T.float32):

@@ -108,12 +108,18 @@ class LevelZeroTarget(GPUTarget):
         b.position_at_end(done)
         return old
 
-    def global_id(self, module, b, d):
+    @staticmethod
+    def _builtin(module, b, name, axis):
         import llvmlite.ir as ir
         from ..codegen import I32, I64
-        name = "_Z13get_global_idj"
         fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(I64, [I32]), name)
-        return b.call(fn, [ir.Constant(I32, d)])
+        return b.call(fn, [ir.Constant(I32, axis)])
+
+    def global_id(self, module, b, axis):
+        return self._builtin(module, b, "_Z13get_global_idj", axis)        # OpenCL's get_global_id
+
+    def global_size(self, module, b, axis):
+        return self._builtin(module, b, "_Z15get_global_sizej", axis)      # get_global_size
 
     def math_call(self, module, builder, name, args, t):
         import llvmlite.ir as ir

@@ -54,8 +54,8 @@ import numpy as np
 from .arch_names import PORTABLE_SPIRV, intel_device_archs, portable_spirv
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
-                          check_launch, check_param_count, choose_block, device_index, host_copy,
-                          no_such_device)
+                          check_launch, check_param_count, choose_block, device_index,
+                          hardware_launch, host_copy, no_such_device)
 from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
 from .variant import device_variant
 from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
@@ -877,13 +877,9 @@ def launch(kernel: LevelZeroKernel, meta: dict, args, dims, debug: bool = False,
             return err
         local = choose_block(dims, block, DEFAULT_GROUP_SIZE, kernel.max_group,
                              dev.max_item_sizes, f"kernel '{kernel.entry}' on {dev.name}")
-        local3 = layout_grid(local)
-        counts = tuple(-(-n // l) for n, l in zip(grid, local3))
-        if any(c > m for c, m in zip(counts, dev.max_group_counts)):
-            e = ValueError(f"grid {dims} needs {counts[:len(dims)]} work-groups of {local}; "
-                           f"{dev.name} allows at most {dev.max_group_counts[:len(dims)]}")
-            e.tack_launch_error = True      # a refusal, not a fault: launch trims its frames
-            raise e
+        # The last grid dimension on x; past the device's group count along an axis, the
+        # entry's grid-stride loop takes the rest.
+        counts, local3 = hardware_launch(dims, local, dev.max_group_counts)
         with kernel.lock:
             api("zeKernelSetGroupSize", kernel.kernel, *local3)
             keep = []

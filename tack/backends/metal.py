@@ -19,7 +19,9 @@ The kernel ABI for Metal (``kernel void <entry>``):
   size; the source ``static_assert``s the size);
 * debug mode: ``[[buffer(A + 1)]]`` ``device atomic_uint*``: the i64[4] error record of
   docs/gpu.md (site + 1 set by a compare-and-swap on its low 32-bit word, little endian);
-* ``uint3 [[thread_position_in_grid]]``: the point; threads past ``n0, n1, n2`` return.
+* ``uint3 [[thread_position_in_grid]]``: the point, grid dimension d on axis ndim-1-d (the
+  last on x, where threads are consecutive, as on every GPU target: docs/gpu.md); threads past
+  ``n0, n1, n2`` return.
 
 No float64 (Metal has no double): any float64 value, argument or literal promoted to one is a
 CompileError at the user's line, naming float64 and the target.  Integer atomics on int32 /
@@ -47,7 +49,8 @@ from .argument_layout import GRID, array_fields, field_names
 
 KIND = "metal"
 MSL_VERSION = "3.0"
-EMITTER_VERSION = 1            # bump when the emitted source changes for the same kernel
+EMITTER_VERSION = 2            # bump when the emitted source changes for the same kernel
+                               # (2: the grid's last dimension on x)
 
 _CTYPE = {"bool": "bool", "int32": "int", "int64": "long", "uint32": "uint", "uint64": "ulong",
           "float32": "float"}
@@ -347,9 +350,14 @@ def _entry(mod, entry) -> str:
     lines.append(f"kernel void {entry}(")
     lines.append(",\n".join("    " + p for p in params) + ")")
     lines.append("{")
-    lines.append("    const long tack_i0 = (long)tack_gid.x, tack_i1 = (long)tack_gid.y, "
-                 "tack_i2 = (long)tack_gid.z;")
-    lines.append("    if (tack_i0 >= tack_p.n0 || tack_i1 >= tack_p.n1 || tack_i2 >= tack_p.n2) return;")
+    # Grid dimension d from axis ndim-1-d: the last on x, where threads are consecutive
+    # (device_args.hardware_launch, which the runtime dispatches by); the unused axes are 0.
+    g = tk.grid_ndim
+    axes = "xyz"
+    lines.append("    const long " + ", ".join(f"tack_i{d} = (long)tack_gid.{axes[g - 1 - d]}"
+                                               for d in range(g)) + ";")
+    past = [f"tack_i{d} >= tack_p.n{d}" for d in range(g)] + [f"tack_gid.{a} != 0" for a in axes[g:]]
+    lines.append(f"    if ({' || '.join(past)}) return;")
     call = args + [f"tack_i{d}" for d in range(tk.grid_ndim)] + (["tack_err"] if tk.debug else [])
     lines.append(f"    {mod.functions[id(tk.kernel)]}({', '.join(call)});")
     lines.append("}")

@@ -39,7 +39,8 @@ import numpy as np
 from .argument_layout import array_values
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Devices, Staging, argspecs, argument_values,
-                          check_launch, choose_block, host_copy, launch_codes, scalar_value)
+                          check_launch, choose_block, hardware_launch, host_copy, launch_codes,
+                          scalar_value)
 from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
 from .variant import device_variant
 from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
@@ -326,8 +327,7 @@ def launch(kernel: MetalKernel, meta: dict, args, dims, debug: bool = False, blo
         return err
     local = choose_block(dims, block, DEFAULT_GROUP_SIZE, kernel.max_group, dev.max_item_sizes,
                          f"kernel '{kernel.entry}' on {dev.name}")
-    local = layout_grid(local)
-    groups = tuple(-(-n // l) for n, l in zip(grid, local))
+    groups, hw_local = hardware_launch(dims, local)          # the last grid dimension on x
     mtl = dev.mtl
     try:
         cb = dev.queue.commandBuffer()
@@ -339,14 +339,14 @@ def launch(kernel: MetalKernel, meta: dict, args, dims, debug: bool = False, blo
         if errbuf is not None:
             enc.setBuffer_offset_atIndex_(errbuf, 0, kernel.arrays + 1)
         enc.dispatchThreadgroups_threadsPerThreadgroup_(mtl.MTLSizeMake(*groups),
-                                                        mtl.MTLSizeMake(*local))
+                                                        mtl.MTLSizeMake(*hw_local))
         enc.endEncoding()
         cb.commit()
         cb.waitUntilCompleted()
         status = int(cb.status())
     except Exception as e:                  # noqa: BLE001 - pyobjc's errors: say which launch
         raise MetalError(f"launch of kernel '{kernel.entry}' over {dims} (threadgroups of "
-                         f"{local[:len(dims)]}) failed on {dev.name}: {type(e).__name__}: {e}") from None
+                         f"{local}) failed on {dev.name}: {type(e).__name__}: {e}") from None
     if status == STATUS_ERROR:
         raise MetalError(f"launch of kernel '{kernel.entry}' over {dims} failed on {dev.name}: "
                          f"{_text(cb.error())}")

@@ -53,8 +53,8 @@ import numpy as np
 from .arch_names import PORTABLE_SPIRV, portable_spirv
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
-                          check_launch, check_param_count, choose_block, device_index, host_copy,
-                          no_such_device)
+                          check_launch, check_param_count, choose_block, device_index,
+                          hardware_launch, host_copy, no_such_device)
 from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
 from .variant import device_variant
 from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
@@ -630,12 +630,14 @@ def launch(kernel: OpenCLKernel, meta: dict, args, dims, debug: bool = False, bl
         return err
     local = choose_block(dims, block, DEFAULT_GROUP_SIZE, kernel.max_group, dev.max_item_sizes,
                          f"kernel '{kernel.entry}' on {dev.name}")
-    global_size = tuple(-(-n // l) * l for n, l in zip(dims, local))
+    # The last grid dimension on x (OpenCL's dimension 0), where work-items are consecutive.
+    groups, size = hardware_launch(dims, local)
+    global_size = tuple(n * l for n, l in zip(groups, size))[:len(dims)]
 
     with kernel.lock:
         try:
             kernel.kernel.set_args(*values)
-            cl.enqueue_nd_range_kernel(dev.queue, kernel.kernel, global_size, local)
+            cl.enqueue_nd_range_kernel(dev.queue, kernel.kernel, global_size, size[:len(dims)])
             for _, buf, host in staging.back:
                 cl.enqueue_copy(dev.queue, host, buf, is_blocking=False)
             if errbuf is not None:

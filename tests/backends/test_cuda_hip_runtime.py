@@ -731,6 +731,22 @@ def test_block_overrides_and_grid_rounding(fake_cuda, block, want_block, want_gr
         cr.launch(k, art.meta, (np.float32(1), x, x, out), (1000,), block=(1024,))
 
 
+def test_a_grid_past_the_devices_blocks_launches_its_limit(fake_cuda):
+    """A 2-D grid whose first dimension (on y) needs more blocks than the device's 65535: the
+    launch takes 65535 and the entry's grid-stride loop the rest (it was a refusal when
+    dimension 0 went on x)."""
+    a = np.zeros((4, 5), np.float32)
+    b = np.arange(80, dtype=np.float32).reshape(16, 5)[::4]
+    c = np.array([7, 0, 0], np.int32)
+    args = (a, b, True, np.float32(2), 3, c)
+    art = artifact(k_abi, args, 2)
+    k = cr.load(art.payload, art.meta)
+    fake_cuda.models[art.meta["entry"]] = lambda v, m: k_abi_model(v, m, False)
+    cr.launch(k, art.meta, args, (70_000, 5), block=(1, 1))
+    (launch,) = [c for c in fake_cuda.calls if c[0] == "cuLaunchKernel"]
+    assert launch[2:4] == ((5, 65535, 1), (1, 1, 1))
+
+
 @pytest.mark.parametrize("debug", [False, True])
 def test_2d_strided_and_scalar_marshalling(fake_cuda, debug):
     a = np.zeros((4, 5), np.float32)
@@ -743,7 +759,9 @@ def test_2d_strided_and_scalar_marshalling(fake_cuda, debug):
     err = cr.launch(k, art.meta, args, (4, 5), debug=debug)
     np.testing.assert_array_equal(a, b * 2 + 3 + 7)
     (launch,) = [c for c in fake_cuda.calls if c[0] == "cuLaunchKernel"]
-    assert launch[2:4] == ((1, 1, 1), (4, 8, 1))               # dimension 0 first, powers of two
+    # the last dimension (5, in a block of 8) on x, where threads are consecutive, filled first;
+    # then the first (4) on y: powers of two
+    assert launch[2:4] == ((1, 1, 1), (8, 4, 1))
     if debug:
         assert err.dtype == np.int64 and not err.any()
         assert "cuMemsetD8Async" in fake_cuda.names()

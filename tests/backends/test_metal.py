@@ -30,6 +30,7 @@ import pytest
 import tack
 from tack import types as T
 from tack.backends import metal, metal_runtime
+from tack.backends.device_args import hardware_order
 from tack.compiler import lower
 from tack.kernels import contour
 from tack.argtypes import argtypes_of
@@ -214,7 +215,7 @@ def run_shim(kernel, args, dims, tmp_path, debug=False, prefix=None):
     vals = [a for a, t in zip(args, argtypes_of(kernel, args)) if not isinstance(t, T.Template)]
     params = metal_runtime.pack_params(spec, vals, dims)
     err = np.zeros(4, np.int64)
-    full = tuple(dims) + (1,) * (3 - len(dims))
+    full = hardware_order(dims)             # the threads' grid: the last dimension on x
     lib.tack_run(bufs, params, err.ctypes.data_as(ctypes.c_void_p), *[ctypes.c_long(n) for n in full])
     return err, gen
 
@@ -276,7 +277,9 @@ def test_abi_of_saxpy():
                      r"    device float\* a3 \[\[buffer\(2\)\]\],\n"
                      r"    constant tack_abi_entry_params& tack_p \[\[buffer\(3\)\]\],\n"
                      r"    uint3 tack_gid \[\[thread_position_in_grid\]\]\)", src), src
-    assert "if (tack_i0 >= tack_p.n0 || tack_i1 >= tack_p.n1 || tack_i2 >= tack_p.n2) return;" in src
+    # a 1-D grid on x; threads of the unused axes past 0 return
+    assert "const long tack_i0 = (long)tack_gid.x;" in src
+    assert "if (tack_i0 >= tack_p.n0 || tack_gid.y != 0 || tack_gid.z != 0) return;" in src
     members, size = metal.params_layout([T.float32, T.Array(T.float32, 1, "C", False),
                                          T.Array(T.float32, 1, "C"), T.Array(T.float32, 1, "C")])
     assert [(n, t, o) for n, t, o in members] == [

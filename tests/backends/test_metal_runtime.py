@@ -185,7 +185,9 @@ def test_block_sets_the_threadgroup(metal):
     assert metal.devices[0].dispatched[-1] == ((4, 1, 1), (32, 1, 1))
     dst = np.zeros((13, 9), np.float32)
     tack.launch(scale2d, (13, 9), (f32(13, 9), dst, np.float32(1.0)), device="metal", block=(4, 2))
-    assert metal.devices[0].dispatched[-1] == ((4, 5, 1), (4, 2, 1))
+    # the block in the grid's order, dispatched in the hardware's: the last dimension (9 in
+    # blocks of 2) on x, where threads are consecutive; the first (13 in blocks of 4) on y
+    assert metal.devices[0].dispatched[-1] == ((5, 4, 1), (2, 4, 1))
     with pytest.raises(ValueError, match=r"block \(2048,\) is larger than kernel 'saxpy' on "
                                          r"Apple M2 \(simulated\) allows \(1024 work-items"):
         tack.launch(saxpy, 100, (np.float32(1.0), x, y, out), device="metal", block=(2048,))

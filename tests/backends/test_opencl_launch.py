@@ -29,6 +29,43 @@ def test_the_language_suite_runs_on_opencl():
     assert ran >= 70 and failed == {} and refused == {}, (failed, refused)
 
 
+@tack.kernel
+def k_mark(out):
+    i, j, k = tack.tid()
+    out[i, j, k] = i * 10000 + j * 100 + k
+
+
+def test_the_last_grid_dimension_runs_on_x_in_grid_stride_loops(monkeypatch):
+    """The runtime launches the grid's last dimension on OpenCL's dimension 0 (x, where
+    work-items are consecutive: a C-order array's fastest axis), and the entry reads it from
+    there: every point is written once, with its own index.  Then with the launch cut to one
+    work-group along each axis (as a device with fewer groups than the grid needs would
+    launch), the entry's grid-stride loops still cover every point."""
+    shape = (37, 23, 5)
+    want = np.indices(shape).astype(np.int64)
+    want = want[0] * 10000 + want[1] * 100 + want[2]
+    launched = []
+
+    def geometry(dims, local, max_groups=None):
+        got = real(dims, local, max_groups)
+        launched.append(got)
+        return got
+    real = opencl_runtime.hardware_launch
+    monkeypatch.setattr(opencl_runtime, "hardware_launch", geometry)
+    out = np.full(shape, -1, np.int64)
+    tack.launch(k_mark, shape, (out,), device="opencl")
+    np.testing.assert_array_equal(out, want)
+    groups, size = launched[-1]
+    assert groups[0] * size[0] >= 5 and size[0] <= 8        # x: the last dimension's 5 points
+    assert groups[2] * size[2] >= 37                         # z: the first dimension's 37
+
+    monkeypatch.setattr(opencl_runtime, "hardware_launch",
+                        lambda dims, local, max_groups=None: real(dims, local, (1, 1, 1)))
+    out = np.full(shape, -1, np.int64)
+    tack.launch(k_mark, shape, (out,), device="opencl", block=(2, 4, 2))
+    np.testing.assert_array_equal(out, want)                 # 16 work-items, 4255 points
+
+
 def sphere(shape, r):
     p = np.indices(shape).astype(np.float32)
     c = (np.array(shape, np.float32) - 1) / 2

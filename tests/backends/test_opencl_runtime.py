@@ -78,8 +78,8 @@ define spir_kernel void @axpy2d(ptr addrspace(1) %x, i64 %xe0, i64 %xe1,
                                 ptr addrspace(1) %y, i64 %ye0, i64 %ye1, i64 %ys0, i64 %ys1,
                                 double %a, i64 %n0, i64 %n1, i64 %n2) {
 entry:
-  %i = call spir_func i64 @_Z13get_global_idj(i32 0)
-  %j = call spir_func i64 @_Z13get_global_idj(i32 1)
+  %i = call spir_func i64 @_Z13get_global_idj(i32 1)
+  %j = call spir_func i64 @_Z13get_global_idj(i32 0)
   %in0 = icmp slt i64 %i, %n0
   %in1 = icmp slt i64 %j, %n1
   %in = and i1 %in0, %in1
@@ -172,9 +172,9 @@ exit:
     "iota3": (["array:int64:3:C:w:4x5x6"], """
 define spir_kernel void @iota3(ptr addrspace(1) %out, i64 %n0, i64 %n1, i64 %n2) {
 entry:
-  %i = call spir_func i64 @_Z13get_global_idj(i32 0)
+  %i = call spir_func i64 @_Z13get_global_idj(i32 2)
   %j = call spir_func i64 @_Z13get_global_idj(i32 1)
-  %k = call spir_func i64 @_Z13get_global_idj(i32 2)
+  %k = call spir_func i64 @_Z13get_global_idj(i32 0)
   %in0 = icmp slt i64 %i, %n0
   %in1 = icmp slt i64 %j, %n1
   %in2 = icmp slt i64 %k, %n2

@@ -1,4 +1,4 @@
-// Tack metal:apple: MSL 3.0, emitter 1; kernel 'classify', entry tack_contour_classify_entry.
+// Tack metal:apple: MSL 3.0, emitter 2; kernel 'classify', entry tack_contour_classify_entry.
 // Compile with fast math off (-fno-fast-math).
 #include <metal_stdlib>
 #include <metal_atomic>
@@ -146,7 +146,7 @@ kernel void tack_contour_classify_entry(
     constant tack_contour_classify_entry_params& tack_p [[buffer(5)]],
     uint3 tack_gid [[thread_position_in_grid]])
 {
-    const long tack_i0 = (long)tack_gid.x, tack_i1 = (long)tack_gid.y, tack_i2 = (long)tack_gid.z;
+    const long tack_i0 = (long)tack_gid.z, tack_i1 = (long)tack_gid.y, tack_i2 = (long)tack_gid.x;
     if (tack_i0 >= tack_p.n0 || tack_i1 >= tack_p.n1 || tack_i2 >= tack_p.n2) return;
     tack_contour_classify_kernel(tack_array<device float*, 3>{a0, {tack_p.a0_n0, tack_p.a0_n1, tack_p.a0_n2}}, tack_p.a1, tack_array<device int*, 4>{a2, {tack_p.a2_n0, tack_p.a2_n1, tack_p.a2_n2, tack_p.a2_n3}}, tack_array<device int*, 1>{a3, {tack_p.a3_n0}}, tack_array<device long*, 1>{a4, {tack_p.a4_n0}}, tack_array<device int*, 1>{a5, {tack_p.a5_n0}}, tack_i0, tack_i1, tack_i2);
 }

@@ -1,4 +1,4 @@
-// Tack metal:apple: MSL 3.0, emitter 1; kernel 'emit', entry tack_contour_emit_entry.
+// Tack metal:apple: MSL 3.0, emitter 2; kernel 'emit', entry tack_contour_emit_entry.
 // Compile with fast math off (-fno-fast-math).
 #include <metal_stdlib>
 #include <metal_atomic>
@@ -477,7 +477,7 @@ kernel void tack_contour_emit_entry(
     constant tack_contour_emit_entry_params& tack_p [[buffer(7)]],
     uint3 tack_gid [[thread_position_in_grid]])
 {
-    const long tack_i0 = (long)tack_gid.x, tack_i1 = (long)tack_gid.y, tack_i2 = (long)tack_gid.z;
-    if (tack_i0 >= tack_p.n0 || tack_i1 >= tack_p.n1 || tack_i2 >= tack_p.n2) return;
+    const long tack_i0 = (long)tack_gid.x;
+    if (tack_i0 >= tack_p.n0 || tack_gid.y != 0 || tack_gid.z != 0) return;
     tack_contour_emit_kernel(tack_array<device float*, 3>{a0, {tack_p.a0_n0, tack_p.a0_n1, tack_p.a0_n2}}, tack_p.a1, tack_p.a2, tack_array<device int*, 1>{a3, {tack_p.a3_n0}}, tack_array<device long*, 1>{a4, {tack_p.a4_n0}}, tack_array<device int*, 4>{a5, {tack_p.a5_n0, tack_p.a5_n1, tack_p.a5_n2, tack_p.a5_n3}}, tack_array<device float*, 2>{a6, {tack_p.a6_n0, tack_p.a6_n1}}, tack_array<device int*, 2>{a7, {tack_p.a7_n0, tack_p.a7_n1}}, tack_array<device int*, 1>{a8, {tack_p.a8_n0}}, tack_p.a9, tack_p.a10, tack_p.a11, tack_p.a12, tack_p.a13, tack_i0);
 }

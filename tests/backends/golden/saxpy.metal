@@ -1,4 +1,4 @@
-// Tack metal:apple: MSL 3.0, emitter 1; kernel 'saxpy', entry tack_saxpy_entry.
+// Tack metal:apple: MSL 3.0, emitter 2; kernel 'saxpy', entry tack_saxpy_entry.
 // Compile with fast math off (-fno-fast-math).
 #include <metal_stdlib>
 #include <metal_atomic>
@@ -34,7 +34,7 @@ kernel void tack_saxpy_entry(
     constant tack_saxpy_entry_params& tack_p [[buffer(3)]],
     uint3 tack_gid [[thread_position_in_grid]])
 {
-    const long tack_i0 = (long)tack_gid.x, tack_i1 = (long)tack_gid.y, tack_i2 = (long)tack_gid.z;
-    if (tack_i0 >= tack_p.n0 || tack_i1 >= tack_p.n1 || tack_i2 >= tack_p.n2) return;
+    const long tack_i0 = (long)tack_gid.x;
+    if (tack_i0 >= tack_p.n0 || tack_gid.y != 0 || tack_gid.z != 0) return;
     tack_saxpy_kernel(tack_p.a0, tack_array<device float*, 1>{a1, {tack_p.a1_n0}}, tack_array<device float*, 1>{a2, {tack_p.a2_n0}}, tack_array<device float*, 1>{a3, {tack_p.a3_n0}}, tack_i0);
 }

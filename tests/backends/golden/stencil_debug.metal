@@ -1,4 +1,4 @@
-// Tack metal:apple: MSL 3.0, emitter 1; kernel 'stencil', entry tack_stencil_debug_entry.
+// Tack metal:apple: MSL 3.0, emitter 2; kernel 'stencil', entry tack_stencil_debug_entry.
 // Compile with fast math off (-fno-fast-math).
 #include <metal_stdlib>
 #include <metal_atomic>
@@ -59,7 +59,7 @@ kernel void tack_stencil_debug_entry(
     device atomic_uint* tack_err [[buffer(3)]],
     uint3 tack_gid [[thread_position_in_grid]])
 {
-    const long tack_i0 = (long)tack_gid.x, tack_i1 = (long)tack_gid.y, tack_i2 = (long)tack_gid.z;
-    if (tack_i0 >= tack_p.n0 || tack_i1 >= tack_p.n1 || tack_i2 >= tack_p.n2) return;
+    const long tack_i0 = (long)tack_gid.y, tack_i1 = (long)tack_gid.x;
+    if (tack_i0 >= tack_p.n0 || tack_i1 >= tack_p.n1 || tack_gid.z != 0) return;
     tack_stencil_debug_kernel(tack_array<device float*, 2>{a0, {tack_p.a0_n0, tack_p.a0_n1}}, tack_array<device float*, 2>{a1, {tack_p.a1_n0, tack_p.a1_n1}}, tack_i0, tack_i1, tack_err);
 }
