@@ -56,7 +56,8 @@ class DriverApi:
         return getattr(status, "name", None) or f"status {int(status)}"
 
     # A kernel's faults that leave the context unusable: every later call of the process on it
-    # fails with the same error (CUDA's codes; HIP uses the same numbers for these).  700 illegal
+    # fails with the same error (CUDA's codes; HIP numbers its four, 700, 702, 710, 719, the same
+    # and has no 714-718: tests check both bindings' enums).  700 illegal
     # address, 702 launch timeout, 710 device-side assert, 714-718 stack, instruction,
     # alignment, address space, PC, 719 launch failure.
     sticky = frozenset((700, 702, 710, 714, 715, 716, 717, 718, 719))

@@ -22,6 +22,7 @@ import gc
 import enum
 import threading
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -1135,6 +1136,52 @@ def test_each_hip_python_release_takes_what_tack_passes(where):
                           f"{os.path.abspath(__file__)}::test_hip_python_takes_every_argument_tack_passes"],
                          env=env, capture_output=True, text=True, timeout=600, cwd=root)
     assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+# The sticky codes (``cudalike.DriverApi.sticky``) by the real bindings' own names: each a
+# kernel's fault that leaves the context unusable.  HIP numbers its four as CUDA does and has no
+# 714-718 (CUDA's stack, instruction, alignment, address-space and PC faults).
+CUDA_FAULTS = {700: "CUDA_ERROR_ILLEGAL_ADDRESS", 702: "CUDA_ERROR_LAUNCH_TIMEOUT",
+               710: "CUDA_ERROR_ASSERT", 714: "CUDA_ERROR_HARDWARE_STACK_ERROR",
+               715: "CUDA_ERROR_ILLEGAL_INSTRUCTION", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+               717: "CUDA_ERROR_INVALID_ADDRESS_SPACE", 718: "CUDA_ERROR_INVALID_PC",
+               719: "CUDA_ERROR_LAUNCH_FAILED"}
+HIP_FAULTS = {700: "hipErrorIllegalAddress", 702: "hipErrorLaunchTimeOut", 710: "hipErrorAssert",
+              719: "hipErrorLaunchFailure"}
+_NAMES = """
+import json, sys
+from tack.backends.cudalike import DriverApi
+if sys.argv[1] == "cuda":
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        from cuda import cuda as driver
+    enum = driver.CUresult
+else:
+    from hip import hip
+    enum = hip.hipError_t
+names = {int(getattr(enum, n)): n for n in dir(enum) if n.startswith(("CUDA_ERROR", "hipError"))}
+print(json.dumps({c: names.get(c) for c in sorted(DriverApi.sticky)}))
+"""
+
+
+@pytest.mark.parametrize("binding", ["cuda"] + ["hip:" + d for d in _hip_python_dirs() or [""]],
+                         ids=lambda b: os.path.basename(b) or b)
+def test_the_sticky_codes_are_the_bindings_kernel_faults(binding):
+    """Every code the runtimes treat as sticky is, in the installed cuda-python and in each
+    hip-python release (ci/run-tests.sh installs them), a kernel fault, named as above; HIP
+    defines none of CUDA's 714-718, so none of its other errors is taken for sticky."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    kind, _, where = binding.partition(":")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (where, root) if p))
+    run = subprocess.run([sys.executable, "-c", _NAMES, kind], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = {int(k): v for k, v in json.loads(run.stdout.strip().splitlines()[-1]).items()}
+    if kind == "cuda":
+        assert got == CUDA_FAULTS
+    else:
+        assert {c: n for c, n in got.items() if n is not None} == HIP_FAULTS
 
 
 def test_a_hip_kernel_fault_names_the_kernel_and_loses_the_device(fake_hip):
