@@ -284,3 +284,24 @@ def test_the_finder_serves_only_its_own_package(site, tmp_path):
             "print(f.find_spec('tackle'), f.find_spec('tack.nothing_here'), f.find_spec('os'), "
             "tackle.WHO)", tmp_path, PYTHONPATH=f"{site}{os.pathsep}{tmp_path}")
     assert p.stdout.split() == ["None", "None", "None", "not", "tack"]
+
+
+def test_an_optimizing_python_has_an_image_of_its_own(site, tmp_path):
+    """Under ``-OO`` (``PYTHONOPTIMIZE=2``) the image is ``import-image.<tag>.opt-2.bin``, as the
+    ``.pyc`` files are ``.opt-2.pyc``: written apart from the plain one, and it serves code
+    compiled at that level (no docstrings), while the plain image keeps serving its own."""
+    tag = sys.implementation.cache_tag
+    plain = _write(site, tmp_path)
+    assert plain.name == f"import-image.{tag}.bin"
+    p = _py(site, "import sys; from tack.site.cli import main; sys.exit(main(['image']))",
+            tmp_path, PYTHONOPTIMIZE=2)
+    optimized = site / "tack" / "__pycache__" / f"import-image.{tag}.opt-2.bin"
+    assert str(optimized) in p.stdout and optimized.is_file() and plain.is_file()
+    ask = ("import json, tack, tack.cache.stores as s; from tack import _image; f = _image.finder(); "
+           "print(json.dumps([f.served, s.__doc__ is None, type(s.__spec__.loader).__name__]))")
+    served, no_doc, loader = json.loads(_py(site, ask, tmp_path, PYTHONOPTIMIZE=2).stdout)
+    assert served > 0 and no_doc and loader == "_Loader"
+    served, no_doc, loader = json.loads(_py(site, ask, tmp_path).stdout)
+    assert served > 0 and not no_doc and loader == "_Loader"
+    report = _child(site, tmp_path, PYTHONOPTIMIZE=2)
+    assert report["image_path"] == str(optimized) and report["faces"] > 0
