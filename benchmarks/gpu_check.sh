@@ -25,7 +25,9 @@
 #     (default 10; medians): cache off, only lowered kernels stored, PTX stored, and PTX + SASS
 #     stored (tack.aot's entries for the GPU's sm, where a packaged ptxas is here: add
 #     nvidia-cuda-nvcc to the wheels, or set TACK_PTXAS; else that row is skipped, said why);
-#  5. the steady-state contour at --big (default 256)^3 on CUDA and on the CPU backend;
+#  5. the steady-state contour at --big (default 256)^3 on CUDA and on the CPU backend, and a
+#     2-D kernel whose warps read consecutive elements against the same one read a row apart
+#     (what mapping the grid's last dimension on x changed: benchmarks/_coalescing.py);
 #  6. a site bundle built for the GPU's arch (bundles build), then the contour served from it
 #     alone with nothing compiled (bundles check --device cuda).
 # Targets (H200): first call with PTX stored <= 20 ms and >= 20x faster than cold; steady state
@@ -369,6 +371,10 @@ print(f"target: CUDA >= 10x the CPU at {sys.argv[1]}^3: {cpu / gpu:.1f}x -> "
       f"{'met' if cpu / gpu >= 10 else 'NOT met'}")
 EOF
 [ $? -eq 0 ] || echo "gpu_check: the steady-state timing did not run"
+# What the grid's last dimension on x buys (docs/gpu.md): dst = 2 * src over 4096^2 float32 on
+# the device, read in a warp's order against the earlier mapping's access (benchmarks/_coalescing.py).
+"$PY" benchmarks/_coalescing.py "${TACK_GPU_CHECK_DEVICE:-cuda}" 4096 \
+    || echo "gpu_check: the coalescing timing did not run"
 
 # -- 6. a site bundle for this GPU ---------------------------------------------------------------
 echo
