@@ -157,8 +157,9 @@ class FakeZe:
 
     def __init__(self, device_id=0x0BD5, init_result=0, native_result=0, spirv_result=0,
                  num_args=None, kernel_fn=None, build_log=b"", driver_native=b"ZEBIN-FROM-DRIVER",
-                 extensions=(), kernel_max_group=None, fp64flags=0x3F):
+                 extensions=(), kernel_max_group=None, fp64flags=0x3F, max_group_count=2**31 - 1):
         self.device_id = device_id
+        self.max_group_count = max_group_count      # the device's work-groups per axis
         self.fp64flags = fp64flags      # the device's module properties (0: no float64)
         self.extensions = extensions    # the driver's extension names
         self.kernel_max_group = kernel_max_group    # what the kernel's extension struct says
@@ -232,7 +233,7 @@ class FakeZe:
         p = _obj(props)
         p.maxTotalGroupSize = 1024
         p.maxGroupSizeX = p.maxGroupSizeY = p.maxGroupSizeZ = 1024
-        p.maxGroupCountX = p.maxGroupCountY = p.maxGroupCountZ = 2**31 - 1
+        p.maxGroupCountX = p.maxGroupCountY = p.maxGroupCountZ = self.max_group_count
         return 0
 
     def zeDeviceGetCommandQueueGroupProperties(self, dev, count, props):
@@ -430,7 +431,7 @@ def saxpy_fn(params, group, count):
     a, x, nx, y, ny, out, nout, n0, n1, n2 = params
     n = _i64(n0)
     assert (_i64(n1), _i64(n2)) == (1, 1) and _i64(nx) == _i64(ny) == _i64(nout) == n
-    assert group[0] * count[0] >= n
+    assert group[0] >= 1 and count[0] >= 1      # the entry's grid-stride loop covers the rest
     xs = np.ctypeslib.as_array((ctypes.c_float * n).from_address(_u64(x)))
     ys = np.ctypeslib.as_array((ctypes.c_float * n).from_address(_u64(y)))
     os_ = np.ctypeslib.as_array((ctypes.c_float * n).from_address(_u64(out)))
@@ -584,6 +585,18 @@ def test_a_kernels_own_group_limit_caps_its_launches(fake, extensions, kernel_li
         with pytest.raises(ValueError, match=r"block \(256,\) is larger than kernel 'tack_saxpy_entry'"
                            r".* allows \(64 work-items"):
             zrt.launch(k, SAXPY_META, (2.5, x, y, out), (1000,), block=(256,))
+
+
+def test_a_grid_past_the_devices_group_count_launches_its_limit(fake):
+    """More work-groups than the device launches along an axis: its limit is launched and the
+    entry's grid-stride loop (docs/gpu.md) covers the rest (it was a refusal)."""
+    f = fake(num_args=10, kernel_fn=saxpy_fn, max_group_count=100)
+    k = zrt.load(SPIRV, SAXPY_META)
+    x, y, out = np.arange(1000, dtype=np.float32), np.ones(1000, np.float32), np.zeros(1000, np.float32)
+    zrt.launch(k, SAXPY_META, (2.5, x, y, out), (1000,), block=8)
+    (group, count, _), = f.launches
+    assert group == (8, 1, 1) and count == (100, 1, 1)         # 125 groups wanted
+    np.testing.assert_array_equal(out, 2.5 * x + 1)
 
 
 def test_saxpy_marshalling_by_its_outcome(fake):
