@@ -62,6 +62,10 @@ class DriverApi:
     # alignment, address space, PC, 719 launch failure.
     sticky = frozenset((700, 702, 710, 714, 715, 716, 717, 718, 719))
 
+    # The most work-items a launch takes along an axis (blocks times threads), None: no limit
+    # below the device's blocks per axis.
+    max_axis_items = None
+
 
 # ---------------------------------------------------------------------------
 # Parameter values (the argument layout, backends/argument_layout.py)
@@ -303,8 +307,8 @@ def run(kernel, args, dims, debug, block, error, cls):
     grid_ext = grid(dims)
     shape = choose_block(kernel, dims, block)
     # The last grid dimension on x; past the device's blocks along an axis (65535 along y and
-    # z), the entry's grid-stride loop takes the rest.
-    blocks, bshape = hardware_launch(dims, shape, dev.max_grid)
+    # z) or HIP's 2**32 - 1 work-items, the entry's grid-stride loop takes the rest.
+    blocks, bshape = hardware_launch(dims, shape, dev.max_grid, api.max_axis_items)
     tr = _Transfers()
     err = None
     with kernel.lock:

@@ -332,15 +332,18 @@ def hardware_order(extents) -> tuple:
     return tuple(reversed(tuple(extents))) + (1,) * (3 - len(extents))
 
 
-def hardware_launch(dims, local, max_groups=None) -> tuple:
+def hardware_launch(dims, local, max_groups=None, max_items=None) -> tuple:
     """(work-groups, work-group size) of a launch over ``dims`` in work-groups of ``local``
     (both in the grid's order), each three values in the hardware's (x, y, z).  ``max_groups``:
-    the device's limit per axis; where the grid needs more, that many are launched and the
-    entry's grid-stride loop covers the rest."""
+    the device's limit of work-groups per axis; ``max_items``: of work-items per axis (HIP's
+    dispatch packet counts them in 32 bits).  Where the grid needs more, the most the device
+    takes is launched and the entry's grid-stride loop covers the rest."""
     ext, size = hardware_order(dims), hardware_order(local)
     groups = tuple(-(-n // b) for n, b in zip(ext, size))
     if max_groups is not None:
         groups = tuple(max(1, min(g, int(m))) for g, m in zip(groups, max_groups))
+    if max_items is not None:
+        groups = tuple(max(1, min(g, max_items // b)) for g, b in zip(groups, size))
     return groups, size
 
 

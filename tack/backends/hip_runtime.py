@@ -160,6 +160,8 @@ class _HipApi(DriverApi):
     HIP's error."""
 
     error = HIPError
+    # HIP's dispatch packet holds a launch's work-items per axis in 32 bits (grid_size_x...).
+    max_axis_items = 2**32 - 1
 
     @staticmethod
     def error_text(status) -> str:
@@ -226,9 +228,6 @@ class _Device:
 
 
 _driver = _import_driver    # the boundary: tests replace it with a fake HIP module
-
-# HIP's launch takes at most 2**32 - 1 work-items along each dimension (block * grid).
-_HIP_MAX_ITEMS = 2**32 - 1
 
 
 def _text(raw) -> str:
@@ -440,12 +439,6 @@ def launch(kernel: HIPKernel, meta: dict, args, dims, debug: bool = False, block
     """As ``cuda_runtime.launch``, on an AMD GPU: the kernel ABI of docs/gpu.md; NumPy arrays
     copied in and the writable ones back; device arrays passed by pointer; ``block`` overrides
     the block (work-group) shape.  Returns the error record in debug mode, else None."""
-    dims = tuple(int(d) for d in dims)
-    if any(d > _HIP_MAX_ITEMS for d in dims):
-        e = ValueError(f"the grid {dims} is larger than HIP launches ({_HIP_MAX_ITEMS} work-items "
-                       "per dimension at most)")
-        e.tack_launch_error = True          # a refusal, not a fault: launch trims its frames
-        raise e
     if kernel.kernarg_size is not None:
         passes = kernel.kernarg_passed[bool(debug)]
         if passes != kernel.kernarg_size:
