@@ -380,7 +380,8 @@ class GPUTarget:
         raise NotImplementedError
 
     def emit_entry(self, module, body, tk, name):
-        """The kernel entry of the ABI above: unpack the arguments, guard the grid, call the body."""
+        """The kernel entry of the ABI above: unpack the arguments, then call the body at each
+        point of this work-item's grid-stride loops (grid dimension d on hardware axis n-1-d)."""
         import llvmlite.ir as ir
         from .. import types as T
         from ..codegen import I8, I64, lltype
