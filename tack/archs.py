@@ -59,6 +59,15 @@ def resolve(text) -> tuple[str, str]:
     return kind, KINDS[kind].resolve(name)
 
 
+def bundle_machine(kind: str) -> str:
+    """The machine the code of device kind ``kind`` is for, as a bundle's file name spells it
+    (``bundle-<machine>-<kind>-<name>-<key>``): the GPU kinds' own (``nvptx64``, ``amdgcn``,
+    ``spirv64``, ``metal``, each its toolchain target's ``machine_name``), the host's
+    (``platform.machine()``) for the CPU."""
+    import platform
+    return KINDS[kind].machine or platform.machine()
+
+
 def cpu_candidates(name: str) -> list[str]:
     """``name`` and every archspec ancestor of it, most specific first: the CPU archs whose code
     a node of microarchitecture ``name`` runs, in the order it looks for them."""

@@ -113,9 +113,13 @@ class Kind:
     """One device kind's names: ``names()`` it builds, ``aliases`` (alias -> name), and
     ``resolve(name)``: the name it builds for ``name``, or ArchError saying what it builds."""
 
-    def __init__(self, kind: str, what: str, names=(), aliases=None, retired=None):
+    def __init__(self, kind: str, what: str, names=(), aliases=None, retired=None, machine=None):
         self.kind = kind
         self.what = what
+        # The machine its code is for, as its toolchain target's ``machine_name`` and its
+        # bundles' file names (``bundle-<machine>-<kind>-<name>-<key>``) spell it; None: the
+        # host's (``platform.machine()``, the CPU's).
+        self.machine = machine
         self._names = tuple(names)
         self.aliases = dict(aliases or {})
         self.retired = dict(retired or {})      # old name -> what to write instead
@@ -241,12 +245,13 @@ def rocm_target_id(name: str) -> tuple[str, str]:
 
 KINDS = {k.kind: k for k in (
     CPUKind("cpu", "object code for CPU microarchitectures, by archspec's names"),
-    Kind("cuda", "PTX for NVIDIA compute capabilities", PTX_ISA),
-    AMDKind("rocm", "code objects for the AMD GPUs", AMD_GPUS),
+    Kind("cuda", "PTX for NVIDIA compute capabilities", PTX_ISA, machine="nvptx64"),
+    AMDKind("rocm", "code objects for the AMD GPUs", AMD_GPUS, machine="amdgcn"),
     Kind("level_zero", "SPIR-V and ocloc's native code for the Intel GPUs", INTEL_DEVICES,
          aliases=INTEL_ALIASES,
          retired={"spirv": f"SPIR-V alone, which Level Zero and OpenCL devices both take, is "
-                           f"{PORTABLE_SPIRV}"}),
-    Kind("spirv", "portable SPIR-V, for any Level Zero or OpenCL device, as", SPIRV_TARGETS),
-    Kind("metal", "MSL source for the Apple GPU families", METAL_FAMILIES),
+                           f"{PORTABLE_SPIRV}"}, machine="spirv64"),
+    Kind("spirv", "portable SPIR-V, for any Level Zero or OpenCL device, as", SPIRV_TARGETS,
+         machine="spirv64"),
+    Kind("metal", "MSL source for the Apple GPU families", METAL_FAMILIES, machine="metal"),
 )}

@@ -38,7 +38,6 @@ _SREG = ("x", "y", "z")
 class CUDATarget(GPUTarget):
     kind = "cuda"
     kernel_cc = "ptx_kernel"
-    machine_name = "nvptx64"
     suffix = ".ptx"
 
     def __init__(self, arch: str, sass: bool = True):

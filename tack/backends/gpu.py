@@ -38,7 +38,7 @@ import tempfile
 
 from ..archs import resolve
 from ..cache.keys import digest
-from .arch_names import PTX_ISA, SPIRV_TARGETS, SPIRV_VERSION, ArchError, rocm_target_id
+from .arch_names import KINDS, PTX_ISA, SPIRV_TARGETS, SPIRV_VERSION, ArchError, rocm_target_id
 
 OPT = 3
 CUDA_TRIPLE = "nvptx64-nvidia-cuda"
@@ -288,9 +288,10 @@ class GPUTarget:
     ``arch`` is a name the registry resolved).
 
     Holds ``settings(kind, arch)`` and builds its LLVM target machine from it; ``key`` is
-    ``key_for`` of the same name.  Subclasses give ``kernel_cc``, ``machine_name``, ``suffix``,
-    ``global_id`` (the work-item's global id along a dimension, i64), ``math_call`` and
-    ``emit`` (optimized module -> artifact bytes).
+    ``key_for`` of the same name; ``machine_name`` is the registry's for its kind
+    (``arch_names.Kind.machine``: what its bundles' file names say).  Subclasses give
+    ``kernel_cc``, ``suffix``, ``global_id`` and ``global_size`` (along a hardware axis, i64),
+    ``math_call`` and ``emit`` (optimized module -> artifact bytes).
     """
 
     kind = ""
@@ -298,7 +299,6 @@ class GPUTarget:
     alloca_addrspace = 0
     has_float64 = True
     kernel_cc = ""
-    machine_name = ""
     suffix = ""
     emits_source = False            # tack.compiler: code from LLVM IR (``compile``)
     atomic_ordering = "monotonic"   # the language asks for atomicity, not ordering
@@ -323,6 +323,10 @@ class GPUTarget:
     @property
     def name(self) -> str:
         return f"{self.kind}:{self.arch}"
+
+    @property
+    def machine_name(self) -> str:
+        return KINDS[self.kind].machine
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"

@@ -32,7 +32,6 @@ _XYZ = ("x", "y", "z")
 class ROCmTarget(GPUTarget):
     kind = "rocm"
     kernel_cc = "amdgpu_kernel"
-    machine_name = "amdgcn"
     suffix = ".hsaco"
     alloca_addrspace = 5
 

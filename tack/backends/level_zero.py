@@ -25,7 +25,6 @@ from .gpu import GPUTarget, ToolError, find_ocloc, named_target, pack_level_zero
 class LevelZeroTarget(GPUTarget):
     kind = "level_zero"
     kernel_cc = "spir_kernel"
-    machine_name = "spirv64"
     overflow_intrinsics = False     # LLVM 22's SPIR-V backend cannot select sadd.with.overflow
 
     def __init__(self, arch):

@@ -44,7 +44,7 @@ from ..cache.keys import digest
 from ..errors import BoundsSite, CompileError
 from ..ir import assignments
 from ..limits import deep
-from .arch_names import METAL_FAMILIES
+from .arch_names import KINDS, METAL_FAMILIES
 from .argument_layout import GRID, array_fields, field_names
 
 KIND = "metal"
@@ -138,7 +138,7 @@ class MetalTarget:
 
     kind = KIND
     suffix = ".metal"
-    machine_name = "metal"
+    machine_name = KINDS["metal"].machine     # the registry's: its bundles' file names
     emits_source = True             # tack.compiler: MSL from the typed kernel (``generate``), no LLVM
     has_float64 = False
 

@@ -432,10 +432,12 @@ def bundle_name(target_key: str, machine: str | None = None) -> str:
 
 def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> str:
     """``bundle-<machine>-<kind>-<name>-<target key prefix>``: a site bundle built for ``arch``
-    (``kind:name``; a bare name is a CPU's), e.g. ``bundle-x86_64-cpu-zen3-1a2b3c4d5e6f``."""
-    from ..archs import parse
+    (``kind:name``; a bare name is a CPU's), e.g. ``bundle-x86_64-cpu-zen3-1a2b3c4d5e6f``,
+    ``bundle-nvptx64-cuda-sm_90-...``; ``machine``: the kind's (``archs.bundle_machine``)
+    unless given."""
+    from ..archs import bundle_machine, parse
     kind, name = parse(arch)
-    return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{kind}-{name}-{target_key[:12]}"
+    return f"{BUNDLE_PREFIX}{machine or bundle_machine(kind)}-{kind}-{name}-{target_key[:12]}"
 
 
 def site_bundle_arch(name: str, kind: str, machine: str | None = None):

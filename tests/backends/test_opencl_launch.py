@@ -66,6 +66,32 @@ def test_the_last_grid_dimension_runs_on_x_in_grid_stride_loops(monkeypatch):
     np.testing.assert_array_equal(out, want)                 # 16 work-items, 4255 points
 
 
+def test_a_site_bundle_built_for_spirv_serves_the_opencl_device(tmp_path):
+    """``bundles build`` for ``spirv:generic``, then ``bundles check --device opencl``: the
+    device's runtime finds the bundle by the name the build gave it (``bundle-spirv64-spirv-
+    generic-<key>``, the target's machine, not this host's) and the contour compiles nothing.
+    Every GPU runtime's site bundles were looked for under this host's machine (x86_64), so
+    none was ever found."""
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text("version: 1\nbuild:\n  archs:\n    spirv: [generic]\n  kernels:\n"
+                   "    - module: tack.kernels.contour\n      shapes: [[21, 21, 21]]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env["TACK_CACHE_DIR"] = str(tmp_path / "cache")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root
+
+    def site(*args):
+        return subprocess.run([sys.executable, "-m", "tack.site", *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=900)
+    built = site("bundles", "build", str(cfg), "--output", str(tmp_path / "bundles"))
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert [p.name.startswith("bundle-spirv64-spirv-generic-")
+            for p in (tmp_path / "bundles").iterdir()] == [True]
+    checked = site("bundles", "check", str(tmp_path / "bundles"), "--device", "opencl")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "variants from bundles 2, compiled 0" in checked.stdout, checked.stdout
+
+
 def sphere(shape, r):
     p = np.indices(shape).astype(np.float32)
     c = (np.array(shape, np.float32) - 1) / 2

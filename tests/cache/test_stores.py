@@ -1,6 +1,7 @@
 """The stores behind one protocol: each is a ``Store``, each reads what the user's directory wrote, and misses say why."""
 
 import os
+import platform
 
 import pytest
 
@@ -224,6 +225,26 @@ def test_named_candidates_keep_the_candidates_order_and_skip_what_is_absent():
     names = [bundle.site_bundle_name(*b), bundle.site_bundle_name(*a), "bundle-x86_64-cpu-zen2-333333333333"]
     got = bundle.named_candidates([a, ("rocm:gfx90a:xnack-", "4" * 64), b, ("cuda:sm_70", "5" * 64)], names)
     assert got == [(a[0], a[1], names[1]), (b[0], b[1], names[0])]
+
+
+@pytest.mark.parametrize("arch", ["cuda:sm_90", "rocm:gfx90a", "level_zero:dg2", "spirv:generic",
+                                  "metal:apple", "cpu:x86_64_v3"])
+def test_a_runtime_finds_the_site_bundle_the_build_names(arch, tmp_path):
+    """The file ``bundles build`` writes for a target (``aot.bundle_path``: the toolchain
+    target's ``machine_name``) is the one a runtime's ``named_candidates`` looks for: each GPU
+    kind names its bundles by its code's machine (nvptx64, amdgcn, spirv64, metal), the
+    registry's (``arch_names.Kind.machine``), never this host's."""
+    from tack import aot, archs
+    from tack.backends import toolchain
+    kind, name = archs.resolve(arch)
+    target = toolchain(kind).target(arch)
+    path = aot.bundle_path(target, str(tmp_path))
+    assert target.machine_name == archs.bundle_machine(kind)
+    got = bundle.named_candidates([(arch, target.key)], [os.path.basename(path)])
+    assert got == [(arch, target.key, os.path.basename(path))]
+    if kind != "cpu":
+        assert os.path.basename(path).startswith(f"bundle-{target.machine_name}-{kind}-")
+        assert target.machine_name != platform.machine()
 
 
 def test_site_bundle_arch_reads_back_site_bundle_name():
