@@ -1184,19 +1184,26 @@ def test_the_sticky_codes_are_the_bindings_kernel_faults(binding):
         assert {c: n for c, n in got.items() if n is not None} == HIP_FAULTS
 
 
-def test_a_hip_grid_past_32_bit_work_items_launches_what_hip_takes(fake_hip):
-    """HIP's dispatch packet counts a launch's work-items per axis in 32 bits: a grid of more
-    launches (2**32 - 1) // block blocks along that axis, and the entry's grid-stride loop covers
-    the rest (it was a refusal)."""
+def _hip_saxpy(fake_hip):
+    """saxpy built for an MI250X and loaded on the fake HIP: (kernel, artifact, arguments)."""
     from .gpu_tools import tool
     tool("ld.lld")
     x = np.arange(64, dtype=np.float32)
     out = np.zeros(64, np.float32)
-    art = artifact(saxpy, (np.float32(2), x, x, out), 1, "rocm:gfx90a:sramecc+:xnack-")
+    args = (np.float32(2), x, x, out)
+    art = artifact(saxpy, args, 1, "rocm:gfx90a:sramecc+:xnack-")
     k = hr.load(art.payload, art.meta, "hip")
     fake_hip.types[art.meta["entry"]] = [".f32"] + [".u64"] * 9
+    return k, art, args
+
+
+def test_a_hip_grid_past_32_bit_work_items_launches_what_hip_takes(fake_hip):
+    """HIP's dispatch packet counts a launch's work-items per axis in 32 bits: a grid of more
+    launches (2**32 - 1) // block blocks along that axis, and the entry's grid-stride loop covers
+    the rest (it was a refusal)."""
+    k, art, args = _hip_saxpy(fake_hip)
     fake_hip.models[art.meta["entry"]] = lambda values, mem: None
-    hr.launch(k, art.meta, (np.float32(2), x, x, out), (2**32 + 5,), block=256)
+    hr.launch(k, art.meta, args, (2**32 + 5,), block=256)
     (call,) = [c for c in fake_hip.calls if c[0] == "hipModuleLaunchKernel"]
     assert call[2:4] == ((2**24 - 1, 1, 1), (256, 1, 1))
 
@@ -1204,16 +1211,10 @@ def test_a_hip_grid_past_32_bit_work_items_launches_what_hip_takes(fake_hip):
 def test_a_hip_kernel_fault_names_the_kernel_and_loses_the_device(fake_hip):
     """HIP's sticky errors (hipErrorIllegalAddress) as CUDA's: the kernel named, the device no
     longer offered."""
-    from .gpu_tools import tool
-    tool("ld.lld")
-    x = np.arange(64, dtype=np.float32)
-    out = np.zeros(64, np.float32)
-    art = artifact(saxpy, (np.float32(2), x, x, out), 1, "rocm:gfx90a:sramecc+:xnack-")
-    k = hr.load(art.payload, art.meta, "hip")
-    fake_hip.types[art.meta["entry"]] = [".f32"] + [".u64"] * 9
+    k, art, args = _hip_saxpy(fake_hip)
     fake_hip.fault = FakeHip.hipError_t.hipErrorIllegalAddress
     with pytest.raises(hr.HIPError) as e:
-        hr.launch(k, art.meta, (np.float32(2), x, x, out), (64,))
+        hr.launch(k, art.meta, args, (64,))
     assert f"kernel '{art.meta['entry']}' failed on AMD Instinct MI250X" in str(e.value)
     assert "hipErrorIllegalAddress" in str(e.value) and "sticky" in str(e.value)
     assert not hr.available() and hr.devices() == []
