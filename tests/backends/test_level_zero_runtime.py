@@ -151,8 +151,9 @@ class FakeZe:
     """Stands in for libze_loader: one driver with one GPU (PCI id ``device_id``).
 
     ``native_result``/``spirv_result``: what zeModuleCreate returns for each format.
-    ``kernel_fn(params, group_size, group_count)``: run at execution of a launch, with the raw
-    bytes of each parameter as set by zeKernelSetArgumentValue.
+    ``kernel_fn(params, group_size, group_count, max_group_count)``: run at execution of a
+    launch, with the raw bytes of each parameter as set by zeKernelSetArgumentValue, and the
+    device's work-groups per axis.
     """
 
     def __init__(self, device_id=0x0BD5, init_result=0, native_result=0, spirv_result=0,
@@ -359,7 +360,7 @@ class FakeZe:
                 self.launches.append(cmd[1:])
                 params = [cmd[3][i] for i in range(len(cmd[3]))]
                 if self.kernel_fn:
-                    self.kernel_fn(params, cmd[1], cmd[2])
+                    self.kernel_fn(params, cmd[1], cmd[2], self.max_group_count)
         return 0
 
     def zeCommandQueueSynchronize(self, queue, timeout):
@@ -426,12 +427,14 @@ def _u64(p):
     return int(np.frombuffer(p, "<u8")[0])
 
 
-def saxpy_fn(params, group, count):
+def saxpy_fn(params, group, count, max_count):
     """What the saxpy kernel does with the parameters of the ABI: a, x, n, y, n, out, n, n0..n2."""
     a, x, nx, y, ny, out, nout, n0, n1, n2 = params
     n = _i64(n0)
     assert (_i64(n1), _i64(n2)) == (1, 1) and _i64(nx) == _i64(ny) == _i64(nout) == n
-    assert group[0] >= 1 and count[0] >= 1      # the entry's grid-stride loop covers the rest
+    # every point has a work-item, unless the count is the device's limit: then the entry's
+    # grid-stride loop covers the rest
+    assert group[0] * count[0] >= n or count[0] == max_count
     xs = np.ctypeslib.as_array((ctypes.c_float * n).from_address(_u64(x)))
     ys = np.ctypeslib.as_array((ctypes.c_float * n).from_address(_u64(y)))
     os_ = np.ctypeslib.as_array((ctypes.c_float * n).from_address(_u64(out)))
@@ -621,7 +624,7 @@ def test_strided_fortran_scalars_and_debug_record(fake):
                                        ["int32"], ["uint64"], ["float64"]]}
     seen = {}
 
-    def kernel(params, group, count):
+    def kernel(params, group, count, max_count):
         src, s0, s1, dst, d0, d1, dst0, dst1, flag, i32, u64, f64, n0, n1, n2, err = params
         seen.update(flag=params[8], i32=np.frombuffer(i32, "<i4")[0], u64=_u64(u64),
                     f64=np.frombuffer(f64, "<f8")[0], grid=(_i64(n0), _i64(n1), _i64(n2)),
