@@ -326,10 +326,19 @@ def check_param_count(kernel, num_params, debug, error) -> list:
 # order.
 
 
+def hardware_axis(d: int, ndim: int) -> int:
+    """The hardware axis (0: x) grid dimension ``d`` of an ``ndim``-dimensional grid runs on:
+    the last dimension on x.  (The same formula maps an axis back to its dimension.)"""
+    return ndim - 1 - d
+
+
 def hardware_order(extents) -> tuple:
     """Per-dimension values of a grid (``extents``: its 1 to 3 dimensions, in its order) in the
-    hardware's (x, y, z), 1 for an axis the grid does not use: the last dimension on x."""
-    return tuple(reversed(tuple(extents))) + (1,) * (3 - len(extents))
+    hardware's (x, y, z), 1 for an axis the grid does not use (``hardware_axis``)."""
+    out = [1, 1, 1]
+    for d, n in enumerate(extents):
+        out[hardware_axis(d, len(extents))] = n
+    return tuple(out)
 
 
 def hardware_launch(dims, local, max_groups=None, max_items=None) -> tuple:

@@ -426,10 +426,12 @@ class GPUTarget:
             b.cbranch(b.icmp_unsigned("!=", self.global_id(module, b, axis), ir.Constant(I64, 0)),
                       done, on)
             b.position_at_end(on)
-        # Grid-stride loops, the slowest axis outermost: grid dimension d on axis g-1-d.
-        levels = [(axis, g - 1 - axis, fn.append_basic_block(f"test{axis}"),
+        # Grid-stride loops, grid dimension d on its hardware axis, dimension 0 (the slowest
+        # axis) outermost.
+        from .device_args import hardware_axis
+        levels = [(axis, d, fn.append_basic_block(f"test{axis}"),
                    fn.append_basic_block(f"point{axis}"), fn.append_basic_block(f"next{axis}"))
-                  for axis in range(g - 1, -1, -1)]
+                  for d, axis in ((d, hardware_axis(d, g)) for d in range(g))]
         ids, loops = [None] * g, []
         for k, (axis, d, test, point, _) in enumerate(levels):
             start, step = self.global_id(module, b, axis), self.global_size(module, b, axis)

@@ -352,10 +352,11 @@ def _entry(mod, entry) -> str:
     lines.append("{")
     # Grid dimension d from axis ndim-1-d: the last on x, where threads are consecutive
     # (device_args.hardware_launch, which the runtime dispatches by); the unused axes are 0.
+    from .device_args import hardware_axis
     g = tk.grid_ndim
     axes = "xyz"
-    lines.append("    const long " + ", ".join(f"tack_i{d} = (long)tack_gid.{axes[g - 1 - d]}"
-                                               for d in range(g)) + ";")
+    ids = (f"tack_i{d} = (long)tack_gid.{axes[hardware_axis(d, g)]}" for d in range(g))
+    lines.append("    const long " + ", ".join(ids) + ";")
     past = [f"tack_i{d} >= tack_p.n{d}" for d in range(g)] + [f"tack_gid.{a} != 0" for a in axes[g:]]
     lines.append(f"    if ({' || '.join(past)}) return;")
     call = args + [f"tack_i{d}" for d in range(tk.grid_ndim)] + (["tack_err"] if tk.debug else [])

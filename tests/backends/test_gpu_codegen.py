@@ -327,6 +327,81 @@ def test_entry_follows_the_kernel_abi(name, cc, debug):
         assert got == want
 
 
+@pytest.mark.parametrize("grid", [1, 2, 3])
+def test_the_entry_runs_grid_dimension_d_on_axis_ndim_minus_1_minus_d(grid):
+    """``emit_entry`` (every LLVM GPU target's): each grid dimension's loop starts at the global
+    id of its hardware axis (the last dimension on x), steps by that axis's global size and
+    stops at its own extent; an axis the grid does not use runs its index 0 only.  The target's
+    ids and sizes are marked constants here, so the mapping is read off the IR."""
+    import llvmlite.ir as ir
+    from tack.argtypes import argtypes_of
+    from tack.codegen import generate
+    from tack.specialize import specialize
+
+    class Marked(type(gpu_target("spirv:generic"))):
+        def global_id(self, module, b, axis):
+            return ir.Constant(ir.IntType(64), 1000 + axis)
+
+        def global_size(self, module, b, axis):
+            return ir.Constant(ir.IntType(64), 2000 + axis)
+
+    kernel = {1: k_1d, 2: k_2d, 3: k_3d}[grid]
+    out = np.zeros((2,) * grid, np.float32)
+    typed = specialize(lower(kernel, {}, False), argtypes_of(kernel, (out,)), grid)
+    gen = generate(typed, Marked("generic"), "tack_map")
+    fn = gen.module.get_global(gen.entry)
+    text = str(fn)
+    extents = [a.get_reference() for a in fn.args[-3:]]                    # n0 n1 n2
+    for d in range(grid):
+        axis = grid - 1 - d
+        assert re.search(rf'%"i{d}" = phi\s+i64 \[{1000 + axis}, ', text), text
+        assert f'add i64 %"i{d}", {2000 + axis}' in text, text
+        assert f'icmp ult i64 %"i{d}", {extents[d]}' in text, text
+    for axis in range(grid, 3):
+        assert f"icmp ne i64 {1000 + axis}, 0" in text, text
+        assert str(2000 + axis) not in text
+
+
+@tack.kernel
+def k_1d(out):
+    i = tack.tid()
+    out[i] = 1.0
+
+
+@tack.kernel
+def k_2d(out):
+    i, j = tack.tid()
+    out[i, j] = 1.0
+
+
+@tack.kernel
+def k_3d(out):
+    i, j, k = tack.tid()
+    out[i, j, k] = 1.0
+
+
+@pytest.mark.parametrize("name,axis,id_reads,size_reads", [
+    ("cuda:sm_80", 0, ["ctaid.x", "ntid.x", "tid.x"], ["nctaid.x", "ntid.x"]),
+    ("cuda:sm_80", 2, ["ctaid.z", "ntid.z", "tid.z"], ["nctaid.z", "ntid.z"]),
+    # AMDGPU: the work-group size from the dispatch packet (uint16 at 4, 6, 8), the grid size
+    # in work-items (uint32 at 12, 16, 20)
+    ("rocm:gfx90a", 1, ["workgroup.id.y", "workitem.id.y", "i64 6", "load i16"],
+     ["i64 16", "load i32"]),
+    ("spirv:generic", 1, ["_Z13get_global_idj\"(i32 1)"], ["_Z15get_global_sizej\"(i32 1)"]),
+])
+def test_each_target_reads_its_hardware_ids_and_sizes(name, axis, id_reads, size_reads):
+    """What each target's ``global_id`` and ``global_size`` read along a hardware axis."""
+    import llvmlite.ir as ir
+    target = gpu_target(name)
+    for method, reads in ((target.global_id, id_reads), (target.global_size, size_reads)):
+        module = ir.Module()
+        fn = ir.Function(module, ir.FunctionType(ir.IntType(64), []), "f")
+        b = ir.IRBuilder(fn.append_basic_block())
+        b.ret(method(module, b, axis))
+        text = str(module)
+        assert all(r in text for r in reads), (method.__name__, text)
+
+
 @tack.kernel
 def k_erf(a, out):
     i = tack.tid()
