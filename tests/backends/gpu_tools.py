@@ -137,8 +137,10 @@ def language_launches() -> tuple:
 def replay_language_suite(launch) -> dict:
     """Run every test of tests/test_language.py (each parameter set) with ``tack.launch`` replaced
     by ``launch``, in a kernel cache of its own: {case: the exception it raised, or None}.  The
-    suite's kernels are left as a fresh import would leave them (its own tests count variants)."""
+    suite's kernels start and are left as a fresh import would leave them (its own tests count
+    variants, and may have run before in this process)."""
     from tests import test_language as suite
+    _fresh(suite)
     real = tack.launch
     tack.launch = launch
     private = _private_cache()
@@ -159,11 +161,16 @@ def replay_language_suite(launch) -> dict:
         tack.launch = real
         tack.config.reset()
         private.close()
-        for value in vars(suite).values():
-            if isinstance(value, tack.api.Kernel):
-                value._lowered.clear()
-                value._variants.clear()
+        _fresh(suite)
     return out
+
+
+def _fresh(suite):
+    """The suite's kernels with nothing lowered or compiled in this process."""
+    for value in vars(suite).values():
+        if isinstance(value, tack.api.Kernel):
+            value._lowered.clear()
+            value._variants.clear()
 
 
 def language_suite_on(device) -> tuple:
