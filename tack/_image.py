@@ -93,6 +93,10 @@ class ImageFinder:
         self.package, self.prefix = package, package + "."
         self.root = package_dir + os.sep
         self.fd, self.index, self.base = fd, index, base
+        # a module's __cached__, as CPython names its .pyc (importlib's own computation of it,
+        # ``cache_from_source``, is a sixth of an import's machinery)
+        opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
+        self.pyc = f".{sys.implementation.cache_tag}{opt}.pyc"
         self.served = 0                     # modules served from the image, for tests and status
 
     def find_spec(self, name, path=None, target=None):
@@ -108,6 +112,8 @@ class ImageFinder:
         except Exception:                   # noqa: BLE001 - not in it, no source, bad index
             return None
         spec.has_location = True
+        head, _, tail = rel.rpartition("/")
+        spec.cached = f"{self.root}{head}{'/' if head else ''}__pycache__/{tail[:-3]}{self.pyc}"
         if is_package:
             spec.submodule_search_locations = [os.path.dirname(origin)]
         return spec

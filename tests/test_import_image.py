@@ -41,6 +41,8 @@ print(json.dumps({
     "co_filename": stores.open_session.__code__.co_filename,
     "source_ok": "def open_session" in inspect.getsource(stores.open_session),
     "image_path": _image.image_path(__import__("os").path.dirname(tack.__file__)),
+    "cached_wrong": [m for m in sys.modules if m.startswith("tack.") and sys.modules[m].__cached__
+                     != __import__("importlib.util").util.cache_from_source(sys.modules[m].__file__)],
 }))
 """
 
@@ -102,6 +104,9 @@ def test_written_image_serves_every_module_with_the_same_results(site, tmp_path)
     stores_py = str(site / "tack" / "cache" / "stores.py")
     assert after["stores_file"] == after["co_filename"] == stores_py
     assert after["source_ok"]
+    # __cached__ is the .pyc CPython names for the source (the finder sets it without
+    # importlib's computation), for a package, a module and a subpackage's module alike.
+    assert not after["cached_wrong"] and not before["cached_wrong"]
 
 
 def test_an_edited_module_is_imported_from_its_source_the_rest_from_the_image(site, tmp_path):
