@@ -56,7 +56,7 @@ from .keys import shown_version, tack_version_id
 from .trust import TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, check_trusted, open_regular
 
 MAGIC = b"TACKBDL1"                         # a Tack bundle, whatever its format
-FORMAT = 3                                  # 3: BLAKE2b checksums (2: SHA-256; 1: one index)
+FORMAT = 4                                  # 4: SHA-512/256t checksums (3: BLAKE2b; 2: SHA-256; 1: one index)
 _HEAD = struct.Struct("<8sIIII32s")         # magic, format, count, rows per block, meta length, digest
 _FIELDS = _HEAD.size - 32                   # the head's bytes its digest covers
 # An index row, as ``pack`` writes it: ``kind<TAB>key<TAB>offset<TAB>length<NEWLINE>``, numbers 16 digits.

@@ -44,9 +44,9 @@ def synthetic(n, seed=0, size=200):
 
 def layout(data):
     """-> {"count", "per" (rows per block), "meta", "table", "index" (where it starts), "end"
-    (where the index ends)} of format 3 bundle bytes."""
+    (where the index ends)} of format 4 bundle bytes."""
     _, fmt, count, per, mlen, _ = bundle._HEAD.unpack_from(data)
-    assert fmt == bundle.FORMAT == 3
+    assert fmt == bundle.FORMAT == 4
     nblocks = -(-count // per)
     meta = bundle._HEAD.size
     table = meta + mlen
