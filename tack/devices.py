@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from .records import record
+from .records import fields
 
 
-class Device(record("Device", ("name", "device", "target"))):
+@fields(("name", "device", "target"))
+class Device(tuple):
     """A device this process can launch on: its ``name``, the ``device`` string ``tack.launch``
     takes (``"cpu"``, ``"opencl:0"``, ``"cuda:1"``) and the ``target`` it compiles for
     (``kind:name``: ``cpu:zen3``, ``spirv:generic``, ``cuda:sm_90``)."""

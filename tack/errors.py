@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 
-from .records import record
+from .records import fields
 
 
 class TackWarning(RuntimeWarning):
@@ -93,8 +93,8 @@ class SourceContext:
                             col=col, line_text=text)
 
 
-class BoundsSite(record("BoundsSite", ("function", "array", "filename", "line", "fid", "offset"),
-                        defaults=("", -1))):
+@fields(("function", "array", "filename", "line", "fid", "offset"), defaults=("", -1))
+class BoundsSite(tuple):
     """Where a debug-mode bounds check sits, to name it when it fails.
 
     ``fid`` and ``offset`` (lines below the function's first line) let the

@@ -6,9 +6,11 @@ device, a bounds-check site), most of a millisecond of every process start.  ``r
 the same thing from plain functions: a tuple subclass with a property per field, defaults,
 keyword construction, ``_fields``, ``_replace``, ``_asdict``, pickling and
 ``namedtuple``'s own ``repr`` (``Scalar(name='float64', weak=False)``), so text made from
-these types reads as it did.  Subclass the result to add methods::
+these types reads as it did.  Tack's own classes take ``fields``, a decorator that makes the
+class it decorates the record (one class, not a record and a subclass of it)::
 
-    class Scalar(record("Scalar", ("name", "weak"), defaults=(False,))):
+    @fields(("name", "weak"), defaults=(False,))
+    class Scalar(tuple):
         __slots__ = ()
 """
 
@@ -22,6 +24,27 @@ _NOTHING = object()
 def record(typename: str, fields: tuple, defaults: tuple = ()):
     """A tuple class named ``typename`` with the named ``fields``; the last ``len(defaults)``
     fields take those defaults."""
+    return _fill(type(typename, (tuple,), {"__slots__": ()}), fields, defaults)
+
+
+def fields(names: tuple, defaults: tuple = ()):
+    """A class decorator: the ``tuple`` subclass it decorates (with ``__slots__ = ()``) becomes
+    ``record``'s class with the named fields, its own methods kept.  One class instead of a
+    record and a subclass of it: a third of the time, for the classes ``import tack`` defines::
+
+        @fields(("name", "weak"), defaults=(False,))
+        class Scalar(tuple):
+            __slots__ = ()
+    """
+    def decorate(cls):
+        if tuple not in cls.__bases__ or "__slots__" not in vars(cls):
+            raise TypeError(f"@fields takes a tuple subclass with __slots__, not {cls.__name__}")
+        return _fill(cls, names, defaults)
+    return decorate
+
+
+def _fill(cls, fields, defaults):
+    """``cls`` (a tuple subclass without fields yet) given the ``fields``, as ``record`` describes."""
     fields, defaults = tuple(fields), tuple(defaults)
     n, first_default = len(fields), len(fields) - len(defaults)
     position = {f: i for i, f in enumerate(fields)}
@@ -30,19 +53,19 @@ def record(typename: str, fields: tuple, defaults: tuple = ()):
         if len(args) == n and not kwargs:
             return tuple.__new__(cls, args)
         if len(args) > n:
-            raise TypeError(f"{typename}() takes {n} arguments but {len(args)} were given")
+            raise TypeError(f"{cls.__name__}() takes {n} arguments but {len(args)} were given")
         values = list(args) + [_NOTHING] * (n - len(args))
         for name, value in kwargs.items():
             i = position.get(name)
             if i is None:
-                raise TypeError(f"{typename}() got an unexpected keyword argument {name!r}")
+                raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}")
             if values[i] is not _NOTHING:
-                raise TypeError(f"{typename}() got multiple values for argument {name!r}")
+                raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
             values[i] = value
         for i in range(len(args), n):
             if values[i] is _NOTHING:
                 if i < first_default:
-                    raise TypeError(f"{typename}() missing required argument {fields[i]!r}")
+                    raise TypeError(f"{cls.__name__}() missing required argument {fields[i]!r}")
                 values[i] = defaults[i - first_default]
         return tuple.__new__(cls, values)
 
@@ -60,9 +83,16 @@ def record(typename: str, fields: tuple, defaults: tuple = ()):
     def __getnewargs__(self):
         return tuple(self)
 
-    namespace = {"__slots__": (), "__new__": __new__, "__repr__": __repr__,
-                 "_replace": _replace, "_asdict": _asdict, "__getnewargs__": __getnewargs__,
-                 "_fields": fields, "_field_defaults": dict(zip(fields[first_default:], defaults)),
-                 "__match_args__": fields}
-    namespace.update((f, property(itemgetter(i), doc=f"field {i}: {f}")) for i, f in enumerate(fields))
-    return type(typename, (tuple,), namespace)
+    own = vars(cls)
+    for name, value in (("__new__", staticmethod(__new__)), ("__repr__", __repr__),
+                        ("_replace", _replace), ("_asdict", _asdict),
+                        ("__getnewargs__", __getnewargs__), ("_fields", fields),
+                        ("_field_defaults", dict(zip(fields[first_default:], defaults))),
+                        ("__match_args__", fields)):
+        if name not in own:                 # the class's own methods win, as a subclass's did
+            setattr(cls, name, value)
+    for i, f in enumerate(fields):
+        if f in own:
+            raise TypeError(f"{cls.__name__} defines {f!r}, one of its fields")
+        setattr(cls, f, property(itemgetter(i), doc=f"field {i}: {f}"))
+    return cls

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .records import record
+from .records import fields
 
 
-class Scalar(record("Scalar", ("name", "weak"), defaults=(False,))):
+@fields(("name", "weak"), defaults=(False,))
+class Scalar(tuple):
     """A scalar type: ``name`` is NumPy's (bool, int32, int64, uint32, uint64, float32,
     float64); ``weak``: a Python literal, not yet committed to a width."""
 
@@ -51,8 +52,8 @@ WEAK_INT = Scalar("int64", weak=True)
 WEAK_FLOAT = Scalar("float64", weak=True)
 
 
-class Array(record("Array", ("dtype", "ndim", "layout", "writable", "shape"),
-                   defaults=("A", True, None))):
+@fields(("dtype", "ndim", "layout", "writable", "shape"), defaults=("A", True, None))
+class Array(tuple):
     """A NumPy array argument: its dtype, rank, layout and writability.
 
     ``layout`` is ``"C"`` (row-major contiguous: the innermost stride is 1
@@ -84,14 +85,16 @@ def layout_of(flags_num: int) -> str:
     return "C" if flags_num & _C else "F" if flags_num & _F else "A"
 
 
-class Tuple(record("Tuple", ("items",))):
+@fields(("items",))
+class Tuple(tuple):
     __slots__ = ()
 
     def __str__(self) -> str:
         return "(" + ", ".join(map(str, self.items)) + ")"
 
 
-class Template(record("Template", ("qualname", "fingerprint"))):
+@fields(("qualname", "fingerprint"))
+class Template(tuple):
     """A class passed as a kernel argument: a compile-time parameter."""
 
     __slots__ = ()

@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 
-from tack.records import record
+from tack.records import fields, record
 
 Point = record("Point", ("x", "y", "z"), defaults=(0,))
 Ref = collections.namedtuple("Point", "x y z", defaults=(0,))
@@ -49,3 +49,51 @@ def test_subclass_methods_pickle_and_match():
             assert (a, b) == (1, 2)
     with pytest.raises(AttributeError):
         s.c = 1                                  # slots: no instance dict
+
+
+@fields(("x", "y", "z"), defaults=(0,))
+class Decorated(tuple):
+    __slots__ = ()
+
+    def norm1(self):
+        return abs(self.x) + abs(self.y) + abs(self.z)
+
+    def __str__(self):
+        return f"<{self.x} {self.y} {self.z}>"
+
+
+@pytest.mark.parametrize("args,kwargs", [((1, 2, 3), {}), ((1, 2), {}), ((1,), {"y": 5}),
+                                         ((), {"z": 1, "y": 2, "x": 3})])
+def test_decorated_class_is_the_same_record_in_one_class(args, kwargs):
+    d, p = Decorated(*args, **kwargs), Point(*args, **kwargs)
+    assert tuple(d) == tuple(p) and hash(d) == hash(p) and d._asdict() == p._asdict()
+    assert repr(d) == repr(p).replace("Point", "Decorated") and str(d) == f"<{d.x} {d.y} {d.z}>"
+    assert type(d._replace(y=9)) is Decorated and d._replace(y=9).y == 9
+    assert Decorated.__mro__ == (Decorated, tuple, object)          # no record class between
+    assert Decorated._fields == Point._fields and Decorated._field_defaults == Point._field_defaults
+    assert pickle.loads(pickle.dumps(d)) == d and type(pickle.loads(pickle.dumps(d))) is Decorated
+    match d:
+        case Decorated(x, y, z):
+            assert (x, y, z) == tuple(d)
+    with pytest.raises(AttributeError):
+        d.w = 1
+    with pytest.raises(TypeError, match="Decorated\\(\\) missing required argument 'x'"):
+        Decorated()
+
+
+def test_decorator_refuses_what_it_cannot_make_a_record():
+    with pytest.raises(TypeError, match="tuple subclass with __slots__"):
+        @fields(("a",))
+        class NotATuple:
+            __slots__ = ()
+    with pytest.raises(TypeError, match="tuple subclass with __slots__"):
+        @fields(("a",))
+        class NoSlots(tuple):
+            pass
+    with pytest.raises(TypeError, match="defines 'a', one of its fields"):
+        @fields(("a",))
+        class Clash(tuple):
+            __slots__ = ()
+
+            def a(self):
+                return 1
