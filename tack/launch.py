@@ -178,7 +178,7 @@ def _compile(kernel, dims, args, device, debug):
         return wrap(_compile(kernel, dims, viewed, device, debug))
     typed = typed_args(kernel, args)
     runtime.check_args(kernel.__qualname__, kernel.params, args, typed.argtypes)
-    session = _cache.session(kind, runtime.host_key, runtime.site_bundles)
+    session = _cache.session(kind, runtime.host_key, runtime.site_bundles, runtime.BUNDLE_MACHINE)
     keys = None
     if session is not None:
         keys = _keys.keys(kernel, typed.templates, typed.value_types, len(dims), debug)

@@ -410,14 +410,17 @@ def warn_once_factory(quiet=False):
     return warn_once
 
 
-def session(kind: str, host_key: str, site_bundles):
+def session(kind: str, host_key, site_bundles, machine: str | None = None):
     """This process's ``stores.Session`` for device kind ``kind``, or None when the cache is off.
 
     The caller (the dispatcher) names what only its runtime knows, as functions called only when
     the session is made: ``host_key()``, the target key of code compiled here (it names this
     host's bundle), and ``site_bundles(names, header)``, which of a site directory's bundles
     this node uses, [(``kind:arch``, target key, name)] most specific first, called only if a
-    lookup reaches a site bundle directory (``bundle.SiteBundleStore``).  Each kind has a session
+    lookup reaches a site bundle directory (``bundle.SiteBundleStore``); and ``machine``, the one
+    its bundles' file names carry (the runtime's ``BUNDLE_MACHINE``: a GPU kind's code machine;
+    None: this host's, the CPU's), which names a bundle packed on a host like this one in a site
+    directory and, in mode ``bundle``, the user's own.  Each kind has a session
     of its own (a CPU and an OpenCL device look up different keys and site bundles); they
     share the settings, statistics and warnings.  A bundle given to ``load_bundle`` is the
     CPU's.
@@ -425,16 +428,16 @@ def session(kind: str, host_key: str, site_bundles):
     global _session
     if kind != "cpu":
         if kind not in _other_sessions:
-            _other_sessions[kind] = _new_session(host_key, site_bundles, own_bundle=False)
+            _other_sessions[kind] = _new_session(host_key, site_bundles, False, machine)
         return _other_sessions[kind] or None
     if _session is None:
-        _session = _new_session(host_key, site_bundles, own_bundle=not _bundle_called)
+        _session = _new_session(host_key, site_bundles, not _bundle_called, machine)
         if _session and _loaded_bundle is not None:
             _session.add_loaded(_loaded_bundle)
     return _session or None
 
 
-def _new_session(host_key, site_bundles, own_bundle):
+def _new_session(host_key, site_bundles, own_bundle, machine=None):
     s = _settings_in_use("the first kernel compiled")
     if s.mode == "off":
         return False
@@ -446,7 +449,7 @@ def _new_session(host_key, site_bundles, own_bundle):
         _warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
     return open_session(s, _get_stats(), _warn, host_key, site_bundles,
                         rank=launch.rank if launch is not None else 0,
-                        sites=site_dirs(warn=_warn), own_bundle=own_bundle)
+                        sites=site_dirs(warn=_warn), own_bundle=own_bundle, machine=machine)
 
 
 def load_bundle(comm=None) -> int:

@@ -549,12 +549,13 @@ class OwnBundle:
 
 
 def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sites=(),
-                 own_bundle=True) -> Session:
+                 own_bundle=True, machine=None) -> Session:
     """The session of a process (``rank``: its MPI rank): in mode ``bundle``, this host's bundle
     (named by ``host_key``) unless ``own_bundle`` is False (``load_bundle`` read it, or the
     session is another device kind's); else the user's directory; then for each site bundle
     directory in ``sites``, a bundle packed on a host like this one and those built for its
-    architecture (which, the caller's ``site_bundles`` says)."""
+    architecture (which, the caller's ``site_bundles`` says).  ``machine``: the one in the file
+    names of this kind's bundles (a GPU kind's code machine; None: this host's)."""
     stores, disk = [], None
     if settings.mode != "bundle":
         disk = DiskCache(settings, stats, warn_once, rank)
@@ -563,7 +564,7 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
             stores.append(OwnBundle(stats, warn_once, settings.directory, host_key))
     if settings.mode == "bundle" or sites:
         from .bundle import BundleStore, SiteBundleStore, bundle_name
-        name = bundle_name(host_key)
+        name = bundle_name(host_key, machine)
         if settings.mode == "bundle" and own_bundle:
             stores.append(BundleStore(stats, warn_once, os.path.join(settings.directory, name),
                                       label="cache bundle", quiet=True, target_key=host_key))

@@ -92,6 +92,46 @@ def test_a_site_bundle_built_for_spirv_serves_the_opencl_device(tmp_path):
     assert "variants from bundles 2, compiled 0" in checked.stdout, checked.stdout
 
 
+_CONTOUR_STATS = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tack, tack.cache
+    from tack.kernels.contour import contour
+    g = np.linspace(-1.0, 1.0, 21, dtype=np.float32)
+    field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
+    verts, faces = contour(field, 0.6, device="opencl")
+    print(json.dumps(dict(tack.cache.stats(), faces=int(len(faces)))))
+""")
+
+
+def test_a_bundle_packed_from_opencl_runs_serves_from_a_site_directory(tmp_path):
+    """A user's OpenCL entries packed (``python -m tack.cache pack``: the SPIR-V's bundle is
+    ``bundle-spirv64-<key>``, its code's machine) and put in a site directory serve a new process
+    whose own cache is empty: both kernels come from the bundle, nothing compiles.  The session
+    looked for it as ``bundle-x86_64-<key>`` (this host's machine), so it was never read."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def run(*args, **extra):
+        p = subprocess.run([sys.executable, *args], env=dict(env, **extra), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+    first = json.loads(run("-c", _CONTOUR_STATS, TACK_CACHE_DIR=str(tmp_path / "a")).splitlines()[-1])
+    assert first["misses"]["variant"] == 2
+    run("-m", "tack.cache", "pack", TACK_CACHE_DIR=str(tmp_path / "a"))
+    packed = sorted((tmp_path / "a").glob("bundle-spirv64-*"))
+    assert len(packed) == 1
+    site = tmp_path / "site"
+    site.mkdir()
+    packed[0].rename(site / packed[0].name)
+    got = json.loads(run("-c", _CONTOUR_STATS, TACK_CACHE_DIR=str(tmp_path / "b"),
+                         TACK_CACHE_BUNDLES=str(site)).splitlines()[-1])
+    assert got["faces"] == first["faces"] > 0
+    assert got["hits"]["variant"] == 2 and got["misses"]["variant"] == 0, got
+    assert got["variants_from"] == {"site bundles": 2}, got
+
+
 def sphere(shape, r):
     p = np.indices(shape).astype(np.float32)
     c = (np.array(shape, np.float32) - 1) / 2
