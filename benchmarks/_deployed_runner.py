@@ -86,7 +86,7 @@ def main():
         comm.Barrier()          # the ranks start Tack together: their start-up skew is the job's
     if lib == "numpy":
         out["ok"] = True
-        print(json.dumps(out))
+        print(json.dumps(out), flush=True)
         return
     module, call = MODULES[kernel][lib]
     t_lib = time.perf_counter()
@@ -130,7 +130,7 @@ def main():
         if comm.Get_rank() != 0:
             return
         out = dict(ranks[0], ranks=ranks)
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)   # now: what follows is the interpreter's exit
 
 
 main()
