@@ -101,7 +101,8 @@ def decode(data: bytes, kind: int, key: str | None = None, only=None):
         raise DamagedEntry("shorter than an entry header")
     magic, k, mlen, plen, digest, key_b = HEAD.unpack_from(data)
     if magic != MAGIC:
-        raise DamagedEntry("an entry of an older Tack's format (TACKENT1)" if magic == b"TACKENT1"
+        older = magic[:7] == MAGIC[:7] and b"1" <= magic[7:] < MAGIC[7:]
+        raise DamagedEntry(f"an entry of an older Tack's format ({magic.decode()})" if older
                            else "not a Tack cache entry (bad magic)")
     if k != kind:
         raise DamagedEntry(f"entry kind {k}, expected {kind}")

@@ -85,20 +85,24 @@ def test_host_identity_without_cpuinfo_flags_uses_llvm(monkeypatch, tmp_path, cp
 
 
 
-def test_entry_of_the_sha256_format_is_refused_as_an_older_one():
-    """An entry written with SHA-256 checksums (magic TACKENT1) is damaged to this Tack, and the
-    reason says it is an older format, not foreign data; today's round-trips."""
+@pytest.mark.parametrize("magic", [b"TACKENT1", b"TACKENT2"])
+def test_entry_of_an_older_format_is_refused_as_an_older_one(magic):
+    """An entry written with SHA-256 (magic TACKENT1) or BLAKE2b (TACKENT2) checksums is damaged to
+    this Tack, and the reason says it is an older format, not foreign data; today's round-trips;
+    another magic is not a Tack entry."""
     import hashlib
     key = "ab" * 32
     kind = entry.KIND_VARIANT
     data = entry.encode(kind, key, {"entry": "k"}, b"payload")
     assert entry.decode(data, kind, key)[2] == b"payload"
     meta_b = data[entry.HEAD.size:-len(b"payload")]
-    old = entry.HEAD.pack(b"TACKENT1", kind, len(meta_b), 7,
+    old = entry.HEAD.pack(magic, kind, len(meta_b), 7,
                           hashlib.sha256(key.encode() + meta_b + b"payload").digest(),
                           key.encode()) + meta_b + b"payload"
-    with pytest.raises(entry.DamagedEntry, match="older Tack's format"):
+    with pytest.raises(entry.DamagedEntry, match=f"older Tack's format \\({magic.decode()}\\)"):
         entry.decode(old, kind, key)
+    with pytest.raises(entry.DamagedEntry, match="not a Tack cache entry"):
+        entry.decode(b"TACKENT9" + old[8:], kind, key)
 
 
 def test_llvm_version_read_without_importing_llvmlite():

@@ -249,18 +249,19 @@ def test_damaged_header_refuses_the_bundle(made):
             bundle.read(str(path))
 
 
-@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize("fmt", [1, 2, 3])
 def test_older_format_bundle_refused_with_a_clear_message(tmp_path, fmt):
-    """A bundle an older Tack wrote (format 1: one index checksum; 2: SHA-256 checksums) is
+    """A bundle an older Tack wrote (format 1: one index checksum; 2: SHA-256 checksums; 3:
+    BLAKE2b checksums) is
     refused, saying so and to pack it again: by read, header and Bundle(bytes), and by the
     store, with one warning; never a crash."""
     from tack.cache.bundle import BundleStore
     entries = synthetic(6)
     if fmt == 1:
         data = format1_pack(entries, {"tack": "t", "target_key": "k" * 64})
-    else:       # today's layout with format 2 in its head (its checksums would not hold anyway)
+    else:       # today's layout with that format in its head (its checksums would not hold anyway)
         data = bytearray(bundle_write.pack(entries, {"tack": "t", "target_key": "k" * 64}))
-        data[8:12] = (2).to_bytes(4, "little")
+        data[8:12] = fmt.to_bytes(4, "little")
         data = bytes(data)
     d = tmp_path / "d"
     d.mkdir(mode=0o700)
