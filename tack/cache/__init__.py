@@ -420,15 +420,15 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
     lookup reaches a site bundle directory (``bundle.SiteBundleStore``); and ``machine``, the one
     its bundles' file names carry (the runtime's ``BUNDLE_MACHINE``: a GPU kind's code machine;
     None: this host's, the CPU's), which names a bundle packed on a host like this one in a site
-    directory and, in mode ``bundle``, the user's own.  Each kind has a session
-    of its own (a CPU and an OpenCL device look up different keys and site bundles); they
-    share the settings, statistics and warnings.  A bundle given to ``load_bundle`` is the
-    CPU's.
+    directory and the user's own (``pack`` writes one per kind and target found).  Each kind
+    has a session of its own (a CPU and an OpenCL device look up different keys and bundles);
+    they share the settings, statistics and warnings.  A bundle given to ``load_bundle`` is the
+    CPU's: a GPU kind's session reads its own bundle itself, on every rank.
     """
     global _session
     if kind != "cpu":
         if kind not in _other_sessions:
-            _other_sessions[kind] = _new_session(host_key, site_bundles, False, machine)
+            _other_sessions[kind] = _new_session(host_key, site_bundles, True, machine)
         return _other_sessions[kind] or None
     if _session is None:
         _session = _new_session(host_key, site_bundles, not _bundle_called, machine)

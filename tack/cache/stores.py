@@ -522,15 +522,15 @@ class OwnBundle:
     writable = False
     source = "cache bundle"
 
-    def __init__(self, stats, warn_once, directory, target_key):
+    def __init__(self, stats, warn_once, directory, target_key, machine=None):
         self.stats, self.warn_once = stats, warn_once
-        self.directory, self.target_key = directory, target_key
+        self.directory, self.target_key, self.machine = directory, target_key, machine
         self.store = None
 
     def read(self, kind, key, level, targets=()):
         if self.store is None:          # the first miss in the directory: a compile follows anyway
             from .bundle import BundleStore, bundle_name
-            path = os.path.join(self.directory, bundle_name(self.target_key))
+            path = os.path.join(self.directory, bundle_name(self.target_key, self.machine))
             self.store = os.path.lexists(path) and BundleStore(
                 self.stats, self.warn_once, path, label="cache bundle", quiet=True,
                 quiet_stale=True, target_key=self.target_key)
@@ -551,8 +551,8 @@ class OwnBundle:
 def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sites=(),
                  own_bundle=True, machine=None) -> Session:
     """The session of a process (``rank``: its MPI rank): in mode ``bundle``, this host's bundle
-    (named by ``host_key``) unless ``own_bundle`` is False (``load_bundle`` read it, or the
-    session is another device kind's); else the user's directory; then for each site bundle
+    (named by ``host_key``) unless ``own_bundle`` is False (``load_bundle`` read it); else the
+    user's directory, then that bundle after a miss there; then for each site bundle
     directory in ``sites``, a bundle packed on a host like this one and those built for its
     architecture (which, the caller's ``site_bundles`` says).  ``machine``: the one in the file
     names of this kind's bundles (a GPU kind's code machine; None: this host's)."""
@@ -561,7 +561,7 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
         disk = DiskCache(settings, stats, warn_once, rank)
         stores.append(disk)
         if own_bundle:
-            stores.append(OwnBundle(stats, warn_once, settings.directory, host_key))
+            stores.append(OwnBundle(stats, warn_once, settings.directory, host_key, machine))
     if settings.mode == "bundle" or sites:
         from .bundle import BundleStore, SiteBundleStore, bundle_name
         name = bundle_name(host_key, machine)

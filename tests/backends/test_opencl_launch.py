@@ -132,6 +132,42 @@ def test_a_bundle_packed_from_opencl_runs_serves_from_a_site_directory(tmp_path)
     assert got["variants_from"] == {"site bundles": 2}, got
 
 
+def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_directory(tmp_path):
+    """A user's OpenCL entries packed (``python -m tack.cache pack``) serve as the CPU's do:
+    with ``TACK_CACHE=bundle`` (nothing stored), under ``mpiexec -n 2`` (bundle mode by default:
+    every rank reads the bundle, none writes a file), and in write mode after ``clear`` removed
+    the per-kernel files.  A GPU kind's session read no bundle of the user's own, so each of
+    these compiled both kernels."""
+    import shutil
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["TACK_CACHE_DIR"] = str(tmp_path / "cache")
+
+    def run(*args, **extra):
+        p = subprocess.run([*args], env=dict(env, **extra), cwd=tmp_path, capture_output=True,
+                           text=True, timeout=900)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    first, = run(sys.executable, "-c", _CONTOUR_STATS)
+    assert first["misses"]["variant"] == 2
+    run(sys.executable, "-m", "tack.cache", "pack")
+    assert len(list((tmp_path / "cache").glob("bundle-spirv64-*"))) == 1
+
+    got, = run(sys.executable, "-c", _CONTOUR_STATS, TACK_CACHE="bundle")
+    assert got["variants_from"] == {"cache bundle": 2} and got["bytes_written"] == 0, got
+    assert got["faces"] == first["faces"]
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec:                                 # CI installs one; without it, the rest still runs
+        ranks = run(mpiexec, "-n", "2", sys.executable, "-c", _CONTOUR_STATS)
+        assert len(ranks) == 2, ranks
+        for r in ranks:
+            assert r["variants_from"] == {"cache bundle": 2} and r["bytes_written"] == 0, r
+            assert r["faces"] == first["faces"]
+    run(sys.executable, "-m", "tack.cache", "clear")
+    got, = run(sys.executable, "-c", _CONTOUR_STATS)
+    assert got["variants_from"] == {"cache bundle": 2} and got["misses"]["variant"] == 0, got
+
+
 def sphere(shape, r):
     p = np.indices(shape).astype(np.float32)
     c = (np.array(shape, np.float32) - 1) / 2
