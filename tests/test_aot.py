@@ -269,6 +269,21 @@ def test_a_packed_bundle_and_a_saved_one_have_the_same_header(tmp_path):
     assert saved["arch"] == "" and packed["arch"] == "cpu:" + cpu_runtime.host_arch()
 
 
+def test_pack_says_when_no_bundle_it_wrote_is_this_hosts_cpu_bundle(tmp_path):
+    """Entries saved for another CPU target (a generic level's, as another host's copy would be)
+    pack into a bundle no process here reads by default: ``pack`` says so, naming this host's
+    bundle; entries of this host pack without the note."""
+    cache = tmp_path / "cache"
+    tack.aot.save(contour_artifacts(GENERIC), str(cache))
+    r = cli("pack", TACK_CACHE_DIR=cache)
+    assert r.returncode == 0, r.stderr
+    assert "note: none of these is this host's CPU bundle (bundle-" in r.stdout, r.stdout
+    mine = tmp_path / "mine"
+    tack.aot.save(contour_artifacts("cpu"), str(mine))
+    r = cli("pack", TACK_CACHE_DIR=mine)
+    assert r.returncode == 0 and "packed" in r.stdout and "note:" not in r.stdout, r.stdout + r.stderr
+
+
 def test_aot_and_the_site_tool_compile_without_the_dispatcher():
     """The compile preamble lives in the compiler: tack.aot, tack.site.build and the compiler
     itself never import tack.launch; and tack.api, which the front end imports, imports neither

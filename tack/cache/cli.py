@@ -385,8 +385,11 @@ def cmd_pack(args) -> int:
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for {meta['arch'] or 'arch ?'} "
               f"({meta['machine']}) into {path}")
     name = bundle.bundle_name(here)
-    if output is None and not any(os.path.basename(p) == name for p, _ in written):
-        print(f"note: none of these is for this host ({name})")
+    # A copy of another host's cache packs CPU bundles no process here reads: say so.  A GPU
+    # kind's bundle is for that kind's devices (its runtime names it), never "this host's".
+    cpu = [m for _, m in written if (m.get("arch") or "cpu:").startswith("cpu:")]
+    if output is None and cpu and not any(os.path.basename(p) == name for p, _ in written):
+        print(f"note: none of these is this host's CPU bundle ({name})")
     return 0
 
 
