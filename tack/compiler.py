@@ -207,10 +207,13 @@ def driver_meta(meta, kernel_name, lowered_key, argtypes, grid: int, target_key,
     """Metadata of code a device's driver built from a variant (``meta``: the variant's, or the
     fields a cache hit read of it) for the dispatcher to store back under the device's key:
     what a hit uses, copied; what the variant was compiled from, as ``variant_meta`` writes it;
-    the device's target and what made the code (``made``: a runtime's ``store_back`` says)."""
+    the device's target and what made the code (``made``: a runtime's ``store_back`` says, with
+    the dispatcher's ``machine``, its runtime's ``BUNDLE_MACHINE``: ``pack`` names the bundle of
+    this code with it, as the runtime looks it up)."""
     out = {f: meta[f] for f in ("dep", "entry", "site", "tidx", "argspec") if f in meta}
     out.update(kernel=kernel_name, lowered=lowered_key or "",
                arg=[[str(t)] for t in argtypes], argspec=[[T.spec(t)] for t in argtypes],
-               grid=str(grid), target_key=target_key, machine="", backend=made["backend"],
+               grid=str(grid), target_key=target_key, machine=made.get("machine", ""),
+               backend=made["backend"],
                suffix=made["suffix"], arch=made["arch"], target=identity_text(made))
     return out

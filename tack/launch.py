@@ -267,6 +267,7 @@ def _store_back(runtime, session, keys, kernel, value_types, grid, fn, meta):
         if got is None:
             return
         target_key, payload, made = got
+        made = dict(made, machine=runtime.BUNDLE_MACHINE)    # its bundle's name, as for its kind
         from .compiler import Artifact, driver_meta
         m = driver_meta(meta, kernel.__qualname__, keys.lowered, value_types, grid, target_key, made)
         session.store_variant(Artifact(keys.for_target(target_key), payload, m["entry"], [], m,

@@ -511,32 +511,55 @@ class Session:
         return stored
 
 
-class OwnBundle:
-    """In ``write`` and ``read`` mode, this host's bundle in the user's own directory, read after
-    its per-kernel files: after ``pack`` then ``clear``, a run loads from the bundle instead of
-    compiling, as a ccache or Numba user expects of a file in their own cache.  Nothing is imported
-    or opened until a lookup misses in the directory, and then only if the file exists (a warm
-    process never gets here); a bundle of another Tack version (a checkout edited since it was
-    packed) is passed over in the log only, since the directory serves and stores as usual."""
+class PackedBundles:
+    """Bundles ``pack`` made, in one directory: one per target it found, named by the target key
+    and this kind's machine (``bundle.bundle_name``), opened for each target key a lookup asks,
+    best first: the session's (this host's code, or a GPU kind's portable code), and a GPU
+    device's own code (what its driver built from the portable code, stored under the device's
+    key).  Nothing is imported or opened until a lookup reaches them, and then (``lazy``) only a
+    file that exists.
+
+    Three uses (``open_session``): the user's own in ``write`` and ``read`` mode, read after the
+    per-kernel files (after ``pack`` then ``clear`` a run loads from them instead of compiling,
+    as a ccache or Numba user expects of a file in their own cache; a warm process never gets
+    here; one of another Tack version, a checkout edited since it was packed, is passed over in
+    the log only, since the directory serves and stores as usual); the user's own in mode
+    ``bundle``, where they are all there is and a stale one is said; and in each site bundle
+    directory, bundles packed on a host like this one (``allow_root``: an admin's)."""
 
     writable = False
-    source = "cache bundle"
 
-    def __init__(self, stats, warn_once, directory, target_key, machine=None):
+    def __init__(self, stats, warn_once, directory, target_key, machine=None, label="cache bundle",
+                 allow_root=False, quiet_stale=True, lazy=True):
         self.stats, self.warn_once = stats, warn_once
         self.directory, self.target_key, self.machine = directory, target_key, machine
-        self.store = None
+        self.label, self.allow_root, self.quiet_stale, self.lazy = label, allow_root, quiet_stale, lazy
+        self.source = "site bundles" if label.startswith("site") else label
+        self.stores = {}                # target key -> its BundleStore, or False: no such file
+
+    def _store(self, target_key):
+        got = self.stores.get(target_key)
+        if got is None:
+            from .bundle import BundleStore, bundle_name
+            path = os.path.join(self.directory, bundle_name(target_key, self.machine))
+            got = (not self.lazy or os.path.lexists(path)) and BundleStore(
+                self.stats, self.warn_once, path, allow_root=self.allow_root, label=self.label,
+                quiet=True, quiet_stale=self.quiet_stale, target_key=target_key)
+            self.stores[target_key] = got
+        return got
 
     def read(self, kind, key, level, targets=()):
-        if self.store is None:          # the first miss in the directory: a compile follows anyway
-            from .bundle import BundleStore, bundle_name
-            path = os.path.join(self.directory, bundle_name(self.target_key, self.machine))
-            self.store = os.path.lexists(path) and BundleStore(
-                self.stats, self.warn_once, path, label="cache bundle", quiet=True,
-                quiet_stale=True, target_key=self.target_key)
-        if self.store is False:
-            return None, MISSING
-        return self.store.read(kind, key, level, targets)
+        why = MISSING
+        for tk in (targets if kind == KIND_VARIANT and targets else (self.target_key,)):
+            store = self._store(tk)
+            if store is False:
+                continue
+            found, why_here = store.read(kind, key, level)
+            if found is not None:
+                return found, ""
+            if why_here != MISSING:
+                why = why_here
+        return None, why
 
     def write(self, kind, key, meta, payload) -> bool:
         return False
@@ -550,26 +573,26 @@ class OwnBundle:
 
 def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sites=(),
                  own_bundle=True, machine=None) -> Session:
-    """The session of a process (``rank``: its MPI rank): in mode ``bundle``, this host's bundle
-    (named by ``host_key``) unless ``own_bundle`` is False (``load_bundle`` read it); else the
-    user's directory, then that bundle after a miss there; then for each site bundle
-    directory in ``sites``, a bundle packed on a host like this one and those built for its
-    architecture (which, the caller's ``site_bundles`` says).  ``machine``: the one in the file
+    """The session of a process (``rank``: its MPI rank): in mode ``bundle``, the user's packed
+    bundles (``PackedBundles``: this host's, named by ``host_key``, and a GPU device's own)
+    unless ``own_bundle`` is False (``load_bundle`` read this host's); else the user's
+    directory, then those bundles after a miss there; then for each site bundle directory in
+    ``sites``, bundles packed on a host like this one and those built for its architecture
+    (which, the caller's ``site_bundles`` says).  ``machine``: the one in the file
     names of this kind's bundles (a GPU kind's code machine; None: this host's)."""
     stores, disk = [], None
     if settings.mode != "bundle":
         disk = DiskCache(settings, stats, warn_once, rank)
         stores.append(disk)
         if own_bundle:
-            stores.append(OwnBundle(stats, warn_once, settings.directory, host_key, machine))
-    if settings.mode == "bundle" or sites:
-        from .bundle import BundleStore, SiteBundleStore, bundle_name
-        name = bundle_name(host_key, machine)
-        if settings.mode == "bundle" and own_bundle:
-            stores.append(BundleStore(stats, warn_once, os.path.join(settings.directory, name),
-                                      label="cache bundle", quiet=True, target_key=host_key))
+            stores.append(PackedBundles(stats, warn_once, settings.directory, host_key, machine))
+    if settings.mode == "bundle" and own_bundle:
+        stores.append(PackedBundles(stats, warn_once, settings.directory, host_key, machine,
+                                    quiet_stale=False, lazy=False))
+    if sites:
+        from .bundle import SiteBundleStore
         for d in sites:
-            stores.append(BundleStore(stats, warn_once, os.path.join(d, name), allow_root=True,
-                                      label="site bundle", quiet=True, target_key=host_key))
+            stores.append(PackedBundles(stats, warn_once, d, host_key, machine, label="site bundle",
+                                        allow_root=True, quiet_stale=False, lazy=False))
             stores.append(SiteBundleStore(stats, warn_once, d, site_bundles))
     return Session(settings, stats, warn_once, host_key, stores, disk)

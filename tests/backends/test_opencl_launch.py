@@ -122,23 +122,28 @@ def test_a_bundle_packed_from_opencl_runs_serves_from_a_site_directory(tmp_path)
     said = run("-m", "tack.cache", "pack", TACK_CACHE_DIR=str(tmp_path / "a"))
     assert "(spirv64) into" in said and "note:" not in said, said     # no "not for this host"
     packed = sorted((tmp_path / "a").glob("bundle-spirv64-*"))
-    assert len(packed) == 1
+    assert len(packed) == 2                 # the SPIR-V's, and the driver's program binaries
     site = tmp_path / "site"
     site.mkdir()
-    packed[0].rename(site / packed[0].name)
+    for p in packed:
+        p.rename(site / p.name)
     got = json.loads(run("-c", _CONTOUR_STATS, TACK_CACHE_DIR=str(tmp_path / "b"),
                          TACK_CACHE_BUNDLES=str(site)).splitlines()[-1])
     assert got["faces"] == first["faces"] > 0
     assert got["hits"]["variant"] == 2 and got["misses"]["variant"] == 0, got
     assert got["variants_from"] == {"site bundles": 2}, got
+    assert got["bytes_written"] == 0, got   # the driver's binaries served too: nothing built
 
 
 def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_directory(tmp_path):
     """A user's OpenCL entries packed (``python -m tack.cache pack``) serve as the CPU's do:
     with ``TACK_CACHE=bundle`` (nothing stored), under ``mpiexec -n 2`` (bundle mode by default:
     every rank reads the bundle, none writes a file), and in write mode after ``clear`` removed
-    the per-kernel files.  A GPU kind's session read no bundle of the user's own, so each of
-    these compiled both kernels."""
+    the per-kernel files, the program binaries the driver built included (``pack`` writes them
+    in a bundle of their own, under the device's key, which the session opens beside the
+    SPIR-V's).  A GPU kind's session read no bundle of the user's own, so each of these compiled
+    both kernels; and the driver's binaries were packed under this host's machine, where no
+    session looked."""
     import shutil
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -152,7 +157,8 @@ def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_
     first, = run(sys.executable, "-c", _CONTOUR_STATS)
     assert first["misses"]["variant"] == 2
     run(sys.executable, "-m", "tack.cache", "pack")
-    assert len(list((tmp_path / "cache").glob("bundle-spirv64-*"))) == 1
+    # Two: the SPIR-V's, and the program binary the driver built from it (the device's key).
+    assert len(list((tmp_path / "cache").glob("bundle-spirv64-*"))) == 2
 
     got, = run(sys.executable, "-c", _CONTOUR_STATS, TACK_CACHE="bundle")
     assert got["variants_from"] == {"cache bundle": 2} and got["bytes_written"] == 0, got
@@ -167,6 +173,8 @@ def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_
     run(sys.executable, "-m", "tack.cache", "clear")
     got, = run(sys.executable, "-c", _CONTOUR_STATS)
     assert got["variants_from"] == {"cache bundle": 2} and got["misses"]["variant"] == 0, got
+    # The driver's binaries came from their bundle: nothing was built, so nothing stored back.
+    assert got["bytes_written"] == 0, got
 
 
 def sphere(shape, r):
