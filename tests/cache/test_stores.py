@@ -49,6 +49,7 @@ def every_store(cache, site):
     return {
         "disk": disk(cache),
         "bundle": bundle.BundleStore(st, warn, str(site / bundle.bundle_name(HOST)), target_key=HOST),
+        "packed": stores.PackedBundles(st, warn, str(site), HOST),
         "site": bundle.SiteBundleStore(st, warn, str(site),
                                        lambda names, header: bundle.named_candidates([("cpu:zen2", ARCH_KEY)], names)),
         "session": stores.open_session(settings(cache), st, warn, HOST, lambda names, header: [],
@@ -75,8 +76,8 @@ class TestProtocol:
             got, why = store.read(entry.KIND_VARIANT, variant_key, "variant", targets=[OTHER, HOST])
             assert got is not None and why == "", (name, why)
             found[name] = got.payload
-        assert found == {"disk": b"code for a", "bundle": b"code for a", "site": b"code for c",
-                         "session": b"code for a"}
+        assert found == {"disk": b"code for a", "bundle": b"code for a", "packed": b"code for a",
+                         "site": b"code for c", "session": b"code for a"}
 
     def test_every_store_misses_with_the_reason_missing(self, written):
         """A key no store holds: every store answers (None, "missing")."""
@@ -92,7 +93,36 @@ class TestProtocol:
             store.discard(str(written[0] / "nowhere.tvar"))
 
 
+def _entry_bytes(cache, tk):
+    return (cache / keys.tack_version_id() / "variants" / variant_key(tk)[:2]
+            / (variant_key(tk) + ".tvar")).read_bytes()
+
+
 class TestTargets:
+    def test_packed_bundles_open_one_bundle_per_target_in_the_callers_order(self, written):
+        """``PackedBundles``: for each of the caller's targets, best first, the bundle ``pack`` made
+        for it (a GPU device's driver-built code beside its portable code); a bundle whose entry
+        is damaged is passed over for the next target's, saying why if none serves; without
+        targets (a lowered kernel's lookup), the session's own target's."""
+        cache, site = written
+        pack = lambda tk, data: bundle_write.pack(                          # noqa: E731
+            [(entry.KIND_VARIANT, variant_key(tk), data)], {"tack": keys.tack_version_id(), "target_key": tk})
+        (site / bundle.bundle_name(ARCH_KEY)).write_bytes(pack(ARCH_KEY, _entry_bytes(cache, ARCH_KEY)))
+        p = stores.PackedBundles(tack.cache.new_stats(), lambda m: None, str(site), HOST)
+        read = lambda targets: p.read(entry.KIND_VARIANT, variant_key, "variant", targets)  # noqa: E731
+        assert read([ARCH_KEY, HOST])[0].payload == b"code for c"
+        assert read([OTHER, HOST])[0].payload == b"code for a"
+        assert read([OTHER]) == (None, entry.MISSING)
+        assert p.read(entry.KIND_VARIANT, variant_key(HOST), "variant")[0].payload == b"code for a"
+        damaged = bytearray(_entry_bytes(cache, ARCH_KEY))
+        damaged[-1] ^= 0xFF                                                 # its payload's last byte
+        (site / bundle.bundle_name(ARCH_KEY)).write_bytes(pack(ARCH_KEY, bytes(damaged)))
+        p = stores.PackedBundles(tack.cache.new_stats(), lambda m: None, str(site), HOST)
+        got, why = read([ARCH_KEY, HOST])
+        assert got.payload == b"code for a" and why == ""
+        got, why = read([ARCH_KEY])
+        assert got is None and "damaged" in why, why
+
     def test_users_directory_tries_the_callers_targets_in_order(self, written):
         """The first of the caller's targets with an entry wins; a target it does not name is never tried."""
         d = disk(written[0])
