@@ -320,6 +320,7 @@ _warn = None              # the process's warn_once, shared by its sessions
 _stats = None
 _launch = None            # the MPI launch, if any (detected once)
 _loaded_bundle = None     # a Bundle given by load_bundle()
+_loaded_gpu: dict = {}    # target key -> a GPU kind's packed Bundle given by load_bundle()
 _bundle_called = False    # load_bundle() ran: no rank opens the directory's bundle itself
 
 
@@ -423,12 +424,14 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
     directory and the user's own (``pack`` writes one per kind and target found).  Each kind
     has a session of its own (a CPU and an OpenCL device look up different keys and bundles);
     they share the settings, statistics and warnings.  A bundle given to ``load_bundle`` is the
-    CPU's: a GPU kind's session reads its own bundle itself, on every rank.
+    CPU's; those ``load_bundle`` broadcast for the GPU kinds serve their sessions, which then
+    open no bundle of the user's themselves (without ``load_bundle``, each rank opens its own).
     """
     global _session
     if kind != "cpu":
         if kind not in _other_sessions:
-            _other_sessions[kind] = _new_session(host_key, site_bundles, True, machine)
+            _other_sessions[kind] = _new_session(host_key, site_bundles, True, machine,
+                                                 _loaded_gpu if _bundle_called else None)
         return _other_sessions[kind] or None
     if _session is None:
         _session = _new_session(host_key, site_bundles, not _bundle_called, machine)
@@ -437,7 +440,7 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
     return _session or None
 
 
-def _new_session(host_key, site_bundles, own_bundle, machine=None):
+def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None):
     s = _settings_in_use("the first kernel compiled")
     if s.mode == "off":
         return False
@@ -449,33 +452,36 @@ def _new_session(host_key, site_bundles, own_bundle, machine=None):
         _warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
     return open_session(s, _get_stats(), _warn, host_key, site_bundles,
                         rank=launch.rank if launch is not None else 0,
-                        sites=site_dirs(warn=_warn), own_bundle=own_bundle, machine=machine)
+                        sites=site_dirs(warn=_warn), own_bundle=own_bundle, machine=machine,
+                        loaded=loaded)
 
 
 def load_bundle(comm=None) -> int:
-    """Read this host's bundle on rank 0 and broadcast it to every rank of ``comm``.
+    """Read this host's bundle on rank 0 and broadcast it to every rank of ``comm``, with the
+    bundles ``pack`` made for GPU kinds in the same directory.
 
     Call on every rank before the first kernel. Returns the number of entries
-    read; 0 on every rank if rank 0 cannot use the bundle (there is none, it
+    read; 0 on every rank if rank 0 cannot use any bundle (there is none, it
     is damaged, or it is not the user's own), after rank 0 warns why. Every
     rank takes part in the same collective calls whatever happens on rank 0.
-    Without ``comm``, this process reads the bundle itself.
+    Without ``comm``, this process reads the bundles itself.
     """
     from .bcast import load_and_broadcast
-    from .host import cpu_host_key
+    from .host import cpu_host_key, gpu_packed_bundles
     global _loaded_bundle, _bundle_called
     _bundle_called = True
-    loaded = load_and_broadcast(comm, settings(), cpu_host_key)
-    if loaded is None:
-        return 0
-    if loaded.bytes_read:                       # rank 0, which read the file
-        stats = _get_stats()
-        stats["bytes_read"] += loaded.bytes_read
-        stats["load_seconds"] += loaded.read_seconds
-    _loaded_bundle = loaded
-    if _session:
-        _session.add_loaded(loaded)
-    return len(loaded)
+    loaded, gpu = load_and_broadcast(comm, settings(), cpu_host_key, gpu_packed_bundles)
+    stats = _get_stats()
+    for b in ([loaded] if loaded is not None else []) + gpu:
+        if b.bytes_read:                        # rank 0, which read the files
+            stats["bytes_read"] += b.bytes_read
+            stats["load_seconds"] += b.read_seconds
+    _loaded_gpu.update((b.meta.get("target_key"), b) for b in gpu)
+    if loaded is not None:
+        _loaded_bundle = loaded
+        if _session:
+            _session.add_loaded(loaded)
+    return (len(loaded) if loaded is not None else 0) + sum(len(b) for b in gpu)
 
 
 def _setup_logging():
@@ -495,6 +501,7 @@ def _reset_for_tests():
     """Forget settings, session, stats, MPI detection and bundles, as in a new process."""
     global _resolved, _session, _launch, _loaded_bundle, _bundle_called, _stats, _warn
     _bundle_called = False
+    _loaded_gpu.clear()
     _other_sessions.clear()
     _warn = None
     _configured.clear()

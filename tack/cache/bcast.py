@@ -1,4 +1,5 @@
-"""``load_bundle(comm)``: rank 0 reads the bundle, every rank gets its bytes.
+"""``load_bundle(comm)``: rank 0 reads the bundles, every rank gets their bytes: this host's
+CPU bundle, and the bundles ``pack`` made for GPU kinds in the same directory.
 
 Rank 0 reads the whole file in one go (``bundle.read(..., whole=True)``): the job pays one
 open and one read of it, however many ranks use it; the other ranks look entries up in
@@ -6,8 +7,9 @@ the bytes they received, each entry checked by its own checksum when used.
 
 The bytes go through mpi4py's buffer interface (``Bcast`` of a byte buffer,
 in chunks well under MPI's 2**31-element count limit), never pickled.  A
-status (entry count, byte length) is broadcast first, so every rank makes
-the same collective calls whatever happened on rank 0.
+status (entry count, byte length, how many GPU bundles follow) is broadcast
+first, then each GPU bundle's length, so every rank makes the same collective
+calls whatever happened on rank 0.
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ import os
 CHUNK = 1 << 30
 
 
-def load_and_broadcast(comm, settings, host_key):
-    """-> the Bundle on every rank, or None on every rank (after rank 0 warns why).
+def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
+    """-> (this host's Bundle or None, [the GPU kinds' packed Bundles]), the same on every rank;
+    rank 0 warns why when it can use no bundle at all.
 
-    ``host_key()``: this host's CPU target key, which names its bundle (asked on rank 0 only)."""
-    from . import bundle, warn_once_factory
+    ``host_key()``: this host's CPU target key, which names its bundle; ``gpu_bundles(names)``:
+    of the directory's file names, the GPU kinds' packed bundles (``host.gpu_packed_bundles``);
+    both asked on rank 0 only.  A GPU bundle rank 0 cannot use (damaged, another Tack's, not the
+    user's own) is left out, said in the log."""
+    from . import bundle, log, warn_once_factory
     from .keys import tack_version_id
 
     rank = 0 if comm is None else comm.Get_rank()
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
+    others = []
     if rank == 0:
         if settings.mode == "off":
             reason = "the cache is off (TACK_CACHE=off)"
@@ -38,17 +45,49 @@ def load_and_broadcast(comm, settings, host_key):
                 reason = str(e)
             except Exception as e:              # noqa: BLE001 - rank 0 must still reach the Bcast
                 loaded, reason = None, f"{type(e).__name__}: {e}"
-        if reason is not None:
+            others = _gpu_bundles(settings.directory, gpu_bundles, bundle, log, tack_version_id)
+        if reason is not None and not others:
             warn_once_factory()(f"not using a bundle: {reason}; kernels compile as without a cache")
     if comm is None:
-        return loaded
+        return loaded, others
 
     import numpy as np
-    head = np.array(status, dtype=np.int64)
+    head = np.array(status + [len(others)], dtype=np.int64)
     comm.Bcast(head, root=0)
-    nbytes, count = int(head[0]), int(head[1])
-    if count < 0:
-        return None
+    nbytes, count, n_others = int(head[0]), int(head[1]), int(head[2])
+    if count >= 0:
+        loaded = _bcast_bundle(comm, rank, nbytes, data, loaded, np, bundle)
+    got = []
+    for i in range(n_others):                   # every rank makes the same calls, in order
+        size = np.array([len(others[i].data) if rank == 0 else 0], dtype=np.int64)
+        comm.Bcast(size, root=0)
+        b = _bcast_bundle(comm, rank, int(size[0]), others[i].data if rank == 0 else b"",
+                          others[i] if rank == 0 else None, np, bundle)
+        if b is not None:
+            got.append(b)
+    return loaded, got
+
+
+def _gpu_bundles(directory, gpu_bundles, bundle, log, tack_version_id) -> list:
+    """Rank 0: the directory's GPU packed bundles it can use, each read whole."""
+    try:
+        names = gpu_bundles(os.listdir(directory))
+    except Exception as e:                      # noqa: BLE001 - no directory, no GPU kinds known
+        log.debug("load_bundle: no GPU bundles (%s: %s)", type(e).__name__, e)
+        return []
+    out = []
+    for name in names:
+        try:
+            out.append(bundle.read(os.path.join(directory, name), tack_version=tack_version_id(),
+                                   whole=True))
+        except Exception as e:                  # noqa: BLE001 - that one is left out, said in the log
+            log.debug("load_bundle: not using %s: %s", name, e)
+    return out
+
+
+def _bcast_bundle(comm, rank, nbytes, data, loaded, np, bundle):
+    """One bundle's bytes from rank 0 to every rank: rank 0's Bundle there, one made of the bytes
+    elsewhere (None if they cannot be one: they cannot differ from rank 0's; safe anyway)."""
     buf = bytearray(data) if rank == 0 else bytearray(nbytes)
     view = memoryview(buf)
     for start in range(0, nbytes, CHUNK):
@@ -57,5 +96,5 @@ def load_and_broadcast(comm, settings, host_key):
         return loaded
     try:
         return bundle.Bundle(bytes(buf), "<broadcast from rank 0>")
-    except bundle.BundleError:                  # cannot differ from rank 0's; be safe anyway
+    except bundle.BundleError:
         return None

@@ -517,7 +517,7 @@ class PackedBundles:
     best first: the session's (this host's code, or a GPU kind's portable code), and a GPU
     device's own code (what its driver built from the portable code, stored under the device's
     key).  Nothing is imported or opened until a lookup reaches them, and then (``lazy``) only a
-    file that exists.
+    file that exists; with ``loaded`` (the bundles ``load_bundle`` broadcast), no file at all.
 
     Three uses (``open_session``): the user's own in ``write`` and ``read`` mode, read after the
     per-kernel files (after ``pack`` then ``clear`` a run loads from them instead of compiling,
@@ -530,15 +530,21 @@ class PackedBundles:
     writable = False
 
     def __init__(self, stats, warn_once, directory, target_key, machine=None, label="cache bundle",
-                 allow_root=False, quiet_stale=True, lazy=True):
+                 allow_root=False, quiet_stale=True, lazy=True, loaded=None):
         self.stats, self.warn_once = stats, warn_once
         self.directory, self.target_key, self.machine = directory, target_key, machine
         self.label, self.allow_root, self.quiet_stale, self.lazy = label, allow_root, quiet_stale, lazy
         self.source = "site bundles" if label.startswith("site") else label
         self.stores = {}                # target key -> its BundleStore, or False: no such file
+        self.loaded = loaded            # {target key: Bundle} load_bundle broadcast: no file opened
 
     def _store(self, target_key):
         got = self.stores.get(target_key)
+        if got is None and self.loaded is not None:
+            from .bundle import BundleStore
+            b = self.loaded.get(target_key)
+            got = self.stores[target_key] = b is not None and BundleStore(
+                self.stats, self.warn_once, loaded=b, label=self.label, target_key=target_key)
         if got is None:
             from .bundle import BundleStore, bundle_name
             path = os.path.join(self.directory, bundle_name(target_key, self.machine))
@@ -572,23 +578,26 @@ class PackedBundles:
 
 
 def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sites=(),
-                 own_bundle=True, machine=None) -> Session:
+                 own_bundle=True, machine=None, loaded=None) -> Session:
     """The session of a process (``rank``: its MPI rank): in mode ``bundle``, the user's packed
     bundles (``PackedBundles``: this host's, named by ``host_key``, and a GPU device's own)
     unless ``own_bundle`` is False (``load_bundle`` read this host's); else the user's
     directory, then those bundles after a miss there; then for each site bundle directory in
     ``sites``, bundles packed on a host like this one and those built for its architecture
     (which, the caller's ``site_bundles`` says).  ``machine``: the one in the file
-    names of this kind's bundles (a GPU kind's code machine; None: this host's)."""
+    names of this kind's bundles (a GPU kind's code machine; None: this host's); ``loaded``:
+    {target key: Bundle} that ``load_bundle`` broadcast for a GPU kind, which then serve in place
+    of the user's files."""
     stores, disk = [], None
     if settings.mode != "bundle":
         disk = DiskCache(settings, stats, warn_once, rank)
         stores.append(disk)
         if own_bundle:
-            stores.append(PackedBundles(stats, warn_once, settings.directory, host_key, machine))
+            stores.append(PackedBundles(stats, warn_once, settings.directory, host_key, machine,
+                                        loaded=loaded))
     if settings.mode == "bundle" and own_bundle:
         stores.append(PackedBundles(stats, warn_once, settings.directory, host_key, machine,
-                                    quiet_stale=False, lazy=False))
+                                    quiet_stale=False, lazy=False, loaded=loaded))
     if sites:
         from .bundle import SiteBundleStore
         for d in sites:

@@ -135,6 +135,24 @@ def test_a_bundle_packed_from_opencl_runs_serves_from_a_site_directory(tmp_path)
     assert got["bytes_written"] == 0, got   # the driver's binaries served too: nothing built
 
 
+_LOAD_BUNDLE_THEN_CONTOUR = textwrap.dedent("""
+    import json, os, sys
+    opened = []
+    sys.addaudithook(lambda event, args: opened.append(os.fsdecode(args[0])) if event == "open"
+                     and isinstance(args[0], (str, bytes)) and "bundle-" in os.fsdecode(args[0]) else None)
+    import numpy as np
+    import tack, tack.cache
+    from mpi4py import MPI
+    from tack.kernels.contour import contour
+    entries = tack.cache.load_bundle(MPI.COMM_WORLD)
+    g = np.linspace(-1.0, 1.0, 21, dtype=np.float32)
+    field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
+    verts, faces = contour(field, 0.6, device="opencl")
+    print(json.dumps(dict(tack.cache.stats(), faces=int(len(faces)), entries=entries,
+                          opened=opened, rank=MPI.COMM_WORLD.Get_rank())))
+""")
+
+
 def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_directory(tmp_path):
     """A user's OpenCL entries packed (``python -m tack.cache pack``) serve as the CPU's do:
     with ``TACK_CACHE=bundle`` (nothing stored), under ``mpiexec -n 2`` (bundle mode by default:
@@ -143,7 +161,8 @@ def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_
     in a bundle of their own, under the device's key, which the session opens beside the
     SPIR-V's).  A GPU kind's session read no bundle of the user's own, so each of these compiled
     both kernels; and the driver's binaries were packed under this host's machine, where no
-    session looked."""
+    session looked.  ``load_bundle(comm)`` broadcasts them from rank 0 beside the CPU's: no other
+    rank opens a bundle (it broadcast the CPU's alone, so every rank compiled)."""
     import shutil
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -170,6 +189,15 @@ def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_
         for r in ranks:
             assert r["variants_from"] == {"cache bundle": 2} and r["bytes_written"] == 0, r
             assert r["faces"] == first["faces"]
+        # load_bundle(comm): rank 0 reads the GPU bundles too and broadcasts them; no other rank
+        # opens a bundle, and the kernels come from the broadcast bytes.
+        ranks = sorted(run(mpiexec, "-n", "2", sys.executable, "-c", _LOAD_BUNDLE_THEN_CONTOUR),
+                       key=lambda r: r["rank"])
+        assert [r["rank"] for r in ranks] == [0, 1], ranks
+        for r in ranks:
+            assert r["variants_from"] == {"cache bundle": 2} and r["bytes_written"] == 0, r
+            assert r["entries"] == ranks[0]["entries"] > 0 and r["faces"] == first["faces"], r
+        assert ranks[0]["opened"] and not ranks[1]["opened"], ranks
     run(sys.executable, "-m", "tack.cache", "clear")
     got, = run(sys.executable, "-c", _CONTOUR_STATS)
     assert got["variants_from"] == {"cache bundle": 2} and got["misses"]["variant"] == 0, got

@@ -287,3 +287,17 @@ def test_site_bundle_arch_reads_back_site_bundle_name():
     for other in (bundle.bundle_name("7" * 64, "aarch64"), "bundle-aarch64-cpu--666666666666",
                   "bundle-aarch64-cpu-zen2-6666", name + ".tmp.1a2b"):
         assert bundle.site_bundle_arch(other, "cpu", "aarch64") is None, other
+
+
+def test_load_bundle_takes_the_gpu_kinds_packed_bundles_and_nothing_else():
+    """``host.gpu_packed_bundles``: of a directory's names, the bundles ``pack`` made for a GPU
+    kind's code (its machine, a 16-digit key), which ``load_bundle`` broadcasts beside this
+    host's; never the CPU's, a site bundle (kind, arch and a 12-digit key), a temporary file or
+    another file."""
+    from tack.cache.host import gpu_packed_bundles
+    key = "0123456789abcdef"
+    names = [bundle.bundle_name(key * 4, m) for m in ("spirv64", "nvptx64", "amdgcn", "metal")]
+    others = [bundle.bundle_name(key * 4), bundle.site_bundle_name("cuda:sm_90", key * 4),
+              bundle.bundle_name(key * 4, "spirv64") + ".tmp.12.ab", "bundle-spirv64-" + "x" * 16,
+              "bundle-spirv64-" + key[:12], "notes.txt"]
+    assert gpu_packed_bundles(others + names) == sorted(names)
