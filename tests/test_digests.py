@@ -34,3 +34,8 @@ def test_import_tack_loads_no_hash_library_numpy_has_not():
             "if m.startswith(('_hashlib', 'hashlib', '_blake2', '_sha', '_md5'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+    # and no OpenSSL at all, whoever would load it: hashlib loads libcrypto (about 2.5 ms)
+    code = ("import sys, tack, tack.digests; tack.digests.hasher(b'x').digest(); "
+            "print('_hashlib' in sys.modules, 'hashlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
