@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 
-from .backends.arch_names import KINDS, ArchError, cpu_microarch
+from .backends.arch_names import KINDS, ArchError, bundle_machine, cpu_microarch  # noqa: F401 - bundle_machine: the site tool's
 
 
 def parse(text) -> tuple[str, str]:
@@ -57,15 +57,6 @@ def resolve(text) -> tuple[str, str]:
     the toolchains alike.  An AMD target id keeps its features: ``rocm:gfx90a:xnack-``."""
     kind, name = parse(text)
     return kind, KINDS[kind].resolve(name)
-
-
-def bundle_machine(kind: str) -> str:
-    """The machine the code of device kind ``kind`` is for, as a bundle's file name spells it
-    (``bundle-<machine>-<kind>-<name>-<key>``): the GPU kinds' own (``nvptx64``, ``amdgcn``,
-    ``spirv64``, ``metal``, each its toolchain target's ``machine_name``), the host's
-    (``platform.machine()``) for the CPU."""
-    import platform
-    return KINDS[kind].machine or platform.machine()
 
 
 def cpu_candidates(name: str) -> list[str]:

@@ -2,12 +2,12 @@
 
 ``typing.NamedTuple`` and ``collections.namedtuple`` compile each class's ``__new__`` from
 source text, about 35-60 µs a class; ``import tack`` defines seven (the argument types, a
-device, a bounds-check site), most of a millisecond of every process start.  ``record`` makes
-the same thing from plain functions: a tuple subclass with a property per field, defaults,
-keyword construction, ``_fields``, ``_replace``, ``_asdict``, pickling and
-``namedtuple``'s own ``repr`` (``Scalar(name='float64', weak=False)``), so text made from
-these types reads as it did.  Tack's own classes take ``fields``, a decorator that makes the
-class it decorates the record (one class, not a record and a subclass of it)::
+device, a bounds-check site), most of a millisecond of every process start.  ``fields``
+makes the same thing from plain functions, in the tuple subclass it decorates (one class: a
+record made first and subclassed took three times as long): a property per field, defaults,
+keyword construction, ``_fields``, ``_replace``, ``_asdict``, pickling and ``namedtuple``'s
+own ``repr`` (``Scalar(name='float64', weak=False)``), so text made from these types reads as
+it did::
 
     @fields(("name", "weak"), defaults=(False,))
     class Scalar(tuple):
@@ -21,21 +21,10 @@ from operator import itemgetter
 _NOTHING = object()
 
 
-def record(typename: str, fields: tuple, defaults: tuple = ()):
-    """A tuple class named ``typename`` with the named ``fields``; the last ``len(defaults)``
-    fields take those defaults."""
-    return _fill(type(typename, (tuple,), {"__slots__": ()}), fields, defaults)
-
-
 def fields(names: tuple, defaults: tuple = ()):
-    """A class decorator: the ``tuple`` subclass it decorates (with ``__slots__ = ()``) becomes
-    ``record``'s class with the named fields, its own methods kept.  One class instead of a
-    record and a subclass of it: a third of the time, for the classes ``import tack`` defines::
-
-        @fields(("name", "weak"), defaults=(False,))
-        class Scalar(tuple):
-            __slots__ = ()
-    """
+    """A class decorator: the ``tuple`` subclass it decorates (with ``__slots__ = ()``) becomes a
+    record with the named ``names``, the last ``len(defaults)`` taking those defaults; its own
+    methods are kept."""
     def decorate(cls):
         if tuple not in cls.__bases__ or "__slots__" not in vars(cls):
             raise TypeError(f"@fields takes a tuple subclass with __slots__, not {cls.__name__}")
@@ -44,7 +33,7 @@ def fields(names: tuple, defaults: tuple = ()):
 
 
 def _fill(cls, fields, defaults):
-    """``cls`` (a tuple subclass without fields yet) given the ``fields``, as ``record`` describes."""
+    """``cls`` (a tuple subclass without fields yet) given the ``fields``, as ``fields`` describes."""
     fields, defaults = tuple(fields), tuple(defaults)
     n, first_default = len(fields), len(fields) - len(defaults)
     position = {f: i for i, f in enumerate(fields)}

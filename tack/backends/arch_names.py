@@ -255,3 +255,12 @@ KINDS = {k.kind: k for k in (
          machine="spirv64"),
     Kind("metal", "MSL source for the Apple GPU families", METAL_FAMILIES, machine="metal"),
 )}
+
+
+def bundle_machine(kind: str) -> str:
+    """The machine the code of kind ``kind`` (``cuda``, ``rocm``, ``spirv``...) is for, as its
+    bundles' file names spell it (``bundle-<machine>-...``): the GPU kinds' own (``nvptx64``,
+    ``amdgcn``, ``spirv64``, ``metal``, each its toolchain target's ``machine_name``), the
+    host's (``platform.machine()``) for the CPU; a runtime's ``BUNDLE_MACHINE``."""
+    import platform
+    return KINDS[kind].machine or platform.machine()

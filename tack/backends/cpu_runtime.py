@@ -36,7 +36,7 @@ from .cpu_loader import load_object
 from .cpu_identity import KIND, arch_key, host_arch, host_cpu_identity, host_key, llvm_version
 from .variant import BoundsReport, Signature, decode_tidx
 
-BUNDLE_MACHINE = platform.machine()    # code compiled here is this host's machine's
+BUNDLE_MACHINE = platform.machine()    # arch_names.bundle_machine("cpu"), without the registry on the warm path
 
 # Each slot code's 8-byte struct format (a bool, i8, packs any truth value as 0 or 1).
 _SLOT_FMT = {"ptr": "Q", "i64": "q", "i8": "?7x", "i32": "i4x", "u32": "I4x", "u64": "Q",

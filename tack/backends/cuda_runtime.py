@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 
-from .arch_names import KINDS
+from .arch_names import bundle_machine
 from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
 from .device_args import Devices, check_entry_params, launch_codes
 from .device_args import argspecs as _argspecs
@@ -43,7 +43,7 @@ from .variant import no_host_views as host_views  # noqa: F401 - the runtime int
 
 KIND = "cuda"
 ARCH_KIND = "cuda"
-BUNDLE_MACHINE = KINDS[ARCH_KIND].machine   # its bundles' file names: its code's machine
+BUNDLE_MACHINE = bundle_machine(ARCH_KIND)   # its bundles' file names: its code's machine
 INSTALL_HINT = ('install cuda-python (`pip install "tack[cuda]"`, or `pip install cuda-python`) '
                 "and NVIDIA's driver (libcuda.so.1, from the system's NVIDIA driver package)")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 
-from .arch_names import KINDS
+from .arch_names import bundle_machine
 from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
 from .device_args import Devices, argspecs, launch_codes
 from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
@@ -35,7 +35,7 @@ from .variant import no_host_views as host_views  # noqa: F401 - the runtime int
 
 KIND = "hip"
 ARCH_KIND = "rocm"
-BUNDLE_MACHINE = KINDS[ARCH_KIND].machine   # its bundles' file names: its code's machine
+BUNDLE_MACHINE = bundle_machine(ARCH_KIND)   # its bundles' file names: its code's machine
 INSTALL_HINT = ("install AMD's hip-python of your ROCm's version (`pip install hip-python~=X.Y.0` "
                 "for ROCm X.Y) and ROCm's HIP runtime "
                 "(libamdhip64.so: ROCm's packages, found under $ROCM_PATH/lib or /opt/rocm/lib)")

@@ -51,7 +51,7 @@ import threading
 
 import numpy as np
 
-from .arch_names import KINDS, PORTABLE_SPIRV, intel_device_archs, portable_spirv
+from .arch_names import PORTABLE_SPIRV, bundle_machine, intel_device_archs, portable_spirv
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
                           check_launch, check_param_count, choose_block, device_index,
@@ -61,7 +61,7 @@ from .variant import device_variant
 from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "level_zero"
-BUNDLE_MACHINE = KINDS["level_zero"].machine   # its bundles' file names: its code's machine
+BUNDLE_MACHINE = bundle_machine("level_zero")   # its bundles' file names: its code's machine
 LOADER = "libze_loader.so.1"
 HEADER_VERSION = "1.4"        # ze_api.h v1.4-r1.4.8: the structures below follow it
 INSTALL_HINT = ("install the Level Zero loader and Intel's GPU driver: Debian `apt-get install "

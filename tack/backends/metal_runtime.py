@@ -36,7 +36,7 @@ import sys
 
 import numpy as np
 
-from .arch_names import KINDS
+from .arch_names import bundle_machine
 from .argument_layout import array_values
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Devices, Staging, argspecs, argument_values,
@@ -47,7 +47,7 @@ from .variant import device_variant
 from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "metal"
-BUNDLE_MACHINE = KINDS["metal"].machine   # its bundles' file names: its code's machine
+BUNDLE_MACHINE = bundle_machine("metal")   # its bundles' file names: its code's machine
 DEFAULT_FAMILY = "apple"
 INSTALL_HINT = "Metal needs macOS and pyobjc (pip install pyobjc-framework-Metal)"
 # Threads in a threadgroup when the caller does not choose (the pipeline's limit caps it).

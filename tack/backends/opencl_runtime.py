@@ -50,7 +50,7 @@ import warnings
 
 import numpy as np
 
-from .arch_names import KINDS, PORTABLE_SPIRV, portable_spirv
+from .arch_names import PORTABLE_SPIRV, bundle_machine, portable_spirv
 from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
                           check_launch, check_param_count, choose_block, device_index,
@@ -60,7 +60,7 @@ from .variant import device_variant
 from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "opencl"
-BUNDLE_MACHINE = KINDS["spirv"].machine   # its bundles' file names: its code's machine
+BUNDLE_MACHINE = bundle_machine("spirv")   # its bundles' file names: its code's machine
 PIP_PACKAGES = ("intel-opencl-rt", "intel-cmplr-lib-rt", "pyopencl")
 INSTALL_HINT = (f"install Intel's OpenCL CPU runtime and pyopencl: "
                 f"`pip install {' '.join(PIP_PACKAGES)}` (or run ci/install-opencl.sh)")

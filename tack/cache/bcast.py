@@ -16,6 +16,11 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
+from . import bundle, log
+from .keys import tack_version_id
+
 CHUNK = 1 << 30
 
 
@@ -27,8 +32,7 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
     of the directory's file names, the GPU kinds' packed bundles (``host.gpu_packed_bundles``);
     both asked on rank 0 only.  A GPU bundle rank 0 cannot use (damaged, another Tack's, not the
     user's own) is left out, said in the log."""
-    from . import bundle, log, warn_once_factory
-    from .keys import tack_version_id
+    from . import warn_once_factory
 
     rank = 0 if comm is None else comm.Get_rank()
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
@@ -45,30 +49,29 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
                 reason = str(e)
             except Exception as e:              # noqa: BLE001 - rank 0 must still reach the Bcast
                 loaded, reason = None, f"{type(e).__name__}: {e}"
-            others = _gpu_bundles(settings.directory, gpu_bundles, bundle, log, tack_version_id)
+            others = _gpu_bundles(settings.directory, gpu_bundles)
         if reason is not None and not others:
             warn_once_factory()(f"not using a bundle: {reason}; kernels compile as without a cache")
     if comm is None:
         return loaded, others
 
-    import numpy as np
     head = np.array(status + [len(others)], dtype=np.int64)
     comm.Bcast(head, root=0)
     nbytes, count, n_others = int(head[0]), int(head[1]), int(head[2])
     if count >= 0:
-        loaded = _bcast_bundle(comm, rank, nbytes, data, loaded, np, bundle)
+        loaded = _bcast_bundle(comm, rank, nbytes, data, loaded)
     got = []
     for i in range(n_others):                   # every rank makes the same calls, in order
-        size = np.array([len(others[i].data) if rank == 0 else 0], dtype=np.int64)
+        mine = others[i] if rank == 0 else None
+        size = np.array([len(mine.data) if mine else 0], dtype=np.int64)
         comm.Bcast(size, root=0)
-        b = _bcast_bundle(comm, rank, int(size[0]), others[i].data if rank == 0 else b"",
-                          others[i] if rank == 0 else None, np, bundle)
+        b = _bcast_bundle(comm, rank, int(size[0]), mine.data if mine else b"", mine)
         if b is not None:
             got.append(b)
     return loaded, got
 
 
-def _gpu_bundles(directory, gpu_bundles, bundle, log, tack_version_id) -> list:
+def _gpu_bundles(directory, gpu_bundles) -> list:
     """Rank 0: the directory's GPU packed bundles it can use, each read whole."""
     try:
         names = gpu_bundles(os.listdir(directory))
@@ -85,7 +88,7 @@ def _gpu_bundles(directory, gpu_bundles, bundle, log, tack_version_id) -> list:
     return out
 
 
-def _bcast_bundle(comm, rank, nbytes, data, loaded, np, bundle):
+def _bcast_bundle(comm, rank, nbytes, data, loaded):
     """One bundle's bytes from rank 0 to every rank: rank 0's Bundle there, one made of the bytes
     elsewhere (None if they cannot be one: they cannot differ from rank 0's; safe anyway)."""
     buf = bytearray(data) if rank == 0 else bytearray(nbytes)

@@ -425,9 +425,23 @@ def header(path: str) -> dict:
 BUNDLE_PREFIX = "bundle-"
 
 
+PACKED_KEY_DIGITS = 16                      # of the target key, in a packed bundle's name
+
+
 def bundle_name(target_key: str, machine: str | None = None) -> str:
     """``bundle-<machine>-<target key prefix>``: the one bundle a host of that target reads."""
-    return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{target_key[:16]}"
+    return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{target_key[:PACKED_KEY_DIGITS]}"
+
+
+def packed_bundle_machine(name: str) -> str | None:
+    """The inverse of ``bundle_name``: the machine in a packed bundle's file name, or None for
+    any other name (a site bundle's, a temporary file, another file)."""
+    if not name.startswith(BUNDLE_PREFIX) or TMP_MARK in name:
+        return None
+    machine, sep, key = name[len(BUNDLE_PREFIX):].rpartition("-")
+    if not sep or len(key) != PACKED_KEY_DIGITS or key.strip("0123456789abcdef"):
+        return None
+    return machine
 
 
 def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> str:

@@ -19,20 +19,12 @@ def cpu_host_key() -> str:
 
 def gpu_packed_bundles(names) -> list:
     """Of a directory's file names, those of the bundles ``pack`` made for a GPU kind's code
-    (``bundle-<that kind's machine>-<key>``, ``bundle.bundle_name``), sorted: what
-    ``load_bundle`` broadcasts beside this host's."""
+    (``bundle.bundle_name`` with that kind's machine), sorted: what ``load_bundle`` broadcasts
+    beside this host's."""
     from ..backends.arch_names import KINDS
-    from .bundle import BUNDLE_PREFIX
-    from .trust import TMP_MARK
+    from .bundle import packed_bundle_machine
     machines = {k.machine for k in KINDS.values() if k.machine}
-    out = []
-    for name in names:
-        if not name.startswith(BUNDLE_PREFIX) or TMP_MARK in name:
-            continue
-        machine, sep, key = name[len(BUNDLE_PREFIX):].rpartition("-")
-        if sep and machine in machines and len(key) == 16 and all(c in "0123456789abcdef" for c in key):
-            out.append(name)
-    return sorted(out)
+    return sorted(n for n in names if packed_bundle_machine(n) in machines)
 
 
 def cpu_host_arch() -> str:

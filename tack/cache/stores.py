@@ -530,11 +530,11 @@ class PackedBundles:
     writable = False
 
     def __init__(self, stats, warn_once, directory, target_key, machine=None, label="cache bundle",
-                 allow_root=False, quiet_stale=True, lazy=True, loaded=None):
+                 source="cache bundle", allow_root=False, quiet_stale=True, lazy=True, loaded=None):
         self.stats, self.warn_once = stats, warn_once
         self.directory, self.target_key, self.machine = directory, target_key, machine
         self.label, self.allow_root, self.quiet_stale, self.lazy = label, allow_root, quiet_stale, lazy
-        self.source = "site bundles" if label.startswith("site") else label
+        self.source = source            # what the statistics say served (its BundleStores say so too)
         self.stores = {}                # target key -> its BundleStore, or False: no such file
         self.loaded = loaded            # {target key: Bundle} load_bundle broadcast: no file opened
 
@@ -602,6 +602,7 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
         from .bundle import SiteBundleStore
         for d in sites:
             stores.append(PackedBundles(stats, warn_once, d, host_key, machine, label="site bundle",
-                                        allow_root=True, quiet_stale=False, lazy=False))
+                                        source="site bundles", allow_root=True, quiet_stale=False,
+                                        lazy=False))
             stores.append(SiteBundleStore(stats, warn_once, d, site_bundles))
     return Session(settings, stats, warn_once, host_key, stores, disk)

@@ -26,6 +26,19 @@ def test_runtime_satisfies_the_protocol(kind):
     assert rt.KIND == kind
 
 
+# The registry kind of each runtime's code, whose machine names its bundles (``pack``'s names).
+CODE_KIND = {"cpu": "cpu", "cuda": "cuda", "hip": "rocm", "opencl": "spirv",
+             "level_zero": "level_zero", "metal": "metal"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bundle_machine_is_the_registrys_for_the_runtimes_code(kind):
+    """``BUNDLE_MACHINE`` is ``arch_names.bundle_machine`` of the kind the runtime's code is (the
+    CPU's spelled out as ``platform.machine()``, to keep the registry off the warm path)."""
+    from tack.backends.arch_names import bundle_machine
+    assert runtime(kind).BUNDLE_MACHINE == bundle_machine(CODE_KIND[kind])
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", _methods())
 def test_runtime_methods_take_the_protocols_parameters(kind, name):
