@@ -31,7 +31,7 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
     ``host_key()``: this host's CPU target key, which names its bundle; ``gpu_bundles(names)``:
     of the directory's file names, the GPU kinds' packed bundles (``host.gpu_packed_bundles``);
     both asked on rank 0 only.  A GPU bundle rank 0 cannot use (damaged, another Tack's, not the
-    user's own) is left out, said in the log."""
+    user's own) is left out, and rank 0 warns why, naming it."""
     from . import warn_once_factory
 
     rank = 0 if comm is None else comm.Get_rank()
@@ -49,7 +49,9 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
                 reason = str(e)
             except Exception as e:              # noqa: BLE001 - rank 0 must still reach the Bcast
                 loaded, reason = None, f"{type(e).__name__}: {e}"
-            others = _gpu_bundles(settings.directory, gpu_bundles)
+            others, refused = _gpu_bundles(settings.directory, gpu_bundles)
+            for why in refused:
+                warn_once_factory()(f"not using a bundle: {why}; its kernels compile as without a cache")
         if reason is not None and not others:
             warn_once_factory()(f"not using a bundle: {reason}; kernels compile as without a cache")
     if comm is None:
@@ -71,21 +73,24 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
     return loaded, got
 
 
-def _gpu_bundles(directory, gpu_bundles) -> list:
-    """Rank 0: the directory's GPU packed bundles it can use, each read whole."""
+def _gpu_bundles(directory, gpu_bundles) -> tuple:
+    """Rank 0: ([the directory's GPU packed bundles it can use, each read whole], [why each
+    other one is not used])."""
     try:
         names = gpu_bundles(os.listdir(directory))
     except Exception as e:                      # noqa: BLE001 - no directory, no GPU kinds known
         log.debug("load_bundle: no GPU bundles (%s: %s)", type(e).__name__, e)
-        return []
-    out = []
+        return [], []
+    out, refused = [], []
     for name in names:
+        path = os.path.join(directory, name)
         try:
-            out.append(bundle.read(os.path.join(directory, name), tack_version=tack_version_id(),
-                                   whole=True))
-        except Exception as e:                  # noqa: BLE001 - that one is left out, said in the log
-            log.debug("load_bundle: not using %s: %s", name, e)
-    return out
+            out.append(bundle.read(path, tack_version=tack_version_id(), whole=True))
+        except bundle.BundleError as e:         # its message names the file
+            refused.append(str(e))
+        except Exception as e:                  # noqa: BLE001 - that one is left out, said
+            refused.append(f"{path}: {type(e).__name__}: {e}")
+    return out, refused
 
 
 def _bcast_bundle(comm, rank, nbytes, data, loaded):

@@ -191,3 +191,16 @@ def test_load_bundle_after_the_first_kernel(kernel_dir, cache):
     r = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
     assert r["ok"] and r["loaded"] >= 4
     assert r["stats"]["hits"]["variant"] == 2 and r["stats"]["misses"]["variant"] == 1
+
+
+def test_load_bundle_warns_of_an_unusable_gpu_bundle_and_serves_the_cpus(kernel_dir, cache):
+    """load_bundle(comm) also reads the GPU kinds' packed bundles: one it cannot use (here not a
+    bundle at all) is named in one warning, and this host's CPU bundle still serves."""
+    path = prime_and_pack(kernel_dir, cache)
+    bad = cache / bundle.bundle_name("0123456789abcdef" * 4, "spirv64")
+    bad.write_bytes(b"not a bundle")
+    bad.chmod(0o600)
+    r = run_one(kernel_dir, cache, "--comm", TACK_CACHE="bundle")
+    assert r["ok"] and r["loaded"] == len(bundle.Bundle(path.read_bytes()))
+    assert r["stats"]["hits"]["variant"] == 2
+    assert len(r["warnings"]) == 1 and bad.name in r["warnings"][0], r["warnings"]
