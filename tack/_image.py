@@ -12,8 +12,9 @@ from: the same size and modification time in whole seconds, as CPython checks a 
 where the time differs, the same size and content (``importlib.util.source_hash``, CPython's
 check of a hash-based ``.pyc``).  Installs move the times: conda's packages bring them back
 some nanoseconds off (the same second), Spack's build caches set them to 0 for reproducible
-tarballs (the content check).  Otherwise, and for anything the image lacks, cannot read or
-cannot unmarshal, the module is imported as usual from its source and ``.pyc``.  An image
+tarballs (the content check).  Otherwise, and for anything the image lacks, cannot read, finds
+not matching the CRC-32 its index records for it, or cannot unmarshal, the module is imported
+as usual from its source and ``.pyc``, and the image serves nothing more in that process.  An image
 written by another Python (another magic number or cache tag) or damaged in its header is not
 used at all.  Nothing in it is trusted beyond what a ``.pyc`` is: it is written by whoever
 installed the package, in the package's directory.
@@ -31,10 +32,11 @@ import marshal
 import os
 import sys
 import types
+import zlib
 from importlib.machinery import ModuleSpec, SourceFileLoader
 from importlib.util import MAGIC_NUMBER, source_hash
 
-FORMAT = b"TACKIMG2"                    # 2: whole seconds, a source hash, relative names
+FORMAT = b"TACKIMG3"                    # 3: a CRC-32 per module; 2: whole seconds, a source hash, relative names
 _HEAD = 16                      # FORMAT, Python's bytecode magic, the index's length (uint32)
 
 
@@ -63,27 +65,66 @@ def same_source(path: str, mtime: int, size: int, digest: bytes) -> bool:
         return source_hash(fh.read()) == digest
 
 
-class _Loader(SourceFileLoader):
-    """A module's loader: its code from the image, or (if that fails) from its source."""
+class _Loader:
+    """The loader of every module a finder serves (one object, as ``spec.loader``): the module's
+    code from the image (where it lies: ``spec.loader_state``), or, if that fails, from its
+    source and ``.pyc``.  One shared object, not a ``SourceFileLoader`` per module: importlib's
+    per-module work was a third of a warm import's machinery.  The ``importlib.abc`` methods
+    that tools call with a module's name (``runpy``'s ``get_code``, ``get_source``,
+    ``get_resource_reader``...) answer for any module the image holds."""
 
-    def __init__(self, name, path, image, where):
-        super().__init__(name, path)
-        self._image, self._where = image, where
+    def __init__(self, image):
+        self._image = image
 
-    def get_code(self, fullname):
+    def create_module(self, spec):
+        return None                         # the default module object
+
+    def exec_module(self, module):
+        spec = module.__spec__
+        code = self._code(spec.name, spec.origin, spec.loader_state)
+        exec(code, module.__dict__)
+
+    def _code(self, fullname, path, where):
         image = self._image
-        if image is not None and fullname == self.name and image.fd is not None:
+        if image.fd is not None and where is not None:
             try:
-                code = marshal.loads(image.read(*self._where))
+                code = marshal.loads(image.read(*where))
                 if not isinstance(code, types.CodeType):
                     raise ValueError("not a code object")
             except Exception:               # noqa: BLE001 - damaged: never served again
                 image.close()
             else:
-                _imp._fix_co_filename(code, self.path)     # the image names no directory
+                _imp._fix_co_filename(code, path)          # the image names no directory
                 image.served += 1
                 return code
-        return super().get_code(fullname)
+        return SourceFileLoader(fullname, path).get_code(fullname)
+
+    def _entry(self, fullname):
+        found = self._image.entry(fullname)
+        if found is None:
+            raise ImportError(f"{fullname!r} is not served by Tack's import image", name=fullname)
+        return found
+
+    def get_code(self, fullname):
+        path, _, where = self._entry(fullname)
+        return self._code(fullname, path, where)
+
+    def get_filename(self, fullname):
+        return self._entry(fullname)[0]
+
+    def is_package(self, fullname):
+        return self._entry(fullname)[1]
+
+    def get_source(self, fullname):
+        return SourceFileLoader(fullname, self.get_filename(fullname)).get_source(fullname)
+
+    def get_data(self, path):
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    def get_resource_reader(self, fullname):
+        from importlib.readers import FileReader
+        return FileReader(SourceFileLoader(fullname, self.get_filename(fullname)))
 
 
 class ImageFinder:
@@ -98,30 +139,44 @@ class ImageFinder:
         opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
         self.pyc = f".{sys.implementation.cache_tag}{opt}.pyc"
         self.served = 0                     # modules served from the image, for tests and status
+        self.loader = _Loader(self)
 
     def find_spec(self, name, path=None, target=None):
         if not name.startswith(self.prefix) or self.fd is None:
             return None
+        found = self.entry(name)
+        if found is None:
+            return None
+        origin, is_package, where = found
+        spec = ModuleSpec(name, self.loader, origin=origin, loader_state=where, is_package=is_package)
+        spec.has_location = True
+        head, _, tail = origin.rpartition(os.sep)
+        spec.cached = f"{head}{os.sep}__pycache__{os.sep}{tail[:-3]}{self.pyc}"
+        if is_package:
+            spec.submodule_search_locations = [head]
+        return spec
+
+    def entry(self, name):
+        """``(source path, is a package, (offset, length, CRC-32))`` of a module the image holds whose
+        source is still the one it was written from; None otherwise."""
         try:
-            rel, is_package, mtime, size, digest, offset, length = self.index[name]
+            rel, is_package, mtime, size, digest, offset, length, crc = self.index[name]
             origin = self.root + rel
             if not same_source(origin, mtime, size, digest):
                 return None                 # the source changed since: imported as usual
-            spec = ModuleSpec(name, _Loader(name, origin, self, (offset, length)),
-                              origin=origin, is_package=is_package)
         except Exception:                   # noqa: BLE001 - not in it, no source, bad index
             return None
-        spec.has_location = True
-        head, _, tail = rel.rpartition("/")
-        spec.cached = f"{self.root}{head}{'/' if head else ''}__pycache__/{tail[:-3]}{self.pyc}"
-        if is_package:
-            spec.submodule_search_locations = [os.path.dirname(origin)]
-        return spec
+        return origin, is_package, (offset, length, crc)
 
-    def read(self, offset: int, length: int) -> bytes:
+    def read(self, offset: int, length: int, crc: int) -> bytes:
+        """A module's marshalled code, checked against the CRC-32 the index records for it:
+        damage that still unmarshals (a flipped byte in a name or a constant) would otherwise
+        run as wrong code."""
         data = os.pread(self.fd, length, self.base + offset)
         if len(data) != length:
             raise ValueError("the image is shorter than its index")
+        if zlib.crc32(data) != crc:
+            raise ValueError("a module's code does not match its checksum")
         return data
 
     def close(self):

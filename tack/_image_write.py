@@ -10,6 +10,7 @@ import marshal
 import os
 import sys
 import types
+import zlib
 from importlib.machinery import SourceFileLoader
 from importlib.util import MAGIC_NUMBER, source_hash
 
@@ -76,7 +77,7 @@ def current(package: str, package_dir: str, read_code: bool = True) -> bool:
             e = f.index[name]
             if e[0] != rel or not same_source(os.path.join(package_dir, rel), *e[2:5]):
                 return False
-            if read_code and not isinstance(marshal.loads(f.read(*e[5:7])), types.CodeType):
+            if read_code and not isinstance(marshal.loads(f.read(*e[5:8])), types.CodeType):
                 return False                # damaged (a relocation that rewrote it...)
         return True
     except (OSError, LookupError, TypeError, ValueError, EOFError):
@@ -98,7 +99,8 @@ def write(package: str, package_dir: str) -> tuple[str, int, int]:
         if got is None:
             continue                        # changed while we read it: imported as usual
         data, digest = got
-        index[name] = (rel, is_package, int(st.st_mtime), st.st_size, digest, offset, len(data))
+        index[name] = (rel, is_package, int(st.st_mtime), st.st_size, digest, offset, len(data),
+                       zlib.crc32(data))
         blobs.append(data)
         offset += len(data)
     head = marshal.dumps(index)

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,28 @@ def test_a_damaged_or_foreign_image_is_ignored_and_tack_still_works(site, tmp_pa
         assert report["finder"] and not report["open"]     # closed at the first bad module
         # the bad module and every one after it came from their sources
         assert report["served"] < len(_served(report))
+
+
+def test_damage_that_still_unmarshals_is_caught_by_the_checksum(site, tmp_path):
+    """A flipped letter in a name inside a module's code still unmarshals into a code object,
+    one that would define ``open_sessioX`` instead of ``open_session``: the CRC-32 the index
+    records for each module refuses it, and the module comes from its source (before the
+    checksum, this depended on where the damage fell, and ran the wrong code)."""
+    import marshal
+    image = _write(site, tmp_path)
+    data = bytearray(image.read_bytes())
+    n = int.from_bytes(data[12:16], "little")
+    index = marshal.loads(bytes(data[16:16 + n]))
+    offset, length = index["tack.cache.stores"][5:7]
+    start = 16 + n + offset
+    blob = bytes(data[start:start + length])
+    at = blob.index(b"open_session")
+    data[start + at:start + at + 12] = b"open_sessioX"
+    assert isinstance(marshal.loads(bytes(data[start:start + length])), types.CodeType)
+    image.write_bytes(bytes(data))
+    report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert report["source_ok"] and report["faces"] > 0
+    assert report["finder"] and not report["open"]          # closed at the damaged module
 
 
 def test_the_image_names_no_directory_and_serves_a_moved_install(site, tmp_path):
