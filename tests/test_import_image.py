@@ -333,3 +333,25 @@ def test_an_optimizing_python_has_an_image_of_its_own(site, tmp_path):
     assert served > 0 and not no_doc and loader == "_Loader"
     report = _child(site, tmp_path, PYTHONOPTIMIZE=2)
     assert report["image_path"] == str(optimized) and report["faces"] > 0
+
+
+def test_tools_that_ask_the_loader_get_answers(site, tmp_path):
+    """The one loader the image's modules share answers what tools ask a module's loader by
+    name: ``runpy`` (``python -m tack.cache``) its code, ``importlib.resources`` and Jinja's
+    ``PackageLoader`` the package's files, ``get_source`` its text."""
+    _write(site, tmp_path)
+    ask = ("import json, importlib.resources, jinja2, tack, tack.site, tack.cache.keys as k; "
+           "from tack import _image; loader = k.__spec__.loader; "
+           "env = jinja2.Environment(loader=jinja2.PackageLoader('tack.site', 'templates')); "
+           "print(json.dumps([type(loader).__name__, loader is tack.site.__spec__.loader, "
+           "'def digest' in loader.get_source('tack.cache.keys'), "
+           "loader.get_filename('tack.cache.keys') == k.__file__, loader.is_package('tack.site'), "
+           "sorted(p.name for p in importlib.resources.files('tack.site').joinpath('templates').iterdir()), "
+           "sorted(env.list_templates()), _image.finder().served > 0]))")
+    got = json.loads(_py(site, ask, tmp_path).stdout.strip().splitlines()[-1])
+    assert got[:5] == ["_Loader", True, True, True, True]
+    assert got[5] == got[6] == ["modulefile.lua.j2", "modulefile.tcl.j2"] and got[7]
+    env = _env(PYTHONPATH=str(site), TACK_CACHE_DIR=str(tmp_path / "cache"))
+    p = subprocess.run([sys.executable, "-m", "tack.cache", "--help"], env=env, capture_output=True,
+                       text=True, cwd=tmp_path, timeout=600)
+    assert p.returncode == 0 and "usage" in p.stdout.lower(), p.stderr
