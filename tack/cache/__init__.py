@@ -321,7 +321,7 @@ _stats = None
 _launch = None            # the MPI launch, if any (detected once)
 _loaded_bundle = None     # a Bundle given by load_bundle()
 _loaded_gpu: dict = {}    # target key -> a GPU kind's packed Bundle given by load_bundle()
-_bundle_called = False    # load_bundle() ran: no rank opens the directory's bundle itself
+_bundle_covers = frozenset()   # what load_bundle() read for ("cpu", GPU machines): no rank opens those bundles itself
 
 
 def configure(directory=None, mode=None, max_size=None):
@@ -425,16 +425,17 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
     has a session of its own (a CPU and an OpenCL device look up different keys and bundles);
     they share the settings, statistics and warnings.  A bundle given to ``load_bundle`` is the
     CPU's; those ``load_bundle`` broadcast for the GPU kinds serve their sessions, which then
-    open no bundle of the user's themselves (without ``load_bundle``, each rank opens its own).
+    open no bundle of the user's themselves (without ``load_bundle``, or where its ``kinds`` left
+    a kind out, each rank opens that kind's own).
     """
     global _session
     if kind != "cpu":
         if kind not in _other_sessions:
             _other_sessions[kind] = _new_session(host_key, site_bundles, True, machine,
-                                                 _loaded_gpu if _bundle_called else None)
+                                                 _loaded_gpu if machine in _bundle_covers else None)
         return _other_sessions[kind] or None
     if _session is None:
-        _session = _new_session(host_key, site_bundles, not _bundle_called, machine)
+        _session = _new_session(host_key, site_bundles, "cpu" not in _bundle_covers, machine)
         if _session and _loaded_bundle is not None:
             _session.add_loaded(_loaded_bundle)
     return _session or None
@@ -456,7 +457,7 @@ def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None):
                         loaded=loaded)
 
 
-def load_bundle(comm=None) -> int:
+def load_bundle(comm=None, kinds=None) -> int:
     """Read this host's bundle on rank 0 and broadcast it to every rank of ``comm``, with the
     bundles ``pack`` made for GPU kinds in the same directory.
 
@@ -464,13 +465,20 @@ def load_bundle(comm=None) -> int:
     read; 0 on every rank if rank 0 cannot use any bundle (there is none, it
     is damaged, or it is not the user's own), after rank 0 warns why. Every
     rank takes part in the same collective calls whatever happens on rank 0.
-    Without ``comm``, this process reads the bundles itself.
+    Without ``comm``, this process reads the bundles itself.  ``kinds`` (by
+    default every one) names the kinds of code to read and broadcast, as
+    ``bundles build --arch`` names them (``cpu``, ``cuda``, ``rocm``, ``spirv``,
+    ``level_zero``, ``metal``): ``kinds=["cpu"]`` keeps a CPU-only job from
+    broadcasting GPU code it will not run.  An unknown kind raises ValueError,
+    on every rank alike, before any collective call.
     """
     from .bcast import load_and_broadcast
-    from .host import cpu_host_key, gpu_packed_bundles
-    global _loaded_bundle, _bundle_called
-    _bundle_called = True
-    loaded, gpu = load_and_broadcast(comm, settings(), cpu_host_key, gpu_packed_bundles)
+    from .host import cpu_host_key, gpu_packed_bundles, known_kinds, machines_of
+    global _loaded_bundle, _bundle_covers
+    asked = known_kinds(kinds)
+    _bundle_covers = _bundle_covers | machines_of(asked) | (asked & {"cpu"})
+    loaded, gpu = load_and_broadcast(comm, settings(), cpu_host_key if "cpu" in asked else None,
+                                     lambda names: gpu_packed_bundles(names, asked))
     stats = _get_stats()
     for b in ([loaded] if loaded is not None else []) + gpu:
         if b.bytes_read:                        # rank 0, which read the files
@@ -499,8 +507,8 @@ def _setup_logging():
 
 def _reset_for_tests():
     """Forget settings, session, stats, MPI detection and bundles, as in a new process."""
-    global _resolved, _session, _launch, _loaded_bundle, _bundle_called, _stats, _warn
-    _bundle_called = False
+    global _resolved, _session, _launch, _loaded_bundle, _bundle_covers, _stats, _warn
+    _bundle_covers = frozenset()
     _loaded_gpu.clear()
     _other_sessions.clear()
     _warn = None

@@ -28,7 +28,8 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
     """-> (this host's Bundle or None, [the GPU kinds' packed Bundles]), the same on every rank;
     rank 0 warns why when it can use no bundle at all.
 
-    ``host_key()``: this host's CPU target key, which names its bundle; ``gpu_bundles(names)``:
+    ``host_key()``: this host's CPU target key, which names its bundle (None: no CPU bundle is
+    read, ``load_bundle``'s ``kinds`` leaving the CPU out); ``gpu_bundles(names)``:
     of the directory's file names, the GPU kinds' packed bundles (``host.gpu_packed_bundles``);
     both asked on rank 0 only.  A GPU bundle rank 0 cannot use (damaged, another Tack's, not the
     user's own) is left out, and rank 0 warns why, naming it."""
@@ -40,6 +41,8 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
     if rank == 0:
         if settings.mode == "off":
             reason = "the cache is off (TACK_CACHE=off)"
+        elif host_key is None:
+            reason = "no kind of code asked for has a bundle in " + settings.directory
         else:
             try:
                 path = os.path.join(settings.directory, bundle.bundle_name(host_key()))
@@ -49,6 +52,7 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
                 reason = str(e)
             except Exception as e:              # noqa: BLE001 - rank 0 must still reach the Bcast
                 loaded, reason = None, f"{type(e).__name__}: {e}"
+        if settings.mode != "off":
             others, refused = _gpu_bundles(settings.directory, gpu_bundles)
             for why in refused:
                 warn_once_factory()(f"not using a bundle: {why}; its kernels compile as without a cache")

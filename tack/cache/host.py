@@ -17,13 +17,36 @@ def cpu_host_key() -> str:
     return runtime("cpu").host_key()
 
 
-def gpu_packed_bundles(names) -> list:
+def known_kinds(kinds=None) -> frozenset:
+    """The kinds of code ``kinds`` names (every kind if None), each checked against the arch
+    registry (``backends.arch_names.KINDS``): ValueError naming one it does not know."""
+    from ..backends.arch_names import KINDS
+    if kinds is None:
+        return frozenset(KINDS)
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    asked = frozenset(kinds)
+    unknown = sorted(str(k) for k in asked if k not in KINDS)
+    if unknown:
+        raise ValueError(f"load_bundle: unknown kind {unknown[0]!r} in kinds; the kinds are "
+                         f"{', '.join(KINDS)}")
+    return asked
+
+
+def machines_of(kinds) -> frozenset:
+    """The machines the GPU kinds among ``kinds`` write their code for, as bundle names spell
+    them (``nvptx64``, ``spirv64``...): what a GPU session's ``machine`` is compared with."""
+    from ..backends.arch_names import KINDS
+    return frozenset(KINDS[k].machine for k in kinds if KINDS[k].machine)
+
+
+def gpu_packed_bundles(names, kinds=None) -> list:
     """Of a directory's file names, those of the bundles ``pack`` made for a GPU kind's code
-    (``bundle.bundle_name`` with that kind's machine), sorted: what ``load_bundle`` broadcasts
-    beside this host's."""
+    (``bundle.bundle_name`` with that kind's machine), of the ``kinds`` given (every GPU kind if
+    None), sorted: what ``load_bundle`` broadcasts beside this host's."""
     from ..backends.arch_names import KINDS
     from .bundle import packed_bundle_machine
-    machines = {k.machine for k in KINDS.values() if k.machine}
+    machines = machines_of(KINDS if kinds is None else kinds)
     return sorted(n for n in names if packed_bundle_machine(n) in machines)
 
 

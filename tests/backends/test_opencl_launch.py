@@ -156,12 +156,14 @@ _LOAD_BUNDLE_THEN_CONTOUR = textwrap.dedent("""
     import tack, tack.cache
     from mpi4py import MPI
     from tack.kernels.contour import contour
-    entries = tack.cache.load_bundle(MPI.COMM_WORLD)
+    kinds = os.environ.get("LOAD_KINDS")
+    entries = tack.cache.load_bundle(MPI.COMM_WORLD, kinds=kinds.split(",") if kinds else None)
+    broadcast_done = list(opened)
     g = np.linspace(-1.0, 1.0, 21, dtype=np.float32)
     field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
     verts, faces = contour(field, 0.6, device="opencl")
     report = dict(tack.cache.stats(), faces=int(len(faces)), entries=entries, opened=opened,
-                  rank=MPI.COMM_WORLD.Get_rank())
+                  at_load=broadcast_done, rank=MPI.COMM_WORLD.Get_rank())
 """ + _REPORT)
 
 
@@ -186,10 +188,10 @@ def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_
         assert p.returncode == 0, p.stdout + p.stderr
         return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
 
-    def ranks(script, n=2):
-        reports = tmp_path / f"reports-{script is _CONTOUR_STATS}"
+    def ranks(script, n=2, **extra):
+        reports = tmp_path / f"reports-{script is _CONTOUR_STATS}-{len(extra)}"
         reports.mkdir()
-        run(mpiexec, "-n", str(n), sys.executable, "-c", script, REPORTS=str(reports))
+        run(mpiexec, "-n", str(n), sys.executable, "-c", script, REPORTS=str(reports), **extra)
         return [json.loads((reports / f"rank-{i}.json").read_text()) for i in range(n)]
     first, = run(sys.executable, "-c", _CONTOUR_STATS)
     assert first["misses"]["variant"] == 2
@@ -213,6 +215,15 @@ def test_the_users_own_opencl_bundle_serves_bundle_mode_mpi_ranks_and_a_cleared_
             assert r["variants_from"] == {"cache bundle": 2} and r["bytes_written"] == 0, r
             assert r["entries"] == both[0]["entries"] > 0 and r["faces"] == first["faces"], r
         assert both[0]["opened"] and not both[1]["opened"], both
+        # load_bundle(comm, kinds=["cpu"]): rank 0 reads (here looks for: no CPU kernel ran) the
+        # CPU's bundle alone; each rank opens the OpenCL bundles itself at its first OpenCL kernel.
+        cpu_only = ranks(_LOAD_BUNDLE_THEN_CONTOUR, LOAD_KINDS="cpu")
+        at_load = [os.path.basename(p) for p in cpu_only[0]["at_load"]]
+        assert at_load and not any(n.startswith("bundle-spirv64-") for n in at_load), cpu_only
+        assert cpu_only[0]["entries"] == cpu_only[1]["entries"] < both[0]["entries"], (cpu_only, both)
+        for r in cpu_only:
+            assert r["variants_from"] == {"cache bundle": 2} and r["faces"] == first["faces"], r
+            assert any("bundle-spirv64-" in p for p in r["opened"]), r
     run(sys.executable, "-m", "tack.cache", "clear")
     got, = run(sys.executable, "-c", _CONTOUR_STATS)
     assert got["variants_from"] == {"cache bundle": 2} and got["misses"]["variant"] == 0, got

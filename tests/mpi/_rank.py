@@ -1,6 +1,6 @@
 """One process (one MPI rank, or a plain process) for the bundle and MPI tests.
 
-usage: python _rank.py KERNEL_DIR MODE [--comm] [--extra]
+usage: python _rank.py KERNEL_DIR MODE [--comm] [--kinds=K1,K2] [--extra]
 
 Imports ``kmod`` from KERNEL_DIR, records every file it opens (Python's audit
 hook on ``open``) from the first launch on, launches the kernels, checks the
@@ -17,6 +17,7 @@ import warnings
 
 kernel_dir, mode = sys.argv[1], sys.argv[2]
 use_comm = "--comm" in sys.argv
+kinds = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--kinds=")), None)
 extra = "--extra" in sys.argv
 sys.path.insert(0, kernel_dir)
 
@@ -47,7 +48,7 @@ if use_comm:
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    loaded = tack.cache.load_bundle(comm)
+    loaded = tack.cache.load_bundle(comm, kinds=kinds)
 else:
     launch = tack.cache.mpi_launch()
     rank = launch.rank if launch else 0

@@ -204,3 +204,23 @@ def test_load_bundle_warns_of_an_unusable_gpu_bundle_and_serves_the_cpus(kernel_
     assert r["ok"] and r["loaded"] == len(bundle.Bundle(path.read_bytes()))
     assert r["stats"]["hits"]["variant"] == 2
     assert len(r["warnings"]) == 1 and bad.name in r["warnings"][0], r["warnings"]
+
+
+def test_load_bundle_kinds_reads_only_the_kinds_asked_for(kernel_dir, cache):
+    """``load_bundle(comm, kinds=[...])``: with ``["cpu"]`` rank 0 never reads the GPU bundle
+    beside the CPU's (here not a bundle: no warning names it); with ``["cuda"]`` it reads no CPU
+    bundle, says no asked-for kind had one, and the CPU session opens the directory's bundle
+    itself, which serves both kernels; an unknown kind is a ValueError naming it."""
+    path = prime_and_pack(kernel_dir, cache)
+    bad = cache / bundle.bundle_name("0123456789abcdef" * 4, "spirv64")
+    bad.write_bytes(b"not a bundle")
+    bad.chmod(0o600)
+    r = run_one(kernel_dir, cache, "--comm", "--kinds=cpu", TACK_CACHE="bundle")
+    assert r["ok"] and r["loaded"] == len(bundle.Bundle(path.read_bytes())) and not r["warnings"], r
+    assert bad.name not in " ".join(r["opened"])
+    r = run_one(kernel_dir, cache, "--comm", "--kinds=cuda", TACK_CACHE="bundle")
+    assert r["ok"] and r["loaded"] == 0 and r["stats"]["hits"]["variant"] == 2, r
+    assert len(r["warnings"]) == 1 and "no kind of code asked for" in r["warnings"][0], r["warnings"]
+    proc = subprocess.run([sys.executable, "-c", "import tack.cache; tack.cache.load_bundle(kinds=['cpu', 'gpu'])"],
+                          env=clean_env(cache), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "ValueError" in proc.stderr and "'gpu'" in proc.stderr, proc.stderr
