@@ -9,7 +9,10 @@
    ``tack.config.num_threads = 1``, with 2 threads forced at every size (the rule's minimum
    work per thread, ``cpu_runtime.PER_THREAD_S``, set to nothing) and with 2 threads allowed
    and the rule choosing (``auto``, what a user gets). Each repeat times a batch of launches
-   lasting about 2 ms, modes interleaved; min and median over ``--repeats`` batches, per launch.
+   lasting about 2 ms, modes interleaved in a rotating order, each batch after one untimed
+   launch of its own mode (a 2-thread launch leaves half the arrays in the other core's cache,
+   which the next mode's first launches would otherwise fetch); min and median over
+   ``--repeats`` batches, per launch.
    The ratios are medians over medians; ``auto`` must never be more than 5% slower than 1
    thread. The ``dispatch`` row is a 64-point saxpy forced onto 2 threads minus the same on 1:
    what waking a worker and collecting it adds to a launch.
@@ -116,7 +119,7 @@ def _child_steady(sizes, repeats):
             cpu_runtime.OVERHEAD_FACTOR = 0.0 if mode == "2" else factor
         variants = [v for v in kernel._variants.values() if hasattr(v, "serial_points")]
         for v in variants:          # what the rule learnt of small grids, per mode too
-            v.serial_points = learnt.get((mode, id(v)), 0)
+            v.serial_points, v.quiet_points = learnt.get((mode, id(v)), (0, 0))
         t0 = time.perf_counter()
         for _ in range(calls):
             tack.launch(kernel, dim=n, args=a)
@@ -124,7 +127,8 @@ def _child_steady(sizes, repeats):
         used = cpu_runtime.pool_stats()["last_threads"] if has_rule else None
         if has_rule:
             overhead[mode] = cpu_runtime._overhead
-            learnt.update(((mode, id(v)), v.serial_points) for v in variants)
+            learnt.update(((mode, id(v)), (v.serial_points, getattr(v, "quiet_points", 0)))
+                          for v in variants)
         return t, used
 
     rows = []
@@ -138,8 +142,10 @@ def _child_steady(sizes, repeats):
         calls = max(1, min(2000, int(BATCH_S / max(t1, 1e-7))))
         times = {m: [] for m in modes}
         used = {}
-        for _ in range(repeats):
-            for mode in modes:
+        order = list(modes)
+        for r in range(repeats):
+            for mode in order[r % 3:] + order[:r % 3]:     # each mode after each other in turn
+                run_mode(mode, kernel, a, n, 1)             # the arrays where this mode leaves them
                 t, u = run_mode(mode, kernel, a, n, calls)
                 times[mode].append(t)
                 used[mode] = u

@@ -100,7 +100,7 @@ def test_thread_rule_around_each_threshold(monkeypatch, shape, threads):
         for per_thread in (points * 1.0 / k * 1.0001, points * 1.0 / k * 0.9999):
             monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", per_thread * 1e-9)
             variant.cost = 1e-9                         # the estimate: points * 1 ns
-            variant.serial_points = 0                   # and no fast path learnt from it
+            variant.serial_points = variant.quiet_points = 0    # and no fast path learnt from it
             want = min(threads, shape[0], int(points * 1e-9 / (per_thread * 1e-9)))
             used, _ = _launch_marked(shape)
             assert used == (want if want >= 2 else 1), (k, per_thread)
@@ -117,7 +117,7 @@ def test_busy_machine_backs_off_and_probes(monkeypatch):
     (variant,) = [v for v in k_mark1._variants.values() if getattr(v, "fn", None) is not None]
     used = []
     for _ in range(cpu_runtime.PROBE_EVERY):
-        variant.cost, variant.serial_points = 1e-9, 0
+        variant.cost, variant.serial_points, variant.quiet_points = 1e-9, 0, 0
         used.append(_launch_marked((1000,))[0])
     assert used.count(2) == 1 and used.count(1) == cpu_runtime.PROBE_EVERY - 1
     assert cpu_runtime._overhead < 1.0
@@ -162,7 +162,7 @@ def _recording_variant(gate=None, fail_on=None):
             raise ValueError(f"chunk {lo}:{hi} failed")
         runs.append((lo, hi, me))
 
-    return SimpleNamespace(fn=fn, cost=1.0, serial_points=0), runs, failed
+    return SimpleNamespace(fn=fn, cost=1.0, serial_points=0, quiet_points=0, quiet_runs=0), runs, failed
 
 
 @pytest.mark.parametrize("threads", [2, 4])
@@ -403,3 +403,42 @@ def test_grids_below_the_learnt_size_skip_the_rule_and_the_clock(monkeypatch):
     tack.launch(k_small, dim=big.size, args=(big,))          # above it: timed, a cost learnt
     assert variant.cost is not None and (big == np.arange(big.size)).all()
     assert variant.serial_points >= 65                       # what it learnt stays learnt
+
+
+def test_grids_that_cannot_gain_a_thread_are_timed_one_launch_in_eight(monkeypatch):
+    """Issue 21: a grid too small for a second thread even at twice the cost measured runs
+    serially and is timed one launch in SAMPLE_EVERY (the clock and the rule were about 2 us of
+    an 80 us launch, auto 3-6% behind one thread); the sampled launches still follow a cost that
+    rises, so the grid comes back under the rule and goes parallel."""
+    tack.config.num_threads = 2
+
+    @tack.kernel
+    def k_quiet(out):
+        i = tack.tid()
+        out[i] = i
+
+    monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 0.0)
+    out = np.zeros(20_000)
+    tack.launch(k_quiet, dim=out.size, args=(out,))             # compiles, learns a cost
+    (variant,) = k_quiet._variants.values()
+    assert variant.cost is not None
+    variant.cost, variant.serial_points = 1e-9, 0               # 20k points: 20 us of work
+    monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-3)
+    cpu_runtime._learn(variant, 1e-9)
+    assert variant.quiet_points == int(1e-3 / 1e-9) > out.size
+    ticks = []
+    clock = cpu_runtime._clock
+    monkeypatch.setattr(cpu_runtime, "_clock", lambda: ticks.append(1) or clock())
+    variant.quiet_runs = 0
+    for _ in range(2 * cpu_runtime.SAMPLE_EVERY):
+        out[:] = 0
+        tack.launch(k_quiet, dim=out.size, args=(out,))
+        assert (out == np.arange(out.size)).all() and cpu_runtime.pool_stats()["last_threads"] == 1
+    assert len(ticks) == 2 * 2                                   # two timed launches, two reads each
+    # The kernel's cost rises (as a data-dependent loop's would): the sampled launches learn it,
+    # the quiet band shrinks below the grid, and the rule gives it two threads again.
+    monkeypatch.setattr(cpu_runtime, "_clock", clock)
+    cpu_runtime._learn(variant, 1.0)                             # as if measured at 1 s a point
+    assert variant.quiet_points < out.size
+    tack.launch(k_quiet, dim=out.size, args=(out,))
+    assert cpu_runtime.pool_stats()["last_threads"] == 2 and (out == np.arange(out.size)).all()

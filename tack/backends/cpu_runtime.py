@@ -310,6 +310,10 @@ class CPUVariant(BoundsReport):
         # Grids of fewer points than this run serially untimed: the measured cost puts them
         # below both what a thread is given and what is worth timing (0: not measured yet).
         self.serial_points = 0
+        # Grids of fewer points than this get no second thread even at twice the cost measured:
+        # only one launch in SAMPLE_EVERY of them is timed (to follow a cost that changes), the
+        # others run as the fast path does; ``quiet_runs`` counts them (0: not measured yet).
+        self.quiet_points = self.quiet_runs = 0
         self.grid_too_large = None
         if self.grid_checks:
             self.grid_too_large = _grid_test(tuple((i, axis, dim)
@@ -415,6 +419,7 @@ MEASURE_MIN_S = 20e-6        # a launch (or the caller's chunks) shorter than th
 CHUNKS_PER_THREAD = 4        # chunks per thread, claimed in turn (balances a busy core)
 OVERHEAD_FACTOR = 2.0        # each thread's work is also at least this times the overhead seen
 PROBE_EVERY = 32             # one launch in this many held back by that overhead goes parallel
+SAMPLE_EVERY = 8             # one launch in this many that cannot gain a thread is timed
 
 _overhead = 20e-6            # what parallel launches took beyond their share of the work
 _held_back = 0               # (a moving average), and launches held back by it since a probe
@@ -451,6 +456,12 @@ def _run_grid(variant, buf, d):
         _stats["last_threads"] = 1          # the fast path: as cheap as TACK_NUM_THREADS=1
         fn(buf, 0, d0)
         return
+    if points < variant.quiet_points:       # serial even at twice the cost: timed now and then
+        variant.quiet_runs += 1
+        if variant.quiet_runs % SAMPLE_EVERY:
+            _stats["last_threads"] = 1
+            fn(buf, 0, d0)
+            return
     cost = variant.cost
     estimate = points * (FLOOR_S if cost is None else cost)
     n = min(threads, d0, int(estimate / max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead)))
@@ -512,6 +523,10 @@ def _learn(variant, cost):
     if cost > 0:
         variant.serial_points = max(variant.serial_points,
                                     int(min(PER_THREAD_S * 2, MEASURE_MIN_S) / (2 * cost)))
+        # Below this many points even twice the cost gives no second thread (n needs an estimate
+        # of 2 * PER_THREAD_S): those launches are timed one in SAMPLE_EVERY. It follows the cost
+        # both ways, so a kernel whose cost rises is soon back under the rule.
+        variant.quiet_points = int(PER_THREAD_S / cost)
 
 
 class _Job:
