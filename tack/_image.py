@@ -68,8 +68,8 @@ def same_source(path: str, mtime: int, size: int, digest: bytes) -> bool:
 class _Loader:
     """The loader of every module a finder serves (one object, as ``spec.loader``): the module's
     code from the image (where it lies: ``spec.loader_state``), or, if that fails, from its
-    source and ``.pyc``.  One shared object, not a ``SourceFileLoader`` per module: importlib's
-    per-module work was a third of a warm import's machinery.  The ``importlib.abc`` methods
+    source and ``.pyc``.  One shared object, not a ``SourceFileLoader`` per module (with its
+    dict: 54 objects a warm contour made, kept to its exit, for about 4 us a module).  The ``importlib.abc`` methods
     that tools call with a module's name (``runpy``'s ``get_code``, ``get_source``,
     ``get_resource_reader``...) answer for any module the image holds."""
 
