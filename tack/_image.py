@@ -36,7 +36,7 @@ import zlib
 from importlib.machinery import ModuleSpec, SourceFileLoader
 from importlib.util import MAGIC_NUMBER, source_hash
 
-FORMAT = b"TACKIMG3"                    # 3: a CRC-32 per module; 2: whole seconds, a source hash, relative names
+FORMAT = b"TACKIMG3"        # 3: a CRC-32 per module; 2: whole seconds, a source hash, relative names
 _HEAD = 16                      # FORMAT, Python's bytecode magic, the index's length (uint32)
 
 
@@ -69,8 +69,8 @@ class _Loader:
     """The loader of every module a finder serves (one object, as ``spec.loader``): the module's
     code from the image (where it lies: ``spec.loader_state``), or, if that fails, from its
     source and ``.pyc``.  One shared object, not a ``SourceFileLoader`` per module (with its
-    dict: 54 objects a warm contour made, kept to its exit, for about 4 us a module).  The ``importlib.abc`` methods
-    that tools call with a module's name (``runpy``'s ``get_code``, ``get_source``,
+    dict: 54 objects a warm contour made, kept to its exit, for about 4 us a module).  The
+    ``importlib.abc`` methods that tools call with a module's name (``runpy``'s ``get_code``, ``get_source``,
     ``get_resource_reader``...) answer for any module the image holds."""
 
     def __init__(self, image):

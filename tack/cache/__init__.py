@@ -321,7 +321,7 @@ _stats = None
 _launch = None            # the MPI launch, if any (detected once)
 _loaded_bundle = None     # a Bundle given by load_bundle()
 _loaded_gpu: dict = {}    # target key -> a GPU kind's packed Bundle given by load_bundle()
-_bundle_covers = frozenset()   # what load_bundle() read for ("cpu", GPU machines): no rank opens those bundles itself
+_bundle_covers = frozenset()   # what load_bundle() read ("cpu", GPU machines): no rank opens those itself
 
 
 def configure(directory=None, mode=None, max_size=None):

@@ -221,6 +221,7 @@ def test_load_bundle_kinds_reads_only_the_kinds_asked_for(kernel_dir, cache):
     r = run_one(kernel_dir, cache, "--comm", "--kinds=cuda", TACK_CACHE="bundle")
     assert r["ok"] and r["loaded"] == 0 and r["stats"]["hits"]["variant"] == 2, r
     assert len(r["warnings"]) == 1 and "no kind of code asked for" in r["warnings"][0], r["warnings"]
-    proc = subprocess.run([sys.executable, "-c", "import tack.cache; tack.cache.load_bundle(kinds=['cpu', 'gpu'])"],
+    proc = subprocess.run([sys.executable, "-c",
+                           "import tack.cache; tack.cache.load_bundle(kinds=['cpu', 'gpu'])"],
                           env=clean_env(cache), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "ValueError" in proc.stderr and "'gpu'" in proc.stderr, proc.stderr
