@@ -70,8 +70,8 @@ class _Loader:
     code from the image (where it lies: ``spec.loader_state``), or, if that fails, from its
     source and ``.pyc``.  One shared object, not a ``SourceFileLoader`` per module (with its
     dict: 54 objects a warm contour made, kept to its exit, for about 4 us a module).  The
-    ``importlib.abc`` methods that tools call with a module's name (``runpy``'s ``get_code``, ``get_source``,
-    ``get_resource_reader``...) answer for any module the image holds."""
+    ``importlib.abc`` methods that tools call with a module's name (``runpy``'s ``get_code``,
+    ``get_source``, ``get_resource_reader``...) answer for any module the image holds."""
 
     def __init__(self, image):
         self._image = image
