@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 
-from .backends.arch_names import KINDS, ArchError, bundle_machine, cpu_microarch  # noqa: F401 - bundle_machine: the site tool's
+from .backends.arch_names import KINDS, ArchError, cpu_microarch
 
 
 def parse(text) -> tuple[str, str]:

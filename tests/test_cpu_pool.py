@@ -123,16 +123,21 @@ def test_busy_machine_backs_off_and_probes(monkeypatch):
     assert cpu_runtime._overhead < 1.0
 
 
+def _index_kernel():
+    """A kernel of its own (``out[i] = i``), so that its variants are new to this process."""
+    @tack.kernel
+    def k_index(out):
+        i = tack.tid()
+        out[i] = i
+    return k_index
+
+
 def test_new_variant_runs_serially_then_measured(monkeypatch):
     """A variant not measured yet is estimated at FLOOR_S a point: a small grid runs serially,
     and its timed launch gives the variant a cost per point."""
     tack.config.num_threads = 2
 
-    @tack.kernel
-    def k_fresh(out):
-        i = tack.tid()
-        out[i] = i
-
+    k_fresh = _index_kernel()
     monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 0.0)
     out = np.zeros(50_000)
     tack.launch(k_fresh, dim=out.size, args=(out,))
@@ -384,11 +389,7 @@ def test_grids_below_the_learnt_size_skip_the_rule_and_the_clock(monkeypatch):
     size as such."""
     tack.config.num_threads = 2
 
-    @tack.kernel
-    def k_small(out):
-        i = tack.tid()
-        out[i] = i
-
+    k_small = _index_kernel()
     out = np.zeros(64)
     tack.launch(k_small, dim=out.size, args=(out,))          # compiles; 64 points: too quick
     (variant,) = k_small._variants.values()
@@ -412,11 +413,7 @@ def test_grids_that_cannot_gain_a_thread_are_timed_one_launch_in_eight(monkeypat
     rises, so the grid comes back under the rule and goes parallel."""
     tack.config.num_threads = 2
 
-    @tack.kernel
-    def k_quiet(out):
-        i = tack.tid()
-        out[i] = i
-
+    k_quiet = _index_kernel()
     monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 0.0)
     out = np.zeros(20_000)
     tack.launch(k_quiet, dim=out.size, args=(out,))             # compiles, learns a cost

@@ -347,10 +347,13 @@ def test_tools_that_ask_the_loader_get_answers(site, tmp_path):
            "'def digest' in loader.get_source('tack.cache.keys'), "
            "loader.get_filename('tack.cache.keys') == k.__file__, loader.is_package('tack.site'), "
            "sorted(p.name for p in importlib.resources.files('tack.site').joinpath('templates').iterdir()), "
-           "sorted(env.list_templates()), _image.finder().served > 0]))")
+           "sorted(env.list_templates()), _image.finder().served > 0, "
+           "__import__('pkgutil').get_data('tack.site', 'templates/modulefile.lua.j2')[:2].decode()]))")
     got = json.loads(_py(site, ask, tmp_path).stdout.strip().splitlines()[-1])
     assert got[:5] == ["_Loader", True, True, True, True]
     assert got[5] == got[6] == ["modulefile.lua.j2", "modulefile.tcl.j2"] and got[7]
+    lua = (ROOT / "tack" / "site" / "templates" / "modulefile.lua.j2").read_text()
+    assert got[8] == lua[:2]                                 # pkgutil.get_data: the loader's get_data
     env = _env(PYTHONPATH=str(site), TACK_CACHE_DIR=str(tmp_path / "cache"))
     p = subprocess.run([sys.executable, "-m", "tack.cache", "--help"], env=env, capture_output=True,
                        text=True, cwd=tmp_path, timeout=600)

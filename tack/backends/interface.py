@@ -25,7 +25,7 @@ class Runtime(Protocol):
     KIND: str               # the device kind: ``cpu``, ``cuda``, ``hip``, ``level_zero`` ...
     # The machine its bundles' file names carry (``bundle-<machine>-<key>``, as ``pack`` names
     # them from its code's metadata): the host's for the CPU, the code's for a GPU kind
-    # (``nvptx64``, ``amdgcn``, ``spirv64``, ``metal``: ``archs.bundle_machine``).
+    # (``nvptx64``, ``amdgcn``, ``spirv64``, ``metal``: ``arch_names.bundle_machine``).
     BUNDLE_MACHINE: str
 
     def available(self) -> bool:

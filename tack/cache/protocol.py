@@ -19,8 +19,9 @@ class Store(Protocol):
     ``read(kind, key, level, targets)``: ``key`` is an entry's key, or, for a
     variant, a function of a target key (``keys.for_target``); the user's
     directory then tries each of ``targets`` in turn, ``stores.PackedBundles``
-    the bundle packed for each of them in turn, and a bundle its own target.  -> ``(Found, "")``, or ``(None, why)``: ``MISSING``, or what was
-    wrong (untrusted, damaged...), for the kernel's log line.
+    the bundle packed for each of them in turn, and a bundle its own target.
+    -> ``(Found, "")``, or ``(None, why)``: ``MISSING``, or what was wrong
+    (untrusted, damaged...), for the kernel's log line.
     """
 
     writable: bool

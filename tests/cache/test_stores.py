@@ -266,10 +266,11 @@ def test_a_runtime_finds_the_site_bundle_the_build_names(arch, tmp_path):
     registry's (``arch_names.Kind.machine``), never this host's."""
     from tack import aot, archs
     from tack.backends import toolchain
+    from tack.backends.arch_names import bundle_machine
     kind, name = archs.resolve(arch)
     target = toolchain(kind).target(arch)
     path = aot.bundle_path(target, str(tmp_path))
-    assert target.machine_name == archs.bundle_machine(kind)
+    assert target.machine_name == bundle_machine(kind)
     got = bundle.named_candidates([(arch, target.key)], [os.path.basename(path)])
     assert got == [(arch, target.key, os.path.basename(path))]
     if kind != "cpu":
@@ -301,3 +302,18 @@ def test_load_bundle_takes_the_gpu_kinds_packed_bundles_and_nothing_else():
               bundle.bundle_name(key * 4, "spirv64") + ".tmp.12.ab", "bundle-spirv64-" + "x" * 16,
               "bundle-spirv64-" + key[:12], "notes.txt"]
     assert gpu_packed_bundles(others + names) == sorted(names)
+
+
+def test_load_bundle_kinds_are_the_registrys():
+    """``host.known_kinds``: ``load_bundle``'s ``kinds`` (None: every kind; one name or several),
+    checked against the arch registry; an unknown one is a ValueError naming it and the kinds
+    there are.  ``machines_of``: the GPU kinds' code machines (the CPU has none of its own)."""
+    from tack.backends.arch_names import KINDS
+    from tack.cache.host import known_kinds, machines_of
+    assert known_kinds() == frozenset(KINDS)
+    assert known_kinds("cpu") == known_kinds(["cpu"]) == {"cpu"}
+    assert known_kinds(("cuda", "spirv")) == {"cuda", "spirv"}
+    with pytest.raises(ValueError, match="unknown kind 'hip'.*cpu, cuda, rocm"):
+        known_kinds(["cpu", "hip"])
+    assert machines_of({"cpu"}) == frozenset()
+    assert machines_of({"cuda", "spirv", "level_zero"}) == {"nvptx64", "spirv64"}
