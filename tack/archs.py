@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import difflib
 
-from .backends.arch_names import KINDS, ArchError, cpu_microarch
+# bundle_machine: the arch registry's, re-exported for the cache, which imports no backend
+# module itself (tests/cache/test_layering.py).
+from .backends.arch_names import KINDS, ArchError, bundle_machine, cpu_microarch  # noqa: F401
 
 
 def parse(text) -> tuple[str, str]:

@@ -447,10 +447,9 @@ def packed_bundle_machine(name: str) -> str | None:
 def site_bundle_name(arch: str, target_key: str, machine: str | None = None) -> str:
     """``bundle-<machine>-<kind>-<name>-<target key prefix>``: a site bundle built for ``arch``
     (``kind:name``; a bare name is a CPU's), e.g. ``bundle-x86_64-cpu-zen3-1a2b3c4d5e6f``,
-    ``bundle-nvptx64-cuda-sm_90-...``; ``machine``: the kind's (``arch_names.bundle_machine``)
+    ``bundle-nvptx64-cuda-sm_90-...``; ``machine``: the kind's (``archs.bundle_machine``)
     unless given."""
-    from ..archs import parse
-    from ..backends.arch_names import bundle_machine
+    from ..archs import bundle_machine, parse
     kind, name = parse(arch)
     return f"{BUNDLE_PREFIX}{machine or bundle_machine(kind)}-{kind}-{name}-{target_key[:12]}"
 
