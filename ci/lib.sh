@@ -4,14 +4,54 @@
 ROOT="$PWD"
 TOOLS="${TACK_TOOLS:-$ROOT/../shared/tools}"
 
-# scratch_dir NAME [DIR]: S is DIR (default: a new temporary directory), made and absolute.
+# at_exit CMD...: run CMD when the script exits (by exit, error or signal), after every CMD
+# registered later (last in, first out: a daemon under a scratch directory is stopped before the
+# directory goes).  A script keeps its own EXIT trap only through this.
+_AT_EXIT=()
+at_exit() {
+  _AT_EXIT+=("$*")
+  trap _run_at_exit EXIT
+  trap 'exit 130' INT TERM HUP
+}
+_run_at_exit() {
+  local i
+  for ((i = ${#_AT_EXIT[@]} - 1; i >= 0; i--)); do eval "${_AT_EXIT[i]}" || true; done
+  _AT_EXIT=()
+}
+
+# scratch_dir NAME [DIR]: S is DIR, made and absolute.  Without DIR, S is a new temporary directory
+# (tack-ci.*, under $TMPDIR or /tmp) removed when the script exits, unless TACK_CI_KEEP=1: every
+# run of .ci/run used to leave about 2 GB behind (the Spack and conda kits, environments, build
+# stages), and on a machine that had run CI a few dozen times the next run failed unpacking Spack,
+# with no space left.  Not to be called in a subshell: the removal is registered in this shell.
 scratch_dir() {
-  S="${2:-$(mktemp -d)}"; mkdir -p "$S"; S="$(cd "$S" && pwd)"
+  if [ -n "${2:-}" ]; then
+    S="$2"; mkdir -p "$S"
+  else
+    S="$(mktemp -d "${TMPDIR:-/tmp}/tack-ci.XXXXXX")" || return 1
+    [ "${TACK_CI_KEEP:-}" = 1 ] || at_exit "remove_tree '$S'"
+  fi
+  S="$(cd "$S" && pwd)"
   echo "$1: scratch $S"
 }
 
+# remove_tree DIR: rm -rf, making read-only directories (a Go-style cache, an installed prefix)
+# writable first if plain removal fails.
+remove_tree() {
+  rm -rf "$1" 2>/dev/null && return 0
+  chmod -R u+w "$1" 2>/dev/null; rm -rf "$1"
+}
+
+# disk_free DIR: the space left under DIR, in GiB (an integer).
+disk_free() {
+  df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print int($4 / 1048576) }'
+}
+
 # step NAME CMD...: run CMD, then print how long it took; the figures are collected in $TIMES.
-TIMES="${TIMES:-$(mktemp)}"
+if [ -z "${TIMES:-}" ]; then
+  TIMES="$(mktemp "${TMPDIR:-/tmp}/tack-ci-times.XXXXXX")"
+  at_exit "rm -f '$TIMES'"
+fi
 step() {
   local name="$1"; shift
   local t0 t1 rc=0

@@ -190,8 +190,7 @@ if compgen -G "$D/run/*.pid" >/dev/null || [ -f "$D/munge-run/munged.pid" ]; the
   echo "slurm-check: stopping what a previous run left in $D"
   stop_slurm
 fi
-trap stop_slurm EXIT
-trap 'exit 130' INT TERM HUP
+at_exit stop_slurm
 rm -rf "$D"
 mkdir -p "$D"/{etc,log,run,spool/ctld,spool/d}
 install -d -m 0700 "$D/munge"            # the key and the PRNG seed: private
