@@ -79,6 +79,32 @@ _SCRUB = ("PYTHONDONTWRITEBYTECODE", "TACK_IMPORT_IMAGE", "TACK_TIMING", "TACK_C
           "TACK_NUM_THREADS", "NUMBA_CACHE_DIR", "WARP_CACHE_PATH", "TACK_CONFIG")
 
 
+# The measured processes run without the ``site`` module (``python -S``), NumPy and the rest found
+# through PYTHONPATH (this Python's site-packages): ``.pth`` files run code in every process at
+# start, and what they import is then free to whatever runs after.  Here a sandbox's certifi hook
+# and the checkout's editable install imported pathlib, tempfile, importlib.util, zlib and
+# threading into every process, the NumPy-only one included, and so hid 1.6 ms of what a warm
+# Tack process imports of its own (a Spack or conda environment runs no such hooks).
+# ``--with-site`` measures with them.
+CLEAN = True
+
+
+def _site_dirs() -> list:
+    import site
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def _python(env):
+    """(the interpreter's argv, env) of a measured process: ``-S``, site-packages on PYTHONPATH."""
+    if not CLEAN:
+        return [sys.executable], env
+    path = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""), *_site_dirs()] if p)
+    return [sys.executable, "-S"], dict(env, PYTHONPATH=path)
+
+
 def _log(msg):
     print(f"[deployed_warm] {msg}", file=sys.stderr, flush=True)
 
@@ -124,7 +150,8 @@ def _run(argv, env, timeout=600):
 
 
 def runner(lib, kernel, size, env, mpi_ranks=0):
-    argv = [sys.executable, RUNNER, lib, kernel, str(size)]
+    python, env = _python(env)
+    argv = python + [RUNNER, lib, kernel, str(size)]
     if mpi_ranks:
         argv = [shutil.which("mpiexec"), "-n", str(mpi_ranks)] + argv + ["--mpi"]
     res, wall, cpu, exit_s = _run(argv, env)
@@ -221,7 +248,8 @@ def measure(runs=9, size=21, n=100_000, ranks=4, bundle_kernels=(10, 3000), thre
     tmp = tempfile.mkdtemp(prefix="tack-deployed-")
     res = {"benchmark": "deployed_warm", "runs": runs, "size": size, "saxpy": n,
            "python": sys.version.split()[0], "machine": platform.machine(),
-           "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+           "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+           "site": not CLEAN}
     try:
         cases = prepare(tmp, size, n, ranks)
         res["cases"] = list(cases)
@@ -310,6 +338,8 @@ def report(res, file=None):
     raw = {tuple(k.split("/")): v for k, v in res["raw"].items()}
     p(f"Deployed warm start: {res['runs']} fresh processes per case, Python {res['python']}, "
       f"{res['machine']}, {res['cpus']} CPUs; ms, min/median/max")
+    p("Measured processes: " + ("with the site module and this Python's .pth files (--with-site)"
+                                if res.get("site") else "python -S (no .pth file runs), site-packages on PYTHONPATH"))
     for k in KERNELS:
         label = f"21³ contour" if k == "contour" else f"{res['saxpy']}-element saxpy"
         p(f"\n{label}")
@@ -366,6 +396,10 @@ def report(res, file=None):
                 t = _stats(raw[(peer, k)], "import_to_result_s")[1]
                 u = _stats(raw[("user", k)], "import_to_result_s")[1]
                 p(f"  {k}: {peer} warm import-to-result {t * 1e3:.1f} ms, Tack's {t / u:.1f}x faster")
+    for k in KERNELS:
+        other = sorted({m for case in ("user", "site") if (case, k) in raw
+                        for r in raw[(case, k)] for m in r.get("other_modules", ())})
+        p(f"  {k}: modules a warm process imported besides Tack's own: {', '.join(other) or 'none'}")
     g = res.get("bundle_growth")
     if g:
         p("\nBundle mode's first call against the bundle's size (contour, ms min/median/max):")
@@ -393,12 +427,16 @@ def main(argv=None):
     ap.add_argument("--bundle-kernels", default="10,3000",
                     help="kernel counts of the bundle-growth case (default 10,3000; 0: skip)")
     ap.add_argument("--no-threads", action="store_true", help="skip the 1 against 2 threads table")
+    ap.add_argument("--with-site", action="store_true",
+                    help="run the measured processes with the site module and its .pth files")
     ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
     a = ap.parse_args(argv)
     if a.runs < 1:
         ap.error("--runs must be at least 1")
     bk = () if a.bundle_kernels.strip() == "0" else counts(ap, a.bundle_kernels, "--bundle-kernels",
                                                             "10,3000", 1)
+    global CLEAN
+    CLEAN = not a.with_site
     res = measure(a.runs, a.size, a.saxpy, a.ranks, bk, not a.no_threads)
     if a.json:
         print(json.dumps(res, indent=1, default=str))

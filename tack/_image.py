@@ -32,9 +32,39 @@ import marshal
 import os
 import sys
 import types
-import zlib
 from importlib.machinery import ModuleSpec, SourceFileLoader
-from importlib.util import MAGIC_NUMBER, source_hash
+
+# What a warm process imports beyond NumPy's modules costs it at every start (zlib's module 0.2 ms,
+# importlib.util 0.2 ms, with importlib._abc), so the image takes the little it needs of them from
+# what is loaded already: importlib.util's MAGIC_NUMBER and source_hash are importlib's own
+# bootstrap's (frozen: always loaded), and the CRC-32 is zlib's, through ctypes (which NumPy
+# loads) when the zlib module is not imported yet.
+try:
+    from importlib._bootstrap_external import _RAW_MAGIC_NUMBER, MAGIC_NUMBER
+
+    def source_hash(data: bytes) -> bytes:
+        """``importlib.util.source_hash``: the hash of a hash-based ``.pyc``."""
+        return _imp.source_hash(_RAW_MAGIC_NUMBER, data)
+except ImportError:                         # pragma: no cover - another importlib's bootstrap
+    from importlib.util import MAGIC_NUMBER, source_hash
+
+
+def crc32_function():
+    """zlib's CRC-32 of a bytes object: the C library's through ctypes on Linux (``import tack``
+    imports NumPy, which imports ctypes; libz is mapped in a NumPy process already), else, or if
+    the library is not found, the zlib module's."""
+    if "zlib" not in sys.modules and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            f = ctypes.CDLL("libz.so.1").crc32
+        except (ImportError, OSError, AttributeError):
+            pass
+        else:
+            f.restype, f.argtypes = ctypes.c_ulong, (ctypes.c_ulong, ctypes.c_char_p, ctypes.c_uint)
+            return lambda data: f(0, data, len(data))
+    from zlib import crc32
+    return crc32
+
 
 FORMAT = b"TACKIMG3"        # 3: a CRC-32 per module; 2: whole seconds, a source hash, relative names
 _HEAD = 16                      # FORMAT, Python's bytecode magic, the index's length (uint32)
@@ -140,6 +170,7 @@ class ImageFinder:
         self.pyc = f".{sys.implementation.cache_tag}{opt}.pyc"
         self.served = 0                     # modules served from the image, for tests and status
         self.loader = _Loader(self)
+        self.crc32 = crc32_function()
 
     def find_spec(self, name, path=None, target=None):
         if not name.startswith(self.prefix) or self.fd is None:
@@ -175,7 +206,7 @@ class ImageFinder:
         data = os.pread(self.fd, length, self.base + offset)
         if len(data) != length:
             raise ValueError("the image is shorter than its index")
-        if zlib.crc32(data) != crc:
+        if self.crc32(data) != crc:
             raise ValueError("a module's code does not match its checksum")
         return data
 

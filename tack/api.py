@@ -6,8 +6,6 @@ the front end or the compiler.  What a kernel may name besides its
 parameters (device functions, constants, intrinsics) is ``tack.language``.
 """
 
-from __future__ import annotations
-
 import functools
 import types
 

@@ -9,8 +9,6 @@ What it costs is a few attribute reads per argument: a cached kernel's first
 launch in a process runs it.
 """
 
-from __future__ import annotations
-
 import numpy as np
 
 from . import types as T

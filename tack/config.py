@@ -5,8 +5,6 @@ TACK_NUM_THREADS), read the first time it is asked for, and can be set from
 Python at any time; a change applies to the next launch.
 """
 
-from __future__ import annotations
-
 import os
 
 from .errors import warn

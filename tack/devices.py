@@ -1,7 +1,5 @@
 """``tack.devices()`` and ``tack.to_device()``: what this process can launch on, and arrays kept there."""
 
-from __future__ import annotations
-
 from .records import fields
 
 

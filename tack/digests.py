@@ -3,17 +3,16 @@
 Keys (a kernel's, a variant's, a dependency's fingerprint) and checksums (an entry's, a
 bundle's head and index blocks) all come from ``hasher``.  SHA-512 truncated to 256 bits (as
 NIST SP 800-107 allows; SHA-512/256 is the same construction with other initial values) is as
-strong as SHA-256.  It comes from CPython's ``_sha512`` (``_sha2`` from Python 3.12), which a
-warm process has loaded already: NumPy's import loads it (``tempfile`` imports ``random``),
-so the hash costs no library load.  Before, keys were BLAKE2b's, whose module ``_blake2``
-only Tack loaded: 0.2 ms of every warm process (a shared library's load), against 0.04 ms more
-hashing for the some 57 KB a warm first call hashes (the entries it reads, the constants a
-kernel depends on).  ``hashlib`` is never needed: it loads OpenSSL's libcrypto, about 2.5 ms
-of a process start here.  Changing the hash changes every key and checksum: entries and
+strong as SHA-256.  It comes from CPython's ``_sha512`` (``_sha2`` from Python 3.12): a small
+extension module, about 0.2 ms to load, the one module a warm process imports that NumPy does
+not (``tests/test_warm_imports.py``).  Every secure hash costs such a load: BLAKE2b's ``_blake2``
+as much, and ``hashlib`` loads OpenSSL's libcrypto, about 2.5 ms of a process start here.
+SHA-512 was chosen over BLAKE2b when it seemed loaded already (a .pth file of the development
+machine's imported ``tempfile``, hence ``random``, into every process; NumPy does not), and is
+0.04 ms slower over the some 57 KB a warm contour hashes (the entries it reads, the constants a
+kernel depends on).  Changing the hash changes every key and checksum: entries and
 bundles made with another one are not found, or are refused as another format, never misread.
 """
-
-from __future__ import annotations
 
 try:                                    # Python 3.12 and later: one module for the SHA-2 family
     from _sha2 import sha512 as _sha512

@@ -1,7 +1,5 @@
 """Errors Tack raises at users.  Each names where in the user's source it arose."""
 
-from __future__ import annotations
-
 import warnings
 
 from .records import fields

@@ -9,8 +9,6 @@ elsewhere in a module does not change a fingerprint.  The front end records
 them when it lowers a kernel, and the cache compares them before it reuses one.
 """
 
-from __future__ import annotations
-
 import sys
 import types
 

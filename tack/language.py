@@ -9,8 +9,6 @@ nothing above them to import.  The intrinsics are placeholders the front end rec
 identity; calling them from plain Python is an error.
 """
 
-from __future__ import annotations
-
 import builtins
 import functools
 import math

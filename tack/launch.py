@@ -7,8 +7,6 @@ slots (an array's data pointer, extents and strides) and calling the entry
 point.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 import time

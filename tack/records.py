@@ -14,8 +14,6 @@ it did::
         __slots__ = ()
 """
 
-from __future__ import annotations
-
 from operator import itemgetter
 
 _NOTHING = object()

@@ -9,8 +9,6 @@ is *weak* and takes the type of the other operand where that type can hold
 its kind, as ``np.float32(x) * 2.0`` stays float32.
 """
 
-from __future__ import annotations
-
 import numpy as np
 
 from .records import fields

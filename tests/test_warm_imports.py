@@ -123,3 +123,64 @@ def test_demo_field_and_contour_import_no_argparse(tmp_path):
     code = ("import sys, json\nimport tack.demo, tack.kernels.contour\n"
             "print(json.dumps(sorted(m for m in ('argparse', 'gettext') if m in sys.modules)))")
     assert json.loads(_run(tmp_path, "-c", code).stdout.strip().splitlines()[-1]) == []
+
+
+# What a warm process may import besides Tack's own modules and what NumPy imports: SHA-512's
+# extension module (its keys and checksums; ``_sha2`` from Python 3.12).  Everything else costs
+# every warm process its import: threading was 0.5 ms, bisect 0.27, zlib 0.23, importlib.util
+# 0.19, __future__ 0.11.  Run without the site module (``-S``): a .pth file that imports such
+# modules at start (an editable install's finder imports pathlib, tempfile, importlib.util...)
+# would hide them.
+ALLOWED_BESIDES_NUMPY = {"_sha512", "_sha2"}
+
+CLEAN_CHILD = """
+import sys
+import numpy as np
+before = set(sys.modules)
+import tack
+from tack.kernels.contour import contour
+g = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
+field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
+verts, faces = contour(field, 0.7)
+from tack.kernels import contour as mod
+new = sorted(m for m in set(sys.modules) - before if m.partition(".")[0] != "tack")
+compiled = [k for k in ("classify", "emit")
+            if {"lower", "specialize", "codegen", "llvm"} & set(getattr(mod, k).timings)]
+import json
+print(json.dumps({"faces": int(len(faces)), "compiled": compiled, "new": new}))
+"""
+
+
+def _clean(tmp_path, **env) -> dict:
+    import site
+    dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(d)]
+    env.setdefault("PYTHONPATH", os.pathsep.join([str(ROOT), *dirs]))
+    return json.loads(_run(tmp_path, "-S", "-c", CLEAN_CHILD, **env).stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["write", "bundle", "site"])
+def test_warm_process_imports_nothing_numpy_does_not_besides_sha512(tmp_path, mode):
+    env = {}
+    if mode == "site":
+        from tack import archs
+        from tack.backends import cpu_identity
+        from tack.site import build
+        from tack.site.config import load
+        import io
+        arch = archs.cpu_candidates(cpu_identity.host_arch())[-1]      # the family: any host runs it
+        cfg = tmp_path / "site.yaml"
+        cfg.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{arch}]\n  kernels:\n"
+                       "    - module: tack.kernels.contour\n      shapes: [[16, 16, 16]]\n")
+        out = io.StringIO()
+        assert build.build_bundles(load(cfg), output=str(tmp_path / "site"), out=out, err=out) == 0, out.getvalue()
+        (tmp_path / "cache").mkdir(mode=0o700)
+        env = {"TACK_CACHE": "read", "TACK_CACHE_BUNDLES": str(tmp_path / "site")}
+    else:
+        cold = _clean(tmp_path)
+        assert cold["compiled"] == ["classify", "emit"]
+        if mode == "bundle":
+            _run(tmp_path, "-m", "tack.cache", "pack")
+        env = {"TACK_CACHE": mode}
+    warm = _clean(tmp_path, **env)
+    assert warm["compiled"] == [] and warm["faces"] > 0
+    assert set(warm["new"]) <= ALLOWED_BESIDES_NUMPY, warm["new"]

@@ -16,8 +16,6 @@ module's ``target(name)`` takes a ``kind:arch`` name; docs/gpu.md for the GPU
 ones).  The names each kind builds are ``arch_names``'s, the one registry.
 """
 
-from __future__ import annotations
-
 
 def toolchain(kind: str = "cpu"):
     """The toolchain side of the backend for architecture kind ``kind`` (``cpu``, ``cuda``,

@@ -16,8 +16,6 @@ struct (the rest).
 Light to import (``tack.types`` only): the warm path packs its launches with it.
 """
 
-from __future__ import annotations
-
 from .. import types as T
 
 # The code of each scalar type's slot.

@@ -28,8 +28,6 @@ without a table rule (ppc64le), or bundles that record no table (made by a Tack 
 fields), the caller's ``ancestry()`` answers instead: archspec, imported then and only then.
 """
 
-from __future__ import annotations
-
 TABLE_FORMAT = "2"                            # 1: features as changes from the first parent's
 RULE_FAMILIES = ("x86_64", "aarch64")         # the families whose host detection is replicated
 FIELDS = ("cpu_family", "cpu_vendor", "cpu_rank", "cpu_features", "cpu_table")
@@ -84,12 +82,14 @@ def _atom(text, spaces=False) -> str:
 
 class Table:
     """A parsed detection table: ``order`` (names in archspec's order), and per name its
-    ``vendor``, ``part``, ``parents``, ``ancestors`` (archspec's order), ``depth`` and feature
-    set (``features(name)``; kept as bit masks over the table's feature names, ``bits``, so a
-    host's check is integer arithmetic); ``arm_vendors``."""
+    ``vendor``, ``part``, ``parents``, feature set (``features(name)``; kept as bit masks over the
+    table's feature names, ``bits``, so a host's check is integer arithmetic), ``ancestors(name)``
+    (archspec's order) and ``depth(name)``; ``arm_vendors``.  Parsing checks every row and link;
+    the ancestries are worked out for the names a host asks about (a node needs one or two of a
+    family's some thirty), once each."""
 
-    __slots__ = ("family", "arm_vendors", "order", "vendor", "part", "parents", "mask", "count",
-                 "bits", "ancestors", "depth", "_memo")
+    __slots__ = ("family", "arm_vendors", "order", "vendor", "part", "parents", "mask", "bits",
+                 "_ancestors", "_memo")
 
     def __init__(self, text: str):
         parts = text.split("|")
@@ -103,38 +103,44 @@ class Table:
             raise TableError("the table names a feature twice")
         limit = 1 << len(names)
         self.order, self.vendor, self.part, self.parents, self.mask = [], {}, {}, {}, {}
-        mask = self.mask
+        vendors, cpu_parts, links, mask = self.vendor, self.part, self.parents, self.mask
         for row in parts[4:]:
-            fields = row.split("/")
-            if len(fields) != 5 or not fields[0] or fields[0] in self.vendor:
+            name, vendor, part, parents, m = fields = row.split("/")
+            if len(fields) != 5 or not name or name in mask:
                 raise TableError(f"table row {row[:40]!r} is malformed")
-            name, vendor, part, parents, m = fields
             parents = tuple(parents.split(",")) if parents else ()
-            if parents and parents[0] not in mask:
-                raise TableError(f"table row {name}: parent {parents[0]} not before it")
+            for p in parents:                   # so every ancestry can be worked out later
+                if p not in mask:
+                    raise TableError(f"table row {name}: parent {p} not before it")
             m = int(m, 16)
             if not 0 <= m < limit:
                 raise TableError(f"table row {name}: its features are not the table's")
             self.order.append(name)
-            self.vendor[name], self.part[name], self.parents[name] = vendor, part, parents
+            vendors[name], cpu_parts[name], links[name] = vendor, part, parents
             mask[name] = m
-        self.count = {n: m.bit_count() for n, m in mask.items()}
-        ancestors = self.ancestors = {}
-        for name in self.order:                 # archspec's order; parents come first
-            parents = self.parents[name]
-            if any(p not in ancestors for p in parents):
-                raise TableError(f"table row {name} names a parent the table lacks")
-            if len(parents) == 1:
-                ancestors[name] = parents + ancestors[parents[0]]
-                continue
-            value = list(parents)
-            for p in parents:
-                value.extend(a for a in ancestors[p] if a not in value)
-            ancestors[name] = tuple(value)
-        self.depth = {n: len(a) for n, a in ancestors.items()}
-        if self.family not in self.vendor or ancestors[self.family]:
+        if links.get(self.family, True):
             raise TableError(f"table of {self.family!r} lacks its root")
+        self._ancestors = {self.family: ()}
         self._memo = {}
+
+    def ancestors(self, name: str) -> tuple:
+        """``name``'s ancestors in archspec's order (its first parent's line, then each other
+        parent's ancestors not yet named)."""
+        got = self._ancestors.get(name)
+        if got is None:
+            parents = self.parents[name]
+            got = parents + self.ancestors(parents[0]) if parents else ()
+            if len(parents) > 1:
+                value = list(parents)
+                for p in parents:
+                    value.extend(a for a in self.ancestors(p) if a not in value)
+                got = tuple(value)
+            self._ancestors[name] = got
+        return got
+
+    def depth(self, name: str) -> int:
+        """``name``'s number of ancestors (archspec's rank of a target)."""
+        return len(self.ancestors(name))
 
     def features(self, name: str) -> frozenset:
         """The features of ``name`` by the table (archspec's ``features``)."""
@@ -161,8 +167,8 @@ class Table:
             features.append("sse3")
         bits = self.bits
         have = 0
-        for f in features:
-            have |= bits.get(f, 0)
+        for f in bits.keys() & features:    # the host's features the table names
+            have |= bits[f]
         lacking = ~have
         mask, tvendor = self.mask, self.vendor
 
@@ -176,7 +182,7 @@ class Table:
             return family               # archspec's generic_microarchitecture(family)
 
         def sorting(t):
-            return self.depth[t], self.count[t]
+            return self.depth(t), mask[t].bit_count()
 
         best_generic = max((t for t in candidates if tvendor[t] == "generic"), key=sorting,
                            default=None)
@@ -184,7 +190,7 @@ class Table:
             return family
         if part != "" and any(part == self.part[t] for t in candidates):
             candidates = [t for t in candidates if self.part[t] == part]
-        candidates = [t for t in candidates if best_generic in self.ancestors[t]]
+        candidates = [t for t in candidates if best_generic in self.ancestors(t)]
         return max(candidates, key=sorting) if candidates else best_generic
 
     def candidates(self, facts: dict) -> tuple:
@@ -194,9 +200,9 @@ class Table:
         got = self._memo.get(key)
         if got is None:
             name = self.host(facts)
-            anc = self.ancestors[name]
+            anc = self.ancestors(name)
             order = {a: i for i, a in enumerate(anc)}
-            got = (name,) + tuple(sorted(anc, key=lambda a: (-self.depth[a], order[a])))
+            got = (name,) + tuple(sorted(anc, key=lambda a: (-self.depth(a), order[a])))
             self._memo[key] = got
         return got
 
@@ -306,7 +312,7 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
                 why[name] = f"built for a {meta.get('cpu_family')} CPU, this node is {facts['machine']}"
                 continue
             cands = table.candidates(facts)
-            if arch not in table.vendor or str(table.depth[arch]) != meta.get("cpu_rank"):
+            if arch not in table.vendor or str(table.depth(arch)) != meta.get("cpu_rank"):
                 raise TableError(f"cpu:{arch} is not the table's")
         except TableError as e:
             why[name] = f"its CPU header is malformed ({e})"

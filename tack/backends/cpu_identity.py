@@ -10,8 +10,6 @@ runtime (``backends.cpu_runtime``) looks code up with them: both import this mod
 imports neither.
 """
 
-from __future__ import annotations
-
 import functools
 import os
 import platform

@@ -34,8 +34,6 @@ MCJIT is the caller's (``load_object``'s ``fallback``), so the loader sits
 below both halves of the CPU backend.
 """
 
-from __future__ import annotations
-
 import ctypes
 import platform
 import struct

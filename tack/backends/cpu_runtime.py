@@ -17,8 +17,6 @@ The cache never imports this module: the dispatcher (``tack.launch``) asks it
 for keys and hands them to the cache session.
 """
 
-from __future__ import annotations
-
 import _thread
 import ctypes
 import itertools

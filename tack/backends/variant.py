@@ -7,8 +7,6 @@ runtime (``DeviceVariant``), launched through that runtime's ``launch``.
 Light to import (no NumPy, no compiler): the warm path makes its variants with it.
 """
 
-from __future__ import annotations
-
 
 def encode_tidx(checks) -> str:
     """A variant's ``tidx`` metadata: ``gridcheck.tid_indexed``'s list as text: ``param.axis.dim.offset`` items, space-separated."""

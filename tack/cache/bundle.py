@@ -40,13 +40,10 @@ this Tack.  ``BundleStore`` and ``SiteBundleStore`` look entries up in
 bundles for a session (``stores.py``).
 """
 
-from __future__ import annotations
-
 import os
 import platform
 import struct
 import time
-from bisect import bisect_left, bisect_right
 from math import isqrt
 
 from ..digests import hasher
@@ -54,6 +51,21 @@ from . import log
 from .entry import HIT_FIELDS, MISSING, SUFFIX, DamagedEntry, Found, decode, decode_meta
 from .keys import shown_version, tack_version_id
 from .trust import TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, check_trusted, open_regular
+
+
+def _bisect(a, x, right: bool) -> int:
+    """``bisect.bisect_right(a, x)`` (``right``) or ``bisect_left``: the standard library's, in
+    Python, as a lookup needs two of a dozen steps each, and importing ``bisect`` loads its C
+    extension, 0.27 ms of every process a bundle serves."""
+    lo, hi = 0, len(a)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < a[mid] or not right and x == a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
 
 MAGIC = b"TACKBDL1"                         # a Tack bundle, whatever its format
 FORMAT = 4                                  # 4: SHA-512/256t checksums (3: BLAKE2b; 2: SHA-256; 1: one index)
@@ -245,11 +257,11 @@ class Bundle:
         needle = f"{kind}\t{key}".encode("ascii", "replace")
         if len(needle) != _KEY_END:
             return None
-        i = bisect_right(self._fences, needle) - 1
+        i = _bisect(self._fences, needle, right=True) - 1
         if i < 0:
             return None
         rows, keys = self._block(i)
-        j = bisect_left(keys, needle)
+        j = _bisect(keys, needle, right=False)
         if j == len(keys) or keys[j] != needle:
             return None
         return _row_place(rows, j * _STRIDE)

@@ -8,8 +8,6 @@ through the names that bind them, from the kernel outward, and each name is
 resolved again in the function's globals, closure or builtins.
 """
 
-from __future__ import annotations
-
 import builtins
 import types
 

@@ -12,8 +12,6 @@ kind, key, lengths or checksum treats the entry as damaged: it is never
 used.  Bundles (``bundle.py``) hold entries in this same format.
 """
 
-from __future__ import annotations
-
 import os
 import struct
 

@@ -8,8 +8,6 @@ variant's is the lowered key, the argument types, the grid's rank and the
 target key, which the caller's runtime names (the cache never computes one).
 """
 
-from __future__ import annotations
-
 import os
 import sys
 import types

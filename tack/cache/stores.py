@@ -27,8 +27,6 @@ unexpected error is a miss and one warning: no crash from the cache reaches
 a user's job.
 """
 
-from __future__ import annotations
-
 import functools
 import os
 import stat

@@ -18,9 +18,6 @@
   made it, so that ``clear`` and ``prune`` know it for one of theirs.
 """
 
-from __future__ import annotations
-
-import errno
 import os
 import stat
 
@@ -60,7 +57,10 @@ def open_regular(path: str):
     """
     try:
         fd = os.open(path, _O_READ)
+    except FileNotFoundError:           # (a lookup's usual miss: errno's import is for the rest)
+        raise
     except OSError as e:
+        import errno
         if e.errno == errno.ELOOP:
             raise NotRegular(path, "a symbolic link") from None
         raise

@@ -46,8 +46,6 @@ are passed at launch), so one variant of each serves every field size,
 level and triangle count, and the outputs are allocated at their exact size.
 """
 
-from __future__ import annotations
-
 import numpy as np
 
 import tack

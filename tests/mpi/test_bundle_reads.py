@@ -466,3 +466,16 @@ def test_broadcast_under_mpiexec_2(kernel_dir, cache):
         assert r["stats"]["hits"]["variant"] == 2
     assert ranks[0]["stats"]["bytes_read"] == len(data)
     assert ranks[1]["stats"]["bytes_read"] == 0
+
+
+def test_lookups_bisect_as_the_standard_library_does():
+    """A lookup's two searches (the block by its fence, the row in its block) are ``bisect``'s
+    without importing it (its C extension's load is 0.27 ms of a bundle-served process): the same
+    answers on sorted keys with repeats, misses before, between and after."""
+    import bisect
+    rng = random.Random(7)
+    for n in range(40):
+        keys = sorted(rng.choice([b"1\ta", b"1\tb", b"2\tc", b"2\td", b"3\te"]) for _ in range(n))
+        for needle in (b"", b"1\ta", b"1\taa", b"1\tb", b"2\tc", b"3\te", b"4"):
+            assert bundle._bisect(keys, needle, right=True) == bisect.bisect_right(keys, needle)
+            assert bundle._bisect(keys, needle, right=False) == bisect.bisect_left(keys, needle)
