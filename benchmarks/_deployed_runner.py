@@ -17,6 +17,7 @@ import time
 
 T_START = time.perf_counter()
 
+import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -61,6 +62,18 @@ def _check(kernel, args, result):
     return bool((result == a * x + y).all())
 
 
+def _gc_clock(runs):
+    """A ``gc.callbacks`` entry appending (generation, seconds) of each collector run to ``runs``."""
+    started = [0.0]
+
+    def callback(phase, info):
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            runs.append((info["generation"], time.perf_counter() - started[0]))
+    return callback
+
+
 def _start(lib):
     if lib == "tack":
         import tack  # noqa: F401
@@ -94,6 +107,8 @@ def main():
         return
     module, call = MODULES[kernel][lib]
     before = set(sys.modules)
+    gc_runs = []                # the collector's runs from here to the result: (generation, s)
+    gc.callbacks.append(_gc_clock(gc_runs))
     t_lib = time.perf_counter()
     _start(lib)
     t1 = time.perf_counter()
@@ -109,8 +124,11 @@ def main():
     result = fn(*args)
     t4 = time.perf_counter()
     c4 = time.process_time()
+    gc.callbacks.clear()
     out["first_call_s"] = t4 - t3
     out["import_to_result_s"] = t4 - t_lib
+    out["gc_s"] = sum(t for _, t in gc_runs)
+    out["gc_runs"] = [g for g, _ in gc_runs]
     out["ok"] = _check(kernel, args, result)
     out["loaded"] = {m: m in sys.modules for m in ("archspec", "llvmlite.binding",
                                                    "concurrent.futures", "hashlib")}

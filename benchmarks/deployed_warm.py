@@ -400,6 +400,10 @@ def report(res, file=None):
         other = sorted({m for case in ("user", "site") if (case, k) in raw
                         for r in raw[(case, k)] for m in r.get("other_modules", ())})
         p(f"  {k}: modules a warm process imported besides Tack's own: {', '.join(other) or 'none'}")
+        gcs = _stats(raw[("user", k)], "gc_s")
+        middle = sum(1 for r in raw[("user", k)] if any(g >= 1 for g in r.get("gc_runs", ())))
+        p(f"  {k}: of import-to-result, the collector's runs {_fmt(gcs)} ms (user's directory; "
+          f"a middle-generation run in {middle} of {len(raw[('user', k)])} processes)")
     g = res.get("bundle_growth")
     if g:
         p("\nBundle mode's first call against the bundle's size (contour, ms min/median/max):")
