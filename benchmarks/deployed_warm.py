@@ -1,7 +1,7 @@
 """Warm where a deployed site runs: every path a process finds its kernels on, side by side.
 
     python benchmarks/deployed_warm.py [--runs 9] [--size 21] [--saxpy 100000] [--ranks 4]
-                                       [--bundle-kernels 10,3000] [--no-threads] [--json]
+                                       [--bundle-kernels 10,3000] [--no-threads] [--with-site] [--json]
 
 Two kernels, the 21³ contour (``tack.kernels.contour``) and a 100k-element float32 saxpy
 (``benchmarks/_deployed_kernels.py``), each first called in a fresh process
@@ -21,6 +21,9 @@ from:
   (``TACK_BENCH_PEERS``: a directory they were installed to with ``pip install --target``;
   this script never installs them).
 
+Every measured process runs as ``python -S`` (no ``.pth`` file runs; see ``CLEAN``), and reports
+the modules its warm path imported besides Tack's own and the collector's runs from ``import
+tack`` to the result.
 A NumPy-only process (import NumPy, build the input, exit) is the baseline for the whole
 warm process, compared by CPU time (user + system, ``getrusage`` of the child: the wall time
 of a 100 ms process moves by tens of milliseconds on a shared machine), as the median of each

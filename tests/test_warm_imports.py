@@ -83,27 +83,32 @@ def test_warm_hit_imports_no_compiler_module(tmp_path, mode):
     assert _compiler_modules(warm) == []
 
 
+def _site_bundle(tmp_path, arch, n):
+    """A site bundle of the contour for ``n``³ fields built for ``cpu:arch`` in tmp_path/site, and
+    an empty private user directory tmp_path/cache."""
+    import io
+
+    from tack.site import build
+    from tack.site.config import load
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{arch}]\n  kernels:\n"
+                   f"    - module: tack.kernels.contour\n      shapes: [[{n}, {n}, {n}]]\n")
+    out = io.StringIO()
+    assert build.build_bundles(load(cfg), output=str(tmp_path / "site"), out=out, err=out) == 0, out.getvalue()
+    (tmp_path / "cache").mkdir(mode=0o700)
+
+
 def test_site_bundle_hit_imports_neither_archspec_nor_llvmlite_binding(tmp_path):
     """With an empty user cache and a site bundle built for an ancestor of this host's
     microarchitecture (``x86_64_v3`` on an ``x86_64_v4`` host), a fresh process loads every
     kernel from the bundle and imports neither archspec nor llvmlite (its version is read from
     its _version.py), nor any compiler module: the node's bundle is chosen from the bundle's header and this host's cpuinfo."""
-    import io
-
     from tack import archs
     from tack.backends import cpu_choice, cpu_identity
-    from tack.site import build
-    from tack.site.config import load
     if cpu_choice.host_facts(cpu_identity.host_cpu_identity()) is None:
         pytest.skip("this host gives no cpuinfo features: archspec names its microarchitecture")
     order = archs.cpu_candidates(cpu_identity.host_arch())
-    arch = order[1] if len(order) > 1 else order[0]
-    cfg = tmp_path / "site.yaml"
-    cfg.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{arch}]\n  kernels:\n"
-                   "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n")
-    out = io.StringIO()
-    assert build.build_bundles(load(cfg), output=str(tmp_path / "site"), out=out, err=out) == 0, out.getvalue()
-    (tmp_path / "cache").mkdir(mode=0o700)
+    _site_bundle(tmp_path, order[1] if len(order) > 1 else order[0], 8)
     warm = _contour(tmp_path, TACK_CACHE="read", TACK_CACHE_BUNDLES=str(tmp_path / "site"))
     assert warm["compiled"] == [] and warm["faces"] > 0
     assert [m for m in warm["modules"] if m.split(".")[0] in ("archspec", "llvmlite")] == []
@@ -128,15 +133,20 @@ def test_demo_field_and_contour_import_no_argparse(tmp_path):
 # What a warm process may import besides Tack's own modules and what NumPy imports: SHA-512's
 # extension module (its keys and checksums; ``_sha2`` from Python 3.12).  Everything else costs
 # every warm process its import: threading was 0.5 ms, bisect 0.27, zlib 0.23, importlib.util
-# 0.19, __future__ 0.11.  Run without the site module (``-S``): a .pth file that imports such
-# modules at start (an editable install's finder imports pathlib, tempfile, importlib.util...)
-# would hide them.
+# 0.19, __future__ 0.11; and a failed try (_sha2 on Python 3.11) 0.05.  Run without the site
+# module (``-S``): a .pth file that imports such modules at start (an editable install's finder
+# imports pathlib, tempfile, importlib.util...) would hide them.
 ALLOWED_BESIDES_NUMPY = {"_sha512", "_sha2"}
 
 CLEAN_CHILD = """
 import sys
 import numpy as np
 before = set(sys.modules)
+asked = []
+class Spy:                      # first on the meta path: every module asked for, found or not
+    def find_spec(self, name, path=None, target=None):
+        asked.append(name)
+sys.meta_path.insert(0, Spy())
 import tack
 from tack.kernels.contour import contour
 g = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
@@ -147,7 +157,8 @@ new = sorted(m for m in set(sys.modules) - before if m.partition(".")[0] != "tac
 compiled = [k for k in ("classify", "emit")
             if {"lower", "specialize", "codegen", "llvm"} & set(getattr(mod, k).timings)]
 import json
-print(json.dumps({"faces": int(len(faces)), "compiled": compiled, "new": new}))
+failed = sorted(set(asked) - set(sys.modules))
+print(json.dumps({"faces": int(len(faces)), "compiled": compiled, "new": new, "failed": failed}))
 """
 
 
@@ -164,16 +175,7 @@ def test_warm_process_imports_nothing_numpy_does_not_besides_sha512(tmp_path, mo
     if mode == "site":
         from tack import archs
         from tack.backends import cpu_identity
-        from tack.site import build
-        from tack.site.config import load
-        import io
-        arch = archs.cpu_candidates(cpu_identity.host_arch())[-1]      # the family: any host runs it
-        cfg = tmp_path / "site.yaml"
-        cfg.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{arch}]\n  kernels:\n"
-                       "    - module: tack.kernels.contour\n      shapes: [[16, 16, 16]]\n")
-        out = io.StringIO()
-        assert build.build_bundles(load(cfg), output=str(tmp_path / "site"), out=out, err=out) == 0, out.getvalue()
-        (tmp_path / "cache").mkdir(mode=0o700)
+        _site_bundle(tmp_path, archs.cpu_candidates(cpu_identity.host_arch())[-1], 16)  # the family's
         env = {"TACK_CACHE": "read", "TACK_CACHE_BUNDLES": str(tmp_path / "site")}
     else:
         cold = _clean(tmp_path)
@@ -184,3 +186,5 @@ def test_warm_process_imports_nothing_numpy_does_not_besides_sha512(tmp_path, mo
     warm = _clean(tmp_path, **env)
     assert warm["compiled"] == [] and warm["faces"] > 0
     assert set(warm["new"]) <= ALLOWED_BESIDES_NUMPY, warm["new"]
+    # nor tries one that is not there: each such try searches every directory on sys.path
+    assert warm["failed"] == []
