@@ -130,13 +130,13 @@ def test_demo_field_and_contour_import_no_argparse(tmp_path):
     assert json.loads(_run(tmp_path, "-c", code).stdout.strip().splitlines()[-1]) == []
 
 
-# What a warm process may import besides Tack's own modules and what NumPy imports: SHA-512's
-# extension module (its keys and checksums; ``_sha2`` from Python 3.12).  Everything else costs
-# every warm process its import: threading was 0.5 ms, bisect 0.27, zlib 0.23, importlib.util
-# 0.19, __future__ 0.11; and a failed try (_sha2 on Python 3.11) 0.05.  Run without the site
-# module (``-S``): a .pth file that imports such modules at start (an editable install's finder
-# imports pathlib, tempfile, importlib.util...) would hide them.
-ALLOWED_BESIDES_NUMPY = {"_sha512", "_sha2"}
+# What a warm process may import besides Tack's own modules and what NumPy imports: BLAKE2b's
+# extension module (its keys and checksums, ``tack.digests``).  Everything else costs every warm
+# process its import: threading was 0.5 ms, bisect 0.27, zlib 0.23, importlib.util 0.19,
+# __future__ 0.11; and a failed try (_sha2 on Python 3.11) 0.05.  Run without the site module
+# (``-S``): a .pth file that imports such modules at start (an editable install's finder imports
+# pathlib, tempfile, importlib.util...) would hide them.
+ALLOWED_BESIDES_NUMPY = {"_blake2"}
 
 CLEAN_CHILD = """
 import sys
@@ -170,7 +170,7 @@ def _clean(tmp_path, **env) -> dict:
 
 
 @pytest.mark.parametrize("mode", ["write", "bundle", "site"])
-def test_warm_process_imports_nothing_numpy_does_not_besides_sha512(tmp_path, mode):
+def test_warm_process_imports_nothing_numpy_does_not_besides_blake2(tmp_path, mode):
     env = {}
     if mode == "site":
         from tack import archs

@@ -34,7 +34,7 @@ A damaged block refuses its own rows only, a damaged entry or a row with
 unreadable numbers itself only: the rest of the bundle still serves.
 ``Bundle(data)`` serves the same way from bytes in memory (the broadcast of
 ``load_bundle``).  A bundle of an older format (1: one checksum over meta
-and the whole index; 2: SHA-256 checksums) is refused with a message
+and the whole index; 2: SHA-256, 3: BLAKE2b, 4: SHA-512 checksums) is refused with a message
 saying to pack it again; bundles are version-locked, so such a bundle was never served to
 this Tack.  ``BundleStore`` and ``SiteBundleStore`` look entries up in
 bundles for a session (``stores.py``).
@@ -68,7 +68,7 @@ def _bisect(a, x, right: bool) -> int:
 
 
 MAGIC = b"TACKBDL1"                         # a Tack bundle, whatever its format
-FORMAT = 4                                  # 4: SHA-512/256t checksums (3: BLAKE2b; 2: SHA-256; 1: one index)
+FORMAT = 5                                  # 5: BLAKE2b checksums (4: SHA-512/256t; 3: BLAKE2b; 2: SHA-256; 1: one index)
 _HEAD = struct.Struct("<8sIIII32s")         # magic, format, count, rows per block, meta length, digest
 _FIELDS = _HEAD.size - 32                   # the head's bytes its digest covers
 # An index row, as ``pack`` writes it: ``kind<TAB>key<TAB>offset<TAB>length<NEWLINE>``, numbers 16 digits.

@@ -2,7 +2,7 @@
 
 An entry file is a small header, a metadata block and a payload::
 
-    magic "TACKENT3" | u8 kind | 3 pad | u32 meta length | u64 payload length
+    magic "TACKENT4" | u8 kind | 3 pad | u32 meta length | u64 payload length
     | 32-byte digest (tack.digests) of (key, meta, payload) | 64-byte key (hex) | meta | payload
 
 The metadata is lines of tab-separated text, ``field<TAB>value...``, a field
@@ -17,7 +17,7 @@ import struct
 
 from ..digests import hasher
 
-MAGIC = b"TACKENT3"                     # 3: SHA-512/256t checksum (2: BLAKE2b; 1: SHA-256)
+MAGIC = b"TACKENT4"                     # 4: BLAKE2b checksum (3: SHA-512/256t; 2: BLAKE2b; 1: SHA-256)
 KIND_LOWERED, KIND_VARIANT = 1, 2
 HEAD = struct.Struct("<8sB3xIQ32s64s")
 SUFFIX = {KIND_LOWERED: ".tlk", KIND_VARIANT: ".tvar"}

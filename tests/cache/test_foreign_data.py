@@ -195,4 +195,4 @@ def test_numbers_too_large_are_errors_not_tracebacks(warm):
     with pytest.raises(ValueError, match="from 1 to"):
         tack.config.num_threads = 10 ** 400
     assert tack.cache.parse_size("1.5G") == 3 << 29 and tack.cache.parse_size(str(2 ** 62)) == 2 ** 62
-    np.testing.assert_equal(entry.MAGIC, b"TACKENT3")
+    np.testing.assert_equal(entry.MAGIC, b"TACKENT4")

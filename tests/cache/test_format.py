@@ -85,9 +85,10 @@ def test_host_identity_without_cpuinfo_flags_uses_llvm(monkeypatch, tmp_path, cp
 
 
 
-@pytest.mark.parametrize("magic", [b"TACKENT1", b"TACKENT2"])
+@pytest.mark.parametrize("magic", [b"TACKENT1", b"TACKENT2", b"TACKENT3"])
 def test_entry_of_an_older_format_is_refused_as_an_older_one(magic):
-    """An entry written with SHA-256 (magic TACKENT1) or BLAKE2b (TACKENT2) checksums is damaged to
+    """An entry written with SHA-256 (magic TACKENT1), BLAKE2b (TACKENT2) or SHA-512 (TACKENT3)
+    checksums is damaged to
     this Tack, and the reason says it is an older format, not foreign data; today's round-trips;
     another magic is not a Tack entry."""
     import hashlib

@@ -44,9 +44,9 @@ def synthetic(n, seed=0, size=200):
 
 def layout(data):
     """-> {"count", "per" (rows per block), "meta", "table", "index" (where it starts), "end"
-    (where the index ends)} of format 4 bundle bytes."""
+    (where the index ends)} of format 5 bundle bytes."""
     _, fmt, count, per, mlen, _ = bundle._HEAD.unpack_from(data)
-    assert fmt == bundle.FORMAT == 4
+    assert fmt == bundle.FORMAT == 5
     nblocks = -(-count // per)
     meta = bundle._HEAD.size
     table = meta + mlen
@@ -249,11 +249,10 @@ def test_damaged_header_refuses_the_bundle(made):
             bundle.read(str(path))
 
 
-@pytest.mark.parametrize("fmt", [1, 2, 3])
+@pytest.mark.parametrize("fmt", [1, 2, 3, 4])
 def test_older_format_bundle_refused_with_a_clear_message(tmp_path, fmt):
     """A bundle an older Tack wrote (format 1: one index checksum; 2: SHA-256 checksums; 3:
-    BLAKE2b checksums) is
-    refused, saying so and to pack it again: by read, header and Bundle(bytes), and by the
+    BLAKE2b checksums; 4: SHA-512 checksums) is refused, saying so and to pack it again: by read, header and Bundle(bytes), and by the
     store, with one warning; never a crash."""
     from tack.cache.bundle import BundleStore
     entries = synthetic(6)
