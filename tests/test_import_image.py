@@ -379,3 +379,20 @@ def test_image_checks_with_zlibs_crc32_and_importlibs_source_hash_without_import
     for data in samples:
         assert through_ctypes(data) == through_module(data) == zlib.crc32(data)
         assert _image.source_hash(data) == importlib.util.source_hash(data)
+
+
+def test_image_crc32_falls_back_to_the_zlib_module_without_libz(monkeypatch):
+    """Where no libz.so.1 can be opened (another libc's naming, a stripped container), the CRC-32
+    is the zlib module's: the image still serves, at the module's import cost."""
+    import ctypes
+    import zlib
+
+    from tack import _image
+
+    def no_library(name, *a, **k):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.delitem(sys.modules, "zlib")
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    crc32 = _image.crc32_function()
+    assert crc32(b"tack") == zlib.crc32(b"tack") and "zlib" in sys.modules
