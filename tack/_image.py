@@ -32,20 +32,23 @@ import marshal
 import os
 import sys
 import types
-from importlib.machinery import ModuleSpec, SourceFileLoader
 
 # What a warm process imports beyond NumPy's modules costs it at every start (zlib's module 0.2 ms,
-# importlib.util 0.2 ms, with importlib._abc), so the image takes the little it needs of them from
-# what is loaded already: importlib.util's MAGIC_NUMBER and source_hash are importlib's own
-# bootstrap's (frozen: always loaded), and the CRC-32 is zlib's, through ctypes (which NumPy
-# loads) when the zlib module is not imported yet.
+# importlib.util 0.2 ms with importlib._abc, importlib.machinery 0.3 ms where NumPy does not
+# import it, as 2.2 does not), so the image takes the little it needs of them from what is loaded
+# already: ModuleSpec, SourceFileLoader and the bytecode magic are those of importlib's frozen
+# bootstrap, which the interpreter loads before any script (importlib.machinery and util
+# re-export the same objects), and the CRC-32 is zlib's through ctypes where the zlib module is
+# not imported yet.
 try:
-    from importlib._bootstrap_external import _RAW_MAGIC_NUMBER, MAGIC_NUMBER
+    from _frozen_importlib import ModuleSpec
+    from _frozen_importlib_external import _RAW_MAGIC_NUMBER, MAGIC_NUMBER, SourceFileLoader
 
     def source_hash(data: bytes) -> bytes:
         """``importlib.util.source_hash``: the hash of a hash-based ``.pyc``."""
         return _imp.source_hash(_RAW_MAGIC_NUMBER, data)
-except ImportError:                         # pragma: no cover - another importlib's bootstrap
+except ImportError:                         # pragma: no cover - another implementation's importlib
+    from importlib.machinery import ModuleSpec, SourceFileLoader
     from importlib.util import MAGIC_NUMBER, source_hash
 
 

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A fresh process: import Tack, run the contour, say where each module came from.
 CHILD = r"""
 import json, sys, inspect
+import importlib.util        # before the listing below, which would otherwise import it mid-loop
 import numpy as np
 import tack
 from tack import _image
@@ -32,7 +33,7 @@ field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :]
 verts, faces = contour(field, 0.7)
 import tack.cache.stores as stores
 f = _image.finder()
-mods = {m: type(sys.modules[m].__spec__.loader).__name__ for m in sys.modules
+mods = {m: type(sys.modules[m].__spec__.loader).__name__ for m in list(sys.modules)
         if m.startswith("tack.")}
 print(json.dumps({
     "faces": int(len(faces)), "verts": float(verts.sum()),
@@ -42,8 +43,8 @@ print(json.dumps({
     "co_filename": stores.open_session.__code__.co_filename,
     "source_ok": "def open_session" in inspect.getsource(stores.open_session),
     "image_path": _image.image_path(__import__("os").path.dirname(tack.__file__)),
-    "cached_wrong": [m for m in sys.modules if m.startswith("tack.") and sys.modules[m].__cached__
-                     != __import__("importlib.util").util.cache_from_source(sys.modules[m].__file__)],
+    "cached_wrong": [m for m in list(sys.modules) if m.startswith("tack.") and sys.modules[m].__cached__
+                     != importlib.util.cache_from_source(sys.modules[m].__file__)],
 }))
 """
 
