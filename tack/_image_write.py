@@ -11,10 +11,9 @@ import os
 import sys
 import types
 import zlib
-from importlib.machinery import SourceFileLoader
-from importlib.util import MAGIC_NUMBER, source_hash
 
-from ._image import FORMAT, finder, image_path, open_image, same_source
+from ._image import (FORMAT, MAGIC_NUMBER, SourceFileLoader, finder, image_path, open_image, same_source,
+                     source_hash)
 
 
 def _modules(package: str, package_dir: str):
