@@ -128,14 +128,10 @@ class Table:
         parent's ancestors not yet named)."""
         got = self._ancestors.get(name)
         if got is None:
-            parents = self.parents[name]
-            got = parents + self.ancestors(parents[0]) if parents else ()
-            if len(parents) > 1:
-                value = list(parents)
-                for p in parents:
-                    value.extend(a for a in self.ancestors(p) if a not in value)
-                got = tuple(value)
-            self._ancestors[name] = got
+            value = list(self.parents[name])
+            for p in self.parents[name]:
+                value.extend(a for a in self.ancestors(p) if a not in value)
+            got = self._ancestors[name] = tuple(value)
         return got
 
     def depth(self, name: str) -> int:
