@@ -131,12 +131,13 @@ def test_demo_field_and_contour_import_no_argparse(tmp_path):
 
 
 # What a warm process may import besides Tack's own modules and what NumPy imports: BLAKE2b's
-# extension module (its keys and checksums, ``tack.digests``).  Everything else costs every warm
+# extension module (its keys and checksums, ``tack.digests``), and ``gc``, built into the
+# interpreter (no file to find; ``import tack`` promotes the objects made before it).  Everything else costs every warm
 # process its import: threading was 0.5 ms, bisect 0.27, zlib 0.23, importlib.util 0.19,
 # __future__ 0.11; and a failed try (_sha2 on Python 3.11) 0.05.  Run without the site module
 # (``-S``): a .pth file that imports such modules at start (an editable install's finder imports
 # pathlib, tempfile, importlib.util...) would hide them.
-ALLOWED_BESIDES_NUMPY = {"_blake2"}
+ALLOWED_BESIDES_NUMPY = {"_blake2", "gc"}
 
 CLEAN_CHILD = """
 import sys
@@ -166,9 +167,7 @@ print(json.dumps({"faces": int(len(faces)), "compiled": compiled, "new": new, "f
 
 
 def _clean(tmp_path, **env) -> dict:
-    import site
-    dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(d)]
-    env.setdefault("PYTHONPATH", os.pathsep.join([str(ROOT), *dirs]))
+    env.setdefault("PYTHONPATH", _clean_path())
     return json.loads(_run(tmp_path, "-S", "-c", CLEAN_CHILD, **env).stdout.strip().splitlines()[-1])
 
 
@@ -191,3 +190,62 @@ def test_warm_process_imports_nothing_numpy_does_not_besides_blake2(tmp_path, mo
     assert set(warm["new"]) <= ALLOWED_BESIDES_NUMPY, warm["new"]
     # nor tries one that is not there: each such try searches every directory on sys.path
     assert warm["failed"] == []
+
+
+# The collector around ``import tack`` (``tack._promote_young_objects``): a warm process that
+# imported NumPy first runs no collection of the middle or oldest generation from ``import tack``
+# to its first result, which examined all of NumPy's young objects (0.6-0.8 ms) to free none.
+GC_CHILD = """
+import gc, json, sys, weakref
+import numpy as np
+class Node:
+    pass
+a, b = Node(), Node()
+a.other, b.other = b, a                      # a cycle only the collector can free
+dead = weakref.ref(a)
+del a, b
+runs = []
+gc.callbacks.append(lambda phase, info: phase == "start" and runs.append(info["generation"]))
+MODE
+import tack
+from tack.kernels.contour import contour
+g = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
+field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
+verts, faces = contour(field, 0.7)
+gc.callbacks.clear()
+state = {"runs": runs, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count(),
+         "faces": int(len(faces))}
+gc.enable()
+gc.collect()
+state["cycle_freed"] = dead() is None
+print(json.dumps(state))
+"""
+
+
+def _gc_child(tmp_path, mode=""):
+    return json.loads(_run(tmp_path, "-S", "-c", GC_CHILD.replace("MODE", mode),
+                           PYTHONPATH=_clean_path()).stdout.strip().splitlines()[-1])
+
+
+def _clean_path():
+    import site
+    dirs = [d for d in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(d)]
+    return os.pathsep.join([str(ROOT), *dirs])
+
+
+def test_warm_process_runs_no_older_generation_collection(tmp_path):
+    _gc_child(tmp_path)                                     # compiles and stores
+    warm = _gc_child(tmp_path)
+    assert warm["faces"] > 0
+    assert [g for g in warm["runs"] if g > 0] == [], warm["runs"]
+    # what was made before ``import tack`` is promoted, not kept from the collector: a cycle
+    # dropped before it is freed by the next full collection
+    assert warm["cycle_freed"] and warm["enabled"] and warm["frozen"] == 0
+
+
+def test_import_keeps_a_programs_frozen_objects_frozen(tmp_path):
+    """A program that froze its objects (before a fork, say) keeps them frozen: ``import tack``
+    promotes nothing then (``gc.unfreeze()`` would release them)."""
+    got = _gc_child(tmp_path, "gc.freeze()")
+    assert got["frozen"] > 0 and got["enabled"]
+    assert not got["cycle_freed"]                   # frozen with the rest, as the program asked
