@@ -20,6 +20,7 @@ T_START = time.perf_counter()
 import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import sys  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,6 +111,7 @@ def main():
     gc_runs = []                # the collector's runs from here to the result: (generation, s)
     clock = _gc_clock(gc_runs)
     gc.callbacks.append(clock)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     c_lib = time.process_time()
     t_lib = time.perf_counter()
     _start(lib)
@@ -126,7 +128,10 @@ def main():
     result = fn(*args)
     t4 = time.perf_counter()
     c4 = time.process_time()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     gc.callbacks.remove(clock)
+    # pages touched for the first time, each a page fault (deployed_warm says what one costs)
+    out["page_faults"] = faults
     out["first_call_s"] = t4 - t3
     out["import_to_result_s"] = t4 - t_lib
     # its CPU time: under MPI with more ranks than CPUs, the wall clock also holds the other ranks'

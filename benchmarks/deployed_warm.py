@@ -243,6 +243,23 @@ def prepare(tmp, size, n, ranks):
     return cases
 
 
+def page_fault_seconds(pages=256, repeats=20):
+    """What touching a fresh page costs this machine now (a minor page fault on anonymous memory,
+    the best of ``repeats``): with the pages a warm process touches first, how much of its cost
+    is its memory's first touch (about 1 us a page on this VM; a busy host makes it dearer)."""
+    import mmap
+    size, best = pages * mmap.PAGESIZE, float("inf")
+    for _ in range(repeats):
+        m = mmap.mmap(-1, size)
+        t0 = time.perf_counter()
+        for off in range(0, size, mmap.PAGESIZE):
+            m[off] = 1
+        t = time.perf_counter() - t0
+        m.close()
+        best = min(best, t / pages)
+    return best
+
+
 def _size(kernel, size, n):
     return size if kernel == "contour" else n
 
@@ -276,6 +293,7 @@ def measure(runs=9, size=21, n=100_000, ranks=4, bundle_kernels=(10, 3000), thre
                         got["baseline_exit_s"] = base["exit_s"]
                     raw[(case, k)].append(got)
         res["raw"] = {f"{c}/{k}": v for (c, k), v in raw.items()}
+        res["page_fault_s"] = page_fault_seconds()
         res["problems"] = _problems(raw)
         if bundle_kernels:
             try:
@@ -404,6 +422,12 @@ def report(res, file=None):
                 t = _stats(raw[(peer, k)], "import_to_result_s")[1]
                 u = _stats(raw[("user", k)], "import_to_result_s")[1]
                 p(f"  {k}: {peer} warm import-to-result {t * 1e3:.1f} ms, Tack's {t / u:.1f}x faster")
+    fault = res.get("page_fault_s")
+    for k in KERNELS:
+        n = _stats(raw[("user", k)], "page_faults")
+        if n and fault:
+            p(f"  {k}: pages first touched from import to result {n[1]:.0f} (user's directory, median); "
+              f"a page fault costs {fault * 1e6:.1f} us on this machine now, so {n[1] * fault * 1e3:.2f} ms")
     for k in KERNELS:
         other = sorted({m for case in ("user", "site") if (case, k) in raw
                         for r in raw[(case, k)] for m in r.get("other_modules", ())})
