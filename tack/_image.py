@@ -25,14 +25,9 @@ by ``bundles install`` (so Spack, conda and EasyBuild installs ship one), and by
 that compiled a kernel when the image is missing or stale and the package's ``__pycache__``
 is writable and Python writes bytecode (``PYTHONDONTWRITEBYTECODE`` unset): the same places
 and rules as CPython's own ``.pyc`` files.  ``TACK_IMPORT_IMAGE=0`` turns the finder off.
-
-Tack's own imports (``import tack``, a first call's lazy ones) also run with the cyclic
-collector off, their objects then promoted to its oldest generation unexamined
-(``quiet_collector``).
 """
 
 import _imp
-import gc
 import marshal
 import os
 import sys
@@ -55,39 +50,6 @@ try:
 except ImportError:                         # pragma: no cover - another implementation's importlib
     from importlib.machinery import ModuleSpec, SourceFileLoader
     from importlib.util import MAGIC_NUMBER, source_hash
-
-
-class quiet_collector:
-    """``with quiet_collector():`` Tack's imports run with the cyclic collector off; after them,
-    every object the collector tracks is moved to its oldest generation unexamined and its young
-    generations' counts start again (``gc.freeze()`` then ``gc.unfreeze()``: two list splices,
-    whatever the number of objects), and the collector is back as it was.
-
-    Imports make objects that live as long as the program does: modules, functions, classes,
-    NumPy's type tables.  Right after NumPy's import the collector's middle generation is one run
-    from its threshold, so the next few thousand objects anything makes set off a collection that
-    examines all of NumPy's young objects, 0.6-0.8 ms, to free none of them (a NumPy-only process
-    never pays it), and each 700 of Tack's own set off a young one (60-100 us each, three in a
-    warm contour).  Promoted, they are examined only by full collections, as they would be once
-    they had survived two.  Nothing is kept from the collector: an unreachable cycle among them
-    is freed by the next full collection.  Nothing is promoted where the program froze objects
-    itself (``gc.unfreeze()`` would release them); a collector the program switched off stays
-    off.  (A compile pauses the collector for its own reasons: ``compiler.gc_paused``.)"""
-
-    __slots__ = ("was_enabled",)
-
-    def __enter__(self):
-        self.was_enabled = gc.isenabled()
-        gc.disable()
-        return self
-
-    def __exit__(self, *exc):
-        if not gc.get_freeze_count():
-            gc.freeze()
-            gc.unfreeze()
-        if self.was_enabled:
-            gc.enable()
-        return False
 
 
 def crc32_function():

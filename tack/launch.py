@@ -14,7 +14,6 @@ import time
 import numpy as np
 
 from . import types as T
-from ._image import quiet_collector
 from .api import Kernel
 from .argtypes import device_array_type, typed_args
 from .config import config
@@ -163,14 +162,12 @@ def _compile(kernel, dims, args, device, debug):
     (and stored).  Every step that differs by device kind is the runtime's."""
     stage = _Stages()
     # Tack's own modules a first call needs, imported here so that they are its "import" stage
-    # (the runtime's module and what it imports come with runtime_for), with no collection of
-    # their objects.
-    with quiet_collector():
-        from . import cache as _cache
-        from .backends import runtime_for
-        from .cache import keys as _keys
-        from .cache import stores as _stores  # noqa: F401 - the session's; timed with the others
-        kind, runtime = runtime_for(device)     # ValueError naming the devices there are
+    # (the runtime's module and what it imports come with runtime_for).
+    from . import cache as _cache
+    from .backends import runtime_for
+    from .cache import keys as _keys
+    from .cache import stores as _stores  # noqa: F401 - the session's; timed with the others
+    kind, runtime = runtime_for(device)         # ValueError naming the devices there are
     stage("import")
     runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
     views = runtime.host_views(args)

@@ -192,10 +192,9 @@ def test_warm_process_imports_nothing_numpy_does_not_besides_blake2(tmp_path, mo
     assert warm["failed"] == []
 
 
-# The collector around Tack's imports (``tack._image.quiet_collector``): a warm process that
-# imported NumPy first runs no collection during ``import tack`` (three young ones of 60-100 us
-# in a warm contour), and none of the middle or oldest generation from ``import tack`` to its
-# first result, which examined all of NumPy's young objects (0.6-0.8 ms) to free none.
+# The collector around ``import tack`` (``tack._promote_young_objects``): a warm process that
+# imported NumPy first runs no collection of the middle or oldest generation from ``import tack``
+# to its first result, which examined all of NumPy's young objects (0.6-0.8 ms) to free none.
 GC_CHILD = """
 import gc, json, sys, weakref
 import numpy as np
@@ -209,14 +208,13 @@ runs = []
 gc.callbacks.append(lambda phase, info: phase == "start" and runs.append(info["generation"]))
 MODE
 import tack
-during_import = list(runs)
 from tack.kernels.contour import contour
 g = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
 field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
 verts, faces = contour(field, 0.7)
 gc.callbacks.clear()
-state = {"runs": runs, "during_import": during_import, "enabled": gc.isenabled(),
-         "frozen": gc.get_freeze_count(), "faces": int(len(faces))}
+state = {"runs": runs, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count(),
+         "faces": int(len(faces))}
 gc.enable()
 gc.collect()
 state["cycle_freed"] = dead() is None
@@ -239,7 +237,6 @@ def test_warm_process_runs_no_older_generation_collection(tmp_path):
     _gc_child(tmp_path)                                     # compiles and stores
     warm = _gc_child(tmp_path)
     assert warm["faces"] > 0
-    assert warm["during_import"] == [], warm["runs"]
     assert [g for g in warm["runs"] if g > 0] == [], warm["runs"]
     # what was made before ``import tack`` is promoted, not kept from the collector: a cycle
     # dropped before it is freed by the next full collection
@@ -252,27 +249,3 @@ def test_import_keeps_a_programs_frozen_objects_frozen(tmp_path):
     got = _gc_child(tmp_path, "gc.freeze()")
     assert got["frozen"] > 0 and got["enabled"]
     assert not got["cycle_freed"]                   # frozen with the rest, as the program asked
-
-
-def test_import_and_first_call_leave_a_switched_off_collector_off(tmp_path):
-    got = _gc_child(tmp_path, "gc.disable()")
-    assert got["faces"] > 0 and not got["enabled"] and got["runs"] == []
-
-
-def test_quiet_collector_restores_the_collector_whatever_is_raised():
-    import gc
-
-    from tack._image import quiet_collector
-    assert gc.isenabled()
-    with pytest.raises(ValueError):
-        with quiet_collector():
-            assert not gc.isenabled()
-            raise ValueError("an import that failed")
-    assert gc.isenabled() and gc.get_freeze_count() == 0
-    gc.disable()
-    try:
-        with quiet_collector():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
