@@ -428,6 +428,10 @@ def report(res, file=None):
         if n and fault:
             p(f"  {k}: pages first touched from import to result {n[1]:.0f} (user's directory, median); "
               f"a page fault costs {fault * 1e6:.1f} us on this machine now, so {n[1] * fault * 1e3:.2f} ms")
+        objs, base = _stats(raw[("user", k)], "tracked_objects"), _stats(raw[("numpy", k)], "tracked_objects")
+        if objs and base:
+            p(f"  {k}: objects the collector tracks at the result {objs[1]:.0f}, NumPy-only {base[1]:.0f} "
+              f"(the exit's full collection examines each)")
     for k in KERNELS:
         other = sorted({m for case in ("user", "site") if (case, k) in raw
                         for r in raw[(case, k)] for m in r.get("other_modules", ())})
