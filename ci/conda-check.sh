@@ -86,13 +86,13 @@ import yaml
 from conda_package_handling.api import extract
 got, hosts = {}, {}
 for path in sys.argv[1:]:
-    d = tempfile.mkdtemp()
-    extract(path, d)
-    paths = [p["_path"] for p in json.load(open(os.path.join(d, "info", "paths.json")))["paths"]]
-    index = json.load(open(os.path.join(d, "info", "index.json")))
-    got[index["name"]] = (set(paths), index["depends"])
-    with open(os.path.join(d, "info", "recipe", "meta.yaml")) as f:
-        hosts[index["name"]] = yaml.safe_load(f)["requirements"]["host"]
+    with tempfile.TemporaryDirectory() as d:       # the package unpacked: 5 MB, gone after
+        extract(path, d)
+        paths = [p["_path"] for p in json.load(open(os.path.join(d, "info", "paths.json")))["paths"]]
+        index = json.load(open(os.path.join(d, "info", "index.json")))
+        got[index["name"]] = (set(paths), index["depends"])
+        with open(os.path.join(d, "info", "recipe", "meta.yaml")) as f:
+            hosts[index["name"]] = yaml.safe_load(f)["requirements"]["host"]
     bundles = sorted(p.rsplit("/", 1)[1] for p in paths if p.startswith("share/tack/bundles/"))
     print(f"{os.path.basename(path)}: {os.path.getsize(path)} bytes; bundles: {', '.join(bundles)}")
     print(f"  depends: {', '.join(index['depends'])}")

@@ -18,6 +18,10 @@ cd "$(dirname "$0")/.."
 . ci/lib.sh
 scratch_dir conda-env-check "${1:-}"
 shift || true
+# conda's activation leaves a tmpXXXXXXXX.env file in the temporary directory at every run: there,
+# the step's scratch, removed with it.
+export TMPDIR="$S/tmp"
+mkdir -p "$TMPDIR"
 T0=$EPOCHREALTIME
 
 setup_kit() {     # quiet: its log is shown if it fails

@@ -50,7 +50,12 @@ def test_example_runs(where, code, why, tmp_path):
     script = tmp_path / "example.py"        # kernels must live in a file: the front end reads source
     script.write_text(code)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    env.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"))
+    # An example's temporary directories (docs/aot.md's tempfile.mkdtemp(), as a user's session
+    # makes them) go under the test's own directory, removed with it, not into /tmp at every run.
+    (tmp_path / "tmp").mkdir()
+    env.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp_path / "tmp"))
     p = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, f"the example at {where} fails:\n{p.stderr[-3000:]}"
+    if "tempfile.mkdtemp()" in code:
+        assert any((tmp_path / "tmp").iterdir()), "the example's temporary directories went elsewhere"

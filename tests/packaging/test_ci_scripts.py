@@ -90,3 +90,14 @@ def test_ci_scripts_make_no_scratch_of_their_own():
         for var in re.findall(r'(\w+)="\$\(mktemp -d\)"', text):
             assert f'rm -rf "${var}"' in text, f"{path.name}: ${var} (mktemp -d) is never removed"
         assert text.count("mktemp -d") == len(re.findall(r'\w+="\$\(mktemp -d\)"', text)), path.name
+        # nor does the Python a script runs: a tempfile.mkdtemp() is never removed (conda-check
+        # left each package it unpacked, 5 MB a run), a TemporaryDirectory is
+        assert "mkdtemp(" not in text, f"{path.name}: tempfile.mkdtemp() is never removed"
+
+
+def test_conda_env_check_keeps_condas_temporary_files_in_its_scratch():
+    # conda's activation writes a tmpXXXXXXXX.env file into the temporary directory and leaves it
+    # (one a CI run in /tmp): the step points TMPDIR into its scratch, removed with it.
+    text = (ROOT / "ci" / "conda-env-check.sh").read_text()
+    assert 'export TMPDIR="$S/tmp"' in text
+    assert text.index('export TMPDIR="$S/tmp"') < text.index("conda create")
