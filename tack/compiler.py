@@ -129,7 +129,8 @@ def lower(kernel, templates: dict | None = None, debug: bool = False, session=No
         lowered = kernel._lowered[memo] = lower_kernel(kernel, templates, bool(debug))
     stage("lower")
     if session is not None:
-        session.store_lowered(key, lowered_meta(lowered), lowered.to_bytes())
+        from .cache.stores_write import store_lowered
+        store_lowered(session, key, lowered_meta(lowered), lowered.to_bytes())
         stage("cache")
     return lowered
 

@@ -195,7 +195,8 @@ def _compile(kernel, dims, args, device, debug):
     fn = runtime.load(art.payload, art.meta, device)
     stage("load")
     if session is not None:
-        session.store_variant(art)
+        from .cache.stores_write import store_variant
+        store_variant(session, art)
         _store_back(runtime, session, keys, kernel, typed.value_types, len(dims), fn, art.meta)
         from ._image_write import refresh   # the next process imports Tack from its image
         refresh()
@@ -266,10 +267,11 @@ def _store_back(runtime, session, keys, kernel, value_types, grid, fn, meta):
             return
         target_key, payload, made = got
         made = dict(made, machine=runtime.BUNDLE_MACHINE)    # its bundle's name, as for its kind
+        from .cache.stores_write import store_variant
         from .compiler import Artifact, driver_meta
         m = driver_meta(meta, kernel.__qualname__, keys.lowered, value_types, grid, target_key, made)
-        session.store_variant(Artifact(keys.for_target(target_key), payload, m["entry"], [], m,
-                                       None, keys.lowered))
+        store_variant(session, Artifact(keys.for_target(target_key), payload, m["entry"], [], m,
+                                        None, keys.lowered))
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job
         from .cache import log
         log.debug("kernel '%s': the driver's code was not stored (%s: %s)",
@@ -282,7 +284,9 @@ def _load_hit(session, kernel, runtime, device, hit):
     try:
         return runtime.load(hit.payload, hit.meta, device)
     except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
-        session.unusable(kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})")
+        from .cache.stores_write import unusable
+        unusable(session, kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})",
+                 counted_hit=True)
         return None
 
 

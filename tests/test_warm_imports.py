@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPILER_MODULES = ("tack.frontend", "tack.specialize", "tack.codegen", "tack.compiler",
                     "tack.gridcheck", "tack.aot", "tack.backends.cpu", "tack.backends.gpu",
                     "tack.backends.metal", "tack.site", "llvmlite.binding", "llvmlite.ir",
-                    "tack._image_write", "tack.cache.bundle_write", "tack.cache.size",
-                    "tack.cache.cli")
+                    "tack._image_write", "tack.cache.bundle_write", "tack.cache.stores_write",
+                    "tack.cache.size", "tack.cache.cli")
 
 CHILD = """
 import json, sys

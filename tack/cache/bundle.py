@@ -497,29 +497,16 @@ def named_candidates(candidates, names) -> list:
 
 # -- stores: lookups served from bundles ------------------------------------------
 
-class _ReadOnly:
-    """What a store that is never written offers of ``Store``'s writing half."""
-
-    writable = False
-
-    def write(self, kind, key, meta, payload) -> bool:
-        return False
-
-    def touch(self, kind, key) -> None:
-        pass
-
-    def discard(self, path) -> None:
-        pass
-
-
 class StaleBundle(BundleError):
     """A bundle another Tack version packed: whole, but none of its entries could ever match."""
 
 
-class BundleStore(_ReadOnly):
+class BundleStore:
     """Lookups served from one bundle, opened at the first lookup (or given in memory).
 
     ``target_key``: the target whose variants it holds (a variant's key is made for it)."""
+
+    writable = False                    # a bundle is only ever read
 
     def __init__(self, stats, warn_once, path=None, loaded=None, allow_root=False, label="bundle",
                  quiet=False, target_key=None, quiet_stale=False):
@@ -577,7 +564,7 @@ class BundleStore(_ReadOnly):
         return Found(got[0], got[1], self.bundle.path), ""
 
 
-class SiteBundleStore(_ReadOnly):
+class SiteBundleStore:
     """A site's bundle directory: the bundles built ahead of time for this node's architecture
     and each of its ancestors, looked in most specific first.  A bundle for an unrelated or
     newer microarchitecture is never a candidate.
@@ -588,6 +575,7 @@ class SiteBundleStore(_ReadOnly):
     reads that bundle (``read``: trusted, this Tack's) once and gives its header fields, or None
     when it cannot be used (said once, as a warning); a bundle read so is then served as read."""
 
+    writable = False
     source = "site bundles"
 
     def __init__(self, stats, warn_once, directory, site_bundles):

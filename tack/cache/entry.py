@@ -22,6 +22,7 @@ KIND_LOWERED, KIND_VARIANT = 1, 2
 HEAD = struct.Struct("<8sB3xIQ32s64s")
 SUFFIX = {KIND_LOWERED: ".tlk", KIND_VARIANT: ".tvar"}
 LEVEL_DIR = {KIND_LOWERED: "lowered", KIND_VARIANT: "variants"}
+LEVEL_NAMES = {"variant": "compiled variant", "lowered": "lowered kernel"}    # a lookup's level, as said
 HIT_FIELDS = frozenset(("dep", "site", "entry", "tidx", "argspec"))  # what a lookup uses (argspec: a device runtime's launch)
 
 

@@ -22,14 +22,12 @@ class Store(Protocol):
     the bundle packed for each of them in turn, and a bundle its own target.
     -> ``(Found, "")``, or ``(None, why)``: ``MISSING``, or what was wrong
     (untrusted, damaged...), for the kernel's log line.
+
+    ``writable``: whether the store is written to (only the user's directory, in mode
+    ``write``, on rank 0, and a session through it): its writing is ``stores_write``'s, which a
+    warm process never imports, not a method every store carries.
     """
 
     writable: bool
 
     def read(self, kind: int, key, level: str, targets=()) -> tuple: ...
-
-    def write(self, kind: int, key: str, meta: dict, payload: bytes) -> bool: ...
-
-    def touch(self, kind: int, key: str) -> None: ...
-
-    def discard(self, path: str) -> None: ...

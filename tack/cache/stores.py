@@ -10,14 +10,17 @@
   install, ``site_dirs``): a bundle packed on a host
   like this one, then those built for this host's architecture (the bundle
   stores are in ``bundle.py``, imported only when a session has bundles).
-  Only the user's directory is written, and under MPI only by rank 0.  It is
-  also what a launch asks of the cache: ``find_variant``, ``find_lowered``,
-  ``store_lowered``, ``store_variant``.
+  Only the user's directory is written (``stores_write``), and under MPI only
+  by rank 0.  It is also what a launch asks of the cache: ``find_variant``,
+  ``find_lowered``, then ``stores_write.store_lowered`` and ``store_variant``.
 
 Every store, and the session itself, has the shape ``protocol.Store`` names:
-``read`` (the ``entry.Found`` entry, or None and why not), ``write``,
-``touch``, ``discard``, ``writable``; a new kind of store needs no change
-here but a line in ``open_session``.
+``read`` (the ``entry.Found`` entry, or None and why not) and ``writable``; a
+new kind of store needs no change here but a line in ``open_session``.
+
+This module is the read side, all a warm process runs.  Storing an entry,
+marking one used, removing one found unusable are ``stores_write``'s,
+imported by a process's first such act: a warm hit defines none of it.
 
 The caller hands a session what only the runtime knows: the target key of
 code compiled here (``host_key``, which names this host's bundle), the target
@@ -27,7 +30,6 @@ unexpected error is a miss and one warning: no crash from the cache reaches
 a user's job.
 """
 
-import functools
 import os
 import stat
 import sys
@@ -35,12 +37,11 @@ import time
 
 from . import log
 from .deps import check_deps
-from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, MISSING, DamagedEntry, Found, decode, encode,
+from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, MISSING, DamagedEntry, Found, decode,
                     entry_path)
 from .keys import tack_version_id
-from .trust import (VERSION_MARKER, NotRegular, Untrusted, check_parents, check_stat, control_character,
-                    ensure_private_dir, mark_fd, open_regular, read_fd, tag_new_root, touch_regular,
-                    write_atomic)
+from .trust import (NotRegular, Untrusted, check_parents, check_stat, control_character, mark_fd, open_regular,
+                    read_fd)
 
 # -- the user's directory --------------------------------------------------------
 
@@ -64,32 +65,26 @@ class DiskCache:
         self._usable = None
         self._unusable_why = "missing (no cache directory)"
 
-    def usable(self, create: bool = False) -> bool:
-        """Check (once) that the directory may be trusted; ``create``: make it if it is missing
-        (a store, in write mode).  A lookup never creates it: a process whose kernels all come
-        from elsewhere (a site bundle) leaves no directory behind, and spends no system call on
-        making one."""
-        if self._usable is None or (create and self._missing):
-            self._usable = self._open(create and self.writable)
+    def usable(self) -> bool:
+        """Check (once) that the directory may be trusted.  A lookup never creates it (a store
+        does: ``stores_write``): a process whose kernels all come from elsewhere (a site bundle)
+        leaves no directory behind, and spends no system call on making one."""
+        if self._usable is None:
+            self._usable = self._open()
         return self._usable
 
     _missing = False                            # the directory was not there at the last look
 
-    def _open(self, create: bool) -> bool:
+    def _open(self) -> bool:
         try:
             try:
                 st = os.lstat(self.root)            # one system call when it exists, as it usually does
                 self._missing = False
             except FileNotFoundError:
-                if not create:
-                    log.debug("no cache directory at %s (mode %s)", self.root, self.settings.mode)
-                    self._missing = True
-                    self._unusable_why = f"missing (no cache directory at {self.root})"
-                    return False
-                os.makedirs(self.root, 0o700, exist_ok=True)
-                self._missing = False
-                st = os.lstat(self.root)
-                tag_new_root(self.root)
+                log.debug("no cache directory at %s (mode %s)", self.root, self.settings.mode)
+                self._missing = True
+                self._unusable_why = f"missing (no cache directory at {self.root})"
+                return False
             check_stat(st, self.root)
             check_parents(self.root)            # a directory above it that anyone may rename in
             self._checked.add(self.root)
@@ -102,21 +97,18 @@ class DiskCache:
             self._unusable_why = f"unreadable: {e.strerror or e}"
         return False
 
-    def _dir_ok(self, path: str, create: bool) -> bool:
-        """Each level below the root: create it private (write mode), check it trusted."""
+    def _dir_ok(self, path: str) -> bool:
+        """Each level below the root there and trusted (checked once)."""
         if path in self._checked:
             return True
         parent = os.path.dirname(path)
-        if parent != self.root and not self._dir_ok(parent, create):
+        if parent != self.root and not self._dir_ok(parent):
             return False
-        if create:
-            ensure_private_dir(path, VERSION_MARKER if path == self.version_dir else None)
-        else:
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                return False                    # not made yet: a miss
-            check_stat(st, path)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False                        # not made yet: a miss
+        check_stat(st, path)
         self._checked.add(path)
         return True
 
@@ -141,7 +133,7 @@ class DiskCache:
         try:
             if not self.usable():
                 return None, MISSING if self._missing and self.writable else self._unusable_why
-            if not self._dir_ok(os.path.dirname(path), create=False):
+            if not self._dir_ok(os.path.dirname(path)):
                 return None, MISSING
             fd, st = open_regular(path)
             try:
@@ -172,77 +164,13 @@ class DiskCache:
         except DamagedEntry as e:
             self.stats["damaged"] += 1
             log.debug("%s %s: damaged (%s); ignored", level, key[:16], e)
-            self._remove_if_unchanged(path, st)
+            if self.writable:
+                from .stores_write import remove_if_unchanged
+                remove_if_unchanged(path, st)
             return None, f"damaged ({e}); ignored"
         self.stats["bytes_read"] += len(data)
         self.stats["load_seconds"] += time.perf_counter() - t0
         return Found(meta, payload, path, marked), ""
-
-    def touch(self, kind: int, key: str):
-        """Mark an entry used now (a lowered kernel whose variant was just marked: find_variant)."""
-        if self.marks_used:
-            touch_regular(entry_path(self.version_dir, kind, key), time.time())
-
-    def _remove_if_unchanged(self, path, st):
-        """Remove a damaged entry, unless another process has just replaced it."""
-        if not self.writable:
-            return
-        try:
-            now = os.lstat(path)                # a link put there since is another file: kept
-            if (now.st_ino, now.st_mtime_ns, now.st_size) == (st.st_ino, st.st_mtime_ns, st.st_size):
-                os.unlink(path)
-        except OSError:
-            pass
-
-    def discard(self, path: str):
-        """Remove an entry found unusable (e.g. it no longer loads), if it is one of ours."""
-        if self.writable and os.path.dirname(os.path.dirname(os.path.dirname(path))) == self.version_dir:
-            try:
-                if stat.S_ISREG(os.lstat(path).st_mode):      # never a link or FIFO put there
-                    os.unlink(path)
-            except OSError:
-                pass
-
-    def write(self, kind: int, key: str, meta: dict, payload: bytes) -> bool:
-        """Store one entry; False if it was not stored (said once, as a warning)."""
-        if not self.writable or not self.usable(create=True):
-            return False
-        path = entry_path(self.version_dir, kind, key)
-        t0 = time.perf_counter()
-        try:
-            self._dir_ok(os.path.dirname(path), create=True)
-            data = encode(kind, key, meta, payload)
-            write_atomic(path, data)
-        except Untrusted as e:
-            self.warn_once(f"not storing in the kernel cache: {e}")
-            self.writable = False
-            return False
-        except OSError as e:
-            self.warn_once(f"cannot store in the kernel cache at {self.root}: {_os_error(e)}; "
-                           "kernels still compile and run")
-            return False
-        self.stats["bytes_written"] += len(data)
-        self.stats["store_seconds"] += time.perf_counter() - t0
-        self._hourly_size_check()
-        return True
-
-    def _hourly_size_check(self):
-        from . import size                      # a store only: the size limit's scan
-        try:
-            result = size.maybe_prune(self.root, self.settings.max_size)
-        except OSError as e:
-            self.warn_once(f"cannot check the kernel cache's size at {self.root}: {_os_error(e)}; "
-                           "trying again in an hour")
-            return
-        if result and result[2]:
-            log.debug("size check: %d bytes, deleted %d entries (%d bytes)",
-                      result[0], result[2], result[1])
-
-
-def _os_error(e: OSError) -> str:
-    """An OSError as 'reason (path)', the path being the file or directory at fault."""
-    reason = e.strerror or str(e)
-    return f"{reason} ({e.filename})" if e.filename else reason
 
 
 # -- site bundle directories -----------------------------------------------------
@@ -332,23 +260,6 @@ def _site_dir_problem(d: str):
 
 # -- the session -------------------------------------------------------------------
 
-LEVEL_NAMES = {"variant": "compiled variant", "lowered": "lowered kernel"}
-
-
-def _guarded(default=None):
-    """A session's lookup or store: any unexpected error is one warning and ``default``."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def inner(session, *args, **kwargs):
-            try:
-                return fn(session, *args, **kwargs)
-            except Exception as e:          # noqa: BLE001 - the cache must never break a job
-                session.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
-                return default
-        return inner
-    return wrap
-
-
 def _no_stage(label):
     """A first-call clock that keeps nothing (``Session.find_variant`` outside a launch)."""
 
@@ -398,18 +309,6 @@ class Session:
                 why = why_here
         return None, why
 
-    def write(self, kind, key, meta, payload):
-        return self.disk.write(kind, key, meta, payload) if self.writable else False
-
-    def touch(self, kind, key):
-        if self.disk is not None:
-            self.disk.touch(kind, key)
-
-    def discard(self, path):
-        """Remove an unusable entry found at ``path`` (only ever a per-kernel file of ours)."""
-        if self.disk is not None:
-            self.disk.discard(path)
-
     # -- what a launch asks -------------------------------------------------
 
     def find_variant(self, kernel, templates, keys, targets, stage=_no_stage):
@@ -434,7 +333,8 @@ class Session:
             sites = [BoundsSite(f, a, p, int(n), fid, int(off))
                      for f, a, p, n, fid, off in found.meta["site"]]
         except (ValueError, TypeError) as e:
-            self._unusable(kernel, "variant", found.path, f"damaged ({type(e).__name__}: {e})")
+            from .stores_write import unusable
+            unusable(self, kernel, "variant", found.path, f"damaged ({type(e).__name__}: {e})")
             return None
         self.stats["hits"]["variant"] += 1
         served = self.stats["variants_from"]
@@ -443,7 +343,8 @@ class Session:
             # A warm process never reads the lowered kernel: mark it used with its variant (the same
             # hourly write), or the size limit would delete the lowered kernels of the kernels in use
             # first, and their next new shape would run the front end again.
-            self.touch(KIND_LOWERED, keys.lowered)
+            from .stores_write import mark_used
+            mark_used(self.disk, KIND_LOWERED, keys.lowered)
         log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
         return Hit(found.meta, found.payload, sites, found.path)
 
@@ -468,45 +369,27 @@ class Session:
             return None
         return found
 
-    def unusable(self, kernel, level, path, why):
-        """A hit read whole but unusable (its code does not load): counted, said, discarded."""
-        self.stats["hits"]["variant"] -= 1
-        self._unusable(kernel, level, path, why)
-
-    def _unusable(self, kernel, level, path, why):
-        self.stats["damaged"] += 1
-        self.stats["misses"][level] += 1
-        log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
-        self.discard(path)
-
-    @_guarded()
     def find_lowered(self, kernel, templates, key: str):
-        """-> the cached lowered kernel if valid and current (the front end is then skipped); None on a miss."""
-        from ..ir import LoweredKernel
-        found = self._read_current(kernel, templates, KIND_LOWERED, key, "lowered")
-        if found is None:
-            return None
+        """-> the cached lowered kernel if valid and current (the front end is then skipped); None
+        on a miss (any unexpected error: one warning)."""
         try:
-            lowered = LoweredKernel.from_bytes(found.payload)
-        except ValueError as e:
-            self._unusable(kernel, "lowered", found.path, f"damaged ({e})")
+            from ..ir import LoweredKernel
+            found = self._read_current(kernel, templates, KIND_LOWERED, key, "lowered")
+            if found is None:
+                return None
+            try:
+                lowered = LoweredKernel.from_bytes(found.payload)
+            except ValueError as e:
+                from .stores_write import unusable
+                unusable(self, kernel, "lowered", found.path, f"damaged ({e})")
+                return None
+        except Exception as e:                  # noqa: BLE001 - the cache must never break a job
+            self.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
             return None
         self.stats["hits"]["lowered"] += 1
         log.debug("kernel '%s': lowered kernel loaded from the cache (front end skipped)",
                   kernel.__qualname__)
         return lowered
-
-    @_guarded(False)
-    def store_lowered(self, key: str, meta: dict, payload: bytes) -> bool:
-        """Store a lowered kernel's entry (``tack.compiler.lowered_meta`` and its bytes) under its key."""
-        return self.write(KIND_LOWERED, key, meta, payload)
-
-    @_guarded(False)
-    def store_variant(self, artifact) -> bool:
-        """Store a compiled variant (``tack.compiler.Artifact``) under its key."""
-        stored = self.write(KIND_VARIANT, artifact.key, artifact.meta, artifact.payload)
-        log.debug("kernel '%s': compiled%s", artifact.meta["kernel"], " and stored" if stored else "")
-        return stored
 
 
 class PackedBundles:
@@ -564,15 +447,6 @@ class PackedBundles:
             if why_here != MISSING:
                 why = why_here
         return None, why
-
-    def write(self, kind, key, meta, payload) -> bool:
-        return False
-
-    def touch(self, kind, key) -> None:
-        pass
-
-    def discard(self, path) -> None:
-        pass
 
 
 def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sites=(),

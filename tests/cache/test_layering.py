@@ -73,7 +73,7 @@ def test_the_cache_modules_form_no_circle():
 CHILD = textwrap.dedent('''
     import json, sys
     import tack, tack.cache
-    from tack.cache import entry, keys
+    from tack.cache import entry, keys, stores_write
 
     @tack.kernel
     def k(x):
@@ -83,7 +83,8 @@ CHILD = textwrap.dedent('''
     session = tack.cache.session("cpu", lambda: HOST,
                                  lambda names, header: [("cpu:zen2", "e" * 64, n) for n in names])
     ks = keys.keys(k, {}, (), 1, False)
-    assert session.write(entry.KIND_VARIANT, ks.for_target(HOST), {"dep": [], "site": [], "entry": "k"}, b"code")
+    assert stores_write.store(session.disk, entry.KIND_VARIANT, ks.for_target(HOST),
+                              {"dep": [], "site": [], "entry": "k"}, b"code")
     hit = session.find_variant(k, {}, ks, [HOST])
     miss = session.find_variant(k, {}, keys.keys(k, {}, (), 2, False), [HOST])
     print(json.dumps({"hit": hit.payload.decode(), "miss": miss, "stats": tack.cache.stats()["hits"],

@@ -6,7 +6,7 @@ import platform
 import pytest
 
 import tack.cache
-from tack.cache import bundle, bundle_write, entry, keys, protocol, stores
+from tack.cache import bundle, bundle_write, entry, keys, protocol, stores, stores_write
 
 HOST = "a" * 64                 # made-up target keys: the caller names them, the cache never does
 OTHER = "b" * 64
@@ -32,7 +32,8 @@ def written(tmp_path):
     bundle of each (one packed for this host, one built for an arch, in a site directory)."""
     d = disk(tmp_path / "cache")
     for tk in (HOST, ARCH_KEY):
-        assert d.write(entry.KIND_VARIANT, variant_key(tk), dict(META, target_key=tk), f"code for {tk[0]}".encode())
+        assert stores_write.store(d, entry.KIND_VARIANT, variant_key(tk), dict(META, target_key=tk),
+                                  f"code for {tk[0]}".encode())
     site = tmp_path / "site"
     site.mkdir()
     for tk, name in ((HOST, bundle.bundle_name(HOST)), (ARCH_KEY, bundle.site_bundle_name("cpu:zen2", ARCH_KEY))):
@@ -85,12 +86,30 @@ class TestProtocol:
             assert store.read(entry.KIND_VARIANT, "0" * 64, "variant") == (None, entry.MISSING), name
 
     def test_only_the_users_directory_is_written(self, written):
-        """``writable`` and ``write``: the user's directory (and a session through it) stores; bundles never."""
+        """``writable``: the user's directory (and a session through it) is written; a bundle
+        never.  Storing (``stores_write``) goes to a session's user's directory, and a session
+        without one stores nothing."""
+        cache, site = written
+        for name, store in every_store(cache, site).items():
+            assert store.writable is (name in ("disk", "session")), name
+        st, warn = tack.cache.new_stats(), (lambda m: None)
+        session = stores.open_session(settings(cache), st, warn, HOST, lambda names, header: [])
+        lowered = keys.digest("lowered", ("test", "stores"))
+        assert stores_write.store_lowered(session, lowered, {"dep": []}, b"x")
+        found, why = session.read(entry.KIND_LOWERED, lowered, "lowered")
+        assert why == "" and found.payload == b"x" and found.source == "cache directory"
+        bundles_only = stores.open_session(settings(cache, "bundle"), st, warn, HOST, lambda names, header: [])
+        assert bundles_only.disk is None and not bundles_only.writable
+        assert not stores_write.store_lowered(bundles_only, "2" * 64, {"dep": []}, b"y")
+        assert not (cache / keys.tack_version_id() / "lowered" / "22").exists()
+
+    def test_a_warm_lookup_defines_no_writing(self, written):
+        """The read side names none of the write side: a bundle store or the user's directory
+        has no ``write``, ``touch`` or ``discard`` (``stores_write`` has them, for a process that
+        stores)."""
         for name, store in every_store(*written).items():
-            stored = store.write(entry.KIND_LOWERED, "1" * 64, {"dep": []}, b"x")
-            assert store.writable is stored is (name in ("disk", "session")), name
-            store.touch(entry.KIND_LOWERED, "1" * 64)
-            store.discard(str(written[0] / "nowhere.tvar"))
+            for method in ("write", "touch", "discard"):
+                assert not hasattr(store, method), (name, method)
 
 
 def _entry_bytes(cache, tk):

@@ -1,0 +1,166 @@
+"""The write side of the user's cache directory: storing entries, marking them used, removing
+the unusable ones (``stores`` is the read side).
+
+A warm process reads and never imports this module: it is imported by a process's first store
+(a kernel compiled), its hourly mark of a lowered kernel used with its variant, or its first
+entry found damaged or not loading.  Only the user's directory is ever written (``stores.
+DiskCache``, a session's ``disk``), only in mode ``write`` and, under MPI, only by rank 0
+(``DiskCache.writable``).  Every failure is at most one warning and never reaches the job.
+"""
+
+import os
+import stat
+import time
+
+from . import log
+from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
+from .trust import (VERSION_MARKER, Untrusted, check_parents, check_stat, ensure_private_dir, tag_new_root,
+                    touch_regular, write_atomic)
+
+
+def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
+    """Store one entry in the user's directory ``disk`` (a ``stores.DiskCache``), making the
+    directory (private, tagged) and its levels as needed; False if it was not stored (said
+    once, as a warning)."""
+    if not disk.writable or not _root_ready(disk):
+        return False
+    path = entry_path(disk.version_dir, kind, key)
+    t0 = time.perf_counter()
+    try:
+        _make_dirs(disk, os.path.dirname(path))
+        data = encode(kind, key, meta, payload)
+        write_atomic(path, data)
+    except Untrusted as e:
+        disk.warn_once(f"not storing in the kernel cache: {e}")
+        disk.writable = False
+        return False
+    except OSError as e:
+        disk.warn_once(f"cannot store in the kernel cache at {disk.root}: {_os_error(e)}; "
+                       "kernels still compile and run")
+        return False
+    disk.stats["bytes_written"] += len(data)
+    disk.stats["store_seconds"] += time.perf_counter() - t0
+    _hourly_size_check(disk)
+    return True
+
+
+def _root_ready(disk) -> bool:
+    """The directory there (made private and tagged if it was missing) and trusted."""
+    if disk._usable is not None and not (disk._usable is False and disk._missing):
+        return disk._usable
+    try:
+        try:
+            st = os.lstat(disk.root)
+        except FileNotFoundError:
+            os.makedirs(disk.root, 0o700, exist_ok=True)
+            st = os.lstat(disk.root)
+            tag_new_root(disk.root)
+        disk._missing = False
+        check_stat(st, disk.root)
+        check_parents(disk.root)            # a directory above it that anyone may rename in
+        disk._checked.add(disk.root)
+        disk._usable = True
+    except Untrusted as e:
+        disk.warn_once(f"not using the kernel cache: {e}")
+        disk._unusable_why = f"untrusted: {e}"
+        disk._usable = False
+    except OSError as e:
+        disk.warn_once(f"not using the kernel cache at {disk.root}: {e.strerror or e}")
+        disk._unusable_why = f"unreadable: {e.strerror or e}"
+        disk._usable = False
+    return disk._usable
+
+
+def _make_dirs(disk, path: str) -> None:
+    """Each level below the root made private (the version directory with its marker) and
+    checked trusted, once."""
+    if path in disk._checked:
+        return
+    parent = os.path.dirname(path)
+    if parent != disk.root:
+        _make_dirs(disk, parent)
+    ensure_private_dir(path, VERSION_MARKER if path == disk.version_dir else None)
+    disk._checked.add(path)
+
+
+def _hourly_size_check(disk):
+    from . import size                      # a store only: the size limit's scan
+    try:
+        result = size.maybe_prune(disk.root, disk.settings.max_size)
+    except OSError as e:
+        disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {_os_error(e)}; "
+                       "trying again in an hour")
+        return
+    if result and result[2]:
+        log.debug("size check: %d bytes, deleted %d entries (%d bytes)", result[0], result[2], result[1])
+
+
+def _os_error(e: OSError) -> str:
+    """An OSError as 'reason (path)', the path being the file or directory at fault."""
+    reason = e.strerror or str(e)
+    return f"{reason} ({e.filename})" if e.filename else reason
+
+
+def mark_used(disk, kind: int, key: str) -> None:
+    """Mark an entry of ``disk`` (None: no user's directory) used now: the lowered kernel of a
+    variant whose read just marked it (``Session.find_variant``), so that the size limit does
+    not delete the lowered kernels of the kernels in use first."""
+    if disk is not None and disk.marks_used:
+        touch_regular(entry_path(disk.version_dir, kind, key), time.time())
+
+
+def remove_if_unchanged(path: str, st) -> None:
+    """Remove a damaged entry read at ``path`` (``st``: its stat then), unless another process
+    has just replaced it (a link put there since is another file: kept)."""
+    try:
+        now = os.lstat(path)
+        if (now.st_ino, now.st_mtime_ns, now.st_size) == (st.st_ino, st.st_mtime_ns, st.st_size):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def discard(disk, path: str) -> None:
+    """Remove an entry found unusable (it no longer loads...), if it is one of ``disk``'s
+    per-kernel files (never a bundle's entry, a link or a FIFO put there)."""
+    if disk is None or not disk.writable:
+        return
+    if os.path.dirname(os.path.dirname(os.path.dirname(path))) == disk.version_dir:
+        try:
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def unusable(session, kernel, level: str, path: str, why: str, counted_hit: bool = False) -> None:
+    """An entry read whole but unusable (damaged fields, code that does not load): counted as
+    damaged and a miss (``counted_hit``: it had been counted a hit: no longer), said in the log,
+    and removed when it is a per-kernel file of the user's."""
+    if counted_hit:
+        session.stats["hits"][level] -= 1
+    session.stats["damaged"] += 1
+    session.stats["misses"][level] += 1
+    log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
+    discard(session.disk, path)
+
+
+def store_lowered(session, key: str, meta: dict, payload: bytes) -> bool:
+    """Store a lowered kernel's entry (``tack.compiler.lowered_meta`` and its bytes) under its key."""
+    try:
+        return bool(session.writable) and store(session.disk, KIND_LOWERED, key, meta, payload)
+    except Exception as e:                  # noqa: BLE001 - the cache must never break a job
+        session.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
+        return False
+
+
+def store_variant(session, artifact) -> bool:
+    """Store a compiled variant (``tack.compiler.Artifact``) under its key."""
+    try:
+        stored = bool(session.writable) and store(session.disk, KIND_VARIANT, artifact.key, artifact.meta,
+                                                  artifact.payload)
+        log.debug("kernel '%s': compiled%s", artifact.meta["kernel"], " and stored" if stored else "")
+        return stored
+    except Exception as e:                  # noqa: BLE001 - the cache must never break a job
+        session.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
+        return False
