@@ -37,9 +37,9 @@ from .arch_names import bundle_machine
 from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
 from .device_args import Devices, check_entry_params, launch_codes
 from .device_args import argspecs as _argspecs
-from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
-from .variant import device_variant
-from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
+from .device_variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .device_variant import device_variant
+from .device_variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "cuda"
 ARCH_KIND = "cuda"

@@ -42,9 +42,9 @@ from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Devices, Staging, argspecs, argument_values,
                           check_launch, choose_block, hardware_launch, host_copy, launch_codes,
                           scalar_value)
-from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
-from .variant import device_variant
-from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
+from .device_variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .device_variant import device_variant
+from .device_variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "metal"
 BUNDLE_MACHINE = bundle_machine("metal")   # its bundles' file names: its code's machine

@@ -55,9 +55,9 @@ from .argument_layout import grid as layout_grid
 from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
                           check_launch, check_param_count, choose_block, device_index,
                           hardware_launch, host_copy, no_such_device)
-from .variant import any_arrays as check_args  # noqa: F401 - the runtime interface
-from .variant import device_variant
-from .variant import no_host_views as host_views  # noqa: F401 - the runtime interface
+from .device_variant import any_arrays as check_args  # noqa: F401 - the runtime interface
+from .device_variant import device_variant
+from .device_variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "opencl"
 BUNDLE_MACHINE = bundle_machine("spirv")   # its bundles' file names: its code's machine

@@ -1,8 +1,8 @@
 """What the dispatcher hands a runtime to make a launchable variant (``Signature``), and the
-parts every variant shares: the bounds error of debug mode (``BoundsReport``), the grid check
+parts every variant shares: the bounds error of debug mode (``BoundsReport``) and the grid check
 of the arrays indexed by the thread index on every point (``tidx``: ``encode_tidx`` and
-``decode_tidx``; ``tack.gridcheck`` finds them at compile time) and the variant of a device
-runtime (``DeviceVariant``), launched through that runtime's ``launch``.
+``decode_tidx``; ``tack.gridcheck`` finds them at compile time).  The device runtimes' own
+variant is ``device_variant``'s, which a CPU launch never imports.
 
 Light to import (no NumPy, no compiler): the warm path makes its variants with it.
 """
@@ -64,53 +64,3 @@ class BoundsReport:
         raise IndexError(f"kernel '{self.name}': index {int(err[2])} is out of bounds for axis "
                          f"{int(err[1])} of '{site.array}' with size {int(err[3])}{inside} "
                          f"({where})")
-
-
-class DeviceVariant(BoundsReport):
-    """A compiled variant on a device: ``launch(kernel, meta, values, dims, debug, block)`` is
-    its runtime's, which copies NumPy arrays to the device and back around each launch."""
-
-    def __init__(self, launch, kernel, meta, sig: Signature):
-        self.launch, self.kernel, self.meta = launch, kernel, meta
-        self.name, self.params, self.arg_index = sig.name, sig.params, sig.arg_index
-        self.sites, self.locate = sig.sites, sig.locate
-
-    def run(self, args, dims, block=None):
-        values = [args[i] for i in self.arg_index]
-        try:
-            err = self.launch(self.kernel, self.meta, values, dims, self.sites is not None, block)
-        except (TypeError, ValueError, RuntimeError) as e:
-            said = self.in_user_terms(str(e))
-            if said == str(e):
-                raise
-            raise type(e)(said) from None
-        if err is not None and err[0]:
-            self.raise_bounds_error(err)
-
-    def in_user_terms(self, message: str) -> str:
-        """A runtime's message with the kernel's name for its entry symbol, and each argument's
-        parameter name for its index among the value arguments."""
-        entry = f"kernel '{self.meta.get('entry')}'"
-        if entry not in message:
-            return message
-        message = message.replace(entry, f"kernel '{self.name}'")
-        for i, p in enumerate(self.params):
-            message = message.replace(f"'{self.name}': argument {i} ", f"'{self.name}': argument '{p}' ")
-        return message
-
-
-def device_variant(launch):
-    """A device runtime's ``make_variant(fn, meta, sig)``: a ``DeviceVariant`` of the loaded
-    kernel ``fn``, launched through ``launch``."""
-    def make_variant(fn, meta, sig: Signature) -> DeviceVariant:
-        return DeviceVariant(launch, fn, meta, sig)
-    return make_variant
-
-
-def no_host_views(args):
-    """A device runtime's ``host_views``: it takes NumPy arrays and its own, and views nothing."""
-    return None
-
-
-def any_arrays(name, params, args, argtypes):
-    """A device runtime's ``check_args``: its launch checks each array itself."""

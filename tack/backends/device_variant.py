@@ -1,0 +1,59 @@
+"""The variant of a device runtime (CUDA, HIP, Level Zero, OpenCL, Metal): ``DeviceVariant``,
+launched through that runtime's ``launch``, and the answers every device runtime gives alike to
+the dispatcher (``device_variant`` for ``make_variant``, ``no_host_views``, ``any_arrays``).
+
+Apart from ``variant`` (what every variant shares), so that a CPU launch, which imports that,
+does not define what only a device's launch runs.
+"""
+
+from .variant import BoundsReport, Signature
+
+
+class DeviceVariant(BoundsReport):
+    """A compiled variant on a device: ``launch(kernel, meta, values, dims, debug, block)`` is
+    its runtime's, which copies NumPy arrays to the device and back around each launch."""
+
+    def __init__(self, launch, kernel, meta, sig: Signature):
+        self.launch, self.kernel, self.meta = launch, kernel, meta
+        self.name, self.params, self.arg_index = sig.name, sig.params, sig.arg_index
+        self.sites, self.locate = sig.sites, sig.locate
+
+    def run(self, args, dims, block=None):
+        values = [args[i] for i in self.arg_index]
+        try:
+            err = self.launch(self.kernel, self.meta, values, dims, self.sites is not None, block)
+        except (TypeError, ValueError, RuntimeError) as e:
+            said = self.in_user_terms(str(e))
+            if said == str(e):
+                raise
+            raise type(e)(said) from None
+        if err is not None and err[0]:
+            self.raise_bounds_error(err)
+
+    def in_user_terms(self, message: str) -> str:
+        """A runtime's message with the kernel's name for its entry symbol, and each argument's
+        parameter name for its index among the value arguments."""
+        entry = f"kernel '{self.meta.get('entry')}'"
+        if entry not in message:
+            return message
+        message = message.replace(entry, f"kernel '{self.name}'")
+        for i, p in enumerate(self.params):
+            message = message.replace(f"'{self.name}': argument {i} ", f"'{self.name}': argument '{p}' ")
+        return message
+
+
+def device_variant(launch):
+    """A device runtime's ``make_variant(fn, meta, sig)``: a ``DeviceVariant`` of the loaded
+    kernel ``fn``, launched through ``launch``."""
+    def make_variant(fn, meta, sig: Signature) -> DeviceVariant:
+        return DeviceVariant(launch, fn, meta, sig)
+    return make_variant
+
+
+def no_host_views(args):
+    """A device runtime's ``host_views``: it takes NumPy arrays and its own, and views nothing."""
+    return None
+
+
+def any_arrays(name, params, args, argtypes):
+    """A device runtime's ``check_args``: its launch checks each array itself."""
