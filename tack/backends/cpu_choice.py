@@ -22,6 +22,18 @@ when its arch is among those, its target key is this LLVM's, and every feature i
 the host's (a check of its own).  ``choose`` is the one function: the CPU runtime's
 ``site_bundles`` and ``python -m tack.site bundles status`` both call it.
 
+Two kinds of bundle need no detection, and are what an install most often ships: a family's
+root (``x86_64``, ``aarch64``: every node of the family descends from it), and archspec's generic
+x86-64 levels (``x86_64_v2``, ``_v3``, ``_v4``).  Those levels are a chain, each holding the
+features of the one before, and the only generic x86-64 targets: the deepest level whose
+features a node has is the microarchitecture archspec detects for it or an ancestor of it, and
+so is every level below; a level whose features it lacks is neither.  So a level is among the
+node's candidates exactly when the node has its features, the deeper first: where every bundle
+offered is such a level or a root, ``choose`` decides from the headers' features and the
+table's rows for those levels alone (``generic_levels``: checked to form that chain; otherwise
+the whole table is parsed and detection run), the same answer, and the same reasons, without
+parsing the table or running the detection.
+
 Imports nothing heavy (no archspec, no llvmlite, no NumPy); a table is parsed once per process
 for each distinct text.  Where the host gives no cpuinfo features (macOS, Windows), a family
 without a table rule (ppc64le), or bundles that record no table (made by a Tack before these
@@ -220,6 +232,37 @@ def parse_table(text: str) -> Table:
     return t
 
 
+def generic_levels(text: str, family: str):
+    """{name: (depth, required features)} of the targets of table ``text`` that a node's
+    features alone decide (see the module's docstring): the family's root, and on x86_64 every
+    generic target, if they form a chain from the root, each one's features holding those of
+    the one before; None where the table is not such (malformed, another format or family, or
+    generic x86-64 targets not in a chain): the whole table's rule then decides.  Reads the
+    generic rows alone (no ``Table``)."""
+    parts = text.split("|")
+    if len(parts) < 5 or parts[0] != TABLE_FORMAT or parts[1] != family or family not in RULE_FAMILIES:
+        return None
+    names = parts[3].split()
+    levels, before, held = {}, "", 0
+    for row in parts[4:]:
+        if "/generic/" not in row:
+            continue
+        fields = row.split("/")
+        if len(fields) != 5 or fields[1] != "generic":
+            return None
+        name, _, _, parents, mask = fields
+        if parents != before or not all(c in "0123456789abcdef" for c in mask) or not mask:
+            return None                         # not the next link of the chain
+        m = int(mask, 16)
+        if m >> len(names) or held & ~m:
+            return None                         # features not the table's, or fewer than before
+        levels[name] = (len(levels), [f for i, f in enumerate(names) if m >> i & 1])
+        if family != "x86_64":
+            break                               # aarch64: its root alone (archspec's rule never
+        before, held = name, m                  # takes a generic Arm level above it)
+    return levels or None
+
+
 HOST_FIELDS = ("machine", "vendor_id", "flags", "CPU implementer", "Features", "CPU part")
 
 
@@ -267,6 +310,10 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
             if metas[name] is None:
                 why[name] = "its header cannot be read"
         return metas[name]
+
+    quick = _by_features(facts, offers, meta_of, why)
+    if quick is not None:
+        return quick
 
     probe = None
     for name, arch, _ in offers:                # the first readable table: the family's tree
@@ -316,16 +363,56 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
         if arch not in cands:
             why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
             continue
-        host_features = set((facts.get("flags") or facts.get("Features") or "").split())
-        if "ssse3" in host_features:
-            host_features.add("sse3")
-        missing = set(meta.get("cpu_features", "").split()) - host_features
+        missing = set(meta.get("cpu_features", "").split()) - _host_features(facts)
         if missing:
             why[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
             continue
         chosen.append((cands.index(arch), name, arch, key))
     if failed is not None and not chosen:
         raise failed                            # the caller says why no site bundle serves
+    return _ordered(chosen)
+
+
+def _host_features(facts) -> set:
+    """The host's cpuinfo features, with archspec's ``sse3`` where ``ssse3`` is listed."""
+    features = set((facts.get("flags") or facts.get("Features") or "").split())
+    if "ssse3" in features:
+        features.add("sse3")
+    return features
+
+
+def _by_features(facts, offers, meta_of, why):
+    """``choose``'s answer where every bundle offered is its family's root or a generic x86-64
+    level, read from each one's header and the table's generic rows (``generic_levels``); None
+    where any other is offered, or a header is not as this rule needs it: the full rule then."""
+    tables, rows = {}, []
+    for name, arch, key in offers:
+        if tables and not any(arch in levels for levels in tables.values()):
+            return None                         # another target: no header read for this rule
+        meta = meta_of(name)
+        if meta is None:
+            continue                            # unreadable: said, and left out by both rules
+        text = meta.get("cpu_table")
+        if not text or meta.get("arch") != f"cpu:{arch}" or meta.get("target_key") != key \
+                or meta.get("cpu_vendor") != "generic" or meta.get("cpu_family") != facts["machine"]:
+            return None
+        if text not in tables:
+            tables[text] = generic_levels(text, facts["machine"]) or {}
+        got = tables[text].get(arch)
+        if not got or meta.get("cpu_rank") != str(got[0]):
+            return None
+        rows.append((name, arch, key, meta, got))
+    have = _host_features(facts)
+    chosen = []
+    for name, arch, key, meta, (depth, needs) in rows:
+        if not have.issuperset(needs):
+            why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
+            continue
+        missing = set(meta.get("cpu_features", "").split()) - have
+        if missing:
+            why[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
+            continue
+        chosen.append((-depth, name, arch, key))
     return _ordered(chosen)
 
 

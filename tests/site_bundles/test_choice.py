@@ -265,3 +265,94 @@ def test_without_archspec_old_bundles_are_skipped_and_new_ones_serve(site):
     assert [n for _, _, n in got] == [new] and "archspec cannot answer" in why[old]
     with pytest.raises(ImportError):
         cpu_choice.choose(host, offers[:1], headers.get, no_archspec)
+
+
+def _roots_and_levels(family):
+    """The targets ``choose`` decides from their features alone: the family's root, and on
+    x86_64 every generic level."""
+    return [t for t in family_targets(family)
+            if not t.parents or (family == "x86_64" and t.vendor == "generic")]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_roots_and_generic_levels_are_chosen_by_features_as_archspec_would(family, monkeypatch):
+    """With bundles for the family's root and (x86_64) each generic level, on made-up hosts of
+    every microarchitecture: ``choose`` returns archspec's candidates among them, in its order,
+    says the same reasons as the whole table's rule, and parses no table."""
+    offers, headers = family_offers(family)
+    quick = {t.name for t in _roots_and_levels(family)}
+    assert quick >= ({"x86_64", "x86_64_v2", "x86_64_v3", "x86_64_v4"} if family == "x86_64" else {"aarch64"})
+    offers = [o for o in offers if o[1] in quick]
+    parsed = []
+    real_parse = cpu_choice.parse_table
+    monkeypatch.setattr(cpu_choice, "parse_table", lambda text: parsed.append(text) or real_parse(text))
+    differ = []
+    for label, host in made_up_hosts(family):
+        want = [a for a in archspec_answer(host, monkeypatch) if a in quick]
+        why, before = {}, len(parsed)
+        chosen = [arch for arch, _, _ in cpu_choice.choose(host, offers, headers.get, lambda: 1 / 0, why)]
+        if len(parsed) != before:
+            differ.append((label, "parsed the table"))
+        with monkeypatch.context() as m:                # the whole table's rule, for its reasons
+            m.setattr(cpu_choice, "generic_levels", lambda text, fam: None)
+            why_full = {}
+            full = [arch for arch, _, _ in cpu_choice.choose(host, offers, headers.get, lambda: 1 / 0, why_full)]
+        if chosen != [f"cpu:{a}" for a in want] or full != chosen or why != why_full:
+            differ.append((label, want, chosen, full, why, why_full))
+    assert differ == [] and parsed                      # the forced runs did parse: the check can fail
+
+
+def test_a_bundle_for_a_specific_microarchitecture_takes_the_whole_tables_rule(monkeypatch):
+    """Beside the generic levels, a bundle for zen3 (a specific target): the table is parsed and
+    detection run, and the answer is still archspec's."""
+    offers, headers = family_offers("x86_64")
+    offers = [o for o in offers if o[1] in ("x86_64_v3", "zen3", "x86_64")]
+    parsed = []
+    real_parse = cpu_choice.parse_table
+    monkeypatch.setattr(cpu_choice, "parse_table", lambda text: parsed.append(text) or real_parse(text))
+    host = host_for("zen3", "AuthenticAMD")
+    chosen = [a for a, _, _ in cpu_choice.choose(host, offers, headers.get, lambda: 1 / 0)]
+    assert chosen == ["cpu:zen3", "cpu:x86_64_v3", "cpu:x86_64"] and parsed
+
+
+def test_generic_levels_refuses_a_table_that_is_not_a_chain():
+    """``generic_levels`` answers only for a chain of generic levels from the root, each holding
+    the features before it: a table whose levels branch, lose a feature, name a feature it does
+    not list, or are of another family or format gives None (the whole table's rule then)."""
+    text = aot.requirements("cpu:x86_64_v3")["cpu_table"]
+    got = cpu_choice.generic_levels(text, "x86_64")
+    assert [(n, d) for n, (d, _) in got.items()] == [("x86_64", 0), ("x86_64_v2", 1), ("x86_64_v3", 2),
+                                                     ("x86_64_v4", 3)]
+    assert set(got["x86_64_v3"][1]) == archspec.cpu.TARGETS["x86_64_v3"].features
+    parts = text.split("|")
+    rows = {r.split("/")[0]: i for i, r in enumerate(parts) if r.count("/") == 4}
+
+    def edited(name, field, value):
+        p = list(parts)
+        f = p[rows[name]].split("/")
+        f[field] = value
+        p[rows[name]] = "/".join(f)
+        return "|".join(p)
+    v2_mask = parts[rows["x86_64_v2"]].split("/")[4]
+    assert cpu_choice.generic_levels(edited("x86_64_v3", 3, "x86_64"), "x86_64") is None      # branches
+    assert cpu_choice.generic_levels(edited("x86_64_v3", 4, "1"), "x86_64") is None           # loses features
+    assert cpu_choice.generic_levels(edited("x86_64_v2", 4, "f" * len(v2_mask) * 2), "x86_64") is None
+    assert cpu_choice.generic_levels(edited("x86_64_v2", 4, "xyz"), "x86_64") is None
+    assert cpu_choice.generic_levels(text, "aarch64") is None
+    assert cpu_choice.generic_levels("9" + text[1:], "x86_64") is None
+    arm = cpu_choice.generic_levels(aot.requirements("cpu:aarch64")["cpu_table"], "aarch64")
+    assert list(arm) == ["aarch64"]
+
+
+def test_a_site_bundle_hit_on_a_generic_level_parses_no_table(site):
+    """Through the real store and bundle files, on this host: the x86_64_v3 (or aarch64) bundle
+    serves and no CPU table is parsed in the process."""
+    here = cpu_runtime.host_cpu_identity()
+    if cpu_choice.host_facts(here) is None:
+        pytest.skip("this host gives no cpuinfo features")
+    family = here["machine"]
+    arch = "x86_64" if family == "x86_64" else "aarch64"
+    write_site_bundle(site, arch)
+    before = dict(cpu_choice._tables)
+    assert served_by(site_store(site)) == arch
+    assert cpu_choice._tables == before
