@@ -46,6 +46,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import deployed_warm as dw  # noqa: E402  (benchmarks/ is on sys.path)
+from _common import finish  # noqa: E402
 
 # Run in the traced process: the runner under sys.setprofile; the calls of the install's code.
 _TRACER = r"""
@@ -200,10 +201,7 @@ def main(argv=None):
         ap.error("--runs must be at least 1")
     only = tuple(p.strip() for p in a.only.split(",") if p.strip())
     res = measure(a.runs, a.size, a.saxpy, only)
-    if a.json:
-        print(json.dumps(res, indent=1, default=str))
-    else:
-        report(res)
+    finish(res, report, a.json, default=str)
     return 0
 
 

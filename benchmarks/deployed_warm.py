@@ -69,7 +69,7 @@ RUNNER = os.path.join(HERE, "_deployed_runner.py")
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from _common import counts  # noqa: E402  (benchmarks/ is on sys.path)
+from _common import counts, finish  # noqa: E402  (benchmarks/ is on sys.path)
 
 TARGET_PATH_RATIO, TARGET_PATH_SLACK_S = 1.3, 1e-3
 TARGET_IMPORT_TO_RESULT_S = 15e-3
@@ -485,10 +485,7 @@ def main(argv=None):
     global CLEAN
     CLEAN = not a.with_site
     res = measure(a.runs, a.size, a.saxpy, a.ranks, bk, not a.no_threads)
-    if a.json:
-        print(json.dumps(res, indent=1, default=str))
-    else:
-        report(res)
+    finish(res, report, a.json, default=str)
     return 0
 
 
