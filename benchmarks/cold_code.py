@@ -182,7 +182,8 @@ def report(res, file=None):
         pairs = list(zip(rows["control"], rows["stripped"]))
         diffs = [s["import_to_result_s"] - c["import_to_result_s"] for c, s in pairs]
         whole = [s["import_to_result_s"] + s["exit_s"] - c["import_to_result_s"] - c["exit_s"] for c, s in pairs]
-        print(f"  {k:8s} paired: import-to-result {statistics.median(diffs) * 1e3:+.3f} ms (the stripped "
+        ratio = statistics.median(s["import_to_result_s"] / c["import_to_result_s"] for c, s in pairs)
+        print(f"  {k:8s} paired: import-to-result {statistics.median(diffs) * 1e3:+.3f} ms, {ratio:.3f}x (the stripped "
               f"copy faster in {sum(d < 0 for d in diffs)} of {len(diffs)} rounds), with the exit "
               f"{statistics.median(whole) * 1e3:+.3f} ms ({sum(d < 0 for d in whole)} of {len(whole)})",
               file=out)

@@ -164,9 +164,9 @@ class DiskCache:
         except DamagedEntry as e:
             self.stats["damaged"] += 1
             log.debug("%s %s: damaged (%s); ignored", level, key[:16], e)
-            if self.writable:
+            if self.writable:                   # (a read-only process never imports the write side)
                 from .stores_write import remove_if_unchanged
-                remove_if_unchanged(path, st)
+                remove_if_unchanged(self, path, st)
             return None, f"damaged ({e}); ignored"
         self.stats["bytes_read"] += len(data)
         self.stats["load_seconds"] += time.perf_counter() - t0

@@ -14,8 +14,7 @@ import time
 
 from . import log
 from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
-from .trust import (VERSION_MARKER, Untrusted, check_parents, check_stat, ensure_private_dir, tag_new_root,
-                    touch_regular, write_atomic)
+from .trust import VERSION_MARKER, Untrusted, ensure_private_dir, tag_new_root, touch_regular, write_atomic
 
 
 def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
@@ -45,29 +44,27 @@ def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
 
 
 def _root_ready(disk) -> bool:
-    """The directory there (made private and tagged if it was missing) and trusted."""
-    if disk._usable is not None and not (disk._usable is False and disk._missing):
+    """The directory there and trusted (``DiskCache.usable``, the read side's one check), made
+    private and tagged first if it was missing."""
+    if disk.usable() or not disk._missing:
         return disk._usable
     try:
-        try:
-            st = os.lstat(disk.root)
-        except FileNotFoundError:
-            os.makedirs(disk.root, 0o700, exist_ok=True)
-            st = os.lstat(disk.root)
-            tag_new_root(disk.root)
-        disk._missing = False
-        check_stat(st, disk.root)
-        check_parents(disk.root)            # a directory above it that anyone may rename in
-        disk._checked.add(disk.root)
-        disk._usable = True
-    except Untrusted as e:
-        disk.warn_once(f"not using the kernel cache: {e}")
-        disk._unusable_why = f"untrusted: {e}"
-        disk._usable = False
+        os.makedirs(disk.root, 0o700)
+        made = True
+    except FileExistsError:
+        made = False                        # another process's since the look: not ours to tag
     except OSError as e:
         disk.warn_once(f"not using the kernel cache at {disk.root}: {e.strerror or e}")
-        disk._unusable_why = f"unreadable: {e.strerror or e}"
-        disk._usable = False
+        return False
+    disk._usable = None                     # look again, now that it is there
+    if not disk.usable():
+        return False
+    if made:
+        try:
+            tag_new_root(disk.root)
+        except OSError as e:
+            disk.warn_once(f"not using the kernel cache at {disk.root}: {e.strerror or e}")
+            disk._usable = False
     return disk._usable
 
 
@@ -109,9 +106,12 @@ def mark_used(disk, kind: int, key: str) -> None:
         touch_regular(entry_path(disk.version_dir, kind, key), time.time())
 
 
-def remove_if_unchanged(path: str, st) -> None:
-    """Remove a damaged entry read at ``path`` (``st``: its stat then), unless another process
-    has just replaced it (a link put there since is another file: kept)."""
+def remove_if_unchanged(disk, path: str, st) -> None:
+    """Remove a damaged entry of ``disk`` read at ``path`` (``st``: its stat then), where the
+    process writes there, unless another process has just replaced it (a link put there since is
+    another file: kept)."""
+    if not disk.writable:
+        return
     try:
         now = os.lstat(path)
         if (now.st_ino, now.st_mtime_ns, now.st_size) == (st.st_ino, st.st_mtime_ns, st.st_size):
@@ -148,7 +148,7 @@ def unusable(session, kernel, level: str, path: str, why: str, counted_hit: bool
 def store_lowered(session, key: str, meta: dict, payload: bytes) -> bool:
     """Store a lowered kernel's entry (``tack.compiler.lowered_meta`` and its bytes) under its key."""
     try:
-        return bool(session.writable) and store(session.disk, KIND_LOWERED, key, meta, payload)
+        return session.disk is not None and store(session.disk, KIND_LOWERED, key, meta, payload)
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job
         session.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
         return False
@@ -157,8 +157,8 @@ def store_lowered(session, key: str, meta: dict, payload: bytes) -> bool:
 def store_variant(session, artifact) -> bool:
     """Store a compiled variant (``tack.compiler.Artifact``) under its key."""
     try:
-        stored = bool(session.writable) and store(session.disk, KIND_VARIANT, artifact.key, artifact.meta,
-                                                  artifact.payload)
+        stored = session.disk is not None and store(session.disk, KIND_VARIANT, artifact.key, artifact.meta,
+                                                    artifact.payload)
         log.debug("kernel '%s': compiled%s", artifact.meta["kernel"], " and stored" if stored else "")
         return stored
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job

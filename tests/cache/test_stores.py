@@ -336,3 +336,26 @@ def test_load_bundle_kinds_are_the_registrys():
         known_kinds(["cpu", "hip"])
     assert machines_of({"cpu"}) == frozenset()
     assert machines_of({"cuda", "spirv", "level_zero"}) == {"nvptx64", "spirv64"}
+
+
+def test_a_directory_made_after_the_lookup_is_used_but_never_tagged(tmp_path, monkeypatch):
+    """A lookup finds no cache directory; as the first store makes it, someone else (the user,
+    another process) has just made it: the store uses it, once trusted, and writes no
+    CACHEDIR.TAG into a directory Tack did not make (it did, before). Where Tack makes it, it
+    is tagged."""
+    theirs = disk(tmp_path / "theirs")
+    assert theirs.read(entry.KIND_LOWERED, "3" * 64, "lowered") == (None, entry.MISSING)
+    real_makedirs = os.makedirs
+
+    def made_first(path, *args, **kwargs):          # the other process wins the race
+        if path == str(tmp_path / "theirs"):
+            real_makedirs(path, 0o700, exist_ok=True)
+        return real_makedirs(path, *args, **kwargs)
+    monkeypatch.setattr(os, "makedirs", made_first)
+    assert stores_write.store(theirs, entry.KIND_LOWERED, "3" * 64, {"dep": []}, b"x")
+    assert not (tmp_path / "theirs" / "CACHEDIR.TAG").exists()
+    ours = disk(tmp_path / "ours")
+    assert ours.read(entry.KIND_LOWERED, "3" * 64, "lowered") == (None, entry.MISSING)
+    assert stores_write.store(ours, entry.KIND_LOWERED, "3" * 64, {"dep": []}, b"x")
+    assert (tmp_path / "ours" / "CACHEDIR.TAG").exists()
+    assert ours.read(entry.KIND_LOWERED, "3" * 64, "lowered")[0].payload == b"x"
