@@ -383,12 +383,32 @@ def _host_features(facts) -> set:
 
 def _by_features(facts, offers, meta_of, why):
     """``choose``'s answer where every bundle offered is its family's root or a generic x86-64
-    level, read from each one's header and the table's generic rows (``generic_levels``); None
-    where any other is offered, or a header is not as this rule needs it: the full rule then."""
-    tables, rows = {}, []
+    level, from the table's generic rows (``generic_levels``) and the features: the first
+    readable header's table names the levels (the one header the whole rule reads for its table
+    too), then only the headers of the levels this node has are read, each checked against its
+    own table.  None where any other bundle is offered (seen before any other header is read) or
+    a header is not as this rule needs it: the whole rule then, with no reason said here."""
+    tables, levels = {}, None
+
+    def levels_of(text):
+        if text not in tables:
+            tables[text] = generic_levels(text, facts["machine"])
+        return tables[text]
+
+    for name, _, _ in offers:                   # the first readable header: the family's levels
+        meta = meta_of(name)
+        if meta is not None:
+            text = meta.get("cpu_table")
+            levels = levels_of(text) if text else None
+            break
+    if not levels or any(arch not in levels for _, arch, _ in offers):
+        return None                             # another target: the whole rule
+    have = _host_features(facts)
+    mine, chosen = {}, []
     for name, arch, key in offers:
-        if tables and not any(arch in levels for levels in tables.values()):
-            return None                         # another target: no header read for this rule
+        if not have.issuperset(levels[arch][1]):
+            mine[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
+            continue                            # its header never read, as the whole rule
         meta = meta_of(name)
         if meta is None:
             continue                            # unreadable: said, and left out by both rules
@@ -396,23 +416,19 @@ def _by_features(facts, offers, meta_of, why):
         if not text or meta.get("arch") != f"cpu:{arch}" or meta.get("target_key") != key \
                 or meta.get("cpu_vendor") != "generic" or meta.get("cpu_family") != facts["machine"]:
             return None
-        if text not in tables:
-            tables[text] = generic_levels(text, facts["machine"]) or {}
-        got = tables[text].get(arch)
+        got = (levels_of(text) or {}).get(arch)
         if not got or meta.get("cpu_rank") != str(got[0]):
             return None
-        rows.append((name, arch, key, meta, got))
-    have = _host_features(facts)
-    chosen = []
-    for name, arch, key, meta, (depth, needs) in rows:
+        depth, needs = got
         if not have.issuperset(needs):
-            why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
+            mine[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
             continue
         missing = set(meta.get("cpu_features", "").split()) - have
         if missing:
-            why[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
+            mine[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
             continue
         chosen.append((-depth, name, arch, key))
+    why.update(mine)
     return _ordered(chosen)
 
 

@@ -286,20 +286,66 @@ def test_roots_and_generic_levels_are_chosen_by_features_as_archspec_would(famil
     parsed = []
     real_parse = cpu_choice.parse_table
     monkeypatch.setattr(cpu_choice, "parse_table", lambda text: parsed.append(text) or real_parse(text))
-    differ = []
+    differ, fewer = [], 0
     for label, host in made_up_hosts(family):
         want = [a for a in archspec_answer(host, monkeypatch) if a in quick]
-        why, before = {}, len(parsed)
-        chosen = [arch for arch, _, _ in cpu_choice.choose(host, offers, headers.get, lambda: 1 / 0, why)]
+        why, before, read = {}, len(parsed), []
+        chosen = [arch for arch, _, _ in cpu_choice.choose(host, offers, lambda n: read.append(n) or headers[n],
+                                                           lambda: 1 / 0, why)]
         if len(parsed) != before:
             differ.append((label, "parsed the table"))
         with monkeypatch.context() as m:                # the whole table's rule, for its reasons
             m.setattr(cpu_choice, "generic_levels", lambda text, fam: None)
-            why_full = {}
-            full = [arch for arch, _, _ in cpu_choice.choose(host, offers, headers.get, lambda: 1 / 0, why_full)]
+            why_full, read_full = {}, []
+            full = [arch for arch, _, _ in cpu_choice.choose(host, offers,
+                                                             lambda n: read_full.append(n) or headers[n],
+                                                             lambda: 1 / 0, why_full)]
         if chosen != [f"cpu:{a}" for a in want] or full != chosen or why != why_full:
             differ.append((label, want, chosen, full, why, why_full))
-    assert differ == [] and parsed                      # the forced runs did parse: the check can fail
+        # The headers read: the table's one, then those of the levels this node has, as the whole
+        # rule reads (a node without AVX2 reads neither x86_64_v3's nor x86_64_v4's).
+        if sorted(read) != sorted(read_full):
+            differ.append((label, "read", read, read_full))
+        fewer += len(read) < len(offers)
+    # the forced runs did parse, and some node read fewer headers than offered (x86_64: the check can fail)
+    assert differ == [] and parsed and (fewer or len(offers) == 1)
+
+
+def test_a_damaged_header_of_a_level_the_node_lacks_is_never_read():
+    """A site's x86_64_v4 bundle whose header cannot be read, on a node without AVX-512: the
+    feature rule reads the table's header and the headers of the levels the node has, so nothing
+    is said about that bundle but that the node is not of its level, as the whole rule says."""
+    offers, headers = family_offers("x86_64")
+    offers = [o for o in offers if o[1] in ("x86_64", "x86_64_v2", "x86_64_v3", "x86_64_v4")]
+    v4 = next(n for n, a, _ in offers if a == "x86_64_v4")
+    read, why = [], {}
+
+    def header(name):
+        read.append(name)
+        return None if name == v4 else headers[name]
+    host = host_for("haswell")
+    chosen = [a for a, _, _ in cpu_choice.choose(host, offers, header, lambda: 1 / 0, why)]
+    assert chosen == ["cpu:x86_64_v3", "cpu:x86_64_v2", "cpu:x86_64"]
+    assert v4 not in read and why == {v4: "cpu:x86_64_v4 is neither this node's microarchitecture "
+                                          "nor an ancestor of it"}
+
+
+def test_beside_a_specific_target_the_feature_rule_reads_one_header_before_giving_up(monkeypatch):
+    """With bundles for the levels and zen3, the feature rule reads the first header (the table
+    the whole rule reads too) and gives up: no header is read for it alone."""
+    offers, headers = family_offers("x86_64")
+    offers = [o for o in offers if o[1] in ("x86_64", "x86_64_v2", "x86_64_v3", "x86_64_v4", "zen3")]
+    host = host_for("zen3", "AuthenticAMD")
+    counts = {}
+    for label in ("features", "whole"):
+        read = []
+        with monkeypatch.context() as m:
+            if label == "whole":
+                m.setattr(cpu_choice, "generic_levels", lambda text, fam: None)
+            got = cpu_choice.choose(host, offers, lambda n: read.append(n) or headers[n], lambda: 1 / 0)
+        counts[label] = (sorted(read), [a for a, _, _ in got])
+    assert counts["features"] == counts["whole"]
+    assert counts["whole"][1] == ["cpu:zen3", "cpu:x86_64_v3", "cpu:x86_64_v2", "cpu:x86_64"]
 
 
 def test_a_bundle_for_a_specific_microarchitecture_takes_the_whole_tables_rule(monkeypatch):
