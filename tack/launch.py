@@ -285,7 +285,7 @@ def _load_hit(session, kernel, runtime, device, hit):
         return runtime.load(hit.payload, hit.meta, device)
     except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
         from .cache.stores_write import unusable
-        unusable(session, kernel, "variant", hit.path, f"does not load ({type(e).__name__}: {e})",
+        unusable(session, kernel, "variant", hit.found, f"does not load ({type(e).__name__}: {e})",
                  counted_hit=True)
         return None
 

@@ -31,12 +31,14 @@ MISSING = "missing"          # the reason of a plain miss: nothing there
 
 class Found:
     """An entry a store read whole and valid: its metadata, payload, where it was read from,
-    whether reading it marked it used (the user's directory, at most once an hour), and which
-    kind of store served it (``source``: "cache directory", "cache bundle", "site bundles"...)."""
-    __slots__ = ("meta", "payload", "path", "marked", "source")
+    whether reading it marked it used (the user's directory, at most once an hour), which kind of
+    store served it (``source``: "cache directory", "cache bundle", "site bundles"...), and, for
+    a file of its own (the user's directory), its ``os.stat`` as read (``st``: so that removing
+    it, found unusable later, never removes another process's newer file in its place)."""
+    __slots__ = ("meta", "payload", "path", "marked", "source", "st")
 
-    def __init__(self, meta, payload, path, marked=False):
-        self.meta, self.payload, self.path, self.marked = meta, payload, path, marked
+    def __init__(self, meta, payload, path, marked=False, st=None):
+        self.meta, self.payload, self.path, self.marked, self.st = meta, payload, path, marked, st
         self.source = None              # which store served it (``Session.read``: its ``source``)
 
 

@@ -141,8 +141,17 @@ class DiskCache:
                 # checked on the descriptor read (its fstat, made anyway), so no swap gets past.
                 check_stat(st, path, is_dir=False)
                 data = read_fd(fd, st)
-                # LRU: marked used through the descriptor read, never a link (see size.py).
-                marked = self.marks_used and now - st.st_mtime > 3600 and mark_fd(fd, path, now)
+                try:
+                    _, meta, payload = decode(data, kind, key, only=HIT_FIELDS)
+                    damaged = None
+                except DamagedEntry as e:
+                    damaged = e
+                # LRU: a valid entry marked used through the descriptor read, never a link (see
+                # size.py); its stat then taken again, as ``Found.st`` is what is there now.
+                marked = (damaged is None and self.marks_used and now - st.st_mtime > 3600
+                          and mark_fd(fd, path, now))
+                if marked:
+                    st = os.fstat(fd)
             finally:
                 os.close(fd)
         except FileNotFoundError:
@@ -159,18 +168,16 @@ class DiskCache:
         except OSError as e:
             self.warn_once(f"cannot read the kernel cache at {self.root}: {e.strerror or e}")
             return None, f"unreadable: {e.strerror or e} ({e.filename or path})"
-        try:
-            _, meta, payload = decode(data, kind, key, only=HIT_FIELDS)
-        except DamagedEntry as e:
+        if damaged is not None:
             self.stats["damaged"] += 1
-            log.debug("%s %s: damaged (%s); ignored", level, key[:16], e)
+            log.debug("%s %s: damaged (%s); ignored", level, key[:16], damaged)
             if self.writable:                   # (a read-only process never imports the write side)
                 from .stores_write import remove_if_unchanged
                 remove_if_unchanged(self, path, st)
-            return None, f"damaged ({e}); ignored"
+            return None, f"damaged ({damaged}); ignored"
         self.stats["bytes_read"] += len(data)
         self.stats["load_seconds"] += time.perf_counter() - t0
-        return Found(meta, payload, path, marked), ""
+        return Found(meta, payload, path, marked, st), ""
 
 
 # -- site bundle directories -----------------------------------------------------
@@ -266,11 +273,11 @@ def _no_stage(label):
 
 class Hit:
     """A valid, current variant entry: what the backend's runtime loads (payload, meta), the
-    bounds-check sites, and where it was read from."""
-    __slots__ = ("meta", "payload", "sites", "path")
+    bounds-check sites, and the entry it was read from (``found``: its path, source and stat)."""
+    __slots__ = ("meta", "payload", "sites", "found")
 
-    def __init__(self, meta, payload, sites, path):
-        self.meta, self.payload, self.sites, self.path = meta, payload, sites, path
+    def __init__(self, meta, payload, sites, found):
+        self.meta, self.payload, self.sites, self.found = meta, payload, sites, found
 
 
 class Session:
@@ -334,7 +341,7 @@ class Session:
                      for f, a, p, n, fid, off in found.meta["site"]]
         except (ValueError, TypeError) as e:
             from .stores_write import unusable
-            unusable(self, kernel, "variant", found.path, f"damaged ({type(e).__name__}: {e})")
+            unusable(self, kernel, "variant", found, f"damaged ({type(e).__name__}: {e})")
             return None
         self.stats["hits"]["variant"] += 1
         served = self.stats["variants_from"]
@@ -346,7 +353,7 @@ class Session:
             from .stores_write import mark_used
             mark_used(self.disk, KIND_LOWERED, keys.lowered)
         log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
-        return Hit(found.meta, found.payload, sites, found.path)
+        return Hit(found.meta, found.payload, sites, found)
 
     def _read_current(self, kernel, templates, kind, key, level, targets=(), stage=_no_stage):
         """-> the ``Found`` entry whose dependency record still holds; None on a miss."""
@@ -381,7 +388,7 @@ class Session:
                 lowered = LoweredKernel.from_bytes(found.payload)
             except ValueError as e:
                 from .stores_write import unusable
-                unusable(self, kernel, "lowered", found.path, f"damaged ({e})")
+                unusable(self, kernel, "lowered", found, f"damaged ({e})")
                 return None
         except Exception as e:                  # noqa: BLE001 - the cache must never break a job
             self.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")

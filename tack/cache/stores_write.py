@@ -9,12 +9,12 @@ DiskCache``, a session's ``disk``), only in mode ``write`` and, under MPI, only 
 """
 
 import os
-import stat
 import time
 
 from . import log
 from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
-from .trust import VERSION_MARKER, Untrusted, ensure_private_dir, tag_new_root, touch_regular, write_atomic
+from .trust import (VERSION_MARKER, Untrusted, ensure_private_dir, make_root, tag_new_root, touch_regular,
+                    write_atomic)
 
 
 def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
@@ -49,7 +49,7 @@ def _root_ready(disk) -> bool:
     if disk.usable() or not disk._missing:
         return disk._usable
     try:
-        os.makedirs(disk.root, 0o700)
+        make_root(disk.root)
         made = True
     except FileExistsError:
         made = False                        # another process's since the look: not ours to tag
@@ -107,10 +107,10 @@ def mark_used(disk, kind: int, key: str) -> None:
 
 
 def remove_if_unchanged(disk, path: str, st) -> None:
-    """Remove a damaged entry of ``disk`` read at ``path`` (``st``: its stat then), where the
-    process writes there, unless another process has just replaced it (a link put there since is
-    another file: kept)."""
-    if not disk.writable:
+    """Remove an entry of ``disk`` read at ``path`` (``st``: its stat then, None: not one of the
+    user's files, kept), where the process writes there, unless another process has replaced it
+    since (a link put there since is another file: kept)."""
+    if disk is None or not disk.writable or st is None:
         return
     try:
         now = os.lstat(path)
@@ -120,29 +120,23 @@ def remove_if_unchanged(disk, path: str, st) -> None:
         pass
 
 
-def discard(disk, path: str) -> None:
-    """Remove an entry found unusable (it no longer loads...), if it is one of ``disk``'s
-    per-kernel files (never a bundle's entry, a link or a FIFO put there)."""
-    if disk is None or not disk.writable:
-        return
-    if os.path.dirname(os.path.dirname(os.path.dirname(path))) == disk.version_dir:
-        try:
-            if stat.S_ISREG(os.lstat(path).st_mode):
-                os.unlink(path)
-        except OSError:
-            pass
-
-
-def unusable(session, kernel, level: str, path: str, why: str, counted_hit: bool = False) -> None:
-    """An entry read whole but unusable (damaged fields, code that does not load): counted as
-    damaged and a miss (``counted_hit``: it had been counted a hit: no longer), said in the log,
-    and removed when it is a per-kernel file of the user's."""
+def unusable(session, kernel, level: str, found, why: str, counted_hit: bool = False) -> None:
+    """An entry read whole but unusable (``found``: damaged fields, code that does not load):
+    counted as damaged and a miss (``counted_hit``: it had been counted a hit, and served from its
+    store: no longer), said in the log, and removed when it is one of the user's per-kernel files,
+    unchanged since it was read."""
+    stats = session.stats
     if counted_hit:
-        session.stats["hits"][level] -= 1
-    session.stats["damaged"] += 1
-    session.stats["misses"][level] += 1
+        stats["hits"][level] -= 1
+        served = stats["variants_from"]
+        if served.get(found.source, 0) > 1:
+            served[found.source] -= 1
+        else:
+            served.pop(found.source, None)
+    stats["damaged"] += 1
+    stats["misses"][level] += 1
     log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
-    discard(session.disk, path)
+    remove_if_unchanged(session.disk, found.path, found.st)     # a bundle's entry has no st: kept
 
 
 def store_lowered(session, key: str, meta: dict, payload: bytes) -> bool:

@@ -245,6 +245,25 @@ def _refuse_non_regular(path: str) -> None:
         raise NotRegular(path, kind_of(st))
 
 
+def make_root(path: str) -> None:
+    """Make a cache directory ``path`` (0700) and each missing directory above it (0755), so that
+    none is writable by others whatever the umask: ``os.makedirs`` gives those above the umask's
+    mode, 0777 under ``umask 000``, which ``check_parents`` then refuses, with the cache it made.
+    FileExistsError if ``path`` is there already (another process's: not this one's to tag)."""
+    missing, up = [], os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(up):
+        missing.append(up)
+        if os.path.dirname(up) == up:
+            break
+        up = os.path.dirname(up)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            pass                            # another process's, in between
+    os.mkdir(path, 0o700)
+
+
 def ensure_private_dir(path: str, marker: str | None = None) -> None:
     """Create ``path`` (0700) if missing, then check it as ``check_trusted`` does.
 

@@ -187,6 +187,8 @@ def test_entry_with_valid_checksum_but_malformed_code(case, warm):
     check_results(run)
     assert compiled(run.result("k_main"))
     assert run.stats["damaged"] == 1
+    # the hit taken back is taken back from where it was counted as served, too
+    assert sum(run.stats["variants_from"].values()) == run.stats["hits"]["variant"]
     assert decode_entry(victim)[2] != bytes(obj)
 
 

@@ -2,6 +2,8 @@
 
 import os
 import platform
+import stat
+import time
 
 import pytest
 
@@ -345,13 +347,13 @@ def test_a_directory_made_after_the_lookup_is_used_but_never_tagged(tmp_path, mo
     is tagged."""
     theirs = disk(tmp_path / "theirs")
     assert theirs.read(entry.KIND_LOWERED, "3" * 64, "lowered") == (None, entry.MISSING)
-    real_makedirs = os.makedirs
+    real_mkdir = os.mkdir
 
     def made_first(path, *args, **kwargs):          # the other process wins the race
-        if path == str(tmp_path / "theirs"):
-            real_makedirs(path, 0o700, exist_ok=True)
-        return real_makedirs(path, *args, **kwargs)
-    monkeypatch.setattr(os, "makedirs", made_first)
+        if str(path) == str(tmp_path / "theirs"):
+            real_mkdir(path, 0o700)
+        return real_mkdir(path, *args, **kwargs)
+    monkeypatch.setattr(os, "mkdir", made_first)
     assert stores_write.store(theirs, entry.KIND_LOWERED, "3" * 64, {"dep": []}, b"x")
     assert not (tmp_path / "theirs" / "CACHEDIR.TAG").exists()
     ours = disk(tmp_path / "ours")
@@ -359,3 +361,87 @@ def test_a_directory_made_after_the_lookup_is_used_but_never_tagged(tmp_path, mo
     assert stores_write.store(ours, entry.KIND_LOWERED, "3" * 64, {"dep": []}, b"x")
     assert (tmp_path / "ours" / "CACHEDIR.TAG").exists()
     assert ours.read(entry.KIND_LOWERED, "3" * 64, "lowered")[0].payload == b"x"
+
+
+def test_the_first_store_makes_no_directory_writable_by_others_whatever_the_umask(tmp_path):
+    """Under ``umask 000`` the first store makes the cache directory and the missing ones above it
+    (``~/.cache`` on a new account) none writable by others, and then uses it: ``os.makedirs``
+    made those above 0777, and the parents' check refused the cache it had just made."""
+    root = tmp_path / "home" / ".cache" / "tack"
+    warns = []
+    old = os.umask(0)
+    try:
+        stored = stores_write.store(disk(root, warn=warns.append), entry.KIND_VARIANT, variant_key(HOST),
+                                    dict(META, target_key=HOST), b"code")
+    finally:
+        os.umask(old)
+    assert stored and warns == []
+    for above in (tmp_path / "home", tmp_path / "home" / ".cache"):
+        assert stat.S_IMODE(above.stat().st_mode) == 0o755
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    found, _ = disk(root).read(entry.KIND_VARIANT, variant_key(HOST), "variant")
+    assert found is not None and found.payload == b"code"
+
+
+def _damage_last_byte(path):
+    with open(path, "r+b") as f:
+        f.seek(-1, 2)
+        b = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([b[0] ^ 1]))
+
+
+@pytest.mark.parametrize("mode", ["write", "read"])
+def test_a_damaged_entry_last_used_long_ago_is_not_marked_used(tmp_path, mode):
+    """A damaged entry not used for over an hour: the read marked it used before checking it, so
+    a writing process then found it changed and kept it, looking fresh to the size limit; it is
+    now removed (write) or left as it was (read), never marked."""
+    root = tmp_path / "cache"
+    key = variant_key(HOST)
+    assert stores_write.store(disk(root), entry.KIND_VARIANT, key, dict(META, target_key=HOST), b"code" * 8)
+    path = entry.entry_path(os.path.join(str(root), keys.tack_version_id()), entry.KIND_VARIANT, key)
+    _damage_last_byte(path)
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    found, why = disk(root, mode).read(entry.KIND_VARIANT, key, "variant")
+    assert found is None and why.startswith("damaged")
+    if mode == "write":
+        assert not os.path.exists(path)
+    else:
+        assert abs(os.stat(path).st_mtime - old) < 1
+
+
+class _Kernel:
+    __qualname__ = "k_main"
+
+    def py_func():                      # noqa: N805 - a kernel's Python function, read from the class
+        pass
+
+
+def test_an_unusable_entry_replaced_since_it_was_read_is_kept(tmp_path):
+    """An entry found unusable after it was read (its code does not load) is removed only if it
+    is still the file read: another process's entry stored in its place since is kept; the hit
+    it had counted is taken back from ``hits`` and from ``variants_from`` alike."""
+    root = tmp_path / "cache"
+    key = variant_key(HOST)
+    for replaced in (False, True):
+        d = disk(root)
+        assert stores_write.store(d, entry.KIND_VARIANT, key, dict(META, target_key=HOST), b"bad code")
+        session = stores.Session(d.settings, d.stats, d.warn_once, HOST, [d], d)
+        hit = session.find_variant(_Kernel, {}, _Keys(key), [HOST])
+        assert hit is not None and session.stats["variants_from"] == {"cache directory": 1}
+        if replaced:                    # another process stores a good entry there meanwhile
+            assert stores_write.store(disk(root), entry.KIND_VARIANT, key, dict(META, target_key=HOST),
+                                      b"good code")
+        stores_write.unusable(session, _Kernel, "variant", hit.found, "does not load", counted_hit=True)
+        assert session.stats["hits"]["variant"] == 0 and session.stats["variants_from"] == {}
+        found, _ = disk(root).read(entry.KIND_VARIANT, key, "variant")
+        assert (found.payload if found else None) == (b"good code" if replaced else None)
+
+
+class _Keys:
+    def __init__(self, key):
+        self.key = key
+
+    def for_target(self, target_key):
+        return self.key
