@@ -68,36 +68,41 @@ def _host_or(target):
     return target_of(target)
 
 
-def _entries(artifacts):
-    """[(kind, key, encoded entry)]: each lowered kernel once, then each variant."""
+def _entries(artifacts, encoded=True):
+    """[(kind, key, encoded entry)] (``encoded=False``: (kind, key, meta, payload)): each lowered
+    kernel once, then each variant."""
     from .cache import entry
     from .compiler import lowered_meta
     out, seen = [], set()
     for a in artifacts:
         if a.lowered_key not in seen:
             seen.add(a.lowered_key)
-            out.append((entry.KIND_LOWERED, a.lowered_key, entry.encode(
-                entry.KIND_LOWERED, a.lowered_key, lowered_meta(a.lowered), a.lowered.to_bytes())))
+            out.append((entry.KIND_LOWERED, a.lowered_key, lowered_meta(a.lowered), a.lowered.to_bytes()))
     for a in artifacts:
-        out.append((entry.KIND_VARIANT, a.key, entry.encode(entry.KIND_VARIANT, a.key, a.meta, a.payload)))
-    return out
+        out.append((entry.KIND_VARIANT, a.key, a.meta, a.payload))
+    return [(k, key, entry.encode(k, key, m, p)) for k, key, m, p in out] if encoded else out
+
+
+class SaveError(OSError):
+    """``save`` could not use or write the cache directory; the message names it and says why."""
 
 
 def save(artifacts, directory: str) -> int:
-    """Store artifacts as entries of the cache directory ``directory`` (this Tack version's
-    part of it, created private as the cache creates it). -> entries written."""
-    from .cache import trust
-    from .cache.entry import entry_path
-    from .cache.keys import tack_version_id
-    from .cache.trust import VERSION_MARKER
-    version_dir = os.path.join(directory, tack_version_id())
-    os.makedirs(directory, 0o700, exist_ok=True)
-    entries = _entries(artifacts)
-    for kind, key, data in entries:
-        path = entry_path(version_dir, kind, key)
-        for d in (version_dir, os.path.dirname(os.path.dirname(path)), os.path.dirname(path)):
-            trust.ensure_private_dir(d, VERSION_MARKER if d == version_dir else None)
-        trust.write_atomic(path, data)
+    """Store artifacts as entries of the cache directory ``directory`` (this Tack version's part
+    of it), through the cache's own write side, as a launch stores what it compiles: the
+    directory made private and tagged if missing, used only if trusted (``docs/cache.md``).
+    -> entries written; ``SaveError`` naming the directory and why if it cannot be used."""
+    from .cache import Settings, new_stats
+    from .cache.stores import DiskCache
+    from .cache.stores_write import store
+
+    def refuse(message):
+        raise SaveError(f"tack.aot.save: {message}")
+    disk = DiskCache(Settings(os.path.abspath(directory), "write", None, {}), new_stats(), refuse)
+    entries = _entries(artifacts, encoded=False)
+    for kind, key, meta, payload in entries:
+        if not store(disk, kind, key, meta, payload):
+            refuse(f"cannot store in {directory}")
     return len(entries)
 
 

@@ -3,6 +3,7 @@ cache CLI's export and per-target info."""
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -306,3 +307,21 @@ def test_aot_and_the_site_tool_compile_without_the_dispatcher():
     assert "tack.api.Kernel" in set(imports(os.path.join("frontend", "lower.py")))
     assert not {m for m in imports("api.py") if m.startswith(("tack.frontend", "tack.compiler"))}
     assert "tack.api" not in set(imports("fingerprints.py")) | set(imports("language.py"))
+
+
+def test_save_stores_as_a_launch_does_and_refuses_what_a_launch_refuses(tmp_path):
+    """``tack.aot.save`` goes through the cache's write side: a directory it makes is private and
+    tagged (it was not tagged, and no later store would tag it), and a directory a launch would
+    not trust (a link to a directory anyone may write in) is refused, naming it, with nothing
+    written through it (it wrote through)."""
+    arts = contour_artifacts("cpu")
+    fresh = tmp_path / "fresh"
+    assert tack.aot.save(arts, str(fresh)) == 4
+    assert (fresh / "CACHEDIR.TAG").exists() and stat.S_IMODE(fresh.stat().st_mode) == 0o700
+    public = tmp_path / "public"
+    public.mkdir()
+    public.chmod(0o777)
+    (tmp_path / "link").symlink_to(public)
+    with pytest.raises(tack.aot.SaveError, match=str(tmp_path / "link")):
+        tack.aot.save(arts, str(tmp_path / "link"))
+    assert os.listdir(public) == []
