@@ -26,9 +26,19 @@ def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
     path = entry_path(disk.version_dir, kind, key)
     t0 = time.perf_counter()
     try:
-        _make_dirs(disk, os.path.dirname(path))
         data = encode(kind, key, meta, payload)
-        write_atomic(path, data)
+        try:
+            _make_dirs(disk, os.path.dirname(path))
+            write_atomic(path, data)
+        except FileNotFoundError:
+            # A directory removed since this process checked it (``python -m tack.cache clear``
+            # beside a long session): looked at and made again, once, not given up for good.
+            disk._checked.clear()
+            disk._usable = None
+            if not _root_ready(disk):
+                return False
+            _make_dirs(disk, os.path.dirname(path))
+            write_atomic(path, data)
     except Untrusted as e:
         disk.warn_once(f"not storing in the kernel cache: {e}")
         disk.writable = False

@@ -2,6 +2,7 @@
 
 import os
 import platform
+import shutil
 import stat
 import time
 
@@ -445,3 +446,17 @@ class _Keys:
 
     def for_target(self, target_key):
         return self.key
+
+
+def test_a_process_stores_again_after_its_cache_is_cleared_beside_it(tmp_path):
+    """``python -m tack.cache clear`` while a long process (a notebook) runs: its next store makes
+    the directory again, private and tagged, instead of failing for the rest of the process."""
+    root = tmp_path / "cache"
+    warns = []
+    d = disk(root, warn=warns.append)
+    assert stores_write.store(d, entry.KIND_VARIANT, variant_key(HOST), dict(META, target_key=HOST), b"one")
+    shutil.rmtree(root)
+    assert stores_write.store(d, entry.KIND_VARIANT, variant_key(OTHER), dict(META, target_key=OTHER), b"two")
+    assert warns == [] and (root / "CACHEDIR.TAG").exists()
+    found, _ = disk(root).read(entry.KIND_VARIANT, variant_key(OTHER), "variant")
+    assert found is not None and found.payload == b"two"
