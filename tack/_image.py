@@ -4,8 +4,11 @@ A warm first call runs about 28 of Tack's modules.  CPython imports each by sear
 package directory, checking and opening its ``.pyc``, and reading it: about a fifth of the
 warm process's import time, for work that gives the same answer every time.  The image holds
 the code of every module of the package in one file beside the ``.pyc`` files
-(``tack/__pycache__/import-image.<cache tag>[.opt-N].bin``), indexed by module name; ``import
-tack`` puts a finder for it first on ``sys.meta_path``, which serves only Tack's own modules.
+(``tack/__pycache__/import-image.<cache tag>[.opt-N].bin``, or under ``-X pycache_prefix`` where
+CPython puts them then), indexed by module name, its index and each module's code checked by a
+CRC-32; ``import tack`` puts a finder for it first on ``sys.meta_path``, which serves only Tack's
+own modules.  Each module's code is compiled from the very source whose hash the index records
+(never taken from a ``.pyc``, which may hold another source's code).
 
 Each module is served from the image only while its source file is the one it was written
 from: the same size and modification time in whole seconds, as CPython checks a ``.pyc``, or,
@@ -30,6 +33,7 @@ and rules as CPython's own ``.pyc`` files.  ``TACK_IMPORT_IMAGE=0`` turns the fi
 import _imp
 import marshal
 import os
+import stat
 import sys
 import types
 
@@ -69,8 +73,22 @@ def crc32_function():
     return crc32
 
 
-FORMAT = b"TACKIMG3"        # 3: a CRC-32 per module; 2: whole seconds, a source hash, relative names
-_HEAD = 16                      # FORMAT, Python's bytecode magic, the index's length (uint32)
+FORMAT = b"TACKIMG4"        # 4: the index's CRC-32, code compiled from the source read, modules not
+                                # served; 3: a CRC-32 per module; 2: whole seconds, a source hash
+_HEAD = 20                      # FORMAT, Python's bytecode magic, the index's length and CRC-32 (uint32)
+
+
+def cache_dir(package_dir: str) -> str:
+    """Where CPython writes the bytecode of ``package_dir``'s modules: its ``__pycache__``, or,
+    under ``-X pycache_prefix`` (``PYTHONPYCACHEPREFIX``), the mirror of its absolute path there
+    (``importlib.util.cache_from_source``'s rule, without importing it)."""
+    prefix = sys.pycache_prefix
+    if not prefix:
+        return os.path.join(package_dir, "__pycache__")
+    head = os.path.abspath(package_dir)
+    if len(head) > 1 and head[1] == ":" and head[0] not in "\\/":
+        head = head[2:]                     # a Windows drive, as CPython drops it
+    return os.path.join(prefix, head.lstrip("\\/"))
 
 
 def image_path(package_dir: str) -> str | None:
@@ -80,7 +98,7 @@ def image_path(package_dir: str) -> str | None:
     if tag is None:
         return None
     opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
-    return os.path.join(package_dir, "__pycache__", f"import-image.{tag}{opt}.bin")
+    return os.path.join(cache_dir(package_dir), f"import-image.{tag}{opt}.bin")
 
 
 def same_source(path: str, mtime: int, size: int, digest: bytes) -> bool:
@@ -133,9 +151,17 @@ class _Loader:
         return SourceFileLoader(fullname, path).get_code(fullname)
 
     def _entry(self, fullname):
-        found = self._image.entry(fullname)
+        """(source path, is a package, where its code lies in the image or None: its source and
+        ``.pyc``): a module whose source changed since the image was written is still answered
+        for, from its source, as the finder found it before."""
+        image = self._image
+        found = image.entry(fullname)
         if found is None:
-            raise ImportError(f"{fullname!r} is not served by Tack's import image", name=fullname)
+            try:
+                rel, is_package = image.index[fullname][:2]
+                return image.root + rel, bool(is_package), None
+            except Exception:               # noqa: BLE001 - not one of the image's modules
+                raise ImportError(f"{fullname!r} is not served by Tack's import image", name=fullname) from None
         return found
 
     def get_code(self, fullname):
@@ -163,17 +189,20 @@ class _Loader:
 class ImageFinder:
     """Serves the modules of one package (``prefix``: its name and a dot) from its image."""
 
-    def __init__(self, package: str, package_dir: str, fd: int, index: dict, base: int):
+    def __init__(self, package: str, package_dir: str, fd: int, index: dict, base: int, crc32=None,
+                 identity=None):
         self.package, self.prefix = package, package + "."
         self.root = package_dir + os.sep
         self.fd, self.index, self.base = fd, index, base
+        self.identity = identity            # (st_dev, st_ino) of the file ``fd`` was opened on
         # a module's __cached__, as CPython names its .pyc (importlib's own computation of it,
         # ``cache_from_source``, is a sixth of an import's machinery)
         opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
         self.pyc = f".{sys.implementation.cache_tag}{opt}.pyc"
+        self.pycache_prefix = sys.pycache_prefix
         self.served = 0                     # modules served from the image, for tests and status
         self.loader = _Loader(self)
-        self.crc32 = crc32_function()
+        self.crc32 = crc32 or crc32_function()
 
     def find_spec(self, name, path=None, target=None):
         if not name.startswith(self.prefix) or self.fd is None:
@@ -185,7 +214,10 @@ class ImageFinder:
         spec = ModuleSpec(name, self.loader, origin=origin, loader_state=where, is_package=is_package)
         spec.has_location = True
         head, _, tail = origin.rpartition(os.sep)
-        spec.cached = f"{head}{os.sep}__pycache__{os.sep}{tail[:-3]}{self.pyc}"
+        if self.pycache_prefix:
+            spec.cached = os.path.join(cache_dir(head), tail[:-3] + self.pyc)
+        else:
+            spec.cached = f"{head}{os.sep}__pycache__{os.sep}{tail[:-3]}{self.pyc}"
         if is_package:
             spec.submodule_search_locations = [head]
         return spec
@@ -195,6 +227,8 @@ class ImageFinder:
         source is still the one it was written from; None otherwise."""
         try:
             rel, is_package, mtime, size, digest, offset, length, crc = self.index[name]
+            if crc is None:
+                return None                 # held as not served (its source does not compile)
             origin = self.root + rel
             if not same_source(origin, mtime, size, digest):
                 return None                 # the source changed since: imported as usual
@@ -214,10 +248,14 @@ class ImageFinder:
         return data
 
     def close(self):
+        """Serve nothing more; close the image's descriptor if it still is the image's: a program
+        that closed every descriptor (a daemon) may have another file open under its number."""
         fd, self.fd = self.fd, None
         if fd is not None:
             try:
-                os.close(fd)
+                st = os.fstat(fd)
+                if self.identity is None or (st.st_dev, st.st_ino) == self.identity:
+                    os.close(fd)
             except OSError:
                 pass
 
@@ -231,18 +269,26 @@ def open_image(package: str, package_dir: str):
     if path is None:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # non-blocking: a FIFO put there would otherwise wait for a writer forever
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
         head = os.pread(fd, _HEAD, 0)
         if len(head) != _HEAD or head[:8] != FORMAT or head[8:12] != MAGIC_NUMBER:
             raise ValueError("another format or Python")
         n = int.from_bytes(head[12:16], "little")
-        index = marshal.loads(os.pread(fd, n, _HEAD))
+        raw = os.pread(fd, n, _HEAD)
+        crc32 = crc32_function()
+        if len(raw) != n or crc32(raw) != int.from_bytes(head[16:20], "little"):
+            raise ValueError("a damaged index")
+        index = marshal.loads(raw)
         if type(index) is not dict:
             raise ValueError("no index")
-        return ImageFinder(package, package_dir, fd, index, _HEAD + n)
+        return ImageFinder(package, package_dir, fd, index, _HEAD + n, crc32, (st.st_dev, st.st_ino))
     except Exception:                       # noqa: BLE001 - unusable: imported as usual
         os.close(fd)
         return None

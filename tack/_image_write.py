@@ -1,5 +1,5 @@
-"""Writing Tack's import image (``tack._image`` reads it): every module's code, as CPython's own
-loader gives it, in one file beside the ``.pyc`` files, written atomically.
+"""Writing Tack's import image (``tack._image`` reads it): every module's code, compiled from the
+source it records the hash of, in one file beside the ``.pyc`` files, written atomically.
 
 Kept apart from the reader so that a warm process, which only reads the image, does not load
 the writer's code: it is imported by ``python -m tack.site image``, ``bundles install`` and a
@@ -12,8 +12,7 @@ import sys
 import types
 import zlib
 
-from ._image import (FORMAT, MAGIC_NUMBER, SourceFileLoader, finder, image_path, open_image, same_source,
-                     source_hash)
+from ._image import FORMAT, MAGIC_NUMBER, cache_dir, finder, image_path, open_image, same_source, source_hash
 
 
 def _modules(package: str, package_dir: str):
@@ -34,16 +33,20 @@ def _modules(package: str, package_dir: str):
 
 
 def _code_bytes(path: str, rel: str, st):
-    """(the marshalled code, ``source_hash``) of the source at ``path`` (``rel`` in the
-    package; its stat is ``st``): the code CPython's own loader gives (its ``.pyc`` where that
-    is current, else compiled now), named ``rel`` (``_named``); None if the source changed
-    meanwhile."""
+    """(the marshalled code or None where the source does not compile, ``source_hash``) of the
+    source at ``path`` (``rel`` in the package; its stat is ``st``), compiled from the very bytes
+    hashed, as CPython's loader compiles a source (never its ``.pyc``, which may hold another
+    source's code: an unchecked-hash one, or one written in the second of an edit of the same
+    size), named ``rel`` (``_named``); None if the source changed meanwhile."""
     with open(path, "rb") as fh:
         source = fh.read()
-    code = SourceFileLoader(rel, path).get_code(rel)
     after = os.stat(path)
     if (after.st_mtime_ns, after.st_size) != (st.st_mtime_ns, st.st_size) or len(source) != st.st_size:
         return None
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None, source_hash(source)    # imported as usual, and its error raised then
     return marshal.dumps(_named(code, rel)), source_hash(source)
 
 
@@ -76,7 +79,8 @@ def current(package: str, package_dir: str, read_code: bool = True) -> bool:
             e = f.index[name]
             if e[0] != rel or not same_source(os.path.join(package_dir, rel), *e[2:5]):
                 return False
-            if read_code and not isinstance(marshal.loads(f.read(*e[5:8])), types.CodeType):
+            if read_code and e[7] is not None and not isinstance(marshal.loads(f.read(*e[5:8])),
+                                                                 types.CodeType):
                 return False                # damaged (a relocation that rewrote it...)
         return True
     except (OSError, LookupError, TypeError, ValueError, EOFError):
@@ -98,12 +102,16 @@ def write(package: str, package_dir: str) -> tuple[str, int, int]:
         if got is None:
             continue                        # changed while we read it: imported as usual
         data, digest = got
+        if data is None:                    # held, as not served: the image is still current
+            index[name] = (rel, is_package, int(st.st_mtime), st.st_size, digest, 0, 0, None)
+            continue
         index[name] = (rel, is_package, int(st.st_mtime), st.st_size, digest, offset, len(data),
                        zlib.crc32(data))
         blobs.append(data)
         offset += len(data)
     head = marshal.dumps(index)
-    payload = b"".join([FORMAT, MAGIC_NUMBER, len(head).to_bytes(4, "little"), head] + blobs)
+    payload = b"".join([FORMAT, MAGIC_NUMBER, len(head).to_bytes(4, "little"),
+                        zlib.crc32(head).to_bytes(4, "little"), head] + blobs)
     from .cache.trust import write_atomic   # a temporary file renamed into place, as entries
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_atomic(path, payload, mode=0o644)
@@ -122,8 +130,10 @@ def refresh(package: str = "tack") -> None:
     _refreshed = True
     try:
         package_dir = os.path.dirname(sys.modules[package].__file__)
-        cache_dir = os.path.join(package_dir, "__pycache__")
-        if not os.access(cache_dir if os.path.isdir(cache_dir) else package_dir, os.W_OK):
+        where = cache_dir(package_dir)      # (under -X pycache_prefix, a tree of its own)
+        while not os.path.isdir(where) and os.path.dirname(where) != where:
+            where = os.path.dirname(where)
+        if not os.access(where, os.W_OK):
             return
         mine = finder(package)              # closed here: a module's code did not read
         damaged = mine is not None and mine.fd is None

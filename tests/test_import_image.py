@@ -14,9 +14,12 @@ import shutil
 import subprocess
 import sys
 import types
+import zlib
 from pathlib import Path
 
 import pytest
+
+from tack._image import _HEAD as H     # the image's fixed head: format, magic, index length and CRC-32
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,15 +134,15 @@ def _damage(image: Path, how: str):
     elif how == "python":
         data[8:12] = b"\x00\x00\r\n"                        # another Python's bytecode magic
     elif how == "index":
-        data[16:16 + n] = b"\xff" * n
+        data[H:H + n] = b"\xff" * n
     elif how == "index-not-dict":
         import marshal
         index = marshal.dumps([1, 2, 3])
-        data = data[:12] + len(index).to_bytes(4, "little") + index
+        data = data[:12] + len(index).to_bytes(4, "little") + zlib.crc32(index).to_bytes(4, "little") + index
     elif how == "truncated":
-        data = data[:16 + n + 100]
+        data = data[:H + n + 100]
     elif how == "code":
-        for i in range(16 + n, len(data), 97):            # every code blob garbled
+        for i in range(H + n, len(data), 97):            # every code blob garbled
             data[i] = 0x5A
     image.write_bytes(bytes(data))
 
@@ -168,9 +171,9 @@ def test_damage_that_still_unmarshals_is_caught_by_the_checksum(site, tmp_path):
     image = _write(site, tmp_path)
     data = bytearray(image.read_bytes())
     n = int.from_bytes(data[12:16], "little")
-    index = marshal.loads(bytes(data[16:16 + n]))
+    index = marshal.loads(bytes(data[H:H + n]))
     offset, length = index["tack.cache.stores"][5:7]
-    start = 16 + n + offset
+    start = H + n + offset
     blob = bytes(data[start:start + length])
     at = blob.index(b"open_session")
     data[start + at:start + at + 12] = b"open_sessioX"
@@ -397,3 +400,115 @@ def test_image_crc32_falls_back_to_the_zlib_module_without_libz(monkeypatch):
     monkeypatch.setattr(ctypes, "CDLL", no_library)
     crc32 = _image.crc32_function()
     assert crc32(b"tack") == zlib.crc32(b"tack") and "zlib" in sys.modules
+
+
+def test_the_image_holds_what_the_source_compiles_to_not_a_stale_pyc(site, tmp_path):
+    """A ``.pyc`` that is not its source's (unchecked-hash, left from before an edit) was the
+    image's code, recorded with the new source's hash: the old code was served for good, and the
+    image called current. It is now compiled from the source it records."""
+    records = site / "tack" / "records.py"
+    original = records.read_text()
+    records.write_text(original + "\nMARK = 'old'\n")
+    assert compileall.compile_dir(str(site), quiet=1, force=True,
+                                  invalidation_mode=__import__("py_compile").PycInvalidationMode.UNCHECKED_HASH)
+    records.write_text(original + "\nMARK = 'new, and longer'\n")
+    _write(site, tmp_path)
+    assert compileall.compile_dir(str(site), quiet=1, force=True)       # the .pyc files rebuilt
+    p = _py(site, "import json, tack, tack.records as r, tack._image as i; "
+            "print(json.dumps([r.MARK, type(r.__loader__).__name__]))", tmp_path)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == ["new, and longer", "_Loader"]
+
+
+def test_a_module_edited_after_its_import_is_still_answered_for_by_name(site, tmp_path):
+    """A module imported from the image whose source is then edited in the running process (an
+    upgrade under a service, an editor beside a notebook): ``get_source``, ``get_filename`` and
+    package resources answer from the source, as without the image, instead of ImportError."""
+    _write(site, tmp_path)
+    code = ("import json, importlib.resources, tack.site as s, tack.records as r\n"
+            "from pathlib import Path\n"
+            "p = Path(r.__file__); p.write_text(p.read_text() + '\\n# edited\\n')\n"
+            "print(json.dumps([type(r.__loader__).__name__, r.__loader__.get_filename('tack.records') == r.__file__,\n"
+            "                  r.__loader__.get_source('tack.records').endswith('# edited\\n'),\n"
+            "                  importlib.resources.files('tack.site').joinpath('__init__.py').is_file()]))\n")
+    p = _py(site, code, tmp_path)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == ["_Loader", True, True, True]
+
+
+def test_damage_to_the_index_is_caught_by_its_checksum(site, tmp_path):
+    """One byte of the index (a package's flag) changed: the index no longer matches the CRC-32
+    the head records, so the image is not used (it was, and ``import tack.cache.keys`` failed)."""
+    import marshal
+    image = _write(site, tmp_path)
+    data = bytearray(image.read_bytes())
+    n = int.from_bytes(data[12:16], "little")
+    index = marshal.loads(bytes(data[H:H + n]))
+    entry = list(index["tack.cache"])
+    assert entry[1] is True
+    entry[1] = False
+    index["tack.cache"] = tuple(entry)
+    raw = marshal.dumps(index)
+    assert len(raw) == n
+    data[H:H + n] = raw
+    image.write_bytes(bytes(data))
+    report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert report["faces"] > 0 and not report["finder"]
+
+
+def test_under_a_pycache_prefix_the_image_is_where_python_writes_bytecode(site, tmp_path):
+    """``-X pycache_prefix``: a compiling process writes the image under the prefix, as CPython
+    writes its ``.pyc`` files, nothing into the install's tree, and the modules served from it
+    name their ``__cached__`` there (before: the install's ``__pycache__`` for both)."""
+    shutil.rmtree(site / "tack" / "__pycache__", ignore_errors=True)
+    for d in (site / "tack").rglob("__pycache__"):
+        shutil.rmtree(d)
+    prefix = tmp_path / "prefix"
+    _child(site, tmp_path, PYTHONPYCACHEPREFIX=prefix)                  # compiles: writes the image
+    assert not list((site / "tack").rglob("__pycache__"))
+    assert list(prefix.rglob("import-image.*.bin"))
+    report = _child(site, tmp_path, PYTHONPYCACHEPREFIX=prefix)
+    assert report["finder"] and _served(report) and report["cached_wrong"] == []
+
+
+def test_the_finder_never_closes_a_descriptor_that_is_no_longer_its_image(site, tmp_path):
+    """A program that closed every descriptor (a daemon) and opened its log under the image's old
+    number: the finder, finding its reads no longer the image, stops serving and leaves the log
+    open (it closed it)."""
+    image = _write(site, tmp_path)
+    from tack import _image
+    f = _image.open_image("tack", str(site / "tack"))
+    assert f is not None
+    os.close(f.fd)                                  # the daemon's closerange
+    log = os.open(str(tmp_path / "log"), os.O_WRONLY | os.O_CREAT)
+    try:
+        assert log == f.fd
+        f.close()
+        os.write(log, b"still open\n")
+    finally:
+        os.close(log)
+    assert image.exists()
+
+
+def test_a_fifo_where_the_image_is_is_not_waited_on(site, tmp_path):
+    """A FIFO at the image's path (never an image): ``open_image`` returns at once (it waited for
+    a writer forever)."""
+    from tack import _image
+    path = Path(_image.image_path(str(site / "tack")))
+    path.parent.mkdir(exist_ok=True)
+    os.mkfifo(path)
+    p = subprocess.run([sys.executable, "-c", "import sys; from tack import _image; "
+                        f"print(_image.open_image('tack', {str(site / 'tack')!r}))"],
+                       env=_env(PYTHONPATH=str(site)), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "None", p.stderr
+
+
+def test_a_module_that_does_not_compile_leaves_the_image_current(site, tmp_path):
+    """A stray module whose source does not compile: the image is written with every other
+    module (``image`` died with its SyntaxError before), stays current, and importing that module
+    raises its SyntaxError as without the image."""
+    (site / "tack" / "stray_broken.py").write_text("def broken(:\n")
+    _write(site, tmp_path)
+    p = _py(site, "import sys; from tack.site.cli import main; sys.exit(main(['image', '--check']))", tmp_path)
+    assert p.returncode == 0
+    p = _py(site, "import tack, tack.records as r\ntry:\n    import tack.stray_broken\n"
+            "except SyntaxError as e:\n    print('SyntaxError', type(r.__loader__).__name__)", tmp_path)
+    assert p.stdout.split() == ["SyntaxError", "_Loader"]
