@@ -403,7 +403,9 @@ def test_grids_below_the_learnt_size_skip_the_rule_and_the_clock(monkeypatch):
     big = np.zeros(100_000)
     tack.launch(k_small, dim=big.size, args=(big,))          # above it: timed, a cost learnt
     assert variant.cost is not None and (big == np.arange(big.size)).all()
-    assert variant.serial_points >= 65                       # what it learnt stays learnt
+    # the size below which launches skip the rule now follows the cost learnt (it only ever rose)
+    assert variant.serial_points == int(min(2 * cpu_runtime.PER_THREAD_S, cpu_runtime.MEASURE_MIN_S)
+                                        / (2 * variant.cost))
 
 
 def test_grids_that_cannot_gain_a_thread_are_timed_one_launch_in_eight(monkeypatch):
@@ -439,3 +441,165 @@ def test_grids_that_cannot_gain_a_thread_are_timed_one_launch_in_eight(monkeypat
     assert variant.quiet_points < out.size
     tack.launch(k_quiet, dim=out.size, args=(out,))
     assert cpu_runtime.pool_stats()["last_threads"] == 2 and (out == np.arange(out.size)).all()
+
+
+INTERRUPTED = r"""
+import sys, time
+import numpy as np
+import tack
+from tack.backends import cpu_runtime
+
+
+@tack.kernel
+def spin(out, m):
+    i = tack.tid()
+    s = 0.0
+    for k in range(m):
+        s = s + 1.0
+    out[i] = out[i] + s + 1.0
+
+
+tack.config.num_threads = 2
+cpu_runtime.PER_THREAD_S, cpu_runtime.OVERHEAD_FACTOR = 1e-15, 0.0     # every grid parallel
+out = np.zeros(2000)
+tack.launch(spin, dim=out.size, args=(out, 20000))
+assert cpu_runtime.pool_stats()["last_threads"] == 2
+Real = cpu_runtime._Job
+
+
+class LateInterrupt:
+    # What Ctrl-C's handler does when its signal lands as a call returns: the call did its work,
+    # then KeyboardInterrupt is raised (deterministic here, at the first such moment).
+    def __init__(self, call):
+        self.call, self.fired = call, False
+
+    def __call__(self, *args):
+        got = self.call(*args)
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+        return got
+
+
+class Job(Real):
+    __slots__ = ()
+
+    def __init__(self, *args):
+        Real.__init__(self, *args)
+        if sys.argv[1] == "claim":          # the caller's first claim: its chunk is claimed, then lost
+            self.claim = LateInterrupt(self.claim)
+
+    def wait(self):
+        if sys.argv[1] == "wait":           # the caller's wait: the lock taken, then interrupted
+            lock = self.done
+            self.done = type("Lock", (), {"acquire": staticmethod(LateInterrupt(lock.acquire)),
+                                          "release": staticmethod(lock.release)})()
+        return Real.wait(self)
+
+
+cpu_runtime._Job = Job
+out[:] = 0
+try:
+    tack.launch(spin, dim=out.size, args=(out, 20000))
+    print("no interrupt")
+except KeyboardInterrupt:
+    snap = out.copy()
+    time.sleep(0.3)
+    print("written after", int((out != snap).sum()))
+cpu_runtime._Job = Real
+out[:] = 0
+tack.launch(spin, dim=out.size, args=(out, 20000))
+print("after", bool((out == 20001.0).all()), cpu_runtime.pool_stats()["last_threads"])
+"""
+
+
+@pytest.mark.parametrize("where", ["wait", "claim"])
+def test_an_interrupt_as_a_call_returns_neither_hangs_nor_leaves_workers_writing(tmp_path, where):
+    """Ctrl-C's KeyboardInterrupt is raised as a call returns: just after ``wait`` took the
+    done lock (it then waited for it again, for ever: 3 of 4 real Ctrl-C runs hung), or just
+    after the caller claimed a chunk (the launch raised while a worker still wrote into the
+    array). Now the launch raises it once no worker is in it, and the pool serves on after."""
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(script), where], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[:2] == ["written after 0", "after True 2"], p.stdout
+
+
+NO_MORE_THREADS = r"""
+import _thread, json
+import numpy as np
+import tack
+from tack.backends import cpu_runtime
+
+real = _thread.start_new_thread
+started = []
+
+
+def limited(*args):                 # a system that starts one more thread and no more
+    if started:
+        raise RuntimeError("can't start new thread")
+    started.append(1)
+    return real(*args)
+
+
+_thread.start_new_thread = limited
+
+
+@tack.kernel
+def mark(out):
+    i = tack.tid()
+    out[i] = out[i] + i + 1
+
+
+tack.config.num_threads = 4
+cpu_runtime.PER_THREAD_S, cpu_runtime.OVERHEAD_FACTOR = 1e-15, 0.0
+got = []
+for _ in range(2):
+    out = np.zeros(4000)
+    tack.launch(mark, dim=out.size, args=(out,))
+    got.append([bool((out == np.arange(1, out.size + 1)).all()), cpu_runtime.pool_stats()["last_threads"]])
+print(json.dumps([got, cpu_runtime.pool_stats()["workers"], len(started)]))
+"""
+
+
+def test_a_system_that_starts_no_more_threads_runs_the_launch_on_those_there_are(tmp_path):
+    """Four threads asked for where the system starts one worker and no more (a container's
+    limit, TACK_NUM_THREADS far above the cores): the launch runs, right, on two threads; it
+    raised "can't start new thread" and left a worker's lock without a worker."""
+    script = tmp_path / "limited.py"
+    script.write_text(NO_MORE_THREADS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == [[[True, 2], [True, 2]], 1, 1]
+
+
+@tack.kernel
+def k_loop(out, m):
+    i = tack.tid()
+    s = 0.0
+    for k in range(m):
+        s = s + 1.0
+    out[i] = s
+
+
+def test_a_kernel_whose_cost_grows_with_an_argument_gets_threads_again():
+    """A kernel looping over an argument, first launched cheaply (too quick to time: its size was
+    marked serial for good), then with a costly argument: one launch in FAST_SAMPLE_EVERY below
+    that size is timed, and the costly launches get two threads again (they never did)."""
+    tack.config.num_threads = 2
+    small = np.zeros(3000)
+    tack.launch(k_loop, dim=small.size, args=(small, 0))
+    (variant,) = k_loop._variants.values()
+    assert variant.serial_points > small.size and variant.cost is None
+    threads = []
+    for _ in range(cpu_runtime.FAST_SAMPLE_EVERY + 3):
+        tack.launch(k_loop, dim=small.size, args=(small, 20_000))
+        threads.append(cpu_runtime.pool_stats()["last_threads"])
+    assert (small == 20_000.0).all()
+    assert threads[-1] == 2 and variant.serial_points < small.size

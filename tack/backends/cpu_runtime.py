@@ -418,6 +418,7 @@ CHUNKS_PER_THREAD = 4        # chunks per thread, claimed in turn (balances a bu
 OVERHEAD_FACTOR = 2.0        # each thread's work is also at least this times the overhead seen
 PROBE_EVERY = 32             # one launch in this many held back by that overhead goes parallel
 SAMPLE_EVERY = 8             # one launch in this many that cannot gain a thread is timed
+FAST_SAMPLE_EVERY = 16       # and one in this many below the size found too small to time
 
 _overhead = 20e-6            # what parallel launches took beyond their share of the work
 _held_back = 0               # (a moving average), and launches held back by it since a probe
@@ -426,6 +427,8 @@ _clock = time.perf_counter
 _busy = _thread.allocate_lock()     # held while a launch uses the pool
 _wakes: list = []                   # per worker: the lock it parks on (held while parked)
 _slots: list = []                   # per worker: the job it is woken for
+_inside: list = []                  # per worker: the job it is working on now (None: parked)
+_max_workers = None                 # the workers this process could start, once one failed to
 _stats = {"workers": 0, "parallel_launches": 0, "last_threads": 1, "start_seconds": 0.0}
 
 
@@ -452,7 +455,20 @@ def _run_grid(variant, buf, d):
     points = d0 * d[1] * d[2]
     if threads == 1 or d0 < 2 or points < variant.serial_points:
         _stats["last_threads"] = 1          # the fast path: as cheap as TACK_NUM_THREADS=1
+        if threads == 1 or d0 < 2:
+            fn(buf, 0, d0)
+            return
+        variant.quiet_runs += 1
+        if variant.quiet_runs % FAST_SAMPLE_EVERY:
+            fn(buf, 0, d0)
+            return
+        # One launch in FAST_SAMPLE_EVERY timed: a kernel whose work per point depends on its
+        # arguments (a loop over one) may cost more now than when its size was found too small.
+        t0 = _clock()
         fn(buf, 0, d0)
+        t = _clock() - t0
+        if t >= MEASURE_MIN_S:
+            _learn(variant, t / points)
         return
     if points < variant.quiet_points:       # serial even at twice the cost: timed now and then
         variant.quiet_runs += 1
@@ -481,19 +497,25 @@ def _run_grid(variant, buf, d):
         return
     try:
         t0 = _clock()
+        if len(_wakes) < n - 1:
+            n = min(n, _start_workers(n - 1) + 1)
         _stats["last_threads"] = n
         _stats["parallel_launches"] += 1
         chunks = min(d0, n * CHUNKS_PER_THREAD)
         job = _Job(fn, buf, [d0 * k // chunks for k in range(chunks + 1)])
-        if len(_wakes) < n - 1:
-            _start_workers(n - 1)
-        for i in range(n - 1):
-            _slots[i] = job
-            wake = _wakes[i]
-            if wake.locked():           # parked (or about to park): wake it
-                wake.release()
-        job.work(timed=True)
-        job.wait()
+        try:
+            for i in range(n - 1):
+                _slots[i] = job
+                wake = _wakes[i]
+                if wake.locked():       # parked (or about to park): wake it
+                    wake.release()
+            job.work(timed=True)
+            job.wait()
+        except BaseException:
+            # An interrupt (Ctrl-C's KeyboardInterrupt, raised as a call returns) at a moment
+            # ``work`` and ``wait`` cannot guard: raised once no worker is in the launch.
+            job.abandon()
+            raise
         wall = _clock() - t0
         if job.timed >= MEASURE_MIN_S:
             _learn(variant, job.timed / (job.timed_rows * d[1] * d[2]))
@@ -519,8 +541,9 @@ def _learn(variant, cost):
     # Below this many points a launch would be given no second thread, nor be worth timing,
     # even at half the cost measured: such launches skip the rule and the clock.
     if cost > 0:
-        variant.serial_points = max(variant.serial_points,
-                                    int(min(PER_THREAD_S * 2, MEASURE_MIN_S) / (2 * cost)))
+        # (Both ways, as the cost: a kernel whose work grows with an argument comes back under
+        # the rule; the fast path times one launch in FAST_SAMPLE_EVERY to see it.)
+        variant.serial_points = int(min(PER_THREAD_S * 2, MEASURE_MIN_S) / (2 * cost))
         # Below this many points even twice the cost gives no second thread (n needs an estimate
         # of 2 * PER_THREAD_S): those launches are timed one in SAMPLE_EVERY. It follows the cost
         # both ways, so a kernel whose cost rises is soon back under the rule.
@@ -531,8 +554,8 @@ class _Job:
     """One parallel launch: ``fn(buf, bounds[k], bounds[k + 1])`` for every chunk k, each run
     by whichever thread claims it first."""
 
-    __slots__ = ("fn", "buf", "bounds", "chunks", "claim", "finish", "done", "error",
-                 "timed", "timed_rows")
+    __slots__ = ("fn", "buf", "bounds", "chunks", "claim", "finish", "done", "all_done", "stop",
+                 "error", "timed", "timed_rows")
 
     def __init__(self, fn, buf, bounds):
         self.fn, self.buf, self.bounds = fn, buf, bounds
@@ -541,13 +564,15 @@ class _Job:
         self.finish = itertools.count(1).__next__
         self.done = _thread.allocate_lock()
         self.done.acquire()
+        self.all_done = False       # set by the thread that finished the last chunk, then ``done``
+        self.stop = False           # set by an interrupted caller: no chunk is claimed any more
         self.error = None
         self.timed = 0.0            # seconds the calling thread's chunks took
         self.timed_rows = 0         # and the rows of the first dimension they covered
 
     def work(self, timed=False):
         fn, buf, bounds, chunks = self.fn, self.buf, self.bounds, self.chunks
-        while True:
+        while not self.stop:
             k = self.claim()
             if k >= chunks:
                 return
@@ -564,46 +589,69 @@ class _Job:
                 if self.error is None:
                     self.error = e
             if self.finish() == chunks:
+                self.all_done = True
                 self.done.release()
 
     def wait(self):
         """Until every chunk has run; an interrupt while waiting is raised only once no thread
-        still writes into the launch's arrays."""
+        still writes into the launch's arrays.  Led by ``all_done``, not by the lock alone: an
+        interrupt raised just as ``acquire`` returned would otherwise send it to wait again for a
+        release that has been and gone (a hang)."""
         interrupted = None
-        while True:
+        while not self.all_done:
             try:
                 self.done.acquire()
-                break
             except BaseException as e:              # noqa: BLE001 - re-raised below
                 interrupted = e
         if interrupted is not None:
             raise interrupted
 
+    def abandon(self):
+        """After an interrupt the caller could not hold back: no chunk is claimed any more, and
+        this returns once no worker is in the launch (none writes into its arrays then)."""
+        self.stop = True
+        while any(job is self for job in _inside):
+            time.sleep(50e-6)
+
 
 def _worker(i):
     """Worker i: parked on its lock; woken, it works on the job in its slot (the one it was woken
     for, or a later one: either way only chunks still unclaimed), then parks again."""
-    wake, slots = _wakes[i], _slots
+    wake, slots, inside = _wakes[i], _slots, _inside
     while True:
         wake.acquire()
         job = slots[i]
         if job is not None:
+            inside[i] = job             # before it claims a chunk: ``abandon`` waits for it
             job.work()
+            inside[i] = None
 
 
 def _start_workers(n):
-    """Start workers until there are ``n``, each parked on its held lock."""
+    """Start workers until there are ``n``, each parked on its held lock; -> how many there are:
+    fewer where the system starts no more threads (a container's limit, TACK_NUM_THREADS far above
+    the cores), and then no more are asked for in this process."""
+    global _max_workers
     t0 = _clock()
     if not _wakes:
         _watch_fork()
+    if _max_workers is not None:
+        n = min(n, _max_workers)
     while len(_wakes) < n:
         wake = _thread.allocate_lock()
         wake.acquire()
         _wakes.append(wake)
         _slots.append(None)
-        _thread.start_new_thread(_worker, (len(_wakes) - 1,))
+        _inside.append(None)
+        try:
+            _thread.start_new_thread(_worker, (len(_wakes) - 1,))
+        except RuntimeError:                # "can't start new thread": run on those there are
+            del _wakes[-1], _slots[-1], _inside[-1]
+            _max_workers = len(_wakes)
+            break
         _stats["workers"] = len(_wakes)
     _stats["start_seconds"] += _clock() - t0
+    return len(_wakes)
 
 
 _fork_watched = False
@@ -618,7 +666,7 @@ def _watch_fork():
 
 def _forget_pool():
     """In a forked child: the parent's workers do not exist here; start afresh when needed."""
-    global _busy, _wakes, _slots
+    global _busy, _wakes, _slots, _inside, _max_workers
     _busy = _thread.allocate_lock()
-    _wakes, _slots = [], []
+    _wakes, _slots, _inside, _max_workers = [], [], [], None
     _stats["workers"] = 0
