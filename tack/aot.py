@@ -120,14 +120,15 @@ def requirements(arch: str) -> dict:
     return header_fields(cpu_site_facts(name))
 
 
-def save_bundle(artifacts, path: str, force: bool = False) -> str:
+def save_bundle(artifacts, path: str, force: bool = False, merge: bool = False) -> str:
     """Write the artifacts, all for one target, as a bundle at ``path``, or, if ``path`` is a
     directory, in it under the name a node looks a site bundle up by. -> the bundle's path.
 
     Written atomically (a job that has the old bundle open keeps reading it).  A Tack bundle
-    already there is replaced; a file that is not one only with ``force``
-    (``tack.cache.bundle.BundleError`` otherwise), and what is not a regular file (a link, a
-    FIFO) never."""
+    already there is replaced (``merge``: with the valid entries it holds for the same target
+    from this Tack kept beside the artifacts, theirs first); a file that is not one only with
+    ``force`` (``tack.cache.bundle.BundleError`` otherwise), and what is not a regular file (a
+    link, a FIFO) never."""
     from .backends.cpu_runtime import llvm_version
     from .cache import bundle, bundle_write
     targets = {a.meta["target_key"] for a in artifacts}
@@ -141,7 +142,20 @@ def save_bundle(artifacts, path: str, force: bool = False) -> str:
     why = bundle_write.replaceable(path, force)
     if why is not None:
         raise bundle.BundleError(why)
-    bundle_write.write(path, _entries(artifacts), header)
+    entries = _entries(artifacts)
+    if merge and os.path.lexists(path):
+        from .cache.keys import tack_version_id
+        try:
+            old = bundle.read(path, allow_root=True, tack_version=tack_version_id())
+        except bundle.BundleError:
+            old = None                      # not one of this Tack's: replaced, as without merge
+        if old is not None:
+            try:
+                if old.meta.get("target_key") == header["target_key"]:
+                    entries += bundle_write.valid_entries(old)      # the artifacts' own come first
+            finally:
+                old.close()
+    bundle_write.write(path, entries, header)
     return path
 
 

@@ -71,6 +71,20 @@ def header_for(meta: dict, llvm: str = "", arch: str = "", requires: dict | None
     return head
 
 
+def valid_entries(b) -> list:
+    """[(kind, key, encoded entry bytes)] of every whole, valid entry of the open bundle ``b``
+    (what a bundle written again over it keeps: ``aot.save_bundle(..., merge=True)``)."""
+    out = []
+    for (kind, key), (offset, length) in sorted(b.index.items()):
+        try:
+            data = b._at(offset, length)
+            decode(data, kind, key)
+        except (DamagedEntry, BundleError, OSError):
+            continue
+        out.append((kind, key, data))
+    return out
+
+
 def write(path: str, entries, header: dict) -> int:
     """Write a bundle of ``[(kind, key, encoded entry bytes)]`` at ``path`` (atomically, readable
     by all: a site's bundles serve every user). -> its size in bytes."""

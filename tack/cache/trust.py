@@ -245,11 +245,10 @@ def _refuse_non_regular(path: str) -> None:
         raise NotRegular(path, kind_of(st))
 
 
-def make_root(path: str) -> None:
-    """Make a cache directory ``path`` (0700) and each missing directory above it (0755), so that
-    none is writable by others whatever the umask: ``os.makedirs`` gives those above the umask's
-    mode, 0777 under ``umask 000``, which ``check_parents`` then refuses, with the cache it made.
-    FileExistsError if ``path`` is there already (another process's: not this one's to tag)."""
+def _make_above(path: str) -> None:
+    """Make each missing directory above ``path`` 0755: none writable by others, whatever the
+    umask (``os.makedirs`` gives them the umask's mode: 0777 under ``umask 000``, 0775 under
+    ``002``, which the checks of the cache and of a site's bundles then refuse)."""
     missing, up = [], os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(up):
         missing.append(up)
@@ -261,7 +260,23 @@ def make_root(path: str) -> None:
             os.mkdir(d, 0o755)
         except FileExistsError:
             pass                            # another process's, in between
+
+
+def make_root(path: str) -> None:
+    """Make a cache directory ``path`` (0700) and each missing directory above it (0755).
+    FileExistsError if ``path`` is there already (another process's: not this one's to tag)."""
+    _make_above(path)
     os.mkdir(path, 0o700)
+
+
+def make_shared_dirs(path: str) -> None:
+    """Make ``path`` and each missing directory above it 0755, whatever the umask: a site's
+    directory of bundles, read by every user and trusted only if no one else may write in it."""
+    _make_above(path)
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
 
 
 def ensure_private_dir(path: str, marker: str | None = None) -> None:

@@ -80,7 +80,8 @@ def import_kernel_module(entry: dict, where):
     """The module of one ``build.kernels`` entry, imported; BuildFailure naming it otherwise."""
     try:
         return importlib.import_module(entry["module"])
-    except Exception as e:                      # noqa: BLE001 - any import failure is reported
+    except (Exception, SystemExit) as e:        # noqa: BLE001 - any import failure is reported
+        # (SystemExit too: a module that runs its command line when imported, argparse's exit)
         why = " ".join(str(e).split())
         raise BuildFailure(f"{where(('module',))}: kernel module {entry['module']!r} failed to "
                            f"import: {type(e).__name__}: {why}") from None
@@ -146,9 +147,12 @@ def warm_specs(entry: dict, where=None):
     for j, shape in enumerate(entry.get("shapes") or []):
         try:
             specs.extend(warm(shape))
-        except Exception as e:                  # noqa: BLE001 - the module's own checks, reported
+        except (Exception, SystemExit) as e:    # noqa: BLE001 - the module's own checks, reported
             raise BuildFailure(f"{where(('shapes', j))}: {entry['module']}.tack_warm"
                                f"({list(shape)}) failed: {type(e).__name__}: {e}") from None
+    if not specs:
+        raise BuildFailure(f"{where(('shapes',))}: {entry['module']}.tack_warm gave no kernel to build "
+                           "for these shapes")
     return specs
 
 
@@ -356,11 +360,16 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
         cpu = [a for a in cpu if a in wanted]
         gpu = [(k, a) for k, a in gpu if a in wanted]
     try:
-        os.makedirs(out_dir, exist_ok=True)
+        trust.make_shared_dirs(out_dir)     # 0755, whatever the umask: as jobs trust it
+        trust.check_trusted(out_dir, allow_root=True)       # and checked as a job checks it
+        trust.check_parents(out_dir)
         probe = os.path.join(out_dir, f".tack-write-test.{os.getpid()}")
         with open(probe, "wb"):
             pass
         os.unlink(probe)
+    except trust.Untrusted as e:
+        print(f"error: bundle directory {out_dir}: jobs would not use bundles from it: {e}", file=err)
+        return 1
     except OSError as e:
         print(f"error: bundle directory {out_dir} is not writable: {e.strerror or e}", file=err)
         return 1
@@ -394,7 +403,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
             failures.append(("all", str(e)))
     nvariants = distinct_variants(specs)
     launches = f" ({len(specs)} launches)" if nvariants != len(specs) else ""
-    for arch in cpu + [a for _, a in gpu]:
+    for arch in (cpu + [a for _, a in gpu]) if specs else ():     # (no kernel: said above, not built)
         t0 = time.perf_counter()
         say(f"{arch}: compiling {nvariants} variant(s){launches}")
         try:
@@ -592,8 +601,8 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
         rank, reason = applies(b, path, node_arch, chosen_by_runtime, why_not, host_key)
         variants = [k for (kind, k) in b.index if kind == entry.KIND_VARIANT]
         state = "current" if not why else "STALE"
-        use = f"used by this node ({reason})" if rank is not None and not why else \
-            f"not used by this node ({reason})" if rank is None or not why else "not used by this node (stale)"
+        use = "not used by this node (stale: below)" if why else \
+            f"used by this node ({reason})" if rank is not None else f"not used by this node ({reason})"
         print(f"{os.path.basename(path)}: {b.meta.get('arch') or 'arch ?'}, {len(b)} entries "
               f"({len(variants)} variants), {b.size} bytes: {state}; {use}", file=out)
         damaged = b.damaged_entries()
@@ -769,7 +778,11 @@ def rebuild_bundle(path, out=sys.stdout):
         print(f"  {arch}: recompiled {meta.get('kernel')}", file=out)
     if not arts:
         raise BuildFailure(f"{path}: none of its variants could be recompiled")
-    new_path = aot.save_bundle(arts, os.path.dirname(path))
+    # Into the bundle of the new name, keeping what a current one there holds (a ``bundles build``
+    # after the same LLVM update may have made it): never fewer kernels than before.  Under its
+    # own name, nothing of the stale bundle is kept.
+    renamed = os.path.abspath(aot.bundle_path(target, os.path.dirname(path))) != os.path.abspath(path)
+    new_path = aot.save_bundle(arts, os.path.dirname(path), merge=renamed)
     if os.path.abspath(new_path) != os.path.abspath(path):
         os.unlink(path)                         # open readers keep the old file until they close it
     return new_path, len(arts)

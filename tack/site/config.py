@@ -449,10 +449,12 @@ class _Validator:
                 continue
             entry = {}
             seen = {}
+            refused = False                 # a key not read: what it was is not known
             self.lines[here] = item.start_mark.line + 1
             for knode, vnode in item.value:
                 key = self.key(knode, here, KERNEL_KEYS)
                 if key is None:
+                    refused = True
                     continue
                 if self.duplicate(knode, here + (key,), seen):
                     continue
@@ -477,12 +479,18 @@ class _Validator:
                 self.fail(item, here + ("module",), "missing; it is required")
             if "kernel" in seen and "args" not in seen:
                 self.fail(item, here + ("args",), "missing; a 'kernel' entry needs its 'args'")
+            if "kernel" not in seen and "shapes" not in seen and not refused:
+                self.fail(item, here + ("shapes",), "missing; an entry without 'kernel' needs its "
+                          "'shapes' (its module's tack_warm(shape) names the kernels of each)")
             out.append(entry)
         return out
 
     def shapes(self, node, keypath):
         if not isinstance(node, yaml.SequenceNode):
             self.fail(node, keypath, "expected a list of shapes, e.g. [[21, 21, 21], [64, 64, 64]]")
+            return _BAD
+        if not node.value:
+            self.fail(node, keypath, "an empty list; give at least one shape, e.g. [[21, 21, 21]]")
             return _BAD
         out = []
         for i, s in enumerate(node.value):
@@ -555,6 +563,15 @@ class _Validator:
             if bad is not None:
                 self.fail_at(("cache", key), f"{shown(value)} holds the control character {bad!r}; "
                              "a path cannot (the activation scripts would not parse)")
+            elif key == "bundles" and isinstance(value, str):
+                # As a job reads TACK_CACHE_BUNDLES: each directory named from / (or from a
+                # variable it expands, $PREFIX/...); a relative one is ignored, with a warning.
+                relative = [d for d in value.split(os.pathsep)
+                            if d and not (os.path.isabs(d) or d.startswith("$"))]
+                if relative:
+                    self.fail_at(("cache", key), f"{shown(relative[0])} is not an absolute path: jobs "
+                                 "ignore a relative bundle directory; name it from / (or from a "
+                                 "variable, $PREFIX/...)")
 
     def cross_checks(self, data, root):
         self.check_cache_paths(data.get("cache") or {})

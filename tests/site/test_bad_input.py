@@ -511,3 +511,40 @@ def test_status_without_a_directory(tmp_path):
     assert r.returncode == 1
     assert r.stderr == ("error: no bundle directory given, TACK_CACHE_BUNDLES is not set and no "
                         "bundles are installed beside Tack (share/tack/bundles)\n"), r.stderr
+
+
+ENTRIES = {
+    # (each passed ``check`` and then failed the build with "a bundle holds one target's
+    # variants; these are for 0", naming no key; a relative bundle directory passed and every job
+    # ignored it)
+    "no-shapes": (GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n    - module: tack.kernels.contour"),
+                  ":9: build.kernels.0.shapes: missing; an entry without 'kernel' needs its 'shapes'"),
+    "empty-shapes": (GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n"
+                                  "    - module: tack.kernels.contour\n      shapes: []"),
+                     ":10: build.kernels.0.shapes: an empty list; give at least one shape"),
+    "relative-bundles": (GOOD.replace("  size: 4G", "  size: 4G\n  bundles: share/bundles"),
+                         ":5: cache.bundles: 'share/bundles' is not an absolute path: jobs ignore"),
+}
+
+
+@pytest.mark.parametrize("case", list(ENTRIES))
+def test_entries_check_refuses_before_a_build_or_a_job_would(tmp_path, case):
+    check_fails(tmp_path, *ENTRIES[case])
+
+
+def test_a_kernel_module_that_exits_when_imported_is_an_error_naming_it(tmp_path):
+    """A kernel module that calls sys.exit() when imported (one that runs its command line):
+    ``check`` and ``bundles build`` exited 0 with nothing said and nothing built."""
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(0)\n")
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n"
+                                   "    - module: exits_on_import\n      shapes: [[8, 8, 8]]"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + sys.path))
+    for command in (["check"], ["bundles", "build"]):
+        r = subprocess.run([sys.executable, "-m", "tack.site", *command, str(config)]
+                           + (["--output", str(tmp_path / "b")] if "build" in command else []),
+                           capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, (command, r.stdout, r.stderr)
+        assert f"{config}:9: build.kernels.0.module: kernel module 'exits_on_import' failed to " \
+               "import: SystemExit: 0" in r.stdout + r.stderr, (r.stdout, r.stderr)
+        assert "these are for 0" not in r.stdout + r.stderr

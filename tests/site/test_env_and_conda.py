@@ -116,12 +116,14 @@ def test_env_easybuild_parameters(example):
 
 
 def test_env_easybuild_refuses_bundles_it_cannot_carry(tmp_path):
-    for bundles, why in (("$HOME/bundles", "refers to variables"), ("bundles", "is not an absolute path")):
+    # (a relative directory is refused by the config itself, for every shell: jobs ignore it)
+    for bundles, why in (("$HOME/bundles", "error: cache.bundles: $HOME/bundles refers to variables"),
+                         ("bundles", "site.yaml:3: cache.bundles: 'bundles' is not an absolute path")):
         config = tmp_path / "site.yaml"
         config.write_text(f"version: 1\ncache:\n  bundles: {bundles}\n")
         r = subprocess.run([sys.executable, "-m", "tack.site", "env", str(config), "--shell",
                             "easybuild"], capture_output=True, text=True)
-        assert r.returncode == 1 and f"error: cache.bundles: {bundles} {why}" in r.stderr, r.stderr
+        assert r.returncode == 1 and why in r.stderr, r.stderr
     config.write_text("version: 1\n")
     assert site_env(config, "easybuild").splitlines()[-2:] == ["modextravars = {", "}"]
 

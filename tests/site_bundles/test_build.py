@@ -360,3 +360,49 @@ def test_build_output_is_one_line_per_variant_and_an_aligned_table(tmp_path):
     assert [row.index(str(tmp_path)) for row in table[1:]] == [column] * len(archs), out
     rc, verbose, err = run_build(cfg, tmp_path / "bundles", verbose=True)
     assert rc == 0 and "classify(array(float32" in verbose, verbose
+
+
+def test_rebuild_after_an_llvm_update_keeps_what_the_new_build_holds(tmp_path, monkeypatch):
+    """After an LLVM update the admin builds the new bundles (with one kernel more); the old
+    LLVM's bundle of the same arch is still there and ``bundles check`` says to rebuild it. The
+    rebuild wrote its fewer variants over the new bundle of that name (a kernel lost, compiled by
+    every job); it now adds them to what that bundle holds, and removes the stale one."""
+    from tack.backends import cpu_identity, cpu_runtime
+    out_dir = tmp_path / "bundles"
+    for where in (build, cpu_runtime, cpu_identity):
+        monkeypatch.setattr(where, "llvm_version", lambda: "llvmlite-0.0.1")
+    rc, out, err = run_build(write_config(tmp_path, ["x86_64_v2"]), out_dir)
+    assert rc == 0, out + err
+    monkeypatch.undo()
+    (tmp_path / "sitek_rebuild.py").write_text("import tack\n\n\n@tack.kernel\ndef saxpy(a, x, y, out):\n"
+                                              "    i = tack.tid()\n    out[i] = a * x[i] + y[i]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    both = ("    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n"
+            "    - module: sitek_rebuild\n      kernel: saxpy\n"
+            "      args: [float32, 'float32[16]', 'float32[16]', 'float32[16]']\n")
+    rc, out, err = run_build(write_config(tmp_path, ["x86_64_v2"], both), out_dir)
+    assert rc == 0, out + err
+    assert len(os.listdir(out_dir)) == 2
+    new_name = next(n for n in os.listdir(out_dir)
+                    if bundle.read(str(out_dir / n), allow_root=True).meta["llvm"] == llvm_version())
+    want = sorted(bundle.read(str(out_dir / new_name), allow_root=True).index)
+    rebuilt = io.StringIO()
+    assert build.bundles_rebuild(str(out_dir), out=rebuilt, err=rebuilt) == 0, rebuilt.getvalue()
+    assert os.listdir(out_dir) == [new_name]
+    assert sorted(bundle.read(str(out_dir / new_name), allow_root=True).index) == want
+
+
+def test_status_names_another_tacks_bundle_as_stale_not_unreadable(tmp_path, monkeypatch):
+    """A bundle another Tack version made: status said "not used by this node (its header cannot
+    be read)", where the header was read and the reason is the version; now it points to that."""
+    from tack.cache import keys
+    monkeypatch.setattr(keys, "_version_id", "0.0.9")
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(write_config(tmp_path, ["x86_64_v2"]), out_dir)
+    assert rc == 0, out + err
+    monkeypatch.undo()
+    status = io.StringIO()
+    build.bundles_status(str(out_dir), out=status)
+    text = status.getvalue()
+    assert "not used by this node (stale: below)" in text and "cannot be read" not in text, text
+    assert "stale: made by Tack 0.0.9" in text, text

@@ -166,3 +166,44 @@ def test_a_second_install_into_the_prefix_keeps_the_first_ones_config(tmp_path):
     assert "cuda:sm_70" in {m["arch"] for m in metas} and {m["tack"] for m in metas} == {__version__}
     bad = subprocess.run(cmd + ["--arch", "cuda:sm_70", "--config-name", "../x"], **run)
     assert bad.returncode == 1 and "is not a plain file name" in bad.stderr, bad.stderr
+
+
+def test_an_install_of_the_sites_own_kernels_passes_its_check(tmp_path):
+    """``bundles install --site-config`` whose kernels are the site's own, not the contour: the
+    bundles are built and checked as a job reads them (the check ran the contour, which they do
+    not hold, and the install always failed)."""
+    prefix, site = installed_prefix(tmp_path)
+    (site / "sitek.py").write_text("import tack\n\n\n@tack.kernel\ndef saxpy(a, x, y, out):\n"
+                                   "    i = tack.tid()\n    out[i] = a * x[i] + y[i]\n")
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\nbuild:\n  kernels:\n    - module: sitek\n      kernel: saxpy\n"
+                      "      args: [float32, 'float32[64]', 'float32[64]', 'float32[64]']\n")
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "install", str(prefix),
+                        "--arch", "cpu:x86_64_v2", "--site-config", str(config)], cwd=tmp_path,
+                       env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no contour check (the site's kernels are not the contour); every bundle read and current" \
+        in r.stdout, r.stdout
+    (name,) = [n for n in os.listdir(prefix / "share" / "tack" / "bundles") if "x86_64_v2" in n]
+    b = bundle.read(str(prefix / "share" / "tack" / "bundles" / name))
+    assert [m["kernel"] for m in (b.get(k, key)[0] for k, key in b.index if k == 2)] == ["saxpy"]
+
+
+def test_bundle_directories_are_made_as_jobs_trust_them_whatever_the_umask(tmp_path):
+    """Under ``umask 002`` (many sites' default) ``bundles install`` made share/tack and its
+    bundles 0775, which every job then refused (group-writable); they are 0755 now, and a
+    directory that already is group-writable is refused by the build, naming it."""
+    prefix, _ = installed_prefix(tmp_path)
+    run = dict(cwd=tmp_path, env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+               timeout=600, preexec_fn=lambda: os.umask(0o002))
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "install", str(prefix),
+                        "--arch", "cpu:x86_64_v2"], **run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for d in (prefix / "share", prefix / "share" / "tack", prefix / "share" / "tack" / "bundles"):
+        assert oct(d.stat().st_mode & 0o777) == "0o755", d
+    (prefix / "share" / "tack" / "bundles").chmod(0o775)
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "install", str(prefix),
+                        "--arch", "cpu:x86_64_v2"], **run)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "jobs would not use bundles from it" in r.stderr and "is writable by its group (mode 0775)" \
+        in r.stderr, r.stderr
