@@ -216,11 +216,20 @@ def test_out_of_bounds_in_parallel_debug_launch(every_grid_parallel):
 def test_second_launch_while_pool_busy_runs_serially(every_grid_parallel):
     """A launch made while another holds the pool runs on its own thread, and is right."""
     tack.config.num_threads = 2
-    assert cpu_runtime._busy.acquire(False)
+    held, done = threading.Event(), threading.Event()
+
+    def other_launch():                 # another thread's launch, holding the pool meanwhile
+        with cpu_runtime._busy:
+            held.set()
+            done.wait(60)
+    t = threading.Thread(target=other_launch)
+    t.start()
     try:
+        assert held.wait(60)
         used, parallel = _launch_marked((300, 20))
     finally:
-        cpu_runtime._busy.release()
+        done.set()
+        t.join()
     assert (used, parallel) == (1, 0)
     assert _launch_marked((300, 20)) == (2, 1)
 
@@ -489,6 +498,11 @@ class Job(Real):
         if sys.argv[1] == "claim":          # the caller's first claim: its chunk is claimed, then lost
             self.claim = LateInterrupt(self.claim)
 
+    def work(self, timed=False):
+        if timed and sys.argv[1] == "wait":
+            return                          # the caller leaves every chunk to the worker: it waits
+        return Real.work(self, timed)
+
     def wait(self):
         if sys.argv[1] == "wait":           # the caller's wait: the lock taken, then interrupted
             lock = self.done
@@ -497,6 +511,17 @@ class Job(Real):
         return Real.wait(self)
 
 
+class LateBusy:                      # the pool's lock, taken, then interrupted
+    def __init__(self, lock):
+        self.lock, self.acquire = lock, LateInterrupt(lock.acquire)
+
+    def release(self):
+        self.lock.release()
+
+
+real_busy = cpu_runtime._busy
+if sys.argv[1] == "busy":
+    cpu_runtime._busy = LateBusy(real_busy)
 cpu_runtime._Job = Job
 out[:] = 0
 try:
@@ -506,19 +531,20 @@ except KeyboardInterrupt:
     snap = out.copy()
     time.sleep(0.3)
     print("written after", int((out != snap).sum()))
-cpu_runtime._Job = Real
+cpu_runtime._Job, cpu_runtime._busy = Real, real_busy
 out[:] = 0
 tack.launch(spin, dim=out.size, args=(out, 20000))
 print("after", bool((out == 20001.0).all()), cpu_runtime.pool_stats()["last_threads"])
 """
 
 
-@pytest.mark.parametrize("where", ["wait", "claim"])
+@pytest.mark.parametrize("where", ["wait", "claim", "busy"])
 def test_an_interrupt_as_a_call_returns_neither_hangs_nor_leaves_workers_writing(tmp_path, where):
     """Ctrl-C's KeyboardInterrupt is raised as a call returns: just after ``wait`` took the
-    done lock (it then waited for it again, for ever: 3 of 4 real Ctrl-C runs hung), or just
+    done lock (it then waited for it again, for ever: 3 of 4 real Ctrl-C runs hung), just
     after the caller claimed a chunk (the launch raised while a worker still wrote into the
-    array). Now the launch raises it once no worker is in it, and the pool serves on after."""
+    array), or just after the launch took the pool (left held: every later launch ran on one
+    thread). Now the launch raises it once no worker is in it, and the pool serves on after."""
     script = tmp_path / "interrupted.py"
     script.write_text(INTERRUPTED)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}

@@ -424,7 +424,7 @@ _overhead = 20e-6            # what parallel launches took beyond their share of
 _held_back = 0               # (a moving average), and launches held back by it since a probe
 
 _clock = time.perf_counter
-_busy = _thread.allocate_lock()     # held while a launch uses the pool
+_busy = _thread.RLock()             # held while a launch uses the pool (its owner known)
 _wakes: list = []                   # per worker: the lock it parks on (held while parked)
 _slots: list = []                   # per worker: the job it is woken for
 _inside: list = []                  # per worker: the job it is working on now (None: parked)
@@ -448,7 +448,7 @@ def pool_stats() -> dict:
 def _run_grid(variant, buf, d):
     """Run ``variant.fn`` over the grid ``d`` (3 extents), on as many threads as the rule
     above gives, measuring the variant's cost per point where the launch is long enough."""
-    global _overhead, _held_back
+    global _held_back
     fn = variant.fn
     threads = config.num_threads
     d0 = d[0]
@@ -485,52 +485,66 @@ def _run_grid(variant, buf, d):
             _held_back += 1
             if _held_back >= PROBE_EVERY:
                 _held_back, n = 0, base
-    if n < 2 or not _busy.acquire(False):
-        _stats["last_threads"] = 1
-        t0 = _clock()
-        fn(buf, 0, d0)
-        t = _clock() - t0
-        if t >= MEASURE_MIN_S:
-            _learn(variant, t / points)
-        elif t < 2 * PER_THREAD_S and points >= variant.serial_points:
-            variant.serial_points = points + 1  # too quick to time: grids this small never gain
-        return
-    try:
-        t0 = _clock()
-        if len(_wakes) < n - 1:
-            n = min(n, _start_workers(n - 1) + 1)
-        _stats["last_threads"] = n
-        _stats["parallel_launches"] += 1
-        chunks = min(d0, n * CHUNKS_PER_THREAD)
-        job = _Job(fn, buf, [d0 * k // chunks for k in range(chunks + 1)])
+    if n >= 2:
         try:
-            for i in range(n - 1):
-                _slots[i] = job
-                wake = _wakes[i]
-                if wake.locked():       # parked (or about to park): wake it
-                    wake.release()
-            job.work(timed=True)
-            job.wait()
-        except BaseException:
-            # An interrupt (Ctrl-C's KeyboardInterrupt, raised as a call returns) at a moment
-            # ``work`` and ``wait`` cannot guard: raised once no worker is in the launch.
-            job.abandon()
-            raise
-        wall = _clock() - t0
-        if job.timed >= MEASURE_MIN_S:
-            _learn(variant, job.timed / (job.timed_rows * d[1] * d[2]))
-        # The launch's overhead: the time the calling thread did not spend on chunks of its own
-        # (waking the workers, then waiting for the last chunk another thread still ran), less
-        # one chunk's time, the wait any split into chunks has. Not the wall time against an
-        # estimate: one learnt at another grid size, or work the caller took over from a late
-        # worker, would count as overhead.
-        if job.timed_rows:
-            chunk = job.timed * (d0 / chunks) / job.timed_rows
-            _overhead = (3 * _overhead + max(wall - job.timed - chunk, 0.0)) / 4
-        if job.error is not None:
-            raise job.error
-    finally:
-        _busy.release()
+            if _busy.acquire(False):
+                _parallel(variant, buf, d, n)
+                return
+        finally:
+            # Released by whichever way this ends, an interrupt raised just as ``acquire``
+            # returned included (it was left held: every later launch ran on one thread). An
+            # RLock knows its owner: one another thread's launch holds is not released here.
+            try:
+                _busy.release()
+            except RuntimeError:
+                pass
+    _stats["last_threads"] = 1
+    t0 = _clock()
+    fn(buf, 0, d0)
+    t = _clock() - t0
+    if t >= MEASURE_MIN_S:
+        _learn(variant, t / points)
+    elif t < 2 * PER_THREAD_S and points >= variant.serial_points:
+        variant.serial_points = points + 1  # too quick to time: grids this small never gain
+
+
+def _parallel(variant, buf, d, n):
+    """Run a launch on ``n`` threads, the calling one included (the pool held: ``_busy``)."""
+    global _overhead
+    d0 = d[0]
+    t0 = _clock()
+    if len(_wakes) < n - 1:
+        n = min(n, _start_workers(n - 1) + 1)
+    _stats["last_threads"] = n
+    _stats["parallel_launches"] += 1
+    chunks = min(d0, n * CHUNKS_PER_THREAD)
+    job = _Job(variant.fn, buf, [d0 * k // chunks for k in range(chunks + 1)])
+    try:
+        for i in range(n - 1):
+            _slots[i] = job
+            wake = _wakes[i]
+            if wake.locked():           # parked (or about to park): wake it
+                wake.release()
+        job.work(timed=True)
+        job.wait()
+    except BaseException:
+        # An interrupt (Ctrl-C's KeyboardInterrupt, raised as a call returns) at a moment
+        # ``work`` and ``wait`` cannot guard: raised once no worker is in the launch.
+        job.abandon()
+        raise
+    wall = _clock() - t0
+    if job.timed >= MEASURE_MIN_S:
+        _learn(variant, job.timed / (job.timed_rows * d[1] * d[2]))
+    # The launch's overhead: the time the calling thread did not spend on chunks of its own
+    # (waking the workers, then waiting for the last chunk another thread still ran), less
+    # one chunk's time, the wait any split into chunks has. Not the wall time against an
+    # estimate: one learnt at another grid size, or work the caller took over from a late
+    # worker, would count as overhead.
+    if job.timed_rows:
+        chunk = job.timed * (d0 / chunks) / job.timed_rows
+        _overhead = (3 * _overhead + max(wall - job.timed - chunk, 0.0)) / 4
+    if job.error is not None:
+        raise job.error
 
 
 def _learn(variant, cost):
@@ -667,6 +681,6 @@ def _watch_fork():
 def _forget_pool():
     """In a forked child: the parent's workers do not exist here; start afresh when needed."""
     global _busy, _wakes, _slots, _inside, _max_workers
-    _busy = _thread.allocate_lock()
+    _busy = _thread.RLock()
     _wakes, _slots, _inside, _max_workers = [], [], [], None
     _stats["workers"] = 0
