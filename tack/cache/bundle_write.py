@@ -17,7 +17,7 @@ from .bundle import (_FIELDS, _HEAD, _KEY_END, _RECORD, _STRIDE, FORMAT, MAGIC, 
                      bundle_name, rows_per_block)
 from .entry import KIND_LOWERED, KIND_VARIANT, SUFFIX, DamagedEntry, decode, encode_meta
 from .keys import tack_version_id
-from .trust import TMP_MARK, NotRegular, read_regular, write_atomic
+from .trust import TMP_MARK, NotRegular, Untrusted, check_stat, read_regular, write_atomic
 
 
 def pack(entries, meta: dict, block_rows: int | None = None) -> bytes:
@@ -93,29 +93,45 @@ def write(path: str, entries, header: dict) -> int:
     return len(data)
 
 
-def collect(version_dir: str, target_key: str | None = None):
-    """The entries of one Tack version's directory, for ``pack``.
+def collect(version_dir: str, target_key: str | None = None, left_out: dict | None = None):
+    """The entries of one Tack version's directory that a run would load, for ``pack``: whole,
+    valid, and, as their directories, yours and writable by nobody else (checked as a lookup
+    checks them: one anyone could have rewritten is never put in a bundle a run then trusts).
 
     -> {target key: [(kind, key, bytes)]} of variants, and the lowered
-    entries (which every architecture's bundle carries).
+    entries (which every architecture's bundle carries).  ``left_out`` (a dict): counts of
+    the entries not collected, as ``damaged`` and ``untrusted``.
     """
+    left_out = {} if left_out is None else left_out
+    left_out.setdefault("damaged", 0)
+    left_out.setdefault("untrusted", 0)
     lowered, variants = [], {}
     for kind, level in ((KIND_LOWERED, "lowered"), (KIND_VARIANT, "variants")):
         ldir = os.path.join(version_dir, level)
-        if not os.path.isdir(ldir):
+        if not _trusted_dir(ldir):
             continue
         for fan in sorted(os.listdir(ldir)):
             fdir = os.path.join(ldir, fan)
-            if not os.path.isdir(fdir):
+            if not _trusted_dir(fdir):
                 continue
             for name in sorted(os.listdir(fdir)):
                 if TMP_MARK in name or not name.endswith(SUFFIX[kind]):
                     continue
+                path = os.path.join(fdir, name)
                 try:
-                    data, _ = read_regular(os.path.join(fdir, name))
+                    data, st = read_regular(path)
+                    check_stat(st, path, is_dir=False)
+                except Untrusted:
+                    left_out["untrusted"] += 1
+                    continue
+                except OSError:
+                    left_out["damaged"] += 1
+                    continue
+                try:
                     key, meta, _ = decode(data, kind)
-                except (OSError, DamagedEntry):
-                    continue                      # damaged entries are not packed
+                except DamagedEntry:
+                    left_out["damaged"] += 1      # damaged entries are not packed
+                    continue
                 if kind == KIND_LOWERED:
                     lowered.append((kind, key, data))
                 else:
@@ -123,6 +139,15 @@ def collect(version_dir: str, target_key: str | None = None):
                     if target_key is None or tk == target_key:
                         variants.setdefault(tk, []).append((kind, key, data, meta))
     return lowered, variants
+
+
+def _trusted_dir(path: str) -> bool:
+    """A real directory, yours and writable by nobody else (``trust.check_stat``)."""
+    try:
+        check_stat(os.lstat(path), path)
+        return True
+    except (OSError, Untrusted):
+        return False
 
 
 def _real_dir(path: str) -> bool:
@@ -177,6 +202,26 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
         planned.append((tk, entries, meta, path))
     written = []
     for tk, entries, meta, path in planned:
-        size = write(path, lowered + [(k, key, d) for k, key, d, _ in entries], meta)
-        written.append((path, dict(meta, entries=len(lowered) + len(entries), bytes=size)))
+        # The valid entries of this Tack's bundle of the same target that this one replaces are
+        # kept (those a run loaded from it and that the directory no longer holds: the flow
+        # pack, clear, run, pack would otherwise lose them), the directory's first.
+        new = lowered + [(k, key, d) for k, key, d, _ in entries]
+        have = {(k, key) for k, key, _ in new}
+        kept = [e for e in _bundle_entries(path, tk) if (e[0], e[1]) not in have]
+        size = write(path, new + kept, meta)
+        written.append((path, dict(meta, entries=len(new) + len(kept), bytes=size, kept=len(kept))))
     return written
+
+
+def _bundle_entries(path: str, target_key: str) -> list:
+    """The valid entries of this Tack's bundle for ``target_key`` at ``path``; [] if there is
+    none (or another Tack's, another target's, or one that cannot be used)."""
+    from .bundle import read
+    try:
+        b = read(path, tack_version=tack_version_id())
+    except (BundleError, OSError):
+        return []
+    try:
+        return valid_entries(b) if b.meta.get("target_key") == target_key else []
+    finally:
+        b.close()

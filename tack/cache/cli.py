@@ -19,7 +19,7 @@ from . import size
 from .bundle import BUNDLE_PREFIX
 from .entry import KIND_VARIANT, DamagedEntry, decode
 from .keys import shown_version, tack_version_id
-from .trust import VERSION_MARKER, NotRegular, Untrusted, check_parents, check_trusted, read_regular
+from .trust import VERSION_MARKER, NotRegular, Untrusted, check_parents, check_stat, check_trusted, read_regular
 
 
 class CLIError(Exception):
@@ -58,14 +58,15 @@ def _trusted_root(s, must_exist=True):
     return s.directory
 
 
-def bundles(root):
+def bundles(root, allow_root=False):
     """Every file named like a bundle in a directory, with what it is.
 
     ``status``: ``ok`` (with its header fields: arch, entries...), ``damaged``
-    (a Tack bundle that cannot be used: ``error`` says why), ``foreign`` (not a
-    Tack bundle, whatever its name; never deleted) or ``unreadable``.  Each is
-    read whole and checked as the runtime checks it, never through a link or
-    from a FIFO.
+    (a Tack bundle that cannot be used: ``error`` says why), ``stale`` (another Tack's: this
+    one does not use it), ``untrusted`` (not yours, or writable by others: never loaded;
+    ``allow_root``: a site's, root's too), ``foreign`` (not a Tack bundle, whatever its name;
+    never deleted) or ``unreadable``.  Each is read whole and checked as the runtime checks
+    it, never through a link or from a FIFO.
     """
     from . import bundle
     out = []
@@ -93,8 +94,16 @@ def bundles(root):
             continue
         damaged = parsed.damaged_entries()
         item.update(parsed.meta, entries=len(parsed), status="ok")
-        if damaged:
-            item.update(status="damaged", error=f"{damaged} of {len(parsed)} entries are damaged")
+        try:
+            check_stat(st, path, allow_root=allow_root, is_dir=False)
+        except Untrusted as e:
+            item.update(status="untrusted", error=str(e))
+        else:
+            if parsed.meta.get("tack") != tack_version_id():
+                item.update(status="stale", error=f"made by Tack {shown_version(parsed.meta.get('tack'))}, "
+                            f"not this one ({shown_version(tack_version_id())}): pack it again")
+            elif damaged:
+                item.update(status="damaged", error=f"{damaged} of {len(parsed)} entries are damaged")
         out.append(item)
     return out
 
@@ -162,21 +171,25 @@ class _Labels:
         return f"target {tk[:16]}"
 
 
-def site_bundles() -> list:
+def site_bundles(ignored=None) -> list:
+    """The site's bundle directories and their bundles; ``ignored`` (a list): told why each
+    TACK_CACHE_BUNDLES entry a run leaves out is left out, as the run warns."""
     from .stores import site_dirs
     out = []
-    for d in site_dirs():
-        out.append({"directory": d, "bundles": bundles(d) if os.path.isdir(d) else None})
+    for d in site_dirs(warn=None if ignored is None else ignored.append):
+        out.append({"directory": d, "bundles": bundles(d, allow_root=True) if os.path.isdir(d) else None})
     return out
 
 
 _STATUS = {"damaged": "DAMAGED, not used", "foreign": "NOT A BUNDLE, ignored",
+           "stale": "STALE, not used", "untrusted": "UNTRUSTED, not used",
            "unreadable": "UNREADABLE, not used"}
 
 
 def cmd_info(args) -> int:
     info = gather(_settings(args))
-    info["site_bundles"] = site_bundles()
+    info["site_bundles_ignored"] = []
+    info["site_bundles"] = site_bundles(info["site_bundles_ignored"])
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
@@ -214,6 +227,8 @@ def cmd_info(args) -> int:
                       f"{b['entries']} entries, {fs(b['bytes'])}, Tack {shown_version(b.get('tack', '?'))}")
     else:
         print("bundles:      none")
+    for why in info.get("site_bundles_ignored", ()):
+        print(f"site bundles: {why}")
     for site in info["site_bundles"]:
         if site["bundles"] is None:
             print(f"site bundles: {site['directory']} (missing)")
@@ -343,7 +358,7 @@ def cmd_clear(args) -> int:
     nbundles = 0
     if args.all:
         for b in bundles(root):
-            if b["status"] in ("ok", "damaged"):    # files that begin as bundles: Tack's
+            if b["status"] in ("ok", "damaged", "stale", "untrusted"):    # files that begin as bundles
                 _unlink(b["path"])
                 nbundles += 1
         for name in (size.STAMP, size.CLAIM):

@@ -30,12 +30,13 @@ def variants(source: str):
         raise FileNotFoundError(2, "no such bundle or cache directory", source)
     if os.path.isdir(source) and not os.path.islink(source):
         version_dir = os.path.join(source, tack_version_id())
-        _, found = bundle_write.collect(version_dir)
+        left_out = {}
+        _, found = bundle_write.collect(version_dir, left_out=left_out)
         for entries in found.values():
             for _kind, key, data, _meta in entries:
                 _, meta, payload = decode(data, KIND_VARIANT, key)
                 out.append((meta, payload))
-        return out, damaged
+        return out, left_out["damaged"] + left_out["untrusted"]
     data, _ = read_regular(source)
     b = bundle.Bundle(data, source)
     for (kind, key) in sorted(b.index):

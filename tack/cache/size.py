@@ -56,7 +56,16 @@ def is_version_dir(root: str, name: str) -> bool:
         return False
     if is_marker(os.path.join(path, VERSION_MARKER)):
         return True
-    return name[:1].isascii() and name[:1].isdigit() and any(_is_real_dir(os.path.join(path, d)) for d in LEVELS)
+    return _version_name(name) and any(_is_real_dir(os.path.join(path, d)) for d in LEVELS)
+
+
+def _version_name(name: str) -> bool:
+    """Named as Tack names a version's directory: ``MAJOR.MINOR[.PATCH...]``, then, for a
+    checkout, ``+src.<hex>`` (not ``2024`` or ``3d-models``, a user's own directories)."""
+    release, plus, local = name.partition("+")
+    parts = release.split(".")
+    return (len(parts) >= 2 and all(p.isascii() and p.isdigit() for p in parts)
+            and (not plus or local.startswith("src.")))
 
 
 def _is_real_dir(path: str) -> bool:

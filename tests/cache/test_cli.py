@@ -21,7 +21,8 @@ def populated(warm):
     (this,) = [d for d in cache.iterdir() if d.is_dir()]
     shutil.copytree(this, cache / OTHER_VERSION)
     from tack.cache import bundle_write
-    (cache / "bundle-x86_64").write_bytes(bundle_write.pack([], {"arch": "znver3", "machine": "x86_64"}))
+    (cache / "bundle-x86_64").write_bytes(bundle_write.pack([], {"arch": "znver3", "machine": "x86_64",
+                                                                  "tack": this.name}))
     (cache / "bundle-notes.txt").write_text("a user's file that happens to start with bundle-")
     (cache / "notes.txt").write_text("not Tack's")
     return cache, this.name
@@ -271,3 +272,86 @@ def test_versions_are_shown_short_and_keyed_whole(warm, monkeypatch):
     cleared = run_cli(cache, "clear")
     assert cleared.rc == 0 and f"version {short}'s entries" in cleared.stdout, cleared.stdout
     assert this not in cleared.stdout
+
+
+def _packed(cache):
+    """{(kind, key)} of the bundles a pack wrote in ``cache``."""
+    from tack.cache import bundle
+    got = set()
+    for p in cache.glob("bundle-*"):
+        if p.name != "bundle-notes.txt":
+            got |= set(bundle.read(str(p)).index)
+    return got
+
+
+def test_pack_leaves_out_entries_a_run_would_not_load(warm):
+    """An entry others may write (mode 0666) is refused by every run, and was packed all the
+    same: code anyone could have rewritten, then loaded from a bundle the run trusts."""
+    cache, _ = warm
+    from tack.cache import entry
+    victim = entry_files(cache)[-1]
+    victim.chmod(0o666)
+    key = victim.name.split(".")[0]
+    assert run_cli(cache, "pack").rc == 0
+    packed = _packed(cache)
+    assert packed and key not in {k for _, k in packed}
+
+
+def test_a_second_pack_keeps_what_the_first_bundle_holds(warm):
+    """pack, then entries gone from the directory (a clear: a run then loads them from the
+    bundle), then pack again: the second bundle dropped them, and they compiled again."""
+    cache, _ = warm
+    assert run_cli(cache, "pack").rc == 0
+    first = _packed(cache)
+    for p in entry_files(cache)[: len(entry_files(cache)) // 2]:
+        p.unlink()
+    run = run_cli(cache, "pack")
+    assert run.rc == 0, run.stderr
+    assert _packed(cache) == first
+
+
+def test_clear_all_leaves_a_users_own_directories(warm):
+    """``clear --all`` in a directory that also holds the user's own (``2024/lowered/ab``,
+    ``3d-models/lowered``: named like no version of Tack): they are left, as everything the
+    cache did not make (they were removed, taken for old versions' directories)."""
+    cache, _ = warm
+    for d in ("2024/lowered/ab", "2024/variants", "3d-models/lowered"):
+        (cache / d).mkdir(parents=True)
+    (cache / "2024" / "README").write_text("mine")
+    assert run_cli(cache, "clear", "--all").rc == 0
+    for d in ("2024/lowered/ab", "2024/variants", "3d-models/lowered"):
+        assert (cache / d).is_dir(), d
+    assert entry_files(cache) == [] or all(p.parts[-4] in ("2024", "3d-models") for p in entry_files(cache))
+
+
+def test_info_says_which_bundles_a_run_would_not_use(populated):
+    """A bundle another Tack packed, and one others may write: info said "ok" for both while a
+    run refused each; and a TACK_CACHE_BUNDLES entry a run ignores is said, as the run says it."""
+    cache, this = populated
+    from tack.cache import bundle_write
+    (cache / "bundle-x86_64").write_bytes(bundle_write.pack([], {"arch": "znver3", "machine": "x86_64",
+                                                                  "tack": "0.0.9"}))
+    (cache / "bundle-aarch64").write_bytes(bundle_write.pack([], {"arch": "neoverse_n1", "machine": "aarch64",
+                                                                   "tack": this}))
+    (cache / "bundle-aarch64").chmod(0o666)
+    run = run_cli(cache, "info", "--json", env={"TACK_CACHE_BUNDLES": "relative/bundles"})
+    assert run.rc == 0, run.stderr
+    info = json.loads(run.stdout)
+    status = {b["name"]: b["status"] for b in info["bundles"]}
+    assert status["bundle-x86_64"] == "stale" and status["bundle-aarch64"] == "untrusted", status
+    assert any("relative/bundles" in w and "not an absolute path" in w for w in info["site_bundles_ignored"])
+    text = run_cli(cache, "info", env={"TACK_CACHE_BUNDLES": "relative/bundles"}).stdout
+    assert "STALE, not used: made by Tack 0.0.9" in text and "UNTRUSTED, not used" in text, text
+
+
+def test_export_from_a_directory_counts_what_it_skips(warm, tmp_path):
+    """A damaged entry in the cache directory: export skipped it and said nothing (from a bundle
+    it said how many); now it counts them alike."""
+    cache, _ = warm
+    victim = next(p for p in entry_files(cache) if p.parts[-3] == "variants")
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 1
+    victim.write_bytes(bytes(data))
+    run = run_cli(cache, "export", str(cache), "--output", str(tmp_path / "out"))
+    assert run.rc == 0, run.stderr
+    assert "1 damaged entry skipped" in run.stdout, run.stdout
