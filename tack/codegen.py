@@ -472,7 +472,9 @@ class _FunctionGen:
     def compare_mixed(self, op, a, ta, b, tb):
         """Signed against unsigned 64-bit integers, exactly (NumPy would go through float64)."""
         B = self.b
-        a, b = self.cast(a, ta, ta.strong()), self.cast(b, tb, tb.strong())
+        # Each widened to 64 bits of its own kind (int32 against uint64 reaches here too)
+        wide = {"i": T.int64, "u": T.uint64}
+        a, b = self.cast(a, ta, wide[ta.strong().kind]), self.cast(b, tb, wide[tb.strong().kind])
         if ta.strong().kind == "u":             # make ``a`` the signed one
             op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}[op]
             a, b = b, a

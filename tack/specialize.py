@@ -120,6 +120,44 @@ def strong(t):
     return t
 
 
+_LITERAL_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+                "//": lambda a, b: a // b, "%": lambda a, b: a % b, "&": lambda a, b: a & b,
+                "|": lambda a, b: a | b, "^": lambda a, b: a ^ b}
+
+
+def literal_value(node, depth=0):
+    """The value of an integer literal, or of an expression of integer literals alone (``2**40``,
+    ``3 * 10**9``, ``0 - 3``), as Python computes it; None for anything else, or a value past 128
+    bits (what no type here holds: the usual rules then)."""
+    kind = node[0]
+    if kind == "const":
+        v = node[2]
+        return v if type(v) is int else None
+    if depth > 32 or kind not in ("unop", "binop"):
+        return None
+    if kind == "unop":
+        v = literal_value(node[3], depth + 1)
+        if v is None or node[2] not in ("neg", "pos", "~"):
+            return None
+        return -v if node[2] == "neg" else v if node[2] == "pos" else ~v
+    a, b = literal_value(node[3], depth + 1), literal_value(node[4], depth + 1)
+    if a is None or b is None:
+        return None
+    op = node[2]
+    try:
+        if op == "**":
+            v = a ** b if 0 <= b <= 128 and abs(a) < 2**64 else None
+        elif op in ("<<", ">>"):
+            v = (a << b if op == "<<" else a >> b) if 0 <= b <= 128 else None
+        elif op in _LITERAL_OPS:
+            v = _LITERAL_OPS[op](a, b)
+        else:
+            v = None
+    except ZeroDivisionError:
+        return None
+    return v if v is not None and v.bit_length() <= 128 else None
+
+
 def arith_type(op, a, b):
     """(operand type, result type) of ``a op b`` on scalars, or None if not allowed."""
     if op in ("&", "|", "^", "<<", ">>"):
@@ -332,11 +370,13 @@ class _Inferer:
         int32 ``x`` must compare exactly, and ``u % -3`` with an unsigned ``u``
         must not wrap the -3: so such a literal stops being weak.
         """
-        if not (isinstance(t, T.Scalar) and t.weak and t.kind == "i" and node[0] == "const"
+        if not (isinstance(t, T.Scalar) and t.weak and t.kind == "i"
                 and isinstance(other, T.Scalar) and not other.weak and other.kind in "iu"):
             return t
+        value = literal_value(node)             # a literal, or literals alone (2**40, 3 * 10**9)
+        if value is None:
+            return t
         info = np.iinfo(other.dtype)
-        value = node[2]
         if info.min <= value <= info.max:
             return t
         strong = T.uint64 if value >= 2**63 else T.int64
@@ -391,6 +431,7 @@ class _Inferer:
         if a is None or b is None:
             return None
         if isinstance(a, T.Scalar) and isinstance(b, T.Scalar):
+            a, b = self.fit(e[3], a, b), self.fit(e[4], b, a)      # (-1 beside a uint32: int64)
             return T.promote(a, b)
         u = T.unify(a, b)
         if u is None:
@@ -498,6 +539,10 @@ class _Inferer:
             if len(ts) < 2:
                 raise self.error(f"{name}() takes two or more numbers", e)
             scalars()
+            for k in range(len(ts)):            # a literal the others' type cannot hold: int64
+                for j in range(len(ts)):
+                    if j != k:
+                        ts[k] = self.fit(args[k], ts[k], ts[j])
             t = ts[0]
             for x in ts[1:]:
                 t = T.promote(t, x)

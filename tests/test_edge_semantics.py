@@ -115,3 +115,45 @@ def test_device_functions_from_one_factory_stay_distinct():
     out = np.zeros(1)
     tack.launch(two_closures, 1, (out,))
     assert out[0] == 32.0
+
+
+@tack.kernel
+def narrow_against_uint64(a, b, out):
+    i = tack.tid()
+    out[i, 0] = a[i] < b[i]
+    out[i, 1] = a[i] >= b[i]
+    out[i, 2] = b[i] == a[i]
+    out[i, 3] = a[i] < 10000000000000000000
+
+
+def test_a_narrow_signed_integer_compares_with_a_uint64_exactly():
+    """int32 against uint64 (NumPy 2 promotes them to float64): the comparison widens each to
+    64 bits of its kind (it emitted an i32 against i64 compare: an LLVM error, not a result)."""
+    a = np.array([-1, 5, 7], dtype=np.int32)
+    b = np.array([3, 2, 2**63 + 1], dtype=np.uint64)
+    out = np.zeros((3, 4), dtype=np.int64)
+    tack.launch(narrow_against_uint64, dim=3, args=(a, b, out))
+    want = [[a[i] < int(b[i]), a[i] >= int(b[i]), int(b[i]) == a[i], a[i] < 10**19] for i in range(3)]
+    assert out.tolist() == [[int(v) for v in row] for row in want]
+
+
+@tack.kernel
+def literals_beside_narrow(x, u, out):
+    out[0] = max(x[0], 3_000_000_000)
+    out[1] = max(u[0], -1)
+    out[2] = u[0] if u[0] > 100 else -1
+    out[3] = 1 if x[0] < 2**31 else 0
+    out[4] = x[0] + 2**40
+    out[5] = min(x[0], 0 - 3_000_000_000)
+    out[6] = 1 if x[0] < 3 * 10**9 else 0
+
+
+def test_literals_the_other_type_cannot_hold_are_exact_everywhere():
+    """A literal (or literals alone: 2**40, 3 * 10**9) that an int32 or uint32 beside it cannot
+    hold is an int64, in min/max and ``a if c else b`` as in arithmetic and comparisons (it was
+    cut to the other operand's type there, and in every literal-only expression: silently wrong)."""
+    x = np.array([5], dtype=np.int32)
+    u = np.array([5], dtype=np.uint32)
+    out = np.zeros(7, dtype=np.int64)
+    tack.launch(literals_beside_narrow, dim=1, args=(x, u, out))
+    assert out.tolist() == [3_000_000_000, 5, -1, 1, 5 + 2**40, -3_000_000_000, 1]
