@@ -342,12 +342,15 @@ class _FunctionGen:
         i = self.b.load(counter)
         signed = vt.kind == "i"
         up = self.b.icmp_signed("<", i, stop) if signed else self.b.icmp_unsigned("<", i, stop)
+        # A step of 0 (known at run time only: a literal 0 is refused) runs no iteration, where
+        # Python raises ValueError: never a loop without end.
+        zero = ir.Constant(step.type, 0)
         if signed:
             down = self.b.icmp_signed(">", i, stop)
-            positive = self.b.icmp_signed(">", step, ir.Constant(step.type, 0))
-            go = self.b.select(positive, up, down)
+            positive = self.b.icmp_signed(">", step, zero)
+            go = self.b.select(positive, up, self.b.and_(self.b.icmp_signed("<", step, zero), down))
         else:
-            go = up
+            go = self.b.and_(up, self.b.icmp_unsigned("!=", step, zero))
         self.b.cbranch(go, body, done)
         self.b.position_at_end(body)
         self.b.store(i, self.slots[s[2]])

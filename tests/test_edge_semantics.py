@@ -157,3 +157,39 @@ def test_literals_the_other_type_cannot_hold_are_exact_everywhere():
     out = np.zeros(7, dtype=np.int64)
     tack.launch(literals_beside_narrow, dim=1, args=(x, u, out))
     assert out.tolist() == [3_000_000_000, 5, -1, 1, 5 + 2**40, -3_000_000_000, 1]
+
+
+STEP_ZERO = """
+import sys
+import numpy as np
+import tack
+
+
+@tack.kernel
+def k(s, u, out):
+    c = 0
+    for q in range(5, 0, s):
+        c += 1
+    for q in range(u, 9, u):
+        c += 10
+    out[0] = c
+
+
+out = np.full(1, -1, np.int64)
+tack.launch(k, dim=1, args=(0, np.uint32(0), out))
+print(int(out[0]))
+"""
+
+
+def test_a_step_of_zero_at_run_time_runs_no_iteration(tmp_path):
+    """``range(5, 0, s)`` with ``s`` 0 when launched (a literal 0 is refused when compiled): no
+    iteration, signed or unsigned (it looped for ever: the launch never returned)."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "step_zero.py"
+    script.write_text(STEP_ZERO)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE="off", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.split() == ["0"], p.stderr[-2000:]
