@@ -35,7 +35,7 @@ __all__ = ["configure", "load_bundle", "settings", "stats", "reset_stats"]
 MODES = ("write", "read", "bundle", "off")
 DEFAULT_SIZE = 1 << 30
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$"
+_SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:I?B)?|B)?\s*$"   # 'i' only after a unit
 
 
 def parse_size(text) -> int | None:
@@ -52,7 +52,10 @@ def parse_size(text) -> int | None:
     if not m:
         raise ValueError(f"{text!r} is not a size: use a number with K, M, G or T "
                          "(binary units, e.g. 500M or 2G), or 'unlimited'")
-    number, unit = m.group(1), _UNITS[m.group(2).upper()]
+    number, unit = m.group(1), _UNITS[(m.group(2) or "").upper()]
+    if unit == 1 and "." in number:
+        raise ValueError(f"{text!r} is not a size: a number of bytes is whole (use K, M, G or T "
+                         "for a fraction of a larger unit, e.g. 1.5G)")
     if len(number) > 24:                # float() of hundreds of digits is inf; int(inf) raises
         raise SizeTooLarge(f"{text.strip()[:32]}... is too large a size: the most is "
                          f"{format_size(MAX_SIZE)}")

@@ -147,7 +147,9 @@ def test_parse_size(text, want):
     assert cfg.parse_size(text) == want
 
 
-@pytest.mark.parametrize("text", ["12Q", "", "M", "-1", "1.5.2", "2 GG", "lots", "1e6", None, True, -3])
+# "5IB" and "1.5" were 5 and 1 bytes, with no word said
+@pytest.mark.parametrize("text", ["12Q", "", "M", "-1", "1.5.2", "2 GG", "lots", "1e6", None, True, -3,
+                                  "5IB", "5iB", "1.5", "2.5B"])
 def test_parse_size_rejects(text):
     """parse_size raises ValueError on anything that is not a size."""
     with pytest.raises(ValueError):
