@@ -143,18 +143,8 @@ def save_bundle(artifacts, path: str, force: bool = False, merge: bool = False) 
     if why is not None:
         raise bundle.BundleError(why)
     entries = _entries(artifacts)
-    if merge and os.path.lexists(path):
-        from .cache.keys import tack_version_id
-        try:
-            old = bundle.read(path, allow_root=True, tack_version=tack_version_id())
-        except bundle.BundleError:
-            old = None                      # not one of this Tack's: replaced, as without merge
-        if old is not None:
-            try:
-                if old.meta.get("target_key") == header["target_key"]:
-                    entries += bundle_write.valid_entries(old)      # the artifacts' own come first
-            finally:
-                old.close()
+    if merge:                               # the artifacts' own entries come first
+        entries += bundle_write.kept_entries(path, header["target_key"], allow_root=True)
     bundle_write.write(path, entries, header)
     return path
 

@@ -73,7 +73,7 @@ def header_for(meta: dict, llvm: str = "", arch: str = "", requires: dict | None
 
 def valid_entries(b) -> list:
     """[(kind, key, encoded entry bytes)] of every whole, valid entry of the open bundle ``b``
-    (what a bundle written again over it keeps: ``aot.save_bundle(..., merge=True)``)."""
+    (what a bundle written over it keeps: ``kept_entries``)."""
     out = []
     for (kind, key), (offset, length) in sorted(b.index.items()):
         try:
@@ -207,18 +207,21 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
         # pack, clear, run, pack would otherwise lose them), the directory's first.
         new = lowered + [(k, key, d) for k, key, d, _ in entries]
         have = {(k, key) for k, key, _ in new}
-        kept = [e for e in _bundle_entries(path, tk) if (e[0], e[1]) not in have]
+        kept = [e for e in kept_entries(path, tk) if (e[0], e[1]) not in have]
         size = write(path, new + kept, meta)
         written.append((path, dict(meta, entries=len(new) + len(kept), bytes=size, kept=len(kept))))
     return written
 
 
-def _bundle_entries(path: str, target_key: str) -> list:
-    """The valid entries of this Tack's bundle for ``target_key`` at ``path``; [] if there is
-    none (or another Tack's, another target's, or one that cannot be used)."""
+def kept_entries(path: str, target_key: str, allow_root: bool = False) -> list:
+    """The valid entries of this Tack's bundle for ``target_key`` at ``path``, which a bundle
+    written over it keeps (``pack``, ``aot.save_bundle(merge=True)``); [] if there is none (or
+    another Tack's, another target's, or one that cannot be used)."""
     from .bundle import read
+    if not os.path.lexists(path):
+        return []
     try:
-        b = read(path, tack_version=tack_version_id())
+        b = read(path, allow_root=allow_root, tack_version=tack_version_id())
     except (BundleError, OSError):
         return []
     try:
