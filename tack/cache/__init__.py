@@ -495,10 +495,14 @@ def load_bundle(comm=None, kinds=None) -> int:
 
 def _setup_logging():
     """TACK_CACHE_LOG=1: say per kernel what the cache did; 2: also each key step."""
-    level = os.environ.get("TACK_CACHE_LOG", "").strip().lower()
+    raw = os.environ.get("TACK_CACHE_LOG", "")
+    level = raw.strip().lower()
     if level in ("", "0", "false", "no", "off"):
         return
     import logging
+    if level not in ("1", "true", "yes", "on", "2"):
+        warn(f"tack: TACK_CACHE_LOG={raw!r} is not a log level; use 1 (what the cache did per "
+             f"kernel), 2 (also each key step) or 0 (off); logging as with 1", stacklevel=4)
     logger = logging.getLogger(NAME)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tack.cache: %(message)s"))

@@ -189,15 +189,25 @@ _PACKAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 INSTALLED_BUNDLES = os.path.join("share", "tack", "bundles")
 
 
-def installed_dirs(environ=None, package_file=None, prefix=None) -> list:
+_OFF = ("0", "no", "off", "false")
+_ON = ("", "1", "yes", "on", "true")
+
+
+def installed_dirs(environ=None, package_file=None, prefix=None, warn=None) -> list:
     """The bundle directories installed beside this Tack, found with no setting: ``share/tack/
     bundles`` under the prefix Tack is installed in (``PREFIX/lib/pythonX.Y/site-packages/tack``:
     Spack, EasyBuild, ``pip --prefix``) and under ``sys.prefix`` (a venv, a conda env), each
     that is a real directory, once.  None when ``TACK_CACHE_INSTALLED_BUNDLES`` is ``0``, ``no``,
-    ``off`` or ``false``.  Two ``lstat`` calls; no import."""
+    ``off`` or ``false``; any other value but ``1``, ``yes``, ``on`` and ``true`` is told to
+    ``warn`` (if given) and looked for as by default.  Two ``lstat`` calls; no import."""
     environ = os.environ if environ is None else environ
-    if environ.get("TACK_CACHE_INSTALLED_BUNDLES", "").strip().lower() in ("0", "no", "off", "false"):
+    setting = environ.get("TACK_CACHE_INSTALLED_BUNDLES", "").strip().lower()
+    if setting in _OFF:
         return []
+    if setting not in _ON and warn is not None:
+        warn(f"TACK_CACHE_INSTALLED_BUNDLES={environ['TACK_CACHE_INSTALLED_BUNDLES']!r} is neither "
+             f"on (1, yes, on, true) nor off (0, no, off, false); looking for installed bundles, "
+             f"as by default")
     prefixes = []
     here = os.path.dirname(os.path.dirname(os.path.abspath(package_file or _PACKAGE_FILE)))
     if os.path.basename(here) in ("site-packages", "dist-packages"):
@@ -240,7 +250,7 @@ def site_dirs(environ=None, warn=None, installed=None) -> list:
         elif warn is not None:
             warn(f"TACK_CACHE_BUNDLES names {why}; ignored")
     seen = {os.path.normpath(d) for d in out}
-    for d in installed_dirs(environ) if installed is None else installed:
+    for d in installed_dirs(environ, warn=warn) if installed is None else installed:
         if os.path.normpath(d) not in seen:
             seen.add(os.path.normpath(d))
             out.append(d)

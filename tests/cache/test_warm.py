@@ -101,6 +101,16 @@ def test_cache_log_says_missing_loaded_and_dependency_changed(warm, tmp_path, ca
     assert run.stats["rejected"] >= 1
 
 
+def test_cache_log_unknown_value_is_told_and_logs(warm, cache_dir):
+    """TACK_CACHE_LOG=verbose was taken as 1 with no word: it still logs as 1 (the user asked for
+    output), and a warning names the variable, the value and the levels there are."""
+    _, src = warm
+    run = run_child(cache_dir, src, [{"kernel": "k_other", "n": 3}], env={"TACK_CACHE_LOG": "verbose"})
+    said = [w["message"] for w in run.data["warnings"]]
+    assert any("TACK_CACHE_LOG='verbose' is not a log level" in m for m in said), said
+    assert any("k_other" in ln and "missing" in ln for ln in run.stderr.splitlines()), run.stderr
+
+
 def test_no_log_output_by_default(warm):
     """Without TACK_CACHE_LOG, a process that loads one variant and compiles another writes nothing to stderr."""
     cache, src = warm

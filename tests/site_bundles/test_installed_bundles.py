@@ -122,3 +122,27 @@ def test_venv_serves_its_bundles_without_any_setting(tmp_path):
     off = dict(env, TACK_CACHE_DIR=str(tmp_path / "empty-2"), TACK_CACHE_INSTALLED_BUNDLES="0")
     got = json.loads(_run([py, "-c", script], env=off, cwd=tmp_path).stdout.splitlines()[-1])
     assert got["misses"]["variant"] > 0 and got["llvm"], got
+
+
+@pytest.mark.parametrize("on", ["1", "yes", "On", "true", ""])
+def test_turned_on_says_nothing(tmp_path, on):
+    env, init = _prefix(tmp_path, "env")
+    said = []
+    assert installed_dirs({"TACK_CACHE_INSTALLED_BUNDLES": on}, package_file=init,
+                          prefix=str(env), warn=said.append) == [str(env / INSTALLED_BUNDLES)]
+    assert said == []
+
+
+@pytest.mark.parametrize("bad", ["of", "disabled", "2"])
+def test_unknown_value_is_told_and_looks_as_by_default(tmp_path, bad):
+    """A value neither on nor off (a typo of ``off``) was taken as on with no word: the run still
+    looks (the default), and the warning names the variable and the value."""
+    env, init = _prefix(tmp_path, "env")
+    said = []
+    assert installed_dirs({"TACK_CACHE_INSTALLED_BUNDLES": bad}, package_file=init,
+                          prefix=str(env), warn=said.append) == [str(env / INSTALLED_BUNDLES)]
+    assert len(said) == 1 and f"TACK_CACHE_INSTALLED_BUNDLES={bad!r}" in said[0], said
+    said.clear()
+    assert site_dirs({"TACK_CACHE_INSTALLED_BUNDLES": bad}, said.append,
+                     ) == installed_dirs({}, warn=said.append)
+    assert len(said) == 1 and "neither on" in said[0], said
