@@ -137,7 +137,11 @@ def gather(s) -> dict:
             t["bytes"] += nbytes
         info["total_bytes"] += nbytes
         info["total_entries"] += 1
-    info["last_size_check"] = size.last_check(s.directory)
+    try:
+        info["last_size_check"] = size.last_check(s.directory)
+    except NotRegular as e:             # no check runs while it is there: said, not fatal to info
+        info["size_check_problem"] = (f"{e.filename} is {e.strerror}: no size check runs until "
+                                      "it is removed")
     info["bundles"] = bundles(s.directory)
     return info
 
@@ -217,6 +221,8 @@ def cmd_info(args) -> int:
     last = info["last_size_check"]
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else "never"
     print(f"last size check: {when}")
+    if info.get("size_check_problem"):
+        print(f"  {info['size_check_problem']}")
     if info["bundles"]:
         print("bundles (not counted against the limit):")
         for b in info["bundles"]:

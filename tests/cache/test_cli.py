@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import stat
 
 import pytest
 
@@ -235,6 +236,22 @@ def test_info_on_a_regular_file(tmp_path):
     data = json.loads(run_cli(path, "info", "--json").stdout)
     assert data["trusted"] is False and "not a directory" in data["untrusted_reason"]
     assert path.read_text() == "mine"
+
+
+def test_info_with_a_fifo_as_the_size_stamp(populated):
+    """A FIFO where the size check's stamp goes stopped ``info`` with an error (rc 1) and no
+    report: info now reports the cache, says why no size check runs, and leaves the FIFO alone."""
+    cache, _ = populated
+    stamp = cache / "size-check.stamp"
+    stamp.unlink(missing_ok=True)
+    os.mkfifo(stamp)
+    run = run_cli(cache, "info")
+    assert run.rc == 0, run.stderr
+    assert "entries:" in run.stdout and "last size check: never" in run.stdout, run.stdout
+    assert f"{stamp} is a FIFO, not a regular file: no size check runs" in run.stdout, run.stdout
+    data = json.loads(run_cli(cache, "info", "--json").stdout)
+    assert data["total_entries"] > 0 and "FIFO" in data["size_check_problem"]
+    assert stat.S_ISFIFO(os.lstat(stamp).st_mode)
 
 
 def test_info_names_this_hosts_variants_as_pack_takes_them(warm):
