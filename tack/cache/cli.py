@@ -371,6 +371,12 @@ def cmd_clear(args) -> int:
             path = os.path.join(root, name)
             if os.path.isfile(path) and not os.path.islink(path):
                 _unlink(path)
+        # A pack's temporary bundle: deleted once its writer has surely died (an hour old, as the
+        # size check deletes them); a younger one may be a pack running now, and is said.
+        size.remove_stale_temporaries(root)
+        writing = [os.path.join(root, n) for n in sorted(os.listdir(root)) if size.is_temporary_name(n)]
+    else:
+        writing = []
     what = "every version's" if args.all else f"version {shown_version(version)}'s"
     extra = f" and {nbundles} bundle(s)" if args.all else ""
     print(f"cleared {what} entries ({removed} files in {len(targets)} version "
@@ -378,6 +384,11 @@ def cmd_clear(args) -> int:
     if kept:
         print(f"left in place, not made by Tack ({len(kept)}):")
         for path in kept:
+            print(f"  {path}")
+    if writing:
+        print(f"left in place, a pack's temporary file being written, or left by one that stopped "
+              f"less than an hour ago ({len(writing)}):")
+        for path in writing:
             print(f"  {path}")
     return 0
 

@@ -150,6 +150,11 @@ def entries(root: str):
 _TMP_RE = re.compile(r"^(?:[0-9a-f]{64}\.(?:tlk|tvar)|bundle-[^/]+)\.tmp\.\d+\.[0-9a-f]+$")
 
 
+def is_temporary_name(name: str) -> bool:
+    """Whether ``name`` is one the cache's writers give a file while they write it."""
+    return _TMP_RE.match(name) is not None
+
+
 def _own_dirs(root):
     """The directories the cache writes entries in (never through a link), and the root."""
     yield root
@@ -170,7 +175,7 @@ def remove_stale_temporaries(root: str, now: float | None = None) -> int:
     removed = 0
     for d in _own_dirs(root):
         for name in os.listdir(d):
-            if not _TMP_RE.match(name):
+            if not is_temporary_name(name):
                 continue
             path = os.path.join(d, name)
             try:

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import stat
+import time
 
 import pytest
 
@@ -153,6 +154,25 @@ def test_clear_all(populated):
     assert run.rc == 0, run.stderr
     assert sorted(os.listdir(cache)) == ["CACHEDIR.TAG", "bundle-notes.txt", "notes.txt"]
     assert (cache / "notes.txt").read_text() == "not Tack's"
+
+
+def test_clear_all_deletes_a_dead_packs_temporary_bundle_and_names_a_young_one(populated):
+    """A pack that died left ``bundle-<name>.tmp.<pid>.<hex>`` in the cache directory, and clear
+    --all left it there with no word.  One an hour old (its writer surely dead, the size check's
+    rule) is deleted; a younger one (a pack may be writing it now) is kept and named."""
+    cache, _ = populated
+    head = (cache / "bundle-x86_64").read_bytes()
+    old = cache / "bundle-x86_64-0123456789abcdef.tmp.99999.0badf00d"
+    young = cache / "bundle-x86_64-0123456789abcdef.tmp.99998.0badf00e"
+    old.write_bytes(head)
+    young.write_bytes(head)
+    os.utime(old, (time.time() - 7200,) * 2)
+    run = run_cli(cache, "clear", "--all")
+    assert run.rc == 0, run.stderr
+    assert not old.exists()
+    assert young.read_bytes() == head
+    assert "pack's temporary file" in run.stdout and str(young) in run.stdout, run.stdout
+    assert sorted(os.listdir(cache)) == ["CACHEDIR.TAG", "bundle-notes.txt", young.name, "notes.txt"]
 
 
 @pytest.mark.parametrize("command", ["prune", "clear"])
