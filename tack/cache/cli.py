@@ -51,7 +51,7 @@ def _trusted_root(s, must_exist=True):
             raise CLIError(f"no cache directory at {s.directory}")
         return None
     try:
-        check_trusted(s.directory)
+        check_trusted(s.directory, setting="TACK_CACHE_DIR")
         check_parents(s.directory)
     except Untrusted as e:
         raise CLIError(f"refusing to touch an untrusted cache directory: {e}") from None
@@ -118,7 +118,7 @@ def gather(s) -> dict:
     if not info["exists"]:
         return info
     try:
-        check_trusted(s.directory)
+        check_trusted(s.directory, setting="TACK_CACHE_DIR")
         check_parents(s.directory)
         info["trusted"] = True
     except Untrusted as e:

@@ -85,7 +85,7 @@ class DiskCache:
                 self._missing = True
                 self._unusable_why = f"missing (no cache directory at {self.root})"
                 return False
-            check_stat(st, self.root)
+            check_stat(st, self.root, setting="TACK_CACHE_DIR")
             check_parents(self.root)            # a directory above it that anyone may rename in
             self._checked.add(self.root)
             return True

@@ -143,22 +143,34 @@ class Untrusted(Exception):
     """Why a directory or file is not trusted, and how to fix it."""
 
 
-def check_trusted(path: str, allow_root: bool = False, is_dir: bool = True) -> None:
-    """Raise Untrusted, with the reason and the fix, unless ``path`` is safe to load from."""
+def check_trusted(path: str, allow_root: bool = False, is_dir: bool = True,
+                  setting: str | None = None) -> None:
+    """Raise Untrusted, with the reason and the fix, unless ``path`` is safe to load from.
+    ``setting``: the variable that names ``path`` (the fix for a link says to set it)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         raise Untrusted(f"{path} does not exist") from None
-    check_stat(st, path, allow_root, is_dir)
+    check_stat(st, path, allow_root, is_dir, setting)
 
 
-def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True) -> None:
+def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True,
+               setting: str | None = None) -> None:
     """``check_trusted`` on a stat result (from lstat, or fstat of an open file)."""
     what = "directory" if is_dir else "file"
     fix = "use a directory of your own" if is_dir else f"remove it: rm {path}"
     if stat.S_ISLNK(st.st_mode):
-        raise Untrusted(f"{path} is a symbolic link (to {os.readlink(path)}); set TACK_CACHE_DIR "
-                        "to the real directory")
+        try:
+            target = os.readlink(path)
+        except OSError:                         # replaced since the lstat
+            target = "?"
+        if setting is not None:
+            fix = f"set {setting} to the real directory, {os.path.realpath(path)}"
+        elif is_dir:
+            fix = f"links are not followed here: name the real directory, {os.path.realpath(path)}"
+        else:
+            fix = f"no file is read through a link: remove it (rm {path}) or put the file itself there"
+        raise Untrusted(f"{path} is a symbolic link (to {target}); {fix}")
     if is_dir and not stat.S_ISDIR(st.st_mode):
         raise Untrusted(f"{path} is not a directory")
     if not is_dir and not stat.S_ISREG(st.st_mode):

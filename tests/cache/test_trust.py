@@ -60,3 +60,31 @@ def test_untrusted_directory_is_refused(case, warm, tmp_path):
     assert run.stats["hits"] == {"lowered": 0, "variant": 0}
     assert run.stats["bytes_read"] == 0 and run.stats["bytes_written"] == 0
     assert snapshot(cache) == before
+
+
+def test_link_messages_name_the_fix_for_what_the_link_is(warm, tmp_path):
+    """Every refused link said 'set TACK_CACHE_DIR to the real directory', also a link inside the
+    cache or a bundle file, which that setting cannot fix.  The root's message names the
+    variable and the real directory; a level's names the real directory; a file's says remove it."""
+    cache, src = warm
+    run = run_child(symlink(cache, tmp_path), src, KMOD_LAUNCHES)
+    (w,) = run.warnings
+    assert f"set TACK_CACHE_DIR to the real directory, {os.path.realpath(cache)}" in w["message"], w
+
+    (version,) = [d for d in cache.iterdir() if d.is_dir()]
+    level = version / "variants"                # what a warm run reads
+    real = tmp_path / "elsewhere"
+    level.rename(real)
+    level.symlink_to(real, target_is_directory=True)
+    run = run_child(cache, src, KMOD_LAUNCHES)
+    check_results(run)
+    said = [w["message"] for w in run.warnings]
+    assert said and all("TACK_CACHE_DIR" not in m for m in said), said
+    assert any(f"{level} is a symbolic link" in m and f"name the real directory, {real}" in m
+               for m in said), said
+
+    from tack.cache.trust import Untrusted, check_trusted
+    f = tmp_path / "bundle-x"
+    f.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(Untrusted, match=r"no file is read through a link: remove it \(rm "):
+        check_trusted(str(f), is_dir=False)
