@@ -461,15 +461,24 @@ def replaced_what(path) -> str | None:
 
 # -- status and rebuild -------------------------------------------------------
 
+def _directories(directory):
+    """[directory] if one is given, else every site directory a job searches, in its order
+    (TACK_CACHE_BUNDLES's, then those installed beside Tack); SiteError if there is none."""
+    if directory is not None:
+        return [directory]
+    from ..cache.stores import site_dirs
+    dirs = site_dirs()
+    if not dirs:
+        from .errors import SiteError
+        raise SiteError("no bundle directory given, TACK_CACHE_BUNDLES is not set and no "
+                        "bundles are installed beside Tack (share/tack/bundles)")
+    return dirs
+
+
 def _bundle_paths(directory):
-    if directory is None:
-        from ..cache.stores import site_dirs
-        dirs = site_dirs()
-        if not dirs:
-            from .errors import SiteError
-            raise SiteError("no bundle directory given, TACK_CACHE_BUNDLES is not set and no "
-                            "bundles are installed beside Tack (share/tack/bundles)")
-        directory = dirs[0]
+    """The bundle files of ``directory`` (none if it is missing), sorted."""
+    if not os.path.isdir(directory):
+        return directory, []
     return directory, sorted(os.path.join(directory, n) for n in os.listdir(directory)
                              if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)
 
@@ -577,11 +586,29 @@ def choice(paths, bundles):
 
 
 def bundles_status(directory=None, out=sys.stdout) -> int:
-    directory, paths = _bundle_paths(directory)
+    """What this node uses of ``directory``'s bundles, or (None) of every site directory a job
+    searches, each in turn, as a job searches them."""
+    directories = _directories(directory)
     node_llvm = llvm_version()
     host_key, node_arch, candidates = _node()
     print(f"node: {node_arch}, {node_llvm}, Tack {shown_version(tack_version_id())}", file=out)
     print(f"looks for: {', '.join(c for c, _, _ in candidates)} (most specific first)", file=out)
+    chosen = []
+    for d in directories:
+        if directory is None:
+            print(f"{d}:" if os.path.isdir(d) else f"{d}: missing", file=out)
+        chosen += _status_of(d, node_llvm, host_key, node_arch, out)
+    if chosen:
+        print(f"this node looks first in: {', '.join(chosen)}", file=out)
+    else:
+        print("this node uses none of these bundles: every kernel compiles on first use", file=out)
+    return 0
+
+
+def _status_of(directory, node_llvm, host_key, node_arch, out) -> list:
+    """``bundles status``'s lines for one directory; -> the names of the bundles this node uses
+    there, in the order it looks in them."""
+    directory, paths = _bundle_paths(directory)
     if not paths:
         print(f"no bundles in {directory}", file=out)
     bundles, unusable = {}, {}
@@ -619,11 +646,7 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
                     got = b.get(kind, key)
                     name = got[0].get("kernel", "?") if got else "(damaged)"
                     print(f"    {name} {key[:16]}", file=out)
-    if chosen:
-        print(f"this node looks first in: {', '.join(n for _, n in sorted(chosen))}", file=out)
-    else:
-        print("this node uses none of these bundles: every kernel compiles on first use", file=out)
-    return 0
+    return [n for _, n in sorted(chosen)]
 
 
 # Run by ``bundles check`` in a new process: the contour from the bundles alone.
@@ -789,8 +812,10 @@ def rebuild_bundle(path, out=sys.stdout):
 
 
 def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
-    directory, paths = _bundle_paths(directory)
+    """Rebuild the stale bundles of ``directory``, or (None) of every site directory a job
+    searches; -> 1 if any could not be."""
     llvm = llvm_version()
+    paths = [p for d in _directories(directory) for p in _bundle_paths(d)[1]]
     failures = 0
     for path in paths:
         try:

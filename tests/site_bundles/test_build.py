@@ -101,6 +101,39 @@ def test_several_shapes_build_one_set_of_variants(tmp_path, own_cache):
     assert r["stats"]["hits"]["variant"] == KERNELS and r["stats"]["misses"]["variant"] == 0
 
 
+def test_status_and_rebuild_without_a_directory_cover_every_site_directory(tmp_path, monkeypatch):
+    """With no DIR, status and rebuild looked at TACK_CACHE_BUNDLES's first directory alone: a
+    stale bundle in the second (which jobs search too) was never reported nor rebuilt."""
+    cfg = write_config(tmp_path, [host_arch()])
+    first, second = tmp_path / "group-bundles", tmp_path / "site-bundles"
+    first.mkdir(mode=0o755)
+    from tack.backends import cpu_identity, cpu_runtime
+    for where in (build, cpu_runtime, cpu_identity):
+        monkeypatch.setattr(where, "llvm_version", lambda: "llvmlite-0.0.1")
+    rc, out, err = run_build(cfg, second)
+    assert rc == 0, out + err
+    monkeypatch.undo()
+    monkeypatch.setenv("TACK_CACHE_BUNDLES", f"{first}:{tmp_path / 'not-yet'}:{second}")
+    monkeypatch.setenv("TACK_CACHE_INSTALLED_BUNDLES", "0")
+    (name,) = os.listdir(second)
+
+    status = io.StringIO()
+    assert build.bundles_status(out=status) == 0
+    text = status.getvalue()
+    assert f"{first}:\nno bundles in {first}" in text, text
+    assert f"{tmp_path / 'not-yet'}: missing" in text, text
+    assert f"{second}:\n{name}: " in text and "STALE" in text and "built with llvmlite-0.0.1" in text
+    assert text.rstrip().endswith("every kernel compiles on first use"), text
+
+    rebuilt = io.StringIO()
+    assert build.bundles_rebuild(out=rebuilt, err=rebuilt) == 0, rebuilt.getvalue()
+    assert f"rebuilt {len(WARM)} variants" in rebuilt.getvalue(), rebuilt.getvalue()
+    (name,) = os.listdir(second)
+    status = io.StringIO()
+    build.bundles_status(out=status)
+    assert f"this node looks first in: {name}" in status.getvalue(), status.getvalue()
+
+
 def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch):
     """Built with another LLVM: status says stale and why; rebuild recompiles without the front end; the result loads."""
     cfg = write_config(tmp_path, [host_arch()])
