@@ -573,6 +573,16 @@ class _FunctionGen:
                 better = self.compare("<" if name == "min" else ">", v, rt.strong(), acc, rt.strong())
                 acc = self.b.select(better, v, acc)
             return acc
+        if name in ("minimum", "maximum"):
+            # NumPy's rule: ``a < b ? a : b`` (so ``b`` on a tie, -0.0 against 0.0 too), and a NaN
+            # if either is one (Python's ``min``/``max`` above keep the first on a tie and skip a
+            # later NaN)
+            st = rt.strong()
+            a, b = (self.cast(v, t, st) for v, t in zip(values, ts))
+            r = self.b.select(self.compare("<" if name == "minimum" else ">", a, st, b, st), a, b)
+            if st.kind == "f":
+                r = self.b.select(self.b.fcmp_unordered("uno", a, b), self.b.fadd(a, b), r)
+            return r
         if name == "abs":
             v = self.cast(values[0], ts[0], rt.strong())
             if rt.kind == "f":

@@ -115,7 +115,7 @@ MATH1 = ("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin", "ac
 MATH2 = ("pow", "atan2", "hypot", "copysign", "fmod")
 MATH_PREDICATES = ("isnan", "isinf", "isfinite")
 _NUMPY_ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
-                  "absolute": "fabs", "power": "pow", "minimum": "min", "maximum": "max"}
+                  "absolute": "fabs", "power": "pow", "minimum": "minimum", "maximum": "maximum"}
 
 _table = None
 

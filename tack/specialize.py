@@ -535,8 +535,10 @@ class _Inferer:
             need(2)
             scalars()
             return math_type(T.promote(ts[0], ts[1]).strong())
-        if name in ("min", "max"):
-            if len(ts) < 2:
+        if name in ("min", "max", "minimum", "maximum"):
+            if name in ("minimum", "maximum"):    # NumPy's: two numbers (a NaN propagates)
+                need(2)
+            elif len(ts) < 2:
                 raise self.error(f"{name}() takes two or more numbers", e)
             scalars()
             for k in range(len(ts)):            # a literal the others' type cannot hold: int64

@@ -596,3 +596,12 @@ def test_debug_kernel_is_a_different_lowered_kernel():
     dbg = lower(k_poke, {}, True)
     assert rel is not dbg and rel.fingerprint() != dbg.fingerprint()
     assert lower(k_poke, {}, True) is dbg
+
+
+def test_numpy_minimum_takes_two_numbers():
+    """np.minimum is NumPy's two-number rule, not min's any-count one: a third is refused."""
+    @tack.kernel
+    def k_three(a, out):
+        out[0] = np.minimum(a[0], a[1], a[2])
+    with pytest.raises(tack.CompileError, match=r"minimum\(\) takes 2 arguments, got 3"):
+        tack.launch(k_three, dim=1, args=(np.zeros(3), np.zeros(1)))

@@ -658,6 +658,35 @@ def test_min_max_abs():
     np.testing.assert_array_equal(out, want)
 
 
+@tack.kernel
+def k_np_minimum_maximum(a, b, ia, ib, out, iout):
+    i = tack.tid()
+    out[i, 0] = np.minimum(a[i], b[i])
+    out[i, 1] = np.maximum(a[i], b[i])
+    out[i, 2] = np.minimum(a[i], 0.5)
+    iout[i, 0] = np.minimum(ia[i], ib[i])
+    iout[i, 1] = np.maximum(ia[i], ib[i])
+
+
+@pytest.mark.parametrize("ftype", [np.float32, np.float64])
+def test_numpy_minimum_maximum_follow_numpy(ftype):
+    """``np.minimum`` / ``np.maximum`` follow NumPy's rule, not Python's ``min``/``max``: a NaN on
+    either side gives NaN (``np.minimum(1.0, nan)`` gave 1.0), and on a tie the second is
+    returned (``np.minimum(0.0, -0.0)`` is -0.0)."""
+    vals = np.array([np.nan, -np.inf, -1.5, -0.0, 0.0, 0.5, 2.0, np.inf], dtype=ftype)
+    a, b = (x.ravel().copy() for x in np.meshgrid(vals, vals))
+    n = len(a)
+    ia = np.tile(np.array([-3, 0, 7, 2**31 - 1], dtype=np.int32), 16)[:n]
+    ib = np.tile(np.array([5, 0, 2**32 - 1, 1], dtype=np.uint32), 16)[:n]
+    out, iout = np.empty((n, 3), dtype=ftype), np.empty((n, 2), dtype=np.int64)
+    tack.launch(k_np_minimum_maximum, dim=n, args=(a, b, ia, ib, out, iout))
+    with numpy_quiet():
+        want = np.stack([np.minimum(a, b), np.maximum(a, b), np.minimum(a, ftype(0.5))], axis=1)
+    np.testing.assert_array_equal(out, want)
+    assert (np.signbit(out) == np.signbit(want)).all(), (a, b, out, want)
+    np.testing.assert_array_equal(iout, np.stack([np.minimum(ia, ib), np.maximum(ia, ib)], axis=1))
+
+
 # =====================================================================================
 # Device functions
 # =====================================================================================

@@ -793,6 +793,11 @@ class _Function:
             for v, t in zip(values[1:], ts[1:]):
                 acc = f"{h}({acc}, {self.cast(v, t, st)})"
             return acc
+        if name in ("minimum", "maximum"):      # NumPy's rule: codegen.py's, a NaN propagates
+            h = self.mod.helper(f"tack_{name}", f"template <typename T> static inline T tack_{name}"
+                                f"(T a, T b) {{ return a != a ? a : b != b ? b : "
+                                f"a {'<' if name == 'minimum' else '>'} b ? a : b; }}")
+            return f"{h}({self.cast(values[0], ts[0], st)}, {self.cast(values[1], ts[1], st)})"
         if name == "abs":
             v = self.cast(values[0], ts[0], st)
             if st.kind == "f":
