@@ -255,6 +255,11 @@ class _Inferer:
             t = t or T.int64
             for node, x in zip(s[3:6], ts):                # range(n, 0, -1) with an unsigned n
                 t = T.promote(t, self.fit(node, x, t))
+            if t.kind not in "iu":          # uint64 beside a signed value: NumPy's float64
+                raise self.error("range() of a uint64 and a signed or negative value: no integer "
+                                 "type holds both (NumPy would make them float64); cast the uint64 "
+                                 "one to int64 (range(tack.int64(n), 0, -1)) or the other to "
+                                 "uint64", s)
             self.set_local(s[2], t.strong(), s)
             var_t = self.tf.locals.get(s[2])
             if self.strict and not (isinstance(var_t, T.Scalar) and var_t.kind in "iu"):

@@ -605,3 +605,29 @@ def test_numpy_minimum_takes_two_numbers():
         out[0] = np.minimum(a[0], a[1], a[2])
     with pytest.raises(tack.CompileError, match=r"minimum\(\) takes 2 arguments, got 3"):
         tack.launch(k_three, dim=1, args=(np.zeros(3), np.zeros(1)))
+
+
+def test_range_of_a_uint64_and_a_negative_step_names_the_cause():
+    """``range(n, 0, -1)`` with a uint64 ``n`` said "loop variable 'q' also holds float64
+    elsewhere", which it does not: the message now names the uint64 and the signed value, and
+    the cast that compiles; the cast version then counts down as Python does."""
+    @tack.kernel
+    def k_down(n, out):
+        c = 0
+        for q in range(n, 0, -1):
+            c += 1
+        out[0] = c
+    out = np.zeros(1, np.int64)
+    with pytest.raises(tack.CompileError, match=r"range\(\) of a uint64 and a signed or negative "
+                       r"value: no integer type holds both") as e:
+        tack.launch(k_down, dim=1, args=(np.uint64(5), out))
+    assert "also holds" not in str(e.value)
+
+    @tack.kernel
+    def k_cast(n, out):
+        c = 0
+        for q in range(tack.int64(n), 0, -1):
+            c += 1
+        out[0] = c
+    tack.launch(k_cast, dim=1, args=(np.uint64(5), out))
+    assert out[0] == 5
