@@ -110,14 +110,20 @@ def prepare(kernel, args, debug: bool = False) -> Prepared:
 def lower(kernel, templates: dict | None = None, debug: bool = False, session=None,
           key: str | None = None, stage=lambda label: None):
     """The lowered kernel of ``kernel`` (a ``tack.api.Kernel``) for these template bindings
-    ({param: class}): the one it already lowered in this process, else, with a cache
+    ({param: class}): the one it already lowered in this process while every name it resolved
+    still means the same (a rebinding since is lowered again), else, with a cache
     ``session``, the one stored under ``key``, else the front end's (then stored there).  ``stage(label)`` is
     called after each step (cache, lower)."""
     templates = dict(templates or {})
     memo = tuple(sorted(templates.items(), key=lambda kv: kv[0])), bool(debug)
     lowered = kernel._lowered.get(memo)
     if lowered is not None:
-        return lowered
+        from .cache.deps import check_deps
+        # A name it resolved may have been rebound since (``mod.C = tack.constant(...)``): a new
+        # variant is then lowered from what the names mean now, as a process that found the
+        # variant in the cache (and so never lowered it) does; both compile the same code.
+        if check_deps(lowered.deps, kernel, templates) is None:
+            return lowered
     if session is not None:
         lowered = session.find_lowered(kernel, templates, key)
         stage("cache")

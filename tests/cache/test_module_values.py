@@ -49,3 +49,42 @@ def test_editing_a_module_number_recompiles(tmp_path):
     edited = run(tmp_path, cache)
     assert edited["y"] == [0.0, 3.0, 6.0, 9.0]
     assert edited["stats"]["hits"]["variant"] == 0
+
+
+REBOUND = '''
+import tack
+
+C = tack.constant(2.0)
+
+
+@tack.kernel
+def k(a, out):
+    i = tack.tid()
+    out[i] = a[i] + C
+'''
+
+# After the first launch, C is rebound and the kernel launched with new argument types (a new
+# variant): what that variant computes must not depend on whether the first came from the cache.
+REBIND_AND_LAUNCH = '''
+mod.C = tack.constant(5.0)
+a = np.arange(2, dtype=np.float32); o = np.zeros(2, dtype=np.float32)
+tack.launch(mod.k, 2, (a, o))
+extra = o.tolist()
+'''
+
+
+def test_a_variant_compiled_after_a_rebinding_is_the_same_from_a_warm_or_cold_process(tmp_path):
+    """A cold process lowered k itself and kept its lowered kernel, read with C = 2; a warm one
+    loaded k's first variant from the cache and lowers only for the float32 launch, with C = 5.
+    The float32 variant was the first's 2 + a in one and 5 + a in the other: now both 5 + a."""
+    from .conftest import run_child, write_module
+    src = write_module(tmp_path / "src", REBOUND)
+    cache = tmp_path / "cache"
+    launches = [{"kernel": "k", "n": 2}]
+    runs = [run_child(cache, src, launches, after=REBIND_AND_LAUNCH) for _ in range(2)]
+    runs.append(run_child(cache, src, launches, after=REBIND_AND_LAUNCH, env={"TACK_CACHE": "off"}))
+    for run in runs:
+        assert run.rc == 0, run.stderr
+        assert run.result("k")["out"] == [2.0, 3.0]
+    assert [run.data["extra"] for run in runs] == [[5.0, 6.0]] * 3
+    assert runs[1].stats["hits"]["variant"] == 2          # the second process was warm: both hit
