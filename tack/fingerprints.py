@@ -1,14 +1,18 @@
 """What a kernel depends on, hashed: functions, template classes, numbers read from modules
 and the values a function closes over.
 
-The fingerprints hash a function's code object (bytecode, constants, names),
-never its source text, so they are computed without tokenizing or parsing,
-in microseconds: a cached kernel's warm path can afford them, and this
-module imports nothing more for them.  Line numbers are left out, so an edit
-elsewhere in a module does not change a fingerprint.  The front end records
+The fingerprints hash a function's code object (bytecode, constants, names)
+and the lines of source it spans (read once per file, since a stale ``.pyc``
+can hold other code than the source the front end compiles: ``_source_text``),
+so they are computed without tokenizing or parsing, in microseconds: a cached
+kernel's warm path can afford them, and this module imports nothing more for
+them.  Line numbers are left out, so an edit elsewhere in a module does not
+change a fingerprint.  The front end records
 them when it lowers a kernel, and the cache compares them before it reuses one.
 """
 
+import os
+import stat
 import sys
 import types
 
@@ -65,7 +69,54 @@ def _function_fingerprint(fn) -> str:
     h.update(fn.__qualname__.encode())
     _feed_code(h, fn.__code__)
     h.update(repr(fn.__defaults__).encode())
+    h.update(_source_text(fn.__code__))
     return h.hexdigest()
+
+
+_files = {}     # file name -> its lines (bytes) as first read by this process; None: no such file
+
+
+def _source_text(code) -> bytes:
+    """The lines of source ``code`` spans (its first line to the last any instruction of it
+    spans), as its file holds them, read once per process; empty where there is no file.
+
+    The front end compiles a function's source, which its code object does not always come
+    from: CPython runs a ``.pyc`` whose recorded size and mtime (in seconds) match the source,
+    so an edit in the same second that keeps the file's size runs the old code, and a cold
+    compile the new source.  The text is read, never tokenized or parsed: line endings are
+    left out (a CRLF checkout keeps the keys), and so are the lines outside the function.
+    """
+    name = code.co_filename
+    lines = _files.get(name, False)
+    if lines is False:
+        lines = None
+        try:
+            if stat.S_ISREG(os.stat(name).st_mode):         # never open a FIFO or a device
+                with open(name, "rb") as f:
+                    lines = f.read().splitlines()
+        except (OSError, ValueError):                       # "<string>", a zip archive's member
+            pass
+        _files[name] = lines
+    if not lines:
+        return b""
+    return b"\n".join(lines[code.co_firstlineno - 1:_last_line(code)])
+
+
+def _last_line(code) -> int:
+    """The last line any instruction of ``code`` (or of the code nested in it) spans."""
+    last = code.co_firstlineno
+    if hasattr(code, "co_positions"):                       # Python 3.11: with each end line
+        for _, end, _, _ in code.co_positions():
+            if end is not None and end > last:
+                last = end
+    else:
+        for _, _, line in code.co_lines():
+            if line is not None and line > last:
+                last = line
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            last = max(last, _last_line(const))
+    return last
 
 
 def class_fingerprint(cls) -> str:

@@ -230,3 +230,37 @@ def test_fingerprint_of_set_constants_is_seed_free(tmp_path):
                              check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()
               for seed in ("0", "1", "2", "3", "5", "8")}
     assert len(prints) == 1, prints
+
+
+STALE_PYC = '''import tack
+
+
+@tack.kernel
+def k_scale(a, out):
+    i = tack.tid()
+    out[i] = a[i] * 2.0
+'''
+
+
+def test_an_edit_a_stale_pyc_hides_recompiles(tmp_path):
+    """CPython takes a .pyc as current while the source's size and mtime in seconds match: an
+    edit in the same second that keeps the size (2.0 -> 3.0) runs the old bytecode.  The front end
+    compiles the source, so a cold process computes a * 3; the warm one loaded the a * 2 stored
+    under the old bytecode's key."""
+    src = write_module(tmp_path / "src", STALE_PYC, "kstale")
+    path = src / "kstale.py"
+    cache = tmp_path / "cache"
+    launches = [{"kernel": "k_scale", "n": 3}]
+    bytecode = {"PYTHONDONTWRITEBYTECODE": ""}          # (child_env sets it): a .pyc is written
+    first = run_child(cache, src, launches, module="kstale", env=bytecode)
+    assert first.rc == 0, first.stderr
+    assert first.result("k_scale")["out"] == [0.0, 2.0, 4.0]
+    assert list((src / "__pycache__").glob("kstale.*.pyc"))
+    st = path.stat()
+    path.write_text(STALE_PYC.replace("* 2.0", "* 3.0"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))    # the same second, deterministically
+    cold = run_child(None, src, launches, module="kstale", env=dict(bytecode, TACK_CACHE="off"))
+    warm = run_child(cache, src, launches, module="kstale", env=bytecode)
+    for run in (cold, warm):
+        assert run.rc == 0, run.stderr
+        assert run.result("k_scale")["out"] == [0.0, 3.0, 6.0]
