@@ -29,7 +29,10 @@ def _resolve(fn, name):
         return obj
     code = fn.__code__
     if fn.__closure__ and name in code.co_freevars:
-        return fn.__closure__[code.co_freevars.index(name)].cell_contents
+        try:
+            return fn.__closure__[code.co_freevars.index(name)].cell_contents
+        except ValueError:          # an empty cell
+            return _MISSING
     g = fn.__globals__
     if name in g:
         return g[name]

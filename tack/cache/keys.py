@@ -107,8 +107,13 @@ def _closure_ids(fn):
     """What a kernel made by a factory closes over, so each closure keeps its own entries."""
     if not fn.__closure__:
         return []
-    return [(name, closure_identity(cell.cell_contents))
-            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__)]
+    out = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+        try:
+            out.append((name, closure_identity(cell.cell_contents)))
+        except ValueError:          # an empty cell: the front end says which name (func_id too)
+            out.append((name, "<empty>"))
+    return out
 
 
 def variant_key(lowered: str, argtypes, grid_ndim: int, target: str) -> str:

@@ -98,9 +98,12 @@ class _FunctionLowerer:
         self.depth = 0                      # this function's expression levels open
         self.globals = pyfn.__globals__
         self.closure = {}
-        if pyfn.__closure__:
-            self.closure = {n: c.cell_contents for n, c in
-                            zip(pyfn.__code__.co_freevars, pyfn.__closure__)}
+        self.unbound = set()                # free variables whose cell is empty
+        for n, c in zip(pyfn.__code__.co_freevars, pyfn.__closure__ or ()):
+            try:
+                self.closure[n] = c.cell_contents
+            except ValueError:
+                self.unbound.add(n)
 
     # -- driver -------------------------------------------------------------
 
@@ -342,6 +345,9 @@ class _FunctionLowerer:
     # -- names --------------------------------------------------------------
 
     def lookup(self, name, node):
+        if name in self.unbound:
+            raise self.error(f"'{name}' is a variable of the enclosing function that has no value "
+                             "(it is assigned after this function is made, or on another path)", node)
         for scope in (self.closure, self.globals, vars(builtins)):
             if name in scope:
                 return scope[name]
@@ -461,7 +467,7 @@ class _FunctionLowerer:
         """The class an argument binds a template parameter to, or None."""
         if isinstance(a, ast.Name) and a.id in self.templates:
             return self.templates[a.id]
-        if isinstance(a, ast.Name) and a.id not in self.locals:
+        if isinstance(a, ast.Name) and a.id not in self.locals and a.id not in self.unbound:
             obj = self.closure.get(a.id, self.globals.get(a.id))
             if isinstance(obj, type) and intrinsic_of(obj) is None:
                 self.record(a.id, obj)

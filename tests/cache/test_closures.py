@@ -55,3 +55,37 @@ def test_each_closure_loads_its_own_entry(tmp_path):
         assert r["a"] == [0.0, 2.0, 4.0, 6.0, 8.0] and r["b"] == [0.0, 3.0, 6.0, 9.0, 12.0]
     assert cold["stats"]["misses"]["variant"] == 2
     assert warm["stats"]["hits"]["variant"] == 2 and warm["stats"]["rejected"] == 0
+
+
+UNBOUND = textwrap.dedent('''
+    import tack
+
+    def make(with_gain):
+        if with_gain:
+            gain = tack.constant(2.0)
+
+        @tack.kernel
+        def scaled(x, y):
+            i = tack.tid()
+            y[i] = x[i] * gain
+        return scaled
+''')
+
+
+def test_a_closure_over_a_variable_with_no_value_is_a_compile_error(tmp_path):
+    """``gain`` is never assigned: the kernel's cell is empty.  Its key read the cell and raised
+    ValueError('Cell is empty') from keys.py (from the front end with the cache off), a traceback of
+    Tack's; it is a CompileError naming the variable and the kernel's line."""
+    import numpy as np
+    import pytest
+
+    import tack
+    from .conftest import import_file
+    (tmp_path / "kunbound.py").write_text(UNBOUND)
+    mod = import_file(tmp_path / "kunbound.py", "kunbound")
+    x, y = np.arange(3.0), np.zeros(3)
+    with pytest.raises(tack.CompileError, match="'gain' is a variable of the enclosing function") as e:
+        tack.launch(mod.make(False), dim=3, args=(x, y))
+    assert e.value.lineno == 11 and e.value.filename.endswith("kunbound.py")
+    tack.launch(mod.make(True), dim=3, args=(x, y))
+    assert y.tolist() == [0.0, 2.0, 4.0]
