@@ -73,12 +73,47 @@ def _function_fingerprint(fn) -> str:
     return h.hexdigest()
 
 
-_files = {}     # file name -> its lines (bytes) as first read by this process; None: no such file
+_files = {}         # file name -> ((inode, size, mtime in ns), the file's bytes, its lines)
+_snapshots = {}     # id(code) -> (code, its file's (bytes, lines) when first needed, or None)
+
+
+def _file(name: str):
+    """(bytes, lines) of the file ``name`` now (read again only if it changed since this process
+    last read it), or None: no such regular file ("<string>", a zip archive's member)."""
+    try:
+        st = os.stat(name)
+        if not stat.S_ISREG(st.st_mode):                    # never open a FIFO or a device
+            return None
+        ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+        got = _files.get(name)
+        if got is not None and got[0] == ident:
+            return got[1:]
+        with open(name, "rb") as f:
+            data = f.read()
+    except (OSError, ValueError):
+        return None
+    _files[name] = (ident, data, data.splitlines())
+    return data, _files[name][2]
+
+
+def source_snapshot(code):
+    """(bytes, lines) of the file of ``code`` as it was when this process first needed the source
+    of that code object (its fingerprint, or its lowering), or None (no file).
+
+    The same bytes for the fingerprint and for the front end, whatever happens to the file in
+    between: a module edited and not reloaded keeps its code objects, and so their source; one
+    reloaded has new code objects, which read the file as it is then."""
+    hit = _snapshots.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    snap = _file(code.co_filename)
+    _snapshots[id(code)] = (code, snap)
+    return snap
 
 
 def _source_text(code) -> bytes:
     """The lines of source ``code`` spans (its first line to the last any instruction of it
-    spans), as its file holds them, read once per process; empty where there is no file.
+    is on), from ``source_snapshot``; empty where there is no file.
 
     The front end compiles a function's source, which its code object does not always come
     from: CPython runs a ``.pyc`` whose recorded size and mtime (in seconds) match the source,
@@ -86,33 +121,18 @@ def _source_text(code) -> bytes:
     compile the new source.  The text is read, never tokenized or parsed: line endings are
     left out (a CRLF checkout keeps the keys), and so are the lines outside the function.
     """
-    name = code.co_filename
-    lines = _files.get(name, False)
-    if lines is False:
-        lines = None
-        try:
-            if stat.S_ISREG(os.stat(name).st_mode):         # never open a FIFO or a device
-                with open(name, "rb") as f:
-                    lines = f.read().splitlines()
-        except (OSError, ValueError):                       # "<string>", a zip archive's member
-            pass
-        _files[name] = lines
-    if not lines:
+    snap = source_snapshot(code)
+    if not snap:
         return b""
-    return b"\n".join(lines[code.co_firstlineno - 1:_last_line(code)])
+    return b"\n".join(snap[1][code.co_firstlineno - 1:_last_line(code)])
 
 
 def _last_line(code) -> int:
-    """The last line any instruction of ``code`` (or of the code nested in it) spans."""
+    """The last line an instruction of ``code`` (or of the code nested in it) starts on."""
     last = code.co_firstlineno
-    if hasattr(code, "co_positions"):                       # Python 3.11: with each end line
-        for _, end, _, _ in code.co_positions():
-            if end is not None and end > last:
-                last = end
-    else:
-        for _, _, line in code.co_lines():
-            if line is not None and line > last:
-                last = line
+    for _, _, line in code.co_lines():
+        if line is not None and line > last:
+            last = line
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             last = max(last, _last_line(const))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import re
 import textwrap
 import types
 
@@ -19,7 +20,7 @@ import types
 from .. import ir
 from ..api import Kernel
 from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
-from ..fingerprints import class_fingerprint, func_id, function_fingerprint, value_identity
+from ..fingerprints import class_fingerprint, func_id, function_fingerprint, source_snapshot, value_identity
 from ..language import Constant, Func, intrinsic_of
 from ..errors import CompileError, SourceContext
 from ..types import Template
@@ -70,12 +71,46 @@ class _KernelState:
             self.deps.append(list(entry))
 
 
-def _source_of(fn):
+_DEF = re.compile(r"^\s*(@|def\s|async\s+def\s)")
+
+
+def _snapshot_lines(fn):
+    """The source lines of ``fn`` (ends kept) and its first line, from the file's bytes its
+    fingerprint hashed (``fingerprints.source_snapshot``): what the cache's key says was
+    compiled is what is compiled, even if the file changed since (a same-second edit a stale
+    ``.pyc`` hides, an edit without a reload).  None where there is no such file (a notebook's
+    cell: ``inspect`` finds it) or its line is not the ``def`` (or a decorator) there."""
+    code = fn.__code__
+    snap = source_snapshot(code)
+    if not snap:
+        return None
+    import io
+    import tokenize
     try:
-        lines, first = inspect.getsourcelines(fn)
-    except (OSError, TypeError) as e:
-        raise CompileError(f"the source of '{fn.__qualname__}' is not available ({e}); "
-                           "kernels must be defined in a file") from None
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(snap[0]).readline)
+        text = snap[0].decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return None
+    lines = text.splitlines(keepends=True)
+    first = code.co_firstlineno
+    if not 0 < first <= len(lines) or not _DEF.match(lines[first - 1]):
+        return None
+    try:
+        return inspect.getblock(lines[first - 1:]), first
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+
+
+def _source_of(fn):
+    got = _snapshot_lines(fn)
+    if got is not None:
+        lines, first = got
+    else:
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as e:
+            raise CompileError(f"the source of '{fn.__qualname__}' is not available ({e}); "
+                               "kernels must be defined in a file") from None
     text = "".join(lines)
     dedented = textwrap.dedent(text)
     indent = len(lines[0]) - len(lines[0].lstrip()) if dedented != text else 0

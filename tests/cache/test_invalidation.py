@@ -1,13 +1,14 @@
 """What makes a new process compile again, and what does not: each case runs after a first process stored KMOD's kernels."""
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from .conftest import (EXPECTED, KMOD, KMOD_LAUNCHES, check_results, clone, compiled, entry_files,
-                       expect_main, loaded, run_child, write_module, edit)
+from .conftest import (EXPECTED, KMOD, KMOD_LAUNCHES, check_results, child_env, clone, compiled,
+                       entry_files, expect_main, loaded, run_child, write_module, edit)
 
 # (edit of KMOD, the kernel it must recompile, that kernel's expected output)
 RECOMPILE = {
@@ -264,3 +265,50 @@ def test_an_edit_a_stale_pyc_hides_recompiles(tmp_path):
     for run in (cold, warm):
         assert run.rc == 0, run.stderr
         assert run.result("k_scale")["out"] == [0.0, 3.0, 6.0]
+
+
+TWO_KERNELS = STALE_PYC + '''
+
+@tack.kernel
+def k_shift(a, out):
+    i = tack.tid()
+    out[i] = a[i] + 2.0
+'''
+
+EDIT_IN_PROCESS = '''import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import kboth
+import tack
+a, out = np.arange(3, dtype=np.float64), np.empty(3)
+tack.launch(kboth.k_scale, 3, (a, out))
+first = out.tolist()
+with open(sys.argv[2]) as f:
+    text = f.read()
+with open(sys.argv[2], "w") as f:                # edited, not reloaded: a notebook's way
+    f.write(text.replace("2.0", "3.0"))
+tack.launch(kboth.k_shift, 3, (a, out))
+print(json.dumps({"first": first, "second": out.tolist()}))
+'''
+
+
+def test_an_edit_in_a_running_process_is_never_stored_under_the_old_sources_key(tmp_path):
+    """A notebook's kernel module edited (2.0 -> 3.0) after one kernel's first launch, not
+    reloaded, then another kernel of it launched for the first time: the front end compiles the
+    file as it is (a + 3), and its key must say so.  It said the old code alone (the code object
+    is still the old one), and a later process running the old source loaded a + 3 for a + 2."""
+    src = write_module(tmp_path / "src", TWO_KERNELS, "kboth")
+    path = src / "kboth.py"
+    script = tmp_path / "edit_in_process.py"
+    script.write_text(EDIT_IN_PROCESS)
+    cache = tmp_path / "cache"
+    p = subprocess.run([sys.executable, str(script), str(src), str(path)],
+                       env=child_env(cache), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got == {"first": [0.0, 2.0, 4.0], "second": [3.0, 4.0, 5.0]}, got
+    path.write_text(TWO_KERNELS)                        # back as it was: the old code's keys
+    launches = [{"kernel": "k_scale", "n": 3}, {"kernel": "k_shift", "n": 3}]
+    again = run_child(cache, src, launches, module="kboth")
+    assert again.rc == 0, again.stderr
+    assert [r["out"] for r in again.results] == [[0.0, 2.0, 4.0], [2.0, 3.0, 4.0]], again.results
