@@ -179,9 +179,13 @@ def closure_identity(obj) -> str:
 
 
 def func_id(fn) -> str:
-    """A device function's id within a lowered kernel: module, qualified name, and for a
-    function made by a factory, what it closes over (two closures are two functions)."""
+    """A device function's id within a lowered kernel: module, qualified name; for one its module
+    does not hold under that name (a factory's, one defined again since), its code's fingerprint
+    too (two such functions of one name are two functions); and for a function made by a
+    factory, what it closes over (two closures are two functions)."""
     fid = f"{fn.__module__}.{fn.__qualname__}"
+    if not _held_by_module(fn):
+        fid += "#" + function_fingerprint(fn)[:16]
     if fn.__closure__:
         h = hasher()
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -191,3 +195,16 @@ def func_id(fn) -> str:
                 h.update(f"{name}=<empty>;".encode())
         fid += "@" + h.hexdigest()[:16]
     return fid
+
+
+def _held_by_module(fn) -> bool:
+    """Whether ``fn`` (or the ``@tack.func`` made of it) is what its module holds at its
+    qualified name."""
+    if "<locals>" in fn.__qualname__:
+        return False
+    obj = sys.modules.get(fn.__module__)
+    for part in fn.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return obj is fn or getattr(obj, "py_func", None) is fn

@@ -193,3 +193,49 @@ def test_a_step_of_zero_at_run_time_runs_no_iteration(tmp_path):
     env.update(TACK_CACHE="off", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.split() == ["0"], p.stderr[-2000:]
+
+
+@tack.func
+def named_twice(x):
+    return x * 10
+
+
+first_named_twice = named_twice
+
+
+@tack.func
+def named_twice(x):  # noqa: F811 - the same name again: another function
+    return x + 1
+
+
+def _make_named(op):
+    if op == "add":
+        @tack.func
+        def f(x):
+            return x + 100
+    else:
+        @tack.func
+        def f(x):
+            return x * 1000
+    return f
+
+
+f_added, f_multiplied = _make_named("add"), _make_named("mul")
+
+
+@tack.kernel
+def k_functions_of_one_name(a, out):
+    i = tack.tid()
+    out[i, 0] = first_named_twice(a[i]) + named_twice(a[i])
+    out[i, 1] = f_added(a[i]) + f_multiplied(a[i])
+
+
+def test_two_device_functions_of_one_name_are_two_functions():
+    """Two ``@tack.func``s with the same module and qualified name (one defined again; a factory's
+    two ``def f`` without closures) called from one kernel: both calls compiled to the first
+    function met (10a + 10a, not 10a + a + 1)."""
+    a = np.arange(5, dtype=np.float64)
+    out = np.empty((5, 2))
+    tack.launch(k_functions_of_one_name, dim=5, args=(a, out))
+    np.testing.assert_array_equal(out[:, 0], a * 10 + a + 1)
+    np.testing.assert_array_equal(out[:, 1], a + 100 + a * 1000)

@@ -550,7 +550,7 @@ class _FunctionLowerer:
 
 def _chain(fids) -> str:
     """A call chain as ``a -> b -> c``, its middle left out when it is long."""
-    names = [f.rsplit(".", 1)[-1] for f in fids]
+    names = [f.split("#", 1)[0].rsplit(".", 1)[-1] for f in fids]
     if len(names) > 6:
         names = names[:3] + [f"... {len(names) - 6} more ..."] + names[-3:]
     return " -> ".join(names)

@@ -89,3 +89,44 @@ def test_a_closure_over_a_variable_with_no_value_is_a_compile_error(tmp_path):
     assert e.value.lineno == 11 and e.value.filename.endswith("kunbound.py")
     tack.launch(mod.make(True), dim=3, args=(x, y))
     assert y.tolist() == [0.0, 2.0, 4.0]
+
+
+SAME_NAMES = textwrap.dedent('''
+    import numpy as np
+    import tack
+
+    def make(op):
+        if op == "add":
+            @tack.func
+            def f(x):
+                return x + 100.0
+        else:
+            @tack.func
+            def f(x):
+                return x * 1000.0
+        return f
+
+    f_add, f_mul = make("add"), make("mul")
+
+    @tack.kernel
+    def both(x, y):
+        i = tack.tid()
+        y[i] = f_add(x[i]) + f_mul(x[i])
+
+    TWICE = THRICE = both
+''')
+
+
+def test_a_factorys_functions_of_one_name_are_loaded_warm(tmp_path):
+    """A kernel calling a factory's two ``def f`` (one name, no closures, two functions): right
+    in the first process, and loaded, not compiled again, in the next (the dependency record
+    names each function as the next process does)."""
+    (tmp_path / "kmod.py").write_text(SAME_NAMES)
+    cache = tmp_path / "cache"
+    want = [x + 100.0 + x * 1000.0 for x in range(5)]
+    first, second = run(tmp_path, cache), run(tmp_path, cache)
+    for r in (first, second):
+        assert r["a"] == want and r["b"] == want, r
+    assert first["stats"]["misses"]["variant"] == 1
+    assert second["stats"]["hits"]["variant"] == 1 and second["stats"]["misses"]["variant"] == 0, second
+    assert second["stats"]["rejected"] == 0
