@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import llvmlite.ir as ir
 
 from . import types as T
-from .errors import BoundsSite, CompileError
+from .errors import UNSIGNED_INDEX, BoundsSite, CompileError
 from .ir import assignments
 from .limits import deep
 from .language import MATH1, MATH2
@@ -640,7 +640,8 @@ class _FunctionGen:
                 neg = self.b.icmp_signed("<", i, ir.Constant(I64, 0))
                 i = self.b.select(neg, self.b.add(i, n), i)
             if self.err is not None:
-                self.bounds_check(i, raw, n, axis, arr_node, node)
+                self.bounds_check(i, raw, n, axis | (UNSIGNED_INDEX if t.kind == "u" else 0),
+                                  arr_node, node)
             offset = self.b.add(offset, self.b.mul(i, stride))
         return self.b.gep(base, [offset], inbounds=True)
 
@@ -672,7 +673,8 @@ class _FunctionGen:
         return ptr, extents, strides
 
     def bounds_check(self, i, raw, n, axis, arr_node, node):
-        """Branch out unless 0 <= i < n; record the first failure (with the index as written)."""
+        """Branch out unless 0 <= i < n; record the first failure (with the index as written, and
+        ``axis`` with ``UNSIGNED_INDEX`` set for an unsigned one)."""
         ok = self.b.icmp_unsigned("<", i, n)
         bad, good = self.new_block("oob"), self.new_block("inbounds")
         self.b.cbranch(ok, good, bad)

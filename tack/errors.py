@@ -91,6 +91,11 @@ class SourceContext:
                             col=col, line_text=text)
 
 
+#: Set in the axis a debug-mode bounds check records when the index is unsigned (its 64 bits are
+#: then reported as an unsigned number, not as a negative one).
+UNSIGNED_INDEX = 1 << 32
+
+
 @fields(("function", "array", "filename", "line", "fid", "offset"), defaults=("", -1))
 class BoundsSite(tuple):
     """Where a debug-mode bounds check sits, to name it when it fails.

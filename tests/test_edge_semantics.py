@@ -239,3 +239,26 @@ def test_two_device_functions_of_one_name_are_two_functions():
     tack.launch(k_functions_of_one_name, dim=5, args=(a, out))
     np.testing.assert_array_equal(out[:, 0], a * 10 + a + 1)
     np.testing.assert_array_equal(out[:, 1], a + 100 + a * 1000)
+
+
+@tack.kernel
+def k_negative_shift_and_bool_not(a, s, b, out, bo):
+    out[0] = a[0] << s[0]
+    out[1] = a[1] >> s[0]
+    out[2] = a[0] >> s[1]
+    bo[0] = ~b[0]
+    bo[1] = ~b[1]
+
+
+def test_negative_shift_counts_and_not_of_a_bool_are_numpys():
+    """As docs/language.md says: a shift by a negative count gives what NumPy's scalars give (0,
+    or -1 for a negative number shifted right; Python raises), and ``~`` on a bool is NumPy's
+    logical not (Python's ``~True`` is -2)."""
+    a, s = np.array([1, -8], np.int64), np.array([-1, -70], np.int64)
+    b = np.array([True, False])
+    out, bo = np.zeros(3, np.int64), np.zeros(2, np.bool_)
+    tack.launch(k_negative_shift_and_bool_not, dim=1, args=(a, s, b, out, bo))
+    with np.errstate(all="ignore"):
+        want = [a[0] << s[0], a[1] >> s[0], a[0] >> s[1]]
+    assert out.tolist() == [int(w) for w in want] == [0, -1, 0]
+    assert bo.tolist() == (~b).tolist() == [False, True]

@@ -266,3 +266,20 @@ def test_rebound_array_parameter_reads_its_new_array():
     np.testing.assert_array_equal(out, b + 10.0 * a)
     tack.launch(k_rebind, 6, (a, b, out, False))
     np.testing.assert_array_equal(out, a + 10.0 * a)
+
+
+@tack.kernel
+def k_unsigned_index(a, out, j):
+    out[0] = a[1, j]
+
+
+def test_debug_bounds_report_an_unsigned_index_as_unsigned():
+    """A uint64 index of 2**64 - 1 out of bounds was reported as index -1 (which would have
+    wrapped to the last element, and is not what the kernel was given)."""
+    tack.config.debug = True
+    a, out = np.zeros((2, 3)), np.zeros(1)
+    with pytest.raises(IndexError, match=f"index {2**64 - 1} is out of bounds for axis 1 of 'a' "
+                       "with size 3"):
+        tack.launch(k_unsigned_index, 1, (a, out, np.uint64(2**64 - 1)))
+    with pytest.raises(IndexError, match="index -4 is out of bounds for axis 1 of 'a' with size 3"):
+        tack.launch(k_unsigned_index, 1, (a, out, np.int64(-4)))

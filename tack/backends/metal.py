@@ -41,7 +41,7 @@ import numpy as np
 from .. import types as T
 from ..archs import ArchError
 from ..cache.keys import digest
-from ..errors import BoundsSite, CompileError
+from ..errors import UNSIGNED_INDEX, BoundsSite, CompileError
 from ..ir import assignments
 from ..limits import deep
 from .arch_names import KINDS, METAL_FAMILIES
@@ -887,7 +887,8 @@ class _Function:
             else:
                 i = f"(long){i}"
             if self.mod.debug:
-                i = self.bounds_check(i, n, axis, arr_node, node)
+                i = self.bounds_check(i, n, axis | (UNSIGNED_INDEX if t.kind == "u" else 0),
+                                      arr_node, node)
             terms.append(i if stride == "1L" else f"{i} * {stride}")
         return f"{base}.p[{' + '.join(terms) or '0'}]"
 

@@ -51,6 +51,7 @@ class BoundsReport:
 
     def raise_bounds_error(self, err):
         site = self.sites[int(err[0]) - 1]
+        from ..errors import UNSIGNED_INDEX
         from ..sourcefiles import local
         where = f"{local(site.filename)}:{site.line}"
         if self.locate is not None and site.fid:
@@ -61,6 +62,9 @@ class BoundsReport:
             if now is not None:
                 where = f"{now[0]}:{now[1] + site.offset}"
         inside = "" if site.function == self.name.rsplit(".", 1)[-1] else f" in '{site.function}'"
-        raise IndexError(f"kernel '{self.name}': index {int(err[2])} is out of bounds for axis "
-                         f"{int(err[1])} of '{site.array}' with size {int(err[3])}{inside} "
+        axis, index = int(err[1]), int(err[2])
+        if axis & UNSIGNED_INDEX:               # the index's 64 bits are an unsigned number
+            axis, index = axis & ~UNSIGNED_INDEX, index & 0xFFFF_FFFF_FFFF_FFFF
+        raise IndexError(f"kernel '{self.name}': index {index} is out of bounds for axis "
+                         f"{axis} of '{site.array}' with size {int(err[3])}{inside} "
                          f"({where})")
