@@ -159,6 +159,48 @@ def test_literals_the_other_type_cannot_hold_are_exact_everywhere():
     assert out.tolist() == [3_000_000_000, 5, -1, 1, 5 + 2**40, -3_000_000_000, 1]
 
 
+@tack.kernel
+def literal_expressions(io, uo, fo):
+    io[0] = 2**63 // 2
+    io[1] = 2**62 * 2 // 4
+    io[2] = -(2**63)
+    uo[0] = 2**64 - 1
+    uo[1] = 2**63 + 5
+    fo[0] = 10**19
+    fo[1] = 3 * 10**18 * 4
+
+
+def test_literal_expressions_are_one_literal_as_python_computes_it():
+    """An expression of integer literals alone is the literal Python computes (2**63 // 2 was
+    computed in int64 and came out negative, 10**19 as -8.4e18 where 10000000000000000000 is
+    1e19)."""
+    io, uo, fo = np.zeros(3, np.int64), np.zeros(2, np.uint64), np.zeros(2)
+    tack.launch(literal_expressions, dim=1, args=(io, uo, fo))
+    assert io.tolist() == [2**63 // 2, 2**62 * 2 // 4, -(2**63)]
+    assert uo.tolist() == [2**64 - 1, 2**63 + 5]
+    assert fo.tolist() == [float(10**19), float(3 * 10**18 * 4)]
+
+
+@tack.kernel
+def literal_past_64_bits(out):
+    out[0] = 2**70
+
+
+@tack.kernel
+def literal_far_past_64_bits(out):
+    out[0] = 1 + 2**10**10
+
+
+@pytest.mark.parametrize("kern, shown", [(literal_past_64_bits, "is 1180591620717411303424, "),
+                                         (literal_far_past_64_bits, "")])
+def test_literal_expression_past_64_bits_is_a_compile_error(kern, shown):
+    """2**70 is a CompileError at its line, as the literal 1180591620717411303424 is (it compiled
+    to 0); one too large to compute (2**10**10) is refused without computing it."""
+    with pytest.raises(tack.CompileError, match="does not fit in 64 bits") as ei:
+        tack.launch(kern, dim=1, args=(np.zeros(1),))
+    assert shown in str(ei.value) and "line" in str(ei.value)
+
+
 STEP_ZERO = """
 import sys
 import numpy as np
