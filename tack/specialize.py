@@ -559,6 +559,8 @@ class _Inferer:
             scalars()
             return T.int64 if ts[0].kind == "b" else ts[0]
         if name in ("ndim", "size"):
+            if not isinstance(ts[0], T.Array):
+                raise self.error(f"{ts[0]} has no attribute '{name}' (only arrays have one)", e)
             return T.int64
         if name.startswith("atomic_"):
             need(3)

@@ -631,3 +631,30 @@ def test_range_of_a_uint64_and_a_negative_step_names_the_cause():
         out[0] = c
     tack.launch(k_cast, dim=1, args=(np.uint64(5), out))
     assert out[0] == 5
+
+
+# -- array attributes of what is not an array ------------------------------------
+
+@tack.kernel
+def k_ndim_of_number(out):
+    i = tack.tid()
+    x = 1.0
+    out[i] = x.ndim  # ERR x.ndim
+
+
+@tack.kernel
+def k_size_of_tuple(out):
+    i = tack.tid()
+    t = (1, 2)
+    out[i] = t.size  # ERR t.size
+
+
+@pytest.mark.parametrize("kern, words", [(k_ndim_of_number, "float64 has no attribute 'ndim'"),
+                                         (k_size_of_tuple, "has no attribute 'size'")])
+def test_array_attribute_of_a_non_array(kern, words):
+    """``x.ndim`` / ``x.size`` of a number or a tuple is a CompileError at its line (it was an
+    AttributeError from the code generator)."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert words in msg
