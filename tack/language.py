@@ -44,6 +44,9 @@ class Constant:
 
     def __init__(self, value):
         if isinstance(value, (bool, int, float)):
+            if type(value) is not bool and isinstance(value, int) and not -2**63 <= value < 2**64:
+                raise ValueError(f"tack.constant({value}): an integer constant must fit in 64 "
+                                 "bits (int64, or uint64 from 2**63 to 2**64 - 1)")
             self.value = value
         elif isinstance(value, np.generic) and value.dtype.name in _TYPE_NAMES:
             self.value = value

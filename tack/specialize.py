@@ -109,6 +109,8 @@ class _Context:
             return T.Array(T.from_dtype(v.dtype), v.ndim, "C", False, v.shape)
         if isinstance(v, np.generic):
             return T.from_dtype(v.dtype)
+        if type(v) is int and v >= 2**63:          # as a literal is: tack.constant(2**63) is a uint64
+            return T.uint64
         return {bool: T.boolean, int: T.int64, float: T.float64}[type(v)]
 
 

@@ -1038,6 +1038,27 @@ def test_constants():
     np.testing.assert_array_equal(out[:, 3], [0.0, 1.0, 2.0])
 
 
+BIG_U = tack.constant(2**64 - 1)
+BIG_I = tack.constant(-2**63)
+
+
+@tack.kernel
+def k_big_int_constants(out):
+    out[0] = BIG_U
+    out[1] = BIG_I
+
+
+def test_integer_constants_past_int64():
+    """An int constant from 2**63 to 2**64 - 1 is a uint64, as a literal is (it wrapped to a
+    negative int64); one that fits in no 64-bit type is refused when wrapped (2**70 read as 0)."""
+    out = np.zeros(2)
+    tack.launch(k_big_int_constants, dim=1, args=(out,))
+    np.testing.assert_array_equal(out, [float(2**64 - 1), float(-2**63)])
+    for v in (2**64, 2**70, -2**63 - 1):
+        with pytest.raises(ValueError, match="must fit in 64 bits"):
+            tack.constant(v)
+
+
 # =====================================================================================
 # Atomics, threads, short-circuit evaluation
 # =====================================================================================
