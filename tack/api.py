@@ -9,7 +9,7 @@ parameters (device functions, constants, intrinsics) is ``tack.language``.
 import functools
 import types
 
-from .language import Constant, Func
+from .language import Constant, Func, wrapped_message
 
 
 class Kernel:
@@ -23,6 +23,8 @@ class Kernel:
     def __init__(self, fn, static_shape=None):
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"@tack.kernel takes a Python function, not {type(fn).__name__}")
+        if getattr(fn, "__wrapped__", None) is not None:
+            raise TypeError(wrapped_message(fn, "@tack.kernel"))
         self.py_func = fn
         functools.update_wrapper(self, fn)
         code = fn.__code__

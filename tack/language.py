@@ -18,12 +18,24 @@ import numpy as np
 from .digests import hasher
 
 
+def wrapped_message(fn, decorator: str) -> str:
+    """Why ``fn``, a wrapper another decorator made (``functools.wraps`` sets its
+    ``__wrapped__``), cannot be compiled: Tack compiles a function's own source, so the
+    wrapper's code would not run, and its signature is not the function's."""
+    return (f"{decorator} cannot compile '{fn.__qualname__}': it is a wrapper made by another "
+            "decorator (it has __wrapped__), and Tack compiles a function's own source, not "
+            "what a decorator wraps around it; put the Tack decorator nearest the 'def', "
+            "with no other decorator under it")
+
+
 class Func:
     """A device function: callable from kernels and from other device functions."""
 
     def __init__(self, fn):
         if not isinstance(fn, types.FunctionType):
             raise TypeError(f"@tack.func takes a Python function, not {type(fn).__name__}")
+        if getattr(fn, "__wrapped__", None) is not None:
+            raise TypeError(wrapped_message(fn, "@tack.func"))
         self.py_func = fn
         functools.update_wrapper(self, fn)
 

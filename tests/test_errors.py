@@ -658,3 +658,160 @@ def test_array_attribute_of_a_non_array(kern, words):
         tack.launch(kern, dim=2, args=(np.zeros(2),))
     msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
     assert words in msg
+
+
+# -- where the source comes from ----------------------------------------------------
+
+class _Nested:
+    @tack.kernel
+    def k_nested_unindented_string(out):
+        """A docstring whose second line starts at column 0,
+less indented than the def."""
+        i = tack.tid()
+        out[i] = 2.0
+
+    @tack.kernel
+    def k_nested_error(out):
+        i = tack.tid()
+        out[i] = 1.0 + \
+  2.0
+        out[i] = undefined_here  # noqa: F821  # ERR undefined_here
+
+
+def test_nested_kernel_with_lines_less_indented_than_its_def():
+    """A kernel in a class whose lines go left of its def (a string's, a continued line's) compiles
+    (it was an IndentationError from the parser), and its errors keep their columns."""
+    out = np.zeros(3)
+    tack.launch(_Nested.k_nested_unindented_string, dim=3, args=(out,))
+    np.testing.assert_array_equal(out, 2.0)
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(_Nested.k_nested_error, dim=3, args=(out,))
+    check_points_at(ei.value, "_Nested.k_nested_error", _Nested.k_nested_error, FILE)
+
+
+def _load(path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_EDITED_KERNEL = "import tack\n\n@tack.kernel\ndef k(out):\n    i = tack.tid()\n    out[i] = 1.0\n"
+
+
+@pytest.mark.parametrize("now", [
+    "import tack\n\n@tack.kernel\ndef k(out):\n    i = tack.tid(\n",          # no longer parses
+    "import tack\nX = 1\n\n\n\n\nY = 2\n",                                      # the def is gone
+    "import tack\n\n@tack.kernel\ndef other(a, b):\n    i = tack.tid()\n",     # another def there
+], ids=["broken", "gone", "other-def"])
+def test_source_edited_since_import(tmp_path, now):
+    """A kernel whose file changed after it was imported raises a CompileError saying so, with the
+    file (it was a TokenError from inspect, or 'not a plain def', or another function compiled)."""
+    path = tmp_path / "edited_kernel_mod.py"
+    path.write_text(_EDITED_KERNEL)
+    mod = _load(path)
+    path.write_text(now)
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(mod.k, dim=2, args=(np.zeros(2),))
+    msg = str(ei.value)
+    assert "has changed since it was defined" in msg and str(path) in msg, msg
+
+
+def test_multiline_lambda_kernel(tmp_path):
+    """A lambda spread over lines (its source alone does not parse) is a CompileError naming it,
+    not a SyntaxError from the parser."""
+    path = tmp_path / "lambda_kernel_mod.py"
+    path.write_text("import tack\nk = tack.kernel(\n    lambda out:\n        None)\n")
+    mod = _load(path)
+    with pytest.raises(tack.CompileError, match="is not a plain 'def' function"):
+        tack.launch(mod.k, dim=2, args=(np.zeros(2),))
+
+
+def _decorator(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return fn(*args)
+    return wrapper
+
+
+def test_kernel_over_another_decorator():
+    """@tack.kernel / @tack.func over a functools.wraps wrapper is refused when it is applied,
+    saying why (the wrapper's signature made a launch say 'takes 0 arguments')."""
+    def body(out):
+        pass
+    for deco in (tack.kernel, tack.func):
+        with pytest.raises(TypeError, match="wrapper made by another decorator"):
+            deco(_decorator(body))
+
+
+# -- names that are variables, constants, or of an enclosing function ----------------
+
+def _kernel_closing_over_an_unassigned_name():
+    @tack.kernel
+    def k_closure(out):
+        i = tack.tid()
+        out[i] = late  # ERR late
+    late = tack.constant(1.0)      # noqa: F841 - assigned after the def: empty while compiled
+    del late
+    return k_closure
+
+
+def test_closure_variable_without_a_value():
+    """A kernel closing over a variable of its factory that has no value (assigned after the
+    def, then deleted) is a CompileError at the read (it was 'ValueError: Cell is empty')."""
+    k = _kernel_closing_over_an_unassigned_name()
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, k.__qualname__, k, FILE)
+    assert "'late'" in msg and "has no value" in msg
+
+
+@tack.kernel
+def k_array_method(out):
+    i = tack.tid()
+    out.fill(0.0)  # ERR out.fill
+    out[i] = 1.0
+
+
+@tack.func
+def _calls_its_template(policy, x):
+    return policy.weight(x)  # ERR policy.weight
+
+
+@tack.kernel
+def k_template_given_a_number(out):
+    i = tack.tid()
+    out[i] = _calls_its_template(i, 1.0)
+
+
+@pytest.mark.parametrize("kern, where, words", [
+    (k_array_method, k_array_method, "'out.fill' cannot be used"),
+    (k_template_given_a_number, _calls_its_template, "'policy.weight' cannot be used"),
+], ids=["array-method", "template-param-given-a-number"])
+def test_attribute_of_a_variable(kern, where, words):
+    """``a.method(...)`` of a parameter or local says it is a variable (it said "name 'out' is
+    not defined")."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, kern.__qualname__, where, FILE)
+    assert words in msg and "is a variable here" in msg and "not defined" not in msg
+
+
+_TABLE = tack.constant(np.arange(6.0).reshape(2, 3))
+
+
+@tack.kernel
+def k_constant_shape(out):
+    i = tack.tid()
+    out[i] = _TABLE.shape[0] * 100 + _TABLE.shape[1] * 10 + _TABLE.ndim + _TABLE.size * 1000
+
+
+def test_shape_of_an_array_constant():
+    """``C.shape``, ``C.ndim`` and ``C.size`` of an array constant read its shape (they said
+    "'C' is not a module"), as ``len(C)`` does."""
+    out = np.zeros(2)
+    tack.launch(k_constant_shape, dim=2, args=(out,))
+    np.testing.assert_array_equal(out, 6000 + 200 + 30 + 2)

@@ -13,7 +13,7 @@ import ast
 import builtins
 import inspect
 import re
-import textwrap
+import tokenize
 import types
 
 
@@ -21,7 +21,7 @@ from .. import ir
 from ..api import Kernel
 from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
 from ..fingerprints import class_fingerprint, func_id, function_fingerprint, source_snapshot, value_identity
-from ..language import Constant, Func, intrinsic_of
+from ..language import Constant, Func, intrinsic_of, wrapped_message
 from ..errors import CompileError, SourceContext
 from ..types import Template
 
@@ -74,34 +74,48 @@ class _KernelState:
 _DEF = re.compile(r"^\s*(@|def\s|async\s+def\s)")
 
 
+def _changed(name, code, why) -> CompileError:
+    return CompileError(f"the source of '{name}' has changed since it was defined: "
+                        f"{code.co_filename} {why}; import the module again (or restart) to "
+                        "compile what the file holds")
+
+
 def _snapshot_lines(fn):
     """The source lines of ``fn`` (ends kept) and its first line, from the file's bytes its
     fingerprint hashed (``fingerprints.source_snapshot``): what the cache's key says was
     compiled is what is compiled, even if the file changed since (a same-second edit a stale
     ``.pyc`` hides, an edit without a reload).  None where there is no such file (a notebook's
-    cell: ``inspect`` finds it) or its line is not the ``def`` (or a decorator) there."""
-    code = fn.__code__
+    cell: ``inspect`` finds it); a CompileError where the file no longer holds the function."""
+    name, code = fn.__qualname__, fn.__code__
     snap = source_snapshot(code)
     if not snap:
         return None
     import io
-    import tokenize
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(snap[0]).readline)
-        text = snap[0].decode(encoding)
-    except (SyntaxError, LookupError, UnicodeDecodeError):
-        return None
-    lines = text.splitlines(keepends=True)
+        lines = snap[0].decode(encoding).splitlines(keepends=True)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as e:
+        raise _changed(name, code, f"cannot be read as Python source ({e})") from None
     first = code.co_firstlineno
+    if code.co_name == "<lambda>":
+        raise CompileError(f"'{name}' is not a plain 'def' function")
     if not 0 < first <= len(lines) or not _DEF.match(lines[first - 1]):
-        return None
+        raise _changed(name, code, f"no longer holds its 'def' at line {first}")
     try:
         return inspect.getblock(lines[first - 1:]), first
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
+    except (SyntaxError, tokenize.TokenError) as e:
+        raise _changed(name, code, f"no longer parses at its line {first} ({e.args[0]})") from None
 
 
 def _source_of(fn):
+    """(its ``def`` node, its SourceContext, line offset, column offset) of ``fn``'s source.
+
+    A ``def`` nested in a block (a class, a function, an ``if``) is parsed inside a block of
+    its own, as it is in its file: its lines keep their columns, and a line less indented than
+    the ``def`` (a multi-line string's, a continued line's) parses as it does there."""
+    name, code = fn.__qualname__, fn.__code__
+    if getattr(fn, "__wrapped__", None) is not None:
+        raise CompileError(wrapped_message(fn, "Tack"))
     got = _snapshot_lines(fn)
     if got is not None:
         lines, first = got
@@ -109,18 +123,35 @@ def _source_of(fn):
         try:
             lines, first = inspect.getsourcelines(fn)
         except (OSError, TypeError) as e:
-            raise CompileError(f"the source of '{fn.__qualname__}' is not available ({e}); "
+            raise CompileError(f"the source of '{name}' is not available ({e}); "
                                "kernels must be defined in a file") from None
+        except (SyntaxError, tokenize.TokenError) as e:     # the file no longer parses there
+            raise _changed(name, code, f"no longer parses at its line {code.co_firstlineno} "
+                           f"({e.args[0]})") from None
+    filename = inspect.getsourcefile(fn) or code.co_filename
+    src = SourceContext(name, filename, first, [ln.rstrip("\n") for ln in lines])
     text = "".join(lines)
-    dedented = textwrap.dedent(text)
-    indent = len(lines[0]) - len(lines[0].lstrip()) if dedented != text else 0
-    tree = ast.parse(dedented)
-    node = tree.body[0]
+    nested = lines[0][:1].isspace()
+    try:
+        tree = ast.parse("if 1:\n" + text if nested else text)
+        node = tree.body[0].body[0] if nested else tree.body[0]
+    except (SyntaxError, ValueError, IndexError):
+        node = None
+    if not isinstance(node, ast.FunctionDef) and code.co_name != "<lambda>" and \
+            not isinstance(node, ast.AsyncFunctionDef):
+        raise src.error(f"the source of '{name}' has changed since it was defined: its line "
+                        f"{first} no longer holds its 'def'; import the module again (or "
+                        "restart) to compile what the file holds", (first, None))
     if not isinstance(node, ast.FunctionDef):
-        raise CompileError(f"'{fn.__qualname__}' is not a plain 'def' function")
-    src = SourceContext(fn.__qualname__, inspect.getsourcefile(fn) or fn.__code__.co_filename,
-                        first, [ln.rstrip("\n") for ln in lines])
-    return node, src, first - 1, indent
+        raise src.error(f"'{name}' is not a plain 'def' function", (first, None))
+    params = [a.arg for a in node.args.posonlyargs + node.args.args]
+    if node.name != code.co_name or params != list(code.co_varnames[:code.co_argcount]):
+        raise src.error(f"the source of '{name}' has changed since it was defined: its line "
+                        f"{first} now holds 'def {node.name}({', '.join(params)})', not "
+                        f"'def {code.co_name}({', '.join(code.co_varnames[:code.co_argcount])})'; "
+                        "import the module again (or restart) to compile what the file holds",
+                        (first, None))
+    return node, src, first - 2 if nested else first - 1, 0
 
 
 class _FunctionLowerer:
@@ -331,6 +362,14 @@ class _FunctionLowerer:
             if e.attr in ("ndim", "size"):
                 return ["intrinsic", self.loc(e), e.attr, [["name", self.loc(base), base.id]]]
             raise self.error(f"arrays have no attribute '{e.attr}' in Tack code (use shape, ndim, size)", e)
+        if isinstance(base, ast.Name) and base.id not in self.templates and \
+                e.attr in ("shape", "ndim", "size"):
+            obj = self.lookup(base.id, base)
+            if isinstance(obj, Constant):           # W.shape of W = tack.constant(array)
+                const = self.value_of(base.id, obj, base)
+                if e.attr == "shape":
+                    return ["shape", self.loc(e), const]
+                return ["intrinsic", self.loc(e), e.attr, [const]]
         obj, name = self.resolve_attr(e)
         return self.value_of(name, obj, e)
 
@@ -409,6 +448,11 @@ class _FunctionLowerer:
             if attr is _MISSING:
                 raise self.error(f"template class {cls.__qualname__} has no attribute '{e.attr}'", e)
             return _TemplateAttr((cls, attr, e.attr)), f"{e.value.id}.{e.attr}"
+        elif isinstance(e.value, ast.Name) and e.value.id in self.locals:
+            raise self.error(f"'{e.value.id}.{e.attr}' cannot be used in Tack code: "
+                             f"'{e.value.id}' is a variable here (a parameter given a value, or "
+                             "a local), and of a variable only an array's shape, ndim and size "
+                             "can be read", e)
         elif isinstance(e.value, ast.Name):
             base, base_name = self.lookup(e.value.id, e.value), e.value.id
             self.record(base_name, base)
@@ -457,7 +501,8 @@ class _FunctionLowerer:
         what = type(obj).__name__
         if isinstance(obj, (Func, types.FunctionType)) or intrinsic_of(obj) is not None:
             raise self.error(f"'{name}' is a function; it can only be called in Tack code", node)
-        raise self.error(f"global '{name}' is a Python {what}, which kernels cannot read; "
+        scope = "variable" if name in self.closure else "global"
+        raise self.error(f"{scope} '{name}' is a Python {what}, which kernels cannot read; "
                          f"wrap it in tack.constant(...) where it is defined", node)
 
     def resolve_callee(self, f):
@@ -523,6 +568,8 @@ class _FunctionLowerer:
     def device_call(self, target, e):
         fn, fid = target
         code = fn.__code__
+        if getattr(fn, "__wrapped__", None) is not None:      # its signature is the wrapper's
+            raise self.error(wrapped_message(fn, "Tack"), e)
         if fn.__defaults__ or fn.__kwdefaults__ or code.co_kwonlyargcount or \
                 code.co_posonlyargcount or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
             try:                                # the error at the def, not a count at the call
