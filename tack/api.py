@@ -49,7 +49,11 @@ def _static_params(name, params, static_shape) -> frozenset:
         return frozenset()
     if static_shape is True:
         return frozenset(params)
-    names = (static_shape,) if isinstance(static_shape, str) else tuple(static_shape)
+    try:
+        names = (static_shape,) if isinstance(static_shape, str) else tuple(static_shape)
+    except TypeError:                   # not iterable (static_shape=3)
+        raise TypeError(f"kernel '{name}': static_shape takes a parameter name, a list of them "
+                        f"or True, not {static_shape!r}") from None
     for p in names:
         if not isinstance(p, str) or p not in params:
             raise TypeError(f"kernel '{name}': static_shape names {p!r}, which is not one of its "

@@ -52,6 +52,17 @@ def typed_args(kernel, args) -> TypedArgs:
                      tuple(argtypes[i] for i in values), [params[i] for i in values], values)
 
 
+def _why_not(a) -> str:
+    """What to do about an array ``T.typeof_array`` refuses."""
+    if T.from_dtype(a.dtype) is not None and 1 <= a.ndim <= 4:
+        if not a.dtype.isnative:
+            return ("its byte order is not this machine's: pass "
+                    "a.astype(a.dtype.newbyteorder('='))")
+        return (f"its strides are not multiples of its itemsize ({a.dtype.itemsize}): pass a "
+                "copy (np.ascontiguousarray(a))")
+    return "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions"
+
+
 def argtypes_of(kernel, args):
     """The Tack types of a launch's arguments (with their shapes where the kernel compiles them in)."""
     name, static = kernel.__qualname__, kernel.static_shape
@@ -68,7 +79,7 @@ def typeof_arg(kernel_name, param, a, static=False):
         if t is None:
             raise TypeError(f"kernel '{kernel_name}': argument '{param}' is an array Tack cannot "
                             f"take (dtype {a.dtype}, {a.ndim} dimensions, strides {a.strides}); "
-                            "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions")
+                            + _why_not(a))
         return t
     if isinstance(a, bool):
         return T.boolean

@@ -306,8 +306,15 @@ class _Inferer:
         elif kind == "tuple":
             items = target[2]
             if not isinstance(v, T.Tuple) or len(v.items) != len(items):
-                n = len(v.items) if isinstance(v, T.Tuple) else "a non-tuple"
-                raise self.error(f"cannot unpack {n} values into {len(items)} targets", target)
+                what = f"{len(v.items)} values" if isinstance(v, T.Tuple) else f"{v} (not a tuple)"
+                msg = f"cannot unpack {what} into {len(items)} targets"
+                value = stmt[3] if stmt[0] == "assign" else None
+                if value is not None and value[0] == "intrinsic" and value[2] == "tid":
+                    n = self.ctx.grid_ndim
+                    msg += (f": tack.tid() is {'an int' if n == 1 else f'a tuple of {n}'} in this "
+                            f"{n}-D launch; {len(items)} names need a {len(items)}-D grid "
+                            f"(dim={tuple(['...'] * len(items))!r})").replace("'...'", "...")
+                raise self.error(msg, target)
             for t, x in zip(items, v.items):
                 self.assign(t, x, stmt)
 
@@ -510,14 +517,16 @@ class _Inferer:
         if any(t is None for t in ts):
             return None
 
+        shown = name[5:] if name.startswith("cast:") else name     # cast:float64 -> float64()
+
         def need(n):
             if len(ts) != n:
-                raise self.error(f"{name}() takes {n} argument{'s' if n != 1 else ''}, got {len(ts)}", e)
+                raise self.error(f"{shown}() takes {n} argument{'s' if n != 1 else ''}, got {len(ts)}", e)
 
         def scalars():
             for t in ts:
                 if not isinstance(t, T.Scalar):
-                    raise self.error(f"{name}() takes numbers, not {t}", e)
+                    raise self.error(f"{shown}() takes numbers, not {t}", e)
 
         if name == "tid":
             need(0)

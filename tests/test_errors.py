@@ -815,3 +815,43 @@ def test_shape_of_an_array_constant():
     out = np.zeros(2)
     tack.launch(k_constant_shape, dim=2, args=(out,))
     np.testing.assert_array_equal(out, 6000 + 200 + 30 + 2)
+
+
+# -- messages that named the wrong thing -----------------------------------------------
+
+@tack.kernel
+def k_two_d_body(out):
+    i, j = tack.tid()  # ERR i, j
+    out[i, j] = 1.0
+
+
+@tack.kernel
+def k_float_of_array(out):
+    i = tack.tid()
+    out[i] = float(out)  # ERR float(out)
+
+
+@pytest.mark.parametrize("kern, dim, words", [
+    (k_two_d_body, 4, "tack.tid() is an int in this 1-D launch; 2 names need a 2-D grid"),
+    (k_float_of_array, 4, "float64() takes numbers"),
+], ids=["2-D kernel on a 1-D grid", "cast name"])
+def test_messages_name_what_the_user_wrote(kern, dim, words):
+    """A 2-D kernel launched on a 1-D grid says the grid is the problem (it said 'cannot unpack
+    a non-tuple values'); a cast's message names the type, not 'cast:float64()'."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=dim, args=(np.zeros((4, 4)) if kern is k_two_d_body else np.zeros(4),))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert words in msg and "cast:" not in msg
+
+
+def test_array_arguments_refused_say_why():
+    """A non-native byte order or strides that are not whole elements say so (the message
+    listed the dtypes and ranks Tack takes, which the array already had); static_shape=3 says
+    what static_shape takes (it was "'int' object is not iterable")."""
+    with pytest.raises(TypeError, match="byte order is not this machine's"):
+        tack.launch(k_two_d_body, dim=(2, 2), args=(np.zeros((2, 2), np.float64).astype(">f8"),))
+    odd = np.ndarray((4,), np.float64, np.zeros(64, np.uint8).data, 1, (9,))
+    with pytest.raises(TypeError, match=r"strides are not multiples of its itemsize \(8\)"):
+        tack.launch(k_float_of_array, dim=4, args=(odd,))
+    with pytest.raises(TypeError, match="static_shape takes a parameter name"):
+        tack.kernel(static_shape=3)(lambda out: None)
