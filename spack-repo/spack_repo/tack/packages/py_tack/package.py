@@ -84,9 +84,10 @@ class PyTack(PythonPackage):
     # pyproject.toml: [build-system] requires = ["setuptools>=77"] (an SPDX license string)
     depends_on("py-setuptools@77:", type="build")
     # pyproject.toml: dependencies; also at build time: the bundles are compiled (llvmlite) at
-    # install, and llvmlite's LLVM version is part of every bundle's key.
+    # install, and llvmlite's LLVM version is part of every bundle's key.  llvmlite 0.45 (LLVM
+    # 20): the new pass manager, and every cuda_arch, amdgpu_target and +spirv LLVM builds.
     depends_on("py-numpy@1.24:", type=("build", "run"))
-    depends_on("py-llvmlite@0.43:", type=("build", "run"))
+    depends_on("py-llvmlite@0.45:", type=("build", "run"))
     # pyproject.toml: extra "site": pyyaml>=6 (site configs), jinja2>=3.1 (module files),
     # archspec>=0.2.5 (a node finds the bundle of its microarchitecture or an ancestor of it).
     # Build too: `python -m tack.site bundles install` runs at install.
