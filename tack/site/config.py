@@ -424,6 +424,13 @@ class _Validator:
                 return _BAD
             return value
         if kind == "mode":
+            if isinstance(value, bool) and node.style is None:
+                # YAML 1.1 reads a plain off/no/false as false: the mode meant is 'off' (or 'write')
+                fix = (f"quote it: '{node.value}'" if node.value in MODES
+                       else f"expected one of {', '.join(MODES)}")
+                self.fail(node, keypath, f"{node.value} (unquoted) is YAML's boolean "
+                          f"{str(value).lower()}, not a cache mode; {fix}")
+                return _BAD
             if value not in MODES:
                 close = difflib.get_close_matches(str(value), MODES, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""

@@ -31,6 +31,10 @@ CASES = {
     "unknown-arch": (GOOD.replace("cpu: [zen3]", "cpu: [zen33]"),
                      ":7: build.archs.cpu.0: cpu:zen33: archspec knows no such CPU microarchitecture "
                      "(did you mean cpu:zen3"),
+    # YAML 1.1 reads a plain `off` as false: the message says so and how to write the mode
+    "unquoted-off": (GOOD.replace("  size: 4G", "  size: 4G\n  mode: off"),
+                     ":5: cache.mode: off (unquoted) is YAML's boolean false, not a cache mode; "
+                     "quote it: 'off'"),
 }
 
 
