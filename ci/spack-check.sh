@@ -108,6 +108,8 @@ step "spack spec py-tack +cuda cuda_arch=90 +mpi (its dependencies)" \
 step "spack spec -l py-tack ~bundles" spack spec -l py-tack ~bundles
 step "spack spec py-tack +cuda (conflict: no cuda_arch)" \
   expect_failure "+cuda builds CUDA bundles for the GPUs cuda_arch names" spack spec py-tack +cuda
+step "spack spec py-tack ~bundles +spirv (conflict: it would do nothing)" \
+  expect_failure "+spirv builds SPIR-V bundles, which ~bundles turns off" spack spec py-tack ~bundles +spirv
 
 [ -n "$KIT" ] || { echo "SPACK_ROOT/clone: Python and its dependencies are not externals here; stopping after concretization"; print_times; exit 0; }
 
