@@ -285,6 +285,7 @@ class _Inferer:
                                  f"path and {v} on another", s)
             self.tf.ret = r
         elif op == "expr":
+            self.statement_call = id(s[2])          # a call whose value, if any, is dropped
             self.expr(s[2])
 
     def assign(self, target, v, stmt):
@@ -509,7 +510,12 @@ class _Inferer:
             return None
         callee = self.ctx.function(e[2], tuple(strong(t) for t in ts))
         self.tf.callees[id(e)] = callee
-        return callee.ret if callee.ret is not None else T.Tuple(())
+        if callee.ret is None:
+            if self.strict and id(e) != getattr(self, "statement_call", None):
+                raise self.error(f"'{callee.lowered.name}' returns no value: a call of it can only "
+                                 "be a statement of its own, not part of an expression", e)
+            return T.Tuple(())
+        return callee.ret
 
     def _intrinsic(self, e):
         name, args = e[2], e[3]

@@ -855,3 +855,31 @@ def test_array_arguments_refused_say_why():
         tack.launch(k_float_of_array, dim=4, args=(odd,))
     with pytest.raises(TypeError, match="static_shape takes a parameter name"):
         tack.kernel(static_shape=3)(lambda out: None)
+
+
+@tack.func
+def _fills(x):
+    x[0] = 1.0
+
+
+@tack.kernel
+def k_uses_no_value(a):
+    i = tack.tid()
+    a[i] = _fills(a) + 1
+
+
+@tack.kernel
+def k_calls_for_effect(a):
+    _fills(a)
+
+
+def test_a_call_that_returns_no_value_used_as_one():
+    """``f(a) + 1`` where ``f`` returns nothing said "unsupported operand types for +: () and
+    int64"; it now says ``f`` returns no value.  The same call as a statement compiles."""
+    a = np.zeros(2)
+    with pytest.raises(tack.CompileError, match="'_fills' returns no value: a call of it can only "
+                       "be a statement of its own") as ei:
+        tack.launch(k_uses_no_value, dim=1, args=(a,))
+    assert "()" not in str(ei.value)
+    tack.launch(k_calls_for_effect, dim=1, args=(a,))
+    assert a[0] == 1.0
