@@ -883,3 +883,18 @@ def test_a_call_that_returns_no_value_used_as_one():
     assert "()" not in str(ei.value)
     tack.launch(k_calls_for_effect, dim=1, args=(a,))
     assert a[0] == 1.0
+
+
+@tack.kernel
+def k_real_of_an_int(out):
+    i = tack.tid()
+    out[i] = i.real
+
+
+def test_an_attribute_of_a_number_variable_names_the_variable():
+    """``i.real`` of an int said "arrays have no attribute 'real'", naming arrays, which ``i`` is
+    not: the message names the variable and what can be read of one."""
+    with pytest.raises(tack.CompileError, match=r"'i\.real': of a variable only an array's shape, "
+                       r"ndim and size can be read") as ei:
+        tack.launch(k_real_of_an_int, dim=2, args=(np.zeros(2),))
+    assert "arrays have no attribute" not in str(ei.value)

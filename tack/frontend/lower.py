@@ -361,7 +361,8 @@ class _FunctionLowerer:
                 return ["shape", self.loc(e), ["name", self.loc(base), base.id]]
             if e.attr in ("ndim", "size"):
                 return ["intrinsic", self.loc(e), e.attr, [["name", self.loc(base), base.id]]]
-            raise self.error(f"arrays have no attribute '{e.attr}' in Tack code (use shape, ndim, size)", e)
+            raise self.error(f"'{base.id}.{e.attr}': of a variable only an array's shape, ndim and "
+                             f"size can be read in Tack code ('{base.id}' is a variable here)", e)
         if isinstance(base, ast.Name) and base.id not in self.templates and \
                 e.attr in ("shape", "ndim", "size"):
             obj = self.lookup(base.id, base)
