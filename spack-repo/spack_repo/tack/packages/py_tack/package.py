@@ -120,7 +120,9 @@ class PyTack(PythonPackage):
     # +rocm and +spirv only build bundles (ROCm's runtime binding, hip-python, is not a Spack
     # package): with ~bundles they would change the hash and nothing else
     conflicts("+rocm", when="~bundles", msg="+rocm builds ROCm bundles, which ~bundles turns off")
-    conflicts("+spirv", when="~bundles", msg="+spirv builds SPIR-V bundles, which ~bundles turns off")
+    conflicts(
+        "+spirv", when="~bundles", msg="+spirv builds SPIR-V bundles, which ~bundles turns off"
+    )
     conflicts("+cuda", when="platform=darwin", msg="CUDA is not available on macOS")
     conflicts("+rocm", when="platform=darwin", msg="ROCm is not available on macOS")
     conflicts("+spirv", when="platform=darwin", msg="Level Zero and OpenCL: Linux and Windows")
