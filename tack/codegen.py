@@ -127,6 +127,7 @@ class _ModuleGen:
         self.alloca_addrspace = getattr(target, "alloca_addrspace", 0)
         self.no_float64 = getattr(target, "has_float64", True) is False
         self.overflow_intrinsics = getattr(target, "overflow_intrinsics", True)
+        self.sat_nan_select = getattr(target, "sat_nan_select", False)
 
     def lltype(self, t):
         """``lltype`` with this target's address space for array data."""
@@ -740,7 +741,10 @@ class _FunctionGen:
         if src.kind == "f":
             sat = "fptosi.sat" if dst.kind == "i" else "fptoui.sat"
             fn = declare_intrinsic(self.mod.module, sat, lltype(dst), [v.type])
-            return b.call(fn, [v])
+            out = b.call(fn, [v])
+            if self.mod.sat_nan_select:     # NaN gives 0 whatever the driver's conversion does
+                out = b.select(b.fcmp_unordered("uno", v, v), ir.Constant(out.type, 0), out)
+            return out
         if dst.kind == "f":
             return b.sitofp(v, lltype(dst)) if src.kind == "i" else b.uitofp(v, lltype(dst))
         if dst.bits > src.bits:

@@ -26,6 +26,10 @@ class LevelZeroTarget(GPUTarget):
     kind = "level_zero"
     kernel_cc = "spir_kernel"
     overflow_intrinsics = False     # LLVM 22's SPIR-V backend cannot select sadd.with.overflow
+    # float -> int casts: NaN is selected to 0 explicitly.  SPIR-V's saturating OpConvertFToU
+    # gives 0 for NaN, but Intel's OpenCL CPU runtime (2026.2) gives 4294967295 for float32 ->
+    # uint32, where the language says 0.
+    sat_nan_select = True
 
     def __init__(self, arch):
         super().__init__(arch)

@@ -426,3 +426,32 @@ def test_another_librarys_array_is_refused_saying_why():
     with pytest.raises(TypeError, match=r"kernel 'k_scale2d': argument 'a' is another library's "
                                         r"array \(Producer\): OpenCL kernels take OpenCL buffers"):
         tack.launch(k_scale2d, a.shape, (foreign, np.zeros_like(a)), device="opencl")
+
+
+@tack.kernel
+def k_to_uint32(x, out):
+    i = tack.tid()
+    out[i] = tack.uint32(x[i])
+
+
+@tack.kernel
+def k_to_int64(x, out):
+    i = tack.tid()
+    out[i] = tack.int64(x[i])
+
+
+def test_a_float_to_integer_cast_of_nan_gives_0_as_on_the_cpu():
+    """Float to integer truncates and saturates, NaN giving 0 (docs/language.md).  Intel's
+    OpenCL CPU runtime gives 4294967295 for a float32 NaN cast to uint32 (SPIR-V's saturating
+    OpConvertFToU): the generated code selects 0 for NaN itself."""
+    for dtype in (np.float32, np.float64):
+        x = np.array([np.nan, -np.nan, np.inf, -np.inf, -1.5, 2.5, 5e9, 1e30], dtype)
+        for kernel, otype in ((k_to_uint32, np.uint32), (k_to_int64, np.int64)):
+            got = np.full(x.size, 7, otype)
+            tack.launch(kernel, x.size, (x, got), device="opencl")
+            want = np.full(x.size, 7, otype)
+            tack.launch(kernel, x.size, (x, want))
+            info = np.iinfo(otype)
+            assert got[0] == got[1] == 0, (dtype, otype, got)
+            np.testing.assert_array_equal(got, want)
+            assert got[2] == info.max and got[3] == info.min
