@@ -16,6 +16,7 @@ without float64 (dg2 and the other Xe-LP/HPG GPUs) make any float64 value a Comp
 from __future__ import annotations
 
 import os
+import re
 
 from .. import types as T
 from .arch_names import INTEL_DEVICES
@@ -61,7 +62,7 @@ class LevelZeroTarget(GPUTarget):
                 fn.attributes.add("alwaysinline")
 
     def emit(self, optimized) -> bytes:
-        spirv = emit_spirv(str(optimized), self.triple, self.settings)
+        spirv = emit_spirv(signed_bool_to_float(str(optimized)), self.triple, self.settings)
         return pack_level_zero(spirv, self.native(spirv) if self.device else b"")
 
     def native(self, spirv: bytes) -> bytes:
@@ -138,6 +139,23 @@ class SPIRVTarget(LevelZeroTarget):
     """``spirv:generic``: the SPIR-V module alone, no device's native code (the driver of each
     Level Zero or OpenCL device compiles it when the kernel is first loaded)."""
     kind = "spirv"
+
+
+_SITOFP_I1 = re.compile(r"= sitofp (i1|<(\d+) x i1>) (\S+) to (float|double|<\d+ x (?:float|double)>)")
+
+
+def signed_bool_to_float(ir_text: str) -> str:
+    """``sitofp i1 %b to float`` (true is -1.0: what LLVM's optimizer makes of
+    ``float(-int(b))``) rewritten as ``select i1 %b, float -1.0, float 0.0``.  LLVM 22's SPIR-V
+    backend converts an i1 as unsigned either way (true -> 1.0; llvm/llvm-project#209232)."""
+    def select(m):
+        n, value, ty = m.group(2), m.group(3), m.group(4)
+        if n is None:
+            return f"= select i1 {value}, {ty} -1.0, {ty} 0.0"
+        elem = ty.split(" x ")[1].rstrip(">")
+        ones = "<" + ", ".join([f"{elem} -1.0"] * int(n)) + ">"
+        return f"= select <{n} x i1> {value}, {ty} {ones}, {ty} zeroinitializer"
+    return _SITOFP_I1.sub(select, ir_text)
 
 
 _EMIT = """

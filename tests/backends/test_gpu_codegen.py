@@ -499,3 +499,20 @@ def test_find_ptxas_takes_packages_never_path(tmp_path, monkeypatch):
     assert gpu.find_ptxas() == conda
     monkeypatch.setenv("TACK_PTXAS", spack)
     assert gpu.find_ptxas() == spack
+
+
+def test_spirv_signed_bool_to_float_becomes_a_select():
+    """``sitofp i1`` (true is -1.0) is rewritten as a select before LLVM's SPIR-V backend, which
+    converts an i1 as unsigned; other conversions are left as they are."""
+    import llvmlite.binding as llvm
+    from tack.backends.level_zero import signed_bool_to_float
+    text = ("define float @f(i1 %b, i32 %n) {\n  %x = sitofp i1 %b to float\n"
+            "  %y = sitofp i32 %n to float\n  %z = uitofp i1 %b to float\n"
+            "  %s = fadd float %x, %y\n  %t = fadd float %s, %z\n  ret float %t\n}\n"
+            "define <2 x double> @g(<2 x i1> %b) {\n  %x = sitofp <2 x i1> %b to <2 x double>\n"
+            "  ret <2 x double> %x\n}\n")
+    out = signed_bool_to_float(text)
+    assert "sitofp i1" not in out and "sitofp <2 x i1>" not in out
+    assert "sitofp i32 %n" in out and "uitofp i1 %b" in out
+    assert "select i1 %b, float -1.0, float 0.0" in out
+    llvm.parse_assembly(out).verify()

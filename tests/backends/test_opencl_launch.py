@@ -455,3 +455,21 @@ def test_a_float_to_integer_cast_of_nan_gives_0_as_on_the_cpu():
             assert got[0] == got[1] == 0, (dtype, otype, got)
             np.testing.assert_array_equal(got, want)
             assert got[2] == info.max and got[3] == info.min
+
+
+@tack.kernel
+def k_negated_bool(b, out32, out64):
+    i = tack.tid()
+    out32[i] = tack.float32(-tack.int64(b))
+    out64[i] = -b + 0.5
+
+
+def test_a_negated_bool_converted_to_float_keeps_its_sign():
+    """``float(-int(b))`` with a bool ``b`` is -1.0 for True.  LLVM's optimizer makes it
+    ``sitofp i1``, which LLVM 22's SPIR-V backend converted as unsigned (+1.0,
+    llvm/llvm-project#209232): the SPIR-V targets rewrite it as a select."""
+    for b in (True, False):
+        out32, out64 = np.zeros(3, np.float32), np.zeros(3)
+        tack.launch(k_negated_bool, 3, (b, out32, out64), device="opencl")
+        np.testing.assert_array_equal(out32, -float(b))
+        np.testing.assert_array_equal(out64, -float(b) + 0.5)
