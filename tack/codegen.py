@@ -190,6 +190,8 @@ class _FunctionGen:
         self.err = args.pop() if self.mod.tk.debug else None
         n = len(tf.argtypes)
         self.tids = args[n:]
+        if tf.is_kernel and self.mod.no_float64:
+            self.refuse_float64_parameters()
         self.slots = {name: self.alloc(t) for name, t in tf.locals.items()}
         for name, t, arg in zip(tf.lowered.params, tf.argtypes, args[:n]):
             self.store_slot(self.slots[name], self.cast(self.unpack(arg, t), t, tf.locals[name]), tf.locals[name])
@@ -203,6 +205,21 @@ class _FunctionGen:
         if not self.b.block.is_terminated:
             self.emit_default_return()
         self.alloca_builder.branch(body)
+
+    def refuse_float64_parameters(self):
+        """A float64 scalar parameter is a float64 value in the entry's signature even when the
+        body never reads it (which the checks on expressions would catch): refused, naming it."""
+        src = self.tf.lowered.source
+        for name, t in zip(self.tf.lowered.params, self.tf.argtypes):
+            if isinstance(t, T.Scalar) and t.strong() == T.float64:
+                loc = None
+                for k, text in enumerate(src.lines):
+                    if text.lstrip().startswith("def ") and name in text:
+                        loc = (src.first_line + k, text.find(name, text.find("(")))
+                        break
+                raise self.unsupported(Unsupported(
+                    f"float64 (this device has no double precision: parameter '{name}' is "
+                    "float64; a Python float argument is float64, pass np.float32)"), (None, loc))
 
     def emit_default_return(self):
         if self.tf.ret is None or self.tf.is_kernel:

@@ -406,6 +406,30 @@ def test_unsupported_math_is_a_compile_error_at_the_users_line():
     assert unpack_level_zero(art.payload)[0][:4] == b"\x03\x02\x23\x07"
 
 
+
+@tack.kernel
+def k_float64_unread(factor, out):  # ERR factor
+    i = tack.tid()
+    out[i] = tack.float32(i)
+
+
+@pytest.mark.parametrize("name", ["spirv:generic-fp32", "level_zero:dg2"])
+def test_an_unused_float64_parameter_is_refused_without_float64(name):
+    """A float64 scalar parameter the body never reads is still a double in the entry's
+    signature (SPIR-V's Float64 capability, which a device without float64 may refuse to build):
+    a CompileError naming the parameter at its ``def``, as a float64 value in the body is.  With
+    a float32 argument the kernel builds, and its SPIR-V declares no float64."""
+    with pytest.raises(tack.CompileError) as e:
+        build(k_float64_unread, (1.5, np.zeros(3, np.float32)), 1, gpu_target(name))
+    msg = check_points_at(e.value, "k_float64_unread", k_float64_unread, __file__)
+    assert "parameter 'factor' is float64" in msg and name in msg
+    if name.startswith("spirv"):
+        art = build(k_float64_unread, (np.float32(1.5), np.zeros(3, np.float32)), 1, gpu_target(name))
+        spirv = unpack_level_zero(art.payload)[0]
+        float64_capability = (2 << 16 | 17).to_bytes(4, "little") + (10).to_bytes(4, "little")
+        assert float64_capability not in spirv      # OpCapability Float64
+
+
 # -- keys, names, the artifact container -------------------------------------------------------
 
 def test_target_keys_are_the_light_modules_and_change_with_every_setting(monkeypatch):
