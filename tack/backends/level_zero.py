@@ -147,7 +147,8 @@ _SITOFP_I1 = re.compile(r"= sitofp (i1|<(\d+) x i1>) (\S+) to (float|double|<\d+
 def signed_bool_to_float(ir_text: str) -> str:
     """``sitofp i1 %b to float`` (true is -1.0: what LLVM's optimizer makes of
     ``float(-int(b))``) rewritten as ``select i1 %b, float -1.0, float 0.0``.  LLVM 22's SPIR-V
-    backend converts an i1 as unsigned either way (true -> 1.0; llvm/llvm-project#209232)."""
+    backend converts an i1 as unsigned either way (true -> 1.0), which Intel's OpenCL runtime
+    showed (tests/backends/test_opencl_launch.py)."""
     def select(m):
         n, value, ty = m.group(2), m.group(3), m.group(4)
         if n is None:

@@ -466,8 +466,8 @@ def k_negated_bool(b, out32, out64):
 
 def test_a_negated_bool_converted_to_float_keeps_its_sign():
     """``float(-int(b))`` with a bool ``b`` is -1.0 for True.  LLVM's optimizer makes it
-    ``sitofp i1``, which LLVM 22's SPIR-V backend converted as unsigned (+1.0,
-    llvm/llvm-project#209232): the SPIR-V targets rewrite it as a select."""
+    ``sitofp i1``, which LLVM 22's SPIR-V backend converted as unsigned (+1.0, seen on
+    Intel's OpenCL runtime): the SPIR-V targets rewrite it as a select."""
     for b in (True, False):
         out32, out64 = np.zeros(3, np.float32), np.zeros(3)
         tack.launch(k_negated_bool, 3, (b, out32, out64), device="opencl")
