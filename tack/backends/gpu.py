@@ -283,6 +283,9 @@ def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
 # module can come out invalid: level_zero.emit_spirv emits each in a process of its own.)
 
 
+_KNOWN = {}     # (triple, processor, features) -> whether this LLVM knows them
+
+
 class GPUTarget:
     """A GPU target of the toolchain side (subclassed per kind in cuda.py, hip.py, level_zero.py;
     ``arch`` is a name the registry resolved).
@@ -312,7 +315,27 @@ class GPUTarget:
         import llvmlite.binding as llvm
         _initialize(all_targets=True)
         self._llvm = llvm
+        self.check_processor()
         self.machine = self.new_machine()
+
+    def check_processor(self):
+        """ArchError unless this LLVM knows the processor the settings name for the triple: LLVM
+        builds generic code for one it does not know (a warning on stderr, nothing more), which
+        is wrong for the GPU (PTX of a too-old ISA, a code object for no gfx).  Once per
+        processor and process, when a target is made to compile: never on a cache hit."""
+        cpu = self.settings.get("cpu", "")
+        if not cpu:
+            return
+        features = self.settings.get("features", "")
+        known = _KNOWN.get((self.triple, cpu, features))
+        if known is None:
+            from .cpu import llvm_knows_cpu
+            known = _KNOWN[(self.triple, cpu, features)] = llvm_knows_cpu(self.triple, cpu, features)
+        if not known:
+            raise ArchError(f"{self.kind}:{self.arch}: the LLVM of this llvmlite "
+                            f"({'.'.join(map(str, self._llvm.llvm_version_info))}) does not know "
+                            f"the processor {cpu!r} for {self.triple}; it would build generic "
+                            f"code, wrong for that GPU: install a newer llvmlite")
 
     def new_machine(self):
         """An LLVM target machine built from ``settings`` (the key's, so no hand copy)."""
