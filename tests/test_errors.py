@@ -718,6 +718,21 @@ def test_source_edited_since_import(tmp_path, now):
     assert "has changed since it was defined" in msg and str(path) in msg, msg
 
 
+@pytest.mark.parametrize("above", ["\x0c\n", "# a page break \x0c here\n", "S = '\u2028'\n",
+                                   "# \x85 \x1c \x1d \x1e \x0b\n"],
+                         ids=["form-feed-line", "form-feed-comment", "line-separator", "others"])
+def test_kernel_below_characters_python_does_not_end_lines_at(tmp_path, above):
+    """A form feed (or U+2028, NEL...) above a kernel, which Python does not count as a line's end,
+    leaves the kernel compiling (the front end split the file's text there, so the def was looked for
+    on the wrong line: 'the source of k has changed since it was defined')."""
+    path = tmp_path / "form_feed_kernel_mod.py"
+    path.write_text("import tack\n" + above + _EDITED_KERNEL.split("\n", 1)[1], encoding="utf-8")
+    mod = _load(path)
+    out = np.zeros(2)
+    tack.launch(mod.k, dim=2, args=(out,))
+    np.testing.assert_array_equal(out, 1.0)
+
+
 def test_multiline_lambda_kernel(tmp_path):
     """A lambda spread over lines (its source alone does not parse) is a CompileError naming it,
     not a SyntaxError from the parser."""

@@ -93,7 +93,9 @@ def _snapshot_lines(fn):
     import io
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(snap[0]).readline)
-        lines = snap[0].decode(encoding).splitlines(keepends=True)
+        # lines end where Python's do (\n, \r\n, \r), as the fingerprint's: not at a form feed
+        # or U+2028 in a comment or a string, as str.splitlines() would
+        lines = io.TextIOWrapper(io.BytesIO(snap[0]), encoding, newline=None).readlines()
     except (SyntaxError, LookupError, UnicodeDecodeError) as e:
         raise _changed(name, code, f"cannot be read as Python source ({e})") from None
     first = code.co_firstlineno
