@@ -113,7 +113,8 @@ def source_snapshot(code):
 
 def _source_text(code) -> bytes:
     """The lines of source ``code`` spans (its first line to the last any instruction of it
-    is on), from ``source_snapshot``; empty where there is no file.
+    is on, or past it to the end of its indented block: ``_block_end``), from
+    ``source_snapshot``; empty where there is no file.
 
     The front end compiles a function's source, which its code object does not always come
     from: CPython runs a ``.pyc`` whose recorded size and mtime (in seconds) match the source,
@@ -124,7 +125,30 @@ def _source_text(code) -> bytes:
     snap = source_snapshot(code)
     if not snap:
         return b""
-    return b"\n".join(snap[1][code.co_firstlineno - 1:_last_line(code)])
+    first = code.co_firstlineno - 1
+    return b"\n".join(snap[1][first:_block_end(snap[1], first, _last_line(code))])
+
+
+def _block_end(lines, first, last) -> int:
+    """``last``, or past it the last line indented deeper than the ``def`` (or its decorator) on
+    line ``first`` (0-based) before a line that is not: code after a return (or in an
+    ``if False:``) that CPython compiles to nothing, which the front end compiles all the same
+    (an assignment there changes a variable's type).  Blank and comment lines after the body
+    are left out, so a comment between two functions changes neither."""
+    if not 0 <= first < len(lines):
+        return last
+    head = lines[first]
+    indent = len(head) - len(head.lstrip(b" \t"))
+    end = last
+    for n in range(last, len(lines)):
+        line = lines[n]
+        body = line.lstrip(b" \t\x0c")
+        if not body or body.startswith(b"#"):
+            continue
+        if len(line) - len(line.lstrip(b" \t")) <= indent:
+            break
+        end = n + 1
+    return end
 
 
 def _last_line(code) -> int:

@@ -312,3 +312,35 @@ def test_an_edit_in_a_running_process_is_never_stored_under_the_old_sources_key(
     again = run_child(cache, src, launches, module="kboth")
     assert again.rc == 0, again.stderr
     assert [r["out"] for r in again.results] == [[0.0, 2.0, 4.0], [2.0, 3.0, 4.0]], again.results
+
+
+DEAD_TAIL = '''import tack
+
+
+@tack.kernel
+def k_scale(a, out):
+    i = tack.tid()
+    x = 4611686018427387905
+    out[i] = a[i] + (x - 4611686018427387904)
+    return
+    x = 2
+'''
+
+
+def test_an_edit_of_code_after_a_return_recompiles(tmp_path):
+    """Lines after a kernel's last return compile to no bytecode (CPython drops them), but the
+    front end compiles them: here the dead 'x = 2.5' makes x a float64 (2**62 + 1 rounds to
+    2**62), so a cold process computes a + 0.  The key hashed the lines up to the last one an
+    instruction is on, and a warm process loaded the a + 1 stored for 'x = 2'."""
+    src = write_module(tmp_path / "src", DEAD_TAIL, "kdead")
+    cache = tmp_path / "cache"
+    launches = [{"kernel": "k_scale", "n": 3}]
+    first = run_child(cache, src, launches, module="kdead")
+    assert first.rc == 0, first.stderr
+    assert first.result("k_scale")["out"] == [1.0, 2.0, 3.0]
+    (src / "kdead.py").write_text(DEAD_TAIL.replace("    x = 2\n", "    x = 2.5\n"))
+    cold = run_child(None, src, launches, module="kdead", env={"TACK_CACHE": "off"})
+    warm = run_child(cache, src, launches, module="kdead")
+    for run in (cold, warm):
+        assert run.rc == 0, run.stderr
+        assert run.result("k_scale")["out"] == [0.0, 1.0, 2.0]
