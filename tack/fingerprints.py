@@ -227,8 +227,11 @@ def _held_by_module(fn) -> bool:
     if "<locals>" in fn.__qualname__:
         return False
     obj = sys.modules.get(fn.__module__)
-    for part in fn.__qualname__.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return False
-    return obj is fn or getattr(obj, "py_func", None) is fn
+    try:        # a module's __getattr__, a class's property: whatever they raise, not held
+        for part in fn.__qualname__.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return False
+        return obj is fn or getattr(obj, "py_func", None) is fn
+    except Exception:                       # noqa: BLE001
+        return False

@@ -304,3 +304,27 @@ def test_negative_shift_counts_and_not_of_a_bool_are_numpys():
         want = [a[0] << s[0], a[1] >> s[0], a[0] >> s[1]]
     assert out.tolist() == [int(w) for w in want] == [0, -1, 0]
     assert bo.tolist() == (~b).tolist() == [False, True]
+
+
+def test_a_module_whose_getattr_raises_does_not_break_a_device_functions_id(tmp_path):
+    """Whether a module holds a device function at its name is asked with ``getattr``; a module
+    ``__getattr__`` that raises something else than AttributeError (a lazy loader's failure) made
+    that question raise into the user's launch: the function is then taken as not held."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "lazymod.py").write_text(
+        "import numpy as np\nimport tack\n\n\nclass Box:\n    @staticmethod\n    def __getattr__(n):\n"
+        "        raise RuntimeError('lazy loader failed')\n\n\n"
+        "def __getattr__(name):\n    raise RuntimeError('lazy loader failed: ' + name)\n\n\n"
+        "def _make():\n    @tack.func\n    def twice(x):\n        return x * 2.0\n    return twice\n\n\n"
+        "twice = _make()\ntwice.py_func.__qualname__ = 'Nowhere.twice'\n\n\n"
+        "@tack.kernel\ndef k(a, out):\n    i = tack.tid()\n    out[i] = twice(a[i])\n")
+    script = ("import sys, numpy as np, tack; sys.path.insert(0, sys.argv[1]); import lazymod\n"
+              "a = np.arange(3.0); out = np.zeros(3); tack.launch(lazymod.k, 3, (a, out)); print(out.tolist())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE="off", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[0] == "[0.0, 2.0, 4.0]"
