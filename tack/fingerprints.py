@@ -98,7 +98,8 @@ def _file(name: str):
 
 def source_snapshot(code):
     """(bytes, lines) of the file of ``code`` as it was when this process first needed the source
-    of that code object (its fingerprint, or its lowering), or None (no file).
+    of that code object (its fingerprint, or its lowering), or None (no file); the text
+    registered in ``linecache`` for that file name instead, if any (``_registered``).
 
     The same bytes for the fingerprint and for the front end, whatever happens to the file in
     between: a module edited and not reloaded keeps its code objects, and so their source; one
@@ -107,8 +108,26 @@ def source_snapshot(code):
     if hit is not None and hit[0] is code:
         return hit[1]
     snap = _file(code.co_filename)
+    if snap is not None:
+        snap = _registered(code.co_filename) or snap
     _snapshots[id(code)] = (code, snap)
     return snap
+
+
+def _registered(name: str):
+    """(bytes, lines) of the text registered in ``linecache`` for ``name`` (an entry with no
+    mtime, as IPython and other ``exec()`` callers make for the code they compile), or None.
+
+    That text is what the code object was compiled from, and what Python's tracebacks show,
+    even where a file of that name holds something else.  Consulted only where the file exists
+    (a zip archive's member gets a loader's entry of the same form when a traceback or
+    ``inspect`` reads it, which would make the key depend on what ran before)."""
+    lc = sys.modules.get("linecache")
+    entry = lc.cache.get(name) if lc is not None else None
+    if not isinstance(entry, tuple) or len(entry) != 4 or entry[1] is not None:
+        return None
+    data = "".join(entry[2]).encode("utf-8", "surrogatepass")
+    return data, data.splitlines()
 
 
 def _source_text(code) -> bytes:

@@ -344,3 +344,47 @@ def test_an_edit_of_code_after_a_return_recompiles(tmp_path):
     for run in (cold, warm):
         assert run.rc == 0, run.stderr
         assert run.result("k_scale")["out"] == [0.0, 1.0, 2.0]
+
+
+EXEC_CELL = '''import json, linecache, sys
+import numpy as np
+import tack, tack.cache
+path, body = sys.argv[1], sys.argv[2]
+src = f"""import tack
+
+@tack.kernel
+def k_cell(a, out):
+    i = tack.tid()
+    out[i] = a[i] {body}
+"""
+linecache.cache[path] = (len(src), None, src.splitlines(True), path)    # as IPython registers a cell
+ns = {"__name__": "__main__"}
+exec(compile(src, path, "exec"), ns)
+a, out = np.arange(3, dtype=np.float64), np.zeros(3)
+tack.launch(ns["k_cell"], 3, (a, out))
+print(json.dumps({"out": out.tolist(), "hits": tack.cache.stats()["hits"]["variant"]}))
+'''
+
+
+def test_code_compiled_from_a_registered_linecache_text_is_that_text(tmp_path):
+    """exec() of code registered in linecache (as IPython and editors' "run cell" do) under
+    the name of a file that holds something else (the file as last saved): Python's
+    tracebacks show the registered text, and the front end compiled it; the source snapshot
+    read the file instead (a kernel of the same name and parameters: its old body, silently),
+    and each process with another body got the file's code from the cache."""
+    path = tmp_path / "cell.py"
+    path.write_text('import tack\n\n@tack.kernel\ndef k_cell(a, out):\n    i = tack.tid()\n'
+                    '    out[i] = a[i] * 2.0\n')
+    script = tmp_path / "exec_cell.py"
+    script.write_text(EXEC_CELL)
+    cache = tmp_path / "cache"
+
+    def run(body):
+        p = subprocess.run([sys.executable, str(script), str(path), body], env=child_env(cache),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    assert run("* 5.0") == {"out": [0.0, 5.0, 10.0], "hits": 0}
+    assert run("* 5.0") == {"out": [0.0, 5.0, 10.0], "hits": 1}
+    assert run("+ 7.0") == {"out": [7.0, 8.0, 9.0], "hits": 0}
