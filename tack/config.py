@@ -9,15 +9,16 @@ import os
 
 from .errors import warn
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"", "0", "false", "no", "off"}
+#: The words an on/off setting takes (any case), the one vocabulary of every TACK_ switch.
+TRUE_WORDS = frozenset(("1", "true", "yes", "on"))
+FALSE_WORDS = frozenset(("0", "false", "no", "off"))
 
 
 def _env_flag(name: str) -> bool:
     raw = os.environ.get(name, "").strip().lower()
-    if raw in _TRUE:
+    if raw in TRUE_WORDS:
         return True
-    if raw not in _FALSE:
+    if raw and raw not in FALSE_WORDS:
         warn(f"tack: {name}={raw!r} is not a boolean (use 1 or 0); using 0", stacklevel=3)
     return False
 

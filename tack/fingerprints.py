@@ -2,9 +2,10 @@
 and the values a function closes over.
 
 The fingerprints hash a function's code object (bytecode, constants, names)
-and the lines of source it spans (read once per file, since a stale ``.pyc``
-can hold other code than the source the front end compiles: ``_source_text``),
-so they are computed without tokenizing or parsing, in microseconds: a cached
+and the lines of source it spans, as its file held them when this process
+first needed that code object (``source_snapshot``, the very bytes the front
+end then parses: a stale ``.pyc`` or an edit without a reload can hold other
+code than the file), so they are computed without tokenizing or parsing, in microseconds: a cached
 kernel's warm path can afford them, and this module imports nothing more for
 them.  Line numbers are left out, so an edit elsewhere in a module does not
 change a fingerprint.  The front end records

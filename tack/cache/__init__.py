@@ -495,12 +495,13 @@ def load_bundle(comm=None, kinds=None) -> int:
 
 def _setup_logging():
     """TACK_CACHE_LOG=1: say per kernel what the cache did; 2: also each key step."""
+    from ..config import FALSE_WORDS, TRUE_WORDS
     raw = os.environ.get("TACK_CACHE_LOG", "")
     level = raw.strip().lower()
-    if level in ("", "0", "false", "no", "off"):
+    if not level or level in FALSE_WORDS:
         return
     import logging
-    if level not in ("1", "true", "yes", "on", "2"):
+    if level not in TRUE_WORDS and level != "2":
         warn(f"tack: TACK_CACHE_LOG={raw!r} is not a log level; use 1 (what the cache did per "
              f"kernel), 2 (also each key step) or 0 (off); logging as with 1", stacklevel=4)
     logger = logging.getLogger(NAME)

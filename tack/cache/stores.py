@@ -189,10 +189,6 @@ _PACKAGE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 INSTALLED_BUNDLES = os.path.join("share", "tack", "bundles")
 
 
-_OFF = ("0", "no", "off", "false")
-_ON = ("", "1", "yes", "on", "true")
-
-
 def installed_dirs(environ=None, package_file=None, prefix=None, warn=None) -> list:
     """The bundle directories installed beside this Tack, found with no setting: ``share/tack/
     bundles`` under the prefix Tack is installed in (``PREFIX/lib/pythonX.Y/site-packages/tack``:
@@ -201,10 +197,11 @@ def installed_dirs(environ=None, package_file=None, prefix=None, warn=None) -> l
     ``off`` or ``false``; any other value but ``1``, ``yes``, ``on`` and ``true`` is told to
     ``warn`` (if given) and looked for as by default.  Two ``lstat`` calls; no import."""
     environ = os.environ if environ is None else environ
+    from ..config import FALSE_WORDS, TRUE_WORDS
     setting = environ.get("TACK_CACHE_INSTALLED_BUNDLES", "").strip().lower()
-    if setting in _OFF:
+    if setting in FALSE_WORDS:
         return []
-    if setting not in _ON and warn is not None:
+    if setting and setting not in TRUE_WORDS and warn is not None:
         warn(f"TACK_CACHE_INSTALLED_BUNDLES={environ['TACK_CACHE_INSTALLED_BUNDLES']!r} is neither "
              f"on (1, yes, on, true) nor off (0, no, off, false); looking for installed bundles, "
              f"as by default")

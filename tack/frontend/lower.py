@@ -74,10 +74,12 @@ class _KernelState:
 _DEF = re.compile(r"^\s*(@|def\s|async\s+def\s)")
 
 
+_RELOAD = "import the module again (or restart) to compile what the file holds"
+
+
 def _changed(name, code, why) -> CompileError:
     return CompileError(f"the source of '{name}' has changed since it was defined: "
-                        f"{code.co_filename} {why}; import the module again (or restart) to "
-                        "compile what the file holds")
+                        f"{code.co_filename} {why}; {_RELOAD}")
 
 
 def _snapshot_lines(fn):
@@ -142,8 +144,7 @@ def _source_of(fn):
     if not isinstance(node, ast.FunctionDef) and code.co_name != "<lambda>" and \
             not isinstance(node, ast.AsyncFunctionDef):
         raise src.error(f"the source of '{name}' has changed since it was defined: its line "
-                        f"{first} no longer holds its 'def'; import the module again (or "
-                        "restart) to compile what the file holds", (first, None))
+                        f"{first} no longer holds its 'def'; {_RELOAD}", (first, None))
     if not isinstance(node, ast.FunctionDef):
         raise src.error(f"'{name}' is not a plain 'def' function", (first, None))
     params = [a.arg for a in node.args.posonlyargs + node.args.args]
@@ -151,8 +152,7 @@ def _source_of(fn):
         raise src.error(f"the source of '{name}' has changed since it was defined: its line "
                         f"{first} now holds 'def {node.name}({', '.join(params)})', not "
                         f"'def {code.co_name}({', '.join(code.co_varnames[:code.co_argcount])})'; "
-                        "import the module again (or restart) to compile what the file holds",
-                        (first, None))
+                        f"{_RELOAD}", (first, None))
     return node, src, first - 2 if nested else first - 1, 0
 
 

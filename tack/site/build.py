@@ -478,9 +478,9 @@ def _directories(directory):
 def _bundle_paths(directory):
     """The bundle files of ``directory`` (none if it is missing), sorted."""
     if not os.path.isdir(directory):
-        return directory, []
-    return directory, sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                             if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)
+        return []
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                  if n.startswith(BUNDLE_PREFIX) and trust.TMP_MARK not in n)
 
 
 def staleness(b, node_llvm, uncomparable=True):
@@ -608,7 +608,7 @@ def bundles_status(directory=None, out=sys.stdout) -> int:
 def _status_of(directory, node_llvm, host_key, node_arch, out) -> list:
     """``bundles status``'s lines for one directory; -> the names of the bundles this node uses
     there, in the order it looks in them."""
-    directory, paths = _bundle_paths(directory)
+    paths = _bundle_paths(directory)
     if not paths:
         print(f"no bundles in {directory}", file=out)
     bundles, unusable = {}, {}
@@ -748,7 +748,7 @@ def stale_bundles(directories) -> list:
     node_llvm = llvm_version()
     lines = []
     for d in directories:
-        _, paths = _bundle_paths(d)
+        paths = _bundle_paths(d)
         for path in paths:
             try:
                 b = bundle_mod.read(path, allow_root=True)
@@ -815,7 +815,7 @@ def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
     """Rebuild the stale bundles of ``directory``, or (None) of every site directory a job
     searches; -> 1 if any could not be."""
     llvm = llvm_version()
-    paths = [p for d in _directories(directory) for p in _bundle_paths(d)[1]]
+    paths = [p for d in _directories(directory) for p in _bundle_paths(d)]
     failures = 0
     for path in paths:
         try:
