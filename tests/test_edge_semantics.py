@@ -328,3 +328,65 @@ def test_a_module_whose_getattr_raises_does_not_break_a_device_functions_id(tmp_
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split("\n")[0] == "[0.0, 2.0, 4.0]"
+
+
+FMOD_NAN = """
+import math
+import sys
+import numpy as np
+import tack
+
+
+@tack.kernel
+def k(a, b, f32, out, out32, after):
+    i = tack.tid()
+    out[i, 0] = math.fmod(a[i], math.nan)
+    out[i, 1] = math.fmod(float(b[i]), math.nan)
+    out[i, 2] = math.fmod(a[i], 0.0)
+    out[i, 3] = math.fmod(math.inf, a[i] + 1)
+    out[i, 4] = math.fmod(-0.0, a[i] + 1)
+    out[i, 5] = math.fmod(a[i] - 5, 3)
+    out32[i, 0] = math.fmod(f32[i], np.float32(math.nan))
+    out32[i, 1] = math.fmod(f32[i] - np.float32(5), np.float32(3))
+    n = 0
+    while n < 3:
+        n += 1
+    after[i] = n
+
+
+a = np.arange(4, dtype=np.int64)
+b = np.array([True, False, True, False])
+out, out32, after = np.zeros((4, 6)), np.zeros((4, 2), np.float32), np.zeros(4, np.int64)
+tack.launch(k, dim=4, args=(a, b, a.astype(np.float32), out, out32, after))
+np.save(sys.argv[1], out)
+np.save(sys.argv[2], out32)
+print(after.tolist())
+"""
+
+
+def test_fmod_by_nan_of_an_integer_is_nan_and_the_kernel_runs_on(tmp_path):
+    """``math.fmod(x, nan)`` with ``x`` converted from an int or bool: LLVM 22 turned the libm
+    call into an ``frem`` it marked NaN-free, so the result was poison (0.0 here) and what came
+    after it could be deleted.  Every fmod below gives what C's fmod (and NumPy's) gives; run in
+    its own process because poison can also leave a loop without an end."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "fmod_nan.py"
+    script.write_text(FMOD_NAN)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE="off", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    o64, o32 = tmp_path / "o64.npy", tmp_path / "o32.npy"
+    p = subprocess.run([sys.executable, str(script), str(o64), str(o32)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[0] == "[3, 3, 3, 3]"
+    a = np.arange(4, dtype=np.int64).astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = np.stack([np.fmod(a, np.nan), np.fmod(np.array([1.0, 0, 1, 0]), np.nan), np.fmod(a, 0.0),
+                         np.fmod(np.inf, a + 1), np.fmod(-0.0, a + 1), np.fmod(a - 5, 3)], axis=1)
+        want32 = np.stack([np.fmod(a.astype(np.float32), np.float32(np.nan)),
+                           np.fmod(a.astype(np.float32) - 5, np.float32(3))], axis=1)
+    np.testing.assert_array_equal(np.load(o64), want)
+    np.testing.assert_array_equal(np.load(o32), want32)
+    assert np.signbit(np.load(o64)[:, 4]).all()

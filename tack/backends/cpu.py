@@ -103,6 +103,12 @@ class CPUTarget:
     # -- the codegen interface ------------------------------------------------
 
     def math_call(self, module, builder, name, args, t):
+        if name == "fmod":
+            # ``frem`` is C's fmod (and lowers to a call of it), with LLVM's own NaN rule.  LLVM
+            # 22 rewrote a call of libm's fmod into an ``frem`` marked NaN-free when the dividend
+            # cannot be NaN (an int converted), so ``fmod(x, nan)`` was poison: 0.0, or the code
+            # after it deleted.
+            return builder.frem(args[0], args[1])
         if name in _LLVM_MATH:
             fn = declare_intrinsic(module, name, args[0].type, [a.type for a in args])
             return builder.call(fn, args)
