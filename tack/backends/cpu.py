@@ -261,41 +261,70 @@ def llvm_target(arch: str):
     """
     major = llvm.llvm_version_info[0]
     triple, cpu, features, flag = llvm_cpu(arch, major)
-    if not llvm_knows_cpu(triple, cpu, features):
-        raise ArchError(f"LLVM {major} does not recognise the CPU {cpu!r} that archspec gives "
-                        f"for cpu:{arch} ({flag}); it would build generic "
+    unknown = llvm_unrecognized(triple, cpu, features)
+    if unknown:
+        raise ArchError(f"LLVM {major} does not recognise {describe_unrecognized(unknown)} that "
+                        f"archspec gives for cpu:{arch} ({flag}); it would build generic "
                         f"{triple.split('-')[0]} code, so cpu:{arch} is not built")
     return triple, cpu, features
 
 
-def llvm_knows_cpu(triple: str, cpu: str, features: str = "") -> bool:
-    """Does this LLVM know ``cpu`` (and each of ``features``) for ``triple``?
+_capture_lock = threading.Lock()     # fd 2 is the process's: one capture at a time
+
+
+def llvm_unrecognized(triple: str, cpu: str, features: str = "") -> list:
+    """What of ``cpu`` and ``features`` this LLVM does not know for ``triple``, as LLVM names
+    them: ``[("processor", "sm_999"), ("feature", "+ptx999")]``; empty when it knows all.
 
     llvmlite has no list of CPU names; for one it does not know, LLVM prints
     "'X' is not a recognized processor for this target (ignoring processor)"
     (or "... feature ...") to file descriptor 2 and goes on with generic code.
-    That warning is captured (fd 2 redirected around the call) and taken as
-    the answer.
+    That warning is captured (fd 2 redirected around the call, under a lock: two
+    threads redirecting at once each took the other's file for the real stderr,
+    which one of them then restored for good) and read as the answer.
     """
     import os
+    import re
     import sys
     import tempfile
     _initialize(all_targets=True)
     machine = llvm.Target.from_triple(triple)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with tempfile.TemporaryFile() as captured:
-            os.dup2(captured.fileno(), 2)
-            try:
-                machine.create_target_machine(cpu=cpu, features=features)
-            finally:
-                os.dup2(saved, 2)
-            captured.seek(0)
-            warning = captured.read().decode("utf-8", "replace")
-    finally:
-        os.close(saved)
-    return "not a recognized" not in warning
+    with _capture_lock:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            with tempfile.TemporaryFile() as captured:
+                os.dup2(captured.fileno(), 2)
+                try:
+                    machine.create_target_machine(cpu=cpu, features=features)
+                finally:
+                    os.dup2(saved, 2)
+                captured.seek(0)
+                warning = captured.read().decode("utf-8", "replace")
+        finally:
+            os.close(saved)
+    found = []
+    for name, what in re.findall(r"'([^'\n]*)' is not a recognized (processor|feature)", warning):
+        if (what, name) not in found:
+            found.append((what, name))
+    if not found and "not a recognized" in warning:     # worded otherwise: the whole request
+        found.append(("processor", cpu))
+    return found
+
+
+def llvm_knows_cpu(triple: str, cpu: str, features: str = "") -> bool:
+    """Does this LLVM know ``cpu`` and each of ``features`` for ``triple``? (``llvm_unrecognized``)"""
+    return not llvm_unrecognized(triple, cpu, features)
+
+
+def describe_unrecognized(found: list) -> str:
+    """``[("feature", "+ptx999")]`` -> "the feature '+ptx999'" (for an error message)."""
+    parts = []
+    for what in ("processor", "feature"):
+        names = [n for w, n in found if w == what]
+        if names:
+            parts.append(f"the {what}{'s' if len(names) > 1 else ''} " + ", ".join(map(repr, names)))
+    return " and ".join(parts)
 
 
 def host_target() -> CPUTarget:

@@ -283,7 +283,7 @@ def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
 # module can come out invalid: level_zero.emit_spirv emits each in a process of its own.)
 
 
-_KNOWN = {}     # (triple, processor, features) -> whether this LLVM knows them
+_KNOWN = {}     # (triple, processor, features) -> what of them this LLVM does not know
 
 
 class GPUTarget:
@@ -327,15 +327,15 @@ class GPUTarget:
         if not cpu:
             return
         features = self.settings.get("features", "")
-        known = _KNOWN.get((self.triple, cpu, features))
-        if known is None:
-            from .cpu import llvm_knows_cpu
-            known = _KNOWN[(self.triple, cpu, features)] = llvm_knows_cpu(self.triple, cpu, features)
-        if not known:
+        from .cpu import describe_unrecognized, llvm_unrecognized
+        unknown = _KNOWN.get((self.triple, cpu, features))
+        if unknown is None:
+            unknown = _KNOWN[(self.triple, cpu, features)] = llvm_unrecognized(self.triple, cpu, features)
+        if unknown:
             raise ArchError(f"{self.kind}:{self.arch}: the LLVM of this llvmlite "
                             f"({'.'.join(map(str, self._llvm.llvm_version_info))}) does not know "
-                            f"the processor {cpu!r} for {self.triple}; it would build generic "
-                            f"code, wrong for that GPU: install a newer llvmlite")
+                            f"{describe_unrecognized(unknown)} for {self.triple}; it would build "
+                            f"generic code, wrong for that GPU: install a newer llvmlite")
 
     def new_machine(self):
         """An LLVM target machine built from ``settings`` (the key's, so no hand copy)."""
