@@ -174,6 +174,12 @@ def build_problems(cfg, progress=None):
             llvm_target(arch)
         except BuildFailure as e:
             problems.append(f"{cfg.where(('build', 'archs', 'cpu', i))}: {e}")
+    for arch, keypath in listed_archs(cfg):
+        if keypath[2] != "cpu":
+            try:
+                build_target(arch)          # a GPU processor this LLVM does not know, ...
+            except BuildFailure as e:
+                problems.append(f"{cfg.where(keypath)}: {e}")
     for i, entry in enumerate(cfg.get("build.kernels") or []):
         base = ("build", "kernels", i)
         try:
@@ -192,6 +198,15 @@ def build_problems(cfg, progress=None):
     return problems
 
 
+def listed_archs(cfg) -> list:
+    """``[("cuda:sm_90", ("build", "archs", "cuda", 0)), ...]``: each architecture of build.archs
+    by the registry's name, with the key path of its config line."""
+    from .config import ARCH_KINDS, _bare
+    listed = cfg.get("build.archs", {}) or {}
+    return [(f"{kind}:{ARCH_KINDS[kind].resolve(_bare(kind, a))}", ("build", "archs", kind, i))
+            for kind in ARCH_KINDS for i, a in enumerate(listed.get(kind) or [])]
+
+
 def target_problems(cfg, entries, progress=None):
     """``["FILE:LINE: build.archs.KIND[i]: ..."]`` for each architecture of build.archs that a
     configured kernel cannot be compiled for, naming the kernel, its module and the feature the
@@ -202,10 +217,7 @@ def target_problems(cfg, entries, progress=None):
     from ..archs import ArchError
     from ..compiler import prepare
     from ..specialize import specialize
-    from .config import ARCH_KINDS, _bare
-    listed = cfg.get("build.archs", {}) or {}
-    archs = [(f"{kind}:{ARCH_KINDS[kind].resolve(_bare(kind, a))}", ("build", "archs", kind, i))
-             for kind in ARCH_KINDS for i, a in enumerate(listed.get(kind) or [])]
+    archs = listed_archs(cfg)
     variants, seen = [], set()
     for entry, specs in entries:
         for kernel, args, grid in specs:
@@ -221,7 +233,7 @@ def target_problems(cfg, entries, progress=None):
         try:
             target = build_target(arch)
         except (BuildFailure, ArchError):
-            continue                            # the config's own check reports the name
+            continue                            # reported by build_problems
         refused = set()
         for module, kernel, lowered, values, grid in variants:
             name = kernel.__qualname__

@@ -303,3 +303,24 @@ class TestCheckCompilesForEachArch:
         r = site("check", path)
         assert r.returncode == 0, r.stderr
         assert r.stderr.count("check: generating 2 variant(s) for ") == 7
+
+
+def test_check_refuses_a_gpu_processor_this_llvm_does_not_know(tmp_path, monkeypatch):
+    """The registry knows the name, the LLVM of this llvmlite does not know its processor (an old
+    llvmlite): `check` reports it at the arch's line, as `bundles build` fails on it.  `check`
+    passed such a config, and only the build refused it."""
+    from tack.backends import gpu
+    from tack.site.build import build_problems
+    from tack.site.config import load
+    real = gpu.settings
+
+    def settings(kind, arch):
+        out = real(kind, arch)
+        return dict(out, cpu="sm_999") if kind == "cuda" else out
+    monkeypatch.setattr(gpu, "settings", settings)
+    path = config(tmp_path, {"cpu": ["x86_64_v3"], "cuda": ["sm_90"], "spirv": ["generic"]})
+    problems = build_problems(load(path))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{path}:5: build.archs.cuda.0: cuda:sm_90: the LLVM of this "
+                                  "llvmlite"), problems[0]
+    assert "does not know the processor 'sm_999'" in problems[0]
