@@ -97,10 +97,43 @@ def _file(name: str):
     return data, _files[name][2]
 
 
+def _zip_member(name: str):
+    """(bytes, lines) of ``name`` if it is ``ARCHIVE/member`` (what zipimport makes a module's
+    ``__file__``), read from the archive, else None.  The same bytes as the file the archive was
+    made from: a kernel imported from a zip has the key of the same source on disk, so a bundle
+    built from the checkout serves a zipped deployment (and an edit of the member is seen)."""
+    archive = name
+    while True:
+        archive, tail = os.path.split(archive)
+        if not tail or not archive:
+            return None
+        try:
+            st = os.stat(archive)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        break
+    member = os.path.relpath(name, archive).replace(os.sep, "/")
+    ident = ("zip", st.st_ino, st.st_size, st.st_mtime_ns)
+    got = _files.get(name)
+    if got is not None and got[0] == ident:
+        return got[1:]
+    try:
+        import zipfile
+        with zipfile.ZipFile(archive) as z:
+            data = z.read(member)
+    except Exception:                       # noqa: BLE001 - not a zip, no such member: no text
+        return None
+    _files[name] = (ident, data, data.splitlines())
+    return data, _files[name][2]
+
+
 def source_snapshot(code):
     """(bytes, lines) of the file of ``code`` as it was when this process first needed the source
     of that code object (its fingerprint, or its lowering), or None (no file); the text
-    registered in ``linecache`` for that file name instead, if any (``_registered``).
+    registered in ``linecache`` for that file name instead, if any (``_registered``); the
+    member of a zip archive for a module imported from one (``_zip_member``).
 
     The same bytes for the fingerprint and for the front end, whatever happens to the file in
     between: a module edited and not reloaded keeps its code objects, and so their source; one
@@ -111,6 +144,8 @@ def source_snapshot(code):
     snap = _file(code.co_filename)
     if snap is not None:
         snap = _registered(code.co_filename) or snap
+    else:
+        snap = _zip_member(code.co_filename)
     _snapshots[id(code)] = (code, snap)
     return snap
 

@@ -388,3 +388,30 @@ def test_code_compiled_from_a_registered_linecache_text_is_that_text(tmp_path):
     assert run("* 5.0") == {"out": [0.0, 5.0, 10.0], "hits": 0}
     assert run("* 5.0") == {"out": [0.0, 5.0, 10.0], "hits": 1}
     assert run("+ 7.0") == {"out": [7.0, 8.0, 9.0], "hits": 0}
+
+
+def test_a_kernel_imported_from_a_zip_has_the_key_of_the_same_source_on_disk(tmp_path):
+    """A zipped deployment of a kernel module (zipimport, a zipapp) is served what the same
+    source compiled from disk stored (a bundle built from the checkout).  A zip member has no file
+    of its own, so its key hashed the bytecode alone, and never met the on-disk source's key; an
+    edited member still computes its own text."""
+    import zipfile
+    src = write_module(tmp_path / "src", STALE_PYC, "kzip")
+    cache = tmp_path / "cache"
+    launches = [{"kernel": "k_scale", "n": 3}]
+    disk = run_child(cache, src, launches, module="kzip")
+    assert disk.result("k_scale")["out"] == [0.0, 2.0, 4.0]
+    assert disk.stats["misses"]["variant"] == 1
+    archive = tmp_path / "app.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(src / "kzip.py", "kzip.py")
+    zipped = run_child(cache, archive, launches, module="kzip",
+                       after="assert mod.__file__.startswith(" + repr(str(archive)) + ")")
+    assert zipped.result("k_scale")["out"] == [0.0, 2.0, 4.0]
+    assert zipped.stats["misses"]["variant"] == 0 and zipped.stats["hits"]["variant"] == 1, zipped.stats
+    edited = tmp_path / "edited.zip"
+    with zipfile.ZipFile(edited, "w") as z:
+        z.writestr("kzip.py", STALE_PYC.replace("* 2.0", "* 3.0"))
+    again = run_child(cache, edited, launches, module="kzip")
+    assert again.result("k_scale")["out"] == [0.0, 3.0, 6.0]
+    assert again.stats["misses"]["variant"] == 1
