@@ -16,6 +16,7 @@ import os
 import stat
 import sys
 import types
+from _weakref import ref as _weakref
 
 from .language import Constant, Func
 from .digests import hasher
@@ -51,17 +52,31 @@ def _const_text(const):
     return (type(const).__name__, const)
 
 
-_memo = {}      # id(code) -> (code, defaults, fingerprint): the code is kept alive, so ids stay unique
+# id(code) -> (a weak reference to the code, ...): an entry goes when its code object does (a
+# notebook's module reloaded again and again keeps neither its old code nor its old file's bytes),
+# and an id a later code object reuses is told apart by the reference.
+_memo = {}      # id(code) -> (ref, defaults, qualified name, fingerprint)
+
+
+def _held(table, code):
+    """A weak reference to ``code`` whose death removes ``table[id(code)]`` (if still its entry)."""
+    key = id(code)
+
+    def forget(ref):
+        got = table.get(key)
+        if got is not None and got[0] is ref:
+            del table[key]
+    return _weakref(code, forget)
 
 
 def function_fingerprint(fn) -> str:
     """Hex digest (``tack.digests``) of a Python function's code (and defaults and Python version)."""
     code = fn.__code__
     hit = _memo.get(id(code))
-    if hit is not None and hit[0] is code and hit[1] == fn.__defaults__ and hit[2] == fn.__qualname__:
+    if hit is not None and hit[0]() is code and hit[1] == fn.__defaults__ and hit[2] == fn.__qualname__:
         return hit[3]
     fp = _function_fingerprint(fn)
-    _memo[id(code)] = (code, fn.__defaults__, fn.__qualname__, fp)
+    _memo[id(code)] = (_held(_memo, code), fn.__defaults__, fn.__qualname__, fp)
     return fp
 
 
@@ -75,7 +90,7 @@ def _function_fingerprint(fn) -> str:
 
 
 _files = {}         # file name -> ((inode, size, mtime in ns), the file's bytes, its lines)
-_snapshots = {}     # id(code) -> (code, its file's (bytes, lines) when first needed, or None)
+_snapshots = {}     # id(code) -> (weak ref to the code, its file's (bytes, lines) when first needed, or None)
 
 
 def _file(name: str):
@@ -139,14 +154,14 @@ def source_snapshot(code):
     between: a module edited and not reloaded keeps its code objects, and so their source; one
     reloaded has new code objects, which read the file as it is then."""
     hit = _snapshots.get(id(code))
-    if hit is not None and hit[0] is code:
+    if hit is not None and hit[0]() is code:
         return hit[1]
     snap = _file(code.co_filename)
     if snap is not None:
         snap = _registered(code.co_filename) or snap
     else:
         snap = _zip_member(code.co_filename)
-    _snapshots[id(code)] = (code, snap)
+    _snapshots[id(code)] = (_held(_snapshots, code), snap)
     return snap
 
 

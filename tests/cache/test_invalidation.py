@@ -415,3 +415,34 @@ def test_a_kernel_imported_from_a_zip_has_the_key_of_the_same_source_on_disk(tmp
     again = run_child(cache, edited, launches, module="kzip")
     assert again.result("k_scale")["out"] == [0.0, 3.0, 6.0]
     assert again.stats["misses"]["variant"] == 1
+
+
+def test_the_fingerprint_memos_let_a_reloaded_modules_old_code_go(tmp_path, monkeypatch):
+    """The memos of fingerprints and source snapshots kept every code object they saw, and its
+    file's bytes, for the process's life: a notebook module edited and reloaded again and again
+    grew the process by a copy of the file each time.  Old code objects now die with their
+    module's old functions, and their entries with them."""
+    import gc
+    import importlib
+    import weakref
+    from tack import fingerprints
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "kreload.py"
+    path.write_text("def f(x):\n    return x + 0\n")
+    import kreload
+    try:
+        refs = []
+        for n in range(1, 6):
+            fingerprints.function_fingerprint(kreload.f)
+            assert fingerprints.source_snapshot(kreload.f.__code__)[1][1].strip() == f"return x + {n - 1}".encode()
+            refs.append(weakref.ref(kreload.f.__code__))
+            path.write_text(f"def f(x):\n    return x + {n}\n")
+            importlib.reload(kreload)
+        gc.collect()
+        assert [r() is None for r in refs] == [True] * 5
+        held = [e for e in list(fingerprints._memo.values()) + list(fingerprints._snapshots.values())
+                if e[0]() is not None and e[0]().co_filename == str(path)]
+        assert held == []
+    finally:
+        sys.modules.pop("kreload", None)
