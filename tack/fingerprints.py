@@ -215,10 +215,38 @@ def _block_end(lines, first, last) -> int:
         body = line.lstrip(b" \t\x0c")
         if not body or body.startswith(b"#"):
             continue
-        if len(line) - len(line.lstrip(b" \t")) <= indent:
+        if len(line) - len(line.lstrip(b" \t")) <= indent and not _continues(lines, first, n):
             break
         end = n + 1
     return end
+
+
+def _continues(lines, first, n) -> bool:
+    """Does line ``n`` (0-based) go on a statement that lines ``first``..``n-1`` left open: a
+    bracket or a triple-quoted string not closed, a backslash at the end?  Then it belongs to the
+    block however far left it starts (``y = (1 +`` and ``1)`` at column 0).  Counted, not
+    tokenized: a bracket in a comment or a docstring is left out; one in a string may take the
+    span further than needed, which costs a recompile when those lines change, never a stale
+    hit."""
+    if lines[n - 1].endswith(b"\\"):
+        return True
+    text = b"\n".join(lines[first:n])
+    if text.count(b'"""') % 2 or text.count(b"'''") % 2:
+        return True
+    opened = text.count(b"(") + text.count(b"[") + text.count(b"{")
+    if opened == text.count(b")") + text.count(b"]") + text.count(b"}"):
+        return False
+    depth, in_text = 0, False
+    for line in lines[first:n]:
+        quotes = line.count(b'"""') + line.count(b"'''")
+        if in_text or quotes:                   # a docstring's line: its brackets are prose
+            in_text ^= quotes % 2 == 1
+            continue
+        if b"#" in line and b'"' not in line and b"'" not in line:
+            line = line[:line.index(b"#")]
+        depth += (line.count(b"(") + line.count(b"[") + line.count(b"{")
+                  - line.count(b")") - line.count(b"]") - line.count(b"}"))
+    return depth > 0
 
 
 def _last_line(code) -> int:

@@ -327,18 +327,23 @@ def k_scale(a, out):
 '''
 
 
-def test_an_edit_of_code_after_a_return_recompiles(tmp_path):
+@pytest.mark.parametrize("tail", ["", "    y = (1 +\n1)\n", "    y = 1 + \\\n1\n"],
+                         ids=["plain", "bracket", "backslash"])
+def test_an_edit_of_code_after_a_return_recompiles(tmp_path, tail):
     """Lines after a kernel's last return compile to no bytecode (CPython drops them), but the
     front end compiles them: here the dead 'x = 2.5' makes x a float64 (2**62 + 1 rounds to
     2**62), so a cold process computes a + 0.  The key hashed the lines up to the last one an
-    instruction is on, and a warm process loaded the a + 1 stored for 'x = 2'."""
-    src = write_module(tmp_path / "src", DEAD_TAIL, "kdead")
+    instruction is on, and a warm process loaded the a + 1 stored for 'x = 2'.  A statement
+    continued on a line at column 0 (in brackets, after a backslash) ended the span there,
+    before 'x = 2'."""
+    source = DEAD_TAIL.replace("    return\n", "    return\n" + tail)
+    src = write_module(tmp_path / "src", source, "kdead")
     cache = tmp_path / "cache"
     launches = [{"kernel": "k_scale", "n": 3}]
     first = run_child(cache, src, launches, module="kdead")
     assert first.rc == 0, first.stderr
     assert first.result("k_scale")["out"] == [1.0, 2.0, 3.0]
-    (src / "kdead.py").write_text(DEAD_TAIL.replace("    x = 2\n", "    x = 2.5\n"))
+    (src / "kdead.py").write_text(source.replace("    x = 2\n", "    x = 2.5\n"))
     cold = run_child(None, src, launches, module="kdead", env={"TACK_CACHE": "off"})
     warm = run_child(cache, src, launches, module="kdead")
     for run in (cold, warm):
@@ -446,3 +451,21 @@ def test_the_fingerprint_memos_let_a_reloaded_modules_old_code_go(tmp_path, monk
         assert held == []
     finally:
         sys.modules.pop("kreload", None)
+
+
+def test_the_hashed_span_ends_at_the_block_whatever_brackets_its_prose_leaves_open(tmp_path, monkeypatch):
+    """Where a bracket is left open in a comment or a docstring, the span still ends with the
+    function's block: an edit of the next function does not change this one's fingerprint, and an
+    edit of this one's dead code does."""
+    import importlib
+    from tack import fingerprints
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = ('def f(x):\n    """Scale (see\n    the notes."""\n    y = x * 2  # (as before\n'
+            '    return y\n    z = [1,\n2]\n\n\ndef g(x):\n    return x + 1\n')
+    prints = []
+    for n, body in enumerate([text, text.replace("x + 1", "x + 7"), text.replace("2]", "3]")]):
+        (tmp_path / f"kspan{n}.py").write_text(body)
+        mod = importlib.import_module(f"kspan{n}")
+        prints.append(fingerprints.function_fingerprint(mod.f))
+    assert prints[0] == prints[1] != prints[2]
