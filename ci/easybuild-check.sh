@@ -15,6 +15,10 @@ cd "$(dirname "$0")/.."
 . ci/lib.sh
 scratch_dir easybuild-check "${1:-}"
 VERSION="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' tack/_version.py)"
+# The easyconfig, named as easybuild-easyconfigs names them: <name>-<version>-<toolchain>.eb
+RECIPE="$(ls recipes/easybuild/Tack-"$VERSION"-*.eb)"
+[ "$(wc -l <<<"$RECIPE")" -eq 1 ] || { echo "not one easyconfig for $VERSION: $RECIPE" >&2; exit 1; }
+ECNAME="$(basename "$RECIPE")"
 SITE="$ROOT/tests/packaging/site.yaml"
 LMOD_INIT=/usr/share/lmod/lmod/init/bash
 # The site config's module refers to $USER, which a container's root shell may not set: loading
@@ -26,10 +30,10 @@ step "sdist (python -m build --sdist)" build_sdist "$S" || exit 1
 SHA="$(sha256sum "$SDIST" | cut -d' ' -f1)"
 rm -rf "$S/sources" "$S/easyconfigs" && mkdir -p "$S/sources/t/Tack" "$S/easyconfigs"
 cp "$SDIST" "$S/sources/t/Tack/tack-$VERSION.tar.gz"     # SOURCELOWER_TAR_GZ, in <letter>/<name>/
-EC="$S/easyconfigs/Tack-$VERSION.eb"
-committed="$(sed -n "s/^checksums = \['\([0-9a-f]*\)'\]$/\1/p" "recipes/easybuild/Tack-$VERSION.eb")"
-sed "s/$committed/$SHA/" "recipes/easybuild/Tack-$VERSION.eb" > "$EC"
-echo "Tack-$VERSION.eb: committed sha256 $committed; this checkout's sdist $SHA ($SDIST)"
+EC="$S/easyconfigs/$ECNAME"
+committed="$(sed -n "s/^checksums = \['\([0-9a-f]*\)'\]$/\1/p" "$RECIPE")"
+sed "s/$committed/$SHA/" "$RECIPE" > "$EC"
+echo "$ECNAME: committed sha256 $committed; this checkout's sdist $SHA ($SDIST)"
 
 # -- EasyBuild 5, and the machine's Python: a venv of Debian's python3 with Tack's dependencies ------
 apt_install lmod
@@ -87,9 +91,9 @@ lmod_found() {
 step "eb --check-eb-deps --modules-tool=Lmod" lmod_found
 # What easybuild-easyconfigs' CI runs on a contribution: the style check (pycodestyle) and sha256
 # checksums, on the committed easyconfig.
-step "eb --check-contrib recipes/easybuild/Tack-$VERSION.eb" \
-  eb_shell eb --check-contrib "recipes/easybuild/Tack-$VERSION.eb" --tmpdir="$S/eb-tmp" $AS_ROOT
-step "eb Tack-$VERSION.eb" install_tack "$EC" "$S/eb"
+step "eb --check-contrib $RECIPE" \
+  eb_shell eb --check-contrib "$RECIPE" --tmpdir="$S/eb-tmp" $AS_ROOT
+step "eb $ECNAME" install_tack "$EC" "$S/eb"
 PREFIX="$S/eb/software/Tack/$VERSION"
 echo "module files: $(cd "$S/eb/modules/all" && ls Tack/*)"
 
@@ -142,14 +146,14 @@ step "eb --sanity-check-only fails on a stale bundle" stale_fails
 SITE_EB="$S/site.yaml"
 sed 's|^  directory: /tmp/tack-site-cache$|  directory: $HOME/tack-site-cache/$USER|' "$SITE" > "$SITE_EB"
 grep -q 'directory: \$HOME/tack-site-cache/\$USER' "$SITE_EB"
-EC_SITE="$S/easyconfigs/site/Tack-$VERSION.eb"
+EC_SITE="$S/easyconfigs/site/$ECNAME"
 mkdir -p "$(dirname "$EC_SITE")"
 { sed "s|^local_site_config = None$|local_site_config = '$SITE_EB'|" "$EC"
   PYTHONPATH="$ROOT" "$S/python/bin/python" -m tack.site env "$SITE_EB" --shell easybuild
 } > "$EC_SITE"
 grep -q "^local_site_config = '$SITE_EB'$" "$EC_SITE"
 tail -7 "$EC_SITE"
-step "eb Tack-$VERSION.eb (site config)" install_tack "$EC_SITE" "$S/eb-site"
+step "eb $ECNAME (site config)" install_tack "$EC_SITE" "$S/eb-site"
 SITED="$S/eb-site/software/Tack/$VERSION"
 compare_site_settings() {
   cmp "$SITE_EB" "$SITED/share/tack/site.yaml"

@@ -62,3 +62,22 @@ def test_easyconfig_provides_llvmlite_within_the_bound():
     provided = re.search(r"# llvmlite (\d+\.\d+\.\d+), an extension of numba's", EASYCONFIG)
     assert provided, "the easyconfig does not say which llvmlite its numba brings"
     assert version(provided.group(1)) >= version(pyproject_bounds()["llvmlite"]), provided.group(0)
+
+
+def test_the_easyconfig_is_named_as_easybuild_names_them():
+    """easybuild-easyconfigs names a file <name>-<version>-<toolchain>-<toolchain version>.eb
+    (what `eb --robot` looks for, and the module's name: Tack/0.1.0-foss-2025a); it was
+    Tack-0.1.0.eb, the name of an easyconfig with the system toolchain."""
+    import ast
+    files = list((ROOT / "recipes" / "easybuild").glob("*.eb"))
+    assert len(files) == 1, files
+    values = {}
+    for node in ast.parse(files[0].read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in ("name", "version", "toolchain", "versionsuffix"):
+            values[node.targets[0].id] = ast.literal_eval(node.value)
+    toolchain = values["toolchain"]
+    assert toolchain["name"] != "system"
+    want = f"{values['name']}-{values['version']}-{toolchain['name']}-{toolchain['version']}" \
+           f"{values.get('versionsuffix', '')}.eb"
+    assert files[0].name == want
