@@ -243,7 +243,8 @@ def site_dirs(environ=None, warn=None, installed=None) -> list:
                 continue
         why = _site_dir_problem(d)
         if why is None:
-            out.append(d)
+            if os.path.normpath(d) not in map(os.path.normpath, out):  # named twice: searched once
+                out.append(d)
         elif warn is not None:
             warn(f"TACK_CACHE_BUNDLES names {why}; ignored")
     seen = {os.path.normpath(d) for d in out}

@@ -23,7 +23,7 @@ import os
 
 from .atomic import write_files
 from .errors import SiteError
-from .shell import quote, set_line
+from .shell import export_lines
 
 EXTENSIONS = {"sh": "bash", "csh": "csh", "fish": "fish"}
 
@@ -38,7 +38,7 @@ def activate_script(cfg, ext, marker):
     head = [f"# Tack's settings for this conda environment, from the site config.",
             f"# Written by `python -m tack.site conda-activate`; deactivate.d/tack.{ext} restores",
             f"# the values they replace."]
-    save, sets = [], [set_line(shell, var, quote(shell, value)) for var, value in exports.items()]
+    save, sets = [], [line for var, value in exports.items() for line in export_lines(shell, var, value)]
     if ext == "sh":
         save.append(f'if [ -z "${{{marker}+x}}" ]; then')
         save.append(f"    export {marker}=1")

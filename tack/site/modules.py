@@ -32,6 +32,10 @@ from .errors import SiteError
 
 # $NAME or ${NAME}; any other "$" is a literal character.
 REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# Lists of directories (":"-separated) that a module, like Spack's and EasyBuild's, puts before
+# the user's own value rather than in its place: a user's own bundles stay searched, after the
+# site's.
+PATH_EXPORTS = ("TACK_CACHE_BUNDLES",)
 DEFAULT_WHATIS = "Tack: Python kernels compiled for CPUs and GPUs, kept in an on-disk cache"
 
 
@@ -81,7 +85,10 @@ class ModuleContext:
         self.conf = configuration
 
     def exports(self):
-        return [{"name": var, "value": value, "parts": split_references(value)}
+        """Each variable: its name, value, the value's parts (``split_references``), and whether
+        it is a list of directories that goes before the user's own (``PATH_EXPORTS``)."""
+        return [{"name": var, "value": value, "parts": split_references(value),
+                 "path": var in PATH_EXPORTS}
                 for var, value in self.conf.exports.items()]
 
     def needs(self):

@@ -79,6 +79,22 @@ def set_line(shell, var, value_word):
             "fish": f"set -gx {var} {value_word}"}[shell]
 
 
+def export_lines(shell, var, value) -> list:
+    """The statements that export ``var`` as ``value`` (``$NAME`` references left to expand);
+    a list of directories (``modules.PATH_EXPORTS``: TACK_CACHE_BUNDLES) goes before the
+    variable's value, if any, as a module's ``prepend_path`` does."""
+    from .modules import PATH_EXPORTS
+    word = quote(shell, value)
+    if var not in PATH_EXPORTS:
+        return [set_line(shell, var, word)]
+    if shell == "bash":
+        return [f'export {var}={word}"${{{var}:+:${var}}}"']
+    if shell == "csh":      # one line would substitute ${var} even where it is unset: an error
+        return [f"if ($?{var}) then", f"    setenv {var} {word}:${{{var}:q}}", "else",
+                f"    setenv {var} {word}", "endif"]
+    return [f"set -gx {var} (string join : -- {word} ${var})"]
+
+
 def easybuild_value(value) -> str:
     """``value`` as EasyBuild 5 writes a ``modextravars`` value into a module: a ``$NAME`` or
     ``${NAME}`` is looked up when the module is loaded (Lmod's ``os.getenv``, Tcl's
@@ -122,5 +138,5 @@ def render_env(cfg, shell) -> str:
         raise ValueError(f"unknown shell {shell!r}; expected one of {', '.join(SHELLS)}")
     lines = [f"# Tack's settings for this site ({shell}); $NAME references expand when this is sourced."]
     for var, value in cfg.exports().items():
-        lines.append(set_line(shell, var, quote(shell, value)))
+        lines += export_lines(shell, var, value)
     return "\n".join(lines) + "\n"

@@ -61,11 +61,13 @@ def test_env_csh_and_fish_text(example):
     assert site_env(config, "csh").splitlines()[1:] == [
         'setenv TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"', 'setenv TACK_CACHE "write"',
         'setenv TACK_CACHE_MPI "bundle"', 'setenv TACK_CACHE_SIZE "4G"',
-        'setenv TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"']
+        'if ($?TACK_CACHE_BUNDLES) then',
+        '    setenv TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles":${TACK_CACHE_BUNDLES:q}',
+        'else', '    setenv TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"', 'endif']
     assert site_env(config, "fish").splitlines()[1:] == [
         'set -gx TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"', 'set -gx TACK_CACHE "write"',
         'set -gx TACK_CACHE_MPI "bundle"', 'set -gx TACK_CACHE_SIZE "4G"',
-        'set -gx TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"']
+        'set -gx TACK_CACHE_BUNDLES (string join : -- "/apps/tack/0.1.0/bundles" $TACK_CACHE_BUNDLES)']
     assert render_env(load(config), "bash").startswith("# ")
 
 
@@ -91,6 +93,42 @@ def test_env_fish_sourced(tmp_path, example):
                    f"source {tmp_path / 'env.fish'}; printenv TACK_CACHE_DIR; echo $USER")
     path, user = r.stdout.splitlines()
     assert path == f"/scratch/b/{user}/{ODD}", r.stdout + r.stderr
+
+
+BUNDLES_SHELLS = {"bash": (["bash", "--noprofile", "--norc", "-c"], "export TACK_CACHE_BUNDLES=/home/me/mine",
+                           "printenv TACK_CACHE_BUNDLES"),
+                  "csh": (["tcsh", "-f", "-c"], "setenv TACK_CACHE_BUNDLES /home/me/mine",
+                          "printenv TACK_CACHE_BUNDLES"),
+                  "fish": (["fish", "--no-config", "-c"], "set -gx TACK_CACHE_BUNDLES /home/me/mine",
+                           "printenv TACK_CACHE_BUNDLES")}
+
+
+@pytest.mark.parametrize("shell", sorted(BUNDLES_SHELLS))
+def test_env_puts_the_sites_bundles_before_the_users_own(tmp_path, example, shell):
+    """`tack.site env` prepends cache.bundles to the user's TACK_CACHE_BUNDLES, as the modules,
+    Spack's and EasyBuild's do (it replaced it: the user's own bundles were no longer searched);
+    with none set, the site's alone.  Two directories, one made of $HOME, in each shell."""
+    argv, mine, show = BUNDLES_SHELLS[shell]
+    if not have(argv[0]):
+        pytest.skip(f"{argv[0]} is not installed")
+    config = example("gpu-cluster", lambda t: t.replace(
+        "bundles: /apps/tack/0.1.0/bundles", "bundles: /apps/tack/0.1.0/bundles:$HOME/site-b"))
+    script = tmp_path / f"env.{shell}"
+    script.write_text(site_env(config, shell))
+    site = f"/apps/tack/0.1.0/bundles:{tmp_path}/site-b"
+    alone = _run_shell(argv, tmp_path, f"source {script}; {show}")
+    assert alone.stdout == f"{site}\n", alone.stdout + alone.stderr
+    both = _run_shell(argv, tmp_path, f"{mine}; source {script}; {show}")
+    assert both.stdout == f"{site}:/home/me/mine\n", both.stdout + both.stderr
+
+
+def test_a_bundle_directory_named_twice_is_searched_once(tmp_path):
+    """A module and a sourced env script (or one sourced twice) can name the same directory twice
+    in TACK_CACHE_BUNDLES: it is one directory to search."""
+    from tack.cache.stores import site_dirs
+    a, b = tmp_path / "a", tmp_path / "b"
+    env = {"TACK_CACHE_BUNDLES": f"{a}:{b}:{a}/:{b}", "TACK_CACHE_INSTALLED_BUNDLES": "0"}
+    assert site_dirs(env, installed=[]) == [str(a), str(b)]
 
 
 # -- EasyBuild ---------------------------------------------------------------------
@@ -222,6 +260,21 @@ def test_conda_fish(tmp_path, example):
                    f"source {d}/deactivate.d/tack.fish; printenv TACK_CACHE; "
                    f"printenv TACK_CACHE_DIR; or echo unset")
     assert r.stdout.splitlines() == ["write", "mine", "unset"], r.stderr
+
+
+@pytest.mark.parametrize("shell", sorted(BUNDLES_SHELLS))
+def test_conda_activation_puts_the_sites_bundles_before_the_users_own(tmp_path, example, shell):
+    """Activation prepends cache.bundles to the user's TACK_CACHE_BUNDLES (it replaced it), and
+    deactivation gives the user's value back."""
+    argv, mine, show = BUNDLES_SHELLS[shell]
+    if not have(argv[0]):
+        pytest.skip(f"{argv[0]} is not installed")
+    cfg, d = conda_scripts(tmp_path, example)
+    ext = {"bash": "sh"}.get(shell, shell)
+    r = _run_shell(argv, tmp_path, f"{mine}; source {d}/activate.d/tack.{ext}; {show}; "
+                   f"source {d}/deactivate.d/tack.{ext}; {show}")
+    assert r.stdout.splitlines() == ["/apps/tack/0.1.0/bundles:/home/me/mine", "/home/me/mine"], \
+        r.stdout + r.stderr
 
 
 def test_conda_scripts_text(tmp_path, example):

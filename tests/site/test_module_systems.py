@@ -148,3 +148,34 @@ module load tack && show TACK_CACHE_DIR
 """
     r = clean_bash(script, home)
     assert r.stdout.splitlines()[-1] == f"TACK_CACHE_DIR={home}/{odd}", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_the_sites_bundles_go_before_the_users_own(tmp_path, system, example, render_env, capsys):
+    """cache.bundles is prepended to the user's TACK_CACHE_BUNDLES, as Spack's and EasyBuild's
+    modules do, and comes off again at unload: the module replaced it, so a user's own bundles
+    were no longer searched while it was loaded.  Two directories, one made of $HOME."""
+    init = module_init(system)
+    config = example("gpu-cluster", lambda t: t.replace(
+        "bundles: /apps/tack/0.1.0/bundles", "bundles: /apps/tack/0.1.0/bundles:$HOME/site-b"))
+    assert "$HOME/site-b" in load(config).exports()["TACK_CACHE_BUNDLES"]
+    root = tmp_path / "m"
+    render(config, root, capsys)
+    home = tmp_path / "home"
+    home.mkdir()
+    fakes = fake_modules(tmp_path / "fakes")
+    script = f"""{SHOW}
+source {init}
+module use {fakes}
+module use {root}
+module load openmpi
+echo @@ none; module load tack; show TACK_CACHE_BUNDLES; module unload tack; show TACK_CACHE_BUNDLES
+export TACK_CACHE_BUNDLES=/home/me/mine
+echo @@ mine; module load tack; show TACK_CACHE_BUNDLES; module unload tack; show TACK_CACHE_BUNDLES
+"""
+    r = clean_bash(script, home)
+    out = sections(r.stdout)
+    site = f"/apps/tack/0.1.0/bundles:{home}/site-b"
+    assert out["none"] == [f"TACK_CACHE_BUNDLES={site}", "TACK_CACHE_BUNDLES unset"], r.stdout + r.stderr
+    assert out["mine"] == [f"TACK_CACHE_BUNDLES={site}:/home/me/mine",
+                           "TACK_CACHE_BUNDLES=/home/me/mine"], r.stdout + r.stderr

@@ -26,8 +26,9 @@ if (mode() == "load") then
 end
 
 -- pushenv: unloading restores the value each variable had before loading.
+-- prepend_path: a list of directories goes before the user's own, and comes off at unload.
 pushenv("TACK_CACHE_DIR", (os.getenv("SCRATCH") or "") .. "/" .. (os.getenv("USER") or "") .. "/tack-cache")
 pushenv("TACK_CACHE", "write")
 pushenv("TACK_CACHE_MPI", "bundle")
 pushenv("TACK_CACHE_SIZE", "4G")
-pushenv("TACK_CACHE_BUNDLES", "/apps/tack/0.1.0/bundles")
+prepend_path("TACK_CACHE_BUNDLES", "/apps/tack/0.1.0/bundles")

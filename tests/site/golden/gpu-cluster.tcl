@@ -28,8 +28,9 @@ if {[module-info mode load]} {
 }
 
 ## pushenv: unloading restores the value each variable had before loading.
+## prepend-path: a list of directories goes before the user's own, and comes off at unload.
 pushenv TACK_CACHE_DIR "[getenv SCRATCH {}]/[getenv USER {}]/tack-cache"
 pushenv TACK_CACHE "write"
 pushenv TACK_CACHE_MPI "bundle"
 pushenv TACK_CACHE_SIZE "4G"
-pushenv TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"
+prepend-path TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"
