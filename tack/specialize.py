@@ -405,7 +405,12 @@ class _Inferer:
             raise self.error(f"unsupported operand types for {op}: {a} and {b}", node)
         r = arith_type(op, a, b)
         if r is None:
-            raise self.error(f"unsupported operand types for {op}: {a} and {b}", node)
+            why = ""
+            if {a.strong().name, b.strong().name} == {"int64", "uint64"}:
+                why = ("; int64 with uint64 promotes to float64, as NumPy's result_type does (a "
+                       "negative literal is an int64), and a float has no bitwise operations: "
+                       "cast one side (tack.uint64(...) or tack.int64(...))")
+            raise self.error(f"unsupported operand types for {op}: {a} and {b}{why}", node)
         return r[1]
 
     def _unop(self, e):

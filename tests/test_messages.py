@@ -298,3 +298,19 @@ def test_launch_errors_end_at_the_launch(tmp_path, case, debug):
     else:
         assert len(tack_frames) == 1 and "in launch" in tack_frames[0], p.stderr
         assert "During handling" not in p.stderr
+
+
+@tack.kernel
+def k_uint_and_negative(a, out):
+    i = tack.tid()
+    out[i] = a[i] & -2
+
+
+def test_a_bitwise_op_of_uint64_and_int64_says_why_and_what_to_do():
+    """``u & -2`` with a uint64 ``u``: the literal is an int64, the pair promotes to float64 as
+    in NumPy, and there is no float ``&``.  The error said only "unsupported operand types"."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_uint_and_negative, dim=2, args=(np.array([3, 5], np.uint64), np.zeros(2, np.uint64)))
+    message = str(ei.value)
+    assert "uint64 and int64" in message and "promotes to float64" in message
+    assert "tack.uint64(" in message
