@@ -110,7 +110,7 @@ def test_env_puts_the_sites_bundles_before_the_users_own(tmp_path, example, shel
     with none set, the site's alone.  Two directories, one made of $HOME, in each shell."""
     argv, mine, show = BUNDLES_SHELLS[shell]
     if not have(argv[0]):
-        pytest.skip(f"{argv[0]} is not installed")
+        pytest.skip(f"{argv[0]} is not installed here, so this shell cannot be run (ci/run-tests.sh installs it)")
     config = example("gpu-cluster", lambda t: t.replace(
         "bundles: /apps/tack/0.1.0/bundles", "bundles: /apps/tack/0.1.0/bundles:$HOME/site-b"))
     script = tmp_path / f"env.{shell}"
@@ -268,7 +268,7 @@ def test_conda_activation_puts_the_sites_bundles_before_the_users_own(tmp_path, 
     deactivation gives the user's value back."""
     argv, mine, show = BUNDLES_SHELLS[shell]
     if not have(argv[0]):
-        pytest.skip(f"{argv[0]} is not installed")
+        pytest.skip(f"{argv[0]} is not installed here, so this shell cannot be run (ci/run-tests.sh installs it)")
     cfg, d = conda_scripts(tmp_path, example)
     ext = {"bash": "sh"}.get(shell, shell)
     r = _run_shell(argv, tmp_path, f"{mine}; source {d}/activate.d/tack.{ext}; {show}; "
