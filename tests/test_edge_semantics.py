@@ -1,5 +1,7 @@
 """Edge cases found in review: literals that do not fit, mixed 64-bit comparisons, loop bounds, closures."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -390,3 +392,42 @@ def test_fmod_by_nan_of_an_integer_is_nan_and_the_kernel_runs_on(tmp_path):
     np.testing.assert_array_equal(np.load(o64), want)
     np.testing.assert_array_equal(np.load(o32), want32)
     assert np.signbit(np.load(o64)[:, 4]).all()
+
+
+@tack.kernel
+def k_pow_bases(x, x32, out, out32):
+    i = tack.tid()
+    out[i, 0] = 8.0 ** x[i]
+    out[i, 1] = math.pow(32, x[i])
+    out[i, 2] = 4.0 ** x[i]
+    out[i, 3] = x[i] ** 2.0
+    out[i, 4] = x[i] ** 0.5
+    out[i, 5] = math.pow(x[i], 0.5)
+    out[i, 6] = 2.0 ** x[i]
+    out32[i, 0] = np.float32(8.0) ** x32[i]
+    out32[i, 1] = x32[i] ** np.float32(0.5)
+
+
+def test_pow_of_a_constant_power_of_two_base_is_cs_pow():
+    """``8.0 ** x`` and ``math.pow(32, x)``: LLVM 22 rewrote pow of a constant power-of-two base
+    into ``exp2(3 * x)``, whose product rounds first (14 ULP off at x = sqrt(63)).  Every power
+    is C's ``pow`` (``powf``) as Python and NumPy compute it, and the exact rewrites kept
+    (``x ** 2``, ``x ** 0.5``) give pow's answer at -0.0 and -inf too."""
+    x = np.array([math.sqrt(63), math.sqrt(2) * 7.1, 0.1, -3.3, 1e-3, 12.25, -0.0, -math.inf,
+                  math.inf, math.nan, 3.0, -2.0])
+    x32 = x.astype(np.float32)
+    out, out32 = np.zeros((x.size, 7)), np.zeros((x.size, 2), np.float32)
+    tack.launch(k_pow_bases, dim=x.size, args=(x, x32, out, out32))
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))  # NumPy's ** 0.5 is sqrt, Python's raises
+    cpow, powf = libm.pow, libm.powf
+    cpow.restype, cpow.argtypes = ctypes.c_double, (ctypes.c_double, ctypes.c_double)
+    powf.restype, powf.argtypes = ctypes.c_float, (ctypes.c_float, ctypes.c_float)
+    want = np.array([[cpow(8.0, v), cpow(32, v), cpow(4.0, v), cpow(v, 2.0), cpow(v, 0.5),
+                      cpow(v, 0.5), cpow(2.0, v)] for v in x])
+    assert want[0, 0] == 8.0 ** x[0] and want[0, 1] == math.pow(32, x[0])     # Python's too
+    want32 = np.array([[powf(8.0, v), powf(v, 0.5)] for v in x32], np.float32)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(out32, want32)
+    assert not np.signbit(out[6, 4]) and out[7, 4] == math.inf

@@ -32,8 +32,9 @@ _initialized = False
 _engine = None
 
 # Math functions LLVM has intrinsics for; the rest are libm calls.
+# (``pow`` is neither: see ``_pow``.)
 _LLVM_MATH = {"sqrt", "exp", "log", "log2", "log10", "sin", "cos", "floor", "ceil",
-              "fabs", "trunc", "pow", "copysign"}
+              "fabs", "trunc", "copysign"}
 
 
 def _initialize(all_targets=False):
@@ -46,6 +47,48 @@ def _initialize(all_targets=False):
         if all_targets:                 # code for another ISA (bundles built for other nodes)
             llvm.initialize_all_targets()
             llvm.initialize_all_asmprinters()
+
+
+def _pow(module, ty, single):
+    """An always-inlined ``tack.pow.f64(x, y)``: C's ``pow`` (``powf``), called as a plain
+    function LLVM may not rewrite.
+
+    LLVM 22 rewrites ``pow`` (and ``llvm.pow``) of a constant power-of-two base into
+    ``exp2(n * y)``, even without fast-math: ``8.0 ** y`` is then ``exp2(3 * y)``, whose
+    product rounds first, up to 14 ULP from ``pow`` (y = sqrt(63)).  So libm's ``pow`` is
+    declared ``nobuiltin``, and the two rewrites that are exact are made here, where a
+    constant exponent folds them after inlining: ``y == 2`` is ``x * x``, and ``y == 0.5`` is
+    ``fabs(sqrt(x))`` with ``pow(-inf, 0.5) == inf``.
+    """
+    name = "tack.pow." + ("f32" if single else "f64")
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    cname = "powf" if single else "pow"
+    libm = module.globals.get(cname)
+    if libm is None:
+        libm = ir.Function(module, ir.FunctionType(ty, [ty, ty]), cname)
+        for a in ("nobuiltin", "nounwind", "readnone"):
+            libm.attributes.add(a)
+    fn = ir.Function(module, ir.FunctionType(ty, [ty, ty]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    x, y = fn.args
+    entry, square, root, other = (fn.append_basic_block(n) for n in ("entry", "square", "root", "other"))
+    b = ir.IRBuilder(entry)
+    b.cbranch(b.fcmp_ordered("==", y, ir.Constant(ty, 2.0)), square, root)
+    b.position_at_end(square)
+    b.ret(b.fmul(x, x))
+    b.position_at_end(root)
+    half = b.fcmp_ordered("==", y, ir.Constant(ty, 0.5))
+    b.cbranch(half, fn.append_basic_block("half"), other)
+    b.position_at_end(fn.blocks[-1])
+    r = b.call(declare_intrinsic(module, "fabs", ty, [ty]),
+               [b.call(declare_intrinsic(module, "sqrt", ty, [ty]), [x])])
+    b.ret(b.select(b.fcmp_ordered("==", x, ir.Constant(ty, float("-inf"))), ir.Constant(ty, float("inf")), r))
+    b.position_at_end(other)
+    b.ret(b.call(libm, [x, y]))
+    return fn
 
 
 class CPUTarget:
@@ -109,6 +152,8 @@ class CPUTarget:
             # cannot be NaN (an int converted), so ``fmod(x, nan)`` was poison: 0.0, or the code
             # after it deleted.
             return builder.frem(args[0], args[1])
+        if name == "pow":
+            return builder.call(_pow(module, args[0].type, t == T.float32), args)
         if name in _LLVM_MATH:
             fn = declare_intrinsic(module, name, args[0].type, [a.type for a in args])
             return builder.call(fn, args)

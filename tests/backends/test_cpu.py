@@ -106,3 +106,33 @@ def test_identity_describes_compiled_code():
     assert set(ident) >= {"llvm", "triple", "cpu", "features"}
     assert ident["cpu"] == llvm.get_host_cpu_name()
     assert CPUTarget(other_cpu()).identity()["cpu"] != ident["cpu"]
+
+
+@tack.kernel
+def k_powers(x, out):
+    i = tack.tid()
+    out[i, 0] = x[i] ** 2.0
+    out[i, 1] = x[i] ** 0.5
+
+
+@tack.kernel
+def k_power_of_eight(x, out):
+    i = tack.tid()
+    out[i] = 8.0 ** x[i]
+
+
+def test_pow_keeps_its_exact_rewrites_and_is_otherwise_a_call_of_libm_pow():
+    """Powers are C's ``pow``, declared so LLVM cannot rewrite it (``8.0 ** x`` is not
+    ``exp2(3 * x)``), but ``x ** 2`` still becomes a multiply and ``x ** 0.5`` a square root:
+    no call is left in their kernel."""
+    target = host_target()
+    texts = {}
+    for kern in (k_powers, k_power_of_eight):
+        x = np.ones(4)
+        out = np.zeros((4, 2)) if kern is k_powers else np.zeros(4)
+        types = tuple(typeof_arg(kern.__name__, p, v) for p, v in zip(kern.params, (x, out)))
+        gen = generate(specialize(lower(kern, {}, False), types, 1), target, f"tack_test_{kern.__name__}")
+        texts[kern] = str(target.optimize(gen.module))
+    assert "@pow(" not in texts[k_powers] and "exp2" not in texts[k_powers]
+    assert "llvm.sqrt" in texts[k_powers] and "fmul" in texts[k_powers]
+    assert "@pow(double 8.0" in texts[k_power_of_eight] and "exp2" not in texts[k_power_of_eight]
