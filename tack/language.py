@@ -129,8 +129,11 @@ MATH1 = ("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin", "ac
          "log1p", "erf", "erfc", "cbrt")
 MATH2 = ("pow", "atan2", "hypot", "copysign", "fmod")
 MATH_PREDICATES = ("isnan", "isinf", "isfinite")
+# NumPy's names for intrinsics.  ``np.absolute`` (``np.abs``) is ``abs`` and ``np.power``
+# (``np.pow``) is ``**`` (the frontend makes it the operator), so that on integers both keep
+# the integer, as NumPy's do, where ``math.fabs`` and ``math.pow`` give a float.
 _NUMPY_ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
-                  "absolute": "fabs", "power": "pow", "minimum": "minimum", "maximum": "maximum"}
+                  "absolute": "abs", "power": "power", "minimum": "minimum", "maximum": "maximum"}
 
 _table = None
 
@@ -183,7 +186,10 @@ def lowers_to(obj, intrinsic: str) -> bool:
         return obj is globals()[intrinsic]
     if intrinsic in ("min", "max", "abs", "range", "len") and obj is getattr(builtins, intrinsic):
         return True
-    if intrinsic in MATH1 + MATH2 + MATH_PREDICATES and \
-            (obj is getattr(math, intrinsic, None) or obj is np.__dict__.get(intrinsic)):
-        return True
+    if intrinsic in MATH1 + MATH2 + MATH_PREDICATES:
+        if obj is getattr(math, intrinsic, None):
+            return True
+        if obj is np.__dict__.get(intrinsic):     # unless another's alias (np.pow is np.power)
+            return not any(obj is np.__dict__.get(alias) for alias, name in _NUMPY_ALIASES.items()
+                           if name != intrinsic)
     return any(obj is np.__dict__.get(alias) for alias, name in _NUMPY_ALIASES.items() if name == intrinsic)

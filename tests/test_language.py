@@ -267,6 +267,53 @@ def test_power_int_and_float():
     np.testing.assert_allclose(fo, fa ** fb, rtol=1e-14)
 
 
+@tack.kernel
+def k_np_power(a, b, out):
+    i = tack.tid()
+    out[i] = np.power(a[i], b[i])
+
+
+@tack.kernel
+def k_np_abs(a, out):
+    i = tack.tid()
+    out[i, 0] = np.abs(a[i])
+    out[i, 1] = np.absolute(a[i])
+
+
+def test_numpy_power_and_abs_of_integers_stay_integers():
+    """``np.power`` and ``np.abs`` of integers are NumPy's integer operations: they went through
+    float64 (``math.pow``, ``math.fabs``), so ``np.power(3, 39)`` lost its low bits, ``np.power(0,
+    -1)`` was inf cast to an int, ``np.abs(-(2**53 + 1))`` was 2**53 and ``np.abs(-2**63)``
+    2**63 - 1.  On floats they are ``**`` and ``fabs``."""
+    a = np.array([3, -7, 2, 0, 5, -1, 0], np.int64)
+    b = np.array([39, 21, 62, 0, 1, 7, -1], np.int64)
+    out = np.empty(7, np.int64)
+    tack.launch(k_np_power, dim=7, args=(a, b, out))
+    np.testing.assert_array_equal(out[:6], np.power(a[:6], b[:6]))
+    assert out[6] == 0                          # a negative exponent gives 0, as ** does
+    a32 = np.array([3, -7, 2, 46340], np.int32)
+    out32 = np.empty(4, np.int32)
+    tack.launch(k_np_power, dim=4, args=(a32, np.array([19, 11, 31, 2], np.int32), out32))
+    np.testing.assert_array_equal(out32, np.power(a32, np.array([19, 11, 31, 2], np.int32)))
+    fa, fb = np.array([0.5, 2.0, 9.0, 1.5]), np.array([3.0, -0.5, 0.5, 7.25])
+    fo = np.empty(4)
+    tack.launch(k_np_power, dim=4, args=(fa, fb, fo))
+    np.testing.assert_allclose(fo, np.power(fa, fb), rtol=1e-14)
+    x = np.array([-(2**53 + 1), -2**63, 2**63 - 1, -5, 0], np.int64)
+    ox = np.empty((5, 2), np.int64)
+    tack.launch(k_np_abs, dim=5, args=(x, ox))
+    np.testing.assert_array_equal(ox, np.stack([np.abs(x)] * 2, axis=1))
+    x32 = np.array([-2**31, -3, 7], np.int32)
+    o32 = np.empty((3, 2), np.int32)
+    tack.launch(k_np_abs, dim=3, args=(x32, o32))
+    np.testing.assert_array_equal(o32, np.stack([np.abs(x32)] * 2, axis=1))
+    f = np.array([-0.0, -2.5, np.inf])
+    of = np.empty((3, 2))
+    tack.launch(k_np_abs, dim=3, args=(f, of))
+    np.testing.assert_array_equal(of, np.stack([np.abs(f)] * 2, axis=1))
+    assert not np.signbit(of).any()
+
+
 # =====================================================================================
 # Same source in Python and in Tack: statements, comparisons, literals, tuples
 # =====================================================================================

@@ -555,6 +555,10 @@ class _FunctionLowerer:
             if len(args) != 1:
                 raise self.error("len() takes one argument", e)
             return ["tget", self.loc(e), ["shape", self.loc(e), args[0]], 0]
+        if name == "power":                 # np.power(a, b) is a ** b (integers stay integers)
+            if len(args) != 2 or e.keywords:
+                raise self.error(f"numpy.power() takes two arguments, got {len(args)}", e)
+            return ["binop", self.loc(e), "**", args[0], args[1]]
         return ["intrinsic", self.loc(e), name, args]
 
     def template_arg(self, a):
