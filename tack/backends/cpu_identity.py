@@ -98,6 +98,21 @@ def _llvmlite_version() -> str:
             except OSError:
                 continue
             return f"{os.path.abspath(lib_dir)}/{name}:{st.st_size}:{st.st_mtime_ns}"
+    # Not on a sys.path entry: an import hook (an editable install of llvmlite) finds it.
+    # Without this every LLVM found that way would share one key, "none", and serve stale code.
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("llvmlite")
+    except (ImportError, ValueError):
+        spec = None
+    for place in (spec.submodule_search_locations or ()) if spec is not None else ():
+        for name in names:
+            path = os.path.join(place, "binding", name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
     return "none"
 
 

@@ -84,6 +84,42 @@ def test_host_identity_without_cpuinfo_flags_uses_llvm(monkeypatch, tmp_path, cp
     assert cpu_identity.host_cpu_identity() != ident        # another CPU's features: another identity
 
 
+def test_llvmlite_found_only_by_an_import_hook_is_still_told_apart(monkeypatch, tmp_path):
+    """An llvmlite that no sys.path entry holds, found by an import hook (an editable install),
+    was "none" to the host key, so every such LLVM shared one key and served another's code.
+    Its library is found through the hook, and two of them are two keys."""
+    import importlib.abc
+    import importlib.machinery
+    import sys
+
+    class Hook(importlib.abc.MetaPathFinder):
+        def __init__(self, where):
+            self.where = where
+
+        def find_spec(self, name, path=None, target=None):
+            if name != "llvmlite":
+                return None
+            spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            spec.submodule_search_locations = [str(self.where / "llvmlite")]
+            return spec
+
+    def llvmlite_at(where, size):
+        (where / "llvmlite" / "binding").mkdir(parents=True)
+        (where / "llvmlite" / "binding" / "libllvmlite.so").write_bytes(b"\0" * size)
+        return where
+
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere")])
+    monkeypatch.delitem(sys.modules, "llvmlite", raising=False)
+    seen = []
+    for n, size in ((1, 10), (2, 20)):
+        hook = Hook(llvmlite_at(tmp_path / f"llvm{n}", size))
+        monkeypatch.setattr(sys, "meta_path", [hook] + sys.meta_path)
+        seen.append(cpu_identity._llvmlite_version())
+        monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f is not hook])
+    assert seen[0] != seen[1]
+    assert seen[0].startswith(str(tmp_path / "llvm1" / "llvmlite" / "binding" / "libllvmlite.so") + ":10:")
+
+
 
 @pytest.mark.parametrize("magic", [b"TACKENT1", b"TACKENT2", b"TACKENT3"])
 def test_entry_of_an_older_format_is_refused_as_an_older_one(magic):
