@@ -235,7 +235,9 @@ def resolve(configured: dict, environ=None, mpi=False) -> Settings:
 # | Cray ALPS (aprun) | ALPS_APP_PE | PMI_SIZE |
 # | Slurm (srun) | SLURM_PROCID | SLURM_STEP_NUM_TASKS |
 #
-# A launch of one task is not MPI.  A Slurm batch script is not either: it has
+# The first launcher whose rank and size are both set decides, and a launch of one
+# task is not MPI: ``mpirun -n 1`` inside a Slurm allocation (an srun step's SLURM_
+# variables still set) is one process, not a Slurm rank.  A Slurm batch script is not either: it has
 # SLURM_PROCID=0 and SLURM_NTASKS, but SLURM_STEP_NUM_TASKS is set only inside
 # an srun step, so a warm-up run on the script's own line stores entries as on
 # a workstation.
@@ -268,8 +270,10 @@ def detect(environ=None):
         if rank is None:
             continue
         size = _int(environ, size_vars)
-        if size is None or size <= 1:
+        if size is None:
             continue
+        if size <= 1:       # this launcher started one task: not MPI, whatever an outer one set
+            return None
         return types.SimpleNamespace(launcher=launcher, rank=rank, size=size)
     return None
 

@@ -43,3 +43,20 @@ def test_no_launcher_is_not_mpi():
     """A plain environment is no MPI; a rank without any size variable is not either."""
     assert detect({}) is None
     assert detect({"PMIX_RANK": "0"}) is None
+
+
+@pytest.mark.parametrize("env", [
+    {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"},
+    {"PMI_RANK": "0", "PMI_SIZE": "1"},
+], ids=["mpirun-n1", "mpiexec-n1"])
+def test_one_task_launched_inside_an_srun_step_is_not_a_slurm_rank(env):
+    """``mpirun -n 1`` inside an srun step of 4 tasks: the step's SLURM_ variables are still set,
+    but the innermost launcher started one process.  It fell through to them and was taken for
+    rank 3 of 4 (bundle mode, or no store off rank 0); the first launcher whose rank and size
+    are set decides."""
+    slurm = {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4"}
+    assert detect(dict(slurm, **env)) is None
+    got = detect(dict(slurm, OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_SIZE="8"))
+    assert (got.launcher, got.rank, got.size) == ("Open MPI", 2, 8)
+    got = detect(dict(slurm, PMIX_RANK="1"))           # srun --mpi=pmix: no Open MPI size, srun's
+    assert (got.launcher, got.rank, got.size) == ("Slurm srun", 3, 4)
