@@ -619,6 +619,17 @@ class _FunctionGen:
             mag = self.call_intrinsic("fabs", [v])
             inf = ir.Constant(v.type, float("inf"))
             return self.b.fcmp_ordered("oeq" if name == "isinf" else "olt", mag, inf)
+        if name == "np.fmod":
+            if rt.kind == "f":
+                name = "fmod"
+            else:                               # truncated, as C's %; by 0 (or -1) it is 0
+                a, b = (self.cast(v, t, rt) for v, t in zip(values, ts))
+                zero, one = ir.Constant(b.type, 0), ir.Constant(b.type, 1)
+                bad = self.b.icmp_unsigned("==", b, zero)
+                if rt.kind == "i":
+                    bad = self.b.or_(bad, self.b.icmp_signed("==", b, ir.Constant(b.type, -1)))
+                b = self.b.select(bad, one, b)
+                return self.b.srem(a, b) if rt.kind == "i" else self.b.urem(a, b)
         if name in MATH1 or name in MATH2:
             ft = rt.strong()
             vals = [self.cast(v, t, ft) for v, t in zip(values, ts)]

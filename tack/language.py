@@ -129,11 +129,13 @@ MATH1 = ("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin", "ac
          "log1p", "erf", "erfc", "cbrt")
 MATH2 = ("pow", "atan2", "hypot", "copysign", "fmod")
 MATH_PREDICATES = ("isnan", "isinf", "isfinite")
-# NumPy's names for intrinsics.  ``np.absolute`` (``np.abs``) is ``abs`` and ``np.power``
-# (``np.pow``) is ``**`` (the frontend makes it the operator), so that on integers both keep
-# the integer, as NumPy's do, where ``math.fabs`` and ``math.pow`` give a float.
+# NumPy's names for intrinsics.  ``np.absolute`` (``np.abs``) is ``abs``, ``np.power``
+# (``np.pow``) is ``**`` (the frontend makes it the operator) and ``np.fmod`` is ``np.fmod``
+# (C's fmod of floats, the truncated remainder of integers), so that on integers they keep the
+# integer, as NumPy's do, where ``math.fabs``, ``math.pow`` and ``math.fmod`` give a float.
 _NUMPY_ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
-                  "absolute": "abs", "power": "power", "minimum": "minimum", "maximum": "maximum"}
+                  "absolute": "abs", "power": "power", "fmod": "np.fmod",
+                  "minimum": "minimum", "maximum": "maximum"}
 
 _table = None
 

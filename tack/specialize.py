@@ -562,6 +562,11 @@ class _Inferer:
             need(2)
             scalars()
             return math_type(T.promote(ts[0], ts[1]).strong())
+        if name == "np.fmod":                   # NumPy's: integers give an integer
+            need(2)
+            scalars()
+            t = T.promote(ts[0], ts[1]).strong()
+            return T.int64 if t.kind == "b" else t
         if name in ("min", "max", "minimum", "maximum"):
             if name in ("minimum", "maximum"):    # NumPy's: two numbers (a NaN propagates)
                 need(2)

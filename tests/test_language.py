@@ -280,6 +280,39 @@ def k_np_abs(a, out):
     out[i, 1] = np.absolute(a[i])
 
 
+@tack.kernel
+def k_np_fmod(a, b, out):
+    i = tack.tid()
+    out[i] = np.fmod(a[i], b[i])
+
+
+def test_numpy_fmod_of_integers_is_the_integer_remainder():
+    """``np.fmod`` of integers is NumPy's: the remainder truncated toward zero (the dividend's
+    sign), in the integer type, 0 when dividing by 0; it went through float64 ``math.fmod``, so
+    past 2**53 it was wrong.  On floats it is C's fmod, as ``math.fmod``."""
+    a = np.array([7, -7, 7, -7, 2**62 + 1, -2**63, -2**63, 5, 0], np.int64)
+    b = np.array([3, 3, -3, -3, 3, -1, 7, 0, 0], np.int64)
+    out = np.empty(9, np.int64)
+    tack.launch(k_np_fmod, dim=9, args=(a, b, out))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(out, np.fmod(a, b))
+    u = np.array([2**64 - 1, 10, 9], np.uint64)
+    v = np.array([10, 0, 2**63], np.uint64)
+    ou = np.empty(3, np.uint64)
+    tack.launch(k_np_fmod, dim=3, args=(u, v, ou))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(ou, np.fmod(u, v))
+    a32 = np.array([-2**31, -2**31, 100, -9], np.int32)
+    b32 = np.array([-1, 3, 7, 4], np.int32)
+    o32 = np.empty(4, np.int32)
+    tack.launch(k_np_fmod, dim=4, args=(a32, b32, o32))
+    np.testing.assert_array_equal(o32, np.fmod(a32, b32))
+    fa, fb = np.array([5.5, -5.5, 1e300, -0.0]), np.array([2.0, 2.0, 3.0, 1.0])
+    fo = np.empty(4)
+    tack.launch(k_np_fmod, dim=4, args=(fa, fb, fo))
+    np.testing.assert_array_equal(fo, np.fmod(fa, fb))
+    assert np.signbit(fo[3])
+
 def test_numpy_power_and_abs_of_integers_stay_integers():
     """``np.power`` and ``np.abs`` of integers are NumPy's integer operations: they went through
     float64 (``math.pow``, ``math.fabs``), so ``np.power(3, 39)`` lost its low bits, ``np.power(0,
