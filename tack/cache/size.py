@@ -202,6 +202,7 @@ def prune(root: str, max_size: int | None) -> PruneResult:
     total = sum(size for _, size, *_ in items)
     freed = count = 0
     failed = []
+    emptied = set()
     if max_size is not None and total > max_size:
         target = int(max_size * 0.9)
         for path, size, *_ in sorted(items, key=lambda e: e[2]):
@@ -215,9 +216,40 @@ def prune(root: str, max_size: int | None) -> PruneResult:
                 continue
             freed += size
             count += 1
+            emptied.add(os.path.dirname(path))
+    _remove_emptied(root, emptied)
     result = PruneResult((total, freed, count))
     result.failed = failed
     return result
+
+
+def _remove_emptied(root: str, fans: set) -> None:
+    """The fan and level directories prune left empty, removed with ``rmdir`` (which leaves one
+    that holds anything); and a version directory of another Tack left with only its marker,
+    removed with it, so that an old version's entries going leaves nothing behind.  This
+    Tack's own keeps its directory and marker.  A writer that finds a directory gone makes it
+    again (``stores_write.store``)."""
+    from .keys import tack_version_id
+    versions = set()
+    for fdir in sorted(fans):
+        ldir = os.path.dirname(fdir)
+        for d in (fdir, ldir):
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+        versions.add(os.path.dirname(ldir))
+    for vdir in sorted(versions):
+        if os.path.basename(vdir) == tack_version_id() or os.path.dirname(vdir) != root:
+            continue
+        marker = os.path.join(vdir, VERSION_MARKER)
+        try:
+            if os.listdir(vdir) != [VERSION_MARKER] or not is_marker(marker):
+                continue
+            os.unlink(marker)
+            os.rmdir(vdir)
+        except OSError:
+            continue
 
 
 def last_check(root: str) -> float | None:

@@ -246,3 +246,25 @@ def test_stale_temporaries_of_others_are_left_alone(tmp_path):
         os.utime(p, (old, old))
     assert size.remove_stale_temporaries(str(root)) == 1
     assert not ours.exists() and theirs.exists()
+
+
+def test_prune_leaves_no_empty_directories_and_no_emptied_old_version(many):
+    """Pruning an old Tack's entries left its version directory, level and fan directories
+    behind, empty, for good.  The directories prune empties go; an old version's emptied
+    directory goes with its marker; this Tack's own version directory and marker stay, and a
+    directory still holding a user's file stays with the file."""
+    from tack.cache.keys import tack_version_id
+    current = many / tack_version_id()
+    old = many / "0.0.1"
+    clone(current, old)
+    assert size.is_version_dir(str(many), "0.0.1")
+    for k, p in enumerate(p for p in entry_paths(many) if p.parts[-4] == "0.0.1"):    # the oldest
+        os.utime(p, (time.time() - 100 * HOUR - k, time.time() - 100 * HOUR - k))
+    stray = next(p.parent for p in entry_paths(many) if p.parts[-4] == current.name) / "notes.txt"
+    stray.write_text("mine")
+    size.prune(str(many), 1)
+    assert not old.exists()
+    assert size.is_marker(str(current / trust.VERSION_MARKER))
+    assert stray.read_text() == "mine"
+    left = sorted(str(d.relative_to(many)) for d in many.rglob("*") if d.is_dir())
+    assert left == sorted({str(p.relative_to(many)) for p in (current, stray.parent.parent, stray.parent)})
