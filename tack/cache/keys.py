@@ -53,8 +53,11 @@ def shown_version(version) -> str:
     the whole id (``--json`` prints it)."""
     if not isinstance(version, str):
         return str(version)
-    head, sep, digest_hex = version.partition("+src.")
-    return f"{head}{sep}{digest_hex[:12]}" if sep and len(digest_hex) > 12 else version
+    for tag in ("+src.", "+rec."):
+        head, sep, digest_hex = version.partition(tag)
+        if sep:
+            return f"{head}{sep}{digest_hex[:12]}" if len(digest_hex) > 12 else version
+    return version
 
 
 def source_version_id() -> str:
@@ -67,7 +70,7 @@ def source_version_id() -> str:
     """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not _in_checkout(root):
-        return __version__
+        return installed_version_id(root)
     h = hasher()
 
     def walk(path, rel):
@@ -81,6 +84,27 @@ def source_version_id() -> str:
 
     walk(root, "")
     return f"{__version__}+src.{h.hexdigest()}"
+
+
+def installed_version_id(package_dir: str) -> str:
+    """An installed Tack's version: ``0.1.0+rec.<hash>``, the hash of the lines of its wheel's
+    RECORD (``tack-0.1.0.dist-info/RECORD`` beside the package) that name its ``.py`` files with
+    their SHA-256, so that a reinstall of another commit under the same version number keeps
+    entries of its own, and any install of the same wheel (a Spack, conda or EasyBuild package,
+    relocated or not) shares them.  One small file read; without a RECORD (a copy of the package
+    made another way), the version alone."""
+    record = os.path.join(os.path.dirname(package_dir), f"tack-{__version__}.dist-info", "RECORD")
+    try:
+        with open(record, "rb") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return __version__
+    lines = sorted(line for line in text.splitlines() if line.startswith(b"tack/") and b".py," in line
+                   and b",sha256=" in line)
+    if not lines:
+        return __version__
+    digest_hex = hasher(b"\n".join(lines)).hexdigest()
+    return f"{__version__}+rec.{digest_hex}"
 
 
 def _in_checkout(package_dir: str) -> bool:

@@ -61,11 +61,12 @@ def is_version_dir(root: str, name: str) -> bool:
 
 def _version_name(name: str) -> bool:
     """Named as Tack names a version's directory: ``MAJOR.MINOR[.PATCH...]``, then, for a
-    checkout, ``+src.<hex>`` (not ``2024`` or ``3d-models``, a user's own directories)."""
+    checkout, ``+src.<hex>``, or for an install, ``+rec.<hex>`` (not ``2024`` or ``3d-models``,
+    a user's own directories)."""
     release, plus, local = name.partition("+")
     parts = release.split(".")
     return (len(parts) >= 2 and all(p.isascii() and p.isdigit() for p in parts)
-            and (not plus or local.startswith("src.")))
+            and (not plus or local.startswith(("src.", "rec."))))
 
 
 def _is_real_dir(path: str) -> bool:

@@ -52,6 +52,33 @@ def test_installed_release_version_id_is_the_version(tmp_path):
     assert version_id_of(site, tmp_path) == VERSION
 
 
+def test_installed_version_id_is_the_wheels_record_of_its_sources(tmp_path):
+    """An installed Tack (a wheel's RECORD beside it) was only __version__, so a reinstall of
+    another commit under the same number served the old commit's entries.  Its id is
+    <version>+rec.<hash of RECORD's lines for tack's .py files>: the same for any install of the
+    same wheel (other lines, the order, a relocated prefix's scripts do not count), another for
+    another source."""
+    site = tmp_path / "site-packages"
+    copy_package(site)
+    info = site / f"tack-{VERSION}.dist-info"
+    info.mkdir()
+    lines = ["tack/__init__.py,sha256=AAAA,100", "tack/api.py,sha256=BBBB,200",
+             "tack/cache/keys.py,sha256=CCCC,300"]
+    other = [f"tack-{VERSION}.dist-info/RECORD,,", "tack/__pycache__/api.cpython-311.pyc,,",
+             "../../../bin/tack-demo,sha256=DDDD,50"]
+    (info / "RECORD").write_text("\n".join(lines + other) + "\n")
+    base = version_id_of(site, tmp_path)
+    assert re.fullmatch(re.escape(VERSION) + r"\+rec\.[0-9a-f]{64}", base), base
+    (info / "RECORD").write_text("\n".join(other[::-1] + ["../bin/other,sha256=EEEE,9"] + lines[::-1]))
+    assert version_id_of(site, tmp_path) == base
+    (info / "RECORD").write_text("\n".join(lines[:2] + ["tack/cache/keys.py,sha256=CCCD,300"] + other))
+    edited = version_id_of(site, tmp_path)
+    assert edited != base and edited.startswith(f"{VERSION}+rec.")
+    from tack.cache.keys import shown_version
+    assert shown_version(edited) == edited[:len(VERSION) + 5 + 12]
+    from tack.cache.size import _version_name
+    assert _version_name(os.path.basename(edited)) and _version_name(base)
+
 def test_checkout_version_id_tracks_source_edits_not_pycache(tmp_path):
     """A checkout's id is <version>+src.<hash>: stable, unchanged by __pycache__ contents, changed by a new mtime or size of a source file."""
     checkout = tmp_path / "checkout"
