@@ -194,17 +194,22 @@ _CHECKS = {"directory": ("TACK_CACHE_DIR", check_cache_directory),
            "max_size": ("TACK_CACHE_SIZE", check_size)}
 
 
-def resolve(configured: dict, environ=None, mpi=False) -> Settings:
+def resolve(configured: dict, environ=None, mpi=False, rank=0) -> Settings:
     """Settings from ``configure()`` values, the environment and the defaults, in that order.
 
     Under MPI the mode comes from TACK_CACHE_MPI if set (a site's default for
-    jobs), else TACK_CACHE, else ``bundle``.
+    jobs), else TACK_CACHE, else ``bundle``.  Where TACK_CACHE_MPI overrides a
+    TACK_CACHE of another mode (a user's ``TACK_CACHE=write`` for an MPI warm-up
+    job, under a site module's ``TACK_CACHE_MPI=bundle``), rank 0 warns once,
+    naming both: Tack cannot tell who set which.
     """
     environ = os.environ if environ is None else environ
     defaults = {"directory": None, "mode": "bundle" if mpi else "write", "max_size": DEFAULT_SIZE}
     checks = dict(_CHECKS)
     if mpi and (environ.get("TACK_CACHE_MPI") or "").strip():
         checks["mode"] = ("TACK_CACHE_MPI", check_mode)
+        if "mode" not in configured and rank == 0:
+            _warn_overridden_mode(environ)
     values, sources = {}, {}
     for key, (var, check) in checks.items():
         if key in configured:
@@ -352,13 +357,28 @@ def settings() -> Settings:
     return _settings_in_use("tack.cache.settings() was called")
 
 
+def _warn_overridden_mode(environ) -> None:
+    try:
+        under_mpi = check_mode(environ["TACK_CACHE_MPI"], "TACK_CACHE_MPI")
+        plain = check_mode(environ.get("TACK_CACHE") or "", "TACK_CACHE")
+    except ValueError:
+        return                                  # a bad value has its own warning, or is unset
+    if under_mpi != plain:
+        warn(f"tack: under MPI the cache mode is TACK_CACHE_MPI={under_mpi}, not TACK_CACHE="
+             f"{plain} (a site module may set TACK_CACHE_MPI); for an MPI job that should "
+             f"{'store entries' if plain == 'write' else 'use ' + plain + ' mode'}, set "
+             f"TACK_CACHE_MPI={plain} too", stacklevel=5)
+
+
 def _settings_in_use(by: str) -> Settings:
     """The settings, resolved now if they were not yet; ``by``: what needed them first."""
     global _resolved, _resolved_by
     with _lock:
         if _resolved is None:
             _setup_logging()
-            _resolved = resolve(_configured, mpi=mpi_launch() is not None)
+            launch = mpi_launch()
+            _resolved = resolve(_configured, mpi=launch is not None,
+                                rank=launch.rank if launch is not None else 0)
             _resolved_by = by
         return _resolved
 

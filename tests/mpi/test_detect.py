@@ -60,3 +60,25 @@ def test_one_task_launched_inside_an_srun_step_is_not_a_slurm_rank(env):
     assert (got.launcher, got.rank, got.size) == ("Open MPI", 2, 8)
     got = detect(dict(slurm, PMIX_RANK="1"))           # srun --mpi=pmix: no Open MPI size, srun's
     assert (got.launcher, got.rank, got.size) == ("Slurm srun", 3, 4)
+
+
+def test_a_site_mpi_mode_overriding_the_users_mode_is_said_on_rank_0(recwarn):
+    """A site module's TACK_CACHE_MPI=bundle silently beat a user's TACK_CACHE=write in the
+    MPI warm-up job the docs tell users to run, so it stored nothing.  TACK_CACHE_MPI still
+    decides under MPI, and rank 0 (only) warns naming both and what to set; equal modes, no
+    TACK_CACHE, a configure() mode or no MPI warn nothing."""
+    import warnings
+
+    import tack.errors
+    from tack.cache import resolve
+    env = {"TACK_CACHE_MPI": "bundle", "TACK_CACHE": "write"}
+    with pytest.warns(tack.errors.TackWarning, match=r"TACK_CACHE_MPI=bundle, not TACK_CACHE=write.*set "
+                                         r"TACK_CACHE_MPI=write too"):
+        assert resolve({}, env, mpi=True, rank=0).mode == "bundle"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve({}, env, mpi=True, rank=3).mode == "bundle"
+        assert resolve({}, env, mpi=False).mode == "write"
+        assert resolve({}, {"TACK_CACHE_MPI": "bundle", "TACK_CACHE": "BUNDLE"}, mpi=True).mode == "bundle"
+        assert resolve({}, {"TACK_CACHE_MPI": "read"}, mpi=True).mode == "read"
+        assert resolve({"mode": "write"}, env, mpi=True).mode == "write"
