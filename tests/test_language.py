@@ -1331,3 +1331,21 @@ def test_module_functions_and_constants():
     i = np.arange(3.0)
     np.testing.assert_allclose(out, np.stack([np.sqrt(2 * i), math.pi * i, np.ones(3), np.hypot(3, 4 * i)],
                                              axis=1), rtol=1e-15)
+
+
+@tack.kernel
+def k_atomic_min_max_nan(lo, hi, v):
+    i = tack.tid()
+    tack.atomic_min(lo, i, v[i])
+    tack.atomic_max(hi, i, v[i])
+
+
+def test_float_atomic_min_and_max_follow_fmin_and_fmax_with_nan():
+    """The documented NaN rule of float atomic_min/atomic_max (C's fmin/fmax): a NaN value
+    leaves the element, a NaN element takes the value."""
+    lo = np.array([np.nan, 1.0, 3.0, np.nan])
+    hi = lo.copy()
+    v = np.array([2.0, np.nan, 0.5, np.nan])
+    tack.launch(k_atomic_min_max_nan, dim=4, args=(lo, hi, v))
+    np.testing.assert_array_equal(lo, np.fmin(np.array([np.nan, 1.0, 3.0, np.nan]), v))
+    np.testing.assert_array_equal(hi, np.fmax(np.array([np.nan, 1.0, 3.0, np.nan]), v))
