@@ -3,7 +3,9 @@ CPU bundle, and the bundles ``pack`` made for GPU kinds in the same directory.
 
 Rank 0 reads the whole file in one go (``bundle.read(..., whole=True)``): the job pays one
 open and one read of it, however many ranks use it; the other ranks look entries up in
-the bytes they received, each entry checked by its own checksum when used.
+the bytes they received, each entry checked by its own checksum when used.  Where the ranks'
+CPUs differ (a job over two kinds of node), the ranks are split by CPU, and the lowest rank
+of each kind reads and broadcasts that kind's bundle to its own.
 
 The bytes go through mpi4py's buffer interface (``Bcast`` of a byte buffer,
 in chunks well under MPI's 2**31-element count limit), never pickled.  A
@@ -35,6 +37,14 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
     user's own) is left out, and rank 0 warns why, naming it."""
     from . import warn_once_factory
 
+    if comm is not None and host_key is not None:
+        group = _same_cpu_group(comm, host_key)
+        if group is not None:                   # nodes of other CPUs: each group its own bundle
+            try:
+                mine = host_key()
+                return load_and_broadcast(group, settings, lambda: mine, gpu_bundles)
+            finally:
+                group.Free()
     rank = 0 if comm is None else comm.Get_rank()
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
     others = []
@@ -75,6 +85,24 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
         if b is not None:
             got.append(b)
     return loaded, got
+
+
+def _same_cpu_group(comm, host_key):
+    """Where the ranks' CPUs differ (a job over nodes of two kinds), a communicator of the ranks
+    whose CPU (host key) is this rank's, whose lowest rank reads that CPU's bundle; None where
+    every rank's is rank 0's (one broadcast of rank 0's key and one sum: the usual case costs
+    two small collectives).  A rank that cannot tell its key counts as one of its own kind."""
+    try:
+        mine = host_key()
+    except Exception as e:                      # noqa: BLE001 - every rank must reach the calls
+        log.debug("load_bundle: no host key (%s: %s)", type(e).__name__, e)
+        mine = None
+    first = comm.bcast(mine if comm.Get_rank() == 0 else None, root=0)
+    if comm.allreduce(int(mine != first)) == 0:
+        return None
+    keys = comm.allgather(mine)
+    kinds = list(dict.fromkeys(keys))           # in the order of each kind's lowest rank
+    return comm.Split(kinds.index(mine), comm.Get_rank())
 
 
 def _gpu_bundles(directory, gpu_bundles) -> tuple:

@@ -42,12 +42,26 @@ warnings.showwarning = lambda msg, *a, **k: caught.append(str(msg))
 
 import kmod  # noqa: E402
 
+
+
+def other_cpu():
+    """Take this process's CPU for another kind (its host key another), as on a node of a
+    second kind in the same job: TACK_TEST_OTHER_CPU=all (every process) or =odd (odd ranks)."""
+    from tack.backends import cpu_identity
+    cpu_identity._host_identity = dict(cpu_identity.host_cpu_identity(), **{"model name": "another"})
+    cpu_identity._host_key = None
+
+
+if os.environ.get("TACK_TEST_OTHER_CPU") == "all":
+    other_cpu()
 rank, loaded = 0, None
 recording = True
 if use_comm:
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    if os.environ.get("TACK_TEST_OTHER_CPU") == "odd" and rank % 2:
+        other_cpu()
     loaded = tack.cache.load_bundle(comm, kinds=kinds)
 else:
     launch = tack.cache.mpi_launch()
@@ -66,6 +80,7 @@ launch = tack.cache.mpi_launch()
 report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened,
                      "stats": tack.cache.stats(), "warnings": caught,
                      "mode": tack.cache.settings().mode,
+                     "host_key": __import__("tack.cache.host").cache.host.cpu_host_key(),
                      "launcher": launch.launcher if launch else None,
                      "llvmlite": "llvmlite" in sys.modules})    # False: nothing was compiled
 out = os.environ.get("TACK_TEST_REPORTS")

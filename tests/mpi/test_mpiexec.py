@@ -1,12 +1,14 @@
 """Real MPI jobs (mpiexec -n 4, mpi4py): bundle mode, load_bundle(comm), write mode."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from tack.cache import bundle, entry
 
-from .conftest import mpiexec, prime_and_pack, under
+from .conftest import clean_env, mpiexec, prime_and_pack, run_one, under
 
 
 def test_bundle_mode_is_the_default_under_mpi(kernel_dir, cache):
@@ -63,3 +65,25 @@ def test_write_mode_under_mpi_only_rank0_stores(kernel_dir, cache):
         _, meta, _ = entry.decode(p.read_bytes(), entry.KIND_VARIANT)
         kernels.add(meta["kernel"])
     assert kernels == {"k_a", "k_b"}
+
+
+def test_load_bundle_on_nodes_of_two_cpus_serves_each_its_own_bundle(kernel_dir, cache):
+    """A job over nodes of two CPU kinds (odd ranks another CPU, another host key): rank 0's
+    bundle went to every rank, and the odd ranks found none of their kernels in it and compiled
+    them.  The ranks are split by CPU: rank 0 and rank 1 each read their kind's bundle once and
+    broadcast it to their own kind, and no rank compiles."""
+    first = prime_and_pack(kernel_dir, cache)
+    other = run_one(kernel_dir, cache, TACK_CACHE="write", TACK_TEST_OTHER_CPU="all")
+    assert other["ok"] and other["stats"]["misses"]["variant"] == 2
+    proc = subprocess.run([sys.executable, "-m", "tack.cache", "pack"], env=clean_env(cache),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    second = [p for p in sorted(cache.glob("bundle-*")) if p != first]
+    assert len(second) == 1 and other["host_key"] != run_one(kernel_dir, cache)["host_key"]
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], TACK_TEST_OTHER_CPU="odd")
+    assert [r["host_key"] == other["host_key"] for r in ranks] == [False, True, False, True]
+    for r in ranks:
+        assert r["ok"] and not r["llvmlite"], r
+        assert r["stats"]["hits"]["variant"] == 2 and r["loaded"] > 0
+        wanted = {0: [str(first)], 1: [str(second[0])]}.get(r["rank"], [])
+        assert under(r["opened"], cache) == wanted, r["opened"]
