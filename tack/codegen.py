@@ -731,7 +731,9 @@ class _FunctionGen:
 
     def load_element(self, ptr, et):
         v = self.b.load(ptr)
-        return self.b.trunc(v, I1) if et.kind == "b" else v
+        # a bool byte is True when it is not 0, as NumPy reads it (a uint8 mask viewed as bool
+        # holds 2 or 255): not its lowest bit
+        return self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if et.kind == "b" else v
 
     def store_element(self, ptr, v, et):
         self.b.store(self.b.zext(v, I8) if et.kind == "b" else v, ptr)

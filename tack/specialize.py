@@ -385,6 +385,12 @@ class _Inferer:
         int32 ``x`` must compare exactly, and ``u % -3`` with an unsigned ``u``
         must not wrap the -3: so such a literal stops being weak.
         """
+        if (node[0] == "const" and type(node[2]) is int and node[2] >= 2**63 and t == T.uint64
+                and isinstance(other, T.Scalar) and other.kind == "f" and not other.weak):
+            # past int64 a literal is a uint64, but against a float it is a Python int, which
+            # takes the float's type (NEP 50): ``x32 * 10**19`` stays float32, as NumPy's does
+            self.tf.types[id(node)] = other
+            return other
         if not (isinstance(t, T.Scalar) and t.weak and t.kind == "i"
                 and isinstance(other, T.Scalar) and not other.weak and other.kind in "iu"):
             return t

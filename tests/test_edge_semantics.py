@@ -431,3 +431,47 @@ def test_pow_of_a_constant_power_of_two_base_is_cs_pow():
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(out32, want32)
     assert not np.signbit(out[6, 4]) and out[7, 4] == math.inf
+
+
+@tack.kernel
+def k_big_literal_with_float32(x, out, eq):
+    i = tack.tid()
+    out[i, 0] = x[i] * 10**19
+    out[i, 1] = x[i] + 18446744073709551615
+    eq[i, 0] = x[i] == 10**19
+    eq[i, 1] = x[i] == 9999999999999999999 + 1
+    eq[i, 2] = x[i] < 10000000000000000000
+
+
+def test_an_integer_literal_past_int64_takes_a_float32s_type():
+    """A literal of 2**63 or more was a uint64, so against a float32 it promoted to float64:
+    ``x * 10**19`` rounded otherwise than NumPy's float32 product, and ``x == 10**19`` was False
+    for the float32 nearest 1e19.  As a Python int with a float32 (NEP 50) it is a float32."""
+    x = np.array([1e19, 3.5, -2.0, 1.8446744e19], np.float32)
+    out = np.zeros((4, 2), np.float32)
+    eq = np.zeros((4, 3), bool)
+    tack.launch(k_big_literal_with_float32, dim=4, args=(x, out, eq))
+    want = np.array([[v * 10**19, v + 18446744073709551615] for v in x])
+    assert want.dtype == np.float32
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(eq, [[v == 10**19, v == 10**19, v < 10**19] for v in x])
+    assert eq[0, 0] and eq[0, 1]
+
+
+@tack.kernel
+def k_read_bools(b, out):
+    i = tack.tid()
+    out[i, 0] = 1 if b[i] else 0
+    out[i, 1] = 0 if not b[i] else 1
+    out[i, 2] = b[i] + 0
+
+
+def test_a_bool_byte_that_is_not_0_or_1_is_true():
+    """A bool array whose bytes are not all 0 or 1 (a uint8 mask viewed as bool): NumPy takes any
+    byte but 0 as True; Tack read the byte's lowest bit, so 2 and 4 were False."""
+    b = np.array([0, 1, 2, 255, 4, 128], np.uint8).view(np.bool_)
+    out = np.zeros((6, 3), np.int64)
+    tack.launch(k_read_bools, dim=6, args=(b, out))
+    want = [1 if v else 0 for v in b]
+    np.testing.assert_array_equal(out, np.stack([want] * 3, axis=1))
+    assert want == [0, 1, 1, 1, 1, 1]
