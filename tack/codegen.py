@@ -624,12 +624,8 @@ class _FunctionGen:
                 name = "fmod"
             else:                               # truncated, as C's %; by 0 (or -1) it is 0
                 a, b = (self.cast(v, t, rt) for v, t in zip(values, ts))
-                zero, one = ir.Constant(b.type, 0), ir.Constant(b.type, 1)
-                bad = self.b.icmp_unsigned("==", b, zero)
-                if rt.kind == "i":
-                    bad = self.b.or_(bad, self.b.icmp_signed("==", b, ir.Constant(b.type, -1)))
-                b = self.b.select(bad, one, b)
-                return self.b.srem(a, b) if rt.kind == "i" else self.b.urem(a, b)
+                safe, _, _ = self.safe_divisor(b, rt)
+                return self.b.srem(a, safe) if rt.kind == "i" else self.b.urem(a, safe)
         if name in MATH1 or name in MATH2:
             ft = rt.strong()
             vals = [self.cast(v, t, ft) for v, t in zip(values, ts)]
@@ -838,18 +834,24 @@ class _FunctionGen:
             return B.ashr(a, B.select(big, ir.Constant(a.type, t.bits - 1), b))
         return B.select(big, ir.Constant(a.type, 0), B.lshr(a, b))
 
+    def safe_divisor(self, b, t):
+        """``b`` with 0, and for a signed ``t`` -1, made 1, the divisors an integer division
+        traps on (-1: INT_MIN / -1) -> (safe, is_zero, is_minus_one or None)."""
+        B = self.b
+        is_zero = B.icmp_unsigned("==", b, ir.Constant(b.type, 0))
+        if t.kind == "u":
+            return B.select(is_zero, ir.Constant(b.type, 1), b), is_zero, None
+        is_m1 = B.icmp_signed("==", b, ir.Constant(b.type, -1))
+        return B.select(B.or_(is_zero, is_m1), ir.Constant(b.type, 1), b), is_zero, is_m1
+
     def divmod_int(self, a, b, t):
         """Python's floor division and modulo; dividing by zero gives 0 (no trap)."""
         B = self.b
         zero, one = ir.Constant(a.type, 0), ir.Constant(a.type, 1)
-        is_zero = B.icmp_unsigned("==", b, zero)
+        safe, is_zero, is_m1 = self.safe_divisor(b, t)
         if t.kind == "u":
-            safe = B.select(is_zero, one, b)
             return (B.select(is_zero, zero, B.udiv(a, safe)),
                     B.select(is_zero, zero, B.urem(a, safe)))
-        minus1 = ir.Constant(a.type, -1)
-        is_m1 = B.icmp_signed("==", b, minus1)
-        safe = B.select(B.or_(is_zero, is_m1), one, b)
         q, r = B.sdiv(a, safe), B.srem(a, safe)
         fix = B.and_(B.icmp_signed("!=", r, zero),
                      B.xor(B.icmp_signed("<", r, zero), B.icmp_signed("<", b, zero)))

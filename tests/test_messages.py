@@ -314,3 +314,18 @@ def test_a_bitwise_op_of_uint64_and_int64_says_why_and_what_to_do():
     message = str(ei.value)
     assert "uint64 and int64" in message and "promotes to float64" in message
     assert "tack.uint64(" in message
+
+
+@tack.kernel
+def k_np_power_one_argument(a, out):
+    i = tack.tid()
+    out[i] = np.power(a[i])
+
+
+def test_numpy_power_with_one_argument_is_a_compile_error_naming_it():
+    """``np.power`` is lowered to ``**``, so its argument count is checked there: one argument is
+    a CompileError naming numpy.power and the count, at the call's line."""
+    a = np.ones(2)
+    with pytest.raises(tack.CompileError, match=r"numpy\.power\(\) takes two arguments, got 1") as e:
+        tack.launch(k_np_power_one_argument, dim=2, args=(a, a))
+    assert "out[i] = np.power(a[i])" in str(e.value)

@@ -74,15 +74,15 @@ def _pow(module, ty, single):
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     x, y = fn.args
-    entry, square, root, other = (fn.append_basic_block(n) for n in ("entry", "square", "root", "other"))
+    entry, square, not_square, half, other = (
+        fn.append_basic_block(n) for n in ("entry", "square", "not_square", "half", "other"))
     b = ir.IRBuilder(entry)
-    b.cbranch(b.fcmp_ordered("==", y, ir.Constant(ty, 2.0)), square, root)
+    b.cbranch(b.fcmp_ordered("==", y, ir.Constant(ty, 2.0)), square, not_square)
     b.position_at_end(square)
     b.ret(b.fmul(x, x))
-    b.position_at_end(root)
-    half = b.fcmp_ordered("==", y, ir.Constant(ty, 0.5))
-    b.cbranch(half, fn.append_basic_block("half"), other)
-    b.position_at_end(fn.blocks[-1])
+    b.position_at_end(not_square)
+    b.cbranch(b.fcmp_ordered("==", y, ir.Constant(ty, 0.5)), half, other)
+    b.position_at_end(half)
     r = b.call(declare_intrinsic(module, "fabs", ty, [ty]),
                [b.call(declare_intrinsic(module, "sqrt", ty, [ty]), [x])])
     b.ret(b.select(b.fcmp_ordered("==", x, ir.Constant(ty, float("-inf"))), ir.Constant(ty, float("inf")), r))

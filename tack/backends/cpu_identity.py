@@ -87,17 +87,11 @@ def _llvmlite_version() -> str:
     import) and without the import system's directory scans: a stat per
     ``sys.path`` entry.  Any upgrade replaces the library and so changes this.
     """
-    names = ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll")
     for entry in sys.path:
         lib_dir = os.path.join(entry or ".", "llvmlite", "binding")
-        if not os.path.isdir(lib_dir):
-            continue
-        for name in names:
-            try:
-                st = os.stat(os.path.join(lib_dir, name))
-            except OSError:
-                continue
-            return f"{os.path.abspath(lib_dir)}/{name}:{st.st_size}:{st.st_mtime_ns}"
+        found = _library_in(lib_dir) if os.path.isdir(lib_dir) else None
+        if found:
+            return found
     # Not on a sys.path entry: an import hook (an editable install of llvmlite) finds it.
     # Without this every LLVM found that way would share one key, "none", and serve stale code.
     try:
@@ -106,14 +100,21 @@ def _llvmlite_version() -> str:
     except (ImportError, ValueError):
         spec = None
     for place in (spec.submodule_search_locations or ()) if spec is not None else ():
-        for name in names:
-            path = os.path.join(place, "binding", name)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            return f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+        found = _library_in(os.path.join(place, "binding"))
+        if found:
+            return found
     return "none"
+
+
+def _library_in(lib_dir: str) -> str | None:
+    """``<path>:<size>:<mtime>`` of llvmlite's library in ``lib_dir``, or None."""
+    for name in ("libllvmlite.so", "libllvmlite.dylib", "llvmlite.dll"):
+        try:
+            st = os.stat(os.path.join(lib_dir, name))
+        except OSError:
+            continue
+        return f"{os.path.abspath(lib_dir)}/{name}:{st.st_size}:{st.st_mtime_ns}"
+    return None
 
 
 CODEGEN = {"opt": 3, "reloc": "static", "codemodel": "large"}

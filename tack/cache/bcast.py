@@ -38,10 +38,9 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
     from . import warn_once_factory
 
     if comm is not None and host_key is not None:
-        group = _same_cpu_group(comm, host_key)
+        group, mine = _same_cpu_group(comm, host_key)
         if group is not None:                   # nodes of other CPUs: each group its own bundle
             try:
-                mine = host_key()
                 return load_and_broadcast(group, settings, lambda: mine, gpu_bundles)
             finally:
                 group.Free()
@@ -88,10 +87,11 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
 
 
 def _same_cpu_group(comm, host_key):
-    """Where the ranks' CPUs differ (a job over nodes of two kinds), a communicator of the ranks
-    whose CPU (host key) is this rank's, whose lowest rank reads that CPU's bundle; None where
-    every rank's is rank 0's (one broadcast of rank 0's key and one sum: the usual case costs
-    two small collectives).  A rank that cannot tell its key counts as one of its own kind."""
+    """-> (group, this rank's host key).  Where the ranks' CPUs differ (a job over nodes of two
+    kinds), ``group`` is a communicator of the ranks whose CPU (host key) is this rank's, whose
+    lowest rank reads that CPU's bundle; None where every rank's is rank 0's (one broadcast of
+    rank 0's key and one sum: the usual case costs two small collectives).  A rank that cannot
+    tell its key (None) counts as one of its own kind."""
     try:
         mine = host_key()
     except Exception as e:                      # noqa: BLE001 - every rank must reach the calls
@@ -99,10 +99,10 @@ def _same_cpu_group(comm, host_key):
         mine = None
     first = comm.bcast(mine if comm.Get_rank() == 0 else None, root=0)
     if comm.allreduce(int(mine != first)) == 0:
-        return None
+        return None, mine
     keys = comm.allgather(mine)
     kinds = list(dict.fromkeys(keys))           # in the order of each kind's lowest rank
-    return comm.Split(kinds.index(mine), comm.Get_rank())
+    return comm.Split(kinds.index(mine), comm.Get_rank()), mine
 
 
 def _gpu_bundles(directory, gpu_bundles) -> tuple:

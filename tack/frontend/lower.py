@@ -556,7 +556,7 @@ class _FunctionLowerer:
                 raise self.error("len() takes one argument", e)
             return ["tget", self.loc(e), ["shape", self.loc(e), args[0]], 0]
         if name == "power":                 # np.power(a, b) is a ** b (integers stay integers)
-            if len(args) != 2 or e.keywords:
+            if len(args) != 2:
                 raise self.error(f"numpy.power() takes two arguments, got {len(args)}", e)
             return ["binop", self.loc(e), "**", args[0], args[1]]
         return ["intrinsic", self.loc(e), name, args]
