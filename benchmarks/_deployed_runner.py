@@ -163,6 +163,7 @@ def main():
         out["tack_file"] = tack.__file__
         image = tack._image.finder()
         out["image_served"] = image.served if image is not None else 0
+        out["image_content_checks"] = image.content_checks if image is not None else 0
     # The CPU this process spent after the result, checking it and gathering the figures above:
     # the harness's, not a user's process's, so deployed_warm takes it off the process's CPU time.
     out["report_cpu_s"] = time.process_time() - c4

@@ -15,6 +15,12 @@ from:
 * **site**: a site bundle (``python -m tack.site bundles build``) built for an ancestor
   architecture of this host (``cpu:x86_64_v3`` on x86-64, ``cpu:aarch64`` on Arm), with an
   empty user cache: what a Spack or conda install serves;
+* **moved**: the user's directory, with an installed copy whose sources' times moved after its
+  import image was written (every time set to 0, as a Spack build cache sets them, on an
+  install that did not set them first): the image then checks each module by its content,
+  reading and hashing its source in every process (``python -m tack.site image --check`` says
+  so); the Spack package sets the times to 0 before writing the image, so its installs, from a
+  build cache too, are the **user** case;
 * **mpi**: ``tack.cache.load_bundle(comm)`` under ``mpiexec -n RANKS`` (rank 0 reads the
   bundle and broadcasts it), where ``mpiexec`` and mpi4py are installed;
 * **Numba** (``cache=True``) and **Warp** (CPU, its kernel cache) warm, where installed
@@ -201,6 +207,17 @@ def _tool(args, env, cwd):
     return p.stdout
 
 
+def _moved_copy(tmp, site):
+    """A copy of the installed ``site`` (its image too) with every source's time then set to 0."""
+    moved = os.path.join(tmp, "site-moved")
+    shutil.copytree(site, moved)                    # times kept: the image current by time
+    for here, _, files in os.walk(os.path.join(moved, "tack")):
+        for f in files:
+            if f.endswith(".py"):
+                os.utime(os.path.join(here, f), (0, 0))
+    return moved
+
+
 def prepare(tmp, size, n, ranks):
     """The installed copy and each path's cache, primed: -> {case: (lib, env, mpi ranks)}."""
     site = _install(tmp)
@@ -211,6 +228,7 @@ def prepare(tmp, size, n, ranks):
     for k in KERNELS:
         runner("tack", k, _size(k, size, n), _env(TACK_CACHE_DIR=user, **base))
         runner("tack", k, _size(k, size, n), _env(TACK_CACHE_DIR=own, **base))
+    moved = _moved_copy(tmp, site)  # after priming: a compiling process would write its image again
     _log("packing the user's own bundle (python -m tack.cache pack)")
     _tool(["tack.cache", "pack"], _env(TACK_CACHE_DIR=own, **base), tmp)
     sites = os.path.join(tmp, "bundles")
@@ -221,6 +239,9 @@ def prepare(tmp, size, n, ranks):
              "user": ("tack", _env(TACK_CACHE_DIR=user, **base), 0),
              # the same, with the import image switched off: what the image saves
              "noimage": ("tack", _env(TACK_CACHE_DIR=user, TACK_IMPORT_IMAGE=0, **base), 0),
+             # the same, from an install whose sources' times moved after its image was written
+             "moved": ("tack", _env(TACK_CACHE_DIR=user, TACK_BENCH_SITE=moved,
+                                    PYTHONPATH=os.pathsep.join([moved, HERE])), 0),
              "bundle": ("tack", _env(TACK_CACHE_DIR=own, TACK_CACHE="bundle", **base), 0),
              "site": ("tack", _env(TACK_CACHE_DIR=os.path.join(tmp, "empty-{run}"),
                                    TACK_CACHE_BUNDLES=sites, **base), 0)}
@@ -325,6 +346,8 @@ def _problems(raw):
                 out.append(f"{case}/{k}: compiled {r['compiled']}")
             if r.get("lib") == "tack" and (case == "noimage") == bool(r.get("image_served")):
                 out.append(f"{case}/{k}: {r.get('image_served')} modules from the import image")
+            if r.get("lib") == "tack" and (case == "moved") != bool(r.get("image_content_checks")):
+                out.append(f"{case}/{k}: {r.get('image_content_checks')} modules checked by content")
             if case == "site" and (r["loaded"].get("archspec") or r["loaded"].get("llvmlite.binding")):
                 out.append(f"site/{k}: imported " + ", ".join(m for m in ("archspec", "llvmlite.binding")
                                                              if r["loaded"].get(m)))
@@ -413,6 +436,13 @@ def report(res, file=None):
             without = _stats(raw[("noimage", k)], "import_to_result_s")[1]
             p(f"  {k}: the import image takes import-to-result from {without * 1e3:.2f} to "
               f"{with_image * 1e3:.2f} ms ({(without - with_image) * 1e3:.2f} ms less)")
+        if "moved" in res["cases"]:
+            by_time = _stats(raw[("user", k)], "import_to_result_s")[1]
+            by_content = _stats(raw[("moved", k)], "import_to_result_s")[1]
+            checks = statistics.median(r["image_content_checks"] for r in raw[("moved", k)])
+            p(f"  {k}: an image checking its {checks:.0f} modules by content (sources' times moved) "
+              f"takes import-to-result from {by_time * 1e3:.2f} to {by_content * 1e3:.2f} ms "
+              f"({(by_content - by_time) * 1e3:.2f} ms more)")
         cpu = _over_numpy(raw, "user", k, "job_cpu_s")
         wall = _over_numpy(raw, "user", k, "process_wall_s")
         p(f"  {k}: warm process {cpu * 1e3:.2f} ms of CPU over NumPy-only, wall "

@@ -160,11 +160,12 @@ s = tack.cache.stats()
 compiled = "llvmlite.binding" in sys.modules
 image = tack._image.finder()        # the import image `bundles install` wrote into the package
 served = image.served if image is not None else 0
+by_content = image.content_checks if image is not None else 0   # conda keeps the times' seconds
 print(f"{sys.prefix}: {len(faces)} triangles; variants from bundles {s['hits']['variant']}, "
       f"compiled {s['misses']['variant']}; LLVM loaded: {compiled}; "
-      f"modules from the import image: {served}")
+      f"modules from the import image: {served}, checked by content: {by_content}")
 sys.exit(0 if s["hits"]["variant"] and not s["misses"]["variant"] and not compiled and len(faces)
-         and served else 1)
+         and served and not by_content else 1)
 EOF
   ) || return 1
   # bundles check with no directory: the installed ones, found with no setting

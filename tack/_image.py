@@ -15,7 +15,9 @@ from: the same size and modification time in whole seconds, as CPython checks a 
 where the time differs, the same size and content (``importlib.util.source_hash``, CPython's
 check of a hash-based ``.pyc``).  Installs move the times: conda's packages bring them back
 some nanoseconds off (the same second), Spack's build caches set them to 0 for reproducible
-tarballs (the content check).  Otherwise, and for anything the image lacks, cannot read, finds
+tarballs (the content check, a read and a hash of each source in every process: the finder
+counts them, ``image --check`` says so, and ``image`` or a compiling process writes the image
+again for the present times; the Spack package sets the times to 0 before writing it).  Otherwise, and for anything the image lacks, cannot read, finds
 not matching the CRC-32 its index records for it, or cannot unmarshal, the module is imported
 as usual from its source and ``.pyc``, and the image serves nothing more in that process.  An image
 written by another Python (another magic number or cache tag) or damaged in its header is not
@@ -101,19 +103,23 @@ def image_path(package_dir: str) -> str | None:
     return os.path.join(cache_dir(package_dir), f"import-image.{tag}{opt}.bin")
 
 
-def same_source(path: str, mtime: int, size: int, digest: bytes) -> bool:
-    """Whether the source at ``path`` is the one the image holds the code of: its size and its
-    modification time in whole seconds as recorded (CPython's check of a ``.pyc``), or, where
-    the time differs (an install that set the times: a reproducible build cache sets them to
-    0), the same size and content (``importlib.util.source_hash``, CPython's hash-based
-    ``.pyc`` check)."""
+BY_TIME, BY_CONTENT = "time", "content"
+
+
+def same_source(path: str, mtime: int, size: int, digest: bytes):
+    """Whether the source at ``path`` is the one the image holds the code of, and how that was
+    found: ``BY_TIME``, its size and its modification time in whole seconds as recorded
+    (CPython's check of a ``.pyc``: one stat); ``BY_CONTENT``, where the time differs (an
+    install that moved the times: a reproducible build cache sets them to 0), the same size and
+    content (``importlib.util.source_hash``, CPython's hash-based ``.pyc`` check: the source
+    read and hashed, in every process); False if it is not."""
     st = os.stat(path)
     if st.st_size != size:
         return False
     if int(st.st_mtime) == mtime:
-        return True
+        return BY_TIME
     with open(path, "rb") as fh:
-        return source_hash(fh.read()) == digest
+        return BY_CONTENT if source_hash(fh.read()) == digest else False
 
 
 class _Loader:
@@ -201,6 +207,7 @@ class ImageFinder:
         self.pyc = f".{sys.implementation.cache_tag}{opt}.pyc"
         self.pycache_prefix = sys.pycache_prefix
         self.served = 0                     # modules served from the image, for tests and status
+        self.content_checks = 0             # sources found current by their content (times moved)
         self.loader = _Loader(self)
         self.crc32 = crc32 or crc32_function()
 
@@ -230,8 +237,11 @@ class ImageFinder:
             if crc is None:
                 return None                 # held as not served (its source does not compile)
             origin = self.root + rel
-            if not same_source(origin, mtime, size, digest):
+            how = same_source(origin, mtime, size, digest)
+            if not how:
                 return None                 # the source changed since: imported as usual
+            if how is BY_CONTENT:
+                self.content_checks += 1
         except Exception:                   # noqa: BLE001 - not in it, no source, bad index
             return None
         return origin, is_package, (offset, length, crc)

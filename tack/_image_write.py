@@ -12,7 +12,8 @@ import sys
 import types
 import zlib
 
-from ._image import FORMAT, MAGIC_NUMBER, cache_dir, finder, image_path, open_image, same_source, source_hash
+from ._image import (BY_CONTENT, FORMAT, MAGIC_NUMBER, cache_dir, finder, image_path, open_image, same_source,
+                     source_hash)
 
 
 def _modules(package: str, package_dir: str):
@@ -64,27 +65,38 @@ def _named(code, filename: str):
 
 def current(package: str, package_dir: str, read_code: bool = True) -> bool:
     """Whether the image holds every module of the package as its source is now, each one's
-    code readable (``read_code``: unmarshalled here, a few milliseconds) (what ``image
-    --check`` says; a process that compiled rewrites it if not)."""
+    code readable (``read_code``: unmarshalled here, a few milliseconds)."""
+    return check(package, package_dir, read_code)[0]
+
+
+def check(package: str, package_dir: str, read_code: bool = True) -> tuple[bool, int]:
+    """(whether the image is current, as ``current`` says; how many of its modules only by
+    their content: their sources' times moved since it was written, so every process that
+    imports them reads and hashes their sources, where a rewritten image would check a time).
+    What ``image --check`` says; ``image`` and a process that compiled rewrite it unless it is
+    current with no module moved."""
     f = open_image(package, package_dir)
     if f is None:
-        return False
+        return False, 0
     try:
         want = {}
         for name, rel, _ in _modules(package, package_dir):
             want[name] = rel
         if set(want) != set(f.index):
-            return False
+            return False, 0
+        moved = 0
         for name, rel in want.items():
             e = f.index[name]
-            if e[0] != rel or not same_source(os.path.join(package_dir, rel), *e[2:5]):
-                return False
+            how = e[0] == rel and same_source(os.path.join(package_dir, rel), *e[2:5])
+            if not how:
+                return False, 0
+            moved += how is BY_CONTENT
             if read_code and e[7] is not None and not isinstance(marshal.loads(f.read(*e[5:8])),
                                                                  types.CodeType):
-                return False                # damaged (a relocation that rewrote it...)
-        return True
+                return False, 0             # damaged (a relocation that rewrote it...)
+        return True, moved
     except (OSError, LookupError, TypeError, ValueError, EOFError):
-        return False
+        return False, 0
     finally:
         f.close()
 
@@ -137,7 +149,8 @@ def refresh(package: str = "tack") -> None:
             return
         mine = finder(package)              # closed here: a module's code did not read
         damaged = mine is not None and mine.fd is None
-        if damaged or not current(package, package_dir, read_code=False):
+        ok, moved = check(package, package_dir, read_code=False)
+        if damaged or not ok or moved:
             write(package, package_dir)
     except Exception:                       # noqa: BLE001 - an optimisation, never an error
         pass

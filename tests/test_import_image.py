@@ -41,6 +41,7 @@ mods = {m: type(sys.modules[m].__spec__.loader).__name__ for m in list(sys.modul
 print(json.dumps({
     "faces": int(len(faces)), "verts": float(verts.sum()),
     "finder": f is not None, "served": f.served if f else 0, "open": bool(f and f.fd is not None),
+    "content_checks": f.content_checks if f else 0,
     "loaders": mods,
     "stores_file": stores.__file__,
     "co_filename": stores.open_session.__code__.co_filename,
@@ -306,6 +307,44 @@ def test_sources_whose_times_were_reset_are_served_by_content(site, tmp_path):
     report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
     assert report["loaders"]["tack.cache.keys"] == "SourceFileLoader"
     assert report["loaders"]["tack.cache.stores"] == "_Loader"
+
+
+def _image_command(site, tmp_path, *args):
+    return _py(site, f"import sys; from tack.site.cli import main; sys.exit(main(['image', *{list(args)!r}]))",
+               tmp_path)
+
+
+def test_an_image_whose_sources_times_moved_is_written_again_for_their_times(site, tmp_path):
+    """Served by content, every process reads and hashes every source it imports: ``image
+    --check`` says so, and ``image`` writes the image again, for the times the sources have now,
+    after which each is checked by its time (a stat) again."""
+    _write(site, tmp_path)
+    report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert report["content_checks"] == 0 and _served(report)
+    assert "current, every module by its source's time" in _image_command(site, tmp_path, "--check").stdout
+    for path in (site / "tack").rglob("*.py"):
+        os.utime(path, ns=(0, 0))
+    report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert report["content_checks"] >= len(_served(report)) > 0
+    said = _image_command(site, tmp_path, "--check").stdout
+    assert "of its modules by their content" in said and "writes it again" in said, said
+    assert "KiB" in _image_command(site, tmp_path).stdout           # written again
+    report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert report["content_checks"] == 0
+    assert set(_served(report)) == set(report["loaders"]) - {"tack._image"}
+    assert "current, every module by its source's time" in _image_command(site, tmp_path, "--check").stdout
+
+
+def test_a_compiling_process_writes_again_an_image_whose_sources_times_moved(site, tmp_path):
+    _write(site, tmp_path)
+    for path in (site / "tack").rglob("*.py"):
+        os.utime(path, ns=(0, 0))
+    shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+    first = _child(site, tmp_path)                  # compiles the contour: refreshes the image
+    assert first["content_checks"] > 0
+    report = _child(site, tmp_path)
+    assert report["content_checks"] == 0
+    assert set(_served(report)) == set(report["loaders"]) - {"tack._image"}
 
 
 def test_the_finder_serves_only_its_own_package(site, tmp_path):

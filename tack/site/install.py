@@ -250,10 +250,15 @@ def import_image(check=False, out=sys.stdout, err=sys.stderr, said="image: ") ->
     from .. import _image, _image_write
     here = os.path.dirname(os.path.realpath(tack.__file__))
     path = _image.image_path(here)
-    ok = _image_write.current("tack", here)
-    if check or ok:                     # a current image is left as it is, its time too
-        print(f"{said}import image {path}: {'current' if ok else 'missing or stale'}",
-              file=out if ok else err)
+    ok, moved = _image_write.check("tack", here)
+    if ok and moved:
+        what = (f"current, {moved} of its modules by their content: their sources' times moved "
+                "since it was written (an install that set them), so every process reads and "
+                "hashes those sources; `python -m tack.site image` writes it again for these times")
+    else:
+        what = "current, every module by its source's time" if ok else "missing or stale"
+    if check or (ok and not moved):     # a current image is left as it is, its time too
+        print(f"{said}import image {path}: {what}", file=out if ok else err)
         return 0 if ok else 1
     try:
         path, modules, size = _image_write.write("tack", here)

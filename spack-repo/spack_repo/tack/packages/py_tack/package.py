@@ -153,14 +153,25 @@ class PyTack(PythonPackage):
             env.set("TACK_LD_LLD", join_path(self.spec["llvm-amdgpu"].prefix.bin, "ld.lld"))
 
     @run_after("install")
-    def hash_checked_bytecode(self):
-        """Tack's .pyc files checked against their sources' content, not their times: a build
-        cache sets every installed file's time to 0, which leaves time-stamped .pyc files stale,
-        so each process would compile Tack's modules again where it cannot write them. Runs
-        before install_bundles, whose import image reads these."""
+    def bytecode_and_import_image(self):
+        """Tack's sources at time 0, then its .pyc files and its import image written for them.
+        A build cache sets every file's time to 0, so set here first, the bytecode and the image
+        match the sources by time both where Spack built Tack and where it installs the binary:
+        otherwise the image checks each module's source by content (one read and hash per
+        module, about 1 ms of every process) and time-stamped .pyc files are stale. The .pyc
+        files are also checked by content (hash-checked), which needs no time at all. Runs
+        before install_bundles, which finds the image current and leaves it."""
         tack_dir = join_path(python_purelib, "tack")
+        for root, _, files in os.walk(tack_dir):
+            for name in files:
+                if name.endswith(".py"):
+                    os.utime(join_path(root, name), (0, 0))
         # -f: pip's time-stamped .pyc files look current to compileall, which keeps them
         python("-m", "compileall", "-q", "-f", "--invalidation-mode", "checked-hash", tack_dir)
+        # Not from the stage, whose sources `python -m` would import first.
+        path = [python_purelib] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+        with tempfile.TemporaryDirectory() as empty, working_dir(empty):
+            python("-m", "tack.site", "image", extra_env={"PYTHONPATH": ":".join(path)})
 
     @run_after("install")
     def install_bundles(self):
