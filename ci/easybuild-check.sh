@@ -107,9 +107,10 @@ loaded() {
   in_module_shell "$S/eb/modules/all" '
     module load Tack
     env | grep "^TACK_CACHE" | sort
+    python -m tack.site image --check | tee /dev/stderr | grep "every module by its source.s time" >/dev/null
     python -m tack.site bundles check'
 }
-step "clean shell: module load Tack + contour (bundles check)" loaded
+step "clean shell: module load Tack + import image by time + contour (bundles check)" loaded
 prepended() {   # the user's own bundles stay after the module's, and come back on unload
   in_module_shell "$S/eb/modules/all" "
     export TACK_CACHE_BUNDLES=/home/me/my-bundles
