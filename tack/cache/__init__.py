@@ -549,3 +549,6 @@ def _reset_for_tests():
     _loaded_bundle = None
     reset_stats()
     _stats = None
+    bundle = sys.modules.get(__name__ + ".bundle")      # the directories it checked, if loaded
+    if bundle is not None:
+        bundle._trusted_dirs.clear()

@@ -352,13 +352,29 @@ def _row_place(rows: bytes, at: int):
     return int(off), int(length)
 
 
+# Directories whose trust this process has checked: (directory, allow_root).  A site directory
+# holds several bundles (conda ships one per x86-64 level, Spack the target's and its level's),
+# and a lookup may try a bundle named for this host there that is not; each would otherwise
+# check the directory and every directory above it again, two lstat calls a level, which on a
+# parallel file system are metadata requests of every rank.
+_trusted_dirs: set = set()
+
+
+def _check_dir(directory: str, allow_root: bool) -> None:
+    """Untrusted unless ``directory`` may be trusted (``check_trusted``, ``check_parents``):
+    checked once per process for each directory and ``allow_root``."""
+    if (directory, allow_root) not in _trusted_dirs:
+        check_trusted(directory, allow_root=allow_root)
+        check_parents(directory)
+        _trusted_dirs.add((directory, allow_root))
+
+
 def _opened(path: str, allow_root: bool, check_dir: bool = True):
     """-> (descriptor, fstat) of the bundle at ``path``, checked for trust on the descriptor
     itself (opened without following a link); BundleError saying why not."""
     try:
         if check_dir:
-            check_trusted(os.path.dirname(os.path.abspath(path)), allow_root=allow_root)
-            check_parents(os.path.dirname(os.path.abspath(path)))
+            _check_dir(os.path.dirname(os.path.abspath(path)), allow_root)
         fd, st = open_regular(path)
     except Untrusted as e:
         raise BundleError(str(e)) from None

@@ -212,3 +212,42 @@ def test_cache_pack_takes_kind_name(tmp_path):
     bad = run_cli(cache, "pack", "--arch", "gpu:x")
     assert bad.rc == 1 and "unknown kind 'gpu'" in bad.stderr
     np.testing.assert_equal(len(bundle.read(str(tmp_path / "b"))) > 0, True)
+
+
+COUNT_DIRECTORY_CHECKS = textwrap.dedent("""
+    import collections, json
+    import tack.cache.bundle as B
+    checked = collections.Counter()
+    real = B.check_parents
+
+    def counting(path):
+        checked[path] += 1
+        return real(path)
+
+    B.check_parents = counting
+    import numpy as np, tack.cache
+    from tack.kernels.contour import contour
+    p = np.indices((8, 8, 8)).astype(np.float32)
+    f = np.sqrt(((p - 3.4) ** 2).sum(axis=0)).astype(np.float32)
+    v, faces = contour(f, 2.5)
+    s = tack.cache.stats()
+    print(json.dumps({"checked": dict(checked), "hits": s["hits"]["variant"],
+                      "misses": s["misses"]["variant"], "faces": len(faces)}))
+""")
+
+
+def test_a_site_directory_is_checked_once_however_many_bundles_it_holds(tmp_path, own_cache):
+    """Two generic levels in one directory, as conda ships three: the kernels served, and the
+    directory (with every directory above it) checked for trust once, not once per bundle read
+    nor again for the bundle named for this host that a lookup tries there first."""
+    if cpu_runtime.platform.machine() != "x86_64":
+        pytest.skip(f"the x86_64 microarchitecture levels exist on x86_64 hosts only; this one is "
+                    f"{cpu_runtime.platform.machine()}")
+    cfg = write_config(tmp_path, ["x86_64", "x86_64_v2"])
+    site = tmp_path / "site"
+    rc, out, err = run_build(cfg, site)
+    assert rc == 0, out + err
+    assert len(os.listdir(site)) == 2
+    r = run_with_site_bundles(COUNT_DIRECTORY_CHECKS, own_cache, site)
+    assert r["hits"] == 2 and r["misses"] == 0 and r["faces"] > 0
+    assert r["checked"] == {str(site): 1}, r
