@@ -332,6 +332,7 @@ _launch = None            # the MPI launch, if any (detected once)
 _loaded_bundle = None     # a Bundle given by load_bundle()
 _loaded_gpu: dict = {}    # target key -> a GPU kind's packed Bundle given by load_bundle()
 _bundle_covers = frozenset()   # what load_bundle() read ("cpu", GPU machines): no rank opens those itself
+_loaded_sites = None      # {site directory: (packed Bundle or None, [(arch, key, Bundle)])} load_bundle() gave
 
 
 def configure(directory=None, mode=None, max_size=None):
@@ -460,13 +461,16 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
                                                  _loaded_gpu if machine in _bundle_covers else None)
         return _other_sessions[kind] or None
     if _session is None:
-        _session = _new_session(host_key, site_bundles, "cpu" not in _bundle_covers, machine)
+        _session = _new_session(host_key, site_bundles, "cpu" not in _bundle_covers, machine,
+                                sites=_loaded_sites)
         if _session and _loaded_bundle is not None:
             _session.add_loaded(_loaded_bundle)
     return _session or None
 
 
-def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None):
+def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None, sites=None):
+    """``sites``: the site bundles ``load_bundle`` gave (``bcast.load_and_broadcast``), in place
+    of the site directories' files; None: this process reads those itself."""
     s = _settings_in_use("the first kernel compiled")
     if s.mode == "off":
         return False
@@ -478,13 +482,14 @@ def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None):
         _warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
     return open_session(s, _get_stats(), _warn, host_key, site_bundles,
                         rank=launch.rank if launch is not None else 0,
-                        sites=site_dirs(warn=_warn), own_bundle=own_bundle, machine=machine,
-                        loaded=loaded)
+                        sites=site_dirs(warn=_warn) if sites is None else list(sites),
+                        own_bundle=own_bundle, machine=machine, loaded=loaded, loaded_sites=sites)
 
 
 def load_bundle(comm=None, kinds=None) -> int:
     """Read this host's bundle on rank 0 and broadcast it to every rank of ``comm``, with the
-    bundles ``pack`` made for GPU kinds in the same directory.
+    bundles ``pack`` made for GPU kinds in the same directory, and the site bundles this node's
+    CPU uses (``TACK_CACHE_BUNDLES``, those installed beside Tack): no other rank opens them.
 
     Call on every rank before the first kernel. Returns the number of entries
     read; 0 on every rank if rank 0 cannot use any bundle (there is none, it
@@ -498,23 +503,32 @@ def load_bundle(comm=None, kinds=None) -> int:
     on every rank alike, before any collective call.
     """
     from .bcast import load_and_broadcast
-    from .host import cpu_host_key, gpu_packed_bundles, known_kinds, machines_of
-    global _loaded_bundle, _bundle_covers
+    from .host import cpu_host_key, cpu_site_bundles, gpu_packed_bundles, known_kinds, machines_of
+    global _loaded_bundle, _bundle_covers, _loaded_sites
     asked = known_kinds(kinds)
     _bundle_covers = _bundle_covers | machines_of(asked) | (asked & {"cpu"})
-    loaded, gpu = load_and_broadcast(comm, settings(), cpu_host_key if "cpu" in asked else None,
-                                     lambda names: gpu_packed_bundles(names, asked))
+    sites = None
+    if "cpu" in asked and _session is None:     # a session made already opens its own
+        from .stores import site_dirs
+        sites = (lambda: site_dirs(warn=warn_once_factory()), cpu_site_bundles)   # asked on rank 0
+    loaded, gpu, got_sites = load_and_broadcast(comm, settings(), cpu_host_key if "cpu" in asked else None,
+                                                lambda names: gpu_packed_bundles(names, asked), sites)
+    site_bundles = [b for packed, chosen in (got_sites or {}).values()
+                    for b in ([packed] if packed is not None else []) + [c[2] for c in chosen]]
     stats = _get_stats()
-    for b in ([loaded] if loaded is not None else []) + gpu:
+    for b in ([loaded] if loaded is not None else []) + gpu + site_bundles:
         if b.bytes_read:                        # rank 0, which read the files
             stats["bytes_read"] += b.bytes_read
             stats["load_seconds"] += b.read_seconds
     _loaded_gpu.update((b.meta.get("target_key"), b) for b in gpu)
+    if got_sites is not None:
+        _loaded_sites = got_sites
     if loaded is not None:
         _loaded_bundle = loaded
         if _session:
             _session.add_loaded(loaded)
-    return (len(loaded) if loaded is not None else 0) + sum(len(b) for b in gpu)
+    return ((len(loaded) if loaded is not None else 0) + sum(len(b) for b in gpu)
+            + sum(len(b) for b in site_bundles))
 
 
 def _setup_logging():
@@ -547,6 +561,8 @@ def _reset_for_tests():
     _session = None
     _launch = None
     _loaded_bundle = None
+    global _loaded_sites
+    _loaded_sites = None
     reset_stats()
     _stats = None
     bundle = sys.modules.get(__name__ + ".bundle")      # the directories it checked, if loaded

@@ -17,6 +17,7 @@ calls whatever happened on rank 0.
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -26,27 +27,33 @@ from .keys import tack_version_id
 CHUNK = 1 << 30
 
 
-def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
-    """-> (this host's Bundle or None, [the GPU kinds' packed Bundles]), the same on every rank;
-    rank 0 warns why when it can use no bundle at all.
+def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], sites=None):
+    """-> (this host's Bundle or None, [the GPU kinds' packed Bundles], the site bundles or None),
+    the same on every rank; rank 0 warns why when it can use no bundle at all.
 
     ``host_key()``: this host's CPU target key, which names its bundle (None: no CPU bundle is
     read, ``load_bundle``'s ``kinds`` leaving the CPU out); ``gpu_bundles(names)``:
     of the directory's file names, the GPU kinds' packed bundles (``host.gpu_packed_bundles``);
     both asked on rank 0 only.  A GPU bundle rank 0 cannot use (damaged, another Tack's, not the
-    user's own) is left out, and rank 0 warns why, naming it."""
+    user's own) is left out, and rank 0 warns why, naming it.  ``sites``: (a function giving the
+    site directories, ``stores.site_dirs``; the runtime's ``site_bundles``), asked on rank 0
+    only: the site bundles this node's CPU uses there, read by rank 0 and broadcast
+    (``_site_bundles``), given back as {directory: (the bundle packed for this host there or
+    None, [(``cpu:arch``, target key, Bundle)] most specific first)}; None where not asked, or
+    where rank 0 could not choose (every rank then reads the directories itself, as without
+    ``load_bundle``)."""
     from . import warn_once_factory
 
     if comm is not None and host_key is not None:
         group, mine = _same_cpu_group(comm, host_key)
         if group is not None:                   # nodes of other CPUs: each group its own bundle
             try:
-                return load_and_broadcast(group, settings, lambda: mine, gpu_bundles)
+                return load_and_broadcast(group, settings, lambda: mine, gpu_bundles, sites)
             finally:
                 group.Free()
     rank = 0 if comm is None else comm.Get_rank()
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
-    others = []
+    others, site_rows = [], None
     if rank == 0:
         if settings.mode == "off":
             reason = "the cache is off (TACK_CACHE=off)"
@@ -65,10 +72,12 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
             others, refused = _gpu_bundles(settings.directory, gpu_bundles)
             for why in refused:
                 warn_once_factory()(f"not using a bundle: {why}; its kernels compile as without a cache")
-        if reason is not None and not others:
+        if sites is not None and host_key is not None and settings.mode != "off":
+            site_rows = _site_bundles(sites, host_key, warn_once_factory())
+        if reason is not None and not others and not (site_rows and site_rows[1]):
             warn_once_factory()(f"not using a bundle: {reason}; kernels compile as without a cache")
     if comm is None:
-        return loaded, others
+        return loaded, others, _sites_by_dir(site_rows)
 
     head = np.array(status + [len(others)], dtype=np.int64)
     comm.Bcast(head, root=0)
@@ -83,7 +92,87 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: []):
         b = _bcast_bundle(comm, rank, int(size[0]), mine.data if mine else b"", mine)
         if b is not None:
             got.append(b)
-    return loaded, got
+    if sites is None:
+        return loaded, got, None
+    # The site bundles: which (pickled: directories, names and keys, a few hundred bytes; None if
+    # rank 0 could not choose), then each one's bytes, as the GPU bundles' above.
+    which = None
+    if rank == 0 and site_rows is not None:
+        which = (site_rows[0], [row[:3] for row in site_rows[1]])
+    which = comm.bcast(which, root=0)
+    if which is None:
+        return loaded, got, None
+    directories, rows = which
+    placed = []
+    for i, (where, arch, tk) in enumerate(rows):
+        mine = site_rows[1][i][3] if rank == 0 else None
+        size = np.array([len(mine.data)], dtype=np.int64) if mine else np.zeros(1, dtype=np.int64)
+        comm.Bcast(size, root=0)
+        b = _bcast_bundle(comm, rank, int(size[0]), mine.data if mine else b"", mine)
+        if b is not None:
+            placed.append((where, arch, tk, b))
+    return loaded, got, _sites_by_dir((directories, placed))
+
+
+def _site_bundles(sites, host_key, warn_once):
+    """Rank 0: (the site directories, [(directory, ``cpu:arch`` or None for the bundle packed for
+    this host there, target key, Bundle read whole)]) of the site bundles this node's CPU uses,
+    in the order a lookup tries them (``stores.open_session``'s: each directory's packed bundle,
+    then the ones built for its architecture, most specific first, as
+    ``bundle.SiteBundleStore`` chooses them); None if the choice fails (no archspec where it is
+    needed...): every rank then reads them itself."""
+    from . import new_stats
+    out = []
+    try:
+        directories, site_bundles = sites[0](), sites[1]
+        key = host_key()
+        for d in directories:
+            path = os.path.join(d, bundle.bundle_name(key))
+            if os.path.lexists(path):
+                try:
+                    out.append((d, None, key, bundle.read(path, allow_root=True,
+                                                          tack_version=tack_version_id(), whole=True)))
+                except bundle.BundleError as e:
+                    warn_once(f"not using the site bundle {path}: {e}")
+            chooser = bundle.SiteBundleStore(new_stats(), warn_once, d, site_bundles)
+            try:
+                for arch, tk, path in chooser.candidates():
+                    t0 = time.perf_counter()
+                    b = chooser.opened(path)        # its header read for the choice: the rest now
+                    try:
+                        if b is None:
+                            b = bundle.read(path, allow_root=True, tack_version=tack_version_id())
+                        b.data                      # noqa: B018 - read whole, on the same descriptor
+                    except (bundle.BundleError, OSError) as e:
+                        warn_once(f"not using the site bundle {path}: {e}")
+                        continue
+                    b.read_seconds = time.perf_counter() - t0
+                    out.append((d, arch, tk, b))
+            finally:
+                for b in chooser._read.values():    # all read whole or let go: no descriptor kept
+                    if b is not None:
+                        b.close()
+    except Exception as e:                      # noqa: BLE001 - rank 0 must still reach the Bcast
+        log.debug("load_bundle: site bundles not chosen on rank 0 (%s: %s); each rank reads them",
+                  type(e).__name__, e)
+        return None
+    return list(directories), out
+
+
+def _sites_by_dir(found):
+    """(directories, [(directory, arch or None, target key, Bundle)]) -> {directory: (packed
+    Bundle or None, [(arch, target key, Bundle)])} in the directories' order, each one rank 0
+    looked in kept (one with nothing this node uses too: no rank goes there); None stays None."""
+    if found is None:
+        return None
+    directories, rows = found
+    out = {d: [None, []] for d in directories}
+    for d, arch, tk, b in rows:
+        if arch is None:
+            out[d][0] = b
+        else:
+            out[d][1].append((arch, tk, b))
+    return {d: (packed, chosen) for d, (packed, chosen) in out.items()}
 
 
 def _same_cpu_group(comm, host_key):

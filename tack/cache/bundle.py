@@ -594,12 +594,16 @@ class SiteBundleStore:
     writable = False
     source = "site bundles"
 
-    def __init__(self, stats, warn_once, directory, site_bundles):
+    def __init__(self, stats, warn_once, directory, site_bundles, chosen=None):
         self.stats, self.warn_once = stats, warn_once
         self.directory = directory
         self.site_bundles = site_bundles
         self.stores = None
         self._read = {}
+        if chosen is not None:          # [(arch, target key, Bundle)] load_bundle gave: no file opened
+            self.stores = [BundleStore(stats, warn_once, loaded=b, allow_root=True,
+                                       label=f"site bundle for {arch}", quiet=True, target_key=tk)
+                           for arch, tk, b in chosen]
 
     def names(self) -> list:
         """The directory's bundle file names, sorted (no temporary files); [] if it cannot be listed."""
@@ -626,6 +630,10 @@ class SiteBundleStore:
             self._read[name] = b
         b = self._read[name]
         return None if b is None else b.meta
+
+    def opened(self, path: str):
+        """The bundle at ``path`` as ``header`` read it (open, its header and table read), or None."""
+        return self._read.get(os.path.basename(path))
 
     def candidates(self):
         """[(``kind:arch``, target key, bundle path)] in the order they are looked in."""

@@ -2,7 +2,8 @@
 
 A launch hands its session what the runtime knows (``tack.cache.session``).
 Three tools run with no launch to ask: ``load_bundle`` (the bundle a rank
-reads is named by this host's CPU target key), ``python -m tack.cache pack``
+reads is named by this host's CPU target key, and the site bundles it reads are
+those this node's CPU uses), ``python -m tack.cache pack``
 (which bundle is this host's, and its architecture's name) and ``export``
 (a backend whose artifacts hold several parts splits them).  They ask here;
 nothing a launch imports does.
@@ -15,6 +16,13 @@ def cpu_host_key() -> str:
     """The target key of CPU code compiled on this host (``cpu_runtime.host_key``)."""
     from ..backends import runtime
     return runtime("cpu").host_key()
+
+
+def cpu_site_bundles(names, header) -> list:
+    """Which of a site directory's bundles this node's CPU uses (``cpu_runtime.site_bundles``):
+    what ``load_bundle``'s rank 0 reads and broadcasts."""
+    from ..backends import runtime
+    return runtime("cpu").site_bundles(names, header)
 
 
 def known_kinds(kinds=None) -> frozenset:

@@ -465,7 +465,7 @@ class PackedBundles:
 
 
 def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sites=(),
-                 own_bundle=True, machine=None, loaded=None) -> Session:
+                 own_bundle=True, machine=None, loaded=None, loaded_sites=None) -> Session:
     """The session of a process (``rank``: its MPI rank): in mode ``bundle``, the user's packed
     bundles (``PackedBundles``: this host's, named by ``host_key``, and a GPU device's own)
     unless ``own_bundle`` is False (``load_bundle`` read this host's); else the user's
@@ -474,7 +474,9 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
     (which, the caller's ``site_bundles`` says).  ``machine``: the one in the file
     names of this kind's bundles (a GPU kind's code machine; None: this host's); ``loaded``:
     {target key: Bundle} that ``load_bundle`` broadcast for a GPU kind, which then serve in place
-    of the user's files."""
+    of the user's files; ``loaded_sites``: {site directory: (the bundle packed for this host there
+    or None, [(``cpu:arch``, target key, Bundle)])} that it broadcast for the CPU, which serve in
+    place of those directories' files (none of which is then opened)."""
     stores, disk = [], None
     if settings.mode != "bundle":
         disk = DiskCache(settings, stats, warn_once, rank)
@@ -488,8 +490,10 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
     if sites:
         from .bundle import SiteBundleStore
         for d in sites:
+            packed, chosen = (None, None) if loaded_sites is None else loaded_sites.get(d, (None, []))
             stores.append(PackedBundles(stats, warn_once, d, host_key, machine, label="site bundle",
                                         source="site bundles", allow_root=True, quiet_stale=False,
-                                        lazy=False))
-            stores.append(SiteBundleStore(stats, warn_once, d, site_bundles))
+                                        lazy=False, loaded=None if chosen is None else
+                                        ({host_key: packed} if packed is not None else {})))
+            stores.append(SiteBundleStore(stats, warn_once, d, site_bundles, chosen=chosen))
     return Session(settings, stats, warn_once, host_key, stores, disk)

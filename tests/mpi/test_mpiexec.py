@@ -1,6 +1,7 @@
 """Real MPI jobs (mpiexec -n 4, mpi4py): bundle mode, load_bundle(comm), write mode."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -87,3 +88,43 @@ def test_load_bundle_on_nodes_of_two_cpus_serves_each_its_own_bundle(kernel_dir,
         assert r["stats"]["hits"]["variant"] == 2 and r["loaded"] > 0
         wanted = {0: [str(first)], 1: [str(second[0])]}.get(r["rank"], [])
         assert under(r["opened"], cache) == wanted, r["opened"]
+
+
+def _site_bundles_for_kmod(kernel_dir, tmp_path):
+    """A site directory as `bundles build` makes it: the kernels k_a and k_b, built for the family's
+    generic level (every node of it runs that code)."""
+    import platform
+    arch = {"x86_64": "x86_64_v2", "aarch64": "aarch64"}.get(platform.machine())
+    if arch is None:
+        pytest.skip(f"site bundles are built for x86_64 and aarch64 here, not {platform.machine()}")
+    cfg = tmp_path / "site.yaml"
+    kernels = "".join(f"    - module: kmod\n      kernel: {k}\n      args: ['float64[1000]', 'float64[1000]']\n"
+                      for k in ("k_a", "k_b"))
+    cfg.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{arch}]\n  kernels:\n{kernels}")
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "build", str(cfg), "--output",
+                           str(site)], env=clean_env(tmp_path / "build-cache", PYTHONPATH=str(kernel_dir)),
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (name,) = os.listdir(site)
+    return site, site / name
+
+
+def test_load_bundle_broadcasts_the_site_bundles_so_no_other_rank_opens_them(kernel_dir, cache, tmp_path):
+    """A site install and a new user (no cache of their own) in a 4-rank job: without load_bundle
+    every rank lists the site directory and opens its bundle (on a parallel file system, metadata
+    requests of every rank); with load_bundle(comm) rank 0 alone opens it and broadcasts it, every
+    rank's kernels come from it, nothing compiles, and no warning says a bundle is missing."""
+    site, path = _site_bundles_for_kmod(kernel_dir, tmp_path)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    alone = mpiexec(kernel_dir, cache, 4, TACK_CACHE_BUNDLES=str(site))
+    for r in alone:
+        assert r["ok"] and not r["llvmlite"] and r["stats"]["variants_from"] == {"site bundles": 2}
+        assert str(path) in under(r["opened"], site), r["opened"]     # (and the one named for this host)
+    shutil.rmtree(f"{kernel_dir}-reports")
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], TACK_CACHE_BUNDLES=str(site))
+    for r in ranks:
+        assert r["ok"] and not r["llvmlite"], r
+        assert r["loaded"] == expected and r["stats"]["variants_from"] == {"site bundles": 2}
+        assert under(r["opened"], site) == ([str(path)] if r["rank"] == 0 else []), r["opened"]
+        assert r["warnings"] == [], r["warnings"]
