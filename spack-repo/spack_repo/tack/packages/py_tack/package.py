@@ -158,7 +158,7 @@ class PyTack(PythonPackage):
         A build cache sets every file's time to 0, so set here first, the bytecode and the image
         match the sources by time both where Spack built Tack and where it installs the binary:
         otherwise the image checks each module's source by content (one read and hash per
-        module, 0.4 to 1 ms of every process) and time-stamped .pyc files are stale. The .pyc
+        module, 0.2 to 1 ms of every process) and time-stamped .pyc files are stale. The .pyc
         files are compiled hash-checked as well, which holds whatever the times. Runs before
         install_bundles, which finds the image current and leaves it."""
         tack_dir = join_path(python_purelib, "tack")
