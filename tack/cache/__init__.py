@@ -332,7 +332,8 @@ _launch = None            # the MPI launch, if any (detected once)
 _loaded_bundle = None     # a Bundle given by load_bundle()
 _loaded_gpu: dict = {}    # target key -> a GPU kind's packed Bundle given by load_bundle()
 _bundle_covers = frozenset()   # what load_bundle() read ("cpu", GPU machines): no rank opens those itself
-_loaded_sites = None      # {site directory: (packed Bundle or None, [(arch, key, Bundle)])} load_bundle() gave
+_loaded_sites = None      # {site directory: (packed Bundle or None, [(arch, key, Bundle)])}
+                          # load_bundle() gave: those directories' files are never opened
 
 
 def configure(directory=None, mode=None, max_size=None):
@@ -492,9 +493,13 @@ def load_bundle(comm=None, kinds=None) -> int:
     CPU uses (``TACK_CACHE_BUNDLES``, those installed beside Tack): no other rank opens them.
 
     Call on every rank before the first kernel. Returns the number of entries
-    read; 0 on every rank if rank 0 cannot use any bundle (there is none, it
-    is damaged, or it is not the user's own), after rank 0 warns why. Every
-    rank takes part in the same collective calls whatever happens on rank 0.
+    read, the site bundles' included; 0 on every rank if rank 0 can use no
+    bundle (there is none, it is damaged, or it is not the user's own, and no
+    site bundle serves this node), after rank 0 warns why. Every rank takes
+    part in the same collective calls whatever happens on rank 0 and whatever
+    each has run before.  Each rank holds what it was sent in memory: the
+    user's bundle and every site bundle the node's CPU uses (each of conda's
+    x86-64 levels it can run, say), as many copies as there are ranks on a node.
     Without ``comm``, this process reads the bundles itself.  ``kinds`` (by
     default every one) names the kinds of code to read and broadcast, as
     ``bundles build --arch`` names them (``cpu``, ``cuda``, ``rocm``, ``spirv``,
@@ -508,9 +513,12 @@ def load_bundle(comm=None, kinds=None) -> int:
     asked = known_kinds(kinds)
     _bundle_covers = _bundle_covers | machines_of(asked) | (asked & {"cpu"})
     sites = None
-    if "cpu" in asked and _session is None:     # a session made already opens its own
+    if "cpu" in asked and comm is not None:     # alone, a process opens its site bundles lazily
         from .stores import site_dirs
-        sites = (lambda: site_dirs(warn=warn_once_factory()), cpu_site_bundles)   # asked on rank 0
+        # Asked on rank 0 only; every rank makes the same calls whatever its own state (None:
+        # rank 0 has a session already, whose site bundles it opened itself: each rank does so).
+        sites = (lambda: site_dirs(warn=warn_once_factory()) if _session is None else None,
+                 cpu_site_bundles)
     loaded, gpu, got_sites = load_and_broadcast(comm, settings(), cpu_host_key if "cpu" in asked else None,
                                                 lambda names: gpu_packed_bundles(names, asked), sites)
     site_bundles = [b for packed, chosen in (got_sites or {}).values()
@@ -521,7 +529,7 @@ def load_bundle(comm=None, kinds=None) -> int:
             stats["bytes_read"] += b.bytes_read
             stats["load_seconds"] += b.read_seconds
     _loaded_gpu.update((b.meta.get("target_key"), b) for b in gpu)
-    if got_sites is not None:
+    if got_sites is not None and _session is None:     # a session made already keeps its own
         _loaded_sites = got_sites
     if loaded is not None:
         _loaded_bundle = loaded
@@ -551,7 +559,7 @@ def _setup_logging():
 
 def _reset_for_tests():
     """Forget settings, session, stats, MPI detection and bundles, as in a new process."""
-    global _resolved, _session, _launch, _loaded_bundle, _bundle_covers, _stats, _warn
+    global _resolved, _session, _launch, _loaded_bundle, _bundle_covers, _stats, _warn, _loaded_sites
     _bundle_covers = frozenset()
     _loaded_gpu.clear()
     _other_sessions.clear()
@@ -561,7 +569,6 @@ def _reset_for_tests():
     _session = None
     _launch = None
     _loaded_bundle = None
-    global _loaded_sites
     _loaded_sites = None
     reset_stats()
     _stats = None

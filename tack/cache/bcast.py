@@ -74,7 +74,7 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
                 warn_once_factory()(f"not using a bundle: {why}; its kernels compile as without a cache")
         if sites is not None and host_key is not None and settings.mode != "off":
             site_rows = _site_bundles(sites, host_key, warn_once_factory())
-        if reason is not None and not others and not (site_rows and site_rows[1]):
+        if reason is not None and not others and not (site_rows and site_rows[2]):
             warn_once_factory()(f"not using a bundle: {reason}; kernels compile as without a cache")
     if comm is None:
         return loaded, others, _sites_by_dir(site_rows)
@@ -98,75 +98,92 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
     # rank 0 could not choose), then each one's bytes, as the GPU bundles' above.
     which = None
     if rank == 0 and site_rows is not None:
-        which = (site_rows[0], [row[:3] for row in site_rows[1]])
+        which = (site_rows[0], site_rows[1], [row[:3] for row in site_rows[2]])
     which = comm.bcast(which, root=0)
     if which is None:
         return loaded, got, None
-    directories, rows = which
+    directories, chosen_in, rows = which
     placed = []
     for i, (where, arch, tk) in enumerate(rows):
-        mine = site_rows[1][i][3] if rank == 0 else None
+        mine = site_rows[2][i][3] if rank == 0 else None
         size = np.array([len(mine.data)], dtype=np.int64) if mine else np.zeros(1, dtype=np.int64)
         comm.Bcast(size, root=0)
         b = _bcast_bundle(comm, rank, int(size[0]), mine.data if mine else b"", mine)
         if b is not None:
             placed.append((where, arch, tk, b))
-    return loaded, got, _sites_by_dir((directories, placed))
+    return loaded, got, _sites_by_dir((directories, chosen_in, placed))
 
 
 def _site_bundles(sites, host_key, warn_once):
-    """Rank 0: (the site directories, [(directory, ``cpu:arch`` or None for the bundle packed for
-    this host there, target key, Bundle read whole)]) of the site bundles this node's CPU uses,
-    in the order a lookup tries them (``stores.open_session``'s: each directory's packed bundle,
-    then the ones built for its architecture, most specific first, as
-    ``bundle.SiteBundleStore`` chooses them); None if the choice fails (no archspec where it is
-    needed...): every rank then reads them itself."""
+    """Rank 0: (the site directories, those it chose in, [(directory, ``cpu:arch`` or None for the
+    bundle packed for this host there, target key, Bundle read whole)]) of the site bundles this
+    node's CPU uses, in the order a lookup tries them (``stores.open_session``'s: each
+    directory's packed bundle, then the ones built for its architecture, most specific first, as
+    ``bundle.SiteBundleStore`` chooses them).  A directory where the choice fails (no archspec
+    where it is needed...) is left out: every rank reads that one itself.  None when not asked
+    (``sites[0]()`` is None) or when this host has no key."""
     from . import new_stats
-    out = []
     try:
         directories, site_bundles = sites[0](), sites[1]
+        if directories is None:
+            return None
         key = host_key()
-        for d in directories:
-            path = os.path.join(d, bundle.bundle_name(key))
-            if os.path.lexists(path):
-                try:
-                    out.append((d, None, key, bundle.read(path, allow_root=True,
-                                                          tack_version=tack_version_id(), whole=True)))
-                except bundle.BundleError as e:
-                    warn_once(f"not using the site bundle {path}: {e}")
-            chooser = bundle.SiteBundleStore(new_stats(), warn_once, d, site_bundles)
-            try:
-                for arch, tk, path in chooser.candidates():
-                    t0 = time.perf_counter()
-                    b = chooser.opened(path)        # its header read for the choice: the rest now
-                    try:
-                        if b is None:
-                            b = bundle.read(path, allow_root=True, tack_version=tack_version_id())
-                        b.data                      # noqa: B018 - read whole, on the same descriptor
-                    except (bundle.BundleError, OSError) as e:
-                        warn_once(f"not using the site bundle {path}: {e}")
-                        continue
-                    b.read_seconds = time.perf_counter() - t0
-                    out.append((d, arch, tk, b))
-            finally:
-                for b in chooser._read.values():    # all read whole or let go: no descriptor kept
-                    if b is not None:
-                        b.close()
     except Exception as e:                      # noqa: BLE001 - rank 0 must still reach the Bcast
-        log.debug("load_bundle: site bundles not chosen on rank 0 (%s: %s); each rank reads them",
-                  type(e).__name__, e)
+        log.debug("load_bundle: no site bundles chosen (%s: %s)", type(e).__name__, e)
         return None
-    return list(directories), out
+    chosen_in, out = [], []
+    for d in directories:
+        try:
+            out += _site_bundles_in(d, key, site_bundles, warn_once, new_stats())
+        except Exception as e:                  # noqa: BLE001 - this directory read by each rank
+            log.debug("load_bundle: site bundles in %s not chosen on rank 0 (%s: %s); each rank "
+                      "reads them", d, type(e).__name__, e)
+            continue
+        chosen_in.append(d)
+    return list(directories), chosen_in, out
+
+
+def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
+    """``_site_bundles``' rows for the site directory ``d``, each bundle read whole."""
+    out = []
+    path = os.path.join(d, bundle.bundle_name(key))
+    if os.path.lexists(path):
+        try:
+            out.append((d, None, key, bundle.read(path, allow_root=True, tack_version=tack_version_id(),
+                                                  whole=True)))
+        except bundle.BundleError as e:
+            warn_once(f"not using the site bundle {path}: {e}")
+    chooser = bundle.SiteBundleStore(stats, warn_once, d, site_bundles)
+    try:
+        for arch, tk, path in chooser.candidates():
+            t0 = time.perf_counter()
+            b = chooser.opened(path)            # its header read for the choice: the rest now
+            try:
+                if b is None:
+                    b = bundle.read(path, allow_root=True, tack_version=tack_version_id(), whole=True)
+                else:
+                    b.data                      # noqa: B018 - read whole, on the same descriptor
+            except (bundle.BundleError, OSError) as e:
+                warn_once(f"not using the site bundle {path}: {e}")
+                continue
+            b.read_seconds += time.perf_counter() - t0
+            out.append((d, arch, tk, b))
+    finally:
+        for b in chooser._read.values():        # read whole above or let go: no descriptor kept
+            if b is not None:
+                b.close()
+    return out
 
 
 def _sites_by_dir(found):
-    """(directories, [(directory, arch or None, target key, Bundle)]) -> {directory: (packed
-    Bundle or None, [(arch, target key, Bundle)])} in the directories' order, each one rank 0
-    looked in kept (one with nothing this node uses too: no rank goes there); None stays None."""
+    """(directories, those chosen in, [(directory, arch or None, target key, Bundle)]) ->
+    {directory: (packed Bundle or None, [(arch, target key, Bundle)])} in the directories'
+    order: for one rank 0 chose in, what it chose (nothing too: no rank goes there); for one it
+    could not, (None, None): each rank reads it itself.  None stays None."""
     if found is None:
         return None
-    directories, rows = found
-    out = {d: [None, []] for d in directories}
+    directories, chosen_in, rows = found
+    out = {d: [None, [] if d in chosen_in else None] for d in directories}
     for d, arch, tk, b in rows:
         if arch is None:
             out[d][0] = b

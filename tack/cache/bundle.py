@@ -589,7 +589,9 @@ class SiteBundleStore:
     ``site_bundles(names, header)`` (the runtime's: ``interface.Runtime.site_bundles``) which
     bundles this node uses, in order: [(``kind:arch``, target key, name)].  ``header(name)``
     reads that bundle (``read``: trusted, this Tack's) once and gives its header fields, or None
-    when it cannot be used (said once, as a warning); a bundle read so is then served as read."""
+    when it cannot be used (said once, as a warning); a bundle read so is then served as read.
+    ``chosen``: [(``kind:arch``, target key, Bundle)] that ``load_bundle``'s rank 0 chose and
+    broadcast, served in memory: the directory is then never listed nor a file in it opened."""
 
     writable = False
     source = "site bundles"

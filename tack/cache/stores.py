@@ -476,7 +476,8 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
     {target key: Bundle} that ``load_bundle`` broadcast for a GPU kind, which then serve in place
     of the user's files; ``loaded_sites``: {site directory: (the bundle packed for this host there
     or None, [(``cpu:arch``, target key, Bundle)])} that it broadcast for the CPU, which serve in
-    place of those directories' files (none of which is then opened)."""
+    place of those directories' files (none of which is then opened; a directory it leaves out
+    is read as usual)."""
     stores, disk = [], None
     if settings.mode != "bundle":
         disk = DiskCache(settings, stats, warn_once, rank)
@@ -490,7 +491,7 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
     if sites:
         from .bundle import SiteBundleStore
         for d in sites:
-            packed, chosen = (None, None) if loaded_sites is None else loaded_sites.get(d, (None, []))
+            packed, chosen = (None, None) if loaded_sites is None else loaded_sites.get(d, (None, None))
             stores.append(PackedBundles(stats, warn_once, d, host_key, machine, label="site bundle",
                                         source="site bundles", allow_root=True, quiet_stale=False,
                                         lazy=False, loaded=None if chosen is None else

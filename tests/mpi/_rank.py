@@ -1,12 +1,13 @@
 """One process (one MPI rank, or a plain process) for the bundle and MPI tests.
 
-usage: python _rank.py KERNEL_DIR MODE [--comm] [--kinds=K1,K2] [--extra]
+usage: python _rank.py KERNEL_DIR MODE [--comm] [--kinds=K1,K2] [--extra] [--warm-rank0]
 
 Imports ``kmod`` from KERNEL_DIR, records every file it opens (Python's audit
 hook on ``open``) from the first launch on, launches the kernels, checks the
 results, and reports as JSON (on stdout, or in a file per rank under
 $TACK_TEST_REPORTS): rank, results ok, entries loaded by load_bundle, the
-opened paths, cache stats and warnings, the cache mode, the MPI launcher
+opened paths, the job's own broadcast after load_bundle (--comm; --warm-rank0: rank 0 runs a
+kernel before it), cache stats and warnings, the cache mode, the MPI launcher
 recognized (None: not MPI), and whether llvmlite was imported (a compile).
 """
 
@@ -19,6 +20,8 @@ kernel_dir, mode = sys.argv[1], sys.argv[2]
 use_comm = "--comm" in sys.argv
 kinds = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--kinds=")), None)
 extra = "--extra" in sys.argv
+warm_rank0 = "--warm-rank0" in sys.argv
+app_bcast = None
 sys.path.insert(0, kernel_dir)
 
 import numpy as np  # noqa: E402
@@ -62,7 +65,10 @@ if use_comm:
     rank = comm.Get_rank()
     if os.environ.get("TACK_TEST_OTHER_CPU") == "odd" and rank % 2:
         other_cpu()
+    if warm_rank0 and rank == 0:        # rank 0 ran a kernel before: its session exists already
+        tack.launch(kmod.k_b, dim=4, args=(np.ones(4), np.zeros(4)))
     loaded = tack.cache.load_bundle(comm, kinds=kinds)
+    app_bcast = comm.bcast("the job's own" if rank == 0 else None, root=0)   # matched as the job's
 else:
     launch = tack.cache.mpi_launch()
     rank = launch.rank if launch else 0
@@ -77,7 +83,7 @@ for name, ref in kmod.REFERENCES.items():
     ok = ok and bool(np.allclose(y, ref(x)))
 recording = False
 launch = tack.cache.mpi_launch()
-report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened,
+report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened, "app_bcast": app_bcast,
                      "stats": tack.cache.stats(), "warnings": caught,
                      "mode": tack.cache.settings().mode,
                      "host_key": __import__("tack.cache.host").cache.host.cpu_host_key(),

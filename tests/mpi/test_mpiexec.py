@@ -128,3 +128,34 @@ def test_load_bundle_broadcasts_the_site_bundles_so_no_other_rank_opens_them(ker
         assert r["loaded"] == expected and r["stats"]["variants_from"] == {"site bundles": 2}
         assert under(r["opened"], site) == ([str(path)] if r["rank"] == 0 else []), r["opened"]
         assert r["warnings"] == [], r["warnings"]
+
+
+def test_load_bundle_after_rank0_ran_a_kernel_makes_the_same_calls_on_every_rank(kernel_dir, cache, tmp_path):
+    """Rank 0 ran a kernel before load_bundle(comm) (its session made, the others' not): every rank
+    still makes the same collective calls, so the job's own broadcast after it reaches every
+    rank. Each rank's state decided whether it took part in the site bundles' broadcast: rank 1
+    took the job's message for it, then hung in the job's own broadcast."""
+    site, path = _site_bundles_for_kmod(kernel_dir, tmp_path)
+    ranks = mpiexec(kernel_dir, cache, 2, flags=["--comm", "--warm-rank0"], TACK_CACHE_BUNDLES=str(site),
+                    timeout=120)
+    assert len(ranks) == 2
+    for r in ranks:
+        assert r["ok"] and not r["llvmlite"] and r["app_bcast"] == "the job's own", r
+        assert r["stats"]["variants_from"] == {"site bundles": 2}, r["stats"]
+
+
+def test_rank0_reads_site_bundles_whole_and_keeps_no_descriptor(kernel_dir, tmp_path):
+    """Where the choice read no header (archspec's answer, on a host without cpuinfo features), rank
+    0 read the chosen bundle on a descriptor it then kept for the life of the process."""
+    from tack.cache import bcast
+    from tack.cache import new_stats
+    site, path = _site_bundles_for_kmod(kernel_dir, tmp_path)
+    arch = "cpu:" + path.name.split("-cpu-")[1].rsplit("-", 1)[0]
+    key = bundle.header(str(path))["target_key"]
+    fds = lambda: len(os.listdir("/proc/self/fd"))      # noqa: E731
+    before = fds()
+    rows = bcast._site_bundles_in(str(site), "no-host-bundle-here", lambda names, header: [(arch, key, path.name)],
+                                  lambda message: None, new_stats())
+    assert [(r[1], r[2]) for r in rows] == [(arch, key)]
+    assert fds() == before
+    assert len(rows[0][3]) == len(bundle.Bundle(path.read_bytes()))
