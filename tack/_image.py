@@ -17,9 +17,10 @@ check of a hash-based ``.pyc``).  Installs move the times: conda's packages brin
 some nanoseconds off (the same second), Spack's build caches set them to 0 for reproducible
 tarballs (the content check, a read and a hash of each source in every process: the finder
 counts them, ``image --check`` says so, and ``image`` or a compiling process writes the image
-again for the present times; the Spack package sets the times to 0 before writing it).  Otherwise, and for anything the image lacks, cannot read, finds
-not matching the CRC-32 its index records for it, or cannot unmarshal, the module is imported
-as usual from its source and ``.pyc``, and the image serves nothing more in that process.  An image
+again for the present times; the Spack package sets the times to 0 before writing it).
+Otherwise, and for anything the image lacks, cannot read, finds not matching the CRC-32 its
+index records for it, or cannot unmarshal, the module is imported as usual from its source and
+``.pyc``, and the image serves nothing more in that process.  An image
 written by another Python (another magic number or cache tag) or damaged in its header is not
 used at all.  Nothing in it is trusted beyond what a ``.pyc`` is: it is written by whoever
 installed the package, in the package's directory.

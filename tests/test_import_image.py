@@ -84,9 +84,14 @@ def _child(site, tmp_path, **extra) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _image_command(site, tmp_path, *args):
+    """``python -m tack.site image ARGS`` for the copy in ``site`` (the command's own main)."""
+    code = f"import sys; from tack.site.cli import main; sys.exit(main(['image', *{list(args)!r}]))"
+    return _py(site, code, tmp_path)
+
+
 def _write(site, tmp_path):
-    p = _py(site, "import sys; from tack.site.cli import main; sys.exit(main(['image']))",
-            tmp_path)
+    p = _image_command(site, tmp_path)
     assert "import image" in p.stdout and "modules" in p.stdout, p.stdout
     return next((site / "tack" / "__pycache__").glob("import-image.*.bin"))
 
@@ -307,11 +312,6 @@ def test_sources_whose_times_were_reset_are_served_by_content(site, tmp_path):
     report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
     assert report["loaders"]["tack.cache.keys"] == "SourceFileLoader"
     assert report["loaders"]["tack.cache.stores"] == "_Loader"
-
-
-def _image_command(site, tmp_path, *args):
-    return _py(site, f"import sys; from tack.site.cli import main; sys.exit(main(['image', *{list(args)!r}]))",
-               tmp_path)
 
 
 def test_an_image_whose_sources_times_moved_is_written_again_for_their_times(site, tmp_path):

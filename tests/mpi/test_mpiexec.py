@@ -98,8 +98,8 @@ def _site_bundles_for_kmod(kernel_dir, tmp_path):
     if arch is None:
         pytest.skip(f"site bundles are built for x86_64 and aarch64 here, not {platform.machine()}")
     cfg = tmp_path / "site.yaml"
-    kernels = "".join(f"    - module: kmod\n      kernel: {k}\n      args: ['float64[1000]', 'float64[1000]']\n"
-                      for k in ("k_a", "k_b"))
+    kernels = "".join(f"    - module: kmod\n      kernel: {k}\n"
+                      "      args: ['float64[1000]', 'float64[1000]']\n" for k in ("k_a", "k_b"))
     cfg.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{arch}]\n  kernels:\n{kernels}")
     site = tmp_path / "site"
     proc = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "build", str(cfg), "--output",
@@ -147,15 +147,15 @@ def test_load_bundle_after_rank0_ran_a_kernel_makes_the_same_calls_on_every_rank
 def test_rank0_reads_site_bundles_whole_and_keeps_no_descriptor(kernel_dir, tmp_path):
     """Where the choice read no header (archspec's answer, on a host without cpuinfo features), rank
     0 read the chosen bundle on a descriptor it then kept for the life of the process."""
-    from tack.cache import bcast
-    from tack.cache import new_stats
+    from tack.cache import bcast, new_stats
     site, path = _site_bundles_for_kmod(kernel_dir, tmp_path)
     arch = "cpu:" + path.name.split("-cpu-")[1].rsplit("-", 1)[0]
     key = bundle.header(str(path))["target_key"]
     fds = lambda: len(os.listdir("/proc/self/fd"))      # noqa: E731
     before = fds()
-    rows = bcast._site_bundles_in(str(site), "no-host-bundle-here", lambda names, header: [(arch, key, path.name)],
-                                  lambda message: None, new_stats())
+    choice = lambda names, header: [(arch, key, path.name)]      # noqa: E731 - reads no header
+    rows = bcast._site_bundles_in(str(site), "no-host-bundle-here", choice, lambda message: None,
+                                  new_stats())
     assert [(r[1], r[2]) for r in rows] == [(arch, key)]
     assert fds() == before
     assert len(rows[0][3]) == len(bundle.Bundle(path.read_bytes()))
