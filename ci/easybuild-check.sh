@@ -107,7 +107,8 @@ loaded() {
   in_module_shell "$S/eb/modules/all" '
     module load Tack
     env | grep "^TACK_CACHE" | sort
-    python -m tack.site image --check | tee /dev/stderr | grep "every module by its source.s time" >/dev/null
+    said="$(python -m tack.site image --check)"; echo "$said"
+    grep -q "every module by its source.s time" <<<"$said"
     python -m tack.site bundles check'
 }
 step "clean shell: module load Tack + import image by time + contour (bundles check)" loaded

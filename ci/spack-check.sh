@@ -158,7 +158,8 @@ in_module_shell() {  # INIT USE-DIRS MODULE : load MODULE in a clean bash, print
   env -i HOME="$HOME" PATH=/usr/bin:/bin TERM=dumb bash --noprofile --norc -c "
     set -e; source '$1'; for d in $2; do module use \$d; done; module load $3
     cd /tmp; env | grep '^TACK_CACHE' | sort
-    python3 -m tack.site image --check | tee /dev/stderr | grep 'every module by its source.s time' >/dev/null
+    said=\"\$(python3 -m tack.site image --check)\"; echo \"\$said\"
+    grep -q 'every module by its source.s time' <<<\"\$said\"
     python3 -m tack.site bundles check"
 }
 
