@@ -146,14 +146,16 @@ def _site_bundles(sites, host_key, warn_once):
 def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
     """``_site_bundles``' rows for the site directory ``d``, each bundle read whole."""
     out = []
-    path = os.path.join(d, bundle.bundle_name(key))
-    if os.path.lexists(path):
+    chooser = bundle.SiteBundleStore(stats, warn_once, d, site_bundles)
+    name = bundle.bundle_name(key)
+    path = os.path.join(d, name)
+    names = chooser.listing()           # listed once: the choice below lists no more
+    if (name in names) if names is not None else os.path.lexists(path):
         try:
             out.append((d, None, key, bundle.read(path, allow_root=True, tack_version=tack_version_id(),
                                                   whole=True)))
         except bundle.BundleError as e:
             warn_once(f"not using the site bundle {path}: {e}")
-    chooser = bundle.SiteBundleStore(stats, warn_once, d, site_bundles)
     try:
         for arch, tk, path in chooser.candidates():
             t0 = time.perf_counter()

@@ -90,7 +90,9 @@ def rows_per_block(count: int) -> int:
 
 
 class BundleError(Exception):
-    """A bundle that cannot be used at all, and why."""
+    """A bundle that cannot be used at all, and why (``missing``: there is no file at its path)."""
+
+    missing = False
 
 
 def _pread(fd: int, n: int, offset: int) -> bytes:
@@ -379,7 +381,9 @@ def _opened(path: str, allow_root: bool, check_dir: bool = True):
     except Untrusted as e:
         raise BundleError(str(e)) from None
     except FileNotFoundError:
-        raise BundleError(f"there is no bundle at {path}") from None
+        e = BundleError(f"there is no bundle at {path}")
+        e.missing = True
+        raise e from None
     except NotRegular as e:
         if e.strerror.startswith("a symbolic link"):
             raise BundleError(f"{path} is a symbolic link; bundles are read only from the file itself") from None
@@ -552,7 +556,7 @@ class BundleStore:
             log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
         except BundleError as e:
             self._failed = True
-            if self.quiet and not os.path.lexists(self.path):
+            if self.quiet and e.missing:        # (the open said so: no lstat to ask again)
                 log.debug("%s: none at %s", self.label, self.path)
             elif self.quiet_stale and isinstance(e, StaleBundle):
                 log.debug("%s not used: %s", self.label, e)
@@ -602,19 +606,29 @@ class SiteBundleStore:
         self.site_bundles = site_bundles
         self.stores = None
         self._read = {}
+        self._listed = False            # the directory's bundle names once listed (None: unlistable)
         if chosen is not None:          # [(arch, target key, Bundle)] load_bundle gave: no file opened
             self.stores = [BundleStore(stats, warn_once, loaded=b, allow_root=True,
                                        label=f"site bundle for {arch}", quiet=True, target_key=tk)
                            for arch, tk, b in chosen]
 
+    def listing(self):
+        """The directory's bundle file names, sorted (no temporary files), listed once per store;
+        None if it cannot be listed.  The directory's ``PackedBundles`` asks it too, so that a
+        bundle packed for this host is opened only where the listing holds its name: on a
+        parallel file system a failed open is a metadata request, of every rank."""
+        if self._listed is False:
+            try:
+                self._listed = sorted(n for n in os.listdir(self.directory)
+                                      if n.startswith(BUNDLE_PREFIX) and TMP_MARK not in n)
+            except OSError as e:
+                log.debug("site bundles: cannot list %s (%s)", self.directory, e.strerror or e)
+                self._listed = None
+        return self._listed
+
     def names(self) -> list:
-        """The directory's bundle file names, sorted (no temporary files); [] if it cannot be listed."""
-        try:
-            return sorted(n for n in os.listdir(self.directory)
-                          if n.startswith(BUNDLE_PREFIX) and TMP_MARK not in n)
-        except OSError as e:
-            log.debug("site bundles: cannot list %s (%s)", self.directory, e.strerror or e)
-            return []
+        """``listing()``, or [] if the directory cannot be listed."""
+        return self.listing() or []
 
     def header(self, name: str):
         """The header fields of bundle ``name`` (read once), or None when it cannot be used."""
@@ -667,11 +681,7 @@ class SiteBundleStore:
         why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"
         if isinstance(e, ImportError) and (e.name or "").split(".")[0] == "archspec":
             why += "; install archspec (pip install archspec) to use them"
-        try:
-            any_bundle = any(n.startswith(BUNDLE_PREFIX) for n in os.listdir(self.directory))
-        except OSError:
-            any_bundle = False
-        if any_bundle:
+        if self.names():
             self.warn_once(f"site bundles in {self.directory} not used: {why}")
         else:
             log.debug("site bundles in %s: %s", self.directory, why)

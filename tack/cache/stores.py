@@ -421,18 +421,22 @@ class PackedBundles:
     here; one of another Tack version, a checkout edited since it was packed, is passed over in
     the log only, since the directory serves and stores as usual); the user's own in mode
     ``bundle``, where they are all there is and a stale one is said; and in each site bundle
-    directory, bundles packed on a host like this one (``allow_root``: an admin's)."""
+    directory, bundles packed on a host like this one (``allow_root``: an admin's), opened only
+    where that directory's listing (``listing``: its ``SiteBundleStore``'s, listed once) holds
+    the name: no failed open per process, a metadata request of every rank on Lustre."""
 
     writable = False
 
     def __init__(self, stats, warn_once, directory, target_key, machine=None, label="cache bundle",
-                 source="cache bundle", allow_root=False, quiet_stale=True, lazy=True, loaded=None):
+                 source="cache bundle", allow_root=False, quiet_stale=True, lazy=True, loaded=None,
+                 listing=None):
         self.stats, self.warn_once = stats, warn_once
         self.directory, self.target_key, self.machine = directory, target_key, machine
         self.label, self.allow_root, self.quiet_stale, self.lazy = label, allow_root, quiet_stale, lazy
         self.source = source            # what the statistics say served (its BundleStores say so too)
         self.stores = {}                # target key -> its BundleStore, or False: no such file
         self.loaded = loaded            # {target key: Bundle} load_bundle broadcast: no file opened
+        self.listing = listing          # () -> the directory's bundle names, or None: open to see
 
     def _store(self, target_key):
         got = self.stores.get(target_key)
@@ -443,8 +447,11 @@ class PackedBundles:
                 self.stats, self.warn_once, loaded=b, label=self.label, target_key=target_key)
         if got is None:
             from .bundle import BundleStore, bundle_name
-            path = os.path.join(self.directory, bundle_name(target_key, self.machine))
-            got = (not self.lazy or os.path.lexists(path)) and BundleStore(
+            name = bundle_name(target_key, self.machine)
+            path = os.path.join(self.directory, name)
+            names = self.listing() if self.listing is not None else None
+            there = (name in names) if names is not None else (not self.lazy or os.path.lexists(path))
+            got = there and BundleStore(
                 self.stats, self.warn_once, path, allow_root=self.allow_root, label=self.label,
                 quiet=True, quiet_stale=self.quiet_stale, target_key=target_key)
             self.stores[target_key] = got
@@ -492,9 +499,12 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
         from .bundle import SiteBundleStore
         for d in sites:
             packed, chosen = (None, None) if loaded_sites is None else loaded_sites.get(d, (None, None))
+            site = SiteBundleStore(stats, warn_once, d, site_bundles, chosen=chosen)
+            # a bundle packed on a host like this one first; opened only if the listing names it
             stores.append(PackedBundles(stats, warn_once, d, host_key, machine, label="site bundle",
                                         source="site bundles", allow_root=True, quiet_stale=False,
                                         lazy=False, loaded=None if chosen is None else
-                                        ({host_key: packed} if packed is not None else {})))
-            stores.append(SiteBundleStore(stats, warn_once, d, site_bundles, chosen=chosen))
+                                        ({host_key: packed} if packed is not None else {}),
+                                        listing=site.listing))
+            stores.append(site)
     return Session(settings, stats, warn_once, host_key, stores, disk)

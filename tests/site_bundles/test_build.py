@@ -49,11 +49,11 @@ def contour_in_fresh_process(own_cache, site_dir):
     return run_with_site_bundles(script, own_cache, site_dir)
 
 
-def run_with_site_bundles(script, own_cache, site_dir):
-    """Run ``script`` in a new process reading ``own_cache`` and the site bundles of ``site_dir``;
-    -> the JSON its last line prints."""
+def run_with_site_bundles(script, own_cache, site_dir, mode="read"):
+    """Run ``script`` in a new process reading ``own_cache`` (in ``mode``) and the site bundles of
+    ``site_dir``; -> the JSON its last line prints."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(site_dir))
+    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE=mode, TACK_CACHE_BUNDLES=str(site_dir))
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr

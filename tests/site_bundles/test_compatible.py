@@ -251,3 +251,55 @@ def test_a_site_directory_is_checked_once_however_many_bundles_it_holds(tmp_path
     r = run_with_site_bundles(COUNT_DIRECTORY_CHECKS, own_cache, site)
     assert r["hits"] == 2 and r["misses"] == 0 and r["faces"] > 0
     assert r["checked"] == {str(site): 1}, r
+
+
+COUNT_PATH_OPERATIONS = textwrap.dedent("""
+    import json, os, sys
+    roots = [os.environ["TACK_CACHE_BUNDLES"], os.environ["TACK_CACHE_DIR"]]
+    ops = []
+
+    def note(op, path):
+        if isinstance(path, (str, bytes, os.PathLike)):
+            p = os.path.abspath(os.fsdecode(path))
+            if any(p == r or p.startswith(r + os.sep) for r in roots):
+                ops.append([op, p])
+
+    def wrap(op, real):
+        def counted(path, *a, **k):
+            note(op, path)
+            return real(path, *a, **k)
+        return counted
+
+    os.stat, os.lstat = wrap("stat", os.stat), wrap("lstat", os.lstat)
+    sys.addaudithook(lambda event, args: event in ("open", "os.listdir", "os.scandir") and args
+                     and note(event.rpartition(".")[2], args[0]))
+    import numpy as np, tack.cache
+    from tack.kernels.contour import contour
+    p = np.indices((8, 8, 8)).astype(np.float32)
+    f = np.sqrt(((p - 3.4) ** 2).sum(axis=0)).astype(np.float32)
+    v, faces = contour(f, 2.5)
+    s = tack.cache.stats()
+    print(json.dumps({"ops": ops, "hits": s["hits"]["variant"], "misses": s["misses"]["variant"],
+                      "faces": len(faces)}))
+""")
+
+
+def test_a_site_bundle_hit_opens_and_stats_only_what_it_reads(tmp_path, own_cache):
+    """Bundle mode (MPI's default) with an empty cache of the user's own and one site bundle: a
+    process lists the site directory once and opens the bundle it reads, and nothing else there:
+    not the bundle packed for this host that the listing does not hold (each failed open is a
+    metadata request of every rank on a parallel file system), nor an lstat of a file after an
+    open found none."""
+    cfg = write_config(tmp_path, [f"cpu:{GENERIC}"])
+    site = tmp_path / "site"
+    rc, out, err = run_build(cfg, site)
+    assert rc == 0, out + err
+    (name,) = os.listdir(site)
+    r = run_with_site_bundles(COUNT_PATH_OPERATIONS, own_cache, site, mode="bundle")
+    assert r["hits"] == 2 and r["misses"] == 0 and r["faces"] > 0, r
+    in_site = [(op, os.path.relpath(p, site)) for op, p in r["ops"] if p.startswith(str(site))]
+    assert sorted(set(in_site)) == [("listdir", "."), ("lstat", "."), ("open", name)], r["ops"]
+    assert in_site.count(("listdir", ".")) == 1 and in_site.count(("open", name)) == 1, in_site
+    in_own = [(op, os.path.relpath(p, own_cache)) for op, p in r["ops"] if p.startswith(str(own_cache))]
+    # the user's own packed bundle: one open, which finds none, and nothing more asked of it
+    assert [op for op, rel in in_own if rel != "."] == ["open"], in_own
