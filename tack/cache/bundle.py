@@ -616,7 +616,8 @@ class SiteBundleStore:
         """The directory's bundle file names, sorted (no temporary files), listed once per store;
         None if it cannot be listed.  The directory's ``PackedBundles`` asks it too, so that a
         bundle packed for this host is opened only where the listing holds its name: on a
-        parallel file system a failed open is a metadata request, of every rank."""
+        parallel file system a failed open is a lookup its metadata server may have to answer, for
+        every rank."""
         if self._listed is False:
             try:
                 self._listed = sorted(n for n in os.listdir(self.directory)

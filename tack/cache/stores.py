@@ -423,7 +423,7 @@ class PackedBundles:
     ``bundle``, where they are all there is and a stale one is said; and in each site bundle
     directory, bundles packed on a host like this one (``allow_root``: an admin's), opened only
     where that directory's listing (``listing``: its ``SiteBundleStore``'s, listed once) holds
-    the name: no failed open per process, a metadata request of every rank on Lustre."""
+    the name: no failed open per process, a lookup Lustre's metadata server may answer per rank."""
 
     writable = False
 

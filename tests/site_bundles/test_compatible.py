@@ -288,8 +288,8 @@ def test_a_site_bundle_hit_opens_and_stats_only_what_it_reads(tmp_path, own_cach
     """Bundle mode (MPI's default) with an empty cache of the user's own and one site bundle: a
     process lists the site directory once and opens the bundle it reads, and nothing else there:
     not the bundle packed for this host that the listing does not hold (each failed open is a
-    metadata request of every rank on a parallel file system), nor an lstat of a file after an
-    open found none."""
+    lookup a parallel file system's metadata server may answer for every rank), nor an lstat of
+    a file after an open found none."""
     cfg = write_config(tmp_path, [f"cpu:{GENERIC}"])
     site = tmp_path / "site"
     rc, out, err = run_build(cfg, site)
