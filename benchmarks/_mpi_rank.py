@@ -1,10 +1,11 @@
 """One MPI rank (or a plain process) for ``mpi_metadata.py``; not meant to be imported.
 
-usage: python benchmarks/_mpi_rank.py KERNEL_DIR REPORT_DIR files|bundle|comm
+usage: python benchmarks/_mpi_rank.py KERNEL_DIR REPORT_DIR files|bundle|comm|site|sitecomm
 
-The parent sets TACK_CACHE_DIR and TACK_CACHE.  Before anything else (before
+The parent sets TACK_CACHE_DIR and TACK_CACHE (and, for ``site`` and ``sitecomm``,
+TACK_CACHE_BUNDLES: the site's bundle directory).  Before anything else (before
 ``import tack``, so before the first launch) this process starts counting the
-metadata operations it makes under TACK_CACHE_DIR:
+metadata operations it makes under TACK_CACHE_DIR and the site's bundle directories:
 
 * opens: the audit event ``open`` (``open()``, ``io.open``, ``os.open``),
 * stat-like: ``os.stat`` and ``os.lstat`` (wrapped here, as they raise no
@@ -20,7 +21,7 @@ lookup, and the ones Python's ``open()`` and ``read()`` make in C cannot be
 seen from here anyway.  The same counters are kept for Tack's own package
 directory (what computing the version id of a source checkout costs).
 
-Then it imports ``kmod`` from KERNEL_DIR, with ``comm`` calls
+Then it imports ``kmod`` from KERNEL_DIR, with ``comm`` or ``sitecomm`` calls
 ``tack.cache.load_bundle(MPI.COMM_WORLD)``, launches every kernel of
 ``kmod.KERNELS`` once, checks each result, and writes one JSON report to
 REPORT_DIR/rank-<rank>-<pid>.json.
@@ -32,6 +33,8 @@ import sys
 kernel_dir, report_dir, strategy = sys.argv[1], sys.argv[2], sys.argv[3]
 CACHE = os.path.abspath(os.environ["TACK_CACHE_DIR"])
 ROOTS = {"cache": {CACHE, os.path.realpath(CACHE)}}
+for _d in filter(None, os.environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep)):
+    ROOTS["cache"] |= {os.path.abspath(_d), os.path.realpath(_d)}
 
 _EMPTY = {"open": 0, "stat": 0, "lstat": 0, "direntry_stat": 0, "listdir": 0, "scandir": 0,
           "other": 0}
@@ -153,7 +156,7 @@ sys.path.insert(0, kernel_dir)
 import kmod  # noqa: E402
 
 rank, size, loaded = 0, 1, None
-if strategy == "comm":
+if strategy in ("comm", "sitecomm"):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()

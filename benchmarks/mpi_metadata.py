@@ -1,4 +1,5 @@
-"""Metadata operations of Tack's kernel cache under MPI: per-kernel files, bundle, load_bundle(comm).
+"""Metadata operations of Tack's kernel cache under MPI: per-kernel files, bundle, load_bundle(comm),
+and a site's bundle with and without load_bundle(comm).
 
     python benchmarks/mpi_metadata.py [--ranks 1,2,4,8] [--kernels 20] [--processes 7]
                                       [--mds-rate 50000] [--at-ranks 10000] [--at-kernels 50]
@@ -11,7 +12,9 @@ Everything in one run, in a temporary directory (deleted at the end unless
    ``y[i] = x[i] * a + b`` with different constants) is generated; one plain
    process (``TACK_CACHE=write``) launches all K in a fresh, private
    ``TACK_CACHE_DIR`` (K compiles), then ``python -m tack.cache pack`` packs
-   the directory's bundle.  The same is done for K/2 kernels, in another
+   the directory's bundle, and ``python -m tack.site bundles build`` builds the
+   same kernels into a site bundle for this node's CPU (as a Spack or conda
+   install builds its bundles).  The same is done for K/2 kernels, in another
    directory.
 2. **MPI jobs.**  For each K (K and K/2), each N of ``--ranks`` and each
    strategy, a real ``mpiexec -n N`` job whose ranks
@@ -29,8 +32,15 @@ Everything in one run, in a temporary directory (deleted at the end unless
      the bundle;
    * ``load_bundle(comm)``: ``tack.cache.load_bundle(MPI.COMM_WORLD)`` on every
      rank before the first launch (same mode as ``bundle``): rank 0 reads,
-     every rank gets the bytes by ``Bcast``.
+     every rank gets the bytes by ``Bcast``;
+   * ``site bundle``: a new user of a site install (an empty cache of their
+     own, ``TACK_CACHE_BUNDLES`` the site bundle's directory), bundle mode:
+     every rank tries its own bundle, lists the site directory, and reads the
+     site bundle;
+   * ``site, load_bundle``: the same with ``load_bundle(comm)``: rank 0 does
+     that, the other ranks get the site bundle by ``Bcast``.
 
+   The counts cover the site directory as well as the cache directory.
    Each rank also reports ``tack.cache.stats()``: every kernel must be a
    variant hit and nothing a miss (loaded, not compiled), its results must
    be right, and LLVM must not have been loaded.
@@ -52,8 +62,8 @@ Everything in one run, in a temporary directory (deleted at the end unless
    ``--processes`` of each, interleaved, medians and ratios.
 
 Targets (printed next to the figures, never asserted): the whole job's opens
-independent of K with the bundle and with load_bundle(comm); with
-load_bundle(comm) also independent of N.  Timings carry no target.
+independent of K with the bundle, the site bundle and load_bundle(comm) of
+either; with load_bundle(comm) also independent of N.  Timings carry no target.
 """
 
 from __future__ import annotations
@@ -75,8 +85,14 @@ RUNNER = os.path.join(HERE, "_cache_runner.py")
 
 from _common import counts, finish, run_json  # noqa: E402  (benchmarks/ is on sys.path)
 
-STRATEGIES = (("files", "per-kernel files"), ("bundle", "bundle"), ("comm", "load_bundle(comm)"))
+STRATEGIES = (("files", "per-kernel files"), ("bundle", "bundle"), ("comm", "load_bundle(comm)"),
+              ("site", "site bundle"), ("sitecomm", "site, load_bundle"))
+SITE = ("site", "sitecomm")      # a site bundle (TACK_CACHE_BUNDLES) and an empty user cache
+COMM = ("comm", "sitecomm")      # tack.cache.load_bundle(MPI.COMM_WORLD) before the launches
 LABEL = dict(STRATEGIES)
+# (strategy, what its whole job's opens must not grow with: K kernels or N ranks)
+TARGETS = (("bundle", "k"), ("comm", "k"), ("comm", "n"), ("site", "k"), ("sitecomm", "k"),
+           ("sitecomm", "n"))
 MDS_RATE = 50_000                # metadata operations per second: an ASSUMPTION (see above)
 
 LAUNCHER_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "MV2_", "PALS_", "ALPS_", "SLURM_", "HYDRA_", "TACK_")
@@ -168,10 +184,35 @@ def prime_and_pack(tmp, k, timeout):
     path = os.path.join(cache, bundles[0])
     from tack.cache import bundle
     entries = len(bundle.Bundle(open(path, "rb").read(), path))
-    return {"k": k, "kernel_dir": kdir, "cache": cache, "bundle": path,
+    site, site_path = build_site_bundle(tmp, tag, kdir, k, timeout)
+    return {"k": k, "kernel_dir": kdir, "cache": cache, "bundle": path, "site_dir": site,
+            "site_bundle": site_path,
+            "site_entries": len(bundle.Bundle(open(site_path, "rb").read(), site_path)),
             "version": report["tack_version"],
             "bundle_bytes": os.path.getsize(path), "bundle_entries": entries,
             "prime_s": prime_s, "pack_output": proc.stdout.strip()}
+
+
+def build_site_bundle(tmp, tag, kdir, k, timeout):
+    """The same K kernels in a site bundle for this node's CPU (``python -m tack.site bundles
+    build``, as a Spack or conda install builds its bundles): -> (its directory, its file)."""
+    from tack.archs import host_cpu
+    config = os.path.join(tmp, f"site-{tag}.yaml")
+    with open(config, "w") as f:
+        f.write(f"version: 1\nbuild:\n  archs:\n    cpu: [{host_cpu()}]\n  kernels:\n")
+        for j in range(k):
+            f.write(f"    - module: kmod\n      kernel: k_{j:03d}\n"
+                    "      args: ['float64[1000]', 'float64[1000]']\n")
+    site = os.path.join(tmp, f"site-{tag}")
+    env = _env(os.path.join(tmp, f"site-build-cache-{tag}"),
+               PYTHONPATH=os.pathsep.join(filter(None, [kdir, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "build", config, "--output",
+                           site], cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bundles build failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}"
+                           f"{proc.stderr[-2000:]}")
+    (name,) = os.listdir(site)
+    return site, os.path.join(site, name)
 
 
 # -- 2. MPI jobs -----------------------------------------------------------------------------------
@@ -192,13 +233,16 @@ def run_job(prep, n, strategy, tmp, timeout):
     exe = shutil.which("mpiexec")
     if exe is None:
         raise RuntimeError("mpiexec is not on PATH (pip install mpich mpi4py)")
-    k, cache = prep["k"], prep["cache"]
+    k, cache, sites = prep["k"], prep["cache"], None
     out = _private_dir(os.path.join(tmp, f"reports-{k}-{strategy}-{n}-{next(_serial)}"))
+    if strategy in SITE:        # a new user: an empty cache of their own, the site's bundle
+        cache = _private_dir(os.path.join(tmp, f"user-{k}-{strategy}-{n}-{next(_serial)}"))
+        sites = prep["site_dir"]
     mode = _mode_env(strategy, n)
     cmd = [exe, "-n", str(n), sys.executable, RANK, prep["kernel_dir"], out, strategy]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=_env(cache, TACK_CACHE=mode),
+        proc = subprocess.run(cmd, cwd=ROOT, env=_env(cache, TACK_CACHE=mode, TACK_CACHE_BUNDLES=sites),
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"HANG: {' '.join(cmd)} (TACK_CACHE={mode}) did not finish in "
@@ -209,6 +253,9 @@ def run_job(prep, n, strategy, tmp, timeout):
                            f"{proc.returncode}:\n{proc.stderr[-3000:]}")
     ranks = _reports(out)
     problems = []
+    # the one bundle a rank that reads opens: the site's for a new user, else the user's own
+    bundle_path, entries = ((prep["site_bundle"], prep["site_entries"]) if strategy in SITE
+                            else (prep["bundle"], prep["bundle_entries"]))
     if sorted(r["rank"] for r in ranks) != list(range(n)):
         problems.append(f"reports from ranks {[r['rank'] for r in ranks]}, expected 0..{n - 1}")
     per_rank = []
@@ -237,22 +284,25 @@ def run_job(prep, n, strategy, tmp, timeout):
         expected_mode = "read" if strategy == "files" else "bundle"
         if r["mode"] != expected_mode:
             problems.append(f"rank {r['rank']}: mode {r['mode']}, expected {expected_mode}")
-        # What each strategy should open under the cache directory, and nothing else.
+        # What each strategy should open under the cache directories, and nothing else.
         if strategy == "files":
             want = k
             unexpected = [p for p in row["opened"] if not p.endswith(".tvar")]
-        elif strategy == "bundle" or r["rank"] == 0:
-            want = 1
-            unexpected = [p for p in row["opened"] if p != prep["bundle"]]
+        elif strategy in ("bundle", "site") or r["rank"] == 0:
+            # a new user's own bundle too: an open that finds none (bundle mode reads it first)
+            paths = {bundle_path} | ({os.path.join(cache, os.path.basename(prep["bundle"]))}
+                                     if strategy in SITE else set())
+            want = len(paths)
+            unexpected = [p for p in row["opened"] if p not in paths]
         else:
             want = 0
             unexpected = row["opened"]
         if c["open"] != want or unexpected:
             problems.append(f"rank {r['rank']}: {c['open']} opens under the cache directory "
                             f"(expected {want}); unexpected paths {unexpected[:5]}")
-        if strategy == "comm" and r["loaded"] != prep["bundle_entries"]:
+        if strategy in COMM and r["loaded"] != entries:
             problems.append(f"rank {r['rank']}: load_bundle returned {r['loaded']}, "
-                            f"the bundle has {prep['bundle_entries']} entries")
+                            f"the bundle has {entries} entries")
     r0 = next((x for x in per_rank if x["rank"] == 0), None)
     others = [x for x in per_rank if x["rank"] != 0]
     return {
@@ -444,11 +494,8 @@ def measure(ranks=(1, 2, 4, 8), kernels=20, processes=7, size=21, mds_rate=MDS_R
                                              for k in ks for n in ranks}) == 1,
             }
         res["checks"] = checks
-        res["targets"] = {
-            "bundle_opens_independent_of_k": checks["bundle"]["opens_same_over_k"],
-            "load_bundle_opens_independent_of_k": checks["comm"]["opens_same_over_k"],
-            "load_bundle_opens_independent_of_n": checks["comm"]["opens_same_over_n"],
-        }
+        res["targets"] = {f"{strategy}_opens_independent_of_{over}": checks[strategy][f"opens_same_over_{over}"]
+                          for strategy, over in TARGETS}
         n_ref = max(ranks)
         res["extrapolation"] = extrapolate(jobs, ks[0], ks[1], n_ref, at_ranks, at_kernels, mds_rate)
         res["extrapolation_from_n"] = n_ref
@@ -526,19 +573,14 @@ def report(res, file=None):
     c, t = res["checks"], res["targets"]
     p()
     p("  Targets:")
-    p(f"    bundle: job opens independent of K             "
-      f"{'yes' if t['bundle_opens_independent_of_k'] else 'no':>4}   {_met(t['bundle_opens_independent_of_k'])}"
-      f"   (metadata ops too: {'yes' if c['bundle']['metadata_same_over_k'] else 'no'})")
-    p(f"    load_bundle(comm): job opens independent of K  "
-      f"{'yes' if t['load_bundle_opens_independent_of_k'] else 'no':>4}   "
-      f"{_met(t['load_bundle_opens_independent_of_k'])}"
-      f"   (metadata ops too: {'yes' if c['comm']['metadata_same_over_k'] else 'no'})")
-    nvals = sorted({jobs[(k, 'comm', n)]['job_opens'] for k in ks for n in ranks})
-    p(f"    load_bundle(comm): job opens independent of N  "
-      f"{'yes' if t['load_bundle_opens_independent_of_n'] else 'no':>4}   "
-      f"{_met(t['load_bundle_opens_independent_of_n'])}"
-      f"   (job opens at every N and K: {nvals}; metadata ops too: "
-      f"{'yes' if c['comm']['metadata_same_over_n'] else 'no'})")
+    for strategy, over in TARGETS:
+        ok, meta = t[f"{strategy}_opens_independent_of_{over}"], c[strategy][f"metadata_same_over_{over}"]
+        extra = ""
+        if over == "n":
+            seen = sorted({jobs[(k, strategy, n)]["job_opens"] for k in ks for n in ranks})
+            extra = f"job opens at every N and K: {seen}; "
+        p(f"    {LABEL[strategy] + ': job opens independent of ' + over.upper():<48}"
+          f"{'yes' if ok else 'no':>4}   {_met(ok)}   ({extra}metadata ops too: {'yes' if meta else 'no'})")
     p(f"    (reference, no target) per-kernel files: job opens independent of K: "
       f"{'yes' if c['files']['opens_same_over_k'] else 'no'}")
 
@@ -604,7 +646,9 @@ def report(res, file=None):
     else:
         p("Every rank of every job: results right, every kernel a variant hit (0 misses, LLVM not "
           "loaded), opens exactly as expected (files: K entry files; bundle: its one bundle; "
-          "load_bundle: rank 0 the bundle, others nothing).")
+          "load_bundle: rank 0 the bundle, others nothing; site bundle: the user's own bundle, "
+          "which finds none, and the site's; site with load_bundle: rank 0 those two, others "
+          "nothing).")
 
     ct = res.get("contour")
     if not ct:
