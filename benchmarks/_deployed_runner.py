@@ -34,33 +34,12 @@ if os.environ.get("TACK_BENCH_PEERS"):              # peers installed with pip -
     sys.path.append(os.environ["TACK_BENCH_PEERS"])
 
 COMPILE_STAGES = ("lower", "specialize", "init", "codegen", "llvm")
-MODULES = {"contour": {"tack": ("tack.kernels.contour", "contour"),
-                       "numba": ("numba_contour_cached", "contour_numba"),
-                       "warp": ("warp_contour", "contour_warp")},
-           "saxpy": {"tack": ("_deployed_kernels", "run"), "numba": ("numba_saxpy_cached", "run"),
-                     "warp": ("warp_saxpy", "run")}}
+from _deployed_inputs import MODULES, check as _check, make as _inputs  # noqa: E402
 
 
 def _emit(out):
     import json                 # not before: NumPy does not import it, nor may anything measured
     print(json.dumps(out), flush=True)
-
-
-def _inputs(kernel, size):
-    if kernel == "contour":
-        import fields
-        return fields.sphere(size), fields.SPHERE_LEVEL
-    import numpy as np
-    x = np.arange(size, dtype=np.float32)
-    return np.float32(2.0), x, np.ones(size, dtype=np.float32), np.empty(size, dtype=np.float32)
-
-
-def _check(kernel, args, result):
-    if kernel == "contour":
-        verts, faces = result
-        return len(faces) > 0 and int(faces.max()) < len(verts)
-    a, x, y, _ = args
-    return bool((result == a * x + y).all())
 
 
 def _gc_clock(runs):
