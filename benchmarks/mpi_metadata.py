@@ -534,7 +534,7 @@ def report(res, file=None):
 
     ks, ranks = res["kernels"], res["ranks"]
     jobs = {(j["k"], j["strategy"], j["n"]): j for j in res["jobs"]}
-    p(f"Tack kernel cache under MPI: metadata operations under TACK_CACHE_DIR "
+    p(f"Tack kernel cache under MPI: metadata operations under TACK_CACHE_DIR and the site bundle directory "
       f"(mpiexec -n N, MPICH; Python {res['python']}, {res['cpus']} CPUs, ranks oversubscribed)")
     for k in ks:
         pr = res["prepared"][k]
@@ -620,13 +620,16 @@ def report(res, file=None):
     scan = sorted({j["version_scan_per_rank"] for j in res["jobs"]})
     det = res["jobs"][0]["version_scan_detail"]
     vs = res["version_scan"]
-    p(f"  Not counted above (outside TACK_CACHE_DIR): every rank, in every strategy (load_bundle "
+    p(f"  Not counted above (outside the cache and site directories): every rank, in every strategy (load_bundle "
       f"too), scans Tack's own package directory to compute the version id of a source checkout "
       f"(tack.cache.keys.tack_version_id): {'/'.join(map(str, scan))} ops per rank "
       f"({det['scandir']} scandir + {det['direntry_stat']} DirEntry.stat + "
       f"{det['stat'] + det['lstat']} stat); at {R:,} ranks: {R:,} x {_n(vs['per_rank'])} = "
       f"{_n(vs['job_ops'])} ops / {rate:,} ops/s = {_secs(vs['mds_seconds'])}, if Tack's checkout "
       f"is on the shared file system (an installed, non-checkout Tack skips the scan)")
+    p("  Nor counted: the trust checks' lstat of each directory above the cache and site "
+      "directories (each directory checked once per process; a client of a parallel file "
+      "system usually answers those from its own cache), and the interpreter's imports.")
 
     probs = res["problems"]
     p()
