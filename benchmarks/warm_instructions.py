@@ -58,7 +58,9 @@ RUNNER = os.path.join(HERE, "_instructions_runner.py")
 KERNELS = ("contour", "saxpy")
 PHASES = ("numpy", "import", "module", "call")
 # What CPython does for the warm process: (row, [C functions whose inclusive counts add up],
-# [C functions whose counts are taken off]).
+# [C functions whose counts are taken off]).  The import image's CRC-32 is zlib's through ctypes
+# on Linux (``tack._image.crc32_function``: ``ffi_call`` holds it, so it is taken off that row);
+# where the zlib module serves it instead, the ctypes row is short by the CRC's count.
 PARTS = (("unmarshalling code", ["marshal_loads"], []),
          ("making classes", ["builtin___build_class__"], []),
          ("the collector (at the exit too)", ["gc_collect_main"], []),

@@ -555,7 +555,9 @@ class BundleStore:
             log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
         except BundleError as e:
             self._failed = True
-            if self.quiet and e.missing:        # (the open said so: no lstat to ask again)
+            # none there: the open said so (no lstat to ask again), or the directory's check failed
+            # for a directory that is not there either (a new user's, one a site fills later)
+            if self.quiet and (e.missing or not os.path.lexists(self.path)):
                 log.debug("%s: none at %s", self.label, self.path)
             elif self.quiet_stale and isinstance(e, StaleBundle):
                 log.debug("%s not used: %s", self.label, e)
@@ -612,8 +614,9 @@ class SiteBundleStore:
                            for arch, tk, b in chosen]
 
     def listing(self):
-        """The directory's bundle file names, sorted (no temporary files), listed once per store;
-        None if it cannot be listed.  The directory's ``PackedBundles`` asks it too, so that a
+        """The directory's bundle file names, sorted (no temporary files), listed once per store
+        ([] where there is no such directory, as a site may name one it fills later); None if it
+        cannot be listed.  The directory's ``PackedBundles`` asks it too, so that a
         bundle packed for this host is opened only where the listing holds its name: on a
         parallel file system a failed open is a lookup its metadata server may have to answer, for
         every rank."""
@@ -621,6 +624,9 @@ class SiteBundleStore:
             try:
                 self._listed = sorted(n for n in os.listdir(self.directory)
                                       if n.startswith(BUNDLE_PREFIX) and TMP_MARK not in n)
+            except FileNotFoundError:
+                log.debug("site bundles: no directory %s (yet)", self.directory)
+                self._listed = []               # nothing there: nothing to open either
             except OSError as e:
                 log.debug("site bundles: cannot list %s (%s)", self.directory, e.strerror or e)
                 self._listed = None

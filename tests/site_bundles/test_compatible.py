@@ -3,7 +3,10 @@ each archspec ancestor, most specific first, never those of an unrelated or newe
 target identity for the toolchain and the runtime; ``kind:name`` in every command."""
 
 import io
+import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -303,3 +306,26 @@ def test_a_site_bundle_hit_opens_and_stats_only_what_it_reads(tmp_path, own_cach
     in_own = [(op, os.path.relpath(p, own_cache)) for op, p in r["ops"] if p.startswith(str(own_cache))]
     # the user's own packed bundle: one open, which finds none, and nothing more asked of it
     assert [op for op, rel in in_own if rel != "."] == ["open"], in_own
+
+
+@pytest.mark.parametrize("mode", ["bundle", "read"])
+def test_directories_not_made_yet_are_no_warning(tmp_path, mode):
+    """A new user whose cache directory does not exist yet, and a site whose TACK_CACHE_BUNDLES
+    names a directory it has not made yet before the one it filled: the kernels come from the
+    site bundle and nothing is said (a missing bundle, or its directory, is said in the log
+    only).  The bundle mode case warned once the listing replaced the lstat after a failed open,
+    because a directory that is not there fails the trust check before any open."""
+    cfg = write_config(tmp_path, [f"cpu:{GENERIC}"])
+    site = tmp_path / "site"
+    rc, out, err = run_build(cfg, site)
+    assert rc == 0, out + err
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "not-yet" / "tack"), TACK_CACHE=mode,
+               TACK_CACHE_BUNDLES=f"{tmp_path / 'later'}:{site}")
+    script = COUNT_PATH_OPERATIONS.replace('os.environ["TACK_CACHE_BUNDLES"]', f"{str(site)!r}")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["hits"] == 2 and r["misses"] == 0 and r["faces"] > 0, r
+    assert "tack:" not in proc.stderr, proc.stderr
