@@ -73,7 +73,7 @@ def _log(msg):
 
 
 def _argv(lib, kernel, size, stop, exit_):
-    python, env = dw._python({})
+    python = dw._python({})[0]          # the interpreter's argv (-S); each run's env is measure()'s
     return python + [RUNNER, lib, kernel, str(size), stop] + (["--exit"] if exit_ else [])
 
 
@@ -171,6 +171,8 @@ def report(res):
         verdict = "met" if est <= dw.TARGET_OVER_NUMPY_S else "NOT met"
         lines.append(f"  {'whole process over NumPy-only':<40} {n / 1e6:8.2f} {1:6.1%} {est * 1e3:6.2f}"
                      f"   target {dw.TARGET_OVER_NUMPY_S * 1e3:.0f} ms: {verdict} (estimate)")
+        lines.append(f"  warm process / NumPy-only process: {(r['numpy_only'] + n) / r['numpy_only']:.3f}x "
+                     f"the instructions")
         lines.append("  of which, by what CPython does:")
         for name, m in r["parts"].items():
             lines.append(f"    {name:<38} {m / 1e6:8.2f} {m / n:6.1%} {m / rate * 1e3:6.2f}")

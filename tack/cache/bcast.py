@@ -149,8 +149,7 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
     chooser = bundle.SiteBundleStore(stats, warn_once, d, site_bundles)
     name = bundle.bundle_name(key)
     path = os.path.join(d, name)
-    names = chooser.listing()           # listed once: the choice below lists no more
-    if (name in names) if names is not None else os.path.lexists(path):
+    if chooser.holds(name):             # listed once: the choice below lists no more
         try:
             out.append((d, None, key, bundle.read(path, allow_root=True, tack_version=tack_version_id(),
                                                   whole=True)))

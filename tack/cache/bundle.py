@@ -616,7 +616,7 @@ class SiteBundleStore:
     def listing(self):
         """The directory's bundle file names, sorted (no temporary files), listed once per store
         ([] where there is no such directory, as a site may name one it fills later); None if it
-        cannot be listed.  The directory's ``PackedBundles`` asks it too, so that a
+        cannot be listed.  The directory's ``PackedBundles`` asks it too (``holds``), so that a
         bundle packed for this host is opened only where the listing holds its name: on a
         parallel file system a failed open is a lookup its metadata server may have to answer, for
         every rank."""
@@ -635,6 +635,12 @@ class SiteBundleStore:
     def names(self) -> list:
         """``listing()``, or [] if the directory cannot be listed."""
         return self.listing() or []
+
+    def holds(self, name: str) -> bool:
+        """Whether the directory holds a bundle file ``name``: by the listing, or, where the
+        directory cannot be listed, by ``lexists``."""
+        names = self.listing()
+        return name in names if names is not None else os.path.lexists(os.path.join(self.directory, name))
 
     def header(self, name: str):
         """The header fields of bundle ``name`` (read once), or None when it cannot be used."""

@@ -422,21 +422,21 @@ class PackedBundles:
     the log only, since the directory serves and stores as usual); the user's own in mode
     ``bundle``, where they are all there is and a stale one is said; and in each site bundle
     directory, bundles packed on a host like this one (``allow_root``: an admin's), opened only
-    where that directory's listing (``listing``: its ``SiteBundleStore``'s, listed once) holds
+    where that directory's listing (``holds``: its ``SiteBundleStore``'s, listed once) holds
     the name: no failed open per process, a lookup Lustre's metadata server may answer per rank."""
 
     writable = False
 
     def __init__(self, stats, warn_once, directory, target_key, machine=None, label="cache bundle",
                  source="cache bundle", allow_root=False, quiet_stale=True, lazy=True, loaded=None,
-                 listing=None):
+                 holds=None):
         self.stats, self.warn_once = stats, warn_once
         self.directory, self.target_key, self.machine = directory, target_key, machine
         self.label, self.allow_root, self.quiet_stale, self.lazy = label, allow_root, quiet_stale, lazy
         self.source = source            # what the statistics say served (its BundleStores say so too)
         self.stores = {}                # target key -> its BundleStore, or False: no such file
         self.loaded = loaded            # {target key: Bundle} load_bundle broadcast: no file opened
-        self.listing = listing          # () -> the directory's bundle names, or None: open to see
+        self.holds = holds              # (name) -> whether the directory holds it (None: ask lazily)
 
     def _store(self, target_key):
         got = self.stores.get(target_key)
@@ -449,8 +449,7 @@ class PackedBundles:
             from .bundle import BundleStore, bundle_name
             name = bundle_name(target_key, self.machine)
             path = os.path.join(self.directory, name)
-            names = self.listing() if self.listing is not None else None
-            there = (name in names) if names is not None else (not self.lazy or os.path.lexists(path))
+            there = self.holds(name) if self.holds is not None else (not self.lazy or os.path.lexists(path))
             got = there and BundleStore(
                 self.stats, self.warn_once, path, allow_root=self.allow_root, label=self.label,
                 quiet=True, quiet_stale=self.quiet_stale, target_key=target_key)
@@ -505,6 +504,6 @@ def open_session(settings, stats, warn_once, host_key, site_bundles, rank=0, sit
                                         source="site bundles", allow_root=True, quiet_stale=False,
                                         lazy=False, loaded=None if chosen is None else
                                         ({host_key: packed} if packed is not None else {}),
-                                        listing=site.listing))
+                                        holds=site.holds))
             stores.append(site)
     return Session(settings, stats, warn_once, host_key, stores, disk)

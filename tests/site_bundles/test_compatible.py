@@ -258,7 +258,7 @@ def test_a_site_directory_is_checked_once_however_many_bundles_it_holds(tmp_path
 
 COUNT_PATH_OPERATIONS = textwrap.dedent("""
     import json, os, sys
-    roots = [os.environ["TACK_CACHE_BUNDLES"], os.environ["TACK_CACHE_DIR"]]
+    roots = [*os.environ["TACK_CACHE_BUNDLES"].split(os.pathsep), os.environ["TACK_CACHE_DIR"]]
     ops = []
 
     def note(op, path):
@@ -322,10 +322,13 @@ def test_directories_not_made_yet_are_no_warning(tmp_path, mode):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
     env.update(TACK_CACHE_DIR=str(tmp_path / "not-yet" / "tack"), TACK_CACHE=mode,
                TACK_CACHE_BUNDLES=f"{tmp_path / 'later'}:{site}")
-    script = COUNT_PATH_OPERATIONS.replace('os.environ["TACK_CACHE_BUNDLES"]', f"{str(site)!r}")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", COUNT_PATH_OPERATIONS], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["hits"] == 2 and r["misses"] == 0 and r["faces"] > 0, r
     assert "tack:" not in proc.stderr, proc.stderr
+    # the directory not there yet: one listing finds it missing, and nothing in it is asked for
+    later = str(tmp_path / "later")
+    assert [op for op, p in r["ops"] if p == later].count("listdir") == 1, r["ops"]
+    assert [(op, p) for op, p in r["ops"] if p.startswith(later + os.sep)] == [], r["ops"]
