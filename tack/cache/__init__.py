@@ -487,7 +487,7 @@ def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None, 
                         own_bundle=own_bundle, machine=machine, loaded=loaded, loaded_sites=sites)
 
 
-def load_bundle(comm=None, kinds=None) -> int:
+def load_bundle(comm=None, kinds=None, share=True) -> int:
     """Read this host's bundle on rank 0 and broadcast it to every rank of ``comm``, with the
     bundles ``pack`` made for GPU kinds in the same directory, and the site bundles this node's
     CPU uses (``TACK_CACHE_BUNDLES``, those installed beside Tack): no other rank opens them.
@@ -497,10 +497,13 @@ def load_bundle(comm=None, kinds=None) -> int:
     bundle (there is none, it is damaged, or it is not the user's own, and no
     site bundle serves this node), after rank 0 warns why. Every rank takes
     part in the same collective calls whatever happens on rank 0 and whatever
-    each has run before.  Each rank holds what it was sent in memory: the
-    user's bundle and every site bundle the node's CPU uses (each of conda's
-    x86-64 levels it can run, say), as many copies as there are ranks on a node.
-    Without ``comm``, this process reads the bundles itself.  ``kinds`` (by
+    each has run before.  What rank 0 sends (the user's bundle and every site
+    bundle the node's CPU uses: each of conda's x86-64 levels it can run, say)
+    is held once per node, in MPI-3 shared memory that the node's ranks read in
+    place, wherever some node runs more than one rank; with ``share=False``, an
+    MPI without shared memory, or too little room free in ``/dev/shm``, each
+    rank holds its own copy.  Without ``comm``, this process reads the bundles
+    itself.  ``kinds`` (by
     default every one) names the kinds of code to read and broadcast, as
     ``bundles build --arch`` names them (``cpu``, ``cuda``, ``rocm``, ``spirv``,
     ``level_zero``, ``metal``): ``kinds=["cpu"]`` keeps a CPU-only job from
@@ -520,7 +523,8 @@ def load_bundle(comm=None, kinds=None) -> int:
         sites = (lambda: site_dirs(warn=warn_once_factory()) if _session is None else None,
                  cpu_site_bundles)
     loaded, gpu, got_sites = load_and_broadcast(comm, settings(), cpu_host_key if "cpu" in asked else None,
-                                                lambda names: gpu_packed_bundles(names, asked), sites)
+                                                lambda names: gpu_packed_bundles(names, asked), sites,
+                                                share=bool(share))
     site_bundles = [b for packed, chosen in (got_sites or {}).values()
                     for b in ([packed] if packed is not None else []) + [c[2] for c in chosen]]
     stats = _get_stats()

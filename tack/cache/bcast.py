@@ -27,7 +27,8 @@ from .keys import tack_version_id
 CHUNK = 1 << 30
 
 
-def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], sites=None):
+def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], sites=None,
+                       share=True):
     """-> (this host's Bundle or None, [the GPU kinds' packed Bundles], the site bundles or None),
     the same on every rank; rank 0 warns why when it can use no bundle at all.
 
@@ -41,17 +42,27 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
     (``_site_bundles``), given back as {directory: (the bundle packed for this host there or
     None, [(``cpu:arch``, target key, Bundle)] most specific first)}; None where not asked, or
     where rank 0 could not choose (every rank then reads the directories itself, as without
-    ``load_bundle``)."""
-    from . import warn_once_factory
-
+    ``load_bundle``).  ``share``: where a node runs several ranks, its ranks read one copy of
+    each bundle in the node's shared memory (``_NodeShare``); False: each rank its own copy."""
     if comm is not None and host_key is not None:
         group, mine = _same_cpu_group(comm, host_key)
         if group is not None:                   # nodes of other CPUs: each group its own bundle
             try:
-                return load_and_broadcast(group, settings, lambda: mine, gpu_bundles, sites)
+                return load_and_broadcast(group, settings, lambda: mine, gpu_bundles, sites, share)
             finally:
                 group.Free()
     rank = 0 if comm is None else comm.Get_rank()
+    node = _NodeShare.make(comm) if comm is not None and share else None
+    try:
+        return _load_and_broadcast(comm, node, rank, settings, host_key, gpu_bundles, sites)
+    finally:
+        if node is not None:
+            node.done()
+
+
+def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, sites):
+    from . import warn_once_factory
+
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
     others, site_rows = [], None
     if rank == 0:
@@ -83,13 +94,13 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
     comm.Bcast(head, root=0)
     nbytes, count, n_others = int(head[0]), int(head[1]), int(head[2])
     if count >= 0:
-        loaded = _bcast_bundle(comm, rank, nbytes, data, loaded)
+        loaded = _bcast_bundle(comm, share, rank, nbytes, data, loaded)
     got = []
     for i in range(n_others):                   # every rank makes the same calls, in order
         mine = others[i] if rank == 0 else None
         size = np.array([len(mine.data) if mine else 0], dtype=np.int64)
         comm.Bcast(size, root=0)
-        b = _bcast_bundle(comm, rank, int(size[0]), mine.data if mine else b"", mine)
+        b = _bcast_bundle(comm, share, rank, int(size[0]), mine.data if mine else b"", mine)
         if b is not None:
             got.append(b)
     if sites is None:
@@ -108,7 +119,7 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
         mine = site_rows[2][i][3] if rank == 0 else None
         size = np.array([len(mine.data)], dtype=np.int64) if mine else np.zeros(1, dtype=np.int64)
         comm.Bcast(size, root=0)
-        b = _bcast_bundle(comm, rank, int(size[0]), mine.data if mine else b"", mine)
+        b = _bcast_bundle(comm, share, rank, int(size[0]), mine.data if mine else b"", mine)
         if b is not None:
             placed.append((where, arch, tk, b))
     return loaded, got, _sites_by_dir((directories, chosen_in, placed))
@@ -232,9 +243,12 @@ def _gpu_bundles(directory, gpu_bundles) -> tuple:
     return out, refused
 
 
-def _bcast_bundle(comm, rank, nbytes, data, loaded):
+def _bcast_bundle(comm, share, rank, nbytes, data, loaded):
     """One bundle's bytes from rank 0 to every rank: rank 0's Bundle there, one made of the bytes
-    elsewhere (None if they cannot be one: they cannot differ from rank 0's; safe anyway)."""
+    elsewhere (None if they cannot be one: they cannot differ from rank 0's; safe anyway): in
+    the node's shared memory where ``share`` (a ``_NodeShare``) is given, else a copy per rank."""
+    if share is not None:
+        return share.bundle(rank, nbytes, data, loaded)
     buf = bytearray(data) if rank == 0 else bytearray(nbytes)
     view = memoryview(buf)
     for start in range(0, nbytes, CHUNK):
@@ -245,3 +259,103 @@ def _bcast_bundle(comm, rank, nbytes, data, loaded):
         return bundle.Bundle(bytes(buf), "<broadcast from rank 0>")
     except bundle.BundleError:
         return None
+
+
+# The node-shared windows made so far: kept for the life of the process (MPI frees them at
+# MPI_Finalize); their bundles ask ``MPI.Is_finalized()`` before each read of them.
+_windows = []
+
+
+class _NodeShare:
+    """One copy of each bundle per node: an MPI-3 shared-memory window (``Win.Allocate_shared``
+    over the ranks of a node, ``COMM_TYPE_SHARED``) that the node's lowest rank receives the
+    bytes into (broadcast among the nodes' lowest ranks, rank 0 first) and the node's other
+    ranks read in place.  Used where some node runs more than one rank of the job; otherwise,
+    with ``load_bundle(share=False)``, an MPI without shared memory, or too little room in
+    ``/dev/shm``, each rank holds its own copy."""
+
+    def __init__(self, MPI, node, leaders):
+        self.MPI, self.node, self.leaders = MPI, node, leaders
+        self.leader = node.Get_rank() == 0
+
+    @classmethod
+    def make(cls, comm):
+        """-> a ``_NodeShare`` over ``comm``'s nodes, or None (the same on every rank)."""
+        try:
+            from mpi4py import MPI
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        except Exception as e:                  # noqa: BLE001 - no MPI-3 shared memory
+            log.debug("load_bundle: no shared memory (%s: %s); a copy per rank", type(e).__name__, e)
+            return None
+        # Worth it where some node runs several ranks; every rank takes part in the answer.
+        if comm.allreduce(node.Get_size(), op=MPI.MAX) == 1:
+            node.Free()
+            return None
+        leaders = comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, comm.Get_rank())
+        return cls(MPI, node, leaders)
+
+    def done(self):
+        """Free the communicator of the nodes' lowest ranks (each window keeps the node's)."""
+        if self.leaders != self.MPI.COMM_NULL:
+            self.leaders.Free()
+
+    def bundle(self, rank, nbytes, data, loaded):
+        MPI = self.MPI
+        # Room for it where the node's shared memory lives: a window past what /dev/shm holds
+        # would fault (SIGBUS) on its first write rather than fail to allocate.
+        room = _shm_room() if self.leader else -1
+        if not self.node.allreduce(int(room < 0 or room >= 2 * nbytes), op=MPI.MIN):
+            return self._copy(rank, nbytes, data, loaded)
+        win = MPI.Win.Allocate_shared(nbytes if self.leader else 0, 1, comm=self.node)
+        _windows.append(win)
+        buf, _ = win.Shared_query(0)
+        view = memoryview(buf)[:nbytes]
+        win.Fence()
+        if self.leader:
+            if rank == 0:
+                view[:] = data
+            for start in range(0, nbytes, CHUNK):
+                self.leaders.Bcast(view[start:start + CHUNK], root=0)
+        win.Fence()
+        live = _live(MPI)
+        if rank == 0:                   # its own copy let go: served from the node's, as the others
+            if loaded is not None:
+                loaded.serve_from(view, live)
+            return loaded
+        try:
+            return bundle.Bundle(view, "<broadcast from rank 0, shared on this node>", _live=live)
+        except bundle.BundleError:
+            return None
+
+    def _copy(self, rank, nbytes, data, loaded):
+        """Each rank its own copy (no room in shared memory): to the nodes' lowest ranks, then
+        from each to its node."""
+        log.debug("load_bundle: %d bytes do not fit in /dev/shm; a copy per rank", nbytes)
+        buf = bytearray(data) if rank == 0 else bytearray(nbytes)
+        view = memoryview(buf)
+        for start in range(0, nbytes, CHUNK):
+            if self.leader:
+                self.leaders.Bcast(view[start:start + CHUNK], root=0)
+            self.node.Bcast(view[start:start + CHUNK], root=0)
+        if rank == 0:
+            return loaded
+        try:
+            return bundle.Bundle(bytes(buf), "<broadcast from rank 0>")
+        except bundle.BundleError:
+            return None
+
+
+def _live(MPI):
+    """Whether a node-shared window's memory is still there: until MPI is finalized."""
+    finalized = MPI.Is_finalized
+    return lambda: not finalized()
+
+
+def _shm_room() -> int:
+    """Bytes free in /dev/shm, where MPI libraries keep a node's shared memory on Linux; -1 where
+    there is none to ask."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except (OSError, AttributeError):
+        return -1
+    return st.f_bavail * st.f_frsize

@@ -124,16 +124,20 @@ class Bundle:
     """One bundle: its header and table checked at open, each index block read and checked when
     a lookup first needs it, each entry read and checked when looked up.
 
-    ``Bundle(data)`` serves from bytes in memory (a broadcast, a tool that read the file);
+    ``Bundle(data)`` serves from bytes in memory (a broadcast, a tool that read the file), or
+    from a view of memory another owner may release (``load_bundle``'s MPI shared memory, with
+    ``_live()`` saying whether it is still there: a lookup after it is gone fails as damage
+    would, and the kernel compiles);
     ``read(path)`` makes one that keeps the open file and reads with ``pread`` what a lookup
     needs, so a lookup costs what it reads, whatever the bundle's size.
     ``bytes_read``: the bytes this bundle read from its file so far (0 for one in memory);
     ``blocks_checked``: the index blocks whose checksum it computed (each once)."""
 
     def __init__(self, data: bytes | None, path: str = "<memory>", _fd: int | None = None,
-                 _size: int = 0):
+                 _size: int = 0, _live=None):
         self.path = path
         self._data = data
+        self._live = _live                      # memory another owner may release: still there?
         self._fd = _fd
         self.size = len(data) if data is not None else _size
         self.bytes_read = 0
@@ -186,7 +190,10 @@ class Bundle:
 
     def _at(self, offset: int, n: int) -> bytes:
         if self._data is not None:
-            return self._data[offset:offset + n]
+            if self._live is not None and not self._live():
+                raise BundleError(f"{self.path}: the memory it was in is released")
+            got = self._data[offset:offset + n]
+            return got if type(got) is bytes else bytes(got)    # (a view of shared memory)
         if self._fd is None:
             raise BundleError(f"{self.path} is closed")
         got = _pread(self._fd, n, offset)
@@ -200,6 +207,12 @@ class Bundle:
             data = self._at(0, self.size)
             self._data = data
         return self._data
+
+    def serve_from(self, view, live) -> None:
+        """Serve from ``view`` from now on: the same bytes as this bundle's, in memory another
+        owner may release (``live()``: still there?), so that the bytes this bundle holds can be
+        let go (``load_bundle``'s rank 0, once it has put them in the node's shared memory)."""
+        self._data, self._live = view, live
 
     def close(self):
         """Close the file; lookups then miss (except in a bundle whose bytes are in memory)."""

@@ -67,7 +67,10 @@ if use_comm:
         other_cpu()
     if warm_rank0 and rank == 0:        # rank 0 ran a kernel before: its session exists already
         tack.launch(kmod.k_b, dim=4, args=(np.ones(4), np.zeros(4)))
-    loaded = tack.cache.load_bundle(comm, kinds=kinds)
+    if os.environ.get("TACK_TEST_NO_SHM_ROOM"):     # /dev/shm as good as full on every node
+        import tack.cache.bcast
+        tack.cache.bcast._shm_room = lambda: 0
+    loaded = tack.cache.load_bundle(comm, kinds=kinds, share=not os.environ.get("TACK_TEST_NO_SHARE"))
     app_bcast = comm.bcast("the job's own" if rank == 0 else None, root=0)   # matched as the job's
 else:
     launch = tack.cache.mpi_launch()
@@ -83,12 +86,36 @@ for name, ref in kmod.REFERENCES.items():
     ok = ok and bool(np.allclose(y, ref(x)))
 recording = False
 launch = tack.cache.mpi_launch()
+
+
+def memory_of(b):
+    """Where the bytes a broadcast bundle serves from lie: (the /proc/self/maps mapping's perms,
+    device, inode, path) of a view of shared memory, or "private" for bytes of this process."""
+    data = getattr(b, "_data", None)
+    if data is None or isinstance(data, bytes):
+        return "private" if data is not None else None
+    address = np.frombuffer(data, dtype=np.uint8).ctypes.data
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields[1], fields[3], fields[4], fields[5] if len(fields) > 5 else ""
+    return "unmapped"
+
+
+if use_comm and os.environ.get("TACK_TEST_FINALIZE"):     # MPI finalized, then a kernel not run yet
+    MPI.Finalize()
+    y = np.zeros_like(x)
+    tack.launch(kmod.k_extra, dim=x.size, args=(x, y))
+    ok = ok and bool(np.allclose(y, kmod.REFERENCES["k_extra"](x)))
 report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened, "app_bcast": app_bcast,
                      "stats": tack.cache.stats(), "warnings": caught,
                      "mode": tack.cache.settings().mode,
                      "host_key": __import__("tack.cache.host").cache.host.cpu_host_key(),
                      "launcher": launch.launcher if launch else None,
-                     "llvmlite": "llvmlite" in sys.modules})    # False: nothing was compiled
+                     "llvmlite": "llvmlite" in sys.modules,     # False: nothing was compiled
+                     "memory": memory_of(tack.cache._loaded_bundle) if use_comm else None})
 out = os.environ.get("TACK_TEST_REPORTS")
 if out:                                   # ranks share stdout: each writes its own file
     with open(os.path.join(out, f"rank-{rank}-{os.getpid()}.json"), "w") as f:

@@ -57,6 +57,8 @@ def mpiexec(kernel_dir, cache, n=4, flags=(), mpmd=None, timeout=120, **env):
         for count, more in mpmd:
             cmd += [":", "-n", str(count), sys.executable, str(RANK), str(kernel_dir), "x", *more]
     out = Path(str(kernel_dir) + "-reports")
+    if out.exists():                # a job before this one, in the same test
+        shutil.rmtree(out)
     out.mkdir()
     proc = subprocess.run(cmd, env=clean_env(cache, TACK_TEST_REPORTS=out, **env),
                           capture_output=True, text=True, timeout=timeout)

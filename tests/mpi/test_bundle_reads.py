@@ -152,6 +152,31 @@ def test_every_entry_found_reading_only_it(made):
     assert sorted(bundle.Bundle(data).index) == sorted((k, key) for k, key, _ in entries)
 
 
+def test_a_view_of_memory_serves_until_it_is_released(made):
+    """A bundle over a view of memory another owner may release (``load_bundle``'s node-shared
+    window): every entry found as from bytes, its bytes handed out as bytes (the index's order
+    needs them), and once ``_live()`` says the memory is gone, a lookup that would read it
+    fails as a closed bundle's does (a BundleError, never a read of released memory), and a
+    store counts it damaged and misses, so the kernel compiles."""
+    _, entries, data = made
+    live = [True]
+    b = bundle.Bundle(memoryview(bytearray(data)), "<shared>", _live=lambda: live[0])
+    assert len(b) == len(entries)
+    kind, key, raw = entries[0]
+    meta, payload = b.get(kind, key)
+    assert entry.decode(raw, kind, key)[1:] == (meta, payload) and type(payload) is bytes
+    live[0] = False
+    later = entries[-1]
+    with pytest.raises(bundle.BundleError, match="released"):
+        b.entry(later[0], later[1])
+    import warnings
+
+    from tack.cache import new_stats
+    store = bundle.BundleStore(new_stats(), warnings.warn, loaded=b, target_key="k" * 64)
+    found, why = store.read(later[0], later[1], "variant")
+    assert found is None and "released" in why and store.stats["damaged"] == 1
+
+
 def test_lookup_hashes_only_its_block(made, monkeypatch):
     """Opening hashes the head's fields, meta and table, nothing of the index; a lookup hashes its
     one index block (once: a second lookup in it hashes no index) and its entry."""

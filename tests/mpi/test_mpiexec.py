@@ -178,3 +178,47 @@ def test_rank0_reads_site_bundles_whole_and_keeps_no_descriptor(kernel_dir, tmp_
     assert [(r[1], r[2]) for r in rows] == [(arch, key)]
     assert fds() == before
     assert len(rows[0][3]) == len(bundle.Bundle(path.read_bytes()))
+
+
+def _shared_mapping(ranks):
+    """The one shared mapping every rank serves its bundle from: (device, inode)."""
+    found = {tuple(r["memory"][1:3]) for r in ranks}
+    for r in ranks:
+        assert isinstance(r["memory"], list) and "s" in r["memory"][0], r["memory"]
+    assert len(found) == 1, [r["memory"] for r in ranks]
+    return found.pop()
+
+
+def test_load_bundle_keeps_one_copy_per_node_in_shared_memory(kernel_dir, cache):
+    """load_bundle(comm) with 4 ranks on one node: every rank serves the bundle from one shared
+    mapping (the same device and inode in each, mapped shared), not a copy each (rank 0 lets go
+    of the bytes it read); every result right and nothing compiled.  With share=False, or where
+    /dev/shm has no room for it, each rank holds its own copy, as before, and is served alike."""
+    path = prime_and_pack(kernel_dir, cache)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"])
+    for r in ranks:
+        assert r["ok"] and r["loaded"] == expected and not r["llvmlite"], r
+        assert r["stats"]["hits"]["variant"] == 2
+    _shared_mapping(ranks)
+    for env in ({"TACK_TEST_NO_SHARE": "1"}, {"TACK_TEST_NO_SHM_ROOM": "1"}):
+        ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], **env)
+        for r in ranks:
+            assert r["ok"] and r["loaded"] == expected and not r["llvmlite"], (env, r)
+            assert r["stats"]["hits"]["variant"] == 2 and r["memory"] == "private", (env, r)
+
+
+def test_a_shared_bundle_after_mpi_finalize_compiles_instead(kernel_dir, cache):
+    """A kernel first launched after MPI.Finalize(), once the node's shared memory may be gone:
+    the shared bundle is not read (no crash), the kernel compiles on every rank and its result
+    is right."""
+    report = run_one(kernel_dir, cache, "--extra", TACK_CACHE="write")
+    assert report["ok"] and report["stats"]["misses"]["variant"] == 3
+    proc = subprocess.run([sys.executable, "-m", "tack.cache", "pack"], env=clean_env(cache),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], TACK_TEST_FINALIZE="1")
+    assert len(ranks) == 4
+    _shared_mapping(ranks)
+    for r in ranks:
+        assert r["ok"] and r["stats"]["hits"]["variant"] == 2 and r["llvmlite"], r
