@@ -249,10 +249,16 @@ def _bcast_bundle(comm, share, rank, nbytes, data, loaded):
     the node's shared memory where ``share`` (a ``_NodeShare``) is given, else a copy per rank."""
     if share is not None:
         return share.bundle(rank, nbytes, data, loaded)
+    return _copied(lambda chunk: comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
+
+
+def _copied(send, rank, nbytes, data, loaded):
+    """``_bcast_bundle`` with a copy on each rank: ``send(chunk)`` broadcasts each chunk of a
+    buffer from rank 0 (filled there) to every rank."""
     buf = bytearray(data) if rank == 0 else bytearray(nbytes)
     view = memoryview(buf)
     for start in range(0, nbytes, CHUNK):
-        comm.Bcast(view[start:start + CHUNK], root=0)
+        send(view[start:start + CHUNK])
     if rank == 0:
         return loaded
     try:
@@ -331,18 +337,12 @@ class _NodeShare:
         """Each rank its own copy (no room in shared memory): to the nodes' lowest ranks, then
         from each to its node."""
         log.debug("load_bundle: %d bytes do not fit in /dev/shm; a copy per rank", nbytes)
-        buf = bytearray(data) if rank == 0 else bytearray(nbytes)
-        view = memoryview(buf)
-        for start in range(0, nbytes, CHUNK):
+
+        def send(chunk):
             if self.leader:
-                self.leaders.Bcast(view[start:start + CHUNK], root=0)
-            self.node.Bcast(view[start:start + CHUNK], root=0)
-        if rank == 0:
-            return loaded
-        try:
-            return bundle.Bundle(bytes(buf), "<broadcast from rank 0>")
-        except bundle.BundleError:
-            return None
+                self.leaders.Bcast(chunk, root=0)
+            self.node.Bcast(chunk, root=0)
+        return _copied(send, rank, nbytes, data, loaded)
 
 
 def _live(MPI):
