@@ -49,8 +49,8 @@ def test_sbatch_warm_pack_and_srun_load_bundle(kernel_dir, cache, tmp_path):
     """sbatch --wait: the script's own line runs in write mode (not MPI) and compiles both
     kernels; pack writes one bundle; in the srun -n 4 step every rank gets the bundle's entries
     from load_bundle(comm), loads both kernels and compiles nothing (no miss, llvmlite never
-    imported), only rank 0 opens the bundle (and reads it whole), and no file of the cache is
-    written or touched."""
+    imported), only rank 0 opens the bundle (and reads it whole), the node holds one copy of it
+    (the ranks' shared memory), and no file of the cache is written or touched."""
     reports = tmp_path / "reports"
     reports.mkdir()
     f = {name: tmp_path / name for name in ("times", "warm", "before", "after")}
@@ -82,6 +82,9 @@ def test_sbatch_warm_pack_and_srun_load_bundle(kernel_dir, cache, tmp_path):
         assert r["stats"]["bytes_written"] == 0 and r["warnings"] == []
         assert under(r["opened"], cache) == ([str(path)] if r["rank"] == 0 else []), r["opened"]
         assert r["stats"]["bytes_read"] == (size if r["rank"] == 0 else 0)
+    # One copy on the node: every rank serves the bundle from the same shared mapping.
+    assert all(isinstance(r["memory"], list) and "s" in r["memory"][0] for r in ranks), ranks
+    assert len({tuple(r["memory"][1:3]) for r in ranks}) == 1, [r["memory"] for r in ranks]
     before = f["before"].read_text()
     assert path.name in before and ".tvar" in before            # a listing of the real files
     assert f["after"].read_text() == before
