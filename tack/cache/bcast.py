@@ -52,7 +52,7 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
             finally:
                 group.Free()
     rank = 0 if comm is None else comm.Get_rank()
-    node = _NodeShare.make(comm) if comm is not None and share else None
+    node = _NodeShare(comm) if comm is not None and share and hasattr(comm, "Split_type") else None
     try:
         return _load_and_broadcast(comm, node, rank, settings, host_key, gpu_bundles, sites)
     finally:
@@ -276,42 +276,68 @@ class _NodeShare:
     """One copy of each bundle per node: an MPI-3 shared-memory window (``Win.Allocate_shared``
     over the ranks of a node, ``COMM_TYPE_SHARED``) that the node's lowest rank receives the
     bytes into (broadcast among the nodes' lowest ranks, rank 0 first) and the node's other
-    ranks read in place.  Used where some node runs more than one rank of the job; otherwise,
-    with ``load_bundle(share=False)``, an MPI without shared memory, or too little room in
+    ranks read in place.
+
+    For a bundle of at least ``MIN_BYTES`` only: a window costs a node about 2 MiB (MPI's shared
+    segments) and each bundle about a millisecond, more than copies of a small bundle do; a
+    smaller one goes to each rank as a copy (``_copied``).  The node's communicator is made at
+    the first bundle that size (every rank sees the same sizes, so all ranks make the same
+    calls), and kept where some node runs more than one rank; otherwise, with
+    ``load_bundle(share=False)``, an MPI without shared memory, or too little room in
     ``/dev/shm``, each rank holds its own copy."""
 
-    def __init__(self, MPI, node, leaders):
-        self.MPI, self.node, self.leaders = MPI, node, leaders
-        self.leader = node.Get_rank() == 0
+    MIN_BYTES = 4 << 20
 
-    @classmethod
-    def make(cls, comm):
-        """-> a ``_NodeShare`` over ``comm``'s nodes, or None (the same on every rank)."""
+    def __init__(self, comm):
+        self.comm = comm
+        self.ready = None               # the node's communicator made (None: not asked yet)
+        self.node = self.leaders = None
+        self.leader = False
+
+    def _setup(self) -> bool:
+        comm = self.comm
         try:
             from mpi4py import MPI
             node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
         except Exception as e:                  # noqa: BLE001 - no MPI-3 shared memory
             log.debug("load_bundle: no shared memory (%s: %s); a copy per rank", type(e).__name__, e)
-            return None
+            return False
         # Worth it where some node runs several ranks; every rank takes part in the answer.
         if comm.allreduce(node.Get_size(), op=MPI.MAX) == 1:
             node.Free()
-            return None
-        leaders = comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, comm.Get_rank())
-        return cls(MPI, node, leaders)
+            return False
+        self.MPI, self.node, self.leader = MPI, node, node.Get_rank() == 0
+        if node.Get_size() < comm.Get_size():  # more than one node (the same answer on every rank)
+            self.leaders = comm.Split(0 if self.leader else MPI.UNDEFINED, comm.Get_rank())
+        return True
 
     def done(self):
         """Free the communicator of the nodes' lowest ranks (each window keeps the node's)."""
-        if self.leaders != self.MPI.COMM_NULL:
+        if self.leaders is not None and self.leaders != self.MPI.COMM_NULL:
             self.leaders.Free()
 
+    def _to_leaders(self, chunk):
+        if self.leaders is not None and self.leader:
+            self.leaders.Bcast(chunk, root=0)
+
     def bundle(self, rank, nbytes, data, loaded):
+        if nbytes < self.MIN_BYTES:
+            return _copied(lambda chunk: self.comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
+        if self.ready is None:
+            self.ready = self._setup()
+        if not self.ready:
+            return _copied(lambda chunk: self.comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
         MPI = self.MPI
         # Room for it where the node's shared memory lives: a window past what /dev/shm holds
         # would fault (SIGBUS) on its first write rather than fail to allocate.
         room = _shm_room() if self.leader else -1
         if not self.node.allreduce(int(room < 0 or room >= 2 * nbytes), op=MPI.MIN):
-            return self._copy(rank, nbytes, data, loaded)
+            log.debug("load_bundle: %d bytes do not fit in /dev/shm; a copy per rank", nbytes)
+
+            def send(chunk):                    # to the nodes' lowest ranks, then to each node
+                self._to_leaders(chunk)
+                self.node.Bcast(chunk, root=0)
+            return _copied(send, rank, nbytes, data, loaded)
         win = MPI.Win.Allocate_shared(nbytes if self.leader else 0, 1, comm=self.node)
         _windows.append(win)
         buf, _ = win.Shared_query(0)
@@ -321,7 +347,7 @@ class _NodeShare:
             if rank == 0:
                 view[:] = data
             for start in range(0, nbytes, CHUNK):
-                self.leaders.Bcast(view[start:start + CHUNK], root=0)
+                self._to_leaders(view[start:start + CHUNK])
         win.Fence()
         live = _live(MPI)
         if rank == 0:                   # its own copy let go: served from the node's, as the others
@@ -332,17 +358,6 @@ class _NodeShare:
             return bundle.Bundle(view, "<broadcast from rank 0, shared on this node>", _live=live)
         except bundle.BundleError:
             return None
-
-    def _copy(self, rank, nbytes, data, loaded):
-        """Each rank its own copy (no room in shared memory): to the nodes' lowest ranks, then
-        from each to its node."""
-        log.debug("load_bundle: %d bytes do not fit in /dev/shm; a copy per rank", nbytes)
-
-        def send(chunk):
-            if self.leader:
-                self.leaders.Bcast(chunk, root=0)
-            self.node.Bcast(chunk, root=0)
-        return _copied(send, rank, nbytes, data, loaded)
 
 
 def _live(MPI):

@@ -67,9 +67,11 @@ if use_comm:
         other_cpu()
     if warm_rank0 and rank == 0:        # rank 0 ran a kernel before: its session exists already
         tack.launch(kmod.k_b, dim=4, args=(np.ones(4), np.zeros(4)))
+    import tack.cache.bcast
     if os.environ.get("TACK_TEST_NO_SHM_ROOM"):     # /dev/shm as good as full on every node
-        import tack.cache.bcast
         tack.cache.bcast._shm_room = lambda: 0
+    if os.environ.get("TACK_TEST_SHARE_FROM"):      # the test kernels' bundles are small
+        tack.cache.bcast._NodeShare.MIN_BYTES = int(os.environ["TACK_TEST_SHARE_FROM"])
     loaded = tack.cache.load_bundle(comm, kinds=kinds, share=not os.environ.get("TACK_TEST_NO_SHARE"))
     app_bcast = comm.bcast("the job's own" if rank == 0 else None, root=0)   # matched as the job's
 else:
@@ -115,7 +117,8 @@ report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened,
                      "host_key": __import__("tack.cache.host").cache.host.cpu_host_key(),
                      "launcher": launch.launcher if launch else None,
                      "llvmlite": "llvmlite" in sys.modules,     # False: nothing was compiled
-                     "memory": memory_of(tack.cache._loaded_bundle) if use_comm else None})
+                     "memory": memory_of(tack.cache._loaded_bundle) if use_comm else None,
+                     "windows": len(tack.cache.bcast._windows) if use_comm else None})
 out = os.environ.get("TACK_TEST_REPORTS")
 if out:                                   # ranks share stdout: each writes its own file
     with open(os.path.join(out, f"rank-{rank}-{os.getpid()}.json"), "w") as f:

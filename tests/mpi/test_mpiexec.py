@@ -190,22 +190,26 @@ def _shared_mapping(ranks):
 
 
 def test_load_bundle_keeps_one_copy_per_node_in_shared_memory(kernel_dir, cache):
-    """load_bundle(comm) with 4 ranks on one node: every rank serves the bundle from one shared
-    mapping (the same device and inode in each, mapped shared), not a copy each (rank 0 lets go
-    of the bytes it read); every result right and nothing compiled.  With share=False, or where
-    /dev/shm has no room for it, each rank holds its own copy, as before, and is served alike."""
+    """load_bundle(comm) with 4 ranks on one node, of a bundle as big as the sharing's threshold
+    (lowered, for the test kernels' small bundle, to 0): every rank serves the bundle from one
+    shared mapping (the same device and inode in each, mapped shared), not a copy each (rank 0
+    lets go of the bytes it read); every result right and nothing compiled.  With share=False,
+    or where /dev/shm has no room for it, each rank holds its own copy, as before, and is served
+    alike; so with a bundle under the threshold (the default 4 MiB), and then no window is made."""
     path = prime_and_pack(kernel_dir, cache)
     expected = len(bundle.Bundle(path.read_bytes()))
-    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"])
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], TACK_TEST_SHARE_FROM="0")
     for r in ranks:
         assert r["ok"] and r["loaded"] == expected and not r["llvmlite"], r
-        assert r["stats"]["hits"]["variant"] == 2
+        assert r["stats"]["hits"]["variant"] == 2 and r["windows"] == 1
     _shared_mapping(ranks)
-    for env in ({"TACK_TEST_NO_SHARE": "1"}, {"TACK_TEST_NO_SHM_ROOM": "1"}):
+    for env in ({"TACK_TEST_NO_SHARE": "1", "TACK_TEST_SHARE_FROM": "0"},
+                {"TACK_TEST_NO_SHM_ROOM": "1", "TACK_TEST_SHARE_FROM": "0"}, {}):
         ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], **env)
         for r in ranks:
             assert r["ok"] and r["loaded"] == expected and not r["llvmlite"], (env, r)
             assert r["stats"]["hits"]["variant"] == 2 and r["memory"] == "private", (env, r)
+            assert r["windows"] == 0, (env, r)
 
 
 def test_a_shared_bundle_after_mpi_finalize_compiles_instead(kernel_dir, cache):
@@ -217,7 +221,8 @@ def test_a_shared_bundle_after_mpi_finalize_compiles_instead(kernel_dir, cache):
     proc = subprocess.run([sys.executable, "-m", "tack.cache", "pack"], env=clean_env(cache),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], TACK_TEST_FINALIZE="1")
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], TACK_TEST_FINALIZE="1",
+                    TACK_TEST_SHARE_FROM="0")
     assert len(ranks) == 4
     _shared_mapping(ranks)
     for r in ranks:

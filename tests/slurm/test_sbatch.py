@@ -22,7 +22,7 @@ mark warm-up
 {python} -m tack.cache pack
 mark pack
 find {cache} -type f -printf '%P %s %T@\\n' | sort > {before}
-TACK_TEST_REPORTS={reports} srun --mpi=pmi2 -n 4 {python} {rank} {kernels} x --comm
+TACK_TEST_REPORTS={reports} TACK_TEST_SHARE_FROM=0 srun --mpi=pmi2 -n 4 {python} {rank} {kernels} x --comm
 mark step
 find {cache} -type f -printf '%P %s %T@\\n' | sort > {after}
 """
@@ -82,7 +82,8 @@ def test_sbatch_warm_pack_and_srun_load_bundle(kernel_dir, cache, tmp_path):
         assert r["stats"]["bytes_written"] == 0 and r["warnings"] == []
         assert under(r["opened"], cache) == ([str(path)] if r["rank"] == 0 else []), r["opened"]
         assert r["stats"]["bytes_read"] == (size if r["rank"] == 0 else 0)
-    # One copy on the node: every rank serves the bundle from the same shared mapping.
+    # One copy on the node (the small bundle shared as a big one would be, TACK_TEST_SHARE_FROM=0):
+    # every rank serves it from the same shared mapping.
     assert all(isinstance(r["memory"], list) and "s" in r["memory"][0] for r in ranks), ranks
     assert len({tuple(r["memory"][1:3]) for r in ranks}) == 1, [r["memory"] for r in ranks]
     before = f["before"].read_text()
