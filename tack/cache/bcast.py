@@ -298,7 +298,7 @@ class _NodeShare:
         comm = self.comm
         try:
             from mpi4py import MPI
-            node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+            node = self.node_comm(MPI, comm)
         except Exception as e:                  # noqa: BLE001 - no MPI-3 shared memory
             log.debug("load_bundle: no shared memory (%s: %s); a copy per rank", type(e).__name__, e)
             return False
@@ -310,6 +310,11 @@ class _NodeShare:
         if node.Get_size() < comm.Get_size():  # more than one node (the same answer on every rank)
             self.leaders = comm.Split(0 if self.leader else MPI.UNDEFINED, comm.Get_rank())
         return True
+
+    @staticmethod
+    def node_comm(MPI, comm):
+        """The ranks of ``comm`` that share this rank's memory (its node), by rank."""
+        return comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
 
     def done(self):
         """Free the communicator of the nodes' lowest ranks (each window keeps the node's)."""

@@ -72,6 +72,14 @@ if use_comm:
         tack.cache.bcast._shm_room = lambda: 0
     if os.environ.get("TACK_TEST_SHARE_FROM"):      # the test kernels' bundles are small
         tack.cache.bcast._NodeShare.MIN_BYTES = int(os.environ["TACK_TEST_SHARE_FROM"])
+    if os.environ.get("TACK_TEST_TWO_NODES"):       # even and odd ranks as two nodes' ranks
+        def two_nodes(MPI, comm):
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+            try:
+                return node.Split(comm.Get_rank() % 2, comm.Get_rank())
+            finally:
+                node.Free()
+        tack.cache.bcast._NodeShare.node_comm = staticmethod(two_nodes)
     loaded = tack.cache.load_bundle(comm, kinds=kinds, share=not os.environ.get("TACK_TEST_NO_SHARE"))
     app_bcast = comm.bcast("the job's own" if rank == 0 else None, root=0)   # matched as the job's
 else:

@@ -227,3 +227,20 @@ def test_a_shared_bundle_after_mpi_finalize_compiles_instead(kernel_dir, cache):
     _shared_mapping(ranks)
     for r in ranks:
         assert r["ok"] and r["stats"]["hits"]["variant"] == 2 and r["llvmlite"], r
+
+
+def test_load_bundle_shares_on_each_node_of_a_job(kernel_dir, cache):
+    """A job over two nodes (ranks 0 and 2 taken for one node, 1 and 3 for another): rank 0
+    broadcasts the bundle to the other node's lowest rank (1), and each node's ranks serve it
+    from their own node's shared mapping: two mappings, each shared by its node's two ranks.
+    Every result right, nothing compiled, and only rank 0 opens the bundle."""
+    path = prime_and_pack(kernel_dir, cache)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], TACK_TEST_SHARE_FROM="0",
+                    TACK_TEST_TWO_NODES="1")
+    for r in ranks:
+        assert r["ok"] and r["loaded"] == expected and not r["llvmlite"], r
+        assert r["stats"]["hits"]["variant"] == 2 and r["windows"] == 1, r
+        assert under(r["opened"], cache) == ([str(path)] if r["rank"] == 0 else []), r["opened"]
+    nodes = [_shared_mapping([r for r in ranks if r["rank"] % 2 == parity]) for parity in (0, 1)]
+    assert nodes[0] != nodes[1], nodes
