@@ -628,8 +628,8 @@ def report(res, file=None):
       f"{_n(vs['job_ops'])} ops / {rate:,} ops/s = {_secs(vs['mds_seconds'])}, if Tack's checkout "
       f"is on the shared file system (an installed, non-checkout Tack skips the scan)")
     p("  Nor counted: the trust checks' lstat of each directory above the cache and site "
-      "directories (each directory checked once per process; a client of a parallel file "
-      "system usually answers those from its own cache), and the interpreter's imports.")
+      "directories (one per directory, each checked once per process; a client of a parallel "
+      "file system usually answers those from its own cache), and the interpreter's imports.")
 
     probs = res["problems"]
     p()

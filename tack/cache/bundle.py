@@ -369,8 +369,8 @@ def _row_place(rows: bytes, at: int):
 
 # Directories whose trust this process has checked: (directory, allow_root).  A site directory
 # holds several bundles (conda ships one per x86-64 level, Spack the target's and its level's);
-# each read would otherwise check the directory and every directory above it again, two lstat
-# calls a level, which on a parallel file system are metadata requests of every rank.
+# each read would otherwise check the directory and every directory above it again, an lstat
+# a level (``check_parents``), which on a parallel file system are metadata requests of every rank.
 _trusted_dirs: set = set()
 
 

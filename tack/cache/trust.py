@@ -191,22 +191,63 @@ def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True,
 def check_parents(path: str) -> None:
     """Raise Untrusted if a directory above ``path`` (the real directories its parent resolves
     to, up to /) is writable by others without the sticky bit: anyone could then rename
-    ``path`` away and put a directory of their own in its place."""
-    parent = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    ``path`` away and put a directory of their own in its place.
+
+    One ``lstat`` per directory above, deepest first: where none of them is a symbolic link,
+    they are the real directories already.  Where one is, the walk starts again from the
+    parent's real path (``os.path.realpath``, which calls ``lstat`` on each of them again), so
+    that the directories checked and named are the real ones."""
+    parent = os.path.dirname(os.path.abspath(path))
+    found = _open_to_others(parent, stop_at_link=True)
+    if found is _A_LINK:
+        found = _open_to_others(os.path.realpath(parent), stop_at_link=False)
+    if found is not None:
+        where, st = found
+        raise Untrusted(f"the directory {where}, above {path}, is writable by others without "
+                        f"the sticky bit (mode {stat.S_IMODE(st.st_mode):04o}): anyone could "
+                        f"replace what is below it; run: chmod o-w {where} (or chmod +t "
+                        f"{where}), or use a directory elsewhere")
+
+
+_A_LINK = object()
+
+
+def _open_to_others(parent: str, stop_at_link: bool):
+    """The deepest of ``parent`` and the directories above it that others may write without the
+    sticky bit, as (path, lstat result); None if none is (or from where one cannot be asked:
+    it does not exist yet, or cannot be searched); ``_A_LINK`` if ``stop_at_link`` and one of
+    them is a symbolic link (found before any such directory: what lies below a link is to
+    be named by its real path)."""
     while True:
         try:
             st = os.lstat(parent)
         except OSError:
-            return
+            return None
+        if stop_at_link and stat.S_ISLNK(st.st_mode):
+            return _A_LINK
         if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX and stat.S_ISDIR(st.st_mode):
-            raise Untrusted(f"the directory {parent}, above {path}, is writable by others without "
-                            f"the sticky bit (mode {stat.S_IMODE(st.st_mode):04o}): anyone could "
-                            f"replace what is below it; run: chmod o-w {parent} (or chmod +t "
-                            f"{parent}), or use a directory elsewhere")
+            if not stop_at_link:
+                return parent, st
+            # Below a link higher up, this is named by its real path: make sure there is none.
+            return _A_LINK if _link_above(parent) else (parent, st)
         up = os.path.dirname(parent)
         if up == parent:
-            return
+            return None
         parent = up
+
+
+def _link_above(path: str) -> bool:
+    """Whether a directory above ``path`` is a symbolic link."""
+    while True:
+        up = os.path.dirname(path)
+        if up == path:
+            return False
+        path = up
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return True
+        except OSError:
+            return False
 
 
 def control_character(text: str):

@@ -207,3 +207,59 @@ def test_non_ascii_digits_are_not_a_size(text, monkeypatch):
     monkeypatch.setenv("TACK_CACHE_SIZE", text)
     with pytest.warns(RuntimeWarning, match="TACK_CACHE_SIZE"):
         assert tack.cache.settings().max_size == tack.cache.DEFAULT_SIZE
+
+
+def _lstats_of(monkeypatch):
+    """Count os.lstat calls by path from here on (os.path.realpath's too)."""
+    from tack.cache import trust
+    calls = []
+    real = os.lstat
+
+    def counting(p, *a, **k):
+        calls.append(os.fsdecode(p))
+        return real(p, *a, **k)
+    monkeypatch.setattr(os, "lstat", counting)
+    return trust, calls
+
+
+def test_parents_are_each_checked_with_one_lstat(tmp_path, monkeypatch):
+    """check_parents with no symbolic link above: one lstat per directory above, up to /
+    (realpath's walk and a second walk made two), and nothing refused under a private parent."""
+    d = tmp_path / "a" / "b" / "cache"
+    d.mkdir(parents=True)
+    trust, calls = _lstats_of(monkeypatch)
+    trust.check_parents(str(d))
+    above = [str(p) for p in d.parents]
+    assert sorted(calls) == sorted(above), calls
+
+
+def test_a_parent_open_to_others_is_named_whichever_way_it_is_reached(tmp_path, monkeypatch):
+    """A directory writable by others without the sticky bit above the cache is refused and
+    named by its real path, whether the cache's path runs through it or through a symbolic link
+    to a directory below it; with the sticky bit, or writable by its group only, it is not."""
+    from tack.cache import trust
+    shared = tmp_path / "shared"
+    real = shared / "real" / "cache"
+    real.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(shared / "real")
+    for mode, refused in ((0o777, True), (0o1777, False), (0o775, False)):
+        os.chmod(shared, mode)
+        for path in (real, link / "cache"):
+            if refused:
+                with pytest.raises(trust.Untrusted) as e:
+                    trust.check_parents(str(path))
+                msg = str(e.value)
+                assert msg.startswith(f"the directory {shared}, above {path},"), msg
+                assert f"chmod o-w {shared}" in msg, msg
+            else:
+                trust.check_parents(str(path))
+    os.chmod(shared, 0o755)
+    # A parent not made yet: nothing to ask, nothing refused (as before).
+    trust.check_parents(str(tmp_path / "not" / "yet" / "cache"))
+    # Through the link, the real directories are the ones checked (each once more than the link).
+    os.chmod(shared, 0o777)
+    _, calls = _lstats_of(monkeypatch)
+    with pytest.raises(trust.Untrusted):
+        trust.check_parents(str(link / "cache"))
+    assert str(shared / "real") in calls and str(shared) in calls
