@@ -1,4 +1,5 @@
-"""What a launch can check for free: the arrays a kernel indexes by its thread index on every point.
+"""What a launch can check for free: the arrays a kernel indexes on every point by its thread index,
+or by a constant.
 
 A kernel that reads or writes ``a[i]`` with ``i = tack.tid()`` unconditionally (not under an
 ``if`` or a loop, not after a ``return`` some points may take, not in the untaken side of
@@ -6,7 +7,9 @@ A kernel that reads or writes ``a[i]`` with ``i = tack.tid()`` unconditionally (
 larger than ``a`` along that axis is certain to access ``a`` out of bounds.  Comparing the
 two extents costs a launch a few integer comparisons, so it is done at every launch, before
 anything runs; accesses this cannot vouch for (``a[i + 1]``, guarded ones, those in device
-functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.
+functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.  So is an
+unconditional access at a constant index (``a[0]``, ``p[i, 2]``, ``a[-1]``): an array with no
+element there is certain to be accessed out of bounds, whatever the grid.
 
 ``tid_indexed`` finds such accesses in a lowered kernel, once per compiled variant; the
 variant's metadata carries them (``tidx``, written and read by ``backends.variant``'s
@@ -28,7 +31,8 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
     """``[(parameter index, axis, grid dimension, line offset)]``: the kernel's parameter (its
     index among the non-template parameters) is indexed on ``axis`` by the thread index of
     ``grid dimension`` at every point; ``line offset`` is that access's line, counted from the
-    kernel's first line (where the first such access is)."""
+    kernel's first line (where the first such access is).  An access at the constant index
+    ``k`` on ``axis`` at every point is ``(parameter index, axis, -1, line offset, k)``."""
     fn = lowered.kernel
     params = list(fn.params)
     from collections import Counter
@@ -47,6 +51,10 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
             axes = [(axis, axis) for axis in range(grid_ndim)]          # a[t], t = tack.tid()
         else:
             axes = [(axis, _dim_of(x, tid)) for axis, x in enumerate(idx)]
+            for axis, x in enumerate(idx):       # a[2], p[i, 0], a[-1]: an index of every point
+                if x[0] == "const" and x[3] == "int" and type(x[2]) is int:
+                    found.setdefault((params.index(base[2]), axis, -1, x[2]),
+                                     loc[0] - first if loc else -1)
         for axis, dim in axes:
             if dim is not None:
                 found.setdefault((params.index(base[2]), axis, dim), loc[0] - first if loc else -1)
@@ -109,7 +117,7 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
                 expr(x)
         if kind in ("if", "while", "for", "return") and _may_return(s):
             break                           # after it, not every point runs what follows
-    return sorted((p, axis, dim, off) for (p, axis, dim), off in found.items())
+    return sorted((key[:3] + (off,) + key[3:]) for key, off in found.items())
 
 
 def _dim_of(x, tid):

@@ -77,6 +77,20 @@ def k_atomic(hist, counts):
 
 
 @tack.kernel
+def k_constants(a, p, out):
+    i = tack.tid()
+    out[i] = a[2] + a[-1] + p[i, 1]  # CONST
+
+
+@tack.kernel
+def k_guarded_constant(a, out):
+    i = tack.tid()
+    if i == 0:
+        out[0] = a[5]
+    out[i] = out[i] + 1.0
+
+
+@tack.kernel
 def k_in_loop(a, out, n):
     i = tack.tid()
     for k in range(n):
@@ -87,7 +101,9 @@ class TestWhatIsChecked:
     """``tid_indexed``: which (parameter, axis, grid dimension) a kernel indexes at every point."""
 
     def found(self, kern, grid, templates=None):
-        return [c[:3] for c in tid_indexed(lower(kern, templates or {}), grid)]
+        """(parameter, axis, grid dimension) of each check; (parameter, axis, -1, index) of one
+        at a constant index."""
+        return [c[:3] + c[4:] for c in tid_indexed(lower(kern, templates or {}), grid)]
 
     def test_direct_index(self):
         assert self.found(k_copy, 1) == [(0, 0, 0), (1, 0, 0)]
@@ -108,16 +124,24 @@ class TestWhatIsChecked:
         """Only the condition of ``x if c else y`` and the first operand of ``and``/``or`` run at
         every point; an index variable assigned again is not the thread index."""
         assert self.found(k_conditional_parts, 1) == [(3, 0, 0)]
-        assert self.found(k_rebound, 1) == []
+        assert self.found(k_rebound, 1) == [(1, 0, -1, 0)]          # out[0], at every point
 
     def test_atomic_index(self):
-        assert self.found(k_atomic, 1) == [(1, 0, 0)]
+        assert self.found(k_atomic, 1) == [(0, 0, -1, 0), (1, 0, 0)]
+
+    def test_constant_indices_of_every_point(self):
+        """``a[2]``, ``a[-1]`` and ``p[i, 1]`` at every point: constant-index checks beside the
+        thread index's; a constant index under an ``if`` is not one."""
+        assert self.found(k_constants, 1) == [(0, 0, -1, -1), (0, 0, -1, 2), (1, 0, 0), (1, 1, -1, 1),
+                                              (2, 0, 0)]
+        assert self.found(k_guarded_constant, 1) == [(1, 0, 0)]
 
     def test_metadata_text_round_trips_and_rejects_damage(self):
-        checks = [(0, 0, 0, 3), (2, 1, 1, 7)]
+        checks = [(0, 0, 0, 3), (1, 0, -1, 2, -4), (2, 1, 1, 7), (2, 1, -1, 7, 9)]
         assert decode(encode(checks)) == checks
         assert decode("") == [] and decode(None) == []
-        for bad in ("0.0.0", "x.0.0.1", "0.9.0.1", "0.0.5.1", "-1.0.0.1"):
+        for bad in ("0.0.0", "x.0.0.1", "0.9.0.1", "0.0.5.1", "-1.0.0.1", "0.0.-1.1", "0.0.0.1.2",
+                    "0.0.-1.1.x", "0.0.-1.1.2.3"):
             assert decode(bad) == [], bad
 
 
@@ -159,6 +183,32 @@ def test_two_dimensional_grid_names_the_axis():
         tack.launch(k_transpose, dim=(3, 5), args=(a, np.zeros((3, 5))))
     msg = str(ei.value)
     assert "'a'" in msg and "axis 0" in msg and "tack.tid()[1]" in msg and "(3, 5)" in msg, msg
+
+
+def test_an_array_too_short_for_a_constant_index_is_refused_before_running():
+    """``p[i, 1]`` of every point with a one-column ``p``, or ``a[2]`` and ``a[-1]`` of a two-element
+    ``a``, is refused: an IndexError naming the kernel, the array, the index, the axis, the extent
+    and the access's line; nothing ran.  With arrays that have those elements it runs right."""
+    a, p, out = np.array([10.0, 20.0, 30.0]), np.arange(8.0).reshape(4, 2), np.zeros(4)
+    tack.launch(k_constants, dim=4, args=(a, p, out))
+    np.testing.assert_array_equal(out, 30.0 + 30.0 + p[:, 1])
+    lineno = marked_line(k_constants, "# CONST")[0]
+    for bad_a, bad_p, name, index, axis, extent in ((a, p[:, :1], "p", 1, 1, 1),
+                                                     (a[:2], p, "a", 2, 0, 2)):
+        out = np.zeros(4)
+        with pytest.raises(IndexError) as ei:
+            tack.launch(k_constants, dim=4, args=(bad_a, bad_p, out))
+        msg = str(ei.value)
+        assert f"index {index} is out of bounds for '{name}'" in msg, msg
+        assert f"axis {axis}" in msg and f"{extent} elements" in msg and "k_constants" in msg, msg
+        assert f"{FILE}:{lineno}" in msg and "nothing was run" in msg, msg
+        np.testing.assert_array_equal(out, 0.0)
+    with pytest.raises(IndexError, match="index -1 is out of bounds for 'a'"):
+        tack.launch(k_constants, dim=4, args=(a[:0], p, np.zeros(4)))
+    # Under an if, a constant index limits nothing: the point that would reach it does not run.
+    out = np.zeros(4)
+    tack.launch(k_guarded_constant, dim=4, args=(np.arange(6.0), out))
+    np.testing.assert_array_equal(out, [6.0, 1.0, 1.0, 1.0])
 
 
 def test_empty_grid_checks_nothing():
@@ -208,3 +258,38 @@ def test_grid_past_a_written_array_is_refused_cold_and_warm(tmp_path):
         assert r["stats"]["hits"]["variant"] == hits
         assert "'y'" in r["outcome"] and "10 elements" in r["outcome"], r["outcome"]
         assert r["y"] == [0.0] * 10
+
+
+CONSTANT_SCRIPT = textwrap.dedent("""
+    import json, numpy as np, tack, tack.cache
+
+    @tack.kernel
+    def weigh(x, w, y):
+        i = tack.tid()
+        y[i] = x[i] * w[3]
+
+    x, w, y = np.ones(1000), np.ones(2), np.zeros(1000)
+    try:
+        tack.launch(weigh, dim=x.size, args=(x, w, y))
+        outcome = "ran"
+    except IndexError as e:
+        outcome = str(e)
+    print(json.dumps({"outcome": outcome, "stats": tack.cache.stats()}))
+""")
+
+
+def test_a_constant_index_past_an_array_is_refused_cold_and_warm(tmp_path):
+    """``w[3]`` at every point with a two-element ``w`` (a read past it without the check) is
+    refused in a fresh process that compiles the kernel and in one that loads it from the cache:
+    the check travels in the variant's entry."""
+    script = tmp_path / "weigh.py"
+    script.write_text(CONSTANT_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"))
+    for hits in (0, 1):
+        p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        assert r["stats"]["hits"]["variant"] == hits
+        assert "index 3 is out of bounds for 'w'" in r["outcome"] and "2 elements" in r["outcome"], r

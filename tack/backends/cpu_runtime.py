@@ -260,15 +260,25 @@ def _slot_values(plan):
     return values
 
 
-def _grid_test(checks):
+def _grid_test(checks, fixed=()):
     """``too_large(args, d)``: whether the grid ``d`` runs past one of ``checks`` [(argument,
-    axis, grid dimension)], the arrays indexed by the thread index at every point."""
+    axis, grid dimension)], the arrays indexed by the thread index at every point, or an array
+    of ``fixed`` [(argument, axis, extent)] is shorter than a constant index of every point
+    needs it along that axis."""
     def too_large(args, d):
         for i, axis, dim in checks:
             if args[i].shape[axis] < d[dim]:
                 return True
+        for i, axis, extent in fixed:
+            if args[i].shape[axis] < extent:
+                return True
         return False
     return too_large
+
+
+def _extent_for(k: int) -> int:
+    """The extent an axis needs for the index ``k`` (counted from the end if negative)."""
+    return k + 1 if k >= 0 else -k
 
 
 class CPUVariant(BoundsReport):
@@ -294,14 +304,16 @@ class CPUVariant(BoundsReport):
         codes = entry_codes(types, sites is not None)
         self.packer = struct.Struct("<" + "".join(_SLOT_FMT[c] for c in codes))
         # Arrays the kernel indexes by the thread index on every point (tidx): a grid
-        # larger than one of them is refused before the launch, for the cost of comparing ints.
-        # (Debug mode checks every access as it runs, and says which index of which line.)
+        # larger than one of them is refused before the launch, for the cost of comparing ints;
+        # so is an array without the element a constant index of every point names (a[0] of an
+        # empty one, p[i, 2] of one with two columns).  (Debug mode checks every access as it
+        # runs, and says which index of which line.)
         self.grid_checks = []
         if tidx and sites is None:
-            self.grid_checks = [(arg_index[p], params[p], axis, dim, off)
-                                for p, axis, dim, off in decode_tidx(tidx)
-                                if p < len(types) and isinstance(types[p], T.Array)
-                                and axis < types[p].ndim]
+            self.grid_checks = [(arg_index[c[0]], params[c[0]], c[1], c[2], c[3], c[4] if c[2] < 0 else None)
+                                for c in decode_tidx(tidx)
+                                if c[0] < len(types) and isinstance(types[c[0]], T.Array)
+                                and c[1] < types[c[0]].ndim]
         # Seconds per grid point of this variant, from its last launch that took long enough to
         # measure (None: not yet measured); the thread rule's estimate (``_run_grid``).
         self.cost = None
@@ -314,8 +326,10 @@ class CPUVariant(BoundsReport):
         self.quiet_points = self.quiet_runs = 0
         self.grid_too_large = None
         if self.grid_checks:
-            self.grid_too_large = _grid_test(tuple((i, axis, dim)
-                                                   for i, _, axis, dim, _ in self.grid_checks))
+            self.grid_too_large = _grid_test(
+                tuple((i, axis, dim) for i, _, axis, dim, _, k in self.grid_checks if k is None),
+                tuple((i, axis, _extent_for(k)) for i, _, axis, _, _, k in self.grid_checks
+                      if k is not None))
 
     def run(self, args, dims, block=None):
         values = self.values(args)
@@ -351,10 +365,11 @@ class CPUVariant(BoundsReport):
                          f"compiled for ({', '.join(map(repr, values))})")
 
     def grid_error(self, args, dims) -> IndexError:
-        """The first array the grid ``dims`` runs past, named with the access that would."""
-        for i, param, axis, dim, off in self.grid_checks:
+        """The first array the grid ``dims`` runs past, or too short for a constant index of
+        every point, named with the access that would run past it."""
+        for i, param, axis, dim, off, k in self.grid_checks:
             extent = args[i].shape[axis]
-            if extent < dims[dim]:
+            if extent < (dims[dim] if k is None else _extent_for(k)):
                 break
         where = ""
         if self.locate is not None and off >= 0:
@@ -364,6 +379,12 @@ class CPUVariant(BoundsReport):
                 now = None
             if now is not None:
                 where = f" ({now[0]}:{now[1] + off})"
+        if k is not None:
+            return IndexError(
+                f"kernel '{self.name}': index {k} is out of bounds for '{param}': the kernel "
+                f"indexes '{param}' on axis {axis} at {k} at every point{where}, and '{param}' has "
+                f"{extent} elements along that axis; nothing was run (TACK_DEBUG=1 checks every "
+                "access as it runs)")
         tid = "tack.tid()" if len(dims) == 1 else f"tack.tid()[{dim}]"
         return IndexError(
             f"kernel '{self.name}': the grid {dims} runs past '{param}': the kernel indexes "

@@ -1,6 +1,6 @@
 """What the dispatcher hands a runtime to make a launchable variant (``Signature``), and the
 parts every variant shares: the bounds error of debug mode (``BoundsReport``) and the grid check
-of the arrays indexed by the thread index on every point (``tidx``: ``encode_tidx`` and
+of the arrays indexed by the thread index, or at a constant index, on every point (``tidx``: ``encode_tidx`` and
 ``decode_tidx``; ``tack.gridcheck`` finds them at compile time).  The device runtimes' own
 variant is ``device_variant``'s, which a CPU launch never imports.
 
@@ -9,7 +9,9 @@ Light to import (no NumPy, no compiler): the warm path makes its variants with i
 
 
 def encode_tidx(checks) -> str:
-    """A variant's ``tidx`` metadata: ``gridcheck.tid_indexed``'s list as text: ``param.axis.dim.offset`` items, space-separated."""
+    """A variant's ``tidx`` metadata: ``gridcheck.tid_indexed``'s list as text, space-separated
+    items: ``param.axis.dim.offset`` (indexed by the thread index of grid dimension ``dim``) or
+    ``param.axis.-1.offset.k`` (at the constant index ``k``)."""
     return " ".join(".".join(str(v) for v in c) for c in checks)
 
 
@@ -19,12 +21,13 @@ def decode_tidx(text) -> list:
     out = []
     for item in (text or "").split():
         parts = item.split(".")
-        if len(parts) != 4 or not all(p.lstrip("-").isdigit() and len(p) < 12 for p in parts):
+        if len(parts) not in (4, 5) or not all(p.lstrip("-").isdigit() and len(p) < 12 for p in parts):
             return []
-        p, axis, dim, off = (int(v) for v in parts)
-        if p < 0 or not 0 <= axis < 4 or not 0 <= dim < 3:
+        values = tuple(int(v) for v in parts)
+        p, axis, dim = values[:3]
+        if p < 0 or not 0 <= axis < 4 or not (0 <= dim < 3 if len(values) == 4 else dim == -1):
             return []
-        out.append((p, axis, dim, off))
+        out.append(values)
     return out
 
 
