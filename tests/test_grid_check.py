@@ -243,18 +243,24 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_grid_past_a_written_array_is_refused_cold_and_warm(tmp_path):
-    """Writing 10 million points into a 10-element array (a crash without the check) is refused in
-    a fresh process that compiles the kernel and in one that loads it from the cache."""
-    script = tmp_path / "scale.py"
-    script.write_text(SCRIPT)
+def _cold_then_warm(tmp_path, name, source):
+    """Run ``source`` (which prints one JSON line) in two fresh processes sharing a new cache
+    directory: the first compiles, the second can load from the cache. -> their two reports."""
+    script = tmp_path / name
+    script.write_text(source)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
     env.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"))
-    for hits in (0, 1):
+    for _ in range(2):
         p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
                            timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]
-        r = json.loads(p.stdout.strip().splitlines()[-1])
+        yield json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_grid_past_a_written_array_is_refused_cold_and_warm(tmp_path):
+    """Writing 10 million points into a 10-element array (a crash without the check) is refused in
+    a fresh process that compiles the kernel and in one that loads it from the cache."""
+    for hits, r in enumerate(_cold_then_warm(tmp_path, "scale.py", SCRIPT)):
         assert r["stats"]["hits"]["variant"] == hits
         assert "'y'" in r["outcome"] and "10 elements" in r["outcome"], r["outcome"]
         assert r["y"] == [0.0] * 10
@@ -282,14 +288,6 @@ def test_a_constant_index_past_an_array_is_refused_cold_and_warm(tmp_path):
     """``w[3]`` at every point with a two-element ``w`` (a read past it without the check) is
     refused in a fresh process that compiles the kernel and in one that loads it from the cache:
     the check travels in the variant's entry."""
-    script = tmp_path / "weigh.py"
-    script.write_text(CONSTANT_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    env.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"))
-    for hits in (0, 1):
-        p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                           timeout=300)
-        assert p.returncode == 0, p.stderr[-2000:]
-        r = json.loads(p.stdout.strip().splitlines()[-1])
+    for hits, r in enumerate(_cold_then_warm(tmp_path, "weigh.py", CONSTANT_SCRIPT)):
         assert r["stats"]["hits"]["variant"] == hits
         assert "index 3 is out of bounds for 'w'" in r["outcome"] and "2 elements" in r["outcome"], r
