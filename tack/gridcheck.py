@@ -7,9 +7,9 @@ A kernel that reads or writes ``a[i]`` with ``i = tack.tid()`` unconditionally (
 larger than ``a`` along that axis is certain to access ``a`` out of bounds.  Comparing the
 two extents costs a launch a few integer comparisons, so it is done at every launch, before
 anything runs; accesses this cannot vouch for (``a[i + 1]``, guarded ones, those in device
-functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.  So is an
-unconditional access at a constant index (``a[0]``, ``p[i, 2]``, ``a[-1]``): an array with no
-element there is certain to be accessed out of bounds, whatever the grid.
+functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.  An
+unconditional access at a literal index (``a[0]``, ``p[i, 2]``, ``a[-1]``) is checked the same
+way: an array with no element there is certain to be accessed out of bounds, whatever the grid.
 
 ``tid_indexed`` finds such accesses in a lowered kernel, once per compiled variant; the
 variant's metadata carries them (``tidx``, written and read by ``backends.variant``'s
@@ -18,6 +18,11 @@ cache hit checks them too.
 """
 
 from __future__ import annotations
+
+
+# Literal indices checked: smaller than the tidx text's fields hold (``backends.variant``); a
+# larger one is left to debug mode, as it was (a list with one field too long checks nothing).
+MAX_INDEX = 10 ** 9
 
 
 def tid_indexed(lowered, grid_ndim: int) -> list:
@@ -52,7 +57,7 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
         else:
             axes = [(axis, _dim_of(x, tid)) for axis, x in enumerate(idx)]
             for axis, x in enumerate(idx):       # a[2], p[i, 0], a[-1]: an index of every point
-                if x[0] == "const" and x[3] == "int" and type(x[2]) is int:
+                if x[0] == "const" and x[3] == "int" and type(x[2]) is int and abs(x[2]) < MAX_INDEX:
                     found.setdefault((params.index(base[2]), axis, -1, x[2]),
                                      loc[0] - first if loc else -1)
         for axis, dim in axes:

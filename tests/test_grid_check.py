@@ -91,6 +91,21 @@ def k_guarded_constant(a, out):
 
 
 @tack.kernel
+def k_huge_constant(a, b, out):
+    i = tack.tid()
+    out[i] = a[i]
+    if i == 0:
+        b[0] = 1.0
+    b[100000000000] = 1.0 if i < 0 else b[0]
+
+
+@tack.kernel
+def k_third_from_the_end(a, out):
+    i = tack.tid()
+    out[i] = a[-3]
+
+
+@tack.kernel
 def k_in_loop(a, out, n):
     i = tack.tid()
     for k in range(n):
@@ -128,6 +143,13 @@ class TestWhatIsChecked:
 
     def test_atomic_index(self):
         assert self.found(k_atomic, 1) == [(0, 0, -1, 0), (1, 0, 0)]
+
+    def test_a_literal_index_too_long_for_the_metadata_is_left_to_debug_mode(self):
+        """``b[100000000000]`` is not a check (its text would not fit the entry's field, and a
+        list with one such item checks nothing): the thread index's checks stay."""
+        found = tid_indexed(lower(k_huge_constant), 1)
+        assert [c[:3] + c[4:] for c in found] == [(0, 0, 0), (2, 0, 0)]
+        assert decode(encode(found)) == found
 
     def test_constant_indices_of_every_point(self):
         """``a[2]``, ``a[-1]`` and ``p[i, 1]`` at every point: constant-index checks beside the
@@ -205,10 +227,23 @@ def test_an_array_too_short_for_a_constant_index_is_refused_before_running():
         np.testing.assert_array_equal(out, 0.0)
     with pytest.raises(IndexError, match="index -1 is out of bounds for 'a'"):
         tack.launch(k_constants, dim=4, args=(a[:0], p, np.zeros(4)))
+    # a[-3] needs 3 elements exactly: 3 run, 2 are refused.
+    out = np.zeros(2)
+    tack.launch(k_third_from_the_end, dim=2, args=(np.array([7.0, 8.0, 9.0]), out))
+    np.testing.assert_array_equal(out, [7.0, 7.0])
+    with pytest.raises(IndexError, match="index -3 is out of bounds for 'a'.* 2 elements"):
+        tack.launch(k_third_from_the_end, dim=2, args=(np.array([8.0, 9.0]), out))
     # Under an if, a constant index limits nothing: the point that would reach it does not run.
     out = np.zeros(4)
     tack.launch(k_guarded_constant, dim=4, args=(np.arange(6.0), out))
     np.testing.assert_array_equal(out, [6.0, 1.0, 1.0, 1.0])
+
+
+def test_a_huge_literal_index_keeps_the_grid_check():
+    """A kernel that also indexes at a literal too long for the entry's field still has its grid
+    refused past an array it indexes by the thread index (it lost every check, and crashed)."""
+    with pytest.raises(IndexError, match="runs past 'a'"):
+        tack.launch(k_huge_constant, dim=10, args=(np.ones(5), np.zeros(1), np.zeros(10)))
 
 
 def test_empty_grid_checks_nothing():

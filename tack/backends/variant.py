@@ -1,7 +1,7 @@
 """What the dispatcher hands a runtime to make a launchable variant (``Signature``), and the
 parts every variant shares: the bounds error of debug mode (``BoundsReport``) and the grid check
-of the arrays indexed by the thread index, or at a constant index, on every point (``tidx``: ``encode_tidx`` and
-``decode_tidx``; ``tack.gridcheck`` finds them at compile time).  The device runtimes' own
+of the arrays indexed by the thread index, or at a constant index, on every point (``tidx``:
+``encode_tidx`` and ``decode_tidx``; ``tack.gridcheck`` finds them at compile time).  The device runtimes' own
 variant is ``device_variant``'s, which a CPU launch never imports.
 
 Light to import (no NumPy, no compiler): the warm path makes its variants with it.

@@ -497,12 +497,13 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
     bundle (there is none, it is damaged, or it is not the user's own, and no
     site bundle serves this node), after rank 0 warns why. Every rank takes
     part in the same collective calls whatever happens on rank 0 and whatever
-    each has run before.  What rank 0 sends (the user's bundle and every site
-    bundle the node's CPU uses: each of conda's x86-64 levels it can run, say)
-    is held once per node, in MPI-3 shared memory that the node's ranks read in
-    place, wherever some node runs more than one rank; with ``share=False``, an
-    MPI without shared memory, or too little room free in ``/dev/shm``, each
-    rank holds its own copy.  Without ``comm``, this process reads the bundles
+    each has run before.  Each bundle rank 0 sends of 4 MiB or more (the user's
+    bundle, every site bundle the node's CPU uses: each of conda's x86-64 levels
+    it can run, say) is held once per node, in MPI-3 shared memory that the
+    node's ranks read in place, wherever some node runs more than one rank; a
+    smaller one, and any with ``share=False``, an MPI without shared memory, too
+    little room free in ``/dev/shm`` or a window the MPI could not make, goes to
+    each rank as its own copy.  Without ``comm``, this process reads the bundles
     itself.  ``kinds`` (by
     default every one) names the kinds of code to read and broadcast, as
     ``bundles build --arch`` names them (``cpu``, ``cuda``, ``rocm``, ``spirv``,

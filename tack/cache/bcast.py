@@ -43,7 +43,8 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
     None, [(``cpu:arch``, target key, Bundle)] most specific first)}; None where not asked, or
     where rank 0 could not choose (every rank then reads the directories itself, as without
     ``load_bundle``).  ``share``: where a node runs several ranks, its ranks read one copy of
-    each bundle in the node's shared memory (``_NodeShare``); False: each rank its own copy."""
+    each bundle of ``_NodeShare.MIN_BYTES`` or more in the node's shared memory (``_NodeShare``);
+    False: each rank its own copy of each."""
     if comm is not None and host_key is not None:
         group, mine = _same_cpu_group(comm, host_key)
         if group is not None:                   # nodes of other CPUs: each group its own bundle
@@ -293,6 +294,7 @@ class _NodeShare:
         self.ready = None               # the node's communicator made (None: not asked yet)
         self.node = self.leaders = None
         self.leader = False
+        self.windows = 0                # made over the node's communicator
 
     def _setup(self) -> bool:
         comm = self.comm
@@ -317,9 +319,12 @@ class _NodeShare:
         return comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
 
     def done(self):
-        """Free the communicator of the nodes' lowest ranks (each window keeps the node's)."""
+        """Free the communicator of the nodes' lowest ranks, and the node's where no window was
+        made over it (each window keeps it)."""
         if self.leaders is not None and self.leaders != self.MPI.COMM_NULL:
             self.leaders.Free()
+        if self.node is not None and not self.windows:
+            self.node.Free()
 
     def _to_leaders(self, chunk):
         if self.leaders is not None and self.leader:
@@ -335,18 +340,30 @@ class _NodeShare:
         MPI = self.MPI
         # Room for it where the node's shared memory lives: a window past what /dev/shm holds
         # would fault (SIGBUS) on its first write rather than fail to allocate.
+        # (MPICH and Intel MPI keep it there; where /dev/shm is not, nothing is known of it.)
         room = _shm_room() if self.leader else -1
-        if not self.node.allreduce(int(room < 0 or room >= 2 * nbytes), op=MPI.MIN):
-            log.debug("load_bundle: %d bytes do not fit in /dev/shm; a copy per rank", nbytes)
+        win, why = None, None
+        if self.node.allreduce(int(room < 0 or room >= 2 * nbytes), op=MPI.MIN):
+            try:
+                win = _allocate_shared(MPI, nbytes if self.leader else 0, self.node)
+                buf, _ = win.Shared_query(0)
+                view = memoryview(buf)[:nbytes]
+            except Exception as e:              # noqa: BLE001 - the node agrees below
+                win, why = None, f"{type(e).__name__}: {e}"
+        else:
+            why = "it does not fit in /dev/shm"
+        # Made on every rank of the node, or a copy for each: the other nodes' lowest ranks
+        # broadcast the same chunks either way.
+        if not self.node.allreduce(int(win is not None), op=MPI.MIN):
+            log.debug("load_bundle: %d bytes not shared on this node (%s); a copy per rank",
+                      nbytes, why or "another rank of the node could not make the window")
 
             def send(chunk):                    # to the nodes' lowest ranks, then to each node
                 self._to_leaders(chunk)
                 self.node.Bcast(chunk, root=0)
             return _copied(send, rank, nbytes, data, loaded)
-        win = MPI.Win.Allocate_shared(nbytes if self.leader else 0, 1, comm=self.node)
         _windows.append(win)
-        buf, _ = win.Shared_query(0)
-        view = memoryview(buf)[:nbytes]
+        self.windows += 1
         win.Fence()
         if self.leader:
             if rank == 0:
@@ -363,6 +380,11 @@ class _NodeShare:
             return bundle.Bundle(view, "<broadcast from rank 0, shared on this node>", _live=live)
         except bundle.BundleError:
             return None
+
+
+def _allocate_shared(MPI, nbytes, node):
+    """A window of ``nbytes`` on this rank over the node's ranks (collective over ``node``)."""
+    return MPI.Win.Allocate_shared(nbytes, 1, comm=node)
 
 
 def _live(MPI):

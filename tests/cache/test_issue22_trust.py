@@ -255,6 +255,16 @@ def test_a_parent_open_to_others_is_named_whichever_way_it_is_reached(tmp_path, 
             else:
                 trust.check_parents(str(path))
     os.chmod(shared, 0o755)
+    # Open to others below the link: named by its real path, not the link's.
+    below = shared / "real" / "ww"
+    (below / "sub" / "cache").mkdir(parents=True)
+    os.chmod(below, 0o777)
+    try:
+        with pytest.raises(trust.Untrusted) as e:
+            trust.check_parents(str(link / "ww" / "sub" / "cache"))
+        assert str(e.value).startswith(f"the directory {below}, above "), str(e.value)
+    finally:
+        os.chmod(below, 0o755)
     # A parent not made yet: nothing to ask, nothing refused (as before).
     trust.check_parents(str(tmp_path / "not" / "yet" / "cache"))
     # Through the link, the real directories are the ones checked (each once more than the link).

@@ -80,6 +80,12 @@ if use_comm:
             finally:
                 node.Free()
         tack.cache.bcast._NodeShare.node_comm = staticmethod(two_nodes)
+    if os.environ.get("TACK_TEST_NO_WINDOW") == "odd":  # the MPI cannot make odd ranks' windows
+        def no_window(MPI, nbytes, node):
+            if comm.Get_rank() % 2:
+                raise MemoryError("no shared memory here (the test's)")
+            return MPI.Win.Allocate_shared(nbytes, 1, comm=node)
+        tack.cache.bcast._allocate_shared = no_window
     loaded = tack.cache.load_bundle(comm, kinds=kinds, share=not os.environ.get("TACK_TEST_NO_SHARE"))
     app_bcast = comm.bcast("the job's own" if rank == 0 else None, root=0)   # matched as the job's
 else:

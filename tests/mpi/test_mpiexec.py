@@ -244,3 +244,19 @@ def test_load_bundle_shares_on_each_node_of_a_job(kernel_dir, cache):
         assert under(r["opened"], cache) == ([str(path)] if r["rank"] == 0 else []), r["opened"]
     nodes = [_shared_mapping([r for r in ranks if r["rank"] % 2 == parity]) for parity in (0, 1)]
     assert nodes[0] != nodes[1], nodes
+
+
+def test_a_node_that_cannot_make_the_window_gets_copies_and_the_job_goes_on(kernel_dir, cache):
+    """Two nodes (ranks by parity), the MPI unable to make a shared window on the odd one: that
+    node's ranks get a copy each, the even node's still share one, every result is right and no
+    rank waits forever (before, the even node's ranks hung in the broadcast)."""
+    path = prime_and_pack(kernel_dir, cache)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], TACK_TEST_SHARE_FROM="0",
+                    TACK_TEST_TWO_NODES="1", TACK_TEST_NO_WINDOW="odd", timeout=60)
+    assert len(ranks) == 4
+    for r in ranks:
+        assert r["ok"] and r["loaded"] == expected and not r["llvmlite"], r
+        assert r["stats"]["hits"]["variant"] == 2
+    _shared_mapping([r for r in ranks if r["rank"] % 2 == 0])
+    assert [r["memory"] for r in ranks if r["rank"] % 2] == ["private", "private"]
