@@ -204,12 +204,11 @@ def resolve(configured: dict, environ=None, mpi=False, rank=0) -> Settings:
     naming both: Tack cannot tell who set which.
     """
     environ = os.environ if environ is None else environ
-    defaults = {"directory": None, "mode": "bundle" if mpi else "write", "max_size": DEFAULT_SIZE}
+    defaults = {"directory": None, "mode": default_mode(mpi), "max_size": DEFAULT_SIZE}
     checks = dict(_CHECKS)
-    if mpi and (environ.get("TACK_CACHE_MPI") or "").strip():
-        checks["mode"] = ("TACK_CACHE_MPI", check_mode)
-        if "mode" not in configured and rank == 0:
-            _warn_overridden_mode(environ)
+    checks["mode"] = (_mode_variable(environ, mpi), check_mode)
+    if checks["mode"][0] == "TACK_CACHE_MPI" and "mode" not in configured and rank == 0:
+        _warn_overridden_mode(environ)
     values, sources = {}, {}
     for key, (var, check) in checks.items():
         if key in configured:
@@ -227,6 +226,33 @@ def resolve(configured: dict, environ=None, mpi=False, rank=0) -> Settings:
     if values["directory"] is None:
         values["directory"] = default_directory()
     return Settings(values["directory"], values["mode"], values["max_size"], sources)
+
+
+def default_mode(mpi: bool) -> str:
+    """The cache mode where nothing sets one: ``bundle`` under an MPI launch, else ``write``."""
+    return "bundle" if mpi else "write"
+
+
+def _mode_variable(environ, mpi: bool) -> str:
+    """The variable that sets the cache mode: TACK_CACHE_MPI under MPI where it is set, else
+    TACK_CACHE."""
+    return "TACK_CACHE_MPI" if mpi and (environ.get("TACK_CACHE_MPI") or "").strip() else "TACK_CACHE"
+
+
+def mode_under_mpi(environ=None) -> tuple:
+    """(mode, where it comes from, why the value set is not used or None): the cache mode an MPI
+    launch with this environment would use where ``configure`` sets none, by ``resolve``'s rule
+    (``tack.cache info`` shows it, outside a launch too, so a bad TACK_CACHE_MPI is seen before a
+    job warns of it)."""
+    environ = os.environ if environ is None else environ
+    var = _mode_variable(environ, mpi=True)
+    raw = (environ.get(var) or "").strip()
+    if raw:
+        try:
+            return check_mode(raw, var), var, None
+        except ValueError as e:
+            return default_mode(True), "default", f"{e}; an MPI launch uses the default"
+    return default_mode(True), "default", None
 
 
 # -- the MPI launch: recognized from the launcher's environment, without mpi4py --

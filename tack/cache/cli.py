@@ -110,8 +110,10 @@ def bundles(root, allow_root=False):
 
 def gather(s) -> dict:
     """Everything ``info`` reports, as a dict (the ``--json`` output)."""
+    mpi_mode, mpi_source, mpi_problem = settings_mod.mode_under_mpi()
     info = {"directory": s.directory, "mode": s.mode, "max_size": s.max_size,
-            "sources": dict(s.sources), "tack_version": tack_version_id(),
+            "sources": dict(s.sources), "mpi_mode": mpi_mode, "mpi_mode_source": mpi_source,
+            "mpi_mode_problem": mpi_problem, "tack_version": tack_version_id(),
             "exists": os.path.lexists(s.directory), "trusted": None, "untrusted_reason": None,
             "versions": {}, "total_bytes": 0, "total_entries": 0,
             "last_size_check": None, "bundles": []}
@@ -201,6 +203,8 @@ def cmd_info(args) -> int:
     src = info["sources"]
     print(f"directory:    {info['directory']}  ({src['directory']})")
     print(f"mode:         {info['mode']}  ({src['mode']})")
+    print(f"under MPI:    {info['mpi_mode']}  ({info['mpi_mode_source']}"
+          f"{': ' + info['mpi_mode_problem'] if info['mpi_mode_problem'] else ''})")
     print(f"size limit:   {fs(info['max_size'])}  ({src['max_size']})")
     print(f"tack version: {shown_version(info['tack_version'])}")
     if not info["exists"]:

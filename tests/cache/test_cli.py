@@ -392,3 +392,26 @@ def test_export_from_a_directory_counts_what_it_skips(warm, tmp_path):
     run = run_cli(cache, "export", str(cache), "--output", str(tmp_path / "out"))
     assert run.rc == 0, run.stderr
     assert "1 damaged entry skipped" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("env, line", [
+    ({}, "under MPI:    bundle  (default)"),
+    ({"TACK_CACHE_MPI": "read"}, "under MPI:    read  (TACK_CACHE_MPI)"),
+    ({"TACK_CACHE": "off"}, "under MPI:    off  (TACK_CACHE)"),
+    ({"TACK_CACHE": "write", "TACK_CACHE_MPI": "bundle"}, "under MPI:    bundle  (TACK_CACHE_MPI)"),
+    ({"TACK_CACHE_MPI": "bogus"}, "under MPI:    bundle  (default: TACK_CACHE_MPI: 'bogus' is not a "
+                                  "cache mode; use one of write, read, bundle, off; an MPI launch "
+                                  "uses the default)"),
+])
+def test_info_shows_the_mode_under_mpi(tmp_path, env, line):
+    """info, outside an MPI launch, shows the mode a job's ranks would use and what sets it (the
+    rule a launch resolves by), and a bad TACK_CACHE_MPI, which only a launch warned of before;
+    --json too."""
+    cache = tmp_path / "cache"
+    run = run_cli(cache, "info", env=env)
+    assert run.rc == 0, run.stderr
+    assert line in run.stdout.splitlines(), run.stdout
+    as_json = json.loads(run_cli(cache, "info", "--json", env=env).stdout)
+    mode, source = line.split()[2], line.split("(")[1].split(")")[0].split(":")[0]
+    assert (as_json["mpi_mode"], as_json["mpi_mode_source"]) == (mode, source)
+    assert (as_json["mpi_mode_problem"] is not None) == ("bogus" in line)
