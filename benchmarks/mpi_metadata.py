@@ -289,9 +289,10 @@ def run_job(prep, n, strategy, tmp, timeout):
             want = k
             unexpected = [p for p in row["opened"] if not p.endswith(".tvar")]
         elif strategy in ("bundle", "site") or r["rank"] == 0:
-            # a new user's own bundle too: an open that finds none (bundle mode reads it first)
-            paths = {bundle_path} | ({os.path.join(cache, os.path.basename(prep["bundle"]))}
-                                     if strategy in SITE else set())
+            # a new user's own bundle too: an open that finds none (bundle mode reads it first);
+            # and the site directory, opened to be listed and checked
+            paths = {bundle_path} | ({os.path.join(cache, os.path.basename(prep["bundle"])),
+                                      os.path.abspath(prep["site_dir"])} if strategy in SITE else set())
             want = len(paths)
             unexpected = [p for p in row["opened"] if p not in paths]
         else:
@@ -650,8 +651,8 @@ def report(res, file=None):
         p("Every rank of every job: results right, every kernel a variant hit (0 misses, LLVM not "
           "loaded), opens exactly as expected (files: K entry files; bundle: its one bundle; "
           "load_bundle: rank 0 the bundle, others nothing; site bundle: the user's own bundle, "
-          "which finds none, and the site's; site with load_bundle: rank 0 those two, others "
-          "nothing).")
+          "which finds none, the site directory, listed, and the site's bundle; site with "
+          "load_bundle: rank 0 those three, others nothing).")
 
     ct = res.get("contour")
     if not ct:

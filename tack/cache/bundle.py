@@ -383,6 +383,41 @@ def _check_dir(directory: str, allow_root: bool) -> None:
         _trusted_dirs.add((directory, allow_root))
 
 
+_O_DIR = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+          | getattr(os, "O_CLOEXEC", 0))
+
+
+def _listed_and_checked(directory: str) -> list:
+    """The names in the site directory ``directory``, listed through a descriptor whose own
+    ``fstat`` is the trust check ``_check_dir`` would make with an ``lstat`` (a site's: root may
+    own it): one lookup of the directory for both, and the two of the same directory.  Trusted,
+    it is remembered as checked (its parents too); not, the open of a bundle in it says why.
+    Where it cannot be opened so (a link, a system without ``listdir`` on a descriptor), listed
+    by its path as before."""
+    if not hasattr(os, "O_DIRECTORY") or os.listdir not in os.supports_fd:
+        return os.listdir(directory)
+    try:
+        fd = os.open(directory, _O_DIR)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return os.listdir(directory)
+    try:
+        st = os.fstat(fd)
+        names = os.listdir(fd)
+    finally:
+        os.close(fd)
+    key = (os.path.abspath(directory), True)
+    if key not in _trusted_dirs:
+        try:
+            check_stat(st, key[0], allow_root=True)
+            check_parents(key[0])
+        except Untrusted:
+            return names
+        _trusted_dirs.add(key)
+    return names
+
+
 def _opened(path: str, allow_root: bool, check_dir: bool = True):
     """-> (descriptor, fstat) of the bundle at ``path``, checked for trust on the descriptor
     itself (opened without following a link); BundleError saying why not."""
@@ -635,7 +670,7 @@ class SiteBundleStore:
         every rank."""
         if self._listed is False:
             try:
-                self._listed = sorted(n for n in os.listdir(self.directory)
+                self._listed = sorted(n for n in _listed_and_checked(self.directory)
                                       if n.startswith(BUNDLE_PREFIX) and TMP_MARK not in n)
             except FileNotFoundError:
                 log.debug("site bundles: no directory %s (yet)", self.directory)
