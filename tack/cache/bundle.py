@@ -396,8 +396,11 @@ def _listed_and_checked(directory: str) -> list:
     by its path as before."""
     if not hasattr(os, "O_DIRECTORY") or os.listdir not in os.supports_fd:
         return os.listdir(directory)
+    # The name ``_check_dir`` checks (no trailing slash: through one, an open follows a link
+    # that O_NOFOLLOW then cannot refuse).
+    path = os.path.abspath(directory)
     try:
-        fd = os.open(directory, _O_DIR)
+        fd = os.open(path, _O_DIR)
     except FileNotFoundError:
         raise
     except OSError:
@@ -407,11 +410,11 @@ def _listed_and_checked(directory: str) -> list:
         names = os.listdir(fd)
     finally:
         os.close(fd)
-    key = (os.path.abspath(directory), True)
+    key = (path, True)
     if key not in _trusted_dirs:
         try:
-            check_stat(st, key[0], allow_root=True)
-            check_parents(key[0])
+            check_stat(st, path, allow_root=True)
+            check_parents(path)
         except Untrusted:
             return names
         _trusted_dirs.add(key)

@@ -241,9 +241,11 @@ def site_dirs(environ=None, warn=None, installed=None) -> list:
                 if warn is not None:
                     warn(f"{e}; ignored")
                 continue
+        # As the trust checks name it (a trailing slash would have the lstat below follow a link)
+        d = os.path.normpath(d)
         why = _site_dir_problem(d)
         if why is None:
-            if os.path.normpath(d) not in map(os.path.normpath, out):  # named twice: searched once
+            if d not in out:                    # named twice: searched once
                 out.append(d)
         elif warn is not None:
             warn(f"TACK_CACHE_BUNDLES names {why}; ignored")

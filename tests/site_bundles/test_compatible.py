@@ -309,6 +309,29 @@ def test_a_site_bundle_hit_opens_and_stats_only_what_it_reads(tmp_path, own_cach
     assert [op for op, rel in in_own if rel != "."] == ["open"], in_own
 
 
+@pytest.mark.parametrize("suffix", ["/", "/.", ""])
+def test_a_site_directory_named_through_a_link_is_refused_however_it_is_written(tmp_path, own_cache,
+                                                                               suffix):
+    """TACK_CACHE_BUNDLES naming a symbolic link to a site directory, with a trailing slash, a
+    trailing ``/.`` or neither: a warning says it is a link and nothing comes from it (the
+    kernels compile).  With the slash, an open of the name follows the link that O_NOFOLLOW would
+    refuse without it, and the directory was trusted through the link."""
+    cfg = write_config(tmp_path, [f"cpu:{GENERIC}"])
+    site = tmp_path / "site"
+    rc, out, err = run_build(cfg, site)
+    assert rc == 0, out + err
+    link = tmp_path / "link"
+    link.symlink_to(site)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="bundle", TACK_CACHE_BUNDLES=f"{link}{suffix}")
+    proc = subprocess.run([sys.executable, "-c", COUNT_PATH_OPERATIONS], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["hits"] == 0 and r["misses"] == 2 and r["faces"] > 0, r
+    assert "symbolic link" in proc.stderr and str(link) in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("mode", ["bundle", "read"])
 def test_directories_not_made_yet_are_no_warning(tmp_path, mode):
     """A new user whose cache directory does not exist yet, and a site whose TACK_CACHE_BUNDLES
