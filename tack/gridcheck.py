@@ -8,8 +8,8 @@ larger than ``a`` along that axis is certain to access ``a`` out of bounds.  Com
 two extents costs a launch a few integer comparisons, so it is done at every launch, before
 anything runs; accesses this cannot vouch for (``a[i + 1]``, guarded ones, those in device
 functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.  An
-unconditional access at a literal index (``a[0]``, ``p[i, 2]``, ``a[-1]``) is checked the same
-way: an array with no element there is certain to be accessed out of bounds, whatever the grid.
+unconditional access at a literal index or an integer ``tack.constant`` (``a[0]``, ``p[i, 2]``,
+``a[-1]``, ``p[i, COLUMN]``) is checked the same way: an array with no element there is certain to be accessed out of bounds, whatever the grid.
 
 ``tid_indexed`` finds such accesses in a lowered kernel, once per compiled variant; the
 variant's metadata carries them (``tidx``, written and read by ``backends.variant``'s
@@ -18,6 +18,8 @@ cache hit checks them too.
 """
 
 from __future__ import annotations
+
+import operator
 
 
 # Literal indices checked: smaller than the tidx text's fields hold (``backends.variant``); a
@@ -56,10 +58,10 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
             axes = [(axis, axis) for axis in range(grid_ndim)]          # a[t], t = tack.tid()
         else:
             axes = [(axis, _dim_of(x, tid)) for axis, x in enumerate(idx)]
-            for axis, x in enumerate(idx):       # a[2], p[i, 0], a[-1]: an index of every point
-                if x[0] == "const" and x[3] == "int" and type(x[2]) is int and abs(x[2]) < MAX_INDEX:
-                    found.setdefault((params.index(base[2]), axis, -1, x[2]),
-                                     loc[0] - first if loc else -1)
+            for axis, x in enumerate(idx):       # a[2], p[i, 0], a[-1], a[K]: an index of every point
+                k = _literal_index(x, lowered.constants)
+                if k is not None:
+                    found.setdefault((params.index(base[2]), axis, -1, k), loc[0] - first if loc else -1)
         for axis, dim in axes:
             if dim is not None:
                 found.setdefault((params.index(base[2]), axis, dim), loc[0] - first if loc else -1)
@@ -123,6 +125,22 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
         if kind in ("if", "while", "for", "return") and _may_return(s):
             break                           # after it, not every point runs what follows
     return sorted((key[:3] + (off,) + key[3:]) for key, off in found.items())
+
+
+def _literal_index(x, constants):
+    """The integer ``x`` is, if it is a literal or a ``tack.constant`` integer (and smaller than
+    ``MAX_INDEX``), else None."""
+    if x[0] == "const":
+        k = x[2] if x[3] == "int" and type(x[2]) is int else None
+    elif x[0] == "gconst":
+        value = getattr(constants.get(x[2]), "value", None)
+        try:
+            k = None if isinstance(value, bool) or type(value).__name__ == "bool_" else operator.index(value)
+        except TypeError:
+            k = None
+    else:
+        return None
+    return k if k is not None and abs(k) < MAX_INDEX else None
 
 
 def _dim_of(x, tid):

@@ -90,6 +90,16 @@ def k_guarded_constant(a, out):
     out[i] = out[i] + 1.0
 
 
+COLUMN = tack.constant(2)
+LAST = tack.constant(np.int64(-2))
+
+
+@tack.kernel
+def k_named_constants(p, out):
+    i = tack.tid()
+    out[i] = p[i, COLUMN] + p[LAST, 0]  # NAMED
+
+
 @tack.kernel
 def k_huge_constant(a, b, out):
     i = tack.tid()
@@ -157,6 +167,12 @@ class TestWhatIsChecked:
         assert self.found(k_constants, 1) == [(0, 0, -1, -1), (0, 0, -1, 2), (1, 0, 0), (1, 1, -1, 1),
                                               (2, 0, 0)]
         assert self.found(k_guarded_constant, 1) == [(1, 0, 0)]
+
+    def test_tack_constant_indices_of_every_point(self):
+        """``p[i, COLUMN]`` and ``p[LAST, 0]`` with integer ``tack.constant``s are checked as
+        literals are."""
+        assert self.found(k_named_constants, 1) == [(0, 0, -1, -2), (0, 0, 0), (0, 1, -1, 0),
+                                                    (0, 1, -1, 2), (1, 0, 0)]
 
     def test_metadata_text_round_trips_and_rejects_damage(self):
         checks = [(0, 0, 0, 3), (1, 0, -1, 2, -4), (2, 1, 1, 7), (2, 1, -1, 7, 9)]
@@ -237,6 +253,20 @@ def test_an_array_too_short_for_a_constant_index_is_refused_before_running():
     out = np.zeros(4)
     tack.launch(k_guarded_constant, dim=4, args=(np.arange(6.0), out))
     np.testing.assert_array_equal(out, [6.0, 1.0, 1.0, 1.0])
+
+
+def test_an_array_too_short_for_a_tack_constant_index_is_refused():
+    """``p[i, COLUMN]`` (COLUMN = tack.constant(2)) with a two-column ``p`` is refused, naming the
+    index and the line; with three columns, and two rows for ``p[LAST, 0]``, it runs."""
+    p = np.arange(12.0).reshape(4, 3)
+    out = np.zeros(4)
+    tack.launch(k_named_constants, dim=4, args=(p, out))
+    np.testing.assert_array_equal(out, p[:, 2] + p[-2, 0])
+    lineno = marked_line(k_named_constants, "# NAMED")[0]
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_named_constants, dim=4, args=(p[:, :2], np.zeros(4)))
+    msg = str(ei.value)
+    assert "index 2 is out of bounds for 'p'" in msg and "axis 1" in msg and f"{FILE}:{lineno}" in msg, msg
 
 
 def test_a_huge_literal_index_keeps_the_grid_check():
