@@ -9,7 +9,8 @@ two extents costs a launch a few integer comparisons, so it is done at every lau
 anything runs; accesses this cannot vouch for (``a[i + 1]``, guarded ones, those in device
 functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.  An
 unconditional access at a literal index or an integer ``tack.constant`` (``a[0]``, ``p[i, 2]``,
-``a[-1]``, ``p[i, COLUMN]``) is checked the same way: an array with no element there is certain to be accessed out of bounds, whatever the grid.
+``a[-1]``, ``p[i, COLUMN]``) is checked the same way: an array with no element there is
+certain to be accessed out of bounds, whatever the grid.
 
 ``tid_indexed`` finds such accesses in a lowered kernel, once per compiled variant; the
 variant's metadata carries them (``tidx``, written and read by ``backends.variant``'s
@@ -61,7 +62,8 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
             for axis, x in enumerate(idx):       # a[2], p[i, 0], a[-1], a[K]: an index of every point
                 k = _literal_index(x, lowered.constants)
                 if k is not None:
-                    found.setdefault((params.index(base[2]), axis, -1, k), loc[0] - first if loc else -1)
+                    found.setdefault((params.index(base[2]), axis, -1, k),
+                                     loc[0] - first if loc else -1)
         for axis, dim in axes:
             if dim is not None:
                 found.setdefault((params.index(base[2]), axis, dim), loc[0] - first if loc else -1)
@@ -134,8 +136,8 @@ def _literal_index(x, constants):
         k = x[2] if x[3] == "int" and type(x[2]) is int else None
     elif x[0] == "gconst":
         value = getattr(constants.get(x[2]), "value", None)
-        try:
-            k = None if isinstance(value, bool) or type(value).__name__ == "bool_" else operator.index(value)
+        try:                            # (NumPy's bool_ has no __index__: a TypeError)
+            k = None if isinstance(value, bool) else operator.index(value)
         except TypeError:
             k = None
     else:

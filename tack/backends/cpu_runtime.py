@@ -310,7 +310,8 @@ class CPUVariant(BoundsReport):
         # runs, and says which index of which line.)
         self.grid_checks = []
         if tidx and sites is None:
-            self.grid_checks = [(arg_index[c[0]], params[c[0]], c[1], c[2], c[3], c[4] if c[2] < 0 else None)
+            self.grid_checks = [(arg_index[c[0]], params[c[0]], c[1], c[2], c[3],
+                                 c[4] if c[2] < 0 else None)     # k: a constant index's
                                 for c in decode_tidx(tidx)
                                 if c[0] < len(types) and isinstance(types[c[0]], T.Array)
                                 and c[1] < types[c[0]].ndim]

@@ -1,8 +1,8 @@
 """What the dispatcher hands a runtime to make a launchable variant (``Signature``), and the
 parts every variant shares: the bounds error of debug mode (``BoundsReport``) and the grid check
 of the arrays indexed by the thread index, or at a constant index, on every point (``tidx``:
-``encode_tidx`` and ``decode_tidx``; ``tack.gridcheck`` finds them at compile time).  The device runtimes' own
-variant is ``device_variant``'s, which a CPU launch never imports.
+``encode_tidx`` and ``decode_tidx``; ``tack.gridcheck`` finds them at compile time).  The
+device runtimes' own variant is ``device_variant``'s, which a CPU launch never imports.
 
 Light to import (no NumPy, no compiler): the warm path makes its variants with it.
 """
@@ -21,7 +21,8 @@ def decode_tidx(text) -> list:
     out = []
     for item in (text or "").split():
         parts = item.split(".")
-        if len(parts) not in (4, 5) or not all(p.lstrip("-").isdigit() and len(p) < 12 for p in parts):
+        if len(parts) not in (4, 5) or not all(p.lstrip("-").isdigit() and len(p) < 12
+                                               for p in parts):
             return []
         values = tuple(int(v) for v in parts)
         p, axis, dim = values[:3]

@@ -331,11 +331,9 @@ class _NodeShare:
             self.leaders.Bcast(chunk, root=0)
 
     def bundle(self, rank, nbytes, data, loaded):
-        if nbytes < self.MIN_BYTES:
-            return _copied(lambda chunk: self.comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
-        if self.ready is None:
+        if nbytes >= self.MIN_BYTES and self.ready is None:
             self.ready = self._setup()
-        if not self.ready:
+        if nbytes < self.MIN_BYTES or not self.ready:
             return _copied(lambda chunk: self.comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
         MPI = self.MPI
         # Room for it where the node's shared memory lives: a window past what /dev/shm holds

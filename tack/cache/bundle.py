@@ -374,11 +374,15 @@ def _row_place(rows: bytes, at: int):
 _trusted_dirs: set = set()
 
 
-def _check_dir(directory: str, allow_root: bool) -> None:
-    """Untrusted unless ``directory`` may be trusted (``check_trusted``, ``check_parents``):
-    checked once per process for each directory and ``allow_root``."""
+def _check_dir(directory: str, allow_root: bool, st=None) -> None:
+    """Untrusted unless ``directory`` may be trusted (``check_trusted``, or ``check_stat`` of
+    ``st``, the ``fstat`` of a descriptor opened on it without following a link; and
+    ``check_parents``): checked once per process for each directory and ``allow_root``."""
     if (directory, allow_root) not in _trusted_dirs:
-        check_trusted(directory, allow_root=allow_root)
+        if st is None:
+            check_trusted(directory, allow_root=allow_root)
+        else:
+            check_stat(st, directory, allow_root=allow_root)
         check_parents(directory)
         _trusted_dirs.add((directory, allow_root))
 
@@ -410,14 +414,10 @@ def _listed_and_checked(directory: str) -> list:
         names = os.listdir(fd)
     finally:
         os.close(fd)
-    key = (path, True)
-    if key not in _trusted_dirs:
-        try:
-            check_stat(st, path, allow_root=True)
-            check_parents(path)
-        except Untrusted:
-            return names
-        _trusted_dirs.add(key)
+    try:
+        _check_dir(path, True, st)
+    except Untrusted:
+        pass                            # said when a bundle in it is opened
     return names
 
 

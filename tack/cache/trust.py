@@ -217,37 +217,24 @@ def _open_to_others(parent: str, stop_at_link: bool):
     sticky bit, as (path, lstat result); None if none is (or from where one cannot be asked:
     it does not exist yet, or cannot be searched); ``_A_LINK`` if ``stop_at_link`` and one of
     them is a symbolic link (found before any such directory: what lies below a link is to
-    be named by its real path)."""
+    be named by its real path: the walk goes on up to make sure there is none)."""
+    found = None
     while True:
         try:
             st = os.lstat(parent)
         except OSError:
-            return None
+            return found
         if stop_at_link and stat.S_ISLNK(st.st_mode):
             return _A_LINK
-        if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX and stat.S_ISDIR(st.st_mode):
+        if (found is None and st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX
+                and stat.S_ISDIR(st.st_mode)):
+            found = parent, st
             if not stop_at_link:
-                return parent, st
-            # Below a link higher up, this is named by its real path: make sure there is none.
-            return _A_LINK if _link_above(parent) else (parent, st)
+                return found
         up = os.path.dirname(parent)
         if up == parent:
-            return None
+            return found
         parent = up
-
-
-def _link_above(path: str) -> bool:
-    """Whether a directory above ``path`` is a symbolic link."""
-    while True:
-        up = os.path.dirname(path)
-        if up == path:
-            return False
-        path = up
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                return True
-        except OSError:
-            return False
 
 
 def control_character(text: str):
