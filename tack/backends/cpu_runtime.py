@@ -32,7 +32,7 @@ from ..config import config
 from .argument_layout import array_parts, entry_codes, slot_codes
 from .cpu_loader import load_object
 from .cpu_identity import KIND, arch_key, host_arch, host_cpu_identity, host_key, llvm_version
-from .variant import BoundsReport, Signature, decode_tidx
+from .variant import BoundsReport, Signature, grid_check
 
 BUNDLE_MACHINE = platform.machine()    # arch_names.bundle_machine("cpu"), without the registry on the warm path
 
@@ -164,7 +164,7 @@ def check_args(name, params, args, argtypes):
 def make_variant(fn, meta, sig: Signature) -> "CPUVariant":
     """The launchable variant of the loaded entry point ``fn``."""
     return CPUVariant(sig.name, fn, sig.params, sig.types, sig.arg_index, sig.sites, sig.locate,
-                      meta.get("tidx"))
+                      grid_check(sig, meta.get("tidx")))
 
 
 def _host_dlpack(args) -> list:
@@ -260,31 +260,10 @@ def _slot_values(plan):
     return values
 
 
-def _grid_test(checks, fixed=()):
-    """``too_large(args, d)``: whether the grid ``d`` runs past one of ``checks`` [(argument,
-    axis, grid dimension)], the arrays indexed by the thread index at every point, or an array
-    of ``fixed`` [(argument, axis, extent)] is shorter than a constant index of every point
-    needs it along that axis."""
-    def too_large(args, d):
-        for i, axis, dim in checks:
-            if args[i].shape[axis] < d[dim]:
-                return True
-        for i, axis, extent in fixed:
-            if args[i].shape[axis] < extent:
-                return True
-        return False
-    return too_large
-
-
-def _extent_for(k: int) -> int:
-    """The extent an axis needs for the index ``k`` (counted from the end if negative)."""
-    return k + 1 if k >= 0 else -k
-
-
 class CPUVariant(BoundsReport):
     """A compiled kernel variant loaded in this process."""
 
-    def __init__(self, name, fn, params, types, arg_index, sites, locate=None, tidx=None):
+    def __init__(self, name, fn, params, types, arg_index, sites, locate=None, grid=None):
         self.name = name
         self.locate = locate
         self.fn = fn
@@ -303,18 +282,9 @@ class CPUVariant(BoundsReport):
         self.values = _slot_values(tuple(plan))
         codes = entry_codes(types, sites is not None)
         self.packer = struct.Struct("<" + "".join(_SLOT_FMT[c] for c in codes))
-        # Arrays the kernel indexes by the thread index on every point (tidx): a grid
-        # larger than one of them is refused before the launch, for the cost of comparing ints;
-        # so is an array without the element a constant index of every point names (a[0] of an
-        # empty one, p[i, 2] of one with two columns).  (Debug mode checks every access as it
-        # runs, and says which index of which line.)
-        self.grid_checks = []
-        if tidx and sites is None:
-            self.grid_checks = [(arg_index[c[0]], params[c[0]], c[1], c[2], c[3],
-                                 c[4] if c[2] < 0 else None)     # k: a constant index's
-                                for c in decode_tidx(tidx)
-                                if c[0] < len(types) and isinstance(types[c[0]], T.Array)
-                                and c[1] < types[c[0]].ndim]
+        # The launch check of the arrays indexed by the thread index, or at a constant index,
+        # on every point (``variant.GridCheck``; None: nothing to check, or debug mode).
+        self.grid = grid
         # Seconds per grid point of this variant, from its last launch that took long enough to
         # measure (None: not yet measured); the thread rule's estimate (``_run_grid``).
         self.cost = None
@@ -325,12 +295,6 @@ class CPUVariant(BoundsReport):
         # only one launch in SAMPLE_EVERY of them is timed (to follow a cost that changes), the
         # others run as the fast path does; ``quiet_runs`` counts them (0: not measured yet).
         self.quiet_points = self.quiet_runs = 0
-        self.grid_too_large = None
-        if self.grid_checks:
-            self.grid_too_large = _grid_test(
-                tuple((i, axis, dim) for i, _, axis, dim, _, k in self.grid_checks if k is None),
-                tuple((i, axis, _extent_for(k)) for i, _, axis, _, _, k in self.grid_checks
-                      if k is not None))
 
     def run(self, args, dims, block=None):
         values = self.values(args)
@@ -346,10 +310,8 @@ class CPUVariant(BoundsReport):
             raise self.argument_error(values) from None
         if d[0] * d[1] * d[2] == 0:
             return
-        if self.grid_too_large is not None and self.grid_too_large(args, d):
-            e = self.grid_error(args, dims)
-            e.tack_launch_error = True      # a refusal, not a fault: launch trims its frames
-            raise e
+        if self.grid is not None and self.grid.too_large(args, d):
+            self.grid.refuse(args, dims)
         _run_grid(self, buf, d)
         if err is not None and err[0]:
             self.raise_bounds_error(err)
@@ -364,35 +326,6 @@ class CPUVariant(BoundsReport):
                                  f"fit the type it was compiled for ({e})")
         return TypeError(f"kernel '{self.name}': an argument does not fit the type it was "
                          f"compiled for ({', '.join(map(repr, values))})")
-
-    def grid_error(self, args, dims) -> IndexError:
-        """The first array the grid ``dims`` runs past, or too short for a constant index of
-        every point, named with the access that would run past it."""
-        for i, param, axis, dim, off, k in self.grid_checks:
-            extent = args[i].shape[axis]
-            if extent < (dims[dim] if k is None else _extent_for(k)):
-                break
-        where = ""
-        if self.locate is not None and off >= 0:
-            try:
-                now = self.locate(self.name)
-            except Exception:                   # noqa: BLE001 - the message without the line
-                now = None
-            if now is not None:
-                where = f" ({now[0]}:{now[1] + off})"
-        if k is not None:
-            return IndexError(
-                f"kernel '{self.name}': index {k} is out of bounds for '{param}': the kernel "
-                f"indexes '{param}' on axis {axis} at {k} at every point{where}, and '{param}' has "
-                f"{extent} elements along that axis; nothing was run (TACK_DEBUG=1 checks every "
-                "access as it runs)")
-        tid = "tack.tid()" if len(dims) == 1 else f"tack.tid()[{dim}]"
-        return IndexError(
-            f"kernel '{self.name}': the grid {dims} runs past '{param}': the kernel indexes "
-            f"'{param}' on axis {axis} by {tid} at every point{where}, and '{param}' has "
-            f"{extent} elements along that axis, the grid {dims[dim]}. Launch over {param}.shape, "
-            "or guard the access with an 'if'; nothing was run (TACK_DEBUG=1 checks every "
-            "access as it runs)")
 
 
 # ---------------------------------------------------------------------------

@@ -6,20 +6,33 @@ Apart from ``variant`` (what every variant shares), so that a CPU launch, which 
 does not define what only a device's launch runs.
 """
 
-from .variant import BoundsReport, Signature
+from .variant import BoundsReport, Signature, grid_check
 
 
 class DeviceVariant(BoundsReport):
     """A compiled variant on a device: ``launch(kernel, meta, values, dims, debug, block)`` is
-    its runtime's, which copies NumPy arrays to the device and back around each launch."""
+    its runtime's, which copies NumPy arrays to the device and back around each launch.  Before
+    it, the launch check every variant makes (``variant.GridCheck``): a grid that runs past an
+    array indexed by the thread index on every point, or an array without the element a
+    constant index of every point names, is refused, as on the CPU, instead of writing past
+    the array's device memory."""
 
     def __init__(self, launch, kernel, meta, sig: Signature):
         self.launch, self.kernel, self.meta = launch, kernel, meta
         self.name, self.params, self.arg_index = sig.name, sig.params, sig.arg_index
         self.sites, self.locate = sig.sites, sig.locate
+        self.grid = grid_check(sig, meta.get("tidx"))
 
     def run(self, args, dims, block=None):
         values = [args[i] for i in self.arg_index]
+        grid = self.grid
+        if grid is not None and all(dims):
+            try:
+                refused = grid.too_large(args, dims + (1,) * (3 - len(dims)))
+            except (AttributeError, TypeError, IndexError):
+                refused = False                 # not an array a device takes: its launch says why
+            if refused:
+                grid.refuse(args, dims)
         try:
             err = self.launch(self.kernel, self.meta, values, dims, self.sites is not None, block)
         except (TypeError, ValueError, RuntimeError) as e:

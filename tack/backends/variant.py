@@ -1,7 +1,8 @@
 """What the dispatcher hands a runtime to make a launchable variant (``Signature``), and the
 parts every variant shares: the bounds error of debug mode (``BoundsReport``) and the grid check
 of the arrays indexed by the thread index, or at a constant index, on every point (``tidx``:
-``encode_tidx`` and ``decode_tidx``; ``tack.gridcheck`` finds them at compile time).  The
+``encode_tidx`` and ``decode_tidx``; ``tack.gridcheck`` finds them at compile time;
+``GridCheck`` makes it before each launch, on the CPU and on every device alike).  The
 device runtimes' own variant is ``device_variant``'s, which a CPU launch never imports.
 
 Light to import (no NumPy, no compiler): the warm path makes its variants with it.
@@ -72,3 +73,89 @@ class BoundsReport:
         raise IndexError(f"kernel '{self.name}': index {index} is out of bounds for axis "
                          f"{axis} of '{site.array}' with size {int(err[3])}{inside} "
                          f"({where})")
+
+
+def _extent_for(k: int) -> int:
+    """The extent an axis needs for the index ``k`` (counted from the end if negative)."""
+    return k + 1 if k >= 0 else -k
+
+
+class GridCheck:
+    """The check a launch makes before anything runs, for the cost of comparing a few ints:
+    the grid must not run past an array the kernel indexes by the thread index on every point
+    (``tidx``), and an array must hold the element a constant index of every point names
+    (``a[0]`` of an empty one, ``p[i, 2]`` of one with two columns).  Made on the CPU and on
+    every device alike: on a device such an access would write or read past the end of the
+    array's memory.  (Debug mode checks every access as it runs instead, and says which index
+    of which line.)  ``grid_check`` makes one, or None where there is nothing to check."""
+
+    __slots__ = ("name", "locate", "checks", "_grid", "_fixed")
+
+    def __init__(self, name, locate, checks):
+        self.name, self.locate = name, locate
+        # [(argument, parameter, axis, grid dimension, line offset, k: a constant index's)]
+        self.checks = checks
+        self._grid = tuple((i, axis, dim) for i, _, axis, dim, _, k in checks if k is None)
+        self._fixed = tuple((i, axis, _extent_for(k)) for i, _, axis, _, _, k in checks
+                            if k is not None)
+
+    def too_large(self, args, d) -> bool:
+        """Whether the grid ``d`` (three extents) runs past one of the arrays, or an array is
+        shorter than a constant index of every point needs it along that axis."""
+        for i, axis, dim in self._grid:
+            if args[i].shape[axis] < d[dim]:
+                return True
+        for i, axis, extent in self._fixed:
+            if args[i].shape[axis] < extent:
+                return True
+        return False
+
+    def refuse(self, args, dims):
+        """Raise the IndexError of ``error``, marked as a refusal (not a fault: ``tack.launch``
+        trims its frames)."""
+        e = self.error(args, dims)
+        e.tack_launch_error = True
+        raise e
+
+    def error(self, args, dims) -> IndexError:
+        """The first array the grid ``dims`` runs past, or too short for a constant index of
+        every point, named with the access that would run past it."""
+        for i, param, axis, dim, off, k in self.checks:
+            extent = args[i].shape[axis]
+            if extent < (dims[dim] if k is None else _extent_for(k)):
+                break
+        where = ""
+        if self.locate is not None and off >= 0:
+            try:
+                now = self.locate(self.name)
+            except Exception:                   # noqa: BLE001 - the message without the line
+                now = None
+            if now is not None:
+                where = f" ({now[0]}:{now[1] + off})"
+        if k is not None:
+            return IndexError(
+                f"kernel '{self.name}': index {k} is out of bounds for '{param}': the kernel "
+                f"indexes '{param}' on axis {axis} at {k} at every point{where}, and '{param}' has "
+                f"{extent} elements along that axis; nothing was run (TACK_DEBUG=1 checks every "
+                "access as it runs)")
+        tid = "tack.tid()" if len(dims) == 1 else f"tack.tid()[{dim}]"
+        return IndexError(
+            f"kernel '{self.name}': the grid {dims} runs past '{param}': the kernel indexes "
+            f"'{param}' on axis {axis} by {tid} at every point{where}, and '{param}' has "
+            f"{extent} elements along that axis, the grid {dims[dim]}. Launch over {param}.shape, "
+            "or guard the access with an 'if'; nothing was run (TACK_DEBUG=1 checks every "
+            "access as it runs)")
+
+
+def grid_check(sig: Signature, tidx):
+    """The ``GridCheck`` of a variant of ``sig`` whose metadata's ``tidx`` is ``tidx``; None
+    where it has nothing to check, or in debug mode (``sig.sites``), which checks every access
+    itself."""
+    if not tidx or sig.sites is not None:
+        return None
+    from ..types import Array
+    types, params, arg_index = sig.types, sig.params, sig.arg_index
+    checks = [(arg_index[c[0]], params[c[0]], c[1], c[2], c[3], c[4] if c[2] < 0 else None)
+              for c in decode_tidx(tidx)
+              if c[0] < len(types) and isinstance(types[c[0]], Array) and c[1] < types[c[0]].ndim]
+    return GridCheck(sig.name, sig.locate, checks) if checks else None

@@ -473,3 +473,78 @@ def test_a_negated_bool_converted_to_float_keeps_its_sign():
         tack.launch(k_negated_bool, 3, (b, out32, out64), device="opencl")
         np.testing.assert_array_equal(out32, -float(b))
         np.testing.assert_array_equal(out64, -float(b) + 0.5)
+
+
+CHECKED = textwrap.dedent("""
+    import json, sys, numpy as np, tack, tack.cache
+
+    @tack.kernel
+    def fill(out):
+        i = tack.tid()
+        out[i] = i + 1
+
+    @tack.kernel
+    def third(out, x):
+        i = tack.tid()
+        out[i] = x[2]
+
+    @tack.kernel
+    def plane(out):
+        i, j = tack.tid()
+        out[i, j] = i * 10 + j
+
+    said = []
+    def refused(kernel, dims, args):
+        try:
+            tack.launch(kernel, dims, args, device="opencl")
+        except IndexError as e:
+            said.append(str(e))
+        else:
+            said.append(None)
+
+    out = np.zeros(10, np.int64)
+    refused(fill, 1_000_000, (out,))                    # past 'out' along the grid
+    refused(third, 10, (out, np.zeros(2, np.int64)))    # x[2] of two elements
+    p = np.zeros((4, 3), np.int64)
+    refused(plane, (4, 5), (p,))                        # the grid's second dimension past axis 1
+    kept = tack.to_device(np.zeros(10, np.int64), "opencl")
+    refused(fill, 11, (kept,))                          # an array kept on the device
+    untouched = bool((out == 0).all() and (p == 0).all())
+    tack.launch(fill, 10, (out,), device="opencl")      # the grid that fits runs
+    tack.launch(third, 10, (out, np.arange(3)), device="opencl")
+    tack.launch(plane, (4, 3), (p,), device="opencl")
+    untouched = untouched and bool((kept.numpy() == 0).all())
+    tack.launch(fill, 10, (kept,), device="opencl")
+    print(json.dumps({"said": said, "untouched": untouched, "out": out.tolist(),
+                      "kept": kept.numpy().tolist(),
+                      "p": p.tolist(), "misses": tack.cache.stats()["misses"]["variant"]}))
+""")
+
+
+def test_a_device_launch_makes_the_cpus_grid_and_constant_index_checks(tmp_path):
+    """A launch on a device refuses, before anything runs, a grid that runs past an array the
+    kernel indexes by the thread index on every point, and an array without the element a
+    constant index of every point names, saying so as on the CPU; cold (compiled) and warm (the
+    check's record read back from the cache).  Before, the launch ran: the OpenCL CPU runtime
+    wrote past the 10-element array and the process died (SIGSEGV), where a GPU would have
+    faulted or written over another buffer."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env["TACK_CACHE_DIR"] = str(tmp_path / "cache")
+    script = tmp_path / "checked.py"
+    script.write_text(CHECKED)
+    for warm in (False, True):
+        p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        grid, index, axis1, kept = got["said"]
+        assert grid is not None and "the grid (1000000,) runs past 'out'" in grid
+        assert "'out' has 10 elements along that axis" in grid and f"{script}:7" in grid
+        assert index is not None and "index 2 is out of bounds for 'x'" in index
+        assert "'x' has 2 elements" in index and "nothing was run" in index
+        assert axis1 is not None and "the grid (4, 5) runs past 'out'" in axis1
+        assert "on axis 1 by tack.tid()[1]" in axis1
+        assert kept is not None and "the grid (11,) runs past 'out'" in kept
+        assert got["untouched"] and got["kept"] == list(range(1, 11))
+        assert got["out"] == [2] * 10 and got["p"] == [[i * 10 + j for j in range(3)] for i in range(4)]
+        assert (got["misses"] == 0) == warm           # warm: every check read from the cache
