@@ -25,7 +25,8 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
 
     ``block``: on a GPU device, the work-group (CUDA block) shape, an int (work-items per group)
     or a tuple with one extent per grid dimension; Tack chooses when it is None.  The CPU, which
-    has no work-groups, ignores it, so one call runs on either."""
+    has no work-groups, checks it as a device would (short of the device's limits) and uses none,
+    so one call runs on either."""
     try:                            # free in 3.11 unless something is raised
         if not isinstance(kernel, Kernel):
             raise TypeError(f"tack.launch takes a @tack.kernel, not {type(kernel).__name__}")

@@ -118,3 +118,30 @@ def test_a_gpu_device_without_its_driver_is_a_clear_error_in_process(device, err
     with pytest.raises(RuntimeError) as e:
         tack.launch(k_fill, 4, (np.zeros(4),), device=device)
     assert type(e.value).__name__ == error and "not available" in str(e.value)
+
+
+def test_the_cpu_checks_block_as_a_device_would_and_uses_none():
+    """``block=`` on the CPU: any int of at least 1 or one extent of at least 1 per grid
+    dimension runs the whole grid (the CPU has no work-groups, so a device's limits do not
+    apply); what no device takes (a shape of another rank, an extent or a total below 1, not
+    ints) is refused as a device refuses it, before anything runs, so that a call the CPU runs
+    is not refused on a GPU for what the CPU could have said (it ran, ignoring block, before)."""
+    for block in (1, 3, 1 << 20, np.int64(7), (2, 3), (1 << 16, 1 << 16), [4, 1]):
+        out = np.zeros((6, 5))
+        tack.launch(k_fill, dim=out.shape, args=(out, 1.0), block=block)
+        np.testing.assert_array_equal(out, 1.0 + np.arange(6)[:, None] + np.zeros(5))
+    out = np.zeros((6, 5))
+    for block, error, said in (((5,), ValueError, r"block \(5,\) does not match the grid \(6, 5\)"),
+                               ((2, 0), ValueError, r"block \(2, 0\) does not match the grid"),
+                               (0, ValueError, r"block 0 must be at least 1 work-item"),
+                               (-1, ValueError, r"block -1 must be at least 1 work-item"),
+                               (True, TypeError, r"block must be an int or a tuple of ints, not True"),
+                               ("8", TypeError, r"block must be an int or a tuple of ints, not '8'"),
+                               ((2.0, 1), TypeError, r"block must be an int or a tuple of ints")):
+        with pytest.raises(error, match=said) as e:
+            tack.launch(k_fill, dim=out.shape, args=(out, 1.0), block=block)
+        import traceback
+        last = traceback.extract_tb(e.value.__traceback__)[-1]
+        assert last.filename == tack.launch.__code__.co_filename     # the launch's refusal: no
+        assert last.name == "launch"                                  # frame of the checks
+    assert not out.any()

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import types as T
 from .argument_layout import array_values, entry_codes
+from .variant import block_request
 
 SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
@@ -378,17 +379,9 @@ def choose_block(dims, block, default, limit, max_items, where) -> tuple:
     ``where`` (the kernel and device), for a shape that does not fit."""
     if block is None:
         return group_shape(dims, min(default, limit), max_items)
-    if isinstance(block, (int, np.integer)) and not isinstance(block, (bool, np.bool_)):
-        if block < 1:
-            raise ValueError(f"block {block!r} must be at least 1 work-item")
-        return group_shape(dims, min(int(block), limit), max_items)
-    try:
-        shape = tuple(operator.index(x) for x in block)
-    except TypeError:
-        raise TypeError(f"block must be an int or a tuple of ints, not {block!r}") from None
-    if len(shape) != len(dims) or any(x < 1 for x in shape):
-        raise ValueError(f"block {block!r} does not match the grid {dims!r} (one extent of at "
-                         "least 1 per grid dimension)")
+    shape = block_request(dims, block)
+    if isinstance(shape, int):
+        return group_shape(dims, min(shape, limit), max_items)
     per_dim = tuple(reversed(tuple(max_items[:len(dims)])))        # the grid's order
     if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, per_dim)):
         raise ValueError(f"block {shape} is larger than {where} allows ({limit} work-items, at "

@@ -397,7 +397,9 @@ def k_fill(out, v):
 def test_block_is_the_work_group_of_a_device_launch():
     """tack.launch(..., block=): the work-group shape on the device (an int or one extent per grid
     dimension, any size that does not divide the grid); one the device cannot take is a
-    ValueError naming the kernel and the device's limits; the CPU ignores block."""
+    ValueError naming the kernel and the device's limits; the CPU uses none (past the device's
+    limits is no error there), and refuses the blocks any device refuses with the device's own
+    errors."""
     a = np.arange(35.0 * 17).reshape(35, 17)
     for block in (None, 1, 16, (5, 3), (35, 1), (1, 17)):
         out = np.zeros_like(a)
@@ -415,6 +417,13 @@ def test_block_is_the_work_group_of_a_device_launch():
     out = np.zeros_like(a)
     tack.launch(k_scale2d, a.shape, (a, out), block=(1 << 16, 1 << 16))
     np.testing.assert_array_equal(out, 2 * a)
+    for block in ((5,), (0, 17), 0, -3, "big", (2.0, 1), True, (1, 1, 1)):
+        said = {}
+        for device in ("opencl", "cpu"):
+            with pytest.raises((TypeError, ValueError)) as e:
+                tack.launch(k_scale2d, a.shape, (a, out), device=device, block=block)
+            said[device] = (type(e.value), str(e.value))
+        assert said["cpu"] == said["opencl"], block
 
 
 def test_another_librarys_array_is_refused_saying_why():
