@@ -547,7 +547,7 @@ class _FunctionGen:
     def _e_call(self, e):
         callee = self.tf.callees[id(e)]
         args = []
-        for x, pt in zip(e[3], callee.argtypes):
+        for x, pt in zip(callee.call_args(e[3]), callee.argtypes):
             args.append(self.pack(self.cast(self.expr(x), self.types[id(x)], pt), pt))
         if self.err is not None:
             args.append(self.err)

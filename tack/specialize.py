@@ -17,7 +17,7 @@ import numpy as np
 from . import types as T
 from .errors import CompileError
 from .language import MATH1, MATH2, MATH_PREDICATES
-from .ir import LoweredFunction, LoweredKernel
+from .ir import LoweredFunction, LoweredKernel, assignments
 from .limits import deep
 
 _MAX_ROUNDS = 50
@@ -33,6 +33,12 @@ class TypedFunction:
     types: dict = field(default_factory=dict)    # id(node) -> type
     callees: dict = field(default_factory=dict)  # id(call node) -> TypedFunction
     is_kernel: bool = False
+    passed: tuple = None                   # which of a call's arguments it takes (None: all)
+
+    def call_args(self, args: list) -> list:
+        """The argument nodes of a call of this function that it takes as parameters: a literal
+        one it was specialized for is in its body instead (``_with_literals``)."""
+        return args if self.passed is None else [args[i] for i in self.passed]
 
 
 @dataclass
@@ -73,13 +79,35 @@ class _Context:
         self.cache = {}        # (fid, argtypes) -> TypedFunction
         self._count = 0
 
-    def function(self, fid, argtypes):
-        """The device function ``fid`` typed for ``argtypes``; its own errors propagate."""
-        key = (fid, argtypes)
+    def function(self, fid, argtypes, args=None):
+        """The device function ``fid`` typed for ``argtypes``; its own errors propagate.
+
+        ``args``: the call's argument nodes.  A literal argument (``0.5``, ``-1``, ``2**40``: a
+        weak type, literals alone) of a parameter the function never assigns is put in the
+        function's body in place of each use of that parameter, and the function is
+        specialized for its value: it stays weak there, as if written in its place, as a Python
+        literal passed to a Python function does under NumPy 2's rules (NEP 50), so that
+        ``lerp(x, y, 0.5)`` of float32 values computes in float32 (not float64, which a GPU
+        without double precision refuses, and most run far slower)."""
+        lf = self.lowered.functions[fid]
+        literal = {}
+        if args is not None and len(args) == len(lf.params):
+            rebound = None
+            for i, (t, a) in enumerate(zip(argtypes, args)):
+                if isinstance(t, T.Scalar) and t.weak and _literals_alone(a):
+                    if rebound is None:
+                        rebound = set(assignments(lf.body))
+                    if lf.params[i] not in rebound:
+                        literal[i] = a
+        kept = tuple(strong(t) for i, t in enumerate(argtypes) if i not in literal)
+        key = (fid, kept, tuple((i, _literal_key(a)) for i, a in literal.items()))
         tf = self.cache.get(key)
         if tf is None:
-            lf = self.lowered.functions[fid]
-            tf = TypedFunction(lf, argtypes, f"tack_fn{self._count}_{lf.name}")
+            passed = None
+            if literal:
+                lf = _with_literals(lf, literal)
+                passed = tuple(i for i in range(len(argtypes)) if i not in literal)
+            tf = TypedFunction(lf, kept, f"tack_fn{self._count}_{lf.name}", passed=passed)
             self._count += 1
             _Inferer(self, tf).run()         # raises before anything is cached
             self.cache[key] = tf
@@ -112,6 +140,53 @@ class _Context:
         if type(v) is int and v >= 2**63:          # as a literal is: tack.constant(2**63) is a uint64
             return T.uint64
         return {bool: T.boolean, int: T.int64, float: T.float64}[type(v)]
+
+
+def _literals_alone(node) -> bool:
+    """Whether ``node`` is a number literal, or an expression of number literals alone."""
+    kind = node[0]
+    if kind == "const":
+        return node[3] in ("int", "float")
+    if kind == "unop":
+        return _literals_alone(node[3])
+    if kind == "binop":
+        return _literals_alone(node[3]) and _literals_alone(node[4])
+    return False
+
+
+def _literal_key(node):
+    """``node`` (literals alone) without its locations: what a specialization for it is keyed by
+    (each value by its ``repr``: ``-0.0`` is not ``0.0``)."""
+    if node[0] == "const":
+        return ("const", repr(node[2]), node[3])
+    if node[0] == "unop":
+        return ("unop", node[2], _literal_key(node[3]))
+    return ("binop", node[2], _literal_key(node[3]), _literal_key(node[4]))
+
+
+def _relocated(node, loc):
+    """A new copy of ``node`` (literals alone) at ``loc``: each use its own nodes, typed where it
+    is (a literal's type depends on the other operand), and an error in it pointing there."""
+    if node[0] == "const":
+        return ["const", loc, node[2], node[3]]
+    if node[0] == "unop":
+        return ["unop", loc, node[2], _relocated(node[3], loc)]
+    return ["binop", loc, node[2], _relocated(node[3], loc), _relocated(node[4], loc)]
+
+
+def _with_literals(lf: LoweredFunction, literal: dict) -> LoweredFunction:
+    """``lf`` with each parameter of ``literal`` ({index: literal node}) taken out of its
+    parameters and each use of it in its body replaced by a copy of the literal."""
+    names = {lf.params[i]: node for i, node in literal.items()}
+
+    def walk(x):
+        if not isinstance(x, list):
+            return x
+        if len(x) == 3 and x[0] == "name" and isinstance(x[2], str) and x[2] in names:
+            return _relocated(names[x[2]], x[1])
+        return [walk(y) for y in x]
+    params = [p for i, p in enumerate(lf.params) if i not in literal]
+    return LoweredFunction(lf.fid, lf.name, params, walk(lf.body), lf.source)
 
 
 def strong(t):
@@ -519,7 +594,7 @@ class _Inferer:
         ts = [self.expr(a) for a in e[3]]
         if any(t is None for t in ts):
             return None
-        callee = self.ctx.function(e[2], tuple(strong(t) for t in ts))
+        callee = self.ctx.function(e[2], tuple(ts), e[3])
         self.tf.callees[id(e)] = callee
         if callee.ret is None:
             if self.strict and id(e) != getattr(self, "statement_call", None):

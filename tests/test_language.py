@@ -1349,3 +1349,74 @@ def test_float_atomic_min_and_max_follow_fmin_and_fmax_with_nan():
     tack.launch(k_atomic_min_max_nan, dim=4, args=(lo, hi, v))
     np.testing.assert_array_equal(lo, np.fmin(np.array([np.nan, 1.0, 3.0, np.nan]), v))
     np.testing.assert_array_equal(hi, np.fmax(np.array([np.nan, 1.0, 3.0, np.nan]), v))
+
+
+# -- a literal passed to a device function -------------------------------------------------------
+
+def lerp_py(a, b, t):
+    return a + (b - a) * t
+
+
+def scale_py(x, k):
+    return x * k
+
+
+def through_py(x, t):
+    return lerp_py(x, x + 1, t)
+
+
+lerp_f = tack.func(lerp_py)
+scale_f = tack.func(scale_py)
+
+
+@tack.func
+def through_f(x, t):
+    return lerp_f(x, x + 1, t)
+
+
+@tack.func
+def sign_of(x, z):
+    return math.copysign(x, z)
+
+
+@tack.func
+def rebinds(x, k):
+    k = k + x
+    return k
+
+
+@tack.kernel
+def k_literal_args(f, n, out):
+    out[0] = lerp_f(f[0], f[1], 0.1)
+    out[1] = lerp_f(f[0], f[1], 0.9)                # another value: a specialization of its own
+    out[2] = scale_f(f[0], -3)
+    out[3] = through_f(f[1], 0.25)                  # passed on to another device function
+    out[4] = scale_f(n[0], 3)
+    out[5] = scale_f(n[0], 2**40)                   # what int32 cannot hold is an int64
+    out[6] = sign_of(f[0], -0.0)                    # -0.0 is not 0.0
+    out[7] = sign_of(f[0], 0.0)
+    out[8] = rebinds(f[0], 0.1)                     # assigned there: a float64 parameter
+
+
+def test_a_literal_passed_to_a_device_function_is_weak_there():
+    """A literal argument of a device function (``lerp(x, y, 0.1)``) keeps its weak type inside
+    the function, as a Python literal passed to the same function run as Python on NumPy
+    scalars does (NEP 50): with float32 values it computes in float32, with an int32 it wraps as
+    int32, each literal value its own specialization.  The Python functions themselves, run on
+    NumPy scalars, give the expected values.  Where the function assigns that parameter it is an
+    ordinary (float64) parameter.  Before, every such parameter was float64 or int64: float32
+    kernels computed in double precision (and did not build where there is none)."""
+    f = np.array([0.3, 2.7], np.float32)
+    n = np.array([np.iinfo(np.int32).max - 5], np.int32)
+    out = np.zeros(9)
+    tack.launch(k_literal_args, dim=1, args=(f, n, out))
+    x, y, i = f[0], f[1], n[0]
+    with numpy_quiet():
+        want = [lerp_py(x, y, 0.1), lerp_py(x, y, 0.9), scale_py(x, -3), through_py(y, 0.25),
+                scale_py(i, 3), np.int64(i) * 2**40, math.copysign(x, -0.0), math.copysign(x, 0.0),
+                float(x) + 0.1]
+    assert [type(w) for w in want[:5]] == [np.float32] * 4 + [np.int32]
+    np.testing.assert_array_equal(out, np.array([float(w) for w in want]))
+    assert out[0] != float(x) + (float(y) - float(x)) * 0.1       # float32's rounding, not double's
+    assert out[4] != float(i) * 3                                 # int32's wrap
+

@@ -329,3 +329,21 @@ def test_numpy_power_with_one_argument_is_a_compile_error_naming_it():
     with pytest.raises(tack.CompileError, match=r"numpy\.power\(\) takes two arguments, got 1") as e:
         tack.launch(k_np_power_one_argument, dim=2, args=(a, a))
     assert "out[i] = np.power(a[i])" in str(e.value)
+
+
+@tack.func
+def element(a, k):
+    return a[k]
+
+
+@tack.kernel
+def k_literal_index(a, out):
+    out[0] = element(a, 1.5)
+
+
+def test_a_literal_argument_the_function_cannot_take_points_at_its_use():
+    """An error in a literal argument's use is shown at that use, in the device function."""
+    with pytest.raises(tack.CompileError) as e:
+        tack.launch(k_literal_index, dim=1, args=(np.zeros(3), np.zeros(1)))
+    msg = str(e.value)
+    assert "array indices must be integers" in msg and "return a[k]" in msg, msg

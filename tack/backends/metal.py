@@ -49,7 +49,7 @@ from .argument_layout import GRID, array_fields, field_names
 
 KIND = "metal"
 MSL_VERSION = "3.0"
-EMITTER_VERSION = 2            # bump when the emitted source changes for the same kernel
+EMITTER_VERSION = 3            # bump when the emitted source changes for the same kernel
                                # (2: the grid's last dimension on x)
 
 _CTYPE = {"bool": "bool", "int32": "int", "int64": "long", "uint32": "uint", "uint64": "ulong",
@@ -751,7 +751,7 @@ class _Function:
     def _e_call(self, e):
         callee = self.tf.callees[id(e)]
         args = []
-        for x, pt in zip(e[3], callee.argtypes):
+        for x, pt in zip(callee.call_args(e[3]), callee.argtypes):
             args.append(self.cast(self.expr(x), self.types[id(x)], pt))
         if self.mod.debug:
             args.append("tack_err")

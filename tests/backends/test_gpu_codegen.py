@@ -430,6 +430,34 @@ def test_an_unused_float64_parameter_is_refused_without_float64(name):
         assert float64_capability not in spirv      # OpCapability Float64
 
 
+@tack.func
+def k_lerp(a, b, t):
+    return a + (b - a) * t
+
+
+@tack.kernel
+def k_lerp_literal(x, y, out):
+    i = tack.tid()
+    out[i] = k_lerp(x[i], y[i], 0.5) * 2.0
+
+
+@pytest.mark.parametrize("name", ["spirv:generic-fp32", "level_zero:dg2", "cuda:sm_90"])
+def test_a_float32_kernel_passing_a_literal_to_a_device_function_has_no_float64(name):
+    """``lerp(x[i], y[i], 0.5)`` of float32 arrays builds where there is no float64 (a literal
+    given to a device function stays weak there: float32), its SPIR-V declares no Float64, and
+    its PTX holds no double-precision instruction.  It was refused as float64 without float64,
+    and computed in double precision on CUDA."""
+    f = np.zeros(3, np.float32)
+    art = build(k_lerp_literal, (f, f, f), 1, gpu_target(name))
+    if name.startswith("cuda"):
+        ptx = ptx_of(unpack_cuda(art.payload)[0]).decode()
+        assert ".f32" in ptx and not re.search(r"\.f64\b", ptx), ptx
+    else:
+        spirv = unpack_level_zero(art.payload)[0]
+        float64_capability = (2 << 16 | 17).to_bytes(4, "little") + (10).to_bytes(4, "little")
+        assert float64_capability not in spirv      # OpCapability Float64
+
+
 # -- keys, names, the artifact container -------------------------------------------------------
 
 def test_target_keys_are_the_light_modules_and_change_with_every_setting(monkeypatch):

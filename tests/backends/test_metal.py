@@ -453,6 +453,27 @@ def test_float64_is_a_compile_error_at_the_users_line():
     _refused(saxpy, (np.float32(1), d, d, d), 1, "float64")
 
 
+@tack.func
+def lerp(a, b, t):
+    return a + (b - a) * t
+
+
+@tack.kernel
+def lerp_literal(x, y, out):
+    i = tack.tid()
+    out[i] = lerp(x[i], y[i], 0.25)
+
+
+def test_a_literal_given_to_a_device_function_builds_without_double():
+    """A float32 kernel passing a literal to a device function builds for Metal, in float: the
+    literal is weak in the function, as if written there (it was a float64 parameter, refused
+    naming float64)."""
+    f = np.zeros(4, np.float32)
+    gen, _ = emit(lerp_literal, (f, f, f), 1, "tack_x")
+    text = gen.source if hasattr(gen, "source") else str(gen)
+    assert "double" not in text and "0.25" in text, text
+
+
 def test_what_metal_lacks_is_a_compile_error_naming_it():
     f = np.zeros(4, np.float32)
     assert "out[i] = math.erf(x[i])" in _refused(uses_erf, (f, f), 1, "math.erf (no MSL function)")

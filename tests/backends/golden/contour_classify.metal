@@ -1,4 +1,4 @@
-// Tack metal:apple: MSL 3.0, emitter 2; kernel 'classify', entry tack_contour_classify_entry.
+// Tack metal:apple: MSL 3.0, emitter 3; kernel 'classify', entry tack_contour_classify_entry.
 // Compile with fast math off (-fno-fast-math).
 #include <metal_stdlib>
 #include <metal_atomic>
@@ -37,16 +37,34 @@ static inline bool tack_contour_classify_fn0_crosses(float v_a, float v_b, float
 }
 
 template <typename A0, typename A1, typename A2>
-static inline void tack_contour_classify_fn1_claim_vertex(A0 v_edge_vid, A1 v_vert_src, A2 v_counts, long v_i, long v_j, long v_k, long v_axis, long v_lin)
+static inline void tack_contour_classify_fn1_claim_vertex(A0 v_edge_vid, A1 v_vert_src, A2 v_counts, long v_i, long v_j, long v_k, long v_lin)
 {
     int v_vid = {};
     v_vid = atomic_fetch_add_explicit((device atomic_int*)&v_counts.p[tack_wrap(0L, v_counts.f[0])], ((int)1L), memory_order_relaxed);
-    v_edge_vid.p[tack_wrap(v_i, v_edge_vid.f[0]) * (v_edge_vid.f[3] * v_edge_vid.f[2] * v_edge_vid.f[1]) + tack_wrap(v_j, v_edge_vid.f[1]) * (v_edge_vid.f[3] * v_edge_vid.f[2]) + tack_wrap(v_k, v_edge_vid.f[2]) * v_edge_vid.f[3] + tack_wrap(v_axis, v_edge_vid.f[3])] = v_vid;
-    v_vert_src.p[tack_wrap(((long)v_vid), v_vert_src.f[0])] = ((int)((long)((ulong)((long)((ulong)3L * (ulong)v_lin)) + (ulong)v_axis)));
+    v_edge_vid.p[tack_wrap(v_i, v_edge_vid.f[0]) * (v_edge_vid.f[3] * v_edge_vid.f[2] * v_edge_vid.f[1]) + tack_wrap(v_j, v_edge_vid.f[1]) * (v_edge_vid.f[3] * v_edge_vid.f[2]) + tack_wrap(v_k, v_edge_vid.f[2]) * v_edge_vid.f[3] + tack_wrap(0L, v_edge_vid.f[3])] = v_vid;
+    v_vert_src.p[tack_wrap(((long)v_vid), v_vert_src.f[0])] = ((int)((long)((ulong)((long)((ulong)3L * (ulong)v_lin)) + (ulong)0L)));
+}
+
+template <typename A0, typename A1, typename A2>
+static inline void tack_contour_classify_fn2_claim_vertex(A0 v_edge_vid, A1 v_vert_src, A2 v_counts, long v_i, long v_j, long v_k, long v_lin)
+{
+    int v_vid = {};
+    v_vid = atomic_fetch_add_explicit((device atomic_int*)&v_counts.p[tack_wrap(0L, v_counts.f[0])], ((int)1L), memory_order_relaxed);
+    v_edge_vid.p[tack_wrap(v_i, v_edge_vid.f[0]) * (v_edge_vid.f[3] * v_edge_vid.f[2] * v_edge_vid.f[1]) + tack_wrap(v_j, v_edge_vid.f[1]) * (v_edge_vid.f[3] * v_edge_vid.f[2]) + tack_wrap(v_k, v_edge_vid.f[2]) * v_edge_vid.f[3] + tack_wrap(1L, v_edge_vid.f[3])] = v_vid;
+    v_vert_src.p[tack_wrap(((long)v_vid), v_vert_src.f[0])] = ((int)((long)((ulong)((long)((ulong)3L * (ulong)v_lin)) + (ulong)1L)));
+}
+
+template <typename A0, typename A1, typename A2>
+static inline void tack_contour_classify_fn3_claim_vertex(A0 v_edge_vid, A1 v_vert_src, A2 v_counts, long v_i, long v_j, long v_k, long v_lin)
+{
+    int v_vid = {};
+    v_vid = atomic_fetch_add_explicit((device atomic_int*)&v_counts.p[tack_wrap(0L, v_counts.f[0])], ((int)1L), memory_order_relaxed);
+    v_edge_vid.p[tack_wrap(v_i, v_edge_vid.f[0]) * (v_edge_vid.f[3] * v_edge_vid.f[2] * v_edge_vid.f[1]) + tack_wrap(v_j, v_edge_vid.f[1]) * (v_edge_vid.f[3] * v_edge_vid.f[2]) + tack_wrap(v_k, v_edge_vid.f[2]) * v_edge_vid.f[3] + tack_wrap(2L, v_edge_vid.f[3])] = v_vid;
+    v_vert_src.p[tack_wrap(((long)v_vid), v_vert_src.f[0])] = ((int)((long)((ulong)((long)((ulong)3L * (ulong)v_lin)) + (ulong)2L)));
 }
 
 template <typename A0>
-static inline long tack_contour_classify_fn2_cube_case(A0 v_field, long v_i, long v_j, long v_k, float v_level)
+static inline long tack_contour_classify_fn4_cube_case(A0 v_field, long v_i, long v_j, long v_k, float v_level)
 {
     long v_case = {};
     v_case = 0L;
@@ -101,16 +119,16 @@ static inline void tack_contour_classify_kernel(tack_array<device float*, 3> v_f
     v_lin = ((long)((ulong)((long)((ulong)((long)((ulong)((long)((ulong)v_i * (ulong)v_ny)) + (ulong)v_j)) * (ulong)v_nz)) + (ulong)v_k));
     v_f0 = v_field.p[tack_wrap(v_i, v_field.f[0]) * (v_field.f[2] * v_field.f[1]) + tack_wrap(v_j, v_field.f[1]) * v_field.f[2] + tack_wrap(v_k, v_field.f[2])];
     if (((((long)((ulong)v_i + (ulong)1L)) < v_nx) && tack_contour_classify_fn0_crosses(v_f0, v_field.p[tack_wrap(((long)((ulong)v_i + (ulong)1L)), v_field.f[0]) * (v_field.f[2] * v_field.f[1]) + tack_wrap(v_j, v_field.f[1]) * v_field.f[2] + tack_wrap(v_k, v_field.f[2])], v_level))) {
-        (void)(tack_contour_classify_fn1_claim_vertex(v_edge_vid, v_vert_src, v_counts, v_i, v_j, v_k, 0L, v_lin));
+        (void)(tack_contour_classify_fn1_claim_vertex(v_edge_vid, v_vert_src, v_counts, v_i, v_j, v_k, v_lin));
     }
     if (((((long)((ulong)v_j + (ulong)1L)) < v_ny) && tack_contour_classify_fn0_crosses(v_f0, v_field.p[tack_wrap(v_i, v_field.f[0]) * (v_field.f[2] * v_field.f[1]) + tack_wrap(((long)((ulong)v_j + (ulong)1L)), v_field.f[1]) * v_field.f[2] + tack_wrap(v_k, v_field.f[2])], v_level))) {
-        (void)(tack_contour_classify_fn1_claim_vertex(v_edge_vid, v_vert_src, v_counts, v_i, v_j, v_k, 1L, v_lin));
+        (void)(tack_contour_classify_fn2_claim_vertex(v_edge_vid, v_vert_src, v_counts, v_i, v_j, v_k, v_lin));
     }
     if (((((long)((ulong)v_k + (ulong)1L)) < v_nz) && tack_contour_classify_fn0_crosses(v_f0, v_field.p[tack_wrap(v_i, v_field.f[0]) * (v_field.f[2] * v_field.f[1]) + tack_wrap(v_j, v_field.f[1]) * v_field.f[2] + tack_wrap(((long)((ulong)v_k + (ulong)1L)), v_field.f[2])], v_level))) {
-        (void)(tack_contour_classify_fn1_claim_vertex(v_edge_vid, v_vert_src, v_counts, v_i, v_j, v_k, 2L, v_lin));
+        (void)(tack_contour_classify_fn3_claim_vertex(v_edge_vid, v_vert_src, v_counts, v_i, v_j, v_k, v_lin));
     }
     if (((((long)((ulong)v_i + (ulong)1L)) < v_nx) && (((long)((ulong)v_j + (ulong)1L)) < v_ny) && (((long)((ulong)v_k + (ulong)1L)) < v_nz))) {
-        v_case = tack_contour_classify_fn2_cube_case(v_field, v_i, v_j, v_k, v_level);
+        v_case = tack_contour_classify_fn4_cube_case(v_field, v_i, v_j, v_k, v_level);
         v_n = tack_array<constant int*, 0>{tack_const_0}.p[tack_wrap(v_case, 256L)];
         if ((v_n > ((int)0L))) {
             v_active.p[tack_wrap(((long)atomic_fetch_add_explicit((device atomic_int*)&v_counts.p[tack_wrap(1L, v_counts.f[0])], ((int)1L), memory_order_relaxed)), v_active.f[0])] = ((long)((ulong)((long)((ulong)256L * (ulong)v_lin)) + (ulong)v_case));
