@@ -32,7 +32,7 @@ from ..config import config
 from .argument_layout import array_parts, entry_codes, slot_codes
 from .cpu_loader import load_object
 from .cpu_identity import KIND, arch_key, host_arch, host_cpu_identity, host_key, llvm_version
-from .variant import BoundsReport, Signature, block_request, grid_check
+from .variant import BoundsReport, Signature, grid_check
 
 BUNDLE_MACHINE = platform.machine()    # arch_names.bundle_machine("cpu"), without the registry on the warm path
 
@@ -298,6 +298,7 @@ class CPUVariant(BoundsReport):
 
     def run(self, args, dims, block=None):
         if block is not None:           # unused here, checked as a device would (one call runs on either)
+            from .device_args import block_request
             block_request(dims, block)
         values = self.values(args)
         d = dims + (1,) * (3 - len(dims))

@@ -18,7 +18,6 @@ import numpy as np
 
 from .. import types as T
 from .argument_layout import array_values, entry_codes
-from .variant import block_request
 
 SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
@@ -369,6 +368,36 @@ def group_shape(dims, limit, max_items) -> tuple:
         sizes.append(s)
         left //= s
     return tuple(reversed(sizes))
+
+
+def block_request(dims, block):
+    """``tack.launch``'s ``block=`` checked against the grid ``dims`` as every device checks it
+    before its own limits: an int of at least 1 (the work-items of a group) -> that int; one
+    extent of at least 1 per grid dimension -> their tuple.  TypeError or ValueError (marked as
+    a launch's refusal) otherwise.  The CPU, which runs no work-groups and so uses none, checks
+    it too: a call the CPU runs is not refused by a device for what the CPU could have said."""
+    if not isinstance(block, bool):
+        try:
+            n = operator.index(block)
+        except TypeError:
+            n = None
+        if n is not None:
+            if n < 1:
+                raise _refusal(ValueError(f"block {block!r} must be at least 1 work-item"))
+            return n
+    try:
+        shape = tuple(operator.index(x) for x in block)
+    except TypeError:
+        raise _refusal(TypeError(f"block must be an int or a tuple of ints, not {block!r}")) from None
+    if len(shape) != len(dims) or any(x < 1 for x in shape):
+        raise _refusal(ValueError(f"block {block!r} does not match the grid {dims!r} (one extent "
+                                  "of at least 1 per grid dimension)"))
+    return shape
+
+
+def _refusal(e):
+    e.tack_launch_error = True          # not a fault: ``tack.launch`` trims the frames that checked
+    return e
 
 
 def choose_block(dims, block, default, limit, max_items, where) -> tuple:

@@ -8,8 +8,6 @@ device runtimes' own variant is ``device_variant``'s, which a CPU launch never i
 Light to import (no NumPy, no compiler): the warm path makes its variants with it.
 """
 
-import operator
-
 
 def encode_tidx(checks) -> str:
     """A variant's ``tidx`` metadata: ``gridcheck.tid_indexed``'s list as text, space-separated
@@ -162,32 +160,3 @@ def grid_check(sig: Signature, tidx):
               if c[0] < len(types) and isinstance(types[c[0]], Array) and c[1] < types[c[0]].ndim]
     return GridCheck(sig.name, sig.locate, checks) if checks else None
 
-
-def block_request(dims, block):
-    """``tack.launch``'s ``block=`` checked against the grid ``dims`` as every device checks it
-    before its own limits: an int of at least 1 (the work-items of a group) -> that int; one
-    extent of at least 1 per grid dimension -> their tuple.  TypeError or ValueError (marked as
-    a launch's refusal) otherwise.  The CPU, which runs no work-groups and so uses none, checks
-    it too: a call the CPU runs is not refused by a device for what the CPU could have said."""
-    if not isinstance(block, bool):
-        try:
-            n = operator.index(block)
-        except TypeError:
-            n = None
-        if n is not None:
-            if n < 1:
-                raise _refusal(ValueError(f"block {block!r} must be at least 1 work-item"))
-            return n
-    try:
-        shape = tuple(operator.index(x) for x in block)
-    except TypeError:
-        raise _refusal(TypeError(f"block must be an int or a tuple of ints, not {block!r}")) from None
-    if len(shape) != len(dims) or any(x < 1 for x in shape):
-        raise _refusal(ValueError(f"block {block!r} does not match the grid {dims!r} (one extent "
-                                  "of at least 1 per grid dimension)"))
-    return shape
-
-
-def _refusal(e):
-    e.tack_launch_error = True          # not a fault: ``tack.launch`` trims the frames that checked
-    return e
