@@ -94,7 +94,9 @@ class _Context:
         if args is not None and len(args) == len(lf.params):
             rebound = None
             for i, (t, a) in enumerate(zip(argtypes, args)):
-                if isinstance(t, T.Scalar) and t.weak and _literals_alone(a):
+                # weak, or past int64 (a uint64 in place, but a float's type against a float)
+                if (isinstance(t, T.Scalar) and (t.weak or t == T.uint64) and _literals_alone(a)
+                        and (a := _bounded(a)) is not None):
                     if rebound is None:
                         rebound = set(assignments(lf.body))
                     if lf.params[i] not in rebound:
@@ -152,6 +154,30 @@ def _literals_alone(node) -> bool:
     if kind == "binop":
         return _literals_alone(node[3]) and _literals_alone(node[4])
     return False
+
+
+# A literal argument of more nodes than this is put in a function's body as its value (integers
+# alone) or not at all (an ordinary parameter): each use gets a copy, and a function passing it
+# on used twice (``f(x, n + n)``) would double it at every level of calls.
+_MAX_LITERAL_NODES = 16
+
+
+def _bounded(node):
+    """``node`` (literals alone) as it is put in a function's body: itself where it is small, else
+    its value where it is integers alone (``literal_value``, Python's: what it means in place
+    too), else None (not put there)."""
+    count, stack = 0, [node]
+    while stack:
+        n = stack.pop()
+        count += 1
+        if count > _MAX_LITERAL_NODES:
+            v = literal_value(node)
+            return ["const", node[1], v, "int"] if v is not None and -2**63 <= v < 2**64 else None
+        if n[0] == "unop":
+            stack.append(n[3])
+        elif n[0] == "binop":
+            stack += (n[3], n[4])
+    return node
 
 
 def _literal_key(node):

@@ -1396,6 +1396,8 @@ def k_literal_args(f, n, out):
     out[6] = sign_of(f[0], -0.0)                    # -0.0 is not 0.0
     out[7] = sign_of(f[0], 0.0)
     out[8] = rebinds(f[0], 0.1)                     # assigned there: a float64 parameter
+    out[9] = scale_f(f[0], 10**19)                  # past int64: a float's type, as in place
+    out[10] = scale_f(f[0], f[1])                   # a value for the same parameter
 
 
 def test_a_literal_passed_to_a_device_function_is_weak_there():
@@ -1408,15 +1410,39 @@ def test_a_literal_passed_to_a_device_function_is_weak_there():
     kernels computed in double precision (and did not build where there is none)."""
     f = np.array([0.3, 2.7], np.float32)
     n = np.array([np.iinfo(np.int32).max - 5], np.int32)
-    out = np.zeros(9)
+    out = np.zeros(11)
     tack.launch(k_literal_args, dim=1, args=(f, n, out))
     x, y, i = f[0], f[1], n[0]
     with numpy_quiet():
         want = [lerp_py(x, y, 0.1), lerp_py(x, y, 0.9), scale_py(x, -3), through_py(y, 0.25),
                 scale_py(i, 3), np.int64(i) * 2**40, math.copysign(x, -0.0), math.copysign(x, 0.0),
-                float(x) + 0.1]
+                float(x) + 0.1, scale_py(x, 10**19), scale_py(x, y)]
     assert [type(w) for w in want[:5]] == [np.float32] * 4 + [np.int32]
+    assert type(want[9]) is type(want[10]) is np.float32
     np.testing.assert_array_equal(out, np.array([float(w) for w in want]))
     assert out[0] != float(x) + (float(y) - float(x)) * 0.1       # float32's rounding, not double's
     assert out[4] != float(i) * 3                                 # int32's wrap
+
+
+@tack.func
+def bounded_read(a, k):
+    return a[k]
+
+
+@tack.kernel
+def k_literal_index_debug(a, out):
+    i = tack.tid()
+    out[i] = bounded_read(a, 3)
+
+
+def test_a_literal_argument_used_as_an_index_is_checked_in_debug_mode():
+    """Debug mode checks an access at a literal given to a device function where the function
+    makes it (the error names the function's line), and the points that are in bounds run."""
+    tack.config.debug = True
+    out = np.zeros(2)
+    tack.launch(k_literal_index_debug, dim=2, args=(np.arange(4.0), out))
+    np.testing.assert_array_equal(out, [3.0, 3.0])
+    with pytest.raises(IndexError, match=r"index 3 is out of bounds for axis 0 of 'a' with size 3 "
+                                         r"in 'bounded_read' \(.*test_language.py:\d+\)"):
+        tack.launch(k_literal_index_debug, dim=2, args=(np.arange(3.0), out))
 

@@ -137,7 +137,8 @@ def test_the_cpu_checks_block_as_a_device_would_and_uses_none():
                                (-1, ValueError, r"block -1 must be at least 1 work-item"),
                                (True, TypeError, r"block must be an int or a tuple of ints, not True"),
                                ("8", TypeError, r"block must be an int or a tuple of ints, not '8'"),
-                               ((2.0, 1), TypeError, r"block must be an int or a tuple of ints")):
+                               ((2.0, 1), TypeError, r"block must be an int or a tuple of ints"),
+                               (np.array(4), TypeError, r"block must be an int or a tuple of ints")):
         with pytest.raises(error, match=said) as e:
             tack.launch(k_fill, dim=out.shape, args=(out, 1.0), block=block)
         import traceback
@@ -145,3 +146,5 @@ def test_the_cpu_checks_block_as_a_device_would_and_uses_none():
         assert last.filename == tack.launch.__code__.co_filename     # the launch's refusal: no
         assert last.name == "launch"                                  # frame of the checks
     assert not out.any()
+    with pytest.raises(ValueError, match=r"block 0 must be at least 1 work-item"):
+        tack.launch(k_fill, dim=(0, 5), args=(out, 1.0), block=0)    # whatever the grid

@@ -190,3 +190,42 @@ def test_inference_fixed_point_and_monomorphization():
     assert loc["acc"] == T.float64 and loc["p"] == T.float64 and loc["w"] == T.int64
     halves = [f for f in tk.functions if f.lowered.name == "halve"]
     assert sorted(str(f.argtypes[0]) for f in halves) == ["float32", "float64"]
+
+
+def _chain(depth):
+    """Device functions f0 ... f{depth}: each passes its literal on, used twice (n + n)."""
+    import textwrap
+    src = ["import tack", ""]
+    for k in range(depth):
+        src += ["@tack.func", f"def f{k}(x, n):", f"    return f{k + 1}(x, n + n)", ""]
+    src += ["@tack.func", f"def f{depth}(x, n):", "    return x + n", "",
+            "@tack.kernel", "def chain(out):", "    out[0] = f0(out[0], 1)", ""]
+    return textwrap.dedent("\n".join(src))
+
+
+def test_a_literal_passed_on_used_twice_stays_small(tmp_path):
+    """``f(x, n + n)`` passing a literal on: each function's body holds the literal's value,
+    not a copy of the whole expression at every use (the expression doubled at each level:
+    2**12 nodes in the last of 12 functions, and a compile time growing 4x a level), and the
+    value is Python's."""
+    import importlib.util
+    import sys
+    path = tmp_path / "chain_mod.py"
+    path.write_text(_chain(12))
+    spec = importlib.util.spec_from_file_location("chain_mod", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["chain_mod"] = mod
+    try:
+        spec.loader.exec_module(mod)
+        from tack.compiler import lower
+        tk = specialize(lower(mod.chain, {}), (T.Array(T.int64, 1, "C"),), 1)
+
+        def nodes(x):
+            return 1 + sum(nodes(y) for y in x) if isinstance(x, list) else 0
+        sizes = [nodes(tf.lowered.body) for tf in tk.functions]
+        assert len(sizes) == 13 and max(sizes) < 200, sizes      # was 2**14 and more
+        out = np.zeros(1, np.int64)
+        tack.launch(mod.chain, 1, (out,))
+        assert out[0] == 2**12
+    finally:
+        sys.modules.pop("chain_mod", None)

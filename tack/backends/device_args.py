@@ -376,15 +376,10 @@ def block_request(dims, block):
     extent of at least 1 per grid dimension -> their tuple.  TypeError or ValueError (marked as
     a launch's refusal) otherwise.  The CPU, which runs no work-groups and so uses none, checks
     it too: a call the CPU runs is not refused by a device for what the CPU could have said."""
-    if not isinstance(block, bool):
-        try:
-            n = operator.index(block)
-        except TypeError:
-            n = None
-        if n is not None:
-            if n < 1:
-                raise _refusal(ValueError(f"block {block!r} must be at least 1 work-item"))
-            return n
+    if isinstance(block, (int, np.integer)) and not isinstance(block, (bool, np.bool_)):
+        if block < 1:
+            raise _refusal(ValueError(f"block {block!r} must be at least 1 work-item"))
+        return int(block)
     try:
         shape = tuple(operator.index(x) for x in block)
     except TypeError:
@@ -413,8 +408,8 @@ def choose_block(dims, block, default, limit, max_items, where) -> tuple:
         return group_shape(dims, min(shape, limit), max_items)
     per_dim = tuple(reversed(tuple(max_items[:len(dims)])))        # the grid's order
     if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, per_dim)):
-        raise ValueError(f"block {shape} is larger than {where} allows ({limit} work-items, at "
-                         f"most {per_dim} per dimension)")
+        raise _refusal(ValueError(f"block {shape} is larger than {where} allows ({limit} "
+                                  f"work-items, at most {per_dim} per dimension)"))
     return shape
 
 

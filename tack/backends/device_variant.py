@@ -6,6 +6,7 @@ Apart from ``variant`` (what every variant shares), so that a CPU launch, which 
 does not define what only a device's launch runs.
 """
 
+from .device_args import block_request
 from .variant import BoundsReport, Signature, grid_check
 
 
@@ -24,6 +25,8 @@ class DeviceVariant(BoundsReport):
         self.grid = grid_check(sig, meta.get("tidx"))
 
     def run(self, args, dims, block=None):
+        if block is not None:           # as the CPU checks it, first, whatever the grid
+            block_request(dims, block)
         values = [args[i] for i in self.arg_index]
         grid = self.grid
         if grid is not None and all(dims):
@@ -39,7 +42,9 @@ class DeviceVariant(BoundsReport):
             said = self.in_user_terms(str(e))
             if said == str(e):
                 raise
-            raise type(e)(said) from None
+            named = type(e)(said)
+            named.tack_launch_error = getattr(e, "tack_launch_error", False)    # a refusal stays one
+            raise named from None
         if err is not None and err[0]:
             self.raise_bounds_error(err)
 

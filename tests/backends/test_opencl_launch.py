@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import numpy as np
 import pytest
@@ -417,13 +418,19 @@ def test_block_is_the_work_group_of_a_device_launch():
     out = np.zeros_like(a)
     tack.launch(k_scale2d, a.shape, (a, out), block=(1 << 16, 1 << 16))
     np.testing.assert_array_equal(out, 2 * a)
-    for block in ((5,), (0, 17), 0, -3, "big", (2.0, 1), True, (1, 1, 1)):
-        said = {}
-        for device in ("opencl", "cpu"):
-            with pytest.raises((TypeError, ValueError)) as e:
-                tack.launch(k_scale2d, a.shape, (a, out), device=device, block=block)
-            said[device] = (type(e.value), str(e.value))
-        assert said["cpu"] == said["opencl"], block
+    for block in ((5,), (0, 17), 0, -3, "big", (2.0, 1), True, (1, 1, 1), np.array(4)):
+        for shape in (a.shape, (0, 17)):            # an empty grid too: checked first, alike
+            said = {}
+            for device in ("opencl", "cpu"):
+                with pytest.raises((TypeError, ValueError)) as e:
+                    tack.launch(k_scale2d, shape, (a, out), device=device, block=block)
+                said[device] = (type(e.value), str(e.value))
+                last = traceback.extract_tb(e.value.__traceback__)[-1]
+                assert last.name == "launch", (device, block)        # the checks' frames trimmed
+            assert said["cpu"] == said["opencl"], (block, shape)
+    with pytest.raises(ValueError, match="is larger than") as e:
+        tack.launch(k_scale2d, a.shape, (a, out), device="opencl", block=(1 << 16, 1 << 16))
+    assert traceback.extract_tb(e.value.__traceback__)[-1].name == "launch"
 
 
 def test_another_librarys_array_is_refused_saying_why():
