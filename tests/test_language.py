@@ -1446,3 +1446,29 @@ def test_a_literal_argument_used_as_an_index_is_checked_in_debug_mode():
                                          r"in 'bounded_read' \(.*test_language.py:\d+\)"):
         tack.launch(k_literal_index_debug, dim=2, args=(np.arange(3.0), out))
 
+
+@tack.kernel
+def k_literal_arithmetic(x, out):
+    out[0] = x[0] * (1 / 3)
+    out[1] = x[0] * (0.5 * 2)
+    out[2] = x[0] * (2 ** 0.5)
+    out[3] = x[0] + -(1 / 3)
+    out[4] = x[0] * (2 ** 3)                        # integers alone: their own rule, unfolded
+    out[5] = x[0] * (7 // 2)
+    out[6] = x[0] * (1.5 % 1)
+    out[7] = x[0] * (1 / 0)                         # a division by zero: at run time, inf
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_arithmetic_of_literals_alone_is_pythons_value_and_weak(dtype):
+    """An operation on literals alone that gives a float is that float, as Python computes it,
+    and weak, as a Python float is (NEP 50): ``x * (1 / 3)`` of a float32 is NumPy's float32."""
+    x = np.array([7], dtype)
+    out = np.zeros(8)
+    tack.launch(k_literal_arithmetic, dim=1, args=(x, out))
+    v = x[0]
+    with numpy_quiet():
+        want = [v * (1 / 3), v * (0.5 * 2), v * (2 ** 0.5), v + -(1 / 3), v * 2 ** 3, v * 3,
+                v * (1.5 % 1), v * np.inf]
+    np.testing.assert_array_equal(out, np.array([float(w) for w in want]))
+

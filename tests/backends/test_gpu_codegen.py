@@ -458,6 +458,25 @@ def test_a_float32_kernel_passing_a_literal_to_a_device_function_has_no_float64(
         assert float64_capability not in spirv      # OpCapability Float64
 
 
+@tack.kernel
+def k_literal_arithmetic(x, out):
+    i = tack.tid()
+    out[i] = x[i] * (1 / 3) + x[i] * (0.5 * 2) - (2 ** 0.5) * -(1 / 7) + k_lerp(x[i], 1.0, 1 / 4)
+
+
+@pytest.mark.parametrize("name", ["spirv:generic-fp32", "level_zero:dg2"])
+def test_arithmetic_of_literals_alone_builds_without_float64(name):
+    """``x * (1 / 3)``, ``0.5 * 2``, ``2 ** 0.5``, ``-(1 / 7)`` and such a literal given to a
+    device function, with float32 values: each is one float literal of Python's value (weak, as
+    a Python float is), so no float64 is left where the device has none.  Each was computed in
+    float64 and refused."""
+    f = np.zeros(3, np.float32)
+    art = build(k_literal_arithmetic, (f, f), 1, gpu_target(name))
+    spirv = unpack_level_zero(art.payload)[0]
+    float64_capability = (2 << 16 | 17).to_bytes(4, "little") + (10).to_bytes(4, "little")
+    assert float64_capability not in spirv      # OpCapability Float64
+
+
 # -- keys, names, the artifact container -------------------------------------------------------
 
 def test_target_keys_are_the_light_modules_and_change_with_every_setting(monkeypatch):

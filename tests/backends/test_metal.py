@@ -474,6 +474,20 @@ def test_a_literal_given_to_a_device_function_builds_without_double():
     assert "double" not in text and "0.25" in text, text
 
 
+@tack.kernel
+def literal_arithmetic(x, out):
+    i = tack.tid()
+    out[i] = x[i] * (1 / 3) + (2 ** 0.5) * -(1 / 7) + lerp(x[i], 1.0, 1 / 4)
+
+
+def test_arithmetic_of_literals_alone_builds_without_double():
+    """``x * (1 / 3)`` of a float32: ``1 / 3`` is one float literal of Python's value, weak, so
+    no double is needed (it was computed in double and refused)."""
+    f = np.zeros(4, np.float32)
+    gen, _ = emit(literal_arithmetic, (f, f), 1, "tack_x")
+    assert "double" not in gen.source, gen.source
+
+
 def test_what_metal_lacks_is_a_compile_error_naming_it():
     f = np.zeros(4, np.float32)
     assert "out[i] = math.erf(x[i])" in _refused(uses_erf, (f, f), 1, "math.erf (no MSL function)")
