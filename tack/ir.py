@@ -30,6 +30,7 @@ constant arrays: no pickle, nothing evaluated on load.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 
@@ -156,6 +157,40 @@ class LoweredKernel:
 
     def fingerprint(self) -> str:
         return hasher(self.to_bytes()).hexdigest()
+
+
+def float_folded(node):
+    """An operation on number literals alone whose value is a float (``1 / 3``, ``0.5 * 2``,
+    ``2 ** 0.5``, ``-(1 / 3)``): one float literal of the value Python computes (so, as a
+    Python float does under NEP 50, weak: ``x * (1 / 3)`` of a float32 ``x`` is a float32, and
+    builds where there is no float64).  Left as it is otherwise: integers alone (their own rule,
+    ``specialize.literal_value``), what Python refuses or Tack computes its own way (a division
+    by zero, ``//`` and ``%``), and a NaN (whose sign neither JSON nor ``repr`` keeps).  The
+    front end folds what it lowers, the specializer what putting a literal argument in a device
+    function's body makes (``specialize._with_literals``)."""
+    if node[0] == "unop":
+        a = node[3]
+        if (node[2] in ("neg", "pos") and a[0] == "const" and a[3] == "float"
+                and not math.isnan(a[2])):
+            return ["const", node[1], -a[2] if node[2] == "neg" else a[2], "float"]
+        return node
+    op, a, b = node[2], node[3], node[4]
+    if not (a[0] == b[0] == "const" and a[3] in ("int", "float") and b[3] in ("int", "float")
+            and op in ("+", "-", "*", "/", "**")):
+        return node
+    x, y = a[2], b[2]
+    if op != "/" and type(x) is int and type(y) is int:
+        return node                             # integers alone
+    try:
+        if op == "/":
+            v = x / y if y != 0 else None
+        else:
+            v = x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x ** y
+    except (OverflowError, ZeroDivisionError, ValueError):
+        return node
+    if type(v) is not float or math.isnan(v):
+        return node
+    return ["const", node[1], v, "float"]
 
 
 def assignments(stmts):

@@ -10,6 +10,7 @@ called with float32 and with float64 compiles twice.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from . import types as T
 from .errors import CompileError
 from .language import MATH1, MATH2, MATH_PREDICATES
-from .ir import LoweredFunction, LoweredKernel, assignments
+from .ir import LoweredFunction, LoweredKernel, assignments, float_folded
 from .limits import deep
 
 _MAX_ROUNDS = 50
@@ -180,11 +181,22 @@ def _bounded(node):
     return node
 
 
+def _refolded(node):
+    """An operation on literals alone that putting literal arguments in a function's body made,
+    folded as the front end folds one written so: integers alone to their value (where 64 bits
+    hold it), an operation whose value is a float to that float (``ir.float_folded``)."""
+    v = literal_value(node)
+    if v is not None:
+        return ["const", node[1], v, "int"] if -2**63 <= v < 2**64 else node
+    return float_folded(node)
+
+
 def _literal_key(node):
     """``node`` (literals alone) without its locations: what a specialization for it is keyed by
-    (each value by its ``repr``: ``-0.0`` is not ``0.0``)."""
+    (a float by its bits: ``-0.0`` is not ``0.0``, nor one NaN another)."""
     if node[0] == "const":
-        return ("const", repr(node[2]), node[3])
+        v = node[2]
+        return ("const", struct.pack("<d", v).hex() if type(v) is float else repr(v), node[3])
     if node[0] == "unop":
         return ("unop", node[2], _literal_key(node[3]))
     return ("binop", node[2], _literal_key(node[3]), _literal_key(node[4]))
@@ -210,7 +222,10 @@ def _with_literals(lf: LoweredFunction, literal: dict) -> LoweredFunction:
             return x
         if len(x) == 3 and x[0] == "name" and isinstance(x[2], str) and x[2] in names:
             return _relocated(names[x[2]], x[1])
-        return [walk(y) for y in x]
+        y = [walk(z) for z in x]
+        if y and y[0] in ("binop", "unop") and _literals_alone(y):
+            return _refolded(y)             # as the front end folds the same written in place
+        return y
     params = [p for i, p in enumerate(lf.params) if i not in literal]
     return LoweredFunction(lf.fid, lf.name, params, walk(lf.body), lf.source)
 

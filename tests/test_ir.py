@@ -244,3 +244,21 @@ def test_corrupted_bytes_load_or_raise_value_error():
             except Exception as e:      # noqa: BLE001 - collect them all for the message
                 failures.append((pos, value, type(e).__name__))
     assert not failures, f"{len(failures)} damaged inputs raised other exceptions, e.g. {failures[:5]}"
+
+
+def test_a_negated_nan_is_not_folded():
+    """``-math.nan`` stays a negation (a folded NaN would lose its sign in the lowered kernel's
+    JSON, in a process that loads it from the cache), while ``-(1 / 3)`` is one literal."""
+    import math
+
+    import tack
+    from tack.compiler import lower
+
+    @tack.kernel
+    def k_neg_nan(out):
+        out[0] = -math.nan
+        out[1] = -(1 / 3)
+
+    body = lower(k_neg_nan, {}).kernel.body
+    assert body[0][3][0] == "unop" and body[0][3][3][0] == "const"
+    assert body[1][3][0] == "const" and body[1][3][2] == -(1 / 3)

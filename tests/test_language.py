@@ -1472,3 +1472,53 @@ def test_arithmetic_of_literals_alone_is_pythons_value_and_weak(dtype):
                 v * (1.5 % 1), v * np.inf]
     np.testing.assert_array_equal(out, np.array([float(w) for w in want]))
 
+
+@tack.func
+def thirds(x, n):
+    return x * (n / 3)
+
+
+@tack.func
+def times(x, n):
+    return x * n
+
+
+@tack.func
+def doubled_on(x, n):
+    return times(x, n + n)
+
+
+@tack.func
+def doubled(x, n):
+    return x * (n + n)
+
+
+@tack.func
+def plus_nan(x, s):
+    return x * 0.0 + s
+
+
+@tack.kernel
+def k_literal_arguments_fold(x, out):
+    out[0] = thirds(x[0], 1)
+    out[1] = doubled_on(x[0], 0.1)
+    out[2] = doubled(x[0], 2**62)                  # 2**63: past int64, as in place
+    out[3] = doubled(x[0], 2**63 - 1)
+    out[4] = plus_nan(x[0], math.nan)
+    out[5] = plus_nan(x[0], -math.nan)             # a specialization of its own: the sign kept
+
+
+def test_a_literal_arguments_arithmetic_in_the_function_is_folded_as_in_place():
+    """What a device function computes of a literal argument alone (``n / 3``, ``n + n``, passed
+    on) is the value Python computes, as the same written in place (``x * (1 / 3)``): not
+    float64 arithmetic, nor int64 that wraps.  Before, ``n + n`` of 2**62 wrapped to -2**63,
+    and NaN and -NaN shared one specialization."""
+    x = np.array([1.5], np.float32)
+    out = np.zeros(6)
+    tack.launch(k_literal_arguments_fold, dim=1, args=(x, out))
+    v = x[0]
+    want = [v * (1 / 3), v * (0.1 + 0.1), v * (2**62 + 2**62), v * ((2**63 - 1) * 2)]
+    assert [type(w) for w in want] == [np.float32] * 4
+    np.testing.assert_array_equal(out[:4], np.array([float(w) for w in want]))
+    assert np.isnan(out[4:]).all() and np.signbit(out[4:]).tolist() == [False, True]
+

@@ -34,6 +34,7 @@ semantics (NaN comparisons, isnan) need it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -197,7 +198,8 @@ def _tuple_name(t) -> str:
 
 
 def _float_literal(v) -> str:
-    v = float(np.float32(v))
+    with np.errstate(over="ignore"):            # past float32: its infinity
+        v = float(np.float32(v))
     if v != v:
         return "NAN"
     if v in (float("inf"), float("-inf")):
@@ -205,7 +207,7 @@ def _float_literal(v) -> str:
     text = repr(v)
     if "e" not in text and "." not in text:
         text += ".0"
-    return f"{text}f" if v >= 0 else f"({text}f)"
+    return f"{text}f" if math.copysign(1.0, v) > 0 else f"({text}f)"     # -0.0 in parentheses too
 
 
 def _int_literal(v: int, ct: str) -> str:
@@ -664,6 +666,8 @@ class _Function:
         v = self.expr(e[3])
         if op == "not":
             return f"(!{self.to_bool(v, t)})"
+        if op in ("neg", "pos") and t.kind == "f" and t.weak:
+            return f"(-{v})" if op == "neg" else v      # a weak float: cast where it is used
         rt = self.types[id(e)].strong()
         v = self.cast(v, t, rt)
         if op == "pos":

@@ -12,13 +12,13 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
-import math
 import re
 import tokenize
 import types
 
 
 from .. import ir
+from ..ir import float_folded
 from ..api import Kernel
 from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
 from ..fingerprints import class_fingerprint, func_id, function_fingerprint, source_snapshot, value_identity
@@ -32,37 +32,6 @@ _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv
 _UNOPS = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not", ast.Invert: "~"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _MISSING = object()
-
-
-def _float_folded(node):
-    """An operation on number literals alone whose value is a float (``1 / 3``, ``0.5 * 2``,
-    ``2 ** 0.5``, ``-(1 / 3)``): one float literal of the value Python computes (so, as a
-    Python float does under NEP 50, weak: ``x * (1 / 3)`` of a float32 ``x`` is a float32, and
-    builds where there is no float64).  Left as it is otherwise: integers alone (their own rule,
-    ``specialize.literal_value``), what Python refuses or Tack computes its own way (a division
-    by zero, ``//`` and ``%``), and a result that is not finite."""
-    if node[0] == "unop":
-        a = node[3]
-        if node[2] in ("neg", "pos") and a[0] == "const" and a[3] == "float":
-            return ["const", node[1], -a[2] if node[2] == "neg" else a[2], "float"]
-        return node
-    op, a, b = node[2], node[3], node[4]
-    if not (a[0] == b[0] == "const" and a[3] in ("int", "float") and b[3] in ("int", "float")
-            and op in ("+", "-", "*", "/", "**")):
-        return node
-    x, y = a[2], b[2]
-    if op != "/" and type(x) is int and type(y) is int:
-        return node                             # integers alone
-    try:
-        if op == "/":
-            v = x / y if y != 0 else None
-        else:
-            v = x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x ** y
-    except (OverflowError, ZeroDivisionError, ValueError):
-        return node
-    if type(v) is not float or not math.isfinite(v):
-        return node
-    return ["const", node[1], v, "float"]
 
 
 class _TemplateAttr(tuple):
@@ -410,7 +379,7 @@ class _FunctionLowerer:
 
     def _expr_BinOp(self, e):
         node = ["binop", self.loc(e), self.binop(e.op, e), self.expr(e.left), self.expr(e.right)]
-        return _float_folded(node)
+        return float_folded(node)
 
     def binop(self, op, node):
         if type(op) not in _BINOPS:
@@ -423,7 +392,7 @@ class _FunctionLowerer:
                 type(operand.value) in (int, float):
             return self._expr_Constant(ast.Constant(-operand.value, lineno=e.lineno,
                                                     col_offset=e.col_offset))
-        return _float_folded(["unop", self.loc(e), _UNOPS[type(e.op)], self.expr(operand)])
+        return float_folded(["unop", self.loc(e), _UNOPS[type(e.op)], self.expr(operand)])
 
     def _expr_Compare(self, e):
         for op in e.ops:

@@ -217,3 +217,23 @@ def _param_sets(mark):
             values = values.values
         out.append((names, values if len(names) > 1 else (values,)))
     return out
+
+
+# -- kernels both the GPU codegen and the Metal tests build --------------------------------------
+
+@tack.func
+def lerp(a, b, t):
+    return a + (b - a) * t
+
+
+@tack.kernel
+def lerp_literal(x, y, out):
+    """A float32 kernel passing a literal to a device function (weak there: float32)."""
+    i = tack.tid()
+    out[i] = lerp(x[i], y[i], 0.25) * 2.0
+
+
+def spirv_has_float64(spirv: bytes) -> bool:
+    """Whether a SPIR-V module declares OpCapability Float64."""
+    return (2 << 16 | 17).to_bytes(4, "little") + (10).to_bytes(4, "little") in spirv
+

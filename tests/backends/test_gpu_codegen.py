@@ -19,7 +19,8 @@ from tack.backends.gpu import key_for, pack_cuda, pack_level_zero, unpack_cuda, 
 from tack.compiler import lower
 from tack.kernels import contour
 
-from .gpu_tools import build, gpu_target, language_launches, run, tool
+from .gpu_tools import (build, gpu_target, language_launches, lerp, lerp_literal, run,
+                        spirv_has_float64, tool)
 from ..util import check_points_at
 
 # The language suite's kernels that use math a target has no library-free lowering for
@@ -425,20 +426,7 @@ def test_an_unused_float64_parameter_is_refused_without_float64(name):
     assert "parameter 'factor' is float64" in msg and name in msg
     if name.startswith("spirv"):
         art = build(k_float64_unread, (np.float32(1.5), np.zeros(3, np.float32)), 1, gpu_target(name))
-        spirv = unpack_level_zero(art.payload)[0]
-        float64_capability = (2 << 16 | 17).to_bytes(4, "little") + (10).to_bytes(4, "little")
-        assert float64_capability not in spirv      # OpCapability Float64
-
-
-@tack.func
-def k_lerp(a, b, t):
-    return a + (b - a) * t
-
-
-@tack.kernel
-def k_lerp_literal(x, y, out):
-    i = tack.tid()
-    out[i] = k_lerp(x[i], y[i], 0.5) * 2.0
+        assert not spirv_has_float64(unpack_level_zero(art.payload)[0])
 
 
 @pytest.mark.parametrize("name", ["spirv:generic-fp32", "level_zero:dg2", "cuda:sm_90"])
@@ -448,20 +436,18 @@ def test_a_float32_kernel_passing_a_literal_to_a_device_function_has_no_float64(
     its PTX holds no double-precision instruction.  It was refused as float64 without float64,
     and computed in double precision on CUDA."""
     f = np.zeros(3, np.float32)
-    art = build(k_lerp_literal, (f, f, f), 1, gpu_target(name))
+    art = build(lerp_literal, (f, f, f), 1, gpu_target(name))
     if name.startswith("cuda"):
         ptx = ptx_of(unpack_cuda(art.payload)[0]).decode()
         assert ".f32" in ptx and not re.search(r"\.f64\b", ptx), ptx
     else:
-        spirv = unpack_level_zero(art.payload)[0]
-        float64_capability = (2 << 16 | 17).to_bytes(4, "little") + (10).to_bytes(4, "little")
-        assert float64_capability not in spirv      # OpCapability Float64
+        assert not spirv_has_float64(unpack_level_zero(art.payload)[0])
 
 
 @tack.kernel
 def k_literal_arithmetic(x, out):
     i = tack.tid()
-    out[i] = x[i] * (1 / 3) + x[i] * (0.5 * 2) - (2 ** 0.5) * -(1 / 7) + k_lerp(x[i], 1.0, 1 / 4)
+    out[i] = x[i] * (1 / 3) + x[i] * (0.5 * 2) - (2 ** 0.5) * -(1 / 7) + lerp(x[i], 1.0, 1 / 4)
 
 
 @pytest.mark.parametrize("name", ["spirv:generic-fp32", "level_zero:dg2"])
@@ -472,9 +458,7 @@ def test_arithmetic_of_literals_alone_builds_without_float64(name):
     float64 and refused."""
     f = np.zeros(3, np.float32)
     art = build(k_literal_arithmetic, (f, f), 1, gpu_target(name))
-    spirv = unpack_level_zero(art.payload)[0]
-    float64_capability = (2 << 16 | 17).to_bytes(4, "little") + (10).to_bytes(4, "little")
-    assert float64_capability not in spirv      # OpCapability Float64
+    assert not spirv_has_float64(unpack_level_zero(art.payload)[0])
 
 
 # -- keys, names, the artifact container -------------------------------------------------------

@@ -36,6 +36,8 @@ from tack.kernels import contour
 from tack.argtypes import argtypes_of
 from tack.specialize import specialize
 
+from .gpu_tools import lerp, lerp_literal
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden")
 SHIM = os.path.join(HERE, "metal_shim")
@@ -453,17 +455,6 @@ def test_float64_is_a_compile_error_at_the_users_line():
     _refused(saxpy, (np.float32(1), d, d, d), 1, "float64")
 
 
-@tack.func
-def lerp(a, b, t):
-    return a + (b - a) * t
-
-
-@tack.kernel
-def lerp_literal(x, y, out):
-    i = tack.tid()
-    out[i] = lerp(x[i], y[i], 0.25)
-
-
 def test_a_literal_given_to_a_device_function_builds_without_double():
     """A float32 kernel passing a literal to a device function builds for Metal, in float: the
     literal is weak in the function, as if written there (it was a float64 parameter, refused
@@ -471,13 +462,24 @@ def test_a_literal_given_to_a_device_function_builds_without_double():
     f = np.zeros(4, np.float32)
     gen, _ = emit(lerp_literal, (f, f, f), 1, "tack_x")
     text = gen.source if hasattr(gen, "source") else str(gen)
-    assert "double" not in text and "0.25" in text, text
+    assert "double" not in text and "0.25f" in text, text
+
+
+@tack.func
+def negated(x, s):
+    return x * -s
+
+
+@tack.func
+def thirds(x, n):
+    return x * (n / 3)
 
 
 @tack.kernel
 def literal_arithmetic(x, out):
     i = tack.tid()
-    out[i] = x[i] * (1 / 3) + (2 ** 0.5) * -(1 / 7) + lerp(x[i], 1.0, 1 / 4)
+    out[i] = (x[i] * (1 / 3) + (2 ** 0.5) * -(1 / 7) + lerp(x[i], 1.0, 1 / 4) + thirds(x[i], 1)
+              + negated(x[i], 0.5) + negated(x[i], -0.0) + x[i] * (1e308 * 10))
 
 
 def test_arithmetic_of_literals_alone_builds_without_double():
@@ -485,7 +487,9 @@ def test_arithmetic_of_literals_alone_builds_without_double():
     no double is needed (it was computed in double and refused)."""
     f = np.zeros(4, np.float32)
     gen, _ = emit(literal_arithmetic, (f, f), 1, "tack_x")
-    assert "double" not in gen.source, gen.source
+    assert "double" not in gen.source and "--" not in gen.source, gen.source
+    assert "(v_x * (-0.5f))" in gen.source and "(v_x * 0.0f)" in gen.source     # -(-0.0) is 0.0
+    check_structure(gen.source, gen)
 
 
 def test_what_metal_lacks_is_a_compile_error_naming_it():
