@@ -159,6 +159,56 @@ class LoweredKernel:
         return hasher(self.to_bytes()).hexdigest()
 
 
+TOO_BIG = object()              # an integer literal expression past MAX_LITERAL_BITS: not computed
+MAX_LITERAL_BITS = 4096
+
+
+def int_literal_op(op: str, a: int, b: int):
+    """``a op b`` (``op`` as the lowered IR names it) of two integer literals as the front end
+    folds an expression of integer literals alone: Python's value; None where Tack's meaning
+    differs from Python's (a division by zero, a negative exponent or shift: left to run time, as
+    is ``/``, a float); ``TOO_BIG`` for a value past ``MAX_LITERAL_BITS`` bits."""
+    if op in ("+", "-", "*", "&", "|", "^"):
+        v = (a + b if op == "+" else a - b if op == "-" else a * b if op == "*"
+             else a & b if op == "&" else a | b if op == "|" else a ^ b)
+    elif op in ("//", "%"):
+        if b == 0:
+            return None
+        v = a // b if op == "//" else a % b
+    elif op == "**":
+        if b < 0:
+            return None
+        if abs(a) > 1 and (abs(a).bit_length() - 1) * b > MAX_LITERAL_BITS:
+            return TOO_BIG
+        v = a ** b
+    elif op in ("<<", ">>"):
+        if b < 0:
+            return None
+        if op == ">>":
+            v = a >> b
+        elif a != 0 and a.bit_length() + b > MAX_LITERAL_BITS:
+            return TOO_BIG
+        else:
+            v = a << b
+    else:
+        return None
+    return TOO_BIG if v.bit_length() > MAX_LITERAL_BITS else v
+
+
+def int_literal_unop(op: str, v: int):
+    """``op v`` (``neg``, ``pos`` or ``~``) of an integer literal, as ``int_literal_op``."""
+    return -v if op == "neg" else v if op == "pos" else ~v if op == "~" else None
+
+
+def int_literal_unfit(value) -> str | None:
+    """Why an expression of integer literals alone of ``value`` (``int_literal_op``'s answer) is
+    refused, or None where it is one (None) or fits in 64 bits."""
+    if value is None or (value is not TOO_BIG and -2**63 <= value < 2**64):
+        return None
+    shown = "" if value is TOO_BIG or value.bit_length() > 128 else f" is {value}, which"
+    return f"this expression of integer literals{shown} does not fit in 64 bits"
+
+
 def float_folded(node):
     """An operation on number literals alone whose value is a float (``1 / 3``, ``0.5 * 2``,
     ``2 ** 0.5``, ``-(1 / 3)``): one float literal of the value Python computes (so, as a

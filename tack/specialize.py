@@ -18,6 +18,7 @@ import numpy as np
 from . import types as T
 from .errors import CompileError
 from .language import MATH1, MATH2, MATH_PREDICATES
+from . import ir
 from .ir import LoweredFunction, LoweredKernel, assignments, float_folded
 from .limits import deep
 
@@ -165,15 +166,15 @@ _MAX_LITERAL_NODES = 16
 
 def _bounded(node):
     """``node`` (literals alone) as it is put in a function's body: itself where it is small, else
-    its value where it is integers alone (``literal_value``, Python's: what it means in place
-    too), else None (not put there)."""
+    its value where it is integers alone (``_int_value``, Python's: what it means in place too),
+    else None (not put there)."""
     count, stack = 0, [node]
     while stack:
         n = stack.pop()
         count += 1
         if count > _MAX_LITERAL_NODES:
-            v = literal_value(node)
-            return ["const", node[1], v, "int"] if v is not None and -2**63 <= v < 2**64 else None
+            v = _int_value(node)
+            return ["const", node[1], v, "int"] if v is not None and not ir.int_literal_unfit(v) else None
         if n[0] == "unop":
             stack.append(n[3])
         elif n[0] == "binop":
@@ -181,14 +182,41 @@ def _bounded(node):
     return node
 
 
-def _refolded(node):
+def _int_value(node):
+    """The value of ``node`` (literals alone) where it is integers alone, by the front end's rules
+    (``ir.int_literal_op``): a Python int, ``ir.TOO_BIG``, or None."""
+    kind = node[0]
+    if kind == "const":
+        return node[2] if type(node[2]) is int else None
+    if kind == "unop":
+        v = _int_value(node[3])
+        return v if v is None or v is ir.TOO_BIG else ir.int_literal_unop(node[2], v)
+    a = _int_value(node[3])
+    if a is None:
+        return None
+    b = _int_value(node[4])
+    if b is None:
+        return None
+    if a is ir.TOO_BIG or b is ir.TOO_BIG:
+        return ir.TOO_BIG
+    return ir.int_literal_op(node[2], a, b)
+
+
+def _refolded(node, source):
     """An operation on literals alone that putting literal arguments in a function's body made,
-    folded as the front end folds one written so: integers alone to their value (where 64 bits
-    hold it), an operation whose value is a float to that float (``ir.float_folded``)."""
-    v = literal_value(node)
+    folded top-down as the front end folds one written so: integers alone to their value (an
+    error at it where 64 bits do not hold it, as in place), else its operands so, then an
+    operation whose value is a float to that float (``ir.float_folded``)."""
+    if node[0] not in ("binop", "unop"):
+        return node
+    v = _int_value(node)
+    unfit = ir.int_literal_unfit(v)
+    if unfit:
+        raise source.error(unfit, node[1])
     if v is not None:
-        return ["const", node[1], v, "int"] if -2**63 <= v < 2**64 else node
-    return float_folded(node)
+        return ["const", node[1], v, "int"]
+    folded = node[:3] + [_refolded(x, source) for x in node[3:]]
+    return float_folded(folded)
 
 
 def _literal_key(node):
@@ -217,15 +245,31 @@ def _with_literals(lf: LoweredFunction, literal: dict) -> LoweredFunction:
     parameters and each use of it in its body replaced by a copy of the literal."""
     names = {lf.params[i]: node for i, node in literal.items()}
 
+    def is_name(x):
+        return len(x) == 3 and x[0] == "name" and isinstance(x[2], str) and x[2] in names
+
+    def becomes_literal(x):             # literals alone once the names are put in
+        if x[0] == "const":
+            return x[3] in ("int", "float")
+        if x[0] == "unop":
+            return becomes_literal(x[3])
+        if x[0] == "binop":
+            return becomes_literal(x[3]) and becomes_literal(x[4])
+        return is_name(x)
+
+    def put(x):
+        if not isinstance(x, list):
+            return x
+        return _relocated(names[x[2]], x[1]) if is_name(x) else [put(y) for y in x]
+
     def walk(x):
         if not isinstance(x, list):
             return x
-        if len(x) == 3 and x[0] == "name" and isinstance(x[2], str) and x[2] in names:
+        if is_name(x):
             return _relocated(names[x[2]], x[1])
-        y = [walk(z) for z in x]
-        if y and y[0] in ("binop", "unop") and _literals_alone(y):
-            return _refolded(y)             # as the front end folds the same written in place
-        return y
+        if x and x[0] in ("binop", "unop") and becomes_literal(x):
+            return _refolded(put(x), lf.source)     # the outermost such: as the front end folds
+        return [walk(y) for y in x]
     params = [p for i, p in enumerate(lf.params) if i not in literal]
     return LoweredFunction(lf.fid, lf.name, params, walk(lf.body), lf.source)
 

@@ -1522,3 +1522,29 @@ def test_a_literal_arguments_arithmetic_in_the_function_is_folded_as_in_place():
     np.testing.assert_array_equal(out[:4], np.array([float(w) for w in want]))
     assert np.isnan(out[4:]).all() and np.signbit(out[4:]).tolist() == [False, True]
 
+
+@tack.func
+def cubed_shifted(n):
+    return (n * n * n) >> 170
+
+
+@tack.func
+def shifted_back(x, n):
+    return x + ((n << 3) >> 10)
+
+
+@tack.kernel
+def k_literal_argument_wide_steps(x, out):
+    out[0] = cubed_shifted(2**60)                  # 2**180 on the way: past 128 bits
+    out[1] = shifted_back(x[0], 2**63 - 1)         # past 64 bits on the way, back in range
+
+
+def test_a_literal_arguments_integer_arithmetic_is_folded_whole_as_in_place():
+    """Integers alone made of a literal argument fold as the front end folds the same written in
+    place: the whole expression, whatever its steps (up to 4096 bits), not each step in int64
+    (which gave 0 and a wrapped value)."""
+    x = np.zeros(1, np.uint64)
+    out = np.zeros(2, np.uint64)
+    tack.launch(k_literal_argument_wide_steps, dim=1, args=(x, out))
+    assert out.tolist() == [(2**60) ** 3 >> 170, ((2**63 - 1) << 3) >> 10]
+

@@ -347,3 +347,24 @@ def test_a_literal_argument_the_function_cannot_take_points_at_its_use():
         tack.launch(k_literal_index, dim=1, args=(np.zeros(3), np.zeros(1)))
     msg = str(e.value)
     assert "array indices must be integers" in msg and "return a[k]" in msg, msg
+
+
+@tack.func
+def plus_one(x, n):
+    return x + (n + 1)
+
+
+@tack.kernel
+def k_literal_past_64_bits(a, out):
+    out[0] = plus_one(a[0], 2**64 - 1)
+
+
+def test_a_literal_arguments_arithmetic_past_64_bits_is_the_error_it_is_in_place():
+    """``n + 1`` of the literal 2**64 - 1 in a device function is refused as
+    ``x + (2**64 - 1 + 1)`` written there is, at that line (it wrapped to 0)."""
+    with pytest.raises(tack.CompileError) as e:
+        tack.launch(k_literal_past_64_bits, dim=1, args=(np.zeros(1, np.uint64), np.zeros(1, np.uint64)))
+    msg = str(e.value)
+    assert "this expression of integer literals is 18446744073709551616, which does not fit in 64 bits" in msg
+    assert "return x + (n + 1)" in msg, msg
+

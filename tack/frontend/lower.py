@@ -314,11 +314,9 @@ class _FunctionLowerer:
         if isinstance(e, ast.BinOp) or (isinstance(e, ast.UnaryOp) and
                                         not isinstance(e.operand, ast.Constant)):
             value = _int_literal_value(e, self.literals)
-            if value is _TOO_BIG or (value is not None and not -2**63 <= value < 2**64):
-                shown = "" if value is _TOO_BIG or value.bit_length() > 128 else \
-                    f" is {value}, which"
-                raise self.error(f"this expression of integer literals{shown} does not fit in "
-                                 "64 bits", e)
+            unfit = ir.int_literal_unfit(value)
+            if unfit:
+                raise self.error(unfit, e)
             if value is not None:       # one literal, as Python computes it (2**63 // 2, 10**19)
                 return ["const", self.loc(e), value, "int"]
         self.depth += 1
@@ -615,18 +613,11 @@ class _FunctionLowerer:
         return ["call", self.loc(e), fid, args]
 
 
-_TOO_BIG = object()
-_MAX_LITERAL_BITS = 4096        # past this, an expression of literals is not computed: too big
-_LITERAL_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-                ast.Mult: lambda a, b: a * b, ast.BitAnd: lambda a, b: a & b,
-                ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b}
-
-
 def _int_literal_value(e, memo):
     """The value of an expression of integer literals alone (``2**63 // 2``, ``3 * 10**9``), as
     Python computes it; None where it is not one, or where Tack's meaning differs from Python's
-    (a division by zero, a negative exponent or shift: those are left to run); ``_TOO_BIG`` for
-    a value (or a step towards it) past ``_MAX_LITERAL_BITS`` bits.  ``memo`` ({id(node):
+    (a division by zero, a negative exponent or shift: those are left to run); ``ir.TOO_BIG`` for
+    a value (or a step towards it) past ``ir.MAX_LITERAL_BITS`` bits.  ``memo`` ({id(node):
     value}) keeps each node's answer, so that a long chain (``i + 1 + 1 + ...``) is walked once,
     not once per level."""
     v = memo.get(id(e), _MISSING)
@@ -640,9 +631,9 @@ def _literal_step(e, memo):
         return e.value if type(e.value) is int else None
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd, ast.Invert)):
         v = _int_literal_value(e.operand, memo)
-        if v is None or v is _TOO_BIG:
+        if v is None or v is ir.TOO_BIG:
             return v
-        return -v if isinstance(e.op, ast.USub) else v if isinstance(e.op, ast.UAdd) else ~v
+        return ir.int_literal_unop(_UNOPS[type(e.op)], v)
     if not isinstance(e, ast.BinOp):
         return None
     a = _int_literal_value(e.left, memo)
@@ -651,33 +642,10 @@ def _literal_step(e, memo):
     b = _int_literal_value(e.right, memo)
     if b is None:
         return None
-    if a is _TOO_BIG or b is _TOO_BIG:
-        return _TOO_BIG
-    op = type(e.op)
-    if op in _LITERAL_OPS:
-        v = _LITERAL_OPS[op](a, b)
-    elif op in (ast.FloorDiv, ast.Mod):
-        if b == 0:
-            return None
-        v = a // b if op is ast.FloorDiv else a % b
-    elif op is ast.Pow:
-        if b < 0:
-            return None
-        if abs(a) > 1 and (abs(a).bit_length() - 1) * b > _MAX_LITERAL_BITS:
-            return _TOO_BIG
-        v = a ** b
-    elif op in (ast.LShift, ast.RShift):
-        if b < 0:
-            return None
-        if op is ast.RShift:
-            v = a >> b
-        elif a != 0 and a.bit_length() + b > _MAX_LITERAL_BITS:
-            return _TOO_BIG
-        else:
-            v = a << b
-    else:
-        return None                     # '/' gives a float; '@' is refused where it is lowered
-    return _TOO_BIG if v.bit_length() > _MAX_LITERAL_BITS else v
+    if a is ir.TOO_BIG or b is ir.TOO_BIG:
+        return ir.TOO_BIG
+    op = _BINOPS.get(type(e.op))
+    return None if op is None else ir.int_literal_op(op, a, b)    # '/' gives a float: None
 
 
 def _chain(fids) -> str:
