@@ -197,6 +197,19 @@ def _tuple_name(t) -> str:
     return "tack_tuple_" + "_".join(parts) if parts else "tack_tuple_empty"
 
 
+class _WeakFloat(str):
+    """A weak float literal's MSL text (float32: cast where it is used), with its exact value
+    (``value``): converted to an integer or a bool at compile time, as the CPU converts the
+    double, not from the float32 text (``16777217.0`` is not ``16777216``, ``1e-50`` not 0)."""
+
+    value: float
+
+    def __new__(cls, text, value):
+        s = super().__new__(cls, text)
+        s.value = value
+        return s
+
+
 def _float_literal(v) -> str:
     with np.errstate(over="ignore"):            # past float32: its infinity
         v = float(np.float32(v))
@@ -616,7 +629,7 @@ class _Function:
     def _e_const(self, e):
         t = self.types[id(e)]
         if t.kind == "f":               # float32 text; a weak literal is cast where it is used
-            return _float_literal(e[2])
+            return _WeakFloat(_float_literal(e[2]), float(e[2])) if t.weak else _float_literal(e[2])
         t = t.strong()
         ct = ctype(t)
         if t.kind == "b":
@@ -667,7 +680,9 @@ class _Function:
         if op == "not":
             return f"(!{self.to_bool(v, t)})"
         if op in ("neg", "pos") and t.kind == "f" and t.weak:
-            return f"(-{v})" if op == "neg" else v      # a weak float: cast where it is used
+            if op == "pos":
+                return v                                # a weak float: cast where it is used
+            return _WeakFloat(f"(-{v})", -v.value) if isinstance(v, _WeakFloat) else f"(-{v})"
         rt = self.types[id(e)].strong()
         v = self.cast(v, t, rt)
         if op == "pos":
@@ -911,6 +926,8 @@ class _Function:
         return self.to_bool(self.expr(e), self.types[id(e)])
 
     def to_bool(self, v, t):
+        if isinstance(v, _WeakFloat):
+            return "true" if v.value != 0 else "false"      # NaN is true, as in C and Python
         t = t.strong()
         if t.kind == "b":
             return v
@@ -929,6 +946,13 @@ class _Function:
             return v
         if src.weak and src.kind == "f" and dst.kind == "f":
             return v                    # a float literal, written as float32 text
+        if isinstance(v, _WeakFloat) and dst.kind in "iu":
+            dc = ctype(dst.strong())    # as the CPU converts it: saturated, NaN 0, else truncated
+            bits = 32 if dc in ("int", "uint") else 64
+            lo, hi = (0, 2**bits - 1) if dc[0] == "u" else (-2**(bits - 1), 2**(bits - 1) - 1)
+            x = v.value
+            n = 0 if x != x else lo if x <= lo else hi if x >= hi else int(x)
+            return _int_literal(n, dc)
         src, dst = src.strong(), dst.strong()
         if src == dst:
             return v

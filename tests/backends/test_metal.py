@@ -492,6 +492,46 @@ def test_arithmetic_of_literals_alone_builds_without_double():
     check_structure(gen.source, gen)
 
 
+@tack.func
+def truth_of(s):
+    return 1 if s else 0
+
+
+@tack.func
+def to_int32(s):
+    return tack.int32(s)
+
+
+@tack.func
+def to_uint32(s):
+    return tack.uint32(s)
+
+
+@tack.kernel
+def literal_conversions(i, out):
+    out[0] = truth_of(1e-50)
+    out[1] = to_int32(16777217.0)
+    out[2] = to_int32(1e300)
+    out[3] = to_uint32(-5.5)
+    out[4] = truth_of(0.0)
+    out[5] = to_int32(-2.9)
+
+
+def test_a_float_literal_converted_to_an_int_or_a_bool_is_its_exact_value():
+    """A float literal given to a device function that makes an int or a bool of it is converted
+    at compile time from its value, as the CPU converts the double (saturated, truncated), not
+    from its float32 text: 16777217.0 is 16777217 and 1e-50 is true (they were 16777216 and
+    false)."""
+    i, out = np.zeros(1, np.int32), np.zeros(6, np.int64)
+    tack.launch(literal_conversions, 1, (i, out))
+    assert out.tolist() == [1, 16777217, 2**31 - 1, 0, 0, -2]
+    gen, _ = emit(literal_conversions, (i, out), 1, "tack_x")
+    returns = [line.strip() for line in gen.source.splitlines()
+               if line.strip().startswith("return") and "{}" not in line and "tack_wrap" not in line]
+    assert returns == ["return (true ? 1L : 0L);", "return 16777217;", "return 2147483647;",
+                       "return 0u;", "return (false ? 1L : 0L);", "return (-2);"], returns
+
+
 def test_what_metal_lacks_is_a_compile_error_naming_it():
     f = np.zeros(4, np.float32)
     assert "out[i] = math.erf(x[i])" in _refused(uses_erf, (f, f), 1, "math.erf (no MSL function)")
