@@ -146,35 +146,35 @@ class _Context:
         return {bool: T.boolean, int: T.int64, float: T.float64}[type(v)]
 
 
-def _literals_alone(node) -> bool:
-    """Whether ``node`` is a number literal, or an expression of number literals alone."""
+def _literals_alone(node, names=()) -> bool:
+    """Whether ``node`` is a number literal, or an expression of number literals alone (``names``:
+    of parameters that stand for literals)."""
     kind = node[0]
     if kind == "const":
         return node[3] in ("int", "float")
     if kind == "unop":
-        return _literals_alone(node[3])
+        return _literals_alone(node[3], names)
     if kind == "binop":
-        return _literals_alone(node[3]) and _literals_alone(node[4])
-    return False
+        return _literals_alone(node[3], names) and _literals_alone(node[4], names)
+    return kind == "name" and len(node) == 3 and node[2] in names
 
 
-# A literal argument of more nodes than this is put in a function's body as its value (integers
-# alone) or not at all (an ordinary parameter): each use gets a copy, and a function passing it
-# on used twice (``f(x, n + n)``) would double it at every level of calls.
+# A literal argument of more nodes than this (one the folds leave, such as ``n % 2.0``) is an
+# ordinary parameter: each use gets a copy, and a function passing it on used twice
+# (``f(x, n % 2.0 + n % 2.0)``) would double it at every level of calls.
 _MAX_LITERAL_NODES = 16
 
 
 def _bounded(node):
-    """``node`` (literals alone) as it is put in a function's body: itself where it is small, else
-    its value where it is integers alone (``_int_value``, Python's: what it means in place too),
-    else None (not put there)."""
+    """``node`` (literals alone) where it is small enough to be put in a function's body, else None
+    (an ordinary parameter).  Integers alone never are large here: the front end folds those
+    written in a call, ``_refolded`` those a body made."""
     count, stack = 0, [node]
     while stack:
         n = stack.pop()
         count += 1
         if count > _MAX_LITERAL_NODES:
-            v = _int_value(node)
-            return ["const", node[1], v, "int"] if v is not None and not ir.int_literal_unfit(v) else None
+            return None
         if n[0] == "unop":
             stack.append(n[3])
         elif n[0] == "binop":
@@ -182,19 +182,23 @@ def _bounded(node):
     return node
 
 
-def _int_value(node):
-    """The value of ``node`` (literals alone) where it is integers alone, by the front end's rules
-    (``ir.int_literal_op``): a Python int, ``ir.TOO_BIG``, or None."""
+def _int_value(node, depth=None):
+    """The value of ``node`` where it is integers alone, by the front end's rules
+    (``ir.int_literal_op``): a Python int, ``ir.TOO_BIG``, or None (also where it is deeper than
+    ``depth`` levels, if given)."""
     kind = node[0]
     if kind == "const":
         return node[2] if type(node[2]) is int else None
+    if kind not in ("unop", "binop") or depth == 0:
+        return None
+    depth = None if depth is None else depth - 1
     if kind == "unop":
-        v = _int_value(node[3])
+        v = _int_value(node[3], depth)
         return v if v is None or v is ir.TOO_BIG else ir.int_literal_unop(node[2], v)
-    a = _int_value(node[3])
+    a = _int_value(node[3], depth)
     if a is None:
         return None
-    b = _int_value(node[4])
+    b = _int_value(node[4], depth)
     if b is None:
         return None
     if a is ir.TOO_BIG or b is ir.TOO_BIG:
@@ -248,15 +252,6 @@ def _with_literals(lf: LoweredFunction, literal: dict) -> LoweredFunction:
     def is_name(x):
         return len(x) == 3 and x[0] == "name" and isinstance(x[2], str) and x[2] in names
 
-    def becomes_literal(x):             # literals alone once the names are put in
-        if x[0] == "const":
-            return x[3] in ("int", "float")
-        if x[0] == "unop":
-            return becomes_literal(x[3])
-        if x[0] == "binop":
-            return becomes_literal(x[3]) and becomes_literal(x[4])
-        return is_name(x)
-
     def put(x):
         if not isinstance(x, list):
             return x
@@ -267,7 +262,7 @@ def _with_literals(lf: LoweredFunction, literal: dict) -> LoweredFunction:
             return x
         if is_name(x):
             return _relocated(names[x[2]], x[1])
-        if x and x[0] in ("binop", "unop") and becomes_literal(x):
+        if x and x[0] in ("binop", "unop") and _literals_alone(x, names):   # once they are put in
             return _refolded(put(x), lf.source)     # the outermost such: as the front end folds
         return [walk(y) for y in x]
     params = [p for i, p in enumerate(lf.params) if i not in literal]
@@ -282,42 +277,12 @@ def strong(t):
     return t
 
 
-_LITERAL_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-                "//": lambda a, b: a // b, "%": lambda a, b: a % b, "&": lambda a, b: a & b,
-                "|": lambda a, b: a | b, "^": lambda a, b: a ^ b}
-
-
-def literal_value(node, depth=0):
+def literal_value(node):
     """The value of an integer literal, or of an expression of integer literals alone (``2**40``,
-    ``3 * 10**9``, ``0 - 3``), as Python computes it; None for anything else, or a value past 128
-    bits (what no type here holds: the usual rules then)."""
-    kind = node[0]
-    if kind == "const":
-        v = node[2]
-        return v if type(v) is int else None
-    if depth > 32 or kind not in ("unop", "binop"):
-        return None
-    if kind == "unop":
-        v = literal_value(node[3], depth + 1)
-        if v is None or node[2] not in ("neg", "pos", "~"):
-            return None
-        return -v if node[2] == "neg" else v if node[2] == "pos" else ~v
-    a, b = literal_value(node[3], depth + 1), literal_value(node[4], depth + 1)
-    if a is None or b is None:
-        return None
-    op = node[2]
-    try:
-        if op == "**":
-            v = a ** b if 0 <= b <= 128 and abs(a) < 2**64 else None
-        elif op in ("<<", ">>"):
-            v = (a << b if op == "<<" else a >> b) if 0 <= b <= 128 else None
-        elif op in _LITERAL_OPS:
-            v = _LITERAL_OPS[op](a, b)
-        else:
-            v = None
-    except ZeroDivisionError:
-        return None
-    return v if v is not None and v.bit_length() <= 128 else None
+    ``~5``, ``0 - 3``), as the front end computes it; None for anything else, one deeper than 32
+    levels, or a value past 128 bits (what no type here holds: the usual rules then)."""
+    v = _int_value(node, 32)
+    return v if v is not None and v is not ir.TOO_BIG and v.bit_length() <= 128 else None
 
 
 def arith_type(op, a, b):

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import types as T
 from .argument_layout import array_values, entry_codes
+from .variant import refusal
 
 SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
@@ -378,21 +379,16 @@ def block_request(dims, block):
     it too: a call the CPU runs is not refused by a device for what the CPU could have said."""
     if isinstance(block, (int, np.integer)) and not isinstance(block, (bool, np.bool_)):
         if block < 1:
-            raise _refusal(ValueError(f"block {block!r} must be at least 1 work-item"))
+            raise refusal(ValueError(f"block {block!r} must be at least 1 work-item"))
         return int(block)
     try:
         shape = tuple(operator.index(x) for x in block)
     except TypeError:
-        raise _refusal(TypeError(f"block must be an int or a tuple of ints, not {block!r}")) from None
+        raise refusal(TypeError(f"block must be an int or a tuple of ints, not {block!r}")) from None
     if len(shape) != len(dims) or any(x < 1 for x in shape):
-        raise _refusal(ValueError(f"block {block!r} does not match the grid {dims!r} (one extent "
+        raise refusal(ValueError(f"block {block!r} does not match the grid {dims!r} (one extent "
                                   "of at least 1 per grid dimension)"))
     return shape
-
-
-def _refusal(e):
-    e.tack_launch_error = True          # not a fault: ``tack.launch`` trims the frames that checked
-    return e
 
 
 def choose_block(dims, block, default, limit, max_items, where) -> tuple:
@@ -408,7 +404,7 @@ def choose_block(dims, block, default, limit, max_items, where) -> tuple:
         return group_shape(dims, min(shape, limit), max_items)
     per_dim = tuple(reversed(tuple(max_items[:len(dims)])))        # the grid's order
     if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, per_dim)):
-        raise _refusal(ValueError(f"block {shape} is larger than {where} allows ({limit} "
+        raise refusal(ValueError(f"block {shape} is larger than {where} allows ({limit} "
                                   f"work-items, at most {per_dim} per dimension)"))
     return shape
 

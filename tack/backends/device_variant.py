@@ -7,7 +7,7 @@ does not define what only a device's launch runs.
 """
 
 from .device_args import block_request
-from .variant import BoundsReport, Signature, grid_check
+from .variant import BoundsReport, Signature, grid_check, refusal
 
 
 class DeviceVariant(BoundsReport):
@@ -43,8 +43,7 @@ class DeviceVariant(BoundsReport):
             if said == str(e):
                 raise
             named = type(e)(said)
-            named.tack_launch_error = getattr(e, "tack_launch_error", False)    # a refusal stays one
-            raise named from None
+            raise (refusal(named) if getattr(e, "tack_launch_error", False) else named) from None
         if err is not None and err[0]:
             self.raise_bounds_error(err)
 

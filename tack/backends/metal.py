@@ -948,8 +948,7 @@ class _Function:
             return v                    # a float literal, written as float32 text
         if isinstance(v, _WeakFloat) and dst.kind in "iu":
             dc = ctype(dst.strong())    # as the CPU converts it: saturated, NaN 0, else truncated
-            bits = 32 if dc in ("int", "uint") else 64
-            lo, hi = (0, 2**bits - 1) if dc[0] == "u" else (-2**(bits - 1), 2**(bits - 1) - 1)
+            lo, hi = int(np.iinfo(dst.strong().dtype).min), int(np.iinfo(dst.strong().dtype).max)
             x = v.value
             n = 0 if x != x else lo if x <= lo else hi if x >= hi else int(x)
             return _int_literal(n, dc)

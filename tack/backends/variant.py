@@ -75,6 +75,13 @@ class BoundsReport:
                          f"({where})")
 
 
+def refusal(e):
+    """``e`` marked as a launch's refusal of what it was given, not a fault: ``tack.launch`` trims
+    the frames that checked (``launch._launch_error``)."""
+    e.tack_launch_error = True
+    return e
+
+
 def _extent_for(k: int) -> int:
     """The extent an axis needs for the index ``k`` (counted from the end if negative)."""
     return k + 1 if k >= 0 else -k
@@ -111,11 +118,8 @@ class GridCheck:
         return False
 
     def refuse(self, args, dims):
-        """Raise the IndexError of ``error``, marked as a refusal (not a fault: ``tack.launch``
-        trims its frames)."""
-        e = self.error(args, dims)
-        e.tack_launch_error = True
-        raise e
+        """Raise the IndexError of ``error``, as a launch's ``refusal``."""
+        raise refusal(self.error(args, dims))
 
     def error(self, args, dims) -> IndexError:
         """The first array the grid ``dims`` runs past, or too short for a constant index of
@@ -159,4 +163,3 @@ def grid_check(sig: Signature, tidx):
               for c in decode_tidx(tidx)
               if c[0] < len(types) and isinstance(types[c[0]], Array) and c[1] < types[c[0]].ndim]
     return GridCheck(sig.name, sig.locate, checks) if checks else None
-
