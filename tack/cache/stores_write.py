@@ -13,8 +13,8 @@ import time
 
 from . import log
 from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
-from .trust import (VERSION_MARKER, Untrusted, ensure_private_dir, make_root, tag_new_root, touch_regular,
-                    write_atomic)
+from .trust import (VERSION_MARKER, Untrusted, check_parents, ensure_private_dir, make_root, tag_new_root,
+                    touch_regular, write_atomic)
 
 
 def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
@@ -59,8 +59,13 @@ def _root_ready(disk) -> bool:
     if disk.usable() or not disk._missing:
         return disk._usable
     try:
+        check_parents(disk.root)            # refused before anything is made below such a parent
         make_root(disk.root)
         made = True
+    except Untrusted as e:
+        disk.warn_once(f"not using the kernel cache: {e}")
+        disk._usable = False
+        return False
     except FileExistsError:
         made = False                        # another process's since the look: not ours to tag
     except OSError as e:

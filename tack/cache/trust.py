@@ -196,11 +196,14 @@ def check_parents(path: str) -> None:
     One ``lstat`` per directory above, deepest first: where none of them is a symbolic link,
     they are the real directories already.  Where one is, the walk starts again from the
     parent's real path (``os.path.realpath``, which calls ``lstat`` on each of them again), so
-    that the directories checked and named are the real ones."""
+    that the directories checked and named are the real ones; and then, where those are all
+    private, the path as written is walked on up, past its links, since the directories that
+    hold a link matter as much: anyone who may write one could point the link elsewhere."""
     parent = os.path.dirname(os.path.abspath(path))
     found = _open_to_others(parent, stop_at_link=True)
     if found is _A_LINK:
-        found = _open_to_others(os.path.realpath(parent), stop_at_link=False)
+        found = (_open_to_others(os.path.realpath(parent), stop_at_link=False)
+                 or _open_to_others(parent, stop_at_link=False))
     if found is not None:
         where, st = found
         raise Untrusted(f"the directory {where}, above {path}, is writable by others without "
@@ -215,22 +218,26 @@ _A_LINK = object()
 def _open_to_others(parent: str, stop_at_link: bool):
     """The deepest of ``parent`` and the directories above it that others may write without the
     sticky bit, as (path, lstat result); None if none is (or from where one cannot be asked:
-    it does not exist yet, or cannot be searched); ``_A_LINK`` if ``stop_at_link`` and one of
-    them is a symbolic link (found before any such directory: what lies below a link is to
-    be named by its real path: the walk goes on up to make sure there is none)."""
+    it cannot be searched; a level not made yet is passed over, so that a directory is refused
+    before it is made); ``_A_LINK`` if ``stop_at_link`` and one of them is a symbolic link
+    (found before any such directory: what lies below a link is to be named by its real path:
+    the walk goes on up to make sure there is none)."""
     found = None
     while True:
         try:
             st = os.lstat(parent)
+        except FileNotFoundError:           # not made yet: the levels above it still matter
+            st = None
         except OSError:
             return found
-        if stop_at_link and stat.S_ISLNK(st.st_mode):
-            return _A_LINK
-        if (found is None and st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX
-                and stat.S_ISDIR(st.st_mode)):
-            found = parent, st
-            if not stop_at_link:
-                return found
+        if st is not None:
+            if stop_at_link and stat.S_ISLNK(st.st_mode):
+                return _A_LINK
+            if (found is None and st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX
+                    and stat.S_ISDIR(st.st_mode)):
+                found = parent, st
+                if not stop_at_link:
+                    return found
         up = os.path.dirname(parent)
         if up == parent:
             return found

@@ -75,6 +75,26 @@ def test_parent_writable_by_others(warm, tmp_path, mode, refused):
         assert run.warnings == [] and run.stats["hits"]["variant"] == 3
 
 
+def test_a_cache_below_a_parent_open_to_others_is_refused_before_it_is_made(warm, tmp_path):
+    """A missing cache directory below one others may write (no sticky bit), deeper levels not
+    made either, was made first and refused after: the directories were left behind.  Now
+    nothing is made, the one warning names the open directory, and the kernels compile."""
+    _, src = warm
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    os.chmod(parent, 0o777)
+    try:
+        for cache in (parent / "cache", parent / "not" / "yet" / "cache"):
+            run = run_child(cache, src, KMOD_LAUNCHES)
+            check_results(run)
+            assert len(run.warnings) == 1, run.warnings
+            assert str(parent) in run.warnings[0]["message"], run.warnings
+            assert all(compiled(r) for r in run.results)
+            assert os.listdir(parent) == [], os.listdir(parent)
+    finally:
+        os.chmod(parent, 0o755)
+
+
 @pytest.fixture
 def packed_cache(warm):
     cache, _ = warm
@@ -273,3 +293,25 @@ def test_a_parent_open_to_others_is_named_whichever_way_it_is_reached(tmp_path, 
     with pytest.raises(trust.Untrusted):
         trust.check_parents(str(link / "cache"))
     assert str(shared / "real") in calls and str(shared) in calls
+
+
+def test_a_link_held_by_a_directory_open_to_others_is_refused(tmp_path):
+    """A cache path through a symbolic link that sits in a directory anyone may write (no sticky
+    bit) was used without a word: only the link's real target and what lies above it were
+    checked, not the directory holding the link, where anyone could point it elsewhere."""
+    from tack.cache import trust
+    open_dir = tmp_path / "open"
+    target = tmp_path / "private" / "target"
+    target.mkdir(parents=True)
+    open_dir.mkdir()
+    (open_dir / "link").symlink_to(target)
+    os.chmod(open_dir, 0o777)
+    try:
+        with pytest.raises(trust.Untrusted) as e:
+            trust.check_parents(str(open_dir / "link" / "cache"))
+        assert str(e.value).startswith(f"the directory {open_dir}, above "), str(e.value)
+        os.chmod(open_dir, 0o1777)              # sticky: the link cannot be replaced by others
+        trust.check_parents(str(open_dir / "link" / "cache"))
+    finally:
+        os.chmod(open_dir, 0o755)
+    trust.check_parents(str(open_dir / "link" / "cache"))
