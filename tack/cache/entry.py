@@ -93,6 +93,13 @@ def _add_field(meta: dict, field: str, values: list):
         raise DamagedEntry(f"metadata field {field!r} has {len(values)} values")
 
 
+def is_entry_magic(magic: bytes) -> bool:
+    """Whether ``magic`` opens an entry of some Tack's format, this one's, an older one's
+    (``TACKENT1``...) or a newer one's: the header's layout has never changed, so the cache's
+    size limit and ``clear`` know every version's entries for the cache's own."""
+    return len(magic) == 8 and magic[:7] == MAGIC[:7] and b"1" <= magic[7:] <= b"9"
+
+
 def decode(data: bytes, kind: int, key: str | None = None, only=None):
     """-> (key, meta dict, payload bytes); DamagedEntry if anything is off.
 
@@ -102,7 +109,7 @@ def decode(data: bytes, kind: int, key: str | None = None, only=None):
         raise DamagedEntry("shorter than an entry header")
     magic, k, mlen, plen, digest, key_b = HEAD.unpack_from(data)
     if magic != MAGIC:
-        older = magic[:7] == MAGIC[:7] and b"1" <= magic[7:] < MAGIC[7:]
+        older = is_entry_magic(magic) and magic[7:] < MAGIC[7:]
         raise DamagedEntry(f"an entry of an older Tack's format ({magic.decode()})" if older
                            else "not a Tack cache entry (bad magic)")
     if k != kind:

@@ -18,7 +18,7 @@ import stat
 import time
 
 from . import bundle
-from .entry import HEAD, MAGIC, SUFFIX
+from .entry import HEAD, MAGIC, SUFFIX, is_entry_magic
 from .trust import (MARKER_TEXT, TMP_MARK, VERSION_MARKER, NotRegular, kind_of, mark_fd, read_regular,
                     touch_regular)
 
@@ -36,7 +36,8 @@ _STALE_CLAIM = 600
 
 
 def touch_if_stale(path: str, now: float | None = None) -> bool:
-    """Mark an entry used: bump its mtime if it is more than an hour old (one write an hour).
+    """Mark an entry used: bump its mtime if it is more than an hour old, or dated more than an
+    hour ahead (a clock ahead set it), so one write an hour.
 
     (The read path does the same inline, in stores.py, through the descriptor it read.)
     Never through a link: a link, a FIFO or another's file at ``path`` is left as it is.
@@ -87,7 +88,7 @@ def is_marker(path: str) -> bool:
 
 def is_own_file(path: str) -> bool:
     """Whether ``path`` is a file the cache wrote, checked by its content, not its name:
-    an entry whose header holds its kind and key, or a temporary file of one (or of a
+    an entry (of any Tack's format) whose header holds its kind and key, or a temporary file of one (or of a
     bundle) that holds the start of one.  Never follows a link or opens a FIFO."""
     name = os.path.basename(path)
     try:
@@ -100,7 +101,8 @@ def is_own_file(path: str) -> bool:
     for kind, suffix in SUFFIX.items():
         if name.endswith(suffix) and len(head) == HEAD.size:
             magic, k, *_, key = HEAD.unpack(head)
-            return magic == MAGIC and k == kind and key.decode("ascii", "replace") == name[:-len(suffix)]
+            return (is_entry_magic(magic) and k == kind
+                    and key.decode("ascii", "replace") == name[:-len(suffix)])
     return False
 
 
@@ -205,8 +207,14 @@ def prune(root: str, max_size: int | None) -> PruneResult:
     failed = []
     emptied = set()
     if max_size is not None and total > max_size:
+        # Only what may be deleted counts: a file named like an entry that the cache did not
+        # write (a user's copy, a zero-filled file) would otherwise keep the total over the
+        # limit, and every entry in use would go for it.
+        items = [e for e in items if is_own_file(e[0])]
+        total = sum(size for _, size, *_ in items)
+    if max_size is not None and total > max_size:
         target = int(max_size * 0.9)
-        for path, size, *_ in sorted(items, key=lambda e: e[2]):
+        for path, size, *_ in sorted(items, key=_last_use(time.time())):
             if total - freed <= target:
                 break
             try:
@@ -222,6 +230,13 @@ def prune(root: str, max_size: int | None) -> PruneResult:
     result = PruneResult((total, freed, count))
     result.failed = failed
     return result
+
+
+def _last_use(now: float):
+    """The sort key of an entry's last use (``entries``' tuple): its mtime, where one dated more
+    than an hour ahead of this clock counts as the oldest (a clock ahead set it, and it would
+    otherwise outlive every entry in use; a read marks it used again: ``touch_if_stale``)."""
+    return lambda e: e[2] if e[2] <= now + HOUR else float("-inf")
 
 
 def _remove_emptied(root: str, fans: set) -> None:
@@ -277,11 +292,20 @@ def _stamp(stamp: str, now: float):
         os.close(fd)
 
 
+def _checked_within_the_hour(last: float | None, now: float) -> bool:
+    """Whether the last check (the stamp's time) was less than an hour ago.  A stamp dated
+    ahead of this clock (a node whose clock ran ahead, on a shared cache) is not believed: it
+    would stop every check until that date; the check runs and stamps this clock's time."""
+    return last is not None and 0 <= now - last < HOUR
+
+
 def _claim_is_stale(claim: str, now: float) -> bool:
+    """Whether a claim was left by a holder that died: older than ``_STALE_CLAIM``, or dated as
+    far ahead (a clock ahead of this one; it would otherwise block every check until then)."""
     st = os.lstat(claim)
     if not stat.S_ISREG(st.st_mode):
         raise NotRegular(claim, kind_of(st))     # never deleted: not ours
-    return now - st.st_mtime > _STALE_CLAIM
+    return abs(now - st.st_mtime) > _STALE_CLAIM
 
 
 def maybe_prune(root: str, max_size: int | None, now: float | None = None):
@@ -289,7 +313,7 @@ def maybe_prune(root: str, max_size: int | None, now: float | None = None):
     now = time.time() if now is None else now
     stamp = os.path.join(root, STAMP)
     last = last_check(root)
-    if last is not None and now - last < HOUR:
+    if _checked_within_the_hour(last, now):
         return None
     claim = os.path.join(root, CLAIM)
     try:
@@ -306,7 +330,7 @@ def maybe_prune(root: str, max_size: int | None, now: float | None = None):
     try:
         os.close(fd)
         last = last_check(root)                 # another process may have just finished
-        if last is not None and now - last < HOUR:
+        if _checked_within_the_hour(last, now):
             return None
         try:
             result = prune(root, max_size)

@@ -148,7 +148,7 @@ class DiskCache:
                     damaged = e
                 # LRU: a valid entry marked used through the descriptor read, never a link (see
                 # size.py); its stat then taken again, as ``Found.st`` is what is there now.
-                marked = (damaged is None and self.marks_used and now - st.st_mtime > 3600
+                marked = (damaged is None and self.marks_used and abs(now - st.st_mtime) > 3600
                           and mark_fd(fd, path, now))
                 if marked:
                     st = os.fstat(fd)

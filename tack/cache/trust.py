@@ -118,7 +118,7 @@ def mark_fd(fd: int, path: str, now: float) -> bool:
 
 def touch_regular(path: str, now: float, older_than: float = 0.0) -> bool:
     """Mark the cache's own file ``path`` used: its mtime set to ``now`` if it is older than
-    ``older_than`` seconds.  Opened as every cache file is (no link followed, never blocking),
+    ``older_than`` seconds, or dated as far ahead (a clock ahead of this one set it).  Opened as every cache file is (no link followed, never blocking),
     and only a regular file of this user's is marked: a link, a FIFO, another's file is left
     as it is.  -> whether it was marked."""
     try:
@@ -126,7 +126,7 @@ def touch_regular(path: str, now: float, older_than: float = 0.0) -> bool:
     except OSError:
         return False
     try:
-        if now - st.st_mtime <= older_than or not _is_mine(st):
+        if abs(now - st.st_mtime) <= older_than or not _is_mine(st):
             return False
         return mark_fd(fd, path, now)
     finally:

@@ -268,3 +268,72 @@ def test_prune_leaves_no_empty_directories_and_no_emptied_old_version(many):
     assert stray.read_text() == "mine"
     left = sorted(str(d.relative_to(many)) for d in many.rglob("*") if d.is_dir())
     assert left == sorted({str(p.relative_to(many)) for p in (current, stray.parent.parent, stray.parent)})
+
+
+def test_a_stamp_or_claim_dated_ahead_does_not_stop_the_checks(many):
+    """A stamp dated a year ahead (a node whose clock ran ahead, on a shared cache) stopped every
+    size check until that date, and a claim dated ahead blocked them as long: neither is
+    believed; the check runs and stamps this clock's time."""
+    total = total_bytes(many)
+    ahead = time.time() + 365 * 24 * HOUR
+    (many / size.CLAIM).touch()
+    os.utime(many / size.CLAIM, (ahead, ahead))
+    assert size.maybe_prune(str(many), total // 2) is None       # the claim is let go
+    assert not (many / size.CLAIM).exists()
+    (many / size.STAMP).touch()
+    os.utime(many / size.STAMP, (ahead, ahead))
+    result = size.maybe_prune(str(many), total // 2)
+    assert result is not None and result[2] > 0
+    assert total_bytes(many) <= 0.9 * (total // 2)
+    assert abs(time.time() - (many / size.STAMP).stat().st_mtime) < 60
+    assert size.maybe_prune(str(many), 1) is None                # then an hour's rest, as before
+
+
+def test_entries_dated_ahead_go_first_and_are_marked_when_used(many):
+    """An entry dated more than an hour ahead sorted as the newest and outlived every entry in use;
+    it now counts as the oldest, and a use marks it with this clock's time."""
+    mtimes = age_entries(many)
+    ahead = time.time() + 365 * 24 * HOUR
+    future = max(mtimes, key=mtimes.get)        # the newest of them, now dated a year ahead
+    os.utime(future, (ahead, ahead))
+    oldest = min(mtimes, key=mtimes.get)
+    limit = total_bytes(many) - 1
+    second = sorted(mtimes, key=mtimes.get)[-2]  # the newest after it: kept
+    assert size.prune(str(many), limit)[2] >= 1
+    assert not future.exists() and not oldest.exists() and second.exists()
+    other = next(p for p in entry_paths(many))
+    os.utime(other, (ahead, ahead))
+    assert size.touch_if_stale(str(other)) is True
+    assert abs(other.stat().st_mtime - time.time()) < 60
+
+
+def test_older_formats_entries_are_pruned_and_foreign_look_alikes_do_not_count(many):
+    """Entries an older Tack wrote (magic TACKENT1-3, the same header) were counted against the
+    limit but never deleted (only this format's magic was the cache's own), so the hourly check
+    deleted the entries in use instead, every hour, and ``clear --all`` left them.  Now they go
+    first when oldest; a user's file named like an entry is neither counted nor deleted."""
+    from tack.cache.keys import tack_version_id
+    current = many / tack_version_id()
+    mtimes = age_entries(many)
+    old = many / "0.0.1"
+    clone(current, old)
+    month_ago = time.time() - 30 * 24 * HOUR
+    olds = [p for p in entry_paths(many) if old in p.parents]
+    assert len(olds) == len(mtimes)
+    for p in olds:
+        data = bytearray(p.read_bytes())
+        data[:8] = b"TACKENT3"
+        p.write_bytes(bytes(data))
+        os.utime(p, (month_ago, month_ago))
+    assert size.is_own_file(str(olds[0]))
+    ours = sum(p.stat().st_size for p in mtimes)
+    result = size.prune(str(many), int(ours / 0.9) + 100)
+    assert result[2] == len(mtimes)                              # the old ones, all of them
+    assert all(p.exists() for p in mtimes) and not old.exists()
+    fan = next((current / "variants").iterdir())
+    lookalike = fan / (fan.name + "1" * 62 + ".tvar")            # a user's copy, named like one
+    lookalike.write_bytes(b"\0" * 300_000)
+    os.utime(lookalike, (month_ago, month_ago))
+    result = size.prune(str(many), int(ours / 0.9) + 100)
+    assert result[:3] == (ours, 0, 0)
+    assert all(p.exists() for p in mtimes) and lookalike.stat().st_size == 300_000
