@@ -135,14 +135,29 @@ def _args(args) -> tuple:
                     "(for one argument, write args=(x,))")
 
 
-_FLAG_BITS = 0x403       # NumPy's C_CONTIGUOUS, F_CONTIGUOUS and WRITEABLE flags
-# Those bits -> layout and writability, as types.layout_of reads them (C and F both: C).
-_LAYOUT = {w | f: T.layout_of(f) + ("w" if w else "r") for w in (0, 0x400) for f in range(4)}
+_FLAG_BITS = 0x503       # NumPy's C_CONTIGUOUS, F_CONTIGUOUS, ALIGNED and WRITEABLE flags
+# Those bits of an aligned array -> layout and writability, as types.layout_of reads them (C and
+# F both: C).  An aligned array's strides are whole elements (each dtype Tack takes is aligned to
+# its size); an array that is not aligned (``_unaligned``) may have strides that are not, which
+# types.typeof_array refuses, so its key says which it is.
+_LAYOUT = {0x100 | w | f: T.layout_of(f) + ("w" if w else "r") for w in (0, 0x400) for f in range(4)}
+
+
+def _unaligned(a):
+    """The layout part of the key of an array NumPy does not flag aligned: its pointer or its
+    strides are not multiples of its alignment.  Strides that are not whole elements (a field of
+    a structured array) get a key of their own, which no variant has: the launch then goes
+    through ``typeof_array``, which refuses it, where a variant for a strided view of the same
+    dtype would have run over the wrong elements."""
+    layout = _LAYOUT[a.flags.num & _FLAG_BITS | 0x100]
+    size = a.dtype.itemsize
+    return layout if all(s % size == 0 for s in a.strides) else layout + ":bytes"
 
 
 def _arg_key(a):
     if isinstance(a, np.ndarray):
-        return (a.dtype, a.ndim, _LAYOUT[a.flags.num & _FLAG_BITS])
+        layout = _LAYOUT.get(a.flags.num & _FLAG_BITS)
+        return (a.dtype, a.ndim, layout if layout is not None else _unaligned(a))
     if isinstance(a, type):
         return a
     t = device_array_type(a)
@@ -154,7 +169,8 @@ def _arg_key(a):
 def _static_key(a):
     """The key of an argument whose shape the kernel compiles in."""
     if isinstance(a, np.ndarray):
-        return (a.dtype, a.shape, _LAYOUT[a.flags.num & _FLAG_BITS])
+        layout = _LAYOUT.get(a.flags.num & _FLAG_BITS)
+        return (a.dtype, a.shape, layout if layout is not None else _unaligned(a))
     return _arg_key(a)
 
 

@@ -148,3 +148,43 @@ def test_the_cpu_checks_block_as_a_device_would_and_uses_none():
     assert not out.any()
     with pytest.raises(ValueError, match=r"block 0 must be at least 1 work-item"):
         tack.launch(k_fill, dim=(0, 5), args=(out, 1.0), block=0)    # whatever the grid
+
+
+@tack.kernel
+def _copy(x, y):
+    i = tack.tid()
+    y[i] = x[i]
+
+
+@tack.kernel
+def _fill(y, v):
+    i = tack.tid()
+    y[i] = v
+
+
+def test_strides_not_whole_elements_are_refused_after_a_strided_variant_ran():
+    """A field of a structured array (float64 every 12 bytes) is refused cold, but once the same
+    kernel had run on an ordinary strided view its launch key (dtype, rank, layout) matched, and
+    the strides were divided down: the copy read the wrong bytes and the fill wrote into the
+    record's other field.  Refused either way now, and an unaligned array whose strides are
+    whole elements still runs."""
+    rec = np.zeros(6, dtype=[("a", "<f8"), ("b", "<i4")])
+    rec["a"] = np.arange(6) + 0.5
+    rec["b"] = -1
+    y = np.zeros(6)
+    tack.launch(_copy, dim=3, args=(np.arange(6.0)[::2], np.zeros(3)))
+    tack.launch(_fill, dim=3, args=(np.zeros(6)[::2], 1.0))
+    with pytest.raises(TypeError, match=r"strides are not multiples of its itemsize \(8\)"):
+        tack.launch(_copy, dim=6, args=(rec["a"], y))
+    with pytest.raises(TypeError, match=r"strides are not multiples of its itemsize \(8\)"):
+        tack.launch(_fill, dim=6, args=(rec["a"], 9.0))
+    assert (y == 0).all() and (rec["b"] == -1).all()
+    # Not aligned, strides whole elements: runs, and so does the refused one's copy.
+    raw = np.zeros(8 * 12 + 1, np.uint8)
+    odd = np.ndarray((6,), np.float64, raw.data, 1, (16,))
+    odd[:] = np.arange(6) * 2.0
+    assert not odd.flags.aligned
+    tack.launch(_copy, dim=6, args=(odd, y))
+    np.testing.assert_array_equal(y, odd)
+    tack.launch(_copy, dim=6, args=(np.ascontiguousarray(rec["a"])[::1][::-1], y))
+    np.testing.assert_array_equal(y, rec["a"][::-1])
