@@ -534,13 +534,14 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
     default every one) names the kinds of code to read and broadcast, as
     ``bundles build --arch`` names them (``cpu``, ``cuda``, ``rocm``, ``spirv``,
     ``level_zero``, ``metal``): ``kinds=["cpu"]`` keeps a CPU-only job from
-    broadcasting GPU code it will not run.  An unknown kind raises ValueError,
-    on every rank alike, before any collective call.
+    broadcasting GPU code it will not run.  Where ranks ask for different kinds, every
+    rank reads those any rank asked for (``_agreed_kinds``).  An unknown kind on any rank raises
+    ValueError, on every rank alike, before any other collective call.
     """
     from .bcast import load_and_broadcast
     from .host import cpu_host_key, cpu_site_bundles, gpu_packed_bundles, known_kinds, machines_of
     global _loaded_bundle, _bundle_covers, _loaded_sites
-    asked = known_kinds(kinds)
+    asked = _agreed_kinds(comm, kinds, known_kinds)
     _bundle_covers = _bundle_covers | machines_of(asked) | (asked & {"cpu"})
     sites = None
     if "cpu" in asked and comm is not None:     # alone, a process opens its site bundles lazily
@@ -568,6 +569,27 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
             _session.add_loaded(loaded)
     return ((len(loaded) if loaded is not None else 0) + sum(len(b) for b in gpu)
             + sum(len(b) for b in site_bundles))
+
+
+def _agreed_kinds(comm, kinds, known_kinds) -> frozenset:
+    """The kinds of code ``load_bundle`` reads: those ``kinds`` names (``host.known_kinds``), and
+    under MPI those any rank named.  The ranks' collective calls depend on the kinds (the CPU's
+    group and site bundles), so a rank asking for the CPU's code beside ranks asking only for a
+    GPU's made the ranks' calls differ: the job hung.  One ``allgather`` makes them agree; a rank
+    naming an unknown kind makes every rank raise its ValueError."""
+    try:
+        mine, error = known_kinds(kinds), None
+    except ValueError as e:
+        if comm is None:
+            raise
+        mine, error = frozenset(), str(e)
+    if comm is None:
+        return mine
+    every = comm.allgather((sorted(mine), error))
+    for rank, (_, why) in enumerate(every):
+        if why is not None:
+            raise ValueError(why if why == error else f"{why} (on rank {rank})")
+    return frozenset(k for named, _ in every for k in named)
 
 
 def _setup_logging():

@@ -260,3 +260,35 @@ def test_a_node_that_cannot_make_the_window_gets_copies_and_the_job_goes_on(kern
         assert r["stats"]["hits"]["variant"] == 2
     _shared_mapping([r for r in ranks if r["rank"] % 2 == 0])
     assert [r["memory"] for r in ranks if r["rank"] % 2] == ["private", "private"]
+
+
+def test_ranks_asking_for_different_kinds_agree_and_none_hangs(kernel_dir, cache, tmp_path):
+    """Rank 0 asking for the CPU's code (``kinds=["cpu"]``) beside ranks asking only for CUDA's
+    made the ranks' collective calls differ (the CPU's group and site bundles on rank 0 only):
+    the other ranks failed inside MPI and rank 0 waited for ever.  The ranks now agree on the
+    kinds any of them asked for: every rank gets the CPU bundle and runs from it.  A rank naming
+    an unknown kind makes every rank raise that ValueError, naming the rank, and none hangs."""
+    path = prime_and_pack(kernel_dir, cache)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    ranks = mpiexec(kernel_dir, cache, 1, flags=["--comm", "--kinds=cpu"],
+                    mpmd=[(3, ["--comm", "--kinds=cuda"])], timeout=120)
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    for r in ranks:
+        assert r["ok"] and r["loaded"] == expected, r
+        assert r["stats"]["hits"]["variant"] == 2 and r["app_bcast"] == "the job's own", r
+        assert under(r["opened"], cache) == ([str(path)] if r["rank"] == 0 else []), r["opened"]
+    script = tmp_path / "kinds.py"
+    script.write_text(
+        "from mpi4py import MPI\n"
+        "import tack.cache\n"
+        "comm = MPI.COMM_WORLD\n"
+        "try:\n"
+        "    tack.cache.load_bundle(comm, kinds=['cpu', 'gpu'] if comm.Get_rank() == 2 else ['cpu'])\n"
+        "except ValueError as e:\n"
+        f"    open(f'{tmp_path}/rank{{comm.Get_rank()}}', 'w').write(str(e))\n")
+    proc = subprocess.run([shutil.which("mpiexec"), "-n", "3", sys.executable, str(script)],
+                          env=clean_env(cache), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [(tmp_path / f"rank{r}").read_text() for r in range(3)]
+    assert all("unknown kind 'gpu'" in s for s in said), said
+    assert said[0].endswith("(on rank 2)") and said[1] == said[0] and "(on rank" not in said[2], said
