@@ -128,6 +128,7 @@ class _ModuleGen:
         self.no_float64 = getattr(target, "has_float64", True) is False
         self.overflow_intrinsics = getattr(target, "overflow_intrinsics", True)
         self.sat_nan_select = getattr(target, "sat_nan_select", False)
+        self.aggregate_phis = getattr(target, "aggregate_phis", True)
 
     def lltype(self, t):
         """``lltype`` with this target's address space for array data."""
@@ -177,6 +178,7 @@ class _FunctionGen:
         self.fn = mod.functions[id(tf)]
         self.types = tf.types
         self.loops = []
+        self.ret_slot = self.ret_block = None
 
     # -- setup --------------------------------------------------------------
 
@@ -192,6 +194,11 @@ class _FunctionGen:
         self.tids = args[n:]
         if tf.is_kernel and self.mod.no_float64:
             self.refuse_float64_parameters()
+        if isinstance(tf.ret, T.Tuple) and not tf.is_kernel and not self.mod.aggregate_phis:
+            # Every return stores the tuple's items and goes to one return block: LLVM then
+            # joins scalars, where several returns of a tuple are joined as one phi of the
+            # struct (a tuple returned from a loop), which LLVM 22's SPIR-V backend aborts on.
+            self.ret_slot = self.alloc(tf.ret)
         self.slots = {name: self.alloc(t) for name, t in tf.locals.items()}
         for name, t, arg in zip(tf.lowered.params, tf.argtypes, args[:n]):
             self.store_slot(self.slots[name], self.cast(self.unpack(arg, t), t, tf.locals[name]), tf.locals[name])
@@ -204,6 +211,9 @@ class _FunctionGen:
         self.block(tf.lowered.body)
         if not self.b.block.is_terminated:
             self.emit_default_return()
+        if self.ret_block is not None:
+            self.b.position_at_end(self.ret_block)
+            self.b.ret(self.pack(self.load_slot(self.ret_slot, tf.ret), tf.ret))
         self.alloca_builder.branch(body)
 
     def refuse_float64_parameters(self):
@@ -224,8 +234,28 @@ class _FunctionGen:
     def emit_default_return(self):
         if self.tf.ret is None or self.tf.is_kernel:
             self.b.ret_void()
+        elif self.ret_slot is not None:
+            self.emit_return(self.zeros(self.tf.ret))
         else:
             self.b.ret(ir.Constant(self.mod.lltype(self.tf.ret), None))
+
+    def emit_return(self, value):
+        """Return ``value`` (a generator value of the function's type): ``ret``, or where the
+        target joins no struct phis (``ret_slot``), a store of its items and a branch to the one
+        return block."""
+        if self.ret_slot is None:
+            self.b.ret(self.pack(value, self.tf.ret))
+            return
+        if self.ret_block is None:
+            self.ret_block = self.new_block("return")
+        self.store_slot(self.ret_slot, value, self.tf.ret)
+        self.b.branch(self.ret_block)
+
+    def zeros(self, t):
+        """The zero generator value of type ``t`` (tuples: a list of their items' zeros)."""
+        if isinstance(t, T.Tuple):
+            return [self.zeros(x) for x in t.items]
+        return ir.Constant(self.mod.lltype(t), None)
 
     def unpack(self, llvalue, t):
         """A function argument (flat LLVM value) -> generator value."""
@@ -409,8 +439,7 @@ class _FunctionGen:
             self.emit_default_return()
             return
         v = self.expr(s[2])
-        v = self.cast(v, self.types[id(s[2])], self.tf.ret)
-        self.b.ret(self.pack(v, self.tf.ret))
+        self.emit_return(self.cast(v, self.types[id(s[2])], self.tf.ret))
 
     def _s_expr(self, s):
         self.expr(s[2])

@@ -464,10 +464,58 @@ def nested_tuple(x):
     return x, (x + 1, x * 2.5)
 
 
+def counter_sums(n):
+    """Sums of a loop's counter, which LLVM writes in closed form after the loop (on i65, which
+    SPIR-V has no type for: OpenCL and Level Zero refused to build them)."""
+    s = 0
+    for j in range(n):
+        s += j
+    q = 0
+    for j in range(n):
+        q += j * j
+    a = 0
+    j = 0
+    while j < n:
+        a += j * 3 + 1
+        j += 1
+    u = tack.uint64(0)
+    for j in range(n):
+        u += tack.uint64(j)
+    return s, q, a, u
+
+
+def found_at(xs, v):
+    """A tuple returned from inside a loop (several returns of a struct: LLVM's SPIR-V backend
+    aborted on the phi it joins them with)."""
+    for j in range(xs.shape[0]):
+        if xs[j] == v:
+            return j, j + 1
+    return -1, -1
+
+
 loops_d, branches_d, augmented_d, literals_d, casts_d = (
     tack.func(loops), tack.func(branches), tack.func(augmented), tack.func(literals), tack.func(casts))
 sum_diff_d, mixed_tuple_d, nested_tuple_d = (
     tack.func(sum_diff), tack.func(mixed_tuple), tack.func(nested_tuple))
+counter_sums_d, found_at_d = tack.func(counter_sums), tack.func(found_at)
+
+
+@tack.kernel
+def k_counter_sums(ns, out, uout):
+    i = tack.tid()
+    s, q, a, u = counter_sums_d(ns[i])
+    out[i, 0] = s
+    out[i, 1] = q
+    out[i, 2] = a
+    uout[i] = u
+
+
+@tack.kernel
+def k_found_at(xs, vs, out):
+    i = tack.tid()
+    p, q = found_at_d(xs, vs[i])
+    out[i, 0] = p
+    out[i, 1] = q
 
 
 @tack.kernel
@@ -549,6 +597,25 @@ def test_loops_match_python():
     out = np.empty(40, np.int64)
     tack.launch(k_loops, dim=40, args=(ns, out))
     np.testing.assert_array_equal(out, [loops(int(n)) for n in ns])
+
+
+def test_sums_of_a_loop_counter_and_tuples_returned_from_loops_match_python():
+    """Loops summing their counter (int64, uint64, while) and a device function returning a
+    tuple from inside a loop match Python, on every device the language suite runs on
+    (tests/backends: OpenCL, which failed to build both)."""
+    ns = np.array([0, 1, 2, 10, 1000, 99999], np.int64)
+    out = np.empty((ns.size, 3), np.int64)
+    uout = np.empty(ns.size, np.uint64)
+    tack.launch(k_counter_sums, dim=ns.size, args=(ns, out, uout))
+    want = [counter_sums(int(n)) for n in ns]
+    assert want[3] == (45, 285, 145, 45)
+    np.testing.assert_array_equal(out, [w[:3] for w in want])
+    np.testing.assert_array_equal(uout, [w[3] for w in want])
+    xs = np.array([5, 7, 7, 9], np.int64)
+    vs = np.array([7, 9, 5, 4], np.int64)
+    found = np.empty((4, 2), np.int64)
+    tack.launch(k_found_at, dim=4, args=(xs, vs, found))
+    np.testing.assert_array_equal(found, [found_at(xs, v) for v in vs])
 
 
 def test_branches_and_comparisons_match_python():

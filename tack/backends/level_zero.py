@@ -31,6 +31,10 @@ class LevelZeroTarget(GPUTarget):
     # gives 0 for NaN, but Intel's OpenCL CPU runtime (2026.2) gives 4294967295 for float32 ->
     # uint32, where the language says 0.
     sat_nan_select = True
+    # LLVM 22's SPIR-V backend aborts ("illegal aggregate intrinsic user") on a phi of a struct,
+    # which several returns of a tuple become (a device function returning a tuple from a loop):
+    # codegen gives such a function one return block instead (codegen._FunctionGen.emit_return).
+    aggregate_phis = False
 
     def __init__(self, arch):
         super().__init__(arch)
@@ -60,6 +64,32 @@ class LevelZeroTarget(GPUTarget):
         for fn in module.functions:
             if not fn.is_declaration and fn.linkage == "internal":
                 fn.attributes.add("alwaysinline")
+
+    def optimize(self, module):
+        """LLVM's pipeline at ``opt``; where it leaves an integer of a width SPIR-V has no type
+        for (LLVM's loop passes write a loop's final value in closed form: the sum of its
+        counter, ``n * (n - 1) / 2``, computed on i65), the module is optimized again by
+        ``_SPIRV_PASSES``, a pipeline without those loop passes."""
+        optimized = super().optimize(module)
+        if _ODD_WIDTH.search(str(optimized)) is None:
+            return optimized
+        llvm = self._llvm
+        mod = llvm.parse_assembly(str(module))
+        mod.triple = self.triple
+        mod.data_layout = str(self.machine.target_data)
+        pb = llvm.create_pass_builder(
+            self.machine, llvm.create_pipeline_tuning_options(speed_level=self.settings["opt"]))
+        passes = llvm.create_new_module_pass_manager()
+        passes.add_always_inliner_pass()
+        for name in _SPIRV_PASSES:
+            getattr(passes, f"add_{name}_pass")()
+        passes.run(mod, pb)
+        mod.verify()
+        odd = _ODD_WIDTH.search(str(mod))
+        if odd is not None:
+            raise ToolError(f"LLVM's optimizer left an integer type SPIR-V cannot hold ({odd.group()}) "
+                            f"in the kernel's code, for {self.name}")
+        return mod
 
     def emit(self, optimized) -> bytes:
         spirv = emit_spirv(signed_bool_to_float(str(optimized)), self.triple, self.settings)
@@ -140,6 +170,15 @@ class SPIRVTarget(LevelZeroTarget):
     Level Zero or OpenCL device compiles it when the kernel is first loaded)."""
     kind = "spirv"
 
+
+# An integer type SPIR-V has none of without an extension: i<N> for N not 1, 8, 16, 32 or 64 (a
+# value's name is %i05 or @i65: not a type).
+_ODD_WIDTH = re.compile(r"(?<![%@.\w])i(?!(?:1|8|16|32|64)\b)\d+\b")
+# ``LevelZeroTarget.optimize``'s pipeline where LLVM's leaves such a type: its function passes
+# at O2, less IndVarSimplify (the closed forms) and loop strength reduction.
+_SPIRV_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "sccp", "reassociate", "loop_rotate",
+                 "new_gvn", "instruction_combine", "aggressive_dce", "simplify_cfg", "loop_unroll",
+                 "instruction_combine", "sroa", "dead_store_elimination", "simplify_cfg")
 
 _SITOFP_I1 = re.compile(r"= sitofp (i1|<(\d+) x i1>) (\S+) to (float|double|<\d+ x (?:float|double)>)")
 
