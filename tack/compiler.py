@@ -128,6 +128,7 @@ def lower(kernel, templates: dict | None = None, debug: bool = False, session=No
         lowered = session.find_lowered(kernel, templates, key)
         stage("cache")
         if lowered is not None:
+            _placed_now(lowered, kernel, templates)
             kernel._lowered[memo] = lowered
             return lowered
     from .frontend.lower import lower_kernel
@@ -139,6 +140,22 @@ def lower(kernel, templates: dict | None = None, debug: bool = False, session=No
         store_lowered(session, key, lowered_meta(lowered), lowered.to_bytes())
         stage("cache")
     return lowered
+
+
+def _placed_now(lowered, kernel, templates) -> None:
+    """Point the sources of a lowered kernel read from the cache at where its functions are now:
+    it was lowered where the same text stood then (lines above it since added, or another
+    script holding the same kernel), and a compile error names the file and line."""
+    import inspect
+
+    from .cache.deps import check_deps
+    scopes = {}
+    check_deps(lowered.deps, kernel, templates, scopes)
+    for f in (lowered.kernel, *lowered.functions.values()):
+        fn = scopes.get(f.fid.split("[", 1)[0])
+        if fn is not None:
+            code = fn.__code__
+            f.source.moved_to(inspect.getsourcefile(fn) or code.co_filename, code.co_firstlineno)
 
 
 def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bool = False,

@@ -74,20 +74,29 @@ class CompileError(Exception):
 class SourceContext:
     """Where a function's code came from, to point errors at the user's line."""
 
-    __slots__ = ("name", "filename", "first_line", "lines")
+    __slots__ = ("name", "filename", "first_line", "lines", "shift")
 
     def __init__(self, name, filename, first_line, lines):
         self.name = name
         self.filename = filename
         self.first_line = first_line   # file line number of lines[0]
         self.lines = lines
+        self.shift = 0                 # lines the function moved since (``moved_to``)
+
+    def moved_to(self, filename, first_line):
+        """The function is now at ``first_line`` of ``filename`` (a lowered kernel read from the
+        cache was lowered where the same text stood then: another line, another file): errors
+        name where it is now.  The locations in the code stay the recorded ones."""
+        self.filename = filename
+        self.shift = first_line - self.first_line
 
     def error(self, message, loc) -> CompileError:
         lineno, col = loc if loc else (None, None)
         text = None
         if lineno is not None and 0 <= lineno - self.first_line < len(self.lines):
             text = self.lines[lineno - self.first_line]
-        return CompileError(message, filename=self.filename, lineno=lineno,
+        return CompileError(message, filename=self.filename,
+                            lineno=None if lineno is None else lineno + self.shift,
                             col=col, line_text=text)
 
 

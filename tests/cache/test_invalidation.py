@@ -469,3 +469,32 @@ def test_the_hashed_span_ends_at_the_block_whatever_brackets_its_prose_leaves_op
         mod = importlib.import_module(f"kspan{n}")
         prints.append(fingerprints.function_fingerprint(mod.f))
     assert prints[0] == prints[1] != prints[2]
+
+
+RO = ("\n\n@tack.kernel\ndef k_fill(y, v):\n    i = tack.tid()\n    y[i] = v\n")
+CATCH_RO = ("y = np.zeros(3)\n"
+            "if os.environ.get('TACK_TEST_READONLY'):\n"
+            "    y.setflags(write=False)\n"
+            "try:\n"
+            "    tack.launch(mod.k_fill, 3, (y, 1.0))\n"
+            "    extra = 'no error'\n"
+            "except tack.CompileError as e:\n"
+            "    extra = str(e)\n")
+
+
+def test_a_compile_error_from_a_cached_lowered_kernel_names_where_the_kernel_is_now(warm, tmp_path):
+    """A compile error raised while specializing a lowered kernel read from the cache (a read-only
+    array written) named the file and line where the same text was first lowered: ten lines up
+    after comments were added above it, or another script's file."""
+    cache, _ = warm
+    first_src = write_module(tmp_path / "first", KMOD + RO)
+    run = run_child(cache, first_src, [], after="import os\n" + CATCH_RO)
+    assert run.data["extra"] == "no error", run.data["extra"]
+    line = (KMOD + RO).splitlines().index("    y[i] = v") + 1
+    for where, text, at in (("moved", "# one\n# two\n# three\n" + KMOD + RO, line + 3),
+                            ("other", KMOD + "\n# another script\n" + RO, line + 2)):
+        src = write_module(tmp_path / where, text)
+        run = run_child(cache, src, [], after="import os\n" + CATCH_RO, env={"TACK_TEST_READONLY": "1"})
+        assert run.stats["hits"]["lowered"] == 1, run.stats
+        assert f'File "{src / "kmod.py"}", line {at}' in run.data["extra"], run.data["extra"]
+        assert "y[i] = v" in run.data["extra"]
