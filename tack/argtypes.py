@@ -34,15 +34,25 @@ class TypedArgs:
                 f"value_types={self.value_types!r})")
 
 
+_CO_STARS = 0x04 | 0x08        # inspect.CO_VARARGS | inspect.CO_VARKEYWORDS (inspect is heavy)
+
+
 def typed_args(kernel, args) -> TypedArgs:
     """The arguments of ``kernel`` launched with ``args``, typed; TypeError for a wrong argument
     count or an argument Tack cannot take, naming the parameter."""
     params = kernel.params
     if len(args) != len(params):
+        code = kernel.py_func.__code__
         defaults = getattr(kernel.py_func, "__defaults__", None)
+        more = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+        star = code.co_flags & _CO_STARS
         note = (f"; its default value{'s' if len(defaults) > 1 else ''} cannot be used: Tack "
                 "kernels take plain positional parameters only (no defaults), so pass every "
                 "argument") if defaults else ""
+        if more or star:                # the front end refuses the kernel: say why now
+            what = f"keyword-only parameter '{more[0]}'" if more else "*args or **kwargs"
+            note = (f"; it has {what}, which Tack kernels cannot take: they take plain "
+                    "positional parameters only")
         raise TypeError(f"kernel '{kernel.__qualname__}' takes {len(params)} arguments "
                         f"({', '.join(params)}), got {len(args)}{note}")
     argtypes = argtypes_of(kernel, args)

@@ -126,8 +126,9 @@ def _dims(dim):
 
 
 def _args(args) -> tuple:
-    """A launch's ``args`` as a tuple: a tuple or a list of the kernel's arguments."""
-    if isinstance(args, list):
+    """A launch's ``args`` as a tuple: a tuple (a namedtuple too) or a list of the kernel's
+    arguments."""
+    if isinstance(args, (list, tuple)):
         return tuple(args)
     if args is None:
         raise TypeError("args must be a tuple of the kernel's arguments, not None")

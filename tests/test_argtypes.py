@@ -53,3 +53,23 @@ def test_every_caller_refuses_a_wrong_argument_count_alike(compile_with):
     with pytest.raises(TypeError) as e:
         compile_with((1.5, Twice, np.zeros(4)))
     assert str(e.value) == "kernel 'k_policy' takes 4 arguments (scale, policy, x, out), got 3"
+
+
+def test_a_namedtuple_of_arguments_launches_and_star_parameters_are_named():
+    """``args`` as a namedtuple (a tuple) was refused ("args must be a tuple ..., not Args");
+    a kernel with a keyword-only parameter launched with every argument was told only that it
+    "takes 1 arguments", not why (the front end's refusal came after the count)."""
+    import collections
+    Args = collections.namedtuple("Args", "scale policy x out")
+    out = np.zeros(4, np.float32)
+    tack.launch(k_policy, 4, Args(1.5, Twice, np.arange(4, dtype=np.float32), out))
+    np.testing.assert_array_equal(out, [0.0, 3.0, 6.0, 9.0])
+    for src, what in (("def k(y, *, v):\n", "keyword-only parameter 'v'"),
+                      ("def k(y, *rest):\n", "*args or **kwargs")):
+        ns = {}
+        exec(compile(src + "    y[0] = 1.0\n", "<test>", "exec"), ns)
+        with pytest.raises(TypeError) as e:
+            tack.launch(tack.kernel(ns["k"]), 1, (np.zeros(1), 1.0))
+        assert str(e.value) == (f"kernel 'k' takes 1 arguments (y), got 2; it has {what}, which "
+                                "Tack kernels cannot take: they take plain positional parameters "
+                                "only"), str(e.value)
