@@ -39,6 +39,24 @@ def _env_threads() -> int:
     return max(cores or 1, 1)
 
 
+def _flag_value(name: str, value) -> bool:
+    """An on/off setting set from Python: a bool or an int (0 or 1, NumPy's too), or one of
+    the words its environment variable takes (``"0"``, ``"off"``...: ``bool("0")`` would turn it
+    on); ValueError for anything else."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in TRUE_WORDS or word in FALSE_WORDS:
+            return word in TRUE_WORDS
+    elif not isinstance(value, float):
+        try:
+            if value in (0, 1):
+                return bool(value)
+        except (TypeError, ValueError):         # an array: its truth is ambiguous
+            pass
+    raise ValueError(f"tack.config.{name} must be True or False (or 1, 0, \"on\", \"off\"), "
+                     f"not {value!r}")
+
+
 class Config:
     """Settings read lazily from the environment, overridable from Python."""
 
@@ -67,7 +85,7 @@ class Config:
             raise ValueError(f"tack.config.num_threads must be an int from 1 to {MAX_THREADS}, "
                              f"not {value!r}")
         if name in ("debug", "timing"):
-            value = bool(value)
+            value = _flag_value(name, value)
         object.__setattr__(self, name, value)
 
     def reset(self):

@@ -98,6 +98,22 @@ def test_debug_and_timing_coerced_to_bool():
     assert tack.config.debug is True and tack.config.timing is False
 
 
+@pytest.mark.parametrize("name", ["debug", "timing"])
+def test_on_off_settings_take_the_environments_words_and_refuse_the_rest(name):
+    """``tack.config.debug = "0"`` turned debug mode on (``bool("0")``), as did "off", "false"
+    and "no": the words TACK_DEBUG takes now mean what they mean there; other values (2, 1.0,
+    "maybe", None, an array) are a ValueError naming the setting."""
+    for value, want in (("0", False), ("off", False), (" False ", False), ("no", False),
+                        ("1", True), ("ON", True), ("yes", True), (np.int64(1), True),
+                        (np.bool_(False), False), (True, True), (0, False)):
+        setattr(tack.config, name, value)
+        assert getattr(tack.config, name) is want, (value, want)
+    for value in (2, 1.0, "maybe", "", None, np.ones(2)):
+        with pytest.raises(ValueError, match=f"tack.config.{name} must be True or False"):
+            setattr(tack.config, name, value)
+    tack.config.reset()
+
+
 @tack.kernel
 def k_timed_a(x, out):
     i = tack.tid()
