@@ -216,6 +216,7 @@ def resolve(configured: dict, environ=None, mpi=False, rank=0) -> Settings:
             continue
         raw = environ.get(var)
         if raw is not None and raw.strip() != "":
+            raw = raw.strip()               # " /scratch/tack" is no directory below the cwd
             try:
                 values[key] = (check(raw, var, environ) if key == "directory" else check(raw, var))
                 sources[key] = "environment"
@@ -225,6 +226,11 @@ def resolve(configured: dict, environ=None, mpi=False, rank=0) -> Settings:
         values[key], sources[key] = defaults[key], "default"
     if values["directory"] is None:
         values["directory"] = default_directory()
+        if not os.path.isabs(values["directory"]):     # a relative HOME: taken from the cwd now,
+            try:                                        # as a relative TACK_CACHE_DIR is
+                values["directory"] = os.path.abspath(values["directory"])
+            except OSError:                             # the working directory was deleted
+                pass
     return Settings(values["directory"], values["mode"], values["max_size"], sources)
 
 

@@ -224,6 +224,24 @@ def test_relative_cache_directory_is_taken_from_the_working_directory(tmp_path, 
     assert (s.directory, s.sources["directory"]) == (str(tmp_path / "rel" / "cache"), "environment")
 
 
+def test_cache_directory_spaces_and_a_relative_home(tmp_path, monkeypatch):
+    """TACK_CACHE_DIR with a leading space (" /scratch/tack", a quoting slip) became a directory
+    named " /scratch/tack" below the working directory, each working directory its own cache;
+    it is stripped, as TACK_CACHE and TACK_CACHE_SIZE are.  With a relative HOME and no
+    XDG_CACHE_HOME the default stayed relative, so a process that changed directory used two
+    caches: it is taken from the working directory when the settings are read."""
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = cfg.resolve({}, {"TACK_CACHE_DIR": f"  {tmp_path}/c \t"})
+        assert (s.directory, s.sources["directory"]) == (str(tmp_path / "c"), "environment")
+    monkeypatch.setenv("HOME", "relhome")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    s = cfg.resolve({}, {})
+    assert s.directory == str(tmp_path / "relhome" / ".cache" / "tack"), s.directory
+    assert s.sources["directory"] == "default"
+
+
 def test_relative_cache_directory_from_configure(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tack.cache.configure(directory="./mine")
