@@ -65,12 +65,12 @@ def decode_meta(data: bytes, list_fields=("dep", "site", "arg", "argspec"), only
     """Metadata text -> ``{field: value or [rows]}``; ``only``: the fields wanted, others skipped."""
     meta = {f: [] for f in list_fields if only is None or f in only}
     if b"\\" in data:                          # something escaped: unescape field by field
-        for line in data.decode().split("\n"):
+        for line in data.decode("utf-8", "surrogateescape").split("\n"):
             field, *values = (_unescape(v) for v in line.split("\t"))
             if only is None or field in only:
                 _add_field(meta, field, values)
         return meta
-    for line in data.decode().split("\n") if data else ():
+    for line in data.decode("utf-8", "surrogateescape").split("\n") if data else ():
         field, tab, value = line.partition("\t")
         if only is not None and field not in only:
             continue
@@ -142,13 +142,15 @@ _ESCAPE = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n"})
 
 
 def encode_meta(meta: dict) -> bytes:
-    """``{field: str | [row of str, ...]}`` -> text lines (rows for list fields)."""
+    """``{field: str | [row of str, ...]}`` -> text lines (rows for list fields), UTF-8; a file
+    name's bytes that are not UTF-8 (a path's undecodable bytes, which Python holds as lone
+    surrogates) are written as they are and read back (``decode_meta``) the same."""
     lines = []
     for field, value in sorted(meta.items()):
         rows = value if isinstance(value, list) else [[value]]
         for row in rows:
             lines.append("\t".join([field] + [str(v).translate(_ESCAPE) for v in row]))
-    return "\n".join(lines).encode()
+    return "\n".join(lines).encode("utf-8", "surrogateescape")
 
 
 def encode(kind: int, key: str, meta: dict, payload: bytes) -> bytes:

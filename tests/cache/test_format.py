@@ -1,11 +1,15 @@
 """The warm path's parsers, on their own: entry metadata text and the host's cpuinfo."""
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tack.backends import cpu_identity
 from tack.cache import entry
+
+from .conftest import KMOD, check_results, run_child, write_module
 
 # Field names as the store writes them: no tab, newline or backslash.
 names = st.text(st.characters(blacklist_characters="\t\n\\", blacklist_categories=("Cs",)),
@@ -173,3 +177,18 @@ def test_llvm_version_falls_back_to_the_package(tmp_path, monkeypatch, version_p
         for k in [k for k in sys.modules if k.split(".")[0] == "llvmlite"]:
             del sys.modules[k]
         sys.modules.update(real)
+
+
+def test_a_debug_variant_of_a_kernel_in_a_path_that_is_not_utf8_is_stored_and_found(tmp_path):
+    """In debug mode a variant's metadata names its file (bounds-check sites); a kernel imported
+    from a directory whose name is not UTF-8 made every store fail ('kernel cache error
+    (UnicodeEncodeError ...)' in every process) and its variant never cached.  Now stored, and
+    the next process finds it, the file's bytes read back as they were."""
+    meta = {"site": [["k", "a", os.fsdecode(b"/d/\xff\xfe/k.py"), "3"]], "kernel": "k"}
+    assert entry.decode_meta(entry.encode_meta(meta)) == dict(meta, dep=[], arg=[], argspec=[])
+    src = write_module(tmp_path / os.fsdecode(b"src-\xff\xfe"), KMOD)
+    for n, want in ((1, {"lowered": 0, "variant": 0}), (2, {"lowered": 0, "variant": 1})):
+        run = run_child(tmp_path / "cache", src, [{"kernel": "k_main", "n": 5}],
+                        env={"TACK_DEBUG": "1"})
+        check_results(run)
+        assert run.warnings == [] and run.stats["hits"] == want, (n, run.warnings, run.stats)
