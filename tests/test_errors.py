@@ -491,6 +491,16 @@ def test_int_too_large_names_parameter():
     with pytest.raises(TypeError) as ei:
         tack.launch(k_scale, dim=3, args=(np.ones(3), 2**64, np.zeros(3)))
     assert "'factor'" in str(ei.value)
+    # It names the type (it said "the type it was compiled for", on a first launch too), and
+    # for a value past int64 that np.uint64 holds, how to pass it.
+    with pytest.raises(TypeError) as ei:
+        tack.launch(k_scale, dim=3, args=(np.ones(3), 2**63, np.zeros(3)))
+    assert str(ei.value) == ("kernel 'k_scale': argument 'factor' = 9223372036854775808 does not "
+                             "fit int64 (argument out of range); a Python int argument is int64: "
+                             "pass np.uint64(...) for one up to 2**64 - 1")
+    with pytest.raises(TypeError, match=r"= -9223372036854775809 does not fit int64 \(argument "
+                                        r"out of range\)$"):
+        tack.launch(k_scale, dim=3, args=(np.ones(3), -2**63 - 1, np.zeros(3)))
 
 
 @pytest.mark.parametrize("dim, exc", [((1, 2, 3, 4), TypeError), ((), TypeError), (2.5, TypeError),

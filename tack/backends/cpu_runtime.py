@@ -280,6 +280,7 @@ class CPUVariant(BoundsReport):
             self.params += [p] * len(codes)
             self.slot_formats += [_SLOT_FMT[c] for c in codes]
         self.values = _slot_values(tuple(plan))
+        self.param_types = dict(zip(params, types))     # for ``argument_error``'s message
         codes = entry_codes(types, sites is not None)
         self.packer = struct.Struct("<" + "".join(_SLOT_FMT[c] for c in codes))
         # The launch check of the arrays indexed by the thread index, or at a constant index,
@@ -325,8 +326,11 @@ class CPUVariant(BoundsReport):
             try:
                 struct.pack("<" + code, value)
             except struct.error as e:
+                t = self.param_types.get(name)
+                hint = ("; a Python int argument is int64: pass np.uint64(...) for one up to "
+                        "2**64 - 1" if t == T.int64 and type(value) is int and value > 0 else "")
                 return TypeError(f"kernel '{self.name}': argument '{name}' = {value!r} does not "
-                                 f"fit the type it was compiled for ({e})")
+                                 f"fit {t if t is not None else 'its type'} ({e}){hint}")
         return TypeError(f"kernel '{self.name}': an argument does not fit the type it was "
                          f"compiled for ({', '.join(map(repr, values))})")
 
