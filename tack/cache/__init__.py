@@ -548,6 +548,11 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
     from .host import cpu_host_key, cpu_site_bundles, gpu_packed_bundles, known_kinds, machines_of
     global _loaded_bundle, _bundle_covers, _loaded_sites
     asked = _agreed_kinds(comm, kinds, known_kinds)
+    if not asked:                   # every rank alike: no collective call follows
+        if comm is None or comm.Get_rank() == 0:
+            warn_once_factory()("load_bundle: kinds names no kind of code (kinds=[]); no bundle "
+                                "read, kernels are served as without load_bundle")
+        return 0
     _bundle_covers = _bundle_covers | machines_of(asked) | (asked & {"cpu"})
     sites = None
     if "cpu" in asked and comm is not None:     # alone, a process opens its site bundles lazily

@@ -18,7 +18,7 @@ import warnings
 
 kernel_dir, mode = sys.argv[1], sys.argv[2]
 use_comm = "--comm" in sys.argv
-kinds = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--kinds=")), None)
+kinds = next(([k for k in a.split("=", 1)[1].split(",") if k] for a in sys.argv if a.startswith("--kinds=")), None)
 extra = "--extra" in sys.argv
 warm_rank0 = "--warm-rank0" in sys.argv
 app_bcast = None

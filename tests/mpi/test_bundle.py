@@ -221,6 +221,10 @@ def test_load_bundle_kinds_reads_only_the_kinds_asked_for(kernel_dir, cache):
     r = run_one(kernel_dir, cache, "--comm", "--kinds=cuda", TACK_CACHE="bundle")
     assert r["ok"] and r["loaded"] == 0 and r["stats"]["hits"]["variant"] == 2, r
     assert len(r["warnings"]) == 1 and "no kind of code asked for" in r["warnings"][0], r["warnings"]
+    r = run_one(kernel_dir, cache, "--comm", "--kinds=", TACK_CACHE="bundle")
+    assert r["ok"] and r["loaded"] == 0 and r["stats"]["hits"]["variant"] == 2, r
+    assert r["warnings"] == ["tack: load_bundle: kinds names no kind of code (kinds=[]); no bundle read, "
+                             "kernels are served as without load_bundle"], r["warnings"]
     proc = subprocess.run([sys.executable, "-c",
                            "import tack.cache; tack.cache.load_bundle(kinds=['cpu', 'gpu'])"],
                           env=clean_env(cache), capture_output=True, text=True, timeout=120)
