@@ -151,7 +151,10 @@ def save_bundle(artifacts, path: str, force: bool = False, merge: bool = False) 
 
 def bundle_path(target, directory: str) -> str:
     """Where ``save_bundle`` writes, in ``directory``, the bundle of toolchain ``target``'s
-    artifacts (known before anything is compiled: ``bundles build`` checks it first)."""
+    artifacts (known before anything is compiled: ``bundles build`` checks it first); ``target``
+    a toolchain target (``target_of``) or its ``kind:name``, as ``compile`` takes it."""
     from .cache import bundle
+    if isinstance(target, str):
+        target = _host_or(target)
     arch = f"{target.kind}:{target.arch}" if target.arch else f"{target.kind}:host"
     return os.path.join(directory, bundle.site_bundle_name(arch, target.key, target.machine_name))

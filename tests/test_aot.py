@@ -82,6 +82,10 @@ def test_saved_bundle_replaces_a_bundle_never_a_users_file(tmp_path):
     site.mkdir()
     arts = contour_artifacts(GENERIC)
     path = tack.aot.bundle_path(tack.aot.target_of(GENERIC), str(site))
+    # its kind:name too, as compile takes it (AttributeError: 'str' object has no attribute 'arch')
+    assert tack.aot.bundle_path(GENERIC, str(site)) == path
+    from tack.backends.cpu import host_target
+    assert tack.aot.bundle_path("cpu", str(site)) == tack.aot.bundle_path(host_target(), str(site))
     assert tack.aot.save_bundle(arts, str(site)) == path
     assert tack.aot.save_bundle(arts, str(site)) == path          # its own bundle: replaced
     with open(path, "wb") as f:
