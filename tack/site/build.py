@@ -473,22 +473,33 @@ def replaced_what(path) -> str | None:
 
 # -- status and rebuild -------------------------------------------------------
 
-def _directories(directory):
-    """[directory] if one is given, else every site directory a job searches, in its order
-    (TACK_CACHE_BUNDLES's, then those installed beside Tack); SiteError if there is none."""
+def _directories(directory, command, err=sys.stderr):
+    """[directory] if one is given (SiteError if it is not a directory), else every site
+    directory a job searches, in its order (TACK_CACHE_BUNDLES's, then those installed beside
+    Tack); SiteError if there is none.  Each TACK_CACHE_BUNDLES entry a job ignores is said on
+    ``err``, in the words the job warns with (``stores.site_dirs``)."""
+    from .errors import SiteError
     if directory is not None:
+        if not os.path.isdir(directory):
+            raise SiteError(f"bundles {command}: {directory} is not a directory")
         return [directory]
     from ..cache.stores import site_dirs
-    dirs = site_dirs()
+    ignored = []
+    dirs = site_dirs(warn=ignored.append)
+    for why in ignored:
+        print(f"warning: {why}", file=err)
     if not dirs:
-        from .errors import SiteError
-        raise SiteError("no bundle directory given, TACK_CACHE_BUNDLES is not set and no "
+        named = [d for d in os.environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep) if d.strip()]
+        setting = ("every entry of TACK_CACHE_BUNDLES is ignored (above)" if named else
+                   "TACK_CACHE_BUNDLES is not set")
+        raise SiteError(f"bundles {command}: no bundle directory given, {setting} and no "
                         "bundles are installed beside Tack (share/tack/bundles)")
     return dirs
 
 
 def _bundle_paths(directory):
-    """The bundle files of ``directory`` (none if it is missing), sorted."""
+    """The bundle files of ``directory`` (none if it is missing: a site directory a job searches
+    may not be there yet; one the command line names is refused first, ``_directories``), sorted."""
     if not os.path.isdir(directory):
         return []
     return sorted(os.path.join(directory, n) for n in os.listdir(directory)
@@ -597,10 +608,10 @@ def choice(paths, bundles):
     return chosen, why
 
 
-def bundles_status(directory=None, out=sys.stdout) -> int:
+def bundles_status(directory=None, out=sys.stdout, err=sys.stderr) -> int:
     """What this node uses of ``directory``'s bundles, or (None) of every site directory a job
     searches, each in turn, as a job searches them."""
-    directories = _directories(directory)
+    directories = _directories(directory, "status", err)
     node_llvm = llvm_version()
     host_key, node_arch, candidates = _node()
     print(f"node: {node_arch}, {node_llvm}, Tack {shown_version(tack_version_id())}", file=out)
@@ -705,12 +716,8 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     if int(size) < 2:
         raise SiteError(f"bundles check: --size {size}: the contour needs at least 2 points per axis")
     if not directory:
-        from ..cache.stores import site_dirs
-        directory = os.pathsep.join(site_dirs())
+        directory = os.pathsep.join(_directories(None, "check", err))
     bundles = directory
-    if not bundles:
-        raise SiteError("bundles check: no bundle directory given, TACK_CACHE_BUNDLES is not set "
-                        "and no bundles are installed beside Tack (share/tack/bundles)")
     for d in bundles.split(os.pathsep):
         if d and not os.path.isdir(d):
             raise SiteError(f"bundles check: {d} is not a directory")
@@ -827,7 +834,7 @@ def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
     """Rebuild the stale bundles of ``directory``, or (None) of every site directory a job
     searches; -> 1 if any could not be."""
     llvm = llvm_version()
-    paths = [p for d in _directories(directory) for p in _bundle_paths(d)]
+    paths = [p for d in _directories(directory, "rebuild", err) for p in _bundle_paths(d)]
     failures = 0
     for path in paths:
         try:

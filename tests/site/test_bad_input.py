@@ -513,8 +513,66 @@ def test_status_without_a_directory(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "status"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 1
-    assert r.stderr == ("error: no bundle directory given, TACK_CACHE_BUNDLES is not set and no "
-                        "bundles are installed beside Tack (share/tack/bundles)\n"), r.stderr
+    assert r.stderr == ("error: bundles status: no bundle directory given, TACK_CACHE_BUNDLES is "
+                        "not set and no bundles are installed beside Tack (share/tack/bundles)\n"), r.stderr
+
+
+@pytest.mark.parametrize("command", ["status", "rebuild"])
+def test_status_and_rebuild_refuse_what_is_not_a_directory(tmp_path, command):
+    """A directory that is not there, or a file: status said "no bundles in ..." and rebuild
+    nothing, both exiting 0; now each refuses it as ``bundles check`` does."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for d in (tmp_path / "nowhere", a_file):
+        r = site("bundles", command, d)
+        assert r.returncode == 1, (d, r.stdout, r.stderr)
+        assert r.stderr == f"error: bundles {command}: {d} is not a directory\n", r.stderr
+        assert r.stdout == "" and "Traceback" not in r.stderr
+
+
+def _site_env(bundles):
+    return dict({k: v for k, v in os.environ.items() if not k.startswith("TACK_")},
+                TACK_CACHE_BUNDLES=bundles, TACK_CACHE_INSTALLED_BUNDLES="0")
+
+
+@pytest.mark.parametrize("command", ["status", "rebuild", "check"])
+def test_without_a_directory_each_ignored_entry_is_said_as_a_job_says_it(tmp_path, command):
+    """TACK_CACHE_BUNDLES set, to entries a job ignores (a relative path, a file): the commands
+    said "TACK_CACHE_BUNDLES is not set"; now each entry is said, in the words a job warns with,
+    and then that none is left."""
+    from tack.cache.stores import site_dirs
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    env = _site_env(f"relative/bundles{os.pathsep}{a_file}")
+    job_says = []
+    assert site_dirs(env, warn=job_says.append) == []
+    assert len(job_says) == 2 and "'relative/bundles', which is not an absolute path" in job_says[0]
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", command], env=env,
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [f"warning: {w}" for w in job_says] + [
+        f"error: bundles {command}: no bundle directory given, every entry of TACK_CACHE_BUNDLES "
+        "is ignored (above) and no bundles are installed beside Tack (share/tack/bundles)"], r.stderr
+    # set but empty: not set
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", command], env=_site_env(""),
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr == (
+        f"error: bundles {command}: no bundle directory given, TACK_CACHE_BUNDLES is not set and "
+        "no bundles are installed beside Tack (share/tack/bundles)\n"), r.stderr
+
+
+def test_status_says_an_ignored_entry_beside_one_it_reads(tmp_path):
+    """Some entries ignored, one used: status reports on that one, and says the others as a
+    job warns of them."""
+    from tack.cache.stores import site_dirs
+    env = _site_env(f"relative/bundles{os.pathsep}{tmp_path}")
+    job_says = []
+    assert site_dirs(env, warn=job_says.append) == [str(tmp_path)]
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "status"], env=env,
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [f"warning: {w}" for w in job_says], r.stderr
+    assert f"no bundles in {tmp_path}" in r.stdout, r.stdout
 
 
 ENTRIES = {
