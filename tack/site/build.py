@@ -352,7 +352,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
     checked: a file there that Tack did not write (not a Tack bundle) is replaced only with
     ``force``, what is not a regular file never (one error line each, and nothing is built);
     a Tack bundle there is replaced atomically, and one that was damaged is said to have been."""
-    out_dir = output or cfg.get("cache.bundles")
+    out_dir = output if output is not None else cfg.get("cache.bundles")
     if not out_dir:
         print("error: no bundle directory: give --output or set cache.bundles", file=err)
         return 1

@@ -13,6 +13,14 @@ import sys
 from .errors import SiteConfigError, SiteError, missing_extra
 
 
+def _path(text):
+    """argparse type of every path argument: an empty one (``--output "$OUTDIR"`` with OUTDIR
+    unset) is bad usage, not taken as one not given (the config's directory, say)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (an unset variable?)")
+    return text
+
+
 def load(path, import_modules=False):
     """The validated config (``build.load_config``); SiteConfigError otherwise."""
     from .build import load_config
@@ -49,7 +57,7 @@ def cmd_modules(args) -> int:
     cfg = load(args.config)
     formats = list(cfg.formats) if args.format in (None, "config") else \
         (["lmod", "tcl"] if args.format == "both" else [args.format])
-    root = args.root or cfg.get("modules.root")
+    root = args.root if args.root is not None else cfg.get("modules.root")
     if not root:
         raise SiteError("no output root: give --root or set modules.root in the config")
     source = "--root" if args.root else \
@@ -137,27 +145,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     c = sub.add_parser("check", help="validate a config; print what would be exported and built")
-    c.add_argument("config")
+    c.add_argument("config", type=_path)
     c.set_defaults(func=cmd_check)
 
     m = sub.add_parser("modules", help="render Lmod (Lua) and/or Environment Modules (Tcl) files")
-    m.add_argument("config")
+    m.add_argument("config", type=_path)
     m.add_argument("--format", choices=("lmod", "tcl", "both"), default=None,
                    help="default: the config's modules.formats")
-    m.add_argument("--root", help="output root (default: the config's modules.root)")
+    m.add_argument("--root", type=_path, help="output root (default: the config's modules.root)")
     m.add_argument("--dry-run", action="store_true",
                    help="print the files that would be written, and write nothing")
     m.set_defaults(func=cmd_modules)
 
     e = sub.add_parser("env", help="print the exports for a shell, for sites without modules")
-    e.add_argument("config")
+    e.add_argument("config", type=_path)
     e.add_argument("--shell", choices=("bash", "csh", "fish", "easybuild"), default="bash",
                    help="easybuild: modextravars (and modextrapaths) for an easyconfig")
     e.set_defaults(func=cmd_env)
 
     a = sub.add_parser("conda-activate", help="write conda activate.d/deactivate.d scripts")
-    a.add_argument("config")
-    a.add_argument("--prefix", required=True, help="the conda environment's prefix")
+    a.add_argument("config", type=_path)
+    a.add_argument("--prefix", required=True, type=_path, help="the conda environment's prefix")
     a.add_argument("--env-vars", action="store_true",
                    help="write conda's env_vars.d file (every shell conda supports; deactivation "
                         "unsets) instead of sh, csh and fish scripts (which restore the user's values)")
@@ -171,24 +179,24 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bundles", help="build, check and rebuild per-architecture bundles")
     bsub = b.add_subparsers(dest="bundles_command", metavar="ACTION", required=True)
     bb = bsub.add_parser("build", help="warm the configured kernels for each architecture and pack")
-    bb.add_argument("config")
+    bb.add_argument("config", type=_path)
     bb.add_argument("--arch", action="append", help="only this architecture (repeatable)")
-    bb.add_argument("--output", help="bundle directory (default: the config's cache.bundles)")
+    bb.add_argument("--output", type=_path, help="bundle directory (default: the config's cache.bundles)")
     bb.add_argument("--verbose", "-v", action="store_true",
                     help="show each variant's value types and grid as it compiles")
     bb.add_argument("--force", action="store_true",
                     help="replace a file at a bundle's name that is not a Tack bundle")
     bb.set_defaults(func=cmd_bundles_build)
     bs = bsub.add_parser("status", help="does each bundle still match this node?")
-    bs.add_argument("dir", nargs="?", default=None,
+    bs.add_argument("dir", nargs="?", default=None, type=_path,
                     help="bundle directory (default: the first of TACK_CACHE_BUNDLES, then "
                          "share/tack/bundles beside Tack)")
     bs.set_defaults(func=cmd_bundles_status)
     br = bsub.add_parser("rebuild", help="recompile stale variants from the bundles' lowered kernels")
-    br.add_argument("dir", nargs="?", default=None)
+    br.add_argument("dir", nargs="?", default=None, type=_path)
     br.set_defaults(func=cmd_bundles_rebuild)
     bc = bsub.add_parser("check", help="run the contour from the bundles alone: is anything compiled?")
-    bc.add_argument("dir", nargs="?", default=None,
+    bc.add_argument("dir", nargs="?", default=None, type=_path,
                     help="bundle directory, or several joined with ':' (default: "
                          "TACK_CACHE_BUNDLES, then share/tack/bundles beside Tack)")
     bc.add_argument("--device", default="cpu", help="where the contour runs (default: cpu)")
@@ -196,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     bc.set_defaults(func=cmd_bundles_check)
     bi = bsub.add_parser("install", help="build and check the bundles of an install prefix, with "
                          "the Tack installed there (what packages run)")
-    bi.add_argument("prefix", help="the prefix Tack is installed in; the bundles go into "
+    bi.add_argument("prefix", type=_path, help="the prefix Tack is installed in; the bundles go into "
                     "PREFIX/share/tack/bundles")
     bi.add_argument("--target", action="append", metavar="CPU",
                     help="a CPU microarchitecture (archspec's name, or 'host': this node's): "
@@ -204,14 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "cpu:x86_64_v3); repeatable (default, without --arch: host)")
     bi.add_argument("--arch", action="append", metavar="KIND:NAME",
                     help="one more architecture (cpu:x86_64_v2, cuda:sm_90 ...); repeatable")
-    bi.add_argument("--site-config", metavar="FILE",
+    bi.add_argument("--site-config", metavar="FILE", type=_path,
                     help="a site config: its build.kernels are what the bundles hold; it is "
                     "kept as PREFIX/share/tack/site.yaml, its exports as site-env.json")
     bi.add_argument("--config-name", metavar="NAME", default="bundles-build",
                     help="the config the bundles were built from is kept as "
                     "PREFIX/share/tack/NAME.yaml (default: bundles-build): a package adding "
                     "bundles to a prefix another one filled names its own")
-    bi.add_argument("--in", dest="installed_in", help=argparse.SUPPRESS)
+    bi.add_argument("--in", dest="installed_in", type=_path, help=argparse.SUPPRESS)
     bi.set_defaults(func=cmd_bundles_install)
     im = sub.add_parser("image", help="write the import image of this Tack (all its bytecode in "
                         "one file in its __pycache__, read by every later import; bundles "

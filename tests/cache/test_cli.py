@@ -415,3 +415,24 @@ def test_info_shows_the_mode_under_mpi(tmp_path, env, line):
     mode, source = line.split()[2], line.split("(")[1].split(")")[0].split(":")[0]
     assert (as_json["mpi_mode"], as_json["mpi_mode_source"]) == (mode, source)
     assert (as_json["mpi_mode_problem"] is not None) == ("bogus" in line)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["pack", "--output", ""], "--output"),
+    (["export", "{cache}", "--output", ""], "--output"),
+    (["export", "", "--output", "{out}"], "BUNDLE_OR_DIR"),
+])
+def test_an_empty_path_is_bad_usage(warm, tmp_path, args, option):
+    """``pack --output "$OUTDIR"`` with OUTDIR unset packed into the cache directory, as if no
+    --output were given; export wrote into the current directory.  Now an empty path is bad
+    usage naming the argument (exit status 2), and nothing is written."""
+    cache, _ = warm
+    here = tmp_path / "here"
+    here.mkdir()
+    before = sorted(os.listdir(cache))
+    run = run_cli(cache, *[a.format(cache=cache, out=tmp_path / "out") for a in args], cwd=here)
+    assert run.rc == 2, (run.stdout, run.stderr)
+    assert run.stderr.splitlines()[-1].endswith(
+        f": error: argument {option}: an empty path (an unset variable?)"), run.stderr
+    assert sorted(os.listdir(cache)) == before and os.listdir(here) == []
+    assert not (tmp_path / "out").exists()

@@ -610,3 +610,33 @@ def test_a_kernel_module_that_exits_when_imported_is_an_error_naming_it(tmp_path
         assert f"{config}:9: build.kernels.0.module: kernel module 'exits_on_import' failed to " \
                "import: SystemExit: 0" in r.stdout + r.stderr, (r.stdout, r.stderr)
         assert "these are for 0" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["bundles", "build", "{config}", "--output", ""], "--output"),
+    (["bundles", "build", ""], "config"),
+    (["bundles", "status", ""], "dir"),
+    (["bundles", "rebuild", ""], "dir"),
+    (["bundles", "check", ""], "dir"),
+    (["modules", "{config}", "--root", ""], "--root"),
+    (["conda-activate", "{config}", "--prefix", ""], "--prefix"),
+    (["bundles", "install", ""], "prefix"),
+    (["bundles", "install", "{prefix}", "--site-config", ""], "--site-config"),
+])
+def test_an_empty_path_is_bad_usage(tmp_path, argv, option):
+    """``--output "$OUTDIR"`` with OUTDIR unset: an empty path was taken as none given, and
+    ``bundles build`` wrote into the config's own cache.bundles (production's directory);
+    ``bundles status ""`` reported on nothing and exited 0.  Now each is bad usage, naming
+    the argument: exit status 2, and nothing written."""
+    production = tmp_path / "production-bundles"
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD.replace("  size: 4G", f"  size: 4G\n  bundles: {production}\n")
+                      + f"  root: {tmp_path / 'modules'}\n")
+    r = subprocess.run([sys.executable, "-m", "tack.site",
+                        *[a.format(config=config, prefix=tmp_path / "prefix") for a in argv]],
+                       capture_output=True, text=True, cwd=tmp_path)     # "": here, before
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.splitlines()[-1].endswith(
+        f": error: argument {option}: an empty path (an unset variable?)"), r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert sorted(os.listdir(tmp_path)) == ["site.yaml"]
