@@ -259,7 +259,12 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory."""
     _refuse_non_regular(path)
     tmp = f"{path}{TMP_MARK}{os.getpid()}.{os.urandom(6).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        if e.filename in (None, tmp):
+            e.filename = path               # the file it was for, not its temporary name
+        raise
     try:
         # No fsync: after a crash the rename may survive with incomplete data,
         # but every entry carries its checksum, so such a file is ignored, and
@@ -276,7 +281,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(e, OSError) and not e.filename:
+        if isinstance(e, OSError) and e.filename in (None, tmp):
             e.filename = path               # a failed write (a full disk) names the file it was for
         raise
 

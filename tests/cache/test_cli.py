@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import stat
 import time
@@ -436,3 +437,23 @@ def test_an_empty_path_is_bad_usage(warm, tmp_path, args, option):
         f": error: argument {option}: an empty path (an unset variable?)"), run.stderr
     assert sorted(os.listdir(cache)) == before and os.listdir(here) == []
     assert not (tmp_path / "out").exists()
+
+
+def test_a_pack_that_cannot_write_names_the_path_given_not_its_temporary_file(warm, tmp_path):
+    """pack --output into a directory that is not there: the error named the temporary file
+    (FILE.tmp.<pid>.<hex>); now the path given.  Into a directory it may not write: the
+    bundle's own path there."""
+    cache, _ = warm
+    output = tmp_path / "no" / "such" / "mybundle"
+    run = run_cli(cache, "pack", "--output", str(output))
+    assert run.rc == 1, (run.stdout, run.stderr)
+    assert run.stderr == f"tack.cache: error: cannot write {output}: No such file or directory\n", run.stderr
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o500)
+    try:
+        run = run_cli(cache, "pack", "--output", str(closed), preexec_fn=drop_dac_caps)
+    finally:
+        closed.chmod(0o700)
+    assert run.rc == 1, (run.stdout, run.stderr)
+    assert re.fullmatch(rf"tack\.cache: error: cannot write {re.escape(str(closed))}/bundle-[^/.]+-[0-9a-z_.-]+: "
+                        r"Permission denied\n", run.stderr) and ".tmp." not in run.stderr, run.stderr
