@@ -76,8 +76,14 @@ def export(source: str, output: str, force: bool = False) -> tuple[list, int]:
 
     A file already at one of the paths is left as it is when it holds what would be written
     (an export run again); one that differs is replaced only with ``force``, and what is not a
-    regular file never: ExportError before anything is written."""
-    found, damaged = variants(source)
+    regular file never: ExportError before anything is written, as for ``output`` that is there
+    and not a directory, and for a ``source`` that cannot be read (``cannot read SOURCE``)."""
+    if os.path.lexists(output) and not os.path.isdir(output):
+        raise ExportError(f"--output {output} is not a directory")
+    try:
+        found, damaged = variants(source)
+    except OSError as e:
+        raise ExportError(f"cannot read {e.filename or source}: {e.strerror or e}") from None
     planned = []
     for meta, payload in found:
         key = meta.get("target_key", "")

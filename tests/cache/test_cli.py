@@ -457,3 +457,30 @@ def test_a_pack_that_cannot_write_names_the_path_given_not_its_temporary_file(wa
     assert run.rc == 1, (run.stdout, run.stderr)
     assert re.fullmatch(rf"tack\.cache: error: cannot write {re.escape(str(closed))}/bundle-[^/.]+-[0-9a-z_.-]+: "
                         r"Permission denied\n", run.stderr) and ".tmp." not in run.stderr, run.stderr
+
+
+def test_export_says_which_path_it_cannot_read_and_an_output_that_is_a_file(warm, tmp_path):
+    """A source that cannot be read (not there, a device) was reported as "cannot write
+    SOURCE"; an --output that is a file got "it cannot be read (Not a directory); use --force",
+    and with --force "cannot write ...: File exists".  Now each says what is wrong with which."""
+    cache, _ = warm
+    missing = tmp_path / "no-such-bundle"
+    out = tmp_path / "out"
+    run = run_cli(cache, "export", str(missing), "--output", str(out))
+    assert (run.rc, run.stderr) == (1, f"tack.cache: error: cannot read {missing}: no such bundle "
+                                       "or cache directory\n"), run.stderr
+    run = run_cli(cache, "export", "/dev/zero", "--output", str(out))
+    assert (run.rc, run.stderr) == (1, "tack.cache: error: cannot read /dev/zero: a character "
+                                       "device, not a regular file\n"), run.stderr
+    assert not out.exists()
+    assert run_cli(cache, "pack").rc == 0
+    (packed,) = [p for p in cache.glob("bundle-*")]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    for force in ([], ["--force"]):
+        run = run_cli(cache, "export", str(packed), "--output", str(a_file), *force)
+        assert (run.rc, run.stderr) == (1, f"tack.cache: error: --output {a_file} is not a "
+                                           "directory\n"), (force, run.stderr)
+    assert a_file.read_text() == "mine"
+    run = run_cli(cache, "export", str(packed), "--output", str(out))
+    assert run.rc == 0 and run.stdout.endswith(f"to {out}\n"), run.stderr
