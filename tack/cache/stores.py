@@ -233,16 +233,12 @@ def site_dirs(environ=None, warn=None, installed=None) -> list:
     for d in environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep):
         if not d.strip():
             continue
-        if "$" in d or d.startswith("~"):       # as TACK_CACHE_DIR: $VAR, ${VAR} and ~ expanded
-            from . import check_directory
-            try:
-                d = check_directory(d, "TACK_CACHE_BUNDLES", environ)
-            except ValueError as e:
-                if warn is not None:
-                    warn(f"{e}; ignored")
-                continue
-        # As the trust checks name it (a trailing slash would have the lstat below follow a link)
-        d = os.path.normpath(d)
+        try:
+            d = site_dir_entry(d, environ)
+        except ValueError as e:
+            if warn is not None:
+                warn(f"{e}; ignored")
+            continue
         why = _site_dir_problem(d)
         if why is None:
             if d not in out:                    # named twice: searched once
@@ -255,6 +251,18 @@ def site_dirs(environ=None, warn=None, installed=None) -> list:
             seen.add(os.path.normpath(d))
             out.append(d)
     return out
+
+
+def site_dir_entry(d: str, environ=None) -> str:
+    """A TACK_CACHE_BUNDLES entry as a job takes it: ``$VAR``, ``${VAR}`` and a leading ``~``
+    expanded (as TACK_CACHE_DIR's), normalized (as the trust checks name it: a trailing slash
+    would have an lstat follow a link).  ValueError for an unset variable, or where what the
+    expansion gives is relative; a relative entry with nothing to expand is returned as it is
+    (``_site_dir_problem`` says why it is ignored).  The site tool's ``check`` asks it too."""
+    if "$" in d or d.startswith("~"):
+        from . import check_directory
+        d = check_directory(d, "TACK_CACHE_BUNDLES", environ)
+    return os.path.normpath(d)
 
 
 def _site_dir_problem(d: str):

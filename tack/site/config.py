@@ -308,6 +308,20 @@ def _name(stack) -> str:
 _NODE_KINDS = {yaml.SequenceNode: "a list", yaml.MappingNode: "a mapping"}
 
 
+class _AnyVariable(dict):
+    """The environment ``check`` expands cache.bundles in: every variable is set, to a
+    directory named from / (its value is the job's, not known here)."""
+
+    def __contains__(self, name):
+        return True
+
+    def __missing__(self, name):
+        return "/" + name
+
+
+_ANY_VARIABLE = _AnyVariable()
+
+
 class _Validator:
     def __init__(self, path):
         self.path = path
@@ -571,14 +585,22 @@ class _Validator:
                 self.fail_at(("cache", key), f"{shown(value)} holds the control character {bad!r}; "
                              "a path cannot (the activation scripts would not parse)")
             elif key == "bundles" and isinstance(value, str):
-                # As a job reads TACK_CACHE_BUNDLES: each directory named from / (or from a
-                # variable it expands, $PREFIX/...); a relative one is ignored, with a warning.
-                relative = [d for d in value.split(os.pathsep)
-                            if d and not (os.path.isabs(d) or d.startswith("$"))]
+                # As a job reads TACK_CACHE_BUNDLES (``stores.site_dir_entry``): each directory
+                # named from /, or from what it expands ($PREFIX/..., ~/...); a relative one is
+                # ignored, with a warning.  A variable is the job's: taken to be a directory
+                # named from /, as a site's $PREFIX or $SCRATCH is.
+                from ..cache.stores import site_dir_entry
+                relative = []
+                for d in value.split(os.pathsep):
+                    try:
+                        if d.strip() and not os.path.isabs(site_dir_entry(d, _ANY_VARIABLE)):
+                            relative.append(d)
+                    except ValueError:
+                        relative.append(d)
                 if relative:
                     self.fail_at(("cache", key), f"{shown(relative[0])} is not an absolute path: jobs "
                                  "ignore a relative bundle directory; name it from / (or from a "
-                                 "variable, $PREFIX/...)")
+                                 "variable, $PREFIX/..., or from ~)")
 
     def cross_checks(self, data, root):
         self.check_cache_paths(data.get("cache") or {})

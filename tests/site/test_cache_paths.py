@@ -17,3 +17,33 @@ def test_control_character_in_a_cache_path(tmp_path, key, value, shown):
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"cache.{key}" in run.stderr and "control character" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("value, accepted", [
+    ("~/bundles", True), ("$PREFIX/share/tack/bundles", True), ("${SCRATCH}/bundles", True),
+    ("/apps/tack/bundles:~/bundles", True),
+    ("share/bundles", False), ("rel/$PREFIX", False), ("~/bundles:rel", False),
+])
+def test_check_takes_the_bundle_directories_a_job_takes(tmp_path, value, accepted):
+    """cache.bundles: "~/bundles" was refused ("jobs ignore a relative bundle directory"),
+    while a job expands ~ and searches it: check now asks the job's own reading of
+    TACK_CACHE_BUNDLES (``stores.site_dir_entry``), and refuses only what a job would ignore."""
+    import os
+    from tack.cache.stores import site_dirs
+    home = tmp_path / "home"
+    env = dict(os.environ, HOME=str(home), PREFIX="/apps/tack", SCRATCH="/scratch")
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text(f'version: 1\ncache:\n  bundles: "{value}"\n')
+    run = subprocess.run([sys.executable, "-m", "tack.site", "check", str(cfg)],
+                         capture_output=True, text=True, env=env)
+    ignored = []
+    site_dirs(dict(env, TACK_CACHE_BUNDLES=value, TACK_CACHE_INSTALLED_BUNDLES="0"), warn=ignored.append)
+    assert (ignored == []) == accepted, ignored          # a job's reading of the same value
+    if accepted:
+        assert run.returncode == 0, run.stderr
+        assert f"TACK_CACHE_BUNDLES={value}" in run.stdout, run.stdout
+    else:
+        assert run.returncode == 1, run.stdout
+        relative = next(d for d in value.split(":") if not d.startswith(("/", "~")))
+        assert f"{cfg}:3: cache.bundles: '{relative}' is not an absolute path: jobs ignore a " \
+               "relative bundle directory" in run.stderr, run.stderr
