@@ -640,3 +640,24 @@ def test_an_empty_path_is_bad_usage(tmp_path, argv, option):
         f": error: argument {option}: an empty path (an unset variable?)"), r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert sorted(os.listdir(tmp_path)) == ["site.yaml"]
+
+
+def test_the_bound_docs_give_cache_size_is_the_one_check_applies(tmp_path):
+    """docs/site.md said cache.size is "at most 8E": E is no unit the size parser takes ('8E'
+    is not a size).  The bound it gives now is in units check takes, accepted, and one more
+    refused."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "site.md"),
+              encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    m = re.search(r"`cache\.size` at most 2\^63 - 1 bytes \(`T` is the largest unit: `(\d+T)` is "
+                  r"accepted, `(\d+T)` is not\)", text)
+    assert m, "docs/site.md does not give cache.size's bound in units the parser takes"
+    largest, past = m.groups()
+    from tack.cache import MAX_SIZE, parse_size
+    assert parse_size(largest) <= MAX_SIZE < parse_size(largest) + (1 << 40)
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD.replace("size: 4G", f"size: {largest}"))
+    r = site("env", config)
+    assert r.returncode == 0 and f'TACK_CACHE_SIZE="{largest}"' in r.stdout, (r.stdout, r.stderr)
+    check_fails(tmp_path, GOOD.replace("size: 4G", f"size: {past}"),
+                f":4: cache.size: '{past}' is too large a size")
