@@ -116,6 +116,22 @@ def bundles(root, allow_root=False):
     return out
 
 
+def _cannot_be_made(directory: str):
+    """Why a missing cache ``directory`` could never be made, as a process would find when it
+    first stores (a file where a directory above it should be; a parent others may write without
+    the sticky bit), or None."""
+    up = os.path.dirname(directory)
+    while up != os.path.dirname(up) and not os.path.lexists(up):
+        up = os.path.dirname(up)
+    if not os.path.isdir(up):
+        return f"{up} is not a directory: no cache directory can be made below it"
+    try:
+        check_parents(directory)
+    except Untrusted as e:
+        return str(e)
+    return None
+
+
 def gather(s) -> dict:
     """Everything ``info`` reports, as a dict (the ``--json`` output)."""
     mpi_mode, mpi_source, mpi_problem = settings_mod.mode_under_mpi()
@@ -126,6 +142,9 @@ def gather(s) -> dict:
             "versions": {}, "total_bytes": 0, "total_entries": 0,
             "last_size_check": None, "bundles": []}
     if not info["exists"]:
+        why = _cannot_be_made(s.directory)
+        if why is not None:
+            info["trusted"], info["untrusted_reason"] = False, why
         return info
     try:
         check_trusted(s.directory, setting="TACK_CACHE_DIR")
@@ -216,7 +235,10 @@ def cmd_info(args) -> int:
     print(f"size limit:   {fs(info['max_size'])}  ({src['max_size']})")
     print(f"tack version: {shown_version(info['tack_version'])}")
     if not info["exists"]:
-        print("status:       no cache directory yet (created when a kernel is first stored)")
+        if info["trusted"] is False:
+            print(f"status:       NOT USED: {info['untrusted_reason']}")
+        else:
+            print("status:       no cache directory yet (created when a kernel is first stored)")
         return 0
     if info["trusted"] is False:
         print(f"status:       NOT USED: {info['untrusted_reason']}")
@@ -507,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=cmd_info)
     prune = sub.add_parser("prune", help="keep to the size limit now",
-                           description="Delete least recently used entries until 90%% of the "
+                           description="Delete least recently used entries until 90% of the "
                                        "limit is left (if over it). Bundles are never touched.")
     prune.add_argument("--max-size", metavar="SIZE", type=_size_argument, default=_NOT_GIVEN,
                        help="prune to this size instead (e.g. 200M)")

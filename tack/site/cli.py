@@ -189,8 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     bb.set_defaults(func=cmd_bundles_build)
     bs = bsub.add_parser("status", help="does each bundle still match this node?")
     bs.add_argument("dir", nargs="?", default=None, type=_path,
-                    help="bundle directory (default: the first of TACK_CACHE_BUNDLES, then "
-                         "share/tack/bundles beside Tack)")
+                    help="bundle directory (default: every directory a job searches: "
+                         "TACK_CACHE_BUNDLES's, then share/tack/bundles beside Tack)")
     bs.set_defaults(func=cmd_bundles_status)
     br = bsub.add_parser("rebuild", help="recompile stale variants from the bundles' lowered kernels")
     br.add_argument("dir", nargs="?", default=None, type=_path)

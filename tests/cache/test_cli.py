@@ -484,3 +484,29 @@ def test_export_says_which_path_it_cannot_read_and_an_output_that_is_a_file(warm
     assert a_file.read_text() == "mine"
     run = run_cli(cache, "export", str(packed), "--output", str(out))
     assert run.rc == 0 and run.stdout.endswith(f"to {out}\n"), run.stderr
+
+
+def test_info_says_when_a_missing_cache_directory_can_never_be_made(tmp_path):
+    """``info`` said "no cache directory yet (created when a kernel is first stored)" of a
+    directory below a file, which no store can make (every run warned "Not a directory"), and of
+    one below a directory others may write, which the runtime refuses: it now says NOT USED and
+    why; a plain missing directory is still "no cache directory yet".  ``prune --help`` printed
+    "90%%"."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    run = run_cli(afile / "sub" / "cache", "info")
+    assert run.rc == 0 and f"NOT USED: {afile} is not a directory" in run.stdout, run.stdout
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    try:
+        run = run_cli(shared / "cache", "info")
+        assert run.rc == 0 and "NOT USED" in run.stdout and "sticky" in run.stdout, run.stdout
+        data = json.loads(run_cli(shared / "cache", "info", "--json").stdout)
+        assert data["trusted"] is False and "sticky" in data["untrusted_reason"]
+    finally:
+        os.chmod(shared, 0o755)
+    run = run_cli(tmp_path / "new" / "cache", "info")
+    assert "status:       no cache directory yet" in run.stdout, run.stdout
+    run = run_cli(tmp_path / "new" / "cache", "prune", "--help")
+    assert "until 90% of" in " ".join(run.stdout.split()) and "%%" not in run.stdout
