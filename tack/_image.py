@@ -219,9 +219,12 @@ class ImageFinder:
         if found is None:
             return None
         origin, is_package, where = found
+        head, _, tail = origin.rpartition(os.sep)
+        if path is not None and list(path) != [head.rpartition(os.sep)[0] if is_package else head]:
+            return None                     # the parent's __path__ is not where the image's module
+                                            # lies (another copy of the package, an override)
         spec = ModuleSpec(name, self.loader, origin=origin, loader_state=where, is_package=is_package)
         spec.has_location = True
-        head, _, tail = origin.rpartition(os.sep)
         if self.pycache_prefix:
             spec.cached = os.path.join(cache_dir(head), tail[:-3] + self.pyc)
         else:
@@ -307,9 +310,13 @@ def open_image(package: str, package_dir: str):
 
 def install(package: str, package_dir: str):
     """Put the finder of the package's image first on ``sys.meta_path`` (once); it or None."""
-    if os.environ.get("TACK_IMPORT_IMAGE", "1") == "0":
-        return None
-    found = finder(package) or open_image(package, package_dir)
+    if os.environ.get("TACK_IMPORT_IMAGE", "1").strip().lower() in ("0", "off", "no", "false"):
+        return None                         # config.FALSE_WORDS (config is not imported yet)
+    found = finder(package)
+    if found is not None and found.root != package_dir + os.sep:
+        sys.meta_path.remove(found)         # another copy's image: not this package's code
+        found = None
+    found = found or open_image(package, package_dir)
     if found is not None and found not in sys.meta_path:
         sys.meta_path.insert(0, found)
     return found

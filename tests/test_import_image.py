@@ -212,10 +212,35 @@ def test_a_compiling_process_rewrites_a_damaged_image(site, tmp_path):
     assert report["served"] == len(_served(report))
 
 
-def test_switched_off_by_TACK_IMPORT_IMAGE_0(site, tmp_path):
+@pytest.mark.parametrize("off", ["0", "off", " OFF ", "false", "no"])
+def test_switched_off_by_TACK_IMPORT_IMAGE_0(site, tmp_path, off):
+    """Off by any word the TACK_ switches take for off (only "0" turned it off)."""
     _write(site, tmp_path)
-    report = _child(site, tmp_path, TACK_IMPORT_IMAGE=0)
+    report = _child(site, tmp_path, TACK_IMPORT_IMAGE=off)
     assert not report["finder"] and not _served(report)
+
+
+def test_a_module_is_served_only_where_its_parents_path_leads(site, tmp_path):
+    """The finder answered every tack.* name from its own copy, whatever the parent's __path__:
+    a second copy of Tack imported in the same process ran its __init__ with the first copy's
+    submodules, and a directory put first on a subpackage's __path__ was passed over."""
+    _write(site, tmp_path)
+    other = tmp_path / "other"
+    shutil.copytree(site / "tack", other / "tack", ignore=shutil.ignore_patterns("__pycache__"))
+    (other / "tack" / "_version.py").write_text('__version__ = "9.9.9-other"\n')
+    override = tmp_path / "override"
+    override.mkdir()
+    (override / "contour.py").write_text("WHO = 'override'\n")
+    p = _py(site, "import sys, tack, tack.kernels; from tack import _image\n"
+            "assert _image.finder() is not None\n"
+            f"tack.kernels.__path__.insert(0, {str(override)!r})\n"
+            "import tack.kernels.contour as c; print(c.WHO)\n"
+            "for k in [k for k in sys.modules if k == 'tack' or k.startswith('tack.')]:\n"
+            "    del sys.modules[k]\n"
+            f"sys.path.insert(0, {str(other)!r})\n"
+            "import tack, tack._version; print(tack.__version__, tack._version.__file__)\n",
+            tmp_path)
+    assert p.stdout.split() == ["override", "9.9.9-other", str(other / "tack" / "_version.py")], p.stdout
 
 
 def test_a_cold_process_writes_the_image_where_python_writes_bytecode(site, tmp_path):
