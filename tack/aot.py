@@ -37,8 +37,17 @@ def compile(kernel, target: str, args=(), *, grid: int = 1, debug: bool = False)
     """Compile ``kernel`` for ``target`` (``cpu:zen4``, ``cuda:sm_90``, ``rocm:gfx90a``,
     ``level_zero:pvc``; ``cpu`` alone: this host) with the types of the example ``args``, for a
     ``grid``-dimensional launch."""
+    if type(grid) is not int and not (hasattr(grid, "__index__") and not isinstance(grid, bool)):
+        raise TypeError(f"grid is the launch grid's number of dimensions, 1, 2 or 3, not {grid!r}"
+                        + (" (a launch's dim: pass its length)" if isinstance(grid, (tuple, list))
+                           else ""))
+    grid = int(grid)
     if not 1 <= grid <= 3:
         raise ValueError(f"grid must be 1, 2 or 3 dimensions, not {grid!r}")
+    from .api import Kernel
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"tack.aot.compile takes a @tack.kernel, not {type(kernel).__name__} "
+                        f"{getattr(kernel, '__qualname__', kernel)!r}")
     return build(_host_or(target), [(kernel, args, grid)], debug)[0]
 
 

@@ -2,6 +2,7 @@
 cache CLI's export and per-target info."""
 
 import json
+import re
 import os
 import stat
 import subprocess
@@ -329,3 +330,25 @@ def test_save_stores_as_a_launch_does_and_refuses_what_a_launch_refuses(tmp_path
     with pytest.raises(tack.aot.SaveError, match=str(tmp_path / "link")):
         tack.aot.save(arts, str(tmp_path / "link"))
     assert os.listdir(public) == []
+
+
+@tack.kernel
+def _scale(x, a):
+    i, j, k = tack.tid()
+    x[i, j, k] = x[i, j, k] * a
+
+
+def test_compile_checks_its_own_arguments():
+    """grid=True compiled under a key no launch looks up, grid=2.0 and grid=(4, 4) (a launch's
+    dim) failed inside the compiler with TypeErrors about sequences and tuples, and a @tack.func
+    or plain function with AttributeError ('params')."""
+    args = (np.zeros((2, 2, 2), np.float32), 0.5)
+    for grid, exc, words in ((True, TypeError, "not True"), (2.0, TypeError, "not 2.0"),
+                             ((4, 4), TypeError, "pass its length"), (0, ValueError, "not 0")):
+        with pytest.raises(exc, match=re.escape(words)):
+            tack.aot.compile(_scale, "cpu", args, grid=grid)
+    art = tack.aot.compile(_scale, "cpu", args, grid=np.int64(3))
+    assert art.key == tack.aot.compile(_scale, "cpu", args, grid=3).key
+    for not_a_kernel in (tack.func(lambda x: x), len):
+        with pytest.raises(TypeError, match="tack.aot.compile takes a @tack.kernel"):
+            tack.aot.compile(not_a_kernel, "cpu", args)
