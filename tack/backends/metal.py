@@ -302,6 +302,10 @@ template <typename P> struct tack_array<P, 0> { P p; };
 """
 
 
+# The buffer argument table of a Metal kernel: indices 0 to 30 on every Apple GPU family.
+METAL_BUFFERS = 31
+
+
 def generate_msl(tk, target, symbol_prefix="tack") -> MSLGenerated:
     """The MSL source of a typed kernel for ``target``, entry ``<symbol_prefix>_entry``."""
     mod = _Module(tk, target, symbol_prefix)
@@ -312,6 +316,17 @@ def generate_msl(tk, target, symbol_prefix="tack") -> MSLGenerated:
             err = src.error(f"float64 (Metal has no double precision) is not supported on "
                             f"{target.name}: argument of type {t}; pass float32", (src.first_line, 0))
             raise err.with_kernel(tk.name)
+    arrays = sum(isinstance(t, T.Array) for t in tk.argtypes)
+    most = METAL_BUFFERS - 1 - bool(tk.debug)   # one buffer holds the other arguments, one the error record
+    if arrays > most:
+        err = src.error(f"{arrays} array arguments: Metal binds at most {METAL_BUFFERS} buffers to a "
+                        f"kernel, so at most {most} arrays on {target.name}"
+                        + (" in debug mode" if tk.debug else "")
+                        + " (one buffer holds the other arguments"
+                        + (", one the debug error record" if tk.debug else "")
+                        + "); pass fewer arrays (stack those of one dtype and shape into one)",
+                        (src.first_line, 0))
+        raise err.with_kernel(tk.name)
     bodies = []
     try:
         for i, tf in enumerate(tk.functions):
