@@ -37,11 +37,11 @@ def compile(kernel, target: str, args=(), *, grid: int = 1, debug: bool = False)
     """Compile ``kernel`` for ``target`` (``cpu:zen4``, ``cuda:sm_90``, ``rocm:gfx90a``,
     ``level_zero:pvc``; ``cpu`` alone: this host) with the types of the example ``args``, for a
     ``grid``-dimensional launch."""
-    if type(grid) is not int and not (hasattr(grid, "__index__") and not isinstance(grid, bool)):
+    if isinstance(grid, bool) or not hasattr(grid, "__index__"):     # an int, NumPy's too
         raise TypeError(f"grid is the launch grid's number of dimensions, 1, 2 or 3, not {grid!r}"
                         + (" (a launch's dim: pass its length)" if isinstance(grid, (tuple, list))
                            else ""))
-    grid = int(grid)
+    grid = grid.__index__()
     if not 1 <= grid <= 3:
         raise ValueError(f"grid must be 1, 2 or 3 dimensions, not {grid!r}")
     from .api import Kernel

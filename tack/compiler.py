@@ -148,11 +148,10 @@ def _placed_now(lowered, kernel, templates) -> None:
     script holding the same kernel), and a compile error names the file and line."""
     import inspect
 
-    from .cache.deps import check_deps
-    scopes = {}
-    check_deps(lowered.deps, kernel, templates, scopes)
+    from .cache.deps import functions_now
+    now = functions_now(lowered.deps, kernel, templates)
     for f in (lowered.kernel, *lowered.functions.values()):
-        fn = scopes.get(f.fid.split("[", 1)[0])
+        fn = now(f.fid)
         if fn is not None:
             code = fn.__code__
             f.source.moved_to(inspect.getsourcefile(fn) or code.co_filename, code.co_firstlineno)

@@ -157,8 +157,7 @@ def _unaligned(a):
 
 def _arg_key(a):
     if isinstance(a, np.ndarray):
-        layout = _LAYOUT.get(a.flags.num & _FLAG_BITS)
-        return (a.dtype, a.ndim, layout if layout is not None else _unaligned(a))
+        return (a.dtype, a.ndim, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
     if isinstance(a, type):
         return a
     t = device_array_type(a)
@@ -170,8 +169,7 @@ def _arg_key(a):
 def _static_key(a):
     """The key of an argument whose shape the kernel compiles in."""
     if isinstance(a, np.ndarray):
-        layout = _LAYOUT.get(a.flags.num & _FLAG_BITS)
-        return (a.dtype, a.shape, layout if layout is not None else _unaligned(a))
+        return (a.dtype, a.shape, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
     return _arg_key(a)
 
 

@@ -365,8 +365,10 @@ class GPUTarget:
     def prepare(self, module):
         """Target-specific additions to the llvmlite.ir module before it is parsed."""
 
-    def optimize(self, module):
-        """llvmlite.ir module -> optimized llvm.ModuleRef for this target."""
+    def optimize(self, module, passes=None):
+        """llvmlite.ir module -> optimized llvm.ModuleRef for this target: LLVM's pipeline at
+        ``opt``, or (``passes``: names of llvmlite's ``add_<name>_pass``) those passes after the
+        always-inliner."""
         llvm = self._llvm
         self.prepare(module)
         mod = llvm.parse_assembly(str(module))
@@ -374,7 +376,14 @@ class GPUTarget:
         mod.data_layout = str(self.machine.target_data)
         pto = llvm.create_pipeline_tuning_options(speed_level=self.settings["opt"])
         pb = llvm.create_pass_builder(self.machine, pto)
-        pb.getModulePassManager().run(mod, pb)
+        if passes is None:
+            pb.getModulePassManager().run(mod, pb)
+        else:
+            mpm = llvm.create_new_module_pass_manager()
+            mpm.add_always_inliner_pass()
+            for name in passes:
+                getattr(mpm, f"add_{name}_pass")()
+            mpm.run(mod, pb)
         mod.verify()
         return mod
 

@@ -65,7 +65,7 @@ class LevelZeroTarget(GPUTarget):
             if not fn.is_declaration and fn.linkage == "internal":
                 fn.attributes.add("alwaysinline")
 
-    def optimize(self, module):
+    def optimize(self, module, passes=None):
         """LLVM's pipeline at ``opt``; where it leaves an integer of a width SPIR-V has no type
         for (LLVM's loop passes write a loop's final value in closed form: the sum of its
         counter, ``n * (n - 1) / 2``, computed on i65), the module is optimized again by
@@ -73,18 +73,7 @@ class LevelZeroTarget(GPUTarget):
         optimized = super().optimize(module)
         if _ODD_WIDTH.search(str(optimized)) is None:
             return optimized
-        llvm = self._llvm
-        mod = llvm.parse_assembly(str(module))
-        mod.triple = self.triple
-        mod.data_layout = str(self.machine.target_data)
-        pb = llvm.create_pass_builder(
-            self.machine, llvm.create_pipeline_tuning_options(speed_level=self.settings["opt"]))
-        passes = llvm.create_new_module_pass_manager()
-        passes.add_always_inliner_pass()
-        for name in _SPIRV_PASSES:
-            getattr(passes, f"add_{name}_pass")()
-        passes.run(mod, pb)
-        mod.verify()
+        mod = super().optimize(module, _SPIRV_PASSES)
         odd = _ODD_WIDTH.search(str(mod))
         if odd is not None:
             raise ToolError(f"LLVM's optimizer left an integer type SPIR-V cannot hold ({odd.group()}) "

@@ -45,9 +45,10 @@ def _size_argument(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _path_argument(text):
-    """argparse type of every path argument: an empty one (``--output "$OUTDIR"`` with OUTDIR
-    unset) is bad usage, not taken as one not given (the cache directory, say)."""
+def path_argument(text):
+    """argparse type of every path argument of ``tack.cache`` and ``tack.site``: an empty one
+    (``--output "$OUTDIR"`` with OUTDIR unset) is bad usage, not taken as one not given (the
+    cache directory, the config's bundle directory)."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path (an unset variable?)")
     return text
@@ -543,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Pack this Tack version's entries into one bundle file per "
                                       "architecture, in the cache directory: what MPI ranks read "
                                       "(TACK_CACHE=bundle) instead of a file per kernel.")
-    pack.add_argument("--output", metavar="PATH", type=_path_argument,
+    pack.add_argument("--output", metavar="PATH", type=path_argument,
                       help="write the bundle to this file instead, or into this directory under "
                            "its usual name")
     pack.add_argument("--arch", metavar="ARCH",
@@ -556,8 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "directory (this Tack version's entries), as a file named "
                                         "by kernel and target (.o, .ptx, .hsaco, .spv, .zebin), to "
                                         "inspect with the vendors' tools.")
-    export.add_argument("source", metavar="BUNDLE_OR_DIR", type=_path_argument, help="a bundle file or a cache directory")
-    export.add_argument("--output", metavar="DIR", required=True, type=_path_argument, help="where to write the files")
+    export.add_argument("source", metavar="BUNDLE_OR_DIR", type=path_argument, help="a bundle file or a cache directory")
+    export.add_argument("--output", metavar="DIR", required=True, type=path_argument, help="where to write the files")
     export.add_argument("--force", action="store_true",
                         help="replace existing files that differ from what would be written")
     export.set_defaults(func=cmd_export)

@@ -103,9 +103,15 @@ def check_deps(deps, kernel, templates: dict, scopes: dict | None = None):
     return None
 
 
-def locate(deps, kernel, templates: dict, fid: str):
-    """(file, first line) of the function ``fid`` as it is now, or None."""
+def functions_now(deps, kernel, templates: dict):
+    """``fid -> the Python function it names now, or None`` for the functions a dependency
+    record reaches (the kernel's, its device functions', its templates' methods)."""
     scopes = {}
     check_deps(deps, kernel, templates, scopes)
-    fn = scopes.get(fid.split("[", 1)[0])
+    return lambda fid: scopes.get(fid.split("[", 1)[0])
+
+
+def locate(deps, kernel, templates: dict, fid: str):
+    """(file, first line) of the function ``fid`` as it is now, or None."""
+    fn = functions_now(deps, kernel, templates)(fid)
     return (fn.__code__.co_filename, fn.__code__.co_firstlineno) if fn is not None else None

@@ -13,14 +13,6 @@ import sys
 from .errors import SiteConfigError, SiteError, missing_extra
 
 
-def _path(text):
-    """argparse type of every path argument: an empty one (``--output "$OUTDIR"`` with OUTDIR
-    unset) is bad usage, not taken as one not given (the config's directory, say)."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path (an unset variable?)")
-    return text
-
-
 def load(path, import_modules=False):
     """The validated config (``build.load_config``); SiteConfigError otherwise."""
     from .build import load_config
@@ -140,6 +132,7 @@ def cmd_bundles_install(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..cache.cli import path_argument as _path     # one rule for both tools' paths
     p = argparse.ArgumentParser(prog="python -m tack.site",
                                 description="Deploy Tack at a site from one YAML config.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
