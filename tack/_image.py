@@ -17,7 +17,9 @@ check of a hash-based ``.pyc``).  Installs move the times: conda's packages brin
 some nanoseconds off (the same second), Spack's build caches set them to 0 for reproducible
 tarballs (the content check, a read and a hash of each source in every process: the finder
 counts them, ``image --check`` says so, and ``image`` or a compiling process writes the image
-again for the present times; the Spack package sets the times to 0 before writing it).
+again for the present times; the Spack package sets the times to 0 before writing it).  A
+source stamped in the second the image was written (or later) is recorded with no time, and
+so checked by content: an edit later in that second, of the same size, would keep its time.
 Otherwise, and for anything the image lacks, cannot read, finds not matching the CRC-32 its
 index records for it, or cannot unmarshal, the module is imported as usual from its source and
 ``.pyc``, and the image serves nothing more in that process.  An image
@@ -113,7 +115,8 @@ def same_source(path: str, mtime: int, size: int, digest: bytes):
     (CPython's check of a ``.pyc``: one stat); ``BY_CONTENT``, where the time differs (an
     install that moved the times: a reproducible build cache sets them to 0), the same size and
     content (``importlib.util.source_hash``, CPython's hash-based ``.pyc`` check: the source
-    read and hashed, in every process); False if it is not."""
+    read and hashed, in every process: also where ``mtime`` is None, a source stamped when the
+    image was written); False if it is not."""
     st = os.stat(path)
     if st.st_size != size:
         return False

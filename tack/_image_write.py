@@ -9,6 +9,8 @@ process that compiled a kernel (``refresh``).
 import marshal
 import os
 import sys
+import tempfile
+import time
 import types
 import zlib
 
@@ -101,23 +103,41 @@ def check(package: str, package_dir: str, read_code: bool = True) -> tuple[bool,
         f.close()
 
 
-def write(package: str, package_dir: str) -> tuple[str, int, int]:
-    """Write the package's image; (its path, modules, bytes).  Raises OSError if it cannot."""
+def write(package: str, package_dir: str, wait: bool = True) -> tuple[str, int, int]:
+    """Write the package's image; (its path, modules, bytes).  Raises OSError if it cannot.
+
+    A source stamped in the present second could still be edited within it at the same size,
+    its time unchanged (CPython's ``.pyc`` check has that hole): with ``wait`` (``image``, an
+    install that writes it just after copying the sources) the writer waits for the second to
+    pass, at most about a second; without (a compiling process) such a source is recorded with
+    no time, and checked by its content until an image written later records its time."""
     path = image_path(package_dir)
     if path is None:
         raise OSError("this Python keeps no bytecode files (sys.implementation.cache_tag is None)")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    modules = list(_modules(package, package_dir))
+    now = _now(os.path.dirname(path))
+    for _ in range(3 if wait else 0):
+        if not any(int(os.stat(os.path.join(package_dir, rel)).st_mtime) == now for _, rel, _ in modules):
+            break
+        time.sleep(max(0.0, now + 1 - time.time()) + 0.01)
+        now = _now(os.path.dirname(path))
     index, blobs, offset = {}, [], 0
-    for name, rel, is_package in _modules(package, package_dir):
+    for name, rel, is_package in modules:
         source = os.path.join(package_dir, rel)
         st = os.stat(source)
         got = _code_bytes(source, rel, st)
         if got is None:
             continue                        # changed while we read it: imported as usual
         data, digest = got
+        # A source whose time is this second or later may yet be edited within its second, at the
+        # same size: its time would still match.  It gets no time (None: checked by content, a
+        # moved time, until an image written later records it); git's "racy" entries likewise.
+        mtime = int(st.st_mtime) if int(st.st_mtime) < now else None
         if data is None:                    # held, as not served: the image is still current
-            index[name] = (rel, is_package, int(st.st_mtime), st.st_size, digest, 0, 0, None)
+            index[name] = (rel, is_package, mtime, st.st_size, digest, 0, 0, None)
             continue
-        index[name] = (rel, is_package, int(st.st_mtime), st.st_size, digest, offset, len(data),
+        index[name] = (rel, is_package, mtime, st.st_size, digest, offset, len(data),
                        zlib.crc32(data))
         blobs.append(data)
         offset += len(data)
@@ -125,9 +145,25 @@ def write(package: str, package_dir: str) -> tuple[str, int, int]:
     payload = b"".join([FORMAT, MAGIC_NUMBER, len(head).to_bytes(4, "little"),
                         zlib.crc32(head).to_bytes(4, "little"), head] + blobs)
     from .cache.trust import write_atomic   # a temporary file renamed into place, as entries
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     write_atomic(path, payload, mode=0o644)
     return path, len(index), len(payload)
+
+
+def _now(directory: str) -> int:
+    """The present second, before any source is read, by the earlier of this host's clock and
+    the file system's (a new file's time in ``directory``): on a network file system the
+    server's clock stamps an edit, and it may be behind this host's."""
+    now = time.time()
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".import-image-clock.", dir=directory)
+        try:
+            now = min(now, os.fstat(fd).st_mtime)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError:
+        pass
+    return int(now)
 
 
 _refreshed = False
@@ -151,6 +187,6 @@ def refresh(package: str = "tack") -> None:
         damaged = mine is not None and mine.fd is None
         ok, moved = check(package, package_dir, read_code=False)
         if damaged or not ok or moved:
-            write(package, package_dir)
+            write(package, package_dir, wait=False)
     except Exception:                       # noqa: BLE001 - an optimisation, never an error
         pass

@@ -320,6 +320,45 @@ def _same_size_edit(text: str) -> str:
     return text[:3] + text[3].swapcase() + text[4:]
 
 
+def test_an_edit_in_the_second_the_image_was_written_is_not_served_stale(site, tmp_path):
+    """A source stamped in the second the image is written (or later: an edit as it is written,
+    a clock behind the file server's) may be edited again within that second at the same size,
+    and keep the time recorded: it is recorded with no time, checked by its content."""
+    keys = site / "tack" / "cache" / "keys.py"
+    import time
+    stamp = time.time_ns() + 3600 * 10**9             # "now", as the image sees it, or later
+    os.utime(keys, ns=(stamp, stamp))
+    _write(site, tmp_path)
+    said = _image_command(site, tmp_path, "--check").stdout
+    assert "1 of its modules by their content" in said, said
+    original = keys.read_text()
+    keys.write_text(_same_size_edit(original))
+    os.utime(keys, ns=(stamp, stamp))                 # the same second, the same size
+    for pyc in (keys.parent / "__pycache__").glob("keys.*.pyc"):
+        pyc.unlink()                                  # CPython's .pyc has the same hole: not the image's
+    code = ("import json, tack.cache.keys as k; "
+            "print(json.dumps([k.__doc__[0], type(k.__spec__.loader).__name__]))")
+    p = _py(site, code, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    first, loader = json.loads(p.stdout.strip().splitlines()[-1])
+    assert first == _same_size_edit(original)[3] != original[3]
+    assert loader == "SourceFileLoader"
+    # Unedited, the same module is served from the image, after its content is checked.
+    keys.write_text(original)
+    os.utime(keys, ns=(stamp, stamp))
+    p = _py(site, code, tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == [original[3], "_Loader"]
+
+
+def test_an_image_written_just_after_an_install_still_checks_by_time(site, tmp_path):
+    """``image`` (as an install runs it, just after copying the sources) waits for the
+    sources' second to pass rather than leave every process to read and hash them."""
+    for path in (site / "tack").rglob("*.py"):
+        os.utime(path)                                # stamped now, as a copy leaves them
+    _write(site, tmp_path)
+    said = _image_command(site, tmp_path, "--check").stdout
+    assert "current, every module by its source's time" in said, said
+
+
 def test_sources_whose_times_were_reset_are_served_by_content(site, tmp_path):
     """What Spack's build cache does to an install (every file's time 0) and what a tar that
     keeps microseconds does: each module is served after its content is checked."""
