@@ -41,6 +41,14 @@ AMD_GPUS = ("gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a"
             "gfx1201")
 # The target features an AMD target id may pin (gfx90a:sramecc+:xnack-).
 AMD_FEATURES = ("sramecc", "xnack")
+# The GPUs that have each setting (LLVM's AMDGPU processor table; what the code objects this LLVM
+# makes record in e_flags, "unsupported" for the others: tests/backends check it).  On another
+# GPU the feature names nothing a code object or a device can have.
+AMD_FEATURE_GPUS = {
+    "sramecc": frozenset({"gfx906", "gfx908", "gfx90a", "gfx942", "gfx950"}),
+    "xnack": frozenset({"gfx900", "gfx902", "gfx904", "gfx906", "gfx908", "gfx909", "gfx90a",
+                        "gfx90c", "gfx942", "gfx950", "gfx1010", "gfx1011", "gfx1012", "gfx1013"}),
+}
 
 # -- Level Zero ---------------------------------------------------------------------------------
 # Intel devices ocloc builds native code for (its -device names), and whether each has float64.
@@ -151,13 +159,27 @@ class AMDKind(Kind):
     """ROCm names: an AMD GPU, optionally with target features (``gfx90a:sramecc+:xnack-``)."""
 
     def resolve(self, name: str) -> str:
+        """The target id in ROCm's own spelling (``gfx90a:sramecc+:xnack-``: the features in
+        alphabetical order, as ROCm reports a device and LLVM writes a target id), so that every
+        spelling of one target id has one key; a feature given twice, or one the GPU does not
+        have (``gfx1030:xnack+``), is refused."""
         gfx, *feats = name.split(":")
-        super().resolve(gfx)
+        gfx = super().resolve(gfx)
+        settings = {}
         for f in feats:
             if len(f) < 2 or f[-1] not in "+-" or f[:-1] not in AMD_FEATURES:
                 raise ArchError(f"rocm:{name}: {f!r} is not a target feature; use sramecc+/- and "
                                 "xnack+/- as ROCm spells them (gfx90a:sramecc+:xnack-)")
-        return name
+            feature = f[:-1]
+            if feature in settings:
+                raise ArchError(f"rocm:{name}: {feature} is set twice; give each target feature "
+                                "once (gfx90a:sramecc+:xnack-)")
+            if gfx not in AMD_FEATURE_GPUS[feature]:
+                has = sorted(AMD_FEATURE_GPUS[feature], key=lambda g: AMD_GPUS.index(g))
+                raise ArchError(f"rocm:{name}: {gfx} has no {feature} setting (only "
+                                f"{', '.join(has)} do); use rocm:{gfx}")
+            settings[feature] = f[-1]
+        return ":".join([gfx] + [f"{k}{settings[k]}" for k in sorted(settings)])
 
 
 class CPUKind(Kind):

@@ -483,6 +483,47 @@ def test_target_keys_are_the_light_modules_and_change_with_every_setting(monkeyp
     assert key_for("level_zero:pvc") != keys["level_zero:pvc"]
 
 
+def test_an_amd_target_id_has_one_spelling_and_only_features_its_gpu_has():
+    """ROCm reports a device's target id with its features in alphabetical order; any other
+    order names the same code and so the same key (a bundle built for ``gfx90a:xnack-:sramecc+``
+    was found by no node).  A feature set twice, or one the GPU does not have, is refused."""
+    from tack.archs import ArchError, resolve
+    canonical = "rocm:gfx90a:sramecc+:xnack-"
+    assert resolve("rocm:gfx90a:xnack-:sramecc+") == ("rocm", canonical[5:])
+    assert key_for("rocm:gfx90a:xnack-:sramecc+") == key_for(canonical)
+    assert toolchain("rocm").target("rocm:gfx90a:xnack-:sramecc+").arch == canonical[5:]
+    assert resolve("rocm:gfx942:xnack+") == ("rocm", "gfx942:xnack+")
+    for bad, says in (("rocm:gfx90a:xnack-:xnack+", "xnack is set twice"),
+                      ("rocm:gfx90a:sramecc+:sramecc+", "sramecc is set twice"),
+                      ("rocm:gfx1030:xnack+", "gfx1030 has no xnack setting"),
+                      ("rocm:gfx900:sramecc-", "gfx900 has no sramecc setting"),
+                      ("rocm:gfx1100:sramecc+:xnack-", "gfx1100 has no sramecc setting")):
+        with pytest.raises(ArchError, match=says):
+            resolve(bad)
+
+
+def test_the_amd_feature_table_is_what_llvm_records_in_code_objects():
+    """``AMD_FEATURE_GPUS`` against this LLVM: a code object built asking for both features
+    records each as unsupported (0 in its e_flags bits) on exactly the GPUs without it."""
+    import struct
+
+    import llvmlite.binding as llvm
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple("amdgcn-amd-amdhsa")
+    module = llvm.parse_assembly('target triple = "amdgcn-amd-amdhsa"\n'
+                                 "define amdgpu_kernel void @k() {\n  ret void\n}\n")
+    has = {"xnack": set(), "sramecc": set()}
+    for gfx in arch_names.AMD_GPUS:
+        tm = target.create_target_machine(cpu=gfx, features="+xnack,+sramecc")
+        flags = struct.unpack_from("<I", tm.emit_object(module), 48)[0]
+        if (flags >> 8) & 3:
+            has["xnack"].add(gfx)
+        if (flags >> 10) & 3:
+            has["sramecc"].add(gfx)
+    assert has == {k: set(v) for k, v in arch_names.AMD_FEATURE_GPUS.items()}
+
+
 def test_target_objects():
     """Each toolchain's target: kind, arch, machine, suffix, identity; bad names are ArchErrors."""
     from tack.archs import ArchError
