@@ -138,6 +138,8 @@ def test_the_cpu_checks_block_as_a_device_would_and_uses_none():
                                (True, TypeError, r"block must be an int or a tuple of ints, not True"),
                                ("8", TypeError, r"block must be an int or a tuple of ints, not '8'"),
                                ((2.0, 1), TypeError, r"block must be an int or a tuple of ints"),
+                               ((True, 1), TypeError, r"not \(True, 1\)"),
+                               ((3, np.True_), TypeError, r"block must be an int or a tuple of ints"),
                                (np.array(4), TypeError, r"block must be an int or a tuple of ints")):
         with pytest.raises(error, match=said) as e:
             tack.launch(k_fill, dim=out.shape, args=(out, 1.0), block=block)

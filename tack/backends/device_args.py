@@ -371,6 +371,13 @@ def group_shape(dims, limit, max_items) -> tuple:
     return tuple(reversed(sizes))
 
 
+def _not_bool(x):
+    """``x``, or a TypeError for a bool (which ``operator.index`` would take as 0 or 1)."""
+    if isinstance(x, bool):
+        raise TypeError("a bool")
+    return x
+
+
 def block_request(dims, block):
     """``tack.launch``'s ``block=`` checked against the grid ``dims`` as every device checks it
     before its own limits: an int of at least 1 (the work-items of a group) -> that int; one
@@ -382,7 +389,7 @@ def block_request(dims, block):
             raise refusal(ValueError(f"block {block!r} must be at least 1 work-item"))
         return int(block)
     try:
-        shape = tuple(operator.index(x) for x in block)
+        shape = tuple(operator.index(_not_bool(x)) for x in block)
     except TypeError:
         raise refusal(TypeError(f"block must be an int or a tuple of ints, not {block!r}")) from None
     if len(shape) != len(dims) or any(x < 1 for x in shape):
