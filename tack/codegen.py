@@ -98,6 +98,9 @@ def generate(tk: TypedKernel, target, symbol_prefix="tack") -> Generated:
 
 
 def _generate(tk, target, symbol_prefix):
+    check_entry = getattr(target, "check_entry", None)     # a GPU's limits on its parameters
+    if check_entry is not None:
+        check_entry(tk)
     module = ir.Module(name=tk.name)
     gen = _ModuleGen(module, tk, target, symbol_prefix)
     for tf in tk.functions:

@@ -126,6 +126,19 @@ class ToolError(RuntimeError):
     """A vendor tool is missing, or failed (its output is in the message)."""
 
 
+# What a kernel with too many parameters can do about it.
+FEWER_PARAMETERS = ("pass fewer arrays (stack those of one dtype and shape into one), or compile "
+                    "their shapes in (@tack.kernel(static_shape=...)) so that no extents are passed")
+
+
+def entry_parameters(debug: bool) -> str:
+    """How a kernel's arguments become its entry's parameters (``argument_layout``), for a
+    refusal of too many of them."""
+    return (f"each array passes its data pointer, then an i64 per extent unless its shape is "
+            f"static and per stride if its layout is strided; a scalar one; then the grid's 3 "
+            f"extents{' and the debug error record' if debug else ''}")
+
+
 def _llvm_major() -> int:
     import llvmlite.binding as llvm
     return llvm.llvm_version_info[0]
@@ -390,6 +403,22 @@ class GPUTarget:
     def compile(self, module) -> bytes:
         """An llvmlite.ir module -> the artifact's bytes."""
         return self.emit(self.optimize(module))
+
+    def check_entry(self, tk):
+        """A CompileError at the kernel's ``def`` when the entry point of the typed kernel ``tk``
+        takes more than this target allows (``entry_refusal``): called by code generation before
+        it generates anything, so that the user reads their kernel's name and line, not a vendor
+        tool's failure (or nothing at all until a driver refuses to load the code)."""
+        from .argument_layout import entry_codes
+        why = self.entry_refusal(entry_codes(tk.argtypes, tk.debug), tk.debug)
+        if why:
+            src = tk.lowered.kernel.source
+            raise src.error(why, (src.first_line, 0)).with_kernel(tk.name)
+
+    def entry_refusal(self, codes, debug: bool):
+        """Why an entry of parameters ``codes`` (``argument_layout.entry_codes``) cannot be built
+        for this target, or None: no limit by default."""
+        return None
 
     def emit(self, optimized) -> bytes:
         raise NotImplementedError

@@ -20,7 +20,17 @@ import re
 
 from .. import types as T
 from .arch_names import INTEL_DEVICES
-from .gpu import GPUTarget, ToolError, find_ocloc, named_target, pack_level_zero, run_tool
+from .gpu import (FEWER_PARAMETERS, GPUTarget, ToolError, entry_parameters, find_ocloc,
+                  named_target, pack_level_zero, run_tool)
+
+
+# The most parameters a SPIR-V function may declare: the SPIR-V specification's universal limit
+# (section 2.17, "Universal Limits": 255 function parameters per function declaration), which
+# spirv-val enforces (SPIRV-Tools 2023.1: "OpTypeFunction may not take more than 255 arguments",
+# its --max-function-args default): a kernel of 126 one-dimensional arrays (2 * 126 + 3 = 255
+# parameters) validates, one of 127 (257) does not.  LLVM's SPIR-V backend emits the invalid
+# module without a word, which a driver refuses only when it loads it.
+SPIRV_MAX_PARAMETERS = 255
 
 
 class LevelZeroTarget(GPUTarget):
@@ -45,6 +55,14 @@ class LevelZeroTarget(GPUTarget):
     @property
     def suffix(self) -> str:
         return ".spv" + (".zebin" if self.device else "")
+
+    def entry_refusal(self, codes, debug):
+        """More parameters than SPIR-V lets a function take (``SPIRV_MAX_PARAMETERS``)."""
+        if len(codes) <= SPIRV_MAX_PARAMETERS:
+            return None
+        return (f"the kernel's entry point needs {len(codes)} parameters "
+                f"({entry_parameters(debug)}); SPIR-V allows a function at most "
+                f"{SPIRV_MAX_PARAMETERS}, so {self.name} cannot build it: {FEWER_PARAMETERS}")
 
     def compile(self, module) -> bytes:
         # LLVM 22's SPIR-V backend keeps per-module state in its target machine (the global

@@ -612,3 +612,51 @@ def test_spirv_signed_bool_to_float_becomes_a_select():
     assert "sitofp i32 %n" in out and "uitofp i1 %b" in out
     assert "select i1 %b, float -1.0, float 0.0" in out
     llvm.parse_assembly(out).verify()
+
+
+# -- parameter limits ----------------------------------------------------------------------------
+
+
+def many_arrays(n, directory, ndim=1):
+    """A kernel of ``n`` float32 array parameters of ``ndim`` dimensions, each one more entry
+    parameter or several (written to a module of its own: a kernel's source is read from its
+    file) -> (kernel, path of its file)."""
+    import importlib.util
+    names = ", ".join(f"a{k}" for k in range(n))
+    at = ", ".join(["i"] * ndim)
+    src = (f"import tack\n\n@tack.kernel\ndef k{n}({names}):\n    i = tack.tid()\n"
+           f"    a0[{at}] = a{n - 1}[{at}]\n")
+    path = os.path.join(directory, f"many{n}_{ndim}.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"many{n}_{ndim}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, f"k{n}"), path
+
+
+def test_a_spirv_kernel_past_255_parameters_is_refused_at_its_def(tmp_path):
+    """SPIR-V lets a function declare at most 255 parameters, and a 1-D array is two of them (its
+    pointer and extent), the grid three more, debug mode's error record one: 126 arrays (255)
+    build, and spirv-val takes the module; 127 (257), or 126 in debug mode (256), are a
+    CompileError at the kernel's def saying how many it needs and the limit, for spirv: and
+    level_zero: alike, where LLVM emitted a module spirv-val rejects."""
+    import shutil
+    for n, debug in ((126, False), (125, True)):
+        kernel, _ = many_arrays(n, tmp_path)
+        art = build(kernel, tuple(np.zeros(4, np.float32) for _ in range(n)), 1,
+                    gpu_target("spirv:generic"), debug=debug)
+        spirv = unpack_level_zero(art.payload)[0]
+        assert spirv[:4] == b"\x03\x02\x23\x07"
+        if shutil.which("spirv-val"):
+            spirv_check(spirv, art.entry, tmp_path, f"many{n}")
+    for n, debug, need, name in ((127, False, 257, "spirv:generic"), (126, True, 256, "spirv:generic"),
+                                 (127, False, 257, "level_zero:pvc")):
+        kernel, path = many_arrays(n, tmp_path)
+        with pytest.raises(tack.CompileError) as e:
+            build(kernel, tuple(np.zeros(4, np.float32) for _ in range(n)), 1, gpu_target(name),
+                  debug=debug)
+        msg = str(e.value)
+        assert f"in kernel 'k{n}': the kernel's entry point needs {need} parameters" in msg, msg
+        assert f"SPIR-V allows a function at most 255, so {name} cannot build it" in msg, msg
+        assert f'File "{path}", line 3' in msg, msg
