@@ -29,9 +29,34 @@ import time
 
 from ..archs import resolve
 from ..codegen import Unsupported
-from .gpu import GPUTarget, named_target, pack_cuda, run_tool, sass_tool, unpack_cuda
+from .gpu import (FEWER_PARAMETERS, GPUTarget, entry_parameters, named_target, pack_cuda, run_tool,
+                  sass_tool, unpack_cuda)
 
 NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
+
+# The bytes of a kernel's parameters (its .param space): NVIDIA documents 4096 bytes, and from
+# CUDA 12.1 (PTX ISA 8.1) 32764 bytes on Volta (sm_70) and newer (the CUDA C++ Programming
+# Guide; NVIDIA's "CUDA 12.1 Supports Large Kernel Parameters").  ptxas 13 agrees on the large
+# one ("uses too much parameter space (0x8010 bytes, 0x7ffc max)" for PTX ISA 8.6, sm_100); for an
+# older ISA it stops at 4352 bytes ("Kernel parameter size larger than 4352 bytes requires PTX
+# ISA .version 8.1"), but the documented 4096 is what Tack holds a kernel to: PTX of that ISA
+# is JIT-compiled by drivers older than CUDA 12.1.  The ISA is the sm's (``arch_names.PTX_ISA``:
+# 8.1 and later only for sm_100 and newer), so the large limit never meets a pre-Volta GPU.
+PARAM_BYTES = 4096
+PARAM_BYTES_LARGE = 32764
+LARGE_PARAMS_ISA = (8, 1)
+# The size (and alignment) of each parameter slot in the .param space.
+_SLOT_BYTES = {"ptr": 8, "i64": 8, "u64": 8, "f64": 8, "i32": 4, "u32": 4, "f32": 4, "i8": 1}
+
+
+def param_bytes(codes) -> int:
+    """The bytes of the .param space an entry of parameters ``codes`` takes: each at an offset
+    aligned to its size, as NVPTX lays them out."""
+    end = 0
+    for code in codes:
+        n = _SLOT_BYTES[code]
+        end = -(-end // n) * n + n
+    return end
 _SREG = ("x", "y", "z")
 
 
@@ -50,6 +75,24 @@ class CUDATarget(GPUTarget):
     @property
     def ptx_isa(self) -> str:
         return self.settings["ptx_isa"]
+
+    @property
+    def param_limit(self) -> int:
+        """The most bytes of parameters a kernel of this target may take (``PARAM_BYTES``)."""
+        isa = tuple(int(x) for x in self.ptx_isa.split("."))
+        return PARAM_BYTES_LARGE if isa >= LARGE_PARAMS_ISA else PARAM_BYTES
+
+    def entry_refusal(self, codes, debug):
+        """Parameters of more bytes than the PTX ISA of this sm allows (``param_limit``)."""
+        size, limit = param_bytes(codes), self.param_limit
+        if size <= limit:
+            return None
+        return (f"the kernel's parameters take {size} bytes ({len(codes)} parameters: "
+                f"{entry_parameters(debug)}); CUDA takes at most {limit} bytes of kernel "
+                f"parameters in PTX ISA {self.ptx_isa}, which {self.name} is built with"
+                + ("" if limit == PARAM_BYTES_LARGE else
+                   f" ({PARAM_BYTES_LARGE} from PTX ISA 8.1: cuda:sm_100 and newer)")
+                + f": {FEWER_PARAMETERS}")
 
     def identity(self) -> dict:
         """The GPU identity, and what made the SASS (``sass``: ptxas's version, or why none)."""

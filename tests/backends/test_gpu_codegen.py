@@ -19,6 +19,7 @@ from tack.backends.gpu import key_for, pack_cuda, pack_level_zero, unpack_cuda, 
 from tack.compiler import lower
 from tack.kernels import contour
 
+from . import gpu_tools
 from .gpu_tools import (build, gpu_target, language_launches, lerp, lerp_literal, run,
                         spirv_has_float64, tool)
 from ..util import check_points_at
@@ -660,3 +661,32 @@ def test_a_spirv_kernel_past_255_parameters_is_refused_at_its_def(tmp_path):
         assert f"in kernel 'k{n}': the kernel's entry point needs {need} parameters" in msg, msg
         assert f"SPIR-V allows a function at most 255, so {name} cannot build it" in msg, msg
         assert f'File "{path}", line 3' in msg, msg
+
+
+@pytest.mark.parametrize("sm,ndim,fits,limit,over", [
+    ("sm_80", 1, 254, 4096, 4104),          # PTX ISA 7.0: 16 bytes an array (pointer, extent)
+    ("sm_100", 3, 584, 32764, 32784)])      # PTX ISA 8.6: 56 bytes (pointer, 3 extents, 3 strides)
+def test_a_cuda_kernel_past_its_parameter_space_is_refused_at_its_def(sm, ndim, fits, limit, over,
+                                                                      tmp_path):
+    """CUDA's kernel parameters may take 4096 bytes in a PTX ISA before 8.1, 32764 from 8.1
+    (sm_100 and newer here): the most arrays that fit build (ptxas assembles them, where it is
+    installed), one more is a CompileError at the kernel's def saying the bytes it needs and the
+    limit for its PTX ISA.  ptxas refuses PTX ISA 8.6 past 32764 bytes itself; PTX ISA 7.0 it
+    took up to 4352, and the driver was left to refuse it."""
+    ptxas = gpu_tools.TOOLS["ptxas"][0]()
+    base = np.zeros((4, 4, 8), np.float32)
+    arrays = (lambda n: tuple(base[:, :, ::2] for _ in range(n))) if ndim == 3 else \
+        (lambda n: tuple(np.zeros(4, np.float32) for _ in range(n)))
+    target = gpu_target(f"cuda:{sm}", sass=False)
+    kernel, _ = many_arrays(fits, tmp_path, ndim)
+    art = build(kernel, arrays(fits), 1, target)
+    if ptxas:
+        ptxas_check(art.payload, sm, tmp_path, f"many{fits}")
+    kernel, path = many_arrays(fits + 1, tmp_path, ndim)
+    with pytest.raises(tack.CompileError) as e:
+        build(kernel, arrays(fits + 1), 1, target)
+    msg = str(e.value)
+    assert f"in kernel 'k{fits + 1}': the kernel's parameters take {over} bytes" in msg, msg
+    assert (f"CUDA takes at most {limit} bytes of kernel parameters in PTX ISA "
+            f"{arch_names.PTX_ISA[sm]}, which cuda:{sm} is built with") in msg, msg
+    assert f'File "{path}", line 3' in msg, msg
