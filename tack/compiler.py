@@ -181,10 +181,19 @@ def _compile_variant(lowered, lowered_key, argtypes, grid, target, debug, stage)
         payload = gen.source.encode("utf-8")
         stage("codegen")
     else:
+        from .backends.gpu import BackendError
         from .codegen import generate
         gen = generate(typed, target, "tack_" + key)
         stage("codegen")
-        payload = target.compile(gen.module)
+        try:
+            payload = target.compile(gen.module)
+        except BackendError as e:
+            # LLVM refused this kernel's code: the user reads their kernel's name and line, and
+            # what the backend said (not the compiler's frames: a ToolError said nothing of it).
+            src = typed.lowered.kernel.source
+            err = src.error(f"{target.name} cannot build this kernel: {str(e).rstrip()}",
+                            (src.first_line, 0))
+            raise err.with_kernel(typed.name) from None
     stage("llvm")
     meta = variant_meta(lowered, lowered_key, argtypes, grid, gen.entry,
                         gen.sites if debug else (), target)

@@ -126,6 +126,13 @@ class ToolError(RuntimeError):
     """A vendor tool is missing, or failed (its output is in the message)."""
 
 
+class BackendError(ToolError):
+    """A code generator ran and refused one kernel's code (LLVM's SPIR-V backend aborting on
+    it): ``tack.compiler`` reports it as a CompileError at the kernel's ``def`` that keeps this
+    message.  A ToolError still, for code that catches those; a tool that is missing or cannot
+    be run stays a plain ToolError."""
+
+
 # What a kernel with too many parameters can do about it.
 FEWER_PARAMETERS = ("pass fewer arrays (stack those of one dtype and shape into one), or compile "
                     "their shapes in (@tack.kernel(static_shape=...)) so that no extents are passed")

@@ -20,7 +20,7 @@ import re
 
 from .. import types as T
 from .arch_names import INTEL_DEVICES
-from .gpu import (FEWER_PARAMETERS, GPUTarget, ToolError, entry_parameters, find_ocloc,
+from .gpu import (FEWER_PARAMETERS, BackendError, GPUTarget, ToolError, entry_parameters, find_ocloc,
                   named_target, pack_level_zero, run_tool)
 
 
@@ -94,8 +94,8 @@ class LevelZeroTarget(GPUTarget):
         mod = super().optimize(module, _SPIRV_PASSES)
         odd = _ODD_WIDTH.search(str(mod))
         if odd is not None:
-            raise ToolError(f"LLVM's optimizer left an integer type SPIR-V cannot hold ({odd.group()}) "
-                            f"in the kernel's code, for {self.name}")
+            raise BackendError(f"LLVM's optimizer left an integer type SPIR-V cannot hold "
+                               f"({odd.group()}) in the kernel's code, for {self.name}")
         return mod
 
     def emit(self, optimized) -> bytes:
@@ -224,7 +224,8 @@ def emit_spirv(ir_text: str, triple: str, settings: dict) -> bytes:
     a module can come out with ids defined twice (spirv-val rejects it; Intel's compiler
     aborts on it), whichever kernel it is.  The first module of a process has always been
     valid, so each is emitted by a new process that emits only it (about a tenth of a second:
-    SPIR-V is compiled ahead of time, or once per kernel on a cache miss).
+    SPIR-V is compiled ahead of time, or once per kernel on a cache miss).  A failure is a
+    BackendError (the compiler reports it at the user's kernel), with what LLVM printed.
     """
     import subprocess
     import sys
@@ -233,8 +234,8 @@ def emit_spirv(ir_text: str, triple: str, settings: dict) -> bytes:
                           str(settings.get("codegen_opt", settings["opt"]))],
                          input=ir_text.encode(), capture_output=True, timeout=300)
     if res.returncode != 0 or not res.stdout.startswith(b"\x03\x02\x23\x07"):
-        raise ToolError(f"LLVM's SPIR-V backend failed for {triple} (exit {res.returncode}):\n"
-                        f"{res.stderr.decode(errors='replace')[-2000:]}")
+        raise BackendError(f"LLVM's SPIR-V backend failed for {triple} (exit {res.returncode}):\n"
+                           f"{res.stderr.decode(errors='replace')[-2000:]}")
     return res.stdout
 
 

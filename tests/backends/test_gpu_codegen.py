@@ -690,3 +690,35 @@ def test_a_cuda_kernel_past_its_parameter_space_is_refused_at_its_def(sm, ndim, 
     assert (f"CUDA takes at most {limit} bytes of kernel parameters in PTX ISA "
             f"{arch_names.PTX_ISA[sm]}, which cuda:{sm} is built with") in msg, msg
     assert f'File "{path}", line 3' in msg, msg
+
+
+@tack.func
+def first_positive(x, n):
+    for j in range(n):
+        if x[j] > 0.0:
+            return x[j], j
+    return 0.0, -1
+
+
+@tack.kernel  # ERR @tack
+def k_first_positive(x, out, n):
+    i = tack.tid()
+    v, j = first_positive(x, n)
+    out[i] = v + j
+
+
+def test_a_spirv_backend_failure_is_a_compile_error_at_the_kernel(monkeypatch):
+    """LLVM's SPIR-V backend aborting on a kernel's code is a CompileError naming the kernel at
+    its def, with what LLVM said, not a ToolError from the compiler's frames.  The failure is a
+    real one: a phi of a struct, which codegen avoids for SPIR-V (``aggregate_phis = False``),
+    here let through."""
+    from tack.backends.level_zero import LevelZeroTarget
+    args = (np.zeros(4, np.float32), np.zeros(4, np.float32), 3)
+    art = build(k_first_positive, args, 1, gpu_target("spirv:generic"))
+    assert unpack_level_zero(art.payload)[0][:4] == b"\x03\x02\x23\x07"
+    monkeypatch.setattr(LevelZeroTarget, "aggregate_phis", True)
+    with pytest.raises(tack.CompileError) as e:
+        build(k_first_positive, args, 1, gpu_target("spirv:generic"))
+    msg = check_points_at(e.value, "k_first_positive", k_first_positive, __file__)
+    assert "spirv:generic cannot build this kernel: LLVM's SPIR-V backend failed" in msg, msg
+    assert "illegal aggregate intrinsic user" in msg, msg
