@@ -567,12 +567,14 @@ def tool_changes(arch, built: str, now: dict, uncomparable=True) -> list:
     return why
 
 
-def applies(b, path, node_arch, chosen, why, host_key):
+def applies(b, path, node_arch, chosen, why, host_key, devices=None):
     """(rank, why) of a bundle for this node, by the runtime's own choice (``chosen``, what
     ``cpu_runtime.site_bundles`` returned for the directory, and its ``why`` for the others):
     rank 0 for one packed on a node like this one (its target is this host's own), then 1, 2...
     in the order the runtime looks in them (this node's microarchitecture, then each ancestor,
-    most specific first); None (and why) for a bundle it never uses."""
+    most specific first); None (and why) for a bundle it never uses.  ``devices``: {name:
+    (device kind, rank, ``kind:arch``)} of the bundles a device runtime of this node chose
+    (``device_choice``): a GPU bundle is used only where one did."""
     tk, arch = b.meta.get("target_key", ""), b.meta.get("arch", "")
     name = os.path.basename(path)
     if tk == host_key and name == bundle_mod.bundle_name(host_key):
@@ -581,11 +583,45 @@ def applies(b, path, node_arch, chosen, why, host_key):
         if cand_name == name:
             what = "this node's microarchitecture" if cand == node_arch else f"an ancestor of {node_arch}"
             return rank, f"{cand} is {what}"
+    if name in (devices or {}):
+        kind, rank, cand = devices[name]
+        return rank, f"{cand} is what this node's {kind} device runs"
     if arch and not arch.startswith("cpu:"):
-        return None, f"{arch} is a GPU's: its runtime reads it, not this node's CPU"
+        return None, (f"{arch} is a GPU's: its runtime reads it, not this node's CPU, and no "
+                      "device here runs it")
     if name in why:
         return None, why[name]
     return None, f"{arch or 'an unnamed arch'} is not named as a site bundle of this node's CPU"
+
+
+def device_runtimes() -> list:
+    """[(device kind, runtime)] of the device runtimes (every one but the CPU's) that have a
+    device on this node: those whose ``site_bundles`` a launch's session asks (a launch on a
+    kind without a device fails before its cache is looked in)."""
+    from ..backends import _RUNTIMES, runtime
+    out = []
+    for kind in _RUNTIMES:
+        if kind == "cpu":
+            continue
+        try:
+            rt = runtime(kind)
+        except (ImportError, ValueError):
+            continue
+        if rt.available():
+            out.append((kind, rt))
+    return out
+
+
+def device_choice(paths, runtimes) -> dict:
+    """{bundle name: (device kind, rank, ``kind:arch``)} of a directory's bundles that this node's
+    device runtimes (``device_runtimes``) use, by each runtime's own ``site_bundles`` (the
+    function a launch's ``SiteBundleStore`` asks), ranked in the order it looks in them."""
+    names = [os.path.basename(p) for p in paths]
+    out = {}
+    for kind, rt in runtimes:
+        for rank, (cand, _, name) in enumerate(rt.site_bundles(names, lambda n: None), 1):
+            out.setdefault(name, (kind, rank, cand))
+    return out
 
 
 def _node():
@@ -610,27 +646,40 @@ def choice(paths, bundles):
 
 def bundles_status(directory=None, out=sys.stdout, err=sys.stderr) -> int:
     """What this node uses of ``directory``'s bundles, or (None) of every site directory a job
-    searches, each in turn, as a job searches them."""
+    searches, each in turn, as a job searches them: its CPU's, and those of each device runtime
+    that has a device here (``device_runtimes``: an OpenCL or a Level Zero device runs the
+    ``spirv:generic`` bundle)."""
     directories = _directories(directory, "status", err)
     node_llvm = llvm_version()
     host_key, node_arch, candidates = _node()
+    runtimes = device_runtimes()
     print(f"node: {node_arch}, {node_llvm}, Tack {shown_version(tack_version_id())}", file=out)
     print(f"looks for: {', '.join(c for c, _, _ in candidates)} (most specific first)", file=out)
+    for kind, rt in runtimes:
+        print(f"its {kind} device looks for: {', '.join(c for c, _ in rt.site_candidates())} "
+              "(most specific first)", file=out)
     chosen = []
     for d in directories:
         if directory is None:
             print(f"{d}:" if os.path.isdir(d) else f"{d}: missing", file=out)
-        chosen += _status_of(d, node_llvm, host_key, node_arch, out)
-    if chosen:
-        print(f"this node looks first in: {', '.join(chosen)}", file=out)
-    else:
+        chosen += _status_of(d, node_llvm, host_key, node_arch, out, runtimes)
+    cpu = [name for kind, name in chosen if kind == "cpu"]
+    if cpu:
+        print(f"this node looks first in: {', '.join(cpu)}", file=out)
+    elif chosen:
+        print("this node's CPU uses none of these bundles: its kernels compile on first use", file=out)
+    for kind, _ in runtimes:
+        used = [name for k, name in chosen if k == kind]
+        if used:
+            print(f"its {kind} device looks first in: {', '.join(used)}", file=out)
+    if not chosen:
         print("this node uses none of these bundles: every kernel compiles on first use", file=out)
     return 0
 
 
-def _status_of(directory, node_llvm, host_key, node_arch, out) -> list:
-    """``bundles status``'s lines for one directory; -> the names of the bundles this node uses
-    there, in the order it looks in them."""
+def _status_of(directory, node_llvm, host_key, node_arch, out, runtimes=()) -> list:
+    """``bundles status``'s lines for one directory; -> [(device kind, name)] of the bundles this
+    node uses there (``cpu`` for its CPU's), in the order each kind looks in them."""
     paths = _bundle_paths(directory)
     if not paths:
         print(f"no bundles in {directory}", file=out)
@@ -641,6 +690,7 @@ def _status_of(directory, node_llvm, host_key, node_arch, out) -> list:
         except bundle_mod.BundleError as e:
             unusable[path] = e
     chosen_by_runtime, why_not = choice(paths, bundles)
+    by_devices = device_choice(paths, runtimes)
     chosen = []
     for path in paths:
         if path in unusable:
@@ -648,7 +698,7 @@ def _status_of(directory, node_llvm, host_key, node_arch, out) -> list:
             continue
         b = bundles[path]
         why = staleness(b, node_llvm)
-        rank, reason = applies(b, path, node_arch, chosen_by_runtime, why_not, host_key)
+        rank, reason = applies(b, path, node_arch, chosen_by_runtime, why_not, host_key, by_devices)
         variants = [k for (kind, k) in b.index if kind == entry.KIND_VARIANT]
         state = "current" if not why else "STALE"
         use = "not used by this node (stale: below)" if why else \
@@ -660,7 +710,9 @@ def _status_of(directory, node_llvm, host_key, node_arch, out) -> list:
             print(f"  DAMAGED: {damaged} of {len(b)} entries unusable; build it again "
                   "(python -m tack.site bundles build)", file=out)
         if rank is not None and not why:
-            chosen.append((rank, os.path.basename(path)))
+            name = os.path.basename(path)
+            kind = by_devices[name][0] if name in by_devices else "cpu"
+            chosen.append((kind, rank, name))
         for reason in why:
             print(f"  stale: {reason}", file=out)
         if why:
@@ -669,7 +721,7 @@ def _status_of(directory, node_llvm, host_key, node_arch, out) -> list:
                     got = b.get(kind, key)
                     name = got[0].get("kernel", "?") if got else "(damaged)"
                     print(f"    {name} {key[:16]}", file=out)
-    return [n for _, n in sorted(chosen)]
+    return [(kind, n) for kind, _, n in sorted(chosen, key=lambda c: c[1])]
 
 
 # Run by ``bundles check`` in a new process: the contour from the bundles alone.

@@ -439,3 +439,47 @@ def test_status_names_another_tacks_bundle_as_stale_not_unreadable(tmp_path, mon
     text = status.getvalue()
     assert "not used by this node (stale: below)" in text and "cannot be read" not in text, text
     assert "stale: made by Tack 0.0.9" in text, text
+
+
+def test_status_says_a_device_of_this_node_uses_the_spirv_bundle(tmp_path):
+    """An OpenCL device runs spirv:generic, and its runtime reads the site's spirv:generic bundle
+    (``bundles check --device opencl`` is served from it): status said this node used none of
+    them.  It asks each device runtime that has a device here, as a launch's session does; on a
+    node without one, it still says none."""
+    from tack.backends import opencl_runtime
+    if not opencl_runtime.available():
+        pytest.skip("no OpenCL device: run ci/install-opencl.sh")
+    path = tmp_path / "site.yaml"
+    path.write_text("version: 1\nbuild:\n  archs:\n    spirv: [generic]\n  kernels:\n"
+                    "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n")
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(load(path), out_dir)
+    assert rc == 0, out + err
+    (name,) = os.listdir(out_dir)
+    assert "-spirv-generic-" in name
+
+    status = io.StringIO()
+    assert build.bundles_status(str(out_dir), out=status) == 0
+    text = status.getvalue()
+    assert "its opencl device looks for: spirv:generic (most specific first)" in text, text
+    assert (f"{name}: spirv:generic, 4 entries (2 variants), {os.path.getsize(out_dir / name)} bytes: "
+            "current; used by this node (spirv:generic is what this node's opencl device runs)") in text, text
+    assert text.rstrip().endswith("this node's CPU uses none of these bundles: its kernels compile "
+                                  f"on first use\nits opencl device looks first in: {name}"), text
+    assert "uses none of these bundles: every kernel" not in text
+
+    # A node without an OpenCL device (no ICD, no runtime library): no device runs it.
+    empty = tmp_path / "no-vendors"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(OCL_ICD_VENDORS=str(empty), TACK_OPENCL_LIBRARY=str(tmp_path / "absent.so"),
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(tack.__file__))))
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "status", str(out_dir)],
+                       env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "opencl" not in r.stdout, r.stdout
+    assert (f"{name}: spirv:generic, 4 entries (2 variants), {os.path.getsize(out_dir / name)} bytes: "
+            "current; not used by this node (spirv:generic is a GPU's: its runtime reads it, not "
+            "this node's CPU, and no device here runs it)") in r.stdout, r.stdout
+    assert r.stdout.rstrip().endswith("this node uses none of these bundles: every kernel compiles "
+                                      "on first use"), r.stdout
