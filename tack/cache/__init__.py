@@ -58,13 +58,17 @@ def parse_size(text) -> int | None:
                          "for a fraction of a larger unit, e.g. 1.5G)")
     if len(number) > 24:                # float() of hundreds of digits is inf; int(inf) raises
         raise SizeTooLarge(f"{text.strip()[:32]}... is too large a size: the most is "
-                         f"{format_size(MAX_SIZE)}")
+                         f"{MAX_SIZE_SHOWN}")
     whole, _, frac = number.partition(".")
     size = int(whole) * unit + (int(float("0." + frac) * unit) if frac else 0)
     return _bounded_size(size, text.strip())
 
 
 MAX_SIZE = (1 << 63) - 1                # what a file system's 64-bit sizes can count
+# The bound as a message says it: exactly, and in the largest unit a size takes (T), whole, as
+# a user would write it (format_size's rounding said "8388608.0 TiB": past the bound).
+_TOP_UNIT = max(_UNITS, key=_UNITS.get)
+MAX_SIZE_SHOWN = f"{MAX_SIZE} bytes, {MAX_SIZE // _UNITS[_TOP_UNIT]}{_TOP_UNIT} in whole {_TOP_UNIT}"
 
 
 class SizeTooLarge(ValueError):
@@ -74,7 +78,7 @@ class SizeTooLarge(ValueError):
 def _bounded_size(size: int, shown) -> int:
     if size > MAX_SIZE:
         shown = str(shown) if len(str(shown)) <= 32 else str(shown)[:24] + "..."
-        raise SizeTooLarge(f"{shown} is too large a size: the most is {format_size(MAX_SIZE)} "
+        raise SizeTooLarge(f"{shown} is too large a size: the most is {MAX_SIZE_SHOWN} "
                          "(or 'unlimited')")
     return size
 

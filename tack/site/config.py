@@ -16,7 +16,7 @@ import yaml
 
 from ..archs import ArchError
 from ..backends.arch_names import KINDS as ARCH_KINDS
-from ..cache import MAX_SIZE, MODES, SizeTooLarge, format_size, parse_size
+from ..cache import MAX_SIZE_SHOWN, MODES, SizeTooLarge, parse_size
 from .errors import SiteConfigError
 
 # Each key: (kind, required, description).  kind: "str", "size", "mode", "int",
@@ -429,7 +429,7 @@ class _Validator:
                 parse_size(value)
             except SizeTooLarge:
                 self.fail(node, keypath, f"{shown(value)} is too large a size (at most "
-                          f"{format_size(MAX_SIZE)}; use 'unlimited' for no limit)")
+                          f"{MAX_SIZE_SHOWN}; use 'unlimited' for no limit)")
                 return _BAD
             except ValueError as e:
                 why = str(e)        # parse_size's message names the value itself

@@ -156,6 +156,20 @@ def test_parse_size_rejects(text):
         cfg.parse_size(text)
 
 
+# "the most is 8388608.0 TiB": format_size rounded 2^63 - 1 up, to a size it refuses itself
+@pytest.mark.parametrize("text, shown", [
+    ("8388608T", "8388608T"), ("9223372036854775808", "9223372036854775808"),
+    (1 << 63, "9223372036854775808"), ("9" * 30, "9" * 30 + "...")])
+def test_too_large_size_names_the_bound_exactly(text, shown):
+    """A size past the bound says the bound exactly, and the largest whole T the parser takes."""
+    with pytest.raises(cfg.SizeTooLarge) as e:
+        cfg.parse_size(text)
+    tail = "" if shown.endswith("...") else " (or 'unlimited')"
+    assert str(e.value) == (f"{shown} is too large a size: the most is 9223372036854775807 bytes, "
+                            f"8388607T in whole T{tail}")
+    assert cfg.parse_size("8388607T") <= cfg.parse_size("9223372036854775807") == cfg.MAX_SIZE
+
+
 @given(st.integers(min_value=0, max_value=10**6), st.sampled_from(["", "K", "M", "G", "KiB", "MiB", "GiB", "kb"]))
 def test_parse_size_property(n, unit):
     """For any count and unit, parse_size is the count times the unit's power of 1024."""

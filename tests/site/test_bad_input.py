@@ -660,4 +660,5 @@ def test_the_bound_docs_give_cache_size_is_the_one_check_applies(tmp_path):
     r = site("env", config)
     assert r.returncode == 0 and f'TACK_CACHE_SIZE="{largest}"' in r.stdout, (r.stdout, r.stderr)
     check_fails(tmp_path, GOOD.replace("size: 4G", f"size: {past}"),
-                f":4: cache.size: '{past}' is too large a size")
+                f":4: cache.size: '{past}' is too large a size (at most 9223372036854775807 bytes, "
+                f"{largest} in whole T; use 'unlimited' for no limit)", exact=True)
