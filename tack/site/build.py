@@ -884,9 +884,16 @@ def rebuild_bundle(path, out=sys.stdout):
 
 def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
     """Rebuild the stale bundles of ``directory``, or (None) of every site directory a job
-    searches; -> 1 if any could not be."""
+    searches; -> 1 if any could not be.  A directory with no bundles is said to have none (as
+    ``bundles status`` says it, exit status 0: nothing there is stale)."""
     llvm = llvm_version()
-    paths = [p for d in _directories(directory, "rebuild", err) for p in _bundle_paths(d)]
+    paths = []
+    for d in _directories(directory, "rebuild", err):
+        found = _bundle_paths(d)
+        if not found:
+            where = d if os.path.isdir(d) else f"{d} (missing)"
+            print(f"no bundles in {where}: nothing to rebuild", file=out)
+        paths += found
     failures = 0
     for path in paths:
         try:

@@ -483,3 +483,32 @@ def test_status_says_a_device_of_this_node_uses_the_spirv_bundle(tmp_path):
             "this node's CPU, and no device here runs it)") in r.stdout, r.stdout
     assert r.stdout.rstrip().endswith("this node uses none of these bundles: every kernel compiles "
                                       "on first use"), r.stdout
+
+
+def test_rebuild_of_a_directory_without_bundles_says_so(tmp_path):
+    """`bundles rebuild DIR` of a directory that holds no bundles printed nothing and exited 0:
+    it says there were none to rebuild, naming DIR, and exits 0 as `bundles status` does (nothing
+    there is stale); a file that is not a bundle is not one."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "README").write_text("bundles go here\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(tack.__file__)))
+
+    def site(*args):
+        return subprocess.run([sys.executable, "-m", "tack.site", "bundles", *args], env=env,
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    r = site("rebuild", str(empty))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == f"no bundles in {empty}: nothing to rebuild\n" and r.stderr == "", r
+    status = site("status", str(empty))
+    assert status.returncode == 0 and f"no bundles in {empty}\n" in status.stdout, status
+    assert os.listdir(empty) == ["README"]
+
+    # No DIR: each site directory a job searches that holds none is named, a missing one too.
+    env.update(TACK_CACHE_BUNDLES=f"{empty}{os.pathsep}{tmp_path / 'not-yet'}",
+               TACK_CACHE_INSTALLED_BUNDLES="0")
+    r = site("rebuild")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == (f"no bundles in {empty}: nothing to rebuild\n"
+                        f"no bundles in {tmp_path / 'not-yet'} (missing): nothing to rebuild\n"), r
