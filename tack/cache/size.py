@@ -7,7 +7,11 @@ that stores entries checks the total at most once an hour for all processes
 together: it claims the check by creating a claim file exclusively, next to
 a stamp file whose mtime is the last check.  Past the limit, entries are
 deleted oldest first until 90% of the limit is left.  Bundles and any file
-the cache did not make are neither counted nor deleted.
+the cache did not make are neither counted nor deleted.  One exception: a file
+at an entry's place in a version directory (``<version>/<level>/<fan>/<key><suffix>``)
+whose bytes are all zero (or which has none) is what a crash leaves when an
+entry's rename reached the disk and its data did not (``is_crash_leftover``):
+no user's data, it is counted and goes first.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import stat
 import time
 
 from . import bundle
-from .entry import HEAD, MAGIC, SUFFIX, is_entry_magic
-from .trust import (MARKER_TEXT, TMP_MARK, VERSION_MARKER, NotRegular, kind_of, mark_fd, read_regular,
-                    touch_regular)
+from .entry import HEAD, LEVEL_DIR, MAGIC, SUFFIX, is_entry_magic
+from .trust import (MARKER_TEXT, TMP_MARK, VERSION_MARKER, NotRegular, kind_of, mark_fd, open_regular,
+                    read_regular, touch_regular)
 
 _O_NOWAIT = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -89,7 +93,12 @@ def is_marker(path: str) -> bool:
 def is_own_file(path: str) -> bool:
     """Whether ``path`` is a file the cache wrote, checked by its content, not its name:
     an entry (of any Tack's format) whose header holds its kind and key, or a temporary file of one (or of a
-    bundle) that holds the start of one.  Never follows a link or opens a FIFO."""
+    bundle) that holds the start of one; or what a crash left of an entry (``is_crash_leftover``).
+    Never follows a link or opens a FIFO."""
+    return _is_entry_or_temporary(path) or is_crash_leftover(path)
+
+
+def _is_entry_or_temporary(path: str) -> bool:
     name = os.path.basename(path)
     try:
         head, _ = read_regular(path, limit=HEAD.size)
@@ -104,6 +113,46 @@ def is_own_file(path: str) -> bool:
             return (is_entry_magic(magic) and k == kind
                     and key.decode("ascii", "replace") == name[:-len(suffix)])
     return False
+
+
+_ENTRY_NAME = re.compile(r"^([0-9a-f]{64})(" + "|".join(re.escape(s) for s in SUFFIX.values()) + r")$")
+_LEVEL_OF = {SUFFIX[kind]: level for kind, level in LEVEL_DIR.items()}
+_ZERO_CHUNK = 1 << 20
+
+
+def is_crash_leftover(path: str) -> bool:
+    """Whether ``path`` is what a crash left of an entry: a regular file whose bytes are all zero
+    (or which has none), at an entry's own place in the cache's layout, ``<root>/<version
+    directory>/<level>/<key[:2]>/<key><suffix>``: a version directory the cache made
+    (``is_version_dir``), the level of that suffix, the fan of that key.  A writer renames a
+    whole entry into place, so a process never sees one so; a power loss after the rename
+    reached the disk and before the data did leaves one (on many file systems its length, the
+    data's blocks unwritten).  No user's file is one: zeros hold no data, and a file named like
+    an entry anywhere else, or holding anything else, is still never counted nor deleted
+    (``is_own_file``).  Never follows a link or opens a FIFO."""
+    fdir = os.path.dirname(path)
+    ldir = os.path.dirname(fdir)
+    vdir = os.path.dirname(ldir)
+    m = _ENTRY_NAME.match(os.path.basename(path))
+    if (m is None or os.path.basename(fdir) != m.group(1)[:2]
+            or os.path.basename(ldir) != _LEVEL_OF[m.group(2)]
+            or not is_version_dir(os.path.dirname(vdir), os.path.basename(vdir))):
+        return False
+    try:
+        fd, _ = open_regular(path)
+    except OSError:
+        return False
+    try:
+        while True:
+            chunk = os.read(fd, _ZERO_CHUNK)
+            if not chunk:
+                return True
+            if chunk.count(0) != len(chunk):
+                return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def delete_own(path: str) -> bool:
@@ -206,15 +255,25 @@ def prune(root: str, max_size: int | None) -> PruneResult:
     freed = count = 0
     failed = []
     emptied = set()
+    leftovers = set()
     if max_size is not None and total > max_size:
         # Only what may be deleted counts: a file named like an entry that the cache did not
-        # write (a user's copy, a zero-filled file) would otherwise keep the total over the
-        # limit, and every entry in use would go for it.
-        items = [e for e in items if is_own_file(e[0])]
+        # write (a user's copy) would otherwise keep the total over the limit, and every entry
+        # in use would go for it.  What a crash left of an entry (all zeros) counts, and goes
+        # first: it serves nothing.
+        own = []
+        for e in items:
+            if _is_entry_or_temporary(e[0]):
+                own.append(e)
+            elif is_crash_leftover(e[0]):
+                own.append(e)
+                leftovers.add(e[0])
+        items = own
         total = sum(size for _, size, *_ in items)
     if max_size is not None and total > max_size:
         target = int(max_size * 0.9)
-        for path, size, *_ in sorted(items, key=_last_use(time.time())):
+        by_use = _last_use(time.time())
+        for path, size, *_ in sorted(items, key=lambda e: (e[0] not in leftovers, by_use(e))):
             if total - freed <= target:
                 break
             try:

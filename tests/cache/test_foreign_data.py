@@ -57,6 +57,22 @@ def test_clear_keeps_a_users_file_inside_a_version_directory(warm):
     assert str(cache / version / "variants" / "zz" / "keep.me") in run.stdout
 
 
+def test_clear_deletes_a_zero_filled_entry_a_crash_left(warm):
+    """An entry whose name a power loss kept and whose bytes it did not (all zeros) was left in
+    place by clear, "not made by Tack", its directories with it: at an entry's own place in a
+    version directory it is the cache's, and goes.  The same zeros outside that layout stay."""
+    cache, _ = warm
+    version = current_version()
+    entry = next(p for p in entry_files(cache) if p.suffix == ".tvar" and p.parts[-4] == version)
+    entry.write_bytes(b"\0" * entry.stat().st_size)
+    made = _user_tree(cache, {"9/lowered/cd/" + "cd" + "0" * 62 + ".tlk": b"\0" * 100})
+    run = run_cli(cache, "clear")
+    assert run.rc == 0, run.stderr
+    assert not entry.exists() and not (cache / version / "variants").exists()
+    assert "left in place" not in run.stdout, run.stdout
+    assert _unchanged(made)
+
+
 def test_prune_never_deletes_a_users_file_named_like_an_entry(warm):
     """prune --max-size 1 deletes every entry, but not a user's file with an entry's suffix and name
     inside a version directory: each file is checked by its header first."""

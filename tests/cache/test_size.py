@@ -3,6 +3,7 @@
 import os
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -332,8 +333,52 @@ def test_older_formats_entries_are_pruned_and_foreign_look_alikes_do_not_count(m
     assert all(p.exists() for p in mtimes) and not old.exists()
     fan = next((current / "variants").iterdir())
     lookalike = fan / (fan.name + "1" * 62 + ".tvar")            # a user's copy, named like one
-    lookalike.write_bytes(b"\0" * 300_000)
+    lookalike.write_bytes(b"a user's data " * 20_000 + b"\0" * 20_000)    # (all zeros: a crash's, below)
     os.utime(lookalike, (month_ago, month_ago))
     result = size.prune(str(many), int(ours / 0.9) + 100)
     assert result[:3] == (ours, 0, 0)
     assert all(p.exists() for p in mtimes) and lookalike.stat().st_size == 300_000
+
+
+def test_a_zero_filled_entry_a_crash_left_is_counted_and_goes_first(many):
+    """A power loss after an entry's rename reached the disk and before its data did leaves a file
+    of the entry's name whose bytes are all zero.  It was neither counted nor deleted (not an
+    entry by its header) until its kernel ran again.  At an entry's own place in a version
+    directory (its level, its key's fan) it is no user's data: it counts and goes first, however
+    recent.  A file named like an entry that holds anything else, or zeros anywhere else, stays."""
+    from tack.cache.keys import tack_version_id
+    mtimes = age_entries(many)
+    ours = total_bytes(many)
+    current = many / tack_version_id()
+    fan = next((current / "variants").iterdir())
+    crashed = fan / (fan.name + "2" * 62 + ".tvar")
+    crashed.write_bytes(b"\0" * 300_000)               # the newest file of all: LRU would keep it
+    empty = next((current / "lowered").iterdir())
+    emptied = empty / (empty.name + "3" * 62 + ".tlk")   # the length not even reached the disk
+    emptied.write_bytes(b"")
+    other = "cd" if fan.name != "cd" else "ef"
+    kept = {
+        fan / (other + "4" * 62 + ".tvar"): b"\0" * 1000,          # another key's fan
+        fan / (fan.name + "5" * 62 + ".tlk"): b"\0" * 1000,        # a lowered kernel's suffix in variants
+        fan / (fan.name + "6" * 62 + ".tvar"): b"\0" * 999 + b"x",  # not all zeros: a user's
+        fan / ("not-a-key" + ".tvar"): b"\0" * 1000,
+        many / "backup" / "variants" / "00" / ("00" + "7" * 62 + ".tvar"): b"\0" * 1000,  # no version dir
+    }
+    for p, data in kept.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        os.utime(p, (time.time() - 100 * HOUR,) * 2)
+    assert size.is_own_file(str(crashed)) and size.is_own_file(str(emptied))
+    assert not any(size.is_own_file(str(p)) for p in kept)
+
+    limit = int(ours / 0.9) + 100                       # the real entries fit; the zeros do not
+    result = size.prune(str(many), limit)
+    assert result[:3] == (ours + 300_000, 300_000, 2) and not result.failed
+    assert not crashed.exists() and not emptied.exists() and all(p.exists() for p in mtimes)
+    assert all(p.read_bytes() == data for p, data in kept.items())
+
+    # The least recently used then go, as before; the files that are not the cache's stay.
+    result = size.prune(str(many), 1)
+    assert result[:3] == (ours, ours, len(mtimes))
+    assert {Path(e[0]) for e in size.entries(str(many))} <= set(kept)
+    assert all(p.read_bytes() == data for p, data in kept.items())
