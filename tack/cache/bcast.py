@@ -166,7 +166,7 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
             out.append((d, None, key, bundle.read(path, allow_root=True, tack_version=tack_version_id(),
                                                   whole=True)))
         except bundle.BundleError as e:
-            warn_once(f"not using the site bundle {path}: {e}")
+            warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
     try:
         for arch, tk, path in chooser.candidates():
             t0 = time.perf_counter()
@@ -177,7 +177,7 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
                 else:
                     b.data                      # noqa: B018 - read whole, on the same descriptor
             except (bundle.BundleError, OSError) as e:
-                warn_once(f"not using the site bundle {path}: {e}")
+                warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
                 continue
             b.read_seconds += time.perf_counter() - t0
             out.append((d, arch, tk, b))

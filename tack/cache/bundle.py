@@ -480,9 +480,7 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None,
             os.close(fd)
     if tack_version is not None and b.meta.get("tack") != tack_version:
         b.close()
-        raise StaleBundle(f"{path} was made by Tack {shown_version(b.meta.get('tack'))}, this is "
-                          f"{shown_version(tack_version)}; "
-                          "pack it again")
+        raise StaleBundle(path, shown_version(b.meta.get('tack')), shown_version(tack_version))
     return b
 
 
@@ -568,7 +566,27 @@ def named_candidates(candidates, names) -> list:
 # -- stores: lookups served from bundles ------------------------------------------
 
 class StaleBundle(BundleError):
-    """A bundle another Tack version packed: whole, but none of its entries could ever match."""
+    """A bundle another Tack version packed: whole, but none of its entries could ever match.
+
+    Its message tells the user to pack it again (their own bundle); ``site()`` is what to say
+    of a site's bundle, which a user cannot pack: another Tack install's bundles (a module of
+    another Tack left in ``TACK_CACHE_BUNDLES``), or a site directory not built again since
+    this Tack was installed."""
+
+    def __init__(self, path, made, this):
+        self.path, self.made, self.this = path, made, this
+        super().__init__(f"{path} was made by Tack {made}, this is {this}; pack it again")
+
+    def site(self) -> str:
+        return (f"{self.path} was made by Tack {self.made}, this is {self.this}: it is another "
+                "Tack install's bundle (does TACK_CACHE_BUNDLES name another install's "
+                "directory?), or its site has not built it again for this Tack "
+                "(python -m tack.site bundles build)")
+
+
+def site_reason(e: BundleError) -> str:
+    """Why a site bundle is not used, as a warning says it: a ``StaleBundle``'s ``site()``."""
+    return e.site() if isinstance(e, StaleBundle) else str(e)
 
 
 class BundleStore:
@@ -613,7 +631,8 @@ class BundleStore:
             elif self.quiet_stale and isinstance(e, StaleBundle):
                 log.debug("%s not used: %s", self.label, e)
             else:
-                self.warn_once(f"not using the {self.label}: {e}")
+                why = site_reason(e) if self.label.startswith("site") else e
+                self.warn_once(f"not using the {self.label}: {why}")
 
     def read(self, kind, key, level, targets=()):
         if self.bundle is None and not self._failed:
@@ -701,7 +720,7 @@ class SiteBundleStore:
             try:
                 b = read(path, allow_root=True, tack_version=tack_version_id())
             except BundleError as e:
-                self.warn_once(f"not using the site bundle {name}: {e}")
+                self.warn_once(f"not using the site bundle {name}: {site_reason(e)}")
                 b = None
             else:
                 self.stats["bytes_read"] += b.bytes_read        # its head, header and index table, no more

@@ -464,10 +464,18 @@ def replaced_what(path) -> str | None:
         with bundle_mod.read(path, allow_root=True) as b:
             damaged = b.damaged_entries()
             total = len(b)
+            made = b.meta.get("tack")
     except bundle_mod.BundleError as e:
         return f"a bundle that could not be used: {e}"
     if damaged:
         return f"a damaged bundle: {damaged} of {total} entries of {path} were unusable"
+    if made != tack_version_id():
+        # Bundles of two Tacks have the same name: another install's, in a directory both use,
+        # is gone for its jobs (they compile).  Said, so that a shared directory is noticed.
+        return (f"a bundle made by Tack {shown_version(made)} (this is "
+                f"{shown_version(tack_version_id())}): jobs of that Tack no longer find one in "
+                f"{os.path.dirname(path)} and compile; give each Tack install a bundle directory of "
+                "its own")
     return None
 
 

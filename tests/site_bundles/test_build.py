@@ -512,3 +512,39 @@ def test_rebuild_of_a_directory_without_bundles_says_so(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == (f"no bundles in {empty}: nothing to rebuild\n"
                         f"no bundles in {tmp_path / 'not-yet'} (missing): nothing to rebuild\n"), r
+
+
+def test_build_says_it_replaced_another_tacks_bundle_and_jobs_say_whose_it_is(tmp_path, own_cache,
+                                                                             monkeypatch):
+    """Two Tack installs whose bundles share a directory: a bundle's name holds its target, not
+    its Tack, so one install's ``bundles build`` replaced the other's silently, and that Tack's
+    jobs then compiled, each warning to "pack it again", which a user cannot do to a site bundle.
+    The build now says whose bundle it replaced and that its jobs compile; a job's warning says
+    the bundle is another install's (or not built again for this Tack) and what builds it."""
+    from tack.cache import keys
+    out_dir = tmp_path / "bundles"
+    cfg = write_config(tmp_path, ["x86_64_v2"])
+    monkeypatch.setattr(keys, "_version_id", "0.0.9")
+    rc, out, err = run_build(cfg, out_dir)
+    assert rc == 0, out + err
+    monkeypatch.undo()
+    (name,) = os.listdir(out_dir)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(out_dir),
+               TACK_CACHE_INSTALLED_BUNDLES="0")
+    script = ("import numpy as np\nfrom tack.kernels.contour import contour\n"
+              "contour(np.random.rand(8, 8, 8).astype(np.float32), 0.5)\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"not using the site bundle {name}: " in proc.stderr, proc.stderr
+    assert "made by Tack 0.0.9" in proc.stderr and "pack it again" not in proc.stderr, proc.stderr
+    assert "another Tack install's bundle" in proc.stderr, proc.stderr
+    assert "python -m tack.site bundles build" in proc.stderr, proc.stderr
+    rc, out, err = run_build(cfg, out_dir)
+    assert rc == 0, out + err
+    assert os.listdir(out_dir) == [name]
+    assert f"cpu:x86_64_v2: replaced a bundle made by Tack 0.0.9 (this is " in out, out
+    assert f"jobs of that Tack no longer find one in {out_dir} and compile" in out, out
+    rc, out, err = run_build(cfg, out_dir)          # its own bundle again: nothing to say
+    assert rc == 0 and "x86_64_v2: replaced" not in out, out + err
