@@ -385,6 +385,9 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
     except OSError as e:
         print(f"error: bundle directory {out_dir} is not writable: {e.strerror or e}", file=err)
         return 1
+    for path in remove_dead_temporaries(out_dir):
+        print(f"removed {path}: a temporary bundle a build that stopped (killed, a crash) left",
+              file=out)
     replacing, refused = {}, []
     for arch in cpu + [a for _, a in gpu]:
         try:
@@ -477,6 +480,35 @@ def replaced_what(path) -> str | None:
                 f"{os.path.dirname(path)} and compile; give each Tack install a bundle directory of "
                 "its own")
     return None
+
+
+def temporaries(directory) -> list:
+    """The temporary bundles in ``directory`` (``bundle-....tmp.<pid>.<hex>``: what a build or a
+    rebuild writes before its rename), sorted; [] where it cannot be listed."""
+    from ..cache import size
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, n) for n in names
+                  if n.startswith(BUNDLE_PREFIX) and size.is_temporary_name(n))
+
+
+def remove_dead_temporaries(directory, now=None) -> list:
+    """Delete the temporary bundles of ``directory`` that a build killed before its rename left
+    (jobs never read them, and no later build wrote over them: each has its writer's pid in its
+    name): those more than an hour old, as the cache deletes its own, and only a file that starts
+    as a bundle does (``size.delete_own``).  -> the paths removed."""
+    from ..cache import size
+    now = time.time() if now is None else now
+    removed = []
+    for path in temporaries(directory):
+        try:
+            if now - os.lstat(path).st_mtime > size._STALE_TMP and size.delete_own(path):
+                removed.append(path)
+        except OSError:
+            pass
+    return removed
 
 
 # -- status and rebuild -------------------------------------------------------
@@ -691,6 +723,10 @@ def _status_of(directory, node_llvm, host_key, node_arch, out, runtimes=()) -> l
     paths = _bundle_paths(directory)
     if not paths:
         print(f"no bundles in {directory}", file=out)
+    for path in temporaries(directory):
+        print(f"{os.path.basename(path)}: a temporary bundle, never read by jobs: a build writing "
+              "it now, or one that stopped left it (the next bundles build removes it once it is "
+              "an hour old)", file=out)
     bundles, unusable = {}, {}
     for path in paths:
         try:

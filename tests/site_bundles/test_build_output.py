@@ -152,3 +152,36 @@ def test_a_damaged_bundle_is_replaced_and_the_build_says_so(first, tmp_path, dam
 def whole_count(data) -> int:
     with bundle.Bundle(data, "first") as b:
         return len(b)
+
+
+def test_a_killed_builds_temporary_bundle_is_said_by_status_and_removed_by_the_next_build(first,
+                                                                                         tmp_path):
+    """A build killed before its rename (kill -9, a node lost) leaves ``bundle-....tmp.<pid>.<hex>``
+    beside the bundles: jobs never read it, but nothing removed it, and ``bundles status`` did not
+    say it was there, so each killed build of a site directory left a bundle's worth of disk for
+    good.  Status now lists it; the next build removes one more than an hour old that starts as a
+    bundle (its writer is surely dead), and leaves a younger one (a build may be writing it) and
+    a file of the same form that is not a bundle's start."""
+    config, name, data = first
+    out_dir = tmp_path / "bundles"
+    out_dir.mkdir(mode=0o755)
+    (out_dir / name).write_bytes(data)
+    dead = out_dir / f"{name}.tmp.999999.0123456789ab"
+    young = out_dir / f"{name}.tmp.999998.0123456789ab"
+    mine = out_dir / f"{name}.tmp.999997.0123456789ab"
+    dead.write_bytes(data[: len(data) // 2])            # cut short where the kill stopped it
+    young.write_bytes(data)
+    mine.write_bytes(b"a user's notes, named like a temporary\n")
+    old = os.stat(dead).st_mtime - 7200
+    for p in (dead, mine):
+        os.utime(p, (old, old))
+    status = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "status", str(out_dir)],
+                            capture_output=True, text=True, timeout=300)
+    assert status.returncode == 0, status.stderr
+    for p in (dead, young, mine):
+        assert f"{p.name}: a temporary bundle, never read by jobs" in status.stdout, status.stdout
+    r = build(config, out_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"removed {dead}: a temporary bundle a build that stopped" in r.stdout, r.stdout
+    assert sorted(os.listdir(out_dir)) == sorted([name, young.name, mine.name])
+    assert whole(out_dir / name)
