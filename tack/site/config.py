@@ -584,6 +584,13 @@ class _Validator:
             if bad is not None:
                 self.fail_at(("cache", key), f"{shown(value)} holds the control character {bad!r}; "
                              "a path cannot (the activation scripts would not parse)")
+            elif isinstance(value, str) and not value.replace(os.pathsep, "").strip():
+                # exported as it is, an empty TACK_CACHE_DIR is the default (~/.cache/tack) for
+                # every job, with no warning; an empty TACK_CACHE_BUNDLES names no directory
+                self.fail_at(("cache", key), f"{shown(value)} names no directory (jobs would "
+                             + ("use the default, ~/.cache/tack" if key == "directory" else
+                                "search no site directory") + "); give a path, or leave the key "
+                             "out to keep each user's own setting")
             elif key == "bundles" and isinstance(value, str):
                 # As a job reads TACK_CACHE_BUNDLES (``stores.site_dir_entry``): each directory
                 # named from /, or from what it expands ($PREFIX/..., ~/...); a relative one is

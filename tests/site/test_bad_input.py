@@ -35,6 +35,13 @@ CASES = {
     "unquoted-off": (GOOD.replace("  size: 4G", "  size: 4G\n  mode: off"),
                      ":5: cache.mode: off (unquoted) is YAML's boolean false, not a cache mode; "
                      "quote it: 'off'"),
+    # exported as it is, an empty TACK_CACHE_DIR is Tack's default directory for every job,
+    # silently: `check` called it valid and the module set TACK_CACHE_DIR=""
+    "empty-directory": (GOOD.replace("$SCRATCH/$USER/tack-cache", '""'),
+                        ":3: cache.directory: '' names no directory (jobs would use the default"),
+    "blank-bundles": (GOOD.replace("  size: 4G", "  size: 4G\n  bundles: ' : '"),
+                      ":5: cache.bundles: ' : ' names no directory (jobs would search no site "
+                      "directory)"),
 }
 
 
