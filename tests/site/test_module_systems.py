@@ -115,6 +115,42 @@ echo @@ ok; module load tack >/dev/null 2>&1 && echo LOADED || echo FAILED; show
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
+def test_two_versions_are_never_loaded_together(setup, example, tmp_path, capsys, system):
+    """Environment Modules loaded tack/2.0 beside tack/1.0 (Lmod swaps them): both installs'
+    bundle directories ended in TACK_CACHE_BUNDLES, and a job warned of the other's bundles.
+    The Tcl module conflicts with its own name; ``module switch`` still goes from one to the
+    other, and unloading gives the user's environment back."""
+    init, cfg, root, home, fakes = setup("workstation", system)
+    second = example("workstation", edit=lambda t: t.replace('version: "1.0"', 'version: "2.0"')
+                     .replace("directory: $HOME/.cache/tack", "directory: $HOME/.cache/tack2"))
+    render(second, root, capsys)
+    script = f"""{SHOW}
+source {init}
+module use {root}
+echo @@ before; show TACK_CACHE_DIR
+module load tack/1.0 || echo LOAD-FAILED
+module load tack/2.0 >/dev/null 2>&1
+echo @@ second; show TACK_CACHE_DIR; module list 2>&1 | grep -o "tack/[0-9.]*"
+module unload tack
+module load tack/1.0 || echo LOAD-FAILED
+module switch tack tack/2.0 >/dev/null 2>&1 || echo SWITCH-FAILED
+echo @@ switched; show TACK_CACHE_DIR; module list 2>&1 | grep -o "tack/[0-9.]*"
+module unload tack
+echo @@ unloaded; show TACK_CACHE_DIR
+"""
+    r = clean_bash(script, home)
+    out = sections(r.stdout)
+    assert "LOAD-FAILED" not in r.stdout and "SWITCH-FAILED" not in r.stdout, r.stdout + r.stderr
+    # One of them loaded, and the environment its own: the second refused (Environment
+    # Modules) or swapped in (Lmod's one module of a name).
+    dirs = {"tack/1.0": f"{home}/.cache/tack", "tack/2.0": f"{home}/.cache/tack2"}
+    assert len(out["second"]) == 2 and out["second"][1] in dirs, (out, r.stderr)
+    assert out["second"][0] == f"TACK_CACHE_DIR={dirs[out['second'][1]]}", (out, r.stderr)
+    assert out["switched"] == [f"TACK_CACHE_DIR={home}/.cache/tack2", "tack/2.0"], (out, r.stderr)
+    assert out["unloaded"] == out["before"] == ["TACK_CACHE_DIR unset"], out
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
 def test_missing_variable_fails_load_naming_it(setup, system):
     init, cfg, root, home, fakes = setup("gpu-cluster", system)
     script = f"""{SHOW}

@@ -11,6 +11,9 @@ Docs: https://tack.example.org"
 
 module-whatis "Tack: Python kernels for CPUs and GPUs, with an on-disk kernel cache"
 
+## One version at a time, as Lmod keeps one module of a name: loading a second
+## would put two installs' bundle directories in TACK_CACHE_BUNDLES.
+conflict tack
 conflict tack-dev
 prereq openmpi
 

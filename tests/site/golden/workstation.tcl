@@ -8,6 +8,10 @@ proc ModulesHelp { } {
 
 module-whatis "Tack kernel compiler"
 
+## One version at a time, as Lmod keeps one module of a name: loading a second
+## would put two installs' bundle directories in TACK_CACHE_BUNDLES.
+conflict tack
+
 ## $NAME references are expanded here, when the module is loaded, for the
 ## user who loads it; loading fails if one is not set.
 if {[module-info mode load]} {
