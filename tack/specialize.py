@@ -285,6 +285,25 @@ def literal_value(node):
     return v if v is not None and v is not ir.TOO_BIG and v.bit_length() <= 128 else None
 
 
+def literal_values(node, depth=32):
+    """The values an integer literal expression may take: ``literal_value``'s one value, or, for
+    a conditional expression whose branches are such expressions (``-1 if c else 1``, weak as a
+    literal is), each branch's values, and the same with ``-``, ``+`` or ``~`` in front; None for
+    anything else."""
+    v = literal_value(node)
+    if v is not None:
+        return [v]
+    if depth <= 0:
+        return None
+    if node[0] == "ifexp":
+        a, b = literal_values(node[3], depth - 1), literal_values(node[4], depth - 1)
+        return a + b if a and b else None
+    if node[0] == "unop" and node[2] in ("neg", "pos", "~"):
+        vs = literal_values(node[3], depth - 1)
+        return [ir.int_literal_unop(node[2], x) for x in vs] if vs else None
+    return None
+
+
 def arith_type(op, a, b):
     """(operand type, result type) of ``a op b`` on scalars, or None if not allowed."""
     if op in ("&", "|", "^", "<<", ">>"):
@@ -519,13 +538,14 @@ class _Inferer:
         if not (isinstance(t, T.Scalar) and t.weak and t.kind == "i"
                 and isinstance(other, T.Scalar) and not other.weak and other.kind in "iu"):
             return t
-        value = literal_value(node)             # a literal, or literals alone (2**40, 3 * 10**9)
-        if value is None:
+        # a literal, or literals alone (2**40, 3 * 10**9), or a choice of those (-1 if c else 1)
+        values = literal_values(node)
+        if values is None:
             return t
         info = np.iinfo(other.dtype)
-        if info.min <= value <= info.max:
+        if all(info.min <= value <= info.max for value in values):
             return t
-        strong = T.uint64 if value >= 2**63 else T.int64
+        strong = T.uint64 if max(values) >= 2**63 else T.int64
         self.tf.types[id(node)] = strong
         return strong
 

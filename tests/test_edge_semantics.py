@@ -475,3 +475,29 @@ def test_a_bool_byte_that_is_not_0_or_1_is_true():
     want = [1 if v else 0 for v in b]
     np.testing.assert_array_equal(out, np.stack([want] * 3, axis=1))
     assert want == [0, 1, 1, 1, 1, 1]
+
+
+@tack.kernel
+def k_literal_choice(c, i32, u32, out):
+    i = tack.tid()
+    out[i, 0] = (2**31 if c[i] else 1) + i32[i]         # 2**31 is no int32: int64, as 2**31 + x is
+    out[i, 1] = (-1 if c[i] else 1) * u32[i]            # -1 is no uint32: int64, as -1 * u is
+    out[i, 2] = max(u32[i], -(5 if c[i] else 1))
+    out[i, 3] = 1 if (3_000_000_000 if c[i] else 0) > i32[i] else 0
+    out[i, 4] = (7 if c[i] else 1) + i32[i]             # both fit: int32, which wraps
+
+
+def test_a_choice_of_literals_the_other_type_cannot_hold_is_exact():
+    """``a if c else b`` of literals alone is weak like a literal, and, like one, is an int64 where
+    the other operand's integer type cannot hold one of its values (``(-1 if c else 1) * u`` of a
+    uint32 ``u`` is -7, not 4294967289; ``(2**31 if c else 1) + x`` of an int32 ``x`` does not
+    wrap); where each value fits, it takes that type (and wraps with it)."""
+    c = np.array([True, True, False])
+    i32 = np.array([2**31 - 1, -5, 2**31 - 1], np.int32)
+    u32 = np.array([2**32 - 1, 7, 7], np.uint32)
+    out = np.zeros((3, 5), np.int64)
+    tack.launch(k_literal_choice, dim=3, args=(c, i32, u32, out))
+    want = [[2**32 - 1, -(2**32 - 1), 2**32 - 1, 1, -2**31 + 6],
+            [2**31 - 5, -7, 7, 1, 2],
+            [2**31, 7, 7, 0, -2**31]]
+    assert out.tolist() == want
