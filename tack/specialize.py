@@ -301,7 +301,16 @@ def literal_values(node, depth=32):
     if node[0] == "unop" and node[2] in ("neg", "pos", "~"):
         vs = literal_values(node[3], depth - 1)
         return [ir.int_literal_unop(node[2], x) for x in vs] if vs else None
+    if node[0] == "binop":              # (1 if c else 2) * 2**31: each pair's value
+        a, b = literal_values(node[3], depth - 1), literal_values(node[4], depth - 1)
+        if not a or not b or len(a) * len(b) > _MAX_LITERAL_VALUES:
+            return None
+        out = [ir.int_literal_op(node[2], x, y) for x in a for y in b]
+        return out if all(type(v) is int and v.bit_length() <= 128 for v in out) else None
     return None
+
+
+_MAX_LITERAL_VALUES = 64        # a choice of literals followed through operators: at most so many
 
 
 def arith_type(op, a, b):

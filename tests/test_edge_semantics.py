@@ -485,6 +485,8 @@ def k_literal_choice(c, i32, u32, out):
     out[i, 2] = max(u32[i], -(5 if c[i] else 1))
     out[i, 3] = 1 if (3_000_000_000 if c[i] else 0) > i32[i] else 0
     out[i, 4] = (7 if c[i] else 1) + i32[i]             # both fit: int32, which wraps
+    out[i, 5] = (1 if c[i] else 2) * 2**31 + i32[i]      # through an operator: 2**31 or 2**32
+    out[i, 6] = -(1 if c[i] else 3) * 2 + u32[i]         # -2 or -6: no uint32
 
 
 def test_a_choice_of_literals_the_other_type_cannot_hold_is_exact():
@@ -495,9 +497,9 @@ def test_a_choice_of_literals_the_other_type_cannot_hold_is_exact():
     c = np.array([True, True, False])
     i32 = np.array([2**31 - 1, -5, 2**31 - 1], np.int32)
     u32 = np.array([2**32 - 1, 7, 7], np.uint32)
-    out = np.zeros((3, 5), np.int64)
+    out = np.zeros((3, 7), np.int64)
     tack.launch(k_literal_choice, dim=3, args=(c, i32, u32, out))
-    want = [[2**32 - 1, -(2**32 - 1), 2**32 - 1, 1, -2**31 + 6],
-            [2**31 - 5, -7, 7, 1, 2],
-            [2**31, 7, 7, 0, -2**31]]
+    want = [[2**32 - 1, -(2**32 - 1), 2**32 - 1, 1, -2**31 + 6, 2**32 - 1, 2**32 - 3],
+            [2**31 - 5, -7, 7, 1, 2, 2**31 - 5, 5],
+            [2**31, 7, 7, 0, -2**31, 3 * 2**31 - 1, 1]]
     assert out.tolist() == want
