@@ -453,7 +453,11 @@ class _Validator:
                 return _BAD
             return value
         if not isinstance(value, str):
-            self.fail(node, keypath, f"expected a string, got {shown(value)} ({detail})")
+            quote = ""
+            if isinstance(node, yaml.ScalarNode) and node.style is None and value is not None:
+                # YAML reads a plain 1.10 as the number 1.1, yes as true...: quoting keeps the text
+                quote = f"; quote it for the text as written: '{node.value}'"
+            self.fail(node, keypath, f"expected a string, got {shown(value)} ({detail}){quote}")
             return _BAD
         return value
 
@@ -625,8 +629,15 @@ class _Validator:
                     self.fail_at(("build", "kernels", i, "args", j), str(e))
         archs = (data.get("build") or {}).get("archs") or {}
         for kind, names in archs.items():
+            first = {}
             for i, a in enumerate(names or []):
-                self.check_arch(kind, a, ("build", "archs", kind, i))
+                resolved = self.check_arch(kind, a, ("build", "archs", kind, i))
+                if resolved is not None and resolved in first:
+                    self.fail_at(("build", "archs", kind, i), f"{a!r} is {kind}:{resolved}, which "
+                                 f"build.archs.{kind}.{first[resolved]} lists already: list each "
+                                 "architecture once")
+                elif resolved is not None:
+                    first[resolved] = i
         for i, fmt in enumerate((data.get("modules") or {}).get("formats") or []):
             if fmt not in FORMATS:
                 close = difflib.get_close_matches(fmt, FORMATS, n=1)
@@ -636,8 +647,14 @@ class _Validator:
         cpus = {_bare("cpu", a) for a in archs.get("cpu") or []}
         gpus = {name for k, listed in archs.items() if k != "cpu" for a in listed or []
                 for name in (_bare(k, a), f"{k}:{_bare(k, a)}")}
+        named = {}
         for i, n in enumerate(data.get("nodes") or []):
             n.pop("_line", None)
+            if n.get("name") and n["name"] in named:
+                self.fail_at(("nodes", i, "name"), f"{n['name']!r} is the name of nodes."
+                             f"{named[n['name']]} already: give each kind of node its own name")
+            elif n.get("name"):
+                named[n["name"]] = i
             node = f" (node {n['name']!r})" if n.get("name") else ""
             if n.get("cpu") and _bare("cpu", n["cpu"]) not in cpus:
                 self.fail_at(("nodes", i, "cpu"), f"{n['cpu']!r} is not in build.archs.cpu, so no "
@@ -648,18 +665,19 @@ class _Validator:
 
     def check_arch(self, kind, name, keypath):
         """Report an entry of build.archs.<kind> the registry does not build, with its message
-        (the one ``bundles build`` and ``tack.aot`` give)."""
+        (the one ``bundles build`` and ``tack.aot`` give); -> the name it builds, or None."""
         if not isinstance(name, str):
-            return
+            return None
         other = name.partition(":")[0]
         if ":" in name and other != kind and other in ARCH_KINDS:
             self.fail_at(keypath, f"{name!r} is not a {kind} architecture: list it under "
                          f"build.archs.{other}")
-            return
+            return None
         try:
-            ARCH_KINDS[kind].resolve(_bare(kind, name))
+            return ARCH_KINDS[kind].resolve(_bare(kind, name))
         except ArchError as e:
             self.fail_at(keypath, str(e))
+        return None
 
 
 ARG_ARRAY = re.compile(r"^([a-z0-9_]+)\[([^\]]*)\]$")

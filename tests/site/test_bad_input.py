@@ -39,6 +39,21 @@ CASES = {
     # silently: `check` called it valid and the module set TACK_CACHE_DIR=""
     "empty-directory": (GOOD.replace("$SCRATCH/$USER/tack-cache", '""'),
                         ":3: cache.directory: '' names no directory (jobs would use the default"),
+    # YAML reads a plain 1.10 as the number 1.1: the message gives the text to quote
+    "unquoted-version": (GOOD.replace('version: "1.0"', "version: 1.10"),
+                         ":9: modules.version: expected a string, got 1.1 (module version "
+                         "(default: Tack's)); quote it for the text as written: '1.10'"),
+    # an architecture twice (as written, or by another spelling) builds its bundle twice
+    "arch-twice": (GOOD.replace("cpu: [zen3]", "cpu: [zen3, x86_64_v3, cpu:zen3]"),
+                   ":7: build.archs.cpu.2: 'cpu:zen3' is cpu:zen3, which build.archs.cpu.0 "
+                   "lists already: list each architecture once"),
+    "amd-target-id-twice": (GOOD.replace("cpu: [zen3]", "cpu: [zen3]\n    rocm: [gfx90a:sramecc+:xnack-, "
+                                         "gfx90a:xnack-:sramecc+]"),
+                            ":8: build.archs.rocm.1: 'gfx90a:xnack-:sramecc+' is "
+                            "rocm:gfx90a:sramecc+:xnack-, which build.archs.rocm.0 lists already"),
+    "node-name-twice": (GOOD + "nodes:\n  - name: rome\n    cpu: zen3\n  - name: rome\n    cpu: zen3\n",
+                        ":14: nodes.1.name: 'rome' is the name of nodes.0 already: give each kind "
+                        "of node its own name"),
     "blank-bundles": (GOOD.replace("  size: 4G", "  size: 4G\n  bundles: ' : '"),
                       ":5: cache.bundles: ' : ' names no directory (jobs would search no site "
                       "directory)"),
