@@ -375,10 +375,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
         trust.make_shared_dirs(out_dir)     # 0755, whatever the umask: as jobs trust it
         trust.check_trusted(out_dir, allow_root=True)       # and checked as a job checks it
         trust.check_parents(out_dir)
-        probe = os.path.join(out_dir, f".tack-write-test.{os.getpid()}")
-        with open(probe, "wb"):
-            pass
-        os.unlink(probe)
+        probe_write(out_dir)
     except trust.Untrusted as e:
         print(f"error: bundle directory {out_dir}: jobs would not use bundles from it: {e}", file=err)
         return 1
@@ -879,11 +876,26 @@ def stale_bundles(directories) -> list:
     return lines
 
 
+def probe_write(directory) -> None:
+    """Make and remove a file in ``directory``: OSError where this process cannot write there
+    (the permission bits, a read-only mount, a file in the way), found before any compiling."""
+    probe = os.path.join(directory, f".tack-write-test.{os.getpid()}")
+    with open(probe, "wb"):
+        pass
+    os.unlink(probe)
+
+
 def rebuild_bundle(path, out=sys.stdout):
     """Recompile one bundle's variants for its own architecture with this LLVM. -> (new path,
-    variants recompiled); BuildFailure if none could be."""
+    variants recompiled); BuildFailure if none could be, or if its directory cannot be written
+    (said before anything is compiled)."""
     from ..compiler import compile_variant
     from ..ir import LoweredKernel
+    try:
+        probe_write(os.path.dirname(path) or ".")
+    except OSError as e:
+        raise BuildFailure(f"{os.path.dirname(path)} is not writable ({e.strerror or e}): nothing "
+                           "was recompiled") from None
     b = bundle_mod.read(path, allow_root=True)
     arch = b.meta.get("arch")
     if not arch:

@@ -4,6 +4,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -170,6 +171,39 @@ def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch)
     fresh.mkdir(mode=0o700)
     r = contour_in_fresh_process(fresh, out_dir)
     assert r["stats"]["hits"]["variant"] == KERNELS
+
+
+@pytest.mark.skipif(not shutil.which("setpriv") or os.geteuid() != 0,
+                    reason="needs root and util-linux's setpriv to drop root's write override")
+def test_rebuild_into_a_directory_it_cannot_write_says_so_before_compiling(tmp_path, monkeypatch):
+    """A stale bundle in a directory this process cannot write: rebuild recompiled every variant,
+    then failed on the new file's PermissionError; it now says so first, compiling nothing, and
+    leaves the bundle as it was.  (Root writes anywhere: the command runs with root's override
+    of the permission bits dropped, as an admin's unprivileged account would.)"""
+    cfg = write_config(tmp_path, [host_arch()])
+    out_dir = tmp_path / "bundles"
+    from tack.backends import cpu_identity, cpu_runtime
+    for where in (build, cpu_runtime, cpu_identity):
+        monkeypatch.setattr(where, "llvm_version", lambda: "llvmlite-0.0.1")
+    rc, out, err = run_build(cfg, out_dir)
+    assert rc == 0, out + err
+    monkeypatch.undo()
+    (name,) = os.listdir(out_dir)
+    before = (out_dir / name).read_bytes()
+    out_dir.chmod(0o555)
+    try:
+        r = subprocess.run(["setpriv", "--inh-caps=-dac_override,-dac_read_search",
+                            "--bounding-set=-dac_override,-dac_read_search", "--",
+                            sys.executable, "-m", "tack.site", "bundles", "rebuild", str(out_dir)],
+                           capture_output=True, text=True, timeout=600,
+                           env={k: v for k, v in os.environ.items() if not k.startswith("TACK_")})
+    finally:
+        out_dir.chmod(0o755)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"{name}: rebuild failed: BuildFailure: {out_dir} is not writable (Permission denied): " \
+           "nothing was recompiled" in r.stderr, r.stderr
+    assert "recompiled" not in r.stdout, r.stdout
+    assert os.listdir(out_dir) == [name] and (out_dir / name).read_bytes() == before
 
 
 def test_one_arch_failing_does_not_stop_the_others(tmp_path):
