@@ -1,4 +1,4 @@
-"""Helpers for checking where a CompileError points."""
+"""Helpers for checking where a CompileError points, and kernels written to files for it."""
 
 from __future__ import annotations
 
@@ -38,3 +38,24 @@ def check_points_at(err, kernel_name, where, filename):
         want = code.strip().index(token)
         assert caret.index("^") - 4 == want, f"caret not under {token!r}:\n{msg}"
     return msg
+
+
+def kernel_of_arrays(n, directory, ndim=1, use_all=False):
+    """A kernel of ``n`` float32 array parameters of ``ndim`` dimensions, written to a module of
+    its own (a kernel's source is read from its file) -> (kernel, path of its file).  It copies
+    the last array into the first, or (``use_all``) stores the sum of all the others there."""
+    import importlib.util
+    import os
+    names = ", ".join(f"a{k}" for k in range(n))
+    at = ", ".join(["i"] * ndim)
+    value = (" + ".join(f"a{k}[{at}]" for k in range(1, n)) if use_all else f"a{n - 1}[{at}]")
+    src = (f"import tack\n\n@tack.kernel\ndef k{n}({names}):\n    i = tack.tid()\n"
+           f"    a0[{at}] = {value}\n")
+    name = f"many{n}_{ndim}{'_all' if use_all else ''}"
+    path = os.path.join(directory, f"{name}.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, f"k{n}"), path

@@ -22,7 +22,7 @@ from tack.kernels import contour
 from . import gpu_tools
 from .gpu_tools import (build, gpu_target, language_launches, lerp, lerp_literal, run,
                         spirv_has_float64, tool)
-from ..util import check_points_at
+from ..util import check_points_at, kernel_of_arrays
 
 # The language suite's kernels that use math a target has no library-free lowering for
 # (float64 exp/pow/hypot...): each is a CompileError naming the function and the target.
@@ -618,22 +618,6 @@ def test_spirv_signed_bool_to_float_becomes_a_select():
 # -- parameter limits ----------------------------------------------------------------------------
 
 
-def many_arrays(n, directory, ndim=1):
-    """A kernel of ``n`` float32 array parameters of ``ndim`` dimensions, each one more entry
-    parameter or several (written to a module of its own: a kernel's source is read from its
-    file) -> (kernel, path of its file)."""
-    import importlib.util
-    names = ", ".join(f"a{k}" for k in range(n))
-    at = ", ".join(["i"] * ndim)
-    src = (f"import tack\n\n@tack.kernel\ndef k{n}({names}):\n    i = tack.tid()\n"
-           f"    a0[{at}] = a{n - 1}[{at}]\n")
-    path = os.path.join(directory, f"many{n}_{ndim}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"many{n}_{ndim}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return getattr(mod, f"k{n}"), path
 
 
 def test_a_spirv_kernel_past_255_parameters_is_refused_at_its_def(tmp_path):
@@ -644,7 +628,7 @@ def test_a_spirv_kernel_past_255_parameters_is_refused_at_its_def(tmp_path):
     level_zero: alike, where LLVM emitted a module spirv-val rejects."""
     import shutil
     for n, debug in ((126, False), (125, True)):
-        kernel, _ = many_arrays(n, tmp_path)
+        kernel, _ = kernel_of_arrays(n, tmp_path)
         art = build(kernel, tuple(np.zeros(4, np.float32) for _ in range(n)), 1,
                     gpu_target("spirv:generic"), debug=debug)
         spirv = unpack_level_zero(art.payload)[0]
@@ -653,7 +637,7 @@ def test_a_spirv_kernel_past_255_parameters_is_refused_at_its_def(tmp_path):
             spirv_check(spirv, art.entry, tmp_path, f"many{n}")
     for n, debug, need, name in ((127, False, 257, "spirv:generic"), (126, True, 256, "spirv:generic"),
                                  (127, False, 257, "level_zero:pvc")):
-        kernel, path = many_arrays(n, tmp_path)
+        kernel, path = kernel_of_arrays(n, tmp_path)
         with pytest.raises(tack.CompileError) as e:
             build(kernel, tuple(np.zeros(4, np.float32) for _ in range(n)), 1, gpu_target(name),
                   debug=debug)
@@ -678,11 +662,11 @@ def test_a_cuda_kernel_past_its_parameter_space_is_refused_at_its_def(sm, ndim, 
     arrays = (lambda n: tuple(base[:, :, ::2] for _ in range(n))) if ndim == 3 else \
         (lambda n: tuple(np.zeros(4, np.float32) for _ in range(n)))
     target = gpu_target(f"cuda:{sm}", sass=False)
-    kernel, _ = many_arrays(fits, tmp_path, ndim)
+    kernel, _ = kernel_of_arrays(fits, tmp_path, ndim)
     art = build(kernel, arrays(fits), 1, target)
     if ptxas:
         ptxas_check(art.payload, sm, tmp_path, f"many{fits}")
-    kernel, path = many_arrays(fits + 1, tmp_path, ndim)
+    kernel, path = kernel_of_arrays(fits + 1, tmp_path, ndim)
     with pytest.raises(tack.CompileError) as e:
         build(kernel, arrays(fits + 1), 1, target)
     msg = str(e.value)

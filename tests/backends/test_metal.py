@@ -36,6 +36,7 @@ from tack.kernels import contour
 from tack.argtypes import argtypes_of
 from tack.specialize import specialize
 
+from ..util import kernel_of_arrays
 from .gpu_tools import lerp, lerp_literal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -561,20 +562,6 @@ def test_xcrun_metal_is_not_here():
     assert shutil.which("xcrun") is None
 
 
-def _many_arrays(n, directory):
-    """A kernel of ``n`` float32 array parameters (written to a module of its own: a kernel's
-    source is read from its file)."""
-    import importlib.util
-    names = ", ".join(f"a{k}" for k in range(n))
-    src = (f"import tack\n\n@tack.kernel\ndef k{n}({names}):\n    i = tack.tid()\n"
-           f"    a0[i] = " + " + ".join(f"a{k}[i]" for k in range(1, n)) + "\n")
-    path = os.path.join(directory, f"many{n}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"many{n}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return getattr(mod, f"k{n}"), path
 
 
 def test_a_kernel_past_metals_31_buffers_is_refused_at_its_def(tmp_path):
@@ -583,13 +570,13 @@ def test_a_kernel_past_metals_31_buffers_is_refused_at_its_def(tmp_path):
     reject.  30 arrays (29 in debug mode) build; one more is a CompileError at the def line."""
     import tack.aot
     for n, debug in ((30, False), (29, True)):
-        kernel, _ = _many_arrays(n, tmp_path)
+        kernel, _ = kernel_of_arrays(n, tmp_path, use_all=True)
         args = tuple(np.zeros(4, np.float32) for _ in range(n))
         art = tack.aot.compile(kernel, "metal:apple", args, debug=debug)
         used = [int(b) for b in re.findall(r"\[\[buffer\((\d+)\)\]\]", art.payload.decode())]
         assert max(used) == 30, max(used)
     for n, debug, most in ((31, False, 30), (30, True, 29)):
-        kernel, path = _many_arrays(n, tmp_path)
+        kernel, path = kernel_of_arrays(n, tmp_path, use_all=True)
         args = tuple(np.zeros(4, np.float32) for _ in range(n))
         with pytest.raises(tack.CompileError) as e:
             tack.aot.compile(kernel, "metal:apple", args, debug=debug)

@@ -135,8 +135,8 @@ def test_status_and_rebuild_without_a_directory_cover_every_site_directory(tmp_p
     assert f"this node looks first in: {name}" in status.getvalue(), status.getvalue()
 
 
-def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch):
-    """Built with another LLVM: status says stale and why; rebuild recompiles without the front end; the result loads."""
+def built_with_another_llvm(tmp_path, monkeypatch):
+    """A site directory of this host's bundle, built as if with llvmlite 0.0.1 (stale here)."""
     cfg = write_config(tmp_path, [host_arch()])
     out_dir = tmp_path / "bundles"
     from tack.backends import cpu_identity, cpu_runtime
@@ -146,6 +146,12 @@ def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch)
     rc, out, err = run_build(cfg, out_dir)
     assert rc == 0, out + err
     monkeypatch.undo()
+    return out_dir
+
+
+def test_status_then_rebuild_after_llvm_change(tmp_path, own_cache, monkeypatch):
+    """Built with another LLVM: status says stale and why; rebuild recompiles without the front end; the result loads."""
+    out_dir = built_with_another_llvm(tmp_path, monkeypatch)
 
     status = io.StringIO()
     assert build.bundles_status(str(out_dir), out=status) == 0
@@ -180,14 +186,7 @@ def test_rebuild_into_a_directory_it_cannot_write_says_so_before_compiling(tmp_p
     then failed on the new file's PermissionError; it now says so first, compiling nothing, and
     leaves the bundle as it was.  (Root writes anywhere: the command runs with root's override
     of the permission bits dropped, as an admin's unprivileged account would.)"""
-    cfg = write_config(tmp_path, [host_arch()])
-    out_dir = tmp_path / "bundles"
-    from tack.backends import cpu_identity, cpu_runtime
-    for where in (build, cpu_runtime, cpu_identity):
-        monkeypatch.setattr(where, "llvm_version", lambda: "llvmlite-0.0.1")
-    rc, out, err = run_build(cfg, out_dir)
-    assert rc == 0, out + err
-    monkeypatch.undo()
+    out_dir = built_with_another_llvm(tmp_path, monkeypatch)
     (name,) = os.listdir(out_dir)
     before = (out_dir / name).read_bytes()
     out_dir.chmod(0o555)
