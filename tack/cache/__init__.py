@@ -474,6 +474,24 @@ def warn_once_factory(quiet=False):
     return warn_once
 
 
+def deferred_warn_once(said: list):
+    """A ``warn_once_factory()`` whose messages are added to ``said``, to be given later by
+    ``give_deferred``, as that factory would have given them (``load_bundle``: rank 0 warns
+    once every collective call is made)."""
+    group = object()
+    return lambda message: said.append((group, message))
+
+
+def give_deferred(said: list) -> None:
+    """Give the messages ``deferred_warn_once`` functions added to ``said``: each function's as
+    one ``warn_once_factory()`` would have."""
+    factories = {}
+    for group, message in said:
+        if group not in factories:
+            factories[group] = warn_once_factory()
+        factories[group](message)
+
+
 def session(kind: str, host_key, site_bundles, machine: str | None = None):
     """This process's ``stores.Session`` for device kind ``kind``, or None when the cache is off.
 
@@ -545,29 +563,38 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
     ``bundles build --arch`` names them (``cpu``, ``cuda``, ``rocm``, ``spirv``,
     ``level_zero``, ``metal``): ``kinds=["cpu"]`` keeps a CPU-only job from
     broadcasting GPU code it will not run.  Where ranks ask for different kinds, every
-    rank reads those any rank asked for (``_agreed_kinds``).  An unknown kind on any rank raises
-    ValueError, on every rank alike, before any other collective call.
+    rank reads those any rank asked for (``_agreed_kinds``), and each rank gets its own copy
+    where any rank asked ``share=False``.  An unknown kind on any rank raises ValueError, on every
+    rank alike, before any other collective call; so does any failure there (a RuntimeError on
+    the other ranks, naming the rank), and an intercommunicator is a TypeError.  Rank 0 warns once
+    every collective call is made (a warning raised as an error raises on rank 0 alone then).
     """
     from .bcast import load_and_broadcast
     from .host import cpu_host_key, cpu_site_bundles, gpu_packed_bundles, known_kinds, machines_of
     global _loaded_bundle, _bundle_covers, _loaded_sites
-    asked = _agreed_kinds(comm, kinds, known_kinds)
+    _check_comm(comm)
+    asked, share = _agreed_kinds(comm, kinds, known_kinds, share=share,
+                                 prepare=lambda: settings())
     if not asked:                   # every rank alike: no collective call follows
         if comm is None or comm.Get_rank() == 0:
             warn_once_factory()("load_bundle: kinds names no kind of code (kinds=[]); no bundle "
                                 "read, kernels are served as without load_bundle")
         return 0
     _bundle_covers = _bundle_covers | machines_of(asked) | (asked & {"cpu"})
+    # Rank 0's warnings, given once every collective call is made: a warning raised as an error
+    # (python -W error, a test's filterwarnings) between two of them left the other ranks in a
+    # broadcast rank 0 never made, or matched with the job's own.
+    said = []
     sites = None
     if "cpu" in asked and comm is not None:     # alone, a process opens its site bundles lazily
         from .stores import site_dirs
         # Asked on rank 0 only; every rank makes the same calls whatever its own state (None:
         # rank 0 has a session already, whose site bundles it opened itself: each rank does so).
-        sites = (lambda: site_dirs(warn=warn_once_factory()) if _session is None else None,
+        sites = (lambda: site_dirs(warn=deferred_warn_once(said)) if _session is None else None,
                  cpu_site_bundles)
     loaded, gpu, got_sites = load_and_broadcast(comm, settings(), cpu_host_key if "cpu" in asked else None,
                                                 lambda names: gpu_packed_bundles(names, asked), sites,
-                                                share=bool(share))
+                                                share=share, said=said)
     site_bundles = [b for packed, chosen in (got_sites or {}).values()
                     for b in ([packed] if packed is not None else []) + [c[2] for c in chosen]]
     stats = _get_stats()
@@ -582,29 +609,60 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
         _loaded_bundle = loaded
         if _session:
             _session.add_loaded(loaded)
+    give_deferred(said)
     return ((len(loaded) if loaded is not None else 0) + sum(len(b) for b in gpu)
             + sum(len(b) for b in site_bundles))
 
 
-def _agreed_kinds(comm, kinds, known_kinds) -> frozenset:
-    """The kinds of code ``load_bundle`` reads: those ``kinds`` names (``host.known_kinds``), and
-    under MPI those any rank named.  The ranks' collective calls depend on the kinds (the CPU's
-    group and site bundles), so a rank asking for the CPU's code beside ranks asking only for a
-    GPU's made the ranks' calls differ: the job hung.  One ``allgather`` makes them agree; a rank
-    naming an unknown kind makes every rank raise its ValueError."""
+def _check_comm(comm) -> None:
+    """TypeError, raised by every rank alike before any collective call, for a ``comm`` that is
+    not an mpi4py intracommunicator: an intercommunicator's broadcasts and gathers go between its
+    two groups (each group's rank 0 waited for the other's: the job hung)."""
+    if comm is None:
+        return
+    if not all(hasattr(comm, name) for name in ("Get_rank", "allgather", "Bcast", "Is_inter")):
+        raise TypeError(f"load_bundle: comm must be an mpi4py communicator (MPI.COMM_WORLD, or "
+                        f"one made from it), not {type(comm).__name__}")
+    if comm.Is_inter():
+        raise TypeError("load_bundle: comm is an intercommunicator; give an intracommunicator "
+                        "(one group's ranks, or inter.Merge())")
+
+
+def _agreed_kinds(comm, kinds, known_kinds, share=True, prepare=None) -> tuple:
+    """-> (the kinds of code ``load_bundle`` reads, whether to share): those ``kinds`` names
+    (``host.known_kinds``), and under MPI those any rank named; shared only where every rank
+    asked to share.  The ranks' collective calls depend on both (the CPU's group and site
+    bundles; a node's window), so a rank asking for the CPU's code beside ranks asking only for
+    a GPU's, or for share=False beside ranks sharing, made the ranks' calls differ: the job hung.
+    One ``allgather`` makes them agree.  ``prepare()``: what else each rank does first that may
+    fail (its settings).  A rank naming an unknown kind, or whose ``prepare`` failed (a bad
+    setting warned of where warnings are errors), makes every rank raise: that rank its own
+    exception, the others a ValueError (an unknown kind) or RuntimeError naming it and the rank."""
     try:
         mine, error = known_kinds(kinds), None
-    except ValueError as e:
+        if prepare is not None:
+            prepare()
+    except Exception as e:                      # noqa: BLE001 - every rank must reach the allgather
         if comm is None:
             raise
-        mine, error = frozenset(), str(e)
+        mine, error = frozenset(), e
+    share = bool(share)
     if comm is None:
-        return mine
-    every = comm.allgather((sorted(mine), error))
-    for rank, (_, why) in enumerate(every):
-        if why is not None:
-            raise ValueError(why if why == error else f"{why} (on rank {rank})")
-    return frozenset(k for named, _ in every for k in named)
+        return mine, share
+    why = None if error is None else (isinstance(error, ValueError), str(error)
+                                      if isinstance(error, ValueError)
+                                      else f"{type(error).__name__}: {error}")
+    every = comm.allgather((sorted(mine), share, why))
+    for rank, (_, _, failed) in enumerate(every):
+        if failed is None:
+            continue
+        if error is not None:
+            raise error
+        value_error, text = failed
+        if value_error:
+            raise ValueError(f"{text} (on rank {rank})")
+        raise RuntimeError(f"load_bundle failed on rank {rank}: {text}")
+    return frozenset(k for named, _, _ in every for k in named), all(s for _, s, _ in every)
 
 
 def _setup_logging():

@@ -28,7 +28,7 @@ CHUNK = 1 << 30
 
 
 def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], sites=None,
-                       share=True):
+                       share=True, said=None):
     """-> (this host's Bundle or None, [the GPU kinds' packed Bundles], the site bundles or None),
     the same on every rank; rank 0 warns why when it can use no bundle at all.
 
@@ -44,25 +44,35 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
     where rank 0 could not choose (every rank then reads the directories itself, as without
     ``load_bundle``).  ``share``: where a node runs several ranks, its ranks read one copy of
     each bundle of ``_NodeShare.MIN_BYTES`` or more in the node's shared memory (``_NodeShare``);
-    False: each rank its own copy of each."""
+    False: each rank its own copy of each.  ``said``: a list that rank 0's warnings are added to
+    (``deferred_warn_once``), for the caller to give once every collective call is made
+    (``give_deferred``; None: given here, at the end): a warning raised as an error between two
+    of them (``python -W error``) left the other ranks in a broadcast rank 0 never made."""
+    if said is None:
+        from . import give_deferred
+        said = []
+        out = load_and_broadcast(comm, settings, host_key, gpu_bundles, sites, share, said)
+        give_deferred(said)
+        return out
     if comm is not None and host_key is not None:
         group, mine = _same_cpu_group(comm, host_key)
         if group is not None:                   # nodes of other CPUs: each group its own bundle
             try:
-                return load_and_broadcast(group, settings, lambda: mine, gpu_bundles, sites, share)
+                return load_and_broadcast(group, settings, lambda: mine, gpu_bundles, sites, share,
+                                          said)
             finally:
                 group.Free()
     rank = 0 if comm is None else comm.Get_rank()
     node = _NodeShare(comm) if comm is not None and share and hasattr(comm, "Split_type") else None
     try:
-        return _load_and_broadcast(comm, node, rank, settings, host_key, gpu_bundles, sites)
+        return _load_and_broadcast(comm, node, rank, settings, host_key, gpu_bundles, sites, said)
     finally:
         if node is not None:
             node.done()
 
 
-def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, sites):
-    from . import warn_once_factory
+def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, sites, said):
+    from . import deferred_warn_once
 
     data, status, loaded = b"", [0, -1], None   # status: (byte length, entry count); -1: not usable
     others, site_rows = [], None
@@ -83,11 +93,11 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
         if settings.mode != "off":
             others, refused = _gpu_bundles(settings.directory, gpu_bundles)
             for why in refused:
-                warn_once_factory()(f"not using a bundle: {why}; its kernels compile as without a cache")
+                deferred_warn_once(said)(f"not using a bundle: {why}; its kernels compile as without a cache")
         if sites is not None and host_key is not None and settings.mode != "off":
-            site_rows = _site_bundles(sites, host_key, warn_once_factory())
+            site_rows = _site_bundles(sites, host_key, deferred_warn_once(said))
         if reason is not None and not others and not (site_rows and site_rows[2]):
-            warn_once_factory()(f"not using a bundle: {reason}; kernels compile as without a cache")
+            deferred_warn_once(said)(f"not using a bundle: {reason}; kernels compile as without a cache")
     if comm is None:
         return loaded, others, _sites_by_dir(site_rows)
 

@@ -292,3 +292,87 @@ def test_ranks_asking_for_different_kinds_agree_and_none_hangs(kernel_dir, cache
     said = [(tmp_path / f"rank{r}").read_text() for r in range(3)]
     assert all("unknown kind 'gpu'" in s for s in said), said
     assert said[0].endswith("(on rank 2)") and said[1] == said[0] and "(on rank" not in said[2], said
+
+
+_HOSTILE = """
+import json, os, sys, warnings
+from mpi4py import MPI
+import tack.cache, tack.cache.bcast
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+case = os.environ["CASE"]
+tack.cache.bcast._NodeShare.MIN_BYTES = 0          # the test kernels' bundle is small
+if case == "warnings-are-errors":
+    warnings.simplefilter("error")
+report = {}
+try:
+    if case == "intercommunicator":
+        local = comm.Split(rank % 2, rank)
+        report["loaded"] = tack.cache.load_bundle(local.Create_intercomm(0, comm, 1 - rank % 2, tag=7))
+    else:
+        report["loaded"] = tack.cache.load_bundle(comm, share=(rank == 0) if case == "share" else True)
+except Exception as e:
+    report["raised"] = f"{type(e).__name__}: {e}"
+report["app_bcast"] = comm.bcast("the job's own" if rank == 0 else None, root=0)
+report["windows"] = len(tack.cache.bcast._windows)
+with open(os.path.join(os.environ["OUT"], f"rank{rank}.json"), "w") as f:
+    json.dump(report, f)
+"""
+
+
+def _hostile_job(tmp_path, cache, case, n=3, **env):
+    """``n`` ranks calling load_bundle as ``case`` says (_HOSTILE), then the job's own broadcast;
+    -> each rank's report, by rank.  A job that hangs fails on the timeout."""
+    script, out = tmp_path / "hostile.py", tmp_path / f"out-{case}"
+    script.write_text(_HOSTILE)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir()
+    proc = subprocess.run([shutil.which("mpiexec"), "-n", str(n), sys.executable, str(script)],
+                          env=clean_env(cache, CASE=case, OUT=out, **env), capture_output=True,
+                          text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
+
+
+def test_a_warning_raised_as_an_error_on_rank0_leaves_no_rank_waiting(kernel_dir, cache, tmp_path):
+    """Warnings as errors (python -W error, a test suite's filterwarnings) and no bundle: rank 0's
+    "not using a bundle" warning was raised between two collective calls, so the other ranks took
+    the job's own broadcast for load_bundle's (an MPI error there) or waited for ever.  Rank 0 now
+    warns once every collective call is made: it alone raises its warning, the others get 0, and
+    the job's broadcast reaches every rank.  A setting warned of on rank 0 alone (TACK_CACHE_MPI
+    overriding TACK_CACHE) is raised on every rank, naming rank 0, before any broadcast."""
+    ranks = _hostile_job(tmp_path, cache, "warnings-are-errors")
+    assert "TackWarning" in ranks[0]["raised"] and "no bundle" in ranks[0]["raised"], ranks[0]
+    for r in ranks:
+        assert r["app_bcast"] == "the job's own", ranks
+    assert [r.get("loaded") for r in ranks[1:]] == [0, 0], ranks
+    ranks = _hostile_job(tmp_path, cache, "warnings-are-errors", TACK_CACHE="write",
+                         TACK_CACHE_MPI="bundle")
+    assert ranks[0]["raised"].startswith("TackWarning: tack: under MPI"), ranks[0]
+    for r in ranks:
+        assert r["app_bcast"] == "the job's own" and "TACK_CACHE_MPI=bundle" in r["raised"], ranks
+    assert all(r["raised"].startswith("RuntimeError: load_bundle failed on rank 0: TackWarning")
+               for r in ranks[1:]), ranks
+
+
+def test_ranks_asking_to_share_or_not_agree_and_none_hangs(kernel_dir, cache, tmp_path):
+    """share=True on rank 0, share=False on the others, with a bundle over the sharing threshold:
+    rank 0 made the node's communicator and window while the others broadcast: the job hung.
+    The ranks agree (a copy each, as where any rank asked share=False), every rank gets the
+    bundle and the job's own broadcast."""
+    path = prime_and_pack(kernel_dir, cache)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    for r in _hostile_job(tmp_path, cache, "share"):
+        assert r == {"loaded": expected, "app_bcast": "the job's own", "windows": 0}, r
+
+
+def test_an_intercommunicator_is_a_type_error_on_every_rank(kernel_dir, cache, tmp_path):
+    """load_bundle(an intercommunicator): its broadcasts go between the two groups, each group's
+    rank 0 waiting for the other's: the job hung.  Every rank now raises a TypeError saying so."""
+    prime_and_pack(kernel_dir, cache)
+    ranks = _hostile_job(tmp_path, cache, "intercommunicator", n=4)
+    for r in ranks:
+        assert r["raised"].startswith("TypeError: load_bundle: comm is an intercommunicator"), r
+        assert r["app_bcast"] == "the job's own"
