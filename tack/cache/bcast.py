@@ -58,8 +58,10 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
         group, mine = _same_cpu_group(comm, host_key)
         if group is not None:                   # nodes of other CPUs: each group its own bundle
             try:
-                return load_and_broadcast(group, settings, lambda: mine, gpu_bundles, sites, share,
-                                          said)
+                # a rank that could not tell its key asks again, to say why (not bundle_name(None)'s
+                # TypeError)
+                return load_and_broadcast(group, settings, host_key if mine is None else lambda: mine,
+                                          gpu_bundles, sites, share, said)
             finally:
                 group.Free()
     rank = 0 if comm is None else comm.Get_rank()

@@ -304,6 +304,15 @@ case = os.environ["CASE"]
 tack.cache.bcast._NodeShare.MIN_BYTES = 0          # the test kernels' bundle is small
 if case == "warnings-are-errors":
     warnings.simplefilter("error")
+else:
+    warnings.simplefilter("always")
+    said = []
+    warnings.showwarning = lambda message, *a, **k: said.append(str(message))
+if case == "no-host-key" and rank == 1:            # this rank cannot tell its CPU's key
+    import tack.cache.host
+    def no_key():
+        raise RuntimeError("no cpuinfo on this node (the test's)")
+    tack.cache.host.cpu_host_key = no_key
 report = {}
 try:
     if case == "intercommunicator":
@@ -315,6 +324,8 @@ except Exception as e:
     report["raised"] = f"{type(e).__name__}: {e}"
 report["app_bcast"] = comm.bcast("the job's own" if rank == 0 else None, root=0)
 report["windows"] = len(tack.cache.bcast._windows)
+if case != "warnings-are-errors":
+    report["warnings"] = said
 with open(os.path.join(os.environ["OUT"], f"rank{rank}.json"), "w") as f:
     json.dump(report, f)
 """
@@ -365,7 +376,7 @@ def test_ranks_asking_to_share_or_not_agree_and_none_hangs(kernel_dir, cache, tm
     path = prime_and_pack(kernel_dir, cache)
     expected = len(bundle.Bundle(path.read_bytes()))
     for r in _hostile_job(tmp_path, cache, "share"):
-        assert r == {"loaded": expected, "app_bcast": "the job's own", "windows": 0}, r
+        assert r == {"loaded": expected, "app_bcast": "the job's own", "windows": 0, "warnings": []}, r
 
 
 def test_an_intercommunicator_is_a_type_error_on_every_rank(kernel_dir, cache, tmp_path):
@@ -376,3 +387,16 @@ def test_an_intercommunicator_is_a_type_error_on_every_rank(kernel_dir, cache, t
     for r in ranks:
         assert r["raised"].startswith("TypeError: load_bundle: comm is an intercommunicator"), r
         assert r["app_bcast"] == "the job's own"
+
+
+def test_a_rank_that_cannot_tell_its_cpu_says_why(kernel_dir, cache, tmp_path):
+    """Rank 1 cannot tell its CPU's target key (it counts as a CPU of its own, the lowest rank of
+    that kind): it warned "TypeError: 'NoneType' object is not subscriptable" (the bundle's name
+    made of no key); it now says why it has no key.  The others get rank 0's bundle."""
+    path = prime_and_pack(kernel_dir, cache)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    ranks = _hostile_job(tmp_path, cache, "no-host-key")
+    assert [r["loaded"] for r in ranks] == [expected, 0, expected], ranks
+    assert [r["app_bcast"] for r in ranks] == ["the job's own"] * 3
+    assert ranks[0]["warnings"] == ranks[2]["warnings"] == [], ranks
+    assert len(ranks[1]["warnings"]) == 1 and "RuntimeError: no cpuinfo on this node" in ranks[1]["warnings"][0], ranks[1]
