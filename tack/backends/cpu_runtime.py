@@ -20,6 +20,7 @@ for keys and hands them to the cache session.
 import _thread
 import ctypes
 import itertools
+import operator
 import os
 import platform
 import struct
@@ -260,6 +261,27 @@ def _slot_values(plan):
     return values
 
 
+# The range of each integer slot format (``_SLOT_FMT``'s, without its padding).
+_INT_RANGE = {"q": (-2**63, 2**63 - 1), "Q": (0, 2**64 - 1),
+              "i": (-2**31, 2**31 - 1), "I": (0, 2**32 - 1)}
+
+
+def _pack_reason(code, value, e) -> str:
+    """Why ``value`` does not pack as slot format ``code`` (``e``: struct's error), worded the
+    same on every Python: struct's range messages changed in 3.12 ("argument out of range" for
+    a value past 64 bits became "'q' format requires -9223372036854775808 <= number <= ...")."""
+    bounds = _INT_RANGE.get(code[0])
+    if bounds is not None:
+        try:
+            v = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if not bounds[0] <= v <= bounds[1]:
+                return "argument out of range"
+    return str(e)
+
+
 class CPUVariant(BoundsReport):
     """A compiled kernel variant loaded in this process."""
 
@@ -330,7 +352,8 @@ class CPUVariant(BoundsReport):
                 hint = ("; a Python int argument is int64: pass np.uint64(...) for one up to "
                         "2**64 - 1" if t == T.int64 and type(value) is int and value > 0 else "")
                 return TypeError(f"kernel '{self.name}': argument '{name}' = {value!r} does not "
-                                 f"fit {t if t is not None else 'its type'} ({e}){hint}")
+                                 f"fit {t if t is not None else 'its type'} "
+                                 f"({_pack_reason(code, value, e)}){hint}")
         return TypeError(f"kernel '{self.name}': an argument does not fit the type it was "
                          f"compiled for ({', '.join(map(repr, values))})")
 
