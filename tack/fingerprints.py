@@ -261,11 +261,19 @@ def _last_line(code) -> int:
     return last
 
 
+# What Python itself records in a class's namespace that is no attribute of the template: 3.13's
+# __firstlineno__ (the line the class starts on, an int), which moves with every edit above it.
+_CLASS_BOOKKEEPING = frozenset({"__firstlineno__"})
+
+
 def class_fingerprint(cls) -> str:
-    """Hex digest (``tack.digests``) of a template class: its name, static methods and scalar attributes."""
+    """Hex digest (``tack.digests``) of a template class: its name, static methods and scalar
+    attributes; no line numbers, as for a function (``_CLASS_BOOKKEEPING``)."""
     h = hasher(cls.__qualname__.encode())
     for klass in reversed(cls.__mro__[:-1]):
         for name, attr in sorted(vars(klass).items()):
+            if name in _CLASS_BOOKKEEPING:
+                continue
             if isinstance(attr, staticmethod):
                 attr = attr.__func__
             if isinstance(attr, Func):

@@ -233,6 +233,27 @@ def test_fingerprint_of_set_constants_is_seed_free(tmp_path):
     assert len(prints) == 1, prints
 
 
+
+def test_class_fingerprint_leaves_line_numbers_out(tmp_path):
+    """A template class moved down its file (lines added above it) keeps its fingerprint; a
+    change of its scalar attribute or method does not.  Python 3.13 records the line a class
+    starts on as an int attribute, __firstlineno__, which was hashed like a scalar attribute."""
+    from tack.fingerprints import class_fingerprint
+    body = ("class Policy:\n    SCALE = 2\n    @staticmethod\n    def apply(x):\n"
+            "        return x * 10.0\n")
+
+    def make(name, source):
+        f = tmp_path / f"{name}.py"
+        f.write_text(source)
+        ns = {}
+        exec(compile(source, str(f), "exec"), ns)
+        return ns["Policy"]
+    first = class_fingerprint(make("a", body))
+    assert class_fingerprint(make("b", "# one\n# two\n\n" + body)) == first
+    assert class_fingerprint(make("c", body.replace("SCALE = 2", "SCALE = 3"))) != first
+    assert class_fingerprint(make("d", body.replace("10.0", "20.0"))) != first
+
+
 STALE_PYC = '''import tack
 
 
