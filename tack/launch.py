@@ -41,15 +41,18 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
             key = (device, len(dims), debug) + tuple(_static_key(a) if i in static else _arg_key(a)
                                                      for i, a in enumerate(args))
         variant = kernel._variants.get(key)
-        if variant is None:
-            try:
-                variant = _compile(kernel, dims, args, device, debug)
-            except CompileError as e:
-                if debug:                       # TACK_DEBUG: the compiler's own frames too
-                    raise
-                # The user's line is in the message, with its caret; the compiler's frames are not
-                # the user's to read: the traceback ends at this launch.
-                raise e.with_traceback(None) from None
+        if variant is not None:
+            variant.run(args, dims, block)
+            return
+        try:
+            variant = _compile(kernel, dims, args, device, debug)
+        except CompileError as e:
+            if debug:                           # TACK_DEBUG: the compiler's own frames too
+                raise
+            # The user's line is in the message, with its caret; the compiler's frames are not
+            # the user's to read: the traceback ends at this launch.
+            refused = e
+        else:
             kernel._variants[key] = variant
             started = _startup_seconds(device)
             t0 = time.perf_counter()
@@ -62,13 +65,18 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
             if config.timing:
                 report_timings(kernel)
             return
-        variant.run(args, dims, block)
     except (TypeError, ValueError, IndexError) as e:
         if config.debug or not _launch_error(e):
             raise
         # A launch's own refusal (its arguments, its grid): the message says it all, and the
         # frames that checked are not the user's to read: the traceback ends at this launch.
-        raise e.with_traceback(None) from None
+        refused = e
+    # Raised past the handler, where the frames dropped with the traceback go with no exception in
+    # flight: Python 3.10 keeps a handled exception's traceback until its handler is left, so
+    # raising from inside it freed them mid-raise, and an array view of another library's host
+    # memory dying there (NumPy's from_dlpack) ran its producer's deleter with the new exception
+    # set: a deleter that is Python code (through ctypes) lost it, and the interpreter crashed.
+    raise refused.with_traceback(None) from None
 
 
 # Where a launch refuses its arguments or grid; an error raised anywhere else is a fault, and keeps
