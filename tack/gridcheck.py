@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 
 # Literal indices checked: smaller than the tidx text's fields hold (``backends.variant``); a
 # larger one is left to debug mode, as it was (a list with one field too long checks nothing).
@@ -136,8 +138,9 @@ def _literal_index(x, constants):
         k = x[2] if x[3] == "int" and type(x[2]) is int else None
     elif x[0] == "gconst":
         value = getattr(constants.get(x[2]), "value", None)
-        try:                            # (NumPy's bool_ has no __index__: a TypeError)
-            k = None if isinstance(value, bool) else operator.index(value)
+        try:                            # a bool, NumPy's too, is no index (NumPy before 2.3,
+            # the newest for Python 3.10, takes np.True_ as 1 with a warning; later a TypeError)
+            k = None if isinstance(value, (bool, np.bool_)) else operator.index(value)
         except TypeError:
             k = None
     else:

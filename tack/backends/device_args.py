@@ -372,8 +372,9 @@ def group_shape(dims, limit, max_items) -> tuple:
 
 
 def _not_bool(x):
-    """``x``, or a TypeError for a bool (which ``operator.index`` would take as 0 or 1)."""
-    if isinstance(x, bool):
+    """``x``, or a TypeError for a bool (which ``operator.index`` would take as 0 or 1), NumPy's
+    too (NumPy before 2.3, the newest for Python 3.10, takes np.True_ as 1 with a warning)."""
+    if isinstance(x, (bool, np.bool_)):
         raise TypeError("a bool")
     return x
 
