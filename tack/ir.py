@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -38,11 +39,148 @@ import numpy as np
 
 from .errors import SourceContext
 from .digests import hasher
-from .limits import deep
+from .limits import JSON_DEPTH, deep
 from .sourcefiles import local, portable
 
 FORMAT = 1
 _MAGIC = b"TACKLOW1"
+
+
+# The lowered kernel's JSON.  json's C codec recurses once per nesting level: through Python 3.11
+# as deep as ``deep(json=True)`` lets it, but Python 3.12 caps C recursion at about 1,500 levels
+# whatever sys.setrecursionlimit says (3.13 at 10,000), so a kernel with an expression some 750
+# levels deep, which the bounds allow, raised RecursionError there.  Where the codec gives up,
+# the same text is written and read by a loop instead (``_dumps_flat``, ``_loads_flat``), down
+# to ``JSON_DEPTH`` levels (deeper is refused, as the codec refuses it under ``deep``).
+
+
+def _dumps(doc) -> str:
+    """``json.dumps(doc, separators=(",", ":"))``, at any depth."""
+    try:
+        return json.dumps(doc, separators=(",", ":"))
+    except RecursionError:
+        return _dumps_flat(doc)
+
+
+def _loads(data: bytes):
+    """``json.loads(data)``, down to ``JSON_DEPTH`` levels at least; RecursionError deeper."""
+    try:
+        return json.loads(data)
+    except RecursionError as e:
+        deeper = e
+    try:
+        return _loads_flat(data.decode("utf-8"))
+    except RecursionError:
+        raise deeper from None
+
+
+class _Raw(str):
+    """Text ``_dumps_flat`` writes as it is: punctuation, a dict's key with its colon."""
+
+
+_COMMA, _CLOSE_LIST, _CLOSE_DICT = _Raw(","), _Raw("]"), _Raw("}")
+
+
+def _dumps_flat(doc) -> str:
+    """``json.dumps(doc, separators=(",", ":"))`` of lists, tuples, dicts and scalars, with a
+    stack of what is left to write instead of recursion: the same text."""
+    out, todo = [], [doc]
+    while todo:
+        x = todo.pop()
+        if type(x) is _Raw:
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            if not x:
+                out.append("[]")
+                continue
+            out.append("[")
+            todo.append(_CLOSE_LIST)
+            for k in range(len(x) - 1, -1, -1):
+                todo.append(x[k])
+                if k:
+                    todo.append(_COMMA)
+        elif isinstance(x, dict):
+            if not x:
+                out.append("{}")
+                continue
+            out.append("{")
+            todo.append(_CLOSE_DICT)
+            items = list(x.items())
+            for k in range(len(items) - 1, -1, -1):
+                key, value = items[k]
+                if not isinstance(key, str):        # json's own text of an int, float... key
+                    key = next(iter(json.loads(json.dumps({key: 0}))))
+                todo.append(value)
+                todo.append(_Raw(json.dumps(key) + ":"))
+                if k:
+                    todo.append(_COMMA)
+        else:
+            out.append(json.dumps(x))
+    return "".join(out)
+
+
+# A JSON token after optional white space: punctuation (group 1), or a string, number or
+# literal (group 2), which json.loads reads.
+_TOKEN = re.compile(r'[ \t\n\r]*(?:([\[\]{},:])|("(?:[^"\\]|\\.)*"'
+                    r'|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?'
+                    r'|true|false|null|NaN|-?Infinity))')
+_SPACE = re.compile(r'[ \t\n\r]*')
+
+
+def _loads_flat(text: str):
+    """``json.loads(text)`` with a stack of the open lists and dicts instead of recursion;
+    ValueError for text that is not JSON, RecursionError past ``JSON_DEPTH`` levels."""
+    stack = []                  # the open containers: [list or dict, the dict's pending key]
+    pos, expect = 0, "value"    # value, value or ], key, key or }, colon, comma or close
+    while True:
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise ValueError(f"not JSON at character {pos}")
+        pos = m.end()
+        punct, scalar = m.group(1), m.group(2)
+        if expect == "colon":
+            if punct != ":":
+                raise ValueError(f"expected ':' at character {m.start()}")
+            expect = "value"
+            continue
+        if expect in ("key", "key or }"):
+            if scalar is not None and scalar[0] == '"':
+                stack[-1][1] = json.loads(scalar)
+                expect = "colon"
+                continue
+            if not (expect == "key or }" and punct == "}"):
+                raise ValueError(f"expected a key at character {m.start()}")
+            value = stack.pop()[0]
+        elif expect == "comma or close":
+            top = stack[-1][0]
+            if punct == ",":
+                expect = "key" if isinstance(top, dict) else "value"
+                continue
+            if punct != ("}" if isinstance(top, dict) else "]"):
+                raise ValueError(f"expected ',' or a close at character {m.start()}")
+            value = stack.pop()[0]
+        elif punct == "]" and expect == "value or ]":
+            value = stack.pop()[0]
+        elif punct in ("[", "{"):
+            if len(stack) >= JSON_DEPTH:
+                raise RecursionError(f"JSON nested more than {JSON_DEPTH} levels")
+            stack.append([[] if punct == "[" else {}, None])
+            expect = "value or ]" if punct == "[" else "key or }"
+            continue
+        elif scalar is not None:
+            value = json.loads(scalar)
+        else:
+            raise ValueError(f"expected a value at character {m.start()}")
+        if not stack:                               # the document's value is whole
+            if _SPACE.match(text, pos).end() != len(text):
+                raise ValueError(f"extra data at character {pos}")
+            return value
+        top = stack[-1]
+        if isinstance(top[0], list):
+            top[0].append(value)
+        else:
+            top[0][top[1]] = value
+        expect = "comma or close"
 
 
 @dataclass
@@ -102,7 +240,7 @@ class LoweredKernel:
                "deps": self.deps, "debug": self.debug,
                "arrays": [cid for cid, _ in arrays]}
         with deep(json=True):
-            head = json.dumps(doc, separators=(",", ":")).encode()
+            head = _dumps(doc).encode()
         blobs = [np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
                  for _, a in arrays]
         out = [_MAGIC, struct.pack("<QI", len(head), len(blobs)), head]
@@ -128,7 +266,7 @@ class LoweredKernel:
         hlen, nblobs = struct.unpack_from("<QI", data, 8)
         pos = 20
         with deep(json=True):
-            doc = json.loads(data[pos:pos + hlen])
+            doc = _loads(data[pos:pos + hlen])
         pos += hlen
         if doc.get("format") != FORMAT:
             raise ValueError(f"lowered kernel format {doc.get('format')} is not {FORMAT}")

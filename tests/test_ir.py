@@ -93,6 +93,38 @@ def reference():
     return out, flags
 
 
+def test_the_json_written_and_read_without_recursion_is_jsons():
+    """Where json's C codec gives up (Python 3.12 caps its recursion at about 1,500 levels),
+    the lowered kernel's JSON is written and read by a loop: the same text as json.dumps, the
+    same values as json.loads, malformed text refused, and no deeper than limits.JSON_DEPTH.
+    Tested on every Python, though only 3.12 needs it for kernels the bounds allow."""
+    from tack import ir
+    from tack.limits import JSON_DEPTH
+    low = lower(k_rt, {"policy": Cubic})
+    data = low.to_bytes()
+    hlen = struct.unpack_from("<QI", data, 8)[0]
+    text = data[20:20 + hlen].decode()
+    doc = json.loads(text)
+    assert ir._dumps_flat(doc) == text
+    assert ir._loads_flat(text) == doc
+    odd = {"s": "q\"\\\u00e9\n", "f": [1.5, -0.0, 1e300, float("inf"), float("-inf")], "e": [{}, []],
+           "b": [True, False, None], "n": [0, -7, 2**70], 3: 1, 2.5: 2, None: 3, False: 4}
+    assert ir._dumps_flat(odd) == json.dumps(odd, separators=(",", ":"))
+    assert ir._loads_flat(json.dumps(odd, indent=1)) == json.loads(json.dumps(odd, indent=1))
+    nested = ir._loads_flat(ir._dumps_flat(ir._loads_flat("[" * 5000 + "]" * 5000)))
+    for _ in range(4999):
+        (nested,) = nested
+    assert nested == []
+    for bad in ["[1 2]", "[1,]", "[,1]", '{"a" 1}', '{"a":1,}', '{1:2}', "[", "]", "[1]]", "",
+                "tru", "[1],", '{"a":1 "b":2}', "[}", "{]"]:
+        with pytest.raises(ValueError):
+            json.loads(bad)
+        with pytest.raises(ValueError):
+            ir._loads_flat(bad)
+    with pytest.raises(RecursionError):
+        ir._loads_flat("[" * (JSON_DEPTH + 1) + "]" * (JSON_DEPTH + 1))
+
+
 def test_round_trip_is_exact():
     """from_bytes(to_bytes(k)) serializes back to the same bytes and fingerprint, with the same functions, constants and templates."""
     low = lower(k_rt, {"policy": Cubic})
