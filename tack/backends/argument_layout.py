@@ -22,6 +22,18 @@ from .. import types as T
 SCALAR_CODES = {"bool": "i8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
                 "float32": "f32", "float64": "f64"}
 GRID = ("n0", "n1", "n2")
+# The bytes of each slot code, a GPU's parameter of it: its size and alignment.
+SLOT_BYTES = {"ptr": 8, "i8": 1, "i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4, "f64": 8}
+
+
+def packed_bytes(codes) -> int:
+    """The bytes slots of ``codes`` take as a GPU's parameters: each at its natural alignment,
+    as CUDA's parameter space and the AMDGPU kernel arguments lay them out."""
+    end = 0
+    for c in codes:
+        n = SLOT_BYTES[c]
+        end = -(-end // n) * n + n
+    return end
 
 
 def array_parts(t: T.Array) -> tuple:

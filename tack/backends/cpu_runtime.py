@@ -261,24 +261,20 @@ def _slot_values(plan):
     return values
 
 
-# The range of each integer slot format (``_SLOT_FMT``'s, without its padding).
-_INT_RANGE = {"q": (-2**63, 2**63 - 1), "Q": (0, 2**64 - 1),
-              "i": (-2**31, 2**31 - 1), "I": (0, 2**32 - 1)}
-
-
 def _pack_reason(code, value, e) -> str:
     """Why ``value`` does not pack as slot format ``code`` (``e``: struct's error), worded the
     same on every Python: struct's range messages changed in 3.12 ("argument out of range" for
     a value past 64 bits became "'q' format requires -9223372036854775808 <= number <= ...")."""
-    bounds = _INT_RANGE.get(code[0])
-    if bounds is not None:
+    c = code[0]
+    if c in "qQiI":                             # an integer slot: its range from its size
         try:
             v = operator.index(value)
         except TypeError:
-            pass
-        else:
-            if not bounds[0] <= v <= bounds[1]:
-                return "argument out of range"
+            return str(e)
+        bits = 8 * struct.calcsize(c)
+        low, high = (-(1 << bits - 1), (1 << bits - 1) - 1) if c.islower() else (0, (1 << bits) - 1)
+        if not low <= v <= high:
+            return "argument out of range"
     return str(e)
 
 

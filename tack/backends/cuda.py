@@ -29,6 +29,7 @@ import time
 
 from ..archs import resolve
 from ..codegen import Unsupported
+from .argument_layout import packed_bytes
 from .gpu import (FEWER_PARAMETERS, GPUTarget, entry_parameters, named_target, pack_cuda, run_tool,
                   sass_tool, unpack_cuda)
 
@@ -45,18 +46,6 @@ NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
 PARAM_BYTES = 4096
 PARAM_BYTES_LARGE = 32764
 LARGE_PARAMS_ISA = (8, 1)
-# The size (and alignment) of each parameter slot in the .param space.
-_SLOT_BYTES = {"ptr": 8, "i64": 8, "u64": 8, "f64": 8, "i32": 4, "u32": 4, "f32": 4, "i8": 1}
-
-
-def param_bytes(codes) -> int:
-    """The bytes of the .param space an entry of parameters ``codes`` takes: each at an offset
-    aligned to its size, as NVPTX lays them out."""
-    end = 0
-    for code in codes:
-        n = _SLOT_BYTES[code]
-        end = -(-end // n) * n + n
-    return end
 _SREG = ("x", "y", "z")
 
 
@@ -84,7 +73,7 @@ class CUDATarget(GPUTarget):
 
     def entry_refusal(self, codes, debug):
         """Parameters of more bytes than the PTX ISA of this sm allows (``param_limit``)."""
-        size, limit = param_bytes(codes), self.param_limit
+        size, limit = packed_bytes(codes), self.param_limit
         if size <= limit:
             return None
         return (f"the kernel's parameters take {size} bytes ({len(codes)} parameters: "

@@ -27,6 +27,9 @@ from __future__ import annotations
 import struct
 
 from .arch_names import bundle_machine
+# The explicit kernel-argument bytes a launch of slot codes passes: each slot at its natural
+# alignment, as the AMDGPU ABI lays them out (and CUDA's parameter space).
+from .argument_layout import packed_bytes as kernarg_bytes
 from .cudalike import DriverApi, GPUArray, GPUKernel, foreign_or_copy, run
 from .device_args import Devices, argspecs, launch_codes
 from .device_variant import any_arrays as check_args  # noqa: F401 - the runtime interface
@@ -106,19 +109,6 @@ def kernarg_size(data: bytes, entry: str):
     except struct.error:
         return None
     return None
-
-
-_SLOT_BYTES = {"ptr": 8, "i8": 1, "i32": 4, "u32": 4, "i64": 8, "u64": 8, "f32": 4, "f64": 8}
-
-
-def kernarg_bytes(codes) -> int:
-    """The explicit kernel-argument bytes a launch of slot ``codes`` passes: each slot at its
-    natural alignment, as the AMDGPU ABI lays them out."""
-    end = 0
-    for c in codes:
-        n = _SLOT_BYTES[c]
-        end = -(-end // n) * n + n
-    return end
 
 
 def target_features(arch: str) -> tuple:

@@ -574,7 +574,7 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
     global _loaded_bundle, _bundle_covers, _loaded_sites
     _check_comm(comm)
     asked, share = _agreed_kinds(comm, kinds, known_kinds, share=share,
-                                 prepare=lambda: settings())
+                                 prepare=settings)
     if not asked:                   # every rank alike: no collective call follows
         if comm is None or comm.Get_rank() == 0:
             warn_once_factory()("load_bundle: kinds names no kind of code (kinds=[]); no bundle "

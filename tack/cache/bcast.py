@@ -27,8 +27,7 @@ from .keys import tack_version_id
 CHUNK = 1 << 30
 
 
-def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], sites=None,
-                       share=True, said=None):
+def load_and_broadcast(comm, settings, host_key, gpu_bundles, sites, share, said):
     """-> (this host's Bundle or None, [the GPU kinds' packed Bundles], the site bundles or None),
     the same on every rank; rank 0 warns why when it can use no bundle at all.
 
@@ -46,14 +45,8 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles=lambda names: [], s
     each bundle of ``_NodeShare.MIN_BYTES`` or more in the node's shared memory (``_NodeShare``);
     False: each rank its own copy of each.  ``said``: a list that rank 0's warnings are added to
     (``deferred_warn_once``), for the caller to give once every collective call is made
-    (``give_deferred``; None: given here, at the end): a warning raised as an error between two
-    of them (``python -W error``) left the other ranks in a broadcast rank 0 never made."""
-    if said is None:
-        from . import give_deferred
-        said = []
-        out = load_and_broadcast(comm, settings, host_key, gpu_bundles, sites, share, said)
-        give_deferred(said)
-        return out
+    (``give_deferred``): a warning raised as an error between two of them (``python -W
+    error``) left the other ranks in a broadcast rank 0 never made."""
     if comm is not None and host_key is not None:
         group, mine = _same_cpu_group(comm, host_key)
         if group is not None:                   # nodes of other CPUs: each group its own bundle

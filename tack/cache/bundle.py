@@ -631,7 +631,7 @@ class BundleStore:
             elif self.quiet_stale and isinstance(e, StaleBundle):
                 log.debug("%s not used: %s", self.label, e)
             else:
-                why = site_reason(e) if self.label.startswith("site") else e
+                why = site_reason(e) if self.source == "site bundles" else e
                 self.warn_once(f"not using the {self.label}: {why}")
 
     def read(self, kind, key, level, targets=()):

@@ -255,19 +255,19 @@ def prune(root: str, max_size: int | None) -> PruneResult:
     freed = count = 0
     failed = []
     emptied = set()
-    leftovers = set()
+    leftovers = set()                   # what crashes left of entries (all zeros): deleted first
     if max_size is not None and total > max_size:
         # Only what may be deleted counts: a file named like an entry that the cache did not
         # write (a user's copy) would otherwise keep the total over the limit, and every entry
         # in use would go for it.  What a crash left of an entry (all zeros) counts, and goes
         # first: it serves nothing.
         own = []
-        for e in items:
-            if _is_entry_or_temporary(e[0]):
-                own.append(e)
-            elif is_crash_leftover(e[0]):
-                own.append(e)
+        for e in items:                 # each file read once
+            if not _is_entry_or_temporary(e[0]):
+                if not is_crash_leftover(e[0]):
+                    continue
                 leftovers.add(e[0])
+            own.append(e)
         items = own
         total = sum(size for _, size, *_ in items)
     if max_size is not None and total > max_size:
