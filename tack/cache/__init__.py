@@ -270,10 +270,10 @@ def mode_under_mpi(environ=None) -> tuple:
 # | Launcher | Rank | Size |
 # |---|---|---|
 # | Open MPI (mpirun, prterun) | OMPI_COMM_WORLD_RANK, or PMIX_RANK | OMPI_COMM_WORLD_SIZE |
-# | MPICH and Intel MPI (Hydra) | PMI_RANK | PMI_SIZE |
 # | MVAPICH2 (mpirun_rsh) | MV2_COMM_WORLD_RANK | MV2_COMM_WORLD_SIZE |
 # | Cray PALS | PALS_RANKID | PMI_SIZE |
 # | Cray ALPS (aprun) | ALPS_APP_PE | PMI_SIZE |
+# | MPICH and Intel MPI (Hydra) | PMI_RANK | PMI_SIZE |
 # | Slurm (srun) | SLURM_PROCID | SLURM_STEP_NUM_TASKS |
 #
 # The first launcher whose rank and size are both set decides, and a launch of one
