@@ -5,7 +5,7 @@ load the metadata server as much as thousands of ranks importing Python.  A
 bundle holds all of one Tack version's entries for one host architecture;
 a rank opens it once and reads from it only what it uses.
 
-Layout (format 2)::
+Layout (format 5)::
 
     "TACKBDL1" | u32 format | u32 entry count | u32 rows per block | u32 meta length
     | 32-byte digest (tack.digests) of (the head's 24 bytes before it, meta, table)

@@ -21,7 +21,7 @@ from .trust import TMP_MARK, NotRegular, Untrusted, check_stat, read_regular, wr
 
 
 def pack(entries, meta: dict, block_rows: int | None = None) -> bytes:
-    """Bundle bytes (format 2) from ``[(kind, key, encoded entry bytes)]`` and header fields.
+    """Bundle bytes (format ``bundle.FORMAT``) from ``[(kind, key, encoded entry bytes)]`` and header fields.
 
     Rows (and entries) are written in the byte order of ``kind<TAB>key``, one row per key (the
     first given of a key listed twice), in blocks of ``block_rows`` rows (default
