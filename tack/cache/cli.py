@@ -474,7 +474,8 @@ def _arch_label(target_key, here) -> str:
 
 def _match_arch(root, version, arch, here):
     """The target key whose variants are for ``arch``: ``kind:name`` (this host's
-    microarchitecture, or an arch a variant names), LLVM's CPU name, or a key prefix."""
+    microarchitecture, or an arch a variant names, as ``opencl:0`` names a device's driver-built
+    code), LLVM's CPU name, or a key prefix: every name ``info`` lists."""
     from . import bundle_write
     from ..archs import ArchError, qualify
     _, variants = bundle_write.collect(os.path.join(root, version))
@@ -487,14 +488,20 @@ def _match_arch(root, version, arch, here):
                    if f.startswith("cpu="))             # LLVM's name: what older Tacks printed
         return out
     try:
-        wanted = qualify(arch)
+        wanted, refused = qualify(arch), None
     except ArchError as e:
-        raise CLIError(str(e)) from None
-    if wanted == "cpu:host":                 # this host's own code, however info names it
+        # Not a kind code is built for, but maybe a name info lists: the code a device's driver
+        # built (opencl:0, stored back under the device's key) is packed by that name too.
+        wanted, refused = arch.strip(), e
+    if refused is not None:                 # that name exactly, never a key prefix
+        found = {tk for tk, entries in variants.items() if ":" in wanted and wanted in names(tk, entries)}
+    elif wanted == "cpu:host":               # this host's own code, however info names it
         found = {here} & set(variants)
     else:
         found = {tk for tk, entries in variants.items()
                  if {arch, wanted} & names(tk, entries) or tk.startswith(arch)}
+    if not found and refused is not None:
+        raise CLIError(str(refused))
     if not found:
         known = sorted({n for tk, e in variants.items() for n in names(tk, e) if ":" in n}
                        | {f"target {tk[:16]}" for tk, e in variants.items()

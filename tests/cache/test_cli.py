@@ -510,3 +510,29 @@ def test_info_says_when_a_missing_cache_directory_can_never_be_made(tmp_path):
     assert "status:       no cache directory yet" in run.stdout, run.stdout
     run = run_cli(tmp_path / "new" / "cache", "prune", "--help")
     assert "until 90% of" in " ".join(run.stdout.split()) and "%%" not in run.stdout
+
+
+def test_pack_takes_the_name_info_lists_for_a_devices_driver_built_code(tmp_path):
+    """A device's driver-built code (OpenCL's program binary, stored back under the device's key)
+    is listed by info as ``opencl:0``, and pack's 'no entries' message named it among what the
+    cache holds, yet ``pack --arch opencl:0`` was refused: opencl is no kind code is built for.
+    The name info lists is one pack takes; a kind that is nobody's name is still refused."""
+    import tack.aot
+    from tack.kernels.contour import tack_warm
+    kernel, args, grid = tack_warm((8, 8, 8))[0]
+    a = tack.aot.compile(kernel, "cpu:x86_64_v3", args, grid=grid)
+    # as opencl_runtime.store_back describes the driver's build: another key, the device's arch
+    driver_built = a._replace(key="d" * 64, meta=dict(a.meta, arch="opencl:0", target_key="e" * 64))
+    cache = tmp_path / "cache"
+    tack.aot.save([a, driver_built], str(cache))
+    info = run_cli(cache, "info")
+    assert info.rc == 0, info.stderr
+    labels = {ln.split()[1] for ln in info.stdout.splitlines() if ln.strip().startswith("for ")}
+    assert labels == {"cpu:x86_64_v3", "opencl:0"}, info.stdout
+    out = tmp_path / "b"
+    packed = run_cli(cache, "pack", "--arch", "opencl:0", "--output", str(out))
+    assert packed.rc == 0, packed.stderr
+    assert "for opencl:0 " in packed.stdout and out.is_file(), packed.stdout
+    typo = run_cli(cache, "pack", "--arch", "opencl:1", "--output", str(tmp_path / "c"))
+    assert typo.rc == 1 and "unknown kind 'opencl'" in typo.stderr, typo.stderr
+    assert not (tmp_path / "c").exists()
