@@ -3,7 +3,7 @@
 Each variant entry of a bundle, or of a cache directory (this Tack version's
 entries), is written as ``<kernel>-<kind>-<arch>-<key prefix><suffix>``:
 ``.o`` (CPU object code), ``.ptx``, ``.hsaco``, ``.spv`` (and ``.zebin`` for
-Intel native code), so an admin can run ``objdump``, ``ptxas``,
+Intel native code, ``.cubin`` for SASS, ``.clbin`` for an OpenCL driver's binary), so an admin can run ``objdump``, ``ptxas``,
 ``llvm-readelf`` or ``spirv-dis`` on it.  Entries that fail their checksum
 are skipped and counted.  Nothing is read through a link or from a FIFO.
 """

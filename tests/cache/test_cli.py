@@ -536,3 +536,26 @@ def test_pack_takes_the_name_info_lists_for_a_devices_driver_built_code(tmp_path
     typo = run_cli(cache, "pack", "--arch", "opencl:1", "--output", str(tmp_path / "c"))
     assert typo.rc == 1 and "unknown kind 'opencl'" in typo.stderr, typo.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_export_splits_an_opencl_drivers_binary_from_its_spirv(tmp_path):
+    """The program binary an OpenCL driver built, stored back with its SPIR-V in Level Zero's
+    container (opencl_runtime.store_back), was exported whole as one .spv.clbin file no tool
+    reads; export writes each part, .spv and .clbin, as it does Level Zero's .spv and .zebin."""
+    import tack.aot
+    from tack.backends.gpu import pack_level_zero
+    from tack.kernels.contour import tack_warm
+    kernel, args, grid = tack_warm((8, 8, 8))[0]
+    a = tack.aot.compile(kernel, "cpu:x86_64_v3", args, grid=grid)
+    spirv, binary = b"\x03\x02\x23\x07" + b"s" * 60, b"\x7fELF" + b"b" * 60
+    driver_built = a._replace(key="d" * 64, payload=pack_level_zero(spirv, binary),
+                              meta=dict(a.meta, backend="opencl", arch="opencl:0", suffix=".spv.clbin",
+                                        target_key="e" * 64))
+    cache = tmp_path / "cache"
+    tack.aot.save([driver_built], str(cache))
+    out = tmp_path / "out"
+    run = run_cli(cache, "export", str(cache), "--output", str(out))
+    assert run.rc == 0, run.stderr
+    got = {p.name.rsplit("-", 1)[0] + p.name[p.name.index("."):]: p.read_bytes() for p in out.iterdir()}
+    assert got == {f"{a.meta['kernel'].rsplit('.', 1)[-1]}-opencl-0.spv": spirv,
+                   f"{a.meta['kernel'].rsplit('.', 1)[-1]}-opencl-0.clbin": binary}, sorted(got)
