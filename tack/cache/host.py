@@ -67,19 +67,12 @@ def cpu_host_arch() -> str:
 def artifact_parts(kind: str):
     """The function splitting an artifact of architecture kind ``kind`` into [(suffix, bytes)],
     or None where it is one file (the toolchain's ``artifact_parts``)."""
-    if kind == "opencl":
-        return _opencl_parts
+    if kind == "opencl":                # no toolchain: the driver's code, stored back by its runtime
+        from ..backends import opencl_runtime
+        return opencl_runtime.artifact_parts
     from ..backends import toolchain
     try:
         return getattr(toolchain(kind), "artifact_parts", None)
     except ValueError:
         return None
 
-
-def _opencl_parts(payload: bytes) -> list:
-    """[(suffix, bytes)] of the program binary an OpenCL driver built, stored back with its SPIR-V
-    in Level Zero's container (``opencl_runtime.store_back``; no toolchain makes it): the SPIR-V,
-    and the driver's binary as ``.clbin``, each a file a tool reads, as Level Zero's are."""
-    from ..backends.gpu import unpack_level_zero
-    spirv, binary = unpack_level_zero(payload)
-    return [(".spv", spirv)] + ([(".clbin", binary)] if binary else [])
