@@ -836,7 +836,7 @@ class _FunctionGen:
             if op == "**":
                 return self.mod.target.math_call(self.mod.module, B, "pow", [a, b], ot), rt
             if op == "//":
-                return self.call_intrinsic("floor", [B.fdiv(a, b)]), rt
+                return self.floordiv_float(a, b), rt
             if op == "%":
                 r = B.frem(a, b)
                 zero = ir.Constant(r.type, 0.0)
@@ -875,6 +875,27 @@ class _FunctionGen:
             return B.select(is_zero, ir.Constant(b.type, 1), b), is_zero, None
         is_m1 = B.icmp_signed("==", b, ir.Constant(b.type, -1))
         return B.select(B.or_(is_zero, is_m1), ir.Constant(b.type, 1), b), is_zero, is_m1
+
+    def floordiv_float(self, a, b):
+        """Python's float floor division, as NumPy's ``floor_divide`` computes it (npy_divmod):
+        the floor of ``(a - fmod(a, b)) / b``, a quotient the remainder ``%`` agrees with
+        (``a == (a // b) * b + a % b`` up to rounding), so ``1.0 // 0.1`` is 9.0, as ``1.0 %
+        0.1`` is 0.0999..., where ``floor(1.0 / 0.1)`` is 10.0; ``inf // 2`` is nan and ``3.0
+        // -inf`` is -1.0, as in Python.  Dividing by zero gives ``a / b`` (an infinity, or nan
+        for 0.0 // 0.0), as NumPy's does (Python raises)."""
+        B = self.b
+        zero, one, half = (ir.Constant(a.type, v) for v in (0.0, 1.0, 0.5))
+        mod = B.frem(a, b)
+        div = B.fdiv(B.fsub(a, mod), b)
+        fix = B.and_(B.fcmp_ordered("!=", mod, zero),
+                     B.xor(B.fcmp_ordered("<", mod, zero), B.fcmp_ordered("<", b, zero)))
+        div = B.select(fix, B.fsub(div, one), div)
+        floor = self.call_intrinsic("floor", [div])
+        floor = B.select(B.fcmp_ordered(">", B.fsub(div, floor), half), B.fadd(floor, one), floor)
+        # a zero quotient takes the sign of a / b (NaN too goes to floor: unordered is "not 0")
+        q = B.select(B.fcmp_unordered("!=", div, zero), floor,
+                     self.call_intrinsic("copysign", [zero, B.fdiv(a, b)]))
+        return B.select(B.fcmp_ordered("==", b, zero), B.fdiv(a, b), q)
 
     def divmod_int(self, a, b, t):
         """Python's floor division and modulo; dividing by zero gives 0 (no trap)."""

@@ -100,25 +100,50 @@ def test_mixed_floordiv_mod_match_numpy(ta, tb):
     np.testing.assert_array_equal(r, np.remainder(a, b))
 
 
-def test_float_floordiv_mod_documented_semantics():
-    """Float // is floor(a / b) and float % takes the sign of the divisor, as documented."""
-    a = np.array([1.0, -1.0, 0.3, 7.5, -7.5, 7.5, 5.0, 1e10, -0.0, 2.0])
-    b = np.array([0.1, 0.1, 0.1, 2.0, 2.0, -2.0, 0.7, 3.3, 3.0, -0.5])
+# Operands where floor(a / b) and Python's a // b part: a rounded quotient (1.0 / 0.1 is 10.0,
+# 1.0 // 0.1 is 9.0), infinities, zeros of both signs, NaN, the smallest and largest floats.
+SPECIAL_FLOATS = [0.0, -0.0, 1.0, -1.0, 0.1, -0.1, 0.3, 7.5, -7.5, 2.0, -0.5, 0.7, 5.0, 1 / 3, 3.3,
+                  1e10, 1e-300, 5e-324, 1.7e308, 2.0 ** 53, 2.0 ** 53 + 2, np.inf, -np.inf, np.nan]
+
+
+def _same_floats(got, want):
+    """Equal as NumPy's results are: the same value and sign (of a zero too), or both NaN."""
+    return ((got == want) & (np.signbit(got) == np.signbit(want))) | (np.isnan(got) & np.isnan(want))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_float_floordiv_mod_are_pythons(dtype):
+    """Float // and % are Python's and NumPy's (npy_divmod): the quotient is the floor of
+    (a - a % b) / b, so that 1.0 // 0.1 is 9.0 (1.0 % 0.1 is 0.0999...), not floor(1.0 / 0.1),
+    10.0, as Tack gave; inf // 2 is nan and 3.0 // -inf is -1.0; by zero, a / b (NumPy's)."""
+    pairs = np.array([(x, y) for x in SPECIAL_FLOATS for y in SPECIAL_FLOATS])
+    with np.errstate(over="ignore"):
+        a, b = pairs[:, 0].astype(dtype), pairs[:, 1].astype(dtype)
     q, r = np.empty_like(a), np.empty_like(a)
     tack.launch(k_divmod, dim=a.size, args=(a, b, q, r))
-    np.testing.assert_array_equal(q, np.floor(a / b))
-    np.testing.assert_array_equal(r, [x % y for x, y in zip(a, b)])
+    with np.errstate(all="ignore"):
+        want_q, want_r = np.floor_divide(a, b), np.remainder(a, b)
+    bad = ~_same_floats(q, want_q)
+    assert not bad.any(), [(x, y, g, w) for x, y, g, w in zip(a[bad], b[bad], q[bad], want_q[bad])][:8]
+    assert _same_floats(r, want_r).all()
+    if dtype == np.float64:                 # and Python's own, where Python does not raise
+        for x, y, got in zip(a.tolist(), b.tolist(), q.tolist()):
+            if y != 0:
+                assert _same_floats(np.float64(got), np.float64(x // y)), (x, y, got, x // y)
 
 
 def test_float_floordiv_mod_random():
-    """Float // and % of random operands of both signs agree with floor(a / b) and Python's %."""
+    """Float // and % of random operands of both signs are NumPy's, and agree with each other:
+    a % b is a - (a // b) * b, up to rounding."""
     g = rng()
     a = g.uniform(-100, 100, 2000)
-    b = g.uniform(0.5, 10, 2000) * g.choice([-1.0, 1.0], 2000)
+    b = g.uniform(0.01, 10, 2000) * g.choice([-1.0, 1.0], 2000)
     q, r = np.empty_like(a), np.empty_like(a)
     tack.launch(k_divmod, dim=a.size, args=(a, b, q, r))
-    np.testing.assert_array_equal(q, np.floor(a / b))
+    np.testing.assert_array_equal(q, np.floor_divide(a, b))
+    np.testing.assert_array_equal(q, [x // y for x, y in zip(a.tolist(), b.tolist())])
     np.testing.assert_allclose(r, [x % y for x, y in zip(a.tolist(), b.tolist())], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(q * b + r, a, rtol=0, atol=1e-12)
     assert np.all((r == 0) | (np.sign(r) == np.sign(b)))
 
 

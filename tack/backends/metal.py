@@ -50,7 +50,7 @@ from .argument_layout import GRID, array_fields, field_names
 
 KIND = "metal"
 MSL_VERSION = "3.0"
-EMITTER_VERSION = 3            # bump when the emitted source changes for the same kernel
+EMITTER_VERSION = 4            # bump when the emitted source changes for the same kernel
                                # (2: the grid's last dimension on x)
 
 _CTYPE = {"bool": "bool", "int32": "int", "int64": "long", "uint32": "uint", "uint64": "ulong",
@@ -995,7 +995,8 @@ class _Function:
             if op == "**":
                 return f"metal::pow({a}, {b})", rt
             if op == "//":
-                return f"metal::floor({a} / {b})", rt
+                h = self.mod.helper("tack_floordiv_py", _FLOORDIV)
+                return f"{h}({a}, {b})", rt
             if op == "%":
                 h = self.mod.helper("tack_fmod_py", _FMOD)
                 return f"{h}({a}, {b})", rt
@@ -1047,6 +1048,18 @@ static inline float tack_fmod_py(float a, float b) {
     if (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) r += b;
     if (r == 0.0f) r = metal::copysign(0.0f, b);
     return r;
+}"""
+
+# Python's float floor division, as codegen's ``floordiv_float`` (NumPy's npy_divmod).
+_FLOORDIV = """\
+static inline float tack_floordiv_py(float a, float b) {
+    if (b == 0.0f) return a / b;
+    float r = metal::fmod(a, b);
+    float d = (a - r) / b;
+    if (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) d -= 1.0f;
+    if (d == 0.0f) return metal::copysign(0.0f, a / b);   // a zero quotient: the sign of a / b
+    float q = metal::floor(d);
+    return (d - q > 0.5f) ? q + 1.0f : q;
 }"""
 
 _CHECK = """\

@@ -364,6 +364,30 @@ def test_semantics_run_like_the_cpu(tmp_path):
     np.testing.assert_array_equal(outs["shim"][2], outs["cpu"][2])
 
 
+@tack.kernel
+def float_divmod(a, b, q, r):
+    i = tack.tid()
+    q[i] = a[i] // b[i]
+    r[i] = a[i] % b[i]
+
+
+def test_float_floordiv_and_mod_are_numpys(tmp_path):
+    """Float32 // and % in the emitted MSL are NumPy's (npy_divmodf), as the CPU's are: the
+    floor of (a - a % b) / b, so 1.0 // 0.1 is 9.0 where floor(1.0 / 0.1) is 10.0, as the emitter
+    gave; infinities, signed zeros and NaN as NumPy; by zero, a / b."""
+    from tests.test_language import SPECIAL_FLOATS, _same_floats
+    pairs = np.array([(x, y) for x in SPECIAL_FLOATS for y in SPECIAL_FLOATS])
+    with np.errstate(over="ignore"):
+        a, b = pairs[:, 0].astype(np.float32), pairs[:, 1].astype(np.float32)
+    q, r = np.zeros_like(a), np.zeros_like(a)
+    run_shim(float_divmod, (a, b, q, r), (a.size,), tmp_path)
+    with np.errstate(all="ignore"):
+        want_q, want_r = np.floor_divide(a, b), np.remainder(a, b)
+    bad = ~_same_floats(q, want_q)
+    assert not bad.any(), [(x, y, g, w) for x, y, g, w in zip(a[bad], b[bad], q[bad], want_q[bad])][:8]
+    assert _same_floats(r, want_r).all()
+
+
 def test_layouts_and_atomics_run_like_the_cpu(tmp_path):
     f_in = np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4))
     big = np.arange(48, dtype=np.float32).reshape(6, 8)

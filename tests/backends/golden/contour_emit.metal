@@ -1,4 +1,4 @@
-// Tack metal:apple: MSL 3.0, emitter 3; kernel 'emit', entry tack_contour_emit_entry.
+// Tack metal:apple: MSL 3.0, emitter 4; kernel 'emit', entry tack_contour_emit_entry.
 // Compile with fast math off (-fno-fast-math).
 #include <metal_stdlib>
 #include <metal_atomic>

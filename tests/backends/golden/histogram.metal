@@ -1,4 +1,4 @@
-// Tack metal:apple: MSL 3.0, emitter 3; kernel 'histogram', entry tack_histogram_entry.
+// Tack metal:apple: MSL 3.0, emitter 4; kernel 'histogram', entry tack_histogram_entry.
 // Compile with fast math off (-fno-fast-math).
 #include <metal_stdlib>
 #include <metal_atomic>
