@@ -33,7 +33,7 @@ from ..config import config
 from .argument_layout import array_parts, entry_codes, slot_codes
 from .cpu_loader import load_object
 from .cpu_identity import KIND, arch_key, host_arch, host_cpu_identity, host_key, llvm_version
-from .variant import BoundsReport, Signature, grid_check
+from .variant import BoundsReport, Signature, grid_check, refusal
 
 BUNDLE_MACHINE = platform.machine()    # arch_names.bundle_machine("cpu"), without the registry on the warm path
 
@@ -329,7 +329,7 @@ class CPUVariant(BoundsReport):
         try:
             buf = self.packer.pack(*values)
         except struct.error:
-            raise self.argument_error(values) from None
+            raise refusal(self.argument_error(values)) from None
         if d[0] * d[1] * d[2] == 0:
             return
         if self.grid is not None and self.grid.too_large(args, d):
