@@ -191,7 +191,11 @@ def _compile(kernel, dims, args, device, debug):
     from .backends import runtime_for
     from .cache import keys as _keys
     from .cache import stores as _stores  # noqa: F401 - the session's; timed with the others
-    kind, runtime = runtime_for(device)         # ValueError naming the devices there are
+    try:
+        kind, runtime = runtime_for(device)     # ValueError naming the devices there are
+    except ValueError as e:
+        e.tack_launch_error = True              # a refusal of the launch's device: ends at the launch
+        raise
     stage("import")
     runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
     views = runtime.host_views(args)

@@ -266,6 +266,7 @@ LAUNCH_CASES = {
     "grid": ("tack.launch(fill, 8, (out, 1.0))", "IndexError: kernel 'fill': the grid (8,)"),
     "args": ("tack.launch(fill, 4, out)", "TypeError: args must be a tuple"),
     # A Python int past int64, found where the CPU runtime packs the arguments: a refusal too.
+    "device": ("tack.launch(fill, 4, (out, 1.0), device='gpu')", "ValueError: device 'gpu' is not available"),
     "bigint": ("tack.launch(fill, 4, (out, 2**64))", "argument 'v' = 18446744073709551616 does not fit int64"),
 }
 
