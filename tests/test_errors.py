@@ -364,6 +364,12 @@ class SomePolicy:
 
 
 @tack.kernel
+def k_class_by_name(out):
+    i = tack.tid()
+    out[i] = SomePolicy.f(1.0)  # ERR SomePolicy.f
+
+
+@tack.kernel
 def k_write_constant(out):
     i = tack.tid()
     WRAPPED[i] = 1.0  # ERR WRAPPED[i]
@@ -427,6 +433,8 @@ TYPE_CASES = [
     (k_write_constant, (np.zeros(2),), "read-only"),
     (k_use_before_assign, (np.zeros(2),), "later"),
     (k_store_template, (SomePolicy, np.zeros(2)), "template"),
+    # It said "'SomePolicy' is not a module": a class is read as a template, through a parameter.
+    (k_class_by_name, (np.zeros(2),), "pass SomePolicy as an argument"),
     (k_float_range, (np.zeros(2),), "range"),
     (k_tid_in_func, (np.zeros(2),), "tid"),
     (k_wrong_call_arity, (np.zeros(2),), "two_params"),

@@ -494,6 +494,11 @@ class _FunctionLowerer:
             self.record(base_name, base)
         else:
             raise self.error("attribute access on this expression is not supported", e)
+        if isinstance(base, type) and intrinsic_of(base) is None:
+            raise self.error(f"'{base_name}.{e.attr}': a class is used in Tack code as a template, "
+                             f"through a parameter: pass {base_name} as an argument (of "
+                             "tack.launch, or of a device function) and use that parameter's "
+                             f"'{e.attr}'", e)
         if not isinstance(base, types.ModuleType):
             raise self.error(f"'{base_name}' is not a module; attribute '{e.attr}' "
                              "cannot be used in Tack code", e)
