@@ -64,9 +64,11 @@ class Constant:
             self.value = value
         elif isinstance(value, np.ndarray):
             if value.dtype.name not in _TYPE_NAMES or not 1 <= value.ndim <= 4:
+                dims = f"{value.ndim} dimension{'' if value.ndim == 1 else 's'}"
+                hint = "; for a 0-d array, pass its number (a[()])" if value.ndim == 0 else ""
                 raise TypeError("tack.constant takes arrays of bool, int32, int64, uint32, "
                                 f"uint64, float32 or float64 with 1-4 dimensions, not "
-                                f"{value.dtype} with {value.ndim}")
+                                f"{value.dtype} with {dims}{hint}")
             arr = np.array(value, copy=True, order="C")
             arr.flags.writeable = False
             self.value = arr

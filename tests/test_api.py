@@ -84,6 +84,16 @@ def test_constant_rejects_other_values(bad):
         tack.constant(bad)
 
 
+def test_constant_of_a_0d_array_says_what_to_pass():
+    """A 0-d array is refused with its dimensions named (the message ended "not float64 with 0")
+    and the number to pass instead."""
+    with pytest.raises(TypeError, match=r"not float64 with 0 dimensions; for a 0-d array, pass its "
+                                        r"number \(a\[\(\)\]\)$"):
+        tack.constant(np.array(3.0))
+    with pytest.raises(TypeError, match=r"not int8 with 1 dimension$"):
+        tack.constant(np.ones(3, np.int8))
+
+
 def test_constant_scalars():
     """tack.constant keeps Python and NumPy scalars as given."""
     assert tack.constant(3).value == 3
