@@ -201,6 +201,44 @@ def test_unknown_name():
     assert "undefined_thing" in msg and "not defined" in msg
 
 
+@tack.kernel
+def k_builtin_pow(x, out):
+    i = tack.tid()
+    out[i] = pow(x[i], 2.0)  # ERR pow
+
+
+@tack.kernel
+def k_builtin_divmod(x, out):
+    i = tack.tid()
+    q, r = divmod(x[i], 3.0)  # ERR divmod
+    out[i] = q + r
+
+
+@tack.kernel
+def k_builtin_round(x, out):
+    i = tack.tid()
+    out[i] = round(x[i])  # ERR round
+
+
+@tack.kernel
+def k_builtin_print(x, out):
+    i = tack.tid()
+    print(x[i])  # ERR print
+
+
+@pytest.mark.parametrize("kern, words", [(k_builtin_pow, "x ** y"), (k_builtin_divmod, "x // y"),
+                                         (k_builtin_round, "math.floor"),
+                                         (k_builtin_print, "write it into an array")],
+                         ids=["pow", "divmod", "round", "print"])
+def test_a_python_builtin_that_tack_lacks_says_what_to_write(kern, words):
+    """``pow(x, y)``, ``divmod``, ``round`` and ``print`` (Python's builtins, which Numba takes) said
+    only "'pow' (builtin_function_or_method) cannot be called"; they name what to write instead."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.ones(2), np.zeros(2)))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert "cannot be called in Tack code" in msg and words in msg
+
+
 @pytest.mark.parametrize("kern, name", [(k_unwrapped_scalar, "PLAIN_GLOBAL"),
                                         (k_unwrapped_array, "PLAIN_ARRAY"),
                                         (k_unwrapped_tuple, "PLAIN_TUPLE"),

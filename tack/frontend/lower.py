@@ -33,6 +33,13 @@ _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv
 _UNOPS = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not", ast.Invert: "~"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _MISSING = object()
+# Python builtins Tack does not take, which Numba does: what to write instead.
+_BUILTIN_HINTS = {
+    "pow": "write x ** y (or math.pow(x, y), a float)",
+    "divmod": "write x // y and x % y",
+    "round": "write math.floor(x + 0.5) (it rounds halves up, where round takes them to even)",
+    "print": "a kernel cannot print: write it into an array argument and print that after the launch",
+}
 
 
 class _TemplateAttr(tuple):
@@ -581,7 +588,9 @@ class _FunctionLowerer:
         if isinstance(obj, types.FunctionType):
             raise self.error(f"'{name}' is a plain Python function; decorate it with "
                              "@tack.func to call it from Tack code", f)
-        raise self.error(f"'{name}' ({type(obj).__name__}) cannot be called in Tack code", f)
+        hint = _BUILTIN_HINTS.get(name)
+        hint = f"; {hint}" if hint is not None and obj is getattr(builtins, name) else ""
+        raise self.error(f"'{name}' ({type(obj).__name__}) cannot be called in Tack code{hint}", f)
 
     # -- calls --------------------------------------------------------------
 
