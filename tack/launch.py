@@ -193,9 +193,9 @@ def _compile(kernel, dims, args, device, debug):
     from .cache import stores as _stores  # noqa: F401 - the session's; timed with the others
     try:
         kind, runtime = runtime_for(device)     # ValueError naming the devices there are
-    except ValueError as e:
-        e.tack_launch_error = True              # a refusal of the launch's device: ends at the launch
-        raise
+    except ValueError as e:                     # a refusal of the launch's device: ends at the launch
+        from .backends.variant import refusal
+        raise refusal(e) from None
     stage("import")
     runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
     views = runtime.host_views(args)

@@ -265,8 +265,8 @@ LAUNCH_CASES = {
     "dim4": ("tack.launch(fill, (1, 1, 1, 4), (out, 1.0))", "TypeError: dim must be"),
     "grid": ("tack.launch(fill, 8, (out, 1.0))", "IndexError: kernel 'fill': the grid (8,)"),
     "args": ("tack.launch(fill, 4, out)", "TypeError: args must be a tuple"),
-    # A Python int past int64, found where the CPU runtime packs the arguments: a refusal too.
     "device": ("tack.launch(fill, 4, (out, 1.0), device='gpu')", "ValueError: device 'gpu' is not available"),
+    # A Python int past int64, found where the CPU runtime packs the arguments: a refusal too.
     "bigint": ("tack.launch(fill, 4, (out, 2**64))", "argument 'v' = 18446744073709551616 does not fit int64"),
 }
 
