@@ -160,7 +160,7 @@ def source_snapshot(code):
     if snap is not None:
         snap = _registered(code.co_filename) or snap
     else:
-        snap = _zip_member(code.co_filename)
+        snap = _zip_member(code.co_filename) or _registered(code.co_filename)
     _snapshots[id(code)] = (_held(_snapshots, code), snap)
     return snap
 
@@ -170,9 +170,13 @@ def _registered(name: str):
     mtime, as IPython and other ``exec()`` callers make for the code they compile), or None.
 
     That text is what the code object was compiled from, and what Python's tracebacks show,
-    even where a file of that name holds something else.  Consulted only where the file exists
-    (a zip archive's member gets a loader's entry of the same form when a traceback or
-    ``inspect`` reads it, which would make the key depend on what ran before)."""
+    even where a file of that name holds something else, or where no file has that name (an
+    IPython cell's ``<ipython-input-3-...>``, ipykernel's ``/tmp/ipykernel_.../....py``): without
+    it the key of a cell's kernel was its code object alone, which leaves out what CPython
+    compiles to nothing (code after a return), and two cells that differ only there shared
+    entries.  A zip archive's member is read from the archive first (its loader gives it an
+    entry of the same form when a traceback or ``inspect`` reads it, which would make the key
+    depend on what ran before)."""
     lc = sys.modules.get("linecache")
     entry = lc.cache.get(name) if lc is not None else None
     if not isinstance(entry, tuple) or len(entry) != 4 or entry[1] is not None:

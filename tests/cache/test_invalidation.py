@@ -416,6 +416,53 @@ def test_code_compiled_from_a_registered_linecache_text_is_that_text(tmp_path):
     assert run("+ 7.0") == {"out": [7.0, 8.0, 9.0], "hits": 0}
 
 
+NOTEBOOK_CELL = '''import json, linecache, sys
+import numpy as np
+import tack, tack.cache
+name, tail = sys.argv[1], sys.argv[2]
+src = """import tack
+
+@tack.kernel
+def k_cell(a, out):
+    i = tack.tid()
+    x = 4611686018427387904
+    x = x * 4
+    out[i] = x
+""" + tail
+linecache.cache[name] = (len(src), None, src.splitlines(True), name)    # as IPython registers a cell
+ns = {"__name__": "__main__"}
+exec(compile(src, name, "exec"), ns)
+out = np.zeros(2)
+tack.launch(ns["k_cell"], 2, (np.zeros(2), out))
+print(json.dumps({"out": out.tolist(), "hits": tack.cache.stats()["hits"]["variant"]}))
+'''
+
+
+@pytest.mark.parametrize("name", ["<ipython-input-1-0123abcd>", "ipykernel_1/0123.py"])
+def test_a_notebook_cells_kernel_has_the_key_of_its_registered_text(tmp_path, name):
+    """A cell's code is registered in ``linecache`` under a name no file has (IPython's
+    ``<ipython-input-...>``, ipykernel's temporary path): its key hashed the code object alone,
+    so a cell whose kernel differed only in code after a return (which CPython compiles to
+    nothing, and the front end compiles: ``x`` becomes a float64 there) loaded the other cell's
+    variant (an int64 that wraps to 0 instead of 2**64)."""
+    script = tmp_path / "cell.py"
+    script.write_text(NOTEBOOK_CELL)
+    cache = tmp_path / "cache"
+    if not name.startswith("<"):
+        name = str(tmp_path / name)
+
+    def run(tail):
+        p = subprocess.run([sys.executable, str(script), name, tail], env=child_env(cache),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    assert run("") == {"out": [0.0, 0.0], "hits": 0}
+    assert run("    return\n    x = 0.5\n") == {"out": [2.0 ** 64] * 2, "hits": 0}
+    assert run("    return\n    x = 0.5\n") == {"out": [2.0 ** 64] * 2, "hits": 1}
+    assert run("") == {"out": [0.0, 0.0], "hits": 1}
+
+
 def test_a_kernel_imported_from_a_zip_has_the_key_of_the_same_source_on_disk(tmp_path):
     """A zipped deployment of a kernel module (zipimport, a zipapp) is served what the same
     source compiled from disk stored (a bundle built from the checkout).  A zip member has no file
