@@ -119,10 +119,13 @@ def lower(kernel, templates: dict | None = None, debug: bool = False, session=No
     lowered = kernel._lowered.get(memo)
     if lowered is not None:
         from .cache.deps import check_deps
-        # A name it resolved may have been rebound since (``mod.C = tack.constant(...)``): a new
+        from .fingerprints import class_fingerprint
+        # A name it resolved may have been rebound since (``mod.C = tack.constant(...)``), or a
+        # template class changed (``Policy.K = 5.0``, which the key of the variant names): a new
         # variant is then lowered from what the names mean now, as a process that found the
         # variant in the cache (and so never lowered it) does; both compile the same code.
-        if check_deps(lowered.deps, kernel, templates) is None:
+        if check_deps(lowered.deps, kernel, templates) is None and \
+                all(lowered.templates[p].fingerprint == class_fingerprint(c) for p, c in templates.items()):
             return lowered
     if session is not None:
         lowered = session.find_lowered(kernel, templates, key)

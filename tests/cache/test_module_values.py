@@ -88,3 +88,46 @@ def test_a_variant_compiled_after_a_rebinding_is_the_same_from_a_warm_or_cold_pr
         assert run.result("k")["out"] == [2.0, 3.0]
     assert [run.data["extra"] for run in runs] == [[5.0, 6.0]] * 3
     assert runs[1].stats["hits"]["variant"] == 2          # the second process was warm: both hit
+
+
+TEMPLATED = '''
+import tack
+
+
+class Policy:
+    K = 2.0
+
+
+@tack.kernel
+def k(a, out, policy):
+    i = tack.tid()
+    out[i] = a[i] + policy.K
+'''
+
+# The template class is changed in place (after the first launch, or before any), and the kernel
+# launched with new argument types: a new variant, whose key names the class as it is now.
+CHANGE_AND_LAUNCH = '''
+mod.Policy.K = 5.0
+a = np.arange(2, dtype=np.float32); o = np.zeros(2, dtype=np.float32)
+tack.launch(mod.k, 2, (a, o, mod.Policy))
+extra = o.tolist()
+'''
+
+def test_a_variant_compiled_after_a_template_class_changed_reads_the_class_as_it_is(tmp_path):
+    """The lowered kernel kept from the first launch (Policy.K = 2) was reused for a variant
+    compiled after ``Policy.K = 5.0``, whose dependency record holds no number of a template
+    class: the float32 variant computed a + 2, and was stored under the key of K = 5, so the
+    next process that set K = 5 first loaded a + 2 too.  Both now compute a + 5."""
+    from .conftest import run_child, write_module
+    src = write_module(tmp_path / "src", TEMPLATED)
+    cache = tmp_path / "cache"
+    first = run_child(cache, src, [], after=("a = np.arange(2.0); o = np.zeros(2)\n"
+                                             "tack.launch(mod.k, 2, (a, o, mod.Policy))\n"
+                                             "assert o.tolist() == [2.0, 3.0], o\n" + CHANGE_AND_LAUNCH))
+    off = run_child(cache, src, [], after=("a = np.arange(2.0); o = np.zeros(2)\n"
+                                           "tack.launch(mod.k, 2, (a, o, mod.Policy))\n" + CHANGE_AND_LAUNCH),
+                    env={"TACK_CACHE": "off"})
+    later = run_child(cache, src, [], after=CHANGE_AND_LAUNCH)
+    for run in (first, off, later):
+        assert run.rc == 0, run.stderr
+    assert [run.data["extra"] for run in (first, off, later)] == [[5.0, 6.0]] * 3
