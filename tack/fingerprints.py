@@ -89,7 +89,9 @@ def _function_fingerprint(fn) -> str:
     return h.hexdigest()
 
 
-_files = {}         # file name -> ((inode, size, mtime in ns), the file's bytes, its lines)
+# A file's ctime is in its identity: a write moves it, and no one can set it back, where a tool that
+# keeps times (cp -p, tar, rsync -t, os.utime) gives an edited file of the same size its old mtime.
+_files = {}         # file name -> ((inode, size, mtime, ctime in ns), the file's bytes, its lines)
 _snapshots = {}     # id(code) -> (weak ref to the code, its file's (bytes, lines) when first needed, or None)
 
 
@@ -100,7 +102,7 @@ def _file(name: str):
         st = os.stat(name)
         if not stat.S_ISREG(st.st_mode):                    # never open a FIFO or a device
             return None
-        ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+        ident = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         got = _files.get(name)
         if got is not None and got[0] == ident:
             return got[1:]
@@ -130,7 +132,7 @@ def _zip_member(name: str):
             return None
         break
     member = os.path.relpath(name, archive).replace(os.sep, "/")
-    ident = ("zip", st.st_ino, st.st_size, st.st_mtime_ns)
+    ident = ("zip", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     got = _files.get(name)
     if got is not None and got[0] == ident:
         return got[1:]

@@ -521,6 +521,35 @@ def test_the_fingerprint_memos_let_a_reloaded_modules_old_code_go(tmp_path, monk
         sys.modules.pop("kreload", None)
 
 
+def test_a_module_edited_with_its_size_and_mtime_kept_and_reloaded_compiles_what_it_holds(tmp_path, monkeypatch):
+    """The process's copy of a file's bytes was kept while the file's inode, size and mtime were
+    the same: an edit that keeps the size, made by a tool that keeps times (cp -p, tar, rsync -t,
+    os.utime), then a reload without bytecode, ran the new code in Python and the old text's
+    kernel in Tack.  The ctime, which a write always moves, is now part of what is compared."""
+    import importlib
+    import numpy as np
+    import tack
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = "import tack\n\n@tack.kernel\ndef k(a, out):\n    i = tack.tid()\n    out[i] = a[i] * {}\n"
+    path = tmp_path / "kkept.py"
+    path.write_text(text.format("2.0"))
+    import kkept
+    try:
+        a, out = np.arange(3.0), np.zeros(3)
+        tack.launch(kkept.k, 3, (a, out))
+        assert out.tolist() == [0.0, 2.0, 4.0]
+        st = path.stat()
+        path.write_text(text.format("3.0"))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        importlib.reload(kkept)
+        assert 3.0 in kkept.k.py_func.__code__.co_consts
+        tack.launch(kkept.k, 3, (a, out))
+        assert out.tolist() == [0.0, 3.0, 6.0]
+    finally:
+        sys.modules.pop("kkept", None)
+
+
 def test_the_hashed_span_ends_at_the_block_whatever_brackets_its_prose_leaves_open(tmp_path, monkeypatch):
     """Where a bracket is left open in a comment or a docstring, the span still ends with the
     function's block: an edit of the next function does not change this one's fingerprint, and an
