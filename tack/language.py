@@ -78,13 +78,17 @@ class Constant:
 
     @property
     def fingerprint(self) -> str:
-        """Hex digest (``tack.digests``) of the value: its dtype, shape and bytes (or Python type and value)."""
+        """Hex digest (``tack.digests``) of the value: its dtype, shape and bytes (or Python type and value).
+
+        The shape is the value's own: a NumPy scalar's is ``()``, where ``ascontiguousarray`` makes
+        it a 1-element array, whose bytes are the same (a kernel reading ``np.float32(2)`` and
+        one reading ``np.array([2], np.float32)`` were given one another's constant)."""
         if self._fingerprint is None:
             v = self.value
             h = hasher()
             if isinstance(v, (np.ndarray, np.generic)):
                 arr = np.ascontiguousarray(v)
-                h.update(f"{arr.dtype.str}{arr.shape}".encode())
+                h.update(f"{arr.dtype.str}{v.shape}".encode())
                 h.update(arr.tobytes())
             else:
                 h.update(f"{type(v).__name__}:{v!r}".encode())

@@ -1210,6 +1210,27 @@ def test_constants():
     np.testing.assert_array_equal(out[:, 3], [0.0, 1.0, 2.0])
 
 
+
+HALF = tack.constant(np.float32(0.5))
+HALF_ONE = tack.constant(np.array([0.5], dtype=np.float32))     # HALF's dtype and bytes, as an array
+
+
+@tack.kernel
+def k_scalar_and_array_of_one(out):
+    i = tack.tid()
+    out[i] = HALF * 2.0 + HALF_ONE[0] + HALF_ONE.size
+
+
+def test_a_numpy_scalar_and_an_array_of_one_are_two_constants():
+    """A NumPy scalar constant and a 1-element array of the same dtype and bytes had one
+    fingerprint (the scalar's shape was taken as (1,)): a kernel reading both was given one of
+    them twice (a CompileError: "float32 cannot be indexed"), and an edit of a constant from one
+    to the other kept the cached kernel of the other."""
+    assert HALF.fingerprint != HALF_ONE.fingerprint
+    out = np.empty(2)
+    tack.launch(k_scalar_and_array_of_one, dim=2, args=(out,))
+    np.testing.assert_array_equal(out, [2.5, 2.5])
+
 BIG_U = tack.constant(2**64 - 1)
 BIG_I = tack.constant(-2**63)
 
