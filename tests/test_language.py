@@ -1,6 +1,7 @@
 """The language end to end on the CPU: statements, expressions and semantics against NumPy or plain Python."""
 
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -992,6 +993,38 @@ def test_template_classes():
     assert len(k_template._lowered) == 2
     tack.launch(k_template, dim=7, args=(Double, a, out_d))
     assert len(k_template._variants) - before == 2
+
+
+@tack.func
+def place(policy, x):
+    return policy.weight(x)
+
+
+@tack.kernel
+def k_two_policies(a, out, p, q):
+    i = tack.tid()
+    out[i, 0] = place(p, a[i]) + 10.0 * place(q, a[i])
+    out[i, 1] = p.weight(a[i]) + 10.0 * q.weight(a[i])
+
+
+def test_two_modules_classes_of_one_name_and_text_are_two_templates(tmp_path, monkeypatch):
+    """Two modules' ``Policy``, of the same text, whose static method reads its own module's S:
+    a device function given each was one function (its id named the class without its module),
+    lowered for the first, so the second's S was never read."""
+    import importlib
+    for n in (1, 2):
+        (tmp_path / f"policy_mod{n}.py").write_text(
+            f"import tack\nS = tack.constant({n}.0)\n\n\nclass Policy:\n    @staticmethod\n"
+            "    def weight(x):\n        return x * S\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        p, q = (importlib.import_module(f"policy_mod{n}").Policy for n in (1, 2))
+        a, out = np.arange(3.0), np.zeros((3, 2))
+        tack.launch(k_two_policies, dim=3, args=(a, out, p, q))
+        np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
+    finally:
+        for n in (1, 2):
+            sys.modules.pop(f"policy_mod{n}", None)
 
 
 # =====================================================================================

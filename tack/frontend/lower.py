@@ -644,7 +644,9 @@ class _FunctionLowerer:
             else:
                 args.append(self.expr(a))
         if bound:
-            fid += "[" + ",".join(f"{p}={c.__qualname__}#{class_fingerprint(c)[:16]}"
+            # the class's module too: two modules' classes of one name and text are two classes
+            # (their static methods read each module's globals)
+            fid += "[" + ",".join(f"{p}={c.__module__}.{c.__qualname__}#{class_fingerprint(c)[:16]}"
                                   for p, c in sorted(bound.items())) + "]"
         if fid in self.state.stack:
             chain = " -> ".join(self.state.stack[self.state.stack.index(fid):] + [fid])
