@@ -285,10 +285,30 @@ def class_fingerprint(cls) -> str:
             if isinstance(attr, Func):
                 attr = attr.py_func
             if isinstance(attr, types.FunctionType):
-                h.update(f"{name}=fn:{function_fingerprint(attr)};".encode())
+                h.update(f"{name}=fn:{function_fingerprint(attr)}{_closure_text(attr)};".encode())
             elif isinstance(attr, (bool, int, float)):
                 h.update(f"{name}={type(attr).__name__}:{attr!r};".encode())
     return h.hexdigest()
+
+
+def _closure_text(fn) -> str:
+    """What a template class's function closes over ("" for none): the classes a factory makes
+    at each call (``def make(v): S = tack.constant(v); class Policy: ...``) have one name and one
+    text, and were one template (a kernel given two of them compiled the first's methods for
+    both).  A class it closes over is named, not fingerprinted (a method closing over its own
+    class would recurse); one it uses is in the dependency record."""
+    if not fn.__closure__:
+        return ""
+    out = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+        try:
+            obj = cell.cell_contents
+        except ValueError:                          # an empty cell
+            out.append(f"{name}=<empty>")
+            continue
+        out.append(f"{name}=" + (f"class:{obj.__module__}.{obj.__qualname__}" if isinstance(obj, type)
+                                 else closure_identity(obj)))
+    return "@" + ",".join(out)
 
 
 def value_identity(obj) -> str | None:

@@ -1027,6 +1027,25 @@ def test_two_modules_classes_of_one_name_and_text_are_two_templates(tmp_path, mo
             sys.modules.pop(f"policy_mod{n}", None)
 
 
+def make_policy(v):
+    s = tack.constant(v)
+
+    class Policy:
+        @staticmethod
+        def weight(x):
+            return x * s
+    return Policy
+
+
+def test_a_factorys_classes_are_two_templates():
+    """Two classes a factory made, of one module, name and text, each closing over its own
+    constant: their fingerprint left the closure out, so they were one template, and a kernel
+    given both read the first's constant twice, through a device function and directly."""
+    a, out = np.arange(3.0), np.zeros((3, 2))
+    tack.launch(k_two_policies, dim=3, args=(a, out, make_policy(1.0), make_policy(2.0)))
+    np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
+
+
 # =====================================================================================
 # Grids, arrays, variants
 # =====================================================================================
