@@ -43,6 +43,15 @@ class Kernel:
     def __repr__(self):
         return f"<tack.kernel {self.__qualname__}>"
 
+    def __reduce__(self):
+        # Pickled by name, as a function is (its module and qualified name), so that a kernel
+        # can be handed to multiprocessing's workers, concurrent.futures, mpi4py's bcast or Dask:
+        # its compiled code is the other process's own, from the cache.  (Its __dict__ held the
+        # function it wraps, which pickle refused: the module's name for it is the kernel.)  One
+        # its module does not hold by that name (a factory's) cannot be pickled, as such a
+        # function cannot.
+        return self.__qualname__
+
 
 def _static_params(name, params, static_shape) -> frozenset:
     if static_shape is None or static_shape is False:

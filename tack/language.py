@@ -46,6 +46,9 @@ class Func:
     def __repr__(self):
         return f"<tack.func {self.__qualname__}>"
 
+    def __reduce__(self):
+        return self.__qualname__        # by name, as a kernel is (tack.api.Kernel.__reduce__)
+
 
 class Constant:
     """A scalar or NumPy array that kernels read by its global name.
@@ -75,6 +78,11 @@ class Constant:
         else:
             raise TypeError(f"tack.constant takes a number or a NumPy array, not {type(value).__name__}")
         self._fingerprint = None
+
+    def __reduce__(self):
+        # wrapped again when unpickled: copied and frozen, as here (a pickled array comes back
+        # writable, and then what a kernel compiled against could change behind its back)
+        return Constant, (self.value,)
 
     @property
     def fingerprint(self) -> str:

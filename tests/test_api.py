@@ -75,6 +75,54 @@ def test_constant_copies_and_freezes_arrays():
         c.value[1] = 5
 
 
+def _made_by_a_factory():
+    @tack.kernel
+    def local(out):
+        out[tack.tid()] = 1
+    return local
+
+
+def _launch_in_worker(kernel, n):
+    """Run in a spawned worker: ``kernel`` came pickled through multiprocessing."""
+    out = np.zeros(n, np.int64)
+    tack.launch(kernel, dim=n, args=(out,))
+    return out.tolist()
+
+
+def test_kernels_and_device_functions_pickle_by_name():
+    """A kernel or device function pickles as a function does, by module and name, and comes back
+    as the same object: pickle refused one ("Can't pickle <function noop>: it's not the same
+    object as tests.test_api.noop": its __dict__ held the function it wraps), so none could be
+    handed to multiprocessing, concurrent.futures, mpi4py's bcast or Dask.  One its module does
+    not hold by name (a factory's) is refused, as such a function is."""
+    import pickle
+    for proto in (2, pickle.DEFAULT_PROTOCOL, pickle.HIGHEST_PROTOCOL):
+        assert pickle.loads(pickle.dumps(noop, proto)) is noop
+        assert pickle.loads(pickle.dumps(helper, proto)) is helper
+    with pytest.raises((pickle.PicklingError, AttributeError), match="local"):  # as a function's
+        pickle.dumps(_made_by_a_factory())
+
+
+def test_a_kernel_handed_to_spawned_workers_runs_there():
+    """multiprocessing's spawn start method (the default on macOS and Windows, and where threads
+    are running) pickles a task's arguments: a kernel among them runs in each worker."""
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        got = pool.starmap(_launch_in_worker, [(noop, 3), (noop, 5)], chunksize=1)
+    assert got == [[1, 2, 3], [1, 2, 3, 4, 5]]
+
+
+def test_a_constant_unpickled_is_copied_and_frozen_again():
+    """A pickled array comes back writable: an unpickled constant is wrapped again, frozen, with
+    the same fingerprint."""
+    import pickle
+    c = tack.constant(np.arange(3.0))
+    back = pickle.loads(pickle.dumps(c))
+    assert isinstance(back, type(c)) and back.fingerprint == c.fingerprint
+    assert not back.value.flags.writeable and back.value.tolist() == [0.0, 1.0, 2.0]
+    assert pickle.loads(pickle.dumps(tack.constant(7))).value == 7
+
+
 @pytest.mark.parametrize("bad", [[1, 2], "x", None, np.ones(3, np.complex64),
                                  np.ones((1, 1, 1, 1, 1)), np.float16(1)],
                          ids=["list", "str", "None", "complex", "5d", "float16"])
