@@ -255,13 +255,29 @@ def _bcast_bundle(comm, share, rank, nbytes, data, loaded):
     the node's shared memory where ``share`` (a ``_NodeShare``) is given, else a copy per rank."""
     if share is not None:
         return share.bundle(rank, nbytes, data, loaded)
-    return _copied(lambda chunk: comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
+    return _copied(comm, lambda chunk: comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
 
 
-def _copied(send, rank, nbytes, data, loaded):
+def _copied(comm, send, rank, nbytes, data, loaded):
     """``_bcast_bundle`` with a copy on each rank: ``send(chunk)`` broadcasts each chunk of a
-    buffer from rank 0 (filled there) to every rank."""
-    buf = bytearray(data) if rank == 0 else bytearray(nbytes)
+    buffer from rank 0 (filled there) to every rank of ``comm``.
+
+    Every rank first says whether it could make its buffer (one sum over ``comm``): a rank out
+    of memory for it left the others waiting in a broadcast it never joined, until the job's
+    time ran out.  Then none is sent: rank 0 keeps its own bundle and the others have none, as
+    when rank 0 cannot read it (their kernels compile).  ``comm`` None: no such sum (a node whose
+    window failed, whose ranks' copies come through its lowest rank, as the other nodes'
+    lowest ranks' windows do: ``_NodeShare.bundle``)."""
+    try:
+        buf = bytearray(data) if rank == 0 else bytearray(nbytes)
+    except MemoryError:
+        if comm is None:
+            raise
+        buf = None
+    if comm is not None and comm.allreduce(int(buf is None)):
+        log.debug("load_bundle: %d bytes not broadcast (%s); not served from the broadcast", nbytes,
+                  "no memory for them here" if buf is None else "another rank had no memory for them")
+        return loaded if rank == 0 else None
     view = memoryview(buf)
     for start in range(0, nbytes, CHUNK):
         send(view[start:start + CHUNK])
@@ -269,7 +285,7 @@ def _copied(send, rank, nbytes, data, loaded):
         return loaded
     try:
         return bundle.Bundle(bytes(buf), "<broadcast from rank 0>")
-    except bundle.BundleError:
+    except (bundle.BundleError, MemoryError):       # as unusable, on this rank alone
         return None
 
 
@@ -339,7 +355,8 @@ class _NodeShare:
         if nbytes >= self.MIN_BYTES and self.ready is None:
             self.ready = self._setup()
         if nbytes < self.MIN_BYTES or not self.ready:
-            return _copied(lambda chunk: self.comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
+            return _copied(self.comm, lambda chunk: self.comm.Bcast(chunk, root=0), rank, nbytes, data,
+                           loaded)
         MPI = self.MPI
         # Room for it where the node's shared memory lives: a window past what /dev/shm holds
         # would fault (SIGBUS) on its first write rather than fail to allocate.
@@ -364,7 +381,7 @@ class _NodeShare:
             def send(chunk):                    # to the nodes' lowest ranks, then to each node
                 self._to_leaders(chunk)
                 self.node.Bcast(chunk, root=0)
-            return _copied(send, rank, nbytes, data, loaded)
+            return _copied(None, send, rank, nbytes, data, loaded)
         _windows.append(win)
         self.windows += 1
         win.Fence()

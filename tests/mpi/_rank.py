@@ -86,6 +86,10 @@ if use_comm:
                 raise MemoryError("no shared memory here (the test's)")
             return MPI.Win.Allocate_shared(nbytes, 1, comm=node)
         tack.cache.bcast._allocate_shared = no_window
+    if os.environ.get("TACK_TEST_NO_MEMORY_RANK") == str(rank):   # no memory for a broadcast's copy
+        def no_memory(*args):
+            raise MemoryError("no memory here (the test's)")
+        tack.cache.bcast.bytearray = no_memory
     loaded = tack.cache.load_bundle(comm, kinds=kinds, share=not os.environ.get("TACK_TEST_NO_SHARE"))
     app_bcast = comm.bcast("the job's own" if rank == 0 else None, root=0)   # matched as the job's
 else:

@@ -57,6 +57,21 @@ def test_load_bundle_unusable_on_rank0(kernel_dir, cache, problem):
             assert under(r["opened"], cache) == [] and r["warnings"] == []
 
 
+@pytest.mark.parametrize("share", [{}, {"TACK_TEST_NO_SHARE": "1"}], ids=["share", "no-share"])
+def test_a_rank_without_memory_for_the_broadcast_neither_hangs_the_job_nor_fails(kernel_dir, cache, share):
+    """A rank that could not make its copy of a broadcast bundle (MemoryError) left the other ranks
+    in a broadcast it never joined: the job hung until its time ran out.  The ranks now agree
+    first: nothing is sent, rank 0 serves from the bundle it read, the others as without one (their
+    kernels compile), and every rank's results are right."""
+    path = prime_and_pack(kernel_dir, cache)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], timeout=60, TACK_TEST_NO_MEMORY_RANK="2", **share)
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    for r in ranks:
+        assert r["ok"] and r["loaded"] == (expected if r["rank"] == 0 else 0), r
+    assert ranks[0]["stats"]["hits"]["variant"] == 2 and not ranks[0]["llvmlite"]
+
+
 def test_write_mode_under_mpi_only_rank0_stores(kernel_dir, cache):
     """TACK_CACHE=write under MPI: a kernel only ranks 1-3 launch leaves no entry; rank 0's do."""
     ranks = mpiexec(kernel_dir, cache, 1, mpmd=[(3, ["--extra"])], TACK_CACHE="write")
