@@ -9,6 +9,8 @@ What it costs is a few attribute reads per argument: a cached kernel's first
 launch in a process runs it.
 """
 
+import sys
+
 import numpy as np
 
 from . import types as T
@@ -73,6 +75,13 @@ def _why_not(a) -> str:
     return "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions"
 
 
+def _masked(a) -> bool:
+    """Is ``a`` a ``numpy.ma`` masked array (netCDF4's variables read as one)?  Asked without
+    importing ``numpy.ma``: where it is not imported, no masked array exists."""
+    ma = sys.modules.get("numpy.ma")
+    return ma is not None and isinstance(a, ma.MaskedArray)
+
+
 def argtypes_of(kernel, args):
     """The Tack types of a launch's arguments (with their shapes where the kernel compiles them in)."""
     name, static = kernel.__qualname__, kernel.static_shape
@@ -85,6 +94,12 @@ def typeof_arg(kernel_name, param, a, static=False):
     ``static``: an array's shape is compiled in.
     """
     if isinstance(a, np.ndarray):
+        if type(a) is not np.ndarray and _masked(a):
+            raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a NumPy masked array, "
+                            "whose mask a kernel cannot see (it would read and write the values "
+                            f"under it as any others): pass {param}.data to read and write the "
+                            f"values under the mask as they are, or {param}.filled(value), a copy "
+                            "whose masked elements hold value")
         t = T.typeof_array(a, static)
         if t is None:
             raise TypeError(f"kernel '{kernel_name}': argument '{param}' is an array Tack cannot "

@@ -164,8 +164,10 @@ def _unaligned(a):
 
 
 def _arg_key(a):
-    if isinstance(a, np.ndarray):
+    if type(a) is np.ndarray:
         return (a.dtype, a.ndim, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
+    if isinstance(a, np.ndarray):               # a subclass: a masked array is refused, not run
+        return (type(a), a.dtype, a.ndim, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
     if isinstance(a, type):
         return a
     t = device_array_type(a)
@@ -177,7 +179,7 @@ def _arg_key(a):
 def _static_key(a):
     """The key of an argument whose shape the kernel compiles in."""
     if isinstance(a, np.ndarray):
-        return (a.dtype, a.shape, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
+        return (type(a), a.dtype, a.shape, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
     return _arg_key(a)
 
 

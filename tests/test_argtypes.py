@@ -73,3 +73,32 @@ def test_a_namedtuple_of_arguments_launches_and_star_parameters_are_named():
         assert str(e.value) == (f"kernel 'k' takes 1 arguments (y), got 2; it has {what}, which "
                                 "Tack kernels cannot take: they take plain positional parameters "
                                 "only"), str(e.value)
+
+
+@tack.kernel
+def k_double(x, out):
+    i = tack.tid()
+    out[i] = x[i] * 2
+
+
+def test_a_masked_array_is_refused_not_run_as_if_unmasked(tmp_path):
+    """A NumPy masked array (what netCDF4 reads a variable with fill values as) was run as its
+    data alone: the kernel read the values under the mask (a fill value, say) as any others, and
+    wrote under it, silently.  It is refused, as an input and as an output, saying what to pass,
+    also after a launch with a plain array of the same dtype (whose variant it would have
+    reused); an ndarray subclass without a mask (np.memmap) still runs, writing through."""
+    x = np.arange(4.0)
+    out = np.zeros(4)
+    tack.launch(k_double, dim=4, args=(x, out))             # the plain arrays' variant, made first
+    masked = np.ma.masked_array(x, mask=[False, True, False, False])
+    for args, param in (((masked, out), "x"), ((x, np.ma.masked_array(np.zeros(4))), "out")):
+        with pytest.raises(TypeError, match=f"argument '{param}' is a NumPy masked array.*"
+                                            f"pass {param}.data to read and write"):
+            tack.launch(k_double, dim=4, args=args)
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0]
+    tack.launch(k_double, dim=4, args=(masked.filled(-1.0), out))
+    assert out.tolist() == [0.0, -2.0, 4.0, 6.0]
+    mapped = np.memmap(tmp_path / "out.bin", dtype=np.float64, mode="w+", shape=(4,))
+    tack.launch(k_double, dim=4, args=(x, mapped))
+    mapped.flush()
+    assert np.fromfile(tmp_path / "out.bin").tolist() == [0.0, 2.0, 4.0, 6.0]
