@@ -120,6 +120,14 @@ def unpack_level_zero(payload: bytes) -> tuple[bytes, bytes]:
     return payload[start:start + n_spirv], payload[start + n_spirv:]
 
 
+def container_parts(payload: bytes, native_suffix: str = ".zebin") -> list:
+    """[(suffix, bytes)] of a Level Zero artifact, for ``python -m tack.cache export``: its SPIR-V
+    (``.spv``), and its native code where it has some (ocloc's ``.zebin``; ``.clbin`` for the
+    program binary an OpenCL driver built, stored back in the same container)."""
+    spirv, native = unpack_level_zero(payload)
+    return [(".spv", spirv)] + ([(native_suffix, native)] if native else [])
+
+
 # -- the vendors' tools -----------------------------------------------------------------------
 
 class ToolError(RuntimeError):

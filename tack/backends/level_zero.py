@@ -240,11 +240,9 @@ def emit_spirv(ir_text: str, triple: str, settings: dict) -> bytes:
 
 
 def artifact_parts(payload: bytes) -> list:
-    """[(suffix, bytes)] of a Level Zero artifact, for ``python -m tack.cache export``: its
-    SPIR-V, and its native code when it has some."""
-    from .gpu import unpack_level_zero
-    spirv, native = unpack_level_zero(payload)
-    return [(".spv", spirv)] + ([(".zebin", native)] if native else [])
+    """[(suffix, bytes)] of a Level Zero artifact, for ``python -m tack.cache export``."""
+    from .gpu import container_parts
+    return container_parts(payload)
 
 
 def target(name: str) -> LevelZeroTarget:

@@ -565,14 +565,6 @@ def store_back(kernel):
         "device": dev.name, "driver": dev.driver, "made_by": "driver"}
 
 
-def artifact_parts(payload: bytes) -> list:
-    """[(suffix, bytes)] of what ``store_back`` stores, for ``python -m tack.cache export``: the
-    SPIR-V and the driver's program binary (``.clbin``), each a file a tool reads."""
-    from .gpu import unpack_level_zero
-    spirv, binary = unpack_level_zero(payload)
-    return [(".spv", spirv)] + ([(".clbin", binary)] if binary else [])
-
-
 class OpenCLArray(ContiguousArray):
     """An array kept in a device buffer, passed to launches without copying; ``numpy()`` copies
     it back (waiting for queued launches)."""

@@ -67,9 +67,9 @@ def cpu_host_arch() -> str:
 def artifact_parts(kind: str):
     """The function splitting an artifact of architecture kind ``kind`` into [(suffix, bytes)],
     or None where it is one file (the toolchain's ``artifact_parts``)."""
-    if kind == "opencl":                # no toolchain: the driver's code, stored back by its runtime
-        from ..backends import opencl_runtime
-        return opencl_runtime.artifact_parts
+    if kind == "opencl":    # no toolchain: the driver's binary, stored back in Level Zero's container
+        from ..backends.gpu import container_parts
+        return lambda payload: container_parts(payload, ".clbin")
     from ..backends import toolchain
     try:
         return getattr(toolchain(kind), "artifact_parts", None)
