@@ -1,6 +1,7 @@
 """The language end to end on the CPU: statements, expressions and semantics against NumPy or plain Python."""
 
 import math
+import os
 import sys
 import warnings
 
@@ -1007,24 +1008,28 @@ def k_two_policies(a, out, p, q):
     out[i, 1] = p.weight(a[i]) + 10.0 * q.weight(a[i])
 
 
-def test_two_modules_classes_of_one_name_and_text_are_two_templates(tmp_path, monkeypatch):
+def test_two_modules_classes_of_one_name_and_text_are_two_templates():
     """Two modules' ``Policy``, of the same text, whose static method reads its own module's S:
     a device function given each was one function (its id named the class without its module),
-    lowered for the first, so the second's S was never read."""
+    lowered for the first, so the second's S was never read.  (No pytest fixture: the suite is
+    replayed on each device, gpu_tools.replay_language_suite.)"""
     import importlib
-    for n in (1, 2):
-        (tmp_path / f"policy_mod{n}.py").write_text(
-            f"import tack\nS = tack.constant({n}.0)\n\n\nclass Policy:\n    @staticmethod\n"
-            "    def weight(x):\n        return x * S\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        p, q = (importlib.import_module(f"policy_mod{n}").Policy for n in (1, 2))
-        a, out = np.arange(3.0), np.zeros((3, 2))
-        tack.launch(k_two_policies, dim=3, args=(a, out, p, q))
-        np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
-    finally:
+    import tempfile
+    with tempfile.TemporaryDirectory() as where:
         for n in (1, 2):
-            sys.modules.pop(f"policy_mod{n}", None)
+            with open(os.path.join(where, f"policy_mod{n}.py"), "w") as f:
+                f.write(f"import tack\nS = tack.constant({n}.0)\n\n\nclass Policy:\n"
+                        "    @staticmethod\n    def weight(x):\n        return x * S\n")
+        sys.path.insert(0, where)
+        try:
+            p, q = (importlib.import_module(f"policy_mod{n}").Policy for n in (1, 2))
+            a, out = np.arange(3.0), np.zeros((3, 2))
+            tack.launch(k_two_policies, dim=3, args=(a, out, p, q))
+            np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
+        finally:
+            sys.path.remove(where)
+            for n in (1, 2):
+                sys.modules.pop(f"policy_mod{n}", None)
 
 
 def make_policy(v):
