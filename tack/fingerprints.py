@@ -272,10 +272,12 @@ def _last_line(code) -> int:
 _CLASS_BOOKKEEPING = frozenset({"__firstlineno__"})
 
 
-def class_fingerprint(cls) -> str:
+def class_fingerprint(cls, _seen=frozenset()) -> str:
     """Hex digest (``tack.digests``) of a template class: its name, static methods and scalar
-    attributes; no line numbers, as for a function (``_CLASS_BOOKKEEPING``)."""
+    attributes; no line numbers, as for a function (``_CLASS_BOOKKEEPING``).  ``_seen``: what
+    ``closure_identity`` is already making the identity of."""
     h = hasher(cls.__qualname__.encode())
+    seen = _seen | {id(cls)}
     for klass in reversed(cls.__mro__[:-1]):
         for name, attr in sorted(vars(klass).items()):
             if name in _CLASS_BOOKKEEPING:
@@ -285,18 +287,18 @@ def class_fingerprint(cls) -> str:
             if isinstance(attr, Func):
                 attr = attr.py_func
             if isinstance(attr, types.FunctionType):
-                h.update(f"{name}=fn:{function_fingerprint(attr)}{_closure_text(attr)};".encode())
+                h.update(f"{name}=fn:{function_fingerprint(attr)}{_closure_text(attr, seen)};".encode())
             elif isinstance(attr, (bool, int, float)):
                 h.update(f"{name}={type(attr).__name__}:{attr!r};".encode())
     return h.hexdigest()
 
 
-def _closure_text(fn) -> str:
+def _closure_text(fn, seen) -> str:
     """What a template class's function closes over ("" for none): the classes a factory makes
     at each call (``def make(v): S = tack.constant(v); class Policy: ...``) have one name and one
     text, and were one template (a kernel given two of them compiled the first's methods for
-    both).  A class it closes over is named, not fingerprinted (a method closing over its own
-    class would recurse); one it uses is in the dependency record."""
+    both).  ``seen``: the classes and functions whose identity is being made (a method closing
+    over its own class is named, not fingerprinted again)."""
     if not fn.__closure__:
         return ""
     out = []
@@ -306,8 +308,7 @@ def _closure_text(fn) -> str:
         except ValueError:                          # an empty cell
             out.append(f"{name}=<empty>")
             continue
-        out.append(f"{name}=" + (f"class:{obj.__module__}.{obj.__qualname__}" if isinstance(obj, type)
-                                 else closure_identity(obj)))
+        out.append(f"{name}=" + closure_identity(obj, seen))
     return "@" + ",".join(out)
 
 
@@ -318,16 +319,25 @@ def value_identity(obj) -> str | None:
     return None
 
 
-def closure_identity(obj) -> str:
-    """A stable text for a value a function closes over."""
+def closure_identity(obj, _seen=frozenset()) -> str:
+    """A stable text for a value a function closes over.  A device function is named by its
+    code and by what it closes over in turn, a class by its module and name and its
+    fingerprint: the functions a factory makes (``make_apply(make_scale(2.0))`` and
+    ``make_apply(make_scale(3.0))``), or closing over two modules' classes of one name and
+    text, were one function, and a kernel calling both ran the first twice.  ``_seen``: the
+    functions and classes this identity is already being made of (a closure that names itself)."""
     if isinstance(obj, Func):
-        return "func:" + function_fingerprint(obj.py_func)
+        fn = obj.py_func
+        if id(fn) in _seen:
+            return "func:<again>"
+        return "func:" + function_fingerprint(fn) + _closure_text(fn, _seen | {id(fn)})
     if isinstance(obj, Constant):
         return "const:" + obj.fingerprint
     if isinstance(obj, types.ModuleType):
         return "module:" + obj.__name__
     if isinstance(obj, type):
-        return "class:" + class_fingerprint(obj)
+        name = f"class:{obj.__module__}.{obj.__qualname__}"
+        return name if id(obj) in _seen else f"{name}:{class_fingerprint(obj, _seen)}"
     ident = value_identity(obj)
     if ident is not None or isinstance(obj, str) or obj is None:
         return ident or f"{type(obj).__name__}:{obj!r}"
@@ -346,7 +356,7 @@ def func_id(fn) -> str:
         h = hasher()
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
             try:
-                h.update(f"{name}={closure_identity(cell.cell_contents)};".encode())
+                h.update(f"{name}={closure_identity(cell.cell_contents, frozenset((id(fn),)))};".encode())
             except ValueError:                      # an empty cell
                 h.update(f"{name}=<empty>;".encode())
         fid += "@" + h.hexdigest()[:16]

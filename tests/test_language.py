@@ -1051,6 +1051,99 @@ def test_a_factorys_classes_are_two_templates():
     np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
 
 
+def make_scale(v):
+    s = tack.constant(v)
+
+    @tack.func
+    def scale(x):
+        return x * s
+    return scale
+
+
+def make_apply(f):
+    @tack.func
+    def apply(x):
+        return f(x)
+    return apply
+
+
+def make_placed(p):
+    @tack.func
+    def placed(x):
+        return place(p, x)
+    return placed
+
+
+APPLY_1, APPLY_2 = make_apply(make_scale(1.0)), make_apply(make_scale(2.0))
+
+
+@tack.kernel
+def k_two_applies(a, out):
+    i = tack.tid()
+    out[i] = APPLY_1(a[i]) + 10.0 * APPLY_2(a[i])
+
+
+def test_a_factorys_functions_closing_over_a_factorys_functions_are_two_functions():
+    """``make_apply(make_scale(1.0))`` and ``make_apply(make_scale(2.0))``: the id of each
+    ``apply`` named what it closes over by that function's code alone, which is one code, so
+    they were one device function and a kernel calling both ran the first twice."""
+    a, out = np.arange(3.0), np.zeros(3)
+    tack.launch(k_two_applies, dim=3, args=(a, out))
+    np.testing.assert_array_equal(out, 21.0 * a)
+
+
+def test_functions_closing_over_two_modules_classes_of_one_name_are_two_functions(tmp_path, monkeypatch):
+    """A factory's device functions, each closing over a ``Policy`` of its own module (one
+    name, one text, each reading its module's S): the id named the class by its fingerprint,
+    which leaves the module out, so a kernel calling both ran the first twice."""
+    import importlib
+    for n in (1, 2):
+        (tmp_path / f"closed_policy_mod{n}.py").write_text(
+            f"import tack\nS = tack.constant({n}.0)\n\n\nclass Policy:\n    @staticmethod\n"
+            "    def weight(x):\n        return x * S\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        first, second = (make_placed(importlib.import_module(f"closed_policy_mod{n}").Policy)
+                         for n in (1, 2))
+        k = tack.kernel(_two_placed(first, second))
+        a, out = np.arange(3.0), np.zeros(3)
+        tack.launch(k, dim=3, args=(a, out))
+        np.testing.assert_array_equal(out, 21.0 * a)
+    finally:
+        for n in (1, 2):
+            sys.modules.pop(f"closed_policy_mod{n}", None)
+
+
+def _two_placed(first, second):
+    def k_two_placed(a, out):
+        i = tack.tid()
+        out[i] = first(a[i]) + 10.0 * second(a[i])
+    return k_two_placed
+
+
+def make_self_calling():
+    @tack.func
+    def again(x):
+        return again(x - 1.0)
+    return again
+
+
+AGAIN = make_self_calling()
+
+
+@tack.kernel
+def k_again(a):
+    i = tack.tid()
+    a[i] = AGAIN(a[i])
+
+
+def test_a_closure_over_itself_is_the_recursion_error():
+    """A factory's function that calls itself closes over itself: its id, made of what it closes
+    over, stops there (a RecursionError of Python's otherwise), and the front end says recursion."""
+    with pytest.raises(tack.CompileError, match="recursion"):
+        tack.launch(k_again, dim=1, args=(np.zeros(1),))
+
+
 # =====================================================================================
 # Grids, arrays, variants
 # =====================================================================================
