@@ -274,11 +274,14 @@ _CLASS_BOOKKEEPING = frozenset({"__firstlineno__"})
 
 def class_fingerprint(cls, _seen=frozenset()) -> str:
     """Hex digest (``tack.digests``) of a template class: its name, static methods and scalar
-    attributes; no line numbers, as for a function (``_CLASS_BOOKKEEPING``).  ``_seen``: what
-    ``closure_identity`` is already making the identity of."""
+    attributes, and those its metaclass gives it (``class Meta(type): K = 2.0``: the front end
+    reads ``P.K`` as Python does, from the metaclass where the class has none); no line
+    numbers, as for a function (``_CLASS_BOOKKEEPING``).  ``_seen``: what ``closure_identity``
+    is already making the identity of."""
     h = hasher(cls.__qualname__.encode())
     seen = _seen | {id(cls)}
-    for klass in reversed(cls.__mro__[:-1]):
+    meta = type(cls).__mro__
+    for klass in (*reversed(meta[:meta.index(type)]), *reversed(cls.__mro__[:-1])):
         for name, attr in sorted(vars(klass).items()):
             if name in _CLASS_BOOKKEEPING:
                 continue

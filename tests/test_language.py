@@ -1051,6 +1051,34 @@ def test_a_factorys_classes_are_two_templates():
     np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
 
 
+def make_metaclassed(v):
+    class Meta(type):
+        weight = staticmethod(make_policy(v).weight)
+        K = v
+
+    class Policy(metaclass=Meta):
+        pass
+    return Policy
+
+
+def test_classes_given_attributes_by_their_metaclasses_are_two_templates():
+    """``P.K`` and ``P.weight`` of a class whose metaclass has them (the class has none of its
+    own) are read as Python reads them, but the class's fingerprint left its metaclass out: two
+    classes of one name differing only there were one template, and a kernel given both read
+    the first's twice."""
+    a, out = np.arange(3.0), np.zeros((3, 2))
+    tack.launch(k_two_policies, dim=3, args=(a, out, make_metaclassed(1.0), make_metaclassed(2.0)))
+    np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
+    tack.launch(k_metaclass_k, dim=3, args=(a, out, make_metaclassed(1.0), make_metaclassed(2.0)))
+    np.testing.assert_array_equal(out[:, 0], 21.0 * a)
+
+
+@tack.kernel
+def k_metaclass_k(a, out, p, q):
+    i = tack.tid()
+    out[i, 0] = a[i] * p.K + 10.0 * a[i] * q.K
+
+
 def make_scale(v):
     s = tack.constant(v)
 
