@@ -171,8 +171,20 @@ def device_array_type(a, static=False):
 
 
 def _layout_of_strides(shape, strides):
-    if strides is None:
+    """C, F or A of element ``strides``, as NumPy flags an array: the stride of an axis of
+    extent 1 is never used, and an empty array is contiguous.  On the CPU another library's
+    host array is compiled as NumPy's view of it, whose layout is its flags', and the launch's
+    key is this one: a (1, 3) array of strides (5, 1) compiled a C variant under the key of a
+    strided one, which a (2, 3) array of those strides then ran, reading row 1 at 3, not 5."""
+    if strides is None or 0 in shape:
         return "C"
-    c = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
-    f = [int(np.prod(shape[:k])) for k in range(len(shape))]
-    return "C" if list(strides) == c else "F" if list(strides) == f else "A"
+
+    def contiguous(axes):
+        step = 1
+        for n, s in axes:
+            if n != 1 and s != step:
+                return False
+            step *= n
+        return True
+    axes = tuple(zip(shape, strides))
+    return "C" if contiguous(reversed(axes)) else "F" if contiguous(axes) else "A"

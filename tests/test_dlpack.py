@@ -132,6 +132,31 @@ def test_host_arrays_of_other_libraries_launch_on_the_cpu_without_a_copy():
     np.testing.assert_array_equal(z, x + 1)
 
 
+@tack.kernel
+def copy2d(a, out):
+    i, j = tack.tid()
+    out[i, j] = a[i, j]
+
+
+@pytest.mark.parametrize("first, then, strides", [
+    ((1, 3), (2, 3), (5, 1)),       # C to NumPy (an axis of 1), strided to the strides
+    ((3, 1), (3, 2), (1, 3)),       # C to NumPy, F to the strides
+    ((0, 3), (2, 3), (5, 1)),       # empty: C to NumPy
+])
+def test_a_host_arrays_layout_is_numpys(first, then, strides):
+    """A host DLPack array is compiled as NumPy's view of it, whose layout is NumPy's flags;
+    the launch's key took it from the strides, which said strided (or F) where NumPy says C (an
+    axis of extent 1, an empty array): the C variant compiled for the first was kept under the
+    key of the second, which it then ran with its rows 3 apart, not 5."""
+    base = np.arange(20.0)
+    copy2d._variants.clear()
+    for shape in (first, then):
+        got = np.zeros(shape)
+        tack.launch(copy2d, shape, (Producer(base.ctypes.data, shape, base.dtype, strides), got))
+        want = np.lib.stride_tricks.as_strided(base, shape, [s * base.itemsize for s in strides])
+        np.testing.assert_array_equal(got, want)
+
+
 def test_read_only_and_device_dlpack_arrays_are_refused_on_the_cpu():
     x = np.arange(4.0)
     with pytest.raises(tack.CompileError, match="read-only"):
