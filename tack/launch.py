@@ -177,9 +177,14 @@ def _arg_key(a):
 
 
 def _static_key(a):
-    """The key of an argument whose shape the kernel compiles in."""
+    """The key of an argument whose shape the kernel compiles in: another library's array's
+    too (``_arg_key`` leaves it out, and a static kernel launched with a DLPack host array of
+    3 elements, then 6, ran the variant compiled for 3 twice)."""
     if isinstance(a, np.ndarray):
         return (type(a), a.dtype, a.shape, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
+    t = device_array_type(a, True)
+    if t is not None:
+        return (type(a), t.dtype, t.layout + ("w" if t.writable else "r"), t.shape)
     return _arg_key(a)
 
 

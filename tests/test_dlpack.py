@@ -157,6 +157,25 @@ def test_a_host_arrays_layout_is_numpys(first, then, strides):
         np.testing.assert_array_equal(got, want)
 
 
+@tack.kernel(static_shape="w")
+def static_total(w, out):
+    i = tack.tid()
+    acc = 0.0
+    for k in range(w.shape[0]):
+        acc += w[k]
+    out[i] = acc
+
+
+def test_a_static_shape_of_a_host_array_is_in_the_launchs_key():
+    """A kernel compiling in the shape of a host DLPack array: the launch's key of it left the
+    shape out (an array of another library's, unlike a NumPy one), so 6 elements ran the variant
+    compiled for 3, and summed 3 of them."""
+    for n in (3, 6):
+        w, out = np.arange(float(n)), np.zeros(1)
+        tack.launch(static_total, 1, (host(w), out))
+        assert out[0] == w.sum()
+
+
 def test_read_only_and_device_dlpack_arrays_are_refused_on_the_cpu():
     x = np.arange(4.0)
     with pytest.raises(tack.CompileError, match="read-only"):
