@@ -1032,6 +1032,26 @@ def test_two_modules_classes_of_one_name_and_text_are_two_templates():
                 sys.modules.pop(f"policy_mod{n}", None)
 
 
+def test_two_files_loaded_as_one_module_name_are_two_functions(tmp_path):
+    """Two plugin files loaded under one module name (``spec_from_file_location("ops", ...)``,
+    neither put in sys.modules), each with ``f`` of one text reading its own S: their ids were
+    one (module, name and code), so a kernel calling both ran the first's twice."""
+    import importlib.util
+    mods = []
+    for n in (1, 2):
+        path = tmp_path / f"plugin{n}" / "ops.py"
+        path.parent.mkdir()
+        path.write_text(f"import tack\nS = tack.constant({n}.0)\n\n\n@tack.func\n"
+                        "def f(x):\n    return x * S\n")
+        spec = importlib.util.spec_from_file_location("ops", path)
+        mods.append(importlib.util.module_from_spec(spec))
+        spec.loader.exec_module(mods[-1])
+    k = tack.kernel(_two_placed(mods[0].f, mods[1].f))
+    a, out = np.arange(3.0), np.zeros(3)
+    tack.launch(k, dim=3, args=(a, out))
+    np.testing.assert_array_equal(out, 21.0 * a)
+
+
 def make_policy(v):
     s = tack.constant(v)
 
