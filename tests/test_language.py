@@ -1,5 +1,6 @@
 """The language end to end on the CPU: statements, expressions and semantics against NumPy or plain Python."""
 
+import contextlib
 import math
 import os
 import sys
@@ -1008,47 +1009,59 @@ def k_two_policies(a, out, p, q):
     out[i, 1] = p.weight(a[i]) + 10.0 * q.weight(a[i])
 
 
+@contextlib.contextmanager
+def _files_on_path(files: dict):
+    """A temporary directory holding ``files`` ({relative path: text}), first on sys.path for the
+    block, whose modules are forgotten after it -> its path.  No pytest fixture: the suite is
+    replayed on each device (gpu_tools.replay_language_suite), which calls its tests without."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as where:
+        for rel, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(where, rel)), exist_ok=True)
+            with open(os.path.join(where, rel), "w") as f:
+                f.write(text)
+        sys.path.insert(0, where)
+        try:
+            yield where
+        finally:
+            sys.path.remove(where)
+            for rel in files:
+                sys.modules.pop(os.path.splitext(rel)[0].replace(os.sep, "."), None)
+
+
+def _policy_module(n):
+    return (f"import tack\nS = tack.constant({n}.0)\n\n\nclass Policy:\n    @staticmethod\n"
+            "    def weight(x):\n        return x * S\n")
+
+
 def test_two_modules_classes_of_one_name_and_text_are_two_templates():
     """Two modules' ``Policy``, of the same text, whose static method reads its own module's S:
     a device function given each was one function (its id named the class without its module),
-    lowered for the first, so the second's S was never read.  (No pytest fixture: the suite is
-    replayed on each device, gpu_tools.replay_language_suite.)"""
+    lowered for the first, so the second's S was never read."""
     import importlib
-    import tempfile
-    with tempfile.TemporaryDirectory() as where:
-        for n in (1, 2):
-            with open(os.path.join(where, f"policy_mod{n}.py"), "w") as f:
-                f.write(f"import tack\nS = tack.constant({n}.0)\n\n\nclass Policy:\n"
-                        "    @staticmethod\n    def weight(x):\n        return x * S\n")
-        sys.path.insert(0, where)
-        try:
-            p, q = (importlib.import_module(f"policy_mod{n}").Policy for n in (1, 2))
-            a, out = np.arange(3.0), np.zeros((3, 2))
-            tack.launch(k_two_policies, dim=3, args=(a, out, p, q))
-            np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
-        finally:
-            sys.path.remove(where)
-            for n in (1, 2):
-                sys.modules.pop(f"policy_mod{n}", None)
+    with _files_on_path({f"policy_mod{n}.py": _policy_module(n) for n in (1, 2)}):
+        p, q = (importlib.import_module(f"policy_mod{n}").Policy for n in (1, 2))
+        a, out = np.arange(3.0), np.zeros((3, 2))
+        tack.launch(k_two_policies, dim=3, args=(a, out, p, q))
+        np.testing.assert_array_equal(out, np.stack([21.0 * a] * 2, axis=1))
 
 
-def test_two_files_loaded_as_one_module_name_are_two_functions(tmp_path):
+def test_two_files_loaded_as_one_module_name_are_two_functions():
     """Two plugin files loaded under one module name (``spec_from_file_location("ops", ...)``,
     neither put in sys.modules), each with ``f`` of one text reading its own S: their ids were
     one (module, name and code), so a kernel calling both ran the first's twice."""
     import importlib.util
     mods = []
-    for n in (1, 2):
-        path = tmp_path / f"plugin{n}" / "ops.py"
-        path.parent.mkdir()
-        path.write_text(f"import tack\nS = tack.constant({n}.0)\n\n\n@tack.func\n"
-                        "def f(x):\n    return x * S\n")
-        spec = importlib.util.spec_from_file_location("ops", path)
-        mods.append(importlib.util.module_from_spec(spec))
-        spec.loader.exec_module(mods[-1])
-    k = tack.kernel(_two_placed(mods[0].f, mods[1].f))
-    a, out = np.arange(3.0), np.zeros(3)
-    tack.launch(k, dim=3, args=(a, out))
+    with _files_on_path({os.path.join(f"plugin{n}", "ops.py"):
+                         f"import tack\nS = tack.constant({n}.0)\n\n\n@tack.func\n"
+                         "def f(x):\n    return x * S\n" for n in (1, 2)}) as where:
+        for n in (1, 2):
+            spec = importlib.util.spec_from_file_location("ops", os.path.join(where, f"plugin{n}", "ops.py"))
+            mods.append(importlib.util.module_from_spec(spec))
+            spec.loader.exec_module(mods[-1])
+        k = tack.kernel(_two_placed(mods[0].f, mods[1].f))
+        a, out = np.arange(3.0), np.zeros(3)
+        tack.launch(k, dim=3, args=(a, out))
     np.testing.assert_array_equal(out, 21.0 * a)
 
 
@@ -1140,26 +1153,18 @@ def test_a_factorys_functions_closing_over_a_factorys_functions_are_two_function
     np.testing.assert_array_equal(out, 21.0 * a)
 
 
-def test_functions_closing_over_two_modules_classes_of_one_name_are_two_functions(tmp_path, monkeypatch):
+def test_functions_closing_over_two_modules_classes_of_one_name_are_two_functions():
     """A factory's device functions, each closing over a ``Policy`` of its own module (one
     name, one text, each reading its module's S): the id named the class by its fingerprint,
     which leaves the module out, so a kernel calling both ran the first twice."""
     import importlib
-    for n in (1, 2):
-        (tmp_path / f"closed_policy_mod{n}.py").write_text(
-            f"import tack\nS = tack.constant({n}.0)\n\n\nclass Policy:\n    @staticmethod\n"
-            "    def weight(x):\n        return x * S\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
+    with _files_on_path({f"closed_policy_mod{n}.py": _policy_module(n) for n in (1, 2)}):
         first, second = (make_placed(importlib.import_module(f"closed_policy_mod{n}").Policy)
                          for n in (1, 2))
         k = tack.kernel(_two_placed(first, second))
         a, out = np.arange(3.0), np.zeros(3)
         tack.launch(k, dim=3, args=(a, out))
         np.testing.assert_array_equal(out, 21.0 * a)
-    finally:
-        for n in (1, 2):
-            sys.modules.pop(f"closed_policy_mod{n}", None)
 
 
 def _two_placed(first, second):
