@@ -969,3 +969,27 @@ def test_an_attribute_of_a_number_variable_names_the_variable():
                        r"ndim and size can be read") as ei:
         tack.launch(k_real_of_an_int, dim=2, args=(np.zeros(2),))
     assert "arrays have no attribute" not in str(ei.value)
+
+
+def make_self_calling():
+    @tack.func
+    def again(x):
+        return again(x - 1.0)
+    return again
+
+
+AGAIN = make_self_calling()
+
+
+@tack.kernel
+def k_again(a):
+    i = tack.tid()
+    a[i] = AGAIN(a[i])
+
+
+def test_a_closure_over_itself_is_the_recursion_error():
+    """A factory's function that calls itself closes over itself: its id, made of what it closes
+    over, stops there (a RecursionError of Python's otherwise), and the front end says recursion.
+    (Here, not in tests/test_language.py, whose kernels every GPU target builds.)"""
+    with pytest.raises(tack.CompileError, match="recursion"):
+        tack.launch(k_again, dim=1, args=(np.zeros(1),))

@@ -1174,29 +1174,6 @@ def _two_placed(first, second):
     return k_two_placed
 
 
-def make_self_calling():
-    @tack.func
-    def again(x):
-        return again(x - 1.0)
-    return again
-
-
-AGAIN = make_self_calling()
-
-
-@tack.kernel
-def k_again(a):
-    i = tack.tid()
-    a[i] = AGAIN(a[i])
-
-
-def test_a_closure_over_itself_is_the_recursion_error():
-    """A factory's function that calls itself closes over itself: its id, made of what it closes
-    over, stops there (a RecursionError of Python's otherwise), and the front end says recursion."""
-    with pytest.raises(tack.CompileError, match="recursion"):
-        tack.launch(k_again, dim=1, args=(np.zeros(1),))
-
-
 # =====================================================================================
 # Grids, arrays, variants
 # =====================================================================================
