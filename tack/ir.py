@@ -194,11 +194,14 @@ class LoweredFunction:
     def to_json(self):
         s = self.source
         return {"fid": self.fid, "name": self.name, "params": self.params, "body": self.body,
-                "file": portable(s.filename), "first": s.first_line, "lines": s.lines}
+                "qualname": s.name, "file": portable(s.filename), "first": s.first_line,
+                "lines": s.lines}
 
     @classmethod
     def from_json(cls, d):
-        src = SourceContext(d["name"], local(d["file"]), d["first"], d["lines"])
+        # the source's name is the function's qualified name (``Holder.k``, ``make.<locals>.f``),
+        # which a specialization error names the kernel by: not the bare ``name``
+        src = SourceContext(d["qualname"], local(d["file"]), d["first"], d["lines"])
         return cls(d["fid"], d["name"], d["params"], d["body"], src)
 
 

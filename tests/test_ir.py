@@ -213,6 +213,30 @@ def test_deserialized_kernel_errors_point_at_source():
     assert "k_rt" in msg and f'File "{FILE}", line {lineno}' in msg and code.strip() in msg
 
 
+class Holder:
+    @tack.kernel
+    def k_held(x, out):
+        i = tack.tid()
+        out[i] = x[i] << 1
+
+
+def test_deserialized_kernel_errors_name_the_kernel_as_lowered():
+    """A specialization error of a kernel defined in a class names it by its qualified name
+    (``Holder.k_held``) whether its lowered kernel was just made or read back from bytes (the
+    cache's copy): the bytes kept only the bare name, so a process that found the lowered
+    kernel on disk named the kernel 'k_held' where a cold compile named 'Holder.k_held'."""
+    low = lower(Holder.k_held)
+    back = LoweredKernel.from_bytes(low.to_bytes())
+    assert back.kernel.source.name == low.kernel.source.name == "Holder.k_held"
+    types = (tack.types.Array(tack.types.float32, 1, "C", True),) * 2
+    msgs = []
+    for lk in (low, back):
+        with pytest.raises(tack.CompileError) as ei:
+            specialize(lk, types, 1)
+        msgs.append(str(ei.value))
+    assert msgs[0] == msgs[1] and "in kernel 'Holder.k_held'" in msgs[0]
+
+
 def test_debug_flag_survives_round_trip():
     """A debug lowered kernel stays a debug kernel after serialization."""
     low = lower(k_rt, {"policy": Cubic}, True)
