@@ -62,16 +62,40 @@ def _dumps(doc) -> str:
         return _dumps_flat(doc)
 
 
-def _loads(data: bytes):
-    """``json.loads(data)``, down to ``JSON_DEPTH`` levels at least; RecursionError deeper."""
+def _loads(data: bytes, parse_constant=None):
+    """``json.loads(data, parse_constant=parse_constant)``, down to ``JSON_DEPTH`` levels at least;
+    RecursionError deeper."""
     try:
-        return json.loads(data)
+        return json.loads(data, parse_constant=parse_constant)
     except RecursionError as e:
         deeper = e
     try:
-        return _loads_flat(data.decode("utf-8"))
+        return _loads_flat(data.decode("utf-8"), parse_constant)
     except RecursionError:
         raise deeper from None
+
+
+# JSON's NaN is one NaN: a NaN of another sign or payload (``-math.nan``, a template's or a
+# module's attribute, a tack.constant) came back from the cache as this one, and a kernel
+# reading it (``math.copysign(1.0, P.K)``, the bits stored) computed otherwise than where it
+# was just lowered.  A document holding such a NaN lists the bits of each of its NaNs, in the
+# order its text holds them (``nans``), and is read again with each NaN given its bits.
+_NAN_BITS = struct.pack("<d", json.loads("NaN"))
+
+
+def _nan_bits(doc) -> list:
+    """The bits (hex) of each NaN in ``doc``, in the order ``_dumps`` writes them."""
+    out, todo = [], [doc]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, float):
+            if x != x:
+                out.append(struct.pack("<d", x).hex())
+        elif isinstance(x, (list, tuple)):
+            todo.extend(reversed(x))
+        elif isinstance(x, dict):
+            todo.extend(reversed(list(x.values())))
+    return out
 
 
 class _Raw(str):
@@ -127,8 +151,8 @@ _TOKEN = re.compile(r'[ \t\n\r]*(?:([\[\]{},:])|("(?:[^"\\]|\\.)*"'
 _SPACE = re.compile(r'[ \t\n\r]*')
 
 
-def _loads_flat(text: str):
-    """``json.loads(text)`` with a stack of the open lists and dicts instead of recursion;
+def _loads_flat(text: str, parse_constant=None):
+    """``json.loads(text, parse_constant=parse_constant)`` with a stack of the open lists and dicts instead of recursion;
     ValueError for text that is not JSON, RecursionError past ``JSON_DEPTH`` levels."""
     stack = []                  # the open containers: [list or dict, the dict's pending key]
     pos, expect = 0, "value"    # value, value or ], key, key or }, colon, comma or close
@@ -168,7 +192,7 @@ def _loads_flat(text: str):
             expect = "value or ]" if punct == "[" else "key or }"
             continue
         elif scalar is not None:
-            value = json.loads(scalar)
+            value = json.loads(scalar, parse_constant=parse_constant)
         else:
             raise ValueError(f"expected a value at character {m.start()}")
         if not stack:                               # the document's value is whole
@@ -243,7 +267,11 @@ class LoweredKernel:
                "deps": self.deps, "debug": self.debug,
                "arrays": [cid for cid, _ in arrays]}
         with deep(json=True):
-            head = _dumps(doc).encode()
+            head = _dumps(doc)
+            if "NaN" in head and any(bytes.fromhex(b) != _NAN_BITS for b in _nan_bits(doc)):
+                doc["nans"] = _nan_bits(doc)
+                head = _dumps(doc)
+        head = head.encode()
         blobs = [np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
                  for _, a in arrays]
         out = [_MAGIC, struct.pack("<QI", len(head), len(blobs)), head]
@@ -270,6 +298,14 @@ class LoweredKernel:
         pos = 20
         with deep(json=True):
             doc = _loads(data[pos:pos + hlen])
+            if "nans" in doc:                   # NaNs of their own bits (``_nan_bits``)
+                bits = iter(doc["nans"])
+
+                def constant(name):
+                    if name != "NaN":
+                        return float(name)
+                    return struct.unpack("<d", bytes.fromhex(next(bits)))[0]
+                doc = _loads(data[pos:pos + hlen], constant)
         pos += hlen
         if doc.get("format") != FORMAT:
             raise ValueError(f"lowered kernel format {doc.get('format')} is not {FORMAT}")

@@ -1,6 +1,7 @@
 """The lowered kernel (tack.ir): self-contained, serialized without pickle, and compilable from its bytes alone."""
 
 import json
+import math
 import struct
 import subprocess
 import sys
@@ -235,6 +236,45 @@ def test_deserialized_kernel_errors_name_the_kernel_as_lowered():
             specialize(lk, types, 1)
         msgs.append(str(ei.value))
     assert msgs[0] == msgs[1] and "in kernel 'Holder.k_held'" in msgs[0]
+
+
+def _nan(bits):
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+class Nans:
+    NEG = _nan(0xFFF8000000000000)          # -NaN
+    PAYLOAD = _nan(0x7FF8000000000123)      # a NaN with a payload
+
+
+NEG_NAN = tack.constant(_nan(0xFFF8000000000000))
+
+
+@tack.kernel
+def k_nans(policy, out):
+    out[0] = policy.NEG
+    out[1] = policy.PAYLOAD
+    out[2] = NEG_NAN
+    out[3] = math.copysign(1.0, policy.NEG)
+
+
+def test_nans_keep_their_bits_round_trip():
+    """A NaN's sign and payload (a template's attribute, a tack.constant) survive the bytes, and
+    the kernel read back computes what the one just lowered does: JSON's NaN is one NaN, so a
+    process that found the lowered kernel on disk stored +NaN and copysign gave 1.0 where a
+    cold compile stored -NaN and gave -1.0."""
+    low = lower(k_nans, {"policy": Nans})
+    data = low.to_bytes()
+    back = LoweredKernel.from_bytes(data)
+    assert back.to_bytes() == data
+    got = []
+    for k, lk in enumerate((low, back)):
+        out = np.zeros(4)
+        compile_and_run(lk, (out,), (1,), f"tack_test_ir_nans{k}")
+        got.append(out.view(np.uint64).tolist())
+    assert got[0] == got[1] == [0xFFF8000000000000, 0x7FF8000000000123, 0xFFF8000000000000,
+                                0xBFF0000000000000]
+    assert b"nans" not in lower(k_rt, {"policy": Cubic}).to_bytes()     # only where one is needed
 
 
 def test_debug_flag_survives_round_trip():
