@@ -18,7 +18,7 @@ import sys
 import types
 from _weakref import ref as _weakref
 
-from .language import Constant, Func
+from .language import Constant, Func, number_text
 from .digests import hasher
 
 _PY = f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}".encode()
@@ -292,7 +292,7 @@ def class_fingerprint(cls, _seen=frozenset()) -> str:
             if isinstance(attr, types.FunctionType):
                 h.update(f"{name}=fn:{function_fingerprint(attr)}{_closure_text(attr, seen)};".encode())
             elif isinstance(attr, (bool, int, float)):
-                h.update(f"{name}={type(attr).__name__}:{attr!r};".encode())
+                h.update(f"{name}={number_text(attr)};".encode())
     return h.hexdigest()
 
 
@@ -318,7 +318,7 @@ def _closure_text(fn, seen) -> str:
 def value_identity(obj) -> str | None:
     """What a number read from a module is, for the dependency record (None: not a number)."""
     if isinstance(obj, (bool, int, float)):
-        return f"{type(obj).__name__}:{obj!r}"
+        return number_text(obj)
     return None
 
 

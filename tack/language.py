@@ -50,6 +50,14 @@ class Func:
         return self.__qualname__        # by name, as a kernel is (tack.api.Kernel.__reduce__)
 
 
+def number_text(v) -> str:
+    """A bool's, int's or float's text in a fingerprint: ``type:repr``, and a NaN's bits, which
+    its repr does not say (every NaN is ``nan``: a -NaN and a NaN were one constant, one
+    template class, one value of a module's attribute)."""
+    text = f"{type(v).__name__}:{v!r}"
+    return text if v == v else f"{text}:{int(np.float64(v).view(np.uint64)):x}"
+
+
 class Constant:
     """A scalar or NumPy array that kernels read by its global name.
 
@@ -99,7 +107,7 @@ class Constant:
                 h.update(f"{arr.dtype.str}{v.shape}".encode())
                 h.update(arr.tobytes())
             else:
-                h.update(f"{type(v).__name__}:{v!r}".encode())
+                h.update(number_text(v).encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 

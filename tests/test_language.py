@@ -1411,6 +1411,32 @@ def test_a_numpy_scalar_and_an_array_of_one_are_two_constants():
     tack.launch(k_scalar_and_array_of_one, dim=2, args=(out,))
     np.testing.assert_array_equal(out, [2.5, 2.5])
 
+POS_NAN = tack.constant(float(np.uint64(0x7FF8000000000000).view(np.float64)))
+NEG_NAN = tack.constant(float(np.uint64(0xFFF8000000000000).view(np.float64)))
+
+
+@tack.kernel
+def k_nan_signs(out):
+    out[0] = math.copysign(1.0, POS_NAN)
+    out[1] = math.copysign(1.0, NEG_NAN)
+
+
+def test_nans_of_two_signs_are_two_constants_and_two_templates():
+    """A NaN and a -NaN (or NaNs of two payloads) had one fingerprint, their repr: a kernel
+    reading both constants was given one of them twice (copysign 1.0 of the -NaN), and a
+    template class or a module's attribute edited from one to the other kept the cached
+    lowered kernel and variant of the other."""
+    from tack.fingerprints import class_fingerprint, value_identity
+    assert POS_NAN.fingerprint != NEG_NAN.fingerprint
+    out = np.zeros(2)
+    tack.launch(k_nan_signs, dim=1, args=(out,))
+    np.testing.assert_array_equal(out, [1.0, -1.0])
+    nans = [NEG_NAN.value, POS_NAN.value, float(np.uint64(0x7FF8000000000001).view(np.float64))]
+    assert len({value_identity(v) for v in nans}) == 3
+    assert len({class_fingerprint(type("P", (), {"K": v})) for v in nans}) == 3
+    assert value_identity(1.5) == "float:1.5"       # other numbers keep their text (and keys)
+
+
 BIG_U = tack.constant(2**64 - 1)
 BIG_I = tack.constant(-2**63)
 
