@@ -22,6 +22,7 @@ from typing import NamedTuple
 from . import types as T
 from .argtypes import TypedArgs, typed_args
 from .digests import hasher
+from .fingerprints import class_fingerprint
 
 
 class Artifact(NamedTuple):
@@ -111,7 +112,8 @@ def lower(kernel, templates: dict | None = None, debug: bool = False, session=No
           key: str | None = None, stage=lambda label: None):
     """The lowered kernel of ``kernel`` (a ``tack.api.Kernel``) for these template bindings
     ({param: class}): the one it already lowered in this process while every name it resolved
-    still means the same (a rebinding since is lowered again), else, with a cache
+    still means the same and its template classes are as they were (a rebinding or a changed
+    class since is lowered again), else, with a cache
     ``session``, the one stored under ``key``, else the front end's (then stored there).  ``stage(label)`` is
     called after each step (cache, lower)."""
     templates = dict(templates or {})
@@ -119,7 +121,6 @@ def lower(kernel, templates: dict | None = None, debug: bool = False, session=No
     lowered = kernel._lowered.get(memo)
     if lowered is not None:
         from .cache.deps import check_deps
-        from .fingerprints import class_fingerprint
         # A name it resolved may have been rebound since (``mod.C = tack.constant(...)``), or a
         # template class changed (``Policy.K = 5.0``, which the key of the variant names): a new
         # variant is then lowered from what the names mean now, as a process that found the

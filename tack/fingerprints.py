@@ -272,31 +272,37 @@ def _last_line(code) -> int:
 _CLASS_BOOKKEEPING = frozenset({"__firstlineno__"})
 
 
-def class_fingerprint(cls, _seen=frozenset()) -> str:
+def class_fingerprint(cls, _seen=frozenset(), _memo=None) -> str:
     """Hex digest (``tack.digests``) of a template class: its name, static methods and scalar
     attributes, and those its metaclass gives it (``class Meta(type): K = 2.0``: the front end
     reads ``P.K`` as Python does, from the metaclass where the class has none); no line
-    numbers, as for a function (``_CLASS_BOOKKEEPING``).  ``_seen``: what ``closure_identity``
-    is already making the identity of."""
+    numbers, as for a function (``_CLASS_BOOKKEEPING``).  ``_seen``, ``_memo``: what
+    ``closure_identity`` is already making the identity of, and what it has made."""
     h = hasher(cls.__qualname__.encode())
     seen = _seen | {id(cls)}
+    memo = {} if _memo is None else _memo
     meta = type(cls).__mro__
-    for klass in (*reversed(meta[:meta.index(type)]), *reversed(cls.__mro__[:-1])):
+    metas = reversed(meta[:meta.index(type)])
+    for klass, of_meta in (*((k, True) for k in metas), *((k, False) for k in reversed(cls.__mro__[:-1]))):
         for name, attr in sorted(vars(klass).items()):
             if name in _CLASS_BOOKKEEPING:
+                continue
+            # a metaclass's plain function reaches the class as a bound method, which no kernel
+            # reads (and hashing ABCMeta's or EnumType's would read abc.py or enum.py)
+            if of_meta and not isinstance(attr, (staticmethod, Func, bool, int, float)):
                 continue
             if isinstance(attr, staticmethod):
                 attr = attr.__func__
             if isinstance(attr, Func):
                 attr = attr.py_func
             if isinstance(attr, types.FunctionType):
-                h.update(f"{name}=fn:{function_fingerprint(attr)}{_closure_text(attr, seen)};".encode())
+                h.update(f"{name}=fn:{function_fingerprint(attr)}{_closure_text(attr, seen, memo)};".encode())
             elif isinstance(attr, (bool, int, float)):
                 h.update(f"{name}={number_text(attr)};".encode())
     return h.hexdigest()
 
 
-def _closure_text(fn, seen) -> str:
+def _closure_text(fn, seen, memo) -> str:
     """What a template class's function closes over ("" for none): the classes a factory makes
     at each call (``def make(v): S = tack.constant(v); class Policy: ...``) have one name and one
     text, and were one template (a kernel given two of them compiled the first's methods for
@@ -311,7 +317,7 @@ def _closure_text(fn, seen) -> str:
         except ValueError:                          # an empty cell
             out.append(f"{name}=<empty>")
             continue
-        out.append(f"{name}=" + closure_identity(obj, seen))
+        out.append(f"{name}=" + closure_identity(obj, seen, memo))
     return "@" + ",".join(out)
 
 
@@ -322,25 +328,33 @@ def value_identity(obj) -> str | None:
     return None
 
 
-def closure_identity(obj, _seen=frozenset()) -> str:
+def closure_identity(obj, _seen=frozenset(), _memo=None) -> str:
     """A stable text for a value a function closes over.  A device function is named by its
     code and by what it closes over in turn, a class by its module and name and its
     fingerprint: the functions a factory makes (``make_apply(make_scale(2.0))`` and
     ``make_apply(make_scale(3.0))``), or closing over two modules' classes of one name and
     text, were one function, and a kernel calling both ran the first twice.  ``_seen``: the
-    functions and classes this identity is already being made of (a closure that names itself)."""
+    functions and classes this identity is already being made of (a closure that names itself);
+    ``_memo``: the identities of the functions made so far in it, each a digest, so that one
+    reached by many paths (``pair(f, f)`` nested 18 deep) is made once and its text stays short,
+    where writing each out in full at each path grew with 2**depth (38 MB, 0.8 s)."""
     if isinstance(obj, Func):
         fn = obj.py_func
         if id(fn) in _seen:
             return "func:<again>"
-        return "func:" + function_fingerprint(fn) + _closure_text(fn, _seen | {id(fn)})
+        memo = {} if _memo is None else _memo
+        got = memo.get(id(fn))
+        if got is None:
+            text = function_fingerprint(fn) + _closure_text(fn, _seen | {id(fn)}, memo)
+            got = memo[id(fn)] = "func:" + hasher(text.encode()).hexdigest()
+        return got
     if isinstance(obj, Constant):
         return "const:" + obj.fingerprint
     if isinstance(obj, types.ModuleType):
         return "module:" + obj.__name__
     if isinstance(obj, type):
         name = f"class:{obj.__module__}.{obj.__qualname__}"
-        return name if id(obj) in _seen else f"{name}:{class_fingerprint(obj, _seen)}"
+        return name if id(obj) in _seen else f"{name}:{class_fingerprint(obj, _seen, _memo)}"
     ident = value_identity(obj)
     if ident is not None or isinstance(obj, str) or obj is None:
         return ident or f"{type(obj).__name__}:{obj!r}"
@@ -349,17 +363,20 @@ def closure_identity(obj, _seen=frozenset()) -> str:
 
 def func_id(fn) -> str:
     """A device function's id within a lowered kernel: module, qualified name; for one its module
-    does not hold under that name (a factory's, one defined again since), its code's fingerprint
-    too (two such functions of one name are two functions); and for a function made by a
+    does not hold under that name (a factory's, one defined again since, a plugin's loaded from a
+    file under a module name sys.modules does not give it), its code's fingerprint and its
+    module's file too (two such functions of one name are two functions); and for a function made by a
     factory, what it closes over (two closures are two functions)."""
     fid = f"{fn.__module__}.{fn.__qualname__}"
     if not _held_by_module(fn):
-        fid += "#" + function_fingerprint(fn)[:16]
+        # and its module's file: two plugin files loaded under one module name (neither in
+        # sys.modules), each f of one text reading its own globals, are two functions
+        fid += "#" + hasher(f"{function_fingerprint(fn)}:{fn.__globals__.get('__file__')}".encode()).hexdigest()[:16]
     if fn.__closure__:
-        h = hasher()
+        h, memo = hasher(), {}
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
             try:
-                h.update(f"{name}={closure_identity(cell.cell_contents, frozenset((id(fn),)))};".encode())
+                h.update(f"{name}={closure_identity(cell.cell_contents, frozenset((id(fn),)), memo)};".encode())
             except ValueError:                      # an empty cell
                 h.update(f"{name}=<empty>;".encode())
         fid += "@" + h.hexdigest()[:16]

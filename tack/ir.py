@@ -225,7 +225,7 @@ class LoweredFunction:
     def from_json(cls, d):
         # the source's name is the function's qualified name (``Holder.k``, ``make.<locals>.f``),
         # which a specialization error names the kernel by: not the bare ``name``
-        src = SourceContext(d["qualname"], local(d["file"]), d["first"], d["lines"])
+        src = SourceContext(d.get("qualname", d["name"]), local(d["file"]), d["first"], d["lines"])
         return cls(d["fid"], d["name"], d["params"], d["body"], src)
 
 
@@ -392,7 +392,7 @@ def float_folded(node):
     Python float does under NEP 50, weak: ``x * (1 / 3)`` of a float32 ``x`` is a float32, and
     builds where there is no float64).  Left as it is otherwise: integers alone (their own rule,
     ``specialize.literal_value``), what Python refuses or Tack computes its own way (a division
-    by zero, ``//`` and ``%``), and a NaN (whose sign neither JSON nor ``repr`` keeps).  The
+    by zero, ``//`` and ``%``), and a NaN (whose sign ``repr`` does not keep).  The
     front end folds what it lowers, the specializer what putting a literal argument in a device
     function's body makes (``specialize._with_literals``)."""
     if node[0] == "unop":

@@ -90,7 +90,7 @@ class Constant:
     def __reduce__(self):
         # wrapped again when unpickled: copied and frozen, as here (a pickled array comes back
         # writable, and then what a kernel compiled against could change behind its back)
-        return Constant, (self.value,)
+        return type(self), (self.value,)
 
     @property
     def fingerprint(self) -> str:

@@ -1025,6 +1025,7 @@ def _files_on_path(files: dict):
             yield where
         finally:
             sys.path.remove(where)
+            sys.path_importer_cache.pop(where, None)
             for rel in files:
                 sys.modules.pop(os.path.splitext(rel)[0].replace(os.sep, "."), None)
 

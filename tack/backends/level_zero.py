@@ -20,8 +20,8 @@ import re
 
 from .. import types as T
 from .arch_names import INTEL_DEVICES
-from .gpu import (FEWER_PARAMETERS, BackendError, GPUTarget, ToolError, entry_parameters, find_ocloc,
-                  named_target, pack_level_zero, run_tool)
+from .gpu import (FEWER_PARAMETERS, BackendError, GPUTarget, ToolError, container_parts, entry_parameters,
+                  find_ocloc, named_target, pack_level_zero, run_tool)
 
 
 # The most parameters a SPIR-V function may declare: the SPIR-V specification's universal limit
@@ -241,7 +241,6 @@ def emit_spirv(ir_text: str, triple: str, settings: dict) -> bytes:
 
 def artifact_parts(payload: bytes) -> list:
     """[(suffix, bytes)] of a Level Zero artifact, for ``python -m tack.cache export``."""
-    from .gpu import container_parts
     return container_parts(payload)
 
 

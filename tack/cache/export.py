@@ -52,7 +52,8 @@ def variants(source: str):
 
 def parts(meta: dict, payload: bytes):
     """[(suffix, bytes)] of one artifact: a backend whose artifacts hold several parts (Level
-    Zero: native code and its SPIR-V) splits them with its toolchain's ``artifact_parts``."""
+    Zero: native code and its SPIR-V; an OpenCL driver's binary, in the same container) splits
+    them with ``host.artifact_parts``, its toolchain's where it has one."""
     kind = meta.get("backend", "cpu")
     if kind != "cpu":
         from .host import artifact_parts

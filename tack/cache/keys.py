@@ -133,10 +133,10 @@ def _closure_ids(fn):
     """What a kernel made by a factory closes over, so each closure keeps its own entries."""
     if not fn.__closure__:
         return []
-    out = []
+    out, memo = [], {}
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
         try:
-            out.append((name, closure_identity(cell.cell_contents)))
+            out.append((name, closure_identity(cell.cell_contents, _memo=memo)))
         except ValueError:          # an empty cell: the front end says which name (func_id too)
             out.append((name, "<empty>"))
     return out

@@ -70,7 +70,6 @@ class _KernelState:
         self.constants = {}      # cid -> ir.Constant
         self.deps = []
         self._seen = set()
-        self.owners = {}         # fid -> the globals of each function lowered under it (the first's: fid)
         self.stack = []          # fids being lowered, to find recursion
         self.depth = 0           # expression levels open, summed over the functions being lowered
 
@@ -637,17 +636,6 @@ class _FunctionLowerer:
         if len(e.args) != len(params):
             raise self.error(f"'{fn.__name__}' takes {len(params)} arguments "
                              f"({', '.join(params)}), got {len(e.args)}", e)
-        # Two modules' functions of one name and text where neither is its module's under that
-        # name (two files loaded as one module name, as a plugin loader does) have one fid: the
-        # second, which reads its own module's globals, is another function.  (Its scope in the
-        # dependency record is reached by no name: such a kernel is lowered again, never reused.)
-        owners = self.state.owners.setdefault(fid, [])
-        n = next((k for k, g in enumerate(owners) if g is fn.__globals__), None)
-        if n is None:
-            n = len(owners)
-            owners.append(fn.__globals__)
-        if n:
-            fid += f"~{n}"
         bound, args = {}, []
         for p, a in zip(params, e.args):
             cls = self.template_arg(a)

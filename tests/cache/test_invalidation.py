@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+import tack
+
 from .conftest import (EXPECTED, KMOD, KMOD_LAUNCHES, check_results, child_env, clone, compiled,
                        entry_files, expect_main, loaded, run_child, write_module, edit)
 
@@ -595,3 +597,123 @@ def test_a_compile_error_from_a_cached_lowered_kernel_names_where_the_kernel_is_
         assert run.stats["hits"]["lowered"] == 1, run.stats
         assert f'File "{src / "kmod.py"}", line {at}' in run.data["extra"], run.data["extra"]
         assert "y[i] = v" in run.data["extra"]
+
+
+PLUGIN_MAIN = """\
+import importlib.util
+import os
+
+import tack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load(n):
+    spec = importlib.util.spec_from_file_location("ops", os.path.join(HERE, f"p{n}", "ops.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+F1, F2 = load(1).f, load(2).f
+
+
+@tack.kernel
+def k_plugins(a, out):
+    i = tack.tid()
+    out[i] = F1(a[i]) + 10.0 * F2(a[i])
+"""
+
+PLUGIN_RUN = """\
+import json
+import numpy as np
+import tack, tack.cache
+import plugin_main
+out = np.zeros(3)
+tack.launch(plugin_main.k_plugins, dim=3, args=(np.arange(3.0), out))
+st = tack.cache.stats()
+print(json.dumps({"out": out.tolist(), "hits": st["hits"]["variant"], "misses": st["misses"]["variant"],
+                  "written": st["bytes_written"]}))
+"""
+
+
+def test_two_plugin_files_of_one_module_name_are_two_functions_and_cached(tmp_path):
+    """Two plugin files loaded under one module name (spec_from_file_location("ops", ...), neither
+    in sys.modules), each f of one text reading its own S: two functions (a kernel calling both
+    ran the first twice), told apart by their files, so that the next process finds the kernel
+    in the cache (told apart by the order the front end met them, it compiled and wrote the
+    kernel again in every process)."""
+    for n in (1, 2):
+        (tmp_path / f"p{n}").mkdir()
+        (tmp_path / f"p{n}" / "ops.py").write_text(
+            f"import tack\nS = tack.constant({n}.0)\n\n\n@tack.func\ndef f(x):\n    return x * S\n")
+    (tmp_path / "plugin_main.py").write_text(PLUGIN_MAIN)
+    env = dict(os.environ, TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(
+        [str(tmp_path), os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]))
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", PLUGIN_RUN], env=env, capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    for run in runs:
+        assert run["out"] == [0.0, 21.0, 42.0], run
+    assert runs[0]["misses"] == 1 and runs[1] == dict(runs[1], hits=1, misses=0, written=0), runs
+
+
+def _pair(f, g):
+    @tack.func
+    def both(x):
+        return f(x) + g(x)
+    return both
+
+
+def test_a_function_reached_by_many_paths_has_a_short_identity():
+    """A device function closing over ``pair(f, f)`` nested 18 deep is reached by 2**18 paths: its
+    identity wrote each out in full (38 MB of text, most of a second, in a warm process's first
+    call too); each function's identity is made once per key and is a digest."""
+    from tack.fingerprints import closure_identity, func_id
+
+    @tack.func
+    def base(x):
+        return x
+
+    f = base
+    for _ in range(18):
+        f = _pair(f, f)
+    assert len(closure_identity(f)) < 200
+    assert len(func_id(f.py_func)) < 300
+    g = base
+    for _ in range(17):
+        g = _pair(g, g)
+    assert closure_identity(_pair(g, g)) == closure_identity(f)     # the same text, the same id
+    assert closure_identity(_pair(g, base)) != closure_identity(f)
+
+
+def test_a_metaclass_gives_its_numbers_and_static_methods_not_its_plain_methods():
+    """What a template's metaclass gives it counts (``P.K`` is read from it, as Python does), but
+    not the metaclass's plain functions, which reach the class as bound methods no kernel reads:
+    hashing them read and hashed abc.py for every ABC template, enum.py for every Enum."""
+    import abc
+
+    from tack.fingerprints import class_fingerprint
+
+    def make(k, body):
+        meta = type("Meta", (type,), {"K": k, "helper": body})
+        return meta("Policy", (), {})
+
+    base = class_fingerprint(make(2.0, lambda cls: 1))
+    assert class_fingerprint(make(2.0, lambda cls: 2)) == base
+    assert class_fingerprint(make(3.0, lambda cls: 1)) != base
+
+    class ABCPolicy(abc.ABC):
+        K = 1.0
+    sources = []
+    import tack.fingerprints as fp
+    real = fp._file
+    fp._file = lambda name: sources.append(name) or real(name)
+    try:
+        fp.class_fingerprint(ABCPolicy)
+    finally:
+        fp._file = real
+    assert not [s for s in sources if s.endswith("abc.py")], sources
