@@ -213,8 +213,9 @@ class _WeakFloat(str):
 def _float_literal(v) -> str:
     with np.errstate(over="ignore"):            # past float32: its infinity
         v = float(np.float32(v))
-    if v != v:
-        return "NAN"
+    if v != v:      # a NaN of another sign or payload (-NaN) as its bits: NAN is one NaN
+        bits = int(np.float32(v).view(np.uint32))
+        return "NAN" if bits == 0x7FC00000 else f"as_type<float>({bits:#010x}u)"
     if v in (float("inf"), float("-inf")):
         return "INFINITY" if v > 0 else "(-INFINITY)"
     text = repr(v)

@@ -388,6 +388,28 @@ def test_float_floordiv_and_mod_are_numpys(tmp_path):
     assert _same_floats(r, want_r).all()
 
 
+class NegativeNaN:
+    K = -math.nan
+
+
+@tack.kernel
+def nan_sign(p, out):
+    i = tack.tid()
+    out[i] = math.copysign(tack.float32(1.0), p.K)
+
+
+def test_a_nan_literal_keeps_its_sign(tmp_path):
+    """A template's -NaN is a literal in the emitted MSL: it was written NAN, whose sign is +, so
+    copysign(1, P.K) gave 1 where the CPU gives -1; it is written as its bits."""
+    for where in ("shim", "cpu"):
+        out = np.zeros(2, np.float32)
+        if where == "shim":
+            run_shim(nan_sign, (NegativeNaN, out), (2,), tmp_path)
+        else:
+            tack.launch(nan_sign, dim=2, args=(NegativeNaN, out))
+        assert out.tolist() == [-1.0, -1.0], where
+
+
 def test_layouts_and_atomics_run_like_the_cpu(tmp_path):
     f_in = np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4))
     big = np.arange(48, dtype=np.float32).reshape(6, 8)
