@@ -615,3 +615,17 @@ def test_a_module_that_does_not_compile_leaves_the_image_current(site, tmp_path)
     p = _py(site, "import tack, tack.records as r\ntry:\n    import tack.stray_broken\n"
             "except SyntaxError as e:\n    print('SyntaxError', type(r.__loader__).__name__)", tmp_path)
     assert p.stdout.split() == ["SyntaxError", "_Loader"]
+
+
+def test_image_command_writes_where_the_finder_reads_through_a_linked_path(site, tmp_path):
+    """Tack imported through a symbolic link to its directory, under ``-X pycache_prefix``:
+    ``image`` writes the image where the finder (and CPython, for the ``.pyc`` files) looks, under
+    the path as imported, and ``--check`` speaks of that image (before: it resolved the link and
+    wrote it under the real path, said it was current, and no process ever used it)."""
+    link, prefix = tmp_path / "link", tmp_path / "prefix"
+    link.symlink_to(site, target_is_directory=True)
+    env = {"PYTHONPATH": link, "PYTHONPYCACHEPREFIX": prefix, "PYTHONDONTWRITEBYTECODE": 1}
+    _py(site, "import sys; from tack.site.cli import main; sys.exit(main(['image']))", tmp_path, **env)
+    report = _child(site, tmp_path, **env)
+    assert report["finder"] and _served(report), report
+    assert report["image_path"].startswith(str(prefix / str(link).lstrip(os.sep)))

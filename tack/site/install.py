@@ -248,7 +248,9 @@ def import_image(check=False, out=sys.stdout, err=sys.stderr, said="image: ") ->
     what was done."""
     import tack
     from .. import _image, _image_write
-    here = os.path.dirname(os.path.realpath(tack.__file__))
+    # the directory as imported, links unresolved, as the finder (``tack/__init__``) and CPython
+    # name it: under -X pycache_prefix the image's place mirrors that path
+    here = os.path.dirname(tack.__file__)
     path = _image.image_path(here)
     ok, moved = _image_write.check("tack", here)
     if ok and moved:
