@@ -288,8 +288,10 @@ def class_fingerprint(cls, _seen=frozenset(), _memo=None) -> str:
             if name in _CLASS_BOOKKEEPING:
                 continue
             # a metaclass's plain function reaches the class as a bound method, which no kernel
-            # reads (and hashing ABCMeta's or EnumType's would read abc.py or enum.py)
-            if of_meta and not isinstance(attr, (staticmethod, Func, bool, int, float)):
+            # reads, nor its special or private names (``__new__`` is a static method, and so is
+            # 3.10's EnumMeta._get_mixins_): hashing ABCMeta's or EnumMeta's would read abc.py or
+            # enum.py, which Python 3.11 freezes and 3.10 does not
+            if of_meta and (name.startswith("_") or not isinstance(attr, (staticmethod, Func, bool, int, float))):
                 continue
             if isinstance(attr, staticmethod):
                 attr = attr.__func__
