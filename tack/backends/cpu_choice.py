@@ -40,6 +40,8 @@ without a table rule (ppc64le), or bundles that record no table (made by a Tack 
 fields), the caller's ``ancestry()`` answers instead: archspec, imported then and only then.
 """
 
+from itertools import compress
+
 TABLE_FORMAT = "2"                            # 1: features as changes from the first parent's
 RULE_FAMILIES = ("x86_64", "aarch64")         # the families whose host detection is replicated
 FIELDS = ("cpu_family", "cpu_vendor", "cpu_rank", "cpu_features", "cpu_table")
@@ -232,6 +234,16 @@ def parse_table(text: str) -> Table:
     return t
 
 
+_HEX = "0123456789abcdef"
+_BIT_BYTES = bytes.maketrans(b"01", b"\x00\x01")
+
+
+def _named_bits(names: list, mask: int) -> list:
+    """The names whose bits are set in ``mask`` (bit i: ``names[i]``), in order; picked by C
+    loops (``itertools.compress`` over the mask's binary digits), not a shift per name."""
+    return list(compress(names, bin(mask)[:1:-1].encode().translate(_BIT_BYTES)))
+
+
 def generic_levels(text: str, family: str):
     """{name: (depth, required features)} of the targets of table ``text`` that a node's
     features alone decide (see the module's docstring): the family's root, and on x86_64 every
@@ -251,12 +263,12 @@ def generic_levels(text: str, family: str):
         if len(fields) != 5 or fields[1] != "generic":
             return None
         name, _, _, parents, mask = fields
-        if parents != before or not all(c in "0123456789abcdef" for c in mask) or not mask:
+        if parents != before or not mask or mask.strip(_HEX):
             return None                         # not the next link of the chain
         m = int(mask, 16)
         if m >> len(names) or held & ~m:
             return None                         # features not the table's, or fewer than before
-        levels[name] = (len(levels), [f for i, f in enumerate(names) if m >> i & 1])
+        levels[name] = (len(levels), _named_bits(names, m))
         if family != "x86_64":
             break                               # aarch64: its root alone (archspec's rule never
         before, held = name, m                  # takes a generic Arm level above it)

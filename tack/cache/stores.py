@@ -114,7 +114,11 @@ class DiskCache:
 
     def read(self, kind: int, key, level: str, targets=()):
         """``protocol.Store.read``: a variant's key is tried for each of ``targets`` in turn (the CPU:
-        this host's alone; CUDA: the device's sm, then PTX of lower ones), the first found used."""
+        this host's alone; CUDA: the device's sm, then PTX of lower ones), the first found used.
+        A directory that is not there (a new user served by site bundles) or not trusted is
+        answered before any key is made: a variant's key for each target costs a hash."""
+        if not self.usable():
+            return None, MISSING if self._missing and self.writable else self._unusable_why
         if not callable(key):
             return self._read(kind, key, level)
         why = MISSING
