@@ -854,8 +854,9 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
 
 def stale_bundles(directories) -> list:
     """One line for each bundle of ``directories`` that this Tack cannot use as it is: one that
-    cannot be read (damaged, untrusted, another format), or one made by another Tack or with
-    another LLVM (``staleness``).  ``bundles check`` fails on them even when the contour is
+    cannot be read (damaged, untrusted, another format), one made by another Tack or with
+    another LLVM (``staleness``), or one with damaged entries or index blocks (``bundles status``'s
+    DAMAGED).  ``bundles check`` fails on them even when the contour is
     served by another bundle: a stale bundle serves nothing."""
     node_llvm = llvm_version()
     lines = []
@@ -873,6 +874,15 @@ def stale_bundles(directories) -> list:
                 fix = "rebuild it (bundles rebuild)" if b.meta.get("tack") == tack_version_id() \
                     else "build it again (bundles build; a package's prefix: bundles install)"
                 lines.append(f"{path} is stale ({'; '.join(why)}): {fix}")
+                continue
+            # Its header whole, an entry or an index block may still be damaged: jobs refuse those
+            # one by one and compile their kernels, and ``bundles status`` says DAMAGED; so must this.
+            with b:
+                damaged = b.damaged_entries()
+            if damaged:
+                lines.append(f"{path} is damaged: {damaged} of {len(b)} entries unusable (their "
+                             "kernels compile in every job): build it again (bundles build; a "
+                             "package's prefix: bundles install)")
     return lines
 
 

@@ -1,0 +1,55 @@
+"""What an admin's tools say, and what a job gets, when site bundles are damaged, replaced or
+read without MPI: each case a real process, as an admin or a job would run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import tack
+from tack.backends.cpu_runtime import host_arch
+from tack.cache import bundle, entry
+
+from .test_build import OTHER, run_build, write_config
+
+TACK_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(tack.__file__)))
+
+
+def site_cli(cwd, *args, env=None):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    e["PYTHONPATH"] = TACK_PARENT
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "tack.site", *args], env=e, capture_output=True,
+                          text=True, timeout=600, cwd=cwd)
+
+
+def flip_one_variant(path) -> str:
+    """Flip a byte in the middle of one variant entry of the bundle at ``path`` (its index, header
+    and every other entry whole); -> that variant's key."""
+    with bundle.read(str(path), allow_root=True) as b:
+        (kind, key), (offset, length) = next((k, v) for k, v in sorted(b.index.items())
+                                             if k[0] == entry.KIND_VARIANT)
+    data = bytearray(path.read_bytes())
+    data[offset + length // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return key
+
+
+def test_bundles_check_fails_on_a_bundle_with_a_damaged_entry(tmp_path):
+    """``bundles status`` says DAMAGED of a bundle one of whose entries fails its checksum (jobs
+    refuse that entry and compile its kernel); ``bundles check``, the install test, said the
+    directory was fine (exit 0, "nothing compiled") as long as the contour was served."""
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(write_config(tmp_path, [host_arch(), OTHER]), out_dir)
+    assert rc == 0, out + err
+    (other,) = [p for p in out_dir.iterdir() if f"-cpu-{OTHER}-" in p.name]
+    flip_one_variant(other)
+    status = site_cli(tmp_path, "bundles", "status", str(out_dir))
+    assert status.returncode == 0 and "DAMAGED: 1 of" in status.stdout, status.stdout + status.stderr
+    check = site_cli(tmp_path, "bundles", "check", str(out_dir))
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "compiled 0" in check.stdout                 # this node's bundle still serves the contour
+    (line,) = [x for x in check.stdout.splitlines() if "damaged" in x]
+    assert line.startswith(f"error: {other} is damaged: 1 of ") and "build it again" in line, line
+    assert "nothing compiled" not in check.stdout
