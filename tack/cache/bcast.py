@@ -92,7 +92,16 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
         if sites is not None and host_key is not None and settings.mode != "off":
             site_rows = _site_bundles(sites, host_key, deferred_warn_once(said))
         if reason is not None and not others and not (site_rows and site_rows[2]):
-            deferred_warn_once(said)(f"not using a bundle: {reason}; kernels compile as without a cache")
+            then = "kernels compile as without a cache"
+            if comm is None and host_key is not None and settings.mode != "off":
+                # Alone, the site bundles are not read here but opened as lookups need them: they
+                # may well serve every kernel (a new user on a site install), not "compile".
+                from .stores import site_dirs
+                lazy = site_dirs()
+                if lazy:
+                    then = (f"kernels are looked up in the site bundles of {os.pathsep.join(lazy)} "
+                            "as they are needed, and compile where none serves them")
+            deferred_warn_once(said)(f"not using a bundle: {reason}; {then}")
     if comm is None:
         return loaded, others, _sites_by_dir(site_rows)
 
