@@ -143,6 +143,7 @@ class Bundle:
         self.bytes_read = 0
         self.read_seconds = 0.0                 # spent by ``read(whole=True)`` reading and checking it
         self.blocks_checked = 0
+        self.opened_as = None                   # (size, mtime) of the file when opened (``read``)
         self._index = None
         self._blocks = {}                       # block number -> (rows, keys) or why it is refused
         try:
@@ -207,6 +208,18 @@ class Bundle:
             data = self._at(0, self.size)
             self._data = data
         return self._data
+
+    def rewritten(self) -> bool:
+        """Whether the file this bundle keeps open was written in place since it was opened (a
+        ``cp`` over it, not a rename): its size or modification time differs from the open's.
+        Asked only when an entry or block fails its checks, never on a hit."""
+        if self._fd is None or self.opened_as is None:
+            return False
+        try:
+            st = os.fstat(self._fd)
+        except OSError:
+            return False
+        return (st.st_size, st.st_mtime_ns) != self.opened_as
 
     def serve_from(self, view, live) -> None:
         """Serve from ``view`` from now on: the same bytes as this bundle's, in memory another
@@ -472,6 +485,7 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None,
             b.bytes_read, b.read_seconds = len(data), time.perf_counter() - t0
         else:
             b = Bundle(None, path, _fd=fd, _size=st.st_size)
+            b.opened_as = (st.st_size, st.st_mtime_ns)
             fd = None                           # the bundle's now: closed with it
     except OSError as e:
         raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
@@ -645,6 +659,17 @@ class BundleStore:
             got = self.bundle.entry(kind, key, only=HIT_FIELDS)
         except (DamagedEntry, BundleError, OSError) as e:
             self._count(t0)
+            if self.bundle.rewritten():
+                # Not damage: the file was overwritten in place (``cp NEW OLD``), so what this
+                # process read at open no longer describes it. None of it is used from now on.
+                gone, self.bundle, self._failed = self.bundle, None, True
+                path = gone.path
+                gone.close()
+                self.warn_once(f"not using the {self.label} {path} any more: it was written in "
+                               "place while this process had it open (replace a bundle by writing "
+                               "a new file beside it and renaming it over the old one, as pack and "
+                               "bundles build do); its kernels compile")
+                return None, f"the {self.label} {path} was written in place since it was opened"
             self.stats["damaged"] += 1
             log.debug("%s %s: %s %s damaged (%s); ignored", self.label, self.bundle.path, level,
                       key[:16], e)

@@ -1,7 +1,10 @@
 """A user's warm path against site bundles and bundles replaced, damaged or read without MPI:
 what a job computes, where its variants came from, and what it is told."""
 
-from .conftest import check_results, run_child
+import os
+import textwrap
+
+from .conftest import check_results, run_child, run_cli
 from .test_bundle_messages import ONE, messages, site_bundle
 
 
@@ -22,3 +25,33 @@ def test_load_bundle_without_mpi_does_not_say_kernels_compile_when_site_bundles_
     assert msg.startswith("tack: not using a bundle: ") and str(tmp_path / "own") in msg, msg
     assert "compile as without a cache" not in msg, msg
     assert f"looked up in the site bundles of {site}" in msg, msg
+
+
+def test_a_site_bundle_copied_over_in_place_is_said_and_no_longer_read(warm, tmp_path):
+    """An admin replaces a site bundle with ``cp NEW OLD`` (written in place, not renamed) while a
+    job has it open and has loaded a kernel from it.  The job then needs that kernel for another
+    argument type: the lowered entry its index (read at open) lists is read from where the old
+    file had it, and fails its checks.  That was logged as damage ("not a Tack cache entry"),
+    the bundle then looked fine to every tool, and each later lookup read bytes of the new file
+    at the old file's places.  Now: one warning naming the file and what happened, the bundle
+    is no longer read by this process, and the results are right."""
+    cache, src = warm
+    site = site_bundle(tmp_path, src)
+    (name,) = os.listdir(site)
+    new = tmp_path / "new-bundle"                       # another bundle's bytes: KMOD's own, packed
+    assert run_cli(cache, "pack", "--output", str(new)).rc == 0
+    after = textwrap.dedent(f"""
+        import subprocess
+        subprocess.run(["cp", {str(new)!r}, {str(site / name)!r}], check=True)
+        a = np.arange(5, dtype=np.float32)
+        out = np.zeros(5, dtype=np.float32)
+        tack.launch(mod.k_other, 5, (a, out))
+        extra = out.tolist()
+    """)
+    run = run_child(tmp_path / "own", src, ONE, env={"TACK_CACHE_BUNDLES": str(site)}, after=after)
+    check_results(run)                                  # the float64 launch, from the site bundle
+    assert run.stats["variants_from"] == {"site bundles": 1}
+    assert run.data["extra"] == [x * x - 1.0 for x in range(5)]
+    (msg,) = messages(run)
+    assert str(site / name) in msg and "written in place" in msg, msg
+    assert run.stats["damaged"] == 0
