@@ -723,7 +723,12 @@ class SiteBundleStore:
                 log.debug("site bundles: no directory %s (yet)", self.directory)
                 self._listed = []               # nothing there: nothing to open either
             except OSError as e:
-                log.debug("site bundles: cannot list %s (%s)", self.directory, e.strerror or e)
+                # There, but this user cannot list it (an admin's chmod 0711): every kernel the
+                # bundles built for this node would have served compiles, in every job; say so.
+                self.warn_once(f"cannot list the site bundle directory {self.directory} "
+                               f"({e.strerror or e}): the bundles built for this node's CPU there "
+                               f"are not used, and their kernels compile (its owner can make it "
+                               f"readable: chmod a+rx {self.directory})")
                 self._listed = None
         return self._listed
 

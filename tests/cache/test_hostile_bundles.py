@@ -4,7 +4,7 @@ what a job computes, where its variants came from, and what it is told."""
 import os
 import textwrap
 
-from .conftest import check_results, run_child, run_cli
+from .conftest import check_results, drop_dac_caps, run_child, run_cli
 from .test_bundle_messages import ONE, messages, site_bundle
 
 
@@ -55,3 +55,21 @@ def test_a_site_bundle_copied_over_in_place_is_said_and_no_longer_read(warm, tmp
     (msg,) = messages(run)
     assert str(site / name) in msg and "written in place" in msg, msg
     assert run.stats["damaged"] == 0
+
+
+def test_a_site_directory_the_user_cannot_list_is_said(stored_kmod, tmp_path):
+    """A site bundle directory that is there but that this user cannot list (mode 0311: its
+    owner may search it, but not read it): its bundles cannot be chosen, so every kernel
+    compiles, in every job.  That was said only in the debug log, while ``bundles status`` and
+    ``bundles check`` fail on it; now one warning names the directory and why."""
+    site = site_bundle(tmp_path, stored_kmod.src)
+    site.chmod(0o311)
+    try:
+        run = run_child(tmp_path / "own", stored_kmod.src, ONE, env={"TACK_CACHE_BUNDLES": str(site)},
+                        preexec_fn=drop_dac_caps)
+    finally:
+        site.chmod(0o755)
+    check_results(run)
+    assert run.stats["variants_from"] == {} and run.stats["misses"]["variant"] == 1
+    (msg,) = messages(run)
+    assert f"cannot list the site bundle directory {site}" in msg and "Permission denied" in msg, msg
