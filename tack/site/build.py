@@ -868,6 +868,12 @@ def stale_bundles(directories) -> list:
             except bundle_mod.BundleError as e:
                 lines.append(f"{path}: cannot be used: {e}")
                 continue
+            misnamed = _misnamed(path, b.meta)
+            if misnamed:
+                b.close()
+                lines.append(f"{path} is not named for what it holds ({misnamed}): jobs never use "
+                             "it; build it again (bundles build), or rename it to that name")
+                continue
             why = staleness(b, node_llvm, uncomparable=False)
             if why:
                 # rebuild reads the lowered kernels of this Tack's bundles only
@@ -884,6 +890,27 @@ def stale_bundles(directories) -> list:
                              "kernels compile in every job): build it again (bundles build; a "
                              "package's prefix: bundles install)")
     return lines
+
+
+def _misnamed(path, meta):
+    """None when the file name of the bundle at ``path`` is one a job looks for what its header
+    says it holds (``bundle_name`` of a packed bundle, ``site_bundle_name`` of a built one);
+    else what that name is.  A bundle copied or renamed by hand (``cp`` of the x86_64_v3
+    bundle to the zen3 bundle's name) serves nothing: a job checks the header against the name
+    it chose it by, and passes it over, saying so only in its log."""
+    arch, tk = meta.get("arch"), meta.get("target_key")
+    if not arch or not tk:
+        return None                             # too little to tell: staleness says the rest
+    names = set()
+    for machine in {meta.get("machine") or None, None}:
+        names.add(bundle_mod.bundle_name(tk, machine))
+        try:
+            names.add(site_bundle_name(arch, tk, machine))
+        except ValueError:                      # an arch with no file name of its own
+            return None
+    if os.path.basename(path) in names:
+        return None
+    return f"its header says {arch}, target {tk[:12]}: " + " or ".join(sorted(names))
 
 
 def probe_write(directory) -> None:

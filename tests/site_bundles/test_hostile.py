@@ -4,6 +4,7 @@ read without MPI: each case a real process, as an admin or a job would run it.""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -53,3 +54,27 @@ def test_bundles_check_fails_on_a_bundle_with_a_damaged_entry(tmp_path):
     (line,) = [x for x in check.stdout.splitlines() if "damaged" in x]
     assert line.startswith(f"error: {other} is damaged: 1 of ") and "build it again" in line, line
     assert "nothing compiled" not in check.stdout
+
+
+def test_bundles_check_fails_on_a_bundle_copied_to_another_archs_name(tmp_path):
+    """An admin copies the x86_64_v3 bundle to the name of this node's own bundle (``cp``, a
+    restore from a backup under the wrong name).  A job reads its header, sees it names another
+    arch, and passes it over (said in its log only), so the kernels come from the generic
+    bundle; ``bundles status`` says it is not used.  ``bundles check`` said the directory was
+    fine; a bundle that serves nothing fails it, as a stale one does, naming its right name."""
+    out_dir = tmp_path / "bundles"
+    root = platform.machine()                           # the family's root: x86_64, aarch64
+    rc, out, err = run_build(write_config(tmp_path, [host_arch(), root]), out_dir)
+    assert rc == 0, out + err
+    (mine,) = [p for p in out_dir.iterdir() if f"-cpu-{host_arch()}-" in p.name]
+    (generic,) = [p for p in out_dir.iterdir() if f"-cpu-{root}-" in p.name]
+    mine.write_bytes(generic.read_bytes())
+    status = site_cli(tmp_path, "bundles", "status", str(out_dir))
+    assert f"{mine.name}: cpu:{root}, " in status.stdout and "not used by this node (its header " \
+        "names another arch or target than its file name)" in status.stdout, status.stdout
+    check = site_cli(tmp_path, "bundles", "check", str(out_dir))
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "compiled 0" in check.stdout                 # the generic bundle serves the contour
+    (line,) = [x for x in check.stdout.splitlines() if "not named for what it holds" in x]
+    assert line.startswith(f"error: {mine} is not named for what it holds (its header says "
+                           f"cpu:{root}, ") and generic.name in line, line
