@@ -699,7 +699,13 @@ def bundles_status(directory=None, out=sys.stdout, err=sys.stderr) -> int:
     for d in directories:
         if directory is None:
             print(f"{d}:" if os.path.isdir(d) else f"{d}: missing", file=out)
-        chosen += _status_of(d, node_llvm, host_key, node_arch, out, runtimes)
+        chosen += [(kind, name, d) for kind, name in _status_of(d, node_llvm, host_key, node_arch,
+                                                                out, runtimes)]
+    # A name held by two directories (one site's bundles copied into another's) is said with its
+    # directory: by its name alone the line named the same bundle twice, not which file a job reads.
+    twice = {n for n in {name for _, name, _ in chosen}
+             if len({d for _, name, d in chosen if name == n}) > 1}
+    chosen = [(kind, os.path.join(d, name) if name in twice else name) for kind, name, d in chosen]
     cpu = [name for kind, name in chosen if kind == "cpu"]
     if cpu:
         print(f"this node looks first in: {', '.join(cpu)}", file=out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -78,3 +79,31 @@ def test_bundles_check_fails_on_a_bundle_copied_to_another_archs_name(tmp_path):
     (line,) = [x for x in check.stdout.splitlines() if "not named for what it holds" in x]
     assert line.startswith(f"error: {mine} is not named for what it holds (its header says "
                            f"cpu:{root}, ") and generic.name in line, line
+
+
+def test_status_names_which_directorys_copy_a_job_reads_first(tmp_path):
+    """Two site directories holding the same bundle names (one site's bundles copied into a
+    group's directory): a job reads the first directory's.  ``bundles status`` ended with
+    "this node looks first in: NAME, NAME2, NAME, NAME2", which does not say which file that
+    is; a name two directories hold is now said with its directory, and the first one is the
+    file the job's log says it read."""
+    first, second = tmp_path / "group", tmp_path / "site"
+    rc, out, err = run_build(write_config(tmp_path, [host_arch()]), second)
+    assert rc == 0, out + err
+    shutil.copytree(second, first)
+    (name,) = os.listdir(second)
+    env = {"TACK_CACHE_BUNDLES": f"{first}:{second}", "TACK_CACHE_INSTALLED_BUNDLES": "0"}
+    status = site_cli(tmp_path, "bundles", "status", env=env)
+    assert status.returncode == 0, status.stdout + status.stderr
+    last = status.stdout.strip().splitlines()[-1]
+    assert last == f"this node looks first in: {first / name}, {second / name}", last
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    e.update(env, PYTHONPATH=TACK_PARENT, TACK_CACHE_DIR=str(tmp_path / "own"), TACK_CACHE_LOG="1")
+    job = subprocess.run([sys.executable, "-c", "import numpy as np, tack.cache\n"
+                          "from tack.kernels.contour import contour\n"
+                          "contour(np.indices((8, 8, 8)).sum(axis=0).astype(np.float32), 9.5)\n"
+                          "print(tack.cache.stats()['variants_from'])"],
+                         env=e, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert job.returncode == 0, job.stderr
+    assert job.stdout.strip() == "{'site bundles': 2}", job.stdout + job.stderr
+    assert f"site bundle for cpu:{host_arch()}: {first / name}\n" in job.stderr, job.stderr
