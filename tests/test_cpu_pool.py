@@ -261,6 +261,53 @@ def test_concurrent_launches_from_two_threads(every_grid_parallel):
     assert not any(t.is_alive() for t in ts)
 
 
+class _NestingWake:
+    """A worker's wake lock whose ``locked()`` answer is followed by ``nested()`` on the calling
+    thread: a signal handler, or a finalizer run by the garbage collector, that launches a kernel
+    and lands just after the caller looked at the lock (deterministic here)."""
+
+    def __init__(self, lock, nested):
+        self.lock, self.nested = lock, nested
+
+    def locked(self):
+        got = self.lock.locked()
+        nested, self.nested = self.nested, None
+        if nested is not None:
+            nested()
+        return got
+
+    def release(self):
+        self.lock.release()
+
+
+def test_a_launch_nested_in_a_parallel_launch_on_its_thread(every_grid_parallel, monkeypatch):
+    """A launch made on the thread of a parallel launch while it runs (a signal handler's, a
+    ``__del__``'s) is right and leaves the outer launch right. It re-entered the pool (its lock
+    is the caller's own): it woke the worker the outer launch had just seen parked, and the outer
+    launch then released the lock again: "RuntimeError: release unlocked lock", raised by the
+    outer launch (seen with a SIGALRM handler launching a kernel every millisecond)."""
+    import _thread
+    tack.config.num_threads = 2
+    _launch_marked((200,))                      # compiled, and the pool started
+    inner = []
+
+    def nested():
+        out = np.zeros(300, np.int64)
+        tack.launch(k_mark1, dim=out.size, args=(out,))
+        inner.append(out)
+    parked = _thread.allocate_lock()            # a worker's lock, parked on by no worker here:
+    parked.acquire()                            # once released it stays so, as before a late worker
+    monkeypatch.setattr(cpu_runtime, "_wakes", [_NestingWake(parked, nested)])
+    monkeypatch.setattr(cpu_runtime, "_slots", [None])
+    monkeypatch.setattr(cpu_runtime, "_inside", [None])
+    out = np.zeros(500, np.int64)
+    tack.launch(k_mark1, dim=out.size, args=(out,))
+    np.testing.assert_array_equal(out, np.arange(1, out.size + 1))
+    assert len(inner) == 1
+    np.testing.assert_array_equal(inner[0], np.arange(1, 301))
+    assert not cpu_runtime._busy._is_owned()
+
+
 def test_thread_count_change_between_launches(every_grid_parallel):
     """num_threads changed between launches applies to the next launch: more workers are started
     when it grows, fewer threads are used when it shrinks."""
@@ -517,6 +564,9 @@ class LateBusy:                      # the pool's lock, taken, then interrupted
 
     def release(self):
         self.lock.release()
+
+    def _is_owned(self):
+        return self.lock._is_owned()
 
 
 real_busy = cpu_runtime._busy

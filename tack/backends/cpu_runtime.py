@@ -389,7 +389,8 @@ class CPUVariant(BoundsReport):
 # worker that wakes late finds the work done and parks again, and the caller never waits for a
 # worker that has not started. The last chunk to finish releases the job's ``done`` lock.
 # One launch uses the pool at a time: a launch from a second Python thread while it is busy
-# runs serially. A forked child forgets the parent's workers (``os.register_at_fork``) and
+# runs serially, as does one nested in a parallel launch on its own thread (a signal handler's).
+# A forked child forgets the parent's workers (``os.register_at_fork``) and
 # starts its own; workers never keep the interpreter from exiting.
 
 PER_THREAD_S = 100e-6        # the least estimated work a thread is given
@@ -467,7 +468,11 @@ def _run_grid(variant, buf, d):
             _held_back += 1
             if _held_back >= PROBE_EVERY:
                 _held_back, n = 0, base
-    if n >= 2:
+    # A launch on the thread of a parallel launch still running (a signal handler's, a finalizer's
+    # run by the garbage collector) runs serially: the pool's lock is that thread's own, and taking
+    # it again put a second job in the workers' slots and released a worker's wake lock the outer
+    # launch was about to release ("release unlocked lock", raised by the outer launch).
+    if n >= 2 and not _busy._is_owned():
         try:
             if _busy.acquire(False):
                 _parallel(variant, buf, d, n)
