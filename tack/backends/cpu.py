@@ -31,6 +31,39 @@ _init_lock = threading.Lock()
 _initialized = False
 _engine = None
 
+
+def _guard_fork():
+    """Make ``os.fork()`` wait for the LLVM call under way in another thread, so that a child
+    finds LLVM's locks free.  llvmlite takes one lock (an RLock) around every call into LLVM and
+    releases the GIL inside it; a fork made meanwhile (multiprocessing's "fork" start method while
+    a thread compiles) left it held in the child by a thread that does not exist there, and the
+    child's first compile waited for it for ever.  The same for ``_init_lock``, held across LLVM
+    calls (taken first, as ``load_mcjit`` takes them).  The forking thread holds both across the
+    fork and releases them on both sides (it is the child's one thread, their owner there too)."""
+    import os
+    if not hasattr(os, "register_at_fork"):
+        return
+    locks = [_init_lock]
+    try:
+        from llvmlite.binding import ffi
+        llvm_lock = ffi.lib._lock._lock        # llvmlite's _LLVMLock: its RLock
+        if callable(llvm_lock.acquire) and callable(llvm_lock.release):
+            locks.append(llvm_lock)
+    except Exception:                           # noqa: BLE001 - another llvmlite's layout
+        pass
+
+    def before():
+        for lock in locks:
+            lock.acquire()
+
+    def after():
+        for lock in reversed(locks):
+            lock.release()
+    os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
+
+
+_guard_fork()
+
 # Math functions LLVM has intrinsics for; the rest are libm calls.
 # (``pow`` is neither: see ``_pow``.)
 _LLVM_MATH = {"sqrt", "exp", "log", "log2", "log10", "sin", "cos", "floor", "ceil",

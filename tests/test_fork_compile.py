@@ -1,0 +1,97 @@
+"""A process forked while another of its threads is inside LLVM (compiling a kernel) compiles in
+the child: multiprocessing's "fork" start method, or os.fork(), with a compile under way in a
+thread of the parent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FORK_WHILE_HELD = r"""
+import os, sys, threading, time
+import numpy as np
+import tack
+from tack.backends import cpu
+
+
+@tack.kernel
+def first(out):
+    i = tack.tid()
+    out[i] = i + 1.0
+
+
+@tack.kernel
+def second(out):
+    i = tack.tid()
+    out[i] = i * 2.0
+
+
+out = np.zeros(8)
+tack.launch(first, dim=out.size, args=(out,))      # the compiler loaded, as in a parent that compiled
+
+if sys.argv[1] == "llvm":               # llvmlite's lock, held by a thread inside an LLVM call
+    from llvmlite.binding import ffi
+    lock = ffi.lib._lock
+else:                                   # Tack's lock around LLVM's initialization and MCJIT
+    lock = cpu._init_lock
+held, go = threading.Event(), threading.Event()
+
+
+def inside_llvm():
+    with lock:
+        held.set()
+        time.sleep(0.5)                 # the fork comes meanwhile
+
+
+t = threading.Thread(target=inside_llvm)
+t.start()
+held.wait()
+pid = os.fork()
+if pid == 0:                            # the child: a new kernel compiles (LLVM called again)
+    code = 1
+    try:
+        if sys.argv[1] == "init":
+            cpu._initialize(all_targets=True)       # a GPU or another arch's target does this
+        out = np.zeros(8)
+        tack.launch(second, dim=out.size, args=(out,))
+        code = 0 if (out == np.arange(8) * 2.0).all() else 2
+    finally:
+        os._exit(code)
+t.join()
+deadline = time.monotonic() + 60
+while True:
+    got, status = os.waitpid(pid, os.WNOHANG)
+    if got:
+        print("child exit", os.waitstatus_to_exitcode(status))
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print("child hung")
+        break
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+@pytest.mark.parametrize("lock", ["llvm", "init"])
+def test_child_forked_while_a_thread_is_inside_llvm_compiles(tmp_path, lock):
+    """A fork while another thread held llvmlite's lock (every LLVM call takes it, and the GIL is
+    released inside the call) left it held in the child by a thread that does not exist there:
+    the child's first compile waited for it for ever (27 forks in 30 hung with a thread compiling
+    in a loop in the parent). Now a fork waits for the LLVM call under way, and the child gets
+    the lock free; the same for Tack's own lock around LLVM's initialization and MCJIT."""
+    script = tmp_path / "fork_while_held.py"           # a kernel's source must be in a file
+    script.write_text(FORK_WHILE_HELD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(script), lock], env=env, capture_output=True,
+                       text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "child exit 0", p.stdout + p.stderr[-2000:]
