@@ -605,6 +605,84 @@ def test_an_interrupt_as_a_call_returns_neither_hangs_nor_leaves_workers_writing
     assert p.stdout.split("\n")[:2] == ["written after 0", "after True 2"], p.stdout
 
 
+TWICE_INTERRUPTED = r"""
+import time
+import numpy as np
+import tack
+from tack.backends import cpu_runtime
+
+
+@tack.kernel
+def spin(out, m):
+    i = tack.tid()
+    s = 0.0
+    for k in range(m):
+        s = s + 1.0
+    out[i] = out[i] + s + 1.0
+
+
+tack.config.num_threads = 2
+cpu_runtime.PER_THREAD_S, cpu_runtime.OVERHEAD_FACTOR = 1e-15, 0.0     # every grid parallel
+out = np.zeros(2000)
+tack.launch(spin, dim=out.size, args=(out, 10))
+assert cpu_runtime.pool_stats()["last_threads"] == 2
+Real = cpu_runtime._Job
+
+
+class Job(Real):
+    __slots__ = ()
+
+    def work(self, timed=False):
+        if not timed:
+            return Real.work(self, timed)
+        # The caller: Ctrl-C lands as it is about to claim its first chunk, once the worker is
+        # in one of its own (a long one: the worker is still in it when the launch is abandoned).
+        while not any(job is self for job in cpu_runtime._inside):
+            time.sleep(0.001)
+        time.sleep(0.01)                    # the worker has claimed its chunk by now, or soon
+        raise KeyboardInterrupt
+
+
+class SecondCtrlC:                   # and a second Ctrl-C while the launch waits for the worker
+    def __init__(self):
+        self.fired = False
+
+    def sleep(self, s):
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+        time.sleep(s)
+
+
+cpu_runtime._Job, cpu_runtime.time = Job, SecondCtrlC()
+out[:] = 0
+try:
+    tack.launch(spin, dim=out.size, args=(out, 400000))
+    print("no interrupt")
+except KeyboardInterrupt:
+    print("worker inside", any(job is not None for job in cpu_runtime._inside))
+cpu_runtime._Job, cpu_runtime.time = Real, time
+out[:] = 0
+tack.launch(spin, dim=out.size, args=(out, 100))
+print("after", bool((out == 101.0).all()), cpu_runtime.pool_stats()["last_threads"])
+"""
+
+
+def test_a_second_interrupt_while_the_launch_waits_for_its_workers(tmp_path):
+    """Ctrl-C pressed twice: the first lands where the launch must give up its job (its caller
+    about to claim a chunk), the second while it waits for the worker still in one. The wait
+    gave up at the second one, and the launch raised while the worker still wrote into the
+    array (its documented promise: raised once no thread writes into the launch's arrays)."""
+    script = tmp_path / "twice.py"
+    script.write_text(TWICE_INTERRUPTED)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[:2] == ["worker inside False", "after True 2"], p.stdout
+
+
 NO_MORE_THREADS = r"""
 import _thread, json
 import numpy as np

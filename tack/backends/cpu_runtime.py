@@ -609,10 +609,19 @@ class _Job:
 
     def abandon(self):
         """After an interrupt the caller could not hold back: no chunk is claimed any more, and
-        this returns once no worker is in the launch (none writes into its arrays then)."""
+        this returns once no worker is in the launch (none writes into its arrays then); a
+        second interrupt meanwhile (Ctrl-C pressed again) is raised then, not at once."""
         self.stop = True
-        while any(job is self for job in _inside):
-            time.sleep(50e-6)
+        interrupted = None
+        while True:
+            try:
+                while any(job is self for job in _inside):
+                    time.sleep(50e-6)
+                break
+            except BaseException as e:              # noqa: BLE001 - re-raised below
+                interrupted = e
+        if interrupted is not None:
+            raise interrupted
 
 
 def _worker(i):
