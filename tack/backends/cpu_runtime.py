@@ -587,6 +587,12 @@ class _Job:
                 else:
                     fn(buf, lo, hi)
             except BaseException as e:              # noqa: BLE001 - raised by the caller
+                if timed and not isinstance(e, Exception):
+                    # An interrupt (Ctrl-C's handler runs as the caller's chunk returns): no
+                    # chunk is claimed any more, and the caller raises it once no worker is
+                    # in the launch (``abandon``), not after the whole grid has run.
+                    self.stop = True
+                    raise
                 if self.error is None:
                     self.error = e
             if self.finish() == chunks:
