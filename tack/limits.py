@@ -24,6 +24,7 @@ entry nested more deeply is refused as damaged rather than overflowing the stack
 from __future__ import annotations
 
 import _thread
+import os
 import sys
 from contextlib import contextmanager
 
@@ -39,6 +40,18 @@ FRAMES = 4 * MAX_TOTAL_DEPTH + 16 * MAX_CALL_DEPTH + 1000
 JSON_DEPTH = 2 * MAX_EXPR_DEPTH + 2 * 100 + 100
 
 _lock = _thread.allocate_lock()
+
+
+def _fresh_lock_in_child():
+    """After ``os.fork()``: a lock of the child's own.  Another thread of the parent may have
+    held it at the fork (multiprocessing's "fork" while a thread compiles), and no thread of
+    the child would ever release it: the child's first compile waited for ever."""
+    global _lock
+    _lock = _thread.allocate_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
 _active = {}            # headroom asked for -> how many are inside deep() with it
 _saved = [None]         # the limit before the first deep() began
 

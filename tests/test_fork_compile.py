@@ -32,14 +32,21 @@ def second(out):
     out[i] = i * 2.0
 
 
-out = np.zeros(8)
-tack.launch(first, dim=out.size, args=(out,))      # the compiler loaded, as in a parent that compiled
+if sys.argv[1] != "cache":              # the compiler loaded, as in a parent that compiled
+    out = np.zeros(8)
+    tack.launch(first, dim=out.size, args=(out,))
 
 if sys.argv[1] == "llvm":               # llvmlite's lock, held by a thread inside an LLVM call
     from llvmlite.binding import ffi
     lock = ffi.lib._lock
-else:                                   # Tack's lock around LLVM's initialization and MCJIT
+elif sys.argv[1] == "init":             # Tack's lock around LLVM's initialization and MCJIT
     lock = cpu._init_lock
+elif sys.argv[1] == "limits":           # the compiler's recursion headroom (each stage)
+    import tack.limits
+    lock = tack.limits._lock
+else:                                   # the cache's, while a first compile resolves its settings
+    import tack.cache
+    lock = tack.cache._lock
 held, go = threading.Event(), threading.Event()
 
 
@@ -80,13 +87,15 @@ while True:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
-@pytest.mark.parametrize("lock", ["llvm", "init"])
+@pytest.mark.parametrize("lock", ["llvm", "init", "limits", "cache"])
 def test_child_forked_while_a_thread_is_inside_llvm_compiles(tmp_path, lock):
     """A fork while another thread held llvmlite's lock (every LLVM call takes it, and the GIL is
     released inside the call) left it held in the child by a thread that does not exist there:
     the child's first compile waited for it for ever (27 forks in 30 hung with a thread compiling
     in a loop in the parent). Now a fork waits for the LLVM call under way, and the child gets
-    the lock free; the same for Tack's own lock around LLVM's initialization and MCJIT."""
+    the lock free; the same for Tack's own lock around LLVM's initialization and MCJIT. Tack's
+    short-held locks (the compiler's recursion headroom, the cache's settings) are made afresh in
+    the child: one held by another thread at the fork hung the child's compile the same way."""
     script = tmp_path / "fork_while_held.py"           # a kernel's source must be in a file
     script.write_text(FORK_WHILE_HELD)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}

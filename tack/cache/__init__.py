@@ -357,6 +357,17 @@ log = types.SimpleNamespace(isEnabledFor=_is_enabled_for, log=_log, debug=_debug
 
 
 _lock = _thread.allocate_lock()      # threading's Lock, without threading's import (0.5 ms)
+
+
+def _fresh_lock_in_child():
+    """After ``os.fork()``: a lock of the child's own (another thread of the parent may have held
+    it at the fork, resolving the settings; the child's first compile then waited for ever)."""
+    global _lock
+    _lock = _thread.allocate_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
 _configured = {}
 _resolved = None          # Settings, once the first kernel compiled
 _resolved_by = None       # what made them resolved (for configure()'s error)
