@@ -12,6 +12,7 @@ running job that has the old one open is not disturbed.
 from __future__ import annotations
 
 import importlib
+import numbers
 import os
 import sys
 import time
@@ -146,14 +147,36 @@ def warm_specs(entry: dict, where=None):
     specs = []
     for j, shape in enumerate(entry.get("shapes") or []):
         try:
-            specs.extend(warm(shape))
+            got = list(warm(shape))
         except (Exception, SystemExit) as e:    # noqa: BLE001 - the module's own checks, reported
             raise BuildFailure(f"{where(('shapes', j))}: {entry['module']}.tack_warm"
                                f"({list(shape)}) failed: {type(e).__name__}: {e}") from None
+        for n, item in enumerate(got):
+            why = _warm_item_problem(item)
+            if why is not None:
+                raise BuildFailure(f"{where(('shapes', j))}: {entry['module']}.tack_warm"
+                                   f"({list(shape)}) item {n}: {why}; expected (kernel, "
+                                   "(example args...), grid dims)")
+        specs.extend(got)
     if not specs:
         raise BuildFailure(f"{where(('shapes',))}: {entry['module']}.tack_warm gave no kernel to build "
                            "for these shapes")
     return specs
+
+
+def _warm_item_problem(item):
+    """Why one item a module's ``tack_warm`` returned is not ``(kernel, args, grid)``, or None."""
+    if not isinstance(item, (tuple, list)) or len(item) != 3:
+        what = f"{len(item)} values" if isinstance(item, (tuple, list)) else type(item).__name__
+        return f"got {what}"
+    kernel, args, grid = item
+    if not hasattr(kernel, "params"):
+        return f"{getattr(kernel, '__qualname__', type(kernel).__name__)} is not a @tack.kernel"
+    if not isinstance(args, (tuple, list)):
+        return f"its arguments are a {type(args).__name__}, not a tuple"
+    if isinstance(grid, bool) or not isinstance(grid, numbers.Integral) or not 1 <= grid <= 3:
+        return f"its grid is {grid!r}, not 1, 2 or 3"
+    return None
 
 
 def build_problems(cfg, progress=None):
