@@ -171,29 +171,34 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     config_path = os.path.join(share_dir(prefix), config_file(config_name))
     kernels = DEFAULT_KERNELS
     share = share_dir(prefix)
-    from ..cache.trust import make_shared_dirs
-    make_shared_dirs(share)                 # 0755 whatever the umask: jobs trust what is below
+    files = {}              # written together once everything is known to be valid
+    cfg = None
     if site_config:
         cfg = load(site_config, import_modules=True)
         kernels = cfg.get("build.kernels") or kernels
         kept = os.path.join(share, "site.yaml")
         if os.path.realpath(site_config) != os.path.realpath(kept):
-            shutil.copyfile(site_config, kept)
-        with open(os.path.join(share, "site-env.json"), "w", encoding="utf-8") as f:
-            json.dump(cfg.exports(), f, indent=2, sort_keys=True)
-            f.write("\n")
-        if cfg.archs():
-            print(f"bundles install: {site_config}'s build.archs are not what this install "
-                  "builds: --target and --arch are", file=out)
+            with open(site_config, "rb") as f:
+                files[kept] = f.read()
+        files[os.path.join(share, "site-env.json")] = \
+            (json.dumps(cfg.exports(), indent=2, sort_keys=True) + "\n").encode("utf-8")
     from ..archs import ArchError
     try:
         wanted = target_archs(targets or (["host"] if not archs else []), archs)
     except ArchError as e:
-        raise SiteError(f"bundles install: {e}") from None
+        # before anything is written: the prefix's kept config and exports stay as they were
+        raise SiteError(f"bundles install: {e}; nothing was written") from None
     import yaml
-    with open(config_path, "w", encoding="utf-8") as f:
-        f.write("# The config these bundles were built from (python -m tack.site bundles install)\n")
-        yaml.safe_dump(build_config(wanted, kernels), f, sort_keys=False)
+    files[config_path] = ("# The config these bundles were built from (python -m tack.site "
+                          "bundles install)\n" + yaml.safe_dump(build_config(wanted, kernels),
+                                                                sort_keys=False)).encode("utf-8")
+    from ..cache.trust import make_shared_dirs
+    from .atomic import write_files
+    make_shared_dirs(share)                 # 0755 whatever the umask: jobs trust what is below
+    write_files(files)                      # each whole or not at all: never a half-written one
+    if cfg is not None and cfg.archs():
+        print(f"bundles install: {site_config}'s build.archs are not what this install "
+              "builds: --target and --arch are", file=out)
     import_image(out=out, err=err, said="bundles install: ")
     bundles = os.path.join(share, "bundles")
     print(f"bundles install: {', '.join(wanted)} into {bundles}, by Tack "

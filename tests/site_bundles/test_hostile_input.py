@@ -48,3 +48,36 @@ def test_check_malformed_tack_warm_items(tmp_path, monkeypatch, capsys, items, w
     assert rc == 1
     assert f"{config}:6: build.kernels.0.shapes.0: {name}.tack_warm([4]) {why}" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", ["unknown target", "site-env.json is a directory"])
+def test_a_failed_install_leaves_the_prefixs_kept_config_as_it_was(tmp_path, case):
+    """``bundles install --site-config B`` that fails before building (a --target Tack does not
+    build; a file it writes that cannot be written) left the prefix's site.yaml replaced by B
+    (and site-env.json with B's exports) beside bundles built from A's: now nothing is written."""
+    import io
+    import shutil
+    from tack.site import install
+    from tests.site_bundles.test_install import installed_prefix
+    prefix, _ = installed_prefix(tmp_path)
+    share = prefix / "share" / "tack"
+    share.mkdir(parents=True)
+    first = b"version: 1\ncache:\n  size: 4G\n"
+    (share / "site.yaml").write_bytes(first)
+    if case == "site-env.json is a directory":
+        (share / "site-env.json").mkdir()
+        targets = ["x86_64"]
+    else:
+        (share / "site-env.json").write_text('{\n  "TACK_CACHE_SIZE": "4G"\n}\n')
+        targets = ["zen9"]
+    before = {p.name: p.read_bytes() for p in share.iterdir() if p.is_file()}
+    second = tmp_path / "B.yaml"
+    second.write_text("version: 1\ncache:\n  size: 8G\n")
+    out, err = io.StringIO(), io.StringIO()
+    rc = install.bundles_install(str(prefix), targets, (), str(second), out=out, err=err)
+    assert rc == 1, out.getvalue() + err.getvalue()
+    assert {p.name: p.read_bytes() for p in share.iterdir() if p.is_file()} == before
+    assert "nothing was written" in err.getvalue(), err.getvalue()
+    assert "Traceback" not in err.getvalue()
+    assert not (share / "bundles").exists() and not (share / "bundles-build.yaml").exists()
+    shutil.rmtree(prefix)
