@@ -68,7 +68,9 @@ def quote(shell, value):
     if shell == "csh":
         return _quoted(parts, _csh_literal, lambda n, b: f"${{{n}}}" if b else f"${n}")
     if shell == "fish":
-        return _quoted(parts, _fish_literal, lambda n, b: f"{{${n}}}" if b else f"${n}")
+        # fish takes no ${NAME} and does no brace expansion in double quotes ("{$HOME}x" is
+        # "{/home/bob}x"): a name a word character follows ends with the quotes around it alone
+        return _quoted(parts, _fish_literal, lambda n, b: f'""${n}""' if b else f"${n}")
     raise ValueError(f"unknown shell {shell!r}; expected one of {', '.join(SHELLS)}")
 
 

@@ -81,3 +81,32 @@ def test_a_failed_install_leaves_the_prefixs_kept_config_as_it_was(tmp_path, cas
     assert "Traceback" not in err.getvalue()
     assert not (share / "bundles").exists() and not (share / "bundles-build.yaml").exists()
     shutil.rmtree(prefix)
+
+
+def test_env_fish_a_reference_a_word_character_follows(tmp_path, capsys):
+    """``directory: ${SCRATCH}x`` (a reference that needs its braces): bash and csh write
+    ``${SCRATCH}x``; fish was given ``{$SCRATCH}x`` inside double quotes, where fish does no brace
+    expansion, so the directory became ``{/scratch/b}x``.  Each shell now sets ``/scratch/bx``."""
+    import shutil
+    import subprocess
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\ncache:\n  directory: '${SCRATCH}x/$USER'\n")
+    assert cli.main(["env", str(config), "--shell", "fish"]) == 0
+    text = capsys.readouterr().out
+    assert "{$SCRATCH}" not in text, text
+    shells = {"fish": ["fish", "--no-config", "-c"], "bash": ["bash", "--norc", "-c"],
+              "csh": ["csh", "-f", "-c"]}
+    ran = 0
+    for shell, argv in shells.items():
+        if shutil.which(argv[0]) is None:
+            continue
+        assert cli.main(["env", str(config), "--shell", shell]) == 0
+        script = tmp_path / f"env.{shell}"
+        script.write_text(capsys.readouterr().out)
+        r = subprocess.run(argv + [f"source {script}; printenv TACK_CACHE_DIR"], capture_output=True,
+                           text=True, env={"PATH": "/usr/bin:/bin", "SCRATCH": "/scratch/b",
+                                           "USER": "bob", "HOME": str(tmp_path)})
+        # (fish sets USER itself, from the account running it)
+        assert r.stdout.startswith("/scratch/bx/"), (shell, r.stdout, r.stderr)
+        ran += 1
+    assert ran, "no shell to source the output with"
