@@ -30,6 +30,8 @@ def variants(source: str):
         raise FileNotFoundError(2, "no such bundle or cache directory", source)
     if os.path.isdir(source) and not os.path.islink(source):
         version_dir = os.path.join(source, tack_version_id())
+        if not os.path.lexists(version_dir):
+            raise ExportError(_not_a_cache_of_this_version(source))
         left_out = {}
         _, found = bundle_write.collect(version_dir, left_out=left_out)
         for entries in found.values():
@@ -48,6 +50,22 @@ def variants(source: str):
         else:
             out.append(got)
     return out, damaged
+
+
+def _not_a_cache_of_this_version(source: str) -> str:
+    """Why a directory without this Tack version's directory exports nothing: a directory of
+    bundles (a site's, ``bundles build``'s output) names its bundles, exported one by one."""
+    from .bundle import BUNDLE_PREFIX
+    from .keys import shown_version
+    from .trust import TMP_MARK
+    names = sorted(n for n in os.listdir(source) if n.startswith(BUNDLE_PREFIX) and TMP_MARK not in n)
+    why = (f"{source} holds no entries of this Tack ({shown_version(tack_version_id())}): it is "
+           "not a cache directory this Tack stored in")
+    if names:
+        more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+        why += (f"; it holds {len(names)} bundle(s): export a bundle by its path, e.g. "
+                f"{os.path.join(source, names[0])}{more}")
+    return why
 
 
 def parts(meta: dict, payload: bytes):

@@ -1,6 +1,7 @@
 """Hostile input to ``python -m tack.site`` and ``python -m tack.cache``: each is refused with one
 clear line naming where it is at fault (no traceback), and nothing good is lost."""
 
+import os
 import textwrap
 
 import pytest
@@ -110,3 +111,26 @@ def test_env_fish_a_reference_a_word_character_follows(tmp_path, capsys):
         assert r.stdout.startswith("/scratch/bx/"), (shell, r.stdout, r.stderr)
         ran += 1
     assert ran, "no shell to source the output with"
+
+
+def test_export_of_a_directory_of_bundles_says_to_name_a_bundle(tmp_path):
+    """``tack.cache export /site/bundles --output DIR`` (the directory ``bundles build`` fills, not
+    a cache directory) said "exported 0 file(s)" and made DIR, exit status 0; now an error saying
+    the directory holds no entries of this Tack, naming a bundle in it to export instead."""
+    import subprocess
+    import sys
+    import tack
+    from tack.cache import bundle_write
+    site = tmp_path / "bundles"
+    site.mkdir()
+    (site / "bundle-x86_64-cpu-zen3-0123456789ab").write_bytes(
+        bundle_write.pack([], {"arch": "cpu:zen3", "machine": "x86_64"}))
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "tack.cache", "export", str(site), "--output", str(out)],
+                       capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "TACK_CACHE_DIR": str(tmp_path / "cache"),
+                            "PYTHONPATH": os.path.dirname(os.path.dirname(tack.__file__))})
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"tack.cache: error: {site} holds no entries of this Tack" in r.stderr, r.stderr
+    assert f"export a bundle by its path, e.g. {site}/bundle-x86_64-cpu-zen3-0123456789ab" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
