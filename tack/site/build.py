@@ -73,8 +73,11 @@ def parse_arg(text: str):
         return np.dtype(spec[1] if spec[1] != "bool" else np.bool_).type(0)
     try:
         return getattr(importlib.import_module(spec[1]), spec[2])
-    except Exception as e:                      # noqa: BLE001 - any import failure is reported
-        raise BuildFailure(f"template {text.strip()!r}: {type(e).__name__}: {e}") from None
+    except (Exception, SystemExit) as e:        # noqa: BLE001 - any import failure is reported
+        # (SystemExit too, as for a kernel module: one that runs its command line when imported
+        # ended the tool with its exit status and no word of why)
+        why = " ".join(str(e).split())
+        raise BuildFailure(f"template {text.strip()!r}: {type(e).__name__}: {why}") from None
 
 
 def import_kernel_module(entry: dict, where):

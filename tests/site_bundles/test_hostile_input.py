@@ -134,3 +134,18 @@ def test_export_of_a_directory_of_bundles_says_to_name_a_bundle(tmp_path):
     assert f"tack.cache: error: {site} holds no entries of this Tack" in r.stderr, r.stderr
     assert f"export a bundle by its path, e.g. {site}/bundle-x86_64-cpu-zen3-0123456789ab" in r.stderr
     assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_a_template_module_that_exits_when_imported_is_an_error_naming_it(tmp_path, monkeypatch,
+                                                                          capsys):
+    """An argument spec ``pkg.module:Class`` whose module calls sys.exit(3) when imported: check
+    (and bundles build) ended with exit status 3 and not a word; now one error at its line."""
+    write_module(tmp_path, monkeypatch, "exits_tpl", "import sys\nsys.exit(3)\n")
+    write_module(tmp_path, monkeypatch, "one_kernel", WARM_MODULE.format(items="[]"))
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\nbuild:\n  archs: {cpu: [x86_64_v3]}\n  kernels:\n"
+                      "    - module: one_kernel\n      kernel: k\n      args: ['exits_tpl:Policy']\n")
+    rc = cli.main(["check", str(config)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert f"{config}:7: build.kernels.0.args.0: template 'exits_tpl:Policy': SystemExit: 3" in err, err
