@@ -378,10 +378,12 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
     checked: a file there that Tack did not write (not a Tack bundle) is replaced only with
     ``force``, what is not a regular file never (one error line each, and nothing is built);
     a Tack bundle there is replaced atomically, and one that was damaged is said to have been."""
-    out_dir = output if output is not None else cfg.get("cache.bundles")
-    if not out_dir:
-        print("error: no bundle directory: give --output or set cache.bundles", file=err)
-        return 1
+    out_dir = output
+    if out_dir is None:
+        out_dir, why = configured_output(cfg)
+        if why is not None:
+            print(f"error: {why}", file=err)
+            return 1
     cpu = [qualify(a) for a in cfg.cpu_archs()]
     gpu = [(k, f"{k}:{a}") for k, a in cfg.gpu_archs()]
     try:
@@ -464,6 +466,28 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
     for arch, why in failures:
         say(f"{arch:<{w}}  FAILED: {why}")
     return 1 if failures else 0
+
+
+def configured_output(cfg):
+    """The directory ``bundles build`` writes into without --output: ``cache.bundles`` as a job
+    reads TACK_CACHE_BUNDLES (``stores.site_dir_entry``: ``$VAR`` and ``~`` expanded, here in this
+    process's environment).  -> (directory, None), or (None, why not): no cache.bundles, a list
+    of several (which one is not known), a variable that is not set here.  (It was taken as it
+    is: ``$SITE/bundles`` or ``~/bundles`` made a directory of that name under the working
+    directory, ``/a:/b`` one named ``/a:``, where no job looks.)"""
+    from ..cache.stores import site_dir_entry
+    value = cfg.get("cache.bundles")
+    if not value:
+        return None, "no bundle directory: give --output or set cache.bundles"
+    where = cfg.where(("cache", "bundles"))
+    dirs = [d for d in value.split(os.pathsep) if d.strip()]
+    if len(dirs) != 1:
+        return None, (f"{where}: {value!r} names {len(dirs)} directories; give --output to say "
+                      "which one the bundles are built into")
+    try:
+        return site_dir_entry(dirs[0]), None
+    except ValueError as e:
+        return None, f"{where}: {e}; give --output to say where the bundles are built"
 
 
 def code_held(arch, arts) -> str:

@@ -149,3 +149,44 @@ def test_a_template_module_that_exits_when_imported_is_an_error_naming_it(tmp_pa
     err = capsys.readouterr().err
     assert rc == 1
     assert f"{config}:7: build.kernels.0.args.0: template 'exits_tpl:Policy': SystemExit: 3" in err, err
+
+
+@pytest.mark.parametrize("bundles, error", [
+    ("{tmp}/s1:{tmp}/s2", "names 2 directories; give --output"),
+    ("$TACK_TEST_UNSET_VAR/bundles", "names $TACK_TEST_UNSET_VAR, which is not set; give --output"),
+    ("~/bundles", None),
+    ("$TACK_TEST_SITE/bundles", None),
+])
+def test_build_without_output_reads_cache_bundles_as_a_job_does(tmp_path, monkeypatch, bundles,
+                                                               error):
+    """``bundles build`` without --output took cache.bundles as it is written: ``/a:/b`` made a
+    directory named ``/a:`` (holding ``tmp/.../b``), ``$SITE/bundles`` and ``~/bundles`` a
+    directory named ``$SITE`` or ``~`` in the working directory, where no job looks.  Now it is
+    expanded as a job expands TACK_CACHE_BUNDLES, and a list or an unset variable is refused
+    naming the config's line."""
+    import io
+    from tack.site import build
+    from tack.site.config import load
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TACK_TEST_SITE", str(tmp_path / "site"))
+    monkeypatch.delenv("TACK_TEST_UNSET_VAR", raising=False)
+    write_module(tmp_path, monkeypatch, "one_warm", WARM_MODULE.format(items="[(k, (a,), 1)]"))
+    config = tmp_path / "site.yaml"
+    bundles = bundles.format(tmp=tmp_path)
+    config.write_text(f"version: 1\ncache:\n  bundles: '{bundles}'\nbuild:\n  archs: {{cpu: "
+                      "[x86_64_v3]}\n  kernels:\n    - module: one_warm\n      shapes: [[4]]\n")
+    out, err = io.StringIO(), io.StringIO()
+    rc = build.build_bundles(load(config), out=out, err=err)
+    assert os.listdir(here) == []
+    assert not os.path.lexists(f"{tmp_path}/s1:")
+    if error is not None:
+        assert rc == 1
+        assert f"error: {config}:3: cache.bundles: " in err.getvalue() and error in err.getvalue(), \
+            err.getvalue()
+        return
+    assert rc == 0, out.getvalue() + err.getvalue()
+    where = tmp_path / ("home" if bundles.startswith("~") else "site") / "bundles"
+    assert [n for n in os.listdir(where) if n.startswith("bundle-")], os.listdir(tmp_path)
