@@ -54,6 +54,14 @@ def cmd_modules(args) -> int:
         raise SiteError("no output root: give --root or set modules.root in the config")
     source = "--root" if args.root else \
         f"modules.root at {cfg.path}:{cfg.lines.get(('modules', 'root'), 1)}"
+    if args.root is None:
+        # As a shell would have expanded --root: '~/modulefiles' or '$APPS/modulefiles' made a
+        # directory named '~' or '$APPS' under the working directory
+        from ..cache import expand
+        try:
+            root = expand(root, cfg.where(("modules", "root")))
+        except ValueError as e:
+            raise SiteError(f"{e}; nothing was written") from None
     plan = render_modules(cfg, formats, root)
     print(f"{'would write' if args.dry_run else 'writing'} {len(plan)} module file(s) under "
           f"{os.path.abspath(root)} (from {source}):", flush=True)

@@ -190,3 +190,34 @@ def test_build_without_output_reads_cache_bundles_as_a_job_does(tmp_path, monkey
     assert rc == 0, out.getvalue() + err.getvalue()
     where = tmp_path / ("home" if bundles.startswith("~") else "site") / "bundles"
     assert [n for n in os.listdir(where) if n.startswith("bundle-")], os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("root, error", [
+    ("~/modulefiles", None),
+    ("$TACK_TEST_APPS/modulefiles", None),
+    ("$TACK_TEST_UNSET_VAR/modulefiles", "names $TACK_TEST_UNSET_VAR, which is not set"),
+])
+def test_modules_root_from_the_config_is_expanded_as_a_shell_expands_root(tmp_path, monkeypatch,
+                                                                          capsys, root, error):
+    """``modules.root: ~/modulefiles`` wrote the module files under a directory named ``~`` in the
+    working directory (``$APPS/modulefiles``: one named ``$APPS``); --root, which the shell
+    expands, did not.  Now the config's root is expanded too, an unset variable refused."""
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TACK_TEST_APPS", str(tmp_path / "apps"))
+    monkeypatch.delenv("TACK_TEST_UNSET_VAR", raising=False)
+    config = tmp_path / "site.yaml"
+    config.write_text(f"version: 1\nmodules:\n  name: tack\n  version: '1.0'\n  root: '{root}'\n")
+    rc = cli.main(["modules", str(config)])
+    captured = capsys.readouterr()
+    assert os.listdir(here) == []
+    if error is not None:
+        assert rc == 1
+        assert f"error: {config}:5: modules.root: '{root}' {error}; nothing was written" in \
+            captured.err, captured.err
+        return
+    assert rc == 0, captured.err
+    where = tmp_path / ("home" if root.startswith("~") else "apps") / "modulefiles" / "tack"
+    assert sorted(os.listdir(where)) == ["1.0", "1.0.lua"]
