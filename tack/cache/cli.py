@@ -572,8 +572,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def tolerant_output() -> None:
+    """Let stdout write any file name: a name that is not UTF-8 (``bundle-\\xff``) is a lone
+    surrogate in Python, which a UTF-8 locale's strict stdout (en_US.UTF-8; C.UTF-8 already
+    escapes) refused with a traceback in the middle of ``info`` or ``bundles status``.  Written
+    as its own bytes, as ``ls`` writes it.  Both tools' ``main`` call it."""
+    stream = sys.stdout
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="surrogateescape")
+        except (ValueError, OSError):           # not a text stream that can be changed
+            pass
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    tolerant_output()
     try:
         status = args.func(args)
         sys.stdout.flush()                      # a closed pipe shows here, not at exit

@@ -232,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from ..cache.cli import tolerant_output
     args = build_parser().parse_args(argv)
+    tolerant_output()
     try:
         return args.func(args)
     except ImportError as e:

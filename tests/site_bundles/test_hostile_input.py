@@ -221,3 +221,25 @@ def test_modules_root_from_the_config_is_expanded_as_a_shell_expands_root(tmp_pa
     assert rc == 0, captured.err
     where = tmp_path / ("home" if root.startswith("~") else "apps") / "modulefiles" / "tack"
     assert sorted(os.listdir(where)) == ["1.0", "1.0.lua"]
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_not_a_traceback(tmp_path):
+    """A file ``bundle-\\xff`` in the cache directory or a bundle directory, under a UTF-8 locale
+    whose stdout is strict (en_US.UTF-8; emulated with PYTHONIOENCODING): ``tack.cache info``
+    and ``tack.site bundles status`` stopped with UnicodeEncodeError; now they list it, its name
+    as its bytes."""
+    import subprocess
+    import sys
+    import tack
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    site = tmp_path / "site"
+    site.mkdir()
+    for d in (cache, site):
+        open(os.path.join(os.fsencode(d), b"bundle-\xff"), "wb").close()
+    env = {"PATH": "/usr/bin:/bin", "TACK_CACHE_DIR": str(cache), "PYTHONIOENCODING": "utf-8:strict",
+           "PYTHONPATH": os.path.dirname(os.path.dirname(tack.__file__))}
+    for argv in (["tack.cache", "info"], ["tack.site", "bundles", "status", str(site)]):
+        r = subprocess.run([sys.executable, "-m", *argv], capture_output=True, env=env)
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, (argv, r.stderr)
+        assert b"bundle-\xff" in r.stdout, (argv, r.stdout)
