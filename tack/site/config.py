@@ -645,8 +645,10 @@ class _Validator:
                 self.fail_at(("modules", "formats"), f"unknown module format {fmt!r}{hint} "
                              f"(expected {' or '.join(FORMATS)})")
         cpus = {_bare("cpu", a) for a in archs.get("cpu") or []}
+        # each GPU entry by every name it goes by: as listed and as the registry builds it
+        # (level_zero: [acm] builds dg2, so a node's gpu: dg2 is among them)
         gpus = {name for k, listed in archs.items() if k != "cpu" for a in listed or []
-                for name in (_bare(k, a), f"{k}:{_bare(k, a)}")}
+                for name in _names_of(k, a)}
         named = {}
         for i, n in enumerate(data.get("nodes") or []):
             n.pop("_line", None)
@@ -659,7 +661,7 @@ class _Validator:
             if n.get("cpu") and _bare("cpu", n["cpu"]) not in cpus:
                 self.fail_at(("nodes", i, "cpu"), f"{n['cpu']!r} is not in build.archs.cpu, so no "
                              f"bundle is built for it{node}")
-            if n.get("gpu") and n["gpu"] not in gpus:
+            if n.get("gpu") and not _gpu_names(n["gpu"]) & gpus:
                 self.fail_at(("nodes", i, "gpu"), f"{n['gpu']!r} is not among build.archs' GPU "
                              f"architectures{node}")
 
@@ -732,6 +734,33 @@ def _loader():
     if _loader_instance is None:
         _loader_instance = yaml.SafeLoader("")
     return _loader_instance
+
+
+def _names_of(kind, name) -> set:
+    """The names an entry of build.archs.<kind> goes by: bare and ``kind:``-qualified, as written
+    and as the registry resolves it (an alias: ``acm`` is ``dg2``)."""
+    if not isinstance(name, str):
+        return set()
+    bare = _bare(kind, name)
+    names = {bare, f"{kind}:{bare}"}
+    try:
+        resolved = ARCH_KINDS[kind].resolve(bare)
+    except (ArchError, KeyError):
+        return names
+    return names | {resolved, f"{kind}:{resolved}"}
+
+
+def _gpu_names(value) -> set:
+    """Every name a node's ``gpu`` may stand for: itself, and what each device kind (the one it
+    names, or every kind but the CPU's for a bare name) resolves it to."""
+    if not isinstance(value, str):
+        return set()
+    kind, sep, _ = value.partition(":")
+    kinds = [kind] if sep and kind in ARCH_KINDS else [k for k in ARCH_KINDS if k != "cpu"]
+    names = {value}
+    for k in kinds:
+        names |= {n for n in _names_of(k, value) if n != _bare(k, value) or not sep}
+    return names
 
 
 def _bare(kind, name):

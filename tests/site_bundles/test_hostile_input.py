@@ -243,3 +243,30 @@ def test_a_file_name_that_is_not_utf8_is_listed_not_a_traceback(tmp_path):
         r = subprocess.run([sys.executable, "-m", *argv], capture_output=True, env=env)
         assert r.returncode == 0 and b"Traceback" not in r.stderr, (argv, r.stderr)
         assert b"bundle-\xff" in r.stdout, (argv, r.stdout)
+
+
+def test_a_nodes_gpu_is_matched_by_the_architecture_build_archs_builds(tmp_path):
+    """``build.archs.level_zero: [acm]`` builds level_zero:dg2 (an alias); a node with ``gpu: dg2``
+    (or ``level_zero:dg2``) was refused as "not among build.archs' GPU architectures", and with
+    ``[dg2]`` listed, ``gpu: acm`` too.  Both are accepted now; another kind's name is not."""
+    from tack.site.config import load
+    from tack.site.errors import SiteConfigError
+    good = tmp_path / "good.yaml"
+    good.write_text("version: 1\nbuild:\n  archs: {cpu: [zen3], level_zero: [acm], cuda: [sm_90]}\n"
+                    "nodes:\n  - {name: a, cpu: zen3, gpu: dg2}\n"
+                    "  - {name: b, cpu: zen3, gpu: level_zero:dg2}\n"
+                    "  - {name: c, cpu: zen3, gpu: acm}\n")
+    assert [n["gpu"] for n in load(good).get("nodes")] == ["dg2", "level_zero:dg2", "acm"]
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("version: 1\nbuild:\n  archs: {cpu: [zen3], level_zero: [dg2]}\n"
+                      "nodes:\n  - {name: a, cpu: zen3, gpu: level_zero:acm}\n")
+    load(listed)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nbuild:\n  archs: {cpu: [zen3], level_zero: [acm], cuda: [sm_90]}\n"
+                   "nodes:\n  - {name: a, cpu: zen3, gpu: cuda:dg2}\n"
+                   "  - {name: b, cpu: zen3, gpu: rocm:sm_90}\n")
+    with pytest.raises(SiteConfigError) as e:
+        load(bad)
+    assert e.value.problems == [
+        f"{bad}:5: nodes.0.gpu: 'cuda:dg2' is not among build.archs' GPU architectures (node 'a')",
+        f"{bad}:6: nodes.1.gpu: 'rocm:sm_90' is not among build.archs' GPU architectures (node 'b')"]
