@@ -504,6 +504,16 @@ class _Validator:
                 self.fail(item, here + ("module",), "missing; it is required")
             if "kernel" in seen and "args" not in seen:
                 self.fail(item, here + ("args",), "missing; a 'kernel' entry needs its 'args'")
+            # keys of the other form of entry were ignored, silently: each is said
+            if "kernel" in seen and "shapes" in seen:
+                self.fail_at(here + ("shapes",), "ignored by a 'kernel' entry, which is "
+                             "built for its 'args'; give the shapes to an entry without 'kernel' "
+                             "(its module's tack_warm(shape))")
+            for key in ("args", "grid"):
+                if key in seen and "kernel" not in seen:
+                    self.fail_at(here + (key,), "ignored by an entry without 'kernel' "
+                                 "(its module's tack_warm(shape) gives each kernel's arguments and "
+                                 "grid); add 'kernel' or leave it out")
             if "kernel" not in seen and "shapes" not in seen and not refused:
                 self.fail(item, here + ("shapes",), "missing; an entry without 'kernel' needs its "
                           "'shapes' (its module's tack_warm(shape) names the kernels of each)")

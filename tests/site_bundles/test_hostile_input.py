@@ -270,3 +270,23 @@ def test_a_nodes_gpu_is_matched_by_the_architecture_build_archs_builds(tmp_path)
     assert e.value.problems == [
         f"{bad}:5: nodes.0.gpu: 'cuda:dg2' is not among build.archs' GPU architectures (node 'a')",
         f"{bad}:6: nodes.1.gpu: 'rocm:sm_90' is not among build.archs' GPU architectures (node 'b')"]
+
+
+def test_keys_of_the_other_form_of_kernel_entry_are_errors_not_ignored(tmp_path):
+    """An entry with 'shapes' (built from its module's tack_warm) and 'args' or 'grid', or one
+    with 'kernel' and 'shapes': the keys the entry's form does not read were accepted and
+    silently ignored (an admin's grid: 2 built grid 1).  Each is now an error at its line."""
+    from tack.site.config import load
+    from tack.site.errors import SiteConfigError
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\nbuild:\n  kernels:\n"
+                      "    - module: tack.kernels.contour\n      shapes: [[8, 8, 8]]\n      grid: 2\n"
+                      "    - module: tack.kernels.contour\n      kernel: classify\n"
+                      "      args: ['float32[8,8,8]']\n      shapes: [[8, 8, 8]]\n")
+    with pytest.raises(SiteConfigError) as e:
+        load(config)
+    assert e.value.problems == [
+        f"{config}:6: build.kernels.0.grid: ignored by an entry without 'kernel' (its module's "
+        "tack_warm(shape) gives each kernel's arguments and grid); add 'kernel' or leave it out",
+        f"{config}:10: build.kernels.1.shapes: ignored by a 'kernel' entry, which is built for its "
+        "'args'; give the shapes to an entry without 'kernel' (its module's tack_warm(shape))"]
