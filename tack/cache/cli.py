@@ -54,6 +54,14 @@ def path_argument(text):
     return text
 
 
+def _arch_argument(text):
+    """argparse type of ``pack --arch``: an empty one (``--arch "$ARCH"`` with ARCH unset) is bad
+    usage, not taken as none given (which packs every architecture's entries)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty architecture name (an unset variable?)")
+    return text
+
+
 def _trusted_root(s, must_exist=True):
     if not os.path.lexists(s.directory):
         if must_exist:
@@ -487,6 +495,16 @@ def _match_arch(root, version, arch, here):
         out.update(f.split("=", 1)[1] for *_, m in entries for f in m.get("target", "").split(";")
                    if f.startswith("cpu="))             # LLVM's name: what older Tacks printed
         return out
+    label = arch.strip()
+    if label.startswith("target ") and label[len("target "):].strip():
+        # the name info (and the 'no entries' message) lists another host's code by: its key prefix
+        prefix = label[len("target "):].strip()
+        found = {tk for tk in variants if tk.startswith(prefix)}
+        if not found:
+            raise CLIError(f"no entries for {label!r}: no target key starts with {prefix!r}")
+        if len(found) > 1:
+            raise CLIError(f"{label!r} matches {len(found)} targets; give more of the key")
+        return found.pop()
     try:
         wanted, refused = qualify(arch), None
     except ArchError as e:
@@ -554,8 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--output", metavar="PATH", type=path_argument,
                       help="write the bundle to this file instead, or into this directory under "
                            "its usual name")
-    pack.add_argument("--arch", metavar="ARCH",
-                      help="only this architecture's entries (kind:name, e.g. cpu:zen3)")
+    pack.add_argument("--arch", metavar="ARCH", type=_arch_argument,
+                      help="only this architecture's entries (kind:name, e.g. cpu:zen3, or "
+                           "'target KEY' as info lists another host's)")
     pack.add_argument("--force", action="store_true",
                       help="replace a file at the bundle's path that is not a Tack bundle")
     pack.set_defaults(func=cmd_pack)

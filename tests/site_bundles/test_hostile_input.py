@@ -290,3 +290,49 @@ def test_keys_of_the_other_form_of_kernel_entry_are_errors_not_ignored(tmp_path)
         "tack_warm(shape) gives each kernel's arguments and grid); add 'kernel' or leave it out",
         f"{config}:10: build.kernels.1.shapes: ignored by a 'kernel' entry, which is built for its "
         "'args'; give the shapes to an entry without 'kernel' (its module's tack_warm(shape))"]
+
+
+def _cache_cli(cache, *argv):
+    import subprocess
+    import sys
+    import tack
+    env = {"PATH": "/usr/bin:/bin", "TACK_CACHE_DIR": str(cache),
+           "PYTHONPATH": os.path.dirname(os.path.dirname(tack.__file__))}
+    return subprocess.run([sys.executable, "-m", "tack.cache", *argv], capture_output=True,
+                          text=True, env=env)
+
+
+def test_pack_takes_target_key_the_name_info_lists_for_another_hosts_code(tmp_path):
+    """A copied cache's code, compiled by another host for itself, is listed by info as
+    ``target <key prefix>`` (and named so by pack's own 'the cache holds: ...'), which the docs
+    say pack --arch takes; ``pack --arch 'target cccc...'`` was refused as 'not an architecture
+    name'.  It packs that target's entries now; a prefix no key has is refused."""
+    import tack.aot
+    from tack.kernels.contour import tack_warm
+    kernel, args, grid = tack_warm((8, 8, 8))[0]
+    a = tack.aot.compile(kernel, "cpu:x86_64_v3", args, grid=grid)
+    meta = dict(a.meta, target_key="c" * 64)
+    meta.pop("arch", None)                      # compiled by a host for itself: no arch named
+    cache = tmp_path / "cache"
+    tack.aot.save([a._replace(key="f" * 64, meta=meta)], str(cache))
+    cache.chmod(0o700)
+    info = _cache_cli(cache, "info")
+    assert "for target cccccccccccccccc " in info.stdout, info.stdout + info.stderr
+    out = tmp_path / "b"
+    packed = _cache_cli(cache, "pack", "--arch", "target cccccccccccccccc", "--output", str(out))
+    assert packed.returncode == 0 and out.is_file(), packed.stderr
+    other = _cache_cli(cache, "pack", "--arch", "target dddd", "--output", str(tmp_path / "c"))
+    assert other.returncode == 1 and "no target key starts with 'dddd'" in other.stderr, other.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_pack_with_an_empty_arch_is_bad_usage(tmp_path):
+    """``pack --arch "$ARCH"`` with ARCH unset packed every architecture's entries, as if no
+    --arch were given; now bad usage (exit status 2), nothing written."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    r = _cache_cli(cache, "pack", "--arch", "", "--output", str(tmp_path / "b"))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.splitlines()[-1].endswith(
+        "error: argument --arch: an empty architecture name (an unset variable?)"), r.stderr
+    assert not (tmp_path / "b").exists()
