@@ -648,6 +648,20 @@ class _Validator:
                                  "architecture once")
                 elif resolved is not None:
                     first[resolved] = i
+        for key in ("conflicts", "prereqs"):
+            for i, name in enumerate((data.get("modules") or {}).get(key) or []):
+                bad = next((c for c in name if c.isspace() or ord(c) < 32 or ord(c) == 127), None) \
+                    if isinstance(name, str) else None
+                if isinstance(name, str) and (not name or bad is not None):
+                    # a module file's conflict/prereq of '' or 'a b' fails every load, obscurely
+                    why = ("is empty: give a module's name, or leave the item out" if not name
+                           else f"holds {bad!r}: a module name has no whitespace (list each "
+                           "module as its own item)")
+                    self.fail_at(("modules", key, i), f"{name!r} {why}")
+        if (data.get("modules") or {}).get("formats") == []:
+            # (modules rendered no file, and failed with an IndexError)
+            self.fail_at(("modules", "formats"), f"an empty list names no module format; give "
+                         f"{' or '.join(FORMATS)} (or leave the key out for both)")
         for i, fmt in enumerate((data.get("modules") or {}).get("formats") or []):
             if fmt not in FORMATS:
                 close = difflib.get_close_matches(fmt, FORMATS, n=1)

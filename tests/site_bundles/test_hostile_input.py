@@ -336,3 +336,24 @@ def test_pack_with_an_empty_arch_is_bad_usage(tmp_path):
     assert r.stderr.splitlines()[-1].endswith(
         "error: argument --arch: an empty architecture name (an unset variable?)"), r.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_module_lists_that_would_render_a_broken_module_file_are_errors(tmp_path, capsys):
+    """``modules.formats: []`` passed check ("as  under ...") and made ``modules`` fail with an
+    IndexError traceback; a conflict or prereq of '' or 'a b' was written into every module
+    file (``prereq("")``), failing each load.  Each is an error at its line now."""
+    config = tmp_path / "site.yaml"
+    config.write_text(f"version: 1\nmodules:\n  root: {tmp_path / 'mf'}\n  formats: []\n"
+                      "  prereqs: ['', 'openmpi/4.1', 'a b']\n")
+    rc = cli.main(["modules", str(config)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert err.splitlines() == [
+        f"error: {config}:5: modules.prereqs.0: '' is empty: give a module's name, or leave the "
+        "item out",
+        f"error: {config}:5: modules.prereqs.2: 'a b' holds ' ': a module name has no whitespace "
+        "(list each module as its own item)",
+        f"error: {config}:4: modules.formats: an empty list names no module format; give lmod or "
+        "tcl (or leave the key out for both)",
+        "3 problem(s); nothing was written"], err
+    assert not (tmp_path / "mf").exists()
