@@ -68,7 +68,12 @@ def parse_arg(text: str):
     except ValueError as e:
         raise BuildFailure(str(e)) from None
     if spec[0] == "array":
-        return np.empty(spec[2], spec[1] if spec[1] != "bool" else np.bool_)
+        try:
+            return np.empty(spec[2], spec[1] if spec[1] != "bool" else np.bool_)
+        except (MemoryError, ValueError) as e:  # within the bounds a spec takes, past this host's
+            raise BuildFailure(f"{text.strip()!r}: this host cannot allocate the example array "
+                               f"({type(e).__name__}: {' '.join(str(e).split())}); give a smaller "
+                               "shape") from None
     if spec[0] == "scalar":
         return np.dtype(spec[1] if spec[1] != "bool" else np.bool_).type(0)
     try:

@@ -357,3 +357,26 @@ def test_module_lists_that_would_render_a_broken_module_file_are_errors(tmp_path
         "tcl (or leave the key out for both)",
         "3 problem(s); nothing was written"], err
     assert not (tmp_path / "mf").exists()
+
+
+def test_an_array_spec_this_host_cannot_allocate_is_an_error_at_its_line(tmp_path, monkeypatch):
+    """``args: ['float64[1048576,16384]']`` is within the bounds a spec takes (2^34 elements) but
+    is 128 GiB: check and bundles build stopped with numpy's MemoryError traceback.  Now an
+    error naming the spec's line.  (Run with its address space bounded to 16 GiB, so that the
+    allocation fails on any host.)"""
+    import resource
+    import subprocess
+    import sys
+    import tack
+    write_module(tmp_path, monkeypatch, "one_kernel", WARM_MODULE.format(items="[]"))
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\nbuild:\n  archs: {cpu: [x86_64_v3]}\n  kernels:\n"
+                      "    - module: one_kernel\n      kernel: k\n      args: ['float64[1048576,16384]']\n")
+    env = {"PATH": "/usr/bin:/bin", "TACK_CACHE": "off", "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), os.path.dirname(os.path.dirname(tack.__file__))])}
+    r = subprocess.run([sys.executable, "-m", "tack.site", "check", str(config)], env=env,
+                       capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (16 << 30, 16 << 30)))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert (f"error: {config}:7: build.kernels.0.args.0: 'float64[1048576,16384]': this host cannot "
+            "allocate the example array (MemoryError") in r.stderr, r.stderr
