@@ -20,6 +20,7 @@ and whose second is its location ``[line, column]`` in the user's file::
            | ["binop", loc, op, a, b] | ["unop", loc, op, a] | ["cmp", loc, [op...], [expr...]]
            | ["boolop", loc, "and"|"or", [expr...]] | ["ifexp", loc, cond, a, b]
            | ["call", loc, fid, [expr...]] | ["intrinsic", loc, name, [expr...]]
+           | ["intrinsic", loc, name, [expr...], "math"]   (Python's math function, ir.MATH_FOLDS)
            | ["index", loc, expr, [expr...]] | ["tuple", loc, [expr...]]
            | ["tget", loc, expr, k] | ["shape", loc, expr]
 
@@ -414,6 +415,34 @@ def float_folded(node):
         else:
             v = x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x ** y
     except (OverflowError, ZeroDivisionError, ValueError):
+        return node
+    if type(v) is not float or math.isnan(v):
+        return node
+    return ["const", node[1], v, "float"]
+
+
+# The ``math`` functions whose Python value of number literals is a float: floor, ceil and trunc
+# give Python ints (Tack's give floats), the predicates bools.
+MATH_FOLDS = frozenset(("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos",
+                        "atan", "sinh", "cosh", "tanh", "fabs", "expm1", "log1p", "erf", "erfc",
+                        "cbrt", "pow", "atan2", "hypot", "copysign", "fmod"))
+
+
+def math_folded(fn, node):
+    """A call of Python's ``math`` function ``fn`` (``math.sqrt``) on number literals alone,
+    ``node`` its intrinsic node: one float literal of the value ``fn`` gives in Python
+    (``math.sqrt(2.0)``), which is a Python float, weak under NEP 50 as ``2 ** 0.5`` is
+    (``float_folded``): ``x * math.sqrt(2.0)`` of a float32 ``x`` is a float32.  Left as it is
+    where Python raises (``math.sqrt(-1.0)``, ``math.exp(1000.0)``: computed at run time, libm's
+    answer), where the value is a NaN or not a float, and for NumPy's functions (``np.sqrt(2.0)``
+    is an np.float64, strong), which the caller does not pass."""
+    args = node[3]
+    if node[2] not in MATH_FOLDS or not args or not all(
+            a[0] == "const" and a[3] in ("int", "float") and a[2] == a[2] for a in args):
+        return node
+    try:
+        v = fn(*[a[2] for a in args])
+    except (ArithmeticError, ValueError, TypeError):
         return node
     if type(v) is not float or math.isnan(v):
         return node

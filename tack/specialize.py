@@ -10,6 +10,7 @@ called with float32 and with float64 compiles twice.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 
@@ -264,7 +265,15 @@ def _with_literals(lf: LoweredFunction, literal: dict) -> LoweredFunction:
             return _relocated(names[x[2]], x[1])
         if x and x[0] in ("binop", "unop") and _literals_alone(x, names):   # once they are put in
             return _refolded(put(x), lf.source)     # the outermost such: as the front end folds
-        return [walk(y) for y in x]
+        if (len(x) == 5 and x[0] == "intrinsic" and x[4] == "math" and x[3]
+                and all(_literals_alone(a, names) for a in x[3])):      # math.sqrt(k) of k = 2.0
+            args = [_refolded(put(a), lf.source) for a in x[3]]
+            folded = ir.math_folded(getattr(math, x[2]), ["intrinsic", x[1], x[2], args])
+            return folded if folded[0] == "const" else folded + ["math"]
+        out = [walk(y) for y in x]
+        if out != x and out[0] in ("binop", "unop") and _literals_alone(out):
+            return _refolded(out, lf.source)        # 1 / math.sqrt(k): folded on, as in place
+        return out
     params = [p for i, p in enumerate(lf.params) if i not in literal]
     return LoweredFunction(lf.fid, lf.name, params, walk(lf.body), lf.source)
 

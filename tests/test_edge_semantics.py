@@ -503,3 +503,42 @@ def test_a_choice_of_literals_the_other_type_cannot_hold_is_exact():
             [2**31 - 5, -7, 7, 1, 2, 2**31 - 5, 5],
             [2**31, 7, 7, 0, -2**31, 3 * 2**31 - 1, 1]]
     assert out.tolist() == want
+
+
+@tack.func
+def times_sqrt(v, k):
+    return v * math.sqrt(k)
+
+
+@tack.kernel
+def k_math_of_literals(x, out):
+    i = tack.tid()
+    out[i, 0] = x[i] * math.sqrt(2.0)
+    out[i, 1] = x[i] / math.sqrt(2)                 # an int literal: Python's math gives a float
+    out[i, 2] = x[i] * math.exp(1.0) + math.log(10.0)
+    out[i, 3] = x[i] * (1 / math.sqrt(3.0))         # folded on through the operator
+    out[i, 4] = x[i] * math.atan2(1.0, 3.0)
+    out[i, 5] = x[i] * math.pow(2.0, 0.3)
+    out[i, 6] = x[i] * math.copysign(0.7, -1)
+    out[i, 7] = x[i] * np.sqrt(2.0)                 # NumPy's function: an np.float64, strong
+    out[i, 8] = x[i] * math.sqrt(-1.0)              # Python raises: left to run time, NaN
+    out[i, 9] = times_sqrt(x[i], 2.0)               # a literal given: as if written in place
+
+
+def test_a_math_function_of_literals_alone_is_pythons_float_and_weak():
+    """``math.sqrt(2.0)`` is a Python float, weak under NEP 50 as a literal is: ``x *
+    math.sqrt(2.0)`` of a float32 ``x`` is NumPy's float32 product (it was computed in float64
+    and rounded once more, 1 ULP off at about a fifth of the points, and refused where the device
+    has no float64), as ``x * 2 ** 0.5`` already was, and so is the same literal given to a
+    device function (``v * math.sqrt(k)`` of ``k = 2.0``).  ``np.sqrt(2.0)`` is an np.float64,
+    strong, as in NumPy; a domain error (``math.sqrt(-1.0)``) is left to run time, libm's NaN."""
+    x = (np.arange(1, 2001, dtype=np.float32) * np.float32(0.37))
+    out = np.zeros((x.size, 10), np.float32)
+    tack.launch(k_math_of_literals, dim=x.size, args=(x, out))
+    with np.errstate(invalid="ignore"):
+        want = [x * math.sqrt(2.0), x / math.sqrt(2), x * math.exp(1.0) + math.log(10.0),
+                x * (1 / math.sqrt(3.0)), x * math.atan2(1.0, 3.0), x * math.pow(2.0, 0.3),
+                x * math.copysign(0.7, -1), (x * np.sqrt(2.0)).astype(np.float32),
+                x * np.float32(np.nan), x * math.sqrt(2.0)]
+    assert [w.dtype for w in want[:7]] == [np.float32] * 7
+    np.testing.assert_array_equal(out, np.stack(want, axis=1))

@@ -18,7 +18,8 @@ from ..fingerprints import class_fingerprint, closure_identity, function_fingerp
 from . import TRACE, log
 
 
-LOWERED_FORMAT = 4      # 4: NaNs of their own sign and payload; 3: each function's qualified name;
+LOWERED_FORMAT = 5      # 5: math functions of literals alone folded (math.sqrt(2.0));
+                        # 4: NaNs of their own sign and payload; 3: each function's qualified name;
                         # 2: float literals alone folded (1 / 3),
                         # literal device-function arguments
 VARIANT_FORMAT = 2      # 2: arrays by dtype, rank, layout and writability (shapes only where static)

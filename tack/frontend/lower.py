@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import math
 import re
 import sys
 import tokenize
@@ -19,7 +20,7 @@ import types
 
 
 from .. import ir
-from ..ir import float_folded
+from ..ir import MATH_FOLDS, float_folded, math_folded
 from ..api import Kernel
 from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
 from ..fingerprints import class_fingerprint, func_id, function_fingerprint, source_snapshot, value_identity
@@ -467,7 +468,14 @@ class _FunctionLowerer:
             raise self.error("*args in calls is not supported", e)
         kind, what = self.resolve_callee(e.func)
         if kind == "intrinsic":
-            return self.intrinsic_call(what, e)
+            fn = self.callee_object         # before the arguments resolve callees of their own
+            node = self.intrinsic_call(what, e)
+            if node[0] == "intrinsic" and what in MATH_FOLDS and fn is getattr(math, what, None):
+                # math.sqrt(2.0): a Python float, weak; else marked as math's, for a literal
+                # argument a device function's body is given (specialize._with_literals)
+                node = math_folded(fn, node)
+                return node if node[0] == "const" else node + ["math"]
+            return node
         return self.device_call(what, e)
 
     # -- names --------------------------------------------------------------
@@ -579,6 +587,7 @@ class _FunctionLowerer:
             return "func", (fn, fid)
         intrinsic = intrinsic_of(obj)
         if intrinsic is not None:
+            self.callee_object = obj        # math.sqrt or np.sqrt: _expr_Call folds math's alone
             return "intrinsic", intrinsic
         if isinstance(obj, Func):
             return "func", (obj.py_func, func_id(obj.py_func))

@@ -579,6 +579,26 @@ def test_a_float_literal_converted_to_an_int_or_a_bool_is_its_exact_value():
                        "return 0u;", "return (false ? 1L : 0L);", "return (-2);"], returns
 
 
+@tack.func
+def over_sqrt(v, k):
+    return v * (1 / math.sqrt(k))
+
+
+@tack.kernel
+def math_of_literals(x, out):
+    i = tack.tid()
+    out[i] = x[i] * math.sqrt(2.0) + x[i] / math.exp(1) + math.atan2(1.0, 3.0) + over_sqrt(x[i], 3.0)
+
+
+def test_a_math_function_of_literals_alone_builds_without_double():
+    """``math.sqrt(2.0)`` of literals alone is one float literal of Python's value, weak as a
+    Python float is, so ``x * math.sqrt(2.0)`` of a float32 needs no double (it was computed in
+    double and refused), nor ``v * (1 / math.sqrt(k))`` in a device function given ``k = 3.0``."""
+    f = np.zeros(4, np.float32)
+    gen, _ = emit(math_of_literals, (f, f), 1, "tack_m")
+    assert "double" not in gen.source, gen.source
+
+
 def test_what_metal_lacks_is_a_compile_error_naming_it():
     f = np.zeros(4, np.float32)
     assert "out[i] = math.erf(x[i])" in _refused(uses_erf, (f, f), 1, "math.erf (no MSL function)")
