@@ -180,19 +180,31 @@ def report(res):
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def kernel_arguments(ap):
+    """The options every callgrind script here takes: the two kernels' sizes, which kernels,
+    ``--json`` (``warm_profile.py`` too)."""
     ap.add_argument("--size", type=int, default=21)
     ap.add_argument("--saxpy", type=int, default=100000)
-    ap.add_argument("--runs", type=int, default=9, help="native runs of the NumPy-only process")
     ap.add_argument("--kernels", default=",".join(KERNELS),
                     help="which kernels, comma-separated (default: %(default)s)")
     ap.add_argument("--json", action="store_true")
+
+
+def parsed(ap, argv):
+    """``ap``'s arguments, ``kernels`` as a list of known kernels (else the usage error)."""
     args = ap.parse_args(argv)
     args.kernels = [k for k in args.kernels.split(",") if k]
     unknown = [k for k in args.kernels if k not in KERNELS]
     if unknown or not args.kernels:
         ap.error(f"--kernels: {unknown[0] if unknown else 'none'} is not one of {', '.join(KERNELS)}")
+    return args
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    kernel_arguments(ap)
+    ap.add_argument("--runs", type=int, default=9, help="native runs of the NumPy-only process")
+    args = parsed(ap, argv)
     if not (shutil.which("valgrind") and shutil.which("callgrind_annotate")):
         print("warm_instructions: valgrind (callgrind) is not installed; nothing measured "
               "(Debian: apt-get install valgrind)")

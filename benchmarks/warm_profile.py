@@ -41,9 +41,9 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import deployed_warm as dw  # noqa: E402  (benchmarks/ is on sys.path)
+import warm_instructions as wi  # noqa: E402
 
 RUNNER = os.path.join(HERE, "_profile_runner.py")
-KERNELS = ("contour", "saxpy")
 
 
 def _log(msg):
@@ -156,17 +156,9 @@ def report(res, top=40):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=21)
-    ap.add_argument("--saxpy", type=int, default=100000)
-    ap.add_argument("--kernels", default=",".join(KERNELS),
-                    help="which kernels, comma-separated (default: %(default)s)")
+    wi.kernel_arguments(ap)
     ap.add_argument("--top", type=int, default=40, help="modules shown per kernel")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    args.kernels = [k for k in args.kernels.split(",") if k]
-    unknown = [k for k in args.kernels if k not in KERNELS]
-    if unknown or not args.kernels:
-        ap.error(f"--kernels: {unknown[0] if unknown else 'none'} is not one of {', '.join(KERNELS)}")
+    args = wi.parsed(ap, argv)
     if not shutil.which("valgrind"):
         print("warm_profile: valgrind (callgrind) is not installed; nothing measured "
               "(Debian: apt-get install valgrind)")

@@ -529,12 +529,8 @@ def test_grids_that_cannot_gain_a_thread_are_timed_one_launch_in_eight(monkeypat
     assert cpu_runtime.pool_stats()["last_threads"] == 2 and (out == np.arange(out.size)).all()
 
 
-INTERRUPTED = r"""
-import sys, time
-import numpy as np
-import tack
-from tack.backends import cpu_runtime
-
+# The interrupt scripts' kernel and pool set-up: a slow kernel on two threads, every grid parallel.
+SPIN = r"""
 
 @tack.kernel
 def spin(out, m):
@@ -548,7 +544,15 @@ def spin(out, m):
 tack.config.num_threads = 2
 cpu_runtime.PER_THREAD_S, cpu_runtime.OVERHEAD_FACTOR = 1e-15, 0.0     # every grid parallel
 out = np.zeros(2000)
-tack.launch(spin, dim=out.size, args=(out, 20000))
+"""
+
+
+INTERRUPTED = r"""
+import sys, time
+import numpy as np
+import tack
+from tack.backends import cpu_runtime
+""" + SPIN + r"""tack.launch(spin, dim=out.size, args=(out, 20000))
 assert cpu_runtime.pool_stats()["last_threads"] == 2
 Real = cpu_runtime._Job
 
@@ -640,21 +644,7 @@ import time
 import numpy as np
 import tack
 from tack.backends import cpu_runtime
-
-
-@tack.kernel
-def spin(out, m):
-    i = tack.tid()
-    s = 0.0
-    for k in range(m):
-        s = s + 1.0
-    out[i] = out[i] + s + 1.0
-
-
-tack.config.num_threads = 2
-cpu_runtime.PER_THREAD_S, cpu_runtime.OVERHEAD_FACTOR = 1e-15, 0.0     # every grid parallel
-out = np.zeros(2000)
-tack.launch(spin, dim=out.size, args=(out, 10))
+""" + SPIN + r"""tack.launch(spin, dim=out.size, args=(out, 10))
 assert cpu_runtime.pool_stats()["last_threads"] == 2
 Real = cpu_runtime._Job
 
