@@ -42,16 +42,12 @@ JSON_DEPTH = 2 * MAX_EXPR_DEPTH + 2 * 100 + 100
 _lock = _thread.allocate_lock()
 
 
-def _fresh_lock_in_child():
-    """After ``os.fork()``: a lock of the child's own.  Another thread of the parent may have
-    held it at the fork (multiprocessing's "fork" while a thread compiles), and no thread of
-    the child would ever release it: the child's first compile waited for ever."""
-    global _lock
-    _lock = _thread.allocate_lock()
-
-
+# After ``os.fork()`` the child's lock is made free again, in place: another thread of the parent
+# may have held it at the fork (a compile stage's headroom), and no thread of the child would ever
+# release it (its first compile waited for ever).  The hook is the lock's own method, as
+# ``tack.cache``'s is (which says why not a function of the module).
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_lock_in_child)
+    os.register_at_fork(after_in_child=_lock._at_fork_reinit)
 _active = {}            # headroom asked for -> how many are inside deep() with it
 _saved = [None]         # the limit before the first deep() began
 
