@@ -111,16 +111,24 @@ def _numpy_cpu(env, kernel, size, runs):
     return statistics.median(got)
 
 
-def measure(args, tmp):
+def site_process(args, tmp, log=None):
+    """The counted process's setting, made in ``tmp``: an installed copy of Tack, a site bundle
+    for ``dw._site_arch()``; -> (its user cache directory, empty, its environment: one thread,
+    ``PYTHONHASHSEED=0``).  ``warm_profile.py`` counts the same process."""
     site = dw._install(tmp)
     sites = os.path.join(tmp, "sites")
-    _log(f"building a site bundle for {dw._site_arch()}")
+    (log or _log)(f"building a site bundle for {dw._site_arch()}")
     dw._tool(["tack.site", "bundles", "build", dw._site_config(tmp, args.size, args.saxpy),
               "--output", sites], dw._env(PYTHONPATH=os.pathsep.join([site, HERE])), tmp)
     user = os.path.join(tmp, "user-cache")
-    env = dw._python(dw._env(TACK_BENCH_SITE=site, PYTHONPATH=os.pathsep.join([site, HERE]),
-                             TACK_CACHE_BUNDLES=sites, TACK_CACHE_DIR=user, TACK_NUM_THREADS=1,
-                             PYTHONHASHSEED=0))[1]
+    return user, dw._env(TACK_BENCH_SITE=site, PYTHONPATH=os.pathsep.join([site, HERE]),
+                         TACK_CACHE_BUNDLES=sites, TACK_CACHE_DIR=user, TACK_NUM_THREADS=1,
+                         PYTHONHASHSEED=0)
+
+
+def measure(args, tmp):
+    user, env = site_process(args, tmp)
+    env = dw._python(env)[1]
     res = {"arch": dw._site_arch(), "kernels": {}}
     for kernel in args.kernels:
         size = args.size if kernel == "contour" else args.saxpy

@@ -107,14 +107,7 @@ def profile(kernel, size, env, tmp) -> dict:
 
 
 def measure(args, tmp):
-    site = dw._install(tmp)
-    sites = os.path.join(tmp, "sites")
-    _log(f"building a site bundle for {dw._site_arch()}")
-    dw._tool(["tack.site", "bundles", "build", dw._site_config(tmp, args.size, args.saxpy),
-              "--output", sites], dw._env(PYTHONPATH=os.pathsep.join([site, HERE])), tmp)
-    user = os.path.join(tmp, "user-cache")
-    env = dw._env(TACK_BENCH_SITE=site, PYTHONPATH=os.pathsep.join([site, HERE]),
-                  TACK_CACHE_BUNDLES=sites, TACK_CACHE_DIR=user, TACK_NUM_THREADS=1, PYTHONHASHSEED=0)
+    user, env = wi.site_process(args, tmp, _log)
     res = {"arch": dw._site_arch(), "kernels": {}}
     for kernel in args.kernels:
         size = args.size if kernel == "contour" else args.saxpy
