@@ -86,7 +86,7 @@ while True:
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork does not exist on this platform (Windows): there is no forked child to compile in")
 @pytest.mark.parametrize("lock", ["llvm", "init", "limits", "cache"])
 def test_child_forked_while_a_thread_is_inside_llvm_compiles(tmp_path, lock):
     """A fork while another thread held llvmlite's lock (every LLVM call takes it, and the GIL is
