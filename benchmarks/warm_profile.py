@@ -13,8 +13,9 @@ what was open then, the innermost: a module being imported (its code read from t
 checked, unmarshalled and run, less the modules it imports; ``tack._image``, which the runner
 loads by hand, as ``import tack`` would), a step of the first call (less the
 steps inside it), the cyclic collector (its runs, wherever an allocation set them off: a row of
-their own, which the exit's collection is not part of), or the phase around them.  Each row gives that exclusive count and the
-inclusive one (with what is inside).
+their own, which the exit's collection is not part of), or the phase around them.  Each row
+gives that exclusive count, the inclusive one (with what is inside) and that one's share of the
+whole, from ``import tack`` to the first call's end.
 
 The first call's steps are wrapped once their modules are imported, so the runner imports the
 first call's modules itself just before the call (what the dispatcher's ``import`` stage
@@ -130,19 +131,24 @@ def report(res, top=40):
         modules = {n: v for n, v in rows.items() if n.startswith("tack") and n != "import tack"}
         steps = {n: v for n, v in rows.items() if n not in modules and n not in PHASES + (COLLECTOR,)}
         lines.append(f"{kernel}: from `import tack` to the first call's end {whole / 1e6:.2f} M")
-        lines.append(f"  {'phase':<44} {'excl':>7} {'incl':>7}")
+        def row(indent, name, ex, inc=None):     # M instructions, and the share of the whole
+            tail = f" {inc / 1e6:7.2f}" if inc is not None else " " * 8
+            lines.append(f"{indent}{name:<{46 - len(indent)}} {ex / 1e6:7.2f}{tail} "
+                         f"{(inc if inc is not None else ex) / whole:6.1%}")
+
+        lines.append(f"  {'phase':<44} {'excl':>7} {'incl':>7} {'share':>6}")
         for p in PHASES:
             if p in rows:
-                lines.append(f"  {p:<44} {rows[p][0] / 1e6:7.2f} {rows[p][1] / 1e6:7.2f}")
-        gc_runs = rows.get(COLLECTOR, [0, 0])[1]
-        lines.append(f"  {'of which the collector, wherever it ran':<44} {gc_runs / 1e6:7.2f}")
-        lines.append(f"  Tack's modules ({len(modules)}), by their own import "
-                     f"({sum(v[0] for v in modules.values()) / 1e6:.2f} M in all):")
+                row("  ", p, *rows[p])
+        row("  ", "of which the collector, wherever it ran", rows.get(COLLECTOR, [0, 0])[1])
+        mods = sum(v[0] for v in modules.values())
+        lines.append(f"  Tack's modules ({len(modules)}), by their own import ({mods / 1e6:.2f} M "
+                     f"in all, {mods / whole:.1%}):")
         for n, (ex, inc) in sorted(modules.items(), key=lambda kv: -kv[1][0])[:top]:
-            lines.append(f"    {n:<42} {ex / 1e6:7.2f} {inc / 1e6:7.2f}")
+            row("    ", n, ex, inc)
         lines.append("  the first call's steps:")
         for n, (ex, inc) in sorted(steps.items(), key=lambda kv: -kv[1][1]):
-            lines.append(f"    {n:<42} {ex / 1e6:7.2f} {inc / 1e6:7.2f}")
+            row("    ", n, ex, inc)
         lines.append("")
     return "\n".join(lines)
 
