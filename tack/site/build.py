@@ -96,14 +96,14 @@ def import_kernel_module(entry: dict, where):
                            f"import: {type(e).__name__}: {why}") from None
 
 
-def load_config(path, import_modules=False):
+def load_config(path, import_modules=False, text=None):
     """The validated config; SiteConfigError otherwise.  ``import_modules`` (check, bundles
     build, bundles install: the commands that import the kernel modules anyway): a module of
     build.kernels that fails to import is reported with the config's other problems, not only
-    once they are fixed."""
+    once they are fixed.  ``text``: its content, not yet written to ``path`` (``config.load``)."""
     from .config import load as load_yaml     # PyYAML is imported only when a config is read
     try:
-        return load_yaml(path)
+        return load_yaml(path, text=text)
     except SiteConfigError as e:
         if import_modules and e.partial is not None:
             e.problems.extend(module_problems(e.partial))

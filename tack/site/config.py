@@ -209,10 +209,13 @@ def read_text(path) -> str:
                                "as UTF-8"]) from None
 
 
-def load(path) -> SiteConfig:
-    """Read and validate ``path``; SiteConfigError listing every problem otherwise."""
+def load(path, text=None) -> SiteConfig:
+    """Read and validate ``path``; SiteConfigError listing every problem otherwise.  ``text``:
+    the config's content, when it is not (yet) at ``path`` (``bundles install`` builds from the
+    config it writes only once the build succeeded); errors name ``path`` all the same."""
     path = os.fspath(path)
-    text = read_text(path)
+    if text is None:
+        text = read_text(path)
     try:
         _check_depth(path, text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -21,7 +21,8 @@ were built from, for ``bundles rebuild`` and the admin; with ``--config-name NAM
 a second package adding bundles to the same prefix, conda's ``tack-cuda`` beside ``tack``, keeps
 its own and leaves the first one's file as it is) and, with ``--site-config``, the site config
 itself (``site.yaml``) and its exports (``site-env.json``: what a package's environment sets
-besides ``TACK_CACHE_BUNDLES``).
+besides ``TACK_CACHE_BUNDLES``).  They are written together, once every architecture is built:
+a failed build leaves those of the previous install as they were.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     config_path = os.path.join(share_dir(prefix), config_file(config_name))
     kernels = DEFAULT_KERNELS
     share = share_dir(prefix)
-    files = {}              # written together once everything is known to be valid
+    files = {}              # written together once every architecture is built
     cfg = None
     if site_config:
         cfg = load(site_config, import_modules=True)
@@ -189,13 +190,18 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
         # before anything is written: the prefix's kept config and exports stay as they were
         raise SiteError(f"bundles install: {e}; nothing was written") from None
     import yaml
-    files[config_path] = ("# The config these bundles were built from (python -m tack.site "
-                          "bundles install)\n" + yaml.safe_dump(build_config(wanted, kernels),
-                                                                sort_keys=False)).encode("utf-8")
+    config_text = ("# The config these bundles were built from (python -m tack.site bundles "
+                   "install)\n" + yaml.safe_dump(build_config(wanted, kernels), sort_keys=False))
+    files[config_path] = config_text.encode("utf-8")
     from ..cache.trust import make_shared_dirs
     from .atomic import write_files
+    from .build import probe_write
     make_shared_dirs(share)                 # 0755 whatever the umask: jobs trust what is below
-    write_files(files)                      # each whole or not at all: never a half-written one
+    try:
+        probe_write(share)                  # said now, not once everything is built
+    except OSError as e:
+        raise SiteError(f"bundles install: {share} is not writable ({e.strerror or e}); nothing "
+                        "was written") from None
     if cfg is not None and cfg.archs():
         print(f"bundles install: {site_config}'s build.archs are not what this install "
               "builds: --target and --arch are", file=out)
@@ -204,12 +210,19 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     print(f"bundles install: {', '.join(wanted)} into {bundles}, by Tack "
           f"{shown_version(tack_version_id())} from {site}", file=out, flush=True)
     t0 = time.perf_counter()
-    rc = build_bundles(load(config_path, import_modules=True), output=bundles, out=out, err=err)
+    # Built from the config as it will be kept (errors name its file and lines), which is
+    # written, with the site config and its exports, only once every architecture is built: a
+    # failed build (a rebuild after a driver update) leaves the running site's files as they were.
+    rc = build_bundles(load(config_path, import_modules=True, text=config_text), output=bundles,
+                       out=out, err=err)
     built = time.perf_counter() - t0
     print(f"bundles install: built in {built:.1f} s", file=out, flush=True)
     if rc:
-        print("error: bundles install: an architecture failed to build (above)", file=err)
+        kept = ", ".join(os.path.basename(p) for p in files)
+        print(f"error: bundles install: an architecture failed to build (above); {kept} in "
+              f"{share} left as they were", file=err)
         return rc
+    write_files(files)                      # together, each whole: never a half-written one
     t0 = time.perf_counter()
     contour = any(isinstance(k, dict) and k.get("module") == "tack.kernels.contour" for k in kernels)
     if contour and (any(a.startswith("cpu:") for a in wanted) or _holds_cpu_bundles(bundles)):

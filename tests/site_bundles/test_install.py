@@ -207,3 +207,35 @@ def test_bundle_directories_are_made_as_jobs_trust_them_whatever_the_umask(tmp_p
     assert r.returncode == 1, r.stdout + r.stderr
     assert "jobs would not use bundles from it" in r.stderr and "is writable by its group (mode 0775)" \
         in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("kernels", [
+    # a spec the kernel cannot take (two arguments given, four taken): the build fails
+    "    - module: sitek\n      kernel: saxpy\n      args: [float32, 'float32[64]']\n",
+    # a module whose tack_warm raises
+    "    - module: sitek\n      shapes: [[4]]\n"], ids=["spec", "tack_warm"])
+def test_a_failed_install_leaves_the_kept_files_of_the_previous_one(tmp_path, kernels):
+    """An install whose build fails (an admin rebuilding after a driver update) must not touch
+    what the running site reads: site.yaml, site-env.json and bundles-build.yaml stay as they
+    were, byte for byte (they were replaced before the build, which then failed)."""
+    prefix, site = installed_prefix(tmp_path)
+    (site / "sitek.py").write_text("import tack\n\n\n@tack.kernel\ndef saxpy(a, x, y, out):\n"
+                                   "    i = tack.tid()\n    out[i] = a * x[i] + y[i]\n\n\n"
+                                   "def tack_warm(shape):\n    raise RuntimeError('no')\n")
+    share = prefix / "share" / "tack"
+    (share / "bundles").mkdir(parents=True)
+    before = {"site.yaml": b"version: 1\n# the running site's\n",
+              "site-env.json": b'{"TACK_CACHE_BUNDLES": "/old"}\n',
+              "bundles-build.yaml": b"# the running site's bundles\n"}
+    for name, data in before.items():
+        (share / name).write_bytes(data)
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\ncache:\n  bundles: /new\nbuild:\n  kernels:\n" + kernels)
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "install", str(prefix),
+                        "--arch", "cpu:x86_64_v2", "--site-config", str(config)], cwd=tmp_path,
+                       env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "an architecture failed to build" in r.stderr, r.stdout + r.stderr
+    assert {p.name: p.read_bytes() for p in share.iterdir() if p.is_file()} == before
+    assert os.listdir(share / "bundles") == []
