@@ -118,12 +118,14 @@ def render_easybuild(cfg) -> str:
     bundles = exports.pop("TACK_CACHE_BUNDLES", None)
     if bundles is not None:
         dirs = [d for d in bundles.split(":") if d]
+        where = cfg.where(("cache", "bundles"))         # FILE:LINE: cache.bundles, as the config's errors
         for d in dirs:
             if any("variable" in p for p in split_references(d)):
-                raise SiteError(f"cache.bundles: {d} refers to variables; EasyBuild's modextrapaths "
+                raise SiteError(f"{where}: {d!r} refers to variables; EasyBuild's modextrapaths "
                                 "takes directories as they are")
             if not d.startswith("/"):
-                raise SiteError(f"cache.bundles: {d} is not an absolute path")
+                raise SiteError(f"{where}: {d!r} is not an absolute path; EasyBuild's "
+                                "modextrapaths takes directories as they are: name it from /")
         lines.append(f"modextrapaths = {{'TACK_CACHE_BUNDLES': {['share/tack/bundles'] + dirs!r}}}")
     lines.append("modextravars = {")
     lines += [f"    {var!r}: {easybuild_value(value)!r}," for var, value in exports.items()]

@@ -155,9 +155,15 @@ def test_env_easybuild_parameters(example):
 
 def test_env_easybuild_refuses_bundles_it_cannot_carry(tmp_path):
     # (a relative directory is refused by the config itself, for every shell: jobs ignore it)
-    for bundles, why in (("$HOME/bundles", "error: cache.bundles: $HOME/bundles refers to variables"),
+    # each error names the config's file and line, as every other config error does
+    config = tmp_path / "site.yaml"
+    for bundles, why in (("$HOME/bundles", f"error: {config}:3: cache.bundles: '$HOME/bundles' "
+                                           "refers to variables"),
+                         ("/apps/b:${X}/b", f"error: {config}:3: cache.bundles: '${{X}}/b' refers "
+                                            "to variables"),
+                         ("~/bundles", f"error: {config}:3: cache.bundles: '~/bundles' is not an "
+                                       "absolute path"),
                          ("bundles", "site.yaml:3: cache.bundles: 'bundles' is not an absolute path")):
-        config = tmp_path / "site.yaml"
         config.write_text(f"version: 1\ncache:\n  bundles: {bundles}\n")
         r = subprocess.run([sys.executable, "-m", "tack.site", "env", str(config), "--shell",
                             "easybuild"], capture_output=True, text=True)
