@@ -869,6 +869,7 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     from .errors import SiteError
     if int(size) < 2:
         raise SiteError(f"bundles check: --size {size}: the contour needs at least 2 points per axis")
+    _check_size_fits(int(size))
     if not directory:
         directory = os.pathsep.join(_directories(None, "check", err))
     bundles = directory
@@ -911,6 +912,55 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     if not problems:
         print(f"contour served from the bundles in {bundles}: nothing compiled", file=out)
     return 1 if problems else 0
+
+
+#: Bytes per point of the check's field at the peak of ``bundles check``'s child: the demo's
+#: ``make_field`` works in float64 on every point's three coordinates (24), their squared
+#: distances from the centre (24) and the distance (8); the float32 field and the contour's
+#: work arrays come after, within that (measured: 56 bytes a point, n = 100 to 300).
+CHECK_BYTES_PER_POINT = 56
+
+
+def available_memory():
+    """Bytes this host can give a new process without swapping: Linux's MemAvailable, else the
+    physical memory (``sysconf``); None where neither is known."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_size_fits(n):
+    """SiteError, before anything runs, for a ``bundles check --size`` whose field the contour
+    does not take (``contour.MAX_POINTS``: its ids are int32) or whose making needs more memory
+    than this host has available; either names --size and the memory it would need.  (The check
+    allocated it in its child first: ``--size 1000`` asked for 22 GiB, then failed.)  Any size
+    from 2 checks the same kernels: they are shape-generic."""
+    from ..kernels.contour import MAX_POINTS
+    from ..cache import format_size
+    from .errors import SiteError
+    need = CHECK_BYTES_PER_POINT * n ** 3
+    limit = round(MAX_POINTS ** (1 / 3))
+    while limit ** 3 > MAX_POINTS:
+        limit -= 1
+    hint = ("give a smaller --size (the default, 21, checks the same kernels: they are "
+            "shape-generic)")
+    if n ** 3 > MAX_POINTS:
+        raise SiteError(f"bundles check: --size {n}: a {n}^3 field is more than the contour takes "
+                        f"(at most {MAX_POINTS} points, {limit}^3: its ids are int32), and making "
+                        f"it would need about {format_size(need)} of memory; {hint}")
+    avail = available_memory()
+    if avail is not None and need > avail:
+        raise SiteError(f"bundles check: --size {n}: making the {n}^3 field would need about "
+                        f"{format_size(need)} of memory, more than this host has available "
+                        f"({format_size(avail)}); {hint}")
 
 
 def stale_bundles(directories) -> list:

@@ -380,3 +380,39 @@ def test_an_array_spec_this_host_cannot_allocate_is_an_error_at_its_line(tmp_pat
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert (f"error: {config}:7: build.kernels.0.args.0: 'float64[1048576,16384]': this host cannot "
             "allocate the example array (MemoryError") in r.stderr, r.stderr
+
+
+def test_check_size_past_what_the_contour_takes_is_refused_up_front(tmp_path):
+    """``bundles check --size 1000`` asked its child for 22 GiB (the demo's field, made in
+    float64) before the contour refused a field past its int32 ids: now refused first, naming
+    --size, the bound and the memory it would need.  (Run with its address space bounded to
+    8 GiB, so that a regression fails with a MemoryError rather than fills the host.)"""
+    import resource
+    import subprocess
+    import sys
+    import tack
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.path.dirname(os.path.dirname(tack.__file__))}
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "check", str(tmp_path),
+                        "--size", "1000"], env=env, capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30)))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.splitlines() == [
+        "error: bundles check: --size 1000: a 1000^3 field is more than the contour takes (at most "
+        "715827882 points, 894^3: its ids are int32), and making it would need about 52.2 GiB of "
+        "memory; give a smaller --size (the default, 21, checks the same kernels: they are "
+        "shape-generic)"], r.stderr
+    assert r.stdout == ""
+
+
+def test_check_size_past_this_hosts_memory_is_refused_up_front(tmp_path, monkeypatch, capsys):
+    """A --size the contour takes whose field needs more memory than the host has available is
+    refused before the check's child starts, naming both."""
+    from tack.site import build
+    monkeypatch.setattr(build, "available_memory", lambda: 1 << 30)
+    monkeypatch.setattr("subprocess.run", lambda *a, **k: pytest.fail("the child was started"))
+    rc = cli.main(["bundles", "check", str(tmp_path), "--size", "300"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err == ("error: bundles check: --size 300: making the 300^3 field would need about "
+                   "1.4 GiB of memory, more than this host has available (1.0 GiB); give a smaller "
+                   "--size (the default, 21, checks the same kernels: they are shape-generic)\n"), err
