@@ -485,7 +485,7 @@ def _match_arch(root, version, arch, here):
     microarchitecture, or an arch a variant names, as ``opencl:0`` names a device's driver-built
     code), LLVM's CPU name, or a key prefix: every name ``info`` lists."""
     from . import bundle_write
-    from ..archs import ArchError, qualify
+    from ..archs import ArchError, qualify, resolve
     _, variants = bundle_write.collect(os.path.join(root, version))
 
     def names(tk, entries):
@@ -518,13 +518,19 @@ def _match_arch(root, version, arch, here):
     else:
         found = {tk for tk, entries in variants.items()
                  if {arch, wanted} & names(tk, entries) or tk.startswith(arch)}
-    if not found and refused is not None:
-        raise CLIError(str(refused))
     if not found:
         known = sorted({n for tk, e in variants.items() for n in names(tk, e) if ":" in n}
                        | {f"target {tk[:16]}" for tk, e in variants.items()
                           if not any(":" in n for n in names(tk, e))})
-        raise CLIError(f"no entries for arch {wanted!r}; the cache holds: {', '.join(known) or 'none'}")
+        held = f"the cache holds: {', '.join(known) or 'none'}"
+        if refused is None and wanted != "cpu:host":
+            try:
+                resolve(wanted)             # a name Tack knows, or one it never builds?
+            except ArchError as e:
+                refused = e
+        if refused is not None:             # not "no entries": no such architecture at all
+            raise CLIError(f"unknown architecture {label!r} ({refused}); {held}")
+        raise CLIError(f"no entries for arch {wanted!r}; {held}")
     if len(found) > 1:
         raise CLIError(f"arch {wanted!r} matches {len(found)} targets; give a target key prefix")
     return found.pop()

@@ -416,3 +416,32 @@ def test_check_size_past_this_hosts_memory_is_refused_up_front(tmp_path, monkeyp
     assert err == ("error: bundles check: --size 300: making the 300^3 field would need about "
                    "1.4 GiB of memory, more than this host has available (1.0 GiB); give a smaller "
                    "--size (the default, 21, checks the same kernels: they are shape-generic)\n"), err
+
+
+def test_pack_with_an_unknown_arch_says_it_is_unknown_and_lists_the_known(tmp_path):
+    """``pack --arch nothing`` (no such microarchitecture) said "no entries for arch
+    'cpu:nothing'", as for a real arch the cache holds nothing of: now it says the name is
+    unknown, why, and what the cache holds.  A known arch with no entries still says that."""
+    import tack.aot
+    from tack.kernels.contour import tack_warm
+    kernel, args, grid = tack_warm((8, 8, 8))[0]
+    cache = tmp_path / "cache"
+    tack.aot.save([tack.aot.compile(kernel, "cpu:x86_64_v3", args, grid=grid)], str(cache))
+    cache.chmod(0o700)
+    for arch, why in (("nothing", "cpu:nothing: archspec knows no such CPU microarchitecture"),
+                      ("cpu:zen9", "cpu:zen9: archspec knows no such CPU microarchitecture (did "
+                                   "you mean"),
+                      ("cuda:sm_1", "cuda:sm_1: Tack builds PTX for NVIDIA compute capabilities"),
+                      ("opencl:1", "'opencl:1': unknown kind 'opencl'")):
+        r = _cache_cli(cache, "pack", "--arch", arch, "--output", str(tmp_path / "b"))
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"tack.cache: error: unknown architecture {arch!r} ({why}"), line
+        assert line.endswith("); the cache holds: cpu:x86_64_v3"), line
+        assert "no entries" not in line
+    for arch in ("cpu:zen3", "cpu:host"):      # known names (cpu:host: this host's own code)
+        known = _cache_cli(cache, "pack", "--arch", arch, "--output", str(tmp_path / "b"))
+        assert known.returncode == 1 and known.stderr.splitlines() == [
+            f"tack.cache: error: no entries for arch {arch!r}; the cache holds: cpu:x86_64_v3"], \
+            known.stderr
+    assert not (tmp_path / "b").exists()
