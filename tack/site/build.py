@@ -682,8 +682,29 @@ def applies(b, path, node_arch, chosen, why, host_key, devices=None):
         return None, (f"{arch} is a GPU's: its runtime reads it, not this node's CPU, and no "
                       "device here runs it")
     if name in why:
-        return None, why[name]
+        return None, _name_reason(path, b.meta) or why[name]
     return None, f"{arch or 'an unnamed arch'} is not named as a site bundle of this node's CPU"
+
+
+def _name_reason(path, meta):
+    """Why no node uses a CPU site bundle because of its file name, where the runtime's reason
+    (its key is not this LLVM's key for the name's arch: a job compares keys alone, without
+    archspec) would say "another LLVM or codegen" of a name given by hand: an arch archspec
+    does not know (``bundle-...-cpu-zen9-...``: no node looks for it), or a name that is not
+    what its header holds (a copy to another arch's name, ``_misnamed``); None otherwise."""
+    from ..archs import ArchError
+    got = bundle_mod.site_bundle_arch(os.path.basename(path), "cpu")
+    misnamed = _misnamed(path, meta)
+    if got is not None:
+        try:
+            resolve(f"cpu:{got[0]}")
+        except ArchError as e:
+            why = str(e).partition(": ")[2] or str(e)
+            return (f"its name's cpu:{got[0]} is an unknown microarchitecture name: {why}; no node "
+                    "looks for it" + (f"; {misnamed}" if misnamed else ""))
+    if misnamed:
+        return f"it is not named for what it holds ({misnamed}): jobs never use it"
+    return None
 
 
 def device_runtimes() -> list:

@@ -582,3 +582,30 @@ def test_build_says_it_replaced_another_tacks_bundle_and_jobs_say_whose_it_is(tm
     assert f"jobs of that Tack no longer find one in {out_dir} and compile" in out, out
     rc, out, err = run_build(cfg, out_dir)          # its own bundle again: nothing to say
     assert rc == 0 and "x86_64_v2: replaced" not in out, out + err
+
+
+def test_status_says_a_hand_named_bundles_true_reason(tmp_path):
+    """A bundle copied by hand to a name whose microarchitecture archspec does not know
+    (``bundle-...-cpu-zen9-...``) was "built for cpu:zen9 with another LLVM or codegen than this
+    node's": the LLVM is this one, and no node looks for zen9.  Status names the unknown
+    microarchitecture; a copy to a known arch's name, that it is not named for what it holds."""
+    from tack.archs import generic_level
+    level = generic_level(host_arch())
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(write_config(tmp_path, [level]), out_dir)
+    assert rc == 0, out + err
+    (name,) = os.listdir(out_dir)
+    for arch in ("zen9", OTHER):
+        shutil.copy(out_dir / name, out_dir / name.replace(f"-cpu-{level}-", f"-cpu-{arch}-"))
+    status = io.StringIO()
+    assert build.bundles_status(str(out_dir), out=status) == 0
+    lines = {ln.split(":", 1)[0]: ln for ln in status.getvalue().splitlines()}
+    zen9 = lines[name.replace(f"-cpu-{level}-", "-cpu-zen9-")]
+    assert "another LLVM" not in zen9, zen9
+    assert (f": current; not used by this node (its name's cpu:zen9 is an unknown "
+            "microarchitecture name: archspec knows no such CPU microarchitecture") in zen9, zen9
+    assert f"its header says cpu:{level}" in zen9 and name in zen9, zen9
+    other = lines[name.replace(f"-cpu-{level}-", f"-cpu-{OTHER}-")]
+    assert "another LLVM" not in other, other
+    assert (f": current; not used by this node (it is not named for what it holds (its header "
+            f"says cpu:{level}") in other and name in other, other
