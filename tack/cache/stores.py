@@ -229,13 +229,16 @@ def site_dirs(environ=None, warn=None, installed=None) -> list:
     """The site's bundle directories, searched after the user's own: TACK_CACHE_BUNDLES's, then
     those installed beside Tack (``installed_dirs``; ``installed`` given: those instead).
 
-    An entry that cannot name a bundle directory (a relative path, a file, a symbolic link) is
+    Whitespace around an entry is not part of it, as around TACK_CACHE_DIR (``"/a : /b"`` is
+    /a and /b: a directory whose name begins or ends with a space cannot be named here).  An
+    entry that cannot name a bundle directory (a relative path, a file, a symbolic link) is
     left out, and ``warn`` (if given) is told why; one that does not exist yet is left in
     (a missing bundle is normal, and said only in the log)."""
     environ = os.environ if environ is None else environ
     out = []
     for d in environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep):
-        if not d.strip():
+        d = d.strip()
+        if not d:
             continue
         try:
             d = site_dir_entry(d, environ)

@@ -485,7 +485,7 @@ def configured_output(cfg):
     if not value:
         return None, "no bundle directory: give --output or set cache.bundles"
     where = cfg.where(("cache", "bundles"))
-    dirs = [d for d in value.split(os.pathsep) if d.strip()]
+    dirs = [d.strip() for d in value.split(os.pathsep) if d.strip()]     # as a job reads them
     if len(dirs) != 1:
         return None, (f"{where}: {value!r} names {len(dirs)} directories; give --output to say "
                       "which one the bundles are built into")

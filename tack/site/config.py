@@ -616,8 +616,9 @@ class _Validator:
                 from ..cache.stores import site_dir_entry
                 relative = []
                 for d in value.split(os.pathsep):
+                    d = d.strip()               # as a job strips each (stores.site_dirs)
                     try:
-                        if d.strip() and not os.path.isabs(site_dir_entry(d, _ANY_VARIABLE)):
+                        if d and not os.path.isabs(site_dir_entry(d, _ANY_VARIABLE)):
                             relative.append(d)
                     except ValueError:
                         relative.append(d)

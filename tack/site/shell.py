@@ -117,7 +117,7 @@ def render_easybuild(cfg) -> str:
              "# is loaded."]
     bundles = exports.pop("TACK_CACHE_BUNDLES", None)
     if bundles is not None:
-        dirs = [d for d in bundles.split(":") if d]
+        dirs = [d.strip() for d in bundles.split(":") if d.strip()]     # as a job reads them
         where = cfg.where(("cache", "bundles"))         # FILE:LINE: cache.bundles, as the config's errors
         for d in dirs:
             if any("variable" in p for p in split_references(d)):

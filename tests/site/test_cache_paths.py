@@ -22,6 +22,8 @@ def test_control_character_in_a_cache_path(tmp_path, key, value, shown):
 @pytest.mark.parametrize("value, accepted", [
     ("~/bundles", True), ("$PREFIX/share/tack/bundles", True), ("${SCRATCH}/bundles", True),
     ("/apps/tack/bundles:~/bundles", True),
+    # spaces around an entry are not part of it (as around TACK_CACHE_DIR): a job strips them
+    ("/apps/tack/bundles : ~/bundles", True), (" /apps/tack/bundles", True),
     ("share/bundles", False), ("rel/$PREFIX", False), ("~/bundles:rel", False),
 ])
 def test_check_takes_the_bundle_directories_a_job_takes(tmp_path, value, accepted):
@@ -47,3 +49,32 @@ def test_check_takes_the_bundle_directories_a_job_takes(tmp_path, value, accepte
         relative = next(d for d in value.split(":") if not d.startswith(("/", "~")))
         assert f"{cfg}:3: cache.bundles: '{relative}' is not an absolute path: jobs ignore a " \
                "relative bundle directory" in run.stderr, run.stderr
+
+
+def test_spaces_around_bundle_directories_are_stripped_as_a_job_strips_them(tmp_path):
+    """``TACK_CACHE_BUNDLES="/a/b : /c"``: a job searched "/a/b " (none there, so silently no
+    site bundle) and ignored " /c" as "not an absolute path".  Each entry is stripped now, as
+    TACK_CACHE_DIR is: jobs, ``bundles status`` and the EasyBuild parameters take /a/b and /c."""
+    import os
+    from tack.cache.stores import site_dirs
+    a, c = tmp_path / "a" / "b", tmp_path / "c"
+    a.mkdir(parents=True)
+    c.mkdir()
+    value = f"{a} :\t{c} "
+    ignored = []
+    got = site_dirs({"TACK_CACHE_BUNDLES": value, "TACK_CACHE_INSTALLED_BUNDLES": "0"},
+                    warn=ignored.append)
+    assert (got, ignored) == ([str(a), str(c)], [])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_BUNDLES=value, TACK_CACHE_INSTALLED_BUNDLES="0")
+    run = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "status"],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert f"\n{a}:\nno bundles in {a}\n{c}:\nno bundles in {c}\n" in run.stdout, run.stdout
+    cfg = tmp_path / "site.yaml"
+    cfg.write_text(f'version: 1\ncache:\n  bundles: "/apps/b : /scratch/b"\n')
+    eb = subprocess.run([sys.executable, "-m", "tack.site", "env", str(cfg), "--shell", "easybuild"],
+                        capture_output=True, text=True)
+    assert eb.returncode == 0, eb.stderr
+    assert "modextrapaths = {'TACK_CACHE_BUNDLES': ['share/tack/bundles', '/apps/b', '/scratch/b']}" \
+        in eb.stdout, eb.stdout
