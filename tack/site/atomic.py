@@ -24,17 +24,7 @@ def write_files(files, mode=0o644):
     activation scripts are read by every user).  Raises SiteError naming the
     path that could not be written; then nothing has changed on disk.
     """
-    plan = []
-    for path, data in files.items():
-        path = os.path.abspath(os.fspath(path))
-        if os.path.lexists(path) and not os.path.isfile(path):
-            raise SiteError(f"cannot write {path}: it exists and is not a regular file; "
-                            "nothing was written")
-        old = _read(path)
-        if old is None and os.path.lexists(path):
-            raise SiteError(f"cannot write {path}: it exists and cannot be read, so it could not "
-                            "be restored if another file failed; nothing was written")
-        plan.append((path, data, old != data, old))
+    plan = _plan(files)
     made_dirs, temps, done = [], [], []
     try:
         for path, data, changed, _ in plan:
@@ -76,6 +66,29 @@ def write_files(files, mode=0o644):
             f"could not restore {', '.join(undone)}"
         raise SiteError(f"cannot write {where}: {e.strerror or e}; {tail}") from None
     return [(path, changed) for path, _, changed, _ in plan]
+
+
+def check_files(files) -> None:
+    """What ``write_files(files)`` refuses before it writes anything (a path that is there and is
+    not a regular file, or cannot be read), found now: SiteError naming it.  For a command that
+    writes them after a long step (``bundles install``, after the build), so that it fails first."""
+    _plan(files)
+
+
+def _plan(files):
+    """[(path, data, changed, old bytes)] of ``files``; SiteError for one that cannot be written."""
+    plan = []
+    for path, data in files.items():
+        path = os.path.abspath(os.fspath(path))
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise SiteError(f"cannot write {path}: it exists and is not a regular file; "
+                            "nothing was written")
+        old = _read(path)
+        if old is None and os.path.lexists(path):
+            raise SiteError(f"cannot write {path}: it exists and cannot be read, so it could not "
+                            "be restored if another file failed; nothing was written")
+        plan.append((path, data, old != data, old))
+    return plan
 
 
 def _undo(done):

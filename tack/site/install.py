@@ -194,8 +194,9 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
                    "install)\n" + yaml.safe_dump(build_config(wanted, kernels), sort_keys=False))
     files[config_path] = config_text.encode("utf-8")
     from ..cache.trust import make_shared_dirs
-    from .atomic import write_files
+    from .atomic import check_files, write_files
     from .build import probe_write
+    check_files(files)                      # what write_files would refuse, said before the build
     make_shared_dirs(share)                 # 0755 whatever the umask: jobs trust what is below
     try:
         probe_write(share)                  # said now, not once everything is built
