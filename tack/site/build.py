@@ -691,18 +691,22 @@ def _name_reason(path, meta):
     (its key is not this LLVM's key for the name's arch: a job compares keys alone, without
     archspec) would say "another LLVM or codegen" of a name given by hand: an arch archspec
     does not know (``bundle-...-cpu-zen9-...``: no node looks for it), or a name that is not
-    what its header holds (a copy to another arch's name, ``_misnamed``); None otherwise."""
+    what its header holds (a copy to another arch's name, ``_misnamed``) where the runtime
+    passed it over by its name's key alone; None otherwise (the runtime's reason stands: where
+    the key matches, it read the header and said what it found)."""
     from ..archs import ArchError
+    from ..backends.cpu_runtime import arch_key
     got = bundle_mod.site_bundle_arch(os.path.basename(path), "cpu")
+    if got is None:
+        return None
     misnamed = _misnamed(path, meta)
-    if got is not None:
-        try:
-            resolve(f"cpu:{got[0]}")
-        except ArchError as e:
-            why = str(e).partition(": ")[2] or str(e)
-            return (f"its name's cpu:{got[0]} is an unknown microarchitecture name: {why}; no node "
-                    "looks for it" + (f"; {misnamed}" if misnamed else ""))
-    if misnamed:
+    try:
+        resolve(f"cpu:{got[0]}")
+    except ArchError as e:
+        why = str(e).partition(": ")[2] or str(e)
+        return (f"its name's cpu:{got[0]} is an unknown microarchitecture name: {why}; no node "
+                "looks for it" + (f"; {misnamed}" if misnamed else ""))
+    if misnamed and not arch_key(got[0], llvm_version()).startswith(got[1]):
         return f"it is not named for what it holds ({misnamed}): jobs never use it"
     return None
 
