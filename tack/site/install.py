@@ -176,6 +176,13 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     cfg = None
     if site_config:
         cfg = load(site_config, import_modules=True)
+        # a kernel module that fails to import (load imports them only beside other problems):
+        # said with its line in the site config, before anything is built or written
+        from .build import module_problems
+        from .errors import SiteConfigError
+        problems = module_problems(cfg)
+        if problems:
+            raise SiteConfigError(problems)
         kernels = cfg.get("build.kernels") or kernels
         kept = os.path.join(share, "site.yaml")
         if os.path.realpath(site_config) != os.path.realpath(kept):
@@ -211,11 +218,17 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     print(f"bundles install: {', '.join(wanted)} into {bundles}, by Tack "
           f"{shown_version(tack_version_id())} from {site}", file=out, flush=True)
     t0 = time.perf_counter()
-    # Built from the config as it will be kept (errors name its file and lines), which is
-    # written, with the site config and its exports, only once every architecture is built: a
-    # failed build (a rebuild after a driver update) leaves the running site's files as they were.
-    rc = build_bundles(load(config_path, import_modules=True, text=config_text), output=bundles,
-                       out=out, err=err)
+    # Built from the config as it will be kept, which is written, with the site config and its
+    # exports, only once every architecture is built: a failed build (a rebuild after a driver
+    # update) leaves the running site's files as they were.  Its errors name the lines of the
+    # file the kernels come from: the site config's (the admin's own file), else the build
+    # config's, as it will be written.
+    build_cfg = load(config_path, import_modules=True, text=config_text)
+    if cfg is not None and cfg.get("build.kernels"):
+        from .config import SiteConfig
+        build_cfg = SiteConfig(site_config, build_cfg.data,
+                               {k: n for k, n in cfg.lines.items() if k[:2] == ("build", "kernels")})
+    rc = build_bundles(build_cfg, output=bundles, out=out, err=err)
     built = time.perf_counter() - t0
     print(f"bundles install: built in {built:.1f} s", file=out, flush=True)
     if rc:

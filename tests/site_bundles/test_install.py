@@ -213,7 +213,9 @@ def test_bundle_directories_are_made_as_jobs_trust_them_whatever_the_umask(tmp_p
     # a spec the kernel cannot take (two arguments given, four taken): the build fails
     "    - module: sitek\n      kernel: saxpy\n      args: [float32, 'float32[64]']\n",
     # a module whose tack_warm raises
-    "    - module: sitek\n      shapes: [[4]]\n"], ids=["spec", "tack_warm"])
+    "    - module: sitek\n      shapes: [[4]]\n",
+    # a module that raises when imported: refused with the config, before anything is built
+    "    - module: sitebad\n      shapes: [[4]]\n"], ids=["spec", "tack_warm", "import"])
 def test_a_failed_install_leaves_the_kept_files_of_the_previous_one(tmp_path, kernels):
     """An install whose build fails (an admin rebuilding after a driver update) must not touch
     what the running site reads: site.yaml, site-env.json and bundles-build.yaml stay as they
@@ -222,6 +224,7 @@ def test_a_failed_install_leaves_the_kept_files_of_the_previous_one(tmp_path, ke
     (site / "sitek.py").write_text("import tack\n\n\n@tack.kernel\ndef saxpy(a, x, y, out):\n"
                                    "    i = tack.tid()\n    out[i] = a * x[i] + y[i]\n\n\n"
                                    "def tack_warm(shape):\n    raise RuntimeError('no')\n")
+    (site / "sitebad.py").write_text("raise RuntimeError('a driver is missing')\n")
     share = prefix / "share" / "tack"
     (share / "bundles").mkdir(parents=True)
     before = {"site.yaml": b"version: 1\n# the running site's\n",
@@ -236,6 +239,15 @@ def test_a_failed_install_leaves_the_kept_files_of_the_previous_one(tmp_path, ke
                        env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "an architecture failed to build" in r.stderr, r.stdout + r.stderr
+    # each error names the line of the site config, the file the admin wrote
+    why = {"sitebad": f"error: {config}:6: build.kernels.0.module: kernel module 'sitebad' failed "
+                      "to import: RuntimeError: a driver is missing",
+           "saxpy": f"{config}:8: build.kernels.0.args: saxpy takes 4 arguments",
+           "shapes": f"{config}:7: build.kernels.0.shapes.0: sitek.tack_warm([4]) failed: "
+                     "RuntimeError: no"}
+    said = next(w for key, w in why.items() if key in kernels)
+    assert said in r.stdout + r.stderr, r.stdout + r.stderr
+    if "sitebad" not in kernels:
+        assert "an architecture failed to build" in r.stderr, r.stdout + r.stderr
     assert {p.name: p.read_bytes() for p in share.iterdir() if p.is_file()} == before
     assert os.listdir(share / "bundles") == []
