@@ -414,8 +414,82 @@ def test_check_size_past_this_hosts_memory_is_refused_up_front(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert rc == 1
     assert err == ("error: bundles check: --size 300: making the 300^3 field would need about "
-                   "1.4 GiB of memory, more than this host has available (1.0 GiB); give a smaller "
+                   "1.4 GiB of memory, more than is available here (1.0 GiB: the least of the "
+                   "host's available memory, its cgroups' limits and ulimit -v); give a smaller "
                    "--size (the default, 21, checks the same kernels: they are shape-generic)\n"), err
+
+
+def _fake_host(tmp_path, cgroup_lines, files, avail_kib=64 << 20):
+    """A /proc (meminfo with ``avail_kib`` available, self/cgroup) and a cgroup tree (each
+    mount's root marked by its cgroup.procs; ``files``: {relative path: text}) in ``tmp_path``."""
+    proc, cgroups = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text(f"MemTotal: {2 * avail_kib} kB\nMemAvailable: {avail_kib} kB\n")
+    (proc / "self" / "cgroup").write_text("".join(line + "\n" for line in cgroup_lines))
+    for mount in ("", "memory"):
+        (cgroups / mount).mkdir(parents=True, exist_ok=True)
+        (cgroups / mount / "cgroup.procs").write_text("1\n")
+    for rel, text in files.items():
+        (cgroups / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cgroups / rel).write_text(text)
+    return str(proc), str(cgroups)
+
+
+GiB = 1 << 30
+
+
+@pytest.mark.parametrize("case", ["v2 job", "v2 step below", "v1 job", "v1 in a container",
+                                  "no limit", "no cgroups"])
+def test_check_memory_is_what_a_job_may_use_not_only_what_the_host_has_free(tmp_path, case):
+    """A Slurm job with --mem (or a container with a memory limit) may use less than the host's
+    MemAvailable: the room left under its cgroups' limits bounds what ``bundles check`` may ask
+    for, at its own level or any level above it (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), so that a check in a job is refused rather than killed.  (It
+    took MemAvailable alone: a 64 GiB node's job with --mem=4G was let allocate 40 GiB.)"""
+    from tack.site.build import available_memory
+    job = "system.slice/slurmstepd.scope/job_42"
+    proc, cgroups = _fake_host(tmp_path, *{
+        "v2 job": (["0::/" + job + "/step_0"],
+                   {f"{job}/memory.max": f"{4 * GiB}\n", f"{job}/memory.current": f"{GiB}\n",
+                    f"{job}/step_0/memory.max": "max\n", f"{job}/step_0/memory.current": "5\n"}),
+        "v2 step below": (["0::/" + job + "/step_0"],
+                          {f"{job}/memory.max": f"{8 * GiB}\n", f"{job}/memory.current": f"{GiB}\n",
+                           f"{job}/step_0/memory.max": f"{4 * GiB}\n",
+                           f"{job}/step_0/memory.current": f"{GiB}\n"}),
+        "v1 job": (["5:cpuset:/", "4:memory:/slurm/uid_0/job_7", "0::/"],
+                   {"memory/slurm/uid_0/job_7/memory.limit_in_bytes": f"{5 * GiB}\n",
+                    "memory/slurm/uid_0/job_7/memory.usage_in_bytes": f"{2 * GiB}\n",
+                    "memory/memory.limit_in_bytes": "9223372036854771712\n",
+                    "memory/memory.usage_in_bytes": f"{40 * GiB}\n"}),
+        # the host's path, not under the container's mount: its root is the container's cgroup
+        "v1 in a container": (["4:memory:/process_api/abc"],
+                              {"memory/memory.limit_in_bytes": f"{4 * GiB}\n",
+                               "memory/memory.usage_in_bytes": f"{GiB}\n"}),
+        "no limit": (["0::/" + job], {f"{job}/memory.max": "max\n", f"{job}/memory.current": "1\n"}),
+        "no cgroups": ([], {}),
+    }[case])
+    want = 64 * GiB if case in ("no limit", "no cgroups") else 3 * GiB
+    got = available_memory(proc, cgroups)
+    import resource
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:          # (this test's own process bounded by ulimit -v)
+        want = min(want, soft)
+    assert got == want, (got / GiB, want / GiB)
+
+
+def test_check_memory_is_bounded_by_ulimit_v(tmp_path):
+    """An address-space limit (``ulimit -v``, which the check's child inherits) bounds it too."""
+    import resource
+    import subprocess
+    import sys
+    proc, cgroups = _fake_host(tmp_path, [], {})
+    code = ("import sys; from tack.site.build import available_memory; "
+            "print(available_memory(sys.argv[1], sys.argv[2]))")
+    r = subprocess.run([sys.executable, "-c", code, proc, cgroups], capture_output=True, text=True,
+                       timeout=120,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (6 * GiB, 6 * GiB)))
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == 6 * GiB
 
 
 def test_pack_with_an_unknown_arch_says_it_is_unknown_and_lists_the_known(tmp_path):
