@@ -21,18 +21,29 @@ FIELDS = ("sphere", "torus", "waves")
 
 
 def make_field(kind: str, n: int) -> np.ndarray:
-    """A float32 (n, n, n) field whose 0.5 level set is a closed surface."""
-    p = np.indices((n, n, n), dtype=np.float64) / (n - 1)        # unit cube
+    """A float32 (n, n, n) field whose 0.5 level set is a closed surface.
+
+    Computed in float64 from each axis's coordinates broadcast against the others (one (n, n, n)
+    float64 array at a time, about 12 bytes a point at the peak with the float32 result), not
+    from every point's three coordinates: the same operations on the same values, in the same
+    order, so the same field, in a fifth of the memory."""
+    x, y, z = (a / (n - 1) for a in np.indices((n, n, n), dtype=np.float64, sparse=True))
     if kind == "sphere":
-        c = np.array([0.47, 0.52, 0.49]).reshape(3, 1, 1, 1)
-        f = np.sqrt(((p - c) ** 2).sum(axis=0)) / 0.35           # 0.5 at radius 0.175
+        f = (x - 0.47) ** 2 + (y - 0.52) ** 2           # (n, n, 1)
+        f = f + (z - 0.49) ** 2                         # (n, n, n)
+        np.sqrt(f, out=f)
+        f /= 0.35                                       # 0.5 at radius 0.175
     elif kind == "torus":
-        x, y, z = p - np.array([0.49, 0.51, 0.5]).reshape(3, 1, 1, 1)
-        ring = np.sqrt(x ** 2 + y ** 2) - 0.28
-        f = np.sqrt(ring ** 2 + z ** 2) / 0.2                     # tube radius 0.1
+        x, y, z = x - 0.49, y - 0.51, z - 0.5
+        ring = np.sqrt(x ** 2 + y ** 2) - 0.28          # (n, n, 1)
+        f = ring ** 2 + z ** 2
+        np.sqrt(f, out=f)
+        f /= 0.2                                        # tube radius 0.1
     elif kind == "waves":
-        x, y, z = 2 * np.pi * p
-        f = 0.5 + 0.25 * (np.sin(2 * x) * np.cos(3 * y) + np.sin(2.5 * z + 0.3))
+        x, y, z = 2 * np.pi * x, 2 * np.pi * y, 2 * np.pi * z
+        f = np.sin(2 * x) * np.cos(3 * y) + np.sin(2.5 * z + 0.3)
+        f *= 0.25
+        f += 0.5
     else:
         raise ValueError(f"unknown field {kind!r}; choose from {', '.join(FIELDS)}")
     return np.ascontiguousarray(f, dtype=np.float32)

@@ -939,11 +939,11 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     return 1 if problems else 0
 
 
-#: Bytes per point of the check's field at the peak of ``bundles check``'s child: the demo's
-#: ``make_field`` works in float64 on every point's three coordinates (24), their squared
-#: distances from the centre (24) and the distance (8); the float32 field and the contour's
-#: work arrays come after, within that (measured: 56 bytes a point, n = 100 to 300).
-CHECK_BYTES_PER_POINT = 56
+#: Bytes per point ``bundles check``'s child allocates at its peak, in the contour: its work
+#: arrays (32: ``contour._scratch``, which only pages near the surface touch) and the float32
+#: field (4), plus some room (measured 36.1, n = 150 to 300; the demo's ``make_field`` peaks at
+#: 12 before).  Counted whole, as ``ulimit -v`` counts them.
+CHECK_BYTES_PER_POINT = 40
 
 
 def available_memory(proc="/proc", cgroups="/sys/fs/cgroup"):
@@ -1055,11 +1055,11 @@ def _check_size_fits(n):
             "shape-generic)")
     if n ** 3 > MAX_POINTS:
         raise SiteError(f"bundles check: --size {n}: a {n}^3 field is more than the contour takes "
-                        f"(at most {MAX_POINTS} points, {limit}^3: its ids are int32), and making "
+                        f"(at most {MAX_POINTS} points, {limit}^3: its ids are int32), and contouring "
                         f"it would need about {format_size(need)} of memory; {hint}")
     avail = available_memory()
     if avail is not None and need > avail:
-        raise SiteError(f"bundles check: --size {n}: making the {n}^3 field would need about "
+        raise SiteError(f"bundles check: --size {n}: contouring a {n}^3 field would need about "
                         f"{format_size(need)} of memory, more than is available here "
                         f"({format_size(avail)}: the least of the host's available memory, its "
                         f"cgroups' limits and ulimit -v); {hint}")

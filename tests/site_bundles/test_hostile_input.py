@@ -398,7 +398,7 @@ def test_check_size_past_what_the_contour_takes_is_refused_up_front(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stderr.splitlines() == [
         "error: bundles check: --size 1000: a 1000^3 field is more than the contour takes (at most "
-        "715827882 points, 894^3: its ids are int32), and making it would need about 52.2 GiB of "
+        "715827882 points, 894^3: its ids are int32), and contouring it would need about 37.3 GiB of "
         "memory; give a smaller --size (the default, 21, checks the same kernels: they are "
         "shape-generic)"], r.stderr
     assert r.stdout == ""
@@ -408,13 +408,13 @@ def test_check_size_past_this_hosts_memory_is_refused_up_front(tmp_path, monkeyp
     """A --size the contour takes whose field needs more memory than the host has available is
     refused before the check's child starts, naming both."""
     from tack.site import build
-    monkeypatch.setattr(build, "available_memory", lambda: 1 << 30)
+    monkeypatch.setattr(build, "available_memory", lambda: 1 << 29)
     monkeypatch.setattr("subprocess.run", lambda *a, **k: pytest.fail("the child was started"))
     rc = cli.main(["bundles", "check", str(tmp_path), "--size", "300"])
     err = capsys.readouterr().err
     assert rc == 1
-    assert err == ("error: bundles check: --size 300: making the 300^3 field would need about "
-                   "1.4 GiB of memory, more than is available here (1.0 GiB: the least of the "
+    assert err == ("error: bundles check: --size 300: contouring a 300^3 field would need about "
+                   "1.0 GiB of memory, more than is available here (512.0 MiB: the least of the "
                    "host's available memory, its cgroups' limits and ulimit -v); give a smaller "
                    "--size (the default, 21, checks the same kernels: they are shape-generic)\n"), err
 
