@@ -6,7 +6,8 @@ warm process's import time, for work that gives the same answer every time.  The
 the code of every module of the package in one file beside the ``.pyc`` files
 (``tack/__pycache__/import-image.<cache tag>[.opt-N].bin``, or under ``-X pycache_prefix`` where
 CPython puts them then), indexed by module name, its index and each module's code checked by a
-CRC-32; ``import tack`` puts a finder for it first on ``sys.meta_path``, which serves only Tack's
+CRC-32; ``import tack`` puts a finder for it first on ``sys.meta_path`` (after any import hook
+the program put there before), which serves only Tack's
 own modules.  Each module's code is compiled from the very source whose hash the index records
 (never taken from a ``.pyc``, which may hold another source's code).
 
@@ -312,7 +313,8 @@ def open_image(package: str, package_dir: str):
 
 
 def install(package: str, package_dir: str):
-    """Put the finder of the package's image first on ``sys.meta_path`` (once); it or None."""
+    """Put the finder of the package's image on ``sys.meta_path`` (once; ``_first_place``): it
+    or None."""
     if os.environ.get("TACK_IMPORT_IMAGE", "1").strip().lower() in ("0", "off", "no", "false"):
         return None                         # config.FALSE_WORDS (config is not imported yet)
     found = finder(package)
@@ -321,8 +323,29 @@ def install(package: str, package_dir: str):
         found = None
     found = found or open_image(package, package_dir)
     if found is not None and found not in sys.meta_path:
-        sys.meta_path.insert(0, found)
+        sys.meta_path.insert(_first_place(sys.meta_path), found)
     return found
+
+
+# The finders the interpreter (and setuptools' ``distutils-precedence.pth``) put before the path
+# finder, which never answer for a package of files: the image's finder may go before them.
+_NEVER_OURS = ("BuiltinImporter", "FrozenImporter", "DistutilsMetaFinder")
+
+
+def _first_place(meta_path) -> int:
+    """Where the image's finder goes on ``meta_path``: first, but after any other finder a
+    program put before the path finder before ``import tack`` (an import hook that instruments
+    or replaces packages: typeguard's, beartype's, a profiler's), so that such a hook still sees
+    Tack's modules as it would without the image.  One the program adds later goes first
+    anyway."""
+    place = 0
+    for i, f in enumerate(meta_path):
+        name = getattr(f, "__name__", None) or type(f).__name__
+        if name == "PathFinder":
+            break
+        if name not in _NEVER_OURS:
+            place = i + 1
+    return place
 
 
 def finder(package: str = "tack"):

@@ -629,3 +629,63 @@ def test_image_command_writes_where_the_finder_reads_through_a_linked_path(site,
     report = _child(site, tmp_path, **env)
     assert report["finder"] and _served(report), report
     assert report["image_path"].startswith(str(prefix / str(link).lstrip(os.sep)))
+
+
+HOOKED = r"""
+import json, sys
+import importlib.machinery
+
+
+class Instrument:
+    '''An import hook a program installs before importing Tack (as typeguard's and beartype's
+    do): it records the modules it is asked for and takes tack.errors itself, marking it.'''
+    asked = []
+
+    def find_spec(self, name, path=None, target=None):
+        self.asked.append(name)
+        if name != "tack.errors":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        real = spec.loader
+
+        class Marking(importlib.machinery.SourceFileLoader):
+            def exec_module(self, module):
+                module.INSTRUMENTED = True
+                real.exec_module(module)
+        spec.loader = Marking(name, spec.origin)
+        return spec
+
+
+hook = Instrument()
+sys.meta_path.insert(0, hook)
+import numpy as np
+import tack
+from tack import _image
+from tack.kernels.contour import contour
+g = np.linspace(-1.0, 1.0, 12, dtype=np.float32)
+verts, faces = contour(np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2), 0.7)
+f = _image.finder()
+print(json.dumps({"asked": sorted(n for n in hook.asked if n.startswith("tack.")),
+                  "marked": getattr(sys.modules["tack.errors"], "INSTRUMENTED", False),
+                  "served": f.served, "faces": int(len(faces)),
+                  "loaders": {m: type(sys.modules[m].__spec__.loader).__name__
+                              for m in ("tack.errors", "tack.api", "tack.launch")},
+                  "order": [type(x).__name__ if not isinstance(x, type) else x.__name__
+                            for x in sys.meta_path][:3]}))
+"""
+
+
+def test_an_import_hook_installed_before_tack_still_sees_its_modules(site, tmp_path):
+    """A hook a program puts on ``sys.meta_path`` before ``import tack`` (to instrument or type-
+    check packages) is asked for Tack's modules before the image's finder, and what it takes is
+    imported its way; the rest are still served from the image.  (The finder went first: such a
+    hook never saw a Tack module.)  One added after ``import tack`` goes first by itself."""
+    _write(site, tmp_path)
+    p = _py(site, HOOKED, tmp_path)
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["order"] == ["Instrument", "ImageFinder", "DistutilsMetaFinder"] or \
+        got["order"][:2] == ["Instrument", "ImageFinder"], got["order"]
+    assert {"tack.api", "tack.errors", "tack.launch", "tack.kernels.contour"} <= set(got["asked"]), got
+    assert got["marked"] is True
+    assert got["loaders"] == {"tack.errors": "Marking", "tack.api": "_Loader", "tack.launch": "_Loader"}
+    assert got["served"] >= 20 and got["faces"] > 0, got
