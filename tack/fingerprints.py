@@ -363,6 +363,17 @@ def closure_identity(obj, _seen=frozenset(), _memo=None) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
+def class_id(cls, member: str = "", fingerprint: str | None = None) -> str:
+    """A template class's id within a lowered kernel, or with ``member`` its static method's:
+    ``module.qualname[.member]#`` and the first 16 digits of its ``class_fingerprint`` (given
+    as ``fingerprint`` where the caller has it).  The front end names the functions it lowers
+    so, and the dependency record finds them again by it (``cache.deps.template_scopes``)."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if member:
+        name += "." + member
+    return f"{name}#{(fingerprint or class_fingerprint(cls))[:16]}"
+
+
 def func_id(fn) -> str:
     """A device function's id within a lowered kernel: module, qualified name; for one its module
     does not hold under that name (a factory's, one defined again since, a plugin's loaded from a

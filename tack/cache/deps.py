@@ -11,7 +11,7 @@ resolved again in the function's globals, closure or builtins.
 import builtins
 import types
 
-from ..fingerprints import class_fingerprint, func_id, function_fingerprint, value_identity
+from ..fingerprints import class_fingerprint, class_id, func_id, function_fingerprint, value_identity
 from ..language import Constant, Func, intrinsic_of, lowers_to
 
 _MISSING = object()
@@ -46,7 +46,7 @@ def _func_fid(func: Func) -> str:
 def template_scopes(cls) -> dict:
     """fid -> function for each static method of a template class, as lowering names them."""
     out = {}
-    fp = class_fingerprint(cls)[:16]
+    fp = class_fingerprint(cls)
     attrs = {}
     for klass in reversed(cls.__mro__[:-1]):
         attrs.update(vars(klass))
@@ -56,7 +56,7 @@ def template_scopes(cls) -> dict:
         if isinstance(attr, Func):
             attr = attr.py_func
         if isinstance(attr, types.FunctionType):
-            out[f"{cls.__module__}.{cls.__qualname__}.{name}#{fp}"] = attr
+            out[class_id(cls, name, fp)] = attr
     return out
 
 

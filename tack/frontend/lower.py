@@ -23,7 +23,7 @@ from .. import ir
 from ..ir import MATH_FOLDS, float_folded, math_folded
 from ..api import Kernel
 from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
-from ..fingerprints import class_fingerprint, func_id, function_fingerprint, source_snapshot, value_identity
+from ..fingerprints import class_fingerprint, class_id, func_id, function_fingerprint, source_snapshot, value_identity
 from ..language import Constant, Func, intrinsic_of, wrapped_message
 from ..errors import CompileError, SourceContext
 from ..types import Template
@@ -583,7 +583,7 @@ class _FunctionLowerer:
             fn = attr.py_func if isinstance(attr, Func) else attr
             if not isinstance(fn, types.FunctionType):
                 raise self.error(f"{cls.__qualname__}.{attr_name} is not a static method", f)
-            fid = f"{cls.__module__}.{cls.__qualname__}.{attr_name}#{class_fingerprint(cls)[:16]}"
+            fid = class_id(cls, attr_name)
             return "func", (fn, fid)
         intrinsic = intrinsic_of(obj)
         if intrinsic is not None:
@@ -655,8 +655,7 @@ class _FunctionLowerer:
         if bound:
             # the class's module too: two modules' classes of one name and text are two classes
             # (their static methods read each module's globals)
-            fid += "[" + ",".join(f"{p}={c.__module__}.{c.__qualname__}#{class_fingerprint(c)[:16]}"
-                                  for p, c in sorted(bound.items())) + "]"
+            fid += "[" + ",".join(f"{p}={class_id(c)}" for p, c in sorted(bound.items())) + "]"
         if fid in self.state.stack:
             chain = " -> ".join(self.state.stack[self.state.stack.index(fid):] + [fid])
             raise self.error(f"recursion is not supported in Tack code ({chain})", e)
