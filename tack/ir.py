@@ -269,8 +269,9 @@ class LoweredKernel:
                "arrays": [cid for cid, _ in arrays]}
         with deep(json=True):
             head = _dumps(doc)
-            if "NaN" in head and any(bytes.fromhex(b) != _NAN_BITS for b in _nan_bits(doc)):
-                doc["nans"] = _nan_bits(doc)
+            bits = _nan_bits(doc) if "NaN" in head else ()
+            if any(bytes.fromhex(b) != _NAN_BITS for b in bits):
+                doc["nans"] = bits
                 head = _dumps(doc)
         head = head.encode()
         blobs = [np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
