@@ -239,6 +239,21 @@ def test_a_python_builtin_that_tack_lacks_says_what_to_write(kern, words):
     assert "cannot be called in Tack code" in msg and words in msg
 
 
+@tack.kernel
+def k_float_of_bad_text(out):
+    i = tack.tid()
+    out[i] = float("1,5")  # ERR float
+
+
+def test_float_of_text_python_cannot_read_is_a_compile_error_naming_it():
+    """``float('inf')`` is a literal; a text Python's float refuses is a compile error quoting it
+    (it was 'str literals are not supported', pointing inside the call)."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_float_of_bad_text, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, "k_float_of_bad_text", k_float_of_bad_text, FILE)
+    assert "float('1,5')" in msg and "math.inf" in msg
+
+
 @pytest.mark.parametrize("kern, name", [(k_unwrapped_scalar, "PLAIN_GLOBAL"),
                                         (k_unwrapped_array, "PLAIN_ARRAY"),
                                         (k_unwrapped_tuple, "PLAIN_TUPLE"),

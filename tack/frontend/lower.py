@@ -467,6 +467,9 @@ class _FunctionLowerer:
         if any(isinstance(a, ast.Starred) for a in e.args):
             raise self.error("*args in calls is not supported", e)
         kind, what = self.resolve_callee(e.func)
+        if kind == "intrinsic" and self.callee_object is float and len(e.args) == 1 \
+                and isinstance(e.args[0], ast.Constant) and isinstance(e.args[0].value, str):
+            return self.float_of_text(e)
         if kind == "intrinsic":
             fn = self.callee_object         # before the arguments resolve callees of their own
             node = self.intrinsic_call(what, e)
@@ -477,6 +480,17 @@ class _FunctionLowerer:
                 return node if node[0] == "const" else node + ["math"]
             return node
         return self.device_call(what, e)
+
+    def float_of_text(self, e):
+        """``float('inf')``, ``float('-inf')``, ``float('nan')``: the float Python makes of the
+        text, a literal as ``math.inf`` is (weak)."""
+        text = e.args[0].value
+        try:
+            v = float(text)
+        except ValueError:
+            raise self.error(f"float({text!r}) is not a number Python reads; write a float "
+                             "literal, math.inf or math.nan", e) from None
+        return ["const", self.loc(e), v, "float"]
 
     # -- names --------------------------------------------------------------
 
