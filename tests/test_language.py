@@ -1674,6 +1674,33 @@ def test_float_of_inf_and_nan_text_is_a_literal():
     np.testing.assert_array_equal(out, [[1.5, 1.5, 1.0], [-2.0, -2.0, 1.0]])
 
 
+@tack.func
+def log_base(x, base):
+    return math.log(x, base)
+
+
+@tack.kernel
+def k_log_of_a_base(x, out, out32):
+    i = tack.tid()
+    out[i, 0] = math.log(x[i], 2)
+    out[i, 1] = math.log(x[i], x[i] + 1.0)
+    out[i, 2] = log_base(x[i], 10)
+    out[i, 3] = math.log(100, x[i])
+    out32[i] = math.log(tack.float32(x[i]), 2)
+
+
+def test_math_log_of_a_base_is_pythons():
+    """``math.log(x, base)`` is ``log(x) / log(base)``, as Python's math computes it (it was
+    'log() takes 1 argument, got 2' unless both were literals); of a float32 ``x`` and a
+    literal base it stays float32, as ``math.log(x)`` does."""
+    x = np.array([8.0, 1000.0, 0.5, 3.0])
+    out, out32 = np.zeros((4, 4)), np.zeros(4, np.float32)
+    tack.launch(k_log_of_a_base, dim=4, args=(x, out, out32))
+    want = [[math.log(v, 2), math.log(v, v + 1.0), math.log(v, 10), math.log(100, v)] for v in x]
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_allclose(out32, np.log2(x), rtol=1e-6)
+
+
 @tack.kernel
 def k_atomic_min_max_nan(lo, hi, v):
     i = tack.tid()

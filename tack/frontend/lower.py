@@ -477,9 +477,19 @@ class _FunctionLowerer:
                 # math.sqrt(2.0): a Python float, weak; else marked as math's, for a literal
                 # argument a device function's body is given (specialize._with_literals)
                 node = math_folded(fn, node)
+                if node[0] != "const" and what == "log" and len(node[3]) == 2:
+                    return self.log_of_base(fn, node)
                 return node if node[0] == "const" else node + ["math"]
             return node
         return self.device_call(what, e)
+
+    @staticmethod
+    def log_of_base(fn, node):
+        """``math.log(x, base)``: ``log(x) / log(base)``, as Python's math computes it (each
+        ``log`` of literals alone folded, as ``math.log(2.0)`` is)."""
+        loc = node[1]
+        logs = [math_folded(fn, ["intrinsic", loc, "log", [a]]) for a in node[3]]
+        return ["binop", loc, "/"] + [n if n[0] == "const" else n + ["math"] for n in logs]
 
     def float_of_text(self, e):
         """``float('inf')``, ``float('-inf')``, ``float('nan')``: the float Python makes of the
