@@ -119,6 +119,10 @@ def typeof_arg(kernel_name, param, a, static=False):
     t = device_array_type(a, static)
     if t is not None:
         return t
+    if isinstance(a, np.generic) and not isinstance(a, (np.str_, np.bytes_, np.void)):
+        raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a NumPy {a.dtype} "
+                        "scalar, a type kernels do not take: numbers are bool, int32/64, "
+                        "uint32/64 or float32/64 (pass int(x), float(x) or np.float32(x))")
     raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a {type(a).__name__}; "
                     "kernels take NumPy arrays, numbers, and classes (as templates)")
 

@@ -547,6 +547,17 @@ def test_wrong_argument_type_names_parameter(bad):
     assert "k_scale" in msg and "'factor'" in msg
 
 
+@pytest.mark.parametrize("bad", [np.int8(3), np.float16(2.5), np.complex64(1), np.longdouble(1.5)],
+                         ids=["int8", "float16", "complex64", "longdouble"])
+def test_a_numpy_scalar_of_a_type_tack_lacks_says_which_numbers_are_taken(bad):
+    """A NumPy scalar of a dtype Tack has no type for was 'a int8; kernels take NumPy arrays,
+    numbers, ...', as if it were no number: the message names its dtype and the types taken."""
+    with pytest.raises(TypeError) as ei:
+        tack.launch(k_scale, dim=3, args=(np.ones(3), bad, np.zeros(3)))
+    msg = str(ei.value)
+    assert "'factor'" in msg and f"NumPy {bad.dtype} scalar" in msg and "int32/64" in msg
+
+
 def test_int_too_large_names_parameter():
     """A Python int that does not fit int64 raises TypeError naming the parameter."""
     with pytest.raises(TypeError) as ei:
