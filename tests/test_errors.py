@@ -646,6 +646,23 @@ def test_out_of_bounds_in_device_function():
     assert f"{FILE}:{marked_line(poke, '# OOB')[0]}" in msg
 
 
+@tack.kernel
+def k_read_constant_past_end(out, shift):
+    i = tack.tid()
+    out[i] = WRAPPED[i + shift]  # OOB
+
+
+def test_out_of_bounds_of_a_constant_in_debug_mode_names_the_constant():
+    """A tack.constant array read out of bounds was named 'constant array': the message names
+    the constant as the kernel reads it."""
+    tack.config.debug = True
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_read_constant_past_end, dim=4, args=(np.zeros(4), 1))
+    msg = str(ei.value)
+    assert "'WRAPPED'" in msg and "index 4" in msg and "size 4" in msg
+    assert f"{FILE}:{marked_line(k_read_constant_past_end, '# OOB')[0]}" in msg
+
+
 def test_out_of_bounds_axis_in_debug_mode():
     """An out-of-bounds read on the second axis of a 2-D array raises IndexError naming that array and index."""
     tack.config.debug = True
