@@ -670,10 +670,16 @@ class _Inferer:
         ts = [self.expr(i) for i in indices]
         if any(t is None for t in ts):
             return
-        if len(ts) == 1 and isinstance(ts[0], T.Tuple):
+        whole = len(ts) == 1 and isinstance(ts[0], T.Tuple)
+        if whole:
             ts = list(ts[0].items)
         if len(ts) != arr.ndim:
-            raise self.error(f"a {arr.ndim}-D array takes {arr.ndim} indices, got {len(ts)}", node)
+            msg = f"a {arr.ndim}-D array takes {arr.ndim} indices, got {len(ts)}"
+            n = self.ctx.grid_ndim
+            if whole and len(ts) == n:      # a[i] of i = tack.tid() launched on a grid of n axes
+                msg += (f" (a tuple of {n}, as tack.tid() is in this {n}-D launch: a "
+                        f"{arr.ndim}-D array indexed by tack.tid() needs a {arr.ndim}-D dim)")
+            raise self.error(msg, node)
         for t in ts:
             if not (isinstance(t, T.Scalar) and t.kind in "iu"):
                 raise self.error(f"array indices must be integers, not {t}", node)

@@ -945,13 +945,22 @@ def k_float_of_array(out):
     out[i] = float(out)  # ERR float(out)
 
 
+@tack.kernel
+def k_one_d_body(out):
+    i = tack.tid()
+    out[i] = 1.0  # ERR out[i]
+
+
 @pytest.mark.parametrize("kern, dim, words", [
     (k_two_d_body, 4, "tack.tid() is an int in this 1-D launch; 2 names need a 2-D grid"),
     (k_float_of_array, 4, "float64() takes numbers"),
-], ids=["2-D kernel on a 1-D grid", "cast name"])
+    (k_one_d_body, (4, 1), "as tack.tid() is in this 2-D launch: a 1-D array indexed by "
+                           "tack.tid() needs a 1-D dim"),
+], ids=["2-D kernel on a 1-D grid", "cast name", "1-D kernel on a 2-D grid"])
 def test_messages_name_what_the_user_wrote(kern, dim, words):
     """A 2-D kernel launched on a 1-D grid says the grid is the problem (it said 'cannot unpack
-    a non-tuple values'); a cast's message names the type, not 'cast:float64()'."""
+    a non-tuple values'), and so does a 1-D kernel on a 2-D grid (it said only 'a 1-D array
+    takes 1 indices, got 2'); a cast's message names the type, not 'cast:float64()'."""
     with pytest.raises(tack.CompileError) as ei:
         tack.launch(kern, dim=dim, args=(np.zeros((4, 4)) if kern is k_two_d_body else np.zeros(4),))
     msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
