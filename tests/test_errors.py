@@ -428,6 +428,23 @@ def k_write_constant(out):
     WRAPPED[i] = 1.0  # ERR WRAPPED[i]
 
 
+class NumpyNumberPolicy:
+    DT = np.float32(0.1)
+    W = WRAPPED
+
+
+@tack.kernel
+def k_numpy_number_of_a_template(policy, out):
+    i = tack.tid()
+    out[i] = policy.DT  # ERR policy.DT
+
+
+@tack.kernel
+def k_constant_of_a_template(policy, out):
+    i = tack.tid()
+    out[i] = policy.W[i]  # ERR policy.W
+
+
 @tack.kernel
 def k_float_range(out):
     i = tack.tid()
@@ -488,6 +505,12 @@ TYPE_CASES = [
     (k_store_template, (SomePolicy, np.zeros(2)), "template"),
     # It said "'SomePolicy' is not a module": a class is read as a template, through a parameter.
     (k_class_by_name, (np.zeros(2),), "pass SomePolicy as an argument"),
+    # They said "is not a number": a NumPy scalar and a tack.constant are named as such.
+    (k_numpy_number_of_a_template, (NumpyNumberPolicy, np.zeros(2)),
+     "NumpyNumberPolicy.DT is a NumPy float32; of a template class only static methods and "
+     "Python numbers"),
+    (k_constant_of_a_template, (NumpyNumberPolicy, np.zeros(2)),
+     "NumpyNumberPolicy.W is a tack.constant"),
     (k_float_range, (np.zeros(2),), "range"),
     (k_tid_in_func, (np.zeros(2),), "tid"),
     (k_wrong_call_arity, (np.zeros(2),), "two_params"),

@@ -18,6 +18,7 @@ import sys
 import tokenize
 import types
 
+import numpy as np
 
 from .. import ir
 from ..ir import MATH_FOLDS, float_folded, math_folded
@@ -569,6 +570,14 @@ class _FunctionLowerer:
             if isinstance(attr, (bool, int, float)):
                 return self._expr_Constant(ast.Constant(attr, lineno=node.lineno,
                                                         col_offset=node.col_offset))
+            if isinstance(attr, (np.generic, Constant)):     # a number, but not Python's
+                what, do = (("a tack.constant", "read it by a module-level name")
+                            if isinstance(attr, Constant) else
+                            (f"a NumPy {attr.dtype}", "write a Python number, or a module-level "
+                             "tack.constant of it"))
+                raise self.error(f"{cls.__qualname__}.{attr_name} is {what}; of a template class "
+                                 "only static methods and Python numbers (bool, int, float) can "
+                                 f"be used: {do}", node)
             raise self.error(f"{cls.__qualname__}.{attr_name} is not a number; only static "
                              "methods and numbers of a template class can be used", node)
         self.record(name, obj)
