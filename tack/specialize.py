@@ -679,6 +679,10 @@ class _Inferer:
             if whole and len(ts) == n:      # a[i] of i = tack.tid() launched on a grid of n axes
                 msg += (f" (a tuple of {n}, as tack.tid() is in this {n}-D launch: a "
                         f"{arr.ndim}-D array indexed by tack.tid() needs a {arr.ndim}-D dim)")
+            elif len(ts) < arr.ndim:        # a[i][j], or a row a[i]: NumPy's views, not Tack's
+                msg += (f" (a[i] of a {arr.ndim}-D array would be a view of it, which Tack does "
+                        f"not make: write an element's {arr.ndim} indices in one [], as "
+                        f"a[{', '.join('ijkl'[:arr.ndim])}])")
             raise self.error(msg, node)
         for t in ts:
             if not (isinstance(t, T.Scalar) and t.kind in "iu"):

@@ -428,6 +428,12 @@ def k_write_constant(out):
     WRAPPED[i] = 1.0  # ERR WRAPPED[i]
 
 
+@tack.kernel
+def k_row_then_column(grid, out):
+    i = tack.tid()
+    out[i] = grid[i][0]  # ERR grid[i]
+
+
 class NumpyNumberPolicy:
     DT = np.float32(0.1)
     W = WRAPPED
@@ -511,6 +517,8 @@ TYPE_CASES = [
      "Python numbers"),
     (k_constant_of_a_template, (NumpyNumberPolicy, np.zeros(2)),
      "NumpyNumberPolicy.W is a tack.constant"),
+    # It said only "a 2-D array takes 2 indices, got 1".
+    (k_row_then_column, (np.zeros((2, 2)), np.zeros(2)), "write an element's 2 indices in one [], as a[i, j]"),
     (k_float_range, (np.zeros(2),), "range"),
     (k_tid_in_func, (np.zeros(2),), "tid"),
     (k_wrong_call_arity, (np.zeros(2),), "two_params"),
