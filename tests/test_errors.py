@@ -226,10 +226,18 @@ def k_builtin_print(x, out):
     print(x[i])  # ERR print
 
 
+@tack.kernel
+def k_builtin_reversed(x, out):
+    i = tack.tid()
+    for j in reversed(range(2)):  # ERR reversed
+        out[j] = x[i]
+
+
 @pytest.mark.parametrize("kern, words", [(k_builtin_pow, "x ** y"), (k_builtin_divmod, "x // y"),
                                          (k_builtin_round, "math.floor"),
-                                         (k_builtin_print, "write it into an array")],
-                         ids=["pow", "divmod", "round", "print"])
+                                         (k_builtin_print, "write it into an array"),
+                                         (k_builtin_reversed, "range(n - 1, -1, -1)")],
+                         ids=["pow", "divmod", "round", "print", "reversed"])
 def test_a_python_builtin_that_tack_lacks_says_what_to_write(kern, words):
     """``pow(x, y)``, ``divmod``, ``round`` and ``print`` (Python's builtins, which Numba takes) said
     only "'pow' (builtin_function_or_method) cannot be called"; they name what to write instead."""

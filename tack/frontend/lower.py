@@ -41,6 +41,7 @@ _BUILTIN_HINTS = {
     "divmod": "write x // y and x % y",
     "round": "write math.floor(x + 0.5) (it rounds halves up, where round takes them to even)",
     "print": "a kernel cannot print: write it into an array argument and print that after the launch",
+    "reversed": "write range(n - 1, -1, -1) for reversed(range(n))",
 }
 
 
