@@ -276,6 +276,34 @@ def test_unwrapped_global_says_tack_constant(kern, name):
     assert name in msg and "tack.constant" in msg
 
 
+@tack.kernel
+def k_module_as_a_value(out):
+    i = tack.tid()
+    m = np  # ERR np
+    out[i] = 1.0
+
+
+@tack.kernel
+def k_class_as_a_value(out):
+    i = tack.tid()
+    out[i] = SomePolicy + 1  # ERR SomePolicy
+
+
+@pytest.mark.parametrize("kern, words", [
+    (k_module_as_a_value, "global 'np' is a module, which is not a value in Tack code: use its "
+                          "functions and numbers by name (np.sqrt(x), np.pi)"),
+    (k_class_as_a_value, "global 'SomePolicy' is a class, which is not a value in Tack code: a "
+                         "class is a template, passed as an argument"),
+], ids=["module", "class"])
+def test_a_module_or_class_read_as_a_value_is_not_told_to_wrap_it(kern, words):
+    """A module or a class read as a value was told to 'wrap it in tack.constant(...)', which
+    takes neither: the message says how each is used."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert words in msg and "tack.constant" not in msg
+
+
 def test_wrapped_global_is_readable():
     """The same array wrapped in tack.constant is readable from a kernel."""
     out = np.zeros(4)

@@ -592,6 +592,15 @@ class _FunctionLowerer:
         if isinstance(obj, (Func, types.FunctionType)) or intrinsic_of(obj) is not None:
             raise self.error(f"'{name}' is a function; it can only be called in Tack code", node)
         scope = "variable" if name in self.closure else "global"
+        if isinstance(obj, types.ModuleType):       # no tack.constant holds one
+            raise self.error(f"{scope} '{name}' is a module, which is not a value in Tack code: "
+                             f"use its functions and numbers by name ({name}.sqrt(x), {name}.pi)",
+                             node)
+        if isinstance(obj, type):
+            raise self.error(f"{scope} '{name}' is a class, which is not a value in Tack code: "
+                             "a class is a template, passed as an argument (of tack.launch, or "
+                             "of a device function) whose static methods and numbers are used",
+                             node)
         raise self.error(f"{scope} '{name}' is a Python {what}, which kernels cannot read; "
                          f"wrap it in tack.constant(...) where it is defined", node)
 
