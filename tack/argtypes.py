@@ -72,6 +72,8 @@ def _why_not(a) -> str:
                     "a.astype(a.dtype.newbyteorder('='))")
         return (f"its strides are not multiples of its itemsize ({a.dtype.itemsize}): pass a "
                 "copy (np.ascontiguousarray(a))")
+    if a.ndim == 0 and T.from_dtype(a.dtype) is not None:
+        return "a 0-d array is not an array a kernel indexes: pass its number (a[()])"
     return "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions"
 
 

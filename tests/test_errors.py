@@ -625,6 +625,15 @@ def test_a_numpy_scalar_of_a_type_tack_lacks_says_which_numbers_are_taken(bad):
     assert "'factor'" in msg and f"NumPy {bad.dtype} scalar" in msg and "int32/64" in msg
 
 
+def test_a_0d_array_argument_says_to_pass_its_number():
+    """A 0-d array (``np.array(2.0)``, what some NumPy reductions give) was told to 'use ...
+    with 1-4 dimensions': it is told to pass its number, as tack.constant says."""
+    with pytest.raises(TypeError) as ei:
+        tack.launch(k_scale, dim=3, args=(np.ones(3), np.array(2.0), np.zeros(3)))
+    msg = str(ei.value)
+    assert "'factor'" in msg and "0 dimensions" in msg and "pass its number (a[()])" in msg
+
+
 def test_int_too_large_names_parameter():
     """A Python int that does not fit int64 raises TypeError naming the parameter."""
     with pytest.raises(TypeError) as ei:
