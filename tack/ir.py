@@ -344,9 +344,10 @@ MAX_LITERAL_BITS = 4096
 
 def int_literal_op(op: str, a: int, b: int):
     """``a op b`` (``op`` as the lowered IR names it) of two integer literals as the front end
-    folds an expression of integer literals alone: Python's value; None where Tack's meaning
-    differs from Python's (a division by zero, a negative exponent or shift: left to run time, as
-    is ``/``, a float); ``TOO_BIG`` for a value past ``MAX_LITERAL_BITS`` bits."""
+    folds an expression of integer literals alone: Python's value; None where that is no integer
+    or Tack's meaning differs from Python's (a division by zero or a negative shift: left to run
+    time; ``/`` and a negative exponent: a float, ``float_folded``'s); ``TOO_BIG`` for a value
+    past ``MAX_LITERAL_BITS`` bits."""
     if op in ("+", "-", "*", "&", "|", "^"):
         v = (a + b if op == "+" else a - b if op == "-" else a * b if op == "*"
              else a & b if op == "&" else a | b if op == "|" else a ^ b)
@@ -390,7 +391,7 @@ def int_literal_unfit(value) -> str | None:
 
 def float_folded(node):
     """An operation on number literals alone whose value is a float (``1 / 3``, ``0.5 * 2``,
-    ``2 ** 0.5``, ``-(1 / 3)``): one float literal of the value Python computes (so, as a
+    ``2 ** 0.5``, ``10 ** -6``, ``-(1 / 3)``): one float literal of the value Python computes (so, as a
     Python float does under NEP 50, weak: ``x * (1 / 3)`` of a float32 ``x`` is a float32, and
     builds where there is no float64).  Left as it is otherwise: integers alone (their own rule,
     ``specialize.literal_value``), what Python refuses or Tack computes its own way (a division
@@ -408,8 +409,8 @@ def float_folded(node):
             and op in ("+", "-", "*", "/", "**")):
         return node
     x, y = a[2], b[2]
-    if op != "/" and type(x) is int and type(y) is int:
-        return node                             # integers alone
+    if op != "/" and type(x) is int and type(y) is int and not (op == "**" and y < 0):
+        return node                             # integers alone (to a negative power: a float)
     try:
         if op == "/":
             v = x / y if y != 0 else None

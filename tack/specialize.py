@@ -538,7 +538,16 @@ class _Inferer:
     def _binop(self, e):
         a, b = self.expr(e[3]), self.expr(e[4])
         a, b = self.fit(e[3], a, b), self.fit(e[4], b, a)
-        return self.binop_type(e[2], a, b, e)
+        r = self.binop_type(e[2], a, b, e)
+        if e[2] == "**" and isinstance(r, T.Scalar) and r.kind in "iu":
+            values = literal_values(e[4])
+            if values is not None and min(values) < 0:
+                # 0 at run time (as a negative exponent computed there gives): NumPy refuses
+                # an integer to a negative integer power, and Python gives a float
+                raise self.error(f"an integer to a negative integer power ({a} ** {min(values)}) "
+                                 "is refused, as NumPy refuses it (Python gives a float): write "
+                                 "float(x) ** -n, or 1.0 / x ** n", e)
+        return r
 
     def fit(self, node, t, other):
         """A literal that the other operand's integer type cannot hold is an int64 (or uint64).

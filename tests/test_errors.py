@@ -1121,3 +1121,34 @@ def test_a_closure_over_itself_is_the_recursion_error():
     (Here, not in tests/test_language.py, whose kernels every GPU target builds.)"""
     with pytest.raises(tack.CompileError, match="recursion"):
         tack.launch(k_again, dim=1, args=(np.zeros(1),))
+
+
+@tack.kernel
+def k_int_to_a_negative_power(ia, out):
+    i = tack.tid()
+    out[i] = ia[i] ** -2  # ERR ia[i] ** -2
+
+
+@tack.func
+def power_of(a, b):
+    return a ** b  # ERR a ** b
+
+
+@tack.kernel
+def k_int_to_a_negative_literal_argument(ia, out):
+    i = tack.tid()
+    out[i] = power_of(ia[i], -1)
+
+
+def test_an_integer_to_a_negative_literal_power_is_refused():
+    """An integer to a negative integer literal power (``n ** -2``, or a literal exponent passed
+    to a device function) is refused when it compiles, as NumPy refuses it: it gave 0, silently,
+    where Python gives a float.  An exponent negative only at run time still gives 0, as
+    documented; a float base is computed (``float(n) ** -2``)."""
+    for kern, where in ((k_int_to_a_negative_power, k_int_to_a_negative_power),
+                        (k_int_to_a_negative_literal_argument, power_of)):
+        with pytest.raises(tack.CompileError) as ei:
+            tack.launch(kern, dim=3, args=(np.arange(1, 4), np.zeros(3)))
+        msg = check_points_at(ei.value, kern.__qualname__, where, FILE)
+        assert "an integer to a negative integer power (int64 ** -" in msg, msg
+        assert "write float(x) ** -n, or 1.0 / x ** n" in msg, msg

@@ -1587,7 +1587,7 @@ def test_results_independent_of_thread_count(threads):
 @tack.kernel
 def k_edges(ia, fa, out):
     i = tack.tid()
-    out[i, 0] = ia[i] ** -1
+    out[i, 0] = ia[i] ** (ia[i] - 5)           # negative at run time: 0
     out[i, 1] = ia[i] << 64
     out[i, 2] = ia[i] >> 64
     out[i, 3] = ia[i] * 4611686018427387904
@@ -1598,7 +1598,7 @@ def k_edges(ia, fa, out):
 
 
 def test_documented_integer_and_min_max_edge_cases():
-    """Negative integer exponents give 0, shifts by the width give 0 or -1, integers wrap, and min/max treat NaN like Python."""
+    """Negative integer exponents at run time give 0, shifts by the width give 0 or -1, integers wrap, and min/max treat NaN like Python."""
     ia = np.array([3, -3, 1, 0], np.int64)
     fa = np.array([np.nan, 2.0, 0.5, np.nan])
     out = np.empty((4, 8))
@@ -1611,6 +1611,27 @@ def test_documented_integer_and_min_max_edge_cases():
     for col, fn in ((4, lambda x: max(x, 1.0)), (5, lambda x: max(1.0, x)),
                     (6, lambda x: min(x, 1.0)), (7, lambda x: min(1.0, x))):
         np.testing.assert_array_equal(out[:, col], [fn(x) for x in fa.tolist()])
+
+
+@tack.kernel
+def k_negative_powers_of_literals(x, out):
+    i = tack.tid()
+    out[i, 0] = 10 ** -6
+    out[i, 1] = x[i] * 2 ** -1
+    out[i, 2] = (-2) ** -3 + x[i]
+    out[i, 3] = x[i] * 10 ** -(1 + 2)
+
+
+def test_a_negative_power_of_integer_literals_is_pythons_float():
+    """``10 ** -6`` written in a kernel is Python's 1e-06, a weak float like ``1 / 3``: it was
+    computed as integers at run time, 0, so ``tol = 10 ** -6`` was silently 0.  Weak, it keeps
+    a float32 operand float32."""
+    x = np.array([1.0, -3.0, 0.25], np.float32)
+    out = np.empty((3, 4), np.float32)
+    tack.launch(k_negative_powers_of_literals, dim=3, args=(x, out))
+    want = np.stack([np.full(3, 10 ** -6, np.float32), x * np.float32(2 ** -1),
+                     np.float32((-2) ** -3) + x, x * np.float32(10 ** -3)], axis=1)
+    np.testing.assert_array_equal(out, want)
 
 
 @tack.kernel
