@@ -92,8 +92,7 @@ def _schema_keys(schema, prefix=""):
 
 
 def test_every_site_config_key_is_in_the_site_docs_table():
-    pytest.importorskip("yaml")
-    from tack.site import config
+    from tack.site import config          # (PyYAML: the test extra's, as every site test's)
     site = TEXT[os.path.join(ROOT, "docs", "site.md")]
     documented = set(re.findall(r"^\| `([^`]+)` \|", site, re.M))
     missing = [k for k in _schema_keys(config.SCHEMA) if k not in documented]
@@ -115,7 +114,6 @@ def _commands(parser, words):
 @pytest.mark.parametrize("tool", ["tack.cache", "tack.site"])
 def test_every_command_and_option_is_documented(tool):
     if tool == "tack.site":
-        pytest.importorskip("yaml")
         from tack.site.cli import build_parser
     else:
         from tack.cache.cli import build_parser
