@@ -227,6 +227,8 @@ def _compile(kernel, dims, args, device, debug):
     target = runtime.toolchain_target(device)
     stage("init")
     art = compile_variant(lowered, lkey, typed.value_types, len(dims), target, debug, stage)
+    with _cache._lock:                          # another kernel may be compiling in another thread
+        _cache._get_stats()["compiled"] += 1
     fn = runtime.load(art.payload, art.meta, device)
     stage("load")
     if session is not None:

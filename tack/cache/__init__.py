@@ -441,8 +441,9 @@ def mpi_launch():
 
 def stats() -> dict:
     """This process's hits and misses per level, bytes read and written, seconds loading and
-    storing, and where its variant hits came from (``variants_from``: "cache directory",
-    "cache bundle", "broadcast bundle", "site bundles")."""
+    storing, where its variant hits came from (``variants_from``: "cache directory",
+    "cache bundle", "broadcast bundle", "site bundles"), and how many variants its launches
+    compiled (``compiled``, counted with the cache off too)."""
     return {k: dict(v) if isinstance(v, dict) else v for k, v in _get_stats().items()}
 
 
@@ -458,7 +459,8 @@ def new_stats() -> dict:
             "bytes_read": 0, "bytes_written": 0, "load_seconds": 0.0, "store_seconds": 0.0,
             "damaged": 0,
             "variants_from": {},    # hits per kind of store: "cache directory", "site bundles"...
-            "rejected": 0}          # entries whose dependency record no longer holds
+            "rejected": 0,          # entries whose dependency record no longer holds
+            "compiled": 0}          # variants this process's launches compiled (the cache on or off)
 
 
 def _get_stats():
