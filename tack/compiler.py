@@ -65,7 +65,7 @@ class _GCPaused:
     ``gc.disable()``) leaves it off."""
 
     __slots__ = ()
-    _lock = threading.Lock()
+    _lock = threading.RLock()       # a signal handler's compile may come in on the same thread
     _depth = 0
     _was_enabled = False
 

@@ -39,7 +39,7 @@ FRAMES = 4 * MAX_TOTAL_DEPTH + 16 * MAX_CALL_DEPTH + 1000
 # argument list, an index's), two per statement level (Python allows 100), and a few more.
 JSON_DEPTH = 2 * MAX_EXPR_DEPTH + 2 * 100 + 100
 
-_lock = _thread.allocate_lock()
+_lock = _thread.RLock()     # re-entrant: a signal handler's launch on a thread inside deep() compiles
 
 
 # After ``os.fork()`` the child's lock is made free again, in place: another thread of the parent

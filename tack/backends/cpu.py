@@ -27,7 +27,9 @@ from .argument_layout import array_fields
 from .cpu_identity import CODEGEN, LIMITS, arch_key, host_key
 from .cpu_loader import load_object
 
-_init_lock = threading.Lock()
+# Re-entrant: a signal handler's launch on a thread holding it (between two MCJIT calls) loads
+# its own kernel through it (a Lock waited for ever).
+_init_lock = threading.RLock()
 _initialized = False
 _engine = None
 
