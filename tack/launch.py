@@ -7,6 +7,7 @@ slots (an array's data pointer, extents and strides) and calling the entry
 point.
 """
 
+import _thread
 import os
 import sys
 import time
@@ -45,7 +46,7 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
             variant.run(args, dims, block)
             return
         try:
-            variant = _compile(kernel, dims, args, device, debug)
+            variant, t = _resolve(kernel, key, dims, args, device, debug)
         except CompileError as e:
             if debug:                           # TACK_DEBUG: the compiler's own frames too
                 raise
@@ -53,11 +54,12 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
             # the user's to read: the traceback ends at this launch.
             refused = e
         else:
-            kernel._variants[key] = variant
+            if t is None:                       # another thread's, made while this one waited
+                variant.run(args, dims, block)
+                return
             started = _startup_seconds(device)
             t0 = time.perf_counter()
             variant.run(args, dims, block)
-            t = kernel.timings
             t["launch"] = time.perf_counter() - t0
             threads = _startup_seconds(device) - started
             if threads > 0:                 # the runtime started its threads in this launch
@@ -186,6 +188,56 @@ def _static_key(a):
     if t is not None:
         return (type(a), t.dtype, t.layout + ("w" if t.writable else "r"), t.shape)
     return _arg_key(a)
+
+
+# Threads making the first call of a kernel together: one finds or compiles each variant, under
+# the kernel's compile lock, and the others wait for it and run it (as Numba and JAX do); other
+# kernels compile meanwhile.  The lock is an RLock made at the kernel's first compile: a thread
+# comes back into it from a signal handler's or a finalizer's launch of the kernel it is
+# compiling.  A thread already inside a compile never waits for another thread's, which may need
+# a lock the interrupted thread holds (llvmlite's, the cache's): it compiles its own.  A forked
+# child gets each lock free (the lock's own ``_at_fork_reinit``, as ``tack.cache``'s lock is
+# reset: another thread of the parent may have held it at the fork).  A launch of a variant
+# already found takes no lock.
+_inside = _thread._local()      # .depth: how many of this thread's launches are compiling
+
+
+def _resolve(kernel, key, dims, args, device, debug):
+    """(the variant for launch key ``key``, the timings of the compile that made it here), or
+    (variant, None) where another thread made it while this one waited for the kernel's lock."""
+    lock = kernel.__dict__.get("_compile_lock") or _new_compile_lock(kernel)
+    if getattr(_inside, "depth", 0):            # a signal handler's, a finalizer's launch
+        if not lock.acquire(False):             # another thread's compile: not waited for
+            return _resolve_held(kernel, key, dims, args, device, debug)
+        try:
+            return _resolve_held(kernel, key, dims, args, device, debug)
+        finally:
+            lock.release()
+    with lock:
+        return _resolve_held(kernel, key, dims, args, device, debug)
+
+
+def _resolve_held(kernel, key, dims, args, device, debug):
+    variant = kernel._variants.get(key)
+    if variant is not None:
+        return variant, None
+    _inside.depth = getattr(_inside, "depth", 0) + 1
+    try:
+        variant = _compile(kernel, dims, args, device, debug)
+    finally:
+        _inside.depth -= 1
+    t = kernel.timings                          # this compile's (``_variant`` set them)
+    kernel._variants[key] = variant
+    return variant, t
+
+
+def _new_compile_lock(kernel):
+    """``kernel``'s compile lock, made now unless another thread made it first."""
+    lock = _thread.RLock()
+    got = kernel.__dict__.setdefault("_compile_lock", lock)     # one winner, under the GIL
+    if got is lock and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lock._at_fork_reinit)
+    return got
 
 
 def _compile(kernel, dims, args, device, debug):

@@ -44,6 +44,9 @@ elif sys.argv[1] == "init":             # Tack's lock around LLVM's initializati
 elif sys.argv[1] == "limits":           # the compiler's recursion headroom (each stage)
     import tack.limits
     lock = tack.limits._lock
+elif sys.argv[1] == "kernel":           # the kernel's compile lock: another thread compiling it
+    import importlib
+    lock = importlib.import_module("tack.launch")._new_compile_lock(second)
 else:                                   # the cache's, while a first compile resolves its settings
     import tack.cache
     lock = tack.cache._lock
@@ -87,7 +90,7 @@ while True:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork does not exist on this platform (Windows): there is no forked child to compile in")
-@pytest.mark.parametrize("lock", ["llvm", "init", "limits", "cache"])
+@pytest.mark.parametrize("lock", ["llvm", "init", "limits", "cache", "kernel"])
 def test_child_forked_while_a_thread_is_inside_llvm_compiles(tmp_path, lock):
     """A fork while another thread held llvmlite's lock (every LLVM call takes it, and the GIL is
     released inside the call) left it held in the child by a thread that does not exist there:
@@ -95,7 +98,8 @@ def test_child_forked_while_a_thread_is_inside_llvm_compiles(tmp_path, lock):
     in a loop in the parent). Now a fork waits for the LLVM call under way, and the child gets
     the lock free; the same for Tack's own lock around LLVM's initialization and MCJIT. Tack's
     short-held locks (the compiler's recursion headroom, the cache's settings) are made afresh in
-    the child: one held by another thread at the fork hung the child's compile the same way."""
+    the child: one held by another thread at the fork hung the child's compile the same way; so
+    is a kernel's compile lock, which another thread compiling that kernel holds."""
     script = tmp_path / "fork_while_held.py"           # a kernel's source must be in a file
     script.write_text(FORK_WHILE_HELD)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}

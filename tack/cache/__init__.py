@@ -356,7 +356,10 @@ log = types.SimpleNamespace(isEnabledFor=_is_enabled_for, log=_log, debug=_debug
 # -- this process's cache -------------------------------------------------------
 
 
-_lock = _thread.allocate_lock()      # threading's Lock, without threading's import (0.5 ms)
+# threading's RLock, without threading's import (0.5 ms).  Re-entrant: a signal handler's (or a
+# finalizer's) launch on a thread holding it compiles through it again (a Lock waited for ever),
+# and the session is made under it while the settings take it too.
+_lock = _thread.RLock()
 
 
 # After ``os.fork()`` the child's lock is made free again, in place: another thread of the parent
@@ -523,16 +526,26 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
     """
     global _session
     if kind != "cpu":
-        if kind not in _other_sessions:
-            _other_sessions[kind] = _new_session(host_key, site_bundles, True, machine,
-                                                 _loaded_gpu if machine in _bundle_covers else None)
-        return _other_sessions[kind] or None
-    if _session is None:
-        _session = _new_session(host_key, site_bundles, "cpu" not in _bundle_covers, machine,
-                                sites=_loaded_sites)
-        if _session and _loaded_bundle is not None:
-            _session.add_loaded(_loaded_bundle)
-    return _session or None
+        made = _other_sessions.get(kind)
+        if made is None:
+            with _lock:                         # threads' first calls together: one session
+                if kind not in _other_sessions:
+                    _other_sessions[kind] = _new_session(
+                        host_key, site_bundles, True, machine,
+                        _loaded_gpu if machine in _bundle_covers else None)
+                made = _other_sessions[kind]
+        return made or None
+    made = _session
+    if made is None:
+        with _lock:
+            if _session is None:
+                made = _new_session(host_key, site_bundles, "cpu" not in _bundle_covers, machine,
+                                    sites=_loaded_sites)
+                if made and _loaded_bundle is not None:
+                    made.add_loaded(_loaded_bundle)
+                _session = made
+            made = _session
+    return made or None
 
 
 def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None, sites=None):

@@ -1,0 +1,308 @@
+"""Threads making the first call of a kernel together: one compiles, the others wait for its
+variant and run it; one cache session per process; different kernels compile side by side; and
+the locks that make it so let a launch from a signal handler (or a finalizer) on a thread that
+holds them go on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tack
+import tack.cache
+import tack.compiler
+
+ROOT = Path(__file__).resolve().parents[1]
+THREADS = 8
+N = 64
+
+
+def _scale(a, out):
+    i = tack.tid()
+    out[i] = a[i] * 2.0 + 1.0
+
+
+def _shift(a, out):
+    i = tack.tid()
+    out[i] = a[i] - 3.0
+
+
+def fresh(fn):
+    """A new kernel of ``fn``: no variant compiled yet in this process."""
+    return tack.kernel(fn)
+
+
+@pytest.fixture
+def cache_mode(request, tmp_path, monkeypatch):
+    """The cache off, or on over an empty directory; settings and session forgotten around."""
+    monkeypatch.setenv("TACK_CACHE_DIR", str(tmp_path / "cache"))
+    if request.param == "off":
+        monkeypatch.setenv("TACK_CACHE", "off")
+    else:
+        monkeypatch.delenv("TACK_CACHE", raising=False)
+    tack.cache._reset_for_tests()
+    yield request.param
+    tack.cache._reset_for_tests()
+
+
+def _together(jobs):
+    """Run each of ``jobs`` (callables) in a thread of its own, all released at once by a
+    barrier; -> their results in order (an exception in one is raised here)."""
+    barrier = threading.Barrier(len(jobs))
+    results, errors = [None] * len(jobs), []
+
+    def run(i, job):
+        try:
+            barrier.wait()
+            results[i] = job()
+        except BaseException as e:          # noqa: BLE001 - raised in the test's thread below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _first_call(kernel, dtype=np.float64):
+    def job():
+        a = np.arange(N, dtype=dtype)
+        out = np.zeros(N, dtype=dtype)
+        tack.launch(kernel, N, (a, out))
+        return a, out
+    return job
+
+
+def _count_sessions(monkeypatch, askers=0) -> list:
+    """A list that gets an item each time a cache session is opened.  ``askers``: the opening
+    waits until that many threads have asked ``tack.cache.session`` for one (those threads
+    then ask while it is being opened)."""
+    from tack.cache import stores
+    opened, asked, all_asked = [], set(), threading.Event()
+    real_open, real_session = stores.open_session, tack.cache.session
+
+    def counting_open(*a, **kw):
+        opened.append(threading.get_ident())
+        if askers:
+            assert all_asked.wait(timeout=120), "the other threads never asked for a session"
+        return real_open(*a, **kw)
+
+    def asking(*a, **kw):
+        asked.add(threading.get_ident())
+        if len(asked) >= askers:
+            all_asked.set()
+        return real_session(*a, **kw)
+    monkeypatch.setattr(stores, "open_session", counting_open)
+    monkeypatch.setattr(tack.cache, "session", asking)
+    return opened
+
+
+@pytest.mark.parametrize("cache_mode", ["off", "empty"], indirect=True)
+def test_concurrent_first_calls_compile_once(cache_mode, monkeypatch):
+    """Eight threads making the first call of one kernel with the same argument types at once:
+    one compile (each thread compiled its own before, 8 of the same), one cache session, and
+    every thread's result right."""
+    opened = _count_sessions(monkeypatch)
+    kernel = fresh(_scale)
+    results = _together([_first_call(kernel)] * THREADS)
+    for a, out in results:
+        np.testing.assert_array_equal(out, a * 2.0 + 1.0)
+    st = tack.cache.stats()
+    assert st["compiled"] == 1
+    assert len(kernel._variants) == 1
+    if cache_mode == "off":
+        assert opened == [] and tack.cache._session is False
+    else:
+        assert len(opened) == 1                         # one session, made by one thread
+        assert st["misses"]["variant"] == 1 and st["hits"]["variant"] == 0
+    before = st["compiled"]
+    _first_call(kernel)()                               # the variant found: no compile
+    assert tack.cache.stats()["compiled"] == before
+
+
+@pytest.mark.parametrize("cache_mode", ["off", "empty"], indirect=True)
+def test_concurrent_first_calls_of_two_variants(cache_mode):
+    """Threads at two dtypes of one kernel at once: one compile per variant."""
+    kernel = fresh(_scale)
+    jobs = [_first_call(kernel, (np.float64, np.float32)[i % 2]) for i in range(THREADS)]
+    for a, out in _together(jobs):
+        np.testing.assert_array_equal(out, a * 2.0 + 1.0)
+    assert tack.cache.stats()["compiled"] == 2
+    assert len(kernel._variants) == 2
+
+
+@pytest.mark.parametrize("cache_mode", ["off", "empty"], indirect=True)
+def test_different_kernels_compile_side_by_side(cache_mode, monkeypatch):
+    """Two kernels' first calls in threads at once: each compiled once, both right, one cache
+    session (each kernel's compiling thread made its own before), and neither waits for the
+    other's compile (each compile waits, inside, for the other's to be under way: compiles
+    serialized across kernels would never meet there)."""
+    opened = _count_sessions(monkeypatch, askers=2)     # both compiling threads
+    inside = threading.Barrier(2, timeout=120)
+    met = []
+    real = tack.compiler.compile_variant
+
+    def meeting(lowered, *a, **kw):
+        name = lowered.name
+        with lock:
+            first = name not in seen
+            seen.add(name)
+        if first:
+            inside.wait()               # BrokenBarrierError (after 120 s) if compiles serialize
+            met.append(name)
+        return real(lowered, *a, **kw)
+    lock, seen = threading.Lock(), set()
+    monkeypatch.setattr(tack.compiler, "compile_variant", meeting)
+    scale, shift = fresh(_scale), fresh(_shift)
+    jobs = [_first_call(scale)] * (THREADS // 2) + [_first_call(shift)] * (THREADS // 2)
+    results = _together(jobs)
+    for a, out in results[:THREADS // 2]:
+        np.testing.assert_array_equal(out, a * 2.0 + 1.0)
+    for a, out in results[THREADS // 2:]:
+        np.testing.assert_array_equal(out, a - 3.0)
+    assert len(met) == 2
+    assert tack.cache.stats()["compiled"] == 2
+    assert len(opened) == (0 if cache_mode == "off" else 1)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+@pytest.mark.parametrize("cache_mode", ["off"], indirect=True)
+def test_launch_from_a_signal_handler_inside_a_compile_of_the_same_kernel(cache_mode, monkeypatch):
+    """A signal handler that launches the kernel the main thread is compiling (another variant,
+    then the same one) re-enters the kernel's compile lock: it compiles and runs."""
+    kernel = fresh(_scale)
+    got = []
+
+    def handler(signum, frame):
+        for dtype in (np.float32, np.float64):
+            got.append(_first_call(kernel, dtype)())
+    real = tack.compiler.compile_variant
+    raised = []
+
+    def raising(*a, **kw):
+        if not raised:
+            raised.append(1)
+            signal.raise_signal(signal.SIGUSR1)     # the handler runs here, on this thread
+        return real(*a, **kw)
+    monkeypatch.setattr(tack.compiler, "compile_variant", raising)
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        a, out = _first_call(kernel)()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    np.testing.assert_array_equal(out, a * 2.0 + 1.0)
+    assert [o.dtype for _, o in got] == [np.float32, np.float64]
+    for a, out in got:
+        np.testing.assert_array_equal(out, a * 2.0 + 1.0)
+    assert tack.cache.stats()["compiled"] == 3     # the handler's two, then the main thread's
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+@pytest.mark.parametrize("cache_mode", ["off"], indirect=True)
+def test_handler_inside_a_compile_does_not_wait_for_another_threads_compile(cache_mode, monkeypatch):
+    """A launch from a signal handler on a thread already inside a compile does not wait for
+    another thread's compile of the same variant (that thread may need a lock the interrupted
+    thread holds: llvmlite's, the cache's): it compiles its own.  Here the other thread's
+    compile waits for the main thread, which waited for it, before: the test failed at the
+    other thread's timeout."""
+    victim, other = fresh(_scale), fresh(_shift)
+    in_victim, release = threading.Event(), threading.Event()
+    real = tack.compiler.compile_variant
+    calls = []
+
+    def gated(lowered, *a, **kw):
+        calls.append(threading.get_ident())
+        if threading.current_thread() is not threading.main_thread() and len(calls) == 1:
+            in_victim.set()
+            release.wait(timeout=120)   # the main thread's handler, if it waits here, hangs until then
+            waited.append(not release.is_set())
+        elif threading.current_thread() is threading.main_thread() and not raised:
+            raised.append(1)
+            signal.raise_signal(signal.SIGUSR1)
+        return real(lowered, *a, **kw)
+    waited, raised, got = [], [], []
+
+    def handler(signum, frame):
+        got.append(_first_call(victim)())
+    monkeypatch.setattr(tack.compiler, "compile_variant", gated)
+    old = signal.signal(signal.SIGUSR1, handler)
+    t = threading.Thread(target=lambda: got.append(_first_call(victim)()))
+    try:
+        t.start()
+        assert in_victim.wait(timeout=120)
+        a, out = _first_call(other)()           # its compile raises the signal
+        release.set()
+    finally:
+        release.set()
+        signal.signal(signal.SIGUSR1, old)
+        t.join()
+    np.testing.assert_array_equal(out, a - 3.0)
+    assert len(got) == 2
+    for a, out in got:
+        np.testing.assert_array_equal(out, a * 2.0 + 1.0)
+    assert waited == [False]
+
+
+REENTER = r"""
+import faulthandler, signal, sys
+faulthandler.dump_traceback_later(60, exit=True)        # a deadlock: a traceback, then exit 1
+import numpy as np
+import tack
+
+
+@tack.kernel
+def k(a, out):
+    i = tack.tid()
+    out[i] = a[i] + 1.0
+
+
+if sys.argv[1] == "cache":              # resolving the settings, making the session
+    import tack.cache
+    lock = tack.cache._lock
+elif sys.argv[1] == "limits":           # a compile stage's recursion headroom
+    import tack.limits
+    lock = tack.limits._lock
+else:                                   # LLVM's initialization and MCJIT
+    from tack.backends import cpu
+    lock = cpu._init_lock
+got = []
+
+
+def handler(signum, frame):             # the process's first launch: every lock on the way
+    a = np.arange(8.0)
+    out = np.zeros(8)
+    tack.launch(k, 8, (a, out))
+    got.append((out == a + 1.0).all())
+
+
+signal.signal(signal.SIGUSR1, handler)
+with lock:
+    signal.raise_signal(signal.SIGUSR1)
+print("ran" if got == [True] else f"wrong {got}")
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+@pytest.mark.parametrize("lock", ["cache", "limits", "init"])
+def test_launch_from_a_signal_handler_while_the_thread_holds_a_lock(tmp_path, lock):
+    """A signal handler's launch on the thread that holds the cache's lock, the recursion
+    headroom's or the CPU backend's around LLVM's initialization and MCJIT: each is re-entrant,
+    so the handler's compile goes on (with plain locks it waited for its own thread for ever)."""
+    script = tmp_path / "reenter.py"            # a kernel's source must be in a file
+    script.write_text(REENTER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(script), lock], env=env, capture_output=True,
+                       text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip() == "ran", p.stdout + p.stderr[-2000:]
