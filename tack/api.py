@@ -34,7 +34,6 @@ class Kernel:
         self._static = frozenset(i for i, p in enumerate(self.params) if p in self.static_shape) or None
         self._lowered = {}    # (template bindings, debug) -> LoweredKernel (tack.compiler.lower)
         self._variants = {}   # launch signature -> compiled variant
-        # (``_compile_lock``, an RLock, is added at the first compile: ``launch._resolve``)
         self.timings = {}     # stage -> seconds, of the most recent compile
 
     def __call__(self, *args, **kwargs):

@@ -168,7 +168,11 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
     launch's timings: specialize, codegen, llvm).  The garbage collector is paused throughout
     (``gc_paused``)."""
     with gc_paused():
-        return _compile_variant(lowered, lowered_key, argtypes, grid, target, debug, stage)
+        art = _compile_variant(lowered, lowered_key, argtypes, grid, target, debug, stage)
+    from . import cache                 # counted in its stats(), under its lock (other threads
+    with cache._lock:                   # may be compiling other kernels)
+        cache._get_stats()["compiled"] += 1
+    return art
 
 
 def _compile_variant(lowered, lowered_key, argtypes, grid, target, debug, stage) -> Artifact:

@@ -46,7 +46,22 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
             variant.run(args, dims, block)
             return
         try:
-            variant, t = _resolve(kernel, key, dims, args, device, debug)
+            # Threads making the first call together: one finds or compiles the variant, the
+            # others wait for it (``_locks``) and run it.  A launch on a thread inside a compile
+            # (a signal handler's, a finalizer's: the thread holds a kernel's lock) waits for no
+            # other thread, which may need a lock this one holds (llvmlite's, the cache's): it
+            # compiles under a lock of its own.
+            lock = _locks.get(id(kernel)) or _locks.setdefault(id(kernel), _thread.RLock())
+            if not lock._is_owned() and any(map(_thread.RLock._is_owned, list(_locks.values()))):
+                lock = _thread.RLock()
+            with lock:
+                variant = kernel._variants.get(key)
+                if variant is None:
+                    variant = _compile(kernel, dims, args, device, debug)
+                    kernel._variants[key] = variant
+                    t = kernel.timings              # this compile's (``_variant`` set them)
+                else:
+                    t = None
         except CompileError as e:
             if debug:                           # TACK_DEBUG: the compiler's own frames too
                 raise
@@ -80,6 +95,14 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
     # set: a deleter that is Python code (through ctypes) lost it, and the interpreter crashed.
     raise refused.with_traceback(None) from None
 
+
+# Each kernel's compile lock, by id(kernel), made at its first compile: an RLock, since a signal
+# handler's or a finalizer's launch comes back into it.  A forked child forgets them all (the
+# dict's own method, as tack.cache resets its lock: another thread may have held one at the fork).
+# An entry outlives its kernel (a later kernel at the same id shares the lock, which is harmless).
+_locks = {}
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_locks.clear)
 
 # Where a launch refuses its arguments or grid; an error raised anywhere else is a fault, and keeps
 # its frames.
@@ -190,56 +213,6 @@ def _static_key(a):
     return _arg_key(a)
 
 
-# Threads making the first call of a kernel together: one finds or compiles each variant, under
-# the kernel's compile lock, and the others wait for it and run it (as Numba and JAX do); other
-# kernels compile meanwhile.  The lock is an RLock made at the kernel's first compile: a thread
-# comes back into it from a signal handler's or a finalizer's launch of the kernel it is
-# compiling.  A thread already inside a compile never waits for another thread's, which may need
-# a lock the interrupted thread holds (llvmlite's, the cache's): it compiles its own.  A forked
-# child gets each lock free (the lock's own ``_at_fork_reinit``, as ``tack.cache``'s lock is
-# reset: another thread of the parent may have held it at the fork).  A launch of a variant
-# already found takes no lock.
-_inside = _thread._local()      # .depth: how many of this thread's launches are compiling
-
-
-def _resolve(kernel, key, dims, args, device, debug):
-    """(the variant for launch key ``key``, the timings of the compile that made it here), or
-    (variant, None) where another thread made it while this one waited for the kernel's lock."""
-    lock = kernel.__dict__.get("_compile_lock") or _new_compile_lock(kernel)
-    if getattr(_inside, "depth", 0):            # a signal handler's, a finalizer's launch
-        if not lock.acquire(False):             # another thread's compile: not waited for
-            return _resolve_held(kernel, key, dims, args, device, debug)
-        try:
-            return _resolve_held(kernel, key, dims, args, device, debug)
-        finally:
-            lock.release()
-    with lock:
-        return _resolve_held(kernel, key, dims, args, device, debug)
-
-
-def _resolve_held(kernel, key, dims, args, device, debug):
-    variant = kernel._variants.get(key)
-    if variant is not None:
-        return variant, None
-    _inside.depth = getattr(_inside, "depth", 0) + 1
-    try:
-        variant = _compile(kernel, dims, args, device, debug)
-    finally:
-        _inside.depth -= 1
-    t = kernel.timings                          # this compile's (``_variant`` set them)
-    kernel._variants[key] = variant
-    return variant, t
-
-
-def _new_compile_lock(kernel):
-    """``kernel``'s compile lock, made now unless another thread made it first."""
-    lock = _thread.RLock()
-    got = kernel.__dict__.setdefault("_compile_lock", lock)     # one winner, under the GIL
-    if got is lock and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=lock._at_fork_reinit)
-    return got
-
-
 def _compile(kernel, dims, args, device, debug):
     """The variant of ``kernel`` for these arguments on ``device``: from the cache, else compiled
     (and stored).  Every step that differs by device kind is the runtime's."""
@@ -279,8 +252,6 @@ def _compile(kernel, dims, args, device, debug):
     target = runtime.toolchain_target(device)
     stage("init")
     art = compile_variant(lowered, lkey, typed.value_types, len(dims), target, debug, stage)
-    with _cache._lock:                          # another kernel may be compiling in another thread
-        _cache._get_stats()["compiled"] += 1
     fn = runtime.load(art.payload, art.meta, device)
     stage("load")
     if session is not None:

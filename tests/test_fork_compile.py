@@ -46,7 +46,9 @@ elif sys.argv[1] == "limits":           # the compiler's recursion headroom (eac
     lock = tack.limits._lock
 elif sys.argv[1] == "kernel":           # the kernel's compile lock: another thread compiling it
     import importlib
-    lock = importlib.import_module("tack.launch")._new_compile_lock(second)
+    import _thread
+    locks = importlib.import_module("tack.launch")._locks
+    lock = locks.setdefault(id(second), _thread.RLock())
 else:                                   # the cache's, while a first compile resolves its settings
     import tack.cache
     lock = tack.cache._lock

@@ -445,8 +445,8 @@ def mpi_launch():
 def stats() -> dict:
     """This process's hits and misses per level, bytes read and written, seconds loading and
     storing, where its variant hits came from (``variants_from``: "cache directory",
-    "cache bundle", "broadcast bundle", "site bundles"), and how many variants its launches
-    compiled (``compiled``, counted with the cache off too)."""
+    "cache bundle", "broadcast bundle", "site bundles"), and how many variants it compiled
+    (``compiled``, counted with the cache off too)."""
     return {k: dict(v) if isinstance(v, dict) else v for k, v in _get_stats().items()}
 
 
@@ -463,7 +463,7 @@ def new_stats() -> dict:
             "damaged": 0,
             "variants_from": {},    # hits per kind of store: "cache directory", "site bundles"...
             "rejected": 0,          # entries whose dependency record no longer holds
-            "compiled": 0}          # variants this process's launches compiled (the cache on or off)
+            "compiled": 0}          # variants this process compiled (the cache on or off)
 
 
 def _get_stats():
