@@ -5,12 +5,8 @@ holds them go on."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +15,8 @@ import tack
 import tack.cache
 import tack.compiler
 
-ROOT = Path(__file__).resolve().parents[1]
+from .util import run_script
+
 THREADS = 8
 N = 64
 
@@ -175,7 +172,7 @@ def test_different_kernels_compile_side_by_side(cache_mode, monkeypatch):
     assert len(opened) == (0 if cache_mode == "off" else 1)
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on this platform (Windows): no signal can interrupt a thread inside a compile")
 @pytest.mark.parametrize("cache_mode", ["off"], indirect=True)
 def test_launch_from_a_signal_handler_inside_a_compile_of_the_same_kernel(cache_mode, monkeypatch):
     """A signal handler that launches the kernel the main thread is compiling (another variant,
@@ -207,7 +204,7 @@ def test_launch_from_a_signal_handler_inside_a_compile_of_the_same_kernel(cache_
     assert tack.cache.stats()["compiled"] == 3     # the handler's two, then the main thread's
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on this platform (Windows): no signal can interrupt a thread inside a compile")
 @pytest.mark.parametrize("cache_mode", ["off"], indirect=True)
 def test_handler_inside_a_compile_does_not_wait_for_another_threads_compile(cache_mode, monkeypatch):
     """A launch from a signal handler on a thread already inside a compile does not wait for
@@ -292,17 +289,12 @@ print("ran" if got == [True] else f"wrong {got}")
 """
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on this platform (Windows): no signal can interrupt a thread inside a compile")
 @pytest.mark.parametrize("lock", ["cache", "limits", "init"])
 def test_launch_from_a_signal_handler_while_the_thread_holds_a_lock(tmp_path, lock):
     """A signal handler's launch on the thread that holds the cache's lock, the recursion
     headroom's or the CPU backend's around LLVM's initialization and MCJIT: each is re-entrant,
     so the handler's compile goes on (with plain locks it waited for its own thread for ever)."""
-    script = tmp_path / "reenter.py"            # a kernel's source must be in a file
-    script.write_text(REENTER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, str(script), lock], env=env, capture_output=True,
-                       text=True, cwd=tmp_path, timeout=300)
+    p = run_script(tmp_path, "reenter.py", REENTER, lock)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip() == "ran", p.stdout + p.stderr[-2000:]

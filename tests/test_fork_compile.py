@@ -5,13 +5,11 @@ thread of the parent."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .util import run_script
+
 
 FORK_WHILE_HELD = r"""
 import os, sys, threading, time
@@ -102,11 +100,6 @@ def test_child_forked_while_a_thread_is_inside_llvm_compiles(tmp_path, lock):
     short-held locks (the compiler's recursion headroom, the cache's settings) are made afresh in
     the child: one held by another thread at the fork hung the child's compile the same way; so
     is a kernel's compile lock, which another thread compiling that kernel holds."""
-    script = tmp_path / "fork_while_held.py"           # a kernel's source must be in a file
-    script.write_text(FORK_WHILE_HELD)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, str(script), lock], env=env, capture_output=True,
-                       text=True, cwd=tmp_path, timeout=300)
+    p = run_script(tmp_path, "fork_while_held.py", FORK_WHILE_HELD, lock)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip().splitlines()[-1] == "child exit 0", p.stdout + p.stderr[-2000:]

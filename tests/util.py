@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 MARK = "# ERR"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(tmp_path, name, text, *args, timeout=300):
+    """Run ``text`` as the script ``tmp_path/name`` (a kernel's source must be in a file) in a
+    fresh Python with this checkout's Tack, a cache of its own (``tmp_path/cache``) and no other
+    ``TACK_`` setting, in ``tmp_path``: the finished process, its output as text."""
+    script = tmp_path / name
+    script.write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True,
+                          text=True, cwd=tmp_path, timeout=timeout)
 
 
 def marked_line(fn, mark=MARK):
