@@ -1013,7 +1013,7 @@ def _cgroup_room(proc, cgroups) -> list:
                 room = _room(here, files)
                 if room is not None:
                     out.append(room)
-                if here == root or len(here) <= len(root):
+                if here == root:
                     break
                 here = os.path.dirname(here)
             break

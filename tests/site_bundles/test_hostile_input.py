@@ -151,6 +151,20 @@ def test_a_template_module_that_exits_when_imported_is_an_error_naming_it(tmp_pa
     assert f"{config}:7: build.kernels.0.args.0: template 'exits_tpl:Policy': SystemExit: 3" in err, err
 
 
+def in_an_empty_directory(tmp_path, monkeypatch, **env):
+    """Run from the empty directory ``tmp_path/cwd`` (returned), with ``HOME`` at
+    ``tmp_path/home``, ``env``'s variables set and ``TACK_TEST_UNSET_VAR`` unset: where a path the
+    config names unexpanded (``~``, ``$VAR``) would show up as a directory of that name."""
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.delenv("TACK_TEST_UNSET_VAR", raising=False)
+    return here
+
+
 @pytest.mark.parametrize("bundles, error", [
     ("{tmp}/s1:{tmp}/s2", "names 2 directories; give --output"),
     ("$TACK_TEST_UNSET_VAR/bundles", "names $TACK_TEST_UNSET_VAR, which is not set; give --output"),
@@ -167,12 +181,7 @@ def test_build_without_output_reads_cache_bundles_as_a_job_does(tmp_path, monkey
     import io
     from tack.site import build
     from tack.site.config import load
-    here = tmp_path / "cwd"
-    here.mkdir()
-    monkeypatch.chdir(here)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TACK_TEST_SITE", str(tmp_path / "site"))
-    monkeypatch.delenv("TACK_TEST_UNSET_VAR", raising=False)
+    here = in_an_empty_directory(tmp_path, monkeypatch, TACK_TEST_SITE=tmp_path / "site")
     write_module(tmp_path, monkeypatch, "one_warm", WARM_MODULE.format(items="[(k, (a,), 1)]"))
     config = tmp_path / "site.yaml"
     bundles = bundles.format(tmp=tmp_path)
@@ -202,12 +211,7 @@ def test_modules_root_from_the_config_is_expanded_as_a_shell_expands_root(tmp_pa
     """``modules.root: ~/modulefiles`` wrote the module files under a directory named ``~`` in the
     working directory (``$APPS/modulefiles``: one named ``$APPS``); --root, which the shell
     expands, did not.  Now the config's root is expanded too, an unset variable refused."""
-    here = tmp_path / "cwd"
-    here.mkdir()
-    monkeypatch.chdir(here)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TACK_TEST_APPS", str(tmp_path / "apps"))
-    monkeypatch.delenv("TACK_TEST_UNSET_VAR", raising=False)
+    here = in_an_empty_directory(tmp_path, monkeypatch, TACK_TEST_APPS=tmp_path / "apps")
     config = tmp_path / "site.yaml"
     config.write_text(f"version: 1\nmodules:\n  name: tack\n  version: '1.0'\n  root: '{root}'\n")
     rc = cli.main(["modules", str(config)])
