@@ -738,10 +738,8 @@ class _FunctionGen:
         self.b.position_at_end(bad)
         src = self.tf.lowered.source
         name = arr_node[2] if arr_node[0] in ("name", "gconst") else "array"
-        if arr_node[0] == "gconst":         # the name the constant is read by, from the deps
-            names = [d[1] for d in self.mod.tk.lowered.deps
-                     if d[2] == "const" and "c" + d[3] == arr_node[2]]
-            name = names[0] if names else "constant array"
+        if arr_node[0] == "gconst":
+            name = self.mod.tk.lowered.constant_name(arr_node[2], self.tf.lowered.fid)
         site = len(self.mod.sites)
         line = node[1][0]
         self.mod.sites.append(BoundsSite(self.tf.lowered.name, name, src.filename, line,

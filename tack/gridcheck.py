@@ -10,7 +10,11 @@ anything runs; accesses this cannot vouch for (``a[i + 1]``, guarded ones, those
 functions) are left to debug mode (``TACK_DEBUG=1``), which checks every access.  An
 unconditional access at a literal index or an integer ``tack.constant`` (``a[0]``, ``p[i, 2]``,
 ``a[-1]``, ``p[i, COLUMN]``) is checked the same way: an array with no element there is
-certain to be accessed out of bounds, whatever the grid.
+certain to be accessed out of bounds, whatever the grid.  A ``tack.constant`` array indexed by
+the thread index at every point limits the grid as an argument does, its extent known at
+compile time; one indexed at a literal or integer ``tack.constant`` out of its bounds is a
+compile error wherever the access is (``constant_index_error``, which the typing calls), as
+that access is wrong wherever it runs.
 
 ``tid_indexed`` finds such accesses in a lowered kernel, once per compiled variant; the
 variant's metadata carries them (``tidx``, written and read by ``backends.variant``'s
@@ -42,7 +46,11 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
     index among the non-template parameters) is indexed on ``axis`` by the thread index of
     ``grid dimension`` at every point; ``line offset`` is that access's line, counted from the
     kernel's first line (where the first such access is).  An access at the constant index
-    ``k`` on ``axis`` at every point is ``(parameter index, axis, -1, line offset, k)``."""
+    ``k`` on ``axis`` at every point is ``(parameter index, axis, -1, line offset, k)``.  A
+    ``tack.constant`` array ``name`` of ``extent`` elements along ``axis``, indexed there by the
+    thread index of ``grid dimension`` at every point, is ``(-1, axis, grid dimension, line
+    offset, extent, name)``: the grid may not run past it either.  (A constant's literal
+    indices are checked when the kernel compiles, ``constant_index_error``.)"""
     fn = lowered.kernel
     params = list(fn.params)
     from collections import Counter
@@ -55,20 +63,34 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
     first = fn.source.first_line
 
     def access(base, idx, loc):
-        if not (base[0] == "name" and base[2] in arrays):
+        off = loc[0] - first if loc else -1
+        if base[0] == "gconst":             # a tack.constant array: its extents are known now
+            shape = getattr(lowered.constants[base[2]].value, "shape", ())
+            if not shape:
+                return
+            name = lowered.constant_name(base[2], fn.fid)
+
+            def check(axis, dim):           # literal indices: ``constant_index_error``'s
+                if axis < len(shape) and shape[axis] < MAX_INDEX:
+                    found.setdefault((-1, axis, dim, shape[axis], name), off)
+        elif base[0] == "name" and base[2] in arrays:
+            p = params.index(base[2])
+
+            def check(axis, dim):
+                found.setdefault((p, axis, dim), off)
+            for axis, x in enumerate(idx):   # a[2], p[i, 0], a[-1], a[K]: an index of every point
+                k = _literal_index(x, lowered.constants)
+                if k is not None:
+                    found.setdefault((p, axis, -1, k), off)
+        else:
             return
         if len(idx) == 1 and idx[0][0] == "name" and tid.get(idx[0][2], 0) is None:
             axes = [(axis, axis) for axis in range(grid_ndim)]          # a[t], t = tack.tid()
         else:
             axes = [(axis, _dim_of(x, tid)) for axis, x in enumerate(idx)]
-            for axis, x in enumerate(idx):       # a[2], p[i, 0], a[-1], a[K]: an index of every point
-                k = _literal_index(x, lowered.constants)
-                if k is not None:
-                    found.setdefault((params.index(base[2]), axis, -1, k),
-                                     loc[0] - first if loc else -1)
         for axis, dim in axes:
             if dim is not None:
-                found.setdefault((params.index(base[2]), axis, dim), loc[0] - first if loc else -1)
+                check(axis, dim)
 
     def expr(e):
         if not isinstance(e, list) or not e or not isinstance(e[0], str):
@@ -131,9 +153,35 @@ def _tid_indexed(lowered, grid_ndim: int) -> list:
     return sorted((key[:3] + (off,) + key[3:]) for key, off in found.items())
 
 
+def constant_index_error(lowered, fid, cid, idx):
+    """The error of indexing the ``tack.constant`` array ``cid`` (read in the function ``fid``)
+    by ``idx`` (its index nodes, one per axis), or None: a literal or integer ``tack.constant``
+    index outside the constant's extent on its axis (counted from the end if negative, as
+    Python counts) is out of bounds wherever it runs, whatever the grid, so it is a compile
+    error, where an array argument's extent is known only at launch."""
+    if len(idx) == 1 and idx[0][0] == "tuple":
+        idx = idx[0][2]
+    shape = lowered.constants[cid].value.shape
+    if len(idx) != len(shape):
+        return None                     # the typing's error
+    for axis, (x, n) in enumerate(zip(idx, shape)):
+        k = _index_value(x, lowered.constants)
+        if k is not None and not -n <= k < n:
+            return (f"index {k} is out of bounds for axis {axis} of the constant "
+                    f"'{lowered.constant_name(cid, fid)}' with size {n} (Python raises "
+                    "IndexError for it)")
+    return None
+
+
 def _literal_index(x, constants):
     """The integer ``x`` is, if it is a literal or a ``tack.constant`` integer (and smaller than
     ``MAX_INDEX``), else None."""
+    k = _index_value(x, constants)
+    return k if k is not None and abs(k) < MAX_INDEX else None
+
+
+def _index_value(x, constants):
+    """The integer ``x`` is, if it is a literal or a ``tack.constant`` integer, else None."""
     if x[0] == "const":
         k = x[2] if x[3] == "int" and type(x[2]) is int else None
     elif x[0] == "gconst":
@@ -145,7 +193,7 @@ def _literal_index(x, constants):
             k = None
     else:
         return None
-    return k if k is not None and abs(k) < MAX_INDEX else None
+    return k
 
 
 def _dim_of(x, tid):

@@ -258,6 +258,13 @@ class LoweredKernel:
     def name(self) -> str:
         return self.kernel.name
 
+    def constant_name(self, cid, fid=None) -> str:
+        """The name the constant ``cid`` is read by (from the deps): in function ``fid`` if it
+        reads it, else wherever it is read; "constant array" if none is recorded."""
+        reads = [d for d in self.deps if d[2] == "const" and "c" + d[3] == cid]
+        here = [d for d in reads if d[0] == fid] or reads
+        return here[0][1] if here else "constant array"
+
     def to_bytes(self) -> bytes:
         arrays = [(cid, c.value) for cid, c in sorted(self.constants.items())
                   if isinstance(c.value, np.ndarray)]

@@ -673,6 +673,11 @@ class _Inferer:
         if not isinstance(base, T.Array):
             raise self.error(f"{base} cannot be indexed", e)
         self.index_type(base, e[3], e)
+        if e[2][0] == "gconst":             # a tack.constant's extents are known: so is C[3]'s fault
+            from .gridcheck import constant_index_error
+            msg = constant_index_error(self.ctx.lowered, self.tf.lowered.fid, e[2][2], e[3])
+            if msg is not None:
+                raise self.error(msg, e)
         return base.dtype
 
     def index_type(self, arr, indices, node):

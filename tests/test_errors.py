@@ -1123,6 +1123,91 @@ def test_a_closure_over_itself_is_the_recursion_error():
         tack.launch(k_again, dim=1, args=(np.zeros(1),))
 
 
+
+# -- a tack.constant array at an index it has not ----------------------------------------
+
+TABLE = tack.constant(np.arange(6.0).reshape(2, 3))
+COLUMN = tack.constant(3)
+
+
+@tack.kernel
+def k_constant_past_its_end(out):
+    i = tack.tid()
+    out[i] = WRAPPED[4]  # ERR WRAPPED[4]
+
+
+@tack.kernel
+def k_constant_before_its_start(out):
+    i = tack.tid()
+    out[i] = WRAPPED[-5]  # ERR WRAPPED[-5]
+
+
+@tack.kernel
+def k_constant_past_its_end_under_an_if(out):
+    i = tack.tid()
+    if i > 100:
+        out[i] = WRAPPED[7]  # ERR WRAPPED[7]
+
+
+@tack.kernel
+def k_constant_column_by_a_constant(out):
+    i = tack.tid()
+    out[i] = TABLE[1, COLUMN]  # ERR TABLE[1, COLUMN]
+
+
+@tack.func
+def entry(k):
+    return WRAPPED[k]  # ERR WRAPPED[k]
+
+
+@tack.kernel
+def k_constant_past_its_end_in_a_func(out):
+    i = tack.tid()
+    out[i] = entry(9)
+
+
+CONSTANT_INDEX_CASES = [
+    (k_constant_past_its_end, k_constant_past_its_end, "index 4 is out of bounds for axis 0 of "
+     "the constant 'WRAPPED' with size 4"),
+    (k_constant_before_its_start, k_constant_before_its_start, "index -5 is out of bounds for "
+     "axis 0 of the constant 'WRAPPED' with size 4"),
+    (k_constant_past_its_end_under_an_if, k_constant_past_its_end_under_an_if, "index 7 is out of "
+     "bounds for axis 0 of the constant 'WRAPPED' with size 4"),
+    (k_constant_column_by_a_constant, k_constant_column_by_a_constant, "index 3 is out of bounds "
+     "for axis 1 of the constant 'TABLE' with size 3"),
+    (k_constant_past_its_end_in_a_func, entry, "index 9 is out of bounds for axis 0 of the "
+     "constant 'WRAPPED' with size 4"),
+]
+
+
+@pytest.mark.parametrize("kern, where, words", CONSTANT_INDEX_CASES,
+                         ids=[c[0].__name__ for c in CONSTANT_INDEX_CASES])
+def test_a_constant_index_past_a_constant_array_is_a_compile_error(kern, where, words):
+    """A tack.constant array indexed at a literal or an integer tack.constant it has no element
+    at (``WRAPPED[4]`` of 4 elements, ``WRAPPED[-5]``, ``TABLE[1, COLUMN]`` with COLUMN = 3 of 3
+    columns; under an ``if`` too, and in a device function given the literal) read past its
+    data, silently: its shape is known when the kernel compiles, so it is a CompileError there,
+    naming the constant, the axis, the index and the size, at the access's line."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, kern.__qualname__, where, FILE)
+    assert words in msg, msg
+
+
+@tack.kernel
+def k_constant_ends(out):
+    i = tack.tid()
+    out[i] = WRAPPED[-4] * 10.0 + WRAPPED[-1] + TABLE[-1, 2] * 100.0
+
+
+def test_a_constant_index_within_a_constant_array_counts_from_the_end_as_python():
+    """``WRAPPED[-4]`` and ``WRAPPED[-1]`` of 4 elements, ``TABLE[-1, 2]``: in bounds, as Python
+    counts them."""
+    out = np.zeros(2)
+    tack.launch(k_constant_ends, dim=2, args=(out,))
+    np.testing.assert_array_equal(out, [0.0 * 10 + 3.0 + 5.0 * 100] * 2)
+
+
 @tack.kernel
 def k_int_to_a_negative_power(ia, out):
     i = tack.tid()

@@ -122,6 +122,29 @@ def k_in_loop(a, out, n):
         out[i] = a[i]
 
 
+
+TABLE = tack.constant(np.array([10.0, 20.0, 30.0]))
+GRID2 = tack.constant(np.arange(6.0).reshape(2, 3))
+
+
+@tack.kernel
+def k_reads_a_constant(out):
+    i = tack.tid()
+    out[i] = TABLE[i]  # TABLE
+
+
+@tack.kernel
+def k_reads_a_constant_guarded(out):
+    i = tack.tid()
+    if i < TABLE.shape[0]:
+        out[i] = TABLE[i]
+
+
+@tack.kernel
+def k_transposes_a_constant(out):
+    i, j = tack.tid()
+    out[i, j] = GRID2[j, i] + TABLE[i]  # GRID2
+
 class TestWhatIsChecked:
     """``tid_indexed``: which (parameter, axis, grid dimension) a kernel indexes at every point."""
 
@@ -174,12 +197,24 @@ class TestWhatIsChecked:
         assert self.found(k_named_constants, 1) == [(0, 0, -1, -2), (0, 0, 0), (0, 1, -1, 0),
                                                     (0, 1, -1, 2), (1, 0, 0)]
 
+    def test_tack_constant_arrays_indexed_by_the_thread_index(self):
+        """``TABLE[i]`` at every point: the grid's limit is TABLE's extent, known now, with the
+        name the kernel reads it by; ``GRID2[j, i]`` limits the second grid dimension by its
+        first axis and the first by its second; under an ``if`` it limits nothing."""
+        assert self.found(k_reads_a_constant, 1) == [(-1, 0, 0, 3, "TABLE"), (0, 0, 0)]
+        assert self.found(k_reads_a_constant_guarded, 1) == []
+        assert self.found(k_transposes_a_constant, 2) == [
+            (-1, 0, 0, 3, "TABLE"), (-1, 0, 1, 2, "GRID2"), (-1, 1, 0, 3, "GRID2"),
+            (0, 0, 0), (0, 1, 1)]
+
     def test_metadata_text_round_trips_and_rejects_damage(self):
-        checks = [(0, 0, 0, 3), (1, 0, -1, 2, -4), (2, 1, 1, 7), (2, 1, -1, 7, 9)]
+        checks = [(-1, 0, 1, 2, 5, "tables.GRID"), (-1, 1, 0, -1, 3, "TABLE"), (0, 0, 0, 3),
+                  (1, 0, -1, 2, -4), (2, 1, 1, 7), (2, 1, -1, 7, 9)]
         assert decode(encode(checks)) == checks
         assert decode("") == [] and decode(None) == []
         for bad in ("0.0.0", "x.0.0.1", "0.9.0.1", "0.0.5.1", "-1.0.0.1", "0.0.-1.1", "0.0.0.1.2",
-                    "0.0.-1.1.x", "0.0.-1.1.2.3"):
+                    "0.0.-1.1.x", "0.0.-1.1.2.3", "-1.0.0.1.3", "-1.0.0.1.3.", "-1.0.3.1.3.T",
+                    "-1.9.0.1.3.T", "-1.0.0.1.-3.T", "-1.0.x.1.3.T", "0.0.0.1.T"):
             assert decode(bad) == [], bad
 
 
@@ -269,6 +304,37 @@ def test_an_array_too_short_for_a_tack_constant_index_is_refused():
     assert "index 2 is out of bounds for 'p'" in msg and "axis 1" in msg and f"{FILE}:{lineno}" in msg, msg
 
 
+
+def test_grid_past_a_tack_constant_array_is_refused_before_running():
+    """``out[i] = TABLE[i]`` on a grid larger than the 3-element constant read past its data,
+    silently: refused as an array argument's is, naming the kernel, the constant, its extent,
+    the grid and the line; nothing ran.  A grid within it runs, and a guarded read takes any
+    grid."""
+    out = np.zeros(3)
+    tack.launch(k_reads_a_constant, dim=3, args=(out,))
+    np.testing.assert_array_equal(out, [10.0, 20.0, 30.0])
+    out = np.zeros(5)
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_reads_a_constant, dim=5, args=(out,))
+    msg = str(ei.value)
+    lineno = marked_line(k_reads_a_constant, "# TABLE")[0]
+    assert "kernel 'k_reads_a_constant': the grid (5,) runs past the constant 'TABLE'" in msg, msg
+    assert "3 elements along that axis, the grid 5" in msg and f"{FILE}:{lineno}" in msg, msg
+    assert "nothing was run" in msg, msg
+    np.testing.assert_array_equal(out, 0.0)
+    tack.launch(k_reads_a_constant_guarded, dim=5, args=(out,))
+    np.testing.assert_array_equal(out, [10.0, 20.0, 30.0, 0.0, 0.0])
+    # GRID2[j, i] of a 2 x 3 constant: the grid's second dimension is limited to 2.
+    out = np.zeros((3, 2))
+    tack.launch(k_transposes_a_constant, dim=(3, 2), args=(out,))
+    np.testing.assert_array_equal(out, GRID2.value.T + TABLE.value[:, None])
+    with pytest.raises(IndexError) as ei:
+        tack.launch(k_transposes_a_constant, dim=(3, 3), args=(np.zeros((3, 3)),))
+    msg = str(ei.value)
+    lineno = marked_line(k_transposes_a_constant, "# GRID2")[0]
+    assert "runs past the constant 'GRID2'" in msg and "axis 0 by tack.tid()[1]" in msg, msg
+    assert f"{FILE}:{lineno}" in msg, msg
+
 def test_a_huge_literal_index_keeps_the_grid_check():
     """A kernel that also indexes at a literal too long for the entry's field still has its grid
     refused past an array it indexes by the thread index (it lost every check, and crashed)."""
@@ -356,3 +422,34 @@ def test_a_constant_index_past_an_array_is_refused_cold_and_warm(tmp_path):
     for hits, r in enumerate(_cold_then_warm(tmp_path, "weigh.py", CONSTANT_SCRIPT)):
         assert r["stats"]["hits"]["variant"] == hits
         assert "index 3 is out of bounds for 'w'" in r["outcome"] and "2 elements" in r["outcome"], r
+
+
+TABLE_SCRIPT = textwrap.dedent("""
+    import json, numpy as np, tack, tack.cache
+
+    TABLE = tack.constant(np.array([1.0, 2.0, 3.0]))
+
+    @tack.kernel
+    def lookup(out):
+        i = tack.tid()
+        out[i] = TABLE[i]
+
+    out = np.zeros(1000)
+    try:
+        tack.launch(lookup, dim=out.size, args=(out,))
+        outcome = "ran"
+    except IndexError as e:
+        outcome = str(e)
+    print(json.dumps({"outcome": outcome, "out": float(out.sum()), "stats": tack.cache.stats()}))
+""")
+
+
+def test_grid_past_a_tack_constant_is_refused_cold_and_warm(tmp_path):
+    """``TABLE[i]`` of a 3-element constant on a grid of 1000 is refused in a fresh process that
+    compiles the kernel and in one that loads it from the cache: the constant's extent travels
+    in the variant's entry."""
+    for hits, r in enumerate(_cold_then_warm(tmp_path, "lookup.py", TABLE_SCRIPT)):
+        assert r["stats"]["hits"]["variant"] == hits
+        assert "runs past the constant 'TABLE'" in r["outcome"], r
+        assert "3 elements along that axis, the grid 1000" in r["outcome"], r
+        assert r["out"] == 0.0

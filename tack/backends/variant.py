@@ -11,9 +11,18 @@ Light to import (no NumPy, no compiler): the warm path makes its variants with i
 
 def encode_tidx(checks) -> str:
     """A variant's ``tidx`` metadata: ``gridcheck.tid_indexed``'s list as text, space-separated
-    items: ``param.axis.dim.offset`` (indexed by the thread index of grid dimension ``dim``) or
-    ``param.axis.-1.offset.k`` (at the constant index ``k``)."""
+    items: ``param.axis.dim.offset`` (indexed by the thread index of grid dimension ``dim``),
+    ``param.axis.-1.offset.k`` (at the constant index ``k``) or ``-1.axis.dim.offset.extent.name``
+    (the ``tack.constant`` array ``name``, of ``extent`` elements along ``axis``, indexed by the
+    thread index of ``dim``; the name, a Python name or dotted path, comes last and may hold
+    dots).  Entries are kept per Tack version, so no other version's text is read; a decoder
+    that predates the constants' items would refuse the name, and check nothing, rather than
+    misread one."""
     return " ".join(".".join(str(v) for v in c) for c in checks)
+
+
+def _ints(parts) -> bool:
+    return all(p.lstrip("-").isdigit() and len(p) < 12 for p in parts)
 
 
 def decode_tidx(text) -> list:
@@ -21,9 +30,17 @@ def decode_tidx(text) -> list:
     that predates the field, or a damaged one, checks nothing)."""
     out = []
     for item in (text or "").split():
+        if item.startswith("-1."):          # a constant's: -1.axis.dim.offset.extent.name
+            parts = item.split(".", 5)
+            if len(parts) != 6 or not _ints(parts[1:5]) or not parts[5]:
+                return []
+            values = (-1,) + tuple(int(v) for v in parts[1:5]) + (parts[5],)
+            if not 0 <= values[1] < 4 or not 0 <= values[2] < 3 or values[4] < 0:
+                return []
+            out.append(values)
+            continue
         parts = item.split(".")
-        if len(parts) not in (4, 5) or not all(p.lstrip("-").isdigit() and len(p) < 12
-                                               for p in parts):
+        if len(parts) not in (4, 5) or not _ints(parts):
             return []
         values = tuple(int(v) for v in parts)
         p, axis, dim = values[:3]
@@ -90,30 +107,37 @@ def _extent_for(k: int) -> int:
 class GridCheck:
     """The check a launch makes before anything runs, for the cost of comparing a few ints:
     the grid must not run past an array the kernel indexes by the thread index on every point
-    (``tidx``), and an array must hold the element a constant index of every point names
-    (``a[0]`` of an empty one, ``p[i, 2]`` of one with two columns).  Made on the CPU and on
+    (``tidx``), nor past a ``tack.constant`` array indexed so (its extent is in ``tidx``), and
+    an array must hold the element a constant index of every point names (``a[0]`` of an empty
+    one, ``p[i, 2]`` of one with two columns).  Made on the CPU and on
     every device alike: on a device such an access would write or read past the end of the
     array's memory.  (Debug mode checks every access as it runs instead, and says which index
     of which line.)  ``grid_check`` makes one, or None where there is nothing to check."""
 
-    __slots__ = ("name", "locate", "checks", "_grid", "_fixed")
+    __slots__ = ("name", "locate", "checks", "_grid", "_fixed", "_limits")
 
     def __init__(self, name, locate, checks):
         self.name, self.locate = name, locate
-        # [(argument, parameter, axis, grid dimension, line offset, k: a constant index's)]
+        # [(argument, parameter, axis, grid dimension, line offset, k: a constant index's,
+        #   extent: a tack.constant's (argument None, parameter its name))]
         self.checks = checks
-        self._grid = tuple((i, axis, dim) for i, _, axis, dim, _, k in checks if k is None)
-        self._fixed = tuple((i, axis, _extent_for(k)) for i, _, axis, _, _, k in checks
+        self._grid = tuple((i, axis, dim) for i, _, axis, dim, _, k, n in checks
+                           if k is None and n is None)
+        self._fixed = tuple((i, axis, _extent_for(k)) for i, _, axis, _, _, k, _ in checks
                             if k is not None)
+        self._limits = tuple((dim, n) for _, _, _, dim, _, _, n in checks if n is not None)
 
     def too_large(self, args, d) -> bool:
-        """Whether the grid ``d`` (three extents) runs past one of the arrays, or an array is
-        shorter than a constant index of every point needs it along that axis."""
+        """Whether the grid ``d`` (three extents) runs past one of the arrays or constants, or an
+        array is shorter than a constant index of every point needs it along that axis."""
         for i, axis, dim in self._grid:
             if args[i].shape[axis] < d[dim]:
                 return True
         for i, axis, extent in self._fixed:
             if args[i].shape[axis] < extent:
+                return True
+        for dim, extent in self._limits:
+            if extent < d[dim]:
                 return True
         return False
 
@@ -124,8 +148,8 @@ class GridCheck:
     def error(self, args, dims) -> IndexError:
         """The first array the grid ``dims`` runs past, or too short for a constant index of
         every point, named with the access that would run past it."""
-        for i, param, axis, dim, off, k in self.checks:
-            extent = args[i].shape[axis]
+        for i, param, axis, dim, off, k, n in self.checks:
+            extent = n if n is not None else args[i].shape[axis]
             if extent < (dims[dim] if k is None else _extent_for(k)):
                 break
         where = ""
@@ -143,8 +167,9 @@ class GridCheck:
                 f"{extent} elements along that axis; nothing was run (TACK_DEBUG=1 checks every "
                 "access as it runs)")
         tid = "tack.tid()" if len(dims) == 1 else f"tack.tid()[{dim}]"
+        what = f"the constant '{param}'" if n is not None else f"'{param}'"
         return IndexError(
-            f"kernel '{self.name}': the grid {dims} runs past '{param}': the kernel indexes "
+            f"kernel '{self.name}': the grid {dims} runs past {what}: the kernel indexes "
             f"'{param}' on axis {axis} by {tid} at every point{where}, and '{param}' has "
             f"{extent} elements along that axis, the grid {dims[dim]}. Launch over {param}.shape, "
             "or guard the access with an 'if'; nothing was run (TACK_DEBUG=1 checks every "
@@ -159,7 +184,9 @@ def grid_check(sig: Signature, tidx):
         return None
     from ..types import Array
     types, params, arg_index = sig.types, sig.params, sig.arg_index
-    checks = [(arg_index[c[0]], params[c[0]], c[1], c[2], c[3], c[4] if c[2] < 0 else None)
+    checks = [(arg_index[c[0]], params[c[0]], c[1], c[2], c[3], c[4] if c[2] < 0 else None, None)
+              if c[0] >= 0 else (None, c[5], c[1], c[2], c[3], None, c[4])
               for c in decode_tidx(tidx)
-              if c[0] < len(types) and isinstance(types[c[0]], Array) and c[1] < types[c[0]].ndim]
+              if c[0] < 0 or (c[0] < len(types) and isinstance(types[c[0]], Array)
+                              and c[1] < types[c[0]].ndim)]
     return GridCheck(sig.name, sig.locate, checks) if checks else None
