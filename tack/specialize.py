@@ -702,6 +702,28 @@ class _Inferer:
             if not (isinstance(t, T.Scalar) and t.kind in "iu"):
                 raise self.error(f"array indices must be integers, not {t}", node)
 
+    def atomic_value(self, name, at, node, vt, e):
+        """Refuse a value ``name`` (an atomic) cannot store in an array of ``at`` elements as it
+        is: as NumPy's in-place ``a += v`` (``np.add(a, v, out=a)``), the result type of ``at``
+        and the value must cast to ``at`` by the rule 'same_kind', so a float is not truncated
+        into an integer array, nor a signed integer wrapped into an unsigned one; and a literal
+        the array's integer type cannot hold is refused, as NumPy's OverflowError refuses it."""
+        fix = "int(...)" if at.kind == "i" else f"tack.{at}(...)"
+        if vt.weak and vt.kind == "i" and at.kind in "iu":
+            values = literal_values(node)
+            info = np.iinfo(at.dtype)
+            if values is not None and not all(info.min <= v <= info.max for v in values):
+                bad = next(v for v in values if not info.min <= v <= info.max)
+                raise self.error(f"tack.{name}() of the integer {bad} into an array of {at}: {at} "
+                                 f"cannot hold it (NumPy raises OverflowError); convert it "
+                                 f"explicitly if its wrapped value is meant: {fix}", e)
+        result = T.promote(at, vt)
+        if not np.can_cast(result.dtype, at.dtype, "same_kind"):
+            what = "truncate it" if vt.kind == "f" else f"cast the {result} result unsafely"
+            raise self.error(f"tack.{name}() of a value of type {vt.strong()} into an array of {at} would "
+                             f"{what} (NumPy refuses the same, casting rule 'same_kind'): "
+                             f"convert the value explicitly, {fix}", e)
+
     def _call(self, e):
         ts = [self.expr(a) for a in e[3]]
         if any(t is None for t in ts):
@@ -799,5 +821,6 @@ class _Inferer:
                 raise self.error("array indices must be integers", e)
             if not isinstance(ts[2], T.Scalar):
                 raise self.error(f"{name}() stores a number, not {ts[2]}", e)
+            self.atomic_value(name, arr.dtype, args[2], ts[2], e)
             return arr.dtype
         raise self.error(f"{name}() is not supported", e)

@@ -1208,6 +1208,85 @@ def test_a_constant_index_within_a_constant_array_counts_from_the_end_as_python(
     np.testing.assert_array_equal(out, [0.0 * 10 + 3.0 + 5.0 * 100] * 2)
 
 
+# -- atomics of a value the array's type cannot take as NumPy's a += v does --------------------
+
+@tack.kernel
+def k_atomic_add_float_into_int(counts, out):
+    i = tack.tid()
+    tack.atomic_add(counts, 0, 0.5)  # ERR tack.atomic_add
+
+
+@tack.kernel
+def k_atomic_max_float32_into_int32(counts, values):
+    i = tack.tid()
+    tack.atomic_max(counts, i, values[i])  # ERR tack.atomic_max
+
+
+@tack.kernel
+def k_atomic_min_int_into_unsigned(counts, values):
+    i = tack.tid()
+    tack.atomic_min(counts, 0, values[i])  # ERR tack.atomic_min
+
+
+@tack.kernel
+def k_atomic_add_minus_one_into_unsigned(counts, out):
+    i = tack.tid()
+    tack.atomic_add(counts, 0, -1)  # ERR tack.atomic_add
+
+
+ATOMIC_CASES = [
+    (k_atomic_add_float_into_int, (np.zeros(2, np.int64), np.zeros(2)),
+     ["atomic_add() of a value of type float64 into an array of int64 would truncate it",
+      "'same_kind'", "int(...)"]),
+    (k_atomic_max_float32_into_int32, (np.zeros(2, np.int32), np.zeros(2, np.float32)),
+     ["atomic_max() of a value of type float32 into an array of int32 would truncate it",
+      "int(...)"]),
+    (k_atomic_min_int_into_unsigned, (np.zeros(2, np.uint32), np.zeros(2, np.int64)),
+     ["atomic_min() of a value of type int64 into an array of uint32", "tack.uint32(...)"]),
+    (k_atomic_add_minus_one_into_unsigned, (np.zeros(2, np.uint32), np.zeros(2)),
+     ["atomic_add() of the integer -1 into an array of uint32", "OverflowError",
+      "tack.uint32(...)"]),
+]
+
+
+@pytest.mark.parametrize("kern, args, words", ATOMIC_CASES, ids=[c[0].__name__ for c in ATOMIC_CASES])
+def test_an_atomic_of_a_value_numpy_would_not_cast_in_place_is_a_compile_error(kern, args, words):
+    """``tack.atomic_add(counts, 0, 0.5)`` into an int64 array added 0 at every point, silently
+    (each addend truncated); NumPy's ``counts += 0.5`` refuses it (casting rule 'same_kind'), and
+    so does the compile now, naming the line, the value's and the array's types and the explicit
+    conversion to write.  A signed integer into an unsigned array, and a literal the array's
+    type cannot hold, are refused too, as NumPy refuses them."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=args)
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    for w in words:
+        assert w in msg, msg
+    np.testing.assert_array_equal(args[0], 0)
+
+
+@tack.kernel
+def k_atomics_numpy_casts_in_place(f64, f32, i64, i32, u32, ints, uints, halves):
+    i = tack.tid()
+    tack.atomic_add(f64, 0, ints[i])            # an integer into a float array
+    tack.atomic_add(f32, 0, halves[i])          # float64 into float32: same kind
+    tack.atomic_add(i64, 0, uints[i])           # uint32 into int64
+    tack.atomic_max(i32, 0, ints[i])            # int64 into int32: same kind
+    tack.atomic_add(u32, 0, tack.uint32(ints[i]))
+    tack.atomic_add(i64, 1, int(halves[i] * 4.0))
+
+
+def test_atomics_take_what_numpy_casts_in_place():
+    """What NumPy's ``a += v`` takes stays allowed, and adds what it adds: an integer into a float
+    array, a wider float into a narrower one, an unsigned into a wider signed array, a wider
+    signed integer into a narrower one, and an explicit conversion."""
+    ints, halves = np.arange(1, 5), np.full(4, 0.5)
+    f64, f32, i64, i32, u32 = (np.zeros(1), np.zeros(1, np.float32), np.zeros(2, np.int64),
+                               np.zeros(1, np.int32), np.zeros(1, np.uint32))
+    tack.launch(k_atomics_numpy_casts_in_place, dim=4,
+                args=(f64, f32, i64, i32, u32, ints, ints.astype(np.uint32), halves))
+    assert (f64[0], f32[0], i32[0], u32[0]) == (10.0, 2.0, 4, 10)
+    assert i64.tolist() == [10, 8]
+
 @tack.kernel
 def k_int_to_a_negative_power(ia, out):
     i = tack.tid()
