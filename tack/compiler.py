@@ -169,9 +169,8 @@ def compile_variant(lowered, lowered_key, argtypes, grid: int, target, debug: bo
     (``gc_paused``)."""
     with gc_paused():
         art = _compile_variant(lowered, lowered_key, argtypes, grid, target, debug, stage)
-    from . import cache                 # counted in its stats(), under its lock (other threads
-    with cache._lock:                   # may be compiling other kernels)
-        cache._get_stats()["compiled"] += 1
+    from . import cache                 # counted in its stats() (other threads may be compiling)
+    cache.count(cache._get_stats(), "compiled")
     return art
 
 

@@ -6,7 +6,9 @@ holds them go on."""
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -170,6 +172,50 @@ def test_different_kernels_compile_side_by_side(cache_mode, monkeypatch):
     assert len(met) == 2
     assert tack.cache.stats()["compiled"] == 2
     assert len(opened) == (0 if cache_mode == "off" else 1)
+
+
+class _Yielding(str):
+    """A store's name that lets other threads run each time it is hashed: each time a count of
+    hits per store (``variants_from``) looks its key up, between reading the count and writing
+    it back."""
+
+    def __hash__(self):
+        time.sleep(0)                                   # the GIL let go: another thread runs
+        return str.__hash__(self)
+
+
+@pytest.mark.parametrize("cache_mode", ["empty"], indirect=True)
+def test_threads_cache_hits_are_counted_exactly(cache_mode, monkeypatch):
+    """Threads finding stored variants side by side (each launch a new kernel of one function:
+    a lookup, a hit): ``stats()`` counts every hit, and every byte read, once.  The counts were
+    ``+=`` on the stats' dicts without a lock, a read then a write: a thread switched out between
+    the two lost another's count (``variants_from`` counted about 450 of 1,600 hits)."""
+    from tack.cache import stores
+    _first_call(fresh(_scale))()                        # stored
+    tack.cache.reset_stats()
+    _first_call(fresh(_scale))()                        # one hit: the bytes one lookup reads
+    one = tack.cache.stats()
+    assert one["hits"]["variant"] == 1 and one["compiled"] == 0
+    per_hit = one["bytes_read"]
+    tack.cache.reset_stats()
+    monkeypatch.setattr(stores.DiskCache, "source", _Yielding(stores.DiskCache.source))
+    launches = 200                                      # per thread
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)                         # a switch at nearly every chance
+    try:
+        def job():
+            for _ in range(launches):
+                _first_call(fresh(_scale))()
+        _together([job] * THREADS)
+    finally:
+        sys.setswitchinterval(interval)
+    st = tack.cache.stats()
+    hits = THREADS * launches
+    assert st["hits"]["variant"] == hits
+    assert st["variants_from"] == {"cache directory": hits}
+    assert st["bytes_read"] == hits * per_hit
+    assert st["misses"] == {"lowered": 0, "variant": 0}
+    assert st["compiled"] == 0
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on this platform (Windows): no signal can interrupt a thread inside a compile")

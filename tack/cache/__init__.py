@@ -447,13 +447,29 @@ def stats() -> dict:
     storing, where its variant hits came from (``variants_from``: "cache directory",
     "cache bundle", "broadcast bundle", "site bundles"), and how many variants it compiled
     (``compiled``, counted with the cache off too)."""
-    return {k: dict(v) if isinstance(v, dict) else v for k, v in _get_stats().items()}
+    with _lock:
+        return {k: dict(v) if isinstance(v, dict) else v for k, v in _get_stats().items()}
 
 
 def reset_stats() -> None:
     """Start this process's counters again from zero."""
-    if _stats is not None:
-        _stats.update(new_stats())
+    with _lock:
+        if _stats is not None:
+            _stats.update(new_stats())
+
+
+def count(stats: dict, name: str, n=1, key=None) -> None:
+    """Add ``n`` to ``stats[name]`` (with ``key``: to ``stats[name][key]``, from 0) under the
+    cache's lock.  Threads look entries up side by side, and ``+=`` on a dict's item is a read
+    then a write: a thread switched out between the two (at a call, as ``x[k] += len(data)``
+    makes) lost the other thread's count.  Only lookups, stores and compiles count; a launch
+    that finds its variant in memory takes no lock."""
+    with _lock:
+        if key is None:
+            stats[name] += n
+        else:
+            counts = stats[name]
+            counts[key] = counts.get(key, 0) + n
 
 
 def new_stats() -> dict:
@@ -625,8 +641,8 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
     stats = _get_stats()
     for b in ([loaded] if loaded is not None else []) + gpu + site_bundles:
         if b.bytes_read:                        # rank 0, which read the files
-            stats["bytes_read"] += b.bytes_read
-            stats["load_seconds"] += b.read_seconds
+            count(stats, "bytes_read", b.bytes_read)
+            count(stats, "load_seconds", b.read_seconds)
     _loaded_gpu.update((b.meta.get("target_key"), b) for b in gpu)
     if got_sites is not None and _session is None:     # a session made already keeps its own
         _loaded_sites = got_sites

@@ -47,7 +47,7 @@ import time
 from math import isqrt
 
 from ..digests import hasher
-from . import log
+from . import _lock, count, log
 from .entry import HIT_FIELDS, MISSING, SUFFIX, DamagedEntry, Found, decode, decode_meta
 from .keys import shown_version, tack_version_id
 from .trust import TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, check_trusted, open_regular
@@ -626,9 +626,10 @@ class BundleStore:
 
     def _count(self, t0):
         """Add what the bundle read since the last count, and the time since ``t0``, to the stats."""
-        self.stats["bytes_read"] += self.bundle.bytes_read - self._counted
-        self._counted = self.bundle.bytes_read
-        self.stats["load_seconds"] += time.perf_counter() - t0
+        with _lock:             # as ``count``: threads read one bundle side by side
+            new, self._counted = self.bundle.bytes_read - self._counted, self.bundle.bytes_read
+            count(self.stats, "bytes_read", new)
+            count(self.stats, "load_seconds", time.perf_counter() - t0)
 
     def _open(self):
         t0 = time.perf_counter()
@@ -670,7 +671,7 @@ class BundleStore:
                                "a new file beside it and renaming it over the old one, as pack and "
                                "bundles build do); its kernels compile")
                 return None, f"the {self.label} {path} was written in place since it was opened"
-            self.stats["damaged"] += 1
+            count(self.stats, "damaged")
             log.debug("%s %s: %s %s damaged (%s); ignored", self.label, self.bundle.path, level,
                       key[:16], e)
             return None, f"damaged in the {self.label} ({e}); ignored"
@@ -753,8 +754,8 @@ class SiteBundleStore:
                 self.warn_once(f"not using the site bundle {name}: {site_reason(e)}")
                 b = None
             else:
-                self.stats["bytes_read"] += b.bytes_read        # its head, header and index table, no more
-                self.stats["load_seconds"] += time.perf_counter() - t0
+                count(self.stats, "bytes_read", b.bytes_read)   # its head, header and index table, no more
+                count(self.stats, "load_seconds", time.perf_counter() - t0)
             self._read[name] = b
         b = self._read[name]
         return None if b is None else b.meta

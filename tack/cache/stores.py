@@ -35,7 +35,7 @@ import stat
 import sys
 import time
 
-from . import log
+from . import count, log
 from .deps import check_deps
 from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, MISSING, DamagedEntry, Found, decode,
                     entry_path)
@@ -161,7 +161,7 @@ class DiskCache:
         except FileNotFoundError:
             return None, MISSING
         except NotRegular as e:
-            self.stats["damaged"] += 1
+            count(self.stats, "damaged")
             log.debug("%s %s: %s; ignored", level, key[:16], e)
             return None, f"not used: {e.strerror}; left alone"
         except Untrusted as e:
@@ -173,14 +173,14 @@ class DiskCache:
             self.warn_once(f"cannot read the kernel cache at {self.root}: {e.strerror or e}")
             return None, f"unreadable: {e.strerror or e} ({e.filename or path})"
         if damaged is not None:
-            self.stats["damaged"] += 1
+            count(self.stats, "damaged")
             log.debug("%s %s: damaged (%s); ignored", level, key[:16], damaged)
             if self.writable:                   # (a read-only process never imports the write side)
                 from .stores_write import remove_if_unchanged
                 remove_if_unchanged(self, path, st)
             return None, f"damaged ({damaged}); ignored"
-        self.stats["bytes_read"] += len(data)
-        self.stats["load_seconds"] += time.perf_counter() - t0
+        count(self.stats, "bytes_read", len(data))
+        count(self.stats, "load_seconds", time.perf_counter() - t0)
         return Found(meta, payload, path, marked, st), ""
 
 
@@ -368,9 +368,8 @@ class Session:
             from .stores_write import unusable
             unusable(self, kernel, "variant", found, f"damaged ({type(e).__name__}: {e})")
             return None
-        self.stats["hits"]["variant"] += 1
-        served = self.stats["variants_from"]
-        served[found.source] = served.get(found.source, 0) + 1
+        count(self.stats, "hits", key="variant")
+        count(self.stats, "variants_from", key=found.source)
         if found.marked:
             # A warm process never reads the lowered kernel: mark it used with its variant (the same
             # hourly write), or the size limit would delete the lowered kernels of the kernels in use
@@ -386,7 +385,7 @@ class Session:
         found, why = self.read(kind, key, level, targets)
         stage("read")
         if found is None:
-            self.stats["misses"][level] += 1
+            count(self.stats, "misses", key=level)
             if why == MISSING:
                 log.debug("kernel '%s': %s missing", name, LEVEL_NAMES[level])
             else:
@@ -395,8 +394,8 @@ class Session:
         reason = check_deps(found.meta["dep"], kernel, templates)
         stage("deps")
         if reason is not None:
-            self.stats["rejected"] += 1
-            self.stats["misses"][level] += 1
+            count(self.stats, "rejected")
+            count(self.stats, "misses", key=level)
             log.debug("kernel '%s': %s not used: dependency changed: %s", name, LEVEL_NAMES[level], reason)
             return None
         return found
@@ -418,7 +417,7 @@ class Session:
         except Exception as e:                  # noqa: BLE001 - the cache must never break a job
             self.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
             return None
-        self.stats["hits"]["lowered"] += 1
+        count(self.stats, "hits", key="lowered")
         log.debug("kernel '%s': lowered kernel loaded from the cache (front end skipped)",
                   kernel.__qualname__)
         return lowered

@@ -11,7 +11,7 @@ DiskCache``, a session's ``disk``), only in mode ``write`` and, under MPI, only 
 import os
 import time
 
-from . import log
+from . import _lock, count, log
 from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
 from .trust import (VERSION_MARKER, Untrusted, check_parents, ensure_private_dir, make_root, tag_new_root,
                     touch_regular, write_atomic)
@@ -47,8 +47,8 @@ def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
         disk.warn_once(f"cannot store in the kernel cache at {disk.root}: {_os_error(e)}; "
                        "kernels still compile and run")
         return False
-    disk.stats["bytes_written"] += len(data)
-    disk.stats["store_seconds"] += time.perf_counter() - t0
+    count(disk.stats, "bytes_written", len(data))
+    count(disk.stats, "store_seconds", time.perf_counter() - t0)
     _hourly_size_check(disk)
     return True
 
@@ -141,15 +141,16 @@ def unusable(session, kernel, level: str, found, why: str, counted_hit: bool = F
     store: no longer), said in the log, and removed when it is one of the user's per-kernel files,
     unchanged since it was read."""
     stats = session.stats
-    if counted_hit:
-        stats["hits"][level] -= 1
-        served = stats["variants_from"]
-        if served.get(found.source, 0) > 1:
-            served[found.source] -= 1
-        else:
-            served.pop(found.source, None)
-    stats["damaged"] += 1
-    stats["misses"][level] += 1
+    with _lock:                 # as ``count``: other threads' lookups count beside this one
+        if counted_hit:
+            stats["hits"][level] -= 1
+            served = stats["variants_from"]
+            if served.get(found.source, 0) > 1:
+                served[found.source] -= 1
+            else:
+                served.pop(found.source, None)
+        stats["damaged"] += 1
+        stats["misses"][level] += 1
     log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
     remove_if_unchanged(session.disk, found.path, found.st)     # a bundle's entry has no st: kept
 
