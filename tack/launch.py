@@ -54,10 +54,28 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
             lock = _locks.get(id(kernel)) or _locks.setdefault(id(kernel), _thread.RLock())
             if not lock._is_owned() and any(map(_thread.RLock._is_owned, list(_locks.values()))):
                 lock = _thread.RLock()
+            # The compile this thread waits for (or makes): one for each arrival's key until
+            # it ends.  Threads that waited for one that raised a CompileError get that error
+            # (the same exception, as a concurrent.futures.Future gives each waiter), not a
+            # compile each of the same code in turn; a call made after it ends compiles again.
+            pending = (id(kernel), key)
+            attempt = _attempts.get(pending) or _attempts.setdefault(pending, _Attempt())
             with lock:
                 variant = kernel._variants.get(key)
                 if variant is None:
-                    variant = _compile(kernel, dims, args, device, debug)
+                    if attempt.error is not None:
+                        raise attempt.error
+                    try:
+                        variant = _compile(kernel, dims, args, device, debug)
+                    except CompileError as e:     # the kernel's fault: its waiters get it
+                        attempt.error = e
+                        raise
+                    except BaseException:         # not the kernel's (MemoryError, an OSError, a
+                        attempt.error = None      # KeyboardInterrupt): the next waiter tries
+                        raise
+                    finally:
+                        if _attempts.get(pending) is attempt:
+                            del _attempts[pending]
                     kernel._variants[key] = variant
                     t = kernel.timings              # this compile's (``_variant`` set them)
                 else:
@@ -103,6 +121,21 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
 _locks = {}
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_locks.clear)
+
+
+class _Attempt:
+    """A compile threads wait for: the CompileError it raised, if it did."""
+    __slots__ = ("error",)
+
+    def __init__(self):
+        self.error = None
+
+
+# (id(kernel), launch key) -> the ``_Attempt`` under way for it; an entry lives from the first
+# arrival to the end of its compile.  A forked child forgets them, as it forgets the locks.
+_attempts = {}
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_attempts.clear)
 
 # Where a launch refuses its arguments or grid; an error raised anywhere else is a fault, and keeps
 # its frames.

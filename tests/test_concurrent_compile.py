@@ -5,6 +5,8 @@ holds them go on."""
 
 from __future__ import annotations
 
+import _thread
+import importlib
 import signal
 import sys
 import threading
@@ -31,6 +33,11 @@ def _scale(a, out):
 def _shift(a, out):
     i = tack.tid()
     out[i] = a[i] - 3.0
+
+
+def _late(a, out):
+    i = tack.tid()
+    out[i] = a[i] * _LATE        # noqa: F821 - a compile error until a test defines it
 
 
 def fresh(fn):
@@ -172,6 +179,90 @@ def test_different_kernels_compile_side_by_side(cache_mode, monkeypatch):
     assert len(met) == 2
     assert tack.cache.stats()["compiled"] == 2
     assert len(opened) == (0 if cache_mode == "off" else 1)
+
+
+class _CountedLock(_thread.RLock):
+    """A kernel's compile lock that counts the threads come to it (each then has what it waits
+    with, and waits, or compiles)."""
+
+    def __init__(self):
+        self.arrived = 0
+        self.all_arrived = threading.Event()
+
+    def __enter__(self):
+        self.arrived += 1
+        if self.arrived >= THREADS:
+            self.all_arrived.set()
+        return super().__enter__()
+
+
+def _gated_lower(monkeypatch, kernel, first=None):
+    """Count the compiles of ``kernel`` (calls of ``tack.compiler.lower``, the front end, which
+    raises its CompileError); the first waits until every thread has come to the kernel's
+    compile lock, then raises ``first`` if given.  -> the list of compiles."""
+    locks = importlib.import_module("tack.launch")._locks      # (tack.launch: the function)
+    lock = _CountedLock()
+    monkeypatch.setitem(locks, id(kernel), lock)
+    real, calls = tack.compiler.lower, []
+
+    def gated(k, *a, **kw):
+        calls.append(threading.get_ident())
+        if len(calls) == 1:
+            assert lock.all_arrived.wait(timeout=120), "the other threads never came"
+            if first is not None:
+                raise first
+        return real(k, *a, **kw)
+    monkeypatch.setattr(tack.compiler, "lower", gated)
+    return calls
+
+
+def _outcomes(jobs):
+    """``_together``, each job's exception (any) returned as its result."""
+    def catching(job):
+        def run():
+            try:
+                return job()
+            except BaseException as e:          # noqa: BLE001 - the test looks at each
+                return e
+        return run
+    return _together([catching(job) for job in jobs])
+
+
+@pytest.mark.parametrize("cache_mode", ["off", "empty"], indirect=True)
+def test_threads_waiting_for_a_failed_compile_get_its_error(cache_mode, monkeypatch):
+    """Eight threads' first calls of a kernel that does not compile: one compile, and each thread
+    gets its CompileError (each waiting thread compiled it again in turn before, 8 compiles).
+    A call made after it compiles again: once the name is defined, the kernel runs."""
+    kernel = fresh(_late)
+    calls = _gated_lower(monkeypatch, kernel)
+    got = _outcomes([_first_call(kernel)] * THREADS)
+    assert all(isinstance(e, tack.CompileError) for e in got), got
+    assert len(calls) == 1
+    assert "name '_LATE' is not defined" in str(got[0])
+    assert {str(e) for e in got} == {str(got[0])}
+    with pytest.raises(tack.CompileError, match="_LATE"):
+        _first_call(kernel)()                           # later: compiled again, and refused
+    assert len(calls) == 2
+    monkeypatch.setitem(globals(), "_LATE", tack.constant(3.0))
+    a, out = _first_call(kernel)()                      # the user defined it: compiled, run
+    np.testing.assert_array_equal(out, a * 3.0)
+    assert len(calls) == 3 and tack.cache.stats()["compiled"] == 1
+
+
+@pytest.mark.parametrize("cache_mode", ["off"], indirect=True)
+@pytest.mark.parametrize("fault", [MemoryError, OSError, KeyboardInterrupt])
+def test_a_failure_not_the_kernels_lets_the_next_thread_compile(cache_mode, monkeypatch, fault):
+    """The first compile of eight threads' first calls fails for a reason not the kernel's (out
+    of memory, a file system's error, Ctrl-C): that thread gets it, the next waiting thread
+    compiles, and the others run its variant."""
+    kernel = fresh(_scale)
+    calls = _gated_lower(monkeypatch, kernel, first=fault("not the kernel's fault"))
+    got = _outcomes([_first_call(kernel)] * THREADS)
+    failed = [e for e in got if isinstance(e, BaseException)]
+    assert [type(e) for e in failed] == [fault], failed
+    assert len(calls) == 2 and tack.cache.stats()["compiled"] == 1
+    for a, out in (r for r in got if not isinstance(r, BaseException)):
+        np.testing.assert_array_equal(out, a * 2.0 + 1.0)
 
 
 class _Yielding(str):
