@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import importlib
+import inspect
 import signal
 import sys
 import threading
@@ -307,6 +308,78 @@ def test_threads_cache_hits_are_counted_exactly(cache_mode, monkeypatch):
     assert st["bytes_read"] == hits * per_hit
     assert st["misses"] == {"lowered": 0, "variant": 0}
     assert st["compiled"] == 0
+
+
+class _LoadedBundle:
+    """What ``load_and_broadcast`` gives for this host's bundle: one holding nothing asked."""
+    bytes_read, read_seconds, meta = 0, 0.0, {}
+
+    def __len__(self):
+        return 1
+
+    def entry(self, kind, key, only=None):
+        return None
+
+
+def _lines(fn, text) -> set:
+    """The file line numbers of ``fn``'s lines that hold ``text``."""
+    lines, first = inspect.getsourcelines(fn)
+    return {first + k for k, line in enumerate(lines) if text in line}
+
+
+def _pausing(code, lines, at_line):
+    """A trace function (``sys.settrace``) that calls ``at_line()`` as ``code`` reaches one of
+    ``lines``."""
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno in lines:
+            at_line()
+        return local
+    return lambda frame, event, arg: local if frame.f_code is code else None
+
+
+@pytest.mark.parametrize("cache_mode", ["empty"], indirect=True)
+def test_load_bundle_beside_a_threads_first_launch(cache_mode, monkeypatch):
+    """``load_bundle()`` ending while another thread's first launch makes the CPU's cache session:
+    the session gets the bundle.  load_bundle set what the session is made of (the bundle, and
+    that it covers the CPU) without the cache's lock: here the launch's thread read no bundle,
+    load_bundle then found no session to add it to, and the session had none (nor, as
+    load_bundle covered the CPU, would it open the user's own)."""
+    import tack.cache.bcast
+    launched, resume = threading.Event(), threading.Event()
+    session_set = _lines(tack.cache.session, "_session = made")
+    locking = _lines(tack.cache.load_bundle, "with _lock")
+    loaded = _LoadedBundle()
+    results = []
+
+    def launch_in_a_thread():
+        def hold():                         # holding the cache's lock, the session about to be set
+            launched.set()
+            assert resume.wait(timeout=120)
+        sys.settrace(_pausing(tack.cache.session.__code__, session_set, hold))
+        try:
+            results.append(_first_call(fresh(_scale))())
+        finally:
+            sys.settrace(None)
+    thread = threading.Thread(target=launch_in_a_thread)
+
+    def broadcast(*a, **kw):                # load_bundle read the bundle: the launch begins
+        thread.start()
+        assert launched.wait(timeout=120)
+        return loaded, [], None
+    monkeypatch.setattr(tack.cache.bcast, "load_and_broadcast", broadcast)
+    # load_bundle, coming to the cache's lock the launch's thread holds, lets that thread go on
+    sys.settrace(_pausing(tack.cache.load_bundle.__code__, locking,
+                          lambda: launched.is_set() and resume.set()))
+    try:
+        assert tack.cache.load_bundle() == 1
+    finally:
+        sys.settrace(None)
+        resume.set()
+        thread.join()
+    a, out = results[0]
+    np.testing.assert_array_equal(out, a * 2.0 + 1.0)
+    stores = tack.cache._session.stores
+    assert [s.label for s in stores if getattr(s, "bundle", None) is loaded] == ["broadcast bundle"]
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on this platform (Windows): no signal can interrupt a thread inside a compile")

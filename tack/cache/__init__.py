@@ -621,7 +621,8 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
             warn_once_factory()("load_bundle: kinds names no kind of code (kinds=[]); no bundle "
                                 "read, kernels are served as without load_bundle")
         return 0
-    _bundle_covers = _bundle_covers | machines_of(asked) | (asked & {"cpu"})
+    with _lock:                     # as session() reads it, making a session
+        _bundle_covers = _bundle_covers | machines_of(asked) | (asked & {"cpu"})
     # Rank 0's warnings, given once every collective call is made: a warning raised as an error
     # (python -W error, a test's filterwarnings) between two of them left the other ranks in a
     # broadcast rank 0 never made, or matched with the job's own.
@@ -643,13 +644,18 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
         if b.bytes_read:                        # rank 0, which read the files
             count(stats, "bytes_read", b.bytes_read)
             count(stats, "load_seconds", b.read_seconds)
-    _loaded_gpu.update((b.meta.get("target_key"), b) for b in gpu)
-    if got_sites is not None and _session is None:     # a session made already keeps its own
-        _loaded_sites = got_sites
-    if loaded is not None:
-        _loaded_bundle = loaded
-        if _session:
-            _session.add_loaded(loaded)
+    # Under the lock session() makes a session under: a thread's first launch making the CPU's
+    # meanwhile (after the broadcast, which is not under it: it waits for the other ranks) read
+    # _loaded_bundle before this set it, and set _session after this looked: that session had
+    # no bundle (and, as _bundle_covers said, would open none of its own).
+    with _lock:
+        _loaded_gpu.update((b.meta.get("target_key"), b) for b in gpu)
+        if got_sites is not None and _session is None:     # a session made already keeps its own
+            _loaded_sites = got_sites
+        if loaded is not None:
+            _loaded_bundle = loaded
+            if _session:
+                _session.add_loaded(loaded)
     give_deferred(said)
     return ((len(loaded) if loaded is not None else 0) + sum(len(b) for b in gpu)
             + sum(len(b) for b in site_bundles))

@@ -321,8 +321,10 @@ class Session:
     def add_loaded(self, loaded):
         """Look in a bundle given to ``load_bundle`` first."""
         from .bundle import BundleStore
-        self.stores.insert(0, BundleStore(self.stats, self.warn_once, loaded=loaded,
-                                          label="broadcast bundle", target_key=self.host_key))
+        # a new list: a thread's lookup going through the old one (a list changed under a
+        # ``for`` shifts its items) finishes as it began
+        self.stores = [BundleStore(self.stats, self.warn_once, loaded=loaded, label="broadcast bundle",
+                                   target_key=self.host_key)] + self.stores
 
     # -- as a store (protocol.Store) ---------------------------------------
 
