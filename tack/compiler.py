@@ -16,6 +16,7 @@ or, for a target that ``emits_source`` (Metal), from source it writes itself.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from typing import NamedTuple
 
@@ -81,10 +82,29 @@ class _GCPaused:
     def __exit__(self, *exc):
         cls = _GCPaused
         with cls._lock:
-            cls._depth -= 1
+            # (never below 0: a child forked on this thread, inside this pause, starts at 0)
+            cls._depth = max(cls._depth - 1, 0)
             if cls._depth == 0 and cls._was_enabled:
                 gc.enable()
         return False
+
+    @staticmethod
+    def _after_fork_in_child():
+        """A child forked while other threads were compiling has none of those threads, so none
+        of their pauses ends there: its depth stayed above 0, its own compiles never turned the
+        collector back on, and it ran with it off for good.  It starts with no pause under way
+        (the collector as it was before the first), and the lock free (a thread may have held
+        it at the fork)."""
+        cls = _GCPaused
+        cls._lock._at_fork_reinit()
+        if cls._depth:
+            cls._depth = 0
+            if cls._was_enabled:
+                gc.enable()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_GCPaused._after_fork_in_child)
 
 
 def gc_paused() -> _GCPaused:

@@ -103,3 +103,59 @@ def test_child_forked_while_a_thread_is_inside_llvm_compiles(tmp_path, lock):
     p = run_script(tmp_path, "fork_while_held.py", FORK_WHILE_HELD, lock)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip().splitlines()[-1] == "child exit 0", p.stdout + p.stderr[-2000:]
+
+
+FORK_WHILE_PAUSED = r"""
+import gc, os, sys, threading
+import numpy as np
+import tack
+import tack.compiler
+
+
+@tack.kernel
+def k(out):
+    i = tack.tid()
+    out[i] = i + 1.0
+
+
+held, go = threading.Event(), threading.Event()
+
+
+def compiling():                        # another thread inside a compile: the collector paused
+    with tack.compiler.gc_paused():
+        held.set()
+        go.wait()
+
+
+t = threading.Thread(target=compiling)
+t.start()
+held.wait()
+assert not gc.isenabled()
+pid = os.fork()
+if pid == 0:                            # the child: its own compile, then the collector's state
+    code = 1
+    try:
+        out = np.zeros(8)
+        tack.launch(k, dim=out.size, args=(out,))
+        print("child", "right" if (out == np.arange(8) + 1.0).all() else "wrong",
+              "gc on" if gc.isenabled() else "gc off", flush=True)
+        code = 0
+    finally:
+        os._exit(code)
+go.set()
+t.join()
+_, status = os.waitpid(pid, 0)
+print("parent", "gc on" if gc.isenabled() else "gc off", "child exit", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork does not exist on this platform (Windows): there is no forked child to compile in")
+def test_child_forked_while_a_thread_compiles_turns_the_collector_back_on(tmp_path):
+    """A child forked while another thread was compiling (the cyclic collector paused) inherits
+    the collector off and the count of pauses under way, which no thread of the child ends: its
+    own compile left the collector off for good.  The child now starts with no pause under way,
+    and the collector back on."""
+    p = run_script(tmp_path, "fork_while_paused.py", FORK_WHILE_PAUSED)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[:2] == ["child right gc on", "parent gc on child exit 0"], \
+        p.stdout + p.stderr[-2000:]
