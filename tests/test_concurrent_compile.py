@@ -479,6 +479,9 @@ if sys.argv[1] == "cache":              # resolving the settings, making the ses
 elif sys.argv[1] == "limits":           # a compile stage's recursion headroom
     import tack.limits
     lock = tack.limits._lock
+elif sys.argv[1] == "capture":          # LLVM's stderr, captured to ask it whether it knows a CPU
+    from tack.backends import cpu
+    lock = cpu._capture_lock
 else:                                   # LLVM's initialization and MCJIT
     from tack.backends import cpu
     lock = cpu._init_lock
@@ -489,7 +492,11 @@ def handler(signum, frame):             # the process's first launch: every lock
     a = np.arange(8.0)
     out = np.zeros(8)
     tack.launch(k, 8, (a, out))
-    got.append((out == a + 1.0).all())
+    ok = (out == a + 1.0).all()
+    if sys.argv[1] == "capture":        # and a compile for a named arch, which asks LLVM
+        from tack import aot
+        ok = ok and aot.compile(k, "cpu:haswell", (a, out)).target == "cpu:haswell"
+    got.append(ok)
 
 
 signal.signal(signal.SIGUSR1, handler)
@@ -500,11 +507,12 @@ print("ran" if got == [True] else f"wrong {got}")
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on this platform (Windows): no signal can interrupt a thread inside a compile")
-@pytest.mark.parametrize("lock", ["cache", "limits", "init"])
+@pytest.mark.parametrize("lock", ["cache", "limits", "init", "capture"])
 def test_launch_from_a_signal_handler_while_the_thread_holds_a_lock(tmp_path, lock):
     """A signal handler's launch on the thread that holds the cache's lock, the recursion
-    headroom's or the CPU backend's around LLVM's initialization and MCJIT: each is re-entrant,
-    so the handler's compile goes on (with plain locks it waited for its own thread for ever)."""
+    headroom's or the CPU backend's around LLVM's initialization and MCJIT, or its compile for
+    a named arch on a thread capturing what LLVM says of a CPU: each is re-entrant, so the
+    handler's compile goes on (with plain locks it waited for its own thread for ever)."""
     p = run_script(tmp_path, "reenter.py", REENTER, lock)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip() == "ran", p.stdout + p.stderr[-2000:]

@@ -349,7 +349,10 @@ def llvm_target(arch: str):
     return triple, cpu, features
 
 
-_capture_lock = threading.Lock()     # fd 2 is the process's: one capture at a time
+# fd 2 is the process's: one capture at a time.  Re-entrant: a signal handler's (or a finalizer's)
+# compile for a named arch on a thread inside a capture captures its own within it (fd 2 saved and
+# restored in turn, innermost first), where a Lock waited for ever.
+_capture_lock = threading.RLock()
 
 
 def llvm_unrecognized(triple: str, cpu: str, features: str = "") -> list:
