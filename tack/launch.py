@@ -59,20 +59,17 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
             # (the same exception, as a concurrent.futures.Future gives each waiter), not a
             # compile each of the same code in turn; a call made after it ends compiles again.
             pending = (id(kernel), key)
-            attempt = _attempts.get(pending) or _attempts.setdefault(pending, _Attempt())
+            attempt = _attempts.get(pending) or _attempts.setdefault(pending, [None])
             with lock:
                 variant = kernel._variants.get(key)
                 if variant is None:
-                    if attempt.error is not None:
-                        raise attempt.error
+                    if attempt[0] is not None:
+                        raise attempt[0]
                     try:
                         variant = _compile(kernel, dims, args, device, debug)
-                    except CompileError as e:     # the kernel's fault: its waiters get it
-                        attempt.error = e
-                        raise
-                    except BaseException:         # not the kernel's (MemoryError, an OSError, a
-                        attempt.error = None      # KeyboardInterrupt): the next waiter tries
-                        raise
+                    except CompileError as e:     # the kernel's fault: its waiters get it; any
+                        attempt[0] = e            # other failure (MemoryError, an OSError, a
+                        raise                     # KeyboardInterrupt): the next waiter tries
                     finally:
                         if _attempts.get(pending) is attempt:
                             del _attempts[pending]
@@ -80,6 +77,8 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
                     t = kernel.timings              # this compile's (``_variant`` set them)
                 else:
                     t = None
+                    if _attempts.get(pending) is attempt:   # made after this thread's arrival
+                        del _attempts[pending]
         except CompileError as e:
             if debug:                           # TACK_DEBUG: the compiler's own frames too
                 raise
@@ -123,16 +122,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_locks.clear)
 
 
-class _Attempt:
-    """A compile threads wait for: the CompileError it raised, if it did."""
-    __slots__ = ("error",)
-
-    def __init__(self):
-        self.error = None
-
-
-# (id(kernel), launch key) -> the ``_Attempt`` under way for it; an entry lives from the first
-# arrival to the end of its compile.  A forked child forgets them, as it forgets the locks.
+# (id(kernel), launch key) -> [the CompileError of the compile under way for it, or None]; an
+# entry lives from the first arrival to the end of its compile (or to a waiter's finding the
+# variant made).  A forked child forgets them, as it forgets the locks.
 _attempts = {}
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_attempts.clear)
