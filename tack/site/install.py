@@ -21,8 +21,9 @@ were built from, for ``bundles rebuild`` and the admin; with ``--config-name NAM
 a second package adding bundles to the same prefix, conda's ``tack-cuda`` beside ``tack``, keeps
 its own and leaves the first one's file as it is) and, with ``--site-config``, the site config
 itself (``site.yaml``) and its exports (``site-env.json``: what a package's environment sets
-besides ``TACK_CACHE_BUNDLES``).  They are written together, once every architecture is built:
-a failed build leaves those of the previous install as they were.
+besides ``TACK_CACHE_BUNDLES``).  They are written together, once every architecture is built,
+and then the installed Tack's import image (``import_image``): a failed build leaves those of the
+previous install, and its image, as they were.
 """
 
 from __future__ import annotations
@@ -213,7 +214,6 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
     if cfg is not None and cfg.archs():
         print(f"bundles install: {site_config}'s build.archs are not what this install "
               "builds: --target and --arch are", file=out)
-    import_image(out=out, err=err, said="bundles install: ")
     bundles = os.path.join(share, "bundles")
     print(f"bundles install: {', '.join(wanted)} into {bundles}, by Tack "
           f"{shown_version(tack_version_id())} from {site}", file=out, flush=True)
@@ -237,6 +237,10 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
               f"{share} left as they were", file=err)
         return rc
     write_files(files)                      # together, each whole: never a half-written one
+    # The import image too only now: a failed build leaves the prefix's files as they were, its
+    # image with them (nothing needs it before: the build runs with the modules it imported, and
+    # the check, in a new Python, then imports Tack from it as every job will).
+    import_image(out=out, err=err, said="bundles install: ")
     t0 = time.perf_counter()
     contour = any(isinstance(k, dict) and k.get("module") == "tack.kernels.contour" for k in kernels)
     if contour and (any(a.startswith("cpu:") for a in wanted) or _holds_cpu_bundles(bundles)):

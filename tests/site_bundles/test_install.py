@@ -79,7 +79,7 @@ def test_install_from_the_sources_builds_with_the_installed_tack(tmp_path):
     assert built.get("build.kernels") == load(str(SITE)).get("build.kernels")
     assert (share / "site.yaml").read_bytes() == SITE.read_bytes()
     assert json.loads((share / "site-env.json").read_text()) == load(str(SITE)).exports()
-    # The installed Tack's import image, written before the bundles and current.
+    # The installed Tack's import image, written once the bundles are built, and current.
     from tack import _image, _image_write
     image = _image.image_path(str(site / "tack"))
     assert f"bundles install: import image {image}: " in r.stdout, r.stdout
@@ -219,7 +219,8 @@ def test_bundle_directories_are_made_as_jobs_trust_them_whatever_the_umask(tmp_p
 def test_a_failed_install_leaves_the_kept_files_of_the_previous_one(tmp_path, kernels):
     """An install whose build fails (an admin rebuilding after a driver update) must not touch
     what the running site reads: site.yaml, site-env.json and bundles-build.yaml stay as they
-    were, byte for byte (they were replaced before the build, which then failed)."""
+    were, byte for byte (they were replaced before the build, which then failed), and the
+    installed Tack's import image is not written either (it was, before the build)."""
     prefix, site = installed_prefix(tmp_path)
     (site / "sitek.py").write_text("import tack\n\n\n@tack.kernel\ndef saxpy(a, x, y, out):\n"
                                    "    i = tack.tid()\n    out[i] = a * x[i] + y[i]\n\n\n"
@@ -251,3 +252,7 @@ def test_a_failed_install_leaves_the_kept_files_of_the_previous_one(tmp_path, ke
         assert "an architecture failed to build" in r.stderr, r.stdout + r.stderr
     assert {p.name: p.read_bytes() for p in share.iterdir() if p.is_file()} == before
     assert os.listdir(share / "bundles") == []
+    from tack import _image
+    image = _image.image_path(str(site / "tack"))
+    assert not os.path.exists(image), f"{image} was written by a failed install"
+    assert "import image" not in r.stdout + r.stderr, r.stdout + r.stderr
