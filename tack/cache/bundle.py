@@ -95,6 +95,12 @@ class BundleError(Exception):
     missing = False
 
 
+def file_identity(st) -> tuple:
+    """What tells a bundle file from another, or from itself rewritten: the device and inode (a
+    rename over it), its size and modification time (a write in place)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _pread(fd: int, n: int, offset: int) -> bytes:
     """Up to ``n`` bytes of ``fd`` at ``offset`` (fewer only at the end of the file)."""
     chunks = []
@@ -143,7 +149,7 @@ class Bundle:
         self.bytes_read = 0
         self.read_seconds = 0.0                 # spent by ``read(whole=True)`` reading and checking it
         self.blocks_checked = 0
-        self.opened_as = None                   # (size, mtime) of the file when opened (``read``)
+        self.opened_as = None                   # ``file_identity`` of the file opened (``read``)
         self._index = None
         self._blocks = {}                       # block number -> (rows, keys) or why it is refused
         try:
@@ -209,17 +215,19 @@ class Bundle:
             self._data = data
         return self._data
 
-    def rewritten(self) -> bool:
-        """Whether the file this bundle keeps open was written in place since it was opened (a
-        ``cp`` over it, not a rename): its size or modification time differs from the open's.
-        Asked only when an entry or block fails its checks, never on a hit."""
-        if self._fd is None or self.opened_as is None:
+    def changed(self) -> bool:
+        """Whether the file at this bundle's path is no longer the one it opened as it was then:
+        another file renamed over it (its inode differs), or the same file written in place (a
+        ``cp`` over it: its size or modification time differs).  One ``lstat`` of the path, asked
+        only when an index block or entry fails its checks, never on a hit; False for a bundle in
+        memory, and where the path is gone (a rebuild that renamed it: nothing to open instead)."""
+        if self.opened_as is None:
             return False
         try:
-            st = os.fstat(self._fd)
+            st = os.stat(self.path, follow_symlinks=False)
         except OSError:
             return False
-        return (st.st_size, st.st_mtime_ns) != self.opened_as
+        return file_identity(st) != self.opened_as
 
     def serve_from(self, view, live) -> None:
         """Serve from ``view`` from now on: the same bytes as this bundle's, in memory another
@@ -451,6 +459,11 @@ def _opened(path: str, allow_root: bool, check_dir: bool = True):
         if e.strerror.startswith("a symbolic link"):
             raise BundleError(f"{path} is a symbolic link; bundles are read only from the file itself") from None
         raise BundleError(f"{path} is {e.strerror}") from None
+    except PermissionError as e:
+        # (an admin's file copied in as 0600, a umask of 077): every job of every other user
+        # compiles what it holds; its owner can fix that
+        raise BundleError(f"cannot read {path}: {e.strerror or e} (its owner can make it "
+                          f"readable: chmod a+r {path})") from None
     except OSError as e:
         raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
     if check_dir:
@@ -485,7 +498,7 @@ def read(path: str, allow_root: bool = False, tack_version: str | None = None,
             b.bytes_read, b.read_seconds = len(data), time.perf_counter() - t0
         else:
             b = Bundle(None, path, _fd=fd, _size=st.st_size)
-            b.opened_as = (st.st_size, st.st_mtime_ns)
+            b.opened_as = file_identity(st)
             fd = None                           # the bundle's now: closed with it
     except OSError as e:
         raise BundleError(f"cannot read {path}: {e.strerror or e}") from None
@@ -622,13 +635,16 @@ class BundleStore:
         self.source = "site bundles" if label.startswith("site") else label
         self.quiet = quiet              # a missing bundle is normal here: say so only in the log
         self._failed = loaded is None and path is None
+        self._gone = None               # the file a reopen could not use (``_reopen``), else None
         self._counted = loaded.bytes_read if loaded is not None else 0   # counted by its reader
 
     def _count(self, t0):
         """Add what the bundle read since the last count, and the time since ``t0``, to the stats."""
+        b = self.bundle
         with _lock:             # as ``count``: threads read one bundle side by side
-            new, self._counted = self.bundle.bytes_read - self._counted, self.bundle.bytes_read
-            count(self.stats, "bytes_read", new)
+            if b is not None:
+                new, self._counted = b.bytes_read - self._counted, b.bytes_read
+                count(self.stats, "bytes_read", new)
             count(self.stats, "load_seconds", time.perf_counter() - t0)
 
     def _open(self):
@@ -652,33 +668,77 @@ class BundleStore:
     def read(self, kind, key, level, targets=()):
         if self.bundle is None and not self._failed:
             self._open()
-        if self.bundle is None:
+        if self.bundle is None and (self._gone is None or not self._reopen(None)):
             return None, MISSING
         t0 = time.perf_counter()
         key = key(self.target_key) if callable(key) else key
+        b = self.bundle
         try:
-            got = self.bundle.entry(kind, key, only=HIT_FIELDS)
+            got = b.entry(kind, key, only=HIT_FIELDS)
         except (DamagedEntry, BundleError, OSError) as e:
             self._count(t0)
-            if self.bundle.rewritten():
-                # Not damage: the file was overwritten in place (``cp NEW OLD``), so what this
-                # process read at open no longer describes it. None of it is used from now on.
-                gone, self.bundle, self._failed = self.bundle, None, True
-                path = gone.path
-                gone.close()
-                self.warn_once(f"not using the {self.label} {path} any more: it was written in "
-                               "place while this process had it open (replace a bundle by writing "
-                               "a new file beside it and renaming it over the old one, as pack and "
-                               "bundles build do); its kernels compile")
-                return None, f"the {self.label} {path} was written in place since it was opened"
-            count(self.stats, "damaged")
-            log.debug("%s %s: %s %s damaged (%s); ignored", self.label, self.bundle.path, level,
-                      key[:16], e)
-            return None, f"damaged in the {self.label} ({e}); ignored"
+            if not b.changed():
+                return self._damaged(b, level, key, e)
+            # Not damage: the file at the bundle's path is not the one this process opened, as it
+            # was (an admin's ``cp NEW OLD`` over it, or a file renamed over it whose old one has
+            # this entry damaged), so the index read at open does not describe it.  Open the file
+            # there now and look the entry up in it, once; what fails in the new file is its own.
+            if not self._reopen(b):
+                return None, f"the {self.label} {b.path} was replaced and cannot be read now"
+            t0 = time.perf_counter()
+            b = self.bundle
+            try:
+                got = b.entry(kind, key, only=HIT_FIELDS)
+            except (DamagedEntry, BundleError, OSError) as e:
+                self._count(t0)
+                return self._damaged(b, level, key, e)
         if got is None:
             return None, MISSING
         self._count(t0)
-        return Found(got[0], got[1], self.bundle.path), ""
+        return Found(got[0], got[1], b.path), ""
+
+    def _damaged(self, b, level, key, e):
+        count(self.stats, "damaged")
+        log.debug("%s %s: %s %s damaged (%s); ignored", self.label, b.path, level, key[:16], e)
+        return None, f"damaged in the {self.label} ({e}); ignored"
+
+    def _reopen(self, old) -> bool:
+        """Open the bundle's path again, as the file there is not the one ``old`` (this store's
+        bundle) opened, or (``old`` None) not the one a reopen last found unusable (``_gone``,
+        its ``file_identity`` then).  -> whether a bundle now serves.  Where the file cannot be
+        used now (a ``cp`` half done: its index cut, its header's checksum failing), nothing is
+        read from it, one warning says so, and a later lookup opens it again only once it has
+        changed again (the ``cp`` done): one ``lstat``, no open, until then."""
+        if old is not None and self.bundle is not old:     # another thread opened it again
+            return self.bundle is not None
+        path = old.path if old is not None else self.path
+        try:
+            seen = file_identity(os.stat(path, follow_symlinks=False))
+        except OSError:
+            seen = None
+        if old is None and seen in (None, self._gone):
+            return False
+        if old is not None:
+            self.bundle = None
+            old.close()             # (a lookup of another thread in it then fails, and asks again)
+        self.path, self._failed, self._gone = path, True, seen
+        t0 = time.perf_counter()
+        try:
+            new = read(path, allow_root=self.allow_root, tack_version=tack_version_id())
+        except BundleError as e:
+            log.debug("%s %s replaced, not usable now: %s", self.label, path, e)
+            why = site_reason(e)
+            why = why[len(path):].lstrip() if why.startswith(path + " ") else f"cannot be used ({why})"
+            self.warn_once(f"the {self.label} {path} was replaced while this process had it open, "
+                           f"and the file there now {why}: its kernels compile until it is whole "
+                           "again (replace a bundle by renaming a whole new file over it, as pack "
+                           "and bundles build do, not by writing over it in place)")
+            return False
+        self.bundle, self._failed, self._gone, self._counted = new, False, None, 0
+        self._count(t0)
+        log.debug("%s %s replaced since it was opened: opened again, %d entries", self.label, path,
+                  len(new))
+        return True
 
 
 class SiteBundleStore:

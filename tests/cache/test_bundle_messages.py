@@ -14,10 +14,11 @@ from .conftest import check_results, child_env, run_child, run_cli
 ONE = [{"kernel": "k_other", "n": 5}]
 
 
-def site_bundle(tmp_path, src, old=False):
+def site_bundle(tmp_path, src, old=False, kernels=(("k_other", "float64"),), name=None):
     """A site directory holding a bundle of k_other built ahead of time for this node's CPU
-    (``old``: its header without the CPU fields a node chooses by, as an older Tack wrote it)."""
-    site = tmp_path / ("site-old" if old else "site")
+    (``old``: its header without the CPU fields a node chooses by, as an older Tack wrote it;
+    ``kernels``: [(kernel, dtype)] of KMOD's to hold instead; ``name``: the directory's name)."""
+    site = tmp_path / (name or ("site-old" if old else "site"))
     site.mkdir()
     script = textwrap.dedent(f"""
         import sys
@@ -26,9 +27,9 @@ def site_bundle(tmp_path, src, old=False):
         from tack.backends.cpu_runtime import host_arch
         if {old!r}:
             tack.aot.requirements = lambda arch: {{}}
-        a = np.zeros(5)
-        tack.aot.save_bundle([tack.aot.compile(kmod.k_other, "cpu:" + host_arch(), args=(a, a))],
-                             {str(site)!r})
+        arts = [tack.aot.compile(getattr(kmod, k), "cpu:" + host_arch(),
+                                 args=(np.zeros(5, dt), np.zeros(5, dt))) for k, dt in {list(kernels)!r}]
+        tack.aot.save_bundle(arts, {str(site)!r})
     """)
     p = subprocess.run([sys.executable, "-c", script], env=child_env(tmp_path / "aot-cache"),
                        capture_output=True, text=True, timeout=300)

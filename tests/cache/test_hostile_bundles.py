@@ -4,7 +4,10 @@ what a job computes, where its variants came from, and what it is told."""
 import os
 import textwrap
 
-from .conftest import check_results, drop_dac_caps, run_child, run_cli
+import numpy as np
+import pytest
+
+from .conftest import check_results, drop_dac_caps, entry_files, expect_main, run_child
 from .test_bundle_messages import ONE, messages, site_bundle
 
 
@@ -27,34 +30,97 @@ def test_load_bundle_without_mpi_does_not_say_kernels_compile_when_site_bundles_
     assert f"looked up in the site bundles of {site}" in msg, msg
 
 
-def test_a_site_bundle_copied_over_in_place_is_said_and_no_longer_read(warm, tmp_path):
-    """An admin replaces a site bundle with ``cp NEW OLD`` (written in place, not renamed) while a
-    job has it open and has loaded a kernel from it.  The job then needs that kernel for another
-    argument type: the lowered entry its index (read at open) lists is read from where the old
-    file had it, and fails its checks.  That was logged as damage ("not a Tack cache entry"),
-    the bundle then looked fine to every tool, and each later lookup read bytes of the new file
-    at the old file's places.  Now: one warning naming the file and what happened, the bundle
-    is no longer read by this process, and the results are right."""
-    cache, src = warm
-    site = site_bundle(tmp_path, src)
+# A site bundle of two kernels a job opens, and a newer build of it with one kernel more: every
+# entry of the newer one is at another place (its index is a row longer).
+OLD_SITE = (("k_other", "float64"), ("k_main", "float64"))
+NEW_SITE = OLD_SITE + (("k_other", "float32"),)
+
+
+def replaced_run(tmp_path, src, replace, between=""):
+    """A job that loads k_other from the old site bundle (so it has it open), runs ``replace``
+    (code given ``old``, ``new``: the bundle's path and a newer build's), launches k_main (the
+    old bundle's index lists it), runs ``between``, then launches k_other for float32 (only the
+    new bundle holds its variant); -> the run, its results checked."""
+    site = site_bundle(tmp_path, src, kernels=OLD_SITE)
+    newer = site_bundle(tmp_path, src, kernels=NEW_SITE, name="newer")
     (name,) = os.listdir(site)
-    new = tmp_path / "new-bundle"                       # another bundle's bytes: KMOD's own, packed
-    assert run_cli(cache, "pack", "--output", str(new)).rc == 0
-    after = textwrap.dedent(f"""
-        import subprocess
-        subprocess.run(["cp", {str(new)!r}, {str(site / name)!r}], check=True)
-        a = np.arange(5, dtype=np.float32)
-        out = np.zeros(5, dtype=np.float32)
-        tack.launch(mod.k_other, 5, (a, out))
-        extra = out.tolist()
-    """)
+    assert os.listdir(newer) == [name]          # the same architecture's bundle, rebuilt
+    after = "\n".join([
+        f"old, new = {str(site / name)!r}, {str(newer / name)!r}",
+        textwrap.dedent(replace),
+        "a = np.arange(5, dtype=np.float64)",
+        "out = np.zeros(5)",
+        "tack.launch(mod.k_main, 5, (a, out))",
+        textwrap.dedent(between),
+        "a32 = np.arange(5, dtype=np.float32)",
+        "out32 = np.zeros(5, dtype=np.float32)",
+        "tack.launch(mod.k_other, 5, (a32, out32))",
+        'extra = {"k_main": out.tolist(), "k_other32": out32.tolist()}'])
     run = run_child(tmp_path / "own", src, ONE, env={"TACK_CACHE_BUNDLES": str(site)}, after=after)
-    check_results(run)                                  # the float64 launch, from the site bundle
-    assert run.stats["variants_from"] == {"site bundles": 1}
-    assert run.data["extra"] == [x * x - 1.0 for x in range(5)]
+    check_results(run)
+    assert run.data["extra"] == {"k_main": expect_main(np.arange(5.0)).tolist(),
+                                 "k_other32": [x * x - 1.0 for x in range(5)]}
+    return run, str(site / name)
+
+
+def test_a_site_bundle_copied_over_in_place_is_opened_again_and_serves(warm, tmp_path):
+    """An admin replaces a site bundle with ``cp NEW OLD`` (written in place, not renamed) while a
+    job has it open and has loaded a kernel from it.  The job then needs k_main, which the index it
+    read at open lists at a place that now holds other bytes of the new file: the entry fails its
+    checks.  That job used to stop reading the bundle (one warning) and compile every kernel it
+    still needed.  Now it sees that the file changed since it opened it, opens it again and serves
+    k_main from the new bundle, and k_other for float32, which only the new one holds: nothing
+    compiles, no warning, nothing counted as damaged."""
+    _, src = warm
+    run, _ = replaced_run(tmp_path, src, """
+        import subprocess
+        subprocess.run(["cp", new, old], check=True)
+    """)
+    assert run.stats["variants_from"] == {"site bundles": 3}, run.stats
+    assert run.stats["misses"]["variant"] == 0 and run.stats["damaged"] == 0, run.stats
+    assert messages(run) == []
+
+
+def test_a_site_bundle_read_while_a_cp_writes_it_is_never_misread(warm, tmp_path):
+    """The job looks k_main up while the ``cp`` has written only the new bundle's first 100 bytes
+    over the old one: the entry at its old place fails its checks, and the file opened again is
+    not a whole bundle.  k_main compiles (right), and one warning names the file and says how to
+    replace a bundle.  Once the ``cp`` is done, the next lookup opens the file again (it changed
+    since that failed open) and k_other for float32 comes from it."""
+    _, src = warm
+    run, path = replaced_run(tmp_path, src, """
+        with open(new, "rb") as f:
+            data = f.read()
+        cp = open(old, "r+b")                   # as cp writes: truncate, then in order
+        cp.truncate(0)
+        cp.write(data[:100])
+        cp.flush()
+    """, between="""
+        cp.write(data[100:])
+        cp.close()
+    """)
+    assert run.stats["variants_from"] == {"site bundles": 2}, run.stats   # k_other, both types
+    assert run.stats["misses"]["variant"] == 1, run.stats                 # k_main: compiled
     (msg,) = messages(run)
-    assert str(site / name) in msg and "written in place" in msg, msg
-    assert run.stats["damaged"] == 0
+    assert "the site bundle for cpu:" in msg and f"{path} was replaced while this process had " \
+        "it open, and the file there now is damaged (its header does not match its checksum)" \
+        in msg and "renaming a whole new file over it" in msg, msg
+
+
+def test_a_site_bundle_renamed_over_keeps_serving_the_file_the_job_opened(warm, tmp_path):
+    """An admin replaces the bundle as ``bundles build`` does (a new file renamed over it): the
+    job, which has the old file open, reads k_main from it (the old inode, whole), with no
+    warning; k_other for float32, which only the new file holds, is compiled: while the file it
+    opened serves, a job does not look at the new one (the next process opens it)."""
+    _, src = warm
+    run, _ = replaced_run(tmp_path, src, """
+        import os, shutil
+        shutil.copyfile(new, old + ".new")
+        os.replace(old + ".new", old)
+    """)
+    assert run.stats["variants_from"] == {"site bundles": 2}, run.stats
+    assert run.stats["misses"]["variant"] == 1 and run.stats["damaged"] == 0, run.stats
+    assert messages(run) == []
 
 
 def test_a_site_directory_the_user_cannot_list_is_said(stored_kmod, tmp_path):
@@ -73,3 +139,28 @@ def test_a_site_directory_the_user_cannot_list_is_said(stored_kmod, tmp_path):
     assert run.stats["variants_from"] == {} and run.stats["misses"]["variant"] == 1
     (msg,) = messages(run)
     assert f"cannot list the site bundle directory {site}" in msg and "Permission denied" in msg, msg
+
+
+@pytest.mark.parametrize("what", ["bundle", "directory"])
+def test_a_site_bundle_the_user_cannot_read_is_said_once_and_its_kernels_compile(stored_kmod,
+                                                                                 tmp_path, what):
+    """A site bundle the user cannot read (mode 0000, as a bundle copied in as 0600 is to every
+    other user), or a directory of bundles the user can neither list nor search (0000): the job
+    runs, right, with one warning naming what it cannot read and the chmod that fixes it (for
+    two kernels the bundle holds), and the kernels it compiled are stored in the user's own
+    cache."""
+    site = site_bundle(tmp_path, stored_kmod.src, kernels=OLD_SITE)
+    (name,) = os.listdir(site)
+    shut = site / name if what == "bundle" else site
+    shut.chmod(0o000)
+    try:
+        run = run_child(tmp_path / "own", stored_kmod.src, ONE + [{"kernel": "k_main", "n": 5}],
+                        env={"TACK_CACHE_BUNDLES": str(site)}, preexec_fn=drop_dac_caps)
+    finally:
+        shut.chmod(0o644 if what == "bundle" else 0o755)
+    check_results(run)
+    assert run.stats["variants_from"] == {} and run.stats["misses"]["variant"] == 2, run.stats
+    (msg,) = messages(run)
+    assert str(shut) in msg and "Permission denied" in msg, msg
+    assert f"chmod a+r{'x' if what == 'directory' else ''} {shut}" in msg, msg
+    assert sorted(p.suffix for p in entry_files(tmp_path / "own")) == [".tlk", ".tlk", ".tvar", ".tvar"]
