@@ -86,10 +86,11 @@ def valid_entries(b) -> list:
 
 
 def write(path: str, entries, header: dict) -> int:
-    """Write a bundle of ``[(kind, key, encoded entry bytes)]`` at ``path`` (atomically, readable
-    by all: a site's bundles serve every user). -> its size in bytes."""
+    """Write a bundle of ``[(kind, key, encoded entry bytes)]`` at ``path`` (atomically and
+    durably: a temporary file beside it, its data synced, renamed over it; readable by all,
+    whatever the umask: a site's bundles serve every user). -> its size in bytes."""
     data = pack(entries, header)
-    write_atomic(path, data, mode=0o644)
+    write_atomic(path, data, mode=0o644, durable=True)
     return len(data)
 
 

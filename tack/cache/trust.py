@@ -255,8 +255,12 @@ def control_character(text: str):
 
 # -- writing -------------------------------------------------------------------------
 
-def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory."""
+def write_atomic(path: str, data: bytes, mode: int = 0o600, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory, given ``mode``
+    whatever the umask (by ``fchmod``).  ``durable`` (a bundle: written once, read by every job
+    for months): the file's data is on disk before the rename (``fsync``), and the rename is
+    after it (the directory's ``fsync``), so that a crash leaves the old bundle or the new one,
+    never a new name over data that never reached the disk."""
     _refuse_non_regular(path)
     tmp = f"{path}{TMP_MARK}{os.getpid()}.{os.urandom(6).hex()}"
     try:
@@ -266,7 +270,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
             e.filename = path               # the file it was for, not its temporary name
         raise
     try:
-        # No fsync: after a crash the rename may survive with incomplete data,
+        # No fsync for an entry: after a crash the rename may survive with incomplete data,
         # but every entry carries its checksum, so such a file is ignored, and
         # a compile does not wait for the disk (milliseconds per entry).
         with os.fdopen(fd, "wb") as f:
@@ -275,7 +279,12 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
                 os.fchmod(f.fileno(), mode)     # the file written, by its descriptor
             else:                               # pragma: no cover - Windows
                 os.chmod(tmp, mode)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
+        if durable:
+            _fsync_dir(os.path.dirname(os.path.abspath(path)))
     except BaseException as e:
         try:
             os.unlink(tmp)
@@ -284,6 +293,21 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         if isinstance(e, OSError) and e.filename in (None, tmp):
             e.filename = path               # a failed write (a full disk) names the file it was for
         raise
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename in ``directory`` durable, where the system can (not on Windows, nor on a file
+    system that refuses a directory's fsync: the rename is done, only not yet on disk)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _refuse_non_regular(path: str) -> None:
@@ -308,10 +332,18 @@ def _make_above(path: str) -> None:
             break
         up = os.path.dirname(up)
     for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o755)
-        except FileExistsError:
-            pass                            # another process's, in between
+        _mkdir_755(d)
+
+
+def _mkdir_755(d: str) -> None:
+    """Make directory ``d`` 0755.  ``mkdir``'s mode is masked by the umask: under ``umask 077``
+    it was 0700, which no other user may enter (a site's bundles: every job compiled), so the
+    mode is set again once it is made.  One made by another process in between is left as it is."""
+    try:
+        os.mkdir(d, 0o755)
+    except FileExistsError:
+        return                              # another process's, in between
+    os.chmod(d, 0o755)
 
 
 def make_root(path: str) -> None:
@@ -325,10 +357,7 @@ def make_shared_dirs(path: str) -> None:
     """Make ``path`` and each missing directory above it 0755, whatever the umask: a site's
     directory of bundles, read by every user and trusted only if no one else may write in it."""
     _make_above(path)
-    try:
-        os.mkdir(path, 0o755)
-    except FileExistsError:
-        pass
+    _mkdir_755(path)
 
 
 def ensure_private_dir(path: str, marker: str | None = None) -> None:

@@ -7,6 +7,8 @@ is a real run of the command."""
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import subprocess
 import sys
 
@@ -124,6 +126,47 @@ def test_a_bundle_it_wrote_before_is_replaced_atomically(first, tmp_path):
         os.close(fd)
     assert whole(old) == whole_count(data)
     no_temporaries(out_dir)
+
+
+@pytest.mark.skipif(shutil.which("strace") is None,
+                    reason="strace is not installed: the order of fsync and rename cannot be seen")
+def test_a_build_under_umask_077_is_synced_renamed_and_readable_by_all(first, tmp_path):
+    """An admin with ``umask 077`` builds into a directory the build makes: the bundle is written
+    to a temporary file beside its name, synced (``fsync`` of that file) before it is renamed
+    into place, the directory synced after; it is mode 0644 (a site bundle is for every user:
+    the umask's 0600 would leave every other user's job compiling), and the directories the
+    build made are 0755.  They were 0700 (``mkdir``'s mode is masked by the umask), which no
+    other user may enter, and the bundle was renamed into place without a sync, so that a crash
+    could leave its name over data that never reached the disk."""
+    config, name, data = first
+    out_dir = tmp_path / "made" / "bundles"
+    trace = tmp_path / "trace"
+    r = subprocess.run(["strace", "-f", "-qq", "-o", str(trace), "-e",
+                        "trace=openat,open,fsync,fdatasync,rename,renameat,renameat2",
+                        sys.executable, "-m", "tack.site", "bundles", "build", str(config),
+                        "--output", str(out_dir)], capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: os.umask(0o077))
+    assert r.returncode == 0, r.stdout + r.stderr
+    final = out_dir / name
+    assert oct(stat.S_IMODE(os.stat(final).st_mode)) == "0o644"
+    for d in (out_dir, out_dir.parent):
+        assert oct(stat.S_IMODE(os.stat(d).st_mode)) == "0o755", d
+    assert whole(final) == whole_count(data)
+    no_temporaries(out_dir)
+    calls = trace.read_text().splitlines()
+    opened = [(i, line) for i, line in enumerate(calls)
+              if str(final) + trust.TMP_MARK in line and "O_CREAT" in line]
+    assert len(opened) == 1, "\n".join(calls)
+    at, line = opened[0]
+    pid, fd = line.split()[0], line.rsplit("= ", 1)[1]
+    tmp = line.split('"')[1]
+    renamed = [i for i, c in enumerate(calls) if c.startswith(pid + " ") and "rename" in c
+               and f'"{tmp}"' in c and f'"{final}"' in c and c.endswith("= 0")]
+    synced = [i for i, c in enumerate(calls[:renamed[0]] if renamed else []) if i > at
+              and c.startswith(f"{pid} fsync({fd})")]
+    assert renamed and synced, "\n".join(calls[at:])
+    dir_synced = [c for c in calls[renamed[0]:] if c.startswith(pid + " ") and "fsync(" in c]
+    assert dir_synced, "\n".join(calls[renamed[0]:])
 
 
 DAMAGE = {"an entry bit-flipped": lambda d: d[:-100] + bytes([d[-100] ^ 1]) + d[-99:],
