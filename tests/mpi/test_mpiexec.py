@@ -117,8 +117,11 @@ def _site_bundles_for_kmod(kernel_dir, tmp_path):
                       "      args: ['float64[1000]', 'float64[1000]']\n" for k in ("k_a", "k_b"))
     cfg.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{arch}]\n  kernels:\n{kernels}")
     site = tmp_path / "site"
+    # built by the Tack under test, as the ranks import it (the caller's PYTHONPATH kept): where
+    # another Tack is installed, one made by it is another version's bundle, which no rank uses
+    path = os.pathsep.join([str(kernel_dir)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "build", str(cfg), "--output",
-                           str(site)], env=clean_env(tmp_path / "build-cache", PYTHONPATH=str(kernel_dir)),
+                           str(site)], env=clean_env(tmp_path / "build-cache", PYTHONPATH=path),
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (name,) = os.listdir(site)
