@@ -62,6 +62,11 @@ if ! command -v tcsh >/dev/null || ! command -v fish >/dev/null; then
   apt_update_once
   apt_quiet install -y --no-install-recommends tcsh fish
 fi
+# strace, which shows the order of a bundle write's fsync and rename (tests/site_bundles).
+if ! command -v strace >/dev/null; then
+  apt_update_once
+  apt_quiet install -y --no-install-recommends strace
+fi
 
 # The vendors' tools that check GPU code ahead of time (ptxas, ld.lld-22, llvm-readelf-22,
 # spirv-val, ocloc), and Intel's OpenCL CPU runtime with pyopencl, which runs Tack's SPIR-V here.

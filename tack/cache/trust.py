@@ -321,10 +321,12 @@ def _refuse_non_regular(path: str) -> None:
         raise NotRegular(path, kind_of(st))
 
 
-def _make_above(path: str) -> None:
-    """Make each missing directory above ``path`` 0755: none writable by others, whatever the
-    umask (``os.makedirs`` gives them the umask's mode: 0777 under ``umask 000``, 0775 under
-    ``002``, which the checks of the cache and of a site's bundles then refuse)."""
+def _make_above(path: str, shared: bool = False) -> None:
+    """Make each missing directory above ``path`` 0755 at most: none writable by others, whatever
+    the umask (``os.makedirs`` gives them the umask's mode: 0777 under ``umask 000``, 0775 under
+    ``002``, which the checks of the cache and of a site's bundles then refuse).  A stricter
+    umask (077) is kept for a user's own directories; ``shared`` (a site's bundles, which every
+    user's job enters) makes them 0755 whatever the umask."""
     missing, up = [], os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(up):
         missing.append(up)
@@ -332,7 +334,13 @@ def _make_above(path: str) -> None:
             break
         up = os.path.dirname(up)
     for d in reversed(missing):
-        _mkdir_755(d)
+        if shared:
+            _mkdir_755(d)
+        else:
+            try:
+                os.mkdir(d, 0o755)
+            except FileExistsError:
+                pass                        # another process's, in between
 
 
 def _mkdir_755(d: str) -> None:
@@ -356,7 +364,7 @@ def make_root(path: str) -> None:
 def make_shared_dirs(path: str) -> None:
     """Make ``path`` and each missing directory above it 0755, whatever the umask: a site's
     directory of bundles, read by every user and trusted only if no one else may write in it."""
-    _make_above(path)
+    _make_above(path, shared=True)
     _mkdir_755(path)
 
 

@@ -384,6 +384,23 @@ def test_the_first_store_makes_no_directory_writable_by_others_whatever_the_umas
     assert found is not None and found.payload == b"code"
 
 
+
+def test_a_users_strict_umask_is_kept_for_the_directories_above_the_cache(tmp_path):
+    """Under ``umask 077`` the directories the first store makes above the cache (``~/.cache``)
+    stay 0700, as the user asked: only a site's bundle directories, which every user's job
+    enters, are opened to all whatever the umask (``trust.make_shared_dirs``)."""
+    root = tmp_path / "home" / ".cache" / "tack"
+    old = os.umask(0o077)
+    try:
+        stored = stores_write.store(disk(root), entry.KIND_VARIANT, variant_key(HOST),
+                                    dict(META, target_key=HOST), b"code")
+    finally:
+        os.umask(old)
+    assert stored
+    for above in (tmp_path / "home", tmp_path / "home" / ".cache"):
+        assert stat.S_IMODE(above.stat().st_mode) == 0o700
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+
 def _damage_last_byte(path):
     with open(path, "r+b") as f:
         f.seek(-1, 2)
