@@ -153,20 +153,22 @@ def test_a_build_under_umask_077_is_synced_renamed_and_readable_by_all(first, tm
         assert oct(stat.S_IMODE(os.stat(d).st_mode)) == "0o755", d
     assert whole(final) == whole_count(data)
     no_temporaries(out_dir)
-    calls = trace.read_text().splitlines()
-    opened = [(i, line) for i, line in enumerate(calls)
-              if str(final) + trust.TMP_MARK in line and "O_CREAT" in line]
-    assert len(opened) == 1, "\n".join(calls)
+    # strace's lines: "PID  call(...) = result", the PID padded to a width (two spaces after a
+    # short one): split into (PID, the call).
+    calls = [tuple(line.split(None, 1)) for line in trace.read_text().splitlines() if line.strip()]
+    opened = [(i, c) for i, (_, c) in enumerate(calls)
+              if str(final) + trust.TMP_MARK in c and "O_CREAT" in c]
+    assert len(opened) == 1, "\n".join(map(" ".join, calls))
     at, line = opened[0]
-    pid, fd = line.split()[0], line.rsplit("= ", 1)[1]
+    pid, fd = calls[at][0], line.rsplit("= ", 1)[1]
     tmp = line.split('"')[1]
-    renamed = [i for i, c in enumerate(calls) if c.startswith(pid + " ") and "rename" in c
+    renamed = [i for i, (p, c) in enumerate(calls) if p == pid and "rename" in c
                and f'"{tmp}"' in c and f'"{final}"' in c and c.endswith("= 0")]
-    synced = [i for i, c in enumerate(calls[:renamed[0]] if renamed else []) if i > at
-              and c.startswith(f"{pid} fsync({fd})")]
-    assert renamed and synced, "\n".join(calls[at:])
-    dir_synced = [c for c in calls[renamed[0]:] if c.startswith(pid + " ") and "fsync(" in c]
-    assert dir_synced, "\n".join(calls[renamed[0]:])
+    synced = [i for i, (p, c) in enumerate(calls[:renamed[0]] if renamed else []) if i > at
+              and p == pid and c.startswith(f"fsync({fd})")]
+    assert renamed and synced, "\n".join(map(" ".join, calls[at:]))
+    dir_synced = [c for p, c in calls[renamed[0]:] if p == pid and c.startswith("fsync(")]
+    assert dir_synced, "\n".join(map(" ".join, calls[renamed[0]:]))
 
 
 DAMAGE = {"an entry bit-flipped": lambda d: d[:-100] + bytes([d[-100] ^ 1]) + d[-99:],
