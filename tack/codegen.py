@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
+import numpy as np
 
 from . import types as T
 from .errors import UNSIGNED_INDEX, BoundsSite, CompileError
@@ -30,7 +31,8 @@ from .ir import assignments
 from .limits import deep
 from .language import MATH1, MATH2
 from .backends.argument_layout import array_fields
-from .specialize import TypedFunction, TypedKernel, arith_type, math_type
+from .specialize import (TypedFunction, TypedKernel, arith_type, isclose_type, math_type,
+                         power_of_ten)
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -662,7 +664,91 @@ class _FunctionGen:
             ft = rt.strong()
             vals = [self.cast(v, t, ft) for v, t in zip(values, ts)]
             return self.mod.target.math_call(self.mod.module, self.b, name, vals, ft)
+        if name == "isclose":
+            return self.isclose(values, ts)
+        if name in ("np.rint", "np.round", "round"):
+            return self.rounded(name, values[0], ts[0], rt, args[1][2] if len(args) == 2 else 0)
+        st = rt.strong()
+        if name == "np.where":              # both sides evaluated (above), one selected
+            a, b = (self.cast(v, t, st) for v, t in zip(values[1:], ts[1:]))
+            return self.b.select(self.to_bool(values[0], ts[0]), a, b)
+        if name == "np.clip":
+            return self.clip([self.cast(v, t, st) for v, t in zip(values, ts)], st)
+        if name == "np.sign":
+            return self.sign(self.cast(values[0], ts[0], st), st)
         raise AssertionError(f"unhandled intrinsic {name}")
+
+    def clip(self, vals, t):
+        """NumPy's ``np.clip(x, lo, hi)`` in type ``t``: ``x < lo ? lo : x``, then ``> hi ? hi``
+        (so ``x`` on a tie: ``np.clip(-0.0, 0.0, 1.0)`` is -0.0); of floats a NaN bound is the
+        result, ``lo``'s before ``hi``'s, and a NaN ``x`` passes through the comparisons."""
+        if len(vals) == 1:                  # no bound: x itself
+            return vals[0]
+        x, lo, hi = vals
+        B = self.b
+        m = B.select(self.compare("<", x, t, lo, t), lo, x)
+        m = B.select(self.compare(">", m, t, hi, t), hi, m)
+        if t.kind == "f":
+            m = B.select(B.fcmp_unordered("uno", hi, hi), hi, m)
+            m = B.select(B.fcmp_unordered("uno", lo, lo), lo, m)
+        return m
+
+    def sign(self, v, t):
+        """NumPy's ``np.sign``: 1, -1 or 0 in ``v``'s type; of a float, +0.0 for either zero
+        and ``v`` itself for a NaN (``x > 0 ? 1 : x < 0 ? -1 : x == 0 ? 0 : x``)."""
+        B = self.b
+        one, zero = ir.Constant(v.type, 1), ir.Constant(v.type, 0)
+        if t.kind == "u":
+            return B.select(B.icmp_unsigned("!=", v, zero), one, zero)
+        minus = ir.Constant(v.type, -1)
+        if t.kind == "i":
+            return B.select(B.icmp_signed(">", v, zero), one,
+                            B.select(B.icmp_signed("<", v, zero), minus, zero))
+        rest = B.select(B.fcmp_ordered("==", v, zero), zero, v)
+        return B.select(B.fcmp_ordered(">", v, zero), one,
+                        B.select(B.fcmp_ordered("<", v, zero), minus, rest))
+
+    def rounded(self, name, v, t, rt, decimals):
+        """``np.rint(x)``, ``np.round(x, decimals)`` and Python's ``round(x)``, half to even
+        (``llvm.rint``, every target's own instruction).  ``np.round`` of a nonzero literal
+        ``decimals`` is NumPy's: ``x * 10**d``, rounded, divided by ``10**d`` (for a negative
+        ``d``: divided, rounded, multiplied), ``10**d`` as NumPy computes it, in ``x``'s float
+        type (float64 for an integer, converted back); of an integer, and ``d >= 0``, ``x``
+        itself.  ``round(x)`` of a float is that float converted to an int64 as ``int(x)``
+        converts (saturated, NaN 0), where Python raises."""
+        st = rt.strong()
+        if t.strong().kind in "iu" and decimals >= 0:     # an integer rounds to itself
+            return self.cast(v, t, st)
+        ft = st if st.kind == "f" else math_type(t.strong())
+        B, x = self.b, self.cast(v, t, ft)
+        if decimals == 0:
+            return self.cast(self.call_intrinsic("rint", [x]), ft, st)
+        f = power_of_ten(abs(decimals))
+        if ft == T.float32:
+            with np.errstate(over="ignore"):          # past float32: its infinity, as NumPy's
+                f = float(np.float32(f))
+        f = ir.Constant(x.type, f)
+        scaled = B.fmul(x, f) if decimals > 0 else B.fdiv(x, f)
+        r = self.call_intrinsic("rint", [scaled])
+        return self.cast(B.fdiv(r, f) if decimals > 0 else B.fmul(r, f), ft, st)
+
+    def isclose(self, values, ts):
+        """Python's ``math.isclose(a, b, rel_tol, abs_tol)``: ``a == b``, else false for an
+        infinity, else ``|b - a| <= |rel_tol * b|`` or ``<= |rel_tol * a|`` or ``<= abs_tol``
+        (false for a NaN), in ``isclose_type`` of the four."""
+        ft = isclose_type(ts)
+        B = self.b
+        a, b, rel, tol = (self.cast(v, t, ft) for v, t in zip(values, ts))
+        inf = ir.Constant(a.type, float("inf"))
+        infinite = B.or_(B.fcmp_ordered("==", self.call_intrinsic("fabs", [a]), inf),
+                         B.fcmp_ordered("==", self.call_intrinsic("fabs", [b]), inf))
+        diff = self.call_intrinsic("fabs", [B.fsub(b, a)])
+        within = [self.call_intrinsic("fabs", [B.fmul(rel, b)]),
+                  self.call_intrinsic("fabs", [B.fmul(rel, a)]), tol]
+        close = B.or_(B.or_(B.fcmp_ordered("<=", diff, within[0]),
+                            B.fcmp_ordered("<=", diff, within[1])),
+                      B.fcmp_ordered("<=", diff, within[2]))
+        return B.or_(B.fcmp_ordered("==", a, b), B.and_(B.not_(infinite), close))
 
     def atomic(self, op, args, e, rt):
         arr_t = self.types[id(args[0])]

@@ -151,13 +151,17 @@ MATH1 = ("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin", "ac
          "log1p", "erf", "erfc", "cbrt")
 MATH2 = ("pow", "atan2", "hypot", "copysign", "fmod")
 MATH_PREDICATES = ("isnan", "isinf", "isfinite")
+_MATH_ONLY = ("isclose",)       # math's alone: np.isclose is another function (its own tolerances)
+_BUILTINS = ("min", "max", "abs", "round", "range", "len")
 # NumPy's names for intrinsics.  ``np.absolute`` (``np.abs``) is ``abs``, ``np.power``
 # (``np.pow``) is ``**`` (the frontend makes it the operator) and ``np.fmod`` is ``np.fmod``
 # (C's fmod of floats, the truncated remainder of integers), so that on integers they keep the
 # integer, as NumPy's do, where ``math.fabs``, ``math.pow`` and ``math.fmod`` give a float.
+# ``np.round`` (``np.around``) is not Python's ``round``, which gives an int.
 _NUMPY_ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
                   "absolute": "abs", "power": "power", "fmod": "np.fmod",
-                  "minimum": "minimum", "maximum": "maximum"}
+                  "minimum": "minimum", "maximum": "maximum", "clip": "np.clip", "sign": "np.sign",
+                  "where": "np.where", "rint": "np.rint", "round": "np.round", "around": "np.round"}
 
 _table = None
 
@@ -171,7 +175,9 @@ def _build():
             table[id(getattr(np, name))] = name
     for np_name, name in _NUMPY_ALIASES.items():
         table[id(getattr(np, np_name))] = name
-    for name in ("min", "max", "abs", "range", "len"):
+    for name in _MATH_ONLY:
+        table[id(getattr(math, name))] = name
+    for name in _BUILTINS:
         table[id(getattr(builtins, name))] = name
     table[id(int)] = "cast:int64"
     table[id(float)] = "cast:float64"
@@ -208,8 +214,10 @@ def lowers_to(obj, intrinsic: str) -> bool:
         return obj is CASTS[name] or obj is getattr(np, "bool_" if name == "bool" else name) or obj is plain
     if intrinsic in ("tid", "atomic_add", "atomic_min", "atomic_max"):
         return obj is globals()[intrinsic]
-    if intrinsic in ("min", "max", "abs", "range", "len") and obj is getattr(builtins, intrinsic):
+    if intrinsic in _BUILTINS and obj is getattr(builtins, intrinsic):
         return True
+    if intrinsic in _MATH_ONLY:
+        return obj is getattr(math, intrinsic)
     if intrinsic in MATH1 + MATH2 + MATH_PREDICATES:
         if obj is getattr(math, intrinsic, None):
             return True

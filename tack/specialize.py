@@ -349,6 +349,30 @@ def math_type(t):
     return t if t.kind == "f" else T.float64
 
 
+def isclose_type(ts):
+    """The float type ``math.isclose(a, b, rel_tol=, abs_tol=)`` computes in, of its four
+    arguments' types: their promoted type as a math function's (float32 of float32 values and
+    literal tolerances; Python's converts to float64)."""
+    t = ts[0]
+    for x in ts[1:]:
+        t = T.promote(t, x)
+    return math_type(t.strong())
+
+
+def power_of_ten(n: int) -> float:
+    """10.0 ** n as NumPy's ``np.round`` computes it (calculation.c ``power_of_ten``): exact to
+    1e8, then 1e9 multiplied by 10.0 one step at a time, each product rounded (an infinity
+    from 1e309 on)."""
+    if n < 9:
+        return (1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8)[n]
+    r = 1e9
+    for _ in range(n - 9):
+        if r == math.inf:
+            break
+        r *= 10.0
+    return r
+
+
 class _Inferer:
     def __init__(self, ctx, tf: TypedFunction):
         self.ctx = ctx
@@ -800,6 +824,39 @@ class _Inferer:
             need(1)
             scalars()
             return T.int64 if ts[0].kind == "b" else ts[0]
+        if name in ("np.clip", "np.where"):
+            if name == "np.where" and len(ts) != 3:
+                raise self.error("np.where() takes 3 arguments (condition, x, y) in Tack code, "
+                                 f"got {len(ts)}: np.where(condition) alone (the indices where it "
+                                 "holds) is an array, which Tack code does not make", e)
+            scalars()
+            first = 1 if name == "np.where" else 0      # np.where's condition takes no part
+            for k in range(first, len(ts)):             # a literal the others' type cannot hold
+                for j in range(first, len(ts)):
+                    if j != k:
+                        ts[k] = self.fit(args[k], ts[k], ts[j])
+            t = ts[first]
+            for x in ts[first + 1:]:
+                t = T.promote(t, x)
+            return t.strong()                   # NumPy's: a NumPy scalar, never weak
+        if name == "np.sign":
+            need(1)
+            scalars()
+            if ts[0].kind == "b":
+                raise self.error("np.sign() takes numbers, not bool (NumPy has no sign of a "
+                                 "bool)", e)
+            return ts[0].strong()
+        if name in ("np.rint", "np.round", "round"):
+            if name == "np.rint":
+                need(1)
+            scalars()           # (np.round's decimals, a literal, is its second argument)
+            t = ts[0].strong()
+            if name == "np.rint" or t.kind in "fb":     # NumPy's float16 of a bool is a float64
+                return T.int64 if name == "round" else math_type(t)
+            return t            # an integer rounds to itself, in its own type
+        if name == "isclose":
+            scalars()
+            return T.boolean
         if name in ("ndim", "size"):
             if not isinstance(ts[0], T.Array):
                 raise self.error(f"{ts[0]} has no attribute '{name}' (only arrays have one)", e)

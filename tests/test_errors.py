@@ -1,5 +1,7 @@
 """Errors users see: CompileError (syntax, names, recursion, types), launch TypeErrors, debug-mode IndexErrors."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -215,12 +217,6 @@ def k_builtin_divmod(x, out):
 
 
 @tack.kernel
-def k_builtin_round(x, out):
-    i = tack.tid()
-    out[i] = round(x[i])  # ERR round
-
-
-@tack.kernel
 def k_builtin_print(x, out):
     i = tack.tid()
     print(x[i])  # ERR print
@@ -234,17 +230,133 @@ def k_builtin_reversed(x, out):
 
 
 @pytest.mark.parametrize("kern, words", [(k_builtin_pow, "x ** y"), (k_builtin_divmod, "x // y"),
-                                         (k_builtin_round, "math.floor"),
                                          (k_builtin_print, "write it into an array"),
                                          (k_builtin_reversed, "range(n - 1, -1, -1)")],
-                         ids=["pow", "divmod", "round", "print", "reversed"])
+                         ids=["pow", "divmod", "print", "reversed"])
 def test_a_python_builtin_that_tack_lacks_says_what_to_write(kern, words):
-    """``pow(x, y)``, ``divmod``, ``round`` and ``print`` (Python's builtins, which Numba takes) said
+    """``pow(x, y)``, ``divmod`` and ``print`` (Python's builtins, which Numba takes) said
     only "'pow' (builtin_function_or_method) cannot be called"; they name what to write instead."""
     with pytest.raises(tack.CompileError) as ei:
         tack.launch(kern, dim=2, args=(np.ones(2), np.zeros(2)))
     msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
     assert "cannot be called in Tack code" in msg and words in msg
+
+
+# -- NumPy's and Python's rounding, clip, sign, where, isclose: what they refuse ---------------
+
+@tack.kernel
+def k_round_digits(x, out):
+    i = tack.tid()
+    out[i] = round(x[i], 2)  # ERR round
+
+
+@tack.kernel
+def k_np_round_of_a_variable(x, out):
+    i = tack.tid()
+    d = 2
+    out[i] = np.round(x[i], d)  # ERR d)
+
+
+@tack.kernel
+def k_np_round_out(x, out):
+    i = tack.tid()
+    out[i] = np.round(x[i], out=out)  # ERR out=
+
+
+@tack.kernel
+def k_isclose_positional_tolerance(x, out):
+    i = tack.tid()
+    out[i] = math.isclose(x[i], 1.0, 1e-3)  # ERR math.isclose
+
+
+@tack.kernel
+def k_isclose_unknown_keyword(x, out):
+    i = tack.tid()
+    out[i] = math.isclose(x[i], 1.0, rtol=1e-3)  # ERR rtol
+
+
+@tack.kernel
+def k_isclose_negative_tolerance(x, out):
+    i = tack.tid()
+    out[i] = math.isclose(x[i], 1.0, abs_tol=-0.5)  # ERR -0.5
+
+
+@tack.kernel
+def k_isclose_one_argument(x, out):
+    i = tack.tid()
+    out[i] = math.isclose(x[i])  # ERR math.isclose
+
+
+@tack.kernel
+def k_clip_one_bound(x, out):
+    i = tack.tid()
+    out[i] = np.clip(x[i], 0.0)  # ERR np.clip
+
+
+@tack.kernel
+def k_clip_both_spellings(x, out):
+    i = tack.tid()
+    out[i] = np.clip(x[i], 0.0, 1.0, max=2.0)  # ERR np.clip
+
+
+@tack.kernel
+def k_clip_twice(x, out):
+    i = tack.tid()
+    out[i] = np.clip(x[i], 0.0, a_min=1.0)  # ERR a_min
+
+
+@tack.kernel
+def k_where_alone(x, out):
+    i = tack.tid()
+    out[i] = np.where(x[i] > 0)  # ERR np.where
+
+
+@tack.kernel
+def k_sign_of_bool(x, out):
+    i = tack.tid()
+    out[i] = np.sign(x[i] > 0)  # ERR np.sign
+
+
+@tack.kernel
+def k_rint_two(x, out):
+    i = tack.tid()
+    out[i] = np.rint(x[i], x[i])  # ERR np.rint
+
+
+@tack.kernel
+def k_sign_keyword(x, out):
+    i = tack.tid()
+    out[i] = np.sign(x[i], out=out)  # ERR np.sign
+
+
+ROUNDING_CASES = [
+    (k_round_digits, "write np.round(x, ndigits)"),
+    (k_np_round_of_a_variable, "decimals must be an integer literal"),
+    (k_np_round_out, "unexpected keyword argument 'out'"),
+    (k_isclose_positional_tolerance, "takes at most 2 positional arguments (3 given)"),
+    (k_isclose_unknown_keyword, "unexpected keyword argument 'rtol'"),
+    (k_isclose_negative_tolerance, "abs_tol is negative"),
+    (k_isclose_one_argument, "missing required argument 'b'"),
+    (k_clip_one_bound, "missing required argument 'a_max'"),
+    (k_clip_both_spellings, "passing min or max when a_min and a_max are given"),
+    (k_clip_twice, "multiple values for argument 'a_min'"),
+    (k_where_alone, "np.where() takes 3 arguments"),
+    (k_sign_of_bool, "not bool"),
+    (k_rint_two, "np.rint() takes 1 argument, got 2"),
+    (k_sign_keyword, "keyword arguments are not supported"),
+]
+
+
+@pytest.mark.parametrize("kern, words", ROUNDING_CASES, ids=[k.__name__ for k, _ in ROUNDING_CASES])
+def test_numpy_and_python_functions_refuse_what_they_refuse_naming_the_line(kern, words):
+    """Calls of ``round``, ``np.round``, ``math.isclose``, ``np.clip``, ``np.where``, ``np.sign``
+    and ``np.rint`` that Python or NumPy refuse, or that Tack cannot compile (``round(x, 2)``,
+    Python's exact decimal rounding; a ``decimals`` not a literal), are compile errors naming the
+    kernel's line, with a caret under the fault."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.ones(2), np.zeros(2)))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert words in msg, msg
 
 
 @tack.kernel

@@ -862,6 +862,225 @@ def test_numpy_minimum_maximum_follow_numpy(ftype):
     np.testing.assert_array_equal(iout, np.stack([np.minimum(ia, ib), np.maximum(ia, ib)], axis=1))
 
 
+# NumPy's np.clip, np.sign, np.where, np.rint, np.round (np.around), Python's round and
+# math.isclose on scalars, over the values where they part: NaNs (of both signs), infinities,
+# zeros of both signs, ties and halves.
+EDGE_FLOATS = [np.nan, -np.nan, -np.inf, -2.5, -1.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 1.5, 2.5,
+               0.49999999999999994, 3.3, 1e300, 2.0 ** 52 + 1, np.inf]
+
+
+def _bits(a):
+    """Each float's bits: equal results bit for bit, a NaN's sign and payload too."""
+    a = np.asarray(a)
+    return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
+
+
+@tack.kernel
+def k_np_clip(x, lo, hi, out):
+    i = tack.tid()
+    out[i, 0] = np.clip(x[i], lo[i], hi[i])
+    out[i, 1] = np.clip(x[i], lo[i], None)
+    out[i, 2] = np.clip(x[i], None, hi[i])
+    out[i, 3] = np.clip(x[i], a_min=lo[i], a_max=hi[i])
+    out[i, 4] = np.clip(x[i], max=hi[i])
+    out[i, 5] = np.clip(x[i], -1.25, 1.25)
+
+
+@pytest.mark.parametrize("ftype", [np.float64, np.float32])
+def test_numpy_clip_follows_numpy(ftype):
+    """``np.clip(x, lo, hi)`` is NumPy's bit for bit: ``x`` on a tie (``np.clip(-0.0, 0.0, 1.0)``
+    is -0.0), a NaN ``x`` passes through, a NaN bound is the result (``lo``'s before ``hi``'s);
+    one bound None (or ``min=``/``max=`` alone) is NumPy's ``np.maximum`` / ``np.minimum``."""
+    vals = np.array([np.nan, -np.nan, -np.inf, -2.0, -0.0, 0.0, 0.5, 3.0, np.inf], dtype=ftype)
+    x, lo, hi = (v.ravel().copy() for v in np.meshgrid(vals, vals, vals, indexing="ij"))
+    out = np.empty((x.size, 6), dtype=ftype)
+    tack.launch(k_np_clip, dim=x.size, args=(x, lo, hi, out))
+    with numpy_quiet():         # of scalars (NumPy's loop over arrays picks another NaN)
+        want = np.array([[np.clip(a, b, c), np.clip(a, b, None), np.clip(a, None, c),
+                          np.clip(a, a_min=b, a_max=c), np.clip(a, max=c), np.clip(a, -1.25, 1.25)]
+                         for a, b, c in zip(x, lo, hi)], dtype=ftype)
+    bad = np.nonzero((_bits(out) != _bits(want)).any(1))[0]
+    assert not bad.size, [(x[k], lo[k], hi[k], out[k], want[k]) for k in bad[:5]]
+
+
+@tack.kernel
+def k_np_clip_mixed(x, lo, hi, n, out, iout):
+    i = tack.tid()
+    out[i, 0] = np.clip(n[i], lo[i], hi[i])        # int32 with float bounds: float64
+    out[i, 1] = np.clip(n[i], 0.5, 7)               # with a float literal: float64
+    out[i, 2] = np.clip(x[i], n[i], 3)
+    iout[i, 0] = np.clip(n[i], -3, 5)               # int32 stays int32
+    iout[i, 1] = np.clip(n[i], 5, -3)               # lo above hi: hi, as NumPy
+    iout[i, 2] = np.clip(n[i] + (2**31 - 8), 0, 2**31 - 1)   # wraps as int32 first
+
+
+def test_numpy_clip_of_mixed_types_and_integers():
+    """``np.clip`` promotes as NumPy's result_type (an int32 between float bounds is a float64),
+    keeps integers integers, and of bounds in the wrong order gives ``hi``."""
+    n = np.array([-10, -3, 0, 2, 5, 9, 2**31 - 1, -2**31], np.int32)
+    x = np.linspace(-4.0, 4.0, n.size)
+    lo, hi = np.full(n.size, -2.5), np.full(n.size, 4.5)
+    out, iout = np.empty((n.size, 3)), np.empty((n.size, 3), np.int64)
+    tack.launch(k_np_clip_mixed, dim=n.size, args=(x, lo, hi, n, out, iout))
+    with numpy_quiet():
+        want = np.stack([np.clip(n, lo, hi), np.clip(n, 0.5, 7), np.clip(x, n, 3)], axis=1)
+        iwant = np.stack([np.clip(n, -3, 5), np.clip(n, 5, -3),
+                          np.clip(n + np.int32(2**31 - 8), 0, 2**31 - 1)], axis=1)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(iout, iwant)
+
+
+@tack.kernel
+def k_np_sign(x, n, u, out, iout, uout):
+    i = tack.tid()
+    out[i] = np.sign(x[i])
+    iout[i] = np.sign(n[i])
+    uout[i] = np.sign(u[i])
+
+
+@pytest.mark.parametrize("ftype", [np.float64, np.float32])
+def test_numpy_sign_follows_numpy(ftype):
+    """``np.sign`` is NumPy's bit for bit: -1, 0 or 1 in the argument's type, +0.0 of either
+    zero, a NaN itself (its sign kept); of integers an integer (0 or 1 unsigned)."""
+    with numpy_quiet():
+        x = np.array(EDGE_FLOATS, dtype=ftype)
+    k = x.size
+    n = np.resize(np.array([-2**63, -7, -1, 0, 1, 2**63 - 1], np.int64), k)
+    u = np.resize(np.array([0, 1, 2**32 - 1], np.uint32), k)
+    out, iout, uout = np.empty(k, ftype), np.empty(k, np.int64), np.empty(k, np.uint32)
+    tack.launch(k_np_sign, dim=k, args=(x, n, u, out, iout, uout))
+    assert (_bits(out) == _bits(np.sign(x))).all(), (x, out, np.sign(x))
+    np.testing.assert_array_equal(iout, np.sign(n))
+    np.testing.assert_array_equal(uout, np.sign(u))
+
+
+@tack.func
+def mark(seen, i, v):
+    seen[i] = seen[i] + 1
+    return v
+
+
+@tack.kernel
+def k_np_where(c, a, n, out, seen):
+    i = tack.tid()
+    out[i, 0] = np.where(c[i], a[i], n[i])           # a float condition: true unless 0 (NaN too)
+    out[i, 1] = np.where(n[i] > 0, 1, 2.5)
+    out[i, 2] = np.where(c[i], mark(seen, i, a[i]), mark(seen, i, 0.0))    # both evaluated
+    out[i, 3] = mark(seen, i, 1.0) if c[i] else 0.0
+
+
+def test_numpy_where_of_scalars_selects_after_evaluating_both():
+    """``np.where(c, a, b)`` of scalars is ``a`` where ``c`` is true, NumPy's result type of the
+    two; unlike ``a if c else b``, both ``a`` and ``b`` are evaluated (a device function called
+    in each runs for every point)."""
+    c = np.array([0.0, -0.0, 1.0, np.nan, -3.0, 0.0])
+    a = np.array([1.5, 2.5, 3.5, 4.5, 5.5, 6.5])
+    n = np.array([-1, 0, 1, 2, 3, -4], np.int32)
+    out, seen = np.empty((6, 4)), np.zeros(6, np.int64)
+    tack.launch(k_np_where, dim=6, args=(c, a, n, out, seen))
+    with numpy_quiet():
+        np.testing.assert_array_equal(out[:, 0], np.where(c, a, n))
+        np.testing.assert_array_equal(out[:, 1], np.where(n > 0, 1, 2.5))
+        np.testing.assert_array_equal(out[:, 2], np.where(c, a, 0.0))
+    np.testing.assert_array_equal(seen, 2 + (c != 0))       # np.where: both; a if c else b: one
+
+
+@tack.kernel
+def k_round(x, out, iout):
+    i = tack.tid()
+    out[i, 0] = np.rint(x[i])
+    out[i, 1] = np.round(x[i])
+    out[i, 2] = np.around(x[i], decimals=0)
+    out[i, 3] = np.round(x[i], 1)
+    out[i, 4] = np.round(x[i], 2)
+    out[i, 5] = np.around(x[i], -1)
+    out[i, 6] = np.round(x[i], -2)
+    out[i, 7] = np.round(x[i], 12)
+    out[i, 8] = np.round(x[i], 320)
+    iout[i] = round(x[i])
+
+
+@pytest.mark.parametrize("ftype", [np.float64, np.float32])
+def test_rounding_is_half_to_even_as_numpy_and_python(ftype):
+    """``np.rint``, ``np.round`` and ``np.around`` are NumPy's bit for bit: half to even, the sign
+    of a zero kept (``np.rint(-0.4)`` is -0.0), a literal ``decimals`` as NumPy computes it
+    (``x * 10**d`` rounded and divided back, 10**d rounded as NumPy's); Python's ``round(x)`` is
+    an integer, half to even, as Python's, and a NaN or an infinity converts as ``int(x)``
+    does in Tack (0, or saturated) where Python raises."""
+    with numpy_quiet():                         # 1e300 is a float32 infinity
+        x = np.array(EDGE_FLOATS + [2.675, 0.125, 0.375, -0.285, 1234.5678, 25.0, 35.0, -45.0,
+                                    1e-7], dtype=ftype)
+    out, iout = np.empty((x.size, 9), ftype), np.empty(x.size, np.int64)
+    tack.launch(k_round, dim=x.size, args=(x, out, iout))
+    with numpy_quiet():
+        want = np.stack([np.rint(x), np.round(x), np.around(x, decimals=0), np.round(x, 1),
+                         np.round(x, 2), np.around(x, -1), np.round(x, -2), np.round(x, 12),
+                         np.round(x, 320)], axis=1)
+    bad = _bits(out) != _bits(want)
+    assert not bad.any(), [(x[k], out[k], want[k]) for k in np.nonzero(bad.any(1))[0][:5]]
+    info = np.iinfo(np.int64)
+    iwant = [0 if v != v else info.max if v > info.max else info.min if v < info.min else round(v)
+             for v in x.tolist()]
+    np.testing.assert_array_equal(iout, iwant)
+
+
+@tack.kernel
+def k_round_integers(n, u, iout, uout):
+    i = tack.tid()
+    iout[i, 0] = np.round(n[i])
+    iout[i, 1] = np.round(n[i], 2)
+    iout[i, 2] = np.round(n[i], -1)
+    iout[i, 3] = np.around(n[i], -2)
+    iout[i, 4] = round(n[i])
+    uout[i, 0] = np.round(u[i], -1)
+    uout[i, 1] = round(u[i])
+
+
+def test_rounding_integers_keeps_them_integers():
+    """Of an integer, ``np.round`` is the integer itself (for ``decimals >= 0``), in its own type,
+    and to a negative ``decimals`` NumPy's: through float64, half to even, converted back;
+    ``round(n)`` is ``n``."""
+    n = np.array([-75, -25, -15, 0, 5, 15, 25, 75, 149, 150, 2**31 - 1, -2**31], np.int32)
+    u = np.resize(np.array([5, 15, 25, 35, 2**32 - 1], np.uint32), n.size)
+    iout, uout = np.empty((n.size, 5), np.int32), np.empty((n.size, 2), np.uint32)
+    tack.launch(k_round_integers, dim=n.size, args=(n, u, iout, uout))
+    with numpy_quiet():
+        want = np.stack([np.round(n), np.round(n, 2), np.round(n, -1), np.around(n, -2), n], axis=1)
+        uwant = np.stack([np.round(u, -1), u], axis=1)
+    inside = (n < 2**31 - 5) & (u < 2**32 - 5)      # rounded past the type's range: NumPy's C cast
+    np.testing.assert_array_equal(iout[inside], want[inside])
+    np.testing.assert_array_equal(uout[inside], uwant[inside])
+
+
+@tack.kernel
+def k_isclose(a, b, n, out):
+    i = tack.tid()
+    out[i, 0] = math.isclose(a[i], b[i])
+    out[i, 1] = math.isclose(a[i], b[i], rel_tol=0.25)
+    out[i, 2] = math.isclose(a[i], b[i], abs_tol=1.0)
+    out[i, 3] = math.isclose(a[i], b[i], rel_tol=1e-15, abs_tol=1e-300)
+    out[i, 4] = math.isclose(n[i], b[i])
+    out[i, 5] = math.isclose(a=a[i], b=b[i], abs_tol=0.5)
+
+
+def test_math_isclose_is_pythons():
+    """``math.isclose`` is Python's formula with its keyword defaults (rel_tol=1e-09,
+    abs_tol=0.0): equal values are close (``isclose(inf, inf)``), an infinity is close to
+    nothing else, a NaN to nothing."""
+    vals = [np.nan, -np.inf, -1.0, -0.0, 0.0, 1e-300, 0.75, 1.0, 1.0 + 1e-10, 1.0 + 1e-8, 1.5,
+            2.0, 1e300, np.inf]
+    a, b = (v.ravel().copy() for v in np.meshgrid(np.array(vals), np.array(vals)))
+    n = np.resize(np.array([-1, 0, 1, 2, 2**53 + 1], np.int64), a.size)
+    out = np.empty((a.size, 6), bool)
+    tack.launch(k_isclose, dim=a.size, args=(a, b, n, out))
+    want = [[math.isclose(x, y), math.isclose(x, y, rel_tol=0.25), math.isclose(x, y, abs_tol=1.0),
+             math.isclose(x, y, rel_tol=1e-15, abs_tol=1e-300), math.isclose(m, y),
+             math.isclose(a=x, b=y, abs_tol=0.5)]
+            for x, y, m in zip(a.tolist(), b.tolist(), n.tolist())]
+    bad = out != np.array(want)
+    assert not bad.any(), [(a[k], b[k], n[k], out[k]) for k in np.nonzero(bad.any(1))[0][:5]]
+
+
 # =====================================================================================
 # Device functions
 # =====================================================================================

@@ -133,6 +133,92 @@ def test_shift_result_types_match_numpy(op):
 
 
 @tack.kernel
+def k_clip(x, y, z):
+    r = np.clip(x, y, z)
+    lit = np.clip(x, 0, 1)
+    flit = np.clip(x, 0.0, 1.5)
+
+
+@tack.kernel
+def k_where(c, x, y):
+    r = np.where(c, x, y)
+    lit = np.where(c, x, 7)
+
+
+@tack.kernel
+def k_sign(x):
+    sign = np.sign(x)
+
+
+@tack.kernel
+def k_round1(x):
+    rint = np.rint(x)
+    rnd = np.round(x)
+    rnd2 = np.around(x, 2)
+    py = round(x)
+
+
+def _numpy_type(fn, *args):
+    """The dtype name of ``fn(*args)`` in NumPy 2, or None where NumPy refuses it."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            return np.asarray(fn(*args)).dtype.name
+        except TypeError:
+            return None
+
+
+def _tack_types(kernel, names, *argtypes):
+    """{local: Tack's type name} of ``kernel`` specialized for scalars of ``argtypes``, or None
+    where it raises CompileError."""
+    try:
+        tk = specialize(lower(kernel, {}, False), tuple(T.SCALARS[a] for a in argtypes), 1)
+    except tack.CompileError:
+        return None
+    return {n: tk.kernel.locals[n].name for n in names}
+
+
+def test_clip_and_where_result_types_match_numpy():
+    """``np.clip(x, y, z)`` on every triple of the seven types, and of literal bounds, and
+    ``np.where(c, x, y)`` on every pair, have NumPy 2's result type."""
+    wrong = []
+    one = {n: np.dtype(n).type(1) for n in NAMES}
+    for a, b, c in itertools.product(NAMES, NAMES, NAMES):
+        want = {"r": _numpy_type(np.clip, one[a], one[b], one[c])}
+        if b == c == "bool":
+            want.update(lit=_numpy_type(np.clip, one[a], 0, 1),
+                        flit=_numpy_type(np.clip, one[a], 0.0, 1.5))
+        got = _tack_types(k_clip, want, a, b, c)
+        if got != want:
+            wrong.append(f"np.clip({a}, {b}, {c}): tack {got}, numpy {want}")
+    for a, b in itertools.product(NAMES, NAMES):
+        want = {"r": _numpy_type(np.where, True, one[a], one[b]),
+                "lit": _numpy_type(np.where, True, one[a], 7)}
+        got = _tack_types(k_where, want, "bool", a, b)
+        if got != want:
+            wrong.append(f"np.where(bool, {a}, {b}): tack {got}, numpy {want}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_sign_and_rounding_result_types():
+    """``np.sign``, ``np.rint``, ``np.round`` / ``np.around`` have NumPy 2's result types, but
+    for a bool, whose float16 NumPy gives is a float64 here (as ``np.floor``'s is), and
+    ``np.sign`` of a bool is refused, as NumPy refuses it; Python's ``round`` is an int64 of a
+    float or a bool (Python's int), and an integer keeps its type."""
+    for a in NAMES:
+        x = np.dtype(a).type(1)
+        sign = _numpy_type(np.sign, x)
+        assert _tack_types(k_sign, ("sign",), a) == (sign and {"sign": sign}), a
+        want = {"rint": _numpy_type(np.rint, x), "rnd": _numpy_type(np.round, x),
+                "rnd2": _numpy_type(np.around, x, 2),
+                "py": a if np.dtype(a).kind in "iu" else "int64"}
+        if a == "bool":
+            assert want["rint"] == want["rnd"] == "float16", want
+            want.update(rint="float64", rnd="float64", rnd2="float64")
+        assert _tack_types(k_round1, want, a) == want, a
+
+
+@tack.kernel
 def k_grid(out):
     t = tack.tid()
 

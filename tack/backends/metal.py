@@ -45,6 +45,7 @@ from ..cache.keys import digest
 from ..errors import UNSIGNED_INDEX, BoundsSite, CompileError
 from ..ir import assignments
 from ..limits import deep
+from ..specialize import isclose_type, math_type, power_of_ten
 from .arch_names import KINDS, METAL_FAMILIES
 from .argument_layout import GRID, array_fields, field_names
 
@@ -70,6 +71,23 @@ _MATH = {"sqrt": "metal::sqrt", "exp": "metal::exp", "log": "metal::log", "log2"
          "floor": "metal::floor", "ceil": "metal::ceil", "trunc": "metal::trunc",
          "fabs": "metal::fabs", "pow": "metal::pow", "atan2": "metal::atan2",
          "copysign": "metal::copysign", "fmod": "metal::fmod"}
+
+
+# NumPy's and Python's functions that MSL has none of, as codegen.py computes them (its clip,
+# sign, isclose): template helpers, so that each argument is evaluated once (np.where's both).
+_HELPERS = {
+    "np.where": "template <typename T> static inline T tack_where(bool c, T a, T b) "
+                "{ return c ? a : b; }",
+    "np.clip": "template <typename T> static inline T tack_clip(T x, T lo, T hi) "
+               "{ T m = x < lo ? lo : x; m = m > hi ? hi : m; "
+               "return lo != lo ? lo : hi != hi ? hi : m; }",
+    "np.sign": "template <typename T> static inline T tack_sign(T x) "
+               "{ return x > T(0) ? T(1) : x < T(0) ? T(-1) : x == T(0) ? T(0) : x; }",
+    "isclose": "template <typename T> static inline bool tack_isclose(T a, T b, T rel, T tol) "
+               "{ if (a == b) return true; if (metal::isinf(a) || metal::isinf(b)) return false; "
+               "T d = metal::fabs(b - a); "
+               "return d <= metal::fabs(rel * b) || d <= metal::fabs(rel * a) || d <= tol; }",
+}
 
 
 class Unsupported(Exception):
@@ -849,11 +867,40 @@ class _Function:
             if t.kind != "f":
                 return "true" if name == "isfinite" else "false"
             return f"metal::{name}({values[0]})"
+        if name in _HELPERS:    # as codegen.py computes them (its clip, sign, rounded, isclose)
+            h = self.mod.helper(f"tack_{name[3:] if name.startswith('np.') else name}",
+                                _HELPERS[name])
+            if name == "np.where":      # a function, not ?: : both sides evaluated, as codegen's
+                return f"{h}({self.cast(values[0], ts[0], T.boolean)}, " \
+                       f"{self.cast(values[1], ts[1], st)}, {self.cast(values[2], ts[2], st)})"
+            if name == "isclose":
+                ft = isclose_type(ts)
+                return f"{h}({', '.join(self.cast(v, t, ft) for v, t in zip(values, ts))})"
+            if name == "np.clip" and len(values) == 1:     # no bound: x itself
+                return self.cast(values[0], ts[0], st)
+            return f"{h}({', '.join(self.cast(v, t, st) for v, t in zip(values, ts))})"
+        if name in ("np.rint", "np.round", "round"):
+            return self.rounded(name, values[0], ts[0], st, args[1][2] if len(args) == 2 else 0)
         fn = _MATH.get(name)
         if fn is None:
             raise Unsupported(f"math.{name} (no MSL function)")
         vals = [self.cast(v, t, st) for v, t in zip(values, ts)]
         return f"{fn}({', '.join(vals)})"
+
+    def rounded(self, name, v, t, st, decimals):
+        """``np.rint``, ``np.round`` and ``round`` as codegen's ``rounded``: ``metal::rint``
+        (half to even), ``np.round`` of literal decimals by NumPy's power of ten in float32."""
+        if t.strong().kind in "iu" and decimals >= 0:         # an integer rounds to itself
+            return self.cast(v, t, st)
+        ft = st if st.kind == "f" else math_type(t.strong())
+        x = self.cast(v, t, ft)
+        ctype(ft)                       # float64: Unsupported (an integer's np.round(x, -d) too)
+        if decimals:
+            f = _float_literal(power_of_ten(abs(decimals)))
+            x = f"({x} * {f})" if decimals > 0 else f"({x} / {f})"
+            r = f"metal::rint({x})"
+            return self.cast(f"({r} / {f})" if decimals > 0 else f"({r} * {f})", ft, st)
+        return self.cast(f"metal::rint({x})", ft, st)
 
     def atomic(self, op, args, e):
         arr_t = self.types[id(args[0])]

@@ -39,10 +39,25 @@ _MISSING = object()
 _BUILTIN_HINTS = {
     "pow": "write x ** y (or math.pow(x, y), a float)",
     "divmod": "write x // y and x % y",
-    "round": "write math.floor(x + 0.5) (it rounds halves up, where round takes them to even)",
     "print": "a kernel cannot print: write it into an array argument and print that after the launch",
     "reversed": "write range(n - 1, -1, -1) for reversed(range(n))",
 }
+
+# The calls of Python's and NumPy's functions that take keyword arguments or may leave some out,
+# by intrinsic: (the name Python's messages show, the parameters in order, the keyword-only
+# ones).  ``_FunctionLowerer.bound`` binds a call's arguments to them as Python does.
+_SIGNATURES = {
+    "np.clip": ("numpy.clip", ("a", "a_min", "a_max"), ("min", "max")),
+    "np.round": ("numpy.round", ("a", "decimals"), ()),
+    "round": ("round", ("number", "ndigits"), ()),
+    "isclose": ("math.isclose", ("a", "b"), ("rel_tol", "abs_tol")),
+}
+# math.isclose's keyword defaults (Python floats: weak literals, as if written)
+_ISCLOSE_DEFAULTS = {"rel_tol": 1e-09, "abs_tol": 0.0}
+
+
+def _is_none(node) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 class _TemplateAttr(tuple):
@@ -464,11 +479,11 @@ class _FunctionLowerer:
         return [self.expr(it) for it in items]
 
     def _expr_Call(self, e):
-        if e.keywords:
-            raise self.error("keyword arguments are not supported in Tack calls", e)
         if any(isinstance(a, ast.Starred) for a in e.args):
             raise self.error("*args in calls is not supported", e)
         kind, what = self.resolve_callee(e.func)
+        if e.keywords and not (kind == "intrinsic" and what in _SIGNATURES):
+            raise self.error("keyword arguments are not supported in Tack calls", e)
         if kind == "intrinsic" and self.callee_object is float and len(e.args) == 1 \
                 and isinstance(e.args[0], ast.Constant) and isinstance(e.args[0].value, str):
             return self.float_of_text(e)
@@ -647,6 +662,8 @@ class _FunctionLowerer:
     # -- calls --------------------------------------------------------------
 
     def intrinsic_call(self, name, e):
+        if name in _SIGNATURES:
+            return self.keyword_call(name, e)
         args = [self.expr(a) for a in e.args]
         if name == "range":
             raise self.error("range() can only be used as a for loop's iterable", e)
@@ -659,6 +676,102 @@ class _FunctionLowerer:
                 raise self.error(f"numpy.power() takes two arguments, got {len(args)}", e)
             return ["binop", self.loc(e), "**", args[0], args[1]]
         return ["intrinsic", self.loc(e), name, args]
+
+    def bound(self, e, name):
+        """The arguments of the call ``e`` of the intrinsic ``name`` (one of ``_SIGNATURES``) by
+        parameter, as Python binds them: {parameter: AST node}, one left out absent; what
+        Python refuses is a CompileError at the call (or at the keyword)."""
+        shown, params, kwonly = _SIGNATURES[name]
+        if len(e.args) > len(params):
+            raise self.error(f"{shown}() takes at most {len(params)} positional arguments "
+                             f"({len(e.args)} given)", e)
+        got = dict(zip(params, e.args))
+        for kw in e.keywords:
+            if kw.arg is None:
+                raise self.error("**kwargs in calls is not supported", kw.value)
+            if kw.arg not in params + kwonly:
+                raise self.error(f"{shown}() got an unexpected keyword argument '{kw.arg}' (in "
+                                 f"Tack code its arguments are {', '.join(params + kwonly)})", kw)
+            if kw.arg in got:
+                raise self.error(f"{shown}() got multiple values for argument '{kw.arg}'", kw)
+            got[kw.arg] = kw.value
+        return got
+
+    def _missing(self, e, name, param):
+        return self.error(f"{_SIGNATURES[name][0]}() missing required argument '{param}'", e)
+
+    def keyword_call(self, name, e):
+        """A call of an intrinsic that takes keywords or may leave arguments out (``np.clip``,
+        ``np.round``, ``round``, ``math.isclose``): its node, with what Python or NumPy fills in."""
+        got, loc = self.bound(e, name), self.loc(e)
+        if name == "np.clip":
+            return self.clip_call(e, got)
+        first = _SIGNATURES[name][1][0]
+        if first not in got:
+            raise self._missing(e, name, first)
+        x = self.expr(got[first])
+        if name == "round":
+            ndigits = got.get("ndigits")
+            if ndigits is not None and not _is_none(ndigits):
+                raise self.error("round(x, ndigits) is not supported in Tack code: Python rounds "
+                                 "to ndigits decimal digits exactly (correctly rounded), which "
+                                 "Tack does not; write np.round(x, ndigits), NumPy's rounding "
+                                 "(x * 10**ndigits rounded half to even, divided back), which "
+                                 "can differ from Python's in the last digit", e)
+            return ["intrinsic", loc, "round", [x]]
+        if name == "np.round":
+            d = got.get("decimals")
+            if d is None:
+                return ["intrinsic", loc, name, [x]]
+            node = self.expr(d)
+            if node[0] != "const" or node[3] != "int":
+                raise self.error("numpy.round()'s decimals must be an integer literal in Tack "
+                                 "code (np.round(x, 2)): its power of ten is computed when the "
+                                 "kernel is compiled, as NumPy computes it", d)
+            if not -2**31 <= node[2] < 2**31:       # NumPy's is a C int
+                raise self.error(f"numpy.round()'s decimals {node[2]} does not fit in a C int, "
+                                 "as NumPy's must", d)
+            return ["intrinsic", loc, name, [x] if node[2] == 0 else [x, node]]
+        # math.isclose(a, b, *, rel_tol=1e-09, abs_tol=0.0)
+        if "b" not in got:
+            raise self._missing(e, name, "b")
+        args = [x, self.expr(got["b"])]
+        for param, default in _ISCLOSE_DEFAULTS.items():
+            if param not in got:
+                args.append(["const", loc, default, "float"])
+                continue
+            node = self.expr(got[param])
+            if node[0] == "const" and node[2] < 0:
+                raise self.error(f"math.isclose()'s {param} is negative ({node[2]}): tolerances "
+                                 "must be non-negative (Python raises ValueError)", got[param])
+            args.append(node)
+        return ["intrinsic", loc, name, args]
+
+    def clip_call(self, e, got):
+        """``np.clip(a, a_min, a_max)`` (or ``min=``, ``max=``), bound as NumPy 2 binds it: both
+        of a_min and a_max, or neither and min and max as keywords; a bound left out or None is
+        none, as NumPy's ``_clip`` makes it: ``np.minimum(a, a_max)`` or ``np.maximum(a,
+        a_min)``, and ``a`` itself where there is neither."""
+        if "a" not in got:
+            raise self._missing(e, "np.clip", "a")
+        has_min, has_max = "a_min" in got, "a_max" in got
+        if has_min != has_max:
+            raise self._missing(e, "np.clip", "a_max" if has_min else "a_min")
+        if has_min and ("min" in got or "max" in got):
+            raise self.error("numpy.clip(): passing min or max when a_min and a_max are given is "
+                             "refused (as NumPy refuses it)", e)
+        lo, hi = (got.get("a_min"), got.get("a_max")) if has_min else \
+            (got.get("min"), got.get("max"))
+        loc, x = self.loc(e), self.expr(got["a"])
+        lo = None if lo is None or _is_none(lo) else self.expr(lo)
+        hi = None if hi is None or _is_none(hi) else self.expr(hi)
+        if lo is not None and hi is not None:
+            return ["intrinsic", loc, "np.clip", [x, lo, hi]]
+        if lo is not None:
+            return ["intrinsic", loc, "maximum", [x, lo]]
+        if hi is not None:
+            return ["intrinsic", loc, "minimum", [x, hi]]
+        return ["intrinsic", loc, "np.clip", [x]]
 
     def template_arg(self, a):
         """The class an argument binds a template parameter to, or None."""

@@ -649,3 +649,53 @@ def test_a_kernel_past_metals_31_buffers_is_refused_at_its_def(tmp_path):
         msg = str(e.value)
         assert f"{n} array arguments: Metal binds at most 31 buffers" in msg, msg
         assert f"at most {most} arrays" in msg and f'File "{path}", line 3' in msg, msg
+
+
+@tack.func
+def bumped(seen, i, v):
+    seen[i] = seen[i] + 1
+    return v
+
+
+@tack.kernel
+def numpy_scalars(x, lo, hi, n, out, iout, flags, seen):
+    i = tack.tid()
+    out[i, 0] = np.clip(x[i], lo[i], hi[i])
+    out[i, 1] = np.clip(x[i], lo[i], None)
+    out[i, 2] = np.sign(x[i])
+    out[i, 3] = np.where(x[i] > lo[i], x[i], hi[i])
+    out[i, 4] = np.rint(x[i])
+    out[i, 5] = np.round(x[i], 2)
+    out[i, 6] = np.around(x[i], -1)
+    iout[i, 0] = round(x[i])
+    iout[i, 1] = np.clip(n[i], -3, 5)
+    iout[i, 2] = np.sign(n[i])
+    iout[i, 3] = np.where(n[i] > 0, bumped(seen, i, n[i]), bumped(seen, i, -n[i]))
+    iout[i, 4] = np.round(n[i], 1) + round(n[i])
+    flags[i, 0] = math.isclose(x[i], lo[i])
+    flags[i, 1] = math.isclose(x[i], lo[i], rel_tol=0.25, abs_tol=0.5)
+
+
+def test_numpy_clip_sign_where_rounding_and_isclose_run_like_the_cpu(tmp_path):
+    """``np.clip``, ``np.sign``, ``np.where``, ``np.rint``, ``np.round``, ``round`` and
+    ``math.isclose`` in the emitted MSL (helpers, ``metal::rint``) give the CPU's results bit for
+    bit on float32 edge values (NaNs, infinities, signed zeros, halves), and ``np.where``
+    evaluates both sides there too."""
+    x = np.array([np.nan, -np.inf, -2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 2.675, 1e30, np.inf,
+                  3.0, 1.0000001], np.float32)
+    lo = np.resize(np.array([0.0, np.nan, -1.0, -0.0, 2.5, 1.0], np.float32), x.size)
+    hi = np.resize(np.array([1.0, 2.0, np.nan, 0.0, 0.25], np.float32), x.size)
+    n = np.resize(np.array([-7, -1, 0, 3, 15, 2**31 - 1], np.int32), x.size)
+    outs = {}
+    for where in ("shim", "cpu"):
+        out, iout = np.zeros((x.size, 7), np.float32), np.zeros((x.size, 5), np.int64)
+        flags, seen = np.zeros((x.size, 2), bool), np.zeros(x.size, np.int32)
+        args = (x, lo, hi, n, out, iout, flags, seen)
+        if where == "shim":
+            run_shim(numpy_scalars, args, (x.size,), tmp_path)
+        else:
+            tack.launch(numpy_scalars, dim=x.size, args=args)
+        outs[where] = (out.view(np.uint32), iout, flags, seen)
+    for got, want in zip(outs["shim"], outs["cpu"]):
+        np.testing.assert_array_equal(got, want)
+    assert (outs["shim"][3] == 2).all()
