@@ -134,7 +134,8 @@ def _read(path):
 
 
 def _makedirs(directory):
-    """Create ``directory`` and missing parents; return those created, outermost first."""
+    """Create ``directory`` and missing parents, each open to every user to enter and list
+    (``0755`` at least, whatever the umask); return those created, outermost first."""
     missing = []
     d = directory
     while not os.path.isdir(d):
@@ -150,6 +151,11 @@ def _makedirs(directory):
         for d in reversed(missing):
             os.mkdir(d)
             made.append(d)
+            # What is written here is for every user (module files, activation scripts): a
+            # directory others cannot enter (umask 077: mkdir gave 0700) hid it from them all.
+            # Entering and listing are added; what the umask allows besides (a group's writes,
+            # umask 002) is kept.
+            os.chmod(d, stat.S_IMODE(os.stat(d).st_mode) | 0o755)
     except OSError as e:
         if e.filename is None:
             e.filename = d

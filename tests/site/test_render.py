@@ -108,6 +108,29 @@ def test_failed_write_removes_its_directories(tmp_path, example, monkeypatch):
     assert calls and not (tmp_path / "new").exists()
 
 
+
+@pytest.mark.parametrize("umask, dirs", [(0o077, 0o755), (0o002, 0o775)], ids=["umask077", "umask002"])
+def test_module_directories_are_open_to_every_user_whatever_the_umask(tmp_path, example, umask,
+                                                                     dirs):
+    """An admin with ``umask 077`` renders the module files into a new tree: the files are 0644
+    and the directories made for them 0755, so every user's ``module load`` finds them (mkdir
+    gave 0700, which no other user may enter).  A group's write bit that the umask allows
+    (``umask 002``) is kept."""
+    cfg = load(example("gpu-cluster"))
+    root = tmp_path / "new" / "root"
+    old = os.umask(umask)
+    try:
+        written = write_files(render_modules(cfg, ["lmod", "tcl"], root))
+    finally:
+        os.umask(old)
+    assert written
+    for path, _ in written:
+        assert oct(os.stat(path).st_mode & 0o777) == "0o644", path
+        d = os.path.dirname(path)
+        while d != str(tmp_path):
+            assert oct(os.stat(d).st_mode & 0o777) == oct(dirs), d
+            d = os.path.dirname(d)
+
 def test_template_blocks_can_be_overridden(tmp_path, example):
     """A site template extends ours and replaces one block; the rest is unchanged."""
     cfg = load(example("gpu-cluster"))
