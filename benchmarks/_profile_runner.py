@@ -43,7 +43,7 @@ STEPS = (("tack.launch", "typed_args"),
 # the modules' (the ``import`` stage of the first call), not inside a step.
 FIRST_CALL_MODULES = ("tack.cache", "tack.cache.keys", "tack.cache.stores", "tack.cache.bundle",
                       "tack.cache.deps", "tack.backends", "tack.backends.cpu_runtime",
-                      "tack.backends.cpu_choice", "tack.backends.variant")
+                      "tack.backends.cpu_levels", "tack.backends.variant")
 
 EVENTS = []
 

@@ -104,8 +104,8 @@ def test_site_bundle_hit_imports_neither_archspec_nor_llvmlite_binding(tmp_path)
     kernel from the bundle and imports neither archspec nor llvmlite (its version is read from
     its _version.py), nor any compiler module: the node's bundle is chosen from the bundle's header and this host's cpuinfo."""
     from tack import archs
-    from tack.backends import cpu_choice, cpu_identity
-    if cpu_choice.host_facts(cpu_identity.host_cpu_identity()) is None:
+    from tack.backends import cpu_identity, cpu_levels
+    if cpu_levels.host_facts(cpu_identity.host_cpu_identity()) is None:
         pytest.skip("this host gives no cpuinfo features: archspec names its microarchitecture")
     order = archs.cpu_candidates(cpu_identity.host_arch())
     _site_bundle(tmp_path, order[1] if len(order) > 1 else order[0], 8)
@@ -121,6 +121,25 @@ def test_site_bundle_hit_imports_neither_archspec_nor_llvmlite_binding(tmp_path)
     assert again["compiled"] == [] and again["faces"] == warm["faces"]
     assert not (tmp_path / "never").exists()
 
+
+
+def test_a_generic_level_site_bundle_hit_imports_not_the_whole_cpu_rule(tmp_path):
+    """Served by a site bundle for a generic level (the deepest of ``x86_64_v4``..``x86_64``, or
+    ``aarch64``, this host is of: what an install usually ships), a fresh process chooses it by
+    the features alone (``backends.cpu_levels``) and never imports ``backends.cpu_choice``, the
+    detection table's parser and whole rule; a bundle for a specific microarchitecture (the test
+    above) takes that rule."""
+    from tack import archs
+    from tack.backends import cpu_identity, cpu_levels
+    if cpu_levels.host_facts(cpu_identity.host_cpu_identity()) is None:
+        pytest.skip("this host gives no cpuinfo features: archspec names its microarchitecture")
+    order = archs.cpu_candidates(cpu_identity.host_arch())
+    level = next(a for a in order if a in ("x86_64_v4", "x86_64_v3", "x86_64_v2", "x86_64", "aarch64"))
+    _site_bundle(tmp_path, level, 8)
+    warm = _contour(tmp_path, TACK_CACHE="read", TACK_CACHE_BUNDLES=str(tmp_path / "site"))
+    assert warm["compiled"] == [] and warm["faces"] > 0
+    assert "tack.backends.cpu_levels" in warm["modules"]
+    assert "tack.backends.cpu_choice" not in warm["modules"]
 
 def test_demo_field_and_contour_import_no_argparse(tmp_path):
     """What a warm contour process imports besides Tack (the demo's field, the kernels' module)

@@ -19,20 +19,15 @@ archspec's own host detection (``archspec.cpu.detect.host`` with the compatibili
 x86_64 and aarch64) over the table with the host's cpuinfo facts, and takes that
 microarchitecture and its ancestors in ``tack.archs.cpu_candidates``'s order.  A bundle is used
 when its arch is among those, its target key is this LLVM's, and every feature it records is
-the host's (a check of its own).  ``choose`` is the one function: the CPU runtime's
-``site_bundles`` and ``python -m tack.site bundles status`` both call it.
+the host's (a check of its own).  ``choose`` is the whole rule; the CPU runtime's
+``site_bundles``, which the cache and ``python -m tack.site bundles status`` both call, asks
+it where ``cpu_levels`` cannot answer.
 
-Two kinds of bundle need no detection, and are what an install most often ships: a family's
-root (``x86_64``, ``aarch64``: every node of the family descends from it), and archspec's generic
-x86-64 levels (``x86_64_v2``, ``_v3``, ``_v4``).  Those levels are a chain, each holding the
-features of the one before, and the only generic x86-64 targets: the deepest level whose
-features a node has is the microarchitecture archspec detects for it or an ancestor of it, and
-so is every level below; a level whose features it lacks is neither.  So a level is among the
-node's candidates exactly when the node has its features, the deeper first: where every bundle
-offered is such a level or a root, ``choose`` decides from the headers' features and the
-table's rows for those levels alone (``generic_levels``: checked to form that chain; otherwise
-the whole table is parsed and detection run), the same answer, and the same reasons, without
-parsing the table or running the detection.
+Where every bundle offered is its family's root or a generic x86-64 level (what an install most
+often ships), the node's features alone decide: ``backends.cpu_levels`` (``by_features``), a
+module of its own that a warm process imports instead of this one; ``choose`` tries it first
+too, and otherwise parses the whole table and runs the detection.  The same answer, and the
+same reasons, either way.
 
 Imports nothing heavy (no archspec, no llvmlite, no NumPy); a table is parsed once per process
 for each distinct text.  Where the host gives no cpuinfo features (macOS, Windows), a family
@@ -40,10 +35,11 @@ without a table rule (ppc64le), or bundles that record no table (made by a Tack 
 fields), the caller's ``ancestry()`` answers instead: archspec, imported then and only then.
 """
 
-from itertools import compress
+from .cpu_levels import (RULE_FAMILIES, TABLE_FORMAT, by_features, header_reader, host_facts,
+                         host_features, ordered)
 
-TABLE_FORMAT = "2"                            # 1: features as changes from the first parent's
-RULE_FAMILIES = ("x86_64", "aarch64")         # the families whose host detection is replicated
+__all__ = ["FIELDS", "RULE_FAMILIES", "TABLE_FORMAT", "Table", "TableError", "choose", "encode_table",
+           "header_fields", "host_facts", "parse_table"]
 FIELDS = ("cpu_family", "cpu_vendor", "cpu_rank", "cpu_features", "cpu_table")
 _ATOM_BAD = set("|/,;=\t\n\\")
 
@@ -234,60 +230,6 @@ def parse_table(text: str) -> Table:
     return t
 
 
-_HEX = "0123456789abcdef"
-_BIT_BYTES = bytes.maketrans(b"01", b"\x00\x01")
-
-
-def _named_bits(names: list, mask: int) -> list:
-    """The names whose bits are set in ``mask`` (bit i: ``names[i]``), in order; picked by C
-    loops (``itertools.compress`` over the mask's binary digits), not a shift per name."""
-    return list(compress(names, bin(mask)[:1:-1].encode().translate(_BIT_BYTES)))
-
-
-def generic_levels(text: str, family: str):
-    """{name: (depth, required features)} of the targets of table ``text`` that a node's
-    features alone decide (see the module's docstring): the family's root, and on x86_64 every
-    generic target, if they form a chain from the root, each one's features holding those of
-    the one before; None where the table is not such (malformed, another format or family, or
-    generic x86-64 targets not in a chain): the whole table's rule then decides.  Reads the
-    generic rows alone (no ``Table``)."""
-    parts = text.split("|")
-    if len(parts) < 5 or parts[0] != TABLE_FORMAT or parts[1] != family or family not in RULE_FAMILIES:
-        return None
-    names = parts[3].split()
-    levels, before, held = {}, "", 0
-    for row in parts[4:]:
-        if "/generic/" not in row:
-            continue
-        fields = row.split("/")
-        if len(fields) != 5 or fields[1] != "generic":
-            return None
-        name, _, _, parents, mask = fields
-        if parents != before or not mask or mask.strip(_HEX):
-            return None                         # not the next link of the chain
-        m = int(mask, 16)
-        if m >> len(names) or held & ~m:
-            return None                         # features not the table's, or fewer than before
-        levels[name] = (len(levels), _named_bits(names, m))
-        if family != "x86_64":
-            break                               # aarch64: its root alone (archspec's rule never
-        before, held = name, m                  # takes a generic Arm level above it)
-    return levels or None
-
-
-HOST_FIELDS = ("machine", "vendor_id", "flags", "CPU implementer", "Features", "CPU part")
-
-
-def host_facts(host: dict):
-    """The cpuinfo facts of ``host`` (``cpu_identity.host_cpu_identity()``'s dict) the table rule
-    reads, or None where it cannot apply: no cpuinfo feature line (macOS, Windows: LLVM's
-    instead) or a family without a rule here.  An empty line is archspec's empty set too."""
-    machine = host.get("machine")
-    if machine not in RULE_FAMILIES or ("flags" if machine == "x86_64" else "Features") not in host:
-        return None
-    return {k: host[k] for k in HOST_FIELDS if k in host}
-
-
 # -- the choice --------------------------------------------------------------------------
 
 def choose(host: dict, offers, header, ancestry, why=None) -> list:
@@ -313,17 +255,9 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
         for name, arch, _ in offers:
             if arch not in order:
                 why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
-        return _ordered([(order.index(a), n, a, k) for n, a, k in offers if a in order])
-    metas = {}
-
-    def meta_of(name):
-        if name not in metas:
-            metas[name] = header(name)
-            if metas[name] is None:
-                why[name] = "its header cannot be read"
-        return metas[name]
-
-    quick = _by_features(facts, offers, meta_of, why)
+        return ordered([(order.index(a), n, a, k) for n, a, k in offers if a in order])
+    meta_of = header_reader(header, why)
+    quick = by_features(facts, offers, meta_of, why)
     if quick is not None:
         return quick
 
@@ -375,74 +309,13 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
         if arch not in cands:
             why[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
             continue
-        missing = set(meta.get("cpu_features", "").split()) - _host_features(facts)
+        missing = set(meta.get("cpu_features", "").split()) - host_features(facts)
         if missing:
             why[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
             continue
         chosen.append((cands.index(arch), name, arch, key))
     if failed is not None and not chosen:
         raise failed                            # the caller says why no site bundle serves
-    return _ordered(chosen)
+    return ordered(chosen)
 
 
-def _host_features(facts) -> set:
-    """The host's cpuinfo features, with archspec's ``sse3`` where ``ssse3`` is listed."""
-    features = set((facts.get("flags") or facts.get("Features") or "").split())
-    if "ssse3" in features:
-        features.add("sse3")
-    return features
-
-
-def _by_features(facts, offers, meta_of, why):
-    """``choose``'s answer where every bundle offered is its family's root or a generic x86-64
-    level, from the table's generic rows (``generic_levels``) and the features: the first
-    readable header's table names the levels (the one header the whole rule reads for its table
-    too), then only the headers of the levels this node has are read, each checked against its
-    own table.  None where any other bundle is offered (seen before any other header is read) or
-    a header is not as this rule needs it: the whole rule then, with no reason said here."""
-    tables, levels = {}, None
-
-    def levels_of(text):
-        if text not in tables:
-            tables[text] = generic_levels(text, facts["machine"])
-        return tables[text]
-
-    for name, _, _ in offers:                   # the first readable header: the family's levels
-        meta = meta_of(name)
-        if meta is not None:
-            text = meta.get("cpu_table")
-            levels = levels_of(text) if text else None
-            break
-    if not levels or any(arch not in levels for _, arch, _ in offers):
-        return None                             # another target: the whole rule
-    have = _host_features(facts)
-    mine, chosen = {}, []
-    for name, arch, key in offers:
-        if not have.issuperset(levels[arch][1]):
-            mine[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
-            continue                            # its header never read, as the whole rule
-        meta = meta_of(name)
-        if meta is None:
-            continue                            # unreadable: said, and left out by both rules
-        text = meta.get("cpu_table")
-        if not text or meta.get("arch") != f"cpu:{arch}" or meta.get("target_key") != key \
-                or meta.get("cpu_vendor") != "generic" or meta.get("cpu_family") != facts["machine"]:
-            return None
-        got = (levels_of(text) or {}).get(arch)
-        if not got or meta.get("cpu_rank") != str(got[0]):
-            return None
-        depth, needs = got
-        if not have.issuperset(needs):
-            mine[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
-            continue
-        missing = set(meta.get("cpu_features", "").split()) - have
-        if missing:
-            mine[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
-            continue
-        chosen.append((-depth, name, arch, key))
-    why.update(mine)
-    return _ordered(chosen)
-
-
-def _ordered(rows) -> list:
-    return [(f"cpu:{arch}", key, name) for _, name, arch, key in sorted(rows)]

@@ -3,7 +3,8 @@
 * **Keys** for this node, most specific first (``backends.cpu_identity`` makes them): this
   exact host's for the user's cache (``lookup_keys``); for site bundles, those of its
   microarchitecture and each archspec ancestor, chosen from the bundles' headers and this
-  host's cpuinfo without archspec (``site_bundles``, ``backends.cpu_choice``).
+  host's cpuinfo without archspec (``site_bundles``, ``backends.cpu_levels`` and
+  ``backends.cpu_choice``).
 * **load(payload, meta, device)**: object code -> a callable entry point
   (``backends.cpu_loader``; LLVM's MCJIT only for well-formed objects it does not read).
 * **The launch**: ``make_variant`` gives a ``CPUVariant``, which packs the argument slots
@@ -88,15 +89,17 @@ def site_candidates(host: str | None = None) -> list:
 
 def site_bundles(names, header, host: dict | None = None, why: dict | None = None) -> list:
     """[(``cpu:arch``, target key, name)] of the CPU site bundles among ``names`` this node uses,
-    most specific first (``backends.cpu_choice.choose``: archspec's rule over the table the
-    bundles' headers carry, so no archspec here).  A bundle is offered when its name is a CPU
+    most specific first (archspec's rule over the table the bundles' headers carry, so no
+    archspec here: ``backends.cpu_levels.by_features`` where the bundles are generic levels,
+    whose features alone decide, else ``backends.cpu_choice.choose``, which parses the table
+    and runs its detection).  A bundle is offered when its name is a CPU
     site bundle's for this machine with this LLVM's key for its arch; ``header(name)`` gives
     its header fields (None: unusable).  ``host``: this host's identity
     (``cpu_identity.host_cpu_identity()``) unless given (a made-up one); ``why``: a dict
     filled with name -> why a bundle offered is not used."""
     from ..cache import log
     from ..cache.bundle import site_bundle_arch
-    from .cpu_choice import choose
+    from .cpu_levels import by_features, header_reader, host_facts
     host = host_cpu_identity() if host is None else host
     why = {} if why is None else why
     machine = host.get("machine") or platform.machine()
@@ -111,7 +114,12 @@ def site_bundles(names, header, host: dict | None = None, why: dict | None = Non
             offers.append((name, got[0], key))
         else:
             why[name] = f"built for cpu:{got[0]} with another LLVM or codegen than this node's"
-    chosen = choose(host, offers, header, _archspec_ancestry, why)
+    meta_of = header_reader(header, why)            # each header read once, by either rule
+    facts = host_facts(host) if offers else None
+    chosen = [] if not offers else by_features(facts, offers, meta_of, why) if facts else None
+    if chosen is None:
+        from .cpu_choice import choose
+        chosen = choose(host, offers, meta_of, _archspec_ancestry, why)
     for name, reason in why.items():
         log.debug("site bundle %s: not used: %s", name, reason)
     return chosen

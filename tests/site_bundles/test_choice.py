@@ -16,7 +16,7 @@ import pytest
 
 import tack.cache
 from tack import aot, archs
-from tack.backends import cpu_choice, cpu_runtime
+from tack.backends import cpu_choice, cpu_levels, cpu_runtime
 from tack.backends.arch_names import cpu_site_facts
 from tack.cache import bundle
 from tack.cache.bundle import SiteBundleStore
@@ -295,7 +295,7 @@ def test_roots_and_generic_levels_are_chosen_by_features_as_archspec_would(famil
         if len(parsed) != before:
             differ.append((label, "parsed the table"))
         with monkeypatch.context() as m:                # the whole table's rule, for its reasons
-            m.setattr(cpu_choice, "generic_levels", lambda text, fam: None)
+            m.setattr(cpu_levels, "generic_levels", lambda text, fam: None)
             why_full, read_full = {}, []
             full = [arch for arch, _, _ in cpu_choice.choose(host, offers,
                                                              lambda n: read_full.append(n) or headers[n],
@@ -341,7 +341,7 @@ def test_beside_a_specific_target_the_feature_rule_reads_one_header_before_givin
         read = []
         with monkeypatch.context() as m:
             if label == "whole":
-                m.setattr(cpu_choice, "generic_levels", lambda text, fam: None)
+                m.setattr(cpu_levels, "generic_levels", lambda text, fam: None)
             got = cpu_choice.choose(host, offers, lambda n: read.append(n) or headers[n], lambda: 1 / 0)
         counts[label] = (sorted(read), [a for a, _, _ in got])
     assert counts["features"] == counts["whole"]
@@ -366,7 +366,7 @@ def test_generic_levels_refuses_a_table_that_is_not_a_chain():
     the features before it: a table whose levels branch, lose a feature, name a feature it does
     not list, or are of another family or format gives None (the whole table's rule then)."""
     text = aot.requirements("cpu:x86_64_v3")["cpu_table"]
-    got = cpu_choice.generic_levels(text, "x86_64")
+    got = cpu_levels.generic_levels(text, "x86_64")
     assert [(n, d) for n, (d, _) in got.items()] == [("x86_64", 0), ("x86_64_v2", 1), ("x86_64_v3", 2),
                                                      ("x86_64_v4", 3)]
     assert set(got["x86_64_v3"][1]) == archspec.cpu.TARGETS["x86_64_v3"].features
@@ -380,13 +380,13 @@ def test_generic_levels_refuses_a_table_that_is_not_a_chain():
         p[rows[name]] = "/".join(f)
         return "|".join(p)
     v2_mask = parts[rows["x86_64_v2"]].split("/")[4]
-    assert cpu_choice.generic_levels(edited("x86_64_v3", 3, "x86_64"), "x86_64") is None      # branches
-    assert cpu_choice.generic_levels(edited("x86_64_v3", 4, "1"), "x86_64") is None           # loses features
-    assert cpu_choice.generic_levels(edited("x86_64_v2", 4, "f" * len(v2_mask) * 2), "x86_64") is None
-    assert cpu_choice.generic_levels(edited("x86_64_v2", 4, "xyz"), "x86_64") is None
-    assert cpu_choice.generic_levels(text, "aarch64") is None
-    assert cpu_choice.generic_levels("9" + text[1:], "x86_64") is None
-    arm = cpu_choice.generic_levels(aot.requirements("cpu:aarch64")["cpu_table"], "aarch64")
+    assert cpu_levels.generic_levels(edited("x86_64_v3", 3, "x86_64"), "x86_64") is None      # branches
+    assert cpu_levels.generic_levels(edited("x86_64_v3", 4, "1"), "x86_64") is None           # loses features
+    assert cpu_levels.generic_levels(edited("x86_64_v2", 4, "f" * len(v2_mask) * 2), "x86_64") is None
+    assert cpu_levels.generic_levels(edited("x86_64_v2", 4, "xyz"), "x86_64") is None
+    assert cpu_levels.generic_levels(text, "aarch64") is None
+    assert cpu_levels.generic_levels("9" + text[1:], "x86_64") is None
+    arm = cpu_levels.generic_levels(aot.requirements("cpu:aarch64")["cpu_table"], "aarch64")
     assert list(arm) == ["aarch64"]
 
 
