@@ -438,6 +438,31 @@ def no_such_device(label, kind, index, listing) -> ValueError:
                       f"{', '.join(f'{kind}:{i} ({n})' for i, n in listing)}")
 
 
+class LaunchLock:
+    """The lock around state one launch sets and the next would overwrite (an OpenCL kernel's
+    arguments, a Level Zero kernel's and its device's command list): another thread waits for
+    it; the thread that holds it, launching again from a signal handler or a finalizer while it
+    is inside a launch, gets a RuntimeError naming ``what`` instead of waiting for itself for
+    ever (a re-entrant lock would let the nested launch overwrite the outer one's arguments:
+    wrong results, silently)."""
+
+    def __init__(self, what):
+        self.what = what
+        self._lock = threading.RLock()      # an RLock knows its owner: _is_owned()
+
+    def __enter__(self):
+        if self._lock._is_owned():
+            raise RuntimeError(f"{self.what} is in use by a launch already under way on this "
+                               f"thread (a signal handler or a finalizer launched again while "
+                               f"its thread was inside that launch); launch from elsewhere, "
+                               f"e.g. set a flag in the handler and launch when it has returned")
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+
+
 class Devices:
     """A runtime's devices, found once per process by ``discover()``, which returns
     ``(api, [device], reason)`` and never raises (``reason``: why there is none, with what to

@@ -53,9 +53,9 @@ import numpy as np
 
 from .arch_names import PORTABLE_SPIRV, bundle_machine, intel_device_archs, portable_spirv
 from .argument_layout import grid as layout_grid
-from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
-                          check_launch, check_param_count, choose_block, device_index,
-                          hardware_launch, host_copy, no_such_device)
+from .device_args import (ContiguousArray, LaunchLock, Staging, argspecs, argument_values,
+                          check_entry_params, check_launch, check_param_count, choose_block,
+                          device_index, hardware_launch, host_copy, no_such_device)
 from .device_variant import any_arrays as check_args  # noqa: F401 - the runtime interface
 from .device_variant import device_variant
 from .device_variant import no_host_views as host_views  # noqa: F401 - the runtime interface
@@ -351,7 +351,10 @@ class _Api:
 # ---------------------------------------------------------------------------
 # Devices
 
-_lock = threading.Lock()
+# Re-entrant: a signal handler's (or a finalizer's) launch on a thread inside discovery or a
+# device's opening finds the devices or opens the device itself; the outer call then keeps what
+# the nested one stored (a Lock waited for ever).
+_lock = threading.RLock()
 _state = None                 # (api or None, [_Found], reason or None), once per process
 _devices = {}                 # index -> _Device
 
@@ -427,7 +430,9 @@ def _find():
     global _state
     with _lock:
         if _state is None:
-            _state = _discover()
+            found = _discover()
+            if _state is None:              # what a nested call stored meanwhile stays
+                _state = found
         return _state
 
 
@@ -479,7 +484,8 @@ class _Device:
         self.name = found.name
         self.archs, self.spirv = found.archs, found.spirv
         self.driver, self.handle = _H(found.driver), _H(found.handle)
-        self.lock = threading.Lock()
+        # One command list, reset and executed by each launch and copy: one at a time.
+        self.lock = LaunchLock(f"the command list of {self.name}")
         compute = ze_device_compute_properties_t(stype=ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES)
         api("zeDeviceGetComputeProperties", self.handle, ctypes.byref(compute))
         self.max_group = max(1, compute.maxTotalGroupSize)
@@ -577,7 +583,7 @@ def get_device(device=None) -> _Device:
     with _lock:
         dev = _devices.get(index)
         if dev is None:
-            dev = _devices[index] = _Device(api, index, found[index])
+            dev = _devices.setdefault(index, _Device(api, index, found[index]))
     return dev
 
 
@@ -670,7 +676,8 @@ class LevelZeroKernel:
         self.build_log = build_log
         self.num_args = num_args
         self.max_group = dev.max_group  # work-items of a group: the device's, or the kernel's less
-        self.lock = threading.Lock()
+        # its group size and arguments set, then the launch appended: one launch at a time
+        self.lock = LaunchLock(f"kernel '{entry}' on {dev.name}")
 
     def __repr__(self):
         return f"<LevelZeroKernel {self.entry!r} ({self.format}) on {self.dev.name}>"

@@ -52,8 +52,8 @@ import numpy as np
 
 from .arch_names import PORTABLE_SPIRV, bundle_machine, portable_spirv
 from .argument_layout import grid as layout_grid
-from .device_args import (ContiguousArray, Staging, argspecs, argument_values, check_entry_params,
-                          check_launch, check_param_count, choose_block, device_index,
+from .device_args import (ContiguousArray, LaunchLock, Staging, argspecs, argument_values,
+                          check_entry_params, check_launch, check_param_count, choose_block, device_index,
                           hardware_launch, host_copy, no_such_device)
 from .device_variant import any_arrays as check_args  # noqa: F401 - the runtime interface
 from .device_variant import device_variant
@@ -208,7 +208,10 @@ def configure_icd() -> dict:
 # Devices
 
 
-_lock = threading.Lock()
+# Re-entrant: a signal handler's (or a finalizer's) launch on a thread inside discovery or a
+# context's making finds the devices or makes the context itself; the outer call then keeps
+# what the nested one stored (a Lock waited for ever).
+_lock = threading.RLock()
 _state = None               # (devices, reason) once found
 _contexts = {}              # device index -> _Device
 
@@ -241,7 +244,8 @@ def _find_devices():
         try:
             cl = _cl()
         except OpenCLUnavailable as e:
-            _state = ([], str(e))
+            if _state is None:              # (a nested call may have stored it meanwhile)
+                _state = ([], str(e))
             return _state
         found, others = [], []
         try:
@@ -273,7 +277,8 @@ def _find_devices():
                         f"or add an ICD file naming {cfg['library']} to {cfg['vendors']}")
             reason = (f"OpenCL has no device that takes SPIR-V ({seen}; ICD files from {where}; "
                       f"Intel's runtime: {lib}); {hint}")
-        _state = (found, reason)
+        if _state is None:                  # what a nested call stored stays
+            _state = (found, reason)
         return _state
 
 
@@ -334,7 +339,7 @@ def get_device(device=None) -> _Device:
         dev = _contexts.get(index)
         if dev is None:
             name, d = found[index]
-            dev = _contexts[index] = _Device(_cl(), name, d, index)
+            dev = _contexts.setdefault(index, _Device(_cl(), name, d, index))
     return dev
 
 
@@ -478,7 +483,8 @@ class OpenCLKernel:
         self.num_args = kernel.get_info(dev.cl.kernel_info.NUM_ARGS)
         info = dev.cl.kernel_work_group_info
         self.max_group = kernel.get_work_group_info(info.WORK_GROUP_SIZE, dev.device)
-        self.lock = threading.Lock()
+        # set_args, then the enqueue, on this one kernel object: one launch at a time
+        self.lock = LaunchLock(f"kernel '{entry}' on {dev.name}")
 
     def __repr__(self):
         return f"<OpenCLKernel {self.entry!r} on {self.dev.name}>"

@@ -803,3 +803,41 @@ def test_copies_and_launches_on_threads_never_share_the_command_list(fake):
     assert not errors, errors
     assert f.overlaps == []
     assert len(results) == 4 and all(np.array_equal(r, x) for r in results)
+
+
+def test_a_launch_nested_on_the_thread_inside_one_is_refused_naming_what_is_in_use(fake):
+    """A signal handler's (or a finalizer's) launch of the same kernel, or copy to the device,
+    on the thread whose launch is under way (here: while the device runs it) gets a
+    RuntimeError naming the kernel, or the device's command list: the kernel's arguments and
+    the one command list are the outer launch's, so re-entering would overwrite them.  Both
+    locks were plain Locks: the nested call waited for its own thread for ever (run on a
+    thread here, so that a hang fails the test instead of stopping the run)."""
+    x, y, out = np.arange(16, dtype=np.float32), np.ones(16, np.float32), np.zeros(16, np.float32)
+    nested = []
+
+    def kernel_fn(params, group, count, max_count):
+        if not nested:                      # the outer launch: as a signal handler would
+            for again in (lambda: zrt.launch(k, SAXPY_META, (1.0, x, y, np.zeros(16, np.float32)),
+                                             (16,)),
+                          lambda: zrt.to_device(x)):
+                try:
+                    again()
+                    nested.append("ran")
+                except RuntimeError as e:
+                    nested.append(str(e))
+        saxpy_fn(params, group, count, max_count)
+    fake(num_args=10, kernel_fn=kernel_fn)
+    k = zrt.load(SPIRV, SAXPY_META)
+    outer = threading.Thread(target=zrt.launch, args=(k, SAXPY_META, (2.5, x, y, out), (16,)),
+                             daemon=True)
+    outer.start()
+    outer.join(60)
+    assert not outer.is_alive(), "the nested launch waited for its own thread"
+    kernel_in_use, list_in_use = nested
+    assert kernel_in_use.startswith("kernel 'tack_saxpy_entry' on ") and \
+        "already under way on this thread" in kernel_in_use, kernel_in_use
+    assert list_in_use.startswith("the command list of ") and \
+        "already under way on this thread" in list_in_use, list_in_use
+    np.testing.assert_array_equal(out, 2.5 * x + 1)     # the outer launch's own result
+    zrt.launch(k, SAXPY_META, (1.0, x, y, out), (16,))  # and both locks are free after it
+    np.testing.assert_array_equal(out, x + 1)

@@ -4,6 +4,7 @@ machine.  Results are compared with the CPU backend's and NumPy's; nothing is si
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ import pytest
 
 import tack
 from tack.backends import opencl_runtime
+from tests.util import run_script
 
 
 pytestmark = pytest.mark.skipif(
@@ -564,3 +566,91 @@ def test_a_device_launch_makes_the_cpus_grid_and_constant_index_checks(tmp_path)
         assert got["untouched"] and got["kept"] == list(range(1, 11))
         assert got["out"] == [2] * 10 and got["p"] == [[i * 10 + j for j in range(3)] for i in range(4)]
         assert (got["misses"] == 0) == warm           # warm: every check read from the cache
+
+
+# A signal handler that launches on OpenCL while its thread is inside an OpenCL launch
+# (``kernel``: between the kernel's set_args and its enqueue) or holds the runtime's lock
+# (``devices``: around discovery and the making of a context).
+NESTED = r"""
+import faulthandler, signal, sys
+faulthandler.dump_traceback_later(60, exit=True)        # a deadlock: a traceback, then exit 1
+import numpy as np
+import pyopencl
+import tack
+from tack.backends import opencl_runtime
+
+
+@tack.kernel
+def add(a, out):
+    i = tack.tid()
+    out[i] = a[i] + 1.0
+
+
+@tack.kernel
+def twice(a, out):
+    i = tack.tid()
+    out[i] = a[i] * 2.0
+
+
+got, fired = [], []
+
+
+def handler(signum, frame):
+    b, other = np.full(8, 100.0), np.zeros(8)
+    tack.launch(twice, 8, (b, other), device="opencl")  # another kernel runs
+    got.append(("twice", bool((other == 200.0).all())))
+    try:
+        tack.launch(add, 8, (b, other), device="opencl")
+        got.append(("add", bool((other == 101.0).all())))
+    except RuntimeError as e:
+        got.append(("refused", str(e)))
+
+
+a, out = np.arange(8.0), np.zeros(8)
+if sys.argv[1] == "kernel":
+    tack.launch(add, 8, (a, out), device="opencl")     # both loaded: the next launches only run
+    tack.launch(twice, 8, (a, out), device="opencl")
+    # Intel's OpenCL runtime, once loaded, has SIGUSR1 for itself: Python's handler back
+    signal.signal(signal.SIGUSR1, handler)
+    real = pyopencl.enqueue_nd_range_kernel
+
+    def enqueue(*args, **kw):
+        if not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGUSR1)
+        return real(*args, **kw)
+    pyopencl.enqueue_nd_range_kernel = enqueue
+    tack.launch(add, 8, (a, out), device="opencl")
+else:
+    signal.signal(signal.SIGUSR1, handler)
+    with opencl_runtime._lock:
+        signal.raise_signal(signal.SIGUSR1)
+    tack.launch(add, 8, (a, out), device="opencl")
+print(repr(got))
+print("outer", bool((out == a + 1.0).all()))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on "
+                    "this platform (Windows): no signal can interrupt a thread inside a launch")
+@pytest.mark.parametrize("inside", ["kernel", "devices"])
+def test_a_launch_from_a_signal_handler_inside_an_opencl_launch(tmp_path, inside):
+    """A signal handler's launches on the thread inside an OpenCL launch of ``add`` (``kernel``)
+    or holding the runtime's lock (``devices``).  Another kernel runs; ``add`` itself is refused
+    with a RuntimeError naming it, since its one kernel object holds the outer launch's
+    arguments (re-entering would overwrite them), and the outer launch's result is right.
+    Holding the runtime's lock, the handler's launches find the devices and make the context
+    themselves (the lock is re-entrant) and both run.  Every lock was a plain Lock: the
+    handler's launch waited for its own thread for ever."""
+    p = run_script(tmp_path, "nested.py", NESTED, inside)
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    *_, said, outer = p.stdout.splitlines()
+    assert outer == "outer True", p.stdout
+    got = eval(said)                        # noqa: S307 - the child's repr of a list of pairs
+    assert got[0] == ("twice", True), got
+    if inside == "devices":
+        assert got[1] == ("add", True), got
+    else:
+        what, message = got[1]
+        assert what == "refused" and message.startswith("kernel 'add") and \
+            "already under way on this thread" in message, got
