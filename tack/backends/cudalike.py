@@ -245,7 +245,10 @@ class GPUKernel:
         self.num_params = num_params        # None where the driver cannot tell (HIP)
         self.max_threads = max_threads
         self.log = log
-        self.lock = threading.Lock()
+        # Re-entrant: a launch's parameters go with its own driver call (no state on the kernel
+        # for a nested launch to overwrite), so a signal handler's or a finalizer's launch on a
+        # thread inside one runs (a Lock waited for ever).
+        self.lock = threading.RLock()
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.entry!r} on {self.dev.name}>"

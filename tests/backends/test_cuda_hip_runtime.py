@@ -816,6 +816,35 @@ def test_int_scalar_range_is_checked(fake_cuda):
         cr.launch(k, art.meta, (a, a, True, np.float32(1), 2**63, c), (2, 2))
 
 
+def test_a_launch_of_the_kernel_nested_on_the_thread_inside_its_launch_runs(fake_cuda):
+    """A signal handler's (or a finalizer's) launch of a kernel on the thread inside a launch of
+    it (here: from the launch's own driver call) runs, with its own result, and the outer
+    launch's result is right too: the parameters go with each cuLaunchKernel call, so the
+    kernel's lock (re-entrant) guards no state a nested launch could overwrite.  It was a plain
+    Lock: the nested launch waited for its own thread for ever (run on a thread here, so that
+    a hang fails the test instead of stopping the run)."""
+    x = np.arange(16, dtype=np.float32)
+    y = np.full(16, 0.5, np.float32)
+    out, inner = np.zeros(16, np.float32), np.zeros(16, np.float32)
+    art = artifact(saxpy, (np.float32(2), x, y, out), 1)
+    k = cr.load(art.payload, art.meta)
+    nested = []
+
+    def model(values, mem):
+        if not nested:
+            nested.append(True)
+            cr.launch(k, art.meta, (np.float32(3), x, y, inner), (16,))
+        saxpy_model(values, mem)
+    fake_cuda.models[art.meta["entry"]] = model
+    outer = threading.Thread(target=cr.launch, args=(k, art.meta, (np.float32(2), x, y, out), (16,)),
+                             daemon=True)
+    outer.start()
+    outer.join(60)
+    assert not outer.is_alive(), "the nested launch waited for its own thread"
+    np.testing.assert_array_equal(inner, 3 * x + y)
+    np.testing.assert_array_equal(out, 2 * x + y)
+
+
 def test_same_array_twice_is_one_copy_and_empty_grid_launches_nothing(fake_cuda):
     x = np.arange(16, dtype=np.float32)
     art = artifact(saxpy, (np.float32(2), x, x, x), 1)
