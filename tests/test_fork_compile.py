@@ -159,3 +159,60 @@ def test_child_forked_while_a_thread_compiles_turns_the_collector_back_on(tmp_pa
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split("\n")[:2] == ["child right gc on", "parent gc on child exit 0"], \
         p.stdout + p.stderr[-2000:]
+
+
+FORK_WHILE_CAPTURING = r"""
+import faulthandler, os, sys, threading, time
+faulthandler.dump_traceback_later(60, exit=True)        # a deadlock: a traceback, then exit 1
+import llvmlite.binding as llvm
+from tack.backends import cpu
+
+inside, go, forked = threading.Event(), threading.Event(), threading.Event()
+real = llvm.Target.create_target_machine
+
+
+def held_inside(self, *args, **kwargs):         # the capture's LLVM call, held until released
+    inside.set()
+    go.wait()
+    return real(self, *args, **kwargs)
+
+
+llvm.Target.create_target_machine = held_inside
+capture = threading.Thread(target=cpu.llvm_unrecognized, args=(llvm.get_process_triple(), "generic"))
+capture.start()
+inside.wait()                                   # fd 2 is the capture's temporary file now
+main = threading.main_thread().ident
+
+
+def release():      # the capture goes on once the fork waits for its lock, or once it is made
+    while not forked.is_set():
+        frame = sys._current_frames().get(main)
+        if frame is not None and frame.f_code.co_name == "before" and \
+                frame.f_locals.get("lock") is cpu._capture_lock:
+            break
+        time.sleep(0.01)
+    go.set()
+
+
+threading.Thread(target=release, daemon=True).start()
+pid = os.fork()
+if pid == 0:
+    os.write(2, b"the child's stderr\n")
+    os._exit(0)
+forked.set()
+_, status = os.waitpid(pid, 0)
+capture.join()
+print("child exit", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork does not exist on this platform (Windows): there is no forked child")
+def test_child_forked_while_a_thread_captures_llvms_stderr_keeps_its_stderr(tmp_path):
+    """A fork while another thread asked LLVM about a CPU (``cpu.llvm_unrecognized`` has fd 2 on a
+    temporary file around the call) left the child's fd 2 on that file for good: what the child
+    wrote to stderr was lost.  Now the fork waits for the capture to end (its lock is one of those
+    a fork waits for), and the child's stderr is the real one."""
+    p = run_script(tmp_path, "fork_while_capturing.py", FORK_WHILE_CAPTURING)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "child exit 0", p.stdout + p.stderr[-2000:]
+    assert "the child's stderr" in p.stderr, p.stderr[-2000:]

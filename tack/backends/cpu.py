@@ -33,6 +33,11 @@ _init_lock = threading.RLock()
 _initialized = False
 _engine = None
 
+# fd 2 is the process's: one capture at a time (``llvm_unrecognized``).  Re-entrant: a signal
+# handler's (or a finalizer's) compile for a named arch on a thread inside a capture captures its
+# own within it (fd 2 saved and restored in turn, innermost first), where a Lock waited for ever.
+_capture_lock = threading.RLock()
+
 
 def _guard_fork():
     """Make ``os.fork()`` wait for the LLVM call under way in another thread, so that a child
@@ -40,12 +45,15 @@ def _guard_fork():
     releases the GIL inside it; a fork made meanwhile (multiprocessing's "fork" start method while
     a thread compiles) left it held in the child by a thread that does not exist there, and the
     child's first compile waited for it for ever.  The same for ``_init_lock``, held across LLVM
-    calls (taken first, as ``load_mcjit`` takes them).  The forking thread holds both across the
-    fork and releases them on both sides (it is the child's one thread, their owner there too)."""
+    calls (taken first, as ``load_mcjit`` takes them), and for ``_capture_lock``, held while
+    ``llvm_unrecognized`` has fd 2 on a temporary file (a child forked meanwhile kept its stderr
+    there for good); taken first of all, as the capture takes LLVM's lock inside it.  The forking
+    thread holds them across the fork and releases them on both sides (it is the child's one
+    thread, their owner there too)."""
     import os
     if not hasattr(os, "register_at_fork"):
         return
-    locks = [_init_lock]
+    locks = [_capture_lock, _init_lock]
     try:
         from llvmlite.binding import ffi
         llvm_lock = ffi.lib._lock._lock        # llvmlite's _LLVMLock: its RLock
@@ -347,12 +355,6 @@ def llvm_target(arch: str):
                         f"archspec gives for cpu:{arch} ({flag}); it would build generic "
                         f"{triple.split('-')[0]} code, so cpu:{arch} is not built")
     return triple, cpu, features
-
-
-# fd 2 is the process's: one capture at a time.  Re-entrant: a signal handler's (or a finalizer's)
-# compile for a named arch on a thread inside a capture captures its own within it (fd 2 saved and
-# restored in turn, innermost first), where a Lock waited for ever.
-_capture_lock = threading.RLock()
 
 
 def llvm_unrecognized(triple: str, cpu: str, features: str = "") -> list:
