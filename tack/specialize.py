@@ -349,14 +349,19 @@ def math_type(t):
     return t if t.kind == "f" else T.float64
 
 
+def promote_all(ts):
+    """The type of ``ts[0] op ts[1] op ...``: ``types.promote`` of each in turn."""
+    t = ts[0]
+    for x in ts[1:]:
+        t = T.promote(t, x)
+    return t
+
+
 def isclose_type(ts):
     """The float type ``math.isclose(a, b, rel_tol=, abs_tol=)`` computes in, of its four
     arguments' types: their promoted type as a math function's (float32 of float32 values and
     literal tolerances; Python's converts to float64)."""
-    t = ts[0]
-    for x in ts[1:]:
-        t = T.promote(t, x)
-    return math_type(t.strong())
+    return math_type(promote_all(ts).strong())
 
 
 def power_of_ten(n: int) -> float:
@@ -572,6 +577,16 @@ class _Inferer:
                                  "is refused, as NumPy refuses it (Python gives a float): write "
                                  "float(x) ** -n, or 1.0 / x ** n", e)
         return r
+
+    def common_type(self, args, ts):
+        """The promoted type of the operands ``args`` of types ``ts`` (``min``, ``np.clip``...):
+        a literal the others' type cannot hold taken as an int64 (``fit``) first."""
+        ts = list(ts)
+        for k in range(len(ts)):
+            for j in range(len(ts)):
+                if j != k:
+                    ts[k] = self.fit(args[k], ts[k], ts[j])
+        return promote_all(ts)
 
     def fit(self, node, t, other):
         """A literal that the other operand's integer type cannot hold is an int64 (or uint64).
@@ -812,14 +827,7 @@ class _Inferer:
             elif len(ts) < 2:
                 raise self.error(f"{name}() takes two or more numbers", e)
             scalars()
-            for k in range(len(ts)):            # a literal the others' type cannot hold: int64
-                for j in range(len(ts)):
-                    if j != k:
-                        ts[k] = self.fit(args[k], ts[k], ts[j])
-            t = ts[0]
-            for x in ts[1:]:
-                t = T.promote(t, x)
-            return t
+            return self.common_type(args, ts)
         if name == "abs":
             need(1)
             scalars()
@@ -831,14 +839,8 @@ class _Inferer:
                                  "holds) is an array, which Tack code does not make", e)
             scalars()
             first = 1 if name == "np.where" else 0      # np.where's condition takes no part
-            for k in range(first, len(ts)):             # a literal the others' type cannot hold
-                for j in range(first, len(ts)):
-                    if j != k:
-                        ts[k] = self.fit(args[k], ts[k], ts[j])
-            t = ts[first]
-            for x in ts[first + 1:]:
-                t = T.promote(t, x)
-            return t.strong()                   # NumPy's: a NumPy scalar, never weak
+            # NumPy's: a NumPy scalar, never weak
+            return self.common_type(args[first:], ts[first:]).strong()
         if name == "np.sign":
             need(1)
             scalars()
