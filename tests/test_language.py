@@ -1540,6 +1540,22 @@ def test_negative_indices_wrap():
 
 
 @tack.kernel
+def k_shifted(a, out):
+    i = tack.tid()
+    out[i] = a[i - 1] * 2.0 + a[i]
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 4099])
+def test_a_negative_index_wraps_in_a_vectorized_loop(n):
+    """The grid loop is vectorized (its index is known non-negative), and an index computed
+    from it still wraps where it is negative: ``a[i - 1]`` at ``i == 0`` is ``a[-1]``."""
+    a = np.arange(n, dtype=np.float32) + 1
+    out = np.empty(n, np.float32)
+    tack.launch(k_shifted, dim=n, args=(a, out))
+    np.testing.assert_array_equal(out, np.roll(a, 1) * 2 + a)
+
+
+@tack.kernel
 def k_variant(a, out):
     i = tack.tid()
     out[i] = a[i] + a.shape[0]

@@ -259,6 +259,9 @@ class CPUTarget:
             b.branch(head)
             b.position_at_end(done)
 
+        # A grid's indices are never negative: said to LLVM, an index's Python wrap-around
+        # (``x[i]`` with ``i < 0``) folds away and the loop is vectorized like a C loop.
+        b.assume(b.icmp_signed(">=", start, ir.Constant(I64, 0)))
         loop(0, start, end, [])
         b.ret_void()
         body.attributes.add("alwaysinline")

@@ -518,6 +518,9 @@ class GPUTarget:
             i.add_incoming(start, before)
             b.cbranch(b.icmp_unsigned("<", i, extents[d]), point, levels[k - 1][4] if k else done)
             b.position_at_end(point)
+            # Under its extent (at most 2**63 - 1), an index is never negative: said to LLVM,
+            # an index's Python wrap-around (``x[i]`` with ``i < 0``) folds away.
+            b.assume(b.icmp_signed(">=", i, ir.Constant(I64, 0)))
             ids[d] = i
             loops.append((i, step))
         b.call(body, args + ids + err)

@@ -708,3 +708,21 @@ def test_a_spirv_backend_failure_is_a_compile_error_at_the_kernel(monkeypatch):
     msg = check_points_at(e.value, "k_first_positive", k_first_positive, __file__)
     assert "spirv:generic cannot build this kernel: LLVM's SPIR-V backend failed" in msg, msg
     assert "illegal aggregate intrinsic user" in msg, msg
+
+
+@tack.kernel
+def k_saxpy(a, x, y, out):
+    i = tack.tid()
+    out[i] = a * x[i] + y[i]
+
+
+def test_a_grid_index_is_known_non_negative_so_its_wrap_around_folds_away():
+    """Each grid-stride loop's index is under its extent, so never negative; the entry says so
+    to LLVM, and ``x[i]`` with the thread's index is a plain address: no sign test per access
+    (before, each of the saxpy's three accesses shifted the index right by 63 and masked its
+    extent in, 24 instructions in the loop instead of 13)."""
+    n = 64
+    args = (np.float32(2), np.ones(n, np.float32), np.ones(n, np.float32), np.empty(n, np.float32))
+    ptx = ptx_of(build(k_saxpy, args, 1, gpu_target("cuda:sm_80", sass=False)).payload).decode()
+    assert "ld.global" in ptx and "st.global" in ptx, ptx
+    assert not re.search(r"shr\.s64\s+%rd\d+, %rd\d+, 63;", ptx), ptx
