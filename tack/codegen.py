@@ -540,6 +540,8 @@ class _FunctionGen:
 
     def _e_boolop(self, e):
         is_and = e[2] == "and"
+        if strong_of(self.types[id(e)]).kind != "b":
+            return self.boolop_value(e, is_and)
         done = self.new_block("boolop.end")
         incoming = []
         for x in e[3][:-1]:
@@ -559,6 +561,30 @@ class _FunctionGen:
         for v, blk in incoming:
             phi.add_incoming(v, blk)
         return phi
+
+    def boolop_value(self, e, is_and):
+        """``a or b`` of numbers: the first operand that is true (``and``: false), else the last,
+        in the operands' common type; the operands after it are not evaluated."""
+        st = strong_of(self.types[id(e)])
+        done = self.new_block("boolop.end")
+        incoming = []
+        for k, x in enumerate(e[3]):
+            t = self.types[id(x)]
+            v = self.expr(x)
+            value = self.pack(self.cast(v, t, st), st)
+            incoming.append((value, self.b.block))
+            if k == len(e[3]) - 1:
+                self.b.branch(done)
+                break
+            nxt = self.new_block("boolop.next")
+            truth = self.to_bool(v, strong_of(t))
+            self.b.cbranch(truth, nxt if is_and else done, done if is_and else nxt)
+            self.b.position_at_end(nxt)
+        self.b.position_at_end(done)
+        phi = self.b.phi(self.mod.lltype(st))
+        for v, blk in incoming:
+            phi.add_incoming(v, blk)
+        return self.unpack(phi, st)
 
     def _e_ifexp(self, e):
         rt = self.types[id(e)]

@@ -539,6 +539,11 @@ class _Inferer:
         return t
 
     def truth(self, e):
+        if e[0] == "boolop":                # only its truth is used: a bool whatever its operands
+            for x in e[3]:
+                self.truth(x)
+            self.tf.types[id(e)] = T.boolean
+            return
         t = self.expr(e)
         if t is not None and not isinstance(t, T.Scalar):
             raise self.error(f"{t} has no truth value in Tack code", e)
@@ -631,13 +636,14 @@ class _Inferer:
         return r[1]
 
     def _unop(self, e):
+        if e[2] == "not":
+            self.truth(e[3])
+            return T.boolean
         t = self.expr(e[3])
         if t is None:
             return None
         if not isinstance(t, T.Scalar):
             raise self.error(f"bad operand type for unary {e[2]}: {t}", e)
-        if e[2] == "not":
-            return T.boolean
         if e[2] == "~":
             if t.kind == "f":
                 raise self.error(f"bad operand type for unary ~: {t}", e)
@@ -658,9 +664,18 @@ class _Inferer:
         return T.boolean
 
     def _boolop(self, e):
+        """``a or b`` is ``a`` where ``a`` is true, else ``b`` (``and``: ``a`` where it is false),
+        as in Python: a bool of bools, else the operands' common type (``x or 1.0`` is x's
+        value, not True).  Where only its truth is used (``if a or b``), it is a bool
+        (``truth``)."""
         for x in e[3]:
             self.truth(x)
-        return T.boolean
+        ts = [self.tf.types[id(x)] for x in e[3]]
+        if any(t is None for t in ts):
+            return None
+        if all(t.kind == "b" for t in ts):
+            return T.boolean
+        return self.common_type(e[3], ts)
 
     def _ifexp(self, e):
         self.truth(e[2])

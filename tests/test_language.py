@@ -1781,6 +1781,63 @@ def test_atomic_min_max_under_threads(dtype):
 
 
 @tack.kernel
+def k_or_and_values(a, b, n, c, out, outi):
+    i = tack.tid()
+    out[i, 0] = a[i] or b[i]
+    out[i, 1] = a[i] and b[i]
+    out[i, 2] = a[i] or b[i] or 9.5
+    out[i, 3] = a[i] and b[i] and 9.5
+    out[i, 4] = tack.float32(n[i]) or a[i]
+    out[i, 5] = a[i] or tack.float32(tack.atomic_add(c, 0, 1))
+    out[i, 6] = (a[i] > 0) or b[i]              # a bool or a float
+    outi[i, 0] = n[i] or 7
+    outi[i, 1] = n[i] and 7
+    outi[i, 2] = (n[i] > 1) and n[i]
+    if n[i] or a[i]:
+        outi[i, 3] = 1
+    else:
+        outi[i, 3] = 0
+
+
+@pytest.mark.parametrize("ft, it, ct", [(np.float64, np.int64, np.int64),
+                                        (np.float32, np.int32, np.int32)])
+def test_or_and_give_an_operand_as_python_does(ft, it, ct):
+    """``a or b`` is ``a`` where ``a`` is true, else ``b``, and ``a and b`` the first false operand,
+    in the operands' common type, with the later operands not evaluated: a kernel's value is
+    Python's (before, every ``or`` and ``and`` gave a bool: ``7.0 or 2.0`` was 1.0)."""
+    a = np.array([0.0, 3.0, 0.0, -5.5, np.nan, 0.0], ft)
+    b = np.array([7.0, 0.0, 0.0, 2.0, 1.0, -0.0], ft)
+    n = np.array([0, 2, 0, 1, 0, 5], it)
+    c = np.zeros(1, ct)
+    out, outi = np.full((6, 7), -1.0, ft), np.full((6, 4), -1, np.int32)
+    tack.launch(k_or_and_values, dim=6, args=(a, b, n, c, out, outi))
+    for k in range(6):
+        x, y, m = a[k], b[k], n[k]
+        want = [x or y, x and y, x or y or 9.5, x and y and 9.5, np.float32(m) or x, None,
+                (x > 0) or y]
+        for j in (0, 1, 2, 3, 4, 6):
+            np.testing.assert_array_equal(out[k, j], ft(want[j]), err_msg=f"{k}, {j}")
+        assert list(outi[k]) == [m or 7, m and 7, int((m > 1) and m), 1 if (m or x) else 0], k
+    # the atomic ran only where a[i] was false (three zeros; NaN is true), each giving its count
+    assert c[0] == int(sum(1 for x in a if not x))
+    assert sorted(out[[k for k in range(6) if not a[k]], 5].tolist()) == [0.0, 1.0, 2.0]
+    np.testing.assert_array_equal(out[[k for k in range(6) if a[k]], 5], a[a != 0])
+
+
+@tack.kernel
+def k_int_or_float(n, a, out):
+    i = tack.tid()
+    out[i] = n[i] or a[i]
+
+
+def test_an_int_or_a_float_is_the_float_of_either():
+    n, a = np.array([0, 3, 0, -2]), np.array([1.5, 2.5, 0.0, np.inf])
+    out = np.full(4, -1.0)
+    tack.launch(k_int_or_float, dim=4, args=(n, a, out))
+    np.testing.assert_array_equal(out, [m or x for m, x in zip(n.tolist(), a.tolist())])
+
+
+@tack.kernel
 def k_short_circuit(a, c):
     i = tack.tid()
     if a[i] > 0 and tack.atomic_add(c, 0, 1) >= 0:

@@ -757,6 +757,8 @@ class _Function:
         return f"({self.cast(a, ta, t)} {op} {self.cast(b, tb, t)})"
 
     def _e_boolop(self, e):
+        if self.types[id(e)].strong().kind != "b":
+            return self.boolop_value(e)
         op = " && " if e[2] == "and" else " || "
         saved, self.pre = self.pre, []
         parts, pres = [], []
@@ -777,6 +779,30 @@ class _Function:
         for p, pre in zip(parts[1:], pres[1:]):
             inner = " ".join(pre + [f"{res} = {p};"])
             self._pre(f"if ({'' if e[2] == 'and' else '!'}{res}) {{ {inner} }}")
+        return res
+
+    def boolop_value(self, e):
+        """``a or b`` of numbers (``codegen.boolop_value``): the first operand that is true
+        (``and``: false), else the last, in the common type; later operands are not evaluated."""
+        st = self.types[id(e)].strong()
+        res = self.fresh()
+        self._pre(f"{self.type_of(st)} {res};")
+        saved, tail = self.pre, None
+        for x in reversed(e[3]):                # innermost (the last operand) first
+            self.pre = []
+            t = self.types[id(x)]
+            v = self.expr(x)
+            if tail is None:
+                self.pre.append(f"{res} = {self.cast(v, t, st)};")
+            else:
+                v = self.hoist(v, t.strong()) if not isinstance(v, _WeakFloat) else v
+                test = self.to_bool(v, t)
+                self.pre.append(f"{res} = {self.cast(v, t, st)};")
+                self.pre.append(f"if ({'' if e[2] == 'and' else '!'}{test}) {{ {' '.join(tail)} }}")
+            tail = self.pre
+        self.pre = saved
+        for line in tail:
+            self._pre(line)
         return res
 
     def _pre(self, line):
