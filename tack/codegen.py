@@ -580,6 +580,11 @@ class _FunctionGen:
             truth = self.to_bool(v, strong_of(t))
             self.b.cbranch(truth, nxt if is_and else done, done if is_and else nxt)
             self.b.position_at_end(nxt)
+        return self.joined(done, incoming, st)
+
+    def joined(self, done, incoming, st):
+        """The value of type ``st`` that reaches block ``done`` from each (value, block) of
+        ``incoming`` (packed values): a phi there, unpacked."""
         self.b.position_at_end(done)
         phi = self.b.phi(self.mod.lltype(st))
         for v, blk in incoming:
@@ -598,11 +603,7 @@ class _FunctionGen:
             v = self.pack(self.cast(self.expr(x), self.types[id(x)], st), st)
             out.append((v, self.b.block))
             self.b.branch(done)
-        self.b.position_at_end(done)
-        phi = self.b.phi(self.mod.lltype(st))
-        for v, blk in out:
-            phi.add_incoming(v, blk)
-        return self.unpack(phi, st)
+        return self.joined(done, out, st)
 
     def _e_call(self, e):
         callee = self.tf.callees[id(e)]
