@@ -31,7 +31,7 @@ from .ir import assignments
 from .limits import deep
 from .language import MATH1, MATH2
 from .backends.argument_layout import array_fields
-from .specialize import (TypedFunction, TypedKernel, arith_type, isclose_type, math_type,
+from .specialize import (TypedFunction, TypedKernel, arith_type, isclose_type, math_type, np_isclose_type,
                          power_of_ten)
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -693,6 +693,8 @@ class _FunctionGen:
             return self.mod.target.math_call(self.mod.module, self.b, name, vals, ft)
         if name == "isclose":
             return self.isclose(values, ts)
+        if name == "np.isclose":
+            return self.np_isclose(values, ts)
         if name in ("np.rint", "np.round", "round"):
             return self.rounded(name, values[0], ts[0], rt, args[1][2] if len(args) == 2 else 0)
         st = rt.strong()
@@ -776,6 +778,20 @@ class _FunctionGen:
                             B.fcmp_ordered("<=", diff, within[1])),
                       B.fcmp_ordered("<=", diff, within[2]))
         return B.or_(B.fcmp_ordered("==", a, b), B.and_(B.not_(infinite), close))
+
+    def np_isclose(self, values, ts):
+        """NumPy's ``np.isclose(a, b, rtol, atol, equal_nan)`` of scalars: ``|a - b| <= atol +
+        rtol * |b|`` where ``b`` is finite, or ``a == b`` (equal infinities), or, with
+        ``equal_nan``, both NaN; in ``np_isclose_type`` of the four numbers."""
+        ft = np_isclose_type(ts)
+        B = self.b
+        a, b, rtol, atol = (self.cast(v, t, ft) for v, t in zip(values[:4], ts[:4]))
+        fabs = lambda v: self.call_intrinsic("fabs", [v])           # noqa: E731
+        inf = ir.Constant(a.type, float("inf"))
+        within = B.fcmp_ordered("<=", fabs(B.fsub(a, b)), B.fadd(atol, B.fmul(rtol, fabs(b))))
+        close = B.or_(B.and_(within, B.fcmp_ordered("<", fabs(b), inf)), B.fcmp_ordered("==", a, b))
+        both_nan = B.and_(B.fcmp_unordered("uno", a, a), B.fcmp_unordered("uno", b, b))
+        return B.or_(close, B.and_(self.to_bool(values[4], ts[4]), both_nan))
 
     def atomic(self, op, args, e, rt):
         arr_t = self.types[id(args[0])]

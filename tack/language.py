@@ -151,7 +151,7 @@ MATH1 = ("sqrt", "exp", "log", "log2", "log10", "sin", "cos", "tan", "asin", "ac
          "log1p", "erf", "erfc", "cbrt")
 MATH2 = ("pow", "atan2", "hypot", "copysign", "fmod")
 MATH_PREDICATES = ("isnan", "isinf", "isfinite")
-_MATH_ONLY = ("isclose",)       # math's alone: np.isclose is another function (its own tolerances)
+_MATH_ONLY = ("isclose",)       # math's: np.isclose is another function ("np.isclose", below)
 _BUILTINS = ("min", "max", "abs", "round", "range", "len")
 # NumPy's names for intrinsics.  ``np.absolute`` (``np.abs``) is ``abs``, ``np.power``
 # (``np.pow``) is ``**`` (the frontend makes it the operator) and ``np.fmod`` is ``np.fmod``
@@ -161,7 +161,8 @@ _BUILTINS = ("min", "max", "abs", "round", "range", "len")
 _NUMPY_ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
                   "absolute": "abs", "power": "power", "fmod": "np.fmod",
                   "minimum": "minimum", "maximum": "maximum", "clip": "np.clip", "sign": "np.sign",
-                  "where": "np.where", "rint": "np.rint", "round": "np.round", "around": "np.round"}
+                  "where": "np.where", "rint": "np.rint", "round": "np.round", "around": "np.round",
+                  "isclose": "np.isclose"}
 
 _table = None
 

@@ -364,6 +364,16 @@ def isclose_type(ts):
     return math_type(promote_all(ts).strong())
 
 
+def np_isclose_type(ts):
+    """The type ``np.isclose(a, b, rtol, atol, equal_nan)`` computes in: NumPy's, which makes
+    ``b`` a float first (an integer array's float64, a Python number a Python float), then
+    computes ``|a - b| <= atol + rtol * |b|`` with the tolerances as they are (float32 of float32
+    ``a`` and ``b`` and literal tolerances)."""
+    b = ts[1]
+    b = (T.WEAK_FLOAT if b.weak else T.float64) if b.kind != "f" else b
+    return math_type(promote_all([ts[0], b, ts[2], ts[3]]).strong())
+
+
 def power_of_ten(n: int) -> float:
     """10.0 ** n as NumPy's ``np.round`` computes it (calculation.c ``power_of_ten``): exact to
     1e8, then 1e9 multiplied by 10.0 one step at a time, each product rounded (an infinity
@@ -871,7 +881,7 @@ class _Inferer:
             if name == "np.rint" or t.kind in "fb":     # NumPy's float16 of a bool is a float64
                 return T.int64 if name == "round" else math_type(t)
             return t            # an integer rounds to itself, in its own type
-        if name == "isclose":
+        if name in ("isclose", "np.isclose"):
             scalars()
             return T.boolean
         if name in ("ndim", "size"):

@@ -288,6 +288,24 @@ def k_isclose_one_argument(x, out):
 
 
 @tack.kernel
+def k_np_isclose_six_arguments(x, out):
+    i = tack.tid()
+    out[i] = np.isclose(x[i], 1.0, 1e-3, 1e-3, False, 2)  # ERR np.isclose
+
+
+@tack.kernel
+def k_np_isclose_math_keyword(x, out):
+    i = tack.tid()
+    out[i] = np.isclose(x[i], 1.0, rel_tol=1e-3)  # ERR rel_tol
+
+
+@tack.kernel
+def k_np_isclose_one_argument(x, out):
+    i = tack.tid()
+    out[i] = np.isclose(x[i])  # ERR np.isclose
+
+
+@tack.kernel
 def k_clip_one_bound(x, out):
     i = tack.tid()
     out[i] = np.clip(x[i], 0.0)  # ERR np.clip
@@ -337,6 +355,9 @@ ROUNDING_CASES = [
     (k_isclose_unknown_keyword, "unexpected keyword argument 'rtol'"),
     (k_isclose_negative_tolerance, "abs_tol is negative"),
     (k_isclose_one_argument, "missing required argument 'b'"),
+    (k_np_isclose_six_arguments, "takes at most 5 positional arguments (6 given)"),
+    (k_np_isclose_math_keyword, "unexpected keyword argument 'rel_tol'"),
+    (k_np_isclose_one_argument, "numpy.isclose() missing required argument 'b'"),
     (k_clip_one_bound, "missing required argument 'a_max'"),
     (k_clip_both_spellings, "passing min or max when a_min and a_max are given"),
     (k_clip_twice, "multiple values for argument 'a_min'"),
@@ -349,8 +370,8 @@ ROUNDING_CASES = [
 
 @pytest.mark.parametrize("kern, words", ROUNDING_CASES, ids=[k.__name__ for k, _ in ROUNDING_CASES])
 def test_numpy_and_python_functions_refuse_what_they_refuse_naming_the_line(kern, words):
-    """Calls of ``round``, ``np.round``, ``math.isclose``, ``np.clip``, ``np.where``, ``np.sign``
-    and ``np.rint`` that Python or NumPy refuse, or that Tack cannot compile (``round(x, 2)``,
+    """Calls of ``round``, ``np.round``, ``math.isclose``, ``np.isclose``, ``np.clip``,
+    ``np.where``, ``np.sign`` and ``np.rint`` that Python or NumPy refuse, or that Tack cannot compile (``round(x, 2)``,
     Python's exact decimal rounding; a ``decimals`` not a literal), are compile errors naming the
     kernel's line, with a caret under the fault."""
     with pytest.raises(tack.CompileError) as ei:

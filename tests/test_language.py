@@ -1081,6 +1081,47 @@ def test_math_isclose_is_pythons():
     assert not bad.any(), [(a[k], b[k], n[k], out[k]) for k in np.nonzero(bad.any(1))[0][:5]]
 
 
+@tack.kernel
+def k_np_isclose(a, b, n, out):
+    i = tack.tid()
+    out[i, 0] = np.isclose(a[i], b[i])
+    out[i, 1] = np.isclose(a[i], b[i], equal_nan=True)
+    out[i, 2] = np.isclose(a[i], b[i], 0.25, 1e-3)
+    out[i, 3] = np.isclose(a[i], 1.0)
+    out[i, 4] = np.isclose(b=a[i], a=b[i], rtol=0.0, atol=0.5, equal_nan=n[i] > 0)
+
+
+@tack.kernel
+def k_np_isclose_int(a, n, out):
+    i = tack.tid()
+    out[i] = np.isclose(a[i], n[i])
+
+
+@pytest.mark.parametrize("ftype", [np.float64, np.float32])
+def test_numpy_isclose_follows_numpy(ftype):
+    """``np.isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False)`` is NumPy's: ``|a - b| <=
+    atol + rtol * |b|`` (not symmetric: ``b``'s magnitude) where ``b`` is finite, equal infinities
+    close, NaNs close only with ``equal_nan``; in float32 of float32 arguments and literal
+    tolerances, as NumPy computes it, and an integer ``b`` taken as a float64."""
+    vals = np.array([np.nan, -np.inf, -1.0, -0.0, 0.0, 1e-9, 1e-7, 0.75, 1.0, 1.0 + 1e-6,
+                     1.0 + 1e-5, 1.5, 2.0, 1e30, np.inf], ftype)
+    a, b = (v.ravel().copy() for v in np.meshgrid(vals, vals))
+    n = np.resize(np.array([-1, 0, 1, 2, 2**53 + 1], np.int64), a.size)
+    out = np.empty((a.size, 5), bool)
+    tack.launch(k_np_isclose, dim=a.size, args=(a, b, n, out))
+    with numpy_quiet():
+        want = np.stack([np.isclose(a, b), np.isclose(a, b, equal_nan=True),
+                         np.isclose(a, b, 0.25, 1e-3), np.isclose(a, 1.0),
+                         [np.isclose(y, x, 0.0, 0.5, equal_nan=bool(m > 0))
+                          for x, y, m in zip(a, b, n)]], axis=1)
+    bad = out != want
+    assert not bad.any(), [(a[k], b[k], n[k], out[k], want[k]) for k in np.nonzero(bad.any(1))[0][:5]]
+    # an integer b is a float64 (a float64 computation: a device without float64 refuses it)
+    close = np.empty(a.size, bool)
+    tack.launch(k_np_isclose_int, dim=a.size, args=(a, n, close))
+    np.testing.assert_array_equal(close, np.isclose(a, n))
+
+
 # =====================================================================================
 # Device functions
 # =====================================================================================

@@ -45,7 +45,7 @@ from ..cache.keys import digest
 from ..errors import UNSIGNED_INDEX, BoundsSite, CompileError
 from ..ir import assignments
 from ..limits import deep
-from ..specialize import isclose_type, math_type, power_of_ten
+from ..specialize import isclose_type, math_type, np_isclose_type, power_of_ten
 from .arch_names import KINDS, METAL_FAMILIES
 from .argument_layout import GRID, array_fields, field_names
 
@@ -87,6 +87,10 @@ _HELPERS = {
                "{ if (a == b) return true; if (metal::isinf(a) || metal::isinf(b)) return false; "
                "T d = metal::fabs(b - a); "
                "return d <= metal::fabs(rel * b) || d <= metal::fabs(rel * a) || d <= tol; }",
+    "np.isclose": "template <typename T> static inline bool tack_isclose_np(T a, T b, T rtol, T atol, "
+                  "bool equal_nan) { return (metal::fabs(a - b) <= atol + rtol * metal::fabs(b) "
+                  "&& metal::isfinite(b)) || a == b || "
+                  "(equal_nan && metal::isnan(a) && metal::isnan(b)); }",
 }
 
 
@@ -894,7 +898,8 @@ class _Function:
                 return "true" if name == "isfinite" else "false"
             return f"metal::{name}({values[0]})"
         if name in _HELPERS:    # as codegen.py computes them (its clip, sign, rounded, isclose)
-            h = self.mod.helper(f"tack_{name[3:] if name.startswith('np.') else name}",
+            h = self.mod.helper("tack_isclose_np" if name == "np.isclose" else
+                                f"tack_{name[3:] if name.startswith('np.') else name}",
                                 _HELPERS[name])
             if name == "np.where":      # a function, not ?: : both sides evaluated, as codegen's
                 return f"{h}({self.cast(values[0], ts[0], T.boolean)}, " \
@@ -902,6 +907,10 @@ class _Function:
             if name == "isclose":
                 ft = isclose_type(ts)
                 return f"{h}({', '.join(self.cast(v, t, ft) for v, t in zip(values, ts))})"
+            if name == "np.isclose":
+                ft = np_isclose_type(ts)
+                nums = [self.cast(v, t, ft) for v, t in zip(values[:4], ts[:4])]
+                return f"{h}({', '.join(nums)}, {self.cast(values[4], ts[4], T.boolean)})"
             if name == "np.clip" and len(values) == 1:     # no bound: x itself
                 return self.cast(values[0], ts[0], st)
             return f"{h}({', '.join(self.cast(v, t, st) for v, t in zip(values, ts))})"

@@ -51,9 +51,12 @@ _SIGNATURES = {
     "np.round": ("numpy.round", ("a", "decimals"), ()),
     "round": ("round", ("number", "ndigits"), ()),
     "isclose": ("math.isclose", ("a", "b"), ("rel_tol", "abs_tol")),
+    "np.isclose": ("numpy.isclose", ("a", "b", "rtol", "atol", "equal_nan"), ()),
 }
-# math.isclose's keyword defaults (Python floats: weak literals, as if written)
-_ISCLOSE_DEFAULTS = {"rel_tol": 1e-09, "abs_tol": 0.0}
+# math.isclose's and np.isclose's defaults (Python's floats and bools: weak literals, as if
+# written)
+_ISCLOSE_DEFAULTS = {"isclose": {"rel_tol": 1e-09, "abs_tol": 0.0},
+                     "np.isclose": {"rtol": 1e-05, "atol": 1e-08, "equal_nan": False}}
 
 
 def _is_none(node) -> bool:
@@ -702,7 +705,8 @@ class _FunctionLowerer:
 
     def keyword_call(self, name, e):
         """A call of an intrinsic that takes keywords or may leave arguments out (``np.clip``,
-        ``np.round``, ``round``, ``math.isclose``): its node, with what Python or NumPy fills in."""
+        ``np.round``, ``round``, ``math.isclose``, ``np.isclose``): its node, with what Python or
+        NumPy fills in."""
         got, loc = self.bound(e, name), self.loc(e)
         if name == "np.clip":
             return self.clip_call(e, got)
@@ -732,16 +736,17 @@ class _FunctionLowerer:
                 raise self.error(f"numpy.round()'s decimals {node[2]} does not fit in a C int, "
                                  "as NumPy's must", d)
             return ["intrinsic", loc, name, [x] if node[2] == 0 else [x, node]]
-        # math.isclose(a, b, *, rel_tol=1e-09, abs_tol=0.0)
+        # math.isclose(a, b, *, rel_tol=1e-09, abs_tol=0.0);
+        # np.isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False)
         if "b" not in got:
             raise self._missing(e, name, "b")
         args = [x, self.expr(got["b"])]
-        for param, default in _ISCLOSE_DEFAULTS.items():
+        for param, default in _ISCLOSE_DEFAULTS[name].items():
             if param not in got:
-                args.append(["const", loc, default, "float"])
+                args.append(["const", loc, default, "bool" if type(default) is bool else "float"])
                 continue
             node = self.expr(got[param])
-            if node[0] == "const" and node[2] < 0:
+            if name == "isclose" and node[0] == "const" and node[2] < 0:
                 raise self.error(f"math.isclose()'s {param} is negative ({node[2]}): tolerances "
                                  "must be non-negative (Python raises ValueError)", got[param])
             args.append(node)
