@@ -173,6 +173,64 @@ def constant_index_error(lowered, fid, cid, idx):
     return None
 
 
+def static_truth(node, constants):
+    """Whether the condition ``node`` holds, where the kernel's compile knows it (True or
+    False): integer and bool literals, ``tack.constant`` scalars and a constant array's
+    ``shape[k]``, ``len``, ``size`` and ``ndim``, compared, combined with ``and``, ``or`` and
+    ``not``; else None.  A branch it rules out never runs, so a literal index there past a
+    constant's extent (``if C.shape[0] > 3: C[3]``, code written for constants of any size) is
+    no compile error (``constant_index_error``)."""
+    op = node[0]
+    if op == "boolop":
+        truths = [static_truth(x, constants) for x in node[3]]
+        if node[2] == "and":
+            return False if False in truths else True if all(t is True for t in truths) else None
+        return True if True in truths else False if all(t is False for t in truths) else None
+    if op == "unop" and node[2] == "not":
+        t = static_truth(node[3], constants)
+        return None if t is None else not t
+    if op == "cmp":
+        values = [_static_value(x, constants) for x in node[3]]
+        if any(v is None for v in values):
+            return None
+        return all(getattr(operator, _COMPARE[o])(a, b)
+                   for o, a, b in zip(node[2], values, values[1:]))
+    v = _static_value(node, constants)
+    return None if v is None else bool(v)
+
+
+_COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+
+
+def _static_value(x, constants):
+    """The integer (or bool) ``x`` is when the kernel compiles, else None (``static_truth``)."""
+    op = x[0]
+    if op == "const":
+        return x[2] if x[3] in ("int", "bool") and type(x[2]) in (int, bool) else None
+    if op == "gconst":
+        value = getattr(constants.get(x[2]), "value", None)
+        if isinstance(value, np.ndarray) or value is None:
+            return None
+        try:
+            return bool(value) if isinstance(value, (bool, np.bool_)) else operator.index(value)
+        except TypeError:
+            return None
+    shape = None
+    if op in ("index", "tget") and x[2][0] == "shape" and x[2][2][0] == "gconst":
+        shape = getattr(constants.get(x[2][2][2]), "value", None)
+        k = x[3] if op == "tget" else (_static_value(x[3][0], constants) if len(x[3]) == 1 else None)
+        if isinstance(shape, np.ndarray) and type(k) is int and -shape.ndim <= k < shape.ndim:
+            return shape.shape[k]
+        return None
+    if op == "intrinsic" and x[2] in ("len", "size", "ndim") and len(x[3]) == 1 \
+            and x[3][0][0] == "gconst":
+        value = getattr(constants.get(x[3][0][2]), "value", None)
+        if isinstance(value, np.ndarray) and (value.ndim or x[2] != "len"):
+            return {"len": lambda a: a.shape[0], "size": lambda a: a.size,
+                    "ndim": lambda a: a.ndim}[x[2]](value)
+    return None
+
+
 def _literal_index(x, constants):
     """The integer ``x`` is, if it is a literal or a ``tack.constant`` integer (and smaller than
     ``MAX_INDEX``), else None."""

@@ -394,6 +394,7 @@ class _Inferer:
         self.tf = tf
         self.src = tf.lowered.source
         self.strict = False
+        self.dead = 0           # > 0 inside a branch the compile knows never runs (``ruled_out``)
 
     def error(self, msg, node):
         return self.src.error(msg, node[1] if node is not None else None)
@@ -440,11 +441,12 @@ class _Inferer:
             self.assign(s[3], v, s)
         elif op == "if":
             self.truth(s[2])
-            self.block(s[3])
-            self.block(s[4])
+            known = self.known(s[2])
+            self.ruled_out(known is False, self.block, s[3])
+            self.ruled_out(known is True, self.block, s[4])
         elif op == "while":
             self.truth(s[2])
-            self.block(s[3])
+            self.ruled_out(self.known(s[2]) is False, self.block, s[3])
         elif op == "for":
             ts = [self.expr(x) for x in s[3:6]]
             if any(t is None for t in ts):
@@ -687,9 +689,26 @@ class _Inferer:
             return T.boolean
         return self.common_type(e[3], ts)
 
+    def known(self, cond):
+        """The condition's truth where the compile knows it (``gridcheck.static_truth``), else
+        None."""
+        from .gridcheck import static_truth
+        return static_truth(cond, self.ctx.lowered.constants)
+
+    def ruled_out(self, dead, walk, node):
+        """``walk(node)``, counted as code that never runs where ``dead``: a literal index past a
+        constant's extent there is no error."""
+        self.dead += dead
+        try:
+            return walk(node)
+        finally:
+            self.dead -= dead
+
     def _ifexp(self, e):
         self.truth(e[2])
-        a, b = self.expr(e[3]), self.expr(e[4])
+        known = self.known(e[2])
+        a = self.ruled_out(known is False, self.expr, e[3])
+        b = self.ruled_out(known is True, self.expr, e[4])
         if a is None or b is None:
             return None
         if isinstance(a, T.Scalar) and isinstance(b, T.Scalar):
@@ -740,7 +759,7 @@ class _Inferer:
         if e[2][0] == "gconst":             # a tack.constant's extents are known: so is C[3]'s fault
             from .gridcheck import constant_index_error
             msg = constant_index_error(self.ctx.lowered, self.tf.lowered.fid, e[2][2], e[3])
-            if msg is not None:
+            if msg is not None and not self.dead:
                 raise self.error(msg, e)
         return base.dtype
 

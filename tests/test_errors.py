@@ -1299,6 +1299,13 @@ def k_constant_past_its_end_in_a_func(out):
     out[i] = entry(9)
 
 
+@tack.kernel
+def k_constant_past_its_end_where_its_size_is_checked_live(out):
+    i = tack.tid()
+    if WRAPPED.shape[0] == 4 and i >= 0:
+        out[i] = WRAPPED[4]  # ERR WRAPPED[4]
+
+
 CONSTANT_INDEX_CASES = [
     (k_constant_past_its_end, k_constant_past_its_end, "index 4 is out of bounds for axis 0 of "
      "the constant 'WRAPPED' with size 4"),
@@ -1310,6 +1317,9 @@ CONSTANT_INDEX_CASES = [
      "for axis 1 of the constant 'TABLE' with size 3"),
     (k_constant_past_its_end_in_a_func, entry, "index 9 is out of bounds for axis 0 of the "
      "constant 'WRAPPED' with size 4"),
+    (k_constant_past_its_end_where_its_size_is_checked_live,
+     k_constant_past_its_end_where_its_size_is_checked_live, "index 4 is out of bounds for axis 0 "
+     "of the constant 'WRAPPED' with size 4"),
 ]
 
 
@@ -1325,6 +1335,33 @@ def test_a_constant_index_past_a_constant_array_is_a_compile_error(kern, where, 
         tack.launch(kern, dim=2, args=(np.zeros(2),))
     msg = check_points_at(ei.value, kern.__qualname__, where, FILE)
     assert words in msg, msg
+
+
+@tack.kernel
+def k_constant_in_branches_its_size_rules_out(out):
+    i = tack.tid()
+    out[i] = WRAPPED[0]
+    if WRAPPED.shape[0] > 4:                # code for a constant of any size: never runs here
+        out[i] = WRAPPED[4]
+    if len(WRAPPED) >= 4 and not (TABLE.shape[1] > 3 or COLUMN > 3):
+        out[i] += 1.0
+    else:
+        out[i] = TABLE[1, COLUMN]
+    out[i] += WRAPPED[9] if WRAPPED.size > 9 else 10.0
+    while TABLE.ndim == 3:
+        out[i] = TABLE[5, 5]
+    if COLUMN < 3:
+        out[i] = TABLE[0, COLUMN]
+
+
+def test_a_constant_index_in_a_branch_its_size_rules_out_is_no_error():
+    """Where a condition the compile knows (a constant's ``shape[k]``, ``len``, ``size``, ``ndim``,
+    an integer constant, literals; ``and``, ``or``, ``not``) rules a branch out, a literal index
+    there past the constant's extent never runs: no compile error (code written for constants of
+    any size; it was one), and the branches that run give the right values."""
+    out = np.zeros(2)
+    tack.launch(k_constant_in_branches_its_size_rules_out, dim=2, args=(out,))
+    np.testing.assert_array_equal(out, [0.0 + 1.0 + 10.0] * 2)
 
 
 @tack.kernel
