@@ -31,8 +31,8 @@ from .ir import assignments
 from .limits import deep
 from .language import MATH1, MATH2
 from .backends.argument_layout import array_fields
-from .specialize import (TypedFunction, TypedKernel, arith_type, isclose_type, math_type, np_isclose_type,
-                         power_of_ten)
+from .specialize import (TypedFunction, TypedKernel, arith_type, isclose_type, math_type,
+                         np_isclose_type, power_of_ten)
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()

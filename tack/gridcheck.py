@@ -215,7 +215,6 @@ def _static_value(x, constants):
             return bool(value) if isinstance(value, (bool, np.bool_)) else operator.index(value)
         except TypeError:
             return None
-    shape = None
     if op in ("index", "tget") and x[2][0] == "shape" and x[2][2][0] == "gconst":
         shape = getattr(constants.get(x[2][2][2]), "value", None)
         k = x[3] if op == "tget" else (_static_value(x[3][0], constants) if len(x[3]) == 1 else None)
