@@ -106,6 +106,7 @@ def _child_steady(sizes, repeats):
     # The rule's measured overhead, kept per mode: forced-2 launches of tiny grids lag far more
     # than their work, and must not make the automatic column hold back.
     overhead = {m: getattr(cpu_runtime, "_overhead", 0.0) for m in modes}
+    samples = {m: list(getattr(cpu_runtime, "_overheads", [])) for m in modes}   # its median's
     factor = getattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
     learnt = {}
 
@@ -115,6 +116,8 @@ def _child_steady(sizes, repeats):
         if has_rule:
             cpu_runtime.PER_THREAD_S = per_thread
             cpu_runtime._overhead = overhead[mode]
+            if hasattr(cpu_runtime, "_overheads"):
+                cpu_runtime._overheads[:] = samples[mode]
             # forced: 2 threads whatever the overhead measured (else it backs off like auto)
             cpu_runtime.OVERHEAD_FACTOR = 0.0 if mode == "2" else factor
         variants = [v for v in kernel._variants.values() if hasattr(v, "serial_points")]
@@ -127,6 +130,7 @@ def _child_steady(sizes, repeats):
         used = cpu_runtime.pool_stats()["last_threads"] if has_rule else None
         if has_rule:
             overhead[mode] = cpu_runtime._overhead
+            samples[mode] = list(getattr(cpu_runtime, "_overheads", []))
             learnt.update(((mode, id(v)), (v.serial_points, getattr(v, "quiet_points", 0)))
                           for v in variants)
         return t, used

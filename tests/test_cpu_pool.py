@@ -107,20 +107,65 @@ def test_thread_rule_around_each_threshold(monkeypatch, shape, threads):
 
 
 def test_busy_machine_backs_off_and_probes(monkeypatch):
-    """Parallel launches that measured a large overhead (a busy machine) raise each thread's
-    minimum work, so mid-size grids run serially; every PROBE_EVERY-th launch held back so
-    goes parallel again, and one cheap probe brings the overhead down."""
+    """Parallel launches that measured a large overhead (a busy machine: the last three lagged
+    1 s) raise each thread's minimum work, so mid-size grids run serially; every
+    PROBE_EVERY-th launch held back so goes parallel again, and its quick overhead is one of
+    three: the median, the estimate, stays (two quick probes bring it down: the test below)."""
     tack.config.num_threads = 2
     monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-9)
+    monkeypatch.setattr(cpu_runtime, "_overheads", [1.0] * cpu_runtime.OVERHEAD_SAMPLES)
     monkeypatch.setattr(cpu_runtime, "_overhead", 1.0)          # as if launches lagged 1 s
     _launch_marked((1000,))
     (variant,) = [v for v in k_mark1._variants.values() if getattr(v, "fn", None) is not None]
+    monkeypatch.setattr(cpu_runtime, "_held_back", 0)
     used = []
     for _ in range(cpu_runtime.PROBE_EVERY):
         variant.cost, variant.serial_points, variant.quiet_points = 1e-9, 0, 0
         used.append(_launch_marked((1000,))[0])
-    assert used.count(2) == 1 and used.count(1) == cpu_runtime.PROBE_EVERY - 1
-    assert cpu_runtime._overhead < 1.0
+    assert used.count(2) == 1 and used[-1] == 2 and used.count(1) == cpu_runtime.PROBE_EVERY - 1
+    assert cpu_runtime._overhead == 1.0         # one quick probe of three: still a busy machine
+
+
+def test_one_slow_parallel_launch_does_not_hold_the_next_ones_back(monkeypatch):
+    """The overhead the rule backs off from is the median of the last three parallel launches'
+    (``_note_overhead``): one launch whose worker was preempted (a 10 s lag here) leaves the next
+    launches parallel, two in three hold mid-size grids back, and two quick probes bring them
+    back.  (With the moving average before, one such lag held them back for thousands of
+    launches, every probe taking off only a quarter of it.)"""
+    tack.config.num_threads = 2
+    monkeypatch.setattr(cpu_runtime, "PER_THREAD_S", 1e-9)
+    monkeypatch.setattr(cpu_runtime, "_overheads", [20e-6] * cpu_runtime.OVERHEAD_SAMPLES)
+    monkeypatch.setattr(cpu_runtime, "_overhead", 20e-6)
+    monkeypatch.setattr(cpu_runtime, "_held_back", 0)
+    _launch_marked((1000,))
+    (variant,) = [v for v in k_mark1._variants.values() if getattr(v, "fn", None) is not None]
+
+    def threads_used():
+        # 1,000 points taken at 2 ms each: 2 s of work, which a 10 s overhead holds back and
+        # any real launch's overhead (under 0.5 s) does not
+        variant.cost, variant.serial_points, variant.quiet_points = 2e-3, 0, 0
+        return _launch_marked((1000,))[0]
+
+    cpu_runtime._overhead = cpu_runtime._note_overhead(10.0)       # one preempted launch
+    assert cpu_runtime._overhead < 0.5
+    assert threads_used() == 2
+    cpu_runtime._note_overhead(10.0)
+    cpu_runtime._overhead = cpu_runtime._note_overhead(10.0)       # a busy machine
+    assert cpu_runtime._overhead == 10.0
+    cpu_runtime._held_back = 0
+    noted = []                          # the overheads parallel launches measure from now on
+    note = cpu_runtime._note_overhead
+    monkeypatch.setattr(cpu_runtime, "_note_overhead", lambda t: noted.append(t) or note(t))
+    used = [threads_used() for _ in range(2 * cpu_runtime.PROBE_EVERY)]
+    every = cpu_runtime.PROBE_EVERY                                 # held back but two probes
+    assert [k for k, u in enumerate(used) if u == 2] == [every - 1, 2 * every - 1], used
+    # A probe measures its overhead where the calling thread ran a chunk itself (nearly always;
+    # a worker woken at once may take them all): two quick ones bring the threads back.
+    while len(noted) < 2 and len(used) < 6 * every:
+        used.append(threads_used())
+    assert len(noted) == 2 and max(noted) < 0.5, noted
+    assert cpu_runtime._overhead < 0.5                              # quick again: parallel
+    assert threads_used() == 2
 
 
 def _index_kernel():

@@ -383,11 +383,14 @@ class CPUVariant(BoundsReport):
 # process does not make a variant look costly for long).
 # A busy machine: each parallel launch also measures its overhead, the time its calling thread
 # spent not running chunks itself (waking workers, waiting for the last chunk) beyond one
-# chunk's time, averaged over
-# launches in ``_overhead``; each thread's
+# chunk's time; ``_overhead`` is the median of the last OVERHEAD_SAMPLES of them
+# (``_note_overhead``), so one launch whose worker was preempted once does not count, and two
+# slow launches in three do. Each thread's
 # minimum work is then max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead), so where other processes
 # keep the worker from running promptly, mid-size grids go back to one thread. One launch in
 # PROBE_EVERY held back only by that overhead runs parallel anyway, to see if it has gone.
+# (A moving average, before: one preempted launch, a 2 ms lag, held a 10^6-point saxpy on one
+# thread for some 190 launches, six probes, at 1.45x the time two threads took.)
 #
 # The pool. Workers are started once per process (``_thread``: no threading.Thread start
 # handshake), as many as the first launch that wants them needs, more when a later one wants
@@ -410,7 +413,10 @@ PROBE_EVERY = 32             # one launch in this many held back by that overhea
 SAMPLE_EVERY = 8             # one launch in this many that cannot gain a thread is timed
 FAST_SAMPLE_EVERY = 16       # and one in this many below the size found too small to time
 
+OVERHEAD_SAMPLES = 3         # the overheads measured last, whose median is ``_overhead``
+
 _overhead = 20e-6            # what parallel launches took beyond their share of the work
+_overheads = [_overhead] * OVERHEAD_SAMPLES     # (the median of these, the newest last)
 _held_back = 0               # (a moving average), and launches held back by it since a probe
 
 _clock = time.perf_counter
@@ -537,9 +543,17 @@ def _parallel(variant, buf, d, n):
     # worker, would count as overhead.
     if job.timed_rows:
         chunk = job.timed * (d0 / chunks) / job.timed_rows
-        _overhead = (3 * _overhead + max(wall - job.timed - chunk, 0.0)) / 4
+        _overhead = _note_overhead(max(wall - job.timed - chunk, 0.0))
     if job.error is not None:
         raise job.error
+
+
+def _note_overhead(sample):
+    """The overhead estimate once a parallel launch measured ``sample`` seconds: the median of
+    the last OVERHEAD_SAMPLES measured (the pool held: ``_busy``)."""
+    del _overheads[0]
+    _overheads.append(sample)
+    return sorted(_overheads)[len(_overheads) // 2]
 
 
 def _learn(variant, cost):
