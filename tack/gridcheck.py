@@ -205,16 +205,10 @@ _COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"
 def _static_value(x, constants):
     """The integer (or bool) ``x`` is when the kernel compiles, else None (``static_truth``)."""
     op = x[0]
-    if op == "const":
-        return x[2] if x[3] in ("int", "bool") and type(x[2]) in (int, bool) else None
-    if op == "gconst":
-        value = getattr(constants.get(x[2]), "value", None)
-        if isinstance(value, np.ndarray) or value is None:
-            return None
-        try:
-            return bool(value) if isinstance(value, (bool, np.bool_)) else operator.index(value)
-        except TypeError:
-            return None
+    if op == "const" and x[3] == "bool":
+        return x[2]
+    if op in ("const", "gconst"):           # an integer literal or tack.constant, as an index is
+        return _index_value(x, constants)
     if op in ("index", "tget") and x[2][0] == "shape" and x[2][2][0] == "gconst":
         shape = getattr(constants.get(x[2][2][2]), "value", None)
         k = x[3] if op == "tget" else (_static_value(x[3][0], constants) if len(x[3]) == 1 else None)
