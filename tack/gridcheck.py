@@ -24,6 +24,7 @@ cache hit checks them too.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -159,68 +160,86 @@ def constant_index_error(lowered, fid, cid, idx):
     index outside the constant's extent on its axis (counted from the end if negative, as
     Python counts) is out of bounds wherever it runs, whatever the grid, so it is a compile
     error, where an array argument's extent is known only at launch."""
+    found = literal_out_of_bounds(lowered.constants[cid].value.shape, idx, lowered.constants)
+    return None if found is None else index_message(*found, lowered.constant_name(cid, fid))
+
+
+def index_message(axis, k, n, name, passed=""):
+    """The compile error of index ``k`` on ``axis`` (of extent ``n``) of the constant ``name``;
+    ``passed``: how it reached the function that indexes it (a device function's parameter)."""
+    return (f"index {k} is out of bounds for axis {axis} of the constant '{name}' with size {n}"
+            f"{passed} (Python raises IndexError for it)")
+
+
+def literal_out_of_bounds(shape, idx, constants):
+    """``(axis, index, extent)`` of the first of the index nodes ``idx`` (one per axis of an
+    array of static ``shape``) that is a literal or integer ``tack.constant`` outside its axis's
+    extent (counted from the end if negative, as Python counts), else None."""
     if len(idx) == 1 and idx[0][0] == "tuple":
         idx = idx[0][2]
-    shape = lowered.constants[cid].value.shape
     if len(idx) != len(shape):
         return None                     # the typing's error
     for axis, (x, n) in enumerate(zip(idx, shape)):
-        k = _index_value(x, lowered.constants)
+        k = _index_value(x, constants)
         if k is not None and not -n <= k < n:
-            return (f"index {k} is out of bounds for axis {axis} of the constant "
-                    f"'{lowered.constant_name(cid, fid)}' with size {n} (Python raises "
-                    "IndexError for it)")
+            return axis, k, n
     return None
 
 
-def static_truth(node, constants):
+def static_truth(node, constants, shape_of=None):
     """Whether the condition ``node`` holds, where the kernel's compile knows it (True or
-    False): integer and bool literals, ``tack.constant`` scalars and a constant array's
-    ``shape[k]``, ``len``, ``size`` and ``ndim``, compared, combined with ``and``, ``or`` and
-    ``not``; else None.  A branch it rules out never runs, so a literal index there past a
-    constant's extent (``if C.shape[0] > 3: C[3]``, code written for constants of any size) is
-    no compile error (``constant_index_error``)."""
+    False): integer and bool literals, ``tack.constant`` scalars and the ``shape[k]``, ``len``,
+    ``size`` and ``ndim`` of an array whose shape is compiled in (a ``tack.constant``, a
+    parameter given one, a ``static_shape`` argument: ``shape_of(node)``, the static shape of an
+    array expression or None; without it, the constants'), compared, combined with ``and``,
+    ``or`` and ``not``; else None.  A branch it rules out never runs, so a literal index there
+    past a constant's extent (``if C.shape[0] > 3: C[3]``, code written for constants of any
+    size) is no compile error (``constant_index_error``)."""
+    if shape_of is None:
+        def shape_of(x):
+            value = getattr(constants.get(x[2]), "value", None) if x[0] == "gconst" else None
+            return value.shape if isinstance(value, np.ndarray) else None
     op = node[0]
     if op == "boolop":
-        truths = [static_truth(x, constants) for x in node[3]]
+        truths = [static_truth(x, constants, shape_of) for x in node[3]]
         if node[2] == "and":
             return False if False in truths else True if all(t is True for t in truths) else None
         return True if True in truths else False if all(t is False for t in truths) else None
     if op == "unop" and node[2] == "not":
-        t = static_truth(node[3], constants)
+        t = static_truth(node[3], constants, shape_of)
         return None if t is None else not t
     if op == "cmp":
-        values = [_static_value(x, constants) for x in node[3]]
+        values = [_static_value(x, constants, shape_of) for x in node[3]]
         if any(v is None for v in values):
             return None
         return all(getattr(operator, _COMPARE[o])(a, b)
                    for o, a, b in zip(node[2], values, values[1:]))
-    v = _static_value(node, constants)
+    v = _static_value(node, constants, shape_of)
     return None if v is None else bool(v)
 
 
 _COMPARE = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
 
 
-def _static_value(x, constants):
+def _static_value(x, constants, shape_of):
     """The integer (or bool) ``x`` is when the kernel compiles, else None (``static_truth``)."""
     op = x[0]
     if op == "const" and x[3] == "bool":
         return x[2]
     if op in ("const", "gconst"):           # an integer literal or tack.constant, as an index is
         return _index_value(x, constants)
-    if op in ("index", "tget") and x[2][0] == "shape" and x[2][2][0] == "gconst":
-        shape = getattr(constants.get(x[2][2][2]), "value", None)
-        k = x[3] if op == "tget" else (_static_value(x[3][0], constants) if len(x[3]) == 1 else None)
-        if isinstance(shape, np.ndarray) and type(k) is int and -shape.ndim <= k < shape.ndim:
-            return shape.shape[k]
+    if op in ("index", "tget") and x[2][0] == "shape":
+        shape = shape_of(x[2][2])
+        k = x[3] if op == "tget" else (_static_value(x[3][0], constants, shape_of)
+                                       if len(x[3]) == 1 else None)
+        if shape is not None and type(k) is int and -len(shape) <= k < len(shape):
+            return shape[k]
         return None
-    if op == "intrinsic" and x[2] in ("len", "size", "ndim") and len(x[3]) == 1 \
-            and x[3][0][0] == "gconst":
-        value = getattr(constants.get(x[3][0][2]), "value", None)
-        if isinstance(value, np.ndarray) and (value.ndim or x[2] != "len"):
-            return {"len": lambda a: a.shape[0], "size": lambda a: a.size,
-                    "ndim": lambda a: a.ndim}[x[2]](value)
+    if op == "intrinsic" and x[2] in ("len", "size", "ndim") and len(x[3]) == 1:
+        shape = shape_of(x[3][0])
+        if shape is not None and (shape or x[2] != "len"):
+            return {"len": lambda: shape[0], "size": lambda: math.prod(shape),
+                    "ndim": lambda: len(shape)}[x[2]]()
     return None
 
 

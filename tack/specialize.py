@@ -37,6 +37,11 @@ class TypedFunction:
     callees: dict = field(default_factory=dict)  # id(call node) -> TypedFunction
     is_kernel: bool = False
     passed: tuple = None                   # which of a call's arguments it takes (None: all)
+    # (parameter position, axis, index, extent, source, location) of each literal index past the
+    # static extent of an array parameter (never assigned), in code that may run, here or in a
+    # device function the parameter is passed to: a compile error where a call passes a
+    # tack.constant there (``_Inferer._call``)
+    out_of_bounds: list = field(default_factory=list)
 
     def call_args(self, args: list) -> list:
         """The argument nodes of a call of this function that it takes as parameters: a literal
@@ -395,6 +400,8 @@ class _Inferer:
         self.src = tf.lowered.source
         self.strict = False
         self.dead = 0           # > 0 inside a branch the compile knows never runs (``ruled_out``)
+        lf = tf.lowered         # the parameters an index or a call may stand for (never assigned)
+        self.kept_params = () if tf.is_kernel else set(lf.params) - set(assignments(lf.body))
 
     def error(self, msg, node):
         return self.src.error(msg, node[1] if node is not None else None)
@@ -414,6 +421,7 @@ class _Inferer:
         self.strict = True
         tf.types.clear()
         tf.callees.clear()
+        tf.out_of_bounds.clear()
         self.block(lf.body)
 
     # -- statements ---------------------------------------------------------
@@ -693,7 +701,13 @@ class _Inferer:
         """The condition's truth where the compile knows it (``gridcheck.static_truth``), else
         None."""
         from .gridcheck import static_truth
-        return static_truth(cond, self.ctx.lowered.constants)
+        return static_truth(cond, self.ctx.lowered.constants, self.static_shape)
+
+    def static_shape(self, node):
+        """The shape ``node`` (an expression typed already) has when the kernel compiles: a
+        ``tack.constant``'s, a ``static_shape`` argument's, or a parameter's given one; else None."""
+        t = self.tf.types.get(id(node))
+        return t.shape if isinstance(t, T.Array) else None
 
     def ruled_out(self, dead, walk, node):
         """``walk(node)``, counted as code that never runs where ``dead``: a literal index past a
@@ -761,6 +775,13 @@ class _Inferer:
             msg = constant_index_error(self.ctx.lowered, self.tf.lowered.fid, e[2][2], e[3])
             if msg is not None and not self.dead:
                 raise self.error(msg, e)
+        elif (self.strict and not self.dead and base.shape is not None and e[2][0] == "name"
+              and e[2][2] in self.kept_params):
+            from .gridcheck import literal_out_of_bounds
+            found = literal_out_of_bounds(base.shape, e[3], self.ctx.lowered.constants)
+            if found is not None:           # an error where a call passes a constant here
+                self.tf.out_of_bounds.append(
+                    (self.tf.lowered.params.index(e[2][2]), *found, self.src, e[1]))
         return base.dtype
 
     def index_type(self, arr, indices, node):
@@ -813,12 +834,32 @@ class _Inferer:
             return None
         callee = self.ctx.function(e[2], tuple(ts), e[3])
         self.tf.callees[id(e)] = callee
+        if self.strict and not self.dead and callee.out_of_bounds:
+            self.passed_out_of_bounds(callee, callee.call_args(e[3]), e)
         if callee.ret is None:
             if self.strict and id(e) != getattr(self, "statement_call", None):
                 raise self.error(f"'{callee.lowered.name}' returns no value: a call of it can only "
                                  "be a statement of its own, not part of an expression", e)
             return T.Tuple(())
         return callee.ret
+
+    def passed_out_of_bounds(self, callee, args, call):
+        """A ``tack.constant`` array passed (as ``args``) to a device function that indexes the
+        parameter at a literal past the constant's extent, in code that may run: the compile
+        error of that index (at its line), as if the function read the constant itself.  A
+        parameter of this function passed on carries the callee's indices to this one's callers."""
+        from .gridcheck import index_message
+        for pos, axis, k, n, src, loc in callee.out_of_bounds:
+            a = args[pos]
+            if a[0] == "gconst":
+                line = "" if call[1] is None else f" at line {call[1][0] + self.src.shift}"
+                passed = (f", passed to '{callee.lowered.name}' as "
+                          f"'{callee.lowered.params[pos]}'{line}")
+                name = self.ctx.lowered.constant_name(a[2], self.tf.lowered.fid)
+                raise src.error(index_message(axis, k, n, name, passed), loc)
+            if a[0] == "name" and a[2] in self.kept_params:
+                self.tf.out_of_bounds.append(
+                    (self.tf.lowered.params.index(a[2]), axis, k, n, src, loc))
 
     def _intrinsic(self, e):
         name, args = e[2], e[3]

@@ -1306,6 +1306,29 @@ def k_constant_past_its_end_where_its_size_is_checked_live(out):
         out[i] = WRAPPED[4]  # ERR WRAPPED[4]
 
 
+@tack.func
+def fifth_of(t):
+    return t[4]  # ERR t[4]
+
+
+@tack.func
+def fifth_through(u, scale):
+    return fifth_of(u) * scale
+
+
+@tack.kernel
+def k_constant_passed_to_a_func_past_its_end(out):
+    i = tack.tid()
+    out[i] = fifth_of(WRAPPED)
+
+
+@tack.kernel
+def k_constant_passed_on_through_two_funcs(out):
+    i = tack.tid()
+    if i >= 0:
+        out[i] = fifth_through(WRAPPED, 2.0)
+
+
 CONSTANT_INDEX_CASES = [
     (k_constant_past_its_end, k_constant_past_its_end, "index 4 is out of bounds for axis 0 of "
      "the constant 'WRAPPED' with size 4"),
@@ -1320,7 +1343,14 @@ CONSTANT_INDEX_CASES = [
     (k_constant_past_its_end_where_its_size_is_checked_live,
      k_constant_past_its_end_where_its_size_is_checked_live, "index 4 is out of bounds for axis 0 "
      "of the constant 'WRAPPED' with size 4"),
+    (k_constant_passed_to_a_func_past_its_end, fifth_of, "index 4 is out of bounds for axis 0 of "
+     "the constant 'WRAPPED' with size 4, passed to 'fifth_of' as 't' at line "),
+    (k_constant_passed_on_through_two_funcs, fifth_of, "index 4 is out of bounds for axis 0 of "
+     "the constant 'WRAPPED' with size 4, passed to 'fifth_through' as 'u' at line "),
 ]
+
+PASSING_CALLS = {k_constant_passed_to_a_func_past_its_end: "= fifth_of(WRAPPED)",
+                 k_constant_passed_on_through_two_funcs: "= fifth_through(WRAPPED, 2.0)"}
 
 
 @pytest.mark.parametrize("kern, where, words", CONSTANT_INDEX_CASES,
@@ -1328,13 +1358,18 @@ CONSTANT_INDEX_CASES = [
 def test_a_constant_index_past_a_constant_array_is_a_compile_error(kern, where, words):
     """A tack.constant array indexed at a literal or an integer tack.constant it has no element
     at (``WRAPPED[4]`` of 4 elements, ``WRAPPED[-5]``, ``TABLE[1, COLUMN]`` with COLUMN = 3 of 3
-    columns; under an ``if`` too, and in a device function given the literal) read past its
-    data, silently: its shape is known when the kernel compiles, so it is a CompileError there,
-    naming the constant, the axis, the index and the size, at the access's line."""
+    columns; under an ``if`` too, in a device function given the literal, and in one given the
+    constant, directly or through another) read past its data, silently: its shape is known
+    when the kernel compiles, so it is a CompileError there, naming the constant, the axis, the
+    index and the size (and the call that passed it), at the access's line."""
     with pytest.raises(tack.CompileError) as ei:
         tack.launch(kern, dim=2, args=(np.zeros(2),))
     msg = check_points_at(ei.value, kern.__qualname__, where, FILE)
     assert words in msg, msg
+    call = PASSING_CALLS.get(kern)
+    if call is not None:                    # the line of the call that passed the constant
+        lines = open(FILE).read().splitlines()
+        assert f"at line {next(n for n, t in enumerate(lines, 1) if call in t)} " in msg, msg
 
 
 @tack.kernel
@@ -1362,6 +1397,42 @@ def test_a_constant_index_in_a_branch_its_size_rules_out_is_no_error():
     out = np.zeros(2)
     tack.launch(k_constant_in_branches_its_size_rules_out, dim=2, args=(out,))
     np.testing.assert_array_equal(out, [0.0 + 1.0 + 10.0] * 2)
+
+
+@tack.func
+def fifth_or_first(t):
+    if t.shape[0] > 4 and len(t) == t.size:     # its shape is compiled in: known here
+        return t[4]
+    return t[0] + 100.0
+
+
+@tack.kernel
+def k_constant_passed_where_its_size_rules_the_index_out(out):
+    i = tack.tid()
+    out[i] = fifth_or_first(WRAPPED)
+    if WRAPPED.shape[0] > 4:                # the call never runs
+        out[i] = fifth_of(WRAPPED)
+
+
+@tack.kernel(static_shape="a")
+def k_static_argument_passed_past_its_end(a, n, out):
+    i = tack.tid()
+    out[i] = fifth_or_first(a)
+    if n > 4:
+        out[i] = fifth_of(a)
+
+
+def test_a_constant_passed_to_a_func_where_its_index_never_runs_is_no_error():
+    """A device function given a constant (or a ``static_shape`` array) knows its shape: a
+    condition on it rules a branch out there as in the kernel, and a call in a branch the
+    kernel rules out passes nothing.  A ``static_shape`` argument is not a constant: a literal
+    index past it in a device function is left to run time (here it never runs), as in the
+    kernel."""
+    out = np.zeros(2)
+    tack.launch(k_constant_passed_where_its_size_rules_the_index_out, dim=2, args=(out,))
+    np.testing.assert_array_equal(out, [100.0] * 2)
+    tack.launch(k_static_argument_passed_past_its_end, dim=2, args=(np.arange(3.0) + 7, 4, out))
+    np.testing.assert_array_equal(out, [107.0] * 2)
 
 
 @tack.kernel
