@@ -229,13 +229,32 @@ def k_builtin_reversed(x, out):
         out[j] = x[i]
 
 
+@tack.kernel
+def k_numpy_sum(x, out):
+    i = tack.tid()
+    out[i] = np.sum(x)  # ERR np.sum
+
+
+@tack.kernel
+def k_numpy_ufunc_tack_lacks(x, out):
+    i = tack.tid()
+    out[i] = np.exp2(x[i])  # ERR np.exp2
+
+
+NUMPY_HINT = "for a sum, a product or any reduction over an array, loop over its elements"
+
+
 @pytest.mark.parametrize("kern, words", [(k_builtin_pow, "x ** y"), (k_builtin_divmod, "x // y"),
                                          (k_builtin_print, "write it into an array"),
-                                         (k_builtin_reversed, "range(n - 1, -1, -1)")],
-                         ids=["pow", "divmod", "print", "reversed"])
+                                         (k_builtin_reversed, "range(n - 1, -1, -1)"),
+                                         (k_numpy_sum, NUMPY_HINT),
+                                         (k_numpy_ufunc_tack_lacks, "as docs/language.md lists them")],
+                         ids=["pow", "divmod", "print", "reversed", "np.sum", "np.exp2"])
 def test_a_python_builtin_that_tack_lacks_says_what_to_write(kern, words):
     """``pow(x, y)``, ``divmod`` and ``print`` (Python's builtins, which Numba takes) said
-    only "'pow' (builtin_function_or_method) cannot be called"; they name what to write instead."""
+    only "'pow' (builtin_function_or_method) cannot be called"; they name what to write instead.
+    So do NumPy's functions kernel code does not take (``np.sum(x)``, a reduction a newcomer
+    writes first, said only "'np.sum' (_ArrayFunctionDispatcher) cannot be called")."""
     with pytest.raises(tack.CompileError) as ei:
         tack.launch(kern, dim=2, args=(np.ones(2), np.zeros(2)))
     msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
