@@ -74,23 +74,26 @@ _MATH = {"sqrt": "metal::sqrt", "exp": "metal::exp", "log": "metal::log", "log2"
 
 
 # NumPy's and Python's functions that MSL has none of, as codegen.py computes them (its clip,
-# sign, isclose): template helpers, so that each argument is evaluated once (np.where's both).
+# sign, isclose): template helpers, so that each argument is evaluated once (np.where's both),
+# by intrinsic: (the helper's name, its source).
 _HELPERS = {
-    "np.where": "template <typename T> static inline T tack_where(bool c, T a, T b) "
-                "{ return c ? a : b; }",
-    "np.clip": "template <typename T> static inline T tack_clip(T x, T lo, T hi) "
-               "{ T m = x < lo ? lo : x; m = m > hi ? hi : m; "
-               "return lo != lo ? lo : hi != hi ? hi : m; }",
-    "np.sign": "template <typename T> static inline T tack_sign(T x) "
-               "{ return x > T(0) ? T(1) : x < T(0) ? T(-1) : x == T(0) ? T(0) : x; }",
-    "isclose": "template <typename T> static inline bool tack_isclose(T a, T b, T rel, T tol) "
-               "{ if (a == b) return true; if (metal::isinf(a) || metal::isinf(b)) return false; "
-               "T d = metal::fabs(b - a); "
-               "return d <= metal::fabs(rel * b) || d <= metal::fabs(rel * a) || d <= tol; }",
-    "np.isclose": "template <typename T> static inline bool tack_isclose_np(T a, T b, T rtol, T atol, "
-                  "bool equal_nan) { return (metal::fabs(a - b) <= atol + rtol * metal::fabs(b) "
-                  "&& metal::isfinite(b)) || a == b || "
-                  "(equal_nan && metal::isnan(a) && metal::isnan(b)); }",
+    "np.where": ("tack_where", "template <typename T> static inline T tack_where(bool c, T a, T b) "
+                               "{ return c ? a : b; }"),
+    "np.clip": ("tack_clip", "template <typename T> static inline T tack_clip(T x, T lo, T hi) "
+                             "{ T m = x < lo ? lo : x; m = m > hi ? hi : m; "
+                             "return lo != lo ? lo : hi != hi ? hi : m; }"),
+    "np.sign": ("tack_sign", "template <typename T> static inline T tack_sign(T x) "
+                             "{ return x > T(0) ? T(1) : x < T(0) ? T(-1) : x == T(0) ? T(0) : x; }"),
+    "isclose": ("tack_isclose",
+                "template <typename T> static inline bool tack_isclose(T a, T b, T rel, T tol) "
+                "{ if (a == b) return true; if (metal::isinf(a) || metal::isinf(b)) return false; "
+                "T d = metal::fabs(b - a); "
+                "return d <= metal::fabs(rel * b) || d <= metal::fabs(rel * a) || d <= tol; }"),
+    "np.isclose": ("tack_np_isclose",
+                   "template <typename T> static inline bool tack_np_isclose(T a, T b, T rtol, "
+                   "T atol, bool equal_nan) { return (metal::fabs(a - b) <= atol + rtol * "
+                   "metal::fabs(b) && metal::isfinite(b)) || a == b || "
+                   "(equal_nan && metal::isnan(a) && metal::isnan(b)); }"),
 }
 
 
@@ -898,9 +901,7 @@ class _Function:
                 return "true" if name == "isfinite" else "false"
             return f"metal::{name}({values[0]})"
         if name in _HELPERS:    # as codegen.py computes them (its clip, sign, rounded, isclose)
-            h = self.mod.helper("tack_isclose_np" if name == "np.isclose" else
-                                f"tack_{name[3:] if name.startswith('np.') else name}",
-                                _HELPERS[name])
+            h = self.mod.helper(*_HELPERS[name])
             if name == "np.where":      # a function, not ?: : both sides evaluated, as codegen's
                 return f"{h}({self.cast(values[0], ts[0], T.boolean)}, " \
                        f"{self.cast(values[1], ts[1], st)}, {self.cast(values[2], ts[2], st)})"

@@ -660,8 +660,7 @@ class _FunctionLowerer:
                              "@tack.func to call it from Tack code", f)
         hint = _BUILTIN_HINTS.get(name)
         hint = f"; {hint}" if hint is not None and obj is getattr(builtins, name) else ""
-        if not hint and (isinstance(obj, np.ufunc)
-                         or (getattr(obj, "__module__", None) or "").partition(".")[0] == "numpy"):
+        if not hint and (getattr(obj, "__module__", None) or "").partition(".")[0] == "numpy":
             hint = ("; kernel code computes one point's numbers, and takes NumPy's functions of "
                     "numbers only, as docs/language.md lists them: for a sum, a product or any "
                     "reduction over an array, loop over its elements (for j in "
