@@ -559,14 +559,21 @@ class _Inferer:
         return t
 
     def truth(self, e):
-        if e[0] == "boolop":                # only its truth is used: a bool whatever its operands
+        """Type ``e``, whose truth alone is used (a condition, ``not``)."""
+        if e[0] == "boolop":                # a bool whatever its operands, which only test too
             for x in e[3]:
                 self.truth(x)
             self.tf.types[id(e)] = T.boolean
             return
+        self.tested(e)
+
+    def tested(self, e):
+        """Type ``e``, whose truth is tested and whose value may be used too (an operand of
+        ``and``/``or`` giving its value): its type, a scalar's."""
         t = self.expr(e)
         if t is not None and not isinstance(t, T.Scalar):
             raise self.error(f"{t} has no truth value in Tack code", e)
+        return t
 
     # -- expressions --------------------------------------------------------
 
@@ -687,10 +694,9 @@ class _Inferer:
         """``a or b`` is ``a`` where ``a`` is true, else ``b`` (``and``: ``a`` where it is false),
         as in Python: a bool of bools, else the operands' common type (``x or 1.0`` is x's
         value, not True).  Where only its truth is used (``if a or b``), it is a bool
-        (``truth``)."""
-        for x in e[3]:
-            self.truth(x)
-        ts = [self.tf.types[id(x)] for x in e[3]]
+        (``truth``), and so are the ``and``/``or`` among its operands then; here each operand
+        gives its value, one that is an ``and``/``or`` too (``a and b or c``)."""
+        ts = [self.tested(x) for x in e[3]]
         if any(t is None for t in ts):
             return None
         if all(t.kind == "b" for t in ts):

@@ -1865,6 +1865,49 @@ def test_or_and_give_an_operand_as_python_does(ft, it, ct):
     np.testing.assert_array_equal(out[[k for k in range(6) if a[k]], 5], a[a != 0])
 
 
+@tack.func
+def cond_or_else(a, b, c):
+    return a and b or c
+
+
+@tack.kernel
+def k_nested_or_and(a, b, c, out):
+    i = tack.tid()
+    out[i, 0] = a[i] and b[i] or c[i]
+    out[i, 1] = a[i] or (b[i] and c[i])
+    out[i, 2] = (a[i] and b[i]) or (b[i] and c[i])
+    out[i, 3] = (a[i] or 0) or (b[i] or c[i])
+    out[i, 4] = a[i] or b[i] or (c[i] and 7.0)
+    out[i, 5] = (a[i] or b[i]) and c[i]
+    out[i, 6] = cond_or_else(a[i], b[i], c[i])
+    out[i, 7] = not (a[i] and b[i] or c[i])
+    if (a[i] or b[i]) and c[i]:
+        out[i, 8] = 1.0
+    else:
+        out[i, 8] = 0.0
+
+
+@pytest.mark.parametrize("dt", [np.float64, np.float32, np.int64])
+def test_an_or_and_inside_another_gives_its_operand_too(dt):
+    """An ``and``/``or`` that is an operand of another gives its operand's value there too, as
+    Python's does: ``a and b or c`` (the ternary of Python before ``if``/``else``) is ``b`` or
+    ``c``, not a bool (before, the inner one gave 1: ``2 and 5 or 0`` was 1), and a false inner
+    value keeps its sign (``(0.0 or -0.0) and c`` is -0.0)."""
+    vals = [0, 2, -3, 0.5, -0.0, np.nan] if dt != np.int64 else [0, 2, -3, 5]
+    combos = [(x, y, z) for x in vals for y in vals for z in vals]
+    a, b, c = (np.array([t[k] for t in combos], dt) for k in range(3))
+    out = np.full((len(combos), 9), -99.0, dt if dt != np.int64 else np.float64)
+    tack.launch(k_nested_or_and, dim=len(combos), args=(a, b, c, out))
+    for k in range(len(combos)):
+        x, y, z = a[k], b[k], c[k]
+        want = [x and y or z, x or (y and z), (x and y) or (y and z), (x or 0) or (y or z),
+                x or y or (z and 7.0), (x or y) and z, x and y or z, not (x and y or z),
+                1.0 if (x or y) and z else 0.0]
+        for j, w in enumerate(want):
+            np.testing.assert_array_equal(out[k, j], out.dtype.type(w), err_msg=f"{(x, y, z)}, {j}")
+            assert np.signbit(out[k, j]) == np.signbit(out.dtype.type(w)), (x, y, z, j)
+
+
 @tack.kernel
 def k_int_or_float(n, a, out):
     i = tack.tid()
