@@ -237,10 +237,9 @@ def variant_meta(lowered, lowered_key, argtypes, grid, entry, sites, target) -> 
     """The metadata of a variant entry: what it was compiled from, for which target, and what a
     hit needs (dependency record, entry point, bounds-check sites, the arrays indexed by the
     thread index on every point: ``tack.gridcheck``)."""
-    from .backends.variant import encode_tidx
+    from .backends.variant import applies, encode_tidx
     from .gridcheck import tid_indexed
-    tidx = [c for c in tid_indexed(lowered, int(grid))
-            if isinstance(argtypes[c[0]], T.Array) and c[1] < argtypes[c[0]].ndim]
+    tidx = [c for c in tid_indexed(lowered, int(grid)) if applies(c, argtypes)]
     return dict(lowered_meta(lowered), entry=entry, lowered=lowered_key or "",
                 arg=[[str(t)] for t in argtypes], argspec=[[T.spec(t)] for t in argtypes],
                 grid=str(grid), target_key=target.key, machine=target.machine_name,

@@ -335,6 +335,51 @@ def test_grid_past_a_tack_constant_array_is_refused_before_running():
     assert "runs past the constant 'GRID2'" in msg and "axis 0 by tack.tid()[1]" in msg, msg
     assert f"{FILE}:{lineno}" in msg, msg
 
+@tack.kernel
+def k_constant_then_a_scalar(out, s):
+    i = tack.tid()
+    out[i] = TABLE[i] * s  # SCALED
+
+
+@tack.kernel
+def k_constant_row(out):
+    i = tack.tid()
+    out[i] = GRID2[0, i]  # ROW
+
+
+@tack.kernel
+def k_no_parameters():
+    i = tack.tid()
+    x = TABLE[i]
+
+
+@pytest.mark.parametrize("kernel, args, extent, grid", [
+    (k_constant_then_a_scalar, lambda n: (np.zeros(n), 2.0), 3, 5),
+    (k_constant_row, lambda n: (np.zeros(n),), 3, 8),
+    (k_no_parameters, lambda n: (), 3, 4)])
+def test_the_constant_check_holds_whatever_the_kernel_s_last_parameter_is(kernel, args, extent, grid):
+    """A constant's grid check does not depend on the kernel's parameters: it was dropped where
+    the last one was a scalar, or an array with fewer axes than the constant's axis (a grid of
+    10**8 past a 3-element constant then crashed the process), and a kernel without parameters
+    did not compile (a bare IndexError), because the variant's check list asked the type of the
+    parameter at the constant's index, -1.  A grid within the constant runs."""
+    tack.launch(kernel, dim=extent, args=args(extent))
+    with pytest.raises(IndexError) as ei:
+        tack.launch(kernel, dim=grid, args=args(grid))
+    msg = str(ei.value)
+    assert f"the grid ({grid},) runs past the constant" in msg and "nothing was run" in msg, msg
+
+
+def test_a_constant_s_check_with_a_scalar_last_gives_the_right_values():
+    """The variant with the check still computes each point (the check runs before it)."""
+    out = np.zeros(3)
+    tack.launch(k_constant_then_a_scalar, dim=3, args=(out, 2.0))
+    np.testing.assert_array_equal(out, [20.0, 40.0, 60.0])
+    out = np.zeros(3)
+    tack.launch(k_constant_row, dim=3, args=(out,))
+    np.testing.assert_array_equal(out, GRID2.value[0])
+
+
 def test_a_huge_literal_index_keeps_the_grid_check():
     """A kernel that also indexes at a literal too long for the entry's field still has its grid
     refused past an array it indexes by the thread index (it lost every check, and crashed)."""

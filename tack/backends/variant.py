@@ -50,6 +50,18 @@ def decode_tidx(text) -> list:
     return out
 
 
+def applies(check, types) -> bool:
+    """Whether the ``tidx`` item ``check`` (``decode_tidx``'s, or ``gridcheck.tid_indexed``'s)
+    holds for a variant of the value arguments' Tack ``types``: a ``tack.constant``'s always
+    (its extent is in the item), an argument's where that argument is an array with that axis
+    (another variant of the same lowered kernel may be given something else there)."""
+    p, axis = check[0], check[1]
+    if p < 0:
+        return True
+    from ..types import Array
+    return p < len(types) and isinstance(types[p], Array) and axis < types[p].ndim
+
+
 class Signature:
     """A variant's value arguments as the launch sees them: the kernel's ``name``; per value
     argument (a template is none) its parameter name (``params``), Tack type (``types``) and
@@ -182,11 +194,8 @@ def grid_check(sig: Signature, tidx):
     itself."""
     if not tidx or sig.sites is not None:
         return None
-    from ..types import Array
-    types, params, arg_index = sig.types, sig.params, sig.arg_index
+    params, arg_index = sig.params, sig.arg_index
     checks = [(arg_index[c[0]], params[c[0]], c[1], c[2], c[3], c[4] if c[2] < 0 else None, None)
               if c[0] >= 0 else (None, c[5], c[1], c[2], c[3], None, c[4])
-              for c in decode_tidx(tidx)
-              if c[0] < 0 or (c[0] < len(types) and isinstance(types[c[0]], Array)
-                              and c[1] < types[c[0]].ndim)]
+              for c in decode_tidx(tidx) if applies(c, sig.types)]
     return GridCheck(sig.name, sig.locate, checks) if checks else None
