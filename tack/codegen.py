@@ -32,7 +32,7 @@ from .limits import deep
 from .language import MATH1, MATH2
 from .backends.argument_layout import array_fields
 from .specialize import (TypedFunction, TypedKernel, arith_type, isclose_type, math_type,
-                         np_isclose_type, power_of_ten)
+                         np_isclose_types, power_of_ten)
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -782,14 +782,18 @@ class _FunctionGen:
     def np_isclose(self, values, ts):
         """NumPy's ``np.isclose(a, b, rtol, atol, equal_nan)`` of scalars: ``|a - b| <= atol +
         rtol * |b|`` where ``b`` is finite, or ``a == b`` (equal infinities), or, with
-        ``equal_nan``, both NaN; in ``np_isclose_type`` of the four numbers."""
-        ft = np_isclose_type(ts)
+        ``equal_nan``, both NaN; each step in its type, ``np_isclose_types``."""
+        dt, pt, rt, ct, bt = np_isclose_types(ts)
         B = self.b
-        a, b, rtol, atol = (self.cast(v, t, ft) for v, t in zip(values[:4], ts[:4]))
         fabs = lambda v: self.call_intrinsic("fabs", [v])           # noqa: E731
-        inf = ir.Constant(a.type, float("inf"))
-        within = B.fcmp_ordered("<=", fabs(B.fsub(a, b)), B.fadd(atol, B.fmul(rtol, fabs(b))))
-        close = B.or_(B.and_(within, B.fcmp_ordered("<", fabs(b), inf)), B.fcmp_ordered("==", a, b))
+        a, b = (self.cast(v, t, dt) for v, t in zip(values[:2], ts[:2]))
+        product = B.fmul(self.cast(values[2], ts[2], pt), fabs(self.cast(values[1], ts[1], pt)))
+        threshold = B.fadd(self.cast(values[3], ts[3], rt), self.cast(product, pt, rt))
+        within = B.fcmp_ordered("<=", self.cast(fabs(B.fsub(a, b)), dt, ct),
+                                self.cast(threshold, rt, ct))
+        b_own = self.cast(values[1], ts[1], bt)
+        finite = B.fcmp_ordered("<", fabs(b_own), ir.Constant(b_own.type, float("inf")))
+        close = B.or_(B.and_(within, finite), B.fcmp_ordered("==", a, b))
         both_nan = B.and_(B.fcmp_unordered("uno", a, a), B.fcmp_unordered("uno", b, b))
         return B.or_(close, B.and_(self.to_bool(values[4], ts[4]), both_nan))
 

@@ -369,14 +369,22 @@ def isclose_type(ts):
     return math_type(promote_all(ts).strong())
 
 
-def np_isclose_type(ts):
-    """The type ``np.isclose(a, b, rtol, atol, equal_nan)`` computes in: NumPy's, which makes
-    ``b`` a float first (an integer array's float64, a Python number a Python float), then
-    computes ``|a - b| <= atol + rtol * |b|`` with the tolerances as they are (float32 of float32
-    ``a`` and ``b`` and literal tolerances)."""
-    b = ts[1]
+def np_isclose_types(ts):
+    """The types ``np.isclose(a, b, rtol, atol, equal_nan)`` computes in, each step's as NumPy's:
+    it takes ``b`` as a float first (an integer array's element a float64, a Python number a
+    Python float), then ``|a - b|`` (and ``a == b``) in ``a``'s and that ``b``'s type,
+    ``rtol * |b|`` in ``rtol``'s and ``b``'s, ``atol +`` that in ``atol``'s and the product's,
+    and the comparison in the common type of its two sides; ``b`` is finite in its own float
+    type.  -> (difference, product, threshold, comparison, ``b``'s), strong float types: a
+    float64 ``a`` and a float32 ``b`` compare a float64 difference with a float32 threshold
+    (literal tolerances), a float32 ``b`` with float64 tolerances a float32 difference with a
+    float64 threshold."""
+    a, b, rtol, atol = ts[:4]
     b = (T.WEAK_FLOAT if b.weak else T.float64) if b.kind != "f" else b
-    return math_type(promote_all([ts[0], b, ts[2], ts[3]]).strong())
+    diff, product = T.promote(a, b), T.promote(rtol, b)
+    threshold = T.promote(atol, product)
+    return tuple(math_type(t.strong()) for t in (diff, product, threshold,
+                                                 T.promote(diff, threshold), b))
 
 
 def power_of_ten(n: int) -> float:

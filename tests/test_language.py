@@ -1122,6 +1122,49 @@ def test_numpy_isclose_follows_numpy(ftype):
     np.testing.assert_array_equal(close, np.isclose(a, n))
 
 
+@tack.kernel
+def k_np_isclose_mixed(a, b, rt, at, out):
+    i = tack.tid()
+    out[i, 0] = np.isclose(a[i], b[i])
+    out[i, 1] = np.isclose(a[i], b[i], rt[i], at[i])
+    out[i, 2] = np.isclose(a[i], b[i], rt[i])
+    out[i, 3] = np.isclose(a[i], b[i], atol=at[i])
+
+
+@pytest.mark.parametrize("ta, tb, tt", [(np.float64, np.float32, np.float64),
+                                        (np.float64, np.float32, np.float32),
+                                        (np.float32, np.float64, np.float32),
+                                        (np.float32, np.float32, np.float64),
+                                        (np.float32, np.int64, np.float32)])
+def test_numpy_isclose_of_mixed_types_computes_each_step_as_numpy(ta, tb, tt):
+    """``np.isclose`` of arguments of different float types is NumPy's at its edge: NumPy
+    computes ``|a - b|`` in ``a``'s and ``b``'s type, ``rtol * |b|`` in ``rtol``'s and ``b``'s,
+    ``atol +`` that in ``atol``'s, and compares in the wider of the two sides (before, Tack
+    computed all four in one type: a float64 ``a`` 7.0 + 7.0009995e-05 and a float32 ``b`` 7.0
+    were close, where NumPy's float32 threshold, 7.000999e-05, is below their difference; and
+    float32 1.0 and 1e-8 were within a float64 ``atol`` of 1 - 1e-8, where NumPy's float32
+    difference is 1.0)."""
+    r = rng()
+    n = 4000
+    b = r.uniform(0.5, 10.0, n).astype(tb) if tb != np.int64 else r.integers(1, 10**6, n)
+    rt = r.uniform(1e-7, 1e-3, n).astype(tt)
+    at = r.choice([0.0, 1e-8, 1e-6, 1e-3], n).astype(tt)
+    # a at the threshold each way, within a few float32 steps of it, in a's type
+    edge = np.float64(at) + np.float64(rt) * np.abs(np.float64(b))
+    a = (np.float64(b) + edge * (1 + r.integers(-4, 5, n) * 2.0 ** -23)).astype(ta)
+    a[0], b[0] = ta(7.0 + 7.0009995e-05), tb(7)
+    if tb != np.int64:      # float32: |1 - 1e-8| is 1.0, not within a float64 0.99999999
+        a[1], b[1], rt[1], at[1] = 1.0, 1e-8, 0.0, 1 - float(tb(1e-8))
+    out = np.empty((n, 4), bool)
+    tack.launch(k_np_isclose_mixed, dim=n, args=(a, b, rt, at, out))
+    want = np.stack([np.isclose(a, b), np.isclose(a, b, rt, at), np.isclose(a, b, rt),
+                     np.isclose(a, b, atol=at)], axis=1)
+    bad = out != want
+    assert not bad.any(), [(a[k], b[k], rt[k], at[k], out[k], want[k])
+                           for k in np.nonzero(bad.any(1))[0][:5]]
+    assert want[:, 1].any() and not want[:, 1].all()      # both sides of the edge were tried
+
+
 # =====================================================================================
 # Device functions
 # =====================================================================================

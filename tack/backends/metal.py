@@ -45,7 +45,7 @@ from ..cache.keys import digest
 from ..errors import UNSIGNED_INDEX, BoundsSite, CompileError
 from ..ir import assignments
 from ..limits import deep
-from ..specialize import isclose_type, math_type, np_isclose_type, power_of_ten
+from ..specialize import isclose_type, math_type, np_isclose_types, power_of_ten
 from .arch_names import KINDS, METAL_FAMILIES
 from .argument_layout import GRID, array_fields, field_names
 
@@ -89,10 +89,13 @@ _HELPERS = {
                 "{ if (a == b) return true; if (metal::isinf(a) || metal::isinf(b)) return false; "
                 "T d = metal::fabs(b - a); "
                 "return d <= metal::fabs(rel * b) || d <= metal::fabs(rel * a) || d <= tol; }"),
+    # each step in its type (specialize.np_isclose_types): b as the difference's, the
+    # product's and its own; the comparison in the wider of its sides', as C++ converts them
     "np.isclose": ("tack_np_isclose",
-                   "template <typename T> static inline bool tack_np_isclose(T a, T b, T rtol, "
-                   "T atol, bool equal_nan) { return (metal::fabs(a - b) <= atol + rtol * "
-                   "metal::fabs(b) && metal::isfinite(b)) || a == b || "
+                   "template <typename D, typename P, typename R, typename F> static inline bool "
+                   "tack_np_isclose(D a, D b, P rtol, P bp, R atol, F bf, bool equal_nan) "
+                   "{ return (metal::fabs(a - b) <= atol + R(rtol * metal::fabs(bp)) && "
+                   "metal::isfinite(bf)) || a == b || "
                    "(equal_nan && metal::isnan(a) && metal::isnan(b)); }"),
 }
 
@@ -909,8 +912,11 @@ class _Function:
                 ft = isclose_type(ts)
                 return f"{h}({', '.join(self.cast(v, t, ft) for v, t in zip(values, ts))})"
             if name == "np.isclose":
-                ft = np_isclose_type(ts)
-                nums = [self.cast(v, t, ft) for v, t in zip(values[:4], ts[:4])]
+                dt, pt, rt, _, bt = np_isclose_types(ts)
+                b = values[1] if isinstance(values[1], _WeakFloat) else self.hoist(values[1], ts[1].strong())
+                nums = [self.cast(values[0], ts[0], dt), self.cast(b, ts[1], dt),
+                        self.cast(values[2], ts[2], pt), self.cast(b, ts[1], pt),
+                        self.cast(values[3], ts[3], rt), self.cast(b, ts[1], bt)]
                 return f"{h}({', '.join(nums)}, {self.cast(values[4], ts[4], T.boolean)})"
             if name == "np.clip" and len(values) == 1:     # no bound: x itself
                 return self.cast(values[0], ts[0], st)
