@@ -241,20 +241,44 @@ def k_numpy_ufunc_tack_lacks(x, out):
     out[i] = np.exp2(x[i])  # ERR np.exp2
 
 
+@tack.kernel
+def k_builtin_sum(x, out):
+    i = tack.tid()
+    out[i] = sum(x)  # ERR sum
+
+
+@tack.kernel
+def k_builtin_any(x, out):
+    i = tack.tid()
+    out[i] = any(x)  # ERR any
+
+
+@tack.kernel
+def k_builtin_sorted(x, out):
+    i = tack.tid()
+    out[i] = sorted(x)[0]  # ERR sorted
+
+
 NUMPY_HINT = "for a sum, a product or any reduction over an array, loop over its elements"
 
 
 @pytest.mark.parametrize("kern, words", [(k_builtin_pow, "x ** y"), (k_builtin_divmod, "x // y"),
                                          (k_builtin_print, "write it into an array"),
                                          (k_builtin_reversed, "range(n - 1, -1, -1)"),
+                                         (k_builtin_sum, NUMPY_HINT),
+                                         (k_builtin_any, "test each"),
+                                         (k_builtin_sorted, "cannot sort"),
                                          (k_numpy_sum, NUMPY_HINT),
-                                         (k_numpy_ufunc_tack_lacks, "as docs/language.md lists them")],
-                         ids=["pow", "divmod", "print", "reversed", "np.sum", "np.exp2"])
+                                         (k_numpy_ufunc_tack_lacks, "np.exp2(x) is 2.0 ** x")],
+                         ids=["pow", "divmod", "print", "reversed", "sum", "any", "sorted",
+                              "np.sum", "np.exp2"])
 def test_a_python_builtin_that_tack_lacks_says_what_to_write(kern, words):
     """``pow(x, y)``, ``divmod`` and ``print`` (Python's builtins, which Numba takes) said
     only "'pow' (builtin_function_or_method) cannot be called"; they name what to write instead.
     So do NumPy's functions kernel code does not take (``np.sum(x)``, a reduction a newcomer
-    writes first, said only "'np.sum' (_ArrayFunctionDispatcher) cannot be called")."""
+    writes first, said only "'np.sum' (_ArrayFunctionDispatcher) cannot be called"), Python's
+    ``sum``, ``any`` and ``sorted`` of an array, and a NumPy ufunc Tack lacks, whose hint is
+    to write it with operators, not the reduction's."""
     with pytest.raises(tack.CompileError) as ei:
         tack.launch(kern, dim=2, args=(np.ones(2), np.zeros(2)))
     msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)

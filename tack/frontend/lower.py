@@ -36,12 +36,23 @@ _UNOPS = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not", ast.Invert: "~"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _MISSING = object()
 # Python builtins Tack does not take, which Numba does: what to write instead.
+_REDUCTION_HINT = ("for a sum, a product or any reduction over an array, loop over its elements "
+                   "(for j in range(x.shape[0])) or accumulate into an output with tack.atomic_add")
 _BUILTIN_HINTS = {
     "pow": "write x ** y (or math.pow(x, y), a float)",
     "divmod": "write x // y and x % y",
     "print": "a kernel cannot print: write it into an array argument and print that after the launch",
     "reversed": "write range(n - 1, -1, -1) for reversed(range(n))",
+    "sum": _REDUCTION_HINT,
+    "any": "loop over the elements and test each (for j in range(x.shape[0]))",
+    "all": "loop over the elements and test each (for j in range(x.shape[0]))",
+    "sorted": "a kernel cannot sort: sort with NumPy before or after the launch",
 }
+# NumPy's function of an array or of numbers (a ufunc) that kernel code does not take
+_NUMPY_HINT = ("; kernel code computes one point's numbers, and takes NumPy's functions of numbers "
+               "only, as docs/language.md lists them: ")
+_NUMPY_HINTS = {"ufunc": "write this one with operators and those (np.square(x) is x * x, "
+                         "np.exp2(x) is 2.0 ** x)"}
 
 # The calls of Python's and NumPy's functions that take keyword arguments or may leave some out,
 # by intrinsic: (the name Python's messages show, the parameters in order, the keyword-only
@@ -661,10 +672,7 @@ class _FunctionLowerer:
         hint = _BUILTIN_HINTS.get(name)
         hint = f"; {hint}" if hint is not None and obj is getattr(builtins, name) else ""
         if not hint and (getattr(obj, "__module__", None) or "").partition(".")[0] == "numpy":
-            hint = ("; kernel code computes one point's numbers, and takes NumPy's functions of "
-                    "numbers only, as docs/language.md lists them: for a sum, a product or any "
-                    "reduction over an array, loop over its elements (for j in "
-                    "range(x.shape[0])) or accumulate into an output with tack.atomic_add")
+            hint = _NUMPY_HINT + _NUMPY_HINTS.get(type(obj).__name__, _REDUCTION_HINT)
         raise self.error(f"'{name}' ({type(obj).__name__}) cannot be called in Tack code{hint}", f)
 
     # -- calls --------------------------------------------------------------
