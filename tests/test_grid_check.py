@@ -388,7 +388,13 @@ def test_a_huge_literal_index_keeps_the_grid_check():
 
 
 def test_empty_grid_checks_nothing():
+    """A grid of no points runs nothing and is not checked, a literal index's check neither (as
+    a Python loop of no iterations evaluates none of its indices)."""
     tack.launch(k_copy, dim=0, args=(np.ones(0), np.zeros(0)))
+    narrow = np.arange(12.0).reshape(4, 3)[:, :2]         # no column 2: refused on any points
+    tack.launch(k_named_constants, dim=0, args=(narrow, np.zeros(0)))
+    with pytest.raises(IndexError, match="index 2 is out of bounds for 'p'"):
+        tack.launch(k_named_constants, dim=1, args=(narrow, np.zeros(1)))
 
 
 def test_debug_mode_reports_the_index_instead():
