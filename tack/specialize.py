@@ -569,11 +569,21 @@ class _Inferer:
     def truth(self, e):
         """Type ``e``, whose truth alone is used (a condition, ``not``)."""
         if e[0] == "boolop":                # a bool whatever its operands, which only test too
-            for x in e[3]:
-                self.truth(x)
+            self.operands(e, self.truth)
             self.tf.types[id(e)] = T.boolean
             return
         self.tested(e)
+
+    def operands(self, e, walk) -> list:
+        """``walk`` of each operand of the ``and``/``or`` ``e``: those after one whose truth the
+        compile knows and that decides it (a false one of ``and``, a true one of ``or``) never
+        run (``ruled_out``), as Python short-circuits them: ``C.shape[0] > 3 and C[3]``."""
+        decides = e[2] == "or"
+        decided, out = False, []
+        for x in e[3]:
+            out.append(self.ruled_out(decided, walk, x))
+            decided = decided or self.known(x) is decides
+        return out
 
     def tested(self, e):
         """Type ``e``, whose truth is tested and whose value may be used too (an operand of
@@ -704,7 +714,7 @@ class _Inferer:
         value, not True).  Where only its truth is used (``if a or b``), it is a bool
         (``truth``), and so are the ``and``/``or`` among its operands then; here each operand
         gives its value, one that is an ``and``/``or`` too (``a and b or c``)."""
-        ts = [self.tested(x) for x in e[3]]
+        ts = self.operands(e, self.tested)
         if any(t is None for t in ts):
             return None
         if all(t.kind == "b" for t in ts):

@@ -1430,16 +1430,38 @@ def k_constant_in_branches_its_size_rules_out(out):
         out[i] = TABLE[5, 5]
     if COLUMN < 3:
         out[i] = TABLE[0, COLUMN]
+    out[i] += WRAPPED.shape[0] > 4 and WRAPPED[4]       # False: the read never runs
+    out[i] += (len(WRAPPED) == 4 or WRAPPED[7]) * 100.0  # True
+    if WRAPPED.size > 9 and WRAPPED[9] > 0 or COLUMN > 3 and TABLE[0, COLUMN] > 0:
+        out[i] = -1.0
 
 
 def test_a_constant_index_in_a_branch_its_size_rules_out_is_no_error():
     """Where a condition the compile knows (a constant's ``shape[k]``, ``len``, ``size``, ``ndim``,
     an integer constant, literals; ``and``, ``or``, ``not``) rules a branch out, a literal index
     there past the constant's extent never runs: no compile error (code written for constants of
-    any size; it was one), and the branches that run give the right values."""
+    any size; it was one), and the branches that run give the right values.  So does an operand
+    of ``and``/``or`` after one the compile knows decides it (``C.shape[0] > 4 and C[4]``: it
+    was an error), as Python short-circuits it."""
     out = np.zeros(2)
     tack.launch(k_constant_in_branches_its_size_rules_out, dim=2, args=(out,))
-    np.testing.assert_array_equal(out, [0.0 + 1.0 + 10.0] * 2)
+    np.testing.assert_array_equal(out, [0.0 + 1.0 + 10.0 + 0.0 + 100.0] * 2)
+
+
+@tack.kernel
+def k_constant_past_its_end_after_an_and_that_holds(out):
+    i = tack.tid()
+    out[i] = WRAPPED.shape[0] == 4 and WRAPPED[4]  # ERR WRAPPED[4]
+
+
+def test_a_constant_index_after_an_and_the_compile_knows_holds_is_still_an_error():
+    """The operand after a known-true ``and`` operand (a known-false ``or`` one) runs: a literal
+    index past the constant's extent there is the compile error, at its line."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_constant_past_its_end_after_an_and_that_holds, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, "k_constant_past_its_end_after_an_and_that_holds",
+                          k_constant_past_its_end_after_an_and_that_holds, FILE)
+    assert "index 4 is out of bounds for axis 0 of the constant 'WRAPPED' with size 4" in msg, msg
 
 
 @tack.func
