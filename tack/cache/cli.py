@@ -79,7 +79,8 @@ def bundles(root, allow_root=False):
     """Every file named like a bundle in a directory, with what it is.
 
     ``status``: ``ok`` (with its header fields: arch, entries...), ``damaged``
-    (a Tack bundle that cannot be used: ``error`` says why), ``stale`` (another Tack's: this
+    (a Tack bundle that cannot be used: ``error`` says why; with ``partly``, one some of whose
+    entries are damaged, which still serves the others), ``stale`` (another Tack's: this
     one does not use it), ``untrusted`` (not yours, or writable by others: never loaded;
     ``allow_root``: a site's, root's too), ``foreign`` (not a Tack bundle, whatever its name;
     never deleted) or ``unreadable``.  Each is read whole and checked as the runtime checks
@@ -119,8 +120,9 @@ def bundles(root, allow_root=False):
             if parsed.meta.get("tack") != tack_version_id():
                 item.update(status="stale", error=f"made by Tack {shown_version(parsed.meta.get('tack'))}, "
                             f"not this one ({shown_version(tack_version_id())}): pack it again")
-            elif damaged:
-                item.update(status="damaged", error=f"{damaged} of {len(parsed)} entries are damaged")
+            elif damaged:                   # the rest still serve: ``partly``
+                item.update(status="damaged", partly=True,
+                            error=f"{damaged} of {len(parsed)} entries are damaged")
         out.append(item)
     return out
 
@@ -228,6 +230,14 @@ _STATUS = {"damaged": "DAMAGED, not used", "foreign": "NOT A BUNDLE, ignored",
            "unreadable": "UNREADABLE, not used"}
 
 
+def _status(b: dict) -> str:
+    """A bundle's status as ``info`` says it: one damaged only in some entries still serves the
+    others (the runtime refuses each damaged entry alone)."""
+    if b["status"] == "damaged" and b.get("partly"):
+        return "DAMAGED in part, its other entries still used"
+    return _STATUS[b["status"]]
+
+
 def cmd_info(args) -> int:
     info = gather(_settings(args))
     info["site_bundles_ignored"] = []
@@ -270,7 +280,7 @@ def cmd_info(args) -> int:
         print("bundles (not counted against the limit):")
         for b in info["bundles"]:
             if b["status"] != "ok":
-                print(f"  {b['name']}  {fs(b['bytes'])}  {_STATUS[b['status']]}: {b['error']}")
+                print(f"  {b['name']}  {fs(b['bytes'])}  {_status(b)}: {b['error']}")
             else:
                 print(f"  {b['name']}  arch {b.get('arch') or '?'} ({b.get('machine', '?')}), "
                       f"{b['entries']} entries, {fs(b['bytes'])}, Tack {shown_version(b.get('tack', '?'))}")
@@ -285,7 +295,7 @@ def cmd_info(args) -> int:
         print(f"site bundles: {site['directory']} ({len(site['bundles'])})")
         for b in site["bundles"]:
             if b["status"] != "ok":
-                print(f"  {b['name']}  {fs(b['bytes'])}  {_STATUS[b['status']]}: {b['error']}")
+                print(f"  {b['name']}  {fs(b['bytes'])}  {_status(b)}: {b['error']}")
                 continue
             print(f"  {b['name']}  arch {b.get('arch') or '?'}, {b.get('entries', '?')} entries, "
                   f"{fs(b['bytes'])}")

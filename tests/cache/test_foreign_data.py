@@ -2,6 +2,7 @@
 stale-temporary sweep and bundle removal check each file's content before deleting it, and never
 delete a directory recursively."""
 
+import json
 import os
 import time
 
@@ -134,6 +135,24 @@ def test_info_reports_damaged_empty_and_random_bundles(warm):
     assert "DAMAGED, not used" in line["bundle-damaged"]
     assert "NOT A BUNDLE, ignored: empty" in line["bundle-empty"]
     assert "NOT A BUNDLE, ignored: not a Tack bundle" in line["bundle-random"]
+
+
+def test_info_says_a_bundle_damaged_in_one_entry_still_serves_the_others(warm):
+    """A bundle one of whose entries is damaged still serves the others (the runtime refuses that
+    entry alone): info says so, where it said "DAMAGED, not used" of it, and its JSON marks it
+    ``partly``; a bundle damaged in its header stays "not used"."""
+    cache, _ = warm
+    assert run_cli(cache, "pack").rc == 0
+    (packed,) = cache.glob("bundle-*")
+    data = bytearray(packed.read_bytes())
+    data[-1] ^= 0xFF                        # the last entry's last byte
+    packed.write_bytes(bytes(data))
+    run = run_cli(cache, "info")
+    assert run.rc == 0, run.stderr
+    (line,) = [ln for ln in run.stdout.splitlines() if ln.strip().startswith("bundle-")]
+    assert "DAMAGED in part, its other entries still used: 1 of" in line and "not used" not in line, line
+    (listed,) = json.loads(run_cli(cache, "info", "--json").stdout)["bundles"]
+    assert listed["status"] == "damaged" and listed["partly"] is True, listed
 
 
 def test_version_directories_carry_a_marker_and_the_new_root_a_cachedir_tag(cache_dir, stored_kmod):
