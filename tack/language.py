@@ -61,18 +61,21 @@ def number_text(v) -> str:
 class Constant:
     """A scalar or NumPy array that kernels read by its global name.
 
-    The value is copied and frozen when wrapped, so what a kernel compiled
-    against cannot change behind its back.
+    The value is copied and frozen for good when wrapped (an array's copy is a view of bytes,
+    which cannot be made writable again, and ``value`` cannot be rebound), so what a kernel
+    compiled against cannot change behind its back, nor the fingerprint the cache keeps it
+    under: a new value is a new constant.
     """
+
+    __slots__ = ("value", "_fingerprint")
 
     def __init__(self, value):
         if isinstance(value, (bool, int, float)):
             if type(value) is not bool and isinstance(value, int) and not -2**63 <= value < 2**64:
                 raise ValueError(f"tack.constant({value}): an integer constant must fit in 64 "
                                  "bits (int64, or uint64 from 2**63 to 2**64 - 1)")
-            self.value = value
         elif isinstance(value, np.generic) and value.dtype.name in _TYPE_NAMES:
-            self.value = value
+            pass
         elif isinstance(value, np.ndarray):
             if value.dtype.name not in _TYPE_NAMES or not 1 <= value.ndim <= 4:
                 dims = f"{value.ndim} dimension{'' if value.ndim == 1 else 's'}"
@@ -80,12 +83,21 @@ class Constant:
                 raise TypeError("tack.constant takes arrays of bool, int32, int64, uint32, "
                                 f"uint64, float32 or float64 with 1-4 dimensions, not "
                                 f"{value.dtype} with {dims}{hint}")
-            arr = np.array(value, copy=True, order="C")
-            arr.flags.writeable = False
-            self.value = arr
+            arr = np.ascontiguousarray(value)
+            value = np.frombuffer(arr.tobytes(), arr.dtype).reshape(arr.shape)
         else:
             raise TypeError(f"tack.constant takes a number or a NumPy array, not {type(value).__name__}")
-        self._fingerprint = None
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "_fingerprint", None)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a tack.constant's value cannot change ({self!r}): kernels were "
+                             "compiled against it; bind the name to a new tack.constant instead")
+
+    def __reduce__(self):
+        # wrapped again when unpickled: copied and frozen, as here (a pickled array comes back
+        # writable, and then what a kernel compiled against could change behind its back)
+        return type(self), (self.value,)
 
     def __reduce__(self):
         # wrapped again when unpickled: copied and frozen, as here (a pickled array comes back
@@ -108,7 +120,7 @@ class Constant:
                 h.update(arr.tobytes())
             else:
                 h.update(number_text(v).encode())
-            self._fingerprint = h.hexdigest()
+            object.__setattr__(self, "_fingerprint", h.hexdigest())
         return self._fingerprint
 
     def __repr__(self):

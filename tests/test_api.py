@@ -75,6 +75,41 @@ def test_constant_copies_and_freezes_arrays():
         c.value[1] = 5
 
 
+def test_a_constant_cannot_change_after_it_is_made():
+    """A constant's value cannot be replaced (``C.value = 100.0``) nor its array made writable
+    again (``C.value.flags.writeable = True``): a kernel compiled after such a change was stored
+    under the fingerprint of the value before it (kept from an earlier kernel's compile), and a
+    later process whose C had the first value loaded that kernel: a wrong result, in every such
+    process, until the entry was cleared.  A new value is a new constant."""
+    c = tack.constant(np.arange(3.0))
+    s = tack.constant(1.0)
+    before = (c.fingerprint, s.fingerprint)
+    with pytest.raises(AttributeError, match="cannot change"):
+        s.value = 100.0
+    with pytest.raises(AttributeError, match="cannot change"):
+        c.value = np.ones(3)
+    with pytest.raises(ValueError):
+        c.value.flags.writeable = True
+    with pytest.raises(ValueError):
+        c.value[0] = 5.0
+    assert (c.fingerprint, s.fingerprint) == before and c.value.tolist() == [0.0, 1.0, 2.0]
+    assert s.value == 1.0 and tack.constant(100.0).fingerprint != s.fingerprint
+
+
+_ANY_DTYPES = [np.float64, np.float32, np.int32, np.int64, np.uint32, np.uint64, np.bool_]
+
+
+@pytest.mark.parametrize("dt", _ANY_DTYPES)
+def test_a_constant_keeps_its_values_dtype_and_shape(dt):
+    """Frozen for good, a constant's array is the array it was given: values, dtype (byte order
+    too), shape; a non-contiguous or Fortran-ordered array is a C-ordered copy."""
+    for a in (np.arange(12).reshape(3, 4).astype(dt), np.arange(12).reshape(3, 4).astype(dt).T,
+              np.arange(10).astype(dt)[::3], np.arange(4).astype(np.dtype(dt).newbyteorder(">"))):
+        v = tack.constant(a).value
+        assert v.dtype == a.dtype and v.shape == a.shape and v.flags.c_contiguous
+        np.testing.assert_array_equal(v, a)
+
+
 def _made_by_a_factory():
     @tack.kernel
     def local(out):
