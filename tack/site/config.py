@@ -428,6 +428,11 @@ class _Validator:
                 self.fail(node, keypath, f"schema version {shown(value)} is not supported; expected 1")
             return value
         if kind == "size":
+            if node.style is None and isinstance(value, (int, float)) and not isinstance(value, bool):
+                # the number as written, as TACK_CACHE_SIZE reads it: YAML 1.1 reads a plain 010
+                # as 8, 0x10 as 16, 1_000 as 1000 and 1:30 as 90 (a limit of a few bytes, which
+                # each size check then enforces on the whole cache)
+                value = node.value
             try:
                 parse_size(value)
             except SizeTooLarge:

@@ -28,6 +28,11 @@ CASES = {
     "wrong-type": (GOOD.replace("conflicts: [tack-dev]", "conflicts: tack-dev"),
                    ":10: modules.conflicts: expected a list"),
     "bad-size": (GOOD.replace("size: 4G", "size: 4Q"), ":4: cache.size: "),
+    # YAML 1.1 reads a plain 1:30 as 90 and 0x10 as 16: taken as written, they are no sizes
+    # (check accepted them, and the jobs' size checks kept their caches to a few bytes)
+    "sexagesimal-size": (GOOD.replace("size: 4G", "size: 1:30"),
+                         ":4: cache.size: '1:30' is not a size: use a number with K, M, G or T"),
+    "hex-size": (GOOD.replace("size: 4G", "size: 0x10"), ":4: cache.size: '0x10' is not a size"),
     "unknown-arch": (GOOD.replace("cpu: [zen3]", "cpu: [zen33]"),
                      ":7: build.archs.cpu.0: cpu:zen33: archspec knows no such CPU microarchitecture "
                      "(did you mean cpu:zen3"),
@@ -81,6 +86,17 @@ def test_bad_config(tmp_path, case, command):
     assert "nothing was written" in r.stderr
     assert r.stdout == ""
     assert os.listdir(out) == [], "something was written"
+
+
+@pytest.mark.parametrize("written", ["010", "1000", "4G"])
+def test_a_size_is_exported_as_written(tmp_path, written):
+    """A plain number is the size written, as TACK_CACHE_SIZE reads it: YAML 1.1 reads 010 as
+    the octal 8, which the jobs' size checks enforced as a limit of 8 bytes."""
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD.replace("size: 4G", f"size: {written}"))
+    r = site("env", config)
+    assert r.returncode == 0, r.stderr
+    assert f'TACK_CACHE_SIZE="{written}"' in r.stdout, r.stdout
 
 
 def test_bad_size_message(tmp_path):
@@ -306,8 +322,9 @@ def test_duplicate_keys(tmp_path, case):
 
 HUGE = "1" * 311
 NUMBERS = {
-    "size-int": (GOOD.replace("size: 4G", f"size: {HUGE}"), ":4: cache.size: 111111111111... (311 digits) "
-                 "is too large a size"),
+    # a plain number is the size as written (as TACK_CACHE_SIZE reads it), shown as the text is
+    "size-int": (GOOD.replace("size: 4G", f"size: {HUGE}"), f":4: cache.size: '{HUGE[:39]}... is too "
+                 "large a size"),
     "size-text": (GOOD.replace("size: 4G", f"size: {HUGE}G"), f":4: cache.size: '{HUGE[:39]}... is too "
                   "large a size"),
     "version": (GOOD.replace("version: 1", f"version: {HUGE}", 1), ":1: version: schema version "
