@@ -646,9 +646,11 @@ class _Inferer:
         must not wrap the -3: so such a literal stops being weak.
         """
         if (node[0] == "const" and type(node[2]) is int and node[2] >= 2**63 and t == T.uint64
-                and isinstance(other, T.Scalar) and other.kind == "f" and not other.weak):
+                and isinstance(other, T.Scalar) and other.kind == "f"):
             # past int64 a literal is a uint64, but against a float it is a Python int, which
-            # takes the float's type (NEP 50): ``x32 * 10**19`` stays float32, as NumPy's does
+            # takes the float's type (NEP 50): ``x32 * 10**19`` stays float32, as NumPy's does;
+            # against a float literal it is one of Python's numbers still, weak
+            # (``1.0 if c else 10**19``, ``1e30 % 10**19``: Python's float, or its int)
             self.tf.types[id(node)] = other
             return other
         if not (isinstance(t, T.Scalar) and t.weak and t.kind == "i"
@@ -924,11 +926,11 @@ class _Inferer:
         if name in MATH2:
             need(2)
             scalars()
-            return math_type(T.promote(ts[0], ts[1]).strong())
+            return math_type(self.common_type(args, ts).strong())
         if name == "np.fmod":                   # NumPy's: integers give an integer
             need(2)
             scalars()
-            t = T.promote(ts[0], ts[1]).strong()
+            t = self.common_type(args, ts).strong()
             return T.int64 if t.kind == "b" else t
         if name in ("min", "max", "minimum", "maximum"):
             if name in ("minimum", "maximum"):    # NumPy's: two numbers (a NaN propagates)

@@ -1952,6 +1952,42 @@ def test_an_or_and_inside_another_gives_its_operand_too(dt):
 
 
 @tack.kernel
+def k_big_literals_in_fmod_and_choices(u, n, a, p, outi, outf):
+    i = tack.tid()
+    outi[i, 0] = np.fmod(-1, u[i])
+    outi[i, 1] = np.fmod(3000000000, n[i])
+    outi[i, 2] = np.fmod(u[i], -2**63)
+    outf[i, 0] = math.fmod(10**19, a[i])
+    outf[i, 1] = np.fmod(a[i], 10**19)
+    outf[i, 2] = (a[i] + (1.0 if p[i] else 10**19)) - a[i]
+    outf[i, 3] = (a[i] + (1e30 % 10**19)) - (1e30 % 10**19)
+
+
+def test_a_literal_a_type_cannot_hold_keeps_its_value_in_fmod_and_its_weakness_in_choices():
+    """``np.fmod`` and ``math.fmod`` take a literal the other operand's type cannot hold as the
+    operators do (an int64, a uint64 from 2**63), where they wrapped it (``np.fmod(-1, u)`` of a
+    uint32 ``u`` divided 4294967295, and gave 1); and a literal past int64 beside a float, a
+    float literal too, is a Python number taking the float's type (float32 here), where it made
+    a float64: ``a + (1.0 if c else 10**19)`` and ``1e30 % 10**19`` are float32 with a float32
+    ``a``, as NumPy computes them."""
+    u = np.array([4294967294, 7], np.uint32)
+    n = np.array([16777217, -5], np.int32)
+    a = np.array([16777216.0, 1.5], np.float32)
+    p = np.array([True, False])
+    outi, outf = np.zeros((2, 3), np.int64), np.zeros((2, 4), np.float32)
+    tack.launch(k_big_literals_in_fmod_and_choices, dim=2, args=(u, n, a, p, outi, outf))
+    i64, f32 = np.int64, np.float32
+    for k in range(2):
+        assert outi[k].tolist() == [np.fmod(i64(-1), i64(u[k])), np.fmod(i64(3000000000), i64(n[k])),
+                                    np.fmod(i64(u[k]), i64(-2**63))], k
+        big = f32(1e30 % 10**19)
+        want = [np.fmod(f32(10**19), a[k]), np.fmod(a[k], f32(10**19)),
+                (a[k] + (f32(1.0) if p[k] else f32(10**19))) - a[k], (a[k] + big) - big]
+        np.testing.assert_array_equal(outf[k], np.array(want, np.float32), err_msg=str(k))
+    assert outi[0].tolist() == [-1, 13655374, 4294967294] and outf[0, 2] == 0.0
+
+
+@tack.kernel
 def k_int_or_float(n, a, out):
     i = tack.tid()
     out[i] = n[i] or a[i]
