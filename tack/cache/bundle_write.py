@@ -177,6 +177,10 @@ def replaceable(path: str, force: bool = False) -> str | None:
     return None if force else f"not replacing {path}: {why}; use --force to replace it"
 
 
+class NothingToPack(BundleError):
+    """The version directory holds no variant (for the target asked)."""
+
+
 def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
                   target_key: str | None = None, arch_of=lambda target_key: "", force: bool = False):
     """Pack a version directory into one bundle per target found. -> [(path, meta)].
@@ -187,8 +191,8 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
     bundle is written); what is not a regular file never is."""
     lowered, variants = collect(version_dir, target_key)
     if not variants:
-        raise BundleError(f"no compiled variants to pack in {version_dir}" +
-                          (f" for target {target_key[:16]}" if target_key else ""))
+        raise NothingToPack(f"no compiled variants to pack in {version_dir}" +
+                            (f" for target {target_key[:16]}" if target_key else ""))
     if output is not None and len(variants) > 1:
         raise BundleError(f"entries for {len(variants)} targets found; --output writes one "
                           "bundle: choose one with --arch")

@@ -461,6 +461,14 @@ def cmd_pack(args) -> int:
         written = bundle_write.write_bundles(os.path.join(root, version), out_dir, output=output,
                                        target_key=target, arch_of=lambda tk: _arch_label(tk, here),
                                        force=args.force)
+    except bundle_write.NothingToPack as e:
+        # pack, clear, run, pack: the run loaded every kernel from the bundle, which holds them
+        path = output or os.path.join(out_dir, bundle.bundle_name(target or here))
+        kept = len(bundle_write.kept_entries(path, target or here))
+        if not kept:
+            raise CLIError(str(e)) from None
+        print(f"nothing new to pack: {path} keeps its {kept} entries")
+        return 0
     except bundle.BundleError as e:
         raise CLIError(str(e)) from None
     except OSError as e:                        # a full disk, a read-only one: say which file

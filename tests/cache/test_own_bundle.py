@@ -30,6 +30,18 @@ def test_after_pack_and_clear_a_plain_run_loads_from_the_bundle(warm, mode):
     assert all(loaded(r) and not compiled(r) for r in results), results
     assert run.warnings == []
     assert run.data["stats"]["hits"]["variant"] == len(KMOD_LAUNCHES)
+    # and pack again: nothing new, the bundle kept as it is, and no failure (a `set -e` script
+    # of the documented cycle stopped at "error: no compiled variants to pack", status 1)
+    (path,) = cache.glob("bundle-*")
+    before = path.read_bytes()
+    again = run_cli(cache, "pack")
+    assert again.rc == 0 and "nothing new to pack" in again.stdout, again.stdout + again.stderr
+    assert f"keeps its {len(bundle.Bundle(before))} entries" in again.stdout, again.stdout
+    assert path.read_bytes() == before
+    # with no bundle either, there is nothing to pack: an error, as before
+    path.unlink()
+    nothing = run_cli(cache, "pack")
+    assert nothing.rc == 1 and "no compiled variants to pack" in nothing.stderr, nothing.stderr
 
 
 def test_a_bundle_of_another_version_is_passed_over_quietly_in_write_mode(warm):
