@@ -72,8 +72,10 @@ def path_part_problem(value, what, suffix=""):
 
     A name from the config becomes exactly one path component: not empty,
     not ``.`` or ``..``, no ``/`` (or ``\\``), no whitespace or control
-    character (module commands split on whitespace), and short enough for
-    the file system once ``suffix`` is added.
+    character (module commands split on whitespace), not starting with ``.``
+    (a module system's rc file, ``.modulerc``, or a hidden one), not ending in
+    ``.lua`` (the Tcl file's name would), and short enough for the file system
+    once ``suffix`` is added.
     """
     if not isinstance(value, str) or value == "":
         return f"the {what} is empty; it names a file and must not be"
@@ -85,6 +87,14 @@ def path_part_problem(value, what, suffix=""):
     bad = [c for c in value if c.isspace() or ord(c) < 32 or ord(c) == 127]
     if bad:
         return f"{value!r} cannot be a {what}: it contains {bad[0]!r} (no whitespace or control characters)"
+    if value.startswith("."):
+        # Lmod and Environment Modules read .modulerc, .version... as rc files, and hide the rest
+        return (f"{value!r} cannot be a {what}: a name starting with '.' is a module system's rc "
+                "file or hidden from module avail")
+    if value.endswith(".lua"):
+        # the Tcl file would be NAME.lua, which Lmod reads as Lua and fails on
+        return (f"{value!r} cannot be a {what}: the module files add '.lua' themselves (the Tcl "
+                f"file's name would end in .lua, which Lmod reads as Lua): write {value[:-4]!r}")
     if len((value + suffix).encode("utf-8", "surrogatepass")) > NAME_MAX:
         return f"the {what} is too long for a file name ({NAME_MAX} bytes at most, with {suffix or 'no'} extension)"
     return None

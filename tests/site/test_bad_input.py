@@ -154,6 +154,15 @@ ESCAPES = {
                    "contains ' '"),
     "version-too-long": ('  version: "1.0"', f'  version: "{"9" * 252}"', ":9: modules.version: ",
                          "too long for a file name"),
+    # tack/.modulerc(.lua) is what both module systems read as the rc file of every tack version
+    # (module load tack then failed, and a site's own .modulerc was replaced); a version ending
+    # in .lua names a Tcl file Lmod reads as Lua (tack/1.0.lua: the default, which fails to load)
+    "version-rc-file": ('  version: "1.0"', '  version: ".modulerc"', ":9: modules.version: ",
+                        "rc file"),
+    "version-dot-lua": ('  version: "1.0"', '  version: "1.0.lua"', ":9: modules.version: ",
+                        "write '1.0'"),
+    "name-hidden": ('  version: "1.0"', '  version: "1.0"\n  name: ".tack"', ":10: modules.name: ",
+                    "starting with '.'"),
 }
 
 
