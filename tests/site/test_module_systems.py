@@ -151,7 +151,10 @@ echo @@ unloaded; show TACK_CACHE_DIR
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
-def test_missing_variable_fails_load_naming_it(setup, system):
+@pytest.mark.parametrize("scratch", [None, ""], ids=["unset", "empty"])
+def test_missing_variable_fails_load_naming_it(setup, system, scratch):
+    """A referenced variable unset, or set but empty (which made TACK_CACHE_DIR /bob/tack-cache,
+    a directory at the top of the file system), fails the load, naming it."""
     init, cfg, root, home, fakes = setup("gpu-cluster", system)
     script = f"""{SHOW}
 source {init}
@@ -161,9 +164,9 @@ module load openmpi
 module load tack && echo LOADED || echo FAILED
 show TACK_CACHE_DIR TACK_CACHE
 """
-    r = clean_bash(script, home, scratch=None)
+    r = clean_bash(script, home, scratch=scratch)
     assert r.stdout.splitlines()[-3:] == ["FAILED", "TACK_CACHE_DIR unset", "TACK_CACHE unset"], r.stdout
-    assert "$SCRATCH is not set" in r.stderr and "TACK_CACHE_DIR" in r.stderr, r.stderr
+    assert "$SCRATCH is unset or empty" in r.stderr and "TACK_CACHE_DIR" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("system", SYSTEMS)

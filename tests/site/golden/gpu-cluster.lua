@@ -15,13 +15,13 @@ conflict("tack-dev")
 prereq("openmpi")
 
 -- $NAME references are expanded here, when the module is loaded, for the
--- user who loads it; loading fails if one is not set.
+-- user who loads it; loading fails if one is unset or empty.
 if (mode() == "load") then
-  if (os.getenv("SCRATCH") == nil) then
-    LmodError("tack/1.0: $SCRATCH is not set; TACK_CACHE_DIR is made from it")
+  if ((os.getenv("SCRATCH") or "") == "") then
+    LmodError("tack/1.0: $SCRATCH is unset or empty; TACK_CACHE_DIR is made from it")
   end
-  if (os.getenv("USER") == nil) then
-    LmodError("tack/1.0: $USER is not set; TACK_CACHE_DIR is made from it")
+  if ((os.getenv("USER") or "") == "") then
+    LmodError("tack/1.0: $USER is unset or empty; TACK_CACHE_DIR is made from it")
   end
 end
 

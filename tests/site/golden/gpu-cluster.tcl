@@ -18,14 +18,14 @@ conflict tack-dev
 prereq openmpi
 
 ## $NAME references are expanded here, when the module is loaded, for the
-## user who loads it; loading fails if one is not set.
+## user who loads it; loading fails if one is unset or empty.
 if {[module-info mode load]} {
-    if {![info exists ::env(SCRATCH)]} {
-        puts stderr "tack/1.0: \$SCRATCH is not set; TACK_CACHE_DIR is made from it"
+    if {![info exists ::env(SCRATCH)] || $::env(SCRATCH) eq ""} {
+        puts stderr "tack/1.0: \$SCRATCH is unset or empty; TACK_CACHE_DIR is made from it"
         break
     }
-    if {![info exists ::env(USER)]} {
-        puts stderr "tack/1.0: \$USER is not set; TACK_CACHE_DIR is made from it"
+    if {![info exists ::env(USER)] || $::env(USER) eq ""} {
+        puts stderr "tack/1.0: \$USER is unset or empty; TACK_CACHE_DIR is made from it"
         break
     }
 }

@@ -9,10 +9,10 @@ Tack compiles Python kernels and caches them in $HOME/.cache/tack.
 whatis("Tack kernel compiler")
 
 -- $NAME references are expanded here, when the module is loaded, for the
--- user who loads it; loading fails if one is not set.
+-- user who loads it; loading fails if one is unset or empty.
 if (mode() == "load") then
-  if (os.getenv("HOME") == nil) then
-    LmodError("tack/1.0: $HOME is not set; TACK_CACHE_DIR is made from it")
+  if ((os.getenv("HOME") or "") == "") then
+    LmodError("tack/1.0: $HOME is unset or empty; TACK_CACHE_DIR is made from it")
   end
 end
 

@@ -13,10 +13,10 @@ module-whatis "Tack kernel compiler"
 conflict tack
 
 ## $NAME references are expanded here, when the module is loaded, for the
-## user who loads it; loading fails if one is not set.
+## user who loads it; loading fails if one is unset or empty.
 if {[module-info mode load]} {
-    if {![info exists ::env(HOME)]} {
-        puts stderr "tack/1.0: \$HOME is not set; TACK_CACHE_DIR is made from it"
+    if {![info exists ::env(HOME)] || $::env(HOME) eq ""} {
+        puts stderr "tack/1.0: \$HOME is unset or empty; TACK_CACHE_DIR is made from it"
         break
     }
 }
