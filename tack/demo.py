@@ -12,12 +12,136 @@ where the kernel cache lives (a second run of the demo starts warm).
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import time
 
 import numpy as np
 
 FIELDS = ("sphere", "torus", "waves")
+
+
+#: Bytes per point a contour of the demo's field allocates at its peak (the demo, or ``bundles
+#: check``'s child): its work arrays (32: ``contour._scratch``, which only pages near the surface
+#: touch) and the float32 field (4), plus some room (measured 36.1, n = 150 to 300;
+#: ``make_field`` peaks at 12 before).  Counted whole, as ``ulimit -v`` counts them.
+CHECK_BYTES_PER_POINT = 40
+
+
+def available_memory(proc="/proc", cgroups="/sys/fs/cgroup"):
+    """Bytes a new process of this one's may take without swapping or being killed: the least of
+    Linux's ``MemAvailable``, the room left under each memory limit of this process's cgroups
+    (v2 ``memory.max`` less ``memory.current``, v1 ``memory.limit_in_bytes`` less
+    ``memory.usage_in_bytes``, at its own level and every level above: a Slurm job's ``--mem``,
+    a container's limit) and its address-space limit (``ulimit -v``, which a child inherits);
+    the physical memory where ``MemAvailable`` is not known (``sysconf``); None where nothing is."""
+    found = []
+    try:
+        with open(os.path.join(proc, "meminfo"), "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if not found:
+        try:
+            found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, ValueError, OSError):
+            pass
+    found += _cgroup_room(proc, cgroups)
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY and soft >= 0:
+            found.append(soft)
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+    return min(found) if found else None
+
+
+# v1 writes "no limit" as a page-rounded 2**63 - 1; anything past 2**60 bytes is none
+_NO_LIMIT = 1 << 60
+
+
+def _cgroup_room(proc, cgroups) -> list:
+    """[bytes left under each memory limit of this process's cgroups, from its own level up]."""
+    try:
+        with open(os.path.join(proc, "self", "cgroup"), encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":                   # v2: "0::/path"
+            roots = [cgroups, os.path.join(cgroups, "unified")]
+            files = ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            roots = [os.path.join(cgroups, "memory")]
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        for root in roots:
+            root = os.path.normpath(root)
+            # the process's own level, where this mount shows it (in a container the mount's
+            # root is the container's own cgroup, and the path the host's: the root is it then)
+            here = os.path.normpath(os.path.join(root, path.lstrip("/")))
+            if not os.path.isdir(here):
+                here = root
+            if not os.path.isfile(os.path.join(root, "cgroup.procs")):
+                continue                        # no such hierarchy mounted here
+            while True:                         # its level, then each one above, to the mount's
+                room = _room(here, files)
+                if room is not None:
+                    out.append(room)
+                if here == root:
+                    break
+                here = os.path.dirname(here)
+            break
+    return out
+
+
+def _room(where, files):
+    """Bytes left under the limit in ``where`` (a cgroup directory), or None if it has none."""
+    try:
+        with open(os.path.join(where, files[0]), "rb") as f:
+            limit = f.read().strip()
+        if limit == b"max":
+            return None
+        limit = int(limit)
+        if limit >= _NO_LIMIT:
+            return None
+        with open(os.path.join(where, files[1]), "rb") as f:
+            used = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return max(limit - used, 0)
+
+
+def size_problem(n: int, hint: str):
+    """Why a ``n``^3 field cannot be contoured here (None where it can), ending with ``hint``:
+    more points than the contour takes (``contour.MAX_POINTS``: its ids are int32), or more
+    memory than is available to a new process here (``available_memory``); each names the
+    memory it would need.  The demo and ``bundles check`` refuse such a size before anything
+    runs (the demo's field was allocated first: a raw MemoryError)."""
+    from .cache import format_size
+    from .kernels.contour import MAX_POINTS
+    need = CHECK_BYTES_PER_POINT * n ** 3
+    limit = round(MAX_POINTS ** (1 / 3))
+    while limit ** 3 > MAX_POINTS:
+        limit -= 1
+    if n ** 3 > MAX_POINTS:
+        return (f"a {n}^3 field is more than the contour takes (at most {MAX_POINTS} points, "
+                f"{limit}^3: its ids are int32), and contouring it would need about "
+                f"{format_size(need)} of memory; {hint}")
+    avail = available_memory()
+    if avail is not None and need > avail:
+        return (f"contouring a {n}^3 field would need about {format_size(need)} of memory, more "
+                f"than is available here ({format_size(avail)}: the least of the host's available "
+                f"memory, its cgroups' limits and ulimit -v); {hint}")
+    return None
 
 
 def make_field(kind: str, n: int) -> np.ndarray:
@@ -66,6 +190,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.size < 2:
         ap.error("--size must be at least 2")
+    if not math.isfinite(args.level):
+        ap.error(f"--level must be a finite number, not {args.level}")
 
     import tack                         # loaded already: python -m tack.demo runs inside it
     from tack._shadowed import message
@@ -73,6 +199,9 @@ def main(argv=None) -> int:
     if shadowed is not None:            # a folder named tack, not Tack: say so, not AttributeError
         print(f"python -m tack.demo: error: {shadowed}", file=sys.stderr)
         return 1
+    problem = size_problem(args.size, "give a smaller --size")
+    if problem is not None:             # before the field is made (a MemoryError otherwise)
+        ap.error(f"--size {args.size}: {problem}")
     field = make_field(args.field, args.size)
     t0 = time.perf_counter()
     from tack.kernels import contour as mc

@@ -53,6 +53,24 @@ def test_demo_says_where_the_kernels_came_from(tmp_path):
     assert "2 from the cache directory" in warm, warm
 
 
+def test_demo_refuses_a_size_or_level_it_cannot_contour_before_anything_runs(tmp_path):
+    """--size 100000 made a field of 10**15 points first, and ended in a raw MemoryError
+    traceback; now it is a usage error naming --size and the memory it would need, before any
+    field is made (the rule ``bundles check --size`` follows).  A level that is not a finite
+    number is one too: every comparison with NaN is false, and gave 0 triangles silently."""
+    for args, words in [(("--size", "100000"), "--size 100000: a 100000^3 field is more than the "
+                                                "contour takes"),
+                        (("--level", "nan"), "--level must be a finite number"),
+                        (("--level", "inf"), "--level must be a finite number")]:
+        child = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+        child.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"))
+        p = subprocess.run([sys.executable, "-m", "tack.demo", *args], env=child,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2 and words in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and p.stdout == "", p.stderr
+    assert not (tmp_path / "cache").exists()
+
+
 def test_demo_help_is_plain_text_and_covers_every_option():
     """--help has no reStructuredText backticks, and says what each option is, not only its name."""
     out = demo("--help")

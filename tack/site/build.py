@@ -939,130 +939,17 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     return 1 if problems else 0
 
 
-#: Bytes per point ``bundles check``'s child allocates at its peak, in the contour: its work
-#: arrays (32: ``contour._scratch``, which only pages near the surface touch) and the float32
-#: field (4), plus some room (measured 36.1, n = 150 to 300; the demo's ``make_field`` peaks at
-#: 12 before).  Counted whole, as ``ulimit -v`` counts them.
-CHECK_BYTES_PER_POINT = 40
-
-
-def available_memory(proc="/proc", cgroups="/sys/fs/cgroup"):
-    """Bytes a new process of this one's may take without swapping or being killed: the least of
-    Linux's ``MemAvailable``, the room left under each memory limit of this process's cgroups
-    (v2 ``memory.max`` less ``memory.current``, v1 ``memory.limit_in_bytes`` less
-    ``memory.usage_in_bytes``, at its own level and every level above: a Slurm job's ``--mem``,
-    a container's limit) and its address-space limit (``ulimit -v``, which a child inherits);
-    the physical memory where ``MemAvailable`` is not known (``sysconf``); None where nothing is."""
-    found = []
-    try:
-        with open(os.path.join(proc, "meminfo"), "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    found.append(int(line.split()[1]) * 1024)
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    if not found:
-        try:
-            found.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (AttributeError, ValueError, OSError):
-            pass
-    found += _cgroup_room(proc, cgroups)
-    try:
-        import resource
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if soft != resource.RLIM_INFINITY and soft >= 0:
-            found.append(soft)
-    except (ImportError, OSError, ValueError, AttributeError):
-        pass
-    return min(found) if found else None
-
-
-# v1 writes "no limit" as a page-rounded 2**63 - 1; anything past 2**60 bytes is none
-_NO_LIMIT = 1 << 60
-
-
-def _cgroup_room(proc, cgroups) -> list:
-    """[bytes left under each memory limit of this process's cgroups, from its own level up]."""
-    try:
-        with open(os.path.join(proc, "self", "cgroup"), encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if controllers == "":                   # v2: "0::/path"
-            roots = [cgroups, os.path.join(cgroups, "unified")]
-            files = ("memory.max", "memory.current")
-        elif "memory" in controllers.split(","):
-            roots = [os.path.join(cgroups, "memory")]
-            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
-        else:
-            continue
-        for root in roots:
-            root = os.path.normpath(root)
-            # the process's own level, where this mount shows it (in a container the mount's
-            # root is the container's own cgroup, and the path the host's: the root is it then)
-            here = os.path.normpath(os.path.join(root, path.lstrip("/")))
-            if not os.path.isdir(here):
-                here = root
-            if not os.path.isfile(os.path.join(root, "cgroup.procs")):
-                continue                        # no such hierarchy mounted here
-            while True:                         # its level, then each one above, to the mount's
-                room = _room(here, files)
-                if room is not None:
-                    out.append(room)
-                if here == root:
-                    break
-                here = os.path.dirname(here)
-            break
-    return out
-
-
-def _room(where, files):
-    """Bytes left under the limit in ``where`` (a cgroup directory), or None if it has none."""
-    try:
-        with open(os.path.join(where, files[0]), "rb") as f:
-            limit = f.read().strip()
-        if limit == b"max":
-            return None
-        limit = int(limit)
-        if limit >= _NO_LIMIT:
-            return None
-        with open(os.path.join(where, files[1]), "rb") as f:
-            used = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    return max(limit - used, 0)
-
-
 def _check_size_fits(n):
-    """SiteError, before anything runs, for a ``bundles check --size`` whose field the contour
-    does not take (``contour.MAX_POINTS``: its ids are int32) or whose making needs more memory
-    than is available to it here (``available_memory``); either names --size and the memory it
-    would need.  (The check
-    allocated it in its child first: ``--size 1000`` asked for 22 GiB, then failed.)  Any size
-    from 2 checks the same kernels: they are shape-generic."""
-    from ..kernels.contour import MAX_POINTS
-    from ..cache import format_size
+    """SiteError, before anything runs, for a ``bundles check --size`` the contour demo refuses
+    (``demo.size_problem``: more points than the contour takes, or more memory than is
+    available).  (The check allocated it in its child first: ``--size 1000`` asked for 22 GiB,
+    then failed.)  Any size from 2 checks the same kernels: they are shape-generic."""
+    from ..demo import size_problem
     from .errors import SiteError
-    need = CHECK_BYTES_PER_POINT * n ** 3
-    limit = round(MAX_POINTS ** (1 / 3))
-    while limit ** 3 > MAX_POINTS:
-        limit -= 1
-    hint = ("give a smaller --size (the default, 21, checks the same kernels: they are "
-            "shape-generic)")
-    if n ** 3 > MAX_POINTS:
-        raise SiteError(f"bundles check: --size {n}: a {n}^3 field is more than the contour takes "
-                        f"(at most {MAX_POINTS} points, {limit}^3: its ids are int32), and contouring "
-                        f"it would need about {format_size(need)} of memory; {hint}")
-    avail = available_memory()
-    if avail is not None and need > avail:
-        raise SiteError(f"bundles check: --size {n}: contouring a {n}^3 field would need about "
-                        f"{format_size(need)} of memory, more than is available here "
-                        f"({format_size(avail)}: the least of the host's available memory, its "
-                        f"cgroups' limits and ulimit -v); {hint}")
+    problem = size_problem(n, "give a smaller --size (the default, 21, checks the same kernels: "
+                              "they are shape-generic)")
+    if problem is not None:
+        raise SiteError(f"bundles check: --size {n}: {problem}")
 
 
 def stale_bundles(directories) -> list:

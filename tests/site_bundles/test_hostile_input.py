@@ -411,8 +411,8 @@ def test_check_size_past_what_the_contour_takes_is_refused_up_front(tmp_path):
 def test_check_size_past_this_hosts_memory_is_refused_up_front(tmp_path, monkeypatch, capsys):
     """A --size the contour takes whose field needs more memory than the host has available is
     refused before the check's child starts, naming both."""
-    from tack.site import build
-    monkeypatch.setattr(build, "available_memory", lambda: 1 << 29)
+    from tack import demo
+    monkeypatch.setattr(demo, "available_memory", lambda: 1 << 29)
     monkeypatch.setattr("subprocess.run", lambda *a, **k: pytest.fail("the child was started"))
     rc = cli.main(["bundles", "check", str(tmp_path), "--size", "300"])
     err = capsys.readouterr().err
@@ -450,7 +450,7 @@ def test_check_memory_is_what_a_job_may_use_not_only_what_the_host_has_free(tmp_
     for, at its own level or any level above it (v2 ``memory.max``, v1
     ``memory.limit_in_bytes``), so that a check in a job is refused rather than killed.  (It
     took MemAvailable alone: a 64 GiB node's job with --mem=4G was let allocate 40 GiB.)"""
-    from tack.site.build import available_memory
+    from tack.demo import available_memory
     job = "system.slice/slurmstepd.scope/job_42"
     proc, cgroups = _fake_host(tmp_path, *{
         "v2 job": (["0::/" + job + "/step_0"],
@@ -487,7 +487,7 @@ def test_check_memory_is_bounded_by_ulimit_v(tmp_path):
     import subprocess
     import sys
     proc, cgroups = _fake_host(tmp_path, [], {})
-    code = ("import sys; from tack.site.build import available_memory; "
+    code = ("import sys; from tack.demo import available_memory; "
             "print(available_memory(sys.argv[1], sys.argv[2]))")
     r = subprocess.run([sys.executable, "-c", code, proc, cgroups], capture_output=True, text=True,
                        timeout=120,
