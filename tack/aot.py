@@ -57,6 +57,8 @@ def build(target, specs, debug: bool = False, step=None) -> list:
     shapes) compile it once.  ``step(done, kernel, value types)`` follows each spec."""
     from .cache.keys import variant_key
     from .compiler import compile_variant, prepare
+    if isinstance(target, str) or target is None:      # a kind:name, as compile takes it
+        target = _host_or(target)
     arts, seen = [], set()
     for done, (kernel, args, grid) in enumerate(specs, 1):
         typed, lowered, key = prepare(kernel, args, debug)
@@ -83,6 +85,11 @@ def _entries(artifacts, encoded=True):
     from .cache import entry
     from .compiler import lowered_meta
     out, seen = [], set()
+    artifacts = list(artifacts)
+    for a in artifacts:
+        if not isinstance(a, Artifact):
+            raise TypeError(f"artifacts are what tack.aot.compile and build return, not "
+                            f"{type(a).__name__} {a!r:.60}")
     for a in artifacts:
         if a.lowered_key not in seen:
             seen.add(a.lowered_key)
@@ -90,6 +97,13 @@ def _entries(artifacts, encoded=True):
     for a in artifacts:
         out.append((entry.KIND_VARIANT, a.key, a.meta, a.payload))
     return [(k, key, entry.encode(k, key, m, p)) for k, key, m, p in out] if encoded else out
+
+
+def _named(path, what):
+    """ValueError for an empty path (an unset variable's), which os.path.abspath makes the
+    current directory: the cache's CLIs refuse one as bad usage too."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{what} {path!r} names no directory or file (an unset variable?)")
 
 
 class SaveError(OSError):
@@ -107,6 +121,7 @@ def save(artifacts, directory: str) -> int:
 
     def refuse(message):
         raise SaveError(f"tack.aot.save: {message}")
+    _named(directory, "directory")
     disk = DiskCache(Settings(os.path.abspath(directory), "write", None, {}), new_stats(), refuse)
     entries = _entries(artifacts, encoded=False)
     for kind, key, meta, payload in entries:
@@ -140,6 +155,9 @@ def save_bundle(artifacts, path: str, force: bool = False, merge: bool = False) 
     link, a FIFO) never."""
     from .backends.cpu_runtime import llvm_version
     from .cache import bundle, bundle_write
+    _named(path, "path")
+    artifacts = list(artifacts)
+    _entries(artifacts, encoded=False)      # (what they are checked; nothing written yet)
     targets = {a.meta["target_key"] for a in artifacts}
     if len(targets) != 1:
         raise ValueError(f"a bundle holds one target's variants; these are for {len(targets)}")

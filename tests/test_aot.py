@@ -352,3 +352,26 @@ def test_compile_checks_its_own_arguments():
     for not_a_kernel in (tack.func(lambda x: x), len):
         with pytest.raises(TypeError, match="tack.aot.compile takes a @tack.kernel"):
             tack.aot.compile(not_a_kernel, "cpu", args)
+
+
+def test_save_and_build_check_what_they_are_given(tmp_path, monkeypatch):
+    """An empty path (an unset variable's) was made the current directory: save([a], "") wrote a
+    cache there, and save_bundle raised a bare FileNotFoundError; now each is a ValueError, with
+    nothing written.  Something that is not an artifact was an AttributeError deep inside; build
+    with a target's ``kind:name``, as compile takes it, was one too ('str' has no 'key')."""
+    monkeypatch.chdir(tmp_path)
+    args = (np.zeros((2, 2, 2), np.float32), 0.5)
+    art = tack.aot.compile(_scale, "cpu", args, grid=3)
+    with pytest.raises(ValueError, match="names no directory or file"):
+        tack.aot.save([art], "")
+    with pytest.raises(ValueError, match="names no directory or file"):
+        tack.aot.save_bundle([art], "")
+    assert os.listdir(tmp_path) == []
+    for bad in (["x"], [art, None]):
+        with pytest.raises(TypeError, match="artifacts are what tack.aot.compile and build return"):
+            tack.aot.save(bad, str(tmp_path / "c"))
+        with pytest.raises(TypeError, match="artifacts are what tack.aot.compile and build return"):
+            tack.aot.save_bundle(bad, str(tmp_path / "b"))
+    (built,) = tack.aot.build("cpu", [(_scale, args, 3)])
+    assert built.key == art.key
+    assert tack.aot.build(GENERIC, [(_scale, args, 3)])[0].target == GENERIC
