@@ -169,7 +169,9 @@ def _dims(dim):
                         f"({len(dims)} dimensions)")
     for d in dims:
         if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)):
-            what = "" if dims == (dim,) else f" in dim {dim!r}"
+            # (dims is (dim,) itself where dim was one value: == would compare a NumPy value's
+            # elements, whose truth is ambiguous)
+            what = "" if len(dims) == 1 and dims[0] is dim else f" in dim {dim!r}"
             raise TypeError(f"dim must be an int or a tuple of 1 to 3 ints; {d!r}{what} is a "
                             f"{type(d).__name__}")
     dims = tuple(int(d) for d in dims)

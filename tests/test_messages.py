@@ -33,7 +33,13 @@ def k_fill(out, value):
     ((2, 1.5), TypeError, ["dim", "1.5", "(2, 1.5)"]),
     (2**64, ValueError, ["dim", str(2**64), "too large"]),
     ((2**32, 2**32), ValueError, ["dim", "too large"]),
-], ids=["float", "str", "bool", "float-in-tuple", "over-int64", "product-over-int64"])
+    # a NumPy float or array in dim said NumPy's "truth value of an array ... is ambiguous"
+    ((np.float64(2.0), 3), TypeError, ["dim", "2.0", "float64"]),
+    (np.array([2.0, 3.0]), TypeError, ["dim", "2.0", "float64"]),
+    (np.array([True, False]), TypeError, ["dim", "True", "bool"]),
+    ([np.array(2), 3], TypeError, ["dim", "ndarray"]),
+], ids=["float", "str", "bool", "float-in-tuple", "over-int64", "product-over-int64",
+        "numpy-float-in-tuple", "float-array", "bool-array", "0-d-array-in-list"])
 def test_bad_dim_says_what_is_wrong_with_dim(dim, exc, words):
     """A grid that is not 1-3 ints, or that no int64 holds, is an error about ``dim``, not about
     an argument or a Python iteration."""
