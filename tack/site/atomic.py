@@ -17,14 +17,22 @@ import tempfile
 from .errors import SiteError
 
 
-def write_files(files, mode=0o644):
+def write_files(files, mode=0o644, ours=None, force=False):
     """Write ``{path: bytes}``; return ``[(path, changed)]`` in the order given.
 
     ``mode`` is the permission of the files written (module files and
-    activation scripts are read by every user).  Raises SiteError naming the
+    activation scripts are read by every user).  ``ours``: the bytes every file this command
+    writes holds (its header); a file there without them is someone else's (a module file an
+    admin wrote by hand) and is replaced only with ``force``.  Raises SiteError naming the
     path that could not be written; then nothing has changed on disk.
     """
     plan = _plan(files)
+    if ours is not None and not force:
+        for path, _, changed, old in plan:
+            if changed and old is not None and ours not in old:
+                raise SiteError(f"not replacing {path}: this command did not write it (it has no "
+                                f"{ours.decode()!r}); use --force to replace it; nothing was "
+                                "written")
     made_dirs, temps, done = [], [], []
     try:
         for path, data, changed, _ in plan:

@@ -69,7 +69,8 @@ def cmd_modules(args) -> int:
         print(f"  {path}", flush=True)
     if args.dry_run:
         return 0
-    for path, changed in write_files(plan):
+    from .modules import OURS
+    for path, changed in write_files(plan, ours=OURS, force=args.force):
         print(f"{'wrote' if changed else 'unchanged'} {path}")
     return 0
 
@@ -84,7 +85,7 @@ def cmd_env(args) -> int:
 def cmd_conda_activate(args) -> int:
     from .conda import write_activate
     cfg = load(args.config)
-    for path in write_activate(cfg, args.prefix, env_vars=args.env_vars):
+    for path in write_activate(cfg, args.prefix, env_vars=args.env_vars, force=args.force):
         print(f"wrote {path}")
     return 0
 
@@ -156,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--root", type=_path, help="output root (default: the config's modules.root)")
     m.add_argument("--dry-run", action="store_true",
                    help="print the files that would be written, and write nothing")
+    m.add_argument("--force", action="store_true",
+                   help="replace a file at a module file's path that this command did not write")
     m.set_defaults(func=cmd_modules)
 
     e = sub.add_parser("env", help="print the exports for a shell, for sites without modules")
@@ -170,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--env-vars", action="store_true",
                    help="write conda's env_vars.d file (every shell conda supports; deactivation "
                         "unsets) instead of sh, csh and fish scripts (which restore the user's values)")
+    a.add_argument("--force", action="store_true",
+                   help="replace a script at a script's path that this command did not write")
     a.set_defaults(func=cmd_conda_activate)
 
     from ..backends.arch_names import KINDS

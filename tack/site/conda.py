@@ -122,9 +122,10 @@ def _scripts(prefix):
             for d in ("activate.d", "deactivate.d") for ext in EXTENSIONS]
 
 
-def write_activate(cfg, prefix, env_vars=False):
+def write_activate(cfg, prefix, env_vars=False, force=False):
     """Write the activate.d and deactivate.d scripts into ``prefix`` (``env_vars``: conda's
-    ``env_vars.d`` file instead, and the scripts of an earlier run removed); return the paths."""
+    ``env_vars.d`` file instead, and the scripts of an earlier run removed); return the paths.
+    A script of someone else's at a script's path is replaced only with ``force``."""
     prefix = os.path.abspath(os.fspath(prefix))
     if not os.path.isdir(prefix):
         raise SiteError(f"{prefix}: not a directory; --prefix must be an existing conda "
@@ -143,4 +144,4 @@ def write_activate(cfg, prefix, env_vars=False):
     for ext in EXTENSIONS:
         files[os.path.join(prefix, "etc", "conda", "deactivate.d", f"tack.{ext}")] = \
             deactivate_script(cfg, ext, marker).encode()
-    return [path for path, _ in write_files(files)]
+    return [path for path, _ in write_files(files, ours=HEADER.encode(), force=force)]

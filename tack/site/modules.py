@@ -28,6 +28,10 @@ import jinja2
 
 from .atomic import write_files
 from .config import path_part_problem
+
+#: What every module file ``modules`` renders holds (its header's second line); a file without it
+#: at a module file's path is someone else's, replaced only with --force (``atomic.write_files``)
+OURS = b"rendered by `python -m tack.site modules`"
 from .errors import SiteError
 
 # $NAME or ${NAME}; any other "$" is a literal character.
@@ -193,8 +197,8 @@ class ModuleWriter:
     def render(self) -> bytes:
         return self.env.get_template(self.template).render(**self.context.to_dict()).encode("utf-8")
 
-    def write(self):
-        return write_files({self.filename: self.render()})[0]
+    def write(self, force=False):
+        return write_files({self.filename: self.render()}, ours=OURS, force=force)[0]
 
 
 class LmodWriter(ModuleWriter):

@@ -710,3 +710,33 @@ def test_the_bound_docs_give_cache_size_is_the_one_check_applies(tmp_path):
     check_fails(tmp_path, GOOD.replace("size: 4G", f"size: {past}"),
                 f":4: cache.size: '{past}' is too large a size (at most 9223372036854775807 bytes, "
                 f"{largest} in whole T; use 'unlimited' for no limit)", exact=True)
+
+
+@pytest.mark.parametrize("command", ["modules", "conda-activate"])
+def test_a_file_this_command_did_not_write_is_kept_without_force(tmp_path, command):
+    """A hand-written module file (or activate.d script) at the path a file goes to was replaced,
+    and the output said "wrote" as of a new file: now the command refuses, naming it and
+    --force, and writes nothing; with --force it is replaced; one it wrote is rewritten as before."""
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD)
+    out = tmp_path / "out"
+    if command == "modules":
+        mine = out / "tack" / "1.0"
+        extra = ["--root", out, "--format", "tcl"]
+    else:
+        mine = out / "etc" / "conda" / "activate.d" / "tack.sh"
+        extra = ["--prefix", out]
+    mine.parent.mkdir(parents=True)
+    mine.write_text("#%Module1.0\nsetenv MY_HANDWRITTEN 1\n")
+    r = site(command, config, *extra)
+    assert r.returncode == 1 and f"not replacing {mine}" in r.stderr and "--force" in r.stderr, r.stderr
+    assert "nothing was written" in r.stderr and r.stdout.count("wrote") == 0, r.stdout
+    assert mine.read_text() == "#%Module1.0\nsetenv MY_HANDWRITTEN 1\n"
+    assert sorted(p.name for p in mine.parent.iterdir()) == [mine.name]
+    r = site(command, config, *extra, "--force")
+    assert r.returncode == 0, r.stderr
+    assert "MY_HANDWRITTEN" not in mine.read_text() and "python -m tack.site" in mine.read_text()
+    changed = GOOD.replace("size: 4G", "size: 8G")
+    config.write_text(changed)
+    r = site(command, config, *extra)              # its own file: rewritten without --force
+    assert r.returncode == 0 and "8G" in mine.read_text(), r.stderr
