@@ -859,13 +859,16 @@ try:
     import tack.cache
     from tack.demo import make_field
     from tack.kernels.contour import contour
-    v, faces = contour(make_field("sphere", n), 0.5, device=device)
+    field = make_field("sphere", n)
+    v, faces = contour(field, 0.5, device=device)
 except Exception as e:
     print(json.dumps({"error": " ".join(f"{type(e).__name__}: {e}".split())}))
     sys.exit(3)
 s = tack.cache.stats()
-print(json.dumps({"triangles": len(faces), "hits": s["hits"], "misses": s["misses"],
-                  "llvm": "llvmlite.binding" in sys.modules}))
+# the surface crosses the grid (some points above the level, some not): there are triangles
+crossed = bool((field > 0.5).any() and not (field > 0.5).all())
+print(json.dumps({"triangles": len(faces), "crossed": crossed, "hits": s["hits"],
+                  "misses": s["misses"], "llvm": "llvmlite.binding" in sys.modules}))
 """
 
 
@@ -930,7 +933,8 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
                         "rebuild; bundles status says which)")
     if got["llvm"]:
         problems.append("LLVM was loaded: something was compiled")
-    if not got["triangles"]:
+    if not got["triangles"] and got.get("crossed", True):
+        # (a small grid the sphere passes between, --size 2 or 4, has none to find)
         problems.append("the contour found no triangles")
     for problem in problems:
         print(f"error: {problem}", file=out)

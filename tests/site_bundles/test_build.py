@@ -399,6 +399,10 @@ def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_p
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
     small = check(str(mine), "--size", "1")
     assert small.returncode == 1 and "--size 1: the contour needs at least 2 points" in small.stderr
+    for size in ("2", "4"):     # grids the sphere passes between: no triangles to find, and fine
+        tiny = check(str(mine), "--size", size)   # (it said "the contour found no triangles", 1)
+        assert tiny.returncode == 0 and f"variants from bundles {KERNELS}, compiled 0" in tiny.stdout, \
+            tiny.stdout + tiny.stderr
     for device in ("tpu", "banana"):
         # a device that is not one: the one line the contour's error makes, no child traceback
         elsewhere = check(str(mine), "--device", device)
