@@ -645,6 +645,11 @@ class _Validator:
     def cross_checks(self, data, root):
         self.check_cache_paths(data.get("cache") or {})
         modules = data.get("modules") or {}
+        if isinstance(modules.get("root"), str) and not modules["root"].strip():
+            # check passed it, and modules then said "give --root or set modules.root" (it was
+            # set), or wrote into a directory named " " under the working directory
+            self.fail_at(("modules", "root"), f"{shown(modules['root'])} names no directory; give "
+                         "the module root's path, or leave the key out and pass --root")
         for key, what, suffix in (("name", "module name", ""), ("version", "module version", ".lua")):
             if key in modules and modules[key] is not None:
                 why = path_part_problem(modules[key], what, suffix)

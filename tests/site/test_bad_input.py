@@ -59,6 +59,10 @@ CASES = {
     "node-name-twice": (GOOD + "nodes:\n  - name: rome\n    cpu: zen3\n  - name: rome\n    cpu: zen3\n",
                         ":14: nodes.1.name: 'rome' is the name of nodes.0 already: give each kind "
                         "of node its own name"),
+    "empty-module-root": (GOOD.replace("  version: \"1.0\"", "  version: \"1.0\"\n  root: ''"),
+                          ":10: modules.root: '' names no directory"),
+    "blank-module-root": (GOOD.replace("  version: \"1.0\"", "  version: \"1.0\"\n  root: ' '"),
+                          ":10: modules.root: ' ' names no directory"),
     "blank-bundles": (GOOD.replace("  size: 4G", "  size: 4G\n  bundles: ' : '"),
                       ":5: cache.bundles: ' : ' names no directory (jobs would search no site "
                       "directory)"),
