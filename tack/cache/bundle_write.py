@@ -212,22 +212,27 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
         # pack, clear, run, pack would otherwise lose them), the directory's first.
         new = lowered + [(k, key, d) for k, key, d, _ in entries]
         have = {(k, key) for k, key, _ in new}
-        kept = [e for e in kept_entries(path, tk) if (e[0], e[1]) not in have]
+        unread = []
+        kept = [e for e in kept_entries(path, tk, why=unread) if (e[0], e[1]) not in have]
         size = write(path, new + kept, meta)
-        written.append((path, dict(meta, entries=len(new) + len(kept), bytes=size, kept=len(kept))))
+        written.append((path, dict(meta, entries=len(new) + len(kept), bytes=size, kept=len(kept),
+                                   replaced_unread=unread[0] if unread else None)))
     return written
 
 
-def kept_entries(path: str, target_key: str, allow_root: bool = False) -> list:
+def kept_entries(path: str, target_key: str, allow_root: bool = False, why: list | None = None) -> list:
     """The valid entries of this Tack's bundle for ``target_key`` at ``path``, which a bundle
     written over it keeps (``pack``, ``aot.save_bundle(merge=True)``); [] if there is none (or
-    another Tack's, another target's, or one that cannot be used)."""
+    another Tack's, another target's, or one that cannot be used: ``why``, a list, is told why
+    a file there could not be read, a damaged head or table)."""
     from .bundle import read
     if not os.path.lexists(path):
         return []
     try:
         b = read(path, allow_root=allow_root, tack_version=tack_version_id())
-    except (BundleError, OSError):
+    except (BundleError, OSError) as e:
+        if why is not None:
+            why.append(str(e))
         return []
     try:
         return valid_entries(b) if b.meta.get("target_key") == target_key else []

@@ -477,6 +477,9 @@ def cmd_pack(args) -> int:
     for path, meta in written:
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for {meta['arch'] or 'arch ?'} "
               f"({meta['machine']}) into {path}")
+        if meta.get("replaced_unread"):
+            print(f"note: the bundle it replaced could not be read ({meta['replaced_unread']}): "
+                  "none of its entries were kept")
     name = bundle.bundle_name(here)
     # A copy of another host's cache packs CPU bundles no process here reads: say so.  A GPU
     # kind's bundle is for that kind's devices (its runtime names it), never "this host's".

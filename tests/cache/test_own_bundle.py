@@ -67,3 +67,20 @@ def test_the_directorys_own_files_come_first(warm):
     run = run_child(cache, src, KMOD_LAUNCHES, env={"TACK_CACHE_LOG": "2"})
     assert run.rc == 0 and all(loaded(r) for r in run.data["results"]), run.stderr
     assert "cache bundle" not in run.stderr
+
+
+def test_pack_over_a_bundle_it_cannot_read_says_it_kept_none_of_it(warm):
+    """pack over a bundle whose head is damaged replaced it and said only "packed N entries",
+    though the old file held entries: it says the bundle it replaced could not be read, and why."""
+    cache, _ = warm
+    assert run_cli(cache, "pack").rc == 0
+    (path,) = cache.glob("bundle-*")
+    data = bytearray(path.read_bytes())
+    data[12] ^= 0xFF                        # a byte of the head its checksum covers
+    path.write_bytes(bytes(data))
+    again = run_cli(cache, "pack")
+    assert again.rc == 0, again.stderr
+    assert "note: the bundle it replaced could not be read (" in again.stdout, again.stdout
+    assert "none of its entries were kept" in again.stdout
+    plain = run_cli(cache, "pack")          # over a good bundle: no such note
+    assert plain.rc == 0 and "could not be read" not in plain.stdout, plain.stdout
