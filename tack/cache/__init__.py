@@ -155,7 +155,10 @@ def check_directory(value, origin: str, environ=None, relative_to_cwd=False) -> 
     """The absolute, normalized path ``value`` names (``expand``-ed); ValueError naming ``origin``
     for an unset variable or a relative path, or, with ``relative_to_cwd`` (the cache directory),
     a relative path taken from the working directory now (when the settings are read)."""
-    if not isinstance(value, (str, os.PathLike)) or not str(value):
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{origin}: the cache directory is a path (a str or os.PathLike), not "
+                         f"{type(value).__name__} {value!r:.40}")
+    if not os.fspath(value):
         raise ValueError(f"{origin}: the cache directory must be a non-empty path")
     path = expand(os.fspath(value), origin, environ)
     bad = next((c for c in path if ord(c) < 32 or ord(c) == 127), None)

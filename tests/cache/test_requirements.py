@@ -347,6 +347,17 @@ def test_configure_error_names_the_parameter(kwargs, name):
     assert re.search(rf"\b{name}\b", str(info.value)), str(info.value)
 
 
+@pytest.mark.parametrize("value", [5, 2.5, ["/tmp/x"]])
+def test_configure_a_directory_that_is_no_path_says_its_type(value):
+    """configure(directory=5) said the directory "must be a non-empty path"; it says it is a
+    path's type that is wanted, naming the parameter and what was given."""
+    with pytest.raises(ValueError) as info:       # as every bad value of configure's
+        tack.cache.configure(directory=value)
+    msg = str(info.value)
+    assert "configure(directory=...)" in msg and "a str or os.PathLike" in msg, msg
+    assert type(value).__name__ in msg and "non-empty" not in msg, msg
+
+
 def test_configure_with_one_bad_value_changes_nothing(tmp_path, cache_dir):
     """configure() with good values beside a bad one raises and applies none of them."""
     good = tmp_path / "configured"
