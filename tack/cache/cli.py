@@ -54,9 +54,10 @@ def path_argument(text):
     return text
 
 
-def _arch_argument(text):
-    """argparse type of ``pack --arch``: an empty one (``--arch "$ARCH"`` with ARCH unset) is bad
-    usage, not taken as none given (which packs every architecture's entries)."""
+def arch_argument(text):
+    """argparse type of every ``--arch`` of ``tack.cache`` and ``tack.site``: an empty one
+    (``--arch "$ARCH"`` with ARCH unset) is bad usage, not taken as none given (which packs, or
+    builds, every architecture's)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty architecture name (an unset variable?)")
     return text
@@ -599,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--output", metavar="PATH", type=path_argument,
                       help="write the bundle to this file instead, or into this directory under "
                            "its usual name")
-    pack.add_argument("--arch", metavar="ARCH", type=_arch_argument,
+    pack.add_argument("--arch", metavar="ARCH", type=arch_argument,
                       help="only this architecture's entries (kind:name, e.g. cpu:zen3, or "
                            "'target KEY' as info lists another host's)")
     pack.add_argument("--force", action="store_true",

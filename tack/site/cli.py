@@ -141,6 +141,7 @@ def cmd_bundles_install(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..cache.cli import arch_argument as _arch      # one rule for both tools' --arch
     from ..cache.cli import path_argument as _path     # one rule for both tools' paths
     p = argparse.ArgumentParser(prog="python -m tack.site",
                                 description="Deploy Tack at a site from one YAML config.")
@@ -186,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = b.add_subparsers(dest="bundles_command", metavar="ACTION", required=True)
     bb = bsub.add_parser("build", help="warm the configured kernels for each architecture and pack")
     bb.add_argument("config", type=_path)
-    bb.add_argument("--arch", action="append", help="only this architecture (repeatable)")
+    bb.add_argument("--arch", action="append", type=_arch, help="only this architecture (repeatable)")
     bb.add_argument("--output", type=_path, help="bundle directory (default: the config's cache.bundles)")
     bb.add_argument("--verbose", "-v", action="store_true",
                     help="show each variant's value types and grid as it compiles")
@@ -216,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a CPU microarchitecture (archspec's name, or 'host': this node's): "
                     "bundles for it and for its generic level (zen3: cpu:zen3 and "
                     "cpu:x86_64_v3); repeatable (default, without --arch: host)")
-    bi.add_argument("--arch", action="append", metavar="KIND:NAME",
+    bi.add_argument("--arch", action="append", metavar="KIND:NAME", type=_arch,
                     help="one more architecture (cpu:x86_64_v2, cuda:sm_90 ...); repeatable")
     bi.add_argument("--site-config", metavar="FILE", type=_path,
                     help="a site config: its build.kernels are what the bundles hold; it is "

@@ -694,6 +694,22 @@ def test_an_empty_path_is_bad_usage(tmp_path, argv, option):
     assert sorted(os.listdir(tmp_path)) == ["site.yaml"]
 
 
+@pytest.mark.parametrize("argv", [["bundles", "build", "{config}", "--arch", ""],
+                                  ["bundles", "install", "{prefix}", "--arch", " "]])
+def test_an_empty_arch_is_bad_usage(tmp_path, argv):
+    """``--arch "$ARCH"`` with ARCH unset: bad usage (exit status 2), as ``pack --arch`` says it,
+    where ``bundles build`` failed with status 1 as of a bad config; nothing written."""
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD)
+    r = subprocess.run([sys.executable, "-m", "tack.site",
+                        *[a.format(config=config, prefix=tmp_path / "prefix") for a in argv]],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.splitlines()[-1].endswith(
+        ": error: argument --arch: an empty architecture name (an unset variable?)"), r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["site.yaml"]
+
+
 def test_the_bound_docs_give_cache_size_is_the_one_check_applies(tmp_path):
     """docs/site.md said cache.size is "at most 8E": E is no unit the size parser takes ('8E'
     is not a size).  The bound it gives now is in units check takes, accepted, and one more
