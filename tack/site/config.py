@@ -645,6 +645,15 @@ class _Validator:
     def cross_checks(self, data, root):
         self.check_cache_paths(data.get("cache") or {})
         modules = data.get("modules") or {}
+        for key, allowed in (("whatis", ""), ("help", "\n\t")):
+            # whatis is one line of module avail's; neither may carry a terminal's escapes
+            value = modules.get(key)
+            bad = next((c for c in value if (ord(c) < 32 or ord(c) == 127) and c not in allowed),
+                       None) if isinstance(value, str) else None
+            if bad is not None:
+                self.fail_at(("modules", key), f"{shown(value)} holds the control character {bad!r}"
+                             + ("; whatis is one line" if key == "whatis" else
+                                "; help text may hold newlines and tabs only"))
         if isinstance(modules.get("root"), str) and not modules["root"].strip():
             # check passed it, and modules then said "give --root or set modules.root" (it was
             # set), or wrote into a directory named " " under the working directory

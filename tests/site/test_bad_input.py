@@ -59,6 +59,12 @@ CASES = {
     "node-name-twice": (GOOD + "nodes:\n  - name: rome\n    cpu: zen3\n  - name: rome\n    cpu: zen3\n",
                         ":14: nodes.1.name: 'rome' is the name of nodes.0 already: give each kind "
                         "of node its own name"),
+    # module avail and module whatis print whatis raw: a newline broke its one line, an ESC
+    # reached the terminal
+    "whatis-newline": (GOOD.replace("  version: \"1.0\"", "  version: \"1.0\"\n  whatis: \"a\\nb\""),
+                       ":10: modules.whatis: 'a\\nb' holds the control character '\\n'; whatis is one line"),
+    "help-escape": (GOOD.replace("  version: \"1.0\"", "  version: \"1.0\"\n  help: \"a\\e[31mb\""),
+                    ":10: modules.help: "),
     "empty-module-root": (GOOD.replace("  version: \"1.0\"", "  version: \"1.0\"\n  root: ''"),
                           ":10: modules.root: '' names no directory"),
     "blank-module-root": (GOOD.replace("  version: \"1.0\"", "  version: \"1.0\"\n  root: ' '"),
