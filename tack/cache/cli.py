@@ -436,7 +436,9 @@ def cmd_clear(args) -> int:
     print(f"cleared {what} entries ({removed} files in {len(targets)} version "
           f"director{'y' if len(targets) == 1 else 'ies'}){extra} from {root}")
     if kept:
-        print(f"left in place, not made by Tack ({len(kept)}):")
+        # (what the cache cannot tell is its own: a user's file, or one of its own entries cut
+        # shorter than the header that would say so)
+        print(f"left in place, not recognizable as the cache's own files ({len(kept)}):")
         for path in kept:
             print(f"  {path}")
     if writing:

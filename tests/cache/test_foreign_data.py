@@ -42,7 +42,7 @@ def test_clear_all_keeps_directories_that_only_look_like_versions(warm):
     assert run.rc == 0, run.stderr
     assert _unchanged(made)
     assert entry_files(cache) == [p for p in entry_files(cache) if p in made]
-    assert "left in place, not made by Tack" in run.stdout
+    assert "left in place, not recognizable as the cache's own files" in run.stdout
 
 
 def test_clear_keeps_a_users_file_inside_a_version_directory(warm):
