@@ -85,11 +85,7 @@ def _entries(artifacts, encoded=True):
     from .cache import entry
     from .compiler import lowered_meta
     out, seen = [], set()
-    artifacts = list(artifacts)
-    for a in artifacts:
-        if not isinstance(a, Artifact):
-            raise TypeError(f"artifacts are what tack.aot.compile and build return, not "
-                            f"{type(a).__name__} {a!r:.60}")
+    artifacts = _artifacts(artifacts)
     for a in artifacts:
         if a.lowered_key not in seen:
             seen.add(a.lowered_key)
@@ -97,6 +93,17 @@ def _entries(artifacts, encoded=True):
     for a in artifacts:
         out.append((entry.KIND_VARIANT, a.key, a.meta, a.payload))
     return [(k, key, entry.encode(k, key, m, p)) for k, key, m, p in out] if encoded else out
+
+
+def _artifacts(artifacts) -> list:
+    """``artifacts`` as a list; TypeError for anything that is not an ``Artifact`` (an
+    AttributeError deep inside otherwise)."""
+    artifacts = list(artifacts)
+    for a in artifacts:
+        if not isinstance(a, Artifact):
+            raise TypeError(f"artifacts are what tack.aot.compile and build return, not "
+                            f"{type(a).__name__} {a!r:.60}")
+    return artifacts
 
 
 def _named(path, what):
@@ -156,8 +163,7 @@ def save_bundle(artifacts, path: str, force: bool = False, merge: bool = False) 
     from .backends.cpu_runtime import llvm_version
     from .cache import bundle, bundle_write
     _named(path, "path")
-    artifacts = list(artifacts)
-    _entries(artifacts, encoded=False)      # (what they are checked; nothing written yet)
+    artifacts = _artifacts(artifacts)
     targets = {a.meta["target_key"] for a in artifacts}
     if len(targets) != 1:
         raise ValueError(f"a bundle holds one target's variants; these are for {len(targets)}")

@@ -866,7 +866,8 @@ except Exception as e:
     sys.exit(3)
 s = tack.cache.stats()
 # the surface crosses the grid (some points above the level, some not): there are triangles
-crossed = bool((field > 0.5).any() and not (field > 0.5).all())
+above = field > 0.5
+crossed = bool(above.any() and not above.all())
 print(json.dumps({"triangles": len(faces), "crossed": crossed, "hits": s["hits"],
                   "misses": s["misses"], "llvm": "llvmlite.binding" in sys.modules}))
 """
