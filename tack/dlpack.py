@@ -9,7 +9,14 @@ The producer's memory stays valid until ``Tensor.close()`` (or the tensor's coll
 the producer's deleter, once.
 
 Tack uses it for device arrays (CUDA and ROCm memory passed to a launch by its pointer, without
-a copy) and for host arrays of other libraries on the CPU backend (through ``numpy.from_dlpack``).
+a copy) and for host arrays of other libraries on the CPU backend (``host_array``: a NumPy array
+over the same memory).
+
+A capsule of DLPack before 1.0 has no read-only flag.  Tack takes such an array as writable,
+on every backend, as CuPy and PyTorch take it: its producers exported no read-only memory
+(NumPy before 2.1 refused to export a read-only array).  NumPy's own ``from_dlpack`` makes it
+read-only instead, so a kernel writing to a PyTorch tensor of before DLPack 1.0 would be
+refused, and a copy would lose its results: ``host_array`` makes the NumPy view itself.
 """
 
 from __future__ import annotations
@@ -152,8 +159,8 @@ class Tensor:
 def _dtype(dt) -> np.dtype:
     code = _CODES.get(int(dt.code))
     if code is None or int(dt.lanes) != 1 or dt.bits % 8 or (code == "b" and dt.bits != 8):
-        raise DLPackError(f"its dtype (code {dt.code}, {dt.bits} bits, {dt.lanes} lanes) has no "
-                          "NumPy equivalent")
+        raise DLPackError(f"its dtype (code {dt.code}, {dt.bits} bits, {dt.lanes} lanes) is none "
+                          "of those Tack takes (signed and unsigned ints, floats, bool)")
     return np.dtype(f"{code}{dt.bits // 8}" if code != "b" else "?")
 
 
@@ -187,10 +194,27 @@ def view(obj, stream=None) -> Tensor:
                       "an unused DLPack capsule")
 
 
+class _HostMemory:
+    """What a NumPy array made by ``host_array`` has as its base: it holds the tensor (so the
+    producer's memory stays valid while the array lives) and describes its memory."""
+
+    __slots__ = ("tensor", "__array_interface__")
+
+    def __init__(self, t: Tensor):
+        self.tensor = t
+        size = t.dtype.itemsize
+        self.__array_interface__ = {
+            "version": 3, "shape": t.shape, "typestr": t.dtype.str,
+            "data": (t.ptr, not t.writable),
+            "strides": tuple(s * size for s in t.estrides) if t.shape else None}
+
+
 def host_array(obj) -> np.ndarray:
-    """A host DLPack object as a NumPy array over the same memory (``numpy.from_dlpack``)."""
-    try:
-        return np.from_dlpack(obj)
-    except Exception as e:                  # noqa: BLE001 - NumPy's refusal, said as such
-        raise DLPackError(f"{type(obj).__name__} cannot be read as a host array through DLPack "
-                          f"({type(e).__name__}: {e})") from None
+    """A host DLPack object as a NumPy array over the same memory, writable unless its producer
+    marked it read-only (DLPack 1.0's flag)."""
+    t = view(obj)
+    if t.device[0] not in HOST:
+        t.close()
+        raise DLPackError(f"{type(obj).__name__}'s DLPack memory is on {device_name(t.device)}, "
+                          "not in host memory")
+    return np.asarray(_HostMemory(t))

@@ -544,8 +544,10 @@ class _Inferer:
             return "tack.constant arrays are read-only"
         if node[0] == "name" and node[2] in self.tf.lowered.params:
             if self.tf.is_kernel:
-                return (f"argument '{node[2]}' is a read-only array (its flags.writeable is False) "
-                        "and cannot be written; pass a writable array (np.array(...) copies one)")
+                return (f"argument '{node[2]}' is a read-only array (a NumPy array whose "
+                        "flags.writeable is False, or another library's its producer exported "
+                        "read-only through DLPack) and cannot be written; pass a writable array "
+                        "(np.array(...) copies one, and the kernel's results are then in the copy)")
             return (f"parameter '{node[2]}' is read-only (it is passed a tack.constant or an "
                     "array whose flags.writeable is False) and cannot be written")
         return "this array is read-only (a tack.constant, or an array whose flags.writeable is False)"

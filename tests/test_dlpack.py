@@ -132,6 +132,21 @@ def test_host_arrays_of_other_libraries_launch_on_the_cpu_without_a_copy():
     np.testing.assert_array_equal(z, x + 1)
 
 
+def test_an_old_producers_host_array_is_written_in_place():
+    """DLPack before 1.0 has no read-only flag: Tack takes such an array as writable, as its GPU
+    launches (and CuPy and PyTorch) do.  On the CPU it was read through NumPy's from_dlpack,
+    which makes it read-only: a kernel writing it was refused, with advice (copy it) that would
+    have lost the kernel's results."""
+    x, y = np.arange(8.0), np.ones(8)
+    before = sys.getrefcount(y)
+    tack.launch(axpy, 8, (2.0, x, OldNumPyStyle(y)))
+    np.testing.assert_array_equal(y, 2 * x + 1)
+    gc.collect()
+    assert sys.getrefcount(y) == before         # the capsule given back: its deleter ran once
+    v = dlpack.host_array(OldNumPyStyle(y[::2]))
+    assert v.flags.writeable and v.ctypes.data == y.ctypes.data and v.strides == (16,)
+
+
 @tack.kernel
 def copy2d(a, out):
     i, j = tack.tid()
@@ -178,8 +193,10 @@ def test_a_static_shape_of_a_host_array_is_in_the_launchs_key():
 
 def test_read_only_and_device_dlpack_arrays_are_refused_on_the_cpu():
     x = np.arange(4.0)
-    with pytest.raises(tack.CompileError, match="read-only"):
+    with pytest.raises(tack.CompileError, match="read-only") as e:
         tack.launch(axpy, 4, (1.0, x, host(np.ones(4), readonly=True)))
+    assert "exported read-only through DLPack" in str(e.value)
+    assert not dlpack.host_array(host(np.ones(4), readonly=True)).flags.writeable
     gpu = Producer(x.ctypes.data, (4,), np.float64, device=(dlpack.CUDA, 0))
     with pytest.raises(TypeError, match="array on a device"):
         tack.launch(axpy, 4, (1.0, x, gpu))
