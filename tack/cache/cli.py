@@ -63,6 +63,20 @@ def arch_argument(text):
     return text
 
 
+class SubcommandParser(argparse.ArgumentParser):
+    """The parser of each subcommand of ``tack.cache`` and ``tack.site``
+    (``add_subparsers(parser_class=SubcommandParser)``; a subcommand's own subcommands are of
+    its class): it says its own usage for an argument it does not know (``clear --bogus``),
+    where argparse hands the argument up to the top-level parser, whose usage lists only the
+    subcommands."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
+
+
 def _trusted_root(s, must_exist=True):
     if not os.path.lexists(s.directory):
         if must_exist:
@@ -578,7 +592,8 @@ def cmd_export(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tack.cache",
                                 description="Inspect and manage Tack's kernel cache.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                           parser_class=SubcommandParser)
     info = sub.add_parser("info", help="settings, entries and size",
                           description="Show the settings in force, entries and bytes per Tack "
                                       "version and level, the limit, the last size check and bundles.")

@@ -196,6 +196,17 @@ def test_bad_usage_exits_2(argv, cache_dir):
     assert "usage:" in run.stderr
 
 
+@pytest.mark.parametrize("argv", [["clear", "--bogus"], ["prune", "--all"], ["info", "extra"]])
+def test_a_commands_unknown_argument_gets_the_commands_usage(argv, cache_dir):
+    """``clear --bogus`` printed the program's usage (``[-h] COMMAND ...``), which does not say
+    what clear takes: argparse hands a subcommand's unknown arguments to the top-level parser."""
+    run = run_cli(cache_dir, *argv)
+    assert run.rc == 2
+    assert run.stderr.startswith(f"usage: python -m tack.cache {argv[0]} [-h]"), run.stderr
+    assert run.stderr.splitlines()[-1] == (f"python -m tack.cache {argv[0]}: error: "
+                                           f"unrecognized arguments: {argv[1]}"), run.stderr
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["info", "--help"], ["prune", "--help"], ["clear", "--help"]])
 def test_help(argv, capsys):
     """--help of the program and of each command prints usage and exits 0."""

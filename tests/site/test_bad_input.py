@@ -716,6 +716,25 @@ def test_an_empty_arch_is_bad_usage(tmp_path, argv):
     assert sorted(os.listdir(tmp_path)) == ["site.yaml"]
 
 
+@pytest.mark.parametrize("argv", [["bundles", "build", "{config}", "--bogus"],
+                                  ["check", "{config}", "--arch", "x86_64"],
+                                  ["bundles", "--bogus", "status", "{config}"]])
+def test_a_commands_unknown_argument_gets_the_commands_usage(tmp_path, argv):
+    """An argument a subcommand does not take printed the program's usage (``[-h] COMMAND
+    ...``), not the subcommand's: argparse hands it up to the top-level parser."""
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD)
+    r = subprocess.run([sys.executable, "-m", "tack.site", *[a.format(config=config) for a in argv]],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    command = " ".join(argv[:2] if argv[0] == "bundles" and argv[1] != "--bogus" else argv[:1])
+    bad = " ".join(a for a in argv if a.startswith("--") or a == "x86_64")
+    assert r.stderr.startswith(f"usage: python -m tack.site {command} [-h]"), r.stderr
+    assert r.stderr.splitlines()[-1] == (f"python -m tack.site {command}: error: "
+                                         f"unrecognized arguments: {bad}"), r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["site.yaml"]
+
+
 def test_the_bound_docs_give_cache_size_is_the_one_check_applies(tmp_path):
     """docs/site.md said cache.size is "at most 8E": E is no unit the size parser takes ('8E'
     is not a size).  The bound it gives now is in units check takes, accepted, and one more
