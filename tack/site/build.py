@@ -806,10 +806,15 @@ def _status_of(directory, node_llvm, host_key, node_arch, out, runtimes=()) -> l
     paths = _bundle_paths(directory)
     if not paths:
         print(f"no bundles in {directory}", file=out)
+    from ..cache import size
     for path in temporaries(directory):
-        print(f"{os.path.basename(path)}: a temporary bundle, never read by jobs: a build writing "
-              "it now, or one that stopped left it (the next bundles build removes it once it is "
-              "an hour old)", file=out)
+        if size.is_own_file(path):
+            print(f"{os.path.basename(path)}: a temporary bundle, never read by jobs: a build "
+                  "writing it now, or one that stopped left it (the next bundles build removes it "
+                  "once it is an hour old)", file=out)
+        else:
+            print(f"{os.path.basename(path)}: named as a temporary bundle but not one (it does not "
+                  "start as a bundle): never read by jobs, and no build removes it", file=out)
     bundles, unusable = {}, {}
     for path in paths:
         try:
