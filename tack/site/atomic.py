@@ -95,6 +95,11 @@ def _plan(files):
         if old is None and os.path.lexists(path):
             raise SiteError(f"cannot write {path}: it exists and cannot be read, so it could not "
                             "be restored if another file failed; nothing was written")
+        if old != data and os.path.islink(path):
+            target = os.readlink(path)
+            raise SiteError(f"cannot write {path}: it is a symbolic link (to {target}), which "
+                            f"writing would replace with a file, leaving {target} as it was; "
+                            "remove the link, or write where it points; nothing was written")
         plan.append((path, data, old != data, old))
     return plan
 

@@ -758,6 +758,35 @@ def test_the_bound_docs_give_cache_size_is_the_one_check_applies(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["modules", "conda-activate"])
+def test_a_link_where_a_file_goes_is_not_replaced(tmp_path, command):
+    """A module file (or activate.d script) the site keeps elsewhere, linked into place: the
+    command wrote its file over the link, leaving the linked-to file as it was, so the site's
+    copy and the one in use parted.  Now it refuses, naming the link and where it points, and
+    writes nothing, --force or not; a link to a file already as it would be written is left."""
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD)
+    out = tmp_path / "out"
+    out.mkdir()
+    extra = ["--root", out, "--format", "tcl"] if command == "modules" else ["--prefix", out]
+    assert site(command, config, *extra).returncode == 0
+    path = (out / "tack" / "1.0") if command == "modules" else \
+        (out / "etc" / "conda" / "activate.d" / "tack.sh")
+    kept = tmp_path / "kept"
+    path.rename(kept)
+    path.symlink_to(kept)
+    assert site(command, config, *extra).returncode == 0      # unchanged: nothing to write
+    assert path.is_symlink()
+    before = kept.read_bytes()
+    config.write_text(GOOD.replace("size: 4G", "size: 8G"))
+    for force in ([], ["--force"]):
+        r = site(command, config, *extra, *force)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert f"cannot write {path}: it is a symbolic link (to {kept})" in r.stderr, r.stderr
+        assert "nothing was written" in r.stderr and "wrote" not in r.stdout, r.stdout
+        assert path.is_symlink() and kept.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["modules", "conda-activate"])
 def test_a_file_this_command_did_not_write_is_kept_without_force(tmp_path, command):
     """A hand-written module file (or activate.d script) at the path a file goes to was replaced,
     and the output said "wrote" as of a new file: now the command refuses, naming it and
