@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import aot
 from .. import types as T
-from ..archs import qualify, resolve
+from ..archs import bundle_machine, qualify, resolve
 from ..cache import bundle as bundle_mod
 from ..cache import bundle_write, entry, trust
 from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
@@ -683,7 +683,16 @@ def applies(b, path, node_arch, chosen, why, host_key, devices=None):
                       "device here runs it")
     if name in why:
         return None, _name_reason(path, b.meta) or why[name]
+    machine, here = _named_machine(name), bundle_machine("cpu")
+    if machine and machine != here:
+        return None, f"{arch or 'its arch'} is for {machine} CPUs; this node's CPU is {here}"
     return None, f"{arch or 'an unnamed arch'} is not named as a site bundle of this node's CPU"
+
+
+def _named_machine(name):
+    """The machine a CPU site bundle's file name names (``bundle-<machine>-cpu-...``), or ''."""
+    machine, sep, _ = name[len(bundle_mod.BUNDLE_PREFIX):].partition("-cpu-")
+    return machine if sep and name.startswith(bundle_mod.BUNDLE_PREFIX) else ""
 
 
 def _name_reason(path, meta):

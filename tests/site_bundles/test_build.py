@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -270,6 +271,11 @@ def test_other_isa_object_code(tmp_path):
     meta, payload = next(b.get(k, key) for (k, key) in b.index if k == entry.KIND_VARIANT)
     assert payload[:4] == b"\x7fELF" and int.from_bytes(payload[18:20], "little") == 183  # EM_AARCH64
     assert "triple=aarch64" in meta["target"]
+    status = io.StringIO()          # on another machine, status says what machine it is for
+    build.bundles_status(str(tmp_path / "bundles"), out=status)
+    if platform.machine() != "aarch64":
+        assert (f"cpu:neoverse_v2 is for aarch64 CPUs; this node's CPU is {platform.machine()}"
+                in status.getvalue()), status.getvalue()
 
 
 def test_unwritable_output_is_refused(tmp_path):
