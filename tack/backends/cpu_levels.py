@@ -97,7 +97,8 @@ def header_reader(header, why: dict):
         if name not in metas:
             metas[name] = header(name)
             if metas[name] is None:
-                why[name] = "its header cannot be read"
+                why[name] = ("its header was refused (damaged, unreadable or another Tack's: "
+                             "the warning naming the bundle says which)")
         return metas[name]
     return meta_of
 

@@ -330,6 +330,21 @@ def test_a_damaged_header_of_a_level_the_node_lacks_is_never_read():
                                           "nor an ancestor of it"}
 
 
+def test_a_refused_header_is_not_said_to_be_unreadable():
+    """A header the store refused (another Tack's, say, which its warning names) was logged as
+    "its header cannot be read", right after the warning that had read it: the reason now says
+    it was refused and that the warning says why."""
+    offers, headers = family_offers("x86_64")
+    offers = [o for o in offers if o[1] in ("x86_64", "x86_64_v2", "x86_64_v3", "x86_64_v4")]
+    v4 = next(n for n, a, _ in offers if a == "x86_64_v4")
+    why = {}
+    chosen = cpu_choice.choose(host_for("icelake"), offers,
+                               lambda name: None if name == v4 else headers[name], lambda: 1 / 0, why)
+    assert [a for a, _, _ in chosen] == ["cpu:x86_64_v3", "cpu:x86_64_v2", "cpu:x86_64"]
+    assert why == {v4: "its header was refused (damaged, unreadable or another Tack's: the "
+                       "warning naming the bundle says which)"}
+
+
 def test_beside_a_specific_target_the_feature_rule_reads_one_header_before_giving_up(monkeypatch):
     """With bundles for the levels and zen3, the feature rule reads the first header (the table
     the whole rule reads too) and gives up: no header is read for it alone."""
