@@ -505,6 +505,36 @@ def test_a_choice_of_literals_the_other_type_cannot_hold_is_exact():
     assert out.tolist() == want
 
 
+@tack.kernel
+def k_operator_on_a_choice_past_int64(p, m, u, out):
+    i = tack.tid()
+    out[i, 0] = m[i] + (-(2**63 if p[i] else 1))        # -2**63 or -1: each an int64
+    out[i, 1] = m[i] - (2**63 if p[i] else 2) // 2      # 2**62 or 1
+    out[i, 2] = m[i] + (2**63 if p[i] else 6) // -2     # -2**62 or -3, floored as Python does
+    out[i, 3] = u[i] + (-(-2**63 if p[i] else -1))      # 2**63 or 1: uint64, exact
+
+
+def test_an_operator_on_a_choice_of_literals_takes_each_branchs_value():
+    """``-(2**63 if p else 1)`` is -2**63 or -1, each an int64, as Python computes it (a choice
+    of literals is weak by its values).  Typed whole, the choice was a uint64 (its widest
+    branch's type: 2**63 is no int64), and the minus wrapped both branches in it: ``m +
+    -(2**63 if p else 1)`` of an int64 ``m`` of 5 gave +9.2e18 where p is true, and 1.8e19 (for
+    4) where it is false.  The operator is now taken to each branch, and each folds to one
+    literal.  NumPy's result_type of each branch's value agrees."""
+    p = np.array([True, False])
+    m = np.array([5, 5], np.int64)
+    u = np.array([5, 5], np.uint64)
+    out = np.zeros((2, 4), np.float64)
+    tack.launch(k_operator_on_a_choice_past_int64, dim=2, args=(p, m, u, out))
+    for i, c in enumerate(p):
+        assert out[i, 0] == float(np.int64(5) + np.int64(-(2**63 if c else 1)))
+        assert out[i, 1] == float(np.int64(5) - np.int64((2**63 if c else 2) // 2))
+        assert out[i, 3] == float(np.uint64(5) + np.uint64(-(-2**63 if c else -1)))
+    assert out[0, 0] == float(-2**63 + 5) and out[1, 0] == 4.0
+    assert out[:, 2].tolist() == [float(5 - 2**62), 2.0]
+    assert out[:, 3].tolist() == [float(2**63 + 5), 6.0]
+
+
 @tack.func
 def times_sqrt(v, k):
     return v * math.sqrt(k)

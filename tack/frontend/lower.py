@@ -238,6 +238,8 @@ class _FunctionLowerer:
         self.is_kernel = is_kernel
         self.depth = 0                      # this function's expression levels open
         self.literals = {}                  # id(ast node) -> _int_literal_value of it
+        self.made = []                      # nodes made here (``distributed``): kept, as their
+        #                                     ids key ``literals``
         self.globals = pyfn.__globals__
         self.closure = {}
         self.unbound = set()                # free variables whose cell is empty
@@ -447,7 +449,34 @@ class _FunctionLowerer:
         obj, name = self.resolve_attr(e)
         return self.value_of(name, obj, e)
 
+    def distributed(self, e, op, operands):
+        """``e``, an operator on a choice of integer literals (``-(2**63 if p else 1)``,
+        ``(1 if c else 2) * 2**31``: ``operands`` the operator's, one of them the choice, the
+        other, if any, integer literals alone), as the choice of the operator on each branch
+        (``-2**63 if p else -1``), so that each branch folds to one literal, typed by its own
+        value as a literal is; None for anything else.  Typed whole, such a choice took the type
+        of its widest branch (a literal past int64 is a uint64), and the operator wrapped every
+        branch in it: ``m + -(2**63 if p else 1)`` with an int64 ``m`` gave 1.8e19 where p is
+        false, for Python's 4.  The same operator, the same values, each test evaluated once and
+        in the same order."""
+        k = next((i for i, x in enumerate(operands) if _choice_leaves(x, self.literals)), None)
+        if k is None or any(_int_literal_value(x, self.literals) in (None, ir.TOO_BIG)
+                            for i, x in enumerate(operands) if i != k):
+            return None
+        choice = operands[k]
+
+        def branch(x):
+            return op(*(x if i == k else y for i, y in enumerate(operands)))
+        new = ast.IfExp(test=choice.test, body=branch(choice.body), orelse=branch(choice.orelse))
+        ast.fix_missing_locations(ast.copy_location(new, e))
+        self.made.append(new)
+        return new
+
     def _expr_BinOp(self, e):
+        if type(e.op) in _BINOPS:
+            d = self.distributed(e, lambda a, b: ast.BinOp(a, e.op, b), (e.left, e.right))
+            if d is not None:
+                return self.expr(d)
         node = ["binop", self.loc(e), self.binop(e.op, e), self.expr(e.left), self.expr(e.right)]
         return float_folded(node)
 
@@ -462,6 +491,10 @@ class _FunctionLowerer:
                 type(operand.value) in (int, float):
             return self._expr_Constant(ast.Constant(-operand.value, lineno=e.lineno,
                                                     col_offset=e.col_offset))
+        if not isinstance(e.op, ast.Not):
+            d = self.distributed(e, lambda a: ast.UnaryOp(e.op, a), (operand,))
+            if d is not None:
+                return self.expr(d)
         return float_folded(["unop", self.loc(e), _UNOPS[type(e.op)], self.expr(operand)])
 
     def _expr_Compare(self, e):
@@ -855,6 +888,28 @@ def _int_literal_value(e, memo):
     if v is _MISSING:
         v = memo[id(e)] = _literal_step(e, memo)
     return v
+
+
+_MAX_CHOICE = 8         # a choice of integer literals an operator is distributed over: so many at most
+
+
+def _choice_leaves(e, memo) -> int:
+    """How many integer literal expressions the conditional expression ``e`` chooses among
+    (``a if p else (b if q else c)``: 3), where it chooses among such alone and among at most
+    ``_MAX_CHOICE``; else 0."""
+    if not isinstance(e, ast.IfExp):
+        return 0
+
+    n, stack = 0, [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ast.IfExp):
+            stack += (x.body, x.orelse)
+        elif _int_literal_value(x, memo) in (None, ir.TOO_BIG) or n == _MAX_CHOICE:
+            return 0
+        else:
+            n += 1
+    return n
 
 
 def _literal_step(e, memo):
