@@ -192,6 +192,50 @@ def test_new_variant_runs_serially_then_measured(monkeypatch):
     np.testing.assert_array_equal(out, np.arange(out.size))
 
 
+def test_a_costly_first_launch_measures_a_part_then_runs_the_rest_on_the_pool(monkeypatch):
+    """A variant not measured yet is estimated at FLOOR_S a point: a small grid of a costly
+    kernel (a long loop at each point) ran whole on one thread, seconds where two threads take
+    half.  Its first launch now runs a sixteenth of its rows first, timed (a clock that counts 1
+    ms a point here), and the rest on the pool."""
+    tack.config.num_threads = 2
+    now = [0.0]
+    monkeypatch.setattr(cpu_runtime, "_clock", lambda: now[0])
+    runs = []
+
+    def fn(buf, lo, hi):
+        now[0] += (hi - lo) * 1e-3
+        runs.append((lo, hi))
+    variant = SimpleNamespace(fn=fn, cost=None, serial_points=0, quiet_points=0, quiet_runs=0)
+    cpu_runtime._run_grid(variant, b"", (64, 1, 1))
+    assert runs[0] == (0, 64 // cpu_runtime.PROBE_PARTS)
+    rest = sorted(runs[1:])
+    assert len(rest) > 1 and rest[0][0] == runs[0][1] and rest[-1][1] == 64
+    assert all(a[1] == b[0] for a, b in zip(rest, rest[1:]))
+    assert cpu_runtime.pool_stats()["last_threads"] == 2
+    assert variant.cost == pytest.approx(1e-3)
+
+
+def test_a_long_serial_launch_runs_in_parts_an_interrupt_stops(monkeypatch):
+    """A launch the pool cannot take (here one on the thread of a parallel launch: the pool is
+    its own) ran in one call, so Ctrl-C was raised only once the whole grid had run.  Where its
+    measured cost makes it long, it runs in parts of about INTERRUPT_S, and an interrupt raised
+    as one returns stops it there."""
+    tack.config.num_threads = 2
+    runs = []
+
+    def fn(buf, lo, hi):
+        runs.append((lo, hi))
+        if len(runs) == 2:
+            raise KeyboardInterrupt         # the signal's handler, run as the part returned
+    variant = SimpleNamespace(fn=fn, cost=1e-3, serial_points=0, quiet_points=0, quiet_runs=0)
+    with cpu_runtime._busy:
+        with pytest.raises(KeyboardInterrupt):
+            cpu_runtime._run_grid(variant, b"", (1000, 1, 1))
+    step = int(cpu_runtime.INTERRUPT_S / 1e-3)
+    assert runs == [(0, step), (step, 2 * step)]
+    assert cpu_runtime.pool_stats()["last_threads"] == 1
+
+
 def _recording_variant(gate=None, fail_on=None):
     """A stand-in variant whose entry point records which thread ran each chunk. With ``gate``,
     the calling thread's first chunk waits until some other thread has run one (so the test

@@ -377,8 +377,9 @@ class CPUVariant(BoundsReport):
 # chunks timed on the calling thread over their points (not the launch's wall time, which would
 # count the dispatch and the other threads' share). A variant not measured yet is estimated at
 # FLOOR_S a point, the cheapest a kernel that writes its output runs here, so its first launch
-# goes parallel only where even that cheapest kernel gains (about 800k points on 2 threads),
-# and otherwise runs serially and is measured. A measurement lower than the estimate replaces
+# goes parallel only where even that cheapest kernel gains (about 800k points on 2 threads);
+# otherwise a sixteenth of its rows runs first, timed, and the rest on the pool where that part
+# shows it worth more threads (``_serial``). A measurement lower than the estimate replaces
 # it, a higher one moves it a quarter of the way (``_learn``: a launch preempted by another
 # process does not make a variant look costly for long).
 # A busy machine: each parallel launch also measures its overhead, the time its calling thread
@@ -408,6 +409,8 @@ PER_THREAD_S = 100e-6        # the least estimated work a thread is given
 FLOOR_S = 0.25e-9            # seconds per point assumed for a variant not measured yet
 MEASURE_MIN_S = 20e-6        # a launch (or the caller's chunks) shorter than this is not measured
 CHUNKS_PER_THREAD = 4        # chunks per thread, claimed in turn (balances a busy core)
+PROBE_PARTS = 16             # a variant not measured yet: 1 in this many of its rows run first, timed
+INTERRUPT_S = 50e-3          # a long serial launch runs in parts of about this long (Ctrl-C between)
 OVERHEAD_FACTOR = 2.0        # each thread's work is also at least this times the overhead seen
 PROBE_EVERY = 32             # one launch in this many held back by that overhead goes parallel
 SAMPLE_EVERY = 8             # one launch in this many that cannot gain a thread is timed
@@ -482,26 +485,66 @@ def _run_grid(variant, buf, d):
             _held_back += 1
             if _held_back >= PROBE_EVERY:
                 _held_back, n = 0, base
+    if n >= 2 and _on_pool(variant, buf, d, n, 0):
+        return
+    _serial(variant, buf, d, points)
+
+
+def _on_pool(variant, buf, d, n, lo):
+    """Run rows ``lo`` to ``d[0]`` of the grid on ``n`` threads, where the pool is free; ->
+    whether it did."""
     # A launch on the thread of a parallel launch still running (a signal handler's, a finalizer's
     # run by the garbage collector) runs serially: the pool's lock is that thread's own, and taking
     # it again put a second job in the workers' slots and released a worker's wake lock the outer
     # launch was about to release ("release unlocked lock", raised by the outer launch).
-    if n >= 2 and not _busy._is_owned():
+    if _busy._is_owned():
+        return False
+    try:
+        if _busy.acquire(False):
+            _parallel(variant, buf, d, n, lo)
+            return True
+        return False
+    finally:
+        # Released by whichever way this ends, an interrupt raised just as ``acquire``
+        # returned included (it was left held: every later launch ran on one thread). An
+        # RLock knows its owner: one another thread's launch holds is not released here.
         try:
-            if _busy.acquire(False):
-                _parallel(variant, buf, d, n)
-                return
-        finally:
-            # Released by whichever way this ends, an interrupt raised just as ``acquire``
-            # returned included (it was left held: every later launch ran on one thread). An
-            # RLock knows its owner: one another thread's launch holds is not released here.
-            try:
-                _busy.release()
-            except RuntimeError:
-                pass
+            _busy.release()
+        except RuntimeError:
+            pass
+
+
+def _serial(variant, buf, d, points):
+    """Run a launch the rule gave one thread on the calling thread, measuring its cost.
+
+    A variant not measured yet runs a first part of its rows first (1 in PROBE_PARTS), timed:
+    where that part shows the rest worth more threads, the rest runs on the pool.  Estimated at
+    FLOOR_S a point, a costly kernel's first launch on a small grid (a loop at each point) ran
+    whole on one thread, however long.  A launch whose measured cost puts it past 2 *
+    INTERRUPT_S (the pool busy with another thread's launch) runs in parts of about INTERRUPT_S
+    each, so that Ctrl-C is raised between them, not once the whole grid has run."""
+    fn, d0, row = variant.fn, d[0], d[1] * d[2]
     _stats["last_threads"] = 1
     t0 = _clock()
-    fn(buf, 0, d0)
+    lo = 0
+    if variant.cost is None:
+        lo = max(1, d0 // PROBE_PARTS)
+        fn(buf, 0, lo)
+        t = _clock() - t0
+        if t >= MEASURE_MIN_S:
+            _learn(variant, t / (lo * row))
+            rest = (d0 - lo) * row * variant.cost
+            n = min(config.num_threads, d0 - lo,
+                    int(rest / max(PER_THREAD_S, OVERHEAD_FACTOR * _overhead)))
+            if n >= 2 and _on_pool(variant, buf, d, n, lo):
+                return
+    cost = variant.cost
+    if cost is not None and (d0 - lo) * row * cost > 2 * INTERRUPT_S:
+        step = max(1, int(INTERRUPT_S / (row * cost)))
+        for start in range(lo, d0, step):
+            fn(buf, start, min(start + step, d0))
+    elif lo < d0:
+        fn(buf, lo, d0)
     t = _clock() - t0
     if t >= MEASURE_MIN_S:
         _learn(variant, t / points)
@@ -509,17 +552,18 @@ def _run_grid(variant, buf, d):
         variant.serial_points = points + 1  # too quick to time: grids this small never gain
 
 
-def _parallel(variant, buf, d, n):
-    """Run a launch on ``n`` threads, the calling one included (the pool held: ``_busy``)."""
+def _parallel(variant, buf, d, n, lo=0):
+    """Run rows ``lo`` to ``d[0]`` of a launch on ``n`` threads, the calling one included (the
+    pool held: ``_busy``)."""
     global _overhead
-    d0 = d[0]
+    rows = d[0] - lo
     t0 = _clock()
     if len(_wakes) < n - 1:
         n = min(n, _start_workers(n - 1) + 1)
     _stats["last_threads"] = n
     _stats["parallel_launches"] += 1
-    chunks = min(d0, n * CHUNKS_PER_THREAD)
-    job = _Job(variant.fn, buf, [d0 * k // chunks for k in range(chunks + 1)])
+    chunks = min(rows, n * CHUNKS_PER_THREAD)
+    job = _Job(variant.fn, buf, [lo + rows * k // chunks for k in range(chunks + 1)])
     try:
         for i in range(n - 1):
             _slots[i] = job
@@ -542,7 +586,7 @@ def _parallel(variant, buf, d, n):
     # estimate: one learnt at another grid size, or work the caller took over from a late
     # worker, would count as overhead.
     if job.timed_rows:
-        chunk = job.timed * (d0 / chunks) / job.timed_rows
+        chunk = job.timed * (rows / chunks) / job.timed_rows
         _overhead = _note_overhead(max(wall - job.timed - chunk, 0.0))
     if job.error is not None:
         raise job.error
