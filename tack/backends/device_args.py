@@ -204,6 +204,8 @@ class Staging:
         self.shared = {}                    # NumPy array identity -> (buffer, element strides, host)
         self.back = []
         self._backed = set()
+        self._written = []                  # (array, index in ``back``) of each written identity
+        self._before = {}                   # id(host) -> what was uploaded, for a merged copy back
 
     def stage(self, spec, a, c, f, upload) -> tuple:
         """(buffer, element strides) of the NumPy array ``a`` (C-/F-contiguous: ``c``/``f``).
@@ -222,13 +224,50 @@ class Staging:
         if spec.writable and a.size and ident not in self._backed:
             self._backed.add(ident)
             self.back.append((a, buf, host))
+            overlapping = [k for other, k in self._written if _overlap(a, other)]
+            self._written.append((a, len(self.back) - 1))
+            for k in overlapping + [len(self.back) - 1] if overlapping else ():
+                self._merge(k)
         return buf, estrides
 
+    def _merge(self, k):
+        """Copy ``back[k]`` back only where the launch changed it: its array's memory overlaps
+        another written array's (two views of one array, ``a[:4]`` and ``a[2:]``), each with a
+        buffer of its own, and copied back whole, one would put back what it was given over
+        the other's results.  Its buffer then comes back into memory of its own, compared
+        with what was uploaded (bit for bit) once the launch is over (``finish``)."""
+        a, buf, host = self.back[k]
+        if id(host) in self._before:
+            return
+        scratch = np.empty_like(host)
+        self._before[id(scratch)] = host.copy()
+        self.back[k] = (a, buf, scratch)
+
     def finish(self):
-        """Copy what came back into the arrays whose memory it is not (strided ones)."""
+        """Copy what came back into the arrays whose memory it is not (strided ones, and the
+        overlapping ones where the launch changed them: ``_merge``)."""
         for a, _, host in self.back:
-            if not np.shares_memory(host, a):
+            before = self._before.get(id(host))
+            if before is not None:
+                bits = f"u{host.itemsize}" if host.itemsize in (1, 2, 4, 8) else None
+                changed = (host != before) if bits is None else (host.view(bits) != before.view(bits))
+                np.copyto(a, host.reshape(a.shape), where=changed.reshape(a.shape))
+            elif not np.shares_memory(host, a):
                 np.copyto(a, host.reshape(a.shape))
+
+
+def _overlap(a, b) -> bool:
+    """Whether NumPy arrays ``a`` and ``b`` share an element's memory (exactly, where NumPy can
+    say so in little work; else, as their extents of memory overlap)."""
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=10_000))
+    except _TOO_HARD:
+        return True
+
+
+_TOO_HARD = getattr(getattr(np, "exceptions", np), "TooHardError")
 
 
 def argument_values(kernel, args, own, handle, upload, staging, expected, foreign=None,

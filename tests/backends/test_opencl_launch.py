@@ -654,3 +654,30 @@ def test_a_launch_from_a_signal_handler_inside_an_opencl_launch(tmp_path, inside
         what, message = got[1]
         assert what == "refused" and message.startswith("kernel 'add") and \
             "already under way on this thread" in message, got
+
+
+@tack.kernel
+def k_split_write(a, b):
+    i = tack.tid()
+    if i < 3:
+        a[i] = 1.0
+    else:
+        b[i] = 2.0
+
+
+def test_overlapping_views_written_through_both_keep_each_ones_writes():
+    """Two views of one array that overlap (``y[0:4]`` and ``y[2:6]``; a row and a column of a
+    matrix), each written at points the other is not: each had a device buffer of its own and
+    was copied back whole, the second over the first's results (``y[2]`` came back 0, the CPU
+    gives 1).  Now an array whose memory another written one overlaps is copied back only where
+    the launch changed it, as the CPU's in-place launch leaves it."""
+    def run(device):
+        y, z, w = np.zeros(6), np.zeros((4, 4)), np.arange(8.0)
+        tack.launch(k_split_write, dim=4, args=(y[0:4], y[2:6]), device=device)
+        tack.launch(k_split_write, dim=4, args=(z[0], z[:, 0]), device=device)
+        tack.launch(k_split_write, dim=4, args=(w[::2], w[1::2]), device=device)   # disjoint
+        return y, z, w
+    for got, want in zip(run("opencl"), run("cpu")):
+        np.testing.assert_array_equal(got, want)
+    y, z, _ = run("opencl")
+    assert y.tolist() == [1, 1, 1, 0, 0, 2] and z[0, 0] == 1 and z[3, 0] == 2
