@@ -3,8 +3,9 @@ HIP, Metal): NumPy arrays put in device buffers and copied back.  Here the "devi
 memory of its own, so the rules hold whatever runtime this machine has."""
 
 import numpy as np
+import pytest
 
-from tack.backends.device_args import Staging
+from tack.backends.device_args import Staging, host_copy
 
 
 class Spec:
@@ -61,3 +62,33 @@ def test_a_read_only_overlapping_array_is_not_copied_back():
     y = np.arange(6.0)
     launch([y[0:4], y[2:6]], {0: {3: 30.0}}, writable=[True, False])
     assert y.tolist() == [0, 1, 2, 30, 4, 5]
+
+
+@pytest.mark.parametrize("array, says", [
+    (np.array([object(), [3]], dtype=object), "not a 1-D object array: use bool, int32/64"),
+    (np.zeros(3, np.int8), "not a 1-D int8 array"),
+    (np.zeros((1,) * 5), "not a 5-D float64 array"),
+    (np.zeros(3, "M8[s]"), "not a 1-D datetime64[s] array"),
+    (np.zeros(3, ">f8"), "its byte order is not this machine's"),
+    (np.ma.masked_array([1.0, 2.0], mask=[0, 1]), "no NumPy masked array: its mask would be lost"),
+])
+def test_to_device_refuses_what_no_kernel_takes(array, says):
+    """Every runtime's ``to_device`` copies through ``host_copy``.  It took any array: an object
+    array's pointers were copied to the device, and reading them back crashed the process; an
+    int8 or a 5-D one failed only at launch ("argument 'a' is a OpenCLArray", as if device
+    arrays were refused), and a masked one lost its mask."""
+    with pytest.raises(TypeError, match="to_device takes") as e:
+        host_copy(array)
+    assert says in str(e.value), str(e.value)
+
+
+def test_to_device_of_a_device_array_copies_it():
+    """A device array given to ``to_device`` (this device's or another's) was read as a 0-d
+    object array: "takes an array of rank 1 or more, not a scalar".  Its contents are copied."""
+    class DeviceArray:                      # as Tack's device arrays are: layout and numpy()
+        layout = "F"
+
+        def numpy(self):
+            return np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    a, host, layout = host_copy(DeviceArray())
+    assert layout == "F" and host.tolist() == [[0, 1, 2], [3, 4, 5]]
