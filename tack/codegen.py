@@ -967,7 +967,7 @@ class _FunctionGen:
             if op == "/":
                 return B.fdiv(a, b), rt
             if op == "**":
-                return self.mod.target.math_call(self.mod.module, B, "pow", [a, b], ot), rt
+                return B.call(self.fpow(ot), [a, b]), rt
             if op == "//":
                 return self.floordiv_float(a, b), rt
             if op == "%":
@@ -1046,6 +1046,39 @@ class _FunctionGen:
         q = B.select(is_m1, B.neg(a), q)
         r = B.select(is_m1, zero, r)
         return B.select(is_zero, zero, q), B.select(is_zero, zero, r)
+
+    def fpow(self, t):
+        """``x ** y`` of floats on every target: the two rewrites of ``pow`` that are exact, made
+        here, where a constant exponent folds them once the helper is inlined: ``y == 2`` is
+        ``x * x``, and ``y == 0.5`` is ``fabs(sqrt(x))``, with ``pow(-inf, 0.5) == inf``; any
+        other ``y`` the target's ``pow``.  (They were made in the CPU's ``pow`` alone: on
+        OpenCL, ``0.1 ** 2`` was the device's ``pow``, 0.01, where Python gives
+        0.010000000000000002.)"""
+        target = self.mod.target
+
+        def build(module, name):
+            ty = lltype(t)
+            fn = ir.Function(module, ir.FunctionType(ty, [ty, ty]), name)
+            fn.linkage = "internal"
+            fn.attributes.add("alwaysinline")
+            x, y = fn.args
+            entry, square, not_square, half, other = (
+                fn.append_basic_block(n) for n in ("entry", "square", "not_square", "half", "other"))
+            b = ir.IRBuilder(entry)
+            b.cbranch(b.fcmp_ordered("==", y, ir.Constant(ty, 2.0)), square, not_square)
+            b.position_at_end(square)
+            b.ret(b.fmul(x, x))
+            b.position_at_end(not_square)
+            b.cbranch(b.fcmp_ordered("==", y, ir.Constant(ty, 0.5)), half, other)
+            b.position_at_end(half)
+            root = target.math_call(module, b, "sqrt", [x], t)
+            r = b.call(declare_intrinsic(module, "fabs", ty, [ty]), [root])
+            b.ret(b.select(b.fcmp_ordered("==", x, ir.Constant(ty, float("-inf"))),
+                           ir.Constant(ty, float("inf")), r))
+            b.position_at_end(other)
+            b.ret(target.math_call(module, b, "pow", [x, y], t))
+            return fn
+        return self.mod.helper(f"fpow_{t.name}", build)
 
     def ipow(self, t):
         def build(module, name):

@@ -93,20 +93,19 @@ def _initialize(all_targets=False):
 
 
 def _pow(module, ty, single):
-    """An always-inlined ``tack.pow.f64(x, y)``: C's ``pow`` (``powf``), called as a plain
-    function LLVM may not rewrite.
+    """C's ``pow`` (``powf``), declared ``nobuiltin``: a plain function LLVM may not rewrite.
 
     LLVM 22 rewrites ``pow`` (and ``llvm.pow``) of a constant power-of-two base into
     ``exp2(n * y)``, even without fast-math: ``8.0 ** y`` is then ``exp2(3 * y)``, whose
-    product rounds first, up to 14 ULP from ``pow`` (y = sqrt(63)).  So libm's ``pow`` is
-    declared ``nobuiltin``, and the two rewrites that are exact are made here, where a
-    constant exponent folds them after inlining: ``y == 2`` is ``x * x``, and ``y == 0.5`` is
-    ``fabs(sqrt(x))`` with ``pow(-inf, 0.5) == inf``.
-    """
-    name = "tack.pow." + ("f32" if single else "f64")
-    fn = module.globals.get(name)
-    if fn is not None:
-        return fn
+    product rounds first, up to 14 ULP from ``pow`` (y = sqrt(63)).  The two rewrites that
+    are exact (``y == 2``, ``y == 0.5``) are made for every target by ``codegen``'s ``fpow``."""
+    cname = "powf" if single else "pow"
+    libm = module.globals.get(cname)
+    if libm is None:
+        libm = ir.Function(module, ir.FunctionType(ty, [ty, ty]), cname)
+        for a in ("nobuiltin", "nounwind", "readnone"):
+            libm.attributes.add(a)
+    return libm
     cname = "powf" if single else "pow"
     libm = module.globals.get(cname)
     if libm is None:

@@ -1082,8 +1082,9 @@ class _Function:
         if ot.kind == "f":
             if op in "+-*/":
                 return f"({a} {op} {b})", rt
-            if op == "**":
-                return f"metal::pow({a}, {b})", rt
+            if op == "**":                 # the exact rewrites, as codegen's ``fpow``
+                h = self.mod.helper(f"tack_fpow_{ct}", _fpow(ct))
+                return f"{h}({a}, {b})", rt
             if op == "//":
                 h = self.mod.helper("tack_floordiv_py", _FLOORDIV)
                 return f"{h}({a}, {b})", rt
@@ -1181,6 +1182,16 @@ def _divmod(name, ct, signed) -> str:
             f"    if (b == 0 || b == -1) return 0;\n"
             f"    {ct} r = a % b;\n"
             f"    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}")
+
+
+def _fpow(ct) -> str:
+    """``x ** y`` of floats: ``x * x`` where ``y == 2``, ``|sqrt(x)|`` (infinity at -infinity,
+    as ``pow``) where ``y == 0.5``, else ``metal::pow``: the two exact rewrites every target makes
+    (``codegen._FunctionGen.fpow``)."""
+    return (f"static inline {ct} tack_fpow_{ct}({ct} x, {ct} y) {{\n"
+            f"    if (y == 2) return x * x;\n"
+            f"    if (y == ({ct})0.5) return x == -INFINITY ? INFINITY : metal::fabs(metal::sqrt(x));\n"
+            f"    return metal::pow(x, y);\n}}")
 
 
 def _ipow(ct, signed) -> str:

@@ -681,3 +681,36 @@ def test_overlapping_views_written_through_both_keep_each_ones_writes():
         np.testing.assert_array_equal(got, want)
     y, z, _ = run("opencl")
     assert y.tolist() == [1, 1, 1, 0, 0, 2] and z[0, 0] == 1 and z[3, 0] == 2
+
+
+@tack.kernel
+def k_pow_exact(a, y, out):
+    i = tack.tid()
+    out[i, 0] = a[i] ** 2
+    out[i, 1] = a[i] ** 0.5
+    out[i, 2] = a[i] ** y[i]
+
+
+def test_the_exact_rewrites_of_pow_are_made_on_opencl_too():
+    """``x ** 2`` is ``x * x`` and ``x ** 0.5`` a square root (exact, as docs/language.md says),
+    with a literal exponent or one that is 2 or 0.5 at run time: made in the CPU's ``pow``
+    alone, so on OpenCL ``0.1 ** 2`` was the device's ``pow``, 0.01, for Python's
+    0.010000000000000002, and ``1e200 ** 0.5`` 9.999999999999998e+99 for 1e+100."""
+    import math
+    a = np.array([0.1, 1e200, 1e-200, 2.5, -np.inf, -0.0, np.nan, 3.0, 1e-300])
+    y = np.array([2.0, 0.5, 2.0, 0.5, 0.5, 0.5, 2.0, 0.5, 2.0])
+
+    def python(x, e):
+        if x == -math.inf and e == 0.5:
+            return math.inf                 # pow's, as Python's math.pow gives it
+        try:
+            return x ** e
+        except OverflowError:
+            return math.inf
+    want = np.array([[python(x, 2.0), python(x, 0.5), python(x, e)] for x, e in zip(a, y)])
+    for device in ("opencl", "cpu"):
+        out = np.zeros((a.size, 3))
+        tack.launch(k_pow_exact, dim=a.size, args=(a, y, out), device=device)
+        assert out.tobytes() == want.tobytes() or (
+            np.array_equal(out, want, equal_nan=True)
+            and np.array_equal(np.signbit(out), np.signbit(want))), (device, out, want)
