@@ -34,7 +34,7 @@ from ..config import config
 from .argument_layout import array_parts, entry_codes, slot_codes
 from .cpu_loader import load_object
 from .cpu_identity import KIND, arch_key, host_arch, host_cpu_identity, host_key, llvm_version
-from .variant import BoundsReport, Signature, grid_check, refusal
+from .variant import BoundsReport, Signature, grid_check, int_argument_hint, refusal
 
 BUNDLE_MACHINE = platform.machine()    # arch_names.bundle_machine("cpu"), without the registry on the warm path
 
@@ -353,8 +353,7 @@ class CPUVariant(BoundsReport):
                 struct.pack("<" + code, value)
             except struct.error as e:
                 t = self.param_types.get(name)
-                hint = ("; a Python int argument is int64: pass np.uint64(...) for one up to "
-                        "2**64 - 1" if t == T.int64 and type(value) is int and value > 0 else "")
+                hint = int_argument_hint(str(t), value)
                 return TypeError(f"kernel '{self.name}': argument '{name}' = {value!r} does not "
                                  f"fit {t if t is not None else 'its type'} "
                                  f"({_pack_reason(code, value, e)}){hint}")

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import types as T
 from .argument_layout import array_values, entry_codes
-from .variant import refusal
+from .variant import int_argument_hint, refusal
 
 SCALAR_TYPES = {"bool": np.int8, "int32": np.int32, "int64": np.int64, "uint32": np.uint32,
                 "uint64": np.uint64, "float32": np.float32, "float64": np.float64}
@@ -93,7 +93,8 @@ def check_scalar(what, spec, a, is_array, convert=scalar_numpy):
     try:
         return convert(spec, a)
     except (OverflowError, TypeError, ValueError) as e:
-        raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})") from None
+        raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})"
+                        f"{int_argument_hint(spec.text, a)}") from None
 
 
 # ---------------------------------------------------------------------------

@@ -9,6 +9,15 @@ Light to import (no NumPy, no compiler): the warm path makes its variants with i
 """
 
 
+def int_argument_hint(type_name: str, value) -> str:
+    """What a refusal of the scalar argument ``value`` for a parameter of type ``type_name``
+    adds: a positive Python int past int64 is refused as an int64 (a Python int's type), and
+    ``np.uint64`` is how to pass one up to 2**64 - 1; '' for anything else."""
+    if type_name == "int64" and type(value) is int and value > 0:
+        return "; a Python int argument is int64: pass np.uint64(...) for one up to 2**64 - 1"
+    return ""
+
+
 def encode_tidx(checks) -> str:
     """A variant's ``tidx`` metadata: ``gridcheck.tid_indexed``'s list as text, space-separated
     items: ``param.axis.dim.offset`` (indexed by the thread index of grid dimension ``dim``),

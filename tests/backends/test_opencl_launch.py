@@ -714,3 +714,23 @@ def test_the_exact_rewrites_of_pow_are_made_on_opencl_too():
         assert out.tobytes() == want.tobytes() or (
             np.array_equal(out, want, equal_nan=True)
             and np.array_equal(np.signbit(out), np.signbit(want))), (device, out, want)
+
+
+@tack.kernel
+def k_store_scalar(out, s):
+    i = tack.tid()
+    out[i] = s
+
+
+def test_a_python_int_past_int64_is_told_about_np_uint64_on_opencl_too():
+    """The CPU's refusal of 2**63 for an int64 parameter says to pass np.uint64; a device's
+    said only "Python int too large to convert to C long".  One hint, for both."""
+    with pytest.raises(TypeError) as e:
+        tack.launch(k_store_scalar, 1, (np.zeros(1, np.int64), 2**63), device="opencl")
+    assert str(e.value).startswith("kernel 'k_store_scalar': argument 's' = 9223372036854775808 "
+                                   "does not fit int64 (")
+    assert str(e.value).endswith("; a Python int argument is int64: pass np.uint64(...) for one "
+                                 "up to 2**64 - 1"), str(e.value)
+    with pytest.raises(TypeError) as e:                 # a negative one: no such hint
+        tack.launch(k_store_scalar, 1, (np.zeros(1, np.int64), -2**63 - 1), device="opencl")
+    assert "np.uint64" not in str(e.value)
