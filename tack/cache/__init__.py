@@ -208,8 +208,10 @@ def resolve(configured: dict, environ=None, mpi=False, rank=0) -> Settings:
     jobs), else TACK_CACHE, else ``bundle``.  Where TACK_CACHE_MPI overrides a
     TACK_CACHE of another mode (a user's ``TACK_CACHE=write`` for an MPI warm-up
     job, under a site module's ``TACK_CACHE_MPI=bundle``), rank 0 warns once,
-    naming both: Tack cannot tell who set which.
+    naming both: Tack cannot tell who set which.  A bad value is warned (then the default):
+    the process's cache warning, after which the sessions' warnings are logged only.
     """
+    global _settings_warned
     environ = os.environ if environ is None else environ
     defaults = {"directory": None, "mode": default_mode(mpi), "max_size": DEFAULT_SIZE}
     checks = dict(_CHECKS)
@@ -229,6 +231,7 @@ def resolve(configured: dict, environ=None, mpi=False, rank=0) -> Settings:
                 sources[key] = "environment"
                 continue
             except ValueError as e:
+                _settings_warned = True
                 warn(f"tack: {e}; using the default", stacklevel=4)
         values[key], sources[key] = defaults[key], "default"
     if values["directory"] is None:
@@ -379,6 +382,7 @@ _resolved_by = None       # what made them resolved (for configure()'s error)
 _session = None           # this process's CPU Session (False: the cache is off)
 _other_sessions = {}      # those of other runtimes (OpenCL), by kind
 _warn = None              # the process's warn_once, shared by its sessions
+_settings_warned = False  # a setting's bad value was warned about: ``_warn`` then only logs
 _stats = None
 _launch = None            # the MPI launch, if any (detected once)
 _loaded_bundle = None     # a Bundle given by load_bundle()
@@ -492,13 +496,14 @@ def _get_stats():
     return _stats
 
 
-def warn_once_factory(quiet=False):
+def warn_once_factory(quiet=False, said_before=False):
     """A function that warns the first time it is called in this process, and logs always.
 
     ``quiet``: log only (MPI ranks other than 0, so a job of thousands of
-    ranks does not print one warning per rank).
+    ranks does not print one warning per rank).  ``said_before``: the process has had its
+    cache warning already (a setting's bad value): log only.
     """
-    said = set()
+    said = {None} if said_before else set()
 
     def warn_once(message: str):
         if not said and not quiet:
@@ -578,7 +583,8 @@ def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None, 
     launch = mpi_launch()
     global _warn
     if _warn is None:
-        _warn = warn_once_factory(quiet=launch is not None and launch.rank != 0)
+        _warn = warn_once_factory(quiet=launch is not None and launch.rank != 0,
+                                  said_before=_settings_warned)
     return open_session(s, _get_stats(), _warn, host_key, site_bundles,
                         rank=launch.rank if launch is not None else 0,
                         sites=site_dirs(warn=_warn) if sites is None else list(sites),
@@ -736,10 +742,12 @@ def _setup_logging():
 def _reset_for_tests():
     """Forget settings, session, stats, MPI detection and bundles, as in a new process."""
     global _resolved, _session, _launch, _loaded_bundle, _bundle_covers, _stats, _warn, _loaded_sites
+    global _settings_warned
     _bundle_covers = frozenset()
     _loaded_gpu.clear()
     _other_sessions.clear()
     _warn = None
+    _settings_warned = False
     _configured.clear()
     _resolved = None
     _session = None

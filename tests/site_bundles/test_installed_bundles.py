@@ -147,3 +147,32 @@ def test_unknown_value_is_told_and_looks_as_by_default(tmp_path, bad):
     assert site_dirs({"TACK_CACHE_INSTALLED_BUNDLES": bad}, said.append,
                      ) == installed_dirs({}, warn=said.append)
     assert len(said) == 1 and "neither on" in said[0], said
+
+
+def test_after_a_settings_warning_the_sessions_warnings_are_logged_only(tmp_path):
+    """docs/cache.md: a bad TACK_CACHE_INSTALLED_BUNDLES is the process's one cache warning,
+    and where another setting warned first, only that one is shown.  Both were shown: the
+    settings' warnings and the session's each had a first.  The second is in the log still."""
+    (tmp_path / "k.py").write_text(
+        "import warnings, numpy as np, tack\n"
+        "@tack.kernel\n"
+        "def double(x):\n"
+        "    i = tack.tid()\n"
+        "    x[i] = 2.0 * x[i]\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    tack.launch(double, 4, (np.ones(4),))\n"
+        "print([str(x.message) for x in w])\n")
+    env = dict(os.environ, TACK_CACHE_DIR=str(tmp_path / "cache"), TACK_CACHE_LOG="1",
+               TACK_CACHE="bogus", TACK_CACHE_INSTALLED_BUNDLES="maybe")
+    r = subprocess.run([sys.executable, "k.py"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    said = eval(r.stdout.strip().splitlines()[-1])
+    assert len(said) == 1 and "TACK_CACHE: 'bogus' is not a cache mode" in said[0], said
+    assert "TACK_CACHE_INSTALLED_BUNDLES='maybe' is neither on" in r.stderr, r.stderr   # the log
+    del env["TACK_CACHE"]
+    r = subprocess.run([sys.executable, "k.py"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=300)
+    said = eval(r.stdout.strip().splitlines()[-1])
+    assert len(said) == 1 and "TACK_CACHE_INSTALLED_BUNDLES='maybe'" in said[0], said
