@@ -236,8 +236,33 @@ def site_bundles(ignored=None) -> list:
     from .stores import site_dirs
     out = []
     for d in site_dirs(warn=None if ignored is None else ignored.append):
-        out.append({"directory": d, "bundles": bundles(d, allow_root=True) if os.path.isdir(d) else None})
+        site = {"directory": d, "bundles": bundles(d, allow_root=True) if os.path.isdir(d) else None}
+        if site["bundles"] is not None:
+            try:                        # as a job checks a site directory before its bundles
+                check_trusted(d, allow_root=True)
+                check_parents(d)
+            except Untrusted as e:
+                site["untrusted"] = str(e)
+        out.append(site)
     return out
+
+
+def _print_site_bundles(info) -> None:
+    fs = settings_mod.format_size
+    for why in info.get("site_bundles_ignored", ()):
+        print(f"site bundles: {why}")
+    for site in info["site_bundles"]:
+        if site["bundles"] is None:
+            print(f"site bundles: {site['directory']} (missing)")
+            continue
+        print(f"site bundles: {site['directory']} ({len(site['bundles'])})"
+              + (f"  NOT USED: {site['untrusted']}" if site.get("untrusted") else ""))
+        for b in site["bundles"]:
+            if b["status"] != "ok":
+                print(f"  {b['name']}  {fs(b['bytes'])}  {_status(b)}: {b['error']}")
+                continue
+            print(f"  {b['name']}  arch {b.get('arch') or '?'}, {b.get('entries', '?')} entries, "
+                  f"{fs(b['bytes'])}")
 
 
 _STATUS = {"damaged": "DAMAGED, not used", "foreign": "NOT A BUNDLE, ignored",
@@ -273,6 +298,7 @@ def cmd_info(args) -> int:
             print(f"status:       NOT USED: {info['untrusted_reason']}")
         else:
             print("status:       no cache directory yet (created when a kernel is first stored)")
+        _print_site_bundles(info)
         return 0
     if info["trusted"] is False:
         print(f"status:       NOT USED: {info['untrusted_reason']}")
@@ -301,19 +327,7 @@ def cmd_info(args) -> int:
                       f"{b['entries']} entries, {fs(b['bytes'])}, Tack {shown_version(b.get('tack', '?'))}")
     else:
         print("bundles:      none")
-    for why in info.get("site_bundles_ignored", ()):
-        print(f"site bundles: {why}")
-    for site in info["site_bundles"]:
-        if site["bundles"] is None:
-            print(f"site bundles: {site['directory']} (missing)")
-            continue
-        print(f"site bundles: {site['directory']} ({len(site['bundles'])})")
-        for b in site["bundles"]:
-            if b["status"] != "ok":
-                print(f"  {b['name']}  {fs(b['bytes'])}  {_status(b)}: {b['error']}")
-                continue
-            print(f"  {b['name']}  arch {b.get('arch') or '?'}, {b.get('entries', '?')} entries, "
-                  f"{fs(b['bytes'])}")
+    _print_site_bundles(info)
     return 0
 
 

@@ -570,3 +570,29 @@ def test_export_splits_an_opencl_drivers_binary_from_its_spirv(tmp_path):
     got = {p.name.rsplit("-", 1)[0] + p.name[p.name.index("."):]: p.read_bytes() for p in out.iterdir()}
     assert got == {f"{a.meta['kernel'].rsplit('.', 1)[-1]}-opencl-0.spv": spirv,
                    f"{a.meta['kernel'].rsplit('.', 1)[-1]}-opencl-0.clbin": binary}, sorted(got)
+
+
+def test_info_lists_site_bundles_without_a_cache_directory_and_says_an_untrusted_site_is_not_used(
+        tmp_path):
+    """``info`` stopped at "no cache directory yet", listing no site bundle, where a new user of
+    a site (nothing in their home yet) asks what serves them; and it listed the bundles of a
+    site directory others may write as usable, where every job refuses them."""
+    from tack.cache import bundle_write
+    site = tmp_path / "site"
+    site.mkdir()
+    os.chmod(site, 0o755)
+    name = "bundle-x86_64-cpu-x86_64_v3-0123456789ab"
+    (site / name).write_bytes(bundle_write.pack([], {"arch": "cpu:x86_64_v3", "machine": "x86_64",
+                                                      "tack": "another"}))
+    env = {"TACK_CACHE_BUNDLES": str(site)}
+    run = run_cli(tmp_path / "none", "info", env=env)
+    assert run.rc == 0 and "status:       no cache directory yet" in run.stdout, run.stdout
+    assert f"site bundles: {site} (1)\n  {name}" in run.stdout, run.stdout
+    os.chmod(site, 0o777)
+    run = run_cli(tmp_path / "none", "info", env=env)
+    assert (f"site bundles: {site} (1)  NOT USED: the directory {site} is writable by its group "
+            "and others (mode 0777)") in run.stdout, run.stdout
+    run = run_cli(tmp_path / "none", "info", "--json", env=env)
+    (listed,) = json.loads(run.stdout)["site_bundles"]
+    assert "writable by its group and others" in listed["untrusted"]
+    os.chmod(site, 0o755)
