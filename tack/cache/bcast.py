@@ -93,14 +93,21 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
             site_rows = _site_bundles(sites, host_key, deferred_warn_once(said))
         if reason is not None and not others and not (site_rows and site_rows[2]):
             then = "kernels compile as without a cache"
+            looked = []
+            if settings.mode in ("write", "read"):
+                # Not bundle mode: each kernel is looked up in the directory's own entries, as
+                # without load_bundle (they may well serve every kernel), not "compile".
+                looked.append(f"the entries of {settings.directory}")
             if comm is None and host_key is not None and settings.mode != "off":
                 # Alone, the site bundles are not read here but opened as lookups need them: they
                 # may well serve every kernel (a new user on a site install), not "compile".
                 from .stores import site_dirs
                 lazy = site_dirs()
                 if lazy:
-                    then = (f"kernels are looked up in the site bundles of {os.pathsep.join(lazy)} "
-                            "as they are needed, and compile where none serves them")
+                    looked.append(f"the site bundles of {os.pathsep.join(lazy)}")
+            if looked:
+                then = (f"kernels are looked up in {' and '.join(looked)} as they are needed, "
+                        "and compile where none serves them")
             deferred_warn_once(said)(f"not using a bundle: {reason}; {then}")
     if comm is None:
         return loaded, others, _sites_by_dir(site_rows)

@@ -27,7 +27,26 @@ def test_load_bundle_without_mpi_does_not_say_kernels_compile_when_site_bundles_
     (msg,) = messages(run)
     assert msg.startswith("tack: not using a bundle: ") and str(tmp_path / "own") in msg, msg
     assert "compile as without a cache" not in msg, msg
-    assert f"looked up in the site bundles of {site}" in msg, msg
+    assert msg.endswith(f"kernels are looked up in the entries of {tmp_path / 'own'} and the site "
+                        f"bundles of {site} as they are needed, and compile where none serves "
+                        "them"), msg
+
+
+def test_load_bundle_in_write_mode_does_not_say_kernels_compile_when_entries_serve(warm):
+    """load_bundle() of a user with a cache of entries and no bundle (never packed), in write
+    mode: it said "kernels compile as without a cache", and then every kernel loaded from the
+    directory's entries, as in write or read mode it is looked up there."""
+    cache, src = warm
+    run = run_child(cache, src, ONE, prelude="extra = tack.cache.load_bundle()")
+    check_results(run)
+    assert run.stats["variants_from"] == {"cache directory": 1}
+    (msg,) = messages(run)
+    assert msg.startswith("tack: not using a bundle: there is no bundle at "), msg
+    assert f"kernels are looked up in the entries of {cache} as they are needed" in msg, msg
+    bundle_mode = run_child(cache, src, ONE, env={"TACK_CACHE": "bundle"},
+                            prelude="extra = tack.cache.load_bundle()")
+    (msg,) = messages(bundle_mode)
+    assert msg.endswith("; kernels compile as without a cache"), msg
 
 
 # A site bundle of two kernels a job opens, and a newer build of it with one kernel more: every
