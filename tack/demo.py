@@ -240,8 +240,11 @@ def main(argv=None) -> int:
     if s.mode != "off":
         if hits == 2:
             print("         this run started warm; TACK_CACHE=off to time a cold compile")
-        elif s.mode == "write":
+        elif s.mode == "write" and st["bytes_written"]:
             print("         run again to start warm; TACK_CACHE=off to time a cold compile")
+        elif s.mode == "write":             # a cache refused (writable by others...): warned
+            print("         nothing was stored (the warning above says why): a next run "
+                  "compiles again")
         else:
             print(f"         {s.mode} mode stores nothing: a next run compiles again")
     return 0

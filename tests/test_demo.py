@@ -30,6 +30,18 @@ def test_demo_says_warm_only_when_it_was(tmp_path):
     assert "run again" not in read_only and "stores nothing" in read_only
 
 
+def test_demo_does_not_ask_to_run_again_when_nothing_was_stored(tmp_path):
+    """A cache directory Tack refuses (others may write it): the run warns and stores nothing,
+    and the demo still said "run again to start warm", which would compile again."""
+    bad = tmp_path / "shared"
+    bad.mkdir()
+    os.chmod(bad, 0o777)
+    out = demo("--size", "8", TACK_CACHE_DIR=str(bad))
+    assert "run again" not in out, out
+    assert "nothing was stored (the warning above says why): a next run compiles again" in out
+    assert os.listdir(bad) == []
+
+
 def test_demo_says_where_the_kernels_came_from(tmp_path):
     """Kernels served by a bundle are said to come from it, not from the cache directory (the
     demo had said "loaded from it" of the user's directory when a site bundle served them)."""
