@@ -96,12 +96,28 @@ def cmd_archs(args) -> int:
     kinds = [args.kind] if args.kind else list(KINDS)
     for kind in kinds:
         k = KINDS[kind]
-        names = k.qualified() + [f"{kind}:{a} (builds {kind}:{n})" for a, n in k.aliases.items()]
+        names = k.qualified()
+        if kind == "cpu":                   # archspec's names: some this LLVM has no CPU for
+            names = [n + _cpu_unbuildable(n.split(":", 1)[1]) for n in names]
+        names += [f"{kind}:{a} (builds {kind}:{n})" for a, n in k.aliases.items()]
         if not args.kind:
             print(f"{kind}: {k.what} ({len(k.names())})")
         for name in names:
             print(f"{'  ' if not args.kind else ''}{name}")
     return 0
+
+
+def _cpu_unbuildable(name) -> str:
+    """'' where this LLVM builds the archspec microarchitecture ``name``, else a note saying it
+    does not (a build of it fails with the reason): ``bundles build`` checks the same."""
+    from ..archs import ArchError
+    from ..backends.cpu import llvm_target
+    try:
+        llvm_target(name)
+    except ArchError:
+        from llvmlite import binding
+        return f" (not built by this LLVM {binding.llvm_version_info[0]})"
+    return ""
 
 
 def cmd_bundles_build(args) -> int:

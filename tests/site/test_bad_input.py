@@ -563,7 +563,31 @@ def test_unknown_arch_shows_close_names_and_how_to_list_them(tmp_path, name, clo
     assert line.endswith(f"; 'python -m tack.site archs {kind}' lists them all"), line
     listed = site("archs", kind)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines()[:len(KINDS[kind].names())] == KINDS[kind].qualified()
+    assert [line.split(" (not built by")[0] for line in
+            listed.stdout.splitlines()[:len(KINDS[kind].names())]] == KINDS[kind].qualified()
+
+
+def test_archs_says_which_cpus_this_llvm_does_not_build():
+    """``archs cpu`` listed archspec's every name, zen6 too, which this LLVM (22) has no CPU for:
+    ``bundles build`` of it failed, and docs/deploy.md said so.  Each such name is now marked,
+    and the marks are exactly the names whose build refuses them."""
+    from tack.archs import ArchError
+    from tack.backends.cpu import llvm_target
+    from llvmlite import binding
+    listed = site("archs", "cpu")
+    assert listed.returncode == 0, listed.stderr
+    mark = f" (not built by this LLVM {binding.llvm_version_info[0]})"
+    marked = {line[4:-len(mark)] for line in listed.stdout.splitlines() if line.endswith(mark)}
+    for line in listed.stdout.splitlines():
+        name = line[4:].split(" ", 1)[0]
+        try:
+            llvm_target(name)
+            refused = False
+        except ArchError:
+            refused = True
+        assert refused == (name in marked), line
+    if binding.llvm_version_info[0] == 22:
+        assert "zen6" in marked, marked
 
 
 def test_status_without_a_directory(tmp_path):
