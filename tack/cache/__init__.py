@@ -575,7 +575,7 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
 def _new_session(host_key, site_bundles, own_bundle, machine=None, loaded=None, sites=None):
     """``sites``: the site bundles ``load_bundle`` gave (``bcast.load_and_broadcast``), in place
     of the site directories' files; None: this process reads those itself."""
-    s = _settings_in_use("the first kernel compiled")
+    s = _settings_in_use("a kernel's first call looked it up (the cache's first use)")
     if s.mode == "off":
         return False
     host_key = host_key()
