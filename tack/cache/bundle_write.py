@@ -204,19 +204,21 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
         why = replaceable(path, force)
         if why is not None:
             raise BundleError(why)
-        planned.append((tk, entries, meta, path))
+        planned.append((tk, entries, meta, path, force and replaceable(path) is not None))
     written = []
-    for tk, entries, meta, path in planned:
+    for tk, entries, meta, path, forced in planned:
         # The valid entries of this Tack's bundle of the same target that this one replaces are
         # kept (those a run loaded from it and that the directory no longer holds: the flow
         # pack, clear, run, pack would otherwise lose them), the directory's first.
         new = lowered + [(k, key, d) for k, key, d, _ in entries]
         have = {(k, key) for k, key, _ in new}
         unread = []
-        kept = [e for e in kept_entries(path, tk, why=unread) if (e[0], e[1]) not in have]
+        kept = [] if forced else [e for e in kept_entries(path, tk, why=unread)
+                                  if (e[0], e[1]) not in have]
         size = write(path, new + kept, meta)
         written.append((path, dict(meta, entries=len(new) + len(kept), bytes=size, kept=len(kept),
-                                   replaced_unread=unread[0] if unread else None)))
+                                   replaced_unread=unread[0] if unread else None,
+                                   replaced_other=forced)))
     return written
 
 

@@ -508,7 +508,9 @@ def cmd_pack(args) -> int:
     for path, meta in written:
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for {meta['arch'] or 'arch ?'} "
               f"({meta['machine']}) into {path}")
-        if meta.get("replaced_unread"):
+        if meta.get("replaced_other"):
+            print("note: it replaced a file that was not a Tack bundle (--force)")
+        elif meta.get("replaced_unread"):
             print(f"note: the bundle it replaced could not be read ({meta['replaced_unread']}): "
                   "none of its entries were kept")
     name = bundle.bundle_name(here)

@@ -117,8 +117,12 @@ def test_pack_output_onto_a_users_file(packed_cache, tmp_path):
     run = run_cli(cache, "pack", "--output", str(mine), "--force")
     assert run.rc == 0, run.stderr
     assert mine.read_bytes().startswith(bundle.MAGIC)
+    # it said "the bundle it replaced could not be read (... too short to be a bundle)"
+    assert "note: it replaced a file that was not a Tack bundle (--force)" in run.stdout, run.stdout
+    assert "could not be read" not in run.stdout, run.stdout
     run = run_cli(cache, "pack", "--output", str(mine))      # a bundle now: Tack's to replace
     assert run.rc == 0, run.stderr
+    assert "note:" not in run.stdout, run.stdout
 
 
 @pytest.mark.parametrize("content", [b"notes\n", b""])
