@@ -31,7 +31,7 @@ from ..archs import resolve
 from ..codegen import Unsupported
 from .argument_layout import packed_bytes
 from .gpu import (FEWER_PARAMETERS, GPUTarget, entry_parameters, named_target, pack_cuda, run_tool,
-                  sass_tool, unpack_cuda)
+                  sass_tool, tool_output, unpack_cuda)
 
 NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
 
@@ -134,8 +134,7 @@ def assemble(ptxas: str, ptx: bytes, arch: str) -> bytes:
         with open(src, "wb") as f:
             f.write(ptx)
         run_tool([ptxas, f"-arch={arch}", src, "-o", out], f"ptxas for {arch}")
-        with open(out, "rb") as f:
-            return f.read()
+        return tool_output(out, f"ptxas for {arch} ({ptxas})")
 
 
 def target(name: str, sass: bool = True) -> CUDATarget:

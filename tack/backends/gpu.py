@@ -250,6 +250,9 @@ def sass_tool(arch: str) -> tuple:
         path = find_ptxas()
         version, sms = ptxas_info(path)
     except ToolError as e:
+        if os.environ.get("TACK_PTXAS"):        # the one named is to be used: say why it is not
+            raise ToolError(f"TACK_PTXAS={os.environ['TACK_PTXAS']!r} cannot be used: {e}") \
+                from None
         return None, "none: " + str(e).split(":", 1)[0].replace(";", ",")
     if sms and arch not in sms:
         return None, f"none: ptxas {version} does not build {arch}"
@@ -303,6 +306,16 @@ def run_tool(cmd, what: str, cwd=None, tries: int = 1) -> str:
         raise ToolError(f"{what} failed ({' '.join(map(str, cmd))}, exit {res.returncode}):\n"
                         f"{res.stdout}{res.stderr}")
     return res.stdout + res.stderr
+
+
+def tool_output(path: str, what: str) -> bytes:
+    """The file a vendor tool that exited 0 was to write; ToolError where it wrote none (a
+    wrapper script, a tool that is not the one its variable names)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ToolError(f"{what} exited 0 but wrote no {os.path.basename(path)}") from None
 
 
 # -- the toolchain's target: what the three GPU targets share -----------------------------------

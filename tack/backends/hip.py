@@ -18,7 +18,7 @@ import os
 
 from .. import types as T
 from ..codegen import Unsupported
-from .gpu import GPUTarget, find_lld, named_target, run_tool
+from .gpu import GPUTarget, find_lld, named_target, run_tool, tool_output
 
 NATIVE_MATH = frozenset({"sqrt", "fabs", "floor", "ceil", "trunc", "copysign"})
 NATIVE_MATH_F32 = frozenset({"exp", "log", "log2", "log10"})
@@ -53,10 +53,10 @@ class ROCmTarget(GPUTarget):
             src, out = os.path.join(tmp, "kernel.o"), os.path.join(tmp, "kernel.hsaco")
             with open(src, "wb") as f:
                 f.write(obj)
-            run_tool(find_lld() + ["-shared", "--no-undefined", "-o", out, src],
+            lld = find_lld()
+            run_tool(lld + ["-shared", "--no-undefined", "-o", out, src],
                      f"linking the code object for rocm:{self.arch}")
-            with open(out, "rb") as f:
-                return f.read()
+            return tool_output(out, f"ld.lld ({' '.join(lld)})")
 
     @staticmethod
     def _intrinsic(module, b, name, ret):

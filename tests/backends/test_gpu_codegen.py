@@ -151,6 +151,30 @@ def test_cuda_without_ptxas_builds_ptx_only(monkeypatch):
     assert cuda.target("cuda:sm_90").sass == "off"
 
 
+def test_a_tool_named_by_its_variable_that_cannot_be_used_is_an_error(tmp_path, monkeypatch):
+    """``TACK_PTXAS`` naming no ptxas built PTX alone, silently (the target's identity said
+    ``sass=none: ptxas --version``), where a bad ``TACK_OCLOC`` or ``TACK_LD_LLD`` is an error;
+    and a tool that exits 0 but writes nothing (a wrapper) gave a FileNotFoundError on a
+    temporary file.  Both are ToolErrors naming what was wrong."""
+    from tack.backends import cuda, hip
+    k, args, grid = contour.tack_warm((8, 8, 8))[1]
+    monkeypatch.setenv("TACK_PTXAS", str(tmp_path / "no-ptxas"))
+    with pytest.raises(gpu.ToolError, match=r"TACK_PTXAS='.*no-ptxas' cannot be used: ptxas "
+                                            r"--version: cannot run"):
+        cuda.target("cuda:sm_90")
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    silent.chmod(0o755)
+    monkeypatch.setenv("TACK_PTXAS", str(silent))
+    with pytest.raises(gpu.ToolError, match=r"ptxas for sm_90 \(.*silent\) exited 0 but wrote no "
+                                            r"k\.cubin"):
+        cuda.assemble(str(silent), b"// ptx", "sm_90")
+    monkeypatch.setenv("TACK_LD_LLD", str(silent))
+    with pytest.raises(gpu.ToolError, match=r"ld\.lld \(.*silent\) exited 0 but wrote no "
+                                            r"kernel\.hsaco"):
+        build(k, args, grid, hip.target("rocm:gfx90a"))
+
+
 def test_cuda_artifact_container():
     """PTX and SASS in one payload: the PTX, the cubin and its label come back; PTX alone (every
     entry before SASS was stored) reads as PTX with no cubin; a container whose sizes are off is
