@@ -22,7 +22,8 @@ import os
 
 from .compiler import Artifact
 
-__all__ = ["Artifact", "build", "bundle_path", "compile", "save", "save_bundle", "target_of"]
+__all__ = ["Artifact", "SaveError", "build", "bundle_path", "compile", "save", "save_bundle",
+           "target_of"]
 
 
 def target_of(arch: str):
@@ -60,6 +61,10 @@ def build(target, specs, debug: bool = False, step=None) -> list:
     if isinstance(target, str) or target is None:      # a kind:name, as compile takes it
         target = _host_or(target)
     arts, seen = [], set()
+    specs = list(specs)
+    for spec in specs:
+        if not (isinstance(spec, (tuple, list)) and len(spec) == 3):
+            raise TypeError(f"each of build's specs is (kernel, example args, grid), not {spec!r:.80}")
     for done, (kernel, args, grid) in enumerate(specs, 1):
         typed, lowered, key = prepare(kernel, args, debug)
         values = typed.value_types
@@ -96,9 +101,10 @@ def _entries(artifacts, encoded=True):
 
 
 def _artifacts(artifacts) -> list:
-    """``artifacts`` as a list; TypeError for anything that is not an ``Artifact`` (an
-    AttributeError deep inside otherwise)."""
-    artifacts = list(artifacts)
+    """``artifacts`` as a list (one ``Artifact`` alone too: a named tuple, which was iterated
+    into its fields); TypeError for anything that is not an ``Artifact`` (an AttributeError deep
+    inside otherwise)."""
+    artifacts = [artifacts] if isinstance(artifacts, Artifact) else list(artifacts)
     for a in artifacts:
         if not isinstance(a, Artifact):
             raise TypeError(f"artifacts are what tack.aot.compile and build return, not "
@@ -109,7 +115,10 @@ def _artifacts(artifacts) -> list:
 def _named(path, what):
     """ValueError for an empty path (an unset variable's), which os.path.abspath makes the
     current directory: the cache's CLIs refuse one as bad usage too."""
-    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise TypeError(f"{what} is a path (a str or os.PathLike), not {type(path).__name__} "
+                        f"{path!r:.60}")
+    if not os.fspath(path):
         raise ValueError(f"{what} {path!r} names no directory or file (an unset variable?)")
 
 
@@ -164,15 +173,19 @@ def save_bundle(artifacts, path: str, force: bool = False, merge: bool = False) 
     from .cache import bundle, bundle_write
     _named(path, "path")
     artifacts = _artifacts(artifacts)
+    if not artifacts:
+        raise ValueError("save_bundle has no artifacts to write")
     targets = {a.meta["target_key"] for a in artifacts}
     if len(targets) != 1:
         raise ValueError(f"a bundle holds one target's variants; these are for {len(targets)}")
     header = bundle_write.header_for(artifacts[0].meta, llvm_version(),
                                      requires=requirements(artifacts[0].target))
-    if os.path.isdir(path):
+    path = os.fspath(path)
+    if os.path.isdir(path) or path.endswith(os.sep):
         path = os.path.join(path, bundle.site_bundle_name(artifacts[0].target, header["target_key"],
                                                           header["machine"]))
-    why = bundle_write.replaceable(path, force)
+    _bundle_directory(os.path.dirname(os.path.abspath(path)))
+    why = bundle_write.replaceable(path, force, force_hint="force=True")
     if why is not None:
         raise bundle.BundleError(why)
     entries = _entries(artifacts)
@@ -182,11 +195,30 @@ def save_bundle(artifacts, path: str, force: bool = False, merge: bool = False) 
     return path
 
 
+def _bundle_directory(directory):
+    """Make ``directory`` (and missing parents) as ``bundles build`` makes a site directory
+    (0755, whatever the umask), and check it as a job checks one before reading its bundles:
+    ``SaveError`` naming it where jobs would refuse it (others may write it), where a bundle
+    written there would be refused by every node, silently."""
+    from .cache import trust
+    try:
+        trust.make_shared_dirs(directory)
+        trust.check_trusted(directory, allow_root=True)
+        trust.check_parents(directory)
+    except trust.Untrusted as e:
+        raise SaveError(f"tack.aot.save_bundle: jobs would not use bundles from {directory}: "
+                        f"{e}") from None
+    except OSError as e:
+        raise SaveError(f"tack.aot.save_bundle: cannot make {e.filename or directory}: "
+                        f"{e.strerror or e}") from None
+
+
 def bundle_path(target, directory: str) -> str:
     """Where ``save_bundle`` writes, in ``directory``, the bundle of toolchain ``target``'s
     artifacts (known before anything is compiled: ``bundles build`` checks it first); ``target``
     a toolchain target (``target_of``) or its ``kind:name``, as ``compile`` takes it."""
     from .cache import bundle
+    _named(directory, "directory")
     if isinstance(target, str):
         target = _host_or(target)
     arch = f"{target.kind}:{target.arch}" if target.arch else f"{target.kind}:host"

@@ -91,8 +91,8 @@ def test_saved_bundle_replaces_a_bundle_never_a_users_file(tmp_path):
     assert tack.aot.save_bundle(arts, str(site)) == path          # its own bundle: replaced
     with open(path, "wb") as f:
         f.write(b"a user's file\n")
-    with pytest.raises(bundle.BundleError, match="it is not a Tack bundle; use --force"):
-        tack.aot.save_bundle(arts, str(site))
+    with pytest.raises(bundle.BundleError, match=r"it is not a Tack bundle; use force=True"):
+        tack.aot.save_bundle(arts, str(site))       # the API's word for it, not the CLI's
     assert open(path, "rb").read() == b"a user's file\n"
     assert tack.aot.save_bundle(arts, str(site), force=True) == path
     assert bundle.read(path).meta["arch"] == GENERIC
@@ -375,3 +375,45 @@ def test_save_and_build_check_what_they_are_given(tmp_path, monkeypatch):
     (built,) = tack.aot.build("cpu", [(_scale, args, 3)])
     assert built.key == art.key
     assert tack.aot.build(GENERIC, [(_scale, args, 3)])[0].target == GENERIC
+
+
+def test_save_bundle_makes_its_directory_and_refuses_one_jobs_would_not_read(tmp_path):
+    """save_bundle into a directory others may write wrote a bundle every node then refused
+    (bundles build checks its directory first; save_bundle did not); into a missing directory
+    it raised a bare FileNotFoundError.  A missing one is made as bundles build makes one
+    (0755), a path ending in a separator names a directory, and one jobs refuse is a SaveError
+    naming it, nothing written."""
+    arts = contour_artifacts(GENERIC)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(tack.aot.SaveError, match=r"jobs would not use bundles from .*shared: the "
+                                                 r"directory .* is writable by its group and others"):
+        tack.aot.save_bundle(arts, str(shared))
+    assert os.listdir(shared) == []
+    made = tack.aot.save_bundle(arts, str(tmp_path / "new" / "deeper") + os.sep)
+    assert made == tack.aot.bundle_path(GENERIC, str(tmp_path / "new" / "deeper"))
+    assert stat.S_IMODE(os.stat(tmp_path / "new" / "deeper").st_mode) == 0o755
+    assert bundle.read(tack.aot.save_bundle(arts, str(tmp_path / "other" / "b.bin"))).meta["arch"] \
+        == GENERIC
+    assert "SaveError" in tack.aot.__all__
+
+
+def test_aot_takes_one_artifact_and_says_what_a_spec_and_a_path_are(tmp_path):
+    """One artifact given alone (a named tuple) was iterated into its fields: "not str
+    '0841...'"; a bytes path was "names no directory or file (an unset variable?)"; a spec of
+    two items a bare "not enough values to unpack"; bundle_path("") a relative name; and a bare
+    kind ("cuda") was only "archspec knows no such CPU microarchitecture"."""
+    args = (np.zeros((2, 2, 2), np.float32), 0.5)
+    art = tack.aot.compile(_scale, "cpu", args, grid=3)
+    assert tack.aot.save(art, str(tmp_path / "c")) == tack.aot.save([art], str(tmp_path / "d"))
+    with pytest.raises(TypeError, match=r"directory is a path \(a str or os.PathLike\), not bytes"):
+        tack.aot.save([art], os.fsencode(str(tmp_path / "e")))
+    with pytest.raises(TypeError, match=r"each of build's specs is \(kernel, example args, grid\)"):
+        tack.aot.build("cpu", [(_scale, args)])
+    with pytest.raises(ValueError, match="names no directory or file"):
+        tack.aot.bundle_path(GENERIC, "")
+    with pytest.raises(ValueError, match=r"a bare name is a CPU's, and cuda is a kind: name one of "
+                                         r"its architectures, cuda:<name> \('python -m tack.site "
+                                         r"archs cuda' lists them all\)"):
+        tack.aot.compile(_scale, "cuda", args, grid=3)

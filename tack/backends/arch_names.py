@@ -205,6 +205,10 @@ def cpu_microarch(name: str):
     try:
         return archspec.cpu.TARGETS[name]
     except KeyError:
+        if name in KINDS and name != "cpu":        # "cuda": a bare name is a CPU's
+            raise ArchError(f"cpu:{name}: archspec knows no such CPU microarchitecture; a bare "
+                            f"name is a CPU's, and {name} is a kind: name one of its "
+                            f"architectures, {name}:<name> ({list_hint(name)})") from None
         close = difflib.get_close_matches(name, list(KINDS["cpu"].names()), n=3)
         raise ArchError(f"cpu:{name}: archspec knows no such CPU microarchitecture"
                         + (f" (did you mean {', '.join('cpu:' + c for c in close)}?)" if close

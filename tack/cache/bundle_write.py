@@ -158,7 +158,7 @@ def _real_dir(path: str) -> bool:
         return False
 
 
-def replaceable(path: str, force: bool = False) -> str | None:
+def replaceable(path: str, force: bool = False, force_hint: str = "--force") -> str | None:
     """Why a new bundle may not replace what is at ``path`` (None: nothing is there, or a Tack
     bundle, which Tack wrote and may replace).  A file Tack did not write is replaced only
     with ``force``; what is not a regular file (a FIFO, a directory, a link) never is."""
@@ -174,7 +174,7 @@ def replaceable(path: str, force: bool = False) -> str | None:
         if head == MAGIC:
             return None
         why = "it is not a Tack bundle" if head else "it is an empty file, not a Tack bundle"
-    return None if force else f"not replacing {path}: {why}; use --force to replace it"
+    return None if force else f"not replacing {path}: {why}; use {force_hint} to replace it"
 
 
 class NothingToPack(BundleError):
