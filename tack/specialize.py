@@ -481,6 +481,12 @@ class _Inferer:
                                  "type holds both (NumPy would make them float64); cast the uint64 "
                                  "one to int64 (range(tack.int64(n), 0, -1)) or the other to "
                                  "uint64", s)
+            if t.strong() != T.uint64:
+                # Python's range() gives Python ints whatever its bounds' types: an int64 here
+                # (as a Python int argument is), or a uint64 where a bound is one (a value past
+                # int64).  Typed as its bounds were, ``k - 5`` of a uint32 bound wrapped to
+                # 4294967293, and ``x[k - 1]`` read 4 G elements past x.
+                t = T.int64
             self.set_local(s[2], t.strong(), s)
             var_t = self.tf.locals.get(s[2])
             if self.strict and not (isinstance(var_t, T.Scalar) and var_t.kind in "iu"):

@@ -572,3 +572,32 @@ def test_a_math_function_of_literals_alone_is_pythons_float_and_weak():
                 x * np.float32(np.nan), x * math.sqrt(2.0)]
     assert [w.dtype for w in want[:7]] == [np.float32] * 7
     np.testing.assert_array_equal(out, np.stack(want, axis=1))
+
+
+@tack.kernel
+def k_loop_variable_types(n32, u32, x, out):
+    i = tack.tid()
+    for a in range(u32):                    # (each loop a variable of its own: one name's
+        out[i, 0] = a - 5                   # types are promoted together)
+    for b in range(n32):                    # uint32 bound: -3 (it wrapped to 4294967293)
+        out[i, 1] = b * 1000000             # int32 bound: 2999000000 (it wrapped in int32)
+    acc = 0.0
+    for c in range(u32):
+        acc += x[c - 1]                     # x[-1] first (it read 4 G elements past x)
+    out[i, 2] = acc
+    s = n32 - n32                           # an int32 accumulator plus the loop's Python ints
+    for d in range(3):
+        s += d
+    out[i, 3] = s
+
+
+def test_a_range_loops_variable_is_a_python_int_whatever_its_bounds_types():
+    """Python's range() gives Python ints: Tack's loop variable took its bounds' type, so with
+    an int32 or uint32 ``n`` it wrapped where Python's does not, and ``x[k - 1]`` at k = 0 read
+    past the array (an IndexError in debug mode, a wild read without it).  It is an int64 now,
+    or a uint64 where a bound is one."""
+    out = np.zeros((1, 4), np.int64)
+    x = np.arange(4.0)
+    xo = np.zeros((1, 4), np.float64)
+    tack.launch(k_loop_variable_types, 1, (np.int32(3000), np.uint32(3), x, xo))
+    assert xo[0].tolist() == [-3.0, 2999000000.0, x[-1] + x[0] + x[1], 3.0]

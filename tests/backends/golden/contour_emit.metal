@@ -319,7 +319,6 @@ static inline int tack_floordiv_int(int a, int b) {
     int q = a / b, r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
 }
-static inline bool tack_step_int(thread int& c, int s) { int n = (int)((uint)c + (uint)s); bool ov = ((c ^ n) & (s ^ n)) < 0; c = n; return ov; }
 static inline bool tack_step_long(thread long& c, long s) { long n = (long)((ulong)c + (ulong)s); bool ov = ((c ^ n) & (s ^ n)) < 0; c = n; return ov; }
 
 static inline tack_tuple_long_long_long tack_contour_emit_fn0_unflatten(int v_lin, long v_ny, long v_nz)
@@ -399,7 +398,7 @@ static inline void tack_contour_emit_fn5_cell_faces(A0 v_field, A1 v_active, A2 
     long v_k = {};
     int v_n = {};
     int v_base = {};
-    int v_tri = {};
+    long v_tri = {};
     long v_v = {};
     int v_e = {};
     tack_tuple_long_long_long tack_t1 = tack_tuple_long_long_long{v_field.f[0], v_field.f[1], v_field.f[2]};
@@ -414,14 +413,14 @@ static inline void tack_contour_emit_fn5_cell_faces(A0 v_field, A1 v_active, A2 
     v_k = tack_t2.v2;
     v_n = tack_array<constant int*, 0>{tack_const_0}.p[tack_wrap(v_case, 256L)];
     v_base = atomic_fetch_add_explicit((device atomic_int*)&v_counts.p[tack_wrap(3L, v_counts.f[0])], v_n, memory_order_relaxed);
-    { const int tack_stop4 = v_n; const int tack_step5 = ((int)1L); bool tack_ov6 = false;
-    for (int tack_i3 = ((int)0L); !tack_ov6 && (tack_step5 > 0 ? tack_i3 < tack_stop4 : tack_i3 > tack_stop4); tack_ov6 = tack_step_int(tack_i3, tack_step5)) {
+    { const long tack_stop4 = ((long)v_n); const long tack_step5 = 1L; bool tack_ov6 = false;
+    for (long tack_i3 = 0L; !tack_ov6 && (tack_step5 > 0 ? tack_i3 < tack_stop4 : tack_i3 > tack_stop4); tack_ov6 = tack_step_long(tack_i3, tack_step5)) {
         v_tri = tack_i3;
         { const long tack_stop8 = 3L; const long tack_step9 = 1L; bool tack_ov10 = false;
         for (long tack_i7 = 0L; !tack_ov10 && (tack_step9 > 0 ? tack_i7 < tack_stop8 : tack_i7 > tack_stop8); tack_ov10 = tack_step_long(tack_i7, tack_step9)) {
             v_v = tack_i7;
-            v_e = tack_array<constant int*, 0>{tack_const_1}.p[tack_wrap(v_case, 256L) * 16L + tack_wrap(((long)((ulong)((long)((int)((uint)((int)3L) * (uint)v_tri))) + (ulong)v_v)), 16L)];
-            v_faces.p[tack_wrap(((long)((int)((uint)v_base + (uint)v_tri))), v_faces.f[0]) * v_faces.f[1] + tack_wrap(v_v, v_faces.f[1])] = v_edge_vid.p[tack_wrap(((long)((ulong)v_i + (ulong)((long)tack_array<constant int*, 0>{tack_const_2}.p[tack_wrap(((long)v_e), 12L) * 3L + tack_wrap(0L, 3L)]))), v_edge_vid.f[0]) * (v_edge_vid.f[3] * v_edge_vid.f[2] * v_edge_vid.f[1]) + tack_wrap(((long)((ulong)v_j + (ulong)((long)tack_array<constant int*, 0>{tack_const_2}.p[tack_wrap(((long)v_e), 12L) * 3L + tack_wrap(1L, 3L)]))), v_edge_vid.f[1]) * (v_edge_vid.f[3] * v_edge_vid.f[2]) + tack_wrap(((long)((ulong)v_k + (ulong)((long)tack_array<constant int*, 0>{tack_const_2}.p[tack_wrap(((long)v_e), 12L) * 3L + tack_wrap(2L, 3L)]))), v_edge_vid.f[2]) * v_edge_vid.f[3] + tack_wrap(((long)tack_array<constant int*, 0>{tack_const_3}.p[tack_wrap(((long)v_e), 12L)]), v_edge_vid.f[3])];
+            v_e = tack_array<constant int*, 0>{tack_const_1}.p[tack_wrap(v_case, 256L) * 16L + tack_wrap(((long)((ulong)((long)((ulong)3L * (ulong)v_tri)) + (ulong)v_v)), 16L)];
+            v_faces.p[tack_wrap(((long)((ulong)((long)v_base) + (ulong)v_tri)), v_faces.f[0]) * v_faces.f[1] + tack_wrap(v_v, v_faces.f[1])] = v_edge_vid.p[tack_wrap(((long)((ulong)v_i + (ulong)((long)tack_array<constant int*, 0>{tack_const_2}.p[tack_wrap(((long)v_e), 12L) * 3L + tack_wrap(0L, 3L)]))), v_edge_vid.f[0]) * (v_edge_vid.f[3] * v_edge_vid.f[2] * v_edge_vid.f[1]) + tack_wrap(((long)((ulong)v_j + (ulong)((long)tack_array<constant int*, 0>{tack_const_2}.p[tack_wrap(((long)v_e), 12L) * 3L + tack_wrap(1L, 3L)]))), v_edge_vid.f[1]) * (v_edge_vid.f[3] * v_edge_vid.f[2]) + tack_wrap(((long)((ulong)v_k + (ulong)((long)tack_array<constant int*, 0>{tack_const_2}.p[tack_wrap(((long)v_e), 12L) * 3L + tack_wrap(2L, 3L)]))), v_edge_vid.f[2]) * v_edge_vid.f[3] + tack_wrap(((long)tack_array<constant int*, 0>{tack_const_3}.p[tack_wrap(((long)v_e), 12L)]), v_edge_vid.f[3])];
         } }
     } }
 }
