@@ -186,6 +186,21 @@ def literal_out_of_bounds(shape, idx, constants):
     return None
 
 
+def static_int(node, constants):
+    """The integer ``node`` is when the kernel compiles (a literal, a ``tack.constant`` integer,
+    a constant array's ``shape[k]``, ``len``, ``size`` or ``ndim``), else None: what
+    ``static_truth`` compares, for a ``range``'s bounds."""
+    v = _static_value(node, constants, _constants_shape(constants))
+    return v if type(v) is int else None
+
+
+def _constants_shape(constants):
+    def shape_of(x):
+        value = getattr(constants.get(x[2]), "value", None) if x[0] == "gconst" else None
+        return value.shape if isinstance(value, np.ndarray) else None
+    return shape_of
+
+
 def static_truth(node, constants, shape_of=None):
     """Whether the condition ``node`` holds, where the kernel's compile knows it (True or
     False): integer and bool literals, ``tack.constant`` scalars and the ``shape[k]``, ``len``,
@@ -196,9 +211,7 @@ def static_truth(node, constants, shape_of=None):
     past a constant's extent (``if C.shape[0] > 3: C[3]``, code written for constants of any
     size) is no compile error (``constant_index_error``)."""
     if shape_of is None:
-        def shape_of(x):
-            value = getattr(constants.get(x[2]), "value", None) if x[0] == "gconst" else None
-            return value.shape if isinstance(value, np.ndarray) else None
+        shape_of = _constants_shape(constants)
     op = node[0]
     if op == "boolop":
         truths = [static_truth(x, constants, shape_of) for x in node[3]]

@@ -237,3 +237,43 @@ def test_assigned_on_every_path_runs():
     np.testing.assert_array_equal(out, [8, 8, 8, 8])
     tack.launch(k_assigned_in_loop_and_before, dim=4, args=(out, 4))
     np.testing.assert_array_equal(out, [6, 6, 6, 6])
+
+
+N_CONST = tack.constant(4)
+C3_CONST = tack.constant(np.arange(3.0))
+ZERO_CONST = tack.constant(0)
+
+
+@tack.kernel
+def k_range_of_constants(out):
+    i = tack.tid()
+    for k in range(N_CONST):
+        y = 1.0 * k
+    for k in range(C3_CONST.shape[0]):
+        z = C3_CONST[k]
+    while N_CONST > 0:
+        w = 2.0
+        break
+    out[i] = y + z + w
+
+
+@tack.kernel
+def k_range_of_a_zero_constant(out):
+    i = tack.tid()
+    for k in range(ZERO_CONST):
+        y = 1.0 * k
+    out[i] = y  # ERR y
+
+
+def test_loops_whose_constants_decide_they_run_are_assigned_on_every_path():
+    """docs/language.md: a ``for`` over a ``range`` of constant, non-empty bounds runs its body
+    at least once, and ``tack.constant`` values and a constant array's shape are constants.
+    Only literal bounds counted: ``range(N)`` of N = tack.constant(4), ``range(C.shape[0])`` and
+    ``while N > 0`` were said to leave a variable unassigned when they run zero times.  A
+    constant range that is empty still leaves it so."""
+    out = np.zeros(2)
+    tack.launch(k_range_of_constants, dim=2, args=(out,))
+    assert out.tolist() == [3.0 + 2.0 + 2.0] * 2
+    with pytest.raises(tack.CompileError, match="runs zero times") as e:
+        tack.launch(k_range_of_a_zero_constant, dim=2, args=(out,))
+    check_points_at(e.value, "k_range_of_a_zero_constant", k_range_of_a_zero_constant, FILE)

@@ -270,7 +270,8 @@ class _FunctionLowerer:
             lowered = self.block(body)
         finally:
             self.state.stack.pop()
-        _check_assigned_before_use(lowered, set(params) - set(self.templates), self.src)
+        _check_assigned_before_use(lowered, set(params) - set(self.templates), self.src,
+                                   self.state.constants)
         return ir.LoweredFunction(self.fid, self.pyfn.__name__,
                                   [p for p in params if p not in self.templates], lowered, self.src)
 
@@ -942,7 +943,7 @@ def _chain(fids) -> str:
     return " -> ".join(names)
 
 
-def _check_assigned_before_use(body, params, src):
+def _check_assigned_before_use(body, params, src, constants=None):
     """A variable read where some path from the function's start has not assigned it is an error.
 
     Definite assignment over the control-flow graph of the lowered IR: an ``if``
@@ -952,7 +953,7 @@ def _check_assigned_before_use(body, params, src):
     which the variable is unassigned; a variable no path assigns before the
     read keeps the plainer message.
     """
-    _DefiniteAssignment(src).run(body, params)
+    _DefiniteAssignment(src, constants or {}).run(body, params)
 
 
 class _LoopFrame:
@@ -968,8 +969,9 @@ class _DefiniteAssignment:
     variable every path to here assigned, or the conditions (a tuple of texts, outermost
     first) of one path on which it is unassigned; a name absent is assigned on no path."""
 
-    def __init__(self, src):
+    def __init__(self, src, constants):
         self.src = src
+        self.constants = constants  # cid -> ir.Constant: a condition or range they decide is known
         self.quiet = 0          # > 0 while a loop's state is still being iterated to its fixed point
         self.loops = []
         self.memo = {}          # (id(loop), quiet, entry state) -> the state after the loop
@@ -1066,6 +1068,28 @@ class _DefiniteAssignment:
             state = self.stmt(s, state)
         return state
 
+    def truth(self, e):
+        """True or False for a condition the compile knows (literals, ``tack.constant`` scalars,
+        a constant array's shape, compared and combined: ``gridcheck.static_truth``, the rule
+        that rules a branch out when the kernel is typed), None for any other."""
+        from ..gridcheck import static_truth
+        if not (isinstance(e, list) and e):
+            return None
+        if e[0] == "const":                 # a literal of any kind (``while 1.0:``)
+            return bool(e[2])
+        return static_truth(e, self.constants)
+
+    def range_runs(self, args) -> bool:
+        """Whether ``range(start, stop, step)`` of bounds the compile knows (literals,
+        ``tack.constant`` integers, a constant array's shape: ``range(N)``, ``range(C.shape[0])``)
+        has at least one item."""
+        from ..gridcheck import static_int
+        values = [static_int(a, self.constants) for a in args]
+        if any(v is None for v in values):
+            return False
+        start, stop, step = values
+        return step != 0 and len(range(start, stop, step)) > 0
+
     def _line(self, loc):
         return loc[0] if loc else "?"
 
@@ -1090,7 +1114,7 @@ class _DefiniteAssignment:
         elif kind == "if":
             self.reads(s[2], state)
             what = f"the '{self._keyword(s[1], 'if')}' at line {self._line(s[1])}"
-            test = _constant_truth(s[2])
+            test = self.truth(s[2])
             # a branch a constant condition never takes is no path (`if False:` code never runs)
             mark = len(self.log)
             yes = self.block(s[3], dict(state)) if test is not False else None
@@ -1101,11 +1125,11 @@ class _DefiniteAssignment:
             return self.join([(yes, f"{what} is true", True), (no, f"{what} is false", True)],
                              base=state, changed=changed)
         elif kind == "while":
-            return self.loop(s, state, "while", s[2], s[3], _constant_truth(s[2]) is True)
+            return self.loop(s, state, "while", s[2], s[3], self.truth(s[2]) is True)
         elif kind == "for":
             for x in s[3:6]:
                 self.reads(x, state)
-            return self.loop(s, state, "for", None, s[6], _range_runs(s[3:6]), target=s[2])
+            return self.loop(s, state, "for", None, s[6], self.range_runs(s[3:6]), target=s[2])
         elif kind == "return":
             if s[2] is not None:
                 self.reads(s[2], state)
@@ -1181,16 +1205,4 @@ class _DefiniteAssignment:
         return frame, end
 
 
-def _constant_truth(e):
-    """True or False for a constant condition, None for any other."""
-    if isinstance(e, list) and e and e[0] == "const":
-        return bool(e[2])
-    return None
 
-
-def _range_runs(args) -> bool:
-    """Whether ``range(start, stop, step)`` of constant ints has at least one item."""
-    if not all(isinstance(a, list) and a and a[0] == "const" and a[3] == "int" for a in args):
-        return False
-    start, stop, step = (a[2] for a in args)
-    return step != 0 and len(range(start, stop, step)) > 0
