@@ -410,6 +410,7 @@ class _Inferer:
         self.dead = 0           # > 0 inside a branch the compile knows never runs (``ruled_out``)
         lf = tf.lowered         # the parameters an index or a call may stand for (never assigned)
         self.kept_params = () if tf.is_kernel else set(lf.params) - set(assignments(lf.body))
+        self.widened = {}       # local name -> (its type, the assignment that made it so)
 
     def error(self, msg, node):
         return self.src.error(msg, node[1] if node is not None else None)
@@ -566,7 +567,19 @@ class _Inferer:
         if isinstance(u, T.Array) and cur is not None and name in self.tf.lowered.params \
                 and u != cur:
             raise self.error(f"parameter '{name}' cannot be rebound", node)
+        if cur is not None and u != cur and node is not None and node[1]:
+            self.widened[name] = (u, node[1])
         self.tf.locals[name] = u
+
+    def why_type(self, node) -> str:
+        """Where a variable's type came from, for an error about it: a name whose assignments
+        widened its type (``x = i`` then, later, ``x = 0.5``: float64 everywhere, this read's
+        line too) is said to be so, naming the line that widened it; '' for anything else."""
+        if node is None or node[0] != "name" or node[2] not in self.widened:
+            return ""
+        t, loc = self.widened[node[2]]
+        return (f" ('{node[2]}' is {t} wherever it is read: a variable has one type, and line "
+                f"{loc[0]} assigns it a value that makes it {t})")
 
     def name_type(self, node):
         t = self.tf.locals.get(node[2])
@@ -836,9 +849,10 @@ class _Inferer:
                         f"not make: write an element's {arr.ndim} indices in one [], as "
                         f"a[{', '.join('ijkl'[:arr.ndim])}])")
             raise self.error(msg, node)
-        for t in ts:
+        for x, t in zip(indices if not whole else [None] * len(ts), ts):
             if not (isinstance(t, T.Scalar) and t.kind in "iu"):
-                raise self.error(f"array indices must be integers, not {t}", node)
+                raise self.error(f"array indices must be integers, not {t}{self.why_type(x)}",
+                                 node)
 
     def atomic_value(self, name, at, node, vt, e):
         """Refuse a value ``name`` (an atomic) cannot store in an array of ``at`` elements as it

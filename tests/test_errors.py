@@ -1622,3 +1622,25 @@ def test_an_integer_to_a_negative_literal_power_is_refused():
         msg = check_points_at(ei.value, kern.__qualname__, where, FILE)
         assert "an integer to a negative integer power (int64 ** -" in msg, msg
         assert "write float(x) ** -n, or 1.0 / x ** n" in msg, msg
+
+
+@tack.kernel
+def k_index_widened_later(out):
+    i = tack.tid()
+    x = i
+    out[x] = 1  # ERR out
+    x = 0.5
+
+
+def test_an_index_made_float_by_a_later_assignment_says_which_line():
+    """``x = i``, ``out[x]``, then ``x = 0.5``: "array indices must be integers, not float64" at
+    ``out[x]``, the line right after ``x = i``, with nothing about the later assignment that
+    made x a float64 everywhere (a variable has one type).  It names that line now."""
+    import inspect
+    with pytest.raises(tack.CompileError) as e:
+        tack.launch(k_index_widened_later, 2, (np.zeros(2),))
+    lines, first = inspect.getsourcelines(k_index_widened_later.py_func)
+    later = first + next(k for k, line in enumerate(lines) if "x = 0.5" in line)
+    assert (f"array indices must be integers, not float64 ('x' is float64 wherever it is read: a "
+            f"variable has one type, and line {later} assigns it a value that makes it "
+            "float64)") in str(e.value), str(e.value)
