@@ -106,31 +106,6 @@ def _pow(module, ty, single):
         for a in ("nobuiltin", "nounwind", "readnone"):
             libm.attributes.add(a)
     return libm
-    cname = "powf" if single else "pow"
-    libm = module.globals.get(cname)
-    if libm is None:
-        libm = ir.Function(module, ir.FunctionType(ty, [ty, ty]), cname)
-        for a in ("nobuiltin", "nounwind", "readnone"):
-            libm.attributes.add(a)
-    fn = ir.Function(module, ir.FunctionType(ty, [ty, ty]), name)
-    fn.linkage = "internal"
-    fn.attributes.add("alwaysinline")
-    x, y = fn.args
-    entry, square, not_square, half, other = (
-        fn.append_basic_block(n) for n in ("entry", "square", "not_square", "half", "other"))
-    b = ir.IRBuilder(entry)
-    b.cbranch(b.fcmp_ordered("==", y, ir.Constant(ty, 2.0)), square, not_square)
-    b.position_at_end(square)
-    b.ret(b.fmul(x, x))
-    b.position_at_end(not_square)
-    b.cbranch(b.fcmp_ordered("==", y, ir.Constant(ty, 0.5)), half, other)
-    b.position_at_end(half)
-    r = b.call(declare_intrinsic(module, "fabs", ty, [ty]),
-               [b.call(declare_intrinsic(module, "sqrt", ty, [ty]), [x])])
-    b.ret(b.select(b.fcmp_ordered("==", x, ir.Constant(ty, float("-inf"))), ir.Constant(ty, float("inf")), r))
-    b.position_at_end(other)
-    b.ret(b.call(libm, [x, y]))
-    return fn
 
 
 class CPUTarget:
