@@ -139,6 +139,7 @@ def save(artifacts, directory: str) -> int:
         raise SaveError(f"tack.aot.save: {message}")
     _named(directory, "directory")
     disk = DiskCache(Settings(os.path.abspath(directory), "write", None, {}), new_stats(), refuse)
+    disk.named_by = None                    # an argument, not TACK_CACHE_DIR: name the real one
     entries = _entries(artifacts, encoded=False)
     for kind, key, meta, payload in entries:
         if not store(disk, kind, key, meta, payload):

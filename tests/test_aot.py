@@ -417,3 +417,16 @@ def test_aot_takes_one_artifact_and_says_what_a_spec_and_a_path_are(tmp_path):
                                          r"its architectures, cuda:<name> \('python -m tack.site "
                                          r"archs cuda' lists them all\)"):
         tack.aot.compile(_scale, "cuda", args, grid=3)
+
+
+def test_save_into_a_link_says_to_name_the_real_directory_not_a_variable(tmp_path):
+    """save's directory is an argument: a link there was refused with "set TACK_CACHE_DIR to the
+    real directory", a setting save does not read."""
+    args = (np.zeros((2, 2, 2), np.float32), 0.5)
+    art = tack.aot.compile(_scale, "cpu", args, grid=3)
+    (tmp_path / "real").mkdir(mode=0o700)
+    os.symlink(tmp_path / "real", tmp_path / "linked")
+    with pytest.raises(tack.aot.SaveError) as e:
+        tack.aot.save([art], str(tmp_path / "linked"))
+    assert "TACK_CACHE_DIR" not in str(e.value), str(e.value)
+    assert f"name the real directory, {tmp_path / 'real'}" in str(e.value), str(e.value)

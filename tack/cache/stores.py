@@ -74,6 +74,7 @@ class DiskCache:
         return self._usable
 
     _missing = False                            # the directory was not there at the last look
+    named_by = "TACK_CACHE_DIR"                 # what names the directory (a link's fix sets it)
 
     def _open(self) -> bool:
         try:
@@ -85,7 +86,7 @@ class DiskCache:
                 self._missing = True
                 self._unusable_why = f"missing (no cache directory at {self.root})"
                 return False
-            check_stat(st, self.root, setting="TACK_CACHE_DIR")
+            check_stat(st, self.root, setting=self.named_by)
             check_parents(self.root)            # a directory above it that anyone may rename in
             self._checked.add(self.root)
             return True
