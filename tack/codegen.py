@@ -227,11 +227,7 @@ class _FunctionGen:
         src = self.tf.lowered.source
         for name, t in zip(self.tf.lowered.params, self.tf.argtypes):
             if isinstance(t, T.Scalar) and t.strong() == T.float64:
-                loc = None
-                for k, text in enumerate(src.lines):
-                    if text.lstrip().startswith("def ") and name in text:
-                        loc = (src.first_line + k, text.find(name, text.find("(")))
-                        break
+                loc = src.parameter_loc(name)
                 raise self.unsupported(Unsupported(
                     f"float64 (this device has no double precision: parameter '{name}' is "
                     "float64; a Python float argument is float64, pass np.float32)"), (None, loc))

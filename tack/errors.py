@@ -90,6 +90,14 @@ class SourceContext:
         self.filename = filename
         self.shift = first_line - self.first_line
 
+    def parameter_loc(self, name):
+        """(file line, column) of parameter ``name`` on the ``def`` line, or None: where an
+        error about a parameter (a float64 one a device cannot take) points."""
+        for k, text in enumerate(self.lines):
+            if text.lstrip().startswith("def ") and name in text:
+                return self.first_line + k, text.find(name, text.find("("))
+        return None
+
     def error(self, message, loc) -> CompileError:
         lineno, col = loc if loc else (None, None)
         text = None

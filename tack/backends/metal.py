@@ -339,11 +339,15 @@ def generate_msl(tk, target, symbol_prefix="tack") -> MSLGenerated:
     """The MSL source of a typed kernel for ``target``, entry ``<symbol_prefix>_entry``."""
     mod = _Module(tk, target, symbol_prefix)
     src = tk.lowered.kernel.source
-    for t in tk.argtypes:
+    for name, t in zip(tk.lowered.kernel.params, tk.argtypes):
         dt = t.dtype if isinstance(t, T.Array) else t
         if isinstance(dt, T.Scalar) and dt.strong().name == "float64":
+            what = (f"parameter '{name}' is a float64 array; pass a float32 one "
+                    f"({name}.astype(np.float32))" if isinstance(t, T.Array) else
+                    f"parameter '{name}' is float64; a Python float argument is float64, pass "
+                    "np.float32")
             err = src.error(f"float64 (Metal has no double precision) is not supported on "
-                            f"{target.name}: argument of type {t}; pass float32", (src.first_line, 0))
+                            f"{target.name}: {what}", src.parameter_loc(name) or (src.first_line, 0))
             raise err.with_kernel(tk.name)
     arrays = sum(isinstance(t, T.Array) for t in tk.argtypes)
     most = METAL_BUFFERS - 1 - bool(tk.debug)   # one buffer holds the other arguments, one the error record

@@ -497,9 +497,14 @@ def test_float64_is_a_compile_error_at_the_users_line():
     f = np.zeros(4, np.float32)
     msg = _refused(uses_double, (f, f), 1, "float64 (Metal has no double precision)")
     assert "out[i] = float(x[i]) * 2" in msg
-    _refused(saxpy, (2.0, f, f, f), 1, "float64", "pass float32")        # a Python float argument
+    # A float64 parameter: named, and pointed at on the def line, with the fix (it said
+    # "argument of type float64; pass float32" at the @tack.kernel line, naming no parameter)
+    msg = _refused(saxpy, (2.0, f, f, f), 1, "parameter 'a' is float64; a Python float argument "
+                   "is float64, pass np.float32")
+    assert "def saxpy(a, x, y, out):" in msg and "argument of type" not in msg, msg
     d = np.zeros(4)
-    _refused(saxpy, (np.float32(1), d, d, d), 1, "float64")
+    _refused(saxpy, (np.float32(1), d, d, d), 1, "parameter 'x' is a float64 array; pass a "
+             "float32 one (x.astype(np.float32))")
 
 
 def test_a_literal_given_to_a_device_function_builds_without_double():
