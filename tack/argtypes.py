@@ -64,7 +64,7 @@ def typed_args(kernel, args) -> TypedArgs:
                      tuple(argtypes[i] for i in values), [params[i] for i in values], values)
 
 
-def _why_not(a) -> str:
+def why_not_taken(a) -> str:
     """What to do about an array ``T.typeof_array`` refuses."""
     if T.from_dtype(a.dtype) is not None and 1 <= a.ndim <= 4:
         if not a.dtype.isnative:
@@ -77,7 +77,7 @@ def _why_not(a) -> str:
     return "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions"
 
 
-def _masked(a) -> bool:
+def is_masked(a) -> bool:
     """Is ``a`` a ``numpy.ma`` masked array (netCDF4's variables read as one)?  Asked without
     importing ``numpy.ma``: where it is not imported, no masked array exists."""
     ma = sys.modules.get("numpy.ma")
@@ -96,7 +96,7 @@ def typeof_arg(kernel_name, param, a, static=False):
     ``static``: an array's shape is compiled in.
     """
     if isinstance(a, np.ndarray):
-        if type(a) is not np.ndarray and _masked(a):
+        if type(a) is not np.ndarray and is_masked(a):
             raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a NumPy masked array, "
                             "whose mask a kernel cannot see (it would read and write the values "
                             f"under it as any others): pass {param}.data to read and write the "
@@ -106,7 +106,7 @@ def typeof_arg(kernel_name, param, a, static=False):
         if t is None:
             raise TypeError(f"kernel '{kernel_name}': argument '{param}' is an array Tack cannot "
                             f"take (dtype {a.dtype}, {a.ndim} dimensions, strides {a.strides}); "
-                            + _why_not(a))
+                            + why_not_taken(a))
         return t
     if isinstance(a, bool):
         return T.boolean

@@ -320,10 +320,10 @@ def host_copy(array) -> tuple:
     dtype, rank or byte order, as a launch says it: ``object`` arrays' pointers copied to a
     device, then read back, crashed the process) or a masked one (its mask would be lost).  A
     device array of Tack's is copied (through the host)."""
-    from ..argtypes import _masked, _why_not
+    from ..argtypes import is_masked, why_not_taken
     if hasattr(array, "layout") and hasattr(array, "numpy") and not isinstance(array, np.ndarray):
         array = array.numpy()                           # another device's array, or this one's
-    if _masked(array):
+    if is_masked(array):
         raise TypeError("to_device takes no NumPy masked array: its mask would be lost (a launch "
                         "refuses one too); pass its .filled(value) or its .data")
     a = np.asarray(array)
@@ -331,7 +331,7 @@ def host_copy(array) -> tuple:
         raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
     if T.from_dtype(a.dtype) is None or not 1 <= a.ndim <= 4 or not a.dtype.isnative:
         raise TypeError(f"to_device takes arrays a kernel takes, not a {a.ndim}-D {a.dtype} "
-                        f"array: {_why_not(a)}")
+                        f"array: {why_not_taken(a)}")
     layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
     return a, np.asarray(a, order=layout), layout
 
