@@ -196,16 +196,23 @@ def save_bundle(artifacts, path: str, force: bool = False, merge: bool = False) 
     return path
 
 
+def bundle_directory(directory) -> None:
+    """Make ``directory`` (and missing parents) as a site's bundle directory is made (0755,
+    whatever the umask) and check it as a job checks one before reading its bundles:
+    ``cache.trust.Untrusted`` where jobs would refuse it (others may write it), OSError where
+    it cannot be made.  ``save_bundle`` and ``bundles build`` (before its long compile) ask it."""
+    from .cache import trust
+    trust.make_shared_dirs(directory)
+    trust.check_trusted(directory, allow_root=True)
+    trust.check_parents(directory)
+
+
 def _bundle_directory(directory):
-    """Make ``directory`` (and missing parents) as ``bundles build`` makes a site directory
-    (0755, whatever the umask), and check it as a job checks one before reading its bundles:
-    ``SaveError`` naming it where jobs would refuse it (others may write it), where a bundle
-    written there would be refused by every node, silently."""
+    """``bundle_directory``, with ``SaveError`` naming the directory: a bundle written where jobs
+    would refuse it is refused by every node, silently."""
     from .cache import trust
     try:
-        trust.make_shared_dirs(directory)
-        trust.check_trusted(directory, allow_root=True)
-        trust.check_parents(directory)
+        bundle_directory(directory)
     except trust.Untrusted as e:
         raise SaveError(f"tack.aot.save_bundle: jobs would not use bundles from {directory}: "
                         f"{e}") from None
