@@ -179,15 +179,23 @@ def _index_kernel():
 
 def test_new_variant_runs_serially_then_measured(monkeypatch):
     """A variant not measured yet is estimated at FLOOR_S a point: a small grid runs serially,
-    and its timed launch gives the variant a cost per point."""
+    and its timed launch gives the variant a cost per point.  Its first sixteenth is timed
+    first, and would send the rest to the pool if it showed them costly; the clock here counts
+    1 us a read, a cheap kernel's part whatever the machine's load (on a busy CI machine the
+    part's first touch of fresh pages once timed it costly, and the rest went to two threads)."""
     tack.config.num_threads = 2
 
     k_fresh = _index_kernel()
-    monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 0.0)
     out = np.zeros(50_000)
-    tack.launch(k_fresh, dim=out.size, args=(out,))
-    assert cpu_runtime.pool_stats()["last_threads"] == 1
+    tack.launch(k_fresh, dim=1, args=(out,))                 # compiles the variant (1 row)
     (variant,) = k_fresh._variants.values()
+    variant.cost, variant.serial_points = None, 0            # as if never launched
+    monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 0.0)
+    reads = [0.0]
+    monkeypatch.setattr(cpu_runtime, "_clock", lambda: reads.append(reads[-1] + 1e-6) or reads[-1])
+    tack.launch(k_fresh, dim=out.size, args=(out,))
+    assert len(reads) - 1 == 3                               # the part, timed; then the launch
+    assert cpu_runtime.pool_stats()["last_threads"] == 1
     assert variant.cost is not None and variant.cost > 0
     np.testing.assert_array_equal(out, np.arange(out.size))
 
