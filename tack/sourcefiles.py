@@ -17,9 +17,24 @@ import sys
 
 
 def _roots():
+    """Each ``sys.path`` entry, absolute.  A relative one (``''`` under ``python -c``, ``-m``
+    or a REPL; an editable install's path hook name) is taken from the working directory, as
+    the import system takes it; where that directory was deleted, there is none, and the
+    entry names nothing (``os.path.abspath`` raised FileNotFoundError from a first compile)."""
+    cwd = None
     for entry in sys.path:
-        if isinstance(entry, str):
-            yield os.path.abspath(entry or os.curdir)
+        if not isinstance(entry, str):
+            continue
+        if os.path.isabs(entry):
+            yield os.path.normpath(entry)
+            continue
+        if cwd is None:
+            try:
+                cwd = os.getcwd()
+            except OSError:
+                cwd = ""
+        if cwd:
+            yield os.path.normpath(os.path.join(cwd, entry))
 
 
 def portable(filename):

@@ -126,3 +126,42 @@ def test_size_check_that_fails_is_tried_again_in_an_hour_not_per_store(warm, tmp
     assert stamped
     assert again.rc == 0 and again.warnings == [], again.warnings
     assert again.stats["bytes_written"] > 0          # it stored its new variant, without a scan
+
+
+DELETED_CWD = """
+import os, sys, tempfile
+gone = tempfile.mkdtemp()
+os.chdir(gone)
+os.rmdir(gone)                      # the job's working directory, deleted under it
+sys.path.insert(0, "")              # as python -c, -m or a REPL put it
+import numpy as np
+import tack
+sys.path.append({src!r})
+import kmin
+x = np.ones(4)
+tack.launch(kmin.double, dim=4, args=(x,))
+print(x.tolist())
+"""
+
+
+def test_a_deleted_working_directory_with_a_relative_sys_path_entry(tmp_path):
+    """A first compile named its functions' files relative to the ``sys.path`` entries, each
+    made absolute from the working directory; where that was deleted (and ``''`` is on
+    ``sys.path``, as under ``python -c``) ``os.path.abspath`` raised FileNotFoundError, with
+    the cache on or off.  The relative entry names nothing then: the kernel compiles and runs."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kmin.py").write_text("import tack\n@tack.kernel\ndef double(x):\n"
+                                 "    i = tack.tid()\n    x[i] = x[i] * 2.0\n")
+    root = Path(__file__).resolve().parents[2]
+    for mode in ("write", "off"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+        env.update(TACK_CACHE=mode, TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(root))
+        run = subprocess.run([sys.executable, "-c", DELETED_CWD.format(src=str(src))], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, (mode, run.stderr)
+        assert run.stdout.strip() == "[2.0, 2.0, 2.0, 2.0]", (mode, run.stdout)
+        assert "Traceback" not in run.stderr, run.stderr
