@@ -135,6 +135,9 @@ def bundles(root, allow_root=False):
             if parsed.meta.get("tack") != tack_version_id():
                 item.update(status="stale", error=f"made by Tack {shown_version(parsed.meta.get('tack'))}, "
                             f"not this one ({shown_version(tack_version_id())}): pack it again")
+            elif damaged and damaged == len(parsed):    # none serves
+                item.update(status="damaged",
+                            error=f"all {damaged} of its entries are damaged")
             elif damaged:                   # the rest still serve: ``partly``
                 item.update(status="damaged", partly=True,
                             error=f"{damaged} of {len(parsed)} entries are damaged")
@@ -166,6 +169,7 @@ def gather(s) -> dict:
             "mpi_mode_problem": mpi_problem, "tack_version": tack_version_id(),
             "exists": os.path.lexists(s.directory), "trusted": None, "untrusted_reason": None,
             "versions": {}, "total_bytes": 0, "total_entries": 0,
+            "not_entries": {"files": 0, "bytes": 0},
             "last_size_check": None, "bundles": []}
     if not info["exists"]:
         why = _cannot_be_made(s.directory)
@@ -182,6 +186,10 @@ def gather(s) -> dict:
             return info                 # a file, or a link to one: nothing to list
     labels = _Labels()
     for path, nbytes, _, version, level in size.entries(s.directory):
+        if not size.is_own_file(path):  # named like one, not written by the cache: as prune
+            info["not_entries"]["files"] += 1       # and the limit count it, not at all
+            info["not_entries"]["bytes"] += nbytes
+            continue
         v = info["versions"].setdefault(version, {"lowered": {"entries": 0, "bytes": 0},
                                                   "variants": {"entries": 0, "bytes": 0}})
         v[level]["entries"] += 1
@@ -304,6 +312,10 @@ def cmd_info(args) -> int:
         print(f"status:       NOT USED: {info['untrusted_reason']}")
     print(f"entries:      {info['total_entries']} ({fs(info['total_bytes'])}) across "
           f"{len(info['versions'])} Tack version(s)")
+    other = info["not_entries"]
+    if other["files"]:
+        print(f"  not counted: {other['files']} file(s) named like entries that the cache did not "
+              f"write ({fs(other['bytes'])}): neither counted against the limit nor deleted")
     for version, levels in sorted(info["versions"].items()):
         mark = "  <- this version" if version == info["tack_version"] else ""
         print(f"  {shown_version(version)}{mark}")

@@ -596,3 +596,24 @@ def test_info_lists_site_bundles_without_a_cache_directory_and_says_an_untrusted
     (listed,) = json.loads(run.stdout)["site_bundles"]
     assert "writable by its group and others" in listed["untrusted"]
     os.chmod(site, 0o755)
+
+
+def test_info_counts_only_what_prune_and_the_limit_count(populated):
+    """A file named like an entry that the cache did not write is neither counted against the
+    limit nor deleted; info counted it (listed as a damaged variant), so it said a cache was
+    over a limit that prune said it was under.  It is listed apart now, and the totals agree."""
+    cache, this = populated
+    (fan,) = [p for p in (cache / this / "variants").iterdir()][:1]
+    foreign = fan / ("ab" * 32 + ".tvar")
+    foreign.write_bytes(os.urandom(100_000))
+    info = json.loads(run_cli(cache, "info", "--json").stdout)
+    assert info["total_entries"] == 12
+    assert info["total_bytes"] == sum(p.stat().st_size for p in entry_files(cache)) - 100_000
+    assert info["not_entries"] == {"files": 1, "bytes": 100_000}
+    assert "damaged" not in info["versions"][this].get("targets", {})
+    run = run_cli(cache, "info")
+    assert "  not counted: 1 file(s) named like entries that the cache did not write" in run.stdout
+    limit = info["total_bytes"] + 50_000                # over it with the file, under without
+    pruned = run_cli(cache, "prune", "--max-size", str(limit))
+    assert pruned.rc == 0 and "pruned 0 entries" in pruned.stdout, pruned.stdout
+    assert foreign.exists()

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from tack.cache import bundle_write, entry, size
+from tack.cache import bundle, bundle_write, entry, size
 
 from .conftest import EXPECTED, check_results, current_version, entry_files, run_child, run_cli
 
@@ -231,3 +231,23 @@ def test_numbers_too_large_are_errors_not_tracebacks(warm):
         tack.config.num_threads = 10 ** 400
     assert tack.cache.parse_size("1.5G") == 3 << 29 and tack.cache.parse_size(str(2 ** 62)) == 2 ** 62
     np.testing.assert_equal(entry.MAGIC, b"TACKENT4")
+
+
+def test_info_says_a_bundle_whose_every_entry_is_damaged_serves_none(warm):
+    """A bundle whose one index block is damaged (every entry of a small bundle under it) serves
+    nothing; info said "DAMAGED in part, its other entries still used: N of N entries are
+    damaged".  It says "not used" now, and its JSON does not mark it ``partly``."""
+    cache, _ = warm
+    assert run_cli(cache, "pack").rc == 0
+    (packed,) = cache.glob("bundle-*")
+    data = bytearray(packed.read_bytes())
+    opened = bundle.Bundle(bytes(data), str(packed))
+    assert opened._nblocks == 1 and len(opened) > 1
+    data[opened._start + 3] ^= 0x04                     # in the index block's first row
+    packed.write_bytes(bytes(data))
+    run = run_cli(cache, "info")
+    assert run.rc == 0, run.stderr
+    (line,) = [ln for ln in run.stdout.splitlines() if ln.strip().startswith("bundle-")]
+    assert f"DAMAGED, not used: all {len(opened)} of its entries are damaged" in line, line
+    (listed,) = json.loads(run_cli(cache, "info", "--json").stdout)["bundles"]
+    assert listed["status"] == "damaged" and not listed.get("partly"), listed
