@@ -21,6 +21,16 @@ from tack.backends import cpu_runtime
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def quiet_pool(monkeypatch):
+    """Each test starts from the overhead a quiet machine's launches measure: the estimate the
+    rule backs off from is the median of the last parallel launches' (module state), and an
+    earlier test's real launches (4 threads on 2 cores) or made-up ones left theirs in it."""
+    monkeypatch.setattr(cpu_runtime, "_overheads", [20e-6] * cpu_runtime.OVERHEAD_SAMPLES)
+    monkeypatch.setattr(cpu_runtime, "_overhead", 20e-6)
+    monkeypatch.setattr(cpu_runtime, "_held_back", 0)
+
+
 @tack.kernel
 def k_mark1(out):
     i = tack.tid()
@@ -209,9 +219,11 @@ def test_a_costly_first_launch_measures_a_part_then_runs_the_rest_on_the_pool(mo
     now = [0.0]
     monkeypatch.setattr(cpu_runtime, "_clock", lambda: now[0])
     runs = []
+    caller = threading.get_ident()
 
     def fn(buf, lo, hi):
-        now[0] += (hi - lo) * 1e-3
+        if threading.get_ident() == caller:     # the calling thread's clock (a worker's rows,
+            now[0] += (hi - lo) * 1e-3          # run meanwhile, would count in its chunk's time)
         runs.append((lo, hi))
     variant = SimpleNamespace(fn=fn, cost=None, serial_points=0, quiet_points=0, quiet_runs=0)
     cpu_runtime._run_grid(variant, b"", (64, 1, 1))
@@ -586,7 +598,10 @@ def test_grids_below_the_learnt_size_skip_the_rule_and_the_clock(monkeypatch):
     tack.launch(k_small, dim=64, args=(out,))
     assert variant.cost is None
     big = np.zeros(100_000)
+    reads = [0.0]                   # 1 us a read: its timed first part, cheap on any load
+    monkeypatch.setattr(cpu_runtime, "_clock", lambda: reads.append(reads[-1] + 1e-6) or reads[-1])
     tack.launch(k_small, dim=big.size, args=(big,))          # above it: timed, a cost learnt
+    assert cpu_runtime.pool_stats()["last_threads"] == 1
     assert variant.cost is not None and (big == np.arange(big.size)).all()
     # the size below which launches skip the rule now follows the cost learnt (it only ever rose)
     assert variant.serial_points == int(min(2 * cpu_runtime.PER_THREAD_S, cpu_runtime.MEASURE_MIN_S)
@@ -612,7 +627,9 @@ def test_grids_that_cannot_gain_a_thread_are_timed_one_launch_in_eight(monkeypat
     assert variant.quiet_points == int(1e-3 / 1e-9) > out.size
     ticks = []
     clock = cpu_runtime._clock
-    monkeypatch.setattr(cpu_runtime, "_clock", lambda: ticks.append(1) or clock())
+    # 5 us a read: 2.5e-10 s a point, below the cost set, which a sampled launch so lowers (a
+    # launch preempted on a busy machine, timed by the real clock, raised it: two threads)
+    monkeypatch.setattr(cpu_runtime, "_clock", lambda: ticks.append(1) or len(ticks) * 5e-6)
     variant.quiet_runs = 0
     for _ in range(2 * cpu_runtime.SAMPLE_EVERY):
         out[:] = 0
@@ -622,6 +639,7 @@ def test_grids_that_cannot_gain_a_thread_are_timed_one_launch_in_eight(monkeypat
     # The kernel's cost rises (as a data-dependent loop's would): the sampled launches learn it,
     # the quiet band shrinks below the grid, and the rule gives it two threads again.
     monkeypatch.setattr(cpu_runtime, "_clock", clock)
+    monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 20e-6)
     cpu_runtime._learn(variant, 1.0)                             # as if measured at 1 s a point
     assert variant.quiet_points < out.size
     tack.launch(k_quiet, dim=out.size, args=(out,))
@@ -875,8 +893,32 @@ def test_a_kernel_whose_cost_grows_with_an_argument_gets_threads_again(monkeypat
     (variant,) = k_loop._variants.values()
     assert variant.serial_points > small.size and variant.cost is None
     threads = []
+    # (its own launches' overheads, measured on a busy machine, would hold it back: not this rule)
+    monkeypatch.setattr(cpu_runtime, "OVERHEAD_FACTOR", 0.0)
     for _ in range(cpu_runtime.FAST_SAMPLE_EVERY + 3):
         tack.launch(k_loop, dim=small.size, args=(small, 20_000))
         threads.append(cpu_runtime.pool_stats()["last_threads"])
     assert (small == 20_000.0).all()
     assert threads[-1] == 2 and variant.serial_points < small.size
+
+
+def test_a_parallel_launch_whose_workers_ran_every_chunk(monkeypatch):
+    """A parallel launch where a worker claimed every chunk before the calling thread claimed
+    one timed no rows: with MEASURE_MIN_S at 0 (its 0.0 s passed ``>= 0``) it divided by those
+    0 rows, a ZeroDivisionError out of the launch.  Nothing is learnt from it now."""
+    tack.config.num_threads = 2
+    monkeypatch.setattr(cpu_runtime, "MEASURE_MIN_S", 0.0)
+    work = cpu_runtime._Job.work
+
+    def late_caller(job, timed=False):
+        if timed:                       # the calling thread: only once the worker ran them all
+            while not job.all_done:
+                threading.Event().wait(1e-4)
+        return work(job, timed)
+    monkeypatch.setattr(cpu_runtime._Job, "work", late_caller)
+    ran = []
+    variant = SimpleNamespace(fn=lambda buf, lo, hi: ran.append((lo, hi)), cost=1.0,
+                              serial_points=0, quiet_points=0, quiet_runs=0)
+    cpu_runtime._run_grid(variant, b"", (8, 1, 1))
+    assert cpu_runtime.pool_stats()["last_threads"] == 2
+    assert sorted(ran)[0][0] == 0 and sorted(ran)[-1][1] == 8 and variant.cost == 1.0

@@ -146,7 +146,9 @@ print(json.dumps({"stages": list(k.timings), "sum": sum(k.timings.values()), "wa
     src = tmp_path / "kmod.py"
     src.write_text(code)
     child = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    child.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"))
+    # One thread: a new variant's first launch times its first row, and on a busy machine a
+    # preempted row sent the other seven to the pool, adding the "threads" stage to the list.
+    child.update(PYTHONPATH=ROOT, TACK_CACHE_DIR=str(tmp_path / "cache"), TACK_NUM_THREADS="1")
     import json
     runs = [json.loads(subprocess.run([sys.executable, str(src)], env=child, capture_output=True,
                                       text=True, check=True, timeout=300).stdout) for _ in range(2)]

@@ -577,7 +577,7 @@ def _parallel(variant, buf, d, n, lo=0):
         job.abandon()
         raise
     wall = _clock() - t0
-    if job.timed >= MEASURE_MIN_S:
+    if job.timed_rows and job.timed >= MEASURE_MIN_S:     # (the workers may have run them all)
         _learn(variant, job.timed / (job.timed_rows * d[1] * d[2]))
     # The launch's overhead: the time the calling thread did not spend on chunks of its own
     # (waking the workers, then waiting for the last chunk another thread still ran), less
