@@ -321,6 +321,26 @@ def literal_values(node, depth=32):
             return None
         out = [ir.int_literal_op(node[2], x, y) for x in a for y in b]
         return out if all(type(v) is int and v.bit_length() <= 128 for v in out) else None
+    if node[0] == "intrinsic" and node[2] in ("abs", "min", "max") and node[3]:
+        # abs(-3_000_000_000), max(0, 2**40): a literal's value through them, typed as the
+        # literal would be (the weak result was cut to an int32 operand's type: 3 for 2**40+3)
+        args = [literal_values(a, depth - 1) for a in node[3]]
+        if not all(args) or (node[2] == "abs") != (len(args) == 1):
+            return None
+        if node[2] == "abs":
+            return [abs(x) for x in args[0]]
+        combos = [[]]
+        for vs in args:
+            combos = [c + [v] for c in combos for v in vs]
+            if len(combos) > _MAX_LITERAL_VALUES:
+                return None
+        pick = min if node[2] == "min" else max
+        return [pick(c) for c in combos]
+    if (node[0] == "index" and node[2][0] == "tuple" and len(node[3]) == 1
+            and node[3][0][0] == "const" and type(node[3][0][2]) is int):     # (2**40, 1)[0]
+        items, k = node[2][2], node[3][0][2]
+        if -len(items) <= k < len(items):
+            return literal_values(items[k], depth - 1)
     return None
 
 

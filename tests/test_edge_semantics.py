@@ -535,6 +535,47 @@ def test_an_operator_on_a_choice_of_literals_takes_each_branchs_value():
     assert out[:, 3].tolist() == [float(2**63 + 5), 6.0]
 
 
+@tack.kernel
+def k_literal_through_abs_min_max(a, u, p, out, c):
+    i = tack.tid()
+    out[i, 0] = a[i] + max(0, 2**40)
+    out[i, 1] = 1 if a[i] < abs(-3_000_000_000) else 0
+    out[i, 2] = 1 if a[i] == min(2**32 + 3, 2**33) else 0
+    out[i, 3] = a[i] + (2**40, 1)[0]
+    out[i, 4] = a[i] * abs(-3_000_000_000)
+    out[i, 5] = a[i] + abs(2**40 if p[i] else 3)
+    out[i, 6] = a[i] + np.abs(-2**40)
+    out[i, 7] = u[i] + max(-1, -2)                      # -1: no uint32
+    out[i, 8] = a[i] + max(1, 2)                        # fits: int32, as a literal would
+    tack.atomic_add(c, 0, min(1, 2))
+
+
+@tack.kernel
+def k_atomic_of_max_past_int32(c):
+    tack.atomic_add(c, 0, max(0, 2**40))
+
+
+def test_a_literal_through_abs_min_max_or_a_tuple_is_typed_by_its_value():
+    """``max(0, 2**40)``, ``abs(-3_000_000_000)`` and ``(2**40, 1)[0]`` are literals' values as
+    Python computes them, and, as a literal the other operand's type cannot hold, an int64:
+    they stayed weak and were cut to an int32 operand's type (``a + max(0, 2**40)`` gave a,
+    ``a < abs(-3e9)`` False), and ``tack.atomic_add`` of such a value into an int32 array added
+    0 where the literal itself is refused.  Where the value fits, the literal's type is the
+    operand's, as before."""
+    a = np.array([3, -4], np.int32)
+    u = np.array([7, 7], np.uint32)
+    p = np.array([True, False])
+    out = np.zeros((2, 9), np.int64)
+    c = np.zeros(1, np.int32)
+    tack.launch(k_literal_through_abs_min_max, dim=2, args=(a, u, p, out, c))
+    for i, x in enumerate(a.tolist()):
+        assert out[i].tolist() == [x + 2**40, 1, 0, x + 2**40, x * 3_000_000_000,
+                                   x + (2**40 if p[i] else 3), x + 2**40, 6, x + 2], i
+    assert c[0] == 2
+    with pytest.raises(tack.CompileError, match="int32 cannot hold it"):
+        tack.launch(k_atomic_of_max_past_int32, dim=1, args=(np.zeros(1, np.int32),))
+
+
 @tack.func
 def times_sqrt(v, k):
     return v * math.sqrt(k)
