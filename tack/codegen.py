@@ -31,7 +31,8 @@ from .ir import assignments
 from .limits import deep
 from .language import MATH1, MATH2
 from .backends.argument_layout import array_fields
-from .specialize import (TypedFunction, TypedKernel, arith_type, isclose_type, math_type,
+from .specialize import (TypedFunction, TypedKernel, arith_type, clip_bound_dropped, clip_limit,
+                         isclose_type, math_type,
                          np_isclose_types, power_of_ten)
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -698,7 +699,14 @@ class _FunctionGen:
             a, b = (self.cast(v, t, st) for v, t in zip(values[1:], ts[1:]))
             return self.b.select(self.to_bool(values[0], ts[0]), a, b)
         if name == "np.clip":
-            return self.clip([self.cast(v, t, st) for v, t in zip(values, ts)], st)
+            vals = [self.cast(v, t, st) for v, t in zip(values, ts)]
+            for k, side in ((1, "lo"), (2, "hi")) if len(args) == 3 else ():
+                if clip_bound_dropped(args[k], ts[0], side):     # never binds: x's own limit
+                    limit = clip_limit(st, side)         # (as its bits: 2**64 - 1 is -1)
+                    bits = vals[0].type.width
+                    vals[k] = ir.Constant(vals[0].type, limit - (1 << bits) if limit >> (bits - 1)
+                                          else limit)
+            return self.clip(vals, st)
         if name == "np.sign":
             return self.sign(self.cast(values[0], ts[0], st), st)
         raise AssertionError(f"unhandled intrinsic {name}")

@@ -347,6 +347,29 @@ def literal_values(node, depth=32):
 _MAX_LITERAL_VALUES = 64        # a choice of literals followed through operators: at most so many
 
 
+def clip_bound_dropped(node, x, side):
+    """Whether ``node``, the ``side`` ("lo" or "hi") bound of ``np.clip(x, lo, hi)`` with ``x`` of
+    type ``x``, is one NumPy drops: a literal that can never bind, as ``x``'s integer type holds
+    no value past it (``-1`` below a uint64, ``2**63`` above an int64).  NumPy then keeps ``x``'s
+    type; typed with the bound, the result was an int64, or a float64 for a 64-bit ``x``, which
+    lost the low bits of ``2**53 + 1``.  The type and the code (``x``'s type's own limit in its
+    place) both ask this."""
+    if not (isinstance(x, T.Scalar) and not x.weak and x.kind in "iu"):
+        return False
+    values = literal_values(node)
+    if values is None:
+        return False
+    info = np.iinfo(x.dtype)
+    return all(v < info.min for v in values) if side == "lo" else all(v > info.max for v in values)
+
+
+def clip_limit(t, side):
+    """What a dropped bound (``clip_bound_dropped``) of ``np.clip`` in the integer type ``t`` is in
+    the code: ``t``'s least value for ``lo``, its greatest for ``hi`` (each a no-op bound)."""
+    info = np.iinfo(t.dtype)
+    return int(info.min if side == "lo" else info.max)
+
+
 def arith_type(op, a, b):
     """(operand type, result type) of ``a op b`` on scalars, or None if not allowed."""
     if op in ("&", "|", "^", "<<", ">>"):
@@ -992,8 +1015,12 @@ class _Inferer:
                                  "holds) is an array, which Tack code does not make", e)
             scalars()
             first = 1 if name == "np.where" else 0      # np.where's condition takes no part
+            keep = range(first, len(args))
+            if name == "np.clip" and len(args) == 3:    # a bound that never binds: dropped
+                keep = [0] + [k for k, side in ((1, "lo"), (2, "hi"))
+                              if not clip_bound_dropped(args[k], ts[0], side)]
             # NumPy's: a NumPy scalar, never weak
-            return self.common_type(args[first:], ts[first:]).strong()
+            return self.common_type([args[k] for k in keep], [ts[k] for k in keep]).strong()
         if name == "np.sign":
             need(1)
             scalars()

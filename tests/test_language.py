@@ -931,6 +931,36 @@ def test_numpy_clip_of_mixed_types_and_integers():
 
 
 @tack.kernel
+def k_np_clip_bound_past_the_type(n, m, u, iout, mout, uout):
+    i = tack.tid()
+    iout[i, 0] = np.clip(n[i], 0, 2**40) * 2            # int32, as NumPy keeps it: wraps
+    iout[i, 1] = np.clip(n[i], -2**40, 3)
+    mout[i, 0] = np.clip(m[i], 0, 2**63)                 # int64, exact (it was a float64)
+    mout[i, 1] = np.clip(m[i], -2**63, 2**64 - 1)
+    uout[i, 0] = np.clip(u[i], -1, 2**64 - 1)            # uint64, exact
+    uout[i, 1] = np.clip(u[i], -(1 if n[i] > 0 else 2), 5)
+
+
+def test_numpy_clip_drops_a_literal_bound_that_never_binds():
+    """A literal bound that ``x``'s integer type holds no value past (``-1`` below a uint64,
+    ``2**63`` above an int64) never binds, and NumPy drops it, keeping ``x``'s type.  Tack typed
+    the result with it: an int64 for an int32 ``x``, and a float64 for a 64-bit one, which gave
+    9007199254740992 for ``2**53 + 1``."""
+    n = np.array([2**30, -5, 7], np.int32)
+    m = np.array([2**53 + 1, -7, 2**63 - 1], np.int64)
+    u = np.array([2**53 + 1, 2, 2**64 - 1], np.uint64)
+    iout, mout, uout = (np.zeros((3, 2), t) for t in (np.int32, np.int64, np.uint64))
+    tack.launch(k_np_clip_bound_past_the_type, dim=3, args=(n, m, u, iout, mout, uout))
+    with numpy_quiet():
+        assert iout.tolist() == np.stack([np.clip(n, 0, 2**40) * np.int32(2),
+                                          np.clip(n, -2**40, 3)], axis=1).tolist()
+    assert mout.tolist() == [[int(np.clip(x, 0, 2**63)), int(np.clip(x, -2**63, 2**64 - 1))]
+                             for x in m]
+    assert uout.tolist() == [[int(np.clip(x, -1, 2**64 - 1)), int(np.clip(x, -1, 5))] for x in u]
+    assert mout[0].tolist() == [2**53 + 1, 2**53 + 1] and iout[0, 0] == -2**31
+
+
+@tack.kernel
 def k_np_sign(x, n, u, out, iout, uout):
     i = tack.tid()
     out[i] = np.sign(x[i])

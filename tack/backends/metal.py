@@ -45,7 +45,8 @@ from ..cache.keys import digest
 from ..errors import UNSIGNED_INDEX, BoundsSite, CompileError
 from ..ir import assignments
 from ..limits import deep
-from ..specialize import isclose_type, math_type, np_isclose_types, power_of_ten
+from ..specialize import (clip_bound_dropped, clip_limit, isclose_type, math_type, np_isclose_types,
+                          power_of_ten)
 from .arch_names import KINDS, METAL_FAMILIES
 from .argument_layout import GRID, array_fields, field_names
 
@@ -924,7 +925,11 @@ class _Function:
                 return f"{h}({', '.join(nums)}, {self.cast(values[4], ts[4], T.boolean)})"
             if name == "np.clip" and len(values) == 1:     # no bound: x itself
                 return self.cast(values[0], ts[0], st)
-            return f"{h}({', '.join(self.cast(v, t, st) for v, t in zip(values, ts))})"
+            vals = [self.cast(v, t, st) for v, t in zip(values, ts)]
+            for k, side in ((1, "lo"), (2, "hi")) if name == "np.clip" else ():
+                if clip_bound_dropped(args[k], ts[0], side):     # never binds: x's own limit
+                    vals[k] = _int_literal(clip_limit(st, side), ctype(st))
+            return f"{h}({', '.join(vals)})"
         if name in ("np.rint", "np.round", "round"):
             return self.rounded(name, values[0], ts[0], st, args[1][2] if len(args) == 2 else 0)
         fn = _MATH.get(name)

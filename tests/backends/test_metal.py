@@ -677,6 +677,8 @@ def numpy_scalars(x, lo, hi, n, out, iout, flags, seen):
     iout[i, 2] = np.sign(n[i])
     iout[i, 3] = np.where(n[i] > 0, bumped(seen, i, n[i]), bumped(seen, i, -n[i]))
     iout[i, 4] = np.round(n[i], 1) + round(n[i])
+    iout[i, 5] = np.clip(n[i], 0, 2**40) * 2            # a bound that never binds: int32, wraps
+    iout[i, 6] = np.clip(n[i], -2**40, 3)
     flags[i, 0] = math.isclose(x[i], lo[i])
     flags[i, 1] = math.isclose(x[i], lo[i], rel_tol=0.25, abs_tol=0.5)
 
@@ -693,7 +695,7 @@ def test_numpy_clip_sign_where_rounding_and_isclose_run_like_the_cpu(tmp_path):
     n = np.resize(np.array([-7, -1, 0, 3, 15, 2**31 - 1], np.int32), x.size)
     outs = {}
     for where in ("shim", "cpu"):
-        out, iout = np.zeros((x.size, 7), np.float32), np.zeros((x.size, 5), np.int64)
+        out, iout = np.zeros((x.size, 7), np.float32), np.zeros((x.size, 7), np.int64)
         flags, seen = np.zeros((x.size, 2), bool), np.zeros(x.size, np.int32)
         args = (x, lo, hi, n, out, iout, flags, seen)
         if where == "shim":
@@ -704,3 +706,6 @@ def test_numpy_clip_sign_where_rounding_and_isclose_run_like_the_cpu(tmp_path):
     for got, want in zip(outs["shim"], outs["cpu"]):
         np.testing.assert_array_equal(got, want)
     assert (outs["shim"][3] == 2).all()
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(outs["shim"][1][:, 5:], np.stack(
+            [np.clip(n, 0, 2**40) * np.int32(2), np.clip(n, -2**40, 3)], axis=1))
