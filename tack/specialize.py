@@ -688,7 +688,8 @@ class _Inferer:
                 # 0 at run time (as a negative exponent computed there gives): NumPy refuses
                 # an integer to a negative integer power, and Python gives a float
                 raise self.error(f"an integer to a negative integer power ({a} ** {min(values)}) "
-                                 "is refused, as NumPy refuses it (Python gives a float): write "
+                                 "is refused, as NumPy refuses it (Python gives a float, and of 0 "
+                                 "raises ZeroDivisionError): write "
                                  "float(x) ** -n, or 1.0 / x ** n", e)
         return r
 
@@ -739,10 +740,14 @@ class _Inferer:
         r = arith_type(op, a, b)
         if r is None:
             why = ""
-            if {a.strong().name, b.strong().name} == {"int64", "uint64"}:
-                why = ("; int64 with uint64 promotes to float64, as NumPy's result_type does (a "
-                       "negative literal is an int64), and a float has no bitwise operations: "
-                       "cast one side (tack.uint64(...) or tack.int64(...))")
+            sa, sb = a.strong(), b.strong()
+            if {sa.kind, sb.kind} == {"i", "u"} and T.promote(sa, sb).kind == "f":
+                signed = sa if sa.kind == "i" else sb
+                unsigned = sb if signed is sa else sa
+                why = (f"; {signed.name} with {unsigned.name} promotes to float64, as NumPy's "
+                       "result_type does (a negative literal is an int64), and a float has no "
+                       f"bitwise operations: cast one side (tack.{unsigned.name}(...) or "
+                       "tack.int64(...))")
             raise self.error(f"unsupported operand types for {op}: {a} and {b}{why}", node)
         return r[1]
 

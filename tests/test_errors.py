@@ -1622,6 +1622,8 @@ def test_an_integer_to_a_negative_literal_power_is_refused():
         msg = check_points_at(ei.value, kern.__qualname__, where, FILE)
         assert "an integer to a negative integer power (int64 ** -" in msg, msg
         assert "write float(x) ** -n, or 1.0 / x ** n" in msg, msg
+        # (it said only "Python gives a float": of 0, Python raises)
+        assert "of 0 raises ZeroDivisionError" in msg, msg
 
 
 @tack.kernel

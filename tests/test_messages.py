@@ -326,6 +326,24 @@ def test_a_bitwise_op_of_uint64_and_int64_says_why_and_what_to_do():
 
 
 @tack.kernel
+def k_uint64_shift_by_int32(a, s, out):
+    i = tack.tid()
+    out[i] = a[i] << s[i]
+
+
+def test_a_bitwise_op_of_uint64_and_a_narrower_signed_int_says_why_too():
+    """``u << s`` with a uint64 ``u`` and an int32 ``s`` promotes to float64 as int64 with
+    uint64 does; the error explained only the int64 pair and said "unsupported operand types"
+    alone here."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_uint64_shift_by_int32, dim=2, args=(
+            np.array([3, 5], np.uint64), np.array([1, 2], np.int32), np.zeros(2, np.uint64)))
+    message = str(ei.value)
+    assert "uint64 and int32" in message, message
+    assert "int32 with uint64 promotes to float64" in message and "tack.uint64(" in message
+
+
+@tack.kernel
 def k_np_power_one_argument(a, out):
     i = tack.tid()
     out[i] = np.power(a[i])
