@@ -134,7 +134,7 @@ def expand(value: str, origin: str, environ=None) -> str:
     """``value`` with ``$VAR`` and ``${VAR}`` taken from ``environ`` (default: this process's)
     and a leading ``~`` expanded, as ccache expands its ``cache_dir``: a site's modules and
     Spack's may export ``$SCRATCH/$USER/tack`` unexpanded.  ValueError naming ``origin`` and
-    the variable when one is not set."""
+    the variable when one is not set, or is empty (as the site's module files refuse it)."""
     global _VARIABLE
     if "$" in value:
         if _VARIABLE is None:
@@ -146,6 +146,8 @@ def expand(value: str, origin: str, environ=None) -> str:
             name = m.group(1) or m.group(2)
             if name not in environ:
                 raise ValueError(f"{origin}: {value!r} names ${name}, which is not set")
+            if not environ[name]:       # '$SCRATCH/tack' would name /tack, a root directory
+                raise ValueError(f"{origin}: {value!r} names ${name}, which is empty")
             return environ[name]
         value = _VARIABLE.sub(sub, value)
     return os.path.expanduser(value)

@@ -391,6 +391,12 @@ def test_cache_directory_expands_variables(home, monkeypatch, tmp_path):
                                             r"which is not set; using the default"):
         assert tack.cache.settings().directory == os.path.join(str(home), ".cache", "tack")
     tack.cache._reset_for_tests()
+    # An empty variable named the root's /tack-cache, silently (as root, a directory it trusts)
+    monkeypatch.setenv("SCRATCH", "")
+    with pytest.warns(RuntimeWarning, match=r"TACK_CACHE_DIR: '\$SCRATCH/tack-cache' names \$SCRATCH, "
+                                            r"which is empty; using the default"):
+        assert tack.cache.settings().directory == os.path.join(str(home), ".cache", "tack")
+    tack.cache._reset_for_tests()
 
 
 def test_bundle_directories_expand_variables(tmp_path):
@@ -402,3 +408,7 @@ def test_bundle_directories_expand_variables(tmp_path):
            "ROOT": str(tmp_path / "apps")}
     assert site_dirs(env, said.append) == [str(tmp_path / "apps" / "bundles"), f"{tmp_path}/plain"]
     assert said == ["TACK_CACHE_BUNDLES: '${NOPE}/b' names $NOPE, which is not set; ignored"]
+    said.clear()
+    env.update(TACK_CACHE_BUNDLES="$EMPTY/b", EMPTY="")
+    assert site_dirs(env, said.append) == []
+    assert said == ["TACK_CACHE_BUNDLES: '$EMPTY/b' names $EMPTY, which is empty; ignored"]
