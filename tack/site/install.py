@@ -107,6 +107,9 @@ def build_config(archs, kernels) -> dict:
     return {"version": 1, "build": {"archs": by_kind, "kernels": kernels}}
 
 
+#: The site config as an install with ``--site-config`` keeps it, in ``PREFIX/share/tack``.
+SITE_CONFIG_FILE = "site.yaml"
+
 #: The name (without ``.yaml``) of the build config written beside the bundles, by default.
 CONFIG_NAME = "bundles-build"
 
@@ -116,6 +119,11 @@ def config_file(name) -> str:
     that is not a plain file name."""
     if not name or name in (".", "..") or "/" in name or os.sep in name or name.startswith("."):
         raise SiteError(f"bundles install: --config-name {name!r} is not a plain file name")
+    if f"{name}.yaml" == SITE_CONFIG_FILE:
+        # it replaced the site config an install with --site-config keeps there (the admin's
+        # cache: section gone), in the same install or a later one
+        raise SiteError(f"bundles install: --config-name {name!r} names {SITE_CONFIG_FILE}, the "
+                        "site config an install with --site-config keeps; name another")
     return f"{name}.yaml"
 
 
@@ -185,7 +193,7 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
         if problems:
             raise SiteConfigError(problems)
         kernels = cfg.get("build.kernels") or kernels
-        kept = os.path.join(share, "site.yaml")
+        kept = os.path.join(share, SITE_CONFIG_FILE)
         if os.path.realpath(site_config) != os.path.realpath(kept):
             with open(site_config, "rb") as f:
                 files[kept] = f.read()

@@ -166,6 +166,12 @@ def test_a_second_install_into_the_prefix_keeps_the_first_ones_config(tmp_path):
     assert "cuda:sm_70" in {m["arch"] for m in metas} and {m["tack"] for m in metas} == {__version__}
     bad = subprocess.run(cmd + ["--arch", "cuda:sm_70", "--config-name", "../x"], **run)
     assert bad.returncode == 1 and "is not a plain file name" in bad.stderr, bad.stderr
+    # --config-name site replaced the site config an install with --site-config keeps
+    (share / "site.yaml").write_text("version: 1\ncache:\n  size: 5G\n")
+    kept = (share / "site.yaml").read_bytes()
+    site = subprocess.run(cmd + ["--arch", "cuda:sm_70", "--config-name", "site"], **run)
+    assert site.returncode == 1 and "names site.yaml, the site config" in site.stderr, site.stderr
+    assert (share / "site.yaml").read_bytes() == kept
 
 
 def test_an_install_of_the_sites_own_kernels_passes_its_check(tmp_path):
