@@ -106,15 +106,21 @@ def _remove_ours(paths):
         except OSError:
             continue
         if path.endswith(ENV_VARS):
-            try:
-                got = json.loads(head)
-            except ValueError:
-                continue
-            if not (isinstance(got, dict) and got and all(k.startswith("TACK_") for k in got)):
+            if not _env_vars_ours(head):
                 continue
         elif HEADER.encode() not in head:
             continue
         os.unlink(path)
+
+
+def _env_vars_ours(data: bytes) -> bool:
+    """Whether ``data``, an ``env_vars.d`` file's, is one this command writes: a JSON object of
+    ``TACK_`` settings alone (JSON holds no header to mark it)."""
+    try:
+        got = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(got, dict) and all(k.startswith("TACK_") for k in got)
 
 
 def _scripts(prefix):
@@ -132,7 +138,21 @@ def write_activate(cfg, prefix, env_vars=False, force=False):
                         "environment (its $CONDA_PREFIX)")
     if env_vars:
         text = json.dumps(cfg.exports(), indent=2, sort_keys=True) + "\n"
-        written = [path for path, _ in write_files({os.path.join(prefix, ENV_VARS): text.encode()})]
+        path = os.path.join(prefix, ENV_VARS)
+        if not force:                   # someone else's file there: replaced only with --force
+            try:
+                with open(path, "rb") as f:
+                    old = f.read(1 << 20)
+            except FileNotFoundError:
+                old = None
+            except OSError as e:
+                raise SiteError(f"{path}: cannot be read ({e.strerror or e}); nothing was "
+                                "written") from None
+            if old is not None and not _env_vars_ours(old):
+                raise SiteError(f"not replacing {path}: this command did not write it (it sets "
+                                "more than TACK_ settings); use --force to replace it; nothing "
+                                "was written")
+        written = [path for path, _ in write_files({path: text.encode()})]
         _remove_ours(_scripts(prefix))
         return written
     _remove_ours([os.path.join(prefix, ENV_VARS)])

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tack.site.conda import write_activate
+from tack.site.errors import SiteError
 from tack.site.config import load
 from tack.site.shell import render_env
 
@@ -323,6 +324,15 @@ def test_conda_env_vars_file(tmp_path, example):
     foreign.write_text('{"OTHER": "1"}')
     write_activate(cfg, prefix)
     assert foreign.exists()
+    # --env-vars replaced that file of someone else's, silently: refused now but with force
+    with pytest.raises(SiteError, match=r"not replacing .*tack-site\.json: this command did not "
+                                        r"write it .*use --force"):
+        write_activate(cfg, prefix, env_vars=True)
+    assert foreign.read_text() == '{"OTHER": "1"}'
+    assert all(os.path.exists(p) for p in again)            # nothing else changed either
+    write_activate(cfg, prefix, env_vars=True, force=True)
+    assert json.loads(foreign.read_text()) == cfg.exports()
+    assert write_activate(cfg, prefix, env_vars=True) == [str(foreign)]     # its own: replaced
 
 
 def test_conda_env_vars_cli(tmp_path, example):
