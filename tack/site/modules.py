@@ -56,6 +56,16 @@ def split_references(value):
     return parts
 
 
+def home_references(value, path):
+    """``value`` with the ``~`` that begins it (each of its directories where ``path``: a list)
+    as ``$HOME``, looked up at load as other references are.  Tack expands a leading ``~``
+    itself, but Environment Modules prints a value with one unquoted (``X=~/z:/own;``), the
+    shell expands it, and at unload the module's ``~/z`` is no longer in the list to come off
+    it.  (``~user`` is left as it is.)"""
+    entries = value.split(":") if path else [value]
+    return ":".join("$HOME" + e[1:] if e == "~" or e.startswith("~/") else e for e in entries)
+
+
 class ModuleConfiguration:
     """What the site config says about the module, with defaults filled in."""
 
@@ -91,7 +101,8 @@ class ModuleContext:
     def exports(self):
         """Each variable: its name, value, the value's parts (``split_references``), and whether
         it is a list of directories that goes before the user's own (``PATH_EXPORTS``)."""
-        return [{"name": var, "value": value, "parts": split_references(value),
+        return [{"name": var, "value": value,
+                 "parts": split_references(home_references(value, var in PATH_EXPORTS)),
                  "path": var in PATH_EXPORTS}
                 for var, value in self.conf.exports.items()]
 

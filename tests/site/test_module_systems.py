@@ -218,3 +218,32 @@ echo @@ mine; module load tack; show TACK_CACHE_BUNDLES; module unload tack; sho
     assert out["none"] == [f"TACK_CACHE_BUNDLES={site}", "TACK_CACHE_BUNDLES unset"], r.stdout + r.stderr
     assert out["mine"] == [f"TACK_CACHE_BUNDLES={site}:/home/me/mine",
                            "TACK_CACHE_BUNDLES=/home/me/mine"], r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_a_tilde_in_the_sites_bundles_comes_off_at_unload(tmp_path, system, example, render_env,
+                                                          capsys):
+    """``cache.bundles: ~/site-b`` (Tack expands a leading ``~``): Environment Modules printed the
+    value unquoted, bash expanded the ``~``, and at unload the module's ``~/site-b`` was no
+    longer in the list, so it stayed on the user's TACK_CACHE_BUNDLES.  The module now looks
+    ``$HOME`` up at load, as any reference; the value is the same in both systems."""
+    init = module_init(system)
+    config = example("gpu-cluster", lambda t: t.replace(
+        "bundles: /apps/tack/0.1.0/bundles", "bundles: '~/site-b:/apps/tack/0.1.0/bundles:~'"))
+    root = tmp_path / "m"
+    render(config, root, capsys)
+    home = tmp_path / "home"
+    home.mkdir()
+    fakes = fake_modules(tmp_path / "fakes")
+    script = f"""{SHOW}
+source {init}
+module use {fakes}
+module use {root}
+module load openmpi
+export TACK_CACHE_BUNDLES=/own
+echo @@ mine; module load tack; show TACK_CACHE_BUNDLES; module unload tack; show TACK_CACHE_BUNDLES
+"""
+    r = clean_bash(script, home)
+    out = sections(r.stdout)
+    assert out["mine"] == [f"TACK_CACHE_BUNDLES={home}/site-b:/apps/tack/0.1.0/bundles:{home}:/own",
+                           "TACK_CACHE_BUNDLES=/own"], r.stdout + r.stderr
