@@ -768,6 +768,16 @@ def choice(paths, bundles):
     return chosen, why
 
 
+def used_by_this_cpu(directory) -> list:
+    """The names of ``directory``'s bundles this node's CPU would read, most specific first (as
+    ``bundles status`` says them): none where every CPU bundle there is for another CPU."""
+    import io
+    node_llvm = llvm_version()
+    host_key, node_arch, _ = _node()
+    return [name for kind, name in _status_of(directory, node_llvm, host_key, node_arch,
+                                              io.StringIO()) if kind == "cpu"]
+
+
 def bundles_status(directory=None, out=sys.stdout, err=sys.stderr) -> int:
     """What this node uses of ``directory``'s bundles, or (None) of every site directory a job
     searches, each in turn, as a job searches them: its CPU's, and those of each device runtime

@@ -262,3 +262,21 @@ def test_a_failed_install_leaves_the_kept_files_of_the_previous_one(tmp_path, ke
     image = _image.image_path(str(site / "tack"))
     assert not os.path.exists(image), f"{image} was written by a failed install"
     assert "import image" not in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_an_install_for_another_machines_cpu_checks_its_bundles_as_jobs_read_them(tmp_path):
+    """A stack built for another CPU (site.md's ``--target neoverse_v2`` on an x86_64 build host,
+    EasyBuild's local_cpu_target): its contour check ran the contour here from bundles this CPU
+    cannot use, compiled it, and failed the install ("2 kernel variant(s) were compiled").  The
+    bundles are checked as a job reads them instead, and the install says why."""
+    import platform
+    other = "cpu:aarch64" if platform.machine() in ("x86_64", "AMD64") else "cpu:x86_64"
+    prefix, _ = installed_prefix(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", "install", str(prefix),
+                        "--arch", other], cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("no contour check (no CPU bundle there is for this build host's CPU); every bundle "
+            "read and current") in r.stdout, r.stdout
+    (name,) = os.listdir(prefix / "share" / "tack" / "bundles")
+    assert bundle.read(str(prefix / "share" / "tack" / "bundles" / name)).meta["arch"] == other
