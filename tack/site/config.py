@@ -219,6 +219,27 @@ def read_text(path) -> str:
                                "as UTF-8"]) from None
 
 
+def yaml_problem(path, text, e) -> str:
+    """PyYAML's syntax error ``e`` as one line naming ``path`` and a line: what it was reading
+    and where that began (``while scanning a quoted scalar``, at the quote never closed), then
+    what it found and where; the line named is where it began when what it found is the end
+    of the file (the line of the quote, not the file's last), else where it found it.  (Only
+    the problem was said, at its line: an unclosed quote on line 3 of 27 was "27: found
+    unexpected end of stream", and "but found another document" lost its first half.)"""
+    def at(mark):
+        return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    context, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    problem, pmark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    parts = [f"{context}{at(cmark)}"] if context else []
+    if problem:
+        parts.append(f"{problem}{at(pmark)}")
+    why = " ".join((", ".join(parts) or str(e)).split())       # one line
+    at_end = pmark is not None and not text[pmark.index:].strip()
+    lead = cmark if cmark is not None and (at_end or pmark is None) else pmark
+    where = f"{path}:{lead.line + 1}" if lead is not None else path
+    return f"{where}: invalid YAML: {why}"
+
+
 def load(path, text=None) -> SiteConfig:
     """Read and validate ``path``; SiteConfigError listing every problem otherwise.  ``text``:
     the config's content, when it is not (yet) at ``path`` (``bundles install`` builds from the
@@ -235,10 +256,7 @@ def load(path, text=None) -> SiteConfig:
         raise SiteConfigError([f"{path}:{line}: invalid YAML: the character {chr(e.character)!r} "
                                f"(column {column}) is not allowed in YAML ({e.reason})"]) from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        why = " ".join(str(getattr(e, "problem", None) or e).split())      # one line
-        raise SiteConfigError([f"{where}: invalid YAML: {why}"]) from None
+        raise SiteConfigError([yaml_problem(path, text, e)]) from None
     except RecursionError:              # not reached: _check_depth bounds the nesting first
         raise SiteConfigError([f"{path}: the YAML is nested too deeply to read"]) from None
     v = _Validator(path)

@@ -369,8 +369,14 @@ HOSTILE_YAML = {
     "a NUL character": (SITE.replace("size: 4G", "size: 4G\0"),
                         ":4: invalid YAML: the character '\\x00' (column 11) is not allowed in YAML"),
     "a tab in the indentation": (SITE.replace("  size: 4G", "\tsize: 4G"),
-                                 ":4: invalid YAML: found character '\\t' that cannot start any token"),
-    "two documents": (SITE + "---\nversion: 1\n", ":11: invalid YAML: but found another document"),
+                                 ":4: invalid YAML: while scanning for the next token, found character "
+                                 "'\\t' that cannot start any token (line 4, column 1)"),
+    "two documents": (SITE + "---\nversion: 1\n", ":11: invalid YAML: expected a single document in the "
+                      "stream (line 1, column 1), but found another document (line 11, column 1)"),
+    # PyYAML's context and where it began: the line of the quote never closed, not the file's last
+    "an unclosed quote": (SITE.replace('  version: "1.0"', '  version: "1.0') + "# a\n" * 20,
+                          ":9: invalid YAML: while scanning a quoted scalar (line 9, column 12), "
+                          "found unexpected end of stream (line 31, column 1)"),
     "bytes that are not UTF-8": (SITE.replace("tack-cache", "tack-\xff").encode("latin-1"),
                                  ":3: not UTF-8 text: byte 0xff at offset"),
     "an empty file": ("", ":1: the config is empty"),
