@@ -73,7 +73,8 @@ def path_part_problem(value, what, suffix=""):
     A name from the config becomes exactly one path component: not empty,
     not ``.`` or ``..``, no ``/`` (or ``\\``), no whitespace or control
     character (module commands split on whitespace), not starting with ``.``
-    (a module system's rc file, ``.modulerc``, or a hidden one), not ending in
+    (a module system's rc file, ``.modulerc``, or a hidden one), none of the characters
+    Environment Modules reads as variants, version specifiers or patterns, not ending in
     ``.lua`` (the Tcl file's name would), and short enough for the file system
     once ``suffix`` is added.
     """
@@ -91,6 +92,14 @@ def path_part_problem(value, what, suffix=""):
         # Lmod and Environment Modules read .modulerc, .version... as rc files, and hide the rest
         return (f"{value!r} cannot be a {what}: a name starting with '.' is a module system's rc "
                 "file or hidden from module avail")
+    special = [c for c in value if c in "+~=@[]{}"]
+    if special:
+        # Environment Modules 5 reads these in what `module load` is given as variants (+, ~,
+        # =), a version spec (@) or a glob or list ([], {}): 't+x/1.0' or 'tack/1.0+cuda' is
+        # "Unable to locate a modulefile" there (Lmod loads them)
+        return (f"{value!r} cannot be a {what}: it contains {special[0]!r}, which Environment "
+                "Modules reads as a variant, a version specifier or a pattern in a module name "
+                "(no +, ~, =, @, brackets or braces)")
     if value.endswith(".lua"):
         # the Tcl file would be NAME.lua, which Lmod reads as Lua and fails on
         return (f"{value!r} cannot be a {what}: the module files add '.lua' themselves (the Tcl "

@@ -173,6 +173,14 @@ ESCAPES = {
                         "write '1.0'"),
     "name-hidden": ('  version: "1.0"', '  version: "1.0"\n  name: ".tack"', ":10: modules.name: ",
                     "starting with '.'"),
+    # Environment Modules 5 reads +, ~, =, @, [ and { in a name as variants, a version specifier
+    # or a pattern: such a module rendered, and `module load` could not find it there
+    "version-variant": ('  version: "1.0"', '  version: "1.0+cuda"', ":9: modules.version: ",
+                        "contains '+', which Environment Modules reads as a variant"),
+    "name-at": ('  version: "1.0"', '  version: "1.0"\n  name: "tack@1"', ":10: modules.name: ",
+                "contains '@'"),
+    "name-bracket": ('  version: "1.0"', '  version: "1.0"\n  name: "t[b]"', ":10: modules.name: ",
+                     "contains '['"),
 }
 
 
