@@ -922,8 +922,21 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
         raise SiteError(f"bundles check: --size {size}: the contour needs at least 2 points per axis")
     _check_size_fits(int(size))
     if not directory:
-        directory = os.pathsep.join(_directories(None, "check", err))
+        # a directory of TACK_CACHE_BUNDLES that is not there yet is skipped, as jobs skip it
+        # (and status says "missing"): it was "is not a directory", as if one were given
+        found = []
+        for d in _directories(None, "check", err):
+            if os.path.isdir(d):
+                found.append(d)
+            else:
+                print(f"bundles check: {d} (a site directory jobs search) is missing: skipped, "
+                      "as jobs skip it", file=out)
+        if not found:
+            raise SiteError("bundles check: no site directory jobs search exists yet")
+        directory = os.pathsep.join(found)
     bundles = directory
+    if not any(bundles.split(os.pathsep)):
+        raise SiteError(f"bundles check: {bundles!r} names no directory")
     for d in bundles.split(os.pathsep):
         if d and not os.path.isdir(d):
             raise SiteError(f"bundles check: {d} is not a directory")

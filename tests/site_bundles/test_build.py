@@ -380,9 +380,10 @@ def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_p
         rc, out, err = run_build(write_config(tmp_path, [arch]), out_dir)
         assert rc == 0, out + err
 
-    def check(*args):
+    def check(*args, **settings):
         env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
         env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(tack.__file__)))
+        env.update(settings)
         return subprocess.run([sys.executable, "-m", "tack.site", "bundles", "check", *args],
                               env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     ok = check(str(mine))
@@ -403,6 +404,15 @@ def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_p
     assert "LLVM was loaded" in bad.stdout
     missing = check(str(tmp_path / "nowhere"))
     assert missing.returncode == 1 and "is not a directory" in missing.stderr
+    # No DIR: a site directory jobs search that is not there yet is skipped, as jobs skip it (it
+    # was "bundles check: ... is not a directory", as if given); ":" names none
+    later = check(TACK_CACHE_BUNDLES=f"{tmp_path / 'notyet'}:{mine}",
+                  TACK_CACHE_INSTALLED_BUNDLES="0")
+    assert later.returncode == 0, later.stdout + later.stderr
+    assert f"{tmp_path / 'notyet'} (a site directory jobs search) is missing: skipped" in later.stdout
+    assert f"contour served from the bundles in {mine}: nothing compiled" in later.stdout
+    nothing = check(":")
+    assert nothing.returncode == 1 and "':' names no directory" in nothing.stderr, nothing.stderr
     small = check(str(mine), "--size", "1")
     assert small.returncode == 1 and "--size 1: the contour needs at least 2 points" in small.stderr
     for size in ("2", "4"):     # grids the sphere passes between: no triangles to find, and fine
