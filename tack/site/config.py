@@ -395,7 +395,10 @@ class _Validator:
 
     def unknown(self, knode, keypath, known):
         key = keypath[-1]
-        close = difflib.get_close_matches(key, list(known), n=1)
+        # a key typed in capitals (CACHE:, modules.NAME) is its own case's match; difflib
+        # compares case and found none, so those got no suggestion
+        same = [k for k in known if isinstance(key, str) and k.lower() == key.lower()]
+        close = same or difflib.get_close_matches(key, list(known), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else \
             "; YAML merge keys (<<) are not supported" if key == "<<" else ""
         self.fail(knode, keypath, f"unknown key{hint} (expected one of: {', '.join(known)})")

@@ -25,6 +25,10 @@ CASES = {
     "invalid-yaml": (GOOD.replace("cpu: [zen3]", "cpu: [zen3"), ":8: invalid YAML"),
     "unknown-key": (GOOD.replace("  size: 4G", "  sise: 4G"),
                     ":4: cache.sise: unknown key; did you mean 'size'?"),
+    # a key in capitals got no suggestion (difflib compares case)
+    "key-in-capitals": (GOOD.replace("cache:", "CACHE:"), ":2: CACHE: unknown key; did you mean 'cache'?"),
+    "short-key-in-capitals": (GOOD.replace("  size: 4G", "  SIZE: 4G"),
+                              ":4: cache.SIZE: unknown key; did you mean 'size'?"),
     "wrong-type": (GOOD.replace("conflicts: [tack-dev]", "conflicts: tack-dev"),
                    ":10: modules.conflicts: expected a list"),
     "bad-size": (GOOD.replace("size: 4G", "size: 4Q"), ":4: cache.size: "),
