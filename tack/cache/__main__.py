@@ -1,5 +1,3 @@
-import sys
+from .cli import main, run_tool
 
-from .cli import main
-
-sys.exit(main())
+run_tool(main, "python -m tack.cache")

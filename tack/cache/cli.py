@@ -664,6 +664,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_tool(main, tool) -> None:
+    """``sys.exit(main())`` for a tool's ``__main__``, where Ctrl-C is one line, not a traceback
+    (30 lines of one in the middle of ``bundles build``): what the tool writes goes into place
+    whole (a temporary file renamed), so what it wrote is whole and the rest as it was.  The
+    process then dies of SIGINT, as an uncaught interrupt makes it, so that a shell script or
+    ``make`` running it stops too."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        import signal
+        print(f"{tool}: interrupted; each file it writes is put in place whole, so what it wrote "
+              "is whole and the rest is as it was", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 130                      # (where the signal could not end the process)
+    sys.exit(code)
+
+
 def tolerant_output() -> None:
     """Let stdout write any file name: a name that is not UTF-8 (``bundle-\\xff``) is a lone
     surrogate in Python, which a UTF-8 locale's strict stdout (en_US.UTF-8; C.UTF-8 already

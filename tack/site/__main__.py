@@ -1,5 +1,4 @@
-import sys
-
+from ..cache.cli import run_tool
 from .cli import main
 
-sys.exit(main())
+run_tool(main, "python -m tack.site")

@@ -6,8 +6,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = """version: 1
 cache:
@@ -850,3 +853,22 @@ def test_a_file_this_command_did_not_write_is_kept_without_force(tmp_path, comma
     config.write_text(changed)
     r = site(command, config, *extra)              # its own file: rewritten without --force
     assert r.returncode == 0 and "8G" in mine.read_text(), r.stderr
+
+
+@pytest.mark.parametrize("package", ["tack.site", "tack.cache"])
+def test_an_interrupt_is_one_line_and_the_death_of_sigint(package):
+    """Ctrl-C in ``bundles build`` printed a 30-line traceback: both tools now say it in one line
+    (what they wrote is whole: each file goes into place whole) and die of SIGINT, as an
+    uncaught interrupt makes a process, so that a script running them stops too.  The
+    interrupt is raised where main() runs, as Ctrl-C raises it in the middle of a build."""
+    import signal
+    code = (f"import {package}.cli as c\n"
+            "def interrupted(argv=None):\n    raise KeyboardInterrupt\n"
+            "c.main = interrupted\n"
+            f"import runpy\nrunpy.run_module({package!r}, run_name='__main__', alter_sys=True)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == -signal.SIGINT, (r.returncode, r.stderr)
+    assert r.stderr.splitlines() == [f"python -m {package}: interrupted; each file it writes is put "
+                                     "in place whole, so what it wrote is whole and the rest is as "
+                                     "it was"], r.stderr
