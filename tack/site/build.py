@@ -404,6 +404,11 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
             return 1
         cpu = [a for a in cpu if a in wanted]
         gpu = [(k, a) for k, a in gpu if a in wanted]
+    if not cpu and not gpu:
+        # (an empty table, the directory made, and exit 0: as if bundles had been built)
+        print(f"error: {cfg.where(('build', 'archs'))}: names no architecture; "
+              "nothing was built", file=err)
+        return 1
     try:
         aot.bundle_directory(out_dir)       # 0755 whatever the umask, checked as a job checks it
         probe_write(out_dir)

@@ -629,3 +629,13 @@ def test_status_says_a_hand_named_bundles_true_reason(tmp_path):
     assert "another LLVM" not in other, other
     assert (f": current; not used by this node (it is not named for what it holds (its header "
             f"says cpu:{level}") in other and name in other, other
+
+
+def test_a_config_naming_no_architecture_builds_nothing_and_says_so(tmp_path):
+    """``build.archs`` empty (or left out): bundles build printed an empty table, made the output
+    directory and exited 0, as if bundles had been built.  It says so now, exit 1, nothing made."""
+    out_dir = tmp_path / "out"
+    rc, out, err = run_build(write_config(tmp_path, []), out_dir)
+    assert rc == 1 and out == "", out
+    assert err == f"error: {tmp_path / 'site.yaml'}:3: build.archs: names no architecture; nothing was built\n"
+    assert not out_dir.exists()
