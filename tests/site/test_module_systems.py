@@ -189,15 +189,13 @@ module load tack && show TACK_CACHE_DIR
     assert r.stdout.splitlines()[-1] == f"TACK_CACHE_DIR={home}/{odd}", r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("system", SYSTEMS)
-def test_the_sites_bundles_go_before_the_users_own(tmp_path, system, example, render_env, capsys):
-    """cache.bundles is prepended to the user's TACK_CACHE_BUNDLES, as Spack's and EasyBuild's
-    modules do, and comes off again at unload: the module replaced it, so a user's own bundles
-    were no longer searched while it was loaded.  Two directories, one made of $HOME."""
+def _bundles_loaded_and_unloaded(tmp_path, system, example, capsys, bundles, users):
+    """Render the gpu-cluster module with ``cache.bundles: BUNDLES``, then in a clean bash, for
+    each of ``users`` (the user's own TACK_CACHE_BUNDLES, None: unset), load and unload it:
+    -> ({user's: [the value loaded, the value unloaded]}, home, the run)."""
     init = module_init(system)
     config = example("gpu-cluster", lambda t: t.replace(
-        "bundles: /apps/tack/0.1.0/bundles", "bundles: /apps/tack/0.1.0/bundles:$HOME/site-b"))
-    assert "$HOME/site-b" in load(config).exports()["TACK_CACHE_BUNDLES"]
+        "bundles: /apps/tack/0.1.0/bundles", f"bundles: {bundles}"))
     root = tmp_path / "m"
     render(config, root, capsys)
     home = tmp_path / "home"
@@ -208,16 +206,32 @@ source {init}
 module use {fakes}
 module use {root}
 module load openmpi
-echo @@ none; module load tack; show TACK_CACHE_BUNDLES; module unload tack; show TACK_CACHE_BUNDLES
-export TACK_CACHE_BUNDLES=/home/me/mine
-echo @@ mine; module load tack; show TACK_CACHE_BUNDLES; module unload tack; show TACK_CACHE_BUNDLES
 """
+    for k, own in enumerate(users):
+        if own is not None:
+            script += f"export TACK_CACHE_BUNDLES={own}\n"
+        script += (f"echo @@ {k}; module load tack; show TACK_CACHE_BUNDLES; module unload tack; "
+                   "show TACK_CACHE_BUNDLES\n")
     r = clean_bash(script, home)
     out = sections(r.stdout)
+    return {own: out.get(str(k)) for k, own in enumerate(users)}, home, r
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_the_sites_bundles_go_before_the_users_own(tmp_path, system, example, render_env, capsys):
+    """cache.bundles is prepended to the user's TACK_CACHE_BUNDLES, as Spack's and EasyBuild's
+    modules do, and comes off again at unload: the module replaced it, so a user's own bundles
+    were no longer searched while it was loaded.  Two directories, one made of $HOME."""
+    assert "$HOME/site-b" in load(example("gpu-cluster", lambda t: t.replace(
+        "bundles: /apps/tack/0.1.0/bundles", "bundles: /apps/tack/0.1.0/bundles:$HOME/site-b"))
+        ).exports()["TACK_CACHE_BUNDLES"]
+    out, home, r = _bundles_loaded_and_unloaded(tmp_path, system, example, capsys,
+                                                "/apps/tack/0.1.0/bundles:$HOME/site-b",
+                                                [None, "/home/me/mine"])
     site = f"/apps/tack/0.1.0/bundles:{home}/site-b"
-    assert out["none"] == [f"TACK_CACHE_BUNDLES={site}", "TACK_CACHE_BUNDLES unset"], r.stdout + r.stderr
-    assert out["mine"] == [f"TACK_CACHE_BUNDLES={site}:/home/me/mine",
-                           "TACK_CACHE_BUNDLES=/home/me/mine"], r.stdout + r.stderr
+    assert out[None] == [f"TACK_CACHE_BUNDLES={site}", "TACK_CACHE_BUNDLES unset"], r.stdout + r.stderr
+    assert out["/home/me/mine"] == [f"TACK_CACHE_BUNDLES={site}:/home/me/mine",
+                                    "TACK_CACHE_BUNDLES=/home/me/mine"], r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
@@ -227,23 +241,7 @@ def test_a_tilde_in_the_sites_bundles_comes_off_at_unload(tmp_path, system, exam
     value unquoted, bash expanded the ``~``, and at unload the module's ``~/site-b`` was no
     longer in the list, so it stayed on the user's TACK_CACHE_BUNDLES.  The module now looks
     ``$HOME`` up at load, as any reference; the value is the same in both systems."""
-    init = module_init(system)
-    config = example("gpu-cluster", lambda t: t.replace(
-        "bundles: /apps/tack/0.1.0/bundles", "bundles: '~/site-b:/apps/tack/0.1.0/bundles:~'"))
-    root = tmp_path / "m"
-    render(config, root, capsys)
-    home = tmp_path / "home"
-    home.mkdir()
-    fakes = fake_modules(tmp_path / "fakes")
-    script = f"""{SHOW}
-source {init}
-module use {fakes}
-module use {root}
-module load openmpi
-export TACK_CACHE_BUNDLES=/own
-echo @@ mine; module load tack; show TACK_CACHE_BUNDLES; module unload tack; show TACK_CACHE_BUNDLES
-"""
-    r = clean_bash(script, home)
-    out = sections(r.stdout)
-    assert out["mine"] == [f"TACK_CACHE_BUNDLES={home}/site-b:/apps/tack/0.1.0/bundles:{home}:/own",
+    out, home, r = _bundles_loaded_and_unloaded(tmp_path, system, example, capsys,
+                                                "'~/site-b:/apps/tack/0.1.0/bundles:~'", ["/own"])
+    assert out["/own"] == [f"TACK_CACHE_BUNDLES={home}/site-b:/apps/tack/0.1.0/bundles:{home}:/own",
                            "TACK_CACHE_BUNDLES=/own"], r.stdout + r.stderr
