@@ -234,7 +234,10 @@ def resolve(configured: dict, environ=None, mpi=False, rank=0) -> Settings:
                 continue
             except ValueError as e:
                 _settings_warned = True
-                warn(f"tack: {e}; using the default", stacklevel=4)
+                if rank == 0:               # one line a job, not one a rank (all read the same)
+                    warn(f"tack: {e}; using the default", stacklevel=4)
+                else:
+                    log.debug("%s; using the default (rank 0 warns of it)", e)
         values[key], sources[key] = defaults[key], "default"
     if values["directory"] is None:
         values["directory"] = default_directory()
@@ -435,8 +438,8 @@ def _settings_in_use(by: str) -> Settings:
     global _resolved, _resolved_by
     with _lock:
         if _resolved is None:
-            _setup_logging()
             launch = mpi_launch()
+            _setup_logging(launch.rank if launch is not None else 0)
             _resolved = resolve(_configured, mpi=launch is not None,
                                 rank=launch.rank if launch is not None else 0)
             _resolved_by = by
@@ -723,15 +726,16 @@ def _agreed_kinds(comm, kinds, known_kinds, share=True, prepare=None) -> tuple:
     return frozenset(k for named, _, _ in every for k in named), all(s for _, s, _ in every)
 
 
-def _setup_logging():
-    """TACK_CACHE_LOG=1: say per kernel what the cache did; 2: also each key step."""
+def _setup_logging(rank=0):
+    """TACK_CACHE_LOG=1: say per kernel what the cache did; 2: also each key step.  A bad value
+    is warned of by a job's rank 0 alone, as the other settings are."""
     from ..config import FALSE_WORDS, TRUE_WORDS
     raw = os.environ.get("TACK_CACHE_LOG", "")
     level = raw.strip().lower()
     if not level or level in FALSE_WORDS:
         return
     import logging
-    if level not in TRUE_WORDS and level != "2":
+    if level not in TRUE_WORDS and level != "2" and rank == 0:
         warn(f"tack: TACK_CACHE_LOG={raw!r} is not a log level; use 1 (what the cache did per "
              f"kernel), 2 (also each key step) or 0 (off); logging as with 1", stacklevel=4)
     logger = logging.getLogger(NAME)

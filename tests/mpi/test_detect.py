@@ -82,3 +82,25 @@ def test_a_site_mpi_mode_overriding_the_users_mode_is_said_on_rank_0(recwarn):
         assert resolve({}, {"TACK_CACHE_MPI": "bundle", "TACK_CACHE": "BUNDLE"}, mpi=True).mode == "bundle"
         assert resolve({}, {"TACK_CACHE_MPI": "read"}, mpi=True).mode == "read"
         assert resolve({"mode": "write"}, env, mpi=True).mode == "write"
+
+
+def test_a_bad_setting_is_warned_of_by_rank_0_alone(recwarn):
+    """A bad TACK_CACHE_MPI (TACK_CACHE, TACK_CACHE_SIZE, TACK_CACHE_DIR, TACK_CACHE_LOG) was one
+    warning a rank: 4 identical lines under mpiexec -n 4, where the docs say only rank 0 warns.
+    Every rank still takes the default; rank 0 alone says so."""
+    import warnings
+
+    import tack.errors
+    from tack import cache
+    env = {"TACK_CACHE_MPI": "bundel", "TACK_CACHE_SIZE": "4Q", "TACK_CACHE_DIR": "$NOPE_UNSET/x"}
+    with pytest.warns(tack.errors.TackWarning) as said:
+        got = cache.resolve({}, env, mpi=True, rank=0)
+    texts = [str(w.message) for w in said]
+    assert len(said) == 3 and any("'bundel' is not a cache mode" in t for t in texts), texts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        other = cache.resolve({}, env, mpi=True, rank=2)
+        cache._setup_logging(rank=2)            # TACK_CACHE_LOG is not set here: nothing either
+    assert (got.mode, got.max_size, got.directory) == (other.mode, other.max_size, other.directory)
+    assert got.mode == "bundle" and got.sources == other.sources
+    cache._reset_for_tests()
