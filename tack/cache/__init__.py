@@ -532,7 +532,9 @@ def give_deferred(said: list) -> None:
     factories = {}
     for group, message in said:
         if group not in factories:
-            factories[group] = warn_once_factory()
+            # (after a setting's bad value, the process's one cache warning, these are logged:
+            # it also said "not using a bundle: there is no bundle at" the default directory)
+            factories[group] = warn_once_factory(said_before=_settings_warned)
         factories[group](message)
 
 
@@ -628,8 +630,9 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
     from .host import cpu_host_key, cpu_site_bundles, gpu_packed_bundles, known_kinds, machines_of
     global _loaded_bundle, _bundle_covers, _loaded_sites
     _check_comm(comm)
-    asked, share = _agreed_kinds(comm, kinds, known_kinds, share=share,
-                                 prepare=settings)
+    def read_settings():    # (configure() after it names load_bundle, not settings())
+        return _settings_in_use("tack.cache.load_bundle() was called")
+    asked, share = _agreed_kinds(comm, kinds, known_kinds, share=share, prepare=read_settings)
     if not asked:                   # every rank alike: no collective call follows
         if comm is None or comm.Get_rank() == 0:
             warn_once_factory()("load_bundle: kinds names no kind of code (kinds=[]); no bundle "
@@ -648,7 +651,7 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
         # rank 0 has a session already, whose site bundles it opened itself: each rank does so).
         sites = (lambda: site_dirs(warn=deferred_warn_once(said)) if _session is None else None,
                  cpu_site_bundles)
-    loaded, gpu, got_sites = load_and_broadcast(comm, settings(), cpu_host_key if "cpu" in asked else None,
+    loaded, gpu, got_sites = load_and_broadcast(comm, read_settings(), cpu_host_key if "cpu" in asked else None,
                                                 lambda names: gpu_packed_bundles(names, asked), sites,
                                                 share=share, said=said)
     site_bundles = [b for packed, chosen in (got_sites or {}).values()

@@ -66,6 +66,15 @@ def load_and_broadcast(comm, settings, host_key, gpu_bundles, sites, share, said
             node.done()
 
 
+def _off_by(settings) -> str:
+    """What turned the cache off, as a message names it: ``configure(mode="off")``, or the variable
+    that set the mode (TACK_CACHE_MPI under MPI where it is set; it said TACK_CACHE=off always)."""
+    if settings.sources.get("mode") == "configure":
+        return 'configure(mode="off")'
+    from . import _mode_variable, mpi_launch
+    return f"{_mode_variable(os.environ, mpi_launch() is not None)}=off"
+
+
 def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, sites, said):
     from . import deferred_warn_once
 
@@ -73,7 +82,7 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
     others, site_rows = [], None
     if rank == 0:
         if settings.mode == "off":
-            reason = "the cache is off (TACK_CACHE=off)"
+            reason = f"the cache is off ({_off_by(settings)})"
         elif host_key is None:
             reason = "no kind of code asked for has a bundle in " + settings.directory
         else:
@@ -81,6 +90,10 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
                 path = os.path.join(settings.directory, bundle.bundle_name(host_key()))
                 loaded = bundle.read(path, tack_version=tack_version_id(), whole=True)
                 data, status, reason = loaded.data, [len(loaded.data), len(loaded)], None
+                foreign = bundle.named_for_another_target(path, loaded.meta)
+                if foreign is not None:
+                    loaded.close()
+                    data, status, reason, loaded = b"", [0, -1], foreign, None
             except bundle.BundleError as e:
                 reason = str(e)
             except Exception as e:              # noqa: BLE001 - rank 0 must still reach the Bcast
@@ -108,6 +121,11 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
             if looked:
                 then = (f"kernels are looked up in {' and '.join(looked)} as they are needed, "
                         "and compile where none serves them")
+            if host_key is None and settings.mode != "off":
+                # the CPU not asked for (kinds=["cuda"]): its kernels are served as without
+                # load_bundle (each rank its own bundle in bundle mode), not compiled
+                then = ("the kinds asked for compile as without a cache; the CPU's kernels, not "
+                        "asked for, are served as without load_bundle")
             deferred_warn_once(said)(f"not using a bundle: {reason}; {then}")
     if comm is None:
         return loaded, others, _sites_by_dir(site_rows)
@@ -257,7 +275,13 @@ def _gpu_bundles(directory, gpu_bundles) -> tuple:
     for name in names:
         path = os.path.join(directory, name)
         try:
-            out.append(bundle.read(path, tack_version=tack_version_id(), whole=True))
+            b = bundle.read(path, tack_version=tack_version_id(), whole=True)
+            foreign = bundle.named_for_another_target(path, b.meta)
+            if foreign is not None:
+                b.close()
+                refused.append(foreign)
+                continue
+            out.append(b)
         except bundle.BundleError as e:         # its message names the file
             refused.append(str(e))
         except Exception as e:                  # noqa: BLE001 - that one is left out, said

@@ -540,6 +540,19 @@ def bundle_name(target_key: str, machine: str | None = None) -> str:
     return f"{BUNDLE_PREFIX}{machine or platform.machine()}-{target_key[:PACKED_KEY_DIGITS]}"
 
 
+def named_for_another_target(path: str, meta: dict) -> str | None:
+    """Why the packed bundle at ``path``, whose header is ``meta``, is not the one its name says
+    (another target's bundle copied under this name: none of its entries is ever looked up
+    here), or None.  ``load_bundle`` counted such a bundle's entries as read, and said nothing,
+    while every kernel compiled."""
+    key = str(meta.get("target_key") or "")
+    if os.path.basename(path).endswith("-" + key[:PACKED_KEY_DIGITS]) and key:
+        return None
+    return (f"{path} holds code for another target (its header's target key "
+            f"{key[:PACKED_KEY_DIGITS] or 'is missing'}): a copy of another host's bundle under "
+            "this name")
+
+
 def packed_bundle_machine(name: str) -> str | None:
     """The inverse of ``bundle_name``: the machine in a packed bundle's file name, or None for
     any other name (a site bundle's, a temporary file, another file)."""

@@ -140,6 +140,17 @@ def test_configure_after_settings_says_so(cache_dir):
     assert tack.cache.settings().mode == "write"
 
 
+def test_configure_after_load_bundle_names_load_bundle(cache_dir):
+    """configure() after load_bundle() (which reads the settings) blamed tack.cache.settings(),
+    which the user never called."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")         # (no bundle here: a warning, 0 entries)
+        assert tack.cache.load_bundle() == 0
+    with pytest.raises(RuntimeError, match=r"since tack\.cache\.load_bundle\(\) was called"):
+        tack.cache.configure(mode="read")
+
+
 @pytest.mark.parametrize("text, want", [
     ("500M", 500 * MiB), ("2G", 2 * GiB), ("1.5GiB", 3 * GiB // 2), ("2g", 2 * GiB), ("10K", 10 * KiB),
     ("500MB", 500 * MiB), ("1T", 1 << 40), (" 3 M ", 3 * MiB), ("1048576", 1048576), ("0", 0),
@@ -282,3 +293,17 @@ def test_relative_cache_directory_stores_there(tmp_path):
     info = subprocess.run([sys.executable, "-m", "tack.cache", "info"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert f"directory:    {tmp_path / 'c'}  (environment)" in info.stdout, info.stdout
+
+
+def test_load_bundle_after_a_bad_setting_adds_no_second_warning(tmp_path, monkeypatch):
+    """A bad TACK_CACHE_DIR warned, then load_bundle() warned again ("not using a bundle: there is
+    no bundle at" the default directory): the process has one cache warning, the first."""
+    monkeypatch.setenv("TACK_CACHE_DIR", "$TACK_TEST_NOT_SET/x")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    tack.cache._reset_for_tests()
+    with pytest.warns(RuntimeWarning) as said:
+        assert tack.cache.load_bundle() == 0
+    assert [str(w.message) for w in said] == [
+        "tack: TACK_CACHE_DIR: '$TACK_TEST_NOT_SET/x' names $TACK_TEST_NOT_SET, which is not set; "
+        "using the default"]
+    tack.cache._reset_for_tests()

@@ -6,7 +6,7 @@ import sys
 
 from tack.cache import bundle, bundle_write
 
-from .conftest import clean_env, prime_and_pack, run_one, under
+from .conftest import clean_env, mpiexec, prime_and_pack, run_one, under
 
 
 def listing(root):
@@ -222,6 +222,15 @@ def test_load_bundle_kinds_reads_only_the_kinds_asked_for(kernel_dir, cache):
     r = run_one(kernel_dir, cache, "--comm", "--kinds=cuda", TACK_CACHE="bundle")
     assert r["ok"] and r["loaded"] == 0 and r["stats"]["hits"]["variant"] == 2, r
     assert len(r["warnings"]) == 1 and "no kind of code asked for" in r["warnings"][0], r["warnings"]
+    # (it went on "kernels compile as without a cache", and the CPU's were served from its bundle)
+    assert r["warnings"][0].endswith("the kinds asked for compile as without a cache; the CPU's "
+                                     "kernels, not asked for, are served as without load_bundle")
+    # the cache off: named by the variable that turned it off (it said TACK_CACHE=off always)
+    first, second = mpiexec(kernel_dir, cache, n=2, flags=("--comm",), TACK_CACHE_MPI="off")
+    assert first["ok"] and second["ok"] and first["loaded"] == second["loaded"] == 0, first
+    assert first["warnings"] == ["tack: not using a bundle: the cache is off (TACK_CACHE_MPI=off); "
+                                 "kernels compile as without a cache"], first["warnings"]
+    assert second["warnings"] == [], second
     r = run_one(kernel_dir, cache, "--comm", "--kinds=", TACK_CACHE="bundle")
     assert r["ok"] and r["loaded"] == 0 and r["stats"]["hits"]["variant"] == 2, r
     assert r["warnings"] == ["tack: load_bundle: kinds names no kind of code (kinds=[]); no bundle read, "
@@ -230,3 +239,19 @@ def test_load_bundle_kinds_reads_only_the_kinds_asked_for(kernel_dir, cache):
                            "import tack.cache; tack.cache.load_bundle(kinds=['cpu', 'gpu'])"],
                           env=clean_env(cache), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "ValueError" in proc.stderr and "'gpu'" in proc.stderr, proc.stderr
+
+
+def test_load_bundle_refuses_another_targets_bundle_under_this_hosts_name(kernel_dir, cache):
+    """Another host's bundle copied under this host's name: load_bundle counted its entries as
+    read and said nothing, while every kernel compiled (their keys name the other target).  It
+    is refused now, with a warning naming it, 0 entries; the kernels compile, right."""
+    path = prime_and_pack(kernel_dir, cache)
+    real = bundle.Bundle(path.read_bytes())
+    entries = bundle_write.valid_entries(real)
+    meta = dict(real.meta, target_key="f" * 64)
+    path.write_bytes(bundle_write.pack(entries, meta))
+    path.chmod(0o600)
+    r = run_one(kernel_dir, cache, "--comm", TACK_CACHE="bundle")
+    assert r["ok"] and r["loaded"] == 0, r
+    assert len(r["warnings"]) == 1 and "holds code for another target" in r["warnings"][0] \
+        and path.name in r["warnings"][0], r["warnings"]
