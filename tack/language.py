@@ -70,7 +70,11 @@ class Constant:
     __slots__ = ("value", "_fingerprint")
 
     def __init__(self, value):
-        if isinstance(value, (bool, int, float)):
+        if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
+            # a subclass (an IntEnum member, a float subclass) as the Python number it is: kept
+            # as given, the compiler found no type for it (KeyError: <enum 'Color'>)
+            value = (bool(value) if isinstance(value, bool) else
+                     int(value) if isinstance(value, int) else float(value))
             if type(value) is not bool and isinstance(value, int) and not -2**63 <= value < 2**64:
                 raise ValueError(f"tack.constant({value}): an integer constant must fit in 64 "
                                  "bits (int64, or uint64 from 2**63 to 2**64 - 1)")

@@ -649,12 +649,19 @@ def k_row_then_column(grid, out):
 class NumpyNumberPolicy:
     DT = np.float32(0.1)
     W = WRAPPED
+    BIG = np.float64(1e30)
 
 
 @tack.kernel
 def k_numpy_number_of_a_template(policy, out):
     i = tack.tid()
     out[i] = policy.DT  # ERR policy.DT
+
+
+@tack.kernel
+def k_numpy_float64_of_a_template(policy, out):
+    i = tack.tid()
+    out[i] = out[i] * policy.BIG  # ERR policy.BIG
 
 
 @tack.kernel
@@ -729,6 +736,11 @@ TYPE_CASES = [
      "Python numbers"),
     (k_constant_of_a_template, (NumpyNumberPolicy, np.zeros(2)),
      "NumpyNumberPolicy.W is a tack.constant"),
+    # An np.float64 (a float subclass) was taken as a weak Python float: x32 * P.BIG computed in
+    # float32 (inf), where NumPy's float64 makes a float64.  Refused as np.float32 is.
+    (k_numpy_float64_of_a_template, (NumpyNumberPolicy, np.zeros(2, np.float32)),
+     "NumpyNumberPolicy.BIG is a NumPy float64; of a template class only static methods and "
+     "Python numbers"),
     # It said only "a 2-D array takes 2 indices, got 1".
     (k_row_then_column, (np.zeros((2, 2)), np.zeros(2)), "write an element's 2 indices in one [], as a[i, j]"),
     (k_float_range, (np.zeros(2),), "range"),

@@ -2422,3 +2422,31 @@ def test_a_literal_arguments_integer_arithmetic_is_folded_whole_as_in_place():
     tack.launch(k_literal_argument_wide_steps, dim=1, args=(x, out))
     assert out.tolist() == [(2**60) ** 3 >> 170, ((2**63 - 1) << 3) >> 10]
 
+
+
+class _Color(__import__("enum").IntEnum):
+    RED = 3
+
+
+_RED = tack.constant(_Color.RED)
+
+
+class _EnumPolicy:
+    R = _Color.RED
+
+
+@tack.kernel
+def k_int_subclasses(x, y, policy):
+    i = tack.tid()
+    y[i, 0] = x[i] + _RED
+    y[i, 1] = x[i] + policy.R
+
+
+def test_numbers_of_a_subclass_of_pythons_are_those_numbers():
+    """``tack.constant(Color.RED)`` of an IntEnum crashed inside the compiler (KeyError: <enum
+    'Color'>: no type for it); it, and a template's IntEnum attribute, are the int they are."""
+    x = np.ones(2, np.float32)
+    y = np.zeros((2, 2))
+    tack.launch(k_int_subclasses, dim=2, args=(x, y, _EnumPolicy))
+    assert y.tolist() == [[4.0, 4.0], [4.0, 4.0]]
+    assert type(_RED.value) is int

@@ -229,6 +229,12 @@ def _too_deep_to_parse(src, text, first, nested) -> CompileError:
                      "split it into several statements", (where, None))
 
 
+
+def _python_number(x):
+    """A number of a subclass of Python's (an IntEnum member) as the Python number it is."""
+    return bool(x) if isinstance(x, bool) else int(x) if isinstance(x, int) else float(x)
+
+
 class _FunctionLowerer:
     def __init__(self, state, pyfn, fid, templates, is_kernel):
         self.state = state
@@ -631,8 +637,10 @@ class _FunctionLowerer:
         """A global (or module attribute) used as a value in an expression."""
         if isinstance(obj, _TemplateAttr):              # template class attribute
             cls, attr, attr_name = obj
-            if isinstance(attr, (bool, int, float)):
-                return self._expr_Constant(ast.Constant(attr, lineno=node.lineno,
+            # (a NumPy float64 is a float too: it was taken as a weak Python float, and
+            # x32 * T.B computed in float32, where NumPy's float64 makes a float64)
+            if isinstance(attr, (bool, int, float)) and not isinstance(attr, np.generic):
+                return self._expr_Constant(ast.Constant(_python_number(attr), lineno=node.lineno,
                                                         col_offset=node.col_offset))
             if isinstance(attr, (np.generic, Constant)):     # a number, but not Python's
                 what, do = (("a tack.constant", "read it by a module-level name")
@@ -649,8 +657,10 @@ class _FunctionLowerer:
             cid = "c" + obj.fingerprint
             self.state.constants[cid] = ir.Constant(obj.value)
             return ["gconst", self.loc(node), cid]
-        if "." in name and isinstance(obj, (int, float)) and not isinstance(obj, bool):
-            return self._expr_Constant(ast.Constant(obj, lineno=node.lineno, col_offset=node.col_offset))
+        if ("." in name and isinstance(obj, (int, float)) and not isinstance(obj, bool)
+                and not isinstance(obj, np.generic)):       # (an np.float64 too: as above)
+            return self._expr_Constant(ast.Constant(_python_number(obj), lineno=node.lineno,
+                                                    col_offset=node.col_offset))
         what = type(obj).__name__
         if isinstance(obj, (Func, types.FunctionType)) or intrinsic_of(obj) is not None:
             raise self.error(f"'{name}' is a function; it can only be called in Tack code", node)

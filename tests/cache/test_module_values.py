@@ -131,3 +131,18 @@ def test_a_variant_compiled_after_a_template_class_changed_reads_the_class_as_it
     for run in (first, off, later):
         assert run.rc == 0, run.stderr
     assert [run.data["extra"] for run in (first, off, later)] == [[5.0, 6.0]] * 3
+
+
+def test_a_numpy_number_read_as_module_attribute_is_refused(tmp_path):
+    """``helpers.B64 = np.float64(1e30)`` (a float subclass) was compiled in as a weak Python
+    float: ``x32 * helpers.B64`` gave inf where NumPy gives 1e40.  A NumPy number there is refused
+    as any other value a kernel cannot read (np.float32 was), pointing at tack.constant."""
+    (tmp_path / "kmod.py").write_text(KMOD.replace("helpers.SCALE", "helpers.B64"))
+    (tmp_path / "helpers.py").write_text("import numpy as np\nB64 = np.float64(1e30)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env["TACK_CACHE_DIR"] = str(tmp_path / "cache")
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1 and "CompileError" in out.stderr, out.stderr
+    assert "'helpers.B64' is a Python float64, which kernels cannot read; wrap it in " \
+           "tack.constant(...)" in out.stderr, out.stderr
