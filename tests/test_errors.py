@@ -658,6 +658,15 @@ def k_numpy_number_of_a_template(policy, out):
     out[i] = policy.DT  # ERR policy.DT
 
 
+from math import tau  # noqa: E402 - a number imported by name, for the kernel below
+
+
+@tack.kernel
+def k_math_number_by_name(out):
+    i = tack.tid()
+    out[i] = tau  # ERR tau
+
+
 @tack.kernel
 def k_numpy_float64_of_a_template(policy, out):
     i = tack.tid()
@@ -738,6 +747,9 @@ TYPE_CASES = [
      "NumpyNumberPolicy.W is a tack.constant"),
     # An np.float64 (a float subclass) was taken as a weak Python float: x32 * P.BIG computed in
     # float32 (inf), where NumPy's float64 makes a float64.  Refused as np.float32 is.
+    # It said "wrap it in tack.constant(...) where it is defined" (in the math module).
+    (k_math_number_by_name, (np.zeros(2),), "'tau' is math.tau, a number imported by name; write "
+     "math.tau"),
     (k_numpy_float64_of_a_template, (NumpyNumberPolicy, np.zeros(2, np.float32)),
      "NumpyNumberPolicy.BIG is a NumPy float64; of a template class only static methods and "
      "Python numbers"),

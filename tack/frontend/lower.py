@@ -674,6 +674,10 @@ class _FunctionLowerer:
                              "a class is a template, passed as an argument (of tack.launch, or "
                              "of a device function) whose static methods and numbers are used",
                              node)
+        if "." not in name and getattr(math, name, None) is obj and isinstance(obj, float):
+            # ``from math import pi``: the module's number, read by its attribute
+            raise self.error(f"{scope} '{name}' is math.{name}, a number imported by name; write "
+                             f"math.{name} (a module's number is read as its attribute)", node)
         raise self.error(f"{scope} '{name}' is a Python {what}, which kernels cannot read; "
                          f"wrap it in tack.constant(...) where it is defined", node)
 
