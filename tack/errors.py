@@ -95,7 +95,8 @@ class SourceContext:
         error about a parameter (a float64 one a device cannot take) points."""
         for k, text in enumerate(self.lines):
             if text.lstrip().startswith("def ") and name in text:
-                return self.first_line + k, text.find(name, text.find("("))
+                at = text.find(name, text.find("("))
+                return self.first_line + k, len(text[:at].encode("utf-8"))   # as ast's offsets
         return None
 
     def error(self, message, loc) -> CompileError:
@@ -103,6 +104,10 @@ class SourceContext:
         text = None
         if lineno is not None and 0 <= lineno - self.first_line < len(self.lines):
             text = self.lines[lineno - self.first_line]
+            if col is not None:
+                # ast's col_offset counts UTF-8 bytes: after a non-ASCII name (αβγ) the caret
+                # stood a byte a character further right; the caret counts characters
+                col = len(text.encode("utf-8")[:col].decode("utf-8", "ignore"))
         return CompileError(message, filename=self.filename,
                             lineno=None if lineno is None else lineno + self.shift,
                             col=col, line_text=text)

@@ -1670,3 +1670,18 @@ def test_an_index_made_float_by_a_later_assignment_says_which_line():
     assert (f"array indices must be integers, not float64 ('x' is float64 wherever it is read: a "
             f"variable has one type, and line {later} assigns it a value that makes it "
             "float64)") in str(e.value), str(e.value)
+
+
+@tack.kernel
+def k_after_non_ascii_names(x, y):
+    i = tack.tid()
+    αβγ = x[i]
+    y[i] = αβγ + αβγ + not_defined_anywhere  # ERR not_defined_anywhere
+
+
+def test_the_caret_after_non_ascii_names_is_under_the_name():
+    """ast's column is a count of UTF-8 bytes: after ``αβγ + αβγ`` (6 two-byte letters) the caret
+    stood 6 columns right of the undefined name."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_after_non_ascii_names, dim=2, args=(np.zeros(2), np.zeros(2)))
+    check_points_at(ei.value, "k_after_non_ascii_names", k_after_non_ascii_names, FILE)
