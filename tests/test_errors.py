@@ -1685,3 +1685,20 @@ def test_the_caret_after_non_ascii_names_is_under_the_name():
     with pytest.raises(tack.CompileError) as ei:
         tack.launch(k_after_non_ascii_names, dim=2, args=(np.zeros(2), np.zeros(2)))
     check_points_at(ei.value, "k_after_non_ascii_names", k_after_non_ascii_names, FILE)
+
+
+def test_a_positional_only_parameter_is_refused_in_words_that_agree(tmp_path):
+    """``def po(a, /, b)`` was refused with "has positional-only parameter 'a': Tack functions
+    take plain positional parameters only", which contradicts itself."""
+    import importlib.util
+    path = tmp_path / "po_mod.py"
+    path.write_text("import tack\n\n\n@tack.func\ndef po(a, /, b):\n    return a + b\n\n\n"
+                    "@tack.kernel\ndef k_po(x, out):\n    i = tack.tid()\n    out[i] = po(x[i], 1.0)\n")
+    spec = importlib.util.spec_from_file_location("po_mod", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(mod.k_po, dim=1, args=(np.zeros(1), np.zeros(1)))
+    msg = str(ei.value)
+    assert "has positional-only parameter 'a': Tack functions take plain parameters only" in msg, msg
+    assert "positional-only, '/')" in msg and "plain positional" not in msg, msg

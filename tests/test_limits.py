@@ -311,3 +311,16 @@ def k(src, out):
     with pytest.raises(tack.CompileError, match=r"'w' may be used before it is assigned: it is "
                                                 r"unassigned when the 'if' at line 5 is false"):
         tack.compiler.lower(mod.k)
+
+
+def test_a_chain_of_exactly_the_bound_compiles_and_one_more_does_not(tmp_path):
+    """The docs allow device functions calling each other up to 1,000 deep: a chain of exactly
+    1,000 under the kernel was refused as "more than 1000 deep"."""
+    n = limits.MAX_CALL_DEPTH
+    mod, _ = load(tmp_path, "calls_bound", call_chain(n))
+    out = np.zeros(1)
+    tack.launch(mod.k, dim=1, args=(np.zeros(1), out))
+    assert np.isfinite(out[0]) and out[0] > 1.0
+    over, _ = load(tmp_path, "calls_over", call_chain(n + 1))
+    with pytest.raises(tack.CompileError, match=f"more than {n} deep"):
+        tack.launch(over.k, dim=1, args=(np.zeros(1), np.zeros(1)))

@@ -291,8 +291,8 @@ class _FunctionLowerer:
         if what is not None:
             kind = "kernel" if self.is_kernel else "device function"
             raise self.error(f"{kind} '{self.pyfn.__name__}' has {what}: Tack functions take "
-                             "plain positional parameters only (no defaults, *args, **kwargs "
-                             "or keyword-only); pass every argument at each call", node)
+                             "plain parameters only (no defaults, *args, **kwargs, keyword-only "
+                             "or positional-only, '/'); pass every argument at each call", node)
 
     def check_signature(self):
         """The signature check alone (before a call's arguments are counted against it)."""
@@ -881,7 +881,7 @@ class _FunctionLowerer:
         if fid in self.state.stack:
             chain = " -> ".join(self.state.stack[self.state.stack.index(fid):] + [fid])
             raise self.error(f"recursion is not supported in Tack code ({chain})", e)
-        if fid not in self.state.functions and len(self.state.stack) >= MAX_CALL_DEPTH:
+        if fid not in self.state.functions and len(self.state.stack) > MAX_CALL_DEPTH:
             raise self.error(f"device functions call each other more than {MAX_CALL_DEPTH} deep "
                              f"({_chain(self.state.stack + [fid])}); Tack allows at most "
                              f"{MAX_CALL_DEPTH}", e)
