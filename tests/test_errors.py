@@ -1702,3 +1702,19 @@ def test_a_positional_only_parameter_is_refused_in_words_that_agree(tmp_path):
     msg = str(ei.value)
     assert "has positional-only parameter 'a': Tack functions take plain parameters only" in msg, msg
     assert "positional-only, '/')" in msg and "plain positional" not in msg, msg
+
+
+@tack.kernel
+def k_calls_tack_api(out):
+    i = tack.tid()
+    out[i] = tack.constant(3.0)  # ERR tack.constant
+
+
+def test_tacks_python_api_called_in_a_kernel_is_named_as_such():
+    """``tack.constant(3.0)`` (or ``tack.launch``) inside a kernel was told to "decorate it with
+    @tack.func"."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_calls_tack_api, dim=1, args=(np.zeros(1),))
+    msg = check_points_at(ei.value, "k_calls_tack_api", k_calls_tack_api, FILE)
+    assert "'tack.constant' is Tack's Python API, called from Python, not from Tack code" in msg
+    assert "@tack.func" not in msg

@@ -2450,3 +2450,22 @@ def test_numbers_of_a_subclass_of_pythons_are_those_numbers():
     tack.launch(k_int_subclasses, dim=2, args=(x, y, _EnumPolicy))
     assert y.tolist() == [[4.0, 4.0], [4.0, 4.0]]
     assert type(_RED.value) is int
+
+
+@tack.kernel
+def k_ellipsis_placeholder(x, out):
+    i = tack.tid()
+    if x[i] > 0.0:
+        ...
+    else:
+        out[i] = -1.0
+    ...
+
+
+def test_a_bare_ellipsis_statement_is_nothing_as_in_python():
+    """``...`` as a statement (a body's placeholder, as ``pass``) was refused as an ellipsis
+    literal; Python runs it as nothing."""
+    x = np.array([1.0, -1.0])
+    out = np.zeros(2)
+    tack.launch(k_ellipsis_placeholder, dim=2, args=(x, out))
+    assert out.tolist() == [0.0, -1.0]

@@ -373,7 +373,10 @@ class _FunctionLowerer:
         return ["return", self.loc(s), None if s.value is None else self.expr(s.value)]
 
     def _stmt_Expr(self, s):
-        if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+        # a docstring, or a bare ``...`` (a body's placeholder): nothing, as in Python (``...``
+        # was refused as an ellipsis literal)
+        if isinstance(s.value, ast.Constant) and (isinstance(s.value.value, str)
+                                                  or s.value.value is Ellipsis):
             return None
         return ["expr", self.loc(s), self.expr(s.value)]
 
@@ -715,6 +718,11 @@ class _FunctionLowerer:
             raise self.error(f"'{name}' is a kernel; kernels cannot call kernels "
                              "(make it a @tack.func)", f)
         if isinstance(obj, types.FunctionType):
+            if (getattr(obj, "__module__", None) or "").partition(".")[0] == "tack":
+                # tack.constant, tack.launch...: Tack's own Python API, not for kernels (it
+                # said to decorate it with @tack.func)
+                raise self.error(f"'{name}' is Tack's Python API, called from Python, not from "
+                                 "Tack code (in a kernel: tack.tid, the atomics, the casts)", f)
             raise self.error(f"'{name}' is a plain Python function; decorate it with "
                              "@tack.func to call it from Tack code", f)
         hint = _BUILTIN_HINTS.get(name)
