@@ -58,6 +58,12 @@ def number_text(v) -> str:
     return text if v == v else f"{text}:{int(np.float64(v).view(np.uint64)):x}"
 
 
+def python_number(x):
+    """A number of a subclass of Python's (an IntEnum member, a float subclass) as the Python
+    number it is: what ``tack.constant`` keeps and the front end compiles in."""
+    return bool(x) if isinstance(x, bool) else int(x) if isinstance(x, int) else float(x)
+
+
 class Constant:
     """A scalar or NumPy array that kernels read by its global name.
 
@@ -73,8 +79,7 @@ class Constant:
         if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
             # a subclass (an IntEnum member, a float subclass) as the Python number it is: kept
             # as given, the compiler found no type for it (KeyError: <enum 'Color'>)
-            value = (bool(value) if isinstance(value, bool) else
-                     int(value) if isinstance(value, int) else float(value))
+            value = python_number(value)
             if type(value) is not bool and isinstance(value, int) and not -2**63 <= value < 2**64:
                 raise ValueError(f"tack.constant({value}): an integer constant must fit in 64 "
                                  "bits (int64, or uint64 from 2**63 to 2**64 - 1)")

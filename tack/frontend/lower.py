@@ -25,7 +25,7 @@ from ..ir import MATH_FOLDS, float_folded, math_folded
 from ..api import Kernel
 from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
 from ..fingerprints import class_fingerprint, class_id, func_id, function_fingerprint, source_snapshot, value_identity
-from ..language import Constant, Func, intrinsic_of, wrapped_message
+from ..language import Constant, Func, intrinsic_of, python_number, wrapped_message
 from ..errors import CompileError, SourceContext
 from ..types import Template
 
@@ -228,11 +228,6 @@ def _too_deep_to_parse(src, text, first, nested) -> CompileError:
     return src.error(f"this expression is nested more deeply than Python {v[0]}.{v[1]} can parse; "
                      "split it into several statements", (where, None))
 
-
-
-def _python_number(x):
-    """A number of a subclass of Python's (an IntEnum member) as the Python number it is."""
-    return bool(x) if isinstance(x, bool) else int(x) if isinstance(x, int) else float(x)
 
 
 class _FunctionLowerer:
@@ -643,7 +638,7 @@ class _FunctionLowerer:
             # (a NumPy float64 is a float too: it was taken as a weak Python float, and
             # x32 * T.B computed in float32, where NumPy's float64 makes a float64)
             if isinstance(attr, (bool, int, float)) and not isinstance(attr, np.generic):
-                return self._expr_Constant(ast.Constant(_python_number(attr), lineno=node.lineno,
+                return self._expr_Constant(ast.Constant(python_number(attr), lineno=node.lineno,
                                                         col_offset=node.col_offset))
             if isinstance(attr, (np.generic, Constant)):     # a number, but not Python's
                 what, do = (("a tack.constant", "read it by a module-level name")
@@ -662,7 +657,7 @@ class _FunctionLowerer:
             return ["gconst", self.loc(node), cid]
         if ("." in name and isinstance(obj, (int, float)) and not isinstance(obj, bool)
                 and not isinstance(obj, np.generic)):       # (an np.float64 too: as above)
-            return self._expr_Constant(ast.Constant(_python_number(obj), lineno=node.lineno,
+            return self._expr_Constant(ast.Constant(python_number(obj), lineno=node.lineno,
                                                     col_offset=node.col_offset))
         what = type(obj).__name__
         if isinstance(obj, (Func, types.FunctionType)) or intrinsic_of(obj) is not None:
