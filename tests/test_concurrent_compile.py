@@ -379,7 +379,7 @@ def test_load_bundle_beside_a_threads_first_launch(cache_mode, monkeypatch):
     a, out = results[0]
     np.testing.assert_array_equal(out, a * 2.0 + 1.0)
     stores = tack.cache._session.stores
-    assert [s.label for s in stores if getattr(s, "bundle", None) is loaded] == ["broadcast bundle"]
+    assert [s.label for s in stores if getattr(s, "bundle", None) is loaded] == ["cache bundle"]
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on this platform (Windows): no signal can interrupt a thread inside a compile")

@@ -391,6 +391,7 @@ _settings_warned = False  # a setting's bad value was warned about: ``_warn`` th
 _stats = None
 _launch = None            # the MPI launch, if any (detected once)
 _loaded_bundle = None     # a Bundle given by load_bundle()
+_loaded_label = "broadcast bundle"  # what its hits are counted as: "cache bundle" without a comm
 _loaded_gpu: dict = {}    # target key -> a GPU kind's packed Bundle given by load_bundle()
 _bundle_covers = frozenset()   # what load_bundle() read ("cpu", GPU machines): no rank opens those itself
 _loaded_sites = None      # {site directory: (packed Bundle or None, [(arch, key, Bundle)])}
@@ -573,7 +574,7 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
                 made = _new_session(host_key, site_bundles, "cpu" not in _bundle_covers, machine,
                                     sites=_loaded_sites)
                 if made and _loaded_bundle is not None:
-                    made.add_loaded(_loaded_bundle)
+                    made.add_loaded(_loaded_bundle, _loaded_label)
                 _session = made
             made = _session
     return made or None
@@ -628,7 +629,7 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
     """
     from .bcast import load_and_broadcast
     from .host import cpu_host_key, cpu_site_bundles, gpu_packed_bundles, known_kinds, machines_of
-    global _loaded_bundle, _bundle_covers, _loaded_sites
+    global _loaded_bundle, _bundle_covers, _loaded_sites, _loaded_label
     _check_comm(comm)
     def read_settings():    # (configure() after it names load_bundle, not settings())
         return _settings_in_use("tack.cache.load_bundle() was called")
@@ -670,9 +671,10 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
         if got_sites is not None and _session is None:     # a session made already keeps its own
             _loaded_sites = got_sites
         if loaded is not None:
-            _loaded_bundle = loaded
+            # Alone, this process read its own bundle: as bundle mode's, not a broadcast's
+            _loaded_bundle, _loaded_label = loaded, "cache bundle" if comm is None else "broadcast bundle"
             if _session:
-                _session.add_loaded(loaded)
+                _session.add_loaded(loaded, _loaded_label)
     give_deferred(said)
     return ((len(loaded) if loaded is not None else 0) + sum(len(b) for b in gpu)
             + sum(len(b) for b in site_bundles))
@@ -750,7 +752,7 @@ def _setup_logging(rank=0):
 
 def _reset_for_tests():
     """Forget settings, session, stats, MPI detection and bundles, as in a new process."""
-    global _resolved, _session, _launch, _loaded_bundle, _bundle_covers, _stats, _warn, _loaded_sites
+    global _resolved, _session, _launch, _loaded_bundle, _bundle_covers, _stats, _warn, _loaded_sites, _loaded_label
     global _settings_warned
     _bundle_covers = frozenset()
     _loaded_gpu.clear()
@@ -761,7 +763,7 @@ def _reset_for_tests():
     _resolved = None
     _session = None
     _launch = None
-    _loaded_bundle = None
+    _loaded_bundle, _loaded_label = None, "broadcast bundle"
     _loaded_sites = None
     reset_stats()
     _stats = None

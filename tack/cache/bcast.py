@@ -134,13 +134,13 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
     comm.Bcast(head, root=0)
     nbytes, count, n_others = int(head[0]), int(head[1]), int(head[2])
     if count >= 0:
-        loaded = _bcast_bundle(comm, share, rank, nbytes, data, loaded)
+        loaded = _bcast_bundle(comm, share, rank, nbytes, data, loaded, said)
     got = []
     for i in range(n_others):                   # every rank makes the same calls, in order
         mine = others[i] if rank == 0 else None
         size = np.array([len(mine.data) if mine else 0], dtype=np.int64)
         comm.Bcast(size, root=0)
-        b = _bcast_bundle(comm, share, rank, int(size[0]), mine.data if mine else b"", mine)
+        b = _bcast_bundle(comm, share, rank, int(size[0]), mine.data if mine else b"", mine, said)
         if b is not None:
             got.append(b)
     if sites is None:
@@ -159,7 +159,7 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
         mine = site_rows[2][i][3] if rank == 0 else None
         size = np.array([len(mine.data)], dtype=np.int64) if mine else np.zeros(1, dtype=np.int64)
         comm.Bcast(size, root=0)
-        b = _bcast_bundle(comm, share, rank, int(size[0]), mine.data if mine else b"", mine)
+        b = _bcast_bundle(comm, share, rank, int(size[0]), mine.data if mine else b"", mine, said)
         if b is not None:
             placed.append((where, arch, tk, b))
     return loaded, got, _sites_by_dir((directories, chosen_in, placed))
@@ -289,42 +289,54 @@ def _gpu_bundles(directory, gpu_bundles) -> tuple:
     return out, refused
 
 
-def _bcast_bundle(comm, share, rank, nbytes, data, loaded):
+def _bcast_bundle(comm, share, rank, nbytes, data, loaded, said=None):
     """One bundle's bytes from rank 0 to every rank: rank 0's Bundle there, one made of the bytes
     elsewhere (None if they cannot be one: they cannot differ from rank 0's; safe anyway): in
-    the node's shared memory where ``share`` (a ``_NodeShare``) is given, else a copy per rank."""
+    the node's shared memory where ``share`` (a ``_NodeShare``) is given, else a copy per rank.
+    ``said``: where rank 0's warnings go (``deferred_warn_once``)."""
     if share is not None:
-        return share.bundle(rank, nbytes, data, loaded)
-    return _copied(comm, lambda chunk: comm.Bcast(chunk, root=0), rank, nbytes, data, loaded)
+        return share.bundle(rank, nbytes, data, loaded, said)
+    return _copied(comm, lambda chunk: comm.Bcast(chunk, root=0), rank, nbytes, data, loaded, said)
 
 
-def _copied(comm, send, rank, nbytes, data, loaded):
+def _copied(comm, send, rank, nbytes, data, loaded, said=None):
     """``_bcast_bundle`` with a copy on each rank: ``send(chunk)`` broadcasts each chunk of a
-    buffer from rank 0 (filled there) to every rank of ``comm``.
+    buffer from rank 0 (the bytes it read, sent in place) to every rank of ``comm``.  Each rank
+    holds one copy of the bundle, at its peak too: the buffer it receives into is the one its
+    Bundle serves from (a copy of it, and rank 0's copy of what it read, each held the bundle
+    twice while it was made: 634 MB for a 301 MB bundle).
 
     Every rank first says whether it could make its buffer (one sum over ``comm``): a rank out
     of memory for it left the others waiting in a broadcast it never joined, until the job's
     time ran out.  Then none is sent: rank 0 keeps its own bundle and the others have none, as
-    when rank 0 cannot read it (their kernels compile).  ``comm`` None: no such sum (a node whose
-    window failed, whose ranks' copies come through its lowest rank, as the other nodes'
-    lowest ranks' windows do: ``_NodeShare.bundle``)."""
+    when rank 0 cannot read it (their kernels compile), and rank 0 warns how many ranks had no
+    room.  ``comm`` None: no such sum (a node whose window failed, whose ranks' copies come
+    through its lowest rank, as the other nodes' lowest ranks' windows do: ``_NodeShare.bundle``)."""
     try:
-        buf = bytearray(data) if rank == 0 else bytearray(nbytes)
+        buf = memoryview(data) if rank == 0 else bytearray(nbytes)
     except MemoryError:
         if comm is None:
             raise
         buf = None
-    if comm is not None and comm.allreduce(int(buf is None)):
-        log.debug("load_bundle: %d bytes not broadcast (%s); not served from the broadcast", nbytes,
-                  "no memory for them here" if buf is None else "another rank had no memory for them")
-        return loaded if rank == 0 else None
+    if comm is not None:
+        short = comm.allreduce(int(buf is None))
+        if short:
+            log.debug("load_bundle: %d bytes not broadcast (%s); not served from the broadcast", nbytes,
+                      "no memory for them here" if buf is None else "another rank had no memory for them")
+            if rank == 0 and said is not None:
+                from . import deferred_warn_once
+                deferred_warn_once(said)(
+                    f"load_bundle: {short} of {comm.Get_size()} ranks had no memory for a copy of "
+                    f"{getattr(loaded, 'path', 'a bundle')} ({nbytes} bytes); it is not broadcast: rank "
+                    "0 serves from it, the other ranks' kernels it holds compile as without a cache")
+            return loaded if rank == 0 else None
     view = memoryview(buf)
     for start in range(0, nbytes, CHUNK):
         send(view[start:start + CHUNK])
     if rank == 0:
         return loaded
     try:
-        return bundle.Bundle(bytes(buf), "<broadcast from rank 0>")
+        return bundle.Bundle(buf, "<broadcast from rank 0>")
     except (bundle.BundleError, MemoryError):       # as unusable, on this rank alone
         return None
 
@@ -391,12 +403,12 @@ class _NodeShare:
         if self.leaders is not None and self.leader:
             self.leaders.Bcast(chunk, root=0)
 
-    def bundle(self, rank, nbytes, data, loaded):
+    def bundle(self, rank, nbytes, data, loaded, said=None):
         if nbytes >= self.MIN_BYTES and self.ready is None:
             self.ready = self._setup()
         if nbytes < self.MIN_BYTES or not self.ready:
             return _copied(self.comm, lambda chunk: self.comm.Bcast(chunk, root=0), rank, nbytes, data,
-                           loaded)
+                           loaded, said)
         MPI = self.MPI
         # Room for it where the node's shared memory lives: a window past what /dev/shm holds
         # would fault (SIGBUS) on its first write rather than fail to allocate.

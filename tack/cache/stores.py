@@ -319,12 +319,13 @@ class Session:
         self.stores = list(stores)
         self.disk = disk
 
-    def add_loaded(self, loaded):
-        """Look in a bundle given to ``load_bundle`` first."""
+    def add_loaded(self, loaded, label="broadcast bundle"):
+        """Look in a bundle given to ``load_bundle`` first; ``label``: what its hits count as
+        (``stats()["variants_from"]``)."""
         from .bundle import BundleStore
         # a new list: a thread's lookup going through the old one (a list changed under a
         # ``for`` shifts its items) finishes as it began
-        self.stores = [BundleStore(self.stats, self.warn_once, loaded=loaded, label="broadcast bundle",
+        self.stores = [BundleStore(self.stats, self.warn_once, loaded=loaded, label=label,
                                    target_key=self.host_key)] + self.stores
 
     # -- as a store (protocol.Store) ---------------------------------------

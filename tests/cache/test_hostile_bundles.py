@@ -7,7 +7,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from .conftest import check_results, drop_dac_caps, entry_files, expect_main, run_child
+from .conftest import check_results, drop_dac_caps, entry_files, expect_main, run_child, run_cli
 from .test_bundle_messages import ONE, messages, site_bundle
 
 
@@ -47,6 +47,19 @@ def test_load_bundle_in_write_mode_does_not_say_kernels_compile_when_entries_ser
                             prelude="extra = tack.cache.load_bundle()")
     (msg,) = messages(bundle_mode)
     assert msg.endswith("; kernels compile as without a cache"), msg
+
+
+def test_load_bundle_without_mpi_counts_its_hits_as_the_cache_bundles(warm):
+    """load_bundle() without a communicator reads the user's own bundle, as bundle mode does:
+    its hits were counted as from a "broadcast bundle" (``stats()["variants_from"]``, which the
+    demo prints), though nothing was broadcast."""
+    cache, src = warm
+    assert run_cli(cache, "pack").rc == 0
+    run = run_child(cache, src, ONE, env={"TACK_CACHE": "bundle"},
+                    prelude="extra = tack.cache.load_bundle()")
+    check_results(run)
+    assert run.stats["variants_from"] == {"cache bundle": 1}, run.stats
+    assert run.stats["misses"]["variant"] == 0 and messages(run) == []
 
 
 # A site bundle of two kernels a job opens, and a newer build of it with one kernel more: every

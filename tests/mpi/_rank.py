@@ -57,7 +57,7 @@ def other_cpu():
 
 if os.environ.get("TACK_TEST_OTHER_CPU") == "all":
     other_cpu()
-rank, loaded = 0, None
+rank, loaded, peak = 0, None, None
 recording = True
 if use_comm:
     from mpi4py import MPI
@@ -90,7 +90,14 @@ if use_comm:
         def no_memory(*args):
             raise MemoryError("no memory here (the test's)")
         tack.cache.bcast.bytearray = no_memory
+    if os.environ.get("TACK_TEST_PEAK"):        # the most memory load_bundle held at once
+        import tracemalloc
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
     loaded = tack.cache.load_bundle(comm, kinds=kinds, share=not os.environ.get("TACK_TEST_NO_SHARE"))
+    if os.environ.get("TACK_TEST_PEAK"):
+        peak = tracemalloc.get_traced_memory()[1] - before
+        tracemalloc.stop()
     app_bcast = comm.bcast("the job's own" if rank == 0 else None, root=0)   # matched as the job's
 else:
     launch = tack.cache.mpi_launch()
@@ -112,7 +119,7 @@ def memory_of(b):
     """Where the bytes a broadcast bundle serves from lie: (the /proc/self/maps mapping's perms,
     device, inode, path) of a view of shared memory, or "private" for bytes of this process."""
     data = getattr(b, "_data", None)
-    if data is None or isinstance(data, bytes):
+    if data is None or isinstance(data, (bytes, bytearray)):
         return "private" if data is not None else None
     address = np.frombuffer(data, dtype=np.uint8).ctypes.data
     with open("/proc/self/maps") as f:
@@ -136,7 +143,8 @@ report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened,
                      "launcher": launch.launcher if launch else None,
                      "llvmlite": "llvmlite" in sys.modules,     # False: nothing was compiled
                      "memory": memory_of(tack.cache._loaded_bundle) if use_comm else None,
-                     "windows": len(tack.cache.bcast._windows) if use_comm else None})
+                     "windows": len(tack.cache.bcast._windows) if use_comm else None,
+                     "peak": peak})
 out = os.environ.get("TACK_TEST_REPORTS")
 if out:                                   # ranks share stdout: each writes its own file
     with open(os.path.join(out, f"rank-{rank}-{os.getpid()}.json"), "w") as f:

@@ -31,6 +31,7 @@ def test_load_bundle_reads_on_rank0_only(kernel_dir, cache):
     for r in ranks:
         assert r["ok"] and r["loaded"] == expected
         assert r["stats"]["hits"]["variant"] == 2
+        assert r["stats"]["variants_from"] == {"broadcast bundle": 2}, r["stats"]
         assert under(r["opened"], cache) == ([str(path)] if r["rank"] == 0 else []), r["opened"]
 
 
@@ -62,7 +63,7 @@ def test_a_rank_without_memory_for_the_broadcast_neither_hangs_the_job_nor_fails
     """A rank that could not make its copy of a broadcast bundle (MemoryError) left the other ranks
     in a broadcast it never joined: the job hung until its time ran out.  The ranks now agree
     first: nothing is sent, rank 0 serves from the bundle it read, the others as without one (their
-    kernels compile), and every rank's results are right."""
+    kernels compile), and every rank's results are right; rank 0 says so (it was only logged)."""
     path = prime_and_pack(kernel_dir, cache)
     expected = len(bundle.Bundle(path.read_bytes()))
     ranks = mpiexec(kernel_dir, cache, 4, flags=["--comm"], timeout=60, TACK_TEST_NO_MEMORY_RANK="2", **share)
@@ -70,6 +71,12 @@ def test_a_rank_without_memory_for_the_broadcast_neither_hangs_the_job_nor_fails
     for r in ranks:
         assert r["ok"] and r["loaded"] == (expected if r["rank"] == 0 else 0), r
     assert ranks[0]["stats"]["hits"]["variant"] == 2 and not ranks[0]["llvmlite"]
+    # said, by rank 0 alone (it was only logged: the ranks' kernels compiled, silently)
+    assert [w for w in ranks[0]["warnings"] if "no memory" in w] == [
+        f"tack: load_bundle: 1 of 4 ranks had no memory for a copy of {path} ({path.stat().st_size} bytes); "
+        "it is not broadcast: rank 0 serves from it, the other ranks' kernels it holds compile as "
+        "without a cache"], ranks[0]["warnings"]
+    assert all(r["warnings"] == [] for r in ranks[1:]), ranks
 
 
 def test_write_mode_under_mpi_only_rank0_stores(kernel_dir, cache):
@@ -228,6 +235,40 @@ def test_load_bundle_keeps_one_copy_per_node_in_shared_memory(kernel_dir, cache)
             assert r["ok"] and r["loaded"] == expected and not r["llvmlite"], (env, r)
             assert r["stats"]["hits"]["variant"] == 2 and r["memory"] == "private", (env, r)
             assert r["windows"] == 0, (env, r)
+
+
+def _padded(path, nbytes):
+    """The bundle at ``path`` written again with one more entry of ``nbytes`` payload (a kernel no
+    rank looks up): a bundle big enough that what load_bundle holds of it outweighs the rest."""
+    from tack.cache import bundle_write
+    b = bundle.read(str(path), whole=True)
+    rows = bundle_write.valid_entries(b)
+    key = "ab" * 32
+    rows.append((entry.KIND_LOWERED, key, entry.encode(
+        entry.KIND_LOWERED, key, {"kernel": "padding", "dep": [["padding", "tack", "module", "tack"]]},
+        os.urandom(nbytes))))
+    return bundle_write.write(str(path), rows, dict(b.meta))
+
+
+@pytest.mark.parametrize("share", [{"TACK_TEST_NO_SHARE": "1"}, {"TACK_TEST_NO_SHM_ROOM": "1"}],
+                         ids=["share-false", "no-room"])
+def test_a_bundle_copied_to_each_rank_is_held_once_on_each(kernel_dir, cache, share):
+    """load_bundle(comm) without the node's shared memory: each rank held the bundle twice while
+    its copy was made (rank 0 copied the bytes it read to send them; the others received into a
+    buffer, then copied it into the bytes their bundle served from): 634 MB at the peak for a
+    301 MB bundle, where the ranks' agreement checked room for one copy only.  Now each rank's
+    most memory held during load_bundle (tracemalloc's peak) is one copy and a little, and every
+    rank is served from it."""
+    path = prime_and_pack(kernel_dir, cache)
+    size = _padded(path, 16 << 20)
+    expected = len(bundle.Bundle(path.read_bytes()))
+    ranks = mpiexec(kernel_dir, cache, 2, flags=["--comm"], timeout=120, TACK_TEST_PEAK="1",
+                    TACK_TEST_SHARE_FROM="0", **share)
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        assert r["ok"] and r["loaded"] == expected and not r["llvmlite"], r
+        assert r["memory"] == "private" and r["stats"]["hits"]["variant"] == 2, r
+        assert size <= r["peak"] < 1.25 * size, (r["rank"], r["peak"], size)
 
 
 def test_a_shared_bundle_after_mpi_finalize_compiles_instead(kernel_dir, cache):
