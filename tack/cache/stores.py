@@ -398,6 +398,12 @@ class Session:
         reason = check_deps(found.meta["dep"], kernel, templates)
         stage("deps")
         if reason is not None:
+            # Another copy of the kernel's text (its helper differs): its own entry may be under
+            # an alternate key, and this one is kept under its own (``alternates``).
+            from .alternates import find
+            alternate = find(self, kernel, templates, kind, key, level, targets, found, stage)
+            if alternate is not None:
+                return alternate
             count(self.stats, "rejected")
             count(self.stats, "misses", key=level)
             log.debug("kernel '%s': %s not used: dependency changed: %s", name, LEVEL_NAMES[level], reason)
