@@ -64,7 +64,13 @@ def get_device(device="cpu") -> str:
 
 
 def to_device(array, device="cpu"):
-    """An array "kept" on the CPU: the array itself (a launch reads host memory in place)."""
+    """An array "kept" on the CPU: the array itself (a launch reads host memory in place); a
+    device array of Tack's (``to_device`` on a GPU) comes back as its ``numpy()`` copy, which a
+    CPU launch takes (the device array itself it refuses: its memory is not the process's)."""
+    if type(array).__module__.startswith("tack.backends."):
+        from .device_args import ArrayShape
+        if isinstance(array, ArrayShape):
+            return array.numpy()
     return array
 
 

@@ -163,6 +163,11 @@ def layout_strides(shape, layout) -> list:
     return strides
 
 
+def _named(dev) -> str:
+    index = getattr(dev, "index", None)
+    return dev.name if index is None else f"device {index} ({dev.name})"
+
+
 def check_array(what, spec, a, dev, device_type, expected, foreign=None) -> tuple:
     """(shape, dtype, C-contiguous, F-contiguous) of the array argument ``a``: a NumPy array or
     the runtime's ``device_type`` (which has ``dev``, ``shape``, ``dtype``, ``writable`` and
@@ -171,7 +176,8 @@ def check_array(what, spec, a, dev, device_type, expected, foreign=None) -> tupl
     another library's array (DLPack, ``__cuda_array_interface__``) is not taken."""
     if isinstance(a, device_type):
         if a.dev is not dev:
-            raise ValueError(f"{what} lives on {a.dev.name}, the kernel on {dev.name}")
+            # by index too: a node's GPUs are often of one name
+            raise ValueError(f"{what} lives on {_named(a.dev)}, the kernel on {_named(dev)}")
         if spec.writable and not a.writable:
             raise TypeError(f"{what}: the kernel writes it but the device array is read-only")
         shape, dtype = a.shape, a.dtype
@@ -455,13 +461,16 @@ def choose_block(dims, block, default, limit, max_items, where) -> tuple:
     """The work-group (block) shape of a launch over ``dims``, in the grid's order: ``default``
     work-items (capped by ``limit``, the kernel's and the device's) unless ``block`` says
     otherwise: an int is the work-items of a group, a tuple (one extent per grid dimension) the
-    shape.  ``max_items``: the device's limit per hardware axis (x, y, z).  ValueError, naming
+    shape, either refused above ``limit``.  ``max_items``: the device's limit per hardware axis (x, y, z).  ValueError, naming
     ``where`` (the kernel and device), for a shape that does not fit."""
     if block is None:
         return group_shape(dims, min(default, limit), max_items)
     shape = block_request(dims, block)
     if isinstance(shape, int):
-        return group_shape(dims, min(shape, limit), max_items)
+        if shape > limit:                       # refused, as a shape is: not quietly made smaller
+            raise refusal(ValueError(f"block {shape} is larger than {where} allows ({limit} "
+                                      "work-items)"))
+        return group_shape(dims, shape, max_items)
     per_dim = tuple(reversed(tuple(max_items[:len(dims)])))        # the grid's order
     if int(np.prod(shape)) > limit or any(x > m for x, m in zip(shape, per_dim)):
         raise refusal(ValueError(f"block {shape} is larger than {where} allows ({limit} "
@@ -475,10 +484,11 @@ def device_index(device, kind, name, device_type=None) -> int:
     if device is None or device == kind:
         return 0
     if isinstance(device, str) and device.startswith(kind + ":"):
-        try:
-            return int(device.split(":", 1)[1])
-        except ValueError:
-            pass
+        digits = device.split(":", 1)[1]
+        # digits only: int() takes "-1" (the last device, under a second context of its own),
+        # " 0", "+0" and "0_0"
+        if digits.isascii() and digits.isdigit():
+            return int(digits)
     if device_type is not None and isinstance(device, device_type):
         return device.index
     raise ValueError(f"not {name} device name: {device!r} (use '{kind}' or '{kind}:<index>')")

@@ -222,8 +222,8 @@ def test_wrong_arguments_are_clear_errors(metal):
     metal.devices.append(other)
     mr.reset()
     elsewhere = tack.to_device(np.zeros(10, np.float32), "metal:1")
-    with pytest.raises(ValueError, match=r"argument 3 lives on Apple M3 \(simulated\), the kernel "
-                                         r"on Apple M2 \(simulated\)"):
+    with pytest.raises(ValueError, match=r"argument 3 lives on device 1 \(Apple M3 \(simulated\)\), the "
+                                         r"kernel on device 0 \(Apple M2 \(simulated\)\)"):
         mr.launch(k, meta, (np.float32(1), x, x, elsewhere), (10,))
 
 

@@ -412,6 +412,9 @@ def test_block_is_the_work_group_of_a_device_launch():
         tack.launch(k_scale2d, a.shape, (a, out), device="opencl", block=(5,))
     with pytest.raises(ValueError, match=r"block \(65536, 65536\) is larger than kernel 'k_scale2d' on "):
         tack.launch(k_scale2d, a.shape, (a, out), device="opencl", block=(1 << 16, 1 << 16))
+    # an int past the limit alike (it was quietly made the limit: another block than asked)
+    with pytest.raises(ValueError, match=r"block 4294967296 is larger than kernel 'k_scale2d' on .* work-items\)"):
+        tack.launch(k_scale2d, a.shape, (a, out), device="opencl", block=1 << 32)
     with pytest.raises(TypeError, match=r"kernel 'k_fill': argument 'v' = 2361183241434822606848 "
                                         r"does not fit int64"):
         tack.launch(k_fill, 4, (np.zeros(4, np.int64), 1 << 71), device="opencl")
@@ -734,3 +737,34 @@ def test_a_python_int_past_int64_is_told_about_np_uint64_on_opencl_too():
     with pytest.raises(TypeError) as e:                 # a negative one: no such hint
         tack.launch(k_store_scalar, 1, (np.zeros(1, np.int64), -2**63 - 1), device="opencl")
     assert "np.uint64" not in str(e.value)
+
+
+FIBONACCI = textwrap.dedent("""\
+    import numpy as np, tack
+
+    @tack.kernel
+    def fib(out):
+        i = tack.tid()
+        a = 0
+        b = 1
+        for _ in range(i):
+            a, b = b, a + b
+        out[i] = a
+
+    out = np.zeros(16, np.int64)
+    tack.launch(fib, dim=16, args=(out,), device="opencl")
+    print(out.tolist())
+    """)
+
+
+def test_the_workaround_docs_give_for_the_cpu_runtimes_vectorizer_crash(tmp_path, monkeypatch):
+    """docs/opencl.md: Intel's CPU runtime (2026.2) crashes building this kernel (its vectorizer,
+    ``vplan-vec``); with ``CL_CONFIG_USE_VECTORIZER=False``, as the docs say, it builds and gives
+    the CPU backend's numbers."""
+    monkeypatch.setenv("CL_CONFIG_USE_VECTORIZER", "False")
+    p = run_script(tmp_path, "fib.py", FIBONACCI, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    want = [0, 1]
+    while len(want) < 16:
+        want.append(want[-1] + want[-2])
+    assert p.stdout.strip() == str(want), p.stdout
