@@ -372,8 +372,10 @@ def _load_hit(session, kernel, runtime, device, hit):
         return runtime.load(hit.payload, hit.meta, device)
     except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
         from .cache.stores_write import unusable
+        # No memory for its code (mmap refused): the entry is not at fault, and is kept
+        resource = isinstance(e, MemoryError) or getattr(e, "resource", False)
         unusable(session, kernel, "variant", hit.found, f"does not load ({type(e).__name__}: {e})",
-                 counted_hit=True)
+                 counted_hit=True, keep=resource)
         return None
 
 

@@ -35,6 +35,7 @@ below both halves of the CPU backend.
 """
 
 import ctypes
+import os
 import platform
 import struct
 import sys
@@ -70,12 +71,16 @@ class LoadError(Exception):
     ``well_formed`` is True when the object is a valid one this loader does
     not handle (another machine, a relocation it lacks): LLVM's own loader
     may take it.  Bytes that are not a well-formed object must never reach
-    LLVM, which would crash the process on them.
+    LLVM, which would crash the process on them.  ``resource`` is True when
+    the process could not map memory for it (``mmap`` or ``mprotect`` refused:
+    out of memory or address space, a policy against executable memory): not
+    the object's fault, so a cache entry holding it is kept.
     """
 
-    def __init__(self, message, well_formed=False):
+    def __init__(self, message, well_formed=False, resource=False):
         super().__init__(message)
         self.well_formed = well_formed
+        self.resource = resource
 
 
 class LoadedObject:
@@ -113,6 +118,12 @@ def _libc_handle():
         mprotect.restype = munmap.restype = ctypes.c_int
         _libc = (mmap, mprotect, munmap)
     return _libc
+
+
+def _strerror() -> str:
+    """The calling thread's errno as the system says it, and its number."""
+    code = _errno()
+    return f"{os.strerror(code)}, errno {code}"
 
 
 def _errno() -> int:
@@ -377,14 +388,14 @@ def _map(image, total, bounds, fixups, machine, defined) -> LoadedObject:
     mmap, mprotect, munmap = _libc_handle()
     base = mmap(None, total, _PROT_READ | _PROT_WRITE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1, 0)
     if base in (None, ctypes.c_void_p(-1).value):
-        raise LoadError(f"mmap of {total} bytes failed (errno {_errno()})")
+        raise LoadError(f"mmap of {total} bytes failed ({_strerror()})", resource=True)
     try:
         for at, rtype, value, relative in fixups:
             _relocate(image, at, machine, rtype, value + base if relative else value)
         _write(base, total, base, image)     # the mapping is zero-filled: .bss is ready
         for (start, end), prot in zip(bounds, (_PROT_READ | _PROT_EXEC, _PROT_READ, _PROT_READ | _PROT_WRITE)):
             if end > start and mprotect(base + start, end - start, prot) != 0:
-                raise LoadError(f"mprotect failed (errno {_errno()})")
+                raise LoadError(f"mprotect failed ({_strerror()})", resource=True)
         if machine == EM_AARCH64:
             _clear_icache(base, bounds[0][1])
     except BaseException:

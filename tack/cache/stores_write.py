@@ -135,11 +135,13 @@ def remove_if_unchanged(disk, path: str, st) -> None:
         pass
 
 
-def unusable(session, kernel, level: str, found, why: str, counted_hit: bool = False) -> None:
+def unusable(session, kernel, level: str, found, why: str, counted_hit: bool = False,
+             keep: bool = False) -> None:
     """An entry read whole but unusable (``found``: damaged fields, code that does not load):
     counted as damaged and a miss (``counted_hit``: it had been counted a hit, and served from its
     store: no longer), said in the log, and removed when it is one of the user's per-kernel files,
-    unchanged since it was read."""
+    unchanged since it was read.  ``keep``: not the entry's fault (the process had no memory to
+    load its code): a miss, neither counted damaged nor removed."""
     stats = session.stats
     with _lock:                 # as ``count``: other threads' lookups count beside this one
         if counted_hit:
@@ -149,10 +151,13 @@ def unusable(session, kernel, level: str, found, why: str, counted_hit: bool = F
                 served[found.source] -= 1
             else:
                 served.pop(found.source, None)
-        stats["damaged"] += 1
+        if not keep:
+            stats["damaged"] += 1
         stats["misses"][level] += 1
-    log.debug("kernel '%s': %s not used: %s", kernel.__qualname__, LEVEL_NAMES[level], why)
-    remove_if_unchanged(session.disk, found.path, found.st)     # a bundle's entry has no st: kept
+    log.debug("kernel '%s': %s not used: %s%s", kernel.__qualname__, LEVEL_NAMES[level], why,
+              "; kept" if keep else "")
+    if not keep:
+        remove_if_unchanged(session.disk, found.path, found.st)     # a bundle's entry has no st: kept
 
 
 def store_lowered(session, key: str, meta: dict, payload: bytes) -> bool:

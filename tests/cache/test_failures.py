@@ -165,3 +165,60 @@ def test_a_deleted_working_directory_with_a_relative_sys_path_entry(tmp_path):
         assert run.returncode == 0, (mode, run.stderr)
         assert run.stdout.strip() == "[2.0, 2.0, 2.0, 2.0]", (mode, run.stdout)
         assert "Traceback" not in run.stderr, run.stderr
+
+
+NO_MEMORY_FOR_CODE = '''
+import json, resource, sys
+import numpy as np, tack, tack.cache
+import tack.launch, tack.backends.cpu_runtime, tack.backends.cpu_loader, tack.cache.stores, tack.cache.stores_write
+
+@tack.kernel
+def addk(x, y):
+    i = tack.tid()
+    y[i] = x[i] + 3
+
+x = np.arange(10.0); y = np.empty_like(x)
+if sys.argv[1] == "starved":        # no address space left but a page: the loader's mmap fails
+    vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1]) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + 4096, resource.RLIM_INFINITY))
+try:
+    tack.launch(addk, dim=10, args=(x, y))
+    r = "right" if np.array_equal(y, x + 3) else "WRONG"
+except Exception as e:              # the compile that follows has no memory either
+    r = type(e).__name__
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+s = tack.cache.stats()
+print(json.dumps({"result": r, "hits": s["hits"]["variant"], "damaged": s["damaged"], "compiled": s["compiled"]}))
+'''
+
+
+def test_an_entry_whose_code_finds_no_memory_is_kept(tmp_path):
+    """A process out of address space when it loads a stored variant (the loader's mmap refused,
+    ENOMEM; so too where a policy refuses executable memory) counted the entry damaged and
+    deleted it: the next process, with memory, compiled again.  The entry is not at fault: it is
+    kept, not counted damaged, and the next process loads it."""
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "starved.py"
+    script.write_text(NO_MEMORY_FOR_CODE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), TACK_CACHE_LOG="1", TACK_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.path.dirname(os.path.dirname(os.path.dirname(
+                   os.path.abspath(__file__))))]))
+
+    def run(how):
+        p = subprocess.run([sys.executable, str(script), how], env=env, capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+    first, _ = run("fed")
+    assert first == {"result": "right", "hits": 0, "damaged": 0, "compiled": 1}
+    stored = entry_files(tmp_path / "cache")
+    starved, log = run("starved")
+    assert "does not load (LoadError: mmap of" in log and "Cannot allocate memory" in log, log
+    assert starved["damaged"] == 0, starved
+    assert entry_files(tmp_path / "cache") == stored
+    again, _ = run("fed")
+    assert again == {"result": "right", "hits": 1, "damaged": 0, "compiled": 0}
