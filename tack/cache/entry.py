@@ -100,6 +100,15 @@ def is_entry_magic(magic: bytes) -> bool:
     return len(magic) == 8 and magic[:7] == MAGIC[:7] and b"1" <= magic[7:] <= b"9"
 
 
+def stated_length(head: bytes):
+    """The length an entry's header (the first ``HEAD.size`` bytes of ``head``) gives the entry,
+    or None where they are not one of this format's headers."""
+    if len(head) < HEAD.size:
+        return None
+    magic, _, mlen, plen, _, _ = HEAD.unpack_from(head)
+    return HEAD.size + mlen + plen if magic == MAGIC else None
+
+
 def decode(data: bytes, kind: int, key: str | None = None, only=None):
     """-> (key, meta dict, payload bytes); DamagedEntry if anything is off.
 

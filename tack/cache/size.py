@@ -118,6 +118,7 @@ def _is_entry_or_temporary(path: str) -> bool:
 _ENTRY_NAME = re.compile(r"^([0-9a-f]{64})(" + "|".join(re.escape(s) for s in SUFFIX.values()) + r")$")
 _LEVEL_OF = {SUFFIX[kind]: level for kind, level in LEVEL_DIR.items()}
 _ZERO_CHUNK = 1 << 20
+_LEFTOVER_MAX = 64 << 20        # longer than any entry a crash could leave of the cache's
 
 
 def is_crash_leftover(path: str) -> bool:
@@ -139,10 +140,12 @@ def is_crash_leftover(path: str) -> bool:
             or not is_version_dir(os.path.dirname(vdir), os.path.basename(vdir))):
         return False
     try:
-        fd, _ = open_regular(path)
+        fd, st = open_regular(path)
     except OSError:
         return False
     try:
+        if st.st_size > _LEFTOVER_MAX:      # none is so long: not read through (the hourly check
+            return False                    # read 4 GiB of a file truncated up at an entry's place)
         while True:
             chunk = os.read(fd, _ZERO_CHUNK)
             if not chunk:

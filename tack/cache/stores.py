@@ -38,12 +38,17 @@ import time
 from . import count, log
 from .deps import check_deps
 from .entry import (HIT_FIELDS, KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, MISSING, DamagedEntry, Found, decode,
-                    entry_path)
+                    entry_path, stated_length)
 from .keys import tack_version_id
 from .trust import (NotRegular, Untrusted, check_parents, check_stat, control_character, mark_fd, open_regular,
                     read_fd)
 
 # -- the user's directory --------------------------------------------------------
+
+#: A file past this size is read whole only if its header gives it that length: a file at an
+#: entry's place, gigabytes long (one truncated up, a disk image copied there), cost a lookup
+#: its reading, gigabytes of memory, and seconds.
+_HEADER_FIRST = 16 << 20
 
 class DiskCache:
     """Per-kernel entries under ``<directory>/<tack version>/{lowered,variants}/<xx>/``.
@@ -145,8 +150,15 @@ class DiskCache:
                 # An entry must be the user's own and writable by nobody else, as its directory:
                 # checked on the descriptor read (its fstat, made anyway), so no swap gets past.
                 check_stat(st, path, is_dir=False)
-                data = read_fd(fd, st)
+                data = read_fd(fd, st, _HEADER_FIRST) if st.st_size > _HEADER_FIRST else read_fd(fd, st)
                 try:
+                    if len(data) < st.st_size:      # a big file: read whole only if its header says so
+                        stated = stated_length(data)
+                        if stated != st.st_size:
+                            raise DamagedEntry(f"{st.st_size} bytes, where its header gives "
+                                               f"{stated}" if stated is not None else
+                                               "not a Tack cache entry (bad magic)")
+                        data += read_fd(fd, st)
                     _, meta, payload = decode(data, kind, key, only=HIT_FIELDS)
                     damaged = None
                 except DamagedEntry as e:

@@ -214,3 +214,42 @@ def test_entry_with_bad_site_rows_is_discarded_not_raised(tmp_path):
     tack.launch(plus_one, dim=4, args=(x, y))
     assert y.tolist() == [1.0, 2.0, 3.0, 4.0]
     assert tack.cache.stats()["damaged"] == 1
+
+
+@pytest.mark.parametrize("what", ["truncated up", "zeros"])
+def test_a_gigabyte_file_at_an_entrys_place_is_not_read_whole(warm, what):
+    """A sparse 2 GiB file at a variant's place (an entry truncated up; zeros, as a disk image
+    copied there) was read whole at the lookup: 2 GiB of memory and seconds, and on a node short
+    of memory the job killed.  Its header is read first now: it is damaged (its header gives
+    another length, or it has none), not read through, and the kernel compiles; the process
+    never held the file (its peak memory stays far below it)."""
+    cache, src = warm
+    victim = one_entry(cache, "variants", "k_main")
+    if what == "zeros":
+        victim.write_bytes(b"")
+    with open(victim, "r+b") as f:
+        f.truncate(2 << 30)
+    run = run_child(cache, src, [{"kernel": "k_main", "n": 5}], env={"TACK_CACHE_LOG": "1"},
+                    after="import resource; extra = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss")
+    check_results(run)
+    assert run.stats["damaged"] == 1 and run.stats["compiled"] == 1, run.stats
+    said = "where its header gives" if what == "truncated up" else "not a Tack cache entry (bad magic)"
+    assert said in run.stderr, run.stderr
+    assert run.data["extra"] < (1 << 20), run.data["extra"]           # peak KiB: < 1 GiB
+    decode_entry(victim)                                                # replaced by the compile
+
+
+def test_a_long_file_of_zeros_at_an_entrys_place_is_not_read_through_as_a_crash_leftover(warm):
+    """The hourly size check asks of each file named like an entry whether a crash left it (all
+    zeros): it read a 4 GiB sparse file of zeros through (24 s, 108 s for 20 GiB, in a user's
+    job).  No entry is so long: such a file is not the cache's, and is neither read nor counted."""
+    cache, _ = warm
+    victim = one_entry(cache, "variants", "k_main")
+    fan = victim.parent
+    zeros = fan / (fan.name + "0" * 62 + ".tvar")
+    with open(zeros, "wb") as f:
+        f.truncate(4 << 30)
+    small = fan / (fan.name + "1" * 62 + ".tvar")
+    small.write_bytes(b"\0" * 1000)
+    assert not size.is_crash_leftover(str(zeros)) and not size.is_own_file(str(zeros))
+    assert size.is_crash_leftover(str(small))          # a crash's, of an entry's length: still one
