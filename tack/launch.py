@@ -221,7 +221,7 @@ def _arg_key(a):
     if isinstance(a, np.ndarray):               # a subclass: a masked array is refused, not run
         return (type(a), a.dtype, a.ndim, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
     if isinstance(a, type):
-        return a
+        return ("class", a)                     # not type(x) of an instance x of it: another variant
     t = device_array_type(a)
     if t is not None:                           # a device array (tack.to_device, CuPy, ...)
         return (type(a), t.dtype, t.ndim, t.layout + ("w" if t.writable else "r"))

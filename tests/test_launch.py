@@ -194,3 +194,35 @@ def test_strides_not_whole_elements_are_refused_after_a_strided_variant_ran():
     np.testing.assert_array_equal(y, odd)
     tack.launch(_copy, dim=6, args=(np.ascontiguousarray(rec["a"])[::1][::-1], y))
     np.testing.assert_array_equal(y, rec["a"][::-1])
+
+
+class _Scale(float):
+    K = 5.0
+
+
+@tack.kernel
+def _read_k(s, out):
+    i = tack.tid()
+    out[i] = s.K
+
+
+@tack.kernel
+def _store_value(s, out):
+    i = tack.tid()
+    out[i] = s
+
+
+def test_a_class_and_an_instance_of_it_are_two_launches_not_one():
+    """A class passed as a template and an instance of it passed as a number had one launch key
+    (the class, and the instance's type): the instance ran the class's variant (out = 5, where a
+    fresh process refuses ``s.K`` of a number), and the class, after the instance, was refused
+    as a float.  Each is now what it is, in either order."""
+    out = np.zeros(3)
+    tack.launch(_read_k, 3, (_Scale, out))
+    np.testing.assert_array_equal(out, 5.0)
+    with pytest.raises(tack.CompileError, match="of a variable only an array's shape"):
+        tack.launch(_read_k, 3, (_Scale(3.0), out))
+    tack.launch(_store_value, 3, (1.5, out))
+    np.testing.assert_array_equal(out, 1.5)
+    with pytest.raises(tack.CompileError, match="template class 's'"):
+        tack.launch(_store_value, 3, (float, out))
