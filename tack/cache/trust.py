@@ -374,11 +374,21 @@ def ensure_private_dir(path: str, marker: str | None = None) -> None:
     ``marker``: the name of a file written in it (when missing) to say the cache
     made it, so that ``clear`` and ``prune`` know it for one of theirs.
     """
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    check_trusted(path)
+    for _ in range(8):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            # removed between the two (a prune or clear removing the directories it emptied):
+            # made again, not taken for an untrusted directory (which turned storing off)
+            continue
+        check_stat(st, path)
+        break
+    else:
+        raise FileNotFoundError(2, "removed each time it was made", path)     # 2: ENOENT
     if marker is not None:
         write_new(os.path.join(path, marker), MARKER_TEXT)
 

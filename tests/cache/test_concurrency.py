@@ -10,7 +10,7 @@ import pytest
 
 from tack.cache import trust
 
-from .conftest import (child_argv, child_env, compiled, decode_entry, entry_files, run_child,
+from .conftest import (check_results, child_argv, child_env, compiled, decode_entry, entry_files, run_child,
                        write_module, Run)
 
 CONC = '''"""Four kernels for the concurrency tests."""
@@ -172,3 +172,35 @@ def test_hourly_size_check_is_made_by_one_process(round_, tmp_path):
     assert len(log.read_text().split()) == 1, log.read_text()
     from tack.cache import size
     assert (cache / size.STAMP).exists() and not (cache / size.CLAIM).exists()
+
+
+def test_a_level_removed_between_its_making_and_its_check_is_made_again(warm):
+    """A prune or clear beside a storing job removes the directories it empties: one removed
+    between the store's ``mkdir`` and its trust check was taken for an untrusted directory ("…
+    does not exist"), and storing was turned off for the rest of the process.  It is made again,
+    and the entry stored, with no warning."""
+    cache, src = warm
+    prelude = """
+import os, shutil
+import tack.cache.trust as trust
+real_mkdir, removed = os.mkdir, []
+
+def mkdir_then_pruned(path, mode=0o777):
+    real_mkdir(path, mode)
+    if path.endswith(os.sep + "variants") and not removed:      # a prune, right then
+        removed.append(path)
+        shutil.rmtree(path)
+
+trust.os = type(os)("os_with_a_prune")
+trust.os.__dict__.update(os.__dict__, mkdir=mkdir_then_pruned)
+"""
+    variants = [p for p in cache.glob("*/variants")]
+    assert len(variants) == 1
+    import shutil
+    shutil.rmtree(variants[0])                      # the level a store makes again
+    run = run_child(cache, src, [{"kernel": "k_other", "n": 5}, {"kernel": "k_main", "n": 5}],
+                    prelude=prelude)
+    check_results(run)
+    assert run.warnings == [], run.warnings
+    assert run.stats["compiled"] == 2 and run.stats["bytes_written"] > 0, run.stats
+    assert len(list(variants[0].glob("*/*.tvar"))) == 2
