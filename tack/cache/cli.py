@@ -384,16 +384,18 @@ def clear_version(root: str, version: str) -> tuple[int, list]:
         ldir = os.path.join(vdir, level)
         if not size._is_real_dir(ldir):
             continue
-        for fan in sorted(os.listdir(ldir)):
+        # (what another clear or prune removed meanwhile is gone, not "left in place")
+        for fan in sorted(size.listed(ldir)):
             fdir = os.path.join(ldir, fan)
             if not size._is_real_dir(fdir):
-                kept.append(fdir)
+                if os.path.lexists(fdir):
+                    kept.append(fdir)
                 continue
-            for name in sorted(os.listdir(fdir)):
+            for name in sorted(size.listed(fdir)):
                 path = os.path.join(fdir, name)
                 if _delete(path):
                     deleted += 1
-                else:
+                elif os.path.lexists(path):
                     kept.append(path)
             _rmdir(fdir, kept)
         _rmdir(ldir, kept)
@@ -421,7 +423,7 @@ def _unlink(path: str) -> None:
 
 
 def _others_in(directory: str, besides: str) -> bool:
-    return any(os.path.join(directory, n) != besides for n in os.listdir(directory))
+    return any(os.path.join(directory, n) != besides for n in size.listed(directory))
 
 
 def _rmdir(path: str, kept: list) -> None:

@@ -170,13 +170,22 @@ def delete_own(path: str) -> bool:
     return True
 
 
+def listed(directory: str) -> list:
+    """``os.listdir``, empty for a directory that is gone: another ``clear`` or ``prune`` (or a
+    job's hourly check) removed it since it was seen, which is theirs to do, not an error."""
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
+
+
 def fan_dirs(root: str, version: str):
     """The directories of one version directory that hold entries (never through a link)."""
     for level in LEVELS:
         ldir = os.path.join(root, version, level)
         if not _is_real_dir(ldir):
             continue
-        for fan in sorted(os.listdir(ldir)):
+        for fan in sorted(listed(ldir)):
             fdir = os.path.join(ldir, fan)
             if _is_real_dir(fdir):
                 yield level, fdir
@@ -189,7 +198,7 @@ def entries(root: str):
         if not is_version_dir(root, version):
             continue
         for level, fdir in fan_dirs(root, version):
-            for name in os.listdir(fdir):
+            for name in listed(fdir):
                 if TMP_MARK in name or not name.endswith(_ENTRY_SUFFIXES):
                     continue
                 path = os.path.join(fdir, name)
@@ -229,7 +238,7 @@ def remove_stale_temporaries(root: str, now: float | None = None) -> int:
     now = time.time() if now is None else now
     removed = 0
     for d in _own_dirs(root):
-        for name in os.listdir(d):
+        for name in listed(d):
             if not is_temporary_name(name):
                 continue
             path = os.path.join(d, name)

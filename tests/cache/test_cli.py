@@ -617,3 +617,26 @@ def test_info_counts_only_what_prune_and_the_limit_count(populated):
     pruned = run_cli(cache, "prune", "--max-size", str(limit))
     assert pruned.rc == 0 and "pruned 0 entries" in pruned.stdout, pruned.stdout
     assert foreign.exists()
+
+
+def test_two_clears_at_once_neither_fails_nor_calls_the_cache_s_files_foreign(populated, monkeypatch):
+    """Two ``clear``s (or a clear and a prune) at once: the second's listing met directories the
+    first had removed (``FileNotFoundError``: exit 1), and the files the first deleted under its
+    feet were listed "left in place, not recognizable as the cache's own".  Here the other clear
+    runs whole at this one's first deletion; this one then finds gone what it listed, and says
+    nothing of it."""
+    cache, this = populated
+    real, others = size.delete_own, []
+
+    def another_clear_meanwhile(path):
+        if not others:
+            others.append(None)
+            others[0] = cli.clear_version(str(cache), this)
+        return real(path)
+    monkeypatch.setattr(size, "delete_own", another_clear_meanwhile)
+    deleted, kept = cli.clear_version(str(cache), this)
+    (other_deleted, other_kept), = others
+    assert kept == [] and other_kept == [], (kept, other_kept)
+    assert deleted + other_deleted == 6 and other_deleted >= 5
+    assert not (cache / this).exists()
+    assert sorted(e[3] for e in size.entries(str(cache))) == [OTHER_VERSION] * 6
