@@ -13,8 +13,8 @@ import time
 
 from . import _lock, count, log
 from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
-from .trust import (VERSION_MARKER, Untrusted, check_parents, ensure_private_dir, make_root, tag_new_root,
-                    touch_regular, write_atomic)
+from .trust import (CACHEDIR_TAG, MARKER_TEXT, VERSION_MARKER, Untrusted, check_parents, ensure_private_dir, make_root,
+                    tag_new_root, touch_regular, write_atomic, write_new)
 
 
 def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
@@ -29,6 +29,7 @@ def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
         data = encode(kind, key, meta, payload)
         try:
             _make_dirs(disk, os.path.dirname(path))
+            _marked(disk)
             write_atomic(path, data)
         except FileNotFoundError:
             # A directory removed since this process checked it (``python -m tack.cache clear``
@@ -93,6 +94,21 @@ def _make_dirs(disk, path: str) -> None:
         _make_dirs(disk, parent)
     ensure_private_dir(path, VERSION_MARKER if path == disk.version_dir else None)
     disk._checked.add(path)
+
+
+def _marked(disk) -> None:
+    """The version directory's marker there, once a process: the directories a lookup checked
+    (which reads no marker) are not made again, and one a full disk left empty is written again
+    by the process's first store (``write_new``); so is an empty CACHEDIR.TAG."""
+    if not getattr(disk, "marked", False):
+        write_new(os.path.join(disk.version_dir, VERSION_MARKER), MARKER_TEXT)
+        tag = os.path.join(disk.root, CACHEDIR_TAG[0])
+        try:
+            if os.lstat(tag).st_size == 0:      # left so: written again (never made where none is:
+                write_new(tag, CACHEDIR_TAG[1])  # a directory the user had is not tagged)
+        except OSError:
+            pass
+        disk.marked = True
 
 
 def _hourly_size_check(disk):

@@ -405,10 +405,35 @@ def tag_new_root(root: str) -> None:
 
 
 def write_new(path: str, data: bytes) -> None:
-    """Create ``path`` holding ``data`` unless something is there already (whatever it is)."""
+    """Create ``path`` holding ``data`` unless something is there already (whatever it is but an
+    empty file of this user's: what a full disk left of an earlier write, written again).
+
+    Written whole beside it, then linked into place (which fails, as ``O_EXCL`` does, where one
+    is there): a full disk leaves nothing at ``path``.  It left an empty file, written in place,
+    that was never repaired: an empty version marker made ``clear`` and ``prune`` take the
+    cache's own version directory for another's, an empty ``CACHEDIR.TAG`` no longer tagged it."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not (stat.S_ISREG(st.st_mode) and st.st_size == 0 and _is_mine(st)):
         return
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    tmp = f"{path}{TMP_MARK}{os.getpid()}.{os.urandom(6).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if st is not None:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:             # another process's, meanwhile
+                pass
+            except OSError:                     # a file system without links: written in place
+                _write_excl(path, data)
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

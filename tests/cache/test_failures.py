@@ -222,3 +222,43 @@ def test_an_entry_whose_code_finds_no_memory_is_kept(tmp_path):
     assert entry_files(tmp_path / "cache") == stored
     again, _ = run("fed")
     assert again == {"result": "right", "hits": 1, "damaged": 0, "compiled": 0}
+
+
+def test_a_marker_a_full_disk_cut_is_not_left_empty_and_one_left_so_is_written_again(warm, tmp_path):
+    """The version marker and CACHEDIR.TAG were written in place: a full disk left them empty,
+    for good (the next process saw one there): ``clear`` and ``prune`` then took the cache's own
+    version directory for another's, and backup tools no longer skipped the cache.  Written whole
+    beside it and linked into place now, a failed write leaves none; and an empty one a full disk
+    left before is written again by the next process that stores."""
+    import resource
+    import signal
+    (tmp_path / "d").mkdir()
+    path = tmp_path / "d" / "marker"
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))        # no byte can be written
+    try:
+        try:
+            trust.write_new(str(path), trust.MARKER_TEXT)
+        except OSError:
+            pass
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert list((tmp_path / "d").iterdir()) == [], list((tmp_path / "d").iterdir())
+
+    cache, src = warm
+    (version,) = [d for d in cache.iterdir() if d.is_dir()]
+    marker = version / trust.VERSION_MARKER
+    marker.write_bytes(b"")                                    # as a full disk left it
+    tag = cache / trust.CACHEDIR_TAG[0]
+    tag.write_bytes(b"")
+    for p in entry_files(cache):
+        if p.parts[-3] == "variants":
+            p.unlink()
+    run = run_child(cache, src, [{"kernel": "k_other", "n": 5}])
+    check_results(run)
+    assert run.stats["compiled"] == 1 and run.warnings == []
+    assert marker.read_bytes() == trust.MARKER_TEXT and tag.read_bytes() == trust.CACHEDIR_TAG[1]
+    from tack.cache import size
+    assert size.is_version_dir(str(cache), version.name)
