@@ -9,12 +9,11 @@ What it costs is a few attribute reads per argument: a cached kernel's first
 launch in a process runs it.
 """
 
-import sys
-
 import numpy as np
 
 from . import types as T
 from .fingerprints import class_fingerprint
+from .language import is_masked
 
 
 class TypedArgs:
@@ -75,13 +74,6 @@ def why_not_taken(a) -> str:
     if a.ndim == 0 and T.from_dtype(a.dtype) is not None:
         return "a 0-d array is not an array a kernel indexes: pass its number (a[()])"
     return "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions"
-
-
-def is_masked(a) -> bool:
-    """Is ``a`` a ``numpy.ma`` masked array (netCDF4's variables read as one)?  Asked without
-    importing ``numpy.ma``: where it is not imported, no masked array exists."""
-    ma = sys.modules.get("numpy.ma")
-    return ma is not None and isinstance(a, ma.MaskedArray)
 
 
 def argtypes_of(kernel, args):

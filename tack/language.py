@@ -12,10 +12,18 @@ identity; calling them from plain Python is an error.
 import builtins
 import functools
 import math
+import sys
 import types
 
 import numpy as np
 from .digests import hasher
+
+
+def is_masked(a) -> bool:
+    """Is ``a`` a ``numpy.ma`` masked array (netCDF4's variables read as one)?  Asked without
+    importing ``numpy.ma``: where it is not imported, no masked array exists."""
+    ma = sys.modules.get("numpy.ma")
+    return ma is not None and isinstance(a, ma.MaskedArray)
 
 
 def wrapped_message(fn, decorator: str) -> str:
@@ -86,6 +94,12 @@ class Constant:
         elif isinstance(value, np.generic) and value.dtype.name in _TYPE_NAMES:
             pass
         elif isinstance(value, np.ndarray):
+            if type(value) is not np.ndarray and is_masked(value):
+                # as a launch refuses one: its mask would be dropped, the values under it read
+                raise TypeError("tack.constant takes no NumPy masked array, whose mask a kernel "
+                                "cannot see (it would read the values under it as any others): "
+                                "pass a.data for the values as they are, or a.filled(value), "
+                                "whose masked elements hold value")
             if value.dtype.name not in _TYPE_NAMES or not 1 <= value.ndim <= 4:
                 dims = f"{value.ndim} dimension{'' if value.ndim == 1 else 's'}"
                 hint = "; for a 0-d array, pass its number (a[()])" if value.ndim == 0 else ""

@@ -204,3 +204,12 @@ def test_lowers_to_agrees_with_the_intrinsic_table(monkeypatch):
     wrong = [(o, n) for o in objs for n in names if cheap[(id(o), n)] != (language.intrinsic_of(o) == n)]
     assert not wrong
     assert sum(cheap.values()) >= 60          # the check is not vacuous: most intrinsics were seen
+
+
+def test_a_masked_array_is_no_constant():
+    """tack.constant took a masked array and dropped its mask: the kernel read the values under
+    it (1.0 where the mask said none).  It is refused, as a launch refuses one, saying what to pass."""
+    m = np.ma.array([1.0, 2.0], mask=[True, False])
+    with pytest.raises(TypeError, match=r"no NumPy masked array.*a\.data.*a\.filled\(value\)"):
+        tack.constant(m)
+    np.testing.assert_array_equal(tack.constant(m.filled(0.0)).value, [0.0, 2.0])
