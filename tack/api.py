@@ -83,8 +83,11 @@ def kernel(fn=None, *, static_shape=None):
     return Kernel(fn, static_shape)
 
 
-def func(fn):
-    """Decorator: a device function, callable from kernels."""
+def func(fn=None):
+    """Decorator: a device function, callable from kernels (``@tack.func`` or ``@tack.func()``,
+    as ``@tack.kernel`` takes either)."""
+    if fn is None:
+        return Func
     return Func(fn)
 
 

@@ -380,7 +380,18 @@ def _load_hit(session, kernel, runtime, device, hit):
 
 
 def report_timings(kernel, file=None):
+    """Print the stages of ``kernel``'s latest first call with new argument types in this
+    process (its ``timings``), in milliseconds, to ``file`` (standard error by default): what
+    ``TACK_TIMING=1`` prints at that call."""
+    from .api import Kernel
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"report_timings takes a kernel (a function decorated with @tack.kernel), "
+                        f"not {type(kernel).__name__}")
     t = kernel.timings
+    if not t:
+        print(f"tack: '{kernel.__qualname__}' has not been launched in this process: no first "
+              "call to report", file=file or sys.stderr)
+        return
     parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in t.items())
     print(f"tack: first call of '{kernel.__qualname__}': {parts} "
           f"(total {sum(t.values()) * 1e3:.1f} ms)", file=file or sys.stderr)

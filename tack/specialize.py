@@ -967,7 +967,9 @@ class _Inferer:
 
         def need(n):
             if len(ts) != n:
-                raise self.error(f"{shown}() takes {n} argument{'s' if n != 1 else ''}, got {len(ts)}", e)
+                # (math.log(x, base) is log(x) / log(base) before it comes here)
+                takes = "1 or 2 arguments (x, base)" if name == "log" else f"{n} argument{'s' if n != 1 else ''}"
+                raise self.error(f"{shown}() takes {takes}, got {len(ts)}", e)
 
         def scalars():
             for t in ts:

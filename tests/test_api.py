@@ -213,3 +213,25 @@ def test_a_masked_array_is_no_constant():
     with pytest.raises(TypeError, match=r"no NumPy masked array.*a\.data.*a\.filled\(value\)"):
         tack.constant(m)
     np.testing.assert_array_equal(tack.constant(m.filled(0.0)).value, [0.0, 2.0])
+
+
+@tack.func()
+def _twice(x):
+    return 2.0 * x
+
+
+@tack.kernel
+def _returns_none_early(x, out):
+    i = tack.tid()
+    if i == 0:
+        return None
+    out[i] = _twice(x[i])
+
+
+def test_func_with_parentheses_and_a_kernels_return_none():
+    """``@tack.func()`` raised "func() missing 1 required positional argument: 'fn'" where
+    ``@tack.kernel()`` is taken; and ``return None`` in a kernel, Python's bare ``return``, was
+    refused as "kernels return nothing", which it is."""
+    out = np.full(3, -1.0)
+    tack.launch(_returns_none_early, 3, (np.arange(3.0), out))
+    np.testing.assert_array_equal(out, [-1.0, 2.0, 4.0])

@@ -385,6 +385,12 @@ def k_rint_two(x, out):
 
 
 @tack.kernel
+def k_log_three(x, out):
+    i = tack.tid()
+    out[i] = math.log(x[i], 2.0, 3.0)  # ERR math.log
+
+
+@tack.kernel
 def k_sign_keyword(x, out):
     i = tack.tid()
     out[i] = np.sign(x[i], out=out)  # ERR np.sign
@@ -407,6 +413,7 @@ ROUNDING_CASES = [
     (k_where_alone, "np.where() takes 3 arguments"),
     (k_sign_of_bool, "not bool"),
     (k_rint_two, "np.rint() takes 1 argument, got 2"),
+    (k_log_three, "log() takes 1 or 2 arguments (x, base), got 3"),     # ("takes 1 argument")
     (k_sign_keyword, "keyword arguments are not supported"),
 ]
 

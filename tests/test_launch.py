@@ -226,3 +226,25 @@ def test_a_class_and_an_instance_of_it_are_two_launches_not_one():
     np.testing.assert_array_equal(out, 1.5)
     with pytest.raises(tack.CompileError, match="template class 's'"):
         tack.launch(_store_value, 3, (float, out))
+
+
+def test_report_timings_before_a_launch_and_of_no_kernel():
+    """report_timings of a kernel not launched yet printed an empty first call "(total 0.0 ms)",
+    and of anything else raised AttributeError ('timings'): it says the kernel has not been
+    launched, and takes a kernel only."""
+    import io
+
+    @tack.kernel
+    def not_yet(out):
+        i = tack.tid()
+        out[i] = 1.0
+    out = io.StringIO()
+    tack.report_timings(not_yet, file=out)
+    assert out.getvalue() == ("tack: 'test_report_timings_before_a_launch_and_of_no_kernel.<locals>.not_yet' "
+                              "has not been launched in this process: no first call to report\n")
+    with pytest.raises(TypeError, match=r"report_timings takes a kernel .* not function"):
+        tack.report_timings(tack.launch)
+    tack.launch(not_yet, 2, (np.zeros(2),))
+    out = io.StringIO()
+    tack.report_timings(not_yet, file=out)
+    assert "first call of" in out.getvalue() and "launch" in out.getvalue()

@@ -363,6 +363,8 @@ class _FunctionLowerer:
         return None
 
     def _stmt_Return(self, s):
+        if self.is_kernel and isinstance(s.value, ast.Constant) and s.value.value is None:
+            return ["return", self.loc(s), None]        # ``return None``: a bare return, as in Python
         if self.is_kernel and s.value is not None:
             raise self.error("kernels return nothing; write results into an array argument", s)
         return ["return", self.loc(s), None if s.value is None else self.expr(s.value)]
