@@ -133,8 +133,8 @@ def k_range_only(out):
 
 SYNTAX_CASES = [
     (k_list, "List"), (k_lambda, "Lambda"), (k_try, "Try"), (k_dict, "Dict"),
-    (k_comprehension, "ListComp"), (k_slice, "slice"), (k_string, "str"), (k_is, "Is"),
-    (k_with, "With"), (k_nested_def, "FunctionDef"), (k_matmul, "MatMult"),
+    (k_comprehension, "list comprehension"), (k_slice, "slice"), (k_string, "str"), (k_is, "Is"),
+    (k_with, "With"), (k_nested_def, "nested 'def'"), (k_matmul, "'@' (matrix multiplication)"),
     (k_keyword, "keyword"), (k_while_else, "else"), (k_return_value, "return"),
     (k_range_only, "range"),
 ]
@@ -1725,3 +1725,107 @@ def test_tacks_python_api_called_in_a_kernel_is_named_as_such():
     msg = check_points_at(ei.value, "k_calls_tack_api", k_calls_tack_api, FILE)
     assert "'tack.constant' is Tack's Python API, called from Python, not from Tack code" in msg
     assert "@tack.func" not in msg
+
+
+# Python's names for what kernels cannot hold, not ``ast``'s ('JoinedStr', 'NamedExpr', 'In'),
+# and what to write instead.
+@tack.kernel
+def k_list_display(out):
+    i = tack.tid()
+    a = [1.0, 2.0]  # ERR [
+    out[i] = a[0]
+
+
+@tack.kernel
+def k_fstring(out):
+    i = tack.tid()
+    s = f"{i}"  # ERR f"
+    out[i] = 1.0
+
+
+@tack.kernel
+def k_walrus(out):
+    i = tack.tid()
+    out[i] = (k := 1.0)  # ERR k
+    out[i] = k
+
+
+@tack.kernel
+def k_raise(out):
+    i = tack.tid()
+    raise ValueError(i)  # ERR raise
+
+
+@tack.kernel
+def k_in_tuple(out):
+    i = tack.tid()
+    out[i] = 1.0 if i in (0, 1) else 0.0  # ERR i in
+
+
+@tack.kernel
+def k_matmul(out):
+    i = tack.tid()
+    out[i] = out[i] @ out[i]  # ERR out[i] @
+
+
+@tack.kernel
+def k_starred_target(out):
+    i = tack.tid()
+    a, *b = (1.0, 2.0, 3.0)  # ERR *b
+    out[i] = a
+
+
+@tack.kernel
+def k_nested_def(out):
+    i = tack.tid()
+    def g(x):  # ERR def
+        return x
+    out[i] = 1.0
+
+
+PYTHON_NAMES = [
+    (k_list_display, "a list display ([...]) is not supported in Tack code; use a tuple"),
+    (k_fstring, "an f-string is not supported in Tack code; kernels have no strings"),
+    (k_walrus, "an assignment expression (:=) is not supported in Tack code; assign on a line of its own"),
+    (k_raise, "'raise' is not supported in Tack code; a kernel cannot raise"),
+    (k_in_tuple, "comparison 'in' is not supported in Tack code; compare with each value: i == 0 or i == 1"),
+    (k_matmul, "operator '@' (matrix multiplication) is not supported in Tack code"),
+    (k_starred_target, "cannot assign to a starred target (a, *b = ...); unpack into as many names"),
+    (k_nested_def, "a nested 'def' is not supported in Tack code; define it at module level, decorated with @tack.func"),
+]
+
+
+@pytest.mark.parametrize("kern, words", PYTHON_NAMES, ids=[k.__name__ for k, _ in PYTHON_NAMES])
+def test_what_kernels_cannot_hold_is_named_as_python_names_it_with_the_fix(kern, words):
+    """A list display was "'List' expressions are not supported", an f-string "'JoinedStr'", ``in``
+    "comparison 'In'", ``@`` "operator 'MatMult'": ``ast``'s class names, and no fix."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert words in msg, msg
+
+
+@tack.kernel
+def k_np_zeros(out):
+    i = tack.tid()
+    t = np.zeros(3)  # ERR np.zeros
+    out[i] = t[0]
+
+
+@tack.kernel
+def k_np_max_of_two(x, out):
+    i = tack.tid()
+    out[i] = np.max(x[i], 0.0)  # ERR np.max
+
+
+@pytest.mark.parametrize("kern, words", [
+    (k_np_zeros, "a kernel makes no arrays: make it before the launch and pass it as an argument"),
+    (k_np_max_of_two, "of two numbers, the larger is max(a, b) or np.maximum(a, b)"),
+], ids=["np.zeros", "np.max"])
+def test_numpy_functions_of_arrays_say_what_they_were_likely_meant_for(kern, words):
+    """Every NumPy function that is not a ufunc got the reduction hint ("for a sum... loop over
+    its elements"), np.zeros too; np.max(a, b), a mix-up with np.maximum, was not told of it."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.zeros(2),) if kern is k_np_zeros else (np.ones(2), np.zeros(2)))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert words in msg, msg

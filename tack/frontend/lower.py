@@ -35,6 +35,54 @@ _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv
 _UNOPS = {ast.USub: "neg", ast.UAdd: "pos", ast.Not: "not", ast.Invert: "~"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _MISSING = object()
+# What Tack code cannot hold, as Python names it (not ``ast``'s class names: 'JoinedStr'), and
+# what to write instead.
+_NO_TUPLE_HINT = "use a tuple, (a, b), or pass an array or a tack.constant"
+_LOOP_HINT = "write a loop (for j in range(n)) that stores into an array argument"
+_UNSUPPORTED_STATEMENTS = {
+    "Raise": ("'raise'", "a kernel cannot raise: write an error flag into an array argument, or "
+              "run with TACK_DEBUG=1 for bounds checks"),
+    "Assert": ("'assert'", "check on the host before the launch, or run with TACK_DEBUG=1 for "
+               "bounds checks"),
+    "Try": ("'try'", "a kernel has no exceptions"),
+    "TryStar": ("'try'", "a kernel has no exceptions"),
+    "With": ("'with'", None), "AsyncWith": ("'async with'", None), "AsyncFor": ("'async for'", None),
+    "Delete": ("'del'", "a name lives until the function returns"),
+    "FunctionDef": ("a nested 'def'", "define it at module level, decorated with @tack.func"),
+    "AsyncFunctionDef": ("a nested 'async def'", "define it at module level, decorated with @tack.func"),
+    "ClassDef": ("a class definition", "define it at module level and pass it as a template"),
+    "Import": ("'import'", "import at module level"), "ImportFrom": ("'import'", "import at module level"),
+    "Match": ("'match'", "write if/elif"),
+}
+_UNSUPPORTED_EXPRESSIONS = {
+    "List": ("a list display ([...])", _NO_TUPLE_HINT),
+    "Dict": ("a dict display ({...})", "pass arrays, or use a tuple"),
+    "Set": ("a set display ({...})", _NO_TUPLE_HINT),
+    "ListComp": ("a list comprehension", _LOOP_HINT), "SetComp": ("a set comprehension", _LOOP_HINT),
+    "DictComp": ("a dict comprehension", _LOOP_HINT), "GeneratorExp": ("a generator expression", _LOOP_HINT),
+    "JoinedStr": ("an f-string", "kernels have no strings: write numbers into an array argument"),
+    "FormattedValue": ("an f-string", "kernels have no strings: write numbers into an array argument"),
+    "NamedExpr": ("an assignment expression (:=)", "assign on a line of its own"),
+    "Lambda": ("a lambda", "define a device function with @tack.func"),
+    "Yield": ("'yield'", None), "YieldFrom": ("'yield from'", None), "Await": ("'await'", None),
+    "Starred": ("a starred expression (*x)", "pass each value"),
+}
+_UNSUPPORTED_OPERATORS = {ast.MatMult: "'@' (matrix multiplication)"}
+_UNSUPPORTED_COMPARISONS = {
+    ast.In: ("'in'", "compare with each value: i == 0 or i == 1"),
+    ast.NotIn: ("'not in'", "compare with each value: i != 0 and i != 1"),
+    ast.Is: ("'is'", "compare values with =="), ast.IsNot: ("'is not'", "compare values with !="),
+}
+_UNSUPPORTED_TARGETS = {
+    "Starred": ("a starred target (a, *b = ...)", "unpack into as many names as there are values"),
+    "Attribute": ("an attribute", "assign to a name or an array's element"),
+}
+
+
+def _not_supported(table, kind: str, what: str) -> str:
+    """Why the ``ast`` node ``kind`` (a ``what``: statement, expression) is refused, and the fix."""
+    name, hint = table.get(kind, (f"the {what} '{kind}'", None))
+    return f"{name} is not supported in Tack code" + (f"; {hint}" if hint else "")
 # Python builtins Tack does not take, which Numba does: what to write instead.
 _REDUCTION_HINT = ("for a sum, a product or any reduction over an array, loop over its elements "
                    "(for j in range(x.shape[0])) or accumulate into an output with tack.atomic_add")
@@ -53,6 +101,17 @@ _NUMPY_HINT = ("; kernel code computes one point's numbers, and takes NumPy's fu
                "only, as docs/language.md lists them: ")
 _NUMPY_HINTS = {"ufunc": "write this one with operators and those (np.square(x) is x * x, "
                          "np.exp2(x) is 2.0 ** x)"}
+# by the function's name: what it was likely meant for
+_MAKES_ARRAYS = ("a kernel makes no arrays: make it before the launch and pass it as an argument "
+                 "(a scratch array too), or use a tuple of numbers")
+_NUMPY_HINTS_BY_NAME = dict(
+    {f: _MAKES_ARRAYS for f in ("zeros", "ones", "empty", "full", "array", "asarray", "arange",
+                                 "linspace", "zeros_like", "ones_like", "empty_like", "full_like",
+                                 "copy", "eye", "identity")},
+    **{f: ("of two numbers, the larger is max(a, b) or np.maximum(a, b); " + _REDUCTION_HINT)
+       for f in ("max", "amax", "nanmax")},
+    **{f: ("of two numbers, the smaller is min(a, b) or np.minimum(a, b); " + _REDUCTION_HINT)
+       for f in ("min", "amin", "nanmin")})
 
 # The calls of Python's and NumPy's functions that take keyword arguments or may leave some out,
 # by intrinsic: (the name Python's messages show, the parameters in order, the keyword-only
@@ -307,7 +366,7 @@ class _FunctionLowerer:
         for s in stmts:
             method = getattr(self, "_stmt_" + type(s).__name__, None)
             if method is None:
-                raise self.error(f"'{type(s).__name__}' statements are not supported in Tack code", s)
+                raise self.error(_not_supported(_UNSUPPORTED_STATEMENTS, type(s).__name__, "statement"), s)
             lowered = method(s)
             if lowered is not None:
                 out.append(lowered)
@@ -384,14 +443,15 @@ class _FunctionLowerer:
             return ["index", self.loc(t), self.expr(t.value), self.indices(t)]
         if isinstance(t, (ast.Tuple, ast.List)):
             return ["tuple", self.loc(t), [self.target(e) for e in t.elts]]
-        raise self.error(f"cannot assign to {type(t).__name__}", t)
+        name, hint = _UNSUPPORTED_TARGETS.get(type(t).__name__, (type(t).__name__, None))
+        raise self.error(f"cannot assign to {name}" + (f"; {hint}" if hint else ""), t)
 
     # -- expressions --------------------------------------------------------
 
     def expr(self, e):
         method = getattr(self, "_expr_" + type(e).__name__, None)
         if method is None:
-            raise self.error(f"'{type(e).__name__}' expressions are not supported in Tack code", e)
+            raise self.error(_not_supported(_UNSUPPORTED_EXPRESSIONS, type(e).__name__, "expression"), e)
         if isinstance(e, ast.BinOp) or (isinstance(e, ast.UnaryOp) and
                                         not isinstance(e.operand, ast.Constant)):
             value = _int_literal_value(e, self.literals)
@@ -489,7 +549,8 @@ class _FunctionLowerer:
 
     def binop(self, op, node):
         if type(op) not in _BINOPS:
-            raise self.error(f"operator '{type(op).__name__}' is not supported", node)
+            shown = _UNSUPPORTED_OPERATORS.get(type(op), f"'{type(op).__name__}'")
+            raise self.error(f"operator {shown} is not supported in Tack code", node)
         return _BINOPS[type(op)]
 
     def _expr_UnaryOp(self, e):
@@ -507,7 +568,9 @@ class _FunctionLowerer:
     def _expr_Compare(self, e):
         for op in e.ops:
             if type(op) not in _CMPOPS:
-                raise self.error(f"comparison '{type(op).__name__}' is not supported", e)
+                name, hint = _UNSUPPORTED_COMPARISONS.get(type(op), (f"'{type(op).__name__}'", None))
+                raise self.error(f"comparison {name} is not supported in Tack code"
+                                 + (f"; {hint}" if hint else ""), e)
         return ["cmp", self.loc(e), [_CMPOPS[type(op)] for op in e.ops],
                 [self.expr(x) for x in [e.left, *e.comparators]]]
 
@@ -725,7 +788,8 @@ class _FunctionLowerer:
         hint = _BUILTIN_HINTS.get(name)
         hint = f"; {hint}" if hint is not None and obj is getattr(builtins, name) else ""
         if not hint and (getattr(obj, "__module__", None) or "").partition(".")[0] == "numpy":
-            hint = _NUMPY_HINT + _NUMPY_HINTS.get(type(obj).__name__, _REDUCTION_HINT)
+            hint = _NUMPY_HINT + (_NUMPY_HINTS.get(type(obj).__name__) or
+                                  _NUMPY_HINTS_BY_NAME.get(getattr(obj, "__name__", ""), _REDUCTION_HINT))
         raise self.error(f"'{name}' ({type(obj).__name__}) cannot be called in Tack code{hint}", f)
 
     # -- calls --------------------------------------------------------------
