@@ -169,10 +169,31 @@ _TYPE_NAMES = ("bool", "int32", "int64", "uint32", "uint64", "float32", "float64
 
 
 def _cast(name):
-    def cast(x):
-        return np.dtype(name).type(x)
+    dtype = np.dtype(name)
+    make = dtype.type
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        lo, hi, span = int(info.min), int(info.max), 1 << (8 * dtype.itemsize)
+
+        def cast(x):
+            # as in a kernel: a float truncates toward zero and saturates at the range (NaN
+            # gives 0); an integer wraps, as C's conversion (NumPy's type raised for both)
+            if isinstance(x, (float, np.floating)):
+                if x != x:
+                    return make(0)
+                return make(min(max(math.trunc(x), lo), hi) if math.isfinite(x) else (hi if x > 0 else lo))
+            if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+                v = int(x) % span
+                return make(v - span if v > hi else v)
+            return make(x)
+    else:
+        def cast(x):
+            return make(x)
     cast.__name__ = cast.__qualname__ = name
-    cast.__doc__ = f"Convert to {name} (inside kernels, and in plain Python too)."
+    cast.__doc__ = (f"Convert to {name} (inside kernels, and in plain Python too, alike: a float "
+                    "to an integer truncates toward zero and saturates, NaN gives 0; an integer "
+                    "wraps)" if dtype.kind in "iu" else f"Convert to {name} (inside kernels, and "
+                    "in plain Python too).")
     return cast
 
 

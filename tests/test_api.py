@@ -235,3 +235,29 @@ def test_func_with_parentheses_and_a_kernels_return_none():
     out = np.full(3, -1.0)
     tack.launch(_returns_none_early, 3, (np.arange(3.0), out))
     np.testing.assert_array_equal(out, [-1.0, 2.0, 4.0])
+
+
+@tack.kernel
+def _casts(x, o32, u32, o64, u64):
+    i = tack.tid()
+    o32[i] = tack.int32(x[i])
+    u32[i] = tack.uint32(x[i])
+    o64[i] = tack.int64(x[i])
+    u64[i] = tack.uint64(x[i])
+
+
+@pytest.mark.parametrize("values", [
+    [1e20, -1e20, float("nan"), float("inf"), -float("inf"), -1.5, 2.9, -0.0, 4294967295.9, -2147483648.7],
+    [-1, 2**40, -(2**40), 2**31, 2**32 - 1, 2**63 - 1, -(2**63)],
+], ids=["floats", "integers"])
+def test_the_integer_casts_give_in_python_what_they_give_in_a_kernel(values):
+    """tack.int32 and the others say they convert "inside kernels, and in plain Python too": in
+    Python they were NumPy's types, which raise (OverflowError, ValueError) where a kernel
+    saturates a float (NaN gives 0) and wraps an integer (tack.uint32(-1))."""
+    x = np.array(values, dtype=np.float64 if isinstance(values[0], float) else np.int64)
+    outs = [np.zeros(len(x), d) for d in (np.int32, np.uint32, np.int64, np.uint64)]
+    tack.launch(_casts, len(x), (x, *outs))
+    for j, v in enumerate(values):
+        in_python = [tack.int32(v), tack.uint32(v), tack.int64(v), tack.uint64(v)]
+        assert [type(a) for a in in_python] == [np.int32, np.uint32, np.int64, np.uint64]
+        assert [int(a) for a in in_python] == [int(o[j]) for o in outs], v
