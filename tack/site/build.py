@@ -32,7 +32,11 @@ from .errors import SiteConfigError
 
 
 class BuildFailure(Exception):
-    """One architecture or kernel could not be built; the others go on."""
+    """One architecture or kernel could not be built; the others go on.  Given several
+    messages (each a problem: every shape of an entry at fault), it says them a line each."""
+
+    def __str__(self):
+        return "\n".join(map(str, self.args))
 
 
 def build_target(arch: str):
@@ -152,20 +156,25 @@ def warm_specs(entry: dict, where=None):
     if warm is None:
         raise BuildFailure(f"{where(('module',))}: {entry['module']} has no tack_warm(shape); "
                            "give 'kernel' and 'args'")
-    specs = []
+    specs, failed = [], []      # every shape's problem, not the first alone
     for j, shape in enumerate(entry.get("shapes") or []):
         try:
             got = list(warm(shape))
         except (Exception, SystemExit) as e:    # noqa: BLE001 - the module's own checks, reported
-            raise BuildFailure(f"{where(('shapes', j))}: {entry['module']}.tack_warm"
-                               f"({list(shape)}) failed: {type(e).__name__}: {e}") from None
+            failed.append(f"{where(('shapes', j))}: {entry['module']}.tack_warm"
+                          f"({list(shape)}) failed: {type(e).__name__}: {e}")
+            continue
         for n, item in enumerate(got):
             why = _warm_item_problem(item)
             if why is not None:
-                raise BuildFailure(f"{where(('shapes', j))}: {entry['module']}.tack_warm"
-                                   f"({list(shape)}) item {n}: {why}; expected (kernel, "
-                                   "(example args...), grid dims)")
-        specs.extend(got)
+                failed.append(f"{where(('shapes', j))}: {entry['module']}.tack_warm"
+                              f"({list(shape)}) item {n}: {why}; expected (kernel, "
+                              "(example args...), grid dims)")
+                break
+        else:
+            specs.extend(got)
+    if failed:
+        raise BuildFailure(*failed)
     if not specs:
         raise BuildFailure(f"{where(('shapes',))}: {entry['module']}.tack_warm gave no kernel to build "
                            "for these shapes")
@@ -216,7 +225,7 @@ def build_problems(cfg, progress=None):
         try:
             specs = warm_specs(entry, lambda keypath: cfg.where(base + tuple(keypath)))
         except BuildFailure as e:
-            problems.append(str(e))
+            problems.extend(str(m) for m in e.args)     # (one for each shape at fault)
             continue
         try:
             type_check(specs)

@@ -872,3 +872,18 @@ def test_an_interrupt_is_one_line_and_the_death_of_sigint(package):
     assert r.stderr.splitlines() == [f"python -m {package}: interrupted; each file it writes is put "
                                      "in place whole, so what it wrote is whole and the rest is as "
                                      "it was"], r.stderr
+
+
+def test_check_reports_every_bad_shape_of_an_entry_at_once(tmp_path):
+    """``check`` stopped at an entry's first shape its module refused: the second bad one came
+    only once the first was fixed, where every problem is said at once (docs/site.md)."""
+    config = tmp_path / "site.yaml"
+    config.write_text(GOOD.replace("    cpu: [zen3]", "    cpu: [zen3]\n  kernels:\n"
+                                   "    - module: tack.kernels.contour\n"
+                                   "      shapes: [[2, 2, 2], [1, 5, 5], [21, 21]]"))
+    r = site("check", config)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, (r.stdout, r.stderr)
+    said = r.stdout + r.stderr
+    assert "build.kernels.0.shapes.1: tack.kernels.contour.tack_warm([1, 5, 5]) failed" in said, said
+    assert "build.kernels.0.shapes.2: tack.kernels.contour.tack_warm([21, 21]) failed" in said, said
+    assert "shapes.0" not in said and "2 problem(s)" in said, said
