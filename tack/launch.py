@@ -129,6 +129,65 @@ _attempts = {}
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_attempts.clear)
 
+# The process's first compile imports Tack's modules a first call needs (``_first_imports``).
+# A fork while another thread is inside those imports left the child one of Python's module
+# locks held by a thread it does not have: its first launch hung for good.  So a fork waits for
+# them (``os.register_at_fork``), as it waits for an LLVM call under way.  ``_importer``: the
+# thread inside them; None once they are done (``_imported``).
+_imports_lock = _thread.allocate_lock()
+_importer = None
+_imported = False
+_fork_holds = []
+
+
+def _before_fork():
+    if not _imported and _importer != _thread.get_ident():  # (not a fork from inside them)
+        _imports_lock.acquire()
+        _fork_holds.append(True)
+
+
+def _after_fork():
+    if _fork_holds:
+        _fork_holds.clear()
+        _imports_lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+
+
+def _first_imports(device):
+    """-> (``tack.cache``, ``tack.cache.keys``, the device's kind and runtime), importing what a
+    first call needs, the process's first time under ``_imports_lock``, which a fork waits for.
+    A launch that comes back into them on the same thread (a signal handler's, run between two of
+    their byte codes) would find modules half made (``ImportError: cannot import name ... from
+    partially initialized module``): a RuntimeError says so instead.  ValueError for a device
+    there is none of (``runtime_for``)."""
+    global _importer, _imported
+    if _imported:
+        return _import_modules(device)
+    if _importer == _thread.get_ident():
+        raise RuntimeError("tack.launch from a signal handler (or a finalizer) that ran while this "
+                           "process's first launch imported Tack's modules; launch a kernel once "
+                           "before installing the handler")
+    with _imports_lock:
+        _importer = _thread.get_ident()
+        try:
+            got = _import_modules(device)
+        finally:
+            _importer = None
+    _imported = True
+    return got
+
+
+def _import_modules(device):
+    from . import cache
+    from .backends import runtime_for
+    from .cache import keys
+    from .cache import stores  # noqa: F401 - the session's; timed with the others
+    return (cache, keys) + runtime_for(device)
+
+
 # Where a launch refuses its arguments or grid; an error raised anywhere else is a fault, and keeps
 # its frames.
 _CHECKING = frozenset(("launch.py", "argtypes.py", "gridcheck.py"))
@@ -246,12 +305,8 @@ def _compile(kernel, dims, args, device, debug):
     stage = _Stages()
     # Tack's own modules a first call needs, imported here so that they are its "import" stage
     # (the runtime's module and what it imports come with runtime_for).
-    from . import cache as _cache
-    from .backends import runtime_for
-    from .cache import keys as _keys
-    from .cache import stores as _stores  # noqa: F401 - the session's; timed with the others
     try:
-        kind, runtime = runtime_for(device)     # ValueError naming the devices there are
+        _cache, _keys, kind, runtime = _first_imports(device)   # ValueError naming the devices there are
     except ValueError as e:                     # a refusal of the launch's device: ends at the launch
         from .backends.variant import refusal
         raise refusal(e) from None

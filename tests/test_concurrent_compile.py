@@ -516,3 +516,66 @@ def test_launch_from_a_signal_handler_while_the_thread_holds_a_lock(tmp_path, lo
     p = run_script(tmp_path, "reenter.py", REENTER, lock)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip() == "ran", p.stdout + p.stderr[-2000:]
+
+
+HANDLER_IN_THE_FIRST_IMPORTS = r"""
+import faulthandler, os, signal, sys
+faulthandler.dump_traceback_later(60, exit=True)
+import numpy as np
+import tack
+
+
+@tack.kernel
+def k(a, out):
+    i = tack.tid()
+    out[i] = a[i] + 1.0
+
+
+said = []
+
+
+def handler(signum, frame):
+    a, out = np.arange(8.0), np.zeros(8)
+    try:
+        tack.launch(k, 8, (a, out))
+        said.append("ran" if (out == a + 1.0).all() else "wrong")
+    except Exception as e:
+        said.append(f"{type(e).__name__}: {e}")
+
+
+def tracer(frame, event, arg):          # the signal comes inside the body of tack.cache.stores
+    if event == "call" and frame.f_code.co_name == "<module>" and not said and \
+            frame.f_code.co_filename.endswith(os.path.join("cache", "stores.py")):
+        sys.settrace(None)
+        signal.raise_signal(signal.SIGUSR1)
+    return None
+
+
+signal.signal(signal.SIGUSR1, handler)
+a, out = np.arange(8.0), np.zeros(8)
+sys.settrace(tracer)
+tack.launch(k, 8, (a, out))
+sys.settrace(None)
+print("main", (out == a + 1.0).all())
+for line in said:
+    print("handler", line)
+signal.raise_signal(signal.SIGUSR1)         # once the first launch is done
+print("handler", said[-1])
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="signal.SIGUSR1 does not exist on this platform")
+def test_a_signal_handlers_launch_inside_the_first_launchs_imports_says_so(tmp_path):
+    """A signal handler that launched while the process's first launch imported Tack's modules
+    got them half made: ``ImportError: cannot import name 'TRACE' from partially initialized
+    module 'tack.cache'`` (or 'open_session', 'digest'...), and the main launch could fail with it.
+    The handler is told why and what to do; the main launch is right, and a launch from the
+    handler after it runs."""
+    p = run_script(tmp_path, "handler_in_imports.py", HANDLER_IN_THE_FIRST_IMPORTS)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.splitlines() == [
+        "main True",
+        "handler RuntimeError: tack.launch from a signal handler (or a finalizer) that ran while "
+        "this process's first launch imported Tack's modules; launch a kernel once before "
+        "installing the handler",
+        "handler ran"], p.stdout + p.stderr[-2000:]

@@ -216,3 +216,57 @@ def test_child_forked_while_a_thread_captures_llvms_stderr_keeps_its_stderr(tmp_
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "child exit 0", p.stdout + p.stderr[-2000:]
     assert "the child's stderr" in p.stderr, p.stderr[-2000:]
+
+
+FORK_INSIDE_THE_FIRST_IMPORTS = r"""
+import faulthandler, os, sys, threading
+import numpy as np
+import tack
+
+
+@tack.kernel
+def first(out):
+    i = tack.tid()
+    out[i] = i + 1.0
+
+
+paused, go = threading.Event(), threading.Event()
+
+
+def tracer(frame, event, arg):      # the thread stops inside the body of tack.cache.stores
+    if event == "call" and frame.f_code.co_name == "<module>" and \
+            frame.f_code.co_filename.endswith(os.path.join("cache", "stores.py")):
+        paused.set()
+        go.wait(3.0)                # (a fork that waits for the imports waits for this)
+    return None
+
+
+def first_launch():
+    sys.settrace(tracer)
+    tack.launch(first, dim=8, args=(np.zeros(8),))
+
+
+t = threading.Thread(target=first_launch)
+t.start()
+assert paused.wait(60), "the first launch never imported tack.cache.stores"
+pid = os.fork()
+if pid == 0:
+    faulthandler.dump_traceback_later(30, exit=True)
+    out = np.zeros(8)
+    tack.launch(first, dim=8, args=(out,))
+    os._exit(0 if (out == np.arange(1.0, 9.0)).all() else 3)
+go.set()
+t.join()
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork does not exist on this platform")
+def test_child_forked_while_a_thread_makes_the_first_launchs_imports_launches(tmp_path):
+    """A fork while another thread was inside the process's first launch's imports of Tack's
+    modules (tack.cache.stores here) left the child that module's import lock, held by a thread it
+    does not have: the child's first launch hung for good.  A fork now waits for those imports."""
+    p = run_script(tmp_path, "fork_in_imports.py", FORK_INSIDE_THE_FIRST_IMPORTS, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "child 0", (p.stdout, p.stderr[-3000:])
