@@ -80,10 +80,18 @@ class Config:
         if name not in self._sources:
             raise AttributeError(f"tack.config has no setting {name!r}; "
                                  f"known: {', '.join(sorted(self._sources))}")
-        if name == "num_threads" and (not isinstance(value, int) or isinstance(value, bool)
-                                      or not 1 <= value <= MAX_THREADS):
-            raise ValueError(f"tack.config.num_threads must be an int from 1 to {MAX_THREADS}, "
-                             f"not {value!r}")
+        if name == "num_threads":
+            # an integer of any kind (np.int64(2), as a launch's dim takes), kept as Python's
+            import operator
+            try:
+                n = None if isinstance(value, bool) or type(value).__name__ == "bool_" \
+                    else operator.index(value)
+            except TypeError:
+                n = None
+            if n is None or not 1 <= n <= MAX_THREADS:
+                raise ValueError(f"tack.config.num_threads must be an int from 1 to {MAX_THREADS}, "
+                                 f"not {value!r}")
+            value = n
         if name in ("debug", "timing"):
             value = _flag_value(name, value)
         object.__setattr__(self, name, value)

@@ -221,6 +221,8 @@ def _dims(dim):
         return (dim,)
     if isinstance(dim, (tuple, list)) or (isinstance(dim, np.ndarray) and dim.ndim == 1):
         dims = tuple(dim)
+    elif isinstance(dim, np.ndarray) and dim.ndim == 0:    # its number (np.array([6]) is taken too)
+        dims = (dim[()],)
     else:
         dims = (dim,)
     if not 1 <= len(dims) <= 3:

@@ -248,3 +248,22 @@ def test_report_timings_before_a_launch_and_of_no_kernel():
     out = io.StringIO()
     tack.report_timings(not_yet, file=out)
     assert "first call of" in out.getvalue() and "launch" in out.getvalue()
+
+
+def test_a_0d_array_dim_and_a_numpy_int_thread_count_are_taken():
+    """``dim=np.array(6)`` was refused ("array(6) is a ndarray") where ``np.array([6])`` and
+    ``np.int64(6)`` are taken; ``tack.config.num_threads = np.int64(2)`` was refused as not an
+    int.  Both are their integers now (a 0-d float array, or a bool, still refused)."""
+    out = np.zeros(6)
+    tack.launch(_store_value, np.array(6), (2.5, out))
+    np.testing.assert_array_equal(out, 2.5)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        tack.launch(_store_value, np.array(6.0), (2.5, out))
+    try:
+        tack.config.num_threads = np.int64(2)
+        assert tack.config.num_threads == 2 and type(tack.config.num_threads) is int
+        for bad in (np.bool_(True), True, 2.0, 0):
+            with pytest.raises(ValueError, match="num_threads must be an int from 1 to"):
+                tack.config.num_threads = bad
+    finally:
+        tack.config.reset()
