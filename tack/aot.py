@@ -44,7 +44,8 @@ def compile(kernel, target: str, args=(), *, grid: int = 1, debug: bool = False)
                            else ""))
     grid = grid.__index__()
     if not 1 <= grid <= 3:
-        raise ValueError(f"grid must be 1, 2 or 3 dimensions, not {grid!r}")
+        raise ValueError(f"grid is the launch grid's number of dimensions, 1, 2 or 3, not "
+                         f"{grid!r} (not its size: code serves a launch of any size)")
     from .api import Kernel
     if not isinstance(kernel, Kernel):
         raise TypeError(f"tack.aot.compile takes a @tack.kernel, not {type(kernel).__name__} "

@@ -344,7 +344,8 @@ def test_compile_checks_its_own_arguments():
     or plain function with AttributeError ('params')."""
     args = (np.zeros((2, 2, 2), np.float32), 0.5)
     for grid, exc, words in ((True, TypeError, "not True"), (2.0, TypeError, "not 2.0"),
-                             ((4, 4), TypeError, "pass its length"), (0, ValueError, "not 0")):
+                             ((4, 4), TypeError, "pass its length"), (0, ValueError, "not 0"),
+                             (4, ValueError, "not 4 (not its size")):
         with pytest.raises(exc, match=re.escape(words)):
             tack.aot.compile(_scale, "cpu", args, grid=grid)
     art = tack.aot.compile(_scale, "cpu", args, grid=np.int64(3))
