@@ -172,8 +172,8 @@ def _cast(name):
     dtype = np.dtype(name)
     make = dtype.type
     if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        lo, hi, span = int(info.min), int(info.max), 1 << (8 * dtype.itemsize)
+        span = 1 << (8 * dtype.itemsize)
+        lo, hi = (-(span >> 1), (span >> 1) - 1) if dtype.kind == "i" else (0, span - 1)
 
         def cast(x):
             # as in a kernel: a float truncates toward zero and saturates at the range (NaN
