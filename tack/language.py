@@ -255,10 +255,30 @@ def intrinsic_of(obj):
     return _table.get(id(obj))
 
 
+def _origin(obj) -> str:
+    return (getattr(obj, "__module__", None) or "").partition(".")[0]
+
+
+def intrinsic_identity(obj):
+    """What a dependency record keeps of a name bound to an intrinsic: its name and where the
+    object comes from (``sqrt@math``, ``sqrt@numpy``), or None.  ``math.sqrt`` and ``np.sqrt``
+    are one intrinsic but not one lowering (Python's math of literals is folded as Python
+    computes it, a weak float; ``float('inf')`` is taken, ``np.float64('inf')`` refused): by its
+    name alone, a kernel whose ``from math import sqrt`` became ``from numpy import sqrt`` was
+    served the code of the other."""
+    name = intrinsic_of(obj)
+    return None if name is None else f"{name}@{_origin(obj)}"
+
+
 def lowers_to(obj, intrinsic: str) -> bool:
-    """Whether ``obj`` lowers to ``intrinsic``: ``intrinsic_of(obj) == intrinsic``, found
-    among that intrinsic's few candidates rather than by building the whole table (the
-    dependency check of a cached kernel runs this on its warm path)."""
+    """Whether ``obj`` lowers to ``intrinsic`` (``intrinsic_of(obj) == intrinsic``; given as
+    ``intrinsic_identity`` writes it, from the same module too), found among that intrinsic's
+    few candidates rather than by building the whole table (the dependency check of a cached
+    kernel runs this on its warm path)."""
+    if "@" in intrinsic:
+        intrinsic, _, origin = intrinsic.partition("@")
+        if _origin(obj) != origin:
+            return False
     if _table is not None:
         return _table.get(id(obj)) == intrinsic
     if obj is None:

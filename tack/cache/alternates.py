@@ -23,7 +23,7 @@ Imported only where an entry is rejected for its dependencies: a warm hit never 
 import os
 
 from . import log
-from ..language import intrinsic_of, lowers_to
+from ..language import intrinsic_identity, lowers_to
 from .deps import _MISSING, _resolve, check_deps, identity
 from .entry import LEVEL_NAMES, SUFFIX, DamagedEntry, decode, entry_path
 from .keys import digest
@@ -48,7 +48,7 @@ def direct_identities(deps, kernel, recorded: bool = False) -> list:
         if obj is _MISSING:
             now = None
         elif kind == "intrinsic":
-            now = then if lowers_to(obj, then) else intrinsic_of(obj)
+            now = then if lowers_to(obj, then) else intrinsic_identity(obj)
         else:
             now = identity(kind, obj)
         out.append((name, kind, now))

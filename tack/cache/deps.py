@@ -12,7 +12,7 @@ import builtins
 import types
 
 from ..fingerprints import class_fingerprint, class_id, func_id, function_fingerprint, value_identity
-from ..language import Constant, Func, intrinsic_of, lowers_to
+from ..language import Constant, Func, intrinsic_identity, lowers_to
 
 _MISSING = object()
 
@@ -71,7 +71,7 @@ def identity(kind: str, obj):
     if kind == "template":
         return class_fingerprint(obj) if isinstance(obj, type) else None
     if kind == "intrinsic":
-        return intrinsic_of(obj)          # (check_deps asks lowers_to(), which is cheaper)
+        return intrinsic_identity(obj)    # (check_deps asks lowers_to(), which is cheaper)
     if kind == "value":
         return value_identity(obj)
     return None

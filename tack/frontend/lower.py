@@ -25,7 +25,7 @@ from ..ir import MATH_FOLDS, float_folded, math_folded
 from ..api import Kernel
 from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
 from ..fingerprints import class_fingerprint, class_id, func_id, function_fingerprint, source_snapshot, value_identity
-from ..language import Constant, Func, intrinsic_of, python_number, wrapped_message
+from ..language import Constant, Func, intrinsic_identity, intrinsic_of, python_number, wrapped_message
 from ..errors import CompileError, SourceContext
 from ..types import Template
 
@@ -691,7 +691,7 @@ class _FunctionLowerer:
         elif isinstance(obj, type) and intrinsic_of(obj) is None:
             self.state.dep(self.fid, name, "template", class_fingerprint(obj))
         elif intrinsic_of(obj) is not None:
-            self.state.dep(self.fid, name, "intrinsic", intrinsic_of(obj))
+            self.state.dep(self.fid, name, "intrinsic", intrinsic_identity(obj))
         elif "." in name and value_identity(obj) is not None:
             # helpers.SCALE, a number compiled in as a literal: its value is a dependency
             self.state.dep(self.fid, name, "value", value_identity(obj))

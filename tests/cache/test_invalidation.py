@@ -720,3 +720,46 @@ def test_a_metaclass_gives_its_numbers_and_static_methods_not_its_plain_methods(
     # (abc.py is a file on Python 3.10; 3.11 and later freeze abc: ABCMeta's __new__, a static
     # method, was hashed there, reading it)
     assert not [s for s in sources if s.endswith("abc.py")], sources
+
+
+MATH_OR_NUMPY = """
+import sys
+import numpy as np
+import tack
+from {origin} import sqrt
+
+
+@tack.kernel
+def k(out, x):
+    i = tack.tid()
+    out[i] = x[i] * sqrt(2.0)
+
+
+x = np.array([1 / 3], dtype=np.float32)
+out = np.zeros(1)
+tack.launch(k, dim=1, args=(out, x))
+print(repr(float(out[0])))
+"""
+
+
+def test_math_sqrt_and_numpy_sqrt_are_two_dependencies(tmp_path):
+    """``from math import sqrt`` made ``from numpy import sqrt`` (or back): the record kept the
+    intrinsic's name alone, ``sqrt`` for both, and the next process was served the other's
+    code, which lowers otherwise (Python's math of a literal is a weak float, folded: x32 *
+    sqrt(2.0) a float32 product; NumPy's a float64).  Each now gives what a cold process does."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(
+        [str(tmp_path), os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]))
+    script = tmp_path / "job.py"
+
+    def run(origin, cache="write"):
+        script.write_text(MATH_OR_NUMPY.format(origin=origin))
+        p = subprocess.run([sys.executable, str(script)], env=dict(env, TACK_CACHE=cache),
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return p.stdout.strip()
+
+    cold = {origin: run(origin, "off") for origin in ("math", "numpy")}
+    assert cold["math"] != cold["numpy"]            # (else this test shows nothing)
+    for origin in ("math", "numpy", "math", "numpy"):
+        assert run(origin) == cold[origin], origin
