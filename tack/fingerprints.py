@@ -272,6 +272,14 @@ def _last_line(code) -> int:
 _CLASS_BOOKKEEPING = frozenset({"__firstlineno__"})
 
 
+def metaclass_attr_read(name: str, attr) -> bool:
+    """Whether a template reads ``name`` (``attr``) from its metaclass, and its fingerprint holds
+    it: a public static method, device function or number.  The front end refuses the others
+    (``frontend.lower``): a plain function there reaches the class as a bound method, and a
+    private name was read but never fingerprinted (a stale entry served when it changed)."""
+    return not name.startswith("_") and isinstance(attr, (staticmethod, Func, bool, int, float))
+
+
 def class_fingerprint(cls, _seen=frozenset(), _memo=None) -> str:
     """Hex digest (``tack.digests``) of a template class: its name, static methods and scalar
     attributes, and those its metaclass gives it (``class Meta(type): K = 2.0``: the front end
@@ -291,7 +299,7 @@ def class_fingerprint(cls, _seen=frozenset(), _memo=None) -> str:
             # reads, nor its special or private names (``__new__`` is a static method, and so is
             # 3.10's EnumMeta._get_mixins_): hashing ABCMeta's or EnumMeta's would read abc.py or
             # enum.py, which Python 3.11 freezes and 3.10 does not
-            if of_meta and (name.startswith("_") or not isinstance(attr, (staticmethod, Func, bool, int, float))):
+            if of_meta and not metaclass_attr_read(name, attr):
                 continue
             if isinstance(attr, staticmethod):
                 attr = attr.__func__

@@ -24,7 +24,8 @@ from .. import ir
 from ..ir import MATH_FOLDS, float_folded, math_folded
 from ..api import Kernel
 from ..limits import MAX_CALL_DEPTH, MAX_EXPR_DEPTH, MAX_TOTAL_DEPTH, deep
-from ..fingerprints import class_fingerprint, class_id, func_id, function_fingerprint, source_snapshot, value_identity
+from ..fingerprints import (class_fingerprint, class_id, func_id, function_fingerprint, metaclass_attr_read,
+                            source_snapshot, value_identity)
 from ..language import Constant, Func, intrinsic_identity, intrinsic_of, python_number, wrapped_message
 from ..errors import CompileError, SourceContext
 from ..types import Template
@@ -656,6 +657,12 @@ class _FunctionLowerer:
             attr = inspect.getattr_static(cls, e.attr, _MISSING)
             if attr is _MISSING:
                 raise self.error(f"template class {cls.__qualname__} has no attribute '{e.attr}'", e)
+            if not any(e.attr in vars(k) for k in cls.__mro__) and not metaclass_attr_read(e.attr, attr):
+                raise self.error(f"template class {cls.__qualname__}'s '{e.attr}' comes from its "
+                                 f"metaclass {type(cls).__qualname__}, of which Tack code reads "
+                                 "public static methods, device functions and numbers only (a "
+                                 "plain function there is a method Python binds to the class); "
+                                 f"define '{e.attr}' in the class", e)
             return _TemplateAttr((cls, attr, e.attr)), f"{e.value.id}.{e.attr}"
         elif isinstance(e.value, ast.Name) and e.value.id in self.locals:
             raise self.error(f"'{e.value.id}.{e.attr}' cannot be used in Tack code: "
