@@ -1775,14 +1775,6 @@ def k_starred_target(out):
     out[i] = a
 
 
-@tack.kernel
-def k_nested_def(out):
-    i = tack.tid()
-    def g(x):  # ERR def
-        return x
-    out[i] = 1.0
-
-
 PYTHON_NAMES = [
     (k_list_display, "a list display ([...]) is not supported in Tack code; use a tuple"),
     (k_fstring, "an f-string is not supported in Tack code; kernels have no strings"),
