@@ -89,6 +89,12 @@ build_sdist() {
   (cd "$scratch/sdist-src" && "$scratch/venv-sdist/bin/python" -m build --sdist --no-isolation \
      -o "$scratch/dist" . >&2) || return 1
   SDIST="$(ls "$scratch"/dist/tack-*.tar.gz)" || return 1
+  # The package, its LICENSE and README: no part of the test suite, which cannot run from it
+  # (setuptools shipped tests/test*.py alone, without conftest.py or the sub-suites).
+  if tar tzf "$SDIST" | grep -q '^tack-[^/]*/tests/'; then
+    echo "$SDIST holds tests/: MANIFEST.in prunes them" >&2
+    return 1
+  fi
   echo "$SDIST"
 }
 

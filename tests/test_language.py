@@ -2469,37 +2469,3 @@ def test_a_bare_ellipsis_statement_is_nothing_as_in_python():
     out = np.zeros(2)
     tack.launch(k_ellipsis_placeholder, dim=2, args=(x, out))
     assert out.tolist() == [0.0, -1.0]
-
-
-class _MetaWithPlainFunction(type):
-    def shift(x):                       # a method of the class, as Python binds it
-        return x + 10.0
-
-    _K = 2.0
-
-
-class _PolicyOfMeta(metaclass=_MetaWithPlainFunction):
-    pass
-
-
-@tack.kernel
-def k_metaclass_shift(out, P):
-    i = tack.tid()
-    out[i] = P.shift(1.0 * i)
-
-
-@tack.kernel
-def k_metaclass_private(out, P):
-    i = tack.tid()
-    out[i] = P._K
-
-
-@pytest.mark.parametrize("kern, attr", [(k_metaclass_shift, "shift"), (k_metaclass_private, "_K")])
-def test_what_a_metaclass_gives_that_no_fingerprint_holds_is_refused(kern, attr):
-    """A template's metaclass's plain function (which Python binds to the class: P.shift(1.0)
-    is Meta.shift(P, 1.0)) and private names were read by kernels, but left out of the class's
-    fingerprint: edited, the next process was served the code of before (a stale result).  They
-    are refused, naming the metaclass; its public static methods and numbers are read (above)."""
-    with pytest.raises(tack.CompileError, match=rf"_PolicyOfMeta's '{attr}' comes from its metaclass "
-                                                r"_MetaWithPlainFunction"):
-        tack.launch(kern, dim=3, args=(np.zeros(3), _PolicyOfMeta))
