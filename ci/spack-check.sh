@@ -149,6 +149,14 @@ aarch64_spec() {
 }
 step "spack spec py-tack target=neoverse_v1 (+bundles; aarch64 externals)" aarch64_spec
 
+# -- a family Tack builds no bundles for (big-endian POWER8): refused when concretized, not at install
+power8_spec() {
+  kit_scope "$S/ppc64-scope" 's/^(    - spec: .*)$/\1 target=ppc64/'
+  expect_failure "Tack's CPU backend builds bundles for x86_64, aarch64 and ppc64le" \
+    spack -C "$S/ppc64-scope" -c concretizer:targets:host_compatible:false spec py-tack target=power8
+}
+step "spack spec py-tack target=power8 (conflict: bundles for x86_64, aarch64, ppc64le only)" power8_spec
+
 # The real module tools, each in a clean shell (Lmod from apt; Environment Modules as ci/run-tests.sh
 # installs it).
 LMOD_INIT=/usr/share/lmod/lmod/init/bash

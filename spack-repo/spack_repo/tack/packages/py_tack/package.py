@@ -126,11 +126,14 @@ class PyTack(PythonPackage):
     conflicts("+cuda", when="platform=darwin", msg="CUDA is not available on macOS")
     conflicts("+rocm", when="platform=darwin", msg="ROCm is not available on macOS")
     conflicts("+spirv", when="platform=darwin", msg="Level Zero and OpenCL: Linux and Windows")
-    conflicts(
-        "+bundles",
-        when="target=riscv64:",
-        msg="Tack's CPU backend builds bundles for x86_64, aarch64 and ppc64le",
-    )
+    # each other family of archspec's (riscv64 alone was refused: big-endian ppc64 concretized,
+    # then its bundles failed to build at install time)
+    for _family in ("arm", "ppc", "ppc64", "ppcle", "riscv64", "sparc", "sparc64", "x86"):
+        conflicts(
+            "+bundles",
+            when=f"target={_family}:",
+            msg="Tack's CPU backend builds bundles for x86_64, aarch64 and ppc64le",
+        )
 
     @property
     def bundles_dir(self):
