@@ -437,3 +437,14 @@ def write_new(path: str, data: bytes) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _write_excl(path: str, data: bytes) -> None:
+    """``data`` written at ``path`` in place, unless something is there (``write_new`` on a file
+    system that makes no links: a full disk there may still leave it short)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)

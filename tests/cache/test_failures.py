@@ -262,3 +262,15 @@ def test_a_marker_a_full_disk_cut_is_not_left_empty_and_one_left_so_is_written_a
     assert marker.read_bytes() == trust.MARKER_TEXT and tag.read_bytes() == trust.CACHEDIR_TAG[1]
     from tack.cache import size
     assert size.is_version_dir(str(cache), version.name)
+
+
+def test_a_marker_on_a_file_system_without_links_is_written_in_place(tmp_path, monkeypatch):
+    """``write_new`` links a whole file into place; where the file system makes no links (EPERM:
+    some FUSE and FAT mounts) it writes in place, as before, and leaves no temporary file."""
+    import errno
+    def no_links(src, dst, **kw):
+        raise OSError(errno.EPERM, "Operation not permitted", src)
+    monkeypatch.setattr(trust.os, "link", no_links)
+    trust.write_new(str(tmp_path / "marker"), trust.MARKER_TEXT)
+    assert [p.name for p in tmp_path.iterdir()] == ["marker"]
+    assert (tmp_path / "marker").read_bytes() == trust.MARKER_TEXT
