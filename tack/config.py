@@ -84,8 +84,8 @@ class Config:
             # an integer of any kind (np.int64(2), as a launch's dim takes), kept as Python's
             import operator
             try:
-                n = None if isinstance(value, bool) or type(value).__name__ == "bool_" \
-                    else operator.index(value)
+                # (NumPy's bool is "bool_", or "bool" since NumPy 2, which some take as an index)
+                n = None if type(value).__name__ in ("bool", "bool_") else operator.index(value)
             except TypeError:
                 n = None
             if n is None or not 1 <= n <= MAX_THREADS:
