@@ -23,11 +23,10 @@ Imported only where an entry is rejected for its dependencies: a warm hit never 
 import os
 
 from . import log
-from ..language import intrinsic_identity, lowers_to
 from .deps import _MISSING, _resolve, check_deps, identity
 from .entry import LEVEL_NAMES, SUFFIX, DamagedEntry, decode, entry_path
 from .keys import digest
-from .trust import open_regular, read_fd
+from .trust import file_identity, read_regular
 
 
 def direct_identities(deps, kernel, recorded: bool = False) -> list:
@@ -45,13 +44,7 @@ def direct_identities(deps, kernel, recorded: bool = False) -> list:
             out.append((name, kind, then))
             continue
         obj = _resolve(fn, name)
-        if obj is _MISSING:
-            now = None
-        elif kind == "intrinsic":
-            now = then if lowers_to(obj, then) else intrinsic_identity(obj)
-        else:
-            now = identity(kind, obj)
-        out.append((name, kind, now))
+        out.append((name, kind, None if obj is _MISSING else identity(kind, obj)))
     return out
 
 
@@ -102,14 +95,9 @@ def keep_aside(disk, kind, level, rejected, then) -> None:
     if _holds(entry_path(disk.version_dir, kind, alt), kind, alt, rejected.meta["dep"]):
         return
     try:
-        fd, st = open_regular(rejected.path)
-        try:
-            if (st.st_ino, st.st_mtime_ns, st.st_size) != \
-                    (rejected.st.st_ino, rejected.st.st_mtime_ns, rejected.st.st_size):
-                return
-            data = read_fd(fd, st)
-        finally:
-            os.close(fd)
+        data, st = read_regular(rejected.path)
+        if file_identity(st) != file_identity(rejected.st):
+            return
         _, meta, payload = decode(data, kind, key)
     except (OSError, DamagedEntry):
         return
@@ -122,11 +110,6 @@ def keep_aside(disk, kind, level, rejected, then) -> None:
 def _holds(path, kind, key, deps) -> bool:
     """Whether the entry at ``path`` (of ``key``) is whole and its dependency record is ``deps``."""
     try:
-        fd, st = open_regular(path)
-        try:
-            data = read_fd(fd, st)
-        finally:
-            os.close(fd)
-        return decode(data, kind, key, only=("dep",))[1]["dep"] == deps
+        return decode(read_regular(path)[0], kind, key, only=("dep",))[1]["dep"] == deps
     except (OSError, DamagedEntry):
         return False

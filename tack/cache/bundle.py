@@ -50,7 +50,8 @@ from ..digests import hasher
 from . import _lock, count, log
 from .entry import HIT_FIELDS, MISSING, SUFFIX, DamagedEntry, Found, decode, decode_meta
 from .keys import shown_version, tack_version_id
-from .trust import TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, check_trusted, open_regular
+from .trust import (TMP_MARK, NotRegular, Untrusted, check_parents, check_stat, check_trusted, file_identity,
+                    open_regular)
 
 
 def _bisect(a, x, right: bool) -> int:
@@ -93,12 +94,6 @@ class BundleError(Exception):
     """A bundle that cannot be used at all, and why (``missing``: there is no file at its path)."""
 
     missing = False
-
-
-def file_identity(st) -> tuple:
-    """What tells a bundle file from another, or from itself rewritten: the device and inode (a
-    rename over it), its size and modification time (a write in place)."""
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _pread(fd: int, n: int, offset: int) -> bytes:

@@ -14,7 +14,7 @@ import time
 from . import _lock, count, log
 from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
 from .trust import (CACHEDIR_TAG, MARKER_TEXT, VERSION_MARKER, Untrusted, check_parents, ensure_private_dir, make_root,
-                    tag_new_root, touch_regular, write_atomic, write_new)
+                    file_identity, tag_new_root, touch_regular, write_atomic, write_new)
 
 
 def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:
@@ -144,8 +144,7 @@ def remove_if_unchanged(disk, path: str, st) -> None:
     if disk is None or not disk.writable or st is None:
         return
     try:
-        now = os.lstat(path)
-        if (now.st_ino, now.st_mtime_ns, now.st_size) == (st.st_ino, st.st_mtime_ns, st.st_size):
+        if file_identity(os.lstat(path)) == file_identity(st):
             os.unlink(path)
     except OSError:
         pass

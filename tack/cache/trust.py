@@ -74,6 +74,12 @@ def open_regular(path: str):
     return fd, st
 
 
+def file_identity(st) -> tuple:
+    """What tells a file from another, or from itself rewritten: the device and inode (a rename
+    over it), its size and modification time (a write in place)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def read_regular(path: str, limit: int = -1):
     """-> (bytes, fstat result) of the regular file ``path``: all of it, or its first ``limit`` bytes."""
     fd, st = open_regular(path)
