@@ -33,6 +33,20 @@ def warn(message: str, stacklevel: int = 1) -> None:
     warnings.warn(message, TackWarning, stacklevel=stacklevel + 1)
 
 
+def no_room(e) -> bool:
+    """Whether the exception ``e``, or one it was raised from or while handling, says that memory
+    or a device's resources ran out (``MemoryError``, or an error a runtime marked ``resource``:
+    an mmap refused, a driver's out-of-memory status), not that what was being loaded is at
+    fault: a cache entry that fails so is kept (``launch._load_hit``)."""
+    for _ in range(8):
+        if e is None:
+            return False
+        if isinstance(e, MemoryError) or getattr(e, "resource", False) is True:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 class CompileError(Exception):
     """A kernel could not be compiled: outside the language, a type error, an unknown name.
 

@@ -429,10 +429,11 @@ def _load_hit(session, kernel, runtime, device, hit):
         return runtime.load(hit.payload, hit.meta, device)
     except Exception as e:                  # noqa: BLE001 - a foreign or damaged entry, never a crash
         from .cache.stores_write import unusable
-        # No memory for its code (mmap refused): the entry is not at fault, and is kept
-        resource = isinstance(e, MemoryError) or getattr(e, "resource", False)
+        from .errors import no_room
+        # No memory for its code (mmap refused, a driver out of memory): the entry is not at
+        # fault, and is kept for the next process
         unusable(session, kernel, "variant", hit.found, f"does not load ({type(e).__name__}: {e})",
-                 counted_hit=True, keep=resource)
+                 counted_hit=True, keep=no_room(e))
         return None
 
 

@@ -469,6 +469,9 @@ def load(payload, meta: dict, device=None) -> CUDAKernel:
         try:
             kernel = _load_module(api, dev, cubin, entry, specs, len(params), "SASS")
         except CUDAError as e:
+            from ..errors import no_room
+            if no_room(e):                  # the device out of memory: not the cubin's fault
+                raise
             _refused(dev, label, e)
         else:
             kernel.code = "sass"

@@ -49,6 +49,7 @@ class DriverApi:
         if int(status) != 0:
             e = self.error(f"{name} failed: {self.error_text(status)}")
             e.status = int(status)
+            e.resource = e.status in self.no_room or e.status in self.sticky
             raise e
         return values[0] if len(values) == 1 else values
 
@@ -61,6 +62,10 @@ class DriverApi:
     # address, 702 launch timeout, 710 device-side assert, 714-718 stack, instruction,
     # alignment, address space, PC, 719 launch failure.
     sticky = frozenset((700, 702, 710, 714, 715, 716, 717, 718, 719))
+
+    # Out of memory (CUDA_ERROR_OUT_OF_MEMORY, hipErrorOutOfMemory: 2 in both): like a sticky
+    # error, a failure of the device, not of the code being loaded (``errors.no_room``).
+    no_room = frozenset((2,))
 
     # The most work-items a launch takes along an axis (blocks times threads), None: no limit
     # below the device's blocks per axis.

@@ -82,7 +82,18 @@ class LevelZeroUnavailable(RuntimeError):
 
 
 class LevelZeroError(RuntimeError):
-    """A module that does not build, a kernel the driver refuses, a failed launch."""
+    """A module that does not build, a kernel the driver refuses, a failed launch.  ``resource``:
+    the driver's status said the device or the host failed (lost, out of memory), not the code
+    (``errors.no_room``: a cache entry that fails to load so is kept)."""
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.resource = result in _NO_ROOM
+
+
+# The statuses of a device or host that failed, whatever was asked of it: lost, out of host or
+# device memory, in need of a reset, in a low-power state.
+_NO_ROOM = frozenset((0x70000001, 0x70000002, 0x70000003, 0x70000006, 0x70000007))
 
 
 # ---------------------------------------------------------------------------
@@ -345,7 +356,8 @@ class _Api:
     def __call__(self, name, *args, what=""):
         r = self.raw(name, *args)
         if r != ZE_RESULT_SUCCESS:
-            raise LevelZeroError(f"{name} failed: {result_name(r)}" + (f" ({what})" if what else ""))
+            raise LevelZeroError(f"{name} failed: {result_name(r)}" + (f" ({what})" if what else ""),
+                                 r)
 
 
 # ---------------------------------------------------------------------------
@@ -754,7 +766,7 @@ def load(payload: bytes, meta: dict, device=None) -> LevelZeroKernel:
         if module is None:
             tried = f"the native code was refused ({refused}); " if refused else ""
             raise LevelZeroError(f"module for '{entry}' does not build on {dev.name}: {tried}"
-                                 f"zeModuleCreate from SPIR-V: {result_name(r)}\n{log}".rstrip())
+                                 f"zeModuleCreate from SPIR-V: {result_name(r)}\n{log}".rstrip(), r)
         fmt = "spirv"
         from_driver = _native_binary(dev, module)
     kernel = _H()
@@ -763,7 +775,7 @@ def load(payload: bytes, meta: dict, device=None) -> LevelZeroKernel:
         stype=ZE_STRUCTURE_TYPE_KERNEL_DESC, pKernelName=name)), ctypes.byref(kernel))
     if r != ZE_RESULT_SUCCESS:
         api.raw("zeModuleDestroy", module)
-        raise LevelZeroError(f"module has no kernel '{entry}' ({result_name(r)})")
+        raise LevelZeroError(f"module has no kernel '{entry}' ({result_name(r)})", r)
     props = ze_kernel_properties_t(stype=ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES)
     limit = None
     if dev.kernel_max_group:            # the kernel's own limit (its registers, its barriers)

@@ -84,7 +84,14 @@ class OpenCLUnavailable(RuntimeError):
 
 
 class OpenCLError(RuntimeError):
-    """A SPIR-V program that does not build, or a launch that OpenCL refuses."""
+    """A SPIR-V program that does not build, or a launch that OpenCL refuses.  ``resource``: the
+    runtime said it ran out of memory or resources, not that the program is at fault
+    (``errors.no_room``: a cache entry that fails to load so is kept)."""
+
+    def __init__(self, message, cause=None):
+        super().__init__(message)
+        # CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES, CL_OUT_OF_HOST_MEMORY
+        self.resource = getattr(cause, "code", None) in (-4, -5, -6)
 
 
 # ---------------------------------------------------------------------------
@@ -536,18 +543,19 @@ def load(payload: bytes, meta: dict, device=None) -> OpenCLKernel:
         try:
             program = cl.Program(dev.context, bytes(payload))
         except cl.Error as e:
-            raise OpenCLError(f"OpenCL does not take this SPIR-V ({e})") from None
+            raise OpenCLError(f"OpenCL does not take this SPIR-V ({e})", e) from None
         try:
             program = _build(cl, dev, program)
         except cl.Error as e:
-            raise OpenCLError(f"SPIR-V program for '{entry}' does not build on {dev.name}: {e}") from None
+            raise OpenCLError(f"SPIR-V program for '{entry}' does not build on {dev.name}: {e}",
+                              e) from None
     build_log = program.get_build_info(dev.device, cl.program_build_info.LOG)
     try:
         kernel = cl.Kernel(program, entry)
     except cl.Error as e:
         names = program.get_info(cl.program_info.KERNEL_NAMES)
-        raise OpenCLError(f"SPIR-V program has no kernel '{entry}' (it has: {names or 'none'}; {e})") \
-            from None
+        raise OpenCLError(f"SPIR-V program has no kernel '{entry}' (it has: {names or 'none'}; {e})",
+                          e) from None
     k = OpenCLKernel(dev, program, kernel, entry, specs, build_log)
     k.format, k.native_refused, k.spirv = fmt, refused, bytes(payload)
     check_entry_params(entry, specs, k.num_args, OpenCLError)

@@ -245,6 +245,7 @@ class FakeCuda:
     class CUresult(enum.IntEnum):
         CUDA_SUCCESS = 0
         CUDA_ERROR_INVALID_VALUE = 1
+        CUDA_ERROR_OUT_OF_MEMORY = 2
         CUDA_ERROR_NO_DEVICE = 100
         CUDA_ERROR_INVALID_CONTEXT = 201
         CUDA_ERROR_NO_BINARY_FOR_GPU = 209
@@ -1191,6 +1192,7 @@ else:
     enum = hip.hipError_t
 names = {int(getattr(enum, n)): n for n in dir(enum) if n.startswith(("CUDA_ERROR", "hipError"))}
 print(json.dumps({c: names.get(c) for c in sorted(DriverApi.sticky)}))
+print(json.dumps({c: names.get(c) for c in sorted(DriverApi.no_room)}))
 """
 
 
@@ -1199,18 +1201,22 @@ print(json.dumps({c: names.get(c) for c in sorted(DriverApi.sticky)}))
 def test_the_sticky_codes_are_the_bindings_kernel_faults(binding):
     """Every code the runtimes treat as sticky is, in the installed cuda-python and in each
     hip-python release (ci/run-tests.sh installs them), a kernel fault, named as above; HIP
-    defines none of CUDA's 714-718, so none of its other errors is taken for sticky."""
+    defines none of CUDA's 714-718, so none of its other errors is taken for sticky.  The one
+    out-of-memory code (``DriverApi.no_room``) is each binding's own."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     kind, _, where = binding.partition(":")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (where, root) if p))
     run = subprocess.run([sys.executable, "-c", _NAMES, kind], env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
-    got = {int(k): v for k, v in json.loads(run.stdout.strip().splitlines()[-1]).items()}
+    sticky, no_room = ({int(k): v for k, v in json.loads(line).items()}
+                       for line in run.stdout.strip().splitlines()[-2:])
     if kind == "cuda":
-        assert got == CUDA_FAULTS
+        assert sticky == CUDA_FAULTS
+        assert no_room == {2: "CUDA_ERROR_OUT_OF_MEMORY"}
     else:
-        assert {c: n for c, n in got.items() if n is not None} == HIP_FAULTS
+        assert {c: n for c, n in sticky.items() if n is not None} == HIP_FAULTS
+        assert no_room == {2: "hipErrorOutOfMemory"}
 
 
 def _hip_saxpy(fake_hip):
@@ -1731,3 +1737,32 @@ def test_an_interface_naming_no_stream_is_ordered_after_the_legacy_stream(fake_c
     fake_cuda.calls.clear()
     cr.launch(k, art.meta, (np.float32(3), ForeignArray(ptr, (64,), "<f4"), torch_like, out), (64,))
     assert sum(1 for c in fake_cuda.calls if c == ("cuStreamSynchronize", 1)) == 1
+
+
+def test_an_entry_the_driver_has_no_memory_to_load_is_kept(fake_cuda, tmp_path, monkeypatch):
+    """A stored entry that the driver refuses for want of memory (CUDA_ERROR_OUT_OF_MEMORY at
+    cuModuleLoadDataEx, SASS and PTX alike) is not at fault: the launch says the driver's error,
+    no file of the cache directory is removed, and once memory is back the next process loads
+    the stored cubin.  (Such an entry was counted damaged and deleted.)"""
+    from tack.backends.gpu import unpack_cuda
+    monkeypatch.setattr(cr, "_refused_by", {})
+    x = np.zeros(64, np.float32)
+    sass = sass_artifacts(fake_cuda, saxpy, (np.float32(2), x, x, x), ("sm_90",))
+    cache = tmp_path / "oom"
+    tack.aot.save(list(sass.values()), str(cache))
+    before = sorted(p for p in cache.rglob("*") if p.is_file())
+    monkeypatch.setenv("TACK_CACHE_DIR", str(cache))
+    tack.cache._reset_for_tests()
+    saxpy._variants.clear()
+    fake_cuda.fail["cuModuleLoadDataEx"] = FakeCuda.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+    xs = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    with pytest.raises(cr.CUDAError, match="CUDA_ERROR_OUT_OF_MEMORY"):
+        tack.launch(saxpy, 64, (np.float32(2), xs, xs, out), device="cuda")
+    assert sorted(p for p in cache.rglob("*") if p.is_file()) == before
+    assert tack.cache.stats()["damaged"] == 0
+    assert cr._refused_by == {}                      # nor is the SASS taken for refused
+    fake_cuda.fail.clear()
+    fake_cuda.calls.clear()
+    launch_from([], tmp_path, monkeypatch, "oom")   # the next process, memory back
+    assert loaded_images(fake_cuda) == [unpack_cuda(sass["sm_90"].payload)[1]]

@@ -550,6 +550,23 @@ def test_neither_part_builds_is_one_error_naming_both(fake):
     assert "undefined symbol" in msg
 
 
+def test_a_device_out_of_memory_is_no_fault_of_the_module(fake):
+    """zeModuleCreate out of device memory: the load's error says so and is marked ``resource``
+    (errors.no_room), so a launch keeps the cache entry it was loading; a build failure is the
+    module's fault, and is not."""
+    from tack.errors import no_room
+    fake(native_result=zrt.ZE_RESULT_ERROR_INVALID_NATIVE_BINARY, spirv_result=0x70000003,
+         num_args=10)
+    with pytest.raises(zrt.LevelZeroError, match="ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY") as e:
+        zrt.load(pack_level_zero(SPIRV, NATIVE), SAXPY_META)
+    assert no_room(e.value)
+    fake(native_result=zrt.ZE_RESULT_ERROR_INVALID_NATIVE_BINARY,
+         spirv_result=zrt.ZE_RESULT_ERROR_MODULE_BUILD_FAILURE, num_args=10)
+    with pytest.raises(zrt.LevelZeroError) as e:
+        zrt.load(pack_level_zero(SPIRV, NATIVE), SAXPY_META)
+    assert not no_room(e.value)
+
+
 def test_load_refusals(fake):
     f = fake(num_args=10)
     with pytest.raises(zrt.LevelZeroError, match="no kernel 'missing'"):

@@ -737,3 +737,17 @@ def test_bad_programs_are_clear_errors(device, spirv):
         ocl.load(binary, {**meta, "argspec": [["array:complex:1:C:r"]]})
     with pytest.raises(ocl.OpenCLError, match="names no entry point"):
         ocl.load(binary, {"argspec": meta["argspec"]})
+
+
+def test_out_of_memory_is_no_fault_of_the_program(device, spirv):
+    """An OpenCL error saying memory or resources ran out (pyopencl's own MemoryError, its code
+    CL_OUT_OF_HOST_MEMORY) marks the load's OpenCLError ``resource`` (errors.no_room: a launch
+    keeps the cache entry it was loading); a program the runtime refuses is the program's fault."""
+    from tack.errors import no_room
+    cl = device.cl
+    binary, meta = next(iter(spirv.values()))
+    oom = cl.MemoryError(cl._cl._ErrorRecord("clBuildProgram", -6, "out of host memory"))
+    assert no_room(ocl.OpenCLError("does not build", oom))
+    with pytest.raises(ocl.OpenCLError) as e:
+        ocl.load(binary, dict(meta, entry="missing"))
+    assert "no kernel 'missing'" in str(e.value) and not no_room(e.value)
