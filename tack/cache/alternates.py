@@ -54,10 +54,12 @@ def alternate_key(key: str, direct: list) -> str:
     return digest("alternate", ("key", key), ("direct", direct))
 
 
-def find(session, kernel, templates, kind, key, level, targets, rejected, stage):
+def find(session, kernel, templates, kind, key, level, targets, rejected, stage, lowered=None):
     """After ``rejected`` (the ``Found`` entry of ``key``: a str, or a variant's function of the
     target key) failed its dependency check: keep it aside (``keep_aside``) and -> the entry under
-    the alternate key of this process's direct dependencies, if there and current; else None."""
+    the alternate key of this process's direct dependencies, if there and current; else None.
+    A variant found so and marked used marks its copy's lowered kernel too, under the alternate
+    key of ``lowered`` (the variant's lowered key), as a hit at the key marks the key's."""
     deps = rejected.meta["dep"]
     now = direct_identities(deps, kernel)
     then = direct_identities(deps, kernel, recorded=True)
@@ -79,6 +81,10 @@ def find(session, kernel, templates, kind, key, level, targets, rejected, stage)
         return None
     log.debug("kernel '%s': %s of another copy of its text under its key; its own found under "
               "the alternate key", kernel.__qualname__, LEVEL_NAMES[level])
+    if found.marked and lowered is not None:
+        from .entry import KIND_LOWERED
+        from .stores_write import mark_used
+        mark_used(session.disk, KIND_LOWERED, alternate_key(lowered, now))
     return found
 
 

@@ -373,7 +373,7 @@ class Session:
 
     def _find_variant(self, kernel, templates, keys, targets, stage):
         found = self._read_current(kernel, templates, KIND_VARIANT, keys.for_target, "variant", targets,
-                                   stage)
+                                   stage, keys.lowered)
         if found is None:
             return None
         from ..errors import BoundsSite
@@ -395,8 +395,10 @@ class Session:
         log.debug("kernel '%s': loaded from the cache", kernel.__qualname__)
         return Hit(found.meta, found.payload, sites, found)
 
-    def _read_current(self, kernel, templates, kind, key, level, targets=(), stage=_no_stage):
-        """-> the ``Found`` entry whose dependency record still holds; None on a miss."""
+    def _read_current(self, kernel, templates, kind, key, level, targets=(), stage=_no_stage,
+                      lowered=None):
+        """-> the ``Found`` entry whose dependency record still holds; None on a miss.
+        ``lowered``: a variant's lowered key (an alternate variant marks its own lowered kernel)."""
         name = kernel.__qualname__
         found, why = self.read(kind, key, level, targets)
         stage("read")
@@ -413,7 +415,8 @@ class Session:
             # Another copy of the kernel's text (its helper differs): its own entry may be under
             # an alternate key, and this one is kept under its own (``alternates``).
             from .alternates import find
-            alternate = find(self, kernel, templates, kind, key, level, targets, found, stage)
+            alternate = find(self, kernel, templates, kind, key, level, targets, found, stage,
+                             lowered)
             if alternate is not None:
                 return alternate
             count(self.stats, "rejected")

@@ -3,7 +3,7 @@ turn with one cache: each is served its own entry (``tack.cache.alternates``).""
 
 import pytest
 
-from .conftest import KMOD, check_results, edit, entry_files, expect_main, run_child, run_cli, write_module
+from .conftest import EXPECTED, KMOD, check_results, edit, entry_files, expect_main, run_child, run_cli, write_module
 from .test_warm import NO_FRONT_END
 
 LAUNCH = [{"kernel": "k_main", "n": 5}]
@@ -65,6 +65,31 @@ def test_a_process_that_does_not_write_is_served_from_the_alternate_and_writes_n
     assert reader.stats["compiled"] == 0 and reader.stats["hits"]["variant"] == 1, reader.stats
     after = {p: p.stat().st_mtime_ns for p in entry_files(cache_dir)}
     assert after == before
+
+
+def test_a_variant_served_from_its_alternate_marks_its_own_lowered_kernel_used(tmp_path, cache_dir):
+    """A and B stored, every entry last used two days ago; A's next run is served its variant from
+    the alternate key, and marks used its own lowered kernel (kept aside under the lowered key's
+    alternate), not only the key's, B's: the size limit would otherwise delete A's lowered
+    kernel first, and A's next new shape would run the front end again."""
+    import os
+    import time
+    (old, new), b_gives = COPIES["device function"]
+    a = write_module(tmp_path / "a", KMOD)
+    b = write_module(tmp_path / "b", edit(KMOD, old, new))
+    for src in (a, b, a, b):
+        run = run_child(cache_dir, src, LAUNCH)
+        check_results(run, {"k_main": b_gives} if src == b else EXPECTED)
+    lowered = [p for p in entry_files(cache_dir) if p.parts[-3] == "lowered"]
+    assert len(lowered) == 2, lowered                    # B's at the key, A's kept aside
+    then = time.time() - 2 * 86400
+    for p in entry_files(cache_dir):
+        os.utime(p, (then, then))
+    served = run_child(cache_dir, a, LAUNCH)
+    check_results(served)
+    assert served.stats["hits"]["variant"] == 1 and served.stats["compiled"] == 0, served.stats
+    assert all(p.stat().st_mtime > then + 86400 for p in lowered), \
+        [(p.name, p.stat().st_mtime - then) for p in lowered]
 
 
 def test_an_edited_helper_still_replaces_the_entry_and_a_deeper_change_has_no_alternate(tmp_path, cache_dir):
