@@ -26,6 +26,24 @@ from .digests import hasher
 from .fingerprints import class_fingerprint
 
 
+# What a compile imports inside its functions: the front end, code generation (with LLVM's
+# binding, through the CPU backend), the metadata's helpers, and storing its entries.  A launch
+# imports them all at the process's first compile (``import_all``), under the lock a fork waits
+# for (``launch._imports``): a fork while another thread was inside one of them left the child
+# that module's import lock, held by a thread it does not have, and its first compile hung.
+COMPILE_MODULES = ("tack.frontend.lower", "tack.specialize", "tack.codegen", "tack.gridcheck",
+                   "tack.sourcefiles", "tack.backends.cpu", "tack.backends.gpu", "tack.archs",
+                   "tack.cache.stores_write", "tack.cache.size", "tack.cache.bundle",
+                   "tack._image_write")
+
+
+def import_all() -> None:
+    """Import ``COMPILE_MODULES``."""
+    import importlib
+    for name in COMPILE_MODULES:
+        importlib.import_module(name)
+
+
 class Artifact(NamedTuple):
     """A compiled variant: its cache key, the bytes a backend's runtime loads (object code, PTX
     text, a code object, SPIR-V with native code, MSL source), the entry point's name, the

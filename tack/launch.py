@@ -129,19 +129,20 @@ _attempts = {}
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_attempts.clear)
 
-# The process's first compile imports Tack's modules a first call needs (``_first_imports``).
-# A fork while another thread is inside those imports left the child one of Python's module
-# locks held by a thread it does not have: its first launch hung for good.  So a fork waits for
-# them (``os.register_at_fork``), as it waits for an LLVM call under way.  ``_importer``: the
-# thread inside them; None once they are done (``_imported``).
+# The process's first launch imports Tack's modules a first call needs (``_first_imports``),
+# and its first compile the compiler's (``compiler.import_all``).  A fork while another thread
+# is inside those imports left the child one of Python's module locks held by a thread it does
+# not have: its first launch hung for good.  So a fork waits for them (``os.register_at_fork``),
+# as it waits for an LLVM call under way.  ``_importer``: the thread inside them; ``_imported``:
+# how many of the two are done.
 _imports_lock = _thread.allocate_lock()
 _importer = None
-_imported = False
+_imported = 0
 _fork_holds = []
 
 
 def _before_fork():
-    if not _imported and _importer != _thread.get_ident():  # (not a fork from inside them)
+    if _imported < 2 and _importer != _thread.get_ident():  # (not a fork from inside them)
         _imports_lock.acquire()
         _fork_holds.append(True)
 
@@ -158,26 +159,36 @@ if hasattr(os, "register_at_fork"):
 
 def _first_imports(device):
     """-> (``tack.cache``, ``tack.cache.keys``, the device's kind and runtime), importing what a
-    first call needs, the process's first time under ``_imports_lock``, which a fork waits for.
-    A launch that comes back into them on the same thread (a signal handler's, run between two of
-    their byte codes) would find modules half made (``ImportError: cannot import name ... from
-    partially initialized module``): a RuntimeError says so instead.  ValueError for a device
-    there is none of (``runtime_for``)."""
+    first call needs.  ValueError for a device there is none of (``runtime_for``)."""
+    return _imports(1, _import_modules, device)
+
+
+def _imports(phase, make, *args):
+    """``make(*args)``, which imports modules: the process's first time (``phase`` 1: a launch's,
+    2: a compile's) under ``_imports_lock``, which a fork waits for.  A launch that comes back into
+    them on the same thread (a signal handler's, run between two of their byte codes) would find
+    modules half made (``ImportError: cannot import name ... from partially initialized
+    module``): a RuntimeError says so instead."""
     global _importer, _imported
-    if _imported:
-        return _import_modules(device)
+    if _imported >= phase:
+        return make(*args)
     if _importer == _thread.get_ident():
         raise RuntimeError("tack.launch from a signal handler (or a finalizer) that ran while this "
-                           "process's first launch imported Tack's modules; launch a kernel once "
-                           "before installing the handler")
+                           "process's first launch (or first compile) imported Tack's modules; "
+                           "launch a kernel once before installing the handler")
     with _imports_lock:
         _importer = _thread.get_ident()
         try:
-            got = _import_modules(device)
+            got = make(*args)
         finally:
             _importer = None
-    _imported = True
+        _imported = max(_imported, phase)
     return got
+
+
+def _import_compiler():
+    from .compiler import import_all
+    import_all()
 
 
 def _import_modules(device):
@@ -330,6 +341,7 @@ def _compile(kernel, dims, args, device, debug):
             fn, sites, meta = found
             return _variant(runtime, kernel, typed, debug, fn, sites, meta["dep"], meta, stage)
 
+    _imports(2, _import_compiler)
     from .compiler import compile_variant, lower
     lkey = keys.lowered if keys else None
     lowered = lower(kernel, typed.templates, debug, session, lkey, stage)

@@ -576,6 +576,6 @@ def test_a_signal_handlers_launch_inside_the_first_launchs_imports_says_so(tmp_p
     assert p.stdout.splitlines() == [
         "main True",
         "handler RuntimeError: tack.launch from a signal handler (or a finalizer) that ran while "
-        "this process's first launch imported Tack's modules; launch a kernel once before "
+        "this process's first launch (or first compile) imported Tack's modules; launch a kernel once before "
         "installing the handler",
         "handler ran"], p.stdout + p.stderr[-2000:]

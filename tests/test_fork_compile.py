@@ -234,11 +234,12 @@ if sys.argv[1] == "prime":          # the kernel stored: the first launch below 
     tack.launch(first, dim=8, args=(np.zeros(8),))
     sys.exit(0)
 paused, go = threading.Event(), threading.Event()
+inside = os.path.join(*sys.argv[2].split("/"))
 
 
-def tracer(frame, event, arg):      # the thread stops inside the body of tack.cache.stores
+def tracer(frame, event, arg):      # the thread stops inside the body of that module
     if event == "call" and frame.f_code.co_name == "<module>" and \
-            frame.f_code.co_filename.endswith(os.path.join("cache", "stores.py")):
+            frame.f_code.co_filename.endswith(inside):
         paused.set()
         go.wait(3.0)                # (a fork that waits for the imports waits for this)
     return None
@@ -251,7 +252,7 @@ def first_launch():
 
 t = threading.Thread(target=first_launch)
 t.start()
-assert paused.wait(60), "the first launch never imported tack.cache.stores"
+assert paused.wait(60), "the first launch never imported " + inside
 pid = os.fork()
 if pid == 0:
     faulthandler.dump_traceback_later(30, exit=True)
@@ -266,14 +267,57 @@ print("child", os.waitstatus_to_exitcode(status))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork does not exist on this platform")
-def test_child_forked_while_a_thread_makes_the_first_launchs_imports_launches(tmp_path):
+@pytest.mark.parametrize("primed,inside", [(True, "cache/stores.py"), (False, "codegen.py"),
+                                           (False, "llvmlite/binding/targets.py")])
+def test_child_forked_while_a_thread_makes_the_first_launchs_imports_launches(tmp_path, primed,
+                                                                              inside):
     """A fork while another thread was inside the process's first launch's imports of Tack's
-    modules (tack.cache.stores here) left the child that module's import lock, held by a thread it
-    does not have: the child's first launch hung for good.  A fork now waits for those imports:
-    all a launch that loads its kernel from the cache makes (a compile imports the compiler's
-    later, outside them: a fork then is not covered, docs/language.md)."""
-    primed = run_script(tmp_path, "fork_in_imports.py", FORK_INSIDE_THE_FIRST_IMPORTS, "prime")
-    assert primed.returncode == 0, primed.stderr[-3000:]
-    p = run_script(tmp_path, "fork_in_imports.py", FORK_INSIDE_THE_FIRST_IMPORTS, "fork", timeout=240)
+    modules (tack.cache.stores here, the kernel stored) left the child that module's import
+    lock, held by a thread it does not have: the child's first launch hung for good.  A fork now
+    waits for those imports, and for those of the process's first compile (the kernel not
+    stored: tack.codegen, LLVM's binding): a child's launch then compiles."""
+    if primed:
+        done = run_script(tmp_path, "fork_in_imports.py", FORK_INSIDE_THE_FIRST_IMPORTS, "prime",
+                          inside)
+        assert done.returncode == 0, done.stderr[-3000:]
+    p = run_script(tmp_path, "fork_in_imports.py", FORK_INSIDE_THE_FIRST_IMPORTS, "fork", inside,
+                   timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip().splitlines()[-1] == "child 0", (p.stdout, p.stderr[-3000:])
+
+
+COMPILE_IMPORTS_ALL = r"""
+import importlib, sys
+import numpy as np
+import tack
+from tack.kernels import contour as mc
+
+launch = importlib.import_module("tack.launch")
+
+
+@tack.kernel
+def saxpy(x, y, a):
+    i = tack.tid()
+    y[i] = a * x[i] + y[i]
+
+
+launch._first_imports("cpu")
+launch._imports(2, launch._import_compiler)
+field = np.random.default_rng(1).random((9, 9, 9), dtype=np.float32)
+before = set(sys.modules)
+x = np.arange(8.0)
+tack.launch(saxpy, dim=8, args=(x, x.copy(), 2.0))
+mc.contour(field, 0.5)
+print(sorted(set(sys.modules) - before))
+"""
+
+
+@pytest.mark.parametrize("cache", ["write", "off"])
+def test_a_compile_imports_nothing_after_the_imports_a_fork_waits_for(tmp_path, cache):
+    """``compiler.COMPILE_MODULES``, which a fork waits for at the first compile, is all a compile
+    imports: after them, compiling saxpy and the contour's kernels (and storing them) imports no
+    module, so none is left half made in a child forked meanwhile."""
+    script = f"import os\nos.environ['TACK_CACHE'] = '{cache}'\n" + COMPILE_IMPORTS_ALL
+    p = run_script(tmp_path, "compile_imports.py", script)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "[]", p.stdout
