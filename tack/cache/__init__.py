@@ -56,11 +56,12 @@ def parse_size(text) -> int | None:
     if unit == 1 and "." in number:
         raise ValueError(f"{text!r} is not a size: a number of bytes is whole (use K, M, G or T "
                          "for a fraction of a larger unit, e.g. 1.5G)")
-    if len(number) > 24:                # float() of hundreds of digits is inf; int(inf) raises
-        raise SizeTooLarge(f"{text.strip()[:32]}... is too large a size: the most is "
-                         f"{MAX_SIZE_SHOWN}")
     whole, _, frac = number.partition(".")
-    size = int(whole) * unit + (int(float("0." + frac) * unit) if frac else 0)
+    whole = whole.lstrip("0") or "0"
+    if len(whole) > 24:                 # past any bound (and int() of thousands of digits raises)
+        return _bounded_size(MAX_SIZE + 1, text.strip())
+    frac = frac[:24]                    # (digits past these are under a byte of a T)
+    size = int(whole) * unit + (int(frac) * unit // 10 ** len(frac) if frac else 0)
     return _bounded_size(size, text.strip())
 
 
@@ -78,9 +79,14 @@ class SizeTooLarge(ValueError):
 def _bounded_size(size: int, shown) -> int:
     if size > MAX_SIZE:
         shown = str(shown) if len(str(shown)) <= 32 else str(shown)[:24] + "..."
-        raise SizeTooLarge(f"{shown} is too large a size: the most is {MAX_SIZE_SHOWN} "
-                         "(or 'unlimited')")
+        raise SizeTooLarge(too_large(repr(shown)))
     return size
+
+
+def too_large(shown: str) -> str:
+    """What a size past ``MAX_SIZE`` says, for ``TACK_CACHE_SIZE``, ``--max-size``, ``configure``
+    and the site config alike (``shown``: the size as given, quoted)."""
+    return f"{shown} is too large a size (at most {MAX_SIZE_SHOWN}; use 'unlimited' for no limit)"
 
 
 def format_size(n: int | None) -> str:

@@ -16,7 +16,7 @@ import yaml
 
 from ..archs import ArchError
 from ..backends.arch_names import KINDS as ARCH_KINDS
-from ..cache import MAX_SIZE_SHOWN, MODES, SizeTooLarge, parse_size
+from ..cache import MODES, SizeTooLarge, parse_size, too_large
 from .errors import SiteConfigError
 
 # Each key: (kind, required, description).  kind: "str", "size", "mode", "int",
@@ -476,8 +476,7 @@ class _Validator:
             try:
                 parse_size(value)
             except SizeTooLarge:
-                self.fail(node, keypath, f"{shown(value)} is too large a size (at most "
-                          f"{MAX_SIZE_SHOWN}; use 'unlimited' for no limit)")
+                self.fail(node, keypath, too_large(shown(value)))
                 return _BAD
             except ValueError as e:
                 why = str(e)        # parse_size's message names the value itself

@@ -173,15 +173,27 @@ def test_parse_size_rejects(text):
 # "the most is 8388608.0 TiB": format_size rounded 2^63 - 1 up, to a size it refuses itself
 @pytest.mark.parametrize("text, shown", [
     ("8388608T", "8388608T"), ("9223372036854775808", "9223372036854775808"),
-    (1 << 63, "9223372036854775808"), ("9" * 30, "9" * 30 + "...")])
+    (1 << 63, "9223372036854775808"), ("9" * 30, "9" * 30), ("9" * 40, "9" * 24 + "..."),
+    (" 8388608T ", "8388608T")])
 def test_too_large_size_names_the_bound_exactly(text, shown):
-    """A size past the bound says the bound exactly, and the largest whole T the parser takes."""
+    """A size past the bound says the bound exactly, and the largest whole T the parser takes, in
+    the words the site config's check uses too."""
     with pytest.raises(cfg.SizeTooLarge) as e:
         cfg.parse_size(text)
-    tail = "" if shown.endswith("...") else " (or 'unlimited')"
-    assert str(e.value) == (f"{shown} is too large a size: the most is 9223372036854775807 bytes, "
-                            f"8388607T in whole T{tail}")
+    assert str(e.value) == (f"'{shown}' is too large a size (at most 9223372036854775807 bytes, "
+                            f"8388607T in whole T; use 'unlimited' for no limit)")
     assert cfg.parse_size("8388607T") <= cfg.parse_size("9223372036854775807") == cfg.MAX_SIZE
+
+
+@pytest.mark.parametrize("text, size", [
+    ("1.50000000000000000000000G", 3 << 29), ("1.5000000000000000000000G", 3 << 29),
+    ("0.0000000000000000000000001T", 0), ("000000000000000000000000000001K", 1024),
+    ("0.1K", 102), ("8388606.99999999999999999999999T", (8388607 << 40) - 1)])
+def test_digits_past_a_bytes_worth_are_no_larger_size(text, size):
+    """Many digits are not a large size: fraction digits and leading zeros counted as if they were
+    (over 24 digits: 'too large', and the default used instead).  A fraction of a unit is whole
+    bytes, rounded down, exactly (no float)."""
+    assert cfg.parse_size(text) == size
 
 
 @hypothesis_settings(deadline=None)    # (one example stalled 200 ms on a busy machine: not a failure)
