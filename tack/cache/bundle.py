@@ -663,6 +663,14 @@ class BundleStore:
             log.debug("%s %s: %d entries", self.label, self.path, len(self.bundle))
         except BundleError as e:
             self._failed = True
+            # A file there that cannot be used (a ``cp`` over it half done, another version's):
+            # a later lookup opens it again once it has changed (``_reopen``), as for a file
+            # replaced after it was opened; none there stays none (no lstat a lookup)
+            if not e.missing:
+                try:
+                    self._gone = file_identity(os.stat(self.path, follow_symlinks=False))
+                except OSError:
+                    pass
             # none there: the open said so (no lstat to ask again), or the directory's check failed
             # for a directory that is not there either (a new user's, one a site fills later)
             if self.quiet and (e.missing or not os.path.lexists(self.path)):
@@ -737,7 +745,9 @@ class BundleStore:
             log.debug("%s %s replaced, not usable now: %s", self.label, path, e)
             why = site_reason(e)
             why = why[len(path):].lstrip() if why.startswith(path + " ") else f"cannot be used ({why})"
-            self.warn_once(f"the {self.label} {path} was replaced while this process had it open, "
+            what = ("was replaced while this process had it open" if old is not None else
+                    "changed since this process found it unusable")
+            self.warn_once(f"the {self.label} {path} {what}, "
                            f"and the file there now {why}: its kernels compile until it is whole "
                            "again (replace a bundle by renaming a whole new file over it, as pack "
                            "and bundles build do, not by writing over it in place)")
@@ -771,6 +781,7 @@ class SiteBundleStore:
         self.site_bundles = site_bundles
         self.stores = None
         self._read = {}
+        self._bad = {}                  # name -> file_identity of a bundle whose header failed
         self._listed = False            # the directory's bundle names once listed (None: unlistable)
         if chosen is not None:          # [(arch, target key, Bundle)] load_bundle gave: no file opened
             self.stores = [BundleStore(stats, warn_once, loaded=b, allow_root=True,
@@ -821,6 +832,11 @@ class SiteBundleStore:
             except BundleError as e:
                 self.warn_once(f"not using the site bundle {name}: {site_reason(e)}")
                 b = None
+                if not e.missing:       # read again once it has changed (``_changed``)
+                    try:
+                        self._bad[name] = file_identity(os.stat(path, follow_symlinks=False))
+                    except OSError:
+                        pass
             else:
                 count(self.stats, "bytes_read", b.bytes_read)   # its head, header and index table, no more
                 count(self.stats, "load_seconds", time.perf_counter() - t0)
@@ -870,8 +886,33 @@ class SiteBundleStore:
     def read(self, kind, key, level, targets=()):
         if self.stores is None:
             self._open()
-        for store in self.stores:
-            found, _ = store.read(kind, key, level, targets)
-            if found is not None:
-                return found, ""
+        for again in (False, True):
+            for store in self.stores:
+                found, _ = store.read(kind, key, level, targets)
+                if found is not None:
+                    return found, ""
+            # a bundle unusable then (a cp over it) has changed: choose again, and look once more
+            if again or not (self._bad and self._changed()):
+                break
+            kept = set(map(id, self._read.values()))
+            for store in self.stores:
+                if store.bundle is not None and id(store.bundle) not in kept:
+                    store.bundle.close()
+            self._open()
         return None, MISSING
+
+    def _changed(self) -> bool:
+        """Whether a bundle whose header could not be used (a ``cp`` over it half done) has
+        changed since: its header is then read again, and the bundles chosen again.  One
+        ``lstat`` for each such bundle at a miss; none where every bundle was usable."""
+        changed = False
+        for name, seen in list(self._bad.items()):
+            try:
+                now = file_identity(os.stat(os.path.join(self.directory, name), follow_symlinks=False))
+            except OSError:
+                now = None
+            if now != seen:
+                del self._bad[name]
+                self._read.pop(name, None)
+                changed = True
+        return changed

@@ -196,3 +196,49 @@ def test_a_site_bundle_the_user_cannot_read_is_said_once_and_its_kernels_compile
     assert str(shut) in msg and "Permission denied" in msg, msg
     assert f"chmod a+r{'x' if what == 'directory' else ''} {shut}" in msg, msg
     assert sorted(p.suffix for p in entry_files(tmp_path / "own")) == [".tlk", ".tlk", ".tvar", ".tvar"]
+
+
+CUT_IN_PLACE = """
+import os
+path = {path!r}
+with open(path, "rb") as f:
+    whole = f.read()
+with open(path, "r+b") as f:            # a cp over it has written its first 100 bytes
+    f.truncate(0)
+    f.write(whole[:100])
+"""
+CP_DONE = """
+with open(path, "r+b") as f:            # the cp done: the same file, whole
+    f.seek(100)
+    f.write(whole[100:])
+a = np.arange(5, dtype=np.float64)
+out = np.zeros(5)
+tack.launch(mod.k_main, 5, (a, out))
+extra = {"k_main": out.tolist()}
+"""
+
+
+@pytest.mark.parametrize("which", ["own bundle", "site bundle"])
+def test_a_bundle_met_half_copied_at_the_first_lookup_serves_once_whole(warm, tmp_path, which):
+    """A job's first lookup meets a bundle that a ``cp`` over it has only half written (its header
+    cut): that kernel compiles, and one warning says so.  The process used to leave the bundle
+    for good, and compile every kernel of its life, the ``cp`` done or not (ranks started during
+    an admin's ``cp``, in bundle mode); now a later lookup opens it again once it has changed,
+    and k_main is served from it."""
+    cache, src = warm
+    if which == "own bundle":
+        assert run_cli(cache, "pack").rc == 0
+        (path,) = [cache / n for n in os.listdir(cache) if n.startswith("bundle-")]
+        where, env = cache, {"TACK_CACHE": "bundle"}
+    else:
+        site = site_bundle(tmp_path, src, kernels=OLD_SITE)
+        (path,) = [site / n for n in os.listdir(site)]
+        where, env = tmp_path / "own", {"TACK_CACHE_BUNDLES": str(site)}
+    run = run_child(where, src, ONE, env=env, prelude=CUT_IN_PLACE.format(path=str(path)),
+                    after=CP_DONE)
+    check_results(run)
+    assert run.data["extra"] == {"k_main": expect_main(np.arange(5.0)).tolist()}
+    assert run.stats["misses"]["variant"] == 1, run.stats        # k_other, during the cp
+    assert sum(run.stats["variants_from"].values()) == 1, run.stats  # k_main, after it
+    (msg,) = messages(run)
+    assert str(path) in msg and "too short" in msg or "damaged" in msg, msg
