@@ -83,28 +83,48 @@ class _GCPaused:
     (when it was on), the last out turns it back on; one that finds it off (the user's own
     ``gc.disable()``) leaves it off."""
 
-    __slots__ = ()
+    __slots__ = ("on",)
     _lock = threading.RLock()       # a signal handler's compile may come in on the same thread
     _depth = 0
     _was_enabled = False
+
+    def __init__(self):
+        self.on = False
 
     def __enter__(self):
         cls = _GCPaused
         with cls._lock:
             if cls._depth == 0:
                 cls._was_enabled = gc.isenabled()
-                gc.disable()
+            # Counted before the collector goes off, with no call between (a call is where Ctrl-C
+            # raises KeyboardInterrupt): a pause counted is ended by __exit__, or, where an
+            # interrupt left the with statement without calling it, when this object goes
+            # (__del__).  Ctrl-C there left the collector off for good.
             cls._depth += 1
+            self.on = True
+            if cls._depth == 1:
+                gc.disable()
         return self
 
     def __exit__(self, *exc):
+        self._end()
+        return False
+
+    def _end(self):
         cls = _GCPaused
         with cls._lock:
-            # (never below 0: a child forked on this thread, inside this pause, starts at 0)
-            cls._depth = max(cls._depth - 1, 0)
-            if cls._depth == 0 and cls._was_enabled:
+            if not self.on:
+                return
+            self.on = False
+            # Never below 0: a child forked on this thread, inside this pause, starts at 0.
+            depth = cls._depth
+            cls._depth = depth - 1 if depth > 0 else 0
+            if depth <= 1 and cls._was_enabled:
                 gc.enable()
-        return False
+
+    def __del__(self):
+        if self.on:
+            self._end()
 
     @staticmethod
     def _after_fork_in_child():

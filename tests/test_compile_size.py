@@ -114,6 +114,66 @@ def test_gc_left_off_when_the_user_turned_it_off(tmp_path, monkeypatch):
         gc.enable()
 
 
+def _interrupted_pause(n):
+    """``with compiler.gc_paused(): pass`` with a KeyboardInterrupt raised at the ``n``-th point of
+    the pause's own code where CPython runs a signal handler (Ctrl-C): after a call returns, and
+    at a function's start.  -> where it was raised (function, line), or None: fewer points."""
+    import dis
+    mine = {"__init__", "__enter__", "__exit__", "_end", "__del__"}
+    seen, fired = [0], [None]
+
+    def tracer(frame, event, arg):
+        code = frame.f_code
+        if code.co_name not in mine or code.co_filename != compiler.__file__:
+            return None
+        frame.f_trace_opcodes = True
+        ops = {i.offset: i.opname for i in dis.get_instructions(code)}
+        prev = [None]
+
+        def local(frame, event, arg):
+            if event == "opcode":
+                op = ops.get(frame.f_lasti)
+                checked = op == "RESUME" or (prev[0] or "").startswith("CALL")
+                prev[0] = op
+                if checked and fired[0] is None:
+                    seen[0] += 1
+                    if seen[0] == n:
+                        fired[0] = (code.co_name, frame.f_lineno)
+                        raise KeyboardInterrupt
+            return local
+        return local
+    sys.settrace(tracer)
+    try:
+        with compiler.gc_paused():
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    return fired[0]
+
+
+def test_ctrl_c_anywhere_in_the_pause_leaves_the_collector_on():
+    """Ctrl-C landing inside the pause's own bookkeeping (just after the collector went off, before
+    the pause was counted; or as its end took the lock) left the collector off for the rest of
+    the process, and every later compile took it for the user's own ``gc.disable()``.  A
+    KeyboardInterrupt at each point where CPython can raise one there leaves no pause under way
+    and the collector on."""
+    points = []
+    try:
+        for n in range(1, 100):
+            gc.enable()
+            where = _interrupted_pause(n)
+            if where is None:
+                break
+            points.append((where, compiler._GCPaused._depth, gc.isenabled()))
+    finally:
+        compiler._GCPaused._depth = 0
+        gc.enable()
+    assert len(points) >= 3, points
+    assert [p for p in points if p[1:] != (0, True)] == [], points
+
+
 def test_nested_pauses_restore_once_at_the_outermost():
     with compiler.gc_paused():
         with compiler.gc_paused():
