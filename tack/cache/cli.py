@@ -434,7 +434,13 @@ def _rmdir(path: str, kept: list) -> None:
         pass
     except OSError as e:
         if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            if not any(k.startswith(path + os.sep) for k in kept):
+            # listed, unless all it still holds is below what is listed already (a README of
+            # the user's beside a directory listed for a file deeper is listed too)
+            try:
+                rest = [os.path.join(path, n) for n in os.listdir(path)]
+            except OSError:
+                rest = [path]
+            if not all(any(k == r or k.startswith(r + os.sep) for k in kept) for r in rest):
                 kept.append(path)
             return
         if e.errno == errno.ENOTDIR or not os.path.isdir(path) or os.path.islink(path):

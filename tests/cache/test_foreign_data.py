@@ -56,6 +56,9 @@ def test_clear_keeps_a_users_file_inside_a_version_directory(warm):
     assert _unchanged(made)
     assert [p for p in entry_files(cache) if p not in made] == []
     assert str(cache / version / "variants" / "zz" / "keep.me") in run.stdout
+    # and the version directory, for my-notes.txt beside variants/ (it was not listed, as it
+    # held a listed file deeper)
+    assert f"  {cache / version}\n" in run.stdout, run.stdout
 
 
 def test_clear_deletes_a_zero_filled_entry_a_crash_left(warm):
