@@ -73,8 +73,9 @@ def path_part_problem(value, what, suffix=""):
     A name from the config becomes exactly one path component: not empty,
     not ``.`` or ``..``, no ``/`` (or ``\\``), no whitespace or control
     character (module commands split on whitespace), not starting with ``.``
-    (a module system's rc file, ``.modulerc``, or a hidden one), none of the characters
-    Environment Modules reads as variants, version specifiers or patterns, not ending in
+    (a module system's rc file, ``.modulerc``, or a hidden one) or ``-`` (an option), none of
+    the characters Environment Modules reads as variants, version specifiers or patterns, no
+    ``:`` (the lists of loaded modules are split on it), not ending in
     ``.lua`` (the Tcl file's name would), and short enough for the file system
     once ``suffix`` is added.
     """
@@ -100,6 +101,16 @@ def path_part_problem(value, what, suffix=""):
         return (f"{value!r} cannot be a {what}: it contains {special[0]!r}, which Environment "
                 "Modules reads as a variant, a version specifier or a pattern in a module name "
                 "(no +, ~, =, @, brackets or braces)")
+    if ":" in value:
+        # LOADEDMODULES and _LMFILES_ are lists split on ':': Environment Modules listed
+        # tack/1:0 as 'tack/1' and '0', and could then unload it no more (module purge failed)
+        return (f"{value!r} cannot be a {what}: it contains ':', which splits the lists of loaded "
+                "modules (LOADEDMODULES) the module systems keep")
+    if value.startswith("-"):
+        # `module load -x` reads -x as an option: Environment Modules refused it, Lmod loaded
+        # nothing and said nothing
+        return (f"{value!r} cannot be a {what}: a name starting with '-' is read as an option "
+                "by `module load`")
     if value.endswith(".lua"):
         # the Tcl file would be NAME.lua, which Lmod reads as Lua and fails on
         return (f"{value!r} cannot be a {what}: the module files add '.lua' themselves (the Tcl "

@@ -188,6 +188,12 @@ ESCAPES = {
                 "contains '@'"),
     "name-bracket": ('  version: "1.0"', '  version: "1.0"\n  name: "t[b]"', ":10: modules.name: ",
                      "contains '['"),
+    # a ':' splits LOADEDMODULES: Environment Modules listed tack/1:0 as 'tack/1' and '0', and
+    # could not unload it; `module load -x` reads -x as an option (Lmod loaded nothing, silently)
+    "version-colon": ('  version: "1.0"', '  version: "1:0"', ":9: modules.version: ",
+                      "contains ':', which splits the lists of loaded modules"),
+    "name-dash": ('  version: "1.0"', '  version: "1.0"\n  name: "-x"', ":10: modules.name: ",
+                  "starting with '-' is read as an option"),
 }
 
 
