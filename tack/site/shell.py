@@ -2,8 +2,9 @@
 
 References such as ``$USER`` or ``${SCRATCH}`` are kept for the shell to
 expand when the output is sourced; everything else in a value is quoted so
-the shell takes it literally.  An unset variable expands to empty in bash
-and fish, and is an error ("Undefined variable") in csh.
+the shell takes it literally.  A value is set only where every variable it
+refers to is set and not empty (as a module refuses to load otherwise); else
+one line on standard error says which, and the variable is left as it was.
 """
 
 from __future__ import annotations
@@ -88,13 +89,41 @@ def export_lines(shell, var, value) -> list:
     from .modules import PATH_EXPORTS
     word = quote(shell, value)
     if var not in PATH_EXPORTS:
-        return [set_line(shell, var, word)]
+        lines = [set_line(shell, var, word)]
+    elif shell == "bash":
+        lines = [f'export {var}={word}"${{{var}:+:${var}}}"']
+    elif shell == "csh":    # one line would substitute ${var} even where it is unset: an error
+        lines = [f"if ($?{var}) then", f"    setenv {var} {word}:${{{var}:q}}", "else",
+                 f"    setenv {var} {word}", "endif"]
+    else:
+        lines = [f"set -gx {var} (string join : -- {word} ${var})"]
+    names = list(dict.fromkeys(p["variable"] for p in split_references(value) if "variable" in p))
+    return _guarded(shell, var, names, lines)
+
+
+def _guarded(shell, var, names, lines) -> list:
+    """``lines``, run only where each of ``names`` (the variables ``var``'s value is made from) is
+    set and not empty; else ``var`` is left as it was, and one line on standard error says why.
+    As a module refuses to load then: ``$SCRATCH/$USER/tack-cache`` with SCRATCH unset made
+    ``/bob/tack-cache``, without a word."""
+    if not names:
+        return lines
+    refs = " and ".join(f"${n}" for n in names)
+    why = f"tack: {var} is not set: it is made from {refs}, " + \
+        ("which is unset or empty" if len(names) == 1 else "and one of them is unset or empty")
+    inner = ["    " + line for line in lines]
     if shell == "bash":
-        return [f'export {var}={word}"${{{var}:+:${var}}}"']
-    if shell == "csh":      # one line would substitute ${var} even where it is unset: an error
-        return [f"if ($?{var}) then", f"    setenv {var} {word}:${{{var}:q}}", "else",
-                f"    setenv {var} {word}", "endif"]
-    return [f"set -gx {var} (string join : -- {word} ${var})"]
+        test = " && ".join(f'[ -n "${{{n}-}}" ]' for n in names)
+        return [f"if {test}; then", *inner, "else", f"    echo '{why}' >&2", "fi"]
+    if shell == "csh":
+        # csh substitutes a whole line before it runs it: whether each is set is asked first
+        have = " && ".join(f"$?{n}" for n in names)
+        full = " && ".join(f'"${{{n}:q}}" != ""' for n in names)
+        say = f"echo '{why}' > /dev/stderr"
+        return [f"if ( {have} ) then", f"    if ( {full} ) then", *["    " + line for line in inner],
+                "    else", f"        {say}", "    endif", "else", f"    {say}", "endif"]
+    test = "; and ".join(f'test -n "${n}"' for n in names)
+    return [f"if {test}", *inner, "else", f"    echo '{why}' >&2", "end"]
 
 
 def easybuild_value(value) -> str:

@@ -59,17 +59,59 @@ def test_env_literal_characters(tmp_path, example):
 
 def test_env_csh_and_fish_text(example):
     config = example("gpu-cluster")
+    why = ("tack: TACK_CACHE_DIR is not set: it is made from $SCRATCH and $USER, and one of "
+           "them is unset or empty")
     assert site_env(config, "csh").splitlines()[1:] == [
-        'setenv TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"', 'setenv TACK_CACHE "write"',
+        'if ( $?SCRATCH && $?USER ) then',
+        '    if ( "${SCRATCH:q}" != "" && "${USER:q}" != "" ) then',
+        '        setenv TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"',
+        '    else', f"        echo '{why}' > /dev/stderr", '    endif',
+        'else', f"    echo '{why}' > /dev/stderr", 'endif', 'setenv TACK_CACHE "write"',
         'setenv TACK_CACHE_MPI "bundle"', 'setenv TACK_CACHE_SIZE "4G"',
         'if ($?TACK_CACHE_BUNDLES) then',
         '    setenv TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles":${TACK_CACHE_BUNDLES:q}',
         'else', '    setenv TACK_CACHE_BUNDLES "/apps/tack/0.1.0/bundles"', 'endif']
     assert site_env(config, "fish").splitlines()[1:] == [
-        'set -gx TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"', 'set -gx TACK_CACHE "write"',
+        'if test -n "$SCRATCH"; and test -n "$USER"',
+        '    set -gx TACK_CACHE_DIR "$SCRATCH/$USER/tack-cache"',
+        'else', f"    echo '{why}' >&2", 'end', 'set -gx TACK_CACHE "write"',
         'set -gx TACK_CACHE_MPI "bundle"', 'set -gx TACK_CACHE_SIZE "4G"',
         'set -gx TACK_CACHE_BUNDLES (string join : -- "/apps/tack/0.1.0/bundles" $TACK_CACHE_BUNDLES)']
     assert render_env(load(config), "bash").startswith("# ")
+
+
+UNSET = {"bash": (["bash", "--noprofile", "--norc", "-c"], "source", "printenv TACK_CACHE_DIR"),
+         "csh": (["tcsh", "-f", "-c"], "source", "printenv TACK_CACHE_DIR"),
+         "fish": (["fish", "--no-config", "-c"], "source", "printenv TACK_CACHE_DIR")}
+
+
+@pytest.mark.parametrize("how", ["env", "conda"])
+@pytest.mark.parametrize("shell", sorted(UNSET))
+@pytest.mark.parametrize("scratch", [None, ""])
+def test_a_value_made_from_an_unset_variable_is_not_set(tmp_path, example, shell, how, scratch):
+    """``$SCRATCH/$USER/tack-cache`` with SCRATCH unset or empty: sourcing `tack.site env`'s
+    output or activating the conda scripts set TACK_CACHE_DIR to ``/bob/tack-cache``, without a
+    word (the modules refuse to load).  Now the variable is left as it was (the user's own, or
+    unset: Tack's default), and one line on standard error names the variables; the other
+    settings are made."""
+    config = example("gpu-cluster")
+    if how == "env":
+        script = tmp_path / f"env.{shell}"
+        script.write_text(site_env(config, shell))
+    else:
+        prefix = tmp_path / "env"
+        prefix.mkdir()
+        write_activate(load(config), str(prefix))
+        script = prefix / "etc" / "conda" / "activate.d" / f"tack.{'sh' if shell == 'bash' else shell}"
+    argv, source, show = UNSET[shell]
+    env = {"HOME": str(tmp_path), "USER": "bob", "PATH": "/usr/bin:/bin"}
+    if scratch is not None:
+        env["SCRATCH"] = scratch
+    r = subprocess.run(argv + [f"{source} {script}; {show}; printenv TACK_CACHE"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.stdout == "write\n", r.stdout + r.stderr
+    assert r.stderr == ("tack: TACK_CACHE_DIR is not set: it is made from $SCRATCH and $USER, and "
+                        "one of them is unset or empty\n"), r.stderr
 
 
 def _run_shell(argv, home, script):
