@@ -147,7 +147,7 @@ class Kind:
         close = difflib.get_close_matches(name, list(self.names()) + list(self.aliases), n=3)
         hint = f" (did you mean {', '.join(f'{self.kind}:{c}' for c in close)}?)" if close else ""
         if len(self.names()) <= SHOWN_IN_FULL:
-            return f"Tack builds {self.what} {', '.join(self.qualified())}{hint}"
+            return f"Tack builds {self.what}: {', '.join(self.qualified())}{hint}"
         return (f"Tack builds {self.what}, {len(self.names())} of them, and not this one{hint}; "
                 f"{list_hint(self.kind)}")
 
@@ -277,7 +277,7 @@ KINDS = {k.kind: k for k in (
          aliases=INTEL_ALIASES,
          retired={"spirv": f"SPIR-V alone, which Level Zero and OpenCL devices both take, is "
                            f"{PORTABLE_SPIRV}"}, machine="spirv64"),
-    Kind("spirv", "portable SPIR-V, for any Level Zero or OpenCL device, as", SPIRV_TARGETS,
+    Kind("spirv", "portable SPIR-V, for any Level Zero or OpenCL device", SPIRV_TARGETS,
          machine="spirv64"),
     Kind("metal", "MSL source for the Apple GPU families", METAL_FAMILIES, machine="metal"),
 )}

@@ -63,6 +63,13 @@ def arch_argument(text):
     return text
 
 
+def target_argument(text):
+    """argparse type of ``bundles install --target``: an empty one is bad usage, as ``--arch``."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty CPU name (an unset variable?)")
+    return text
+
+
 class SubcommandParser(argparse.ArgumentParser):
     """The parser of each subcommand of ``tack.cache`` and ``tack.site``
     (``add_subparsers(parser_class=SubcommandParser)``; a subcommand's own subcommands are of

@@ -158,6 +158,7 @@ def cmd_bundles_install(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from ..cache.cli import arch_argument as _arch      # one rule for both tools' --arch
+    from ..cache.cli import target_argument
     from ..cache.cli import path_argument as _path     # one rule for both tools' paths
     from ..cache.cli import SubcommandParser            # a subcommand's usage for its errors
     p = argparse.ArgumentParser(prog="python -m tack.site",
@@ -231,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "the Tack installed there (what packages run)")
     bi.add_argument("prefix", type=_path, help="the prefix Tack is installed in; the bundles go into "
                     "PREFIX/share/tack/bundles")
-    bi.add_argument("--target", action="append", metavar="CPU",
+    bi.add_argument("--target", action="append", metavar="CPU", type=target_argument,
                     help="a CPU microarchitecture (archspec's name, or 'host': this node's): "
                     "bundles for it and for its generic level (zen3: cpu:zen3 and "
                     "cpu:x86_64_v3); repeatable (default, without --arch: host)")

@@ -746,18 +746,21 @@ def test_an_empty_path_is_bad_usage(tmp_path, argv, option):
 
 
 @pytest.mark.parametrize("argv", [["bundles", "build", "{config}", "--arch", ""],
-                                  ["bundles", "install", "{prefix}", "--arch", " "]])
+                                  ["bundles", "install", "{prefix}", "--arch", " "],
+                                  ["bundles", "install", "{prefix}", "--target", ""]])
 def test_an_empty_arch_is_bad_usage(tmp_path, argv):
     """``--arch "$ARCH"`` with ARCH unset: bad usage (exit status 2), as ``pack --arch`` says it,
-    where ``bundles build`` failed with status 1 as of a bad config; nothing written."""
+    where ``bundles build`` failed with status 1 as of a bad config; nothing written.  The same
+    for ``install --target`` (status 1, "'' is not an architecture name")."""
     config = tmp_path / "site.yaml"
     config.write_text(GOOD)
     r = subprocess.run([sys.executable, "-m", "tack.site",
                         *[a.format(config=config, prefix=tmp_path / "prefix") for a in argv]],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2, (r.stdout, r.stderr)
-    assert r.stderr.splitlines()[-1].endswith(
-        ": error: argument --arch: an empty architecture name (an unset variable?)"), r.stderr
+    said = ("argument --target: an empty CPU name" if "--target" in argv else
+            "argument --arch: an empty architecture name")
+    assert r.stderr.splitlines()[-1].endswith(f": error: {said} (an unset variable?)"), r.stderr
     assert sorted(os.listdir(tmp_path)) == ["site.yaml"]
 
 
