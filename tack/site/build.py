@@ -593,9 +593,11 @@ def _directories(directory, command, err=sys.stderr):
     for why in ignored:
         print(f"warning: {why}", file=err)
     if not dirs:
-        named = [d for d in os.environ.get("TACK_CACHE_BUNDLES", "").split(os.pathsep) if d.strip()]
+        raw = os.environ.get("TACK_CACHE_BUNDLES", "")
+        named = [d for d in raw.split(os.pathsep) if d.strip()]
         setting = ("every entry of TACK_CACHE_BUNDLES is ignored (above)" if named else
-                   "TACK_CACHE_BUNDLES is not set")
+                   "TACK_CACHE_BUNDLES is not set" if not raw.strip() else
+                   f"TACK_CACHE_BUNDLES ({raw!r}) names no directory")
         raise SiteError(f"bundles {command}: no bundle directory given, {setting} and no "
                         "bundles are installed beside Tack (share/tack/bundles)")
     return dirs

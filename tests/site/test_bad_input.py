@@ -662,6 +662,12 @@ def test_without_a_directory_each_ignored_entry_is_said_as_a_job_says_it(tmp_pat
     assert r.returncode == 1 and r.stderr == (
         f"error: bundles {command}: no bundle directory given, TACK_CACHE_BUNDLES is not set and "
         "no bundles are installed beside Tack (share/tack/bundles)\n"), r.stderr
+    # set, and only separators: it is set, and names no directory (it said "is not set")
+    r = subprocess.run([sys.executable, "-m", "tack.site", "bundles", command], env=_site_env("::"),
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr == (
+        f"error: bundles {command}: no bundle directory given, TACK_CACHE_BUNDLES ('::') names no "
+        "directory and no bundles are installed beside Tack (share/tack/bundles)\n"), r.stderr
 
 
 def test_status_says_an_ignored_entry_beside_one_it_reads(tmp_path):
