@@ -132,6 +132,18 @@ def cmd_bundles_status(args) -> int:
     return bundles_status(args.dir)
 
 
+def _points(text):
+    """argparse type of ``bundles check --size``: at least 2 points an axis, as the demo's (a
+    smaller one is bad usage, exit status 2, there too)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"{n}: the contour needs at least 2 points per axis")
+    return n
+
+
 def cmd_bundles_check(args) -> int:
     from .build import bundles_check
     return bundles_check(args.dir, device=args.device, size=args.size)
@@ -226,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bundle directory, or several joined with ':' (default: "
                          "TACK_CACHE_BUNDLES, then share/tack/bundles beside Tack)")
     bc.add_argument("--device", default="cpu", help="where the contour runs (default: cpu)")
-    bc.add_argument("--size", type=int, default=21, help="the field's extent (default: 21)")
+    bc.add_argument("--size", type=_points, default=21, help="the field's extent (default: 21)")
     bc.set_defaults(func=cmd_bundles_check)
     bi = bsub.add_parser("install", help="build and check the bundles of an install prefix, with "
                          "the Tack installed there (what packages run)")

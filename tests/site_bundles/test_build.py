@@ -413,8 +413,9 @@ def test_bundles_check_says_whether_the_contour_is_served_from_the_bundles(tmp_p
     assert f"contour served from the bundles in {mine}: nothing compiled" in later.stdout
     nothing = check(":")
     assert nothing.returncode == 1 and "':' names no directory" in nothing.stderr, nothing.stderr
-    small = check(str(mine), "--size", "1")
-    assert small.returncode == 1 and "--size 1: the contour needs at least 2 points" in small.stderr
+    small = check(str(mine), "--size", "1")     # bad usage (2), as the demo's --size 1
+    assert small.returncode == 2 and "argument --size: 1: the contour needs at least 2 points" \
+        in small.stderr, small.stderr
     for size in ("2", "4"):     # grids the sphere passes between: no triangles to find, and fine
         tiny = check(str(mine), "--size", size)   # (it said "the contour found no triangles", 1)
         assert tiny.returncode == 0 and f"variants from bundles {KERNELS}, compiled 0" in tiny.stdout, \
