@@ -63,6 +63,26 @@ def arch_argument(text):
     return text
 
 
+class _Version(argparse.Action):
+    """``--version``: Tack's version, and the id its cache entries are kept under (this Tack's
+    version directory), worked out only when asked."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, help="print Tack's version and exit", **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .._version import __version__
+        from .keys import tack_version_id
+        print(f"tack {__version__} (cache entries under {tack_version_id()})")
+        parser.exit()
+
+
+def add_version(parser) -> None:
+    """Give ``parser`` (``tack.cache``'s, ``tack.site``'s) a ``--version``, as Spack's, conda's
+    and ccache's have."""
+    parser.add_argument("--version", action=_Version)
+
+
 def target_argument(text):
     """argparse type of ``bundles install --target``: an empty one is bad usage, as ``--arch``."""
     if not text.strip():
@@ -635,6 +655,7 @@ def cmd_export(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tack.cache",
                                 description="Inspect and manage Tack's kernel cache.")
+    add_version(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True,
                            parser_class=SubcommandParser)
     info = sub.add_parser("info", help="settings, entries and size",

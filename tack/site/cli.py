@@ -170,11 +170,12 @@ def cmd_bundles_install(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from ..cache.cli import arch_argument as _arch      # one rule for both tools' --arch
-    from ..cache.cli import target_argument
+    from ..cache.cli import add_version, target_argument
     from ..cache.cli import path_argument as _path     # one rule for both tools' paths
     from ..cache.cli import SubcommandParser            # a subcommand's usage for its errors
     p = argparse.ArgumentParser(prog="python -m tack.site",
                                 description="Deploy Tack at a site from one YAML config.")
+    add_version(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True,
                            parser_class=SubcommandParser)
 

@@ -219,6 +219,20 @@ def test_help(argv, capsys):
         assert f"python -m tack.cache {argv[0]}" in out
 
 
+@pytest.mark.parametrize("tool", ["tack.cache", "tack.site"])
+def test_version_option(tool):
+    """``--version`` (Spack, conda and ccache have one; Tack's tools had none: a usage error)
+    prints Tack's version and the id of the version directory its entries are kept under, and
+    exits 0."""
+    import subprocess
+    import sys
+    from tack._version import __version__
+    r = subprocess.run([sys.executable, "-m", tool, "--version"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout == f"tack {__version__} (cache entries under {current_version()})\n", r.stdout
+
+
 def test_version_is_this_checkout(populated):
     """The version directory the cache writes is tack_version_id() of this checkout."""
     cache, this = populated
