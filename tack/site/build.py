@@ -28,7 +28,7 @@ from ..cache.bundle import BUNDLE_PREFIX, site_bundle_name
 from ..backends.cpu_runtime import host_arch, llvm_version, site_candidates
 from ..backends.cpu_runtime import site_bundles as cpu_site_bundles
 from ..cache.keys import shown_version, tack_version_id
-from .errors import SiteConfigError
+from .errors import SiteConfigError, SiteError
 
 
 class BuildFailure(Exception):
@@ -582,7 +582,6 @@ def _directories(directory, command, err=sys.stderr):
     directory a job searches, in its order (TACK_CACHE_BUNDLES's, then those installed beside
     Tack); SiteError if there is none.  Each TACK_CACHE_BUNDLES entry a job ignores is said on
     ``err``, in the words the job warns with (``stores.site_dirs``)."""
-    from .errors import SiteError
     if directory is not None:
         if not os.path.isdir(directory):
             raise SiteError(f"bundles {command}: {directory} is not a directory")
@@ -933,7 +932,6 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     import json
     import subprocess
     import tempfile
-    from .errors import SiteError
     if int(size) < 2:
         raise SiteError(f"bundles check: --size {size}: the contour needs at least 2 points per axis")
     _check_size_fits(int(size))
@@ -1001,7 +999,6 @@ def _check_size_fits(n):
     available).  (The check allocated it in its child first: ``--size 1000`` asked for 22 GiB,
     then failed.)  Any size from 2 checks the same kernels: they are shape-generic."""
     from ..demo import size_problem
-    from .errors import SiteError
     problem = size_problem(n, "give a smaller --size (the default, 21, checks the same kernels: "
                               "they are shape-generic)")
     if problem is not None:
@@ -1168,7 +1165,9 @@ def bundles_rebuild(directory=None, out=sys.stdout, err=sys.stderr) -> int:
         try:
             new, n = rebuild_bundle(path, out)
         except Exception as e:                  # noqa: BLE001 - report and go on with the others
-            print(f"{os.path.basename(path)}: rebuild failed: {type(e).__name__}: {e}", file=err)
+            # a build's own refusal says itself; anything else is named by its class
+            why = str(e) if isinstance(e, (BuildFailure, SiteError)) else f"{type(e).__name__}: {e}"
+            print(f"{os.path.basename(path)}: rebuild failed: {why}", file=err)
             failures += 1
             continue
         print(f"{os.path.basename(path)}: rebuilt {n} variants -> {os.path.basename(new)}", file=out)

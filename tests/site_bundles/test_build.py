@@ -201,7 +201,7 @@ def test_rebuild_into_a_directory_it_cannot_write_says_so_before_compiling(tmp_p
     finally:
         out_dir.chmod(0o755)
     assert r.returncode == 1, (r.stdout, r.stderr)
-    assert f"{name}: rebuild failed: BuildFailure: {out_dir} is not writable (Permission denied): " \
+    assert f"{name}: rebuild failed: {out_dir} is not writable (Permission denied): " \
            "nothing was recompiled" in r.stderr, r.stderr
     assert "recompiled" not in r.stdout, r.stdout
     assert os.listdir(out_dir) == [name] and (out_dir / name).read_bytes() == before
