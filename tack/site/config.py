@@ -485,7 +485,7 @@ class _Validator:
                 # each size check then enforces on the whole cache)
                 value = node.value
             try:
-                parse_size(value)
+                size = parse_size(value)
             except SizeTooLarge:
                 self.fail(node, keypath, too_large(shown(value)))
                 return _BAD
@@ -493,6 +493,13 @@ class _Validator:
                 why = str(e)        # parse_size's message names the value itself
                 self.fail(node, keypath, why if repr(str(value).strip()) in why
                           else f"{shown(value)} is not a size: {why}")
+                return _BAD
+            if size == 0:
+                # ccache reads max_size 0 as no limit; here it is a limit every size check
+                # enforces, deleting every entry of every user the config reaches
+                self.fail(node, keypath, f"{shown(value)} keeps no entry: each size check "
+                          "deletes them all (use 'unlimited' for no limit, or mode: read or off "
+                          "to store none)")
                 return _BAD
             return value
         if kind == "mode":

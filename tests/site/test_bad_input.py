@@ -40,6 +40,10 @@ CASES = {
     "sexagesimal-size": (GOOD.replace("size: 4G", "size: 1:30"),
                          ":4: cache.size: '1:30' is not a size: use a number with K, M, G or T"),
     "hex-size": (GOOD.replace("size: 4G", "size: 0x10"), ":4: cache.size: '0x10' is not a size"),
+    # ccache reads 0 as no limit; here each size check deleted every entry of every user, and
+    # check said the config was valid
+    "zero-size": (GOOD.replace("size: 4G", "size: 0G"), ":4: cache.size: '0G' keeps no entry: "
+                  "each size check deletes them all (use 'unlimited' for no limit"),
     "unknown-arch": (GOOD.replace("cpu: [zen3]", "cpu: [zen33]"),
                      ":7: build.archs.cpu.0: cpu:zen33: archspec knows no such CPU microarchitecture "
                      "(did you mean cpu:zen3"),
