@@ -909,7 +909,8 @@ class _Inferer:
         into an integer array, nor a signed integer wrapped into an unsigned one; and a literal
         the array's integer type cannot hold is refused, as NumPy's OverflowError refuses it."""
         fix = "int(...)" if at.kind == "i" else f"tack.{at}(...)"
-        if vt.weak and vt.kind == "i" and at.kind in "iu":
+        # a literal: weak, or, from 2**63 up, a uint64 (the type NumPy gives no Python int)
+        if vt.kind in "iu" and at.kind in "iu":
             values = literal_values(node)
             info = np.iinfo(at.dtype)
             if values is not None and not all(info.min <= v <= info.max for v in values):

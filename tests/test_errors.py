@@ -1571,7 +1571,18 @@ def k_atomic_add_minus_one_into_unsigned(counts, out):
     tack.atomic_add(counts, 0, -1)  # ERR tack.atomic_add
 
 
+@tack.kernel
+def k_atomic_min_two_to_the_63_into_unsigned(counts, out):
+    i = tack.tid()
+    tack.atomic_min(counts, 0, 2**63)  # ERR tack.atomic_min
+
+
 ATOMIC_CASES = [
+    # a literal from 2**63 up (a weak uint64) was let through, wrapped: atomic_min of 2**63 into
+    # a uint32 array stored 0
+    (k_atomic_min_two_to_the_63_into_unsigned, (np.zeros(2, np.uint32), np.zeros(2)),
+     ["atomic_min() of the integer 9223372036854775808 into an array of uint32", "OverflowError",
+      "tack.uint32(...)"]),
     (k_atomic_add_float_into_int, (np.zeros(2, np.int64), np.zeros(2)),
      ["atomic_add() of a value of type float64 into an array of int64 would truncate it",
       "'same_kind'", "int(...)"]),
