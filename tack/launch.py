@@ -342,6 +342,7 @@ def _compile(kernel, dims, args, device, debug):
             return _variant(runtime, kernel, typed, debug, fn, sites, meta["dep"], meta, stage)
 
     _imports(2, _import_compiler)
+    stage("import")                     # the compiler's modules, the process's first compile
     from .compiler import compile_variant, lower
     lkey = keys.lowered if keys else None
     lowered = lower(kernel, typed.templates, debug, session, lkey, stage)
