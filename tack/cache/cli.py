@@ -159,9 +159,13 @@ def bundles(root, allow_root=False):
         except Untrusted as e:
             item.update(status="untrusted", error=str(e))
         else:
+            misnamed = (bundle.named_for_another_target(path, parsed.meta)
+                        if bundle.packed_bundle_machine(name) else None)
             if parsed.meta.get("tack") != tack_version_id():
                 item.update(status="stale", error=f"made by Tack {shown_version(parsed.meta.get('tack'))}, "
                             f"not this one ({shown_version(tack_version_id())}): pack it again")
+            elif misnamed:                  # another host's copied under this name: never looked in
+                item.update(status="misnamed", error=misnamed)
             elif damaged and damaged == len(parsed):    # none serves
                 item.update(status="damaged",
                             error=f"all {damaged} of its entries are damaged")
@@ -302,7 +306,7 @@ def _print_site_bundles(info) -> None:
 
 _STATUS = {"damaged": "DAMAGED, not used", "foreign": "NOT A BUNDLE, ignored",
            "stale": "STALE, not used", "untrusted": "UNTRUSTED, not used",
-           "unreadable": "UNREADABLE, not used"}
+           "unreadable": "UNREADABLE, not used", "misnamed": "ANOTHER TARGET'S, not used"}
 
 
 def _status(b: dict) -> str:

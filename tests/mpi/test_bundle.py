@@ -255,3 +255,11 @@ def test_load_bundle_refuses_another_targets_bundle_under_this_hosts_name(kernel
     assert r["ok"] and r["loaded"] == 0, r
     assert len(r["warnings"]) == 1 and "holds code for another target" in r["warnings"][0] \
         and path.name in r["warnings"][0], r["warnings"]
+    # bundle mode without load_bundle (the MPI default) said nothing, and info called it fine
+    r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
+    assert r["ok"] and r["stats"]["misses"]["variant"] == 2, r
+    assert len(r["warnings"]) == 1 and "holds code for another target" in r["warnings"][0] \
+        and path.name in r["warnings"][0], r["warnings"]
+    info = subprocess.run([sys.executable, "-m", "tack.cache", "info"], env=clean_env(cache),
+                          capture_output=True, text=True, timeout=120)
+    assert f"{path.name}" in info.stdout and "ANOTHER TARGET'S, not used" in info.stdout, info.stdout
