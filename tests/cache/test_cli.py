@@ -420,6 +420,25 @@ def test_export_from_a_directory_counts_what_it_skips(warm, tmp_path):
     assert "1 damaged entry skipped" in run.stdout, run.stdout
 
 
+def test_export_of_a_bundle_counts_the_rows_of_a_damaged_index_block(warm, tmp_path):
+    """A byte flipped in a packed bundle's index (its one block): every entry of the block is
+    refused, which info says, and export said "exported 0 file(s)", counting no damage; it now
+    counts them as the damaged entries it skipped."""
+    from tack.cache import bundle
+    cache, _ = warm
+    assert run_cli(cache, "pack").rc == 0
+    (path,) = sorted(cache.glob("bundle-*"))
+    data = bytearray(path.read_bytes())
+    _, _, count, per, mlen, _ = bundle._HEAD.unpack_from(data)
+    index = bundle._HEAD.size + mlen + -(-count // per) * bundle._RECORD
+    data[index + 5] ^= 1
+    bad = tmp_path / "bad.bundle"
+    bad.write_bytes(bytes(data))
+    run = run_cli(cache, "export", str(bad), "--output", str(tmp_path / "out"))
+    assert run.rc == 0, run.stderr
+    assert f"{count} damaged entries skipped" in run.stdout, run.stdout
+
+
 @pytest.mark.parametrize("env, line", [
     ({}, "under MPI:    bundle  (default)"),
     ({"TACK_CACHE_MPI": "read"}, "under MPI:    read  (TACK_CACHE_MPI)"),
