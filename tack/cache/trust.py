@@ -185,6 +185,10 @@ def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True,
     if uid is not None:
         owners = (uid, 0) if allow_root else (uid,)
         if st.st_uid not in owners:
+            if allow_root:      # a site's: its admin's to fix, not a job's user's to remove
+                raise Untrusted(f"the {what} {path} belongs to uid {st.st_uid}, neither to you "
+                                f"(uid {uid}) nor to root; the site's admin can give it to root "
+                                f"(chown root {path})")
             raise Untrusted(f"the {what} {path} belongs to uid {st.st_uid}, not to you (uid {uid}); "
                             f"{fix}")
     writers = [who for bit, who in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others"))

@@ -88,3 +88,21 @@ def test_link_messages_name_the_fix_for_what_the_link_is(warm, tmp_path):
     f.symlink_to(tmp_path / "nowhere")
     with pytest.raises(Untrusted, match=r"no file is read through a link: remove it \(rm "):
         check_trusted(str(f), is_dir=False)
+
+
+def test_a_site_file_of_a_third_user_names_its_admins_fix(tmp_path):
+    """A site bundle (trusted where it is the user's or root's) owned by a third user: the
+    message said "not to you ... remove it: rm PATH", a fix for the user's own cache, not a job
+    user's to make in the site's directory; it names root too, and the admin's fix."""
+    from tack.cache.trust import Untrusted, check_stat
+    f = tmp_path / "bundle-x86_64-cpu-x86_64_v3-0"
+    f.write_bytes(b"x")
+    os.chmod(f, 0o644)
+    os.chown(f, 65534, 65534)
+    with pytest.raises(Untrusted) as e:
+        check_stat(os.lstat(f), str(f), allow_root=True, is_dir=False)
+    msg = str(e.value)
+    assert "belongs to uid 65534, neither to you" in msg and "nor to root" in msg, msg
+    assert f"chown root {f}" in msg and "rm " not in msg, msg
+    with pytest.raises(Untrusted, match=f"not to you .*; remove it: rm {f}"):     # the user's own
+        check_stat(os.lstat(f), str(f), allow_root=False, is_dir=False)
