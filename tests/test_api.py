@@ -261,3 +261,25 @@ def test_the_integer_casts_give_in_python_what_they_give_in_a_kernel(values):
         in_python = [tack.int32(v), tack.uint32(v), tack.int64(v), tack.uint64(v)]
         assert [type(a) for a in in_python] == [np.int32, np.uint32, np.int64, np.uint64]
         assert [int(a) for a in in_python] == [int(o[j]) for o in outs], v
+
+
+from tack.kernels import contour as _contour_module   # noqa: E402 - a module holding constants
+
+
+@tack.kernel
+def module_constants_shape(out):
+    i = tack.tid()
+    out[i] = _contour_module.TRI_COUNT.shape[0] + _contour_module.EDGE_AXIS.ndim * 1000 + \
+        _contour_module.TRI_TABLE.size * 100000
+
+
+def test_a_module_attributes_constant_gives_its_shape_ndim_and_size():
+    """A tack.constant array read as a module's attribute is indexed and len()-ed, but its
+    ``.shape``, ``.ndim`` and ``.size`` were refused, "'mod.W' is not a module"; they are the
+    constant's, as of a constant named directly."""
+    out = np.zeros(2)
+    tack.launch(module_constants_shape, dim=2, args=(out,))
+    c = _contour_module
+    want = (c._TRI_COUNT.shape[0] + c._EDGE_AXIS.ndim * 1000 + c._TRI_TABLE.size * 100000)
+    np.testing.assert_array_equal(out, want)
+

@@ -506,11 +506,14 @@ class _FunctionLowerer:
                 return ["intrinsic", self.loc(e), e.attr, [["name", self.loc(base), base.id]]]
             raise self.error(f"'{base.id}.{e.attr}': of a variable only an array's shape, ndim and "
                              f"size can be read in Tack code ('{base.id}' is a variable here)", e)
-        if isinstance(base, ast.Name) and base.id not in self.templates and \
-                e.attr in ("shape", "ndim", "size"):
-            obj = self.lookup(base.id, base)
-            if isinstance(obj, Constant):           # W.shape of W = tack.constant(array)
-                const = self.value_of(base.id, obj, base)
+        if e.attr in ("shape", "ndim", "size") and (
+                isinstance(base, ast.Name) and base.id not in self.templates
+                or isinstance(base, ast.Attribute)):
+            # W.shape of W = tack.constant(array), or of a module's: mod.W.shape
+            obj, name = ((self.lookup(base.id, base), base.id) if isinstance(base, ast.Name)
+                         else self.resolve_attr(base))
+            if isinstance(obj, Constant):
+                const = self.value_of(name, obj, base)
                 if e.attr == "shape":
                     return ["shape", self.loc(e), const]
                 return ["intrinsic", self.loc(e), e.attr, [const]]
