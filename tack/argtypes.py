@@ -117,8 +117,18 @@ def typeof_arg(kernel_name, param, a, static=False):
         raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a NumPy {a.dtype} "
                         "scalar, a type kernels do not take: numbers are bool, int32/64, "
                         "uint32/64 or float32/64 (pass int(x), float(x) or np.float32(x))")
-    raise TypeError(f"kernel '{kernel_name}': argument '{param}' is a {type(a).__name__}; "
-                    "kernels take NumPy arrays, numbers, and classes (as templates)")
+    what = type(a).__name__
+    hint = ""
+    if hasattr(a, "__array__") or hasattr(a, "__array_interface__") or \
+            hasattr(a, "__buffer__") or isinstance(a, (memoryview, bytearray)) or what == "array":
+        hint = f" (pass np.asarray({param}) for a NumPy array of its values)"
+    raise TypeError(f"kernel '{kernel_name}': argument '{param}' is {_a(what)} {what}; "
+                    f"kernels take NumPy arrays, numbers, and classes (as templates){hint}")
+
+
+def _a(word: str) -> str:
+    """The article of ``word`` ('an array', 'a memoryview')."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def device_array_type(a, static=False):

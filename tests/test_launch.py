@@ -267,3 +267,30 @@ def test_a_0d_array_dim_and_a_numpy_int_thread_count_are_taken():
                 tack.config.num_threads = bad
     finally:
         tack.config.reset()
+
+
+class _HostDataset:
+    """What h5py's Dataset or zarr's Array shows: a shape, a dtype and __array__, in host memory."""
+
+    def __init__(self, a):
+        self._a = a
+        self.shape, self.dtype = a.shape, a.dtype
+
+    def __array__(self, dtype=None, copy=None):
+        return self._a
+
+
+def test_host_array_likes_are_told_to_pass_a_numpy_array():
+    """An object with a shape and dtype in host memory (h5py's Dataset) was told it is "an array
+    on a device ... pass its .numpy() copy", which it has not; array.array and memoryview were
+    "a array" with no hint.  Each is now told to pass np.asarray of it."""
+    import array
+    with pytest.raises(TypeError) as e:
+        tack.launch(k_fill, 3, (_HostDataset(np.zeros(3)), 1.0))
+    assert "argument 'out' is a _HostDataset, not a NumPy array: pass np.asarray(out)" \
+        in str(e.value) and "on a device" not in str(e.value), str(e.value)
+    for obj, said in ((array.array("d", [0.0] * 3), "is an array;"),
+                      (memoryview(np.zeros(3)), "is a memoryview;")):
+        with pytest.raises(TypeError) as e:
+            tack.launch(k_fill, 3, (obj, 1.0))
+        assert said in str(e.value) and "pass np.asarray(out)" in str(e.value), str(e.value)

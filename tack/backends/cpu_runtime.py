@@ -171,9 +171,15 @@ def check_args(name, params, args, argtypes):
     """TypeError for an array argument that is not in host memory (a device array)."""
     for p, a, t in zip(params, args, argtypes):
         if isinstance(t, T.Array) and not isinstance(a, np.ndarray):
-            raise TypeError(f"kernel '{name}': argument '{p}' is an array on a device "
-                            f"({type(a).__name__}); launch on that device, or pass its "
-                            ".numpy() copy")
+            if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack_device__") or \
+                    callable(getattr(a, "numpy", None)):        # (Tack's own: to_device's)
+                raise TypeError(f"kernel '{name}': argument '{p}' is an array on a device "
+                                f"({type(a).__name__}); launch on that device, or pass its "
+                                ".numpy() copy")
+            # shape and dtype of its own, in host memory (h5py's Dataset, zarr's Array...)
+            raise TypeError(f"kernel '{name}': argument '{p}' is a {type(a).__name__}, not a "
+                            f"NumPy array: pass np.asarray({p}) (a CPU launch takes NumPy "
+                            "arrays, and other libraries' host arrays through DLPack)")
 
 
 def make_variant(fn, meta, sig: Signature) -> "CPUVariant":
