@@ -91,13 +91,15 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
                 return
             started = _startup_seconds(device)
             t0 = time.perf_counter()
-            variant.run(args, dims, block)
-            t["launch"] = time.perf_counter() - t0
-            threads = _startup_seconds(device) - started
-            if threads > 0:                 # the runtime started its threads in this launch
-                t["threads"], t["launch"] = threads, t["launch"] - threads
-            if config.timing:
-                report_timings(kernel)
+            try:
+                variant.run(args, dims, block)
+            finally:                        # reported too where the run refuses (its grid)
+                t["launch"] = time.perf_counter() - t0
+                threads = _startup_seconds(device) - started
+                if threads > 0:             # the runtime started its threads in this launch
+                    t["threads"], t["launch"] = threads, t["launch"] - threads
+                if config.timing:
+                    report_timings(kernel)
             return
     except (TypeError, ValueError, IndexError) as e:
         if config.debug or not _launch_error(e):

@@ -294,3 +294,19 @@ def test_host_array_likes_are_told_to_pass_a_numpy_array():
         with pytest.raises(TypeError) as e:
             tack.launch(k_fill, 3, (obj, 1.0))
         assert said in str(e.value) and "pass np.asarray(out)" in str(e.value), str(e.value)
+
+
+@tack.kernel
+def k_fill_refused(out, value):
+    i = tack.tid()
+    out[i] = value
+
+
+def test_timing_reports_a_first_call_whose_run_refuses(monkeypatch, capsys):
+    """TACK_TIMING=1 printed nothing for a first call whose grid check refused it after the
+    compile (and the next call, warm, prints nothing either): that compile went unreported."""
+    monkeypatch.setattr(tack.config, "timing", True)
+    with pytest.raises(IndexError):
+        tack.launch(k_fill_refused, 5, (np.zeros(4), 1.0))
+    err = capsys.readouterr().err
+    assert "tack: first call of 'k_fill_refused':" in err and "launch" in err, err
