@@ -93,7 +93,10 @@ def check_scalar(what, spec, a, is_array, convert=scalar_numpy):
     try:
         return convert(spec, a)
     except (OverflowError, TypeError, ValueError) as e:
-        raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({e})"
+        # an integer past the type's range: said as the CPU says it, not in the words of the
+        # conversion that failed ("Python int too large to convert to C long")
+        why = "argument out of range" if isinstance(e, OverflowError) else e
+        raise TypeError(f"{what} = {a!r} does not fit {spec.text} ({why})"
                         f"{int_argument_hint(spec.text, a)}") from None
 
 

@@ -727,11 +727,15 @@ def k_store_scalar(out, s):
 
 def test_a_python_int_past_int64_is_told_about_np_uint64_on_opencl_too():
     """The CPU's refusal of 2**63 for an int64 parameter says to pass np.uint64; a device's
-    said only "Python int too large to convert to C long".  One hint, for both."""
+    said only "Python int too large to convert to C long".  One hint, for both, and one reason
+    ("argument out of range", where a device said the conversion's "Python int too large...")."""
     with pytest.raises(TypeError) as e:
         tack.launch(k_store_scalar, 1, (np.zeros(1, np.int64), 2**63), device="opencl")
     assert str(e.value).startswith("kernel 'k_store_scalar': argument 's' = 9223372036854775808 "
-                                   "does not fit int64 (")
+                                   "does not fit int64 (argument out of range)"), str(e.value)
+    with pytest.raises(TypeError) as cpu:
+        tack.launch(k_store_scalar, 1, (np.zeros(1, np.int64), 2**63))
+    assert str(cpu.value) == str(e.value)
     assert str(e.value).endswith("; a Python int argument is int64: pass np.uint64(...) for one "
                                  "up to 2**64 - 1"), str(e.value)
     with pytest.raises(TypeError) as e:                 # a negative one: no such hint
