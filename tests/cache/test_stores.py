@@ -458,6 +458,8 @@ def test_an_unusable_entry_replaced_since_it_was_read_is_kept(tmp_path):
 
 
 class _Keys:
+    lowered = "0" * 64              # (a variant's lowered key: an alternate marks its own)
+
     def __init__(self, key):
         self.key = key
 
