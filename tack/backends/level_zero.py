@@ -89,10 +89,10 @@ class LevelZeroTarget(GPUTarget):
         counter, ``n * (n - 1) / 2``, computed on i65), the module is optimized again by
         ``_SPIRV_PASSES``, a pipeline without those loop passes."""
         optimized = super().optimize(module)
-        if _ODD_WIDTH.search(str(optimized)) is None:
+        if _odd_width(str(optimized)) is None:
             return optimized
         mod = super().optimize(module, _SPIRV_PASSES)
-        odd = _ODD_WIDTH.search(str(mod))
+        odd = _odd_width(str(mod))
         if odd is not None:
             raise BackendError(f"LLVM's optimizer left an integer type SPIR-V cannot hold "
                                f"({odd.group()}) in the kernel's code, for {self.name}")
@@ -181,6 +181,14 @@ class SPIRVTarget(LevelZeroTarget):
 # An integer type SPIR-V has none of without an extension: i<N> for N not 1, 8, 16, 32 or 64 (a
 # value's name is %i05 or @i65: not a type).
 _ODD_WIDTH = re.compile(r"(?<![%@.\w])i(?!(?:1|8|16|32|64)\b)\d+\b")
+# What is not code in the IR's text: quoted strings (a constant array's bytes, c"...<i0...":
+# 0x20306920 read as a type refused the kernel) and comments.
+_NOT_CODE = re.compile(r'"[^"]*"|;[^\n]*')
+
+
+def _odd_width(ir_text: str):
+    """The first integer type of an odd width in ``ir_text``'s code (``_ODD_WIDTH``), or None."""
+    return _ODD_WIDTH.search(_NOT_CODE.sub("", ir_text))
 # ``LevelZeroTarget.optimize``'s pipeline where LLVM's leaves such a type: its function passes
 # at O2, less IndVarSimplify (the closed forms) and loop strength reduction.
 _SPIRV_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "sccp", "reassociate", "loop_rotate",

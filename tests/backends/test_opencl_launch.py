@@ -772,3 +772,28 @@ def test_the_workaround_docs_give_for_the_cpu_runtimes_vectorizer_crash(tmp_path
     while len(want) < 16:
         want.append(want[-1] + want[-2])
     assert p.stdout.strip() == str(want), p.stdout
+
+
+# A constant whose bytes spell " i0 " (0x20306920): LLVM writes a constant array as a byte string,
+# c"...", in which the SPIR-V targets' check for integer types of odd widths read a type i0.
+I0_BYTES = tack.constant(np.array([1, 0x20306920, 3, 4], dtype=np.int32))
+
+
+@tack.kernel
+def k_constant_spelling_a_type(o):
+    i = tack.tid()
+    o[i] = I0_BYTES[i % 4]
+
+
+def test_a_constant_whose_bytes_read_as_a_type_builds_for_spirv():
+    """The kernel was refused on every SPIR-V target ("LLVM's optimizer left an integer type
+    SPIR-V cannot hold (i0)") for its constant's values; it builds for spirv:generic and
+    level_zero:pvc and runs on OpenCL as on the CPU."""
+    import tack.aot
+    for target in ("spirv:generic", "level_zero:pvc"):
+        tack.aot.compile(k_constant_spelling_a_type, target, (np.zeros(4, np.int32),))
+    cpu, ocl = np.zeros(8, np.int32), np.zeros(8, np.int32)
+    tack.launch(k_constant_spelling_a_type, 8, (cpu,))
+    tack.launch(k_constant_spelling_a_type, 8, (ocl,), device="opencl")
+    np.testing.assert_array_equal(ocl, cpu)
+    assert cpu[1] == 0x20306920
