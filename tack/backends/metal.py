@@ -932,9 +932,19 @@ class _Function:
             return f"{h}({', '.join(vals)})"
         if name in ("np.rint", "np.round", "round"):
             return self.rounded(name, values[0], ts[0], st, args[1][2] if len(args) == 2 else 0)
+        if name == "np.fmod":
+            if st.kind == "f":
+                name = "fmod"
+            else:                       # truncated, as C's %; by 0 (or -1) it is 0: codegen's
+                ct = ctype(st)
+                zero = " || b == -1" if st.kind == "i" else ""
+                h = self.mod.helper(f"tack_fmod_{ct}", f"static inline {ct} tack_fmod_{ct}({ct} a, "
+                                    f"{ct} b) {{ return (b == 0{zero}) ? 0 : a % b; }}")
+                a, b = (self.cast(v, t, st) for v, t in zip(values, ts))
+                return f"{h}({a}, {b})"
         fn = _MATH.get(name)
         if fn is None:
-            raise Unsupported(f"math.{name} (no MSL function)")
+            raise Unsupported(f"{name if '.' in name else 'math.' + name} (no MSL function)")
         vals = [self.cast(v, t, st) for v, t in zip(values, ts)]
         return f"{fn}({', '.join(vals)})"
 

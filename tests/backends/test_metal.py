@@ -388,6 +388,27 @@ def test_float_floordiv_and_mod_are_numpys(tmp_path):
     assert _same_floats(r, want_r).all()
 
 
+@tack.kernel
+def np_fmod_of(a, b, out):
+    i = tack.tid()
+    out[i] = np.fmod(a[i], b[i])
+
+
+@pytest.mark.parametrize("dt", [np.int32, np.uint32, np.float32])
+def test_np_fmod_runs_like_the_cpu(dt, tmp_path):
+    """np.fmod was refused on Metal as "math.np.fmod (no MSL function)", though math.fmod builds
+    (metal::fmod); of integers it is the truncated remainder, 0 by 0 and by -1, as the CPU's."""
+    info = np.iinfo(dt) if dt != np.float32 else None
+    vals = [0, 1, 7, 2**31 - 1] + ([-1, -7, -2**31] if dt == np.int32 else [2**32 - 1] if dt == np.uint32 else [-7.5, 0.5])
+    pairs = np.array([(x, y) for x in vals for y in vals], dtype=object)
+    a, b = pairs[:, 0].astype(dt), pairs[:, 1].astype(dt)
+    got, want = np.zeros_like(a), np.zeros_like(a)
+    run_shim(np_fmod_of, (a, b, got), (a.size,), tmp_path, prefix=f"tack_np_fmod_{np.dtype(dt).name}")
+    tack.launch(np_fmod_of, a.size, (a, b, want))
+    np.testing.assert_array_equal(got, want)
+    assert info is None or (got[b == 0] == 0).all()
+
+
 class NegativeNaN:
     K = -math.nan
 
