@@ -99,7 +99,8 @@ class LevelZeroTarget(GPUTarget):
         return mod
 
     def emit(self, optimized) -> bytes:
-        spirv = emit_spirv(signed_bool_to_float(str(optimized)), self.triple, self.settings)
+        spirv = emit_spirv(umul_overflow_expanded(signed_bool_to_float(str(optimized))),
+                           self.triple, self.settings)
         return pack_level_zero(spirv, self.native(spirv) if self.device else b"")
 
     def native(self, spirv: bytes) -> bytes:
@@ -211,6 +212,34 @@ def signed_bool_to_float(ir_text: str) -> str:
         ones = "<" + ", ".join([f"{elem} -1.0"] * int(n)) + ">"
         return f"= select <{n} x i1> {value}, {ty} {ones}, {ty} zeroinitializer"
     return _SITOFP_I1.sub(select, ir_text)
+
+
+_UMUL_OVERFLOW = re.compile(r"^( *)(%[-\w.$]+) = (?:tail )?call \{ (i\d+), i1 \} "
+                            r"@llvm\.umul\.with\.overflow\.i\d+\(\3(?: noundef)? ([^,\s]+), "
+                            r"\3(?: noundef)? ([^,\s)]+)\)[^\n]*$", re.M)
+
+
+def umul_overflow_expanded(ir_text: str) -> str:
+    """``llvm.umul.with.overflow`` (what LLVM's optimizer makes of ``b != 0 and a * b // b !=
+    a``) rewritten as the product and ``b != 0 and product / b != a``.  The SPIR-V backend
+    emits it as OpUMulExtended, valid SPIR-V, which Intel's OpenCL CPU runtime (2026.2) cannot
+    build ("Symbols not found: _Z20__spirv_UMulExtendedii"): the launch failed."""
+    count = [0]
+
+    def expand(m):
+        pad, r, ty, a, b = m.groups()
+        count[0] += 1
+        t = f"%tack.umul{count[0]}"
+        return "\n".join(pad + line for line in (
+            f"{t}.lo = mul {ty} {a}, {b}",
+            f"{t}.bz = icmp eq {ty} {b}, 0",
+            f"{t}.bs = select i1 {t}.bz, {ty} 1, {ty} {b}",
+            f"{t}.q = udiv {ty} {t}.lo, {t}.bs",
+            f"{t}.ne = icmp ne {ty} {t}.q, {a}",
+            f"{t}.ov = select i1 {t}.bz, i1 false, i1 {t}.ne",
+            f"{t}.s0 = insertvalue {{ {ty}, i1 }} undef, {ty} {t}.lo, 0",
+            f"{r} = insertvalue {{ {ty}, i1 }} {t}.s0, i1 {t}.ov, 1"))
+    return _UMUL_OVERFLOW.sub(expand, ir_text)
 
 
 _EMIT = """

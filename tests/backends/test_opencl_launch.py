@@ -797,3 +797,30 @@ def test_a_constant_whose_bytes_read_as_a_type_builds_for_spirv():
     tack.launch(k_constant_spelling_a_type, 8, (ocl,), device="opencl")
     np.testing.assert_array_equal(ocl, cpu)
     assert cpu[1] == 0x20306920
+
+
+@tack.kernel
+def k_unsigned_product_overflows(x, y, o):
+    i = tack.tid()
+    a = x[i]
+    b = y[i]
+    ov = 0
+    if b != 0 and a * b // b != a:      # LLVM: llvm.umul.with.overflow
+        ov = 1
+    o[i] = ov
+
+
+@pytest.mark.parametrize("dt", [np.uint32, np.uint64])
+def test_an_unsigned_overflow_check_runs_on_opencl(dt):
+    """LLVM makes this check llvm.umul.with.overflow, which the SPIR-V backend emits as
+    OpUMulExtended: valid SPIR-V (spirv-val, ocloc), which Intel's OpenCL CPU runtime cannot build
+    ("Symbols not found: _Z20__spirv_UMulExtendedii"): the launch failed.  It is now the product
+    and a division, and runs as on the CPU."""
+    big = np.iinfo(dt).max // 2 + 1
+    x = np.array([3, big, 5, big, 0], dt)
+    y = np.array([7, 2, 0, 1, 9], dt)
+    cpu, ocl = np.zeros(5, np.int64), np.zeros(5, np.int64)
+    tack.launch(k_unsigned_product_overflows, 5, (x, y, cpu))
+    tack.launch(k_unsigned_product_overflows, 5, (x, y, ocl), device="opencl")
+    np.testing.assert_array_equal(cpu, [0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(ocl, cpu)
