@@ -97,7 +97,12 @@ _snapshots = {}     # id(code) -> (weak ref to the code, its file's (bytes, line
 
 def _file(name: str):
     """(bytes, lines) of the file ``name`` now (read again only if it changed since this process
-    last read it), or None: no such regular file ("<string>", a zip archive's member)."""
+    last read it), or None: no such regular file ("<string>", a zip archive's member).  A name
+    in angle brackets (``<string>``, ``<stdin>``: code of ``exec``, ``-c``, a REPL) names no file,
+    as ``linecache`` takes it, even where the working directory holds one so named: its text,
+    not the program's, was compiled and keyed."""
+    if name[:1] == "<" and name[-1:] == ">":
+        return None
     try:
         st = os.stat(name)
         if not stat.S_ISREG(st.st_mode):                    # never open a FIFO or a device

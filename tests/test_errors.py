@@ -1866,3 +1866,41 @@ def test_what_a_metaclass_gives_that_no_fingerprint_holds_is_refused(kern, attr)
     with pytest.raises(tack.CompileError, match=rf"_PolicyOfMeta's '{attr}' comes from its metaclass "
                                                 r"_MetaWithPlainFunction"):
         tack.launch(kern, dim=3, args=(np.zeros(3), _PolicyOfMeta))
+
+
+NO_FILE_PROGRAM = """import numpy as np, tack
+@tack.kernel
+def k(out):
+    i = tack.tid()
+    out[i] = 2.0
+o = np.zeros(3)
+try:
+    tack.launch(k, dim=3, args=(o,))
+    print("RESULT", o.tolist())
+except tack.CompileError as e:
+    print("REFUSED", str(e).splitlines()[0])
+"""
+
+
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_a_kernel_of_no_file_is_refused_though_a_file_bears_its_name(tmp_path, how):
+    """A kernel of ``python -c`` or stdin has no source file (``<string>``, ``<stdin>``); with a
+    file of that very name in the working directory, its text was compiled (and keyed) in the
+    program's place: ``out[i] = 7.0`` ran where the program said 2.0.  It is refused, as with no
+    such file."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    decoy = NO_FILE_PROGRAM.replace("2.0", "7.0")
+    for name in ("<string>", "<stdin>"):
+        (tmp_path / name).write_text(decoy)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(PYTHONPATH=root, TACK_CACHE_DIR=str(tmp_path / "cache"))
+    argv, stdin = ([sys.executable, "-c", NO_FILE_PROGRAM], None) if how == "-c" else \
+        ([sys.executable, "-"], NO_FILE_PROGRAM)
+    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, cwd=tmp_path, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("REFUSED ") and "the source of 'k' is not available" in last, last
