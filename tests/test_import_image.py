@@ -277,6 +277,9 @@ def test_image_command_says_what_it_cannot_write(site, tmp_path):
     assert p.returncode == 1 and p.stdout == ""
     assert p.stderr.startswith("error: image: cannot write the import image of ") \
         and str(taken) in p.stderr, p.stderr
+    # (it said "[Errno None] a directory, not a regular file: '...'")
+    assert f"{taken} is a directory, not a regular file" in p.stderr and "Errno" not in p.stderr, \
+        p.stderr
     p = subprocess.run([sys.executable, "-m", "tack.site", "image", "--check"], env=env,
                        cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert p.returncode == 1 and "missing or stale" in p.stderr

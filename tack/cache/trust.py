@@ -38,6 +38,9 @@ class NotRegular(OSError):
         self.filename = path
         self.strerror = f"{what}, not a regular file"
 
+    def __str__(self):          # (OSError's, with filename set, says "[Errno None] ...")
+        return self.args[0]
+
 
 def kind_of(st) -> str:
     for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
