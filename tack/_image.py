@@ -315,8 +315,13 @@ def open_image(package: str, package_dir: str):
 def install(package: str, package_dir: str):
     """Put the finder of the package's image on ``sys.meta_path`` (once; ``_first_place``): it
     or None."""
-    if os.environ.get("TACK_IMPORT_IMAGE", "1").strip().lower() in ("0", "off", "no", "false"):
-        return None                         # config.FALSE_WORDS (config is not imported yet)
+    raw = os.environ.get("TACK_IMPORT_IMAGE", "1").strip().lower()
+    if raw in ("0", "off", "no", "false"):  # config.FALSE_WORDS (config is not imported yet)
+        return None
+    if raw not in ("1", "on", "yes", "true", ""):       # and TRUE_WORDS: else said, as config says
+        from .errors import warn
+        warn(f"tack: TACK_IMPORT_IMAGE={raw!r} is not a boolean (use 1 or 0); using 1",
+             stacklevel=3)
     found = finder(package)
     if found is not None and found.root != package_dir + os.sep:
         sys.meta_path.remove(found)         # another copy's image: not this package's code

@@ -220,6 +220,17 @@ def test_switched_off_by_TACK_IMPORT_IMAGE_0(site, tmp_path, off):
     assert not report["finder"] and not _served(report)
 
 
+def test_a_TACK_IMPORT_IMAGE_that_is_no_boolean_is_said(site, tmp_path):
+    """A value neither on nor off ("disable", "none") left the image on without a word; it is
+    said, as config says a TACK_DEBUG that is no boolean, and the image stays on."""
+    _write(site, tmp_path)
+    p = _py(site, CHILD, tmp_path, TACK_IMPORT_IMAGE="disable")
+    report = json.loads(p.stdout.strip().splitlines()[-1])
+    assert report["finder"] and _served(report)
+    assert "tack: TACK_IMPORT_IMAGE='disable' is not a boolean (use 1 or 0); using 1" in p.stderr, \
+        p.stderr
+
+
 def test_a_module_is_served_only_where_its_parents_path_leads(site, tmp_path):
     """The finder answered every tack.* name from its own copy, whatever the parent's __path__:
     a second copy of Tack imported in the same process ran its __init__ with the first copy's
