@@ -100,8 +100,15 @@ def format_size(n: int | None) -> str:
 
 
 def default_directory() -> str:
-    """The platform's per-user cache directory for Tack."""
+    """The platform's per-user cache directory for Tack.  An empty ``HOME`` is taken as unset,
+    the account's home (``expanduser`` made it ``/``: the cache went to ``/.cache/tack``)."""
     home = os.path.expanduser("~")
+    if not os.environ.get("HOME", "x").strip() and hasattr(os, "getuid"):
+        try:
+            import pwd
+            home = pwd.getpwuid(os.getuid()).pw_dir or home
+        except (ImportError, KeyError):
+            pass
     if sys.platform == "darwin":
         return os.path.join(home, "Library", "Caches", "tack")
     if sys.platform.startswith("win"):

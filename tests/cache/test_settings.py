@@ -44,6 +44,18 @@ def test_default_directory_without_xdg(monkeypatch, tmp_path):
     assert resolve_quietly().directory == str(tmp_path / ".cache" / "tack")
 
 
+@pytest.mark.parametrize("home", ["", " "])
+def test_an_empty_home_is_the_accounts_home(monkeypatch, home):
+    """HOME set but empty made the default directory /.cache/tack (expanduser's "/"), without a
+    word; it is the account's home, as with HOME unset."""
+    import pwd
+    monkeypatch.delenv("TACK_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", home)
+    want = os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".cache", "tack")
+    assert resolve_quietly().directory == want
+
+
 @pytest.mark.parametrize("var, value, field, want", [
     ("TACK_CACHE_DIR", "/somewhere/else/tack", "directory", "/somewhere/else/tack"),
     ("TACK_CACHE", "read", "mode", "read"),
