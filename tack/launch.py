@@ -431,6 +431,8 @@ def _store_back(runtime, session, keys, kernel, value_types, grid, fn, meta):
         m = driver_meta(meta, kernel.__qualname__, keys.lowered, value_types, grid, target_key, made)
         store_variant(session, Artifact(keys.for_target(target_key), payload, m["entry"], [], m,
                                         None, keys.lowered))
+    except Warning:                         # one of Tack's, raised as an error (-W error):
+        raise                               # as it is, not as a cache error of its own
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job
         from .cache import log
         log.debug("kernel '%s': the driver's code was not stored (%s: %s)",

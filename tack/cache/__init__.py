@@ -525,10 +525,11 @@ def warn_once_factory(quiet=False, said_before=False):
     said = {None} if said_before else set()
 
     def warn_once(message: str):
-        if not said and not quiet:
-            warn(f"tack: {message}", stacklevel=2)
-        said.add(message)
+        first = not said
+        said.add(message)                   # (before: a warning raised as an error, -W error)
         log.debug("%s", message)
+        if first and not quiet:
+            warn(f"tack: {message}", stacklevel=2)
     return warn_once
 
 

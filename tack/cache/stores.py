@@ -367,6 +367,8 @@ class Session:
         checked ("deps")."""
         try:
             return self._find_variant(kernel, templates, keys, targets, stage)
+        except Warning:                         # one of Tack's, raised as an error (-W error):
+            raise                               # as it is, not as a cache error of its own
         except Exception as e:                  # noqa: BLE001 - the cache must never break a job
             self.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
             return None
@@ -439,6 +441,8 @@ class Session:
                 from .stores_write import unusable
                 unusable(self, kernel, "lowered", found, f"damaged ({e})")
                 return None
+        except Warning:                         # one of Tack's, raised as an error (-W error):
+            raise                               # as it is, not as a cache error of its own
         except Exception as e:                  # noqa: BLE001 - the cache must never break a job
             self.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
             return None

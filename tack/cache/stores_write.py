@@ -179,6 +179,8 @@ def store_lowered(session, key: str, meta: dict, payload: bytes) -> bool:
     """Store a lowered kernel's entry (``tack.compiler.lowered_meta`` and its bytes) under its key."""
     try:
         return session.disk is not None and store(session.disk, KIND_LOWERED, key, meta, payload)
+    except Warning:                         # one of Tack's, raised as an error (-W error):
+        raise                               # as it is, not as a cache error of its own
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job
         session.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
         return False
@@ -191,6 +193,8 @@ def store_variant(session, artifact) -> bool:
                                                     artifact.payload)
         log.debug("kernel '%s': compiled%s", artifact.meta["kernel"], " and stored" if stored else "")
         return stored
+    except Warning:                         # one of Tack's, raised as an error (-W error):
+        raise                               # as it is, not as a cache error of its own
     except Exception as e:                  # noqa: BLE001 - the cache must never break a job
         session.warn_once(f"kernel cache error ({type(e).__name__}: {e}); compiling without it")
         return False

@@ -106,3 +106,39 @@ def test_a_site_file_of_a_third_user_names_its_admins_fix(tmp_path):
     assert f"chown root {f}" in msg and "rm " not in msg, msg
     with pytest.raises(Untrusted, match=f"not to you .*; remove it: rm {f}"):     # the user's own
         check_stat(os.lstat(f), str(f), allow_root=False, is_dir=False)
+
+
+WARNINGS_AS_ERRORS = """
+import numpy as np, tack
+
+@tack.kernel
+def k(out):
+    i = tack.tid()
+    out[i] = 2.0
+
+tack.launch(k, dim=3, args=(np.zeros(3),))
+"""
+
+
+def test_a_cache_warning_raised_as_an_error_is_raised_as_it_is(tmp_path):
+    """Under ``python -W error`` a cache that cannot be used raises its TackWarning: the store's
+    catch-all took it for a cache error of its own and warned again, raising "tack: kernel cache
+    error (TackWarning: tack: not using the kernel cache: ...); compiling without it" (two
+    "tack:", and it did not compile).  The warning comes out as it is."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o777)              # others may write it, without the sticky bit
+    script = tmp_path / "prog.py"
+    script.write_text(WARNINGS_AS_ERRORS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(PYTHONPATH=root, TACK_CACHE_DIR=str(loose / "cache"))
+    p = subprocess.run([sys.executable, "-W", "error", str(script)], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=120)
+    assert p.returncode != 0
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("tack.errors.TackWarning: tack: not using the kernel cache: the "
+                           f"directory {loose}, above "), last
+    assert "kernel cache error" not in p.stderr, p.stderr[-2000:]
