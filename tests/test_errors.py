@@ -195,6 +195,22 @@ def k_calls_kernel(out):
     k_unknown_name(out)  # ERR k_unknown_name
 
 
+@tack.kernel
+def k_reads_debug(out):
+    i = tack.tid()
+    out[i] = 1.0 if __debug__ else 2.0  # ERR __debug__
+
+
+def test_a_builtin_value_is_told_how_to_bind_a_constant_to_it():
+    """``__debug__`` was told "wrap it in tack.constant(...) where it is defined": it is defined
+    nowhere; the message says to bind a constant to it in the module, naming one."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(k_reads_debug, dim=2, args=(np.zeros(2),))
+    msg = check_points_at(ei.value, "k_reads_debug", k_reads_debug, FILE)
+    assert "'__debug__' is Python's own bool" in msg and \
+        "DEBUG = tack.constant(__debug__)" in msg, msg
+
+
 def test_unknown_name():
     """A name bound nowhere raises CompileError saying it is not defined, pointing at the name."""
     with pytest.raises(tack.CompileError) as ei:

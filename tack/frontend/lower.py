@@ -751,6 +751,11 @@ class _FunctionLowerer:
             # ``from math import pi``: the module's number, read by its attribute
             raise self.error(f"{scope} '{name}' is math.{name}, a number imported by name; write "
                              f"math.{name} (a module's number is read as its attribute)", node)
+        if "." not in name and name not in self.globals and name not in self.closure:
+            # a builtin (__debug__): defined nowhere a tack.constant could wrap it
+            raise self.error(f"'{name}' is Python's own {what}, which kernels cannot read; bind "
+                             f"a tack.constant to it in the module (say {name.strip('_').upper()} "
+                             f"= tack.constant({name})) and read that", node)
         raise self.error(f"{scope} '{name}' is a Python {what}, which kernels cannot read; "
                          f"wrap it in tack.constant(...) where it is defined", node)
 
