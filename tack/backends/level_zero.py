@@ -99,8 +99,8 @@ class LevelZeroTarget(GPUTarget):
         return mod
 
     def emit(self, optimized) -> bytes:
-        spirv = emit_spirv(umul_overflow_expanded(signed_bool_to_float(str(optimized))),
-                           self.triple, self.settings)
+        text = bitreverse_expanded(umul_overflow_expanded(signed_bool_to_float(str(optimized))))
+        spirv = emit_spirv(text, self.triple, self.settings)
         return pack_level_zero(spirv, self.native(spirv) if self.device else b"")
 
     def native(self, spirv: bytes) -> bytes:
@@ -240,6 +240,38 @@ def umul_overflow_expanded(ir_text: str) -> str:
             f"{t}.s0 = insertvalue {{ {ty}, i1 }} undef, {ty} {t}.lo, 0",
             f"{r} = insertvalue {{ {ty}, i1 }} {t}.s0, i1 {t}.ov, 1"))
     return _UMUL_OVERFLOW.sub(expand, ir_text)
+
+
+_BITREVERSE = re.compile(r"^( *)(%[-\w.$]+) = (?:tail )?call (i(8|16|32|64)) "
+                         r"@llvm\.bitreverse\.i\d+\(\3(?: noundef)? ([^,\s)]+)\)[^\n]*$", re.M)
+
+
+def bitreverse_expanded(ir_text: str) -> str:
+    """``llvm.bitreverse`` (what LLVM's optimizer makes of a loop or a mask-and-shift sequence
+    that reverses bits) rewritten as that sequence: the SPIR-V backend has no instruction for it
+    in an OpenCL module (OpBitReverse is a Shader one), and aborted ("Unable to meet SPIR-V
+    requirements for this target")."""
+    count = [0]
+
+    def expand(m):
+        pad, r, ty, width, v = m.groups()
+        width = int(width)
+        count[0] += 1
+        t = f"%tack.brev{count[0]}"
+        lines, s, k = [], 1, 0
+        while s < width:
+            block = (1 << s) - 1
+            mask = sum(block << (2 * s * j) for j in range(width // (2 * s)))
+            if mask >= 1 << (width - 1):            # written as the signed value it is
+                mask -= 1 << width
+            k += 1
+            out = r if 2 * s >= width else f"{t}.v{k}"
+            lines += [f"{t}.a{k} = lshr {ty} {v}, {s}", f"{t}.b{k} = and {ty} {t}.a{k}, {mask}",
+                      f"{t}.c{k} = and {ty} {v}, {mask}", f"{t}.d{k} = shl {ty} {t}.c{k}, {s}",
+                      f"{out} = or {ty} {t}.b{k}, {t}.d{k}"]
+            v, s = out, 2 * s
+        return "\n".join(pad + line for line in lines)
+    return _BITREVERSE.sub(expand, ir_text)
 
 
 _EMIT = """

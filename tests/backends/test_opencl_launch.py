@@ -824,3 +824,55 @@ def test_an_unsigned_overflow_check_runs_on_opencl(dt):
     tack.launch(k_unsigned_product_overflows, 5, (x, y, ocl), device="opencl")
     np.testing.assert_array_equal(cpu, [0, 1, 0, 0, 0])
     np.testing.assert_array_equal(ocl, cpu)
+
+
+@tack.kernel
+def k_reverse_8_bits(x, o):
+    i = tack.tid()
+    v = x[i]
+    r = v & 0
+    for b in range(8):                  # a loop LLVM makes llvm.bitreverse of
+        r = (r << 1) | ((v >> b) & 1)
+    o[i] = r
+
+
+@tack.kernel
+def k_reverse_bits_32(x, o):
+    i = tack.tid()
+    v = x[i]
+    v = ((v >> 1) & 0x55555555) | ((v & 0x55555555) << 1)
+    v = ((v >> 2) & 0x33333333) | ((v & 0x33333333) << 2)
+    v = ((v >> 4) & 0x0F0F0F0F) | ((v & 0x0F0F0F0F) << 4)
+    v = ((v >> 8) & 0x00FF00FF) | ((v & 0x00FF00FF) << 8)
+    o[i] = (v >> 16) | (v << 16)
+
+
+@tack.kernel
+def k_reverse_bits_64(x, o):
+    i = tack.tid()
+    v = x[i]
+    v = ((v >> 1) & 0x5555555555555555) | ((v & 0x5555555555555555) << 1)
+    v = ((v >> 2) & 0x3333333333333333) | ((v & 0x3333333333333333) << 2)
+    v = ((v >> 4) & 0x0F0F0F0F0F0F0F0F) | ((v & 0x0F0F0F0F0F0F0F0F) << 4)
+    v = ((v >> 8) & 0x00FF00FF00FF00FF) | ((v & 0x00FF00FF00FF00FF) << 8)
+    v = ((v >> 16) & 0x0000FFFF0000FFFF) | ((v & 0x0000FFFF0000FFFF) << 16)
+    o[i] = (v >> 32) | (v << 32)
+
+
+@pytest.mark.parametrize("kern, dt, bits", [(k_reverse_8_bits, np.uint32, 8),
+                                            (k_reverse_bits_32, np.uint32, 32),
+                                            (k_reverse_bits_64, np.uint64, 64)],
+                         ids=["loop-8", "masks-32", "masks-64"])
+def test_bit_reversals_run_on_opencl(kern, dt, bits):
+    """LLVM's optimizer makes a bit reversal llvm.bitreverse, which the SPIR-V backend cannot emit
+    for OpenCL (OpBitReverse is a Shader instruction): the compile aborted ("Unable to meet
+    SPIR-V requirements for this target").  It is now the masks and shifts, and runs as on the
+    CPU: the bits reversed."""
+    x = np.random.default_rng(7).integers(0, np.iinfo(dt).max, 64, dtype=dt, endpoint=True)
+    cpu, ocl = np.zeros_like(x), np.zeros_like(x)
+    tack.launch(kern, x.size, (x, cpu))
+    tack.launch(kern, x.size, (x, ocl), device="opencl")
+    np.testing.assert_array_equal(ocl, cpu)
+    low = [int(v) & ((1 << bits) - 1) for v in x]
+    want = [int(format(v, f"0{bits}b")[::-1], 2) for v in low]
+    assert [int(v) for v in cpu] == want
