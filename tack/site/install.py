@@ -206,8 +206,10 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
         # before anything is written: the prefix's kept config and exports stay as they were
         raise SiteError(f"bundles install: {e}; nothing was written") from None
     import yaml
-    config_text = ("# The config these bundles were built from (python -m tack.site bundles "
-                   "install)\n" + yaml.safe_dump(build_config(wanted, kernels), sort_keys=False))
+    config_text = ("# The config the latest bundles were built from (python -m tack.site bundles "
+                   "install); bundles/ keeps those of earlier installs\n# too, of other "
+                   "architectures: python -m tack.site bundles status lists every one\n"
+                   + yaml.safe_dump(build_config(wanted, kernels), sort_keys=False))
     files[config_path] = config_text.encode("utf-8")
     from ..cache.trust import make_shared_dirs
     from .atomic import check_files, write_files
