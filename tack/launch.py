@@ -147,6 +147,13 @@ def _before_fork():
     if _imported < 2 and _importer != _thread.get_ident():  # (not a fork from inside them)
         _imports_lock.acquire()
         _fork_holds.append(True)
+        # The compiler's imports this fork waited for may have registered LLVM's fork guard
+        # (backends.cpu): CPython had taken its list of befores already, so that one did not
+        # run, and the child got LLVM's lock held by the compiling thread.  Run it now.
+        cpu = sys.modules.get("tack.backends.cpu")
+        before = getattr(cpu, "_fork_before", None)
+        if before is not None and not cpu._fork_held:
+            before()
 
 
 def _after_fork():

@@ -62,16 +62,29 @@ def _guard_fork():
     except Exception:                           # noqa: BLE001 - another llvmlite's layout
         pass
 
+    held = []
+
     def before():
         for lock in locks:
             lock.acquire()
+        held.append(True)
 
     def after():
-        for lock in reversed(locks):
-            lock.release()
+        # Registered while a fork was under way (this module imported by the thread the fork
+        # waited for: launch's first compile's imports), this after runs with no before: there
+        # is nothing to release ("release unlocked lock" in the child, which then failed)
+        if held:
+            held.pop()
+            for lock in reversed(locks):
+                lock.release()
     os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
+    global _fork_before, _fork_held
+    _fork_before, _fork_held = before, held
 
 
+# The guard's before and what it holds: a fork that waited for the imports that registered it
+# (launch's first compile's) runs it from launch's own before (``launch._before_fork``).
+_fork_before, _fork_held = None, None
 _guard_fork()
 
 # Math functions LLVM has intrinsics for; the rest are libm calls.
