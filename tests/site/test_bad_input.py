@@ -592,6 +592,20 @@ def test_unknown_arch_shows_close_names_and_how_to_list_them(tmp_path, name, clo
             listed.stdout.splitlines()[:len(KINDS[kind].names())]] == KINDS[kind].qualified()
 
 
+def test_archs_says_each_kind_in_whole_words():
+    """``archs`` printed spirv's kind as "portable SPIR-V, for any Level Zero or OpenCL device,
+    as (2)": its description was written for the refusal's "Tack builds ... as spirv:generic"."""
+    from tack.backends.arch_names import KINDS
+    listed = site("archs")
+    assert listed.returncode == 0, listed.stderr
+    heads = [line for line in listed.stdout.splitlines() if not line.startswith(" ")]
+    assert [h.split(":", 1)[0] for h in heads] == list(KINDS), heads
+    for h in heads:
+        assert not h.rsplit(" (", 1)[0].endswith((" as", ",")), h
+    assert "Tack builds portable SPIR-V, for any Level Zero or OpenCL device: spirv:generic" \
+        in KINDS["spirv"].refusal("x")
+
+
 def test_archs_says_which_cpus_this_llvm_does_not_build():
     """``archs cpu`` listed archspec's every name, zen6 too, which this LLVM (22) has no CPU for:
     ``bundles build`` of it failed, and docs/deploy.md said so.  Each such name is now marked,
