@@ -262,7 +262,8 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
         return quick
 
     probe = None
-    for name, arch, _ in offers:                # the first readable table: the family's tree
+    held = meta_of.held                         # a header read already first: the family's tree
+    for name, arch, _ in sorted(offers, key=lambda o: o[0] not in held):
         meta = meta_of(name)
         if meta and meta.get("cpu_table"):
             try:

@@ -90,7 +90,10 @@ def host_features(facts) -> set:
 
 def header_reader(header, why: dict):
     """``header`` (name -> a bundle's header fields, or None when it cannot be read) asked once
-    for each name; an unreadable one's reason put in ``why``."""
+    for each name; an unreadable one's reason put in ``why``.  ``meta_of.held``: the names read
+    ({name: fields}).  ``header`` itself where it is such a reader, filling ``why``."""
+    if getattr(header, "why", None) is why:
+        return header
     metas = {}
 
     def meta_of(name):
@@ -100,16 +103,25 @@ def header_reader(header, why: dict):
                 why[name] = ("its header was refused (damaged, unreadable or another Tack's: "
                              "the warning naming the bundle says which)")
         return metas[name]
+    meta_of.held, meta_of.why = metas, why
     return meta_of
 
 
-def by_features(facts, offers, meta_of, why):
+def by_features(facts, offers, meta_of, why, later=None):
     """``cpu_choice.choose``'s answer where every bundle offered is its family's root or a generic x86-64
     level, from the table's generic rows (``generic_levels``) and the features: the first
     readable header's table names the levels (the one header the whole rule reads for its table
     too), then only the headers of the levels this node has are read, each checked against its
     own table.  None where any other bundle is offered (seen before any other header is read) or
-    a header is not as this rule needs it: the whole rule then, with no reason said here."""
+    a header is not as this rule needs it: the whole rule then, with no reason said here.
+
+    The table is read from a header read already where there is one (``meta_of.held``).
+
+    ``later``: a list where a lookup may check headers itself (``cpu_runtime.site_bundles``'
+    ``defer``).  The table is then read from the last offer first (names sort by level, so that
+    is the deepest level's header, the one a node most often serves from), and a level this node
+    has whose header is not read yet is answered in its place unread, its offer appended to
+    ``later``: the lookup that reaches it checks its header by this same rule (``check_later``)."""
     tables, levels = {}, None
 
     def levels_of(text):
@@ -117,7 +129,8 @@ def by_features(facts, offers, meta_of, why):
             tables[text] = generic_levels(text, facts["machine"])
         return tables[text]
 
-    for name, _, _ in offers:                   # the first readable header: the family's levels
+    held = meta_of.held                         # a header read already first, then the others
+    for name, _, _ in sorted(offers if later is None else offers[::-1], key=lambda o: o[0] not in held):
         meta = meta_of(name)
         if meta is not None:
             text = meta.get("cpu_table")
@@ -126,11 +139,15 @@ def by_features(facts, offers, meta_of, why):
     if not levels or any(arch not in levels for _, arch, _ in offers):
         return None                             # another target: the whole rule
     have = host_features(facts)
-    mine, chosen = {}, []
+    mine, chosen, unread = {}, [], []
     for name, arch, key in offers:
         if not have.issuperset(levels[arch][1]):
             mine[name] = f"cpu:{arch} is neither this node's microarchitecture nor an ancestor of it"
             continue                            # its header never read, as the whole rule
+        if later is not None and name not in meta_of.held:
+            unread.append((name, arch, key))    # checked by the lookup that reaches it
+            chosen.append((-levels[arch][0], name, arch, key))
+            continue
         meta = meta_of(name)
         if meta is None:
             continue                            # unreadable: said, and left out by both rules
@@ -151,6 +168,8 @@ def by_features(facts, offers, meta_of, why):
             continue
         chosen.append((-depth, name, arch, key))
     why.update(mine)
+    if later is not None:
+        later.extend(unread)
     return ordered(chosen)
 
 

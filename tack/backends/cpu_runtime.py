@@ -93,7 +93,8 @@ def site_candidates(host: str | None = None) -> list:
     return [(f"{KIND}:{a}", arch_key(a, llvm)) for a in cpu_candidates(host or host_arch())]
 
 
-def site_bundles(names, header, host: dict | None = None, why: dict | None = None) -> list:
+def site_bundles(names, header, host: dict | None = None, why: dict | None = None,
+                 defer: dict | None = None) -> list:
     """[(``cpu:arch``, target key, name)] of the CPU site bundles among ``names`` this node uses,
     most specific first (archspec's rule over the table the bundles' headers carry, so no
     archspec here: ``backends.cpu_levels.by_features`` where the bundles are generic levels,
@@ -102,7 +103,13 @@ def site_bundles(names, header, host: dict | None = None, why: dict | None = Non
     site bundle's for this machine with this LLVM's key for its arch; ``header(name)`` gives
     its header fields (None: unusable).  ``host``: this host's identity
     (``cpu_identity.host_cpu_identity()``) unless given (a made-up one); ``why``: a dict
-    filled with name -> why a bundle offered is not used."""
+    filled with name -> why a bundle offered is not used.
+
+    ``defer``: a dict, where the caller checks a bundle's header at its first lookup (the
+    cache's ``SiteBundleStore``): a generic level this node has whose header the choice did
+    not need is then answered unread, and ``defer[name]`` is its check (``check_later``: the
+    header's fields -> None, or why this node does not use it).  Of a site's three levels a
+    node then reads one header, where it read all three (``bundles status`` reads them all)."""
     from ..cache import log
     from ..cache.bundle import site_bundle_arch
     from .cpu_levels import by_features, header_reader, host_facts
@@ -122,13 +129,31 @@ def site_bundles(names, header, host: dict | None = None, why: dict | None = Non
             why[name] = f"built for cpu:{got[0]} with another LLVM or codegen than this node's"
     meta_of = header_reader(header, why)            # each header read once, by either rule
     facts = host_facts(host) if offers else None
-    chosen = [] if not offers else by_features(facts, offers, meta_of, why) if facts else None
+    later = None if defer is None else []
+    chosen = [] if not offers else by_features(facts, offers, meta_of, why, later) if facts else None
     if chosen is None:
         from .cpu_choice import choose
         chosen = choose(host, offers, meta_of, _archspec_ancestry, why)
     for name, reason in why.items():
         log.debug("site bundle %s: not used: %s", name, reason)
+    for offer in later or ():
+        defer[offer[0]] = lambda meta, offer=offer: check_later(host, offer, meta)
     return chosen
+
+
+def check_later(host: dict, offer, meta: dict):
+    """None if this node uses the bundle ``offer`` ((name, arch, target key)), whose header
+    fields are ``meta``, by ``site_bundles``' rule over that header alone; else why not."""
+    from .cpu_levels import by_features, header_reader, host_facts
+    why = {}
+    try:
+        got = by_features(host_facts(host), [offer], header_reader(lambda name: meta, why), why)
+        if got is None:
+            from .cpu_choice import choose
+            got = choose(host, [offer], lambda name: meta, _archspec_ancestry, why)
+    except Exception as e:                      # noqa: BLE001 - a header this rule cannot read
+        return f"its CPU header cannot be checked ({type(e).__name__}: {e})"
+    return None if got else why.get(offer[0], "this node does not use it")
 
 
 def _archspec_ancestry() -> list:

@@ -50,11 +50,14 @@ class Runtime(Protocol):
         """[(``kind:arch``, target key)] of the site bundles this node can use, most specific first
         (the tools'; the CPU's asks archspec)."""
 
-    def site_bundles(self, names, header) -> list:
+    def site_bundles(self, names, header, defer=None) -> list:
         """[(``kind:arch``, target key, name)] of the site bundles among ``names`` (a site
         directory's ``bundle-...`` file names) this node uses, most specific first: what the
         cache's ``SiteBundleStore`` and ``bundles status`` ask.  ``header(name)``: that bundle's
-        header fields, or None when it cannot be used; read once, and only where asked."""
+        header fields, or None when it cannot be used; read once, and only where asked.
+        ``defer``: a dict where the caller takes checks of headers to run at a bundle's first
+        open (name -> header fields -> None, or why not): a bundle whose header the choice did
+        not need is then answered unread, its check put there (the CPU's generic levels)."""
 
     def toolchain_target(self, device=None):
         """The toolchain's target that compiles for ``device`` (a miss only: imports the compiler)."""

@@ -405,9 +405,10 @@ def site_candidates(host=None) -> list:
     return candidate_keys()[-1:]
 
 
-def site_bundles(names, header) -> list:
+def site_bundles(names, header, defer=None) -> list:
     """[(``kind:arch``, target key, name)] of the site bundles among ``names`` this runtime uses,
-    in ``site_candidates``' order (read when a lookup first reaches them: no header needed)."""
+    in ``site_candidates``' order (read when a lookup first reaches them: no header needed, so
+    nothing is left to ``defer``'s checks)."""
     from ..cache.bundle import named_candidates
     return named_candidates(site_candidates(), names)
 

@@ -619,6 +619,11 @@ class StaleBundle(BundleError):
                 "(python -m tack.site bundles build)")
 
 
+class NotForThisNode(BundleError):
+    """A site bundle whose header, checked at its first open (``BundleStore``'s ``check``), is
+    not one this node uses."""
+
+
 def site_reason(e: BundleError) -> str:
     """Why a site bundle is not used, as a warning says it: a ``StaleBundle``'s ``site()``."""
     return e.site() if isinstance(e, StaleBundle) else str(e)
@@ -627,13 +632,17 @@ def site_reason(e: BundleError) -> str:
 class BundleStore:
     """Lookups served from one bundle, opened at the first lookup (or given in memory).
 
-    ``target_key``: the target whose variants it holds (a variant's key is made for it)."""
+    ``target_key``: the target whose variants it holds (a variant's key is made for it).
+    ``check``: the site bundle choice's check of the header, where the choice left it to the
+    first open (``SiteBundleStore``): a bundle it refuses is not used, said only in the log,
+    as the choice says why it leaves a bundle out; a file that replaces it is checked too."""
 
     writable = False                    # a bundle is only ever read
 
     def __init__(self, stats, warn_once, path=None, loaded=None, allow_root=False, label="bundle",
-                 quiet=False, target_key=None, quiet_stale=False):
+                 quiet=False, target_key=None, quiet_stale=False, check=None):
         self.stats, self.warn_once = stats, warn_once
+        self.check = check              # header fields -> None, or why this node does not use it
         self.quiet_stale = quiet_stale  # another version's bundle: said only in the log
         self.path = path
         self.target_key = target_key
@@ -660,6 +669,11 @@ class BundleStore:
         target's, copied under this name (``named_for_another_target``): none of its entries is
         ever looked up here, and every kernel compiled, without a word, in bundle mode."""
         b = read(path, allow_root=self.allow_root, tack_version=tack_version_id())
+        if self.check is not None:
+            why = self.check(b.meta)
+            if why is not None:
+                b.close()
+                raise NotForThisNode(f"{path}: {why}")
         if packed_bundle_machine(os.path.basename(path)) is not None:
             why = named_for_another_target(path, b.meta)
             if why is not None:
@@ -687,7 +701,7 @@ class BundleStore:
             # for a directory that is not there either (a new user's, one a site fills later)
             if self.quiet and (e.missing or not os.path.lexists(self.path)):
                 log.debug("%s: none at %s", self.label, self.path)
-            elif self.quiet_stale and isinstance(e, StaleBundle):
+            elif (self.quiet_stale and isinstance(e, StaleBundle)) or isinstance(e, NotForThisNode):
                 log.debug("%s not used: %s", self.label, e)
             else:
                 why = site_reason(e) if self.source == "site bundles" else e
@@ -755,6 +769,8 @@ class BundleStore:
             new = self._read(path)
         except BundleError as e:
             log.debug("%s %s replaced, not usable now: %s", self.label, path, e)
+            if isinstance(e, NotForThisNode):
+                return False            # not this node's now: as the choice, said in the log alone
             why = site_reason(e)
             why = why[len(path):].lstrip() if why.startswith(path + " ") else f"cannot be used ({why})"
             what = ("was replaced while this process had it open" if old is not None else
@@ -795,6 +811,7 @@ class SiteBundleStore:
         self._read = {}
         self._bad = {}                  # name -> file_identity of a bundle whose header failed
         self._listed = False            # the directory's bundle names once listed (None: unlistable)
+        self._later = {}                # name -> the check of a header the choice left unread
         if chosen is not None:          # [(arch, target key, Bundle)] load_bundle gave: no file opened
             self.stores = [BundleStore(stats, warn_once, loaded=b, allow_root=True,
                                        label=f"site bundle for {arch}", quiet=True, target_key=tk)
@@ -861,12 +878,19 @@ class SiteBundleStore:
         return self._read.get(os.path.basename(path))
 
     def candidates(self):
-        """[(``kind:arch``, target key, bundle path)] in the order they are looked in."""
+        """[(``kind:arch``, target key, bundle path)] in the order they are looked in.  A bundle
+        whose header the choice left to its first open has its check in ``later(path)``."""
         names = self.names()
         if not names:
             return []
+        self._later = {}
         return [(arch, tk, os.path.join(self.directory, name))
-                for arch, tk, name in self.site_bundles(names, self.header)]
+                for arch, tk, name in self.site_bundles(names, self.header, defer=self._later)]
+
+    def later(self, path: str):
+        """The check (header fields -> None, or why not) of the candidate at ``path`` whose header
+        the choice did not read, or None (its header was read and checked then)."""
+        return self._later.get(os.path.basename(path))
 
     def _open(self):
         self.stores = []
@@ -880,11 +904,16 @@ class SiteBundleStore:
             if b is not None and name not in chosen:
                 b.close()
         for arch, tk, path in found:
+            loaded, check = self._read.get(os.path.basename(path)), self.later(path)
+            if loaded is not None and check is not None:    # read before, for an earlier choice
+                why, check = check(loaded.meta), None
+                if why is not None:
+                    log.debug("site bundle for %s not used: %s: %s", arch, path, why)
+                    continue
             log.debug("site bundle for %s: %s", arch, path)
-            self.stores.append(BundleStore(self.stats, self.warn_once, path,
-                                           loaded=self._read.get(os.path.basename(path)),
+            self.stores.append(BundleStore(self.stats, self.warn_once, path, loaded=loaded,
                                            allow_root=True, label=f"site bundle for {arch}",
-                                           quiet=True, target_key=tk))
+                                           quiet=True, target_key=tk, check=check))
 
     def _say_unnamed(self, e):
         why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"

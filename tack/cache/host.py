@@ -18,11 +18,11 @@ def cpu_host_key() -> str:
     return runtime("cpu").host_key()
 
 
-def cpu_site_bundles(names, header) -> list:
+def cpu_site_bundles(names, header, defer=None) -> list:
     """Which of a site directory's bundles this node's CPU uses (``cpu_runtime.site_bundles``):
     what ``load_bundle``'s rank 0 reads and broadcasts."""
     from ..backends import runtime
-    return runtime("cpu").site_bundles(names, header)
+    return runtime("cpu").site_bundles(names, header, defer=defer)
 
 
 def known_kinds(kinds=None) -> frozenset:

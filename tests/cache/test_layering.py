@@ -81,7 +81,7 @@ CHILD = textwrap.dedent('''
 
     HOST = "d" * 64
     session = tack.cache.session("cpu", lambda: HOST,
-                                 lambda names, header: [("cpu:zen2", "e" * 64, n) for n in names])
+                                 lambda names, header, defer=None: [("cpu:zen2", "e" * 64, n) for n in names])
     ks = keys.keys(k, {}, (), 1, False)
     assert stores_write.store(session.disk, entry.KIND_VARIANT, ks.for_target(HOST),
                               {"dep": [], "site": [], "entry": "k"}, b"code")

@@ -55,8 +55,8 @@ def every_store(cache, site):
         "bundle": bundle.BundleStore(st, warn, str(site / bundle.bundle_name(HOST)), target_key=HOST),
         "packed": stores.PackedBundles(st, warn, str(site), HOST),
         "site": bundle.SiteBundleStore(st, warn, str(site),
-                                       lambda names, header: bundle.named_candidates([("cpu:zen2", ARCH_KEY)], names)),
-        "session": stores.open_session(settings(cache), st, warn, HOST, lambda names, header: [],
+                                       lambda names, header, defer=None: bundle.named_candidates([("cpu:zen2", ARCH_KEY)], names)),
+        "session": stores.open_session(settings(cache), st, warn, HOST, lambda names, header, defer=None: [],
                                        sites=[str(site)]),
     }
 
@@ -96,12 +96,12 @@ class TestProtocol:
         for name, store in every_store(cache, site).items():
             assert store.writable is (name in ("disk", "session")), name
         st, warn = tack.cache.new_stats(), (lambda m: None)
-        session = stores.open_session(settings(cache), st, warn, HOST, lambda names, header: [])
+        session = stores.open_session(settings(cache), st, warn, HOST, lambda names, header, defer=None: [])
         lowered = keys.digest("lowered", ("test", "stores"))
         assert stores_write.store_lowered(session, lowered, {"dep": []}, b"x")
         found, why = session.read(entry.KIND_LOWERED, lowered, "lowered")
         assert why == "" and found.payload == b"x" and found.source == "cache directory"
-        bundles_only = stores.open_session(settings(cache, "bundle"), st, warn, HOST, lambda names, header: [])
+        bundles_only = stores.open_session(settings(cache, "bundle"), st, warn, HOST, lambda names, header, defer=None: [])
         assert bundles_only.disk is None and not bundles_only.writable
         assert not stores_write.store_lowered(bundles_only, "2" * 64, {"dep": []}, b"y")
         assert not (cache / keys.tack_version_id() / "lowered" / "22").exists()
@@ -159,7 +159,7 @@ class TestTargets:
         cache, site = written
         asked = []
 
-        def site_bundles(names, header):
+        def site_bundles(names, header, defer=None):
             asked.append(sorted(names))
             return bundle.named_candidates([("cpu:zen2", ARCH_KEY)], names)
         s = stores.open_session(settings(cache), tack.cache.new_stats(), lambda m: None, HOST, site_bundles,
@@ -180,7 +180,7 @@ class TestTargets:
         name = bundle.site_bundle_name("cpu:zen2", ARCH_KEY)
         st = tack.cache.new_stats()
 
-        def site_bundles(names, header):
+        def site_bundles(names, header, defer=None):
             assert header(name)["target_key"] == ARCH_KEY and header(name) is header(name)
             return [("cpu:zen2", ARCH_KEY, name)]
         store = bundle.SiteBundleStore(st, lambda m: None, str(site), site_bundles)
@@ -199,7 +199,7 @@ class TestTargets:
         cache, site = written
         (site / "bundle-x86_64-cpu-zen3-000000000000").write_bytes(b"TACKBDL1 damaged")
         said = []
-        store = bundle.SiteBundleStore(tack.cache.new_stats(), said.append, str(site), lambda n, h: [])
+        store = bundle.SiteBundleStore(tack.cache.new_stats(), said.append, str(site), lambda n, h, defer=None: [])
         assert store.header("bundle-x86_64-cpu-zen3-000000000000") is None
         assert store.header("bundle-x86_64-cpu-zen3-000000000000") is None
         assert len(said) == 1 and "bundle-x86_64-cpu-zen3-000000000000" in said[0]

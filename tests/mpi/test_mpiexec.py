@@ -197,7 +197,7 @@ def test_rank0_reads_site_bundles_whole_and_keeps_no_descriptor(kernel_dir, tmp_
     key = bundle.header(str(path))["target_key"]
     fds = lambda: len(os.listdir("/proc/self/fd"))      # noqa: E731
     before = fds()
-    choice = lambda names, header: [(arch, key, path.name)]      # noqa: E731 - reads no header
+    choice = lambda names, header, defer=None: [(arch, key, path.name)]      # noqa: E731 - reads no header
     rows = bcast._site_bundles_in(str(site), "no-host-bundle-here", choice, lambda message: None,
                                   new_stats())
     assert [(r[1], r[2]) for r in rows] == [(arch, key)]

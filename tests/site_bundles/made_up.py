@@ -44,10 +44,11 @@ def variant_key(target_key: str) -> str:
     return keys.digest("variant", ("test", "site choice"), ("target", target_key))
 
 
-def write_site_bundle(directory, arch: str, requires=None, llvm=None) -> str:
+def write_site_bundle(directory, arch: str, requires=None, llvm=None, empty=False) -> str:
     """A site bundle for ``cpu:<arch>`` in ``directory``, named as ``bundles build`` names it,
-    whose one variant (``variant_key`` of its target) holds ``b"code for <arch>"``.
-    ``requires``: header fields instead of ``tack.aot.requirements``'s. -> its file name."""
+    whose one variant (``variant_key`` of its target) holds ``b"code for <arch>"`` (none if
+    ``empty``: a lookup goes on to the next bundle).  ``requires``: header fields instead of
+    ``tack.aot.requirements``'s. -> its file name."""
     llvm = llvm or cpu_runtime.llvm_version()
     tk = cpu_runtime.arch_key(arch, llvm)
     machine = archspec.cpu.TARGETS[arch].family.name
@@ -57,7 +58,7 @@ def write_site_bundle(directory, arch: str, requires=None, llvm=None) -> str:
     vkey = variant_key(tk)
     data = entry.encode(entry.KIND_VARIANT, vkey, dict(META, target_key=tk), f"code for {arch}".encode())
     name = bundle.site_bundle_name(f"cpu:{arch}", tk, machine)
-    bundle_write.write(str(directory / name), [(entry.KIND_VARIANT, vkey, data)], header)
+    bundle_write.write(str(directory / name), [] if empty else [(entry.KIND_VARIANT, vkey, data)], header)
     return name
 
 

@@ -140,7 +140,7 @@ def site(tmp_path):
 def site_store(site, host=None):
     """The cache's store of ``site``, asking the CPU runtime's choice (for ``host``: made up)."""
     return SiteBundleStore(tack.cache.new_stats(), lambda m: None, str(site),
-                           lambda names, header: cpu_runtime.site_bundles(names, header, host=host))
+                           lambda names, header, defer=None: cpu_runtime.site_bundles(names, header, host=host, defer=defer))
 
 
 def test_a_bundle_needing_a_feature_the_host_lacks_is_never_used(site):
@@ -195,7 +195,7 @@ def test_other_llvm_other_machine_and_damaged_bundles_are_ignored(site):
     write_site_bundle(site, "x86_64")
     said = []
     store = SiteBundleStore(tack.cache.new_stats(), said.append, str(site),
-                            lambda names, header: cpu_runtime.site_bundles(names, header, host=host))
+                            lambda names, header, defer=None: cpu_runtime.site_bundles(names, header, host=host, defer=defer))
     assert served_by(store) == "x86_64"
     assert len(said) == 1 and "x86_64_v3" in said[0]            # the damaged one, said once
 
@@ -417,3 +417,53 @@ def test_a_site_bundle_hit_on_a_generic_level_parses_no_table(site):
     before = dict(cpu_choice._tables)
     assert served_by(site_store(site)) == arch
     assert cpu_choice._tables == before
+
+
+def test_of_three_levels_a_node_reads_the_header_of_the_one_it_serves_from_alone(site):
+    """A site shipping x86_64_v2, _v3 and _v4 (conda's levels), on a node with AVX-512: the
+    store reads x86_64_v4's header alone (the table and that level's check) and serves from it;
+    the other two, which it would look in next, are not opened.  Checked eagerly (``bundles
+    status``), the choice is the same bundles in the same order, every header read."""
+    names = sorted(write_site_bundle(site, a) for a in ("x86_64_v2", "x86_64_v3", "x86_64_v4"))
+    host = host_for("x86_64_v4", "GenuineIntel")
+    store = site_store(site, host)
+    assert served_by(store) == "x86_64_v4"
+    v4 = next(n for n in names if "x86_64_v4" in n)
+    assert list(store._read) == [v4]
+    assert [os.path.basename(s.path) for s in store.stores] == [names[2], names[1], names[0]]
+    assert [s.bundle is None for s in store.stores] == [False, True, True]
+    read = []
+    eager = cpu_runtime.site_bundles(names, lambda n: read.append(n) or store.header(n), host=host)
+    assert [n for _, _, n in eager] == [names[2], names[1], names[0]] and sorted(read) == names
+
+
+def test_a_level_left_unread_is_checked_when_a_lookup_reaches_it(site, caplog):
+    """The levels whose headers the choice left unread are checked by the same rule when a
+    lookup first opens them: an x86_64_v3 bundle whose header needs a feature the node lacks is
+    passed over, said only in the log (as the choice says it), and x86_64_v2's serves; its
+    reason is the one the eager choice gives.  ``load_bundle``'s rank 0 checks them too."""
+    import logging
+
+    from tack.cache import bcast
+    req = aot.requirements("cpu:x86_64_v3")
+    write_site_bundle(site, "x86_64_v4", empty=True)        # read for the table, and misses
+    v3 = write_site_bundle(site, "x86_64_v3", requires=dict(req, cpu_features=req["cpu_features"] + " amx_tile"))
+    write_site_bundle(site, "x86_64_v2")
+    host = host_for("x86_64_v4", "GenuineIntel")
+    assert "amx_tile" not in host["flags"].split()
+    said = []
+    store = SiteBundleStore(tack.cache.new_stats(), said.append, str(site),
+                            lambda names, header, defer=None: cpu_runtime.site_bundles(
+                                names, header, host=host, defer=defer))
+    with caplog.at_level(logging.DEBUG, logger="tack.cache"):
+        assert served_by(store) == "x86_64_v2"
+    assert said == []
+    reason = "it needs CPU features this node lacks: amx_tile"
+    assert any(v3 in r.getMessage() and reason in r.getMessage() for r in caplog.records)
+    why = {}
+    cpu_runtime.site_bundles(sorted(os.listdir(site)), store.header, host=host, why=why)
+    assert why == {v3: reason}
+    rows = bcast._site_bundles_in(str(site), "no-packed-bundle-key", lambda names, header, defer=None:
+                                  cpu_runtime.site_bundles(names, header, host=host, defer=defer),
+                                  said.append, tack.cache.new_stats())
+    assert [arch for _, arch, _, _ in rows] == ["cpu:x86_64_v4", "cpu:x86_64_v2"] and said == []
