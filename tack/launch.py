@@ -19,6 +19,7 @@ from .api import Kernel
 from .argtypes import device_array_type, typed_args
 from .config import config
 from .errors import CompileError
+from .language import is_masked
 
 
 def launch(kernel, dim, args=(), device="cpu", block=None):
@@ -300,7 +301,8 @@ def _arg_key(a):
     if type(a) is np.ndarray:
         return (a.dtype, a.ndim, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
     if isinstance(a, np.ndarray):               # a subclass: a masked array is refused, not run
-        return (type(a), a.dtype, a.ndim, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
+        b = _base_view(a)                       # its own dtype, shape and flags, whatever its class says
+        return (type(a), b.dtype, b.ndim, _LAYOUT.get(b.flags.num & _FLAG_BITS) or _unaligned(b))
     if isinstance(a, type):
         return ("class", a)                     # not type(x) of an instance x of it: another variant
     t = device_array_type(a)
@@ -314,11 +316,37 @@ def _static_key(a):
     too (``_arg_key`` leaves it out, and a static kernel launched with a DLPack host array of
     3 elements, then 6, ran the variant compiled for 3 twice)."""
     if isinstance(a, np.ndarray):
+        a = a if type(a) is np.ndarray else _base_view(a)
         return (type(a), a.dtype, a.shape, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
     t = device_array_type(a, True)
     if t is not None:
         return (type(a), t.dtype, t.layout + ("w" if t.writable else "r"), t.shape)
     return _arg_key(a)
+
+
+# An ndarray subclass is launched as a plain ndarray over its memory (its array's own shape,
+# strides and dtype, read by NumPy's C getters): a class whose ``shape`` said more elements than
+# its memory holds passed the grid check, and the kernel wrote past the end (a crash).  A masked
+# array is left as it is, for ``typeof_arg`` to refuse.
+def _base_view(a, _view=np.ndarray.view, _plain=np.ndarray):
+    return _view(a, _plain)
+
+
+def _subclassed(args) -> list:
+    """Indices of the arguments that are ndarray subclasses (masked arrays aside)."""
+    return [i for i, a in enumerate(args)
+            if type(a) is not np.ndarray and isinstance(a, np.ndarray) and not is_masked(a)]
+
+
+class _BaseViews:
+    """A variant launched with ndarray subclasses at ``indices``: each run as a plain ndarray."""
+
+    def __init__(self, inner, indices):
+        self.inner, self.indices = inner, frozenset(indices)
+
+    def run(self, args, dims, block=None):
+        self.inner.run(tuple(_base_view(a) if i in self.indices else a for i, a in enumerate(args)),
+                       dims, block)
 
 
 def _compile(kernel, dims, args, device, debug):
@@ -334,6 +362,10 @@ def _compile(kernel, dims, args, device, debug):
         raise refusal(e) from None
     stage("import")
     runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
+    subclassed = _subclassed(args)
+    if subclassed:
+        viewed = tuple(_base_view(a) if i in subclassed else a for i, a in enumerate(args))
+        return _BaseViews(_compile(kernel, dims, viewed, device, debug), subclassed)
     views = runtime.host_views(args)
     if views is not None:               # other libraries' host arrays: NumPy views of them
         viewed, wrap = views

@@ -102,3 +102,34 @@ def test_a_masked_array_is_refused_not_run_as_if_unmasked(tmp_path):
     tack.launch(k_double, dim=4, args=(x, mapped))
     mapped.flush()
     assert np.fromfile(tmp_path / "out.bin").tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+class _ShapeLiar(np.ndarray):
+    """An ndarray subclass whose ``shape``, ``strides`` and ``dtype`` say more than its memory."""
+
+    @property
+    def shape(self):
+        return (1_000_000,)
+
+    @property
+    def strides(self):
+        return (0,)
+
+    @property
+    def dtype(self):
+        return np.dtype(np.float32)
+
+
+def test_an_ndarray_subclass_is_launched_as_its_own_memory_says_not_as_its_class_says():
+    """A subclass whose ``shape`` said a million elements over an array of four passed the grid
+    check, and the kernel wrote past the array's memory (the process crashed).  A subclass is
+    launched as a plain ndarray over its memory: the grid past its four elements is refused,
+    naming it; a launch over its real shape runs, writing through, again from the variant made
+    (twice: the second launch takes the kernel's cached variant)."""
+    x = np.arange(4.0)
+    liar = np.zeros(4).view(_ShapeLiar)
+    with pytest.raises(IndexError, match="runs past 'out'.*'out' has 4 elements along that axis"):
+        tack.launch(k_double, dim=1_000_000, args=(np.arange(1_000_000.0), liar))
+    for scale in (1.0, 3.0):
+        tack.launch(k_double, dim=4, args=(x * scale, liar))
+        assert np.ndarray.view(liar, np.ndarray).tolist() == (x * scale * 2).tolist()
