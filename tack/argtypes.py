@@ -131,25 +131,42 @@ def _a(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
 
+def foreign_array_kind(a):
+    """What kind of array ``a`` is, where it is not NumPy's (the one place that tells them
+    apart: ``device_array_type`` types them by it, a CPU launch refuses the device ones by it):
+    ``"tack"``, a device array of Tack's (``tack.to_device``: its ``writable`` and ``layout``);
+    ``"cuda"``, another library's with ``__cuda_array_interface__`` (CuPy, Numba's); ``"dlpack"``,
+    one with DLPack (PyTorch, JAX...: on a device, or in host memory); ``"host"``, anything else
+    (NumPy-style ``shape`` and ``dtype`` read from it, if it has them: h5py's Dataset)."""
+    if getattr(a, "writable", None) is not None and getattr(a, "layout", None) is not None:
+        return "tack"
+    if hasattr(a, "__cuda_array_interface__"):
+        return "cuda"
+    if hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
+        return "dlpack"
+    return "host"
+
+
 def device_array_type(a, static=False):
     """The Tack type of an array that is not a NumPy array: a device array of Tack's
     (``tack.to_device``), another library's with ``__cuda_array_interface__`` or DLPack (CuPy,
     PyTorch, JAX...), or one with NumPy-style ``shape``, ``dtype`` and ``strides``; None for
-    anything else."""
+    anything else (``foreign_array_kind`` tells which)."""
     if isinstance(a, (np.ndarray, np.generic)) or isinstance(a, type):
         return None
+    kind = foreign_array_kind(a)
     writable = getattr(a, "writable", None)
-    layout = getattr(a, "layout", None) if writable is not None else None
+    layout = getattr(a, "layout", None) if kind == "tack" else None
     try:
-        if layout is not None:                          # Tack's own device arrays
+        if kind == "tack":                              # Tack's own device arrays
             shape, dtype, estrides = a.shape, np.dtype(a.dtype), None
-        elif hasattr(a, "__cuda_array_interface__"):
+        elif kind == "cuda":
             cai = a.__cuda_array_interface__
             shape, dtype = cai["shape"], np.dtype(cai["typestr"])
             strides = cai.get("strides")
             estrides = None if strides is None else [s // dtype.itemsize for s in strides]
             writable = not cai["data"][1]
-        elif hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
+        elif kind == "dlpack":
             from . import dlpack
             t = dlpack.view(a)
             shape, dtype, estrides, writable = t.shape, t.dtype, t.estrides, t.writable

@@ -36,7 +36,7 @@ fields), the caller's ``ancestry()`` answers instead: archspec, imported then an
 """
 
 from .cpu_levels import (RULE_FAMILIES, TABLE_FORMAT, by_features, header_reader, host_facts,
-                         host_features, ordered)
+                         host_features, ordered, probe_order)
 
 __all__ = ["FIELDS", "RULE_FAMILIES", "TABLE_FORMAT", "Table", "TableError", "choose", "encode_table",
            "header_fields", "host_facts", "parse_table"]
@@ -262,8 +262,7 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
         return quick
 
     probe = None
-    held = meta_of.held                         # a header read already first: the family's tree
-    for name, arch, _ in sorted(offers, key=lambda o: o[0] not in held):
+    for name, arch, _ in probe_order(offers, meta_of):    # the first readable table: the family's tree
         meta = meta_of(name)
         if meta and meta.get("cpu_table"):
             try:
@@ -284,6 +283,10 @@ def choose(host: dict, offers, header, ancestry, why=None) -> list:
             why[name] = "its header names another arch or target than its file name"
             continue
         if not meta.get("cpu_table"):           # made by a Tack before these fields: archspec's rule
+            missing = set(meta.get("cpu_features", "").split()) - host_features(facts)
+            if missing:                         # (the features it does record, checked all the same)
+                why[name] = f"it needs CPU features this node lacks: {', '.join(sorted(missing))}"
+                continue
             if fallback is None:
                 try:
                     fallback = list(ancestry())

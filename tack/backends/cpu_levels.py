@@ -80,6 +80,16 @@ def generic_levels(text: str, family: str):
     return levels or None
 
 
+def probe_order(offers, meta_of) -> list:
+    """The offers in the order both rules try their headers for the family's table: a header
+    read already first (``meta_of.held``), then from the last offer (names sort by level, so
+    that is the deepest level's header: the one a node with its features serves from, whose
+    header it reads anyway).  One order for a job and ``bundles status``, so that where two
+    bundles' tables disagree (a faulty writer) both judge by the same one."""
+    held = meta_of.held
+    return sorted(offers[::-1], key=lambda o: o[0] not in held)
+
+
 def host_features(facts) -> set:
     """The host's cpuinfo features, with archspec's ``sse3`` where ``ssse3`` is listed."""
     features = set((facts.get("flags") or facts.get("Features") or "").split())
@@ -115,11 +125,10 @@ def by_features(facts, offers, meta_of, why, later=None):
     own table.  None where any other bundle is offered (seen before any other header is read) or
     a header is not as this rule needs it: the whole rule then, with no reason said here.
 
-    The table is read from a header read already where there is one (``meta_of.held``).
+    The table is read in ``probe_order``, as the whole rule reads it.
 
     ``later``: a list where a lookup may check headers itself (``cpu_runtime.site_bundles``'
-    ``defer``).  The table is then read from the last offer first (names sort by level, so that
-    is the deepest level's header, the one a node most often serves from), and a level this node
+    ``defer``): a level this node
     has whose header is not read yet is answered in its place unread, its offer appended to
     ``later``: the lookup that reaches it checks its header by this same rule (``check_later``)."""
     tables, levels = {}, None
@@ -129,8 +138,7 @@ def by_features(facts, offers, meta_of, why, later=None):
             tables[text] = generic_levels(text, facts["machine"])
         return tables[text]
 
-    held = meta_of.held                         # a header read already first, then the others
-    for name, _, _ in sorted(offers if later is None else offers[::-1], key=lambda o: o[0] not in held):
+    for name, _, _ in probe_order(offers, meta_of):        # the family's levels
         meta = meta_of(name)
         if meta is not None:
             text = meta.get("cpu_table")

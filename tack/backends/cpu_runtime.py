@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from .. import types as T
+from ..argtypes import foreign_array_kind
 from ..config import config
 from .argument_layout import array_parts, entry_codes, slot_codes
 from .cpu_loader import load_object
@@ -93,8 +94,8 @@ def site_candidates(host: str | None = None) -> list:
     return [(f"{KIND}:{a}", arch_key(a, llvm)) for a in cpu_candidates(host or host_arch())]
 
 
-def site_bundles(names, header, host: dict | None = None, why: dict | None = None,
-                 defer: dict | None = None) -> list:
+def site_bundles(names, header, defer: dict | None = None, host: dict | None = None,
+                 why: dict | None = None) -> list:
     """[(``cpu:arch``, target key, name)] of the CPU site bundles among ``names`` this node uses,
     most specific first (archspec's rule over the table the bundles' headers carry, so no
     archspec here: ``backends.cpu_levels.by_features`` where the bundles are generic levels,
@@ -105,11 +106,12 @@ def site_bundles(names, header, host: dict | None = None, why: dict | None = Non
     (``cpu_identity.host_cpu_identity()``) unless given (a made-up one); ``why``: a dict
     filled with name -> why a bundle offered is not used.
 
-    ``defer``: a dict, where the caller checks a bundle's header at its first lookup (the
-    cache's ``SiteBundleStore``): a generic level this node has whose header the choice did
-    not need is then answered unread, and ``defer[name]`` is its check (``check_later``: the
-    header's fields -> None, or why this node does not use it).  Of a site's three levels a
-    node then reads one header, where it read all three (``bundles status`` reads them all)."""
+    ``defer``: a dict, where the caller checks a bundle's header when it opens it (the cache's
+    ``SiteBundleStore``): a generic level this node has whose header the choice did not need
+    is then answered unread, and ``defer[name]`` is each chosen bundle's check (``check_later``:
+    the header's fields -> None, or why this node does not use it), for the first open of one
+    left unread and for a file that replaces any of them.  Of a site's three levels a node
+    then reads one header, where it read all three (``bundles status`` reads them all)."""
     from ..cache import log
     from ..cache.bundle import site_bundle_arch
     from .cpu_levels import by_features, header_reader, host_facts
@@ -136,8 +138,10 @@ def site_bundles(names, header, host: dict | None = None, why: dict | None = Non
         chosen = choose(host, offers, meta_of, _archspec_ancestry, why)
     for name, reason in why.items():
         log.debug("site bundle %s: not used: %s", name, reason)
-    for offer in later or ():
-        defer[offer[0]] = lambda meta, offer=offer: check_later(host, offer, meta)
+    if defer is not None:               # each bundle's check, for its first open or a file replacing it
+        for arch, key, name in chosen:
+            offer = (name, arch.partition(":")[2], key)
+            defer[name] = lambda meta, offer=offer: check_later(host, offer, meta)
     return chosen
 
 
@@ -196,8 +200,7 @@ def check_args(name, params, args, argtypes):
     """TypeError for an array argument that is not in host memory (a device array)."""
     for p, a, t in zip(params, args, argtypes):
         if isinstance(t, T.Array) and not isinstance(a, np.ndarray):
-            if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack_device__") or \
-                    callable(getattr(a, "numpy", None)):        # (Tack's own: to_device's)
+            if foreign_array_kind(a) != "host":     # (DLPack host arrays are views by now)
                 raise TypeError(f"kernel '{name}': argument '{p}' is an array on a device "
                                 f"({type(a).__name__}); launch on that device, or pass its "
                                 ".numpy() copy")

@@ -218,7 +218,7 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
             except (bundle.BundleError, OSError) as e:
                 warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
                 continue
-            check = chooser.later(path)         # a header the choice left to its first open
+            check = None if chooser.checked(path) else chooser.later(path)   # left unread by the choice
             why = None if check is None else check(b.meta)
             if why is not None:
                 log.debug("load_bundle: site bundle %s not used: %s", path, why)

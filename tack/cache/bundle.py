@@ -633,9 +633,10 @@ class BundleStore:
     """Lookups served from one bundle, opened at the first lookup (or given in memory).
 
     ``target_key``: the target whose variants it holds (a variant's key is made for it).
-    ``check``: the site bundle choice's check of the header, where the choice left it to the
-    first open (``SiteBundleStore``): a bundle it refuses is not used, said only in the log,
-    as the choice says why it leaves a bundle out; a file that replaces it is checked too."""
+    ``check``: the site bundle choice's check of the header (``SiteBundleStore``), run when this
+    store opens a file (a bundle given ``loaded`` was checked by the choice): the first open of
+    one whose header the choice left unread, and a file replacing it.  A bundle it refuses is
+    not used, said only in the log, as the choice says why it leaves a bundle out."""
 
     writable = False                    # a bundle is only ever read
 
@@ -811,7 +812,8 @@ class SiteBundleStore:
         self._read = {}
         self._bad = {}                  # name -> file_identity of a bundle whose header failed
         self._listed = False            # the directory's bundle names once listed (None: unlistable)
-        self._later = {}                # name -> the check of a header the choice left unread
+        self._later = {}                # name -> the check of a chosen bundle's header
+        self._asked = set()             # the names whose headers the last choice asked for
         if chosen is not None:          # [(arch, target key, Bundle)] load_bundle gave: no file opened
             self.stores = [BundleStore(stats, warn_once, loaded=b, allow_root=True,
                                        label=f"site bundle for {arch}", quiet=True, target_key=tk)
@@ -853,6 +855,7 @@ class SiteBundleStore:
 
     def header(self, name: str):
         """The header fields of bundle ``name`` (read once), or None when it cannot be used."""
+        self._asked.add(name)
         if name not in self._read:
             path = os.path.join(self.directory, name)
             t0 = time.perf_counter()
@@ -883,14 +886,19 @@ class SiteBundleStore:
         names = self.names()
         if not names:
             return []
-        self._later = {}
+        self._later, self._asked = {}, set()
         return [(arch, tk, os.path.join(self.directory, name))
                 for arch, tk, name in self.site_bundles(names, self.header, defer=self._later)]
 
     def later(self, path: str):
-        """The check (header fields -> None, or why not) of the candidate at ``path`` whose header
-        the choice did not read, or None (its header was read and checked then)."""
+        """The check (header fields -> None, or why not) of the candidate at ``path``, where the
+        runtime gave one (the CPU's: ``cpu_runtime.check_later``), else None."""
         return self._later.get(os.path.basename(path))
+
+    def checked(self, path: str) -> bool:
+        """Whether the last choice read the header of the candidate at ``path`` (and so checked
+        it then): one it did not has its ``later`` check run when it is opened."""
+        return os.path.basename(path) in self._asked
 
     def _open(self):
         self.stores = []
@@ -905,8 +913,8 @@ class SiteBundleStore:
                 b.close()
         for arch, tk, path in found:
             loaded, check = self._read.get(os.path.basename(path)), self.later(path)
-            if loaded is not None and check is not None:    # read before, for an earlier choice
-                why, check = check(loaded.meta), None
+            if loaded is not None and check is not None and not self.checked(path):
+                why = check(loaded.meta)            # read before, for an earlier choice
                 if why is not None:
                     log.debug("site bundle for %s not used: %s: %s", arch, path, why)
                     continue

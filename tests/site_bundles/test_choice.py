@@ -311,10 +311,11 @@ def test_roots_and_generic_levels_are_chosen_by_features_as_archspec_would(famil
     assert differ == [] and parsed and (fewer or len(offers) == 1)
 
 
-def test_a_damaged_header_of_a_level_the_node_lacks_is_never_read():
-    """A site's x86_64_v4 bundle whose header cannot be read, on a node without AVX-512: the
-    feature rule reads the table's header and the headers of the levels the node has, so nothing
-    is said about that bundle but that the node is not of its level, as the whole rule says."""
+def test_a_damaged_header_of_a_level_the_node_lacks_changes_no_choice():
+    """A site's x86_64_v4 bundle whose header cannot be read, on a node without AVX-512: both
+    rules try the last-listed header first for the table (``probe_order``), so that header is
+    read (and its store warns of it), once; the table comes from the next, the node's levels are
+    chosen as before, and the reason given for x86_64_v4 is that the node is not of its level."""
     offers, headers = family_offers("x86_64")
     offers = [o for o in offers if o[1] in ("x86_64", "x86_64_v2", "x86_64_v3", "x86_64_v4")]
     v4 = next(n for n, a, _ in offers if a == "x86_64_v4")
@@ -326,8 +327,8 @@ def test_a_damaged_header_of_a_level_the_node_lacks_is_never_read():
     host = host_for("haswell")
     chosen = [a for a, _, _ in cpu_choice.choose(host, offers, header, lambda: 1 / 0, why)]
     assert chosen == ["cpu:x86_64_v3", "cpu:x86_64_v2", "cpu:x86_64"]
-    assert v4 not in read and why == {v4: "cpu:x86_64_v4 is neither this node's microarchitecture "
-                                          "nor an ancestor of it"}
+    assert read.count(v4) == 1 and why == {v4: "cpu:x86_64_v4 is neither this node's microarchitecture "
+                                                "nor an ancestor of it"}
 
 
 def test_a_refused_header_is_not_said_to_be_unreadable():
@@ -467,3 +468,66 @@ def test_a_level_left_unread_is_checked_when_a_lookup_reaches_it(site, caplog):
                                   cpu_runtime.site_bundles(names, header, host=host, defer=defer),
                                   said.append, tack.cache.new_stats())
     assert [arch for _, arch, _, _ in rows] == ["cpu:x86_64_v4", "cpu:x86_64_v2"] and said == []
+
+
+def test_a_chosen_bundle_replaced_in_place_is_checked_again(site):
+    """The bundle whose header the choice read (x86_64_v4, the table's too) was opened again,
+    unchecked, when a file was copied over it mid-job: one whose header needs a feature this
+    node lacks then served.  Every chosen bundle's store now checks a file replacing it by the
+    same rule: the lookup goes on to x86_64_v3's."""
+    import shutil
+    names = {a: write_site_bundle(site, a) for a in ("x86_64_v3", "x86_64_v4")}
+    host = host_for("x86_64_v4", "GenuineIntel")
+    store = site_store(site, host)
+    assert served_by(store) == "x86_64_v4" and store.stores[0].check is not None
+    lying = site.parent / "lying"
+    lying.mkdir()
+    req = aot.requirements("cpu:x86_64_v4")
+    write_site_bundle(lying, "x86_64_v4", requires=dict(req, cpu_features=req["cpu_features"] + " amx_tile"))
+    shutil.copyfile(lying / names["x86_64_v4"], site / names["x86_64_v4"])      # cp over it, in place
+    assert served_by(store) == "x86_64_v3"
+
+
+def test_a_job_and_status_judge_levels_by_the_same_table(site):
+    """Where two level bundles' tables disagree (a faulty writer: x86_64_v4's table says
+    x86_64_v3 needs a feature this node lacks; x86_64_v2's does not), a job took its table from
+    the last-listed header and ``bundles status`` from the first: status listed x86_64_v3 first,
+    the job never used it.  Both now read the table in one order (``probe_order``), so they
+    name the same bundles in the same order."""
+    for arch in ("x86_64_v2", "x86_64_v3"):
+        write_site_bundle(site, arch)
+    req = aot.requirements("cpu:x86_64_v4")
+    text = req["cpu_table"]
+    parts = text.split("|")
+    names = parts[3].split()
+    bit = 1 << len(names)                       # one more feature, "amx_tile", needed by v3 and v4
+    rows = []
+    for row in parts[4:]:
+        f = row.split("/")
+        if f[0] in ("x86_64_v3", "x86_64_v4"):
+            f[4] = f"{int(f[4], 16) | bit:x}"
+        rows.append("/".join(f))
+    lied = "|".join(parts[:3] + [" ".join(names + ["zzz_amx_tile"])] + rows)
+    write_site_bundle(site, "x86_64_v4", requires=dict(req, cpu_table=lied))
+    host = host_for("x86_64_v4", "GenuineIntel")
+    store = site_store(site, host)
+    store._open()
+    job = [os.path.basename(s.path) for s in store.stores]
+    eager = [n for _, _, n in cpu_runtime.site_bundles(sorted(os.listdir(site)), lambda n: store.header(n),
+                                                       host=host)]
+    assert job == eager and len(job) == 1 and "x86_64_v2" in job[0]
+
+
+def test_a_bundle_without_a_table_needing_a_feature_the_node_lacks_is_not_used(site):
+    """A bundle whose header records no CPU table (archspec's rule by name then) was used though
+    its ``cpu_features`` named one this node lacks: those features are checked in that rule too."""
+    req = aot.requirements("cpu:x86_64_v3")
+    no_table = {k: v for k, v in req.items() if k != "cpu_table"}
+    v3 = write_site_bundle(site, "x86_64_v3", requires=dict(no_table, cpu_features=req["cpu_features"] + " amx_tile"))
+    write_site_bundle(site, "x86_64")
+    host = host_for("x86_64_v4", "GenuineIntel")
+    why = {}
+    got = cpu_choice.choose(host, [(v3, "x86_64_v3", cpu_runtime.arch_key("x86_64_v3"))],
+                            lambda n: bundle.read(str(site / n), allow_root=True).meta,
+                            lambda: ["x86_64_v4", "x86_64_v3", "x86_64_v2", "x86_64"], why)
+    assert got == [] and why == {v3: "it needs CPU features this node lacks: amx_tile"}
