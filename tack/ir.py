@@ -21,6 +21,7 @@ and whose second is its location ``[line, column]`` in the user's file::
            | ["boolop", loc, "and"|"or", [expr...]] | ["ifexp", loc, cond, a, b]
            | ["call", loc, fid, [expr...]] | ["intrinsic", loc, name, [expr...]]
            | ["intrinsic", loc, name, [expr...], "math"]   (Python's math function, ir.MATH_FOLDS)
+           | ["intrinsic", loc, name, [expr...], "py"]     (Python's abs, min, max: builtin_folded)
            | ["index", loc, expr, [expr...]] | ["tuple", loc, [expr...]]
            | ["tget", loc, expr, k] | ["shape", loc, expr]
 
@@ -349,12 +350,30 @@ TOO_BIG = object()              # an integer literal expression past MAX_LITERAL
 MAX_LITERAL_BITS = 4096
 
 
+def builtin_folded(node):
+    """A call of Python's ``abs``, ``min`` or ``max`` on number literals alone (``node`` its
+    intrinsic node, marked ``"py"``): one literal of the value Python gives (``abs(-2**63)`` is
+    2**63, which the same call computed at run time in the literal's int64 wrapped to -2**63
+    beside a float); left as it is otherwise (another argument, a NaN, a bool)."""
+    args = node[3]
+    if node[2] not in ("abs", "min", "max") or not args or (node[2] == "abs") != (len(args) == 1) \
+            or not all(a[0] == "const" and a[3] in ("int", "float") and a[2] == a[2] for a in args):
+        return node
+    v = abs(args[0][2]) if node[2] == "abs" else (min if node[2] == "min" else max)(a[2] for a in args)
+    return ["const", node[1], v, "int" if type(v) is int else "float"]
+
+
 def int_literal_op(op: str, a: int, b: int):
     """``a op b`` (``op`` as the lowered IR names it) of two integer literals as the front end
     folds an expression of integer literals alone: Python's value; None where that is no integer
     or Tack's meaning differs from Python's (a division by zero or a negative shift: left to run
     time; ``/`` and a negative exponent: a float, ``float_folded``'s); ``TOO_BIG`` for a value
-    past ``MAX_LITERAL_BITS`` bits."""
+    past ``MAX_LITERAL_BITS`` bits.  A bool is the integer Python makes it in arithmetic
+    (``True + True`` is 2), but of two bools ``&``, ``|`` and ``^`` give a bool: None then."""
+    if type(a) is bool or type(b) is bool:
+        if type(a) is bool and type(b) is bool and op in ("&", "|", "^"):
+            return None
+        a, b = int(a), int(b)
     if op in ("+", "-", "*", "&", "|", "^"):
         v = (a + b if op == "+" else a - b if op == "-" else a * b if op == "*"
              else a & b if op == "&" else a | b if op == "|" else a ^ b)
@@ -384,6 +403,7 @@ def int_literal_op(op: str, a: int, b: int):
 
 def int_literal_unop(op: str, v: int):
     """``op v`` (``neg``, ``pos`` or ``~``) of an integer literal, as ``int_literal_op``."""
+    v = int(v)                          # (a bool's: Python's -True is -1, +True 1)
     return -v if op == "neg" else v if op == "pos" else ~v if op == "~" else None
 
 

@@ -199,17 +199,25 @@ def _int_value(node, depth=None):
         return None
     depth = None if depth is None else depth - 1
     if kind == "unop":
-        v = _int_value(node[3], depth)
+        v = _operand_value(node[3], depth)
         return v if v is None or v is ir.TOO_BIG else ir.int_literal_unop(node[2], v)
-    a = _int_value(node[3], depth)
+    a = _operand_value(node[3], depth)
     if a is None:
         return None
-    b = _int_value(node[4], depth)
+    b = _operand_value(node[4], depth)
     if b is None:
         return None
     if a is ir.TOO_BIG or b is ir.TOO_BIG:
         return ir.TOO_BIG
     return ir.int_literal_op(node[2], a, b)
+
+
+def _operand_value(node, depth):
+    """``_int_value`` of an operator's operand: a bool literal too (``True + True`` is 2), as the
+    front end's ``_operand_value``."""
+    if node[0] == "const" and type(node[2]) is bool:
+        return node[2]
+    return _int_value(node, depth)
 
 
 def _refolded(node, source):
@@ -275,6 +283,9 @@ def _with_literals(lf: LoweredFunction, literal: dict) -> LoweredFunction:
             args = [_refolded(put(a), lf.source) for a in x[3]]
             folded = ir.math_folded(getattr(math, x[2]), ["intrinsic", x[1], x[2], args])
             return folded if folded[0] == "const" else folded + ["math"]
+        if (len(x) == 5 and x[0] == "intrinsic" and x[4] == "py" and x[3]
+                and all(_literals_alone(a, names) for a in x[3])):      # abs(s) of s = -2**63
+            return ir.builtin_folded(["intrinsic", x[1], x[2], [_refolded(put(a), lf.source) for a in x[3]], "py"])
         out = [walk(y) for y in x]
         if out != x and out[0] in ("binop", "unop") and _literals_alone(out):
             return _refolded(out, lf.source)        # 1 / math.sqrt(k): folded on, as in place

@@ -642,3 +642,51 @@ def test_a_range_loops_variable_is_a_python_int_whatever_its_bounds_types():
     xo = np.zeros((1, 4), np.float64)
     tack.launch(k_loop_variable_types, 1, (np.int32(3000), np.uint32(3), x, xo))
     assert xo[0].tolist() == [-3.0, 2999000000.0, x[-1] + x[0] + x[1], 3.0]
+
+
+@tack.func
+def _plus_abs(v, s):
+    return v + abs(s)
+
+
+@tack.kernel
+def abs_of_literals(out, f64, f32):
+    out[0] = f64[0] + abs(-2**63)
+    out[1] = f32[0] + abs(-2**63)
+    out[2] = f64[0] + max(-2**63, -2**62) * -1
+    out[3] = f64[0] + min(2**63, 2**64 - 1)
+    out[4] = _plus_abs(f64[0], -2**63)
+    out[5] = f64[0] + abs(-2.5)
+
+
+def test_abs_min_max_of_literals_alone_are_pythons_values_beside_a_float():
+    """``abs(-2**63)`` beside a float was computed at run time in the literal's int64, where it
+    wraps: 1.0 + abs(-2**63) gave -9.2e18.  Python's ``abs``, ``min`` and ``max`` of literals
+    alone are one literal of Python's value (language.md), written in the kernel or through a
+    device function's literal argument."""
+    out = np.zeros(6)
+    tack.launch(abs_of_literals, dim=1, args=(out, np.array([1.0]), np.array([1.0], np.float32)))
+    want = [1.0 + 2**63, float(np.float32(1.0) + 2**63), 1.0 + 2**62, 1.0 + 2**63, 1.0 + 2**63, 3.5]
+    assert out.tolist() == want
+
+
+@tack.kernel
+def bool_literal_arithmetic(out, x):
+    out[0] = x[0] + (True + True)
+    out[1] = x[0] + (True & True)
+    out[2] = x[0] + (True * 3 - False)
+    flag = True if x[0] > 0 else False
+    out[3] = flag
+
+
+def test_bool_literals_in_literal_arithmetic_fold_as_python_computes_them():
+    """``True + True`` (2 in Python, a weak literal to NumPy) was a strong int64: an int32 ``x``
+    plus it became int64 where NumPy's stays int32 (and wraps).  Arithmetic on literals alone
+    folds a bool as the integer Python makes of it; ``True & True`` stays a bool, as Python's,
+    and a bool literal alone is a bool."""
+    x = np.array([2**31 - 1], np.int32)
+    out = np.zeros(4, np.int64)
+    tack.launch(bool_literal_arithmetic, dim=1, args=(out, x))
+    with np.errstate(over="ignore"):
+        want = [int(x[0] + (True + True)), int(x[0] + (True & True)), int(x[0] + (True * 3 - False)), 1]
+    assert out.tolist() == want == [-2**31 + 1, -2**31, -2**31 + 2, 1]

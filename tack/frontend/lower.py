@@ -618,6 +618,10 @@ class _FunctionLowerer:
                 if node[0] != "const" and what == "log" and len(node[3]) == 2:
                     return self.log_of_base(fn, node)
                 return node if node[0] == "const" else node + ["math"]
+            if what in ("abs", "min", "max") and fn is getattr(builtins, what):
+                # abs(-2**63), max(0, 2**40): Python's value, one literal; else marked as
+                # Python's, for a literal argument a device function's body is given
+                node = ir.builtin_folded(node + ["py"])
             return node
         return self.device_call(what, e)
 
@@ -1011,20 +1015,28 @@ def _choice_leaves(e, memo) -> int:
     return n
 
 
+def _operand_value(e, memo):
+    """``_int_literal_value`` of an operator's operand: a bool literal too, the integer Python
+    makes of it there (``True + True`` is 2; alone, ``True`` stays a bool)."""
+    if isinstance(e, ast.Constant) and type(e.value) is bool:
+        return e.value
+    return _int_literal_value(e, memo)
+
+
 def _literal_step(e, memo):
     if isinstance(e, ast.Constant):
         return e.value if type(e.value) is int else None
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd, ast.Invert)):
-        v = _int_literal_value(e.operand, memo)
+        v = _operand_value(e.operand, memo)
         if v is None or v is ir.TOO_BIG:
             return v
         return ir.int_literal_unop(_UNOPS[type(e.op)], v)
     if not isinstance(e, ast.BinOp):
         return None
-    a = _int_literal_value(e.left, memo)
+    a = _operand_value(e.left, memo)
     if a is None:
         return None
-    b = _int_literal_value(e.right, memo)
+    b = _operand_value(e.right, memo)
     if b is None:
         return None
     if a is ir.TOO_BIG or b is ir.TOO_BIG:
