@@ -690,8 +690,9 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
             if _session:
                 _session.add_loaded(loaded, _loaded_label)
     give_deferred(said)
-    return ((len(loaded) if loaded is not None else 0) + sum(len(b) for b in gpu)
-            + sum(len(b) for b in site_bundles))
+    # the entries read: a bundle's whole, less those a cut lost (said, ``bundle.cut_short``)
+    return ((loaded.present() if loaded is not None else 0) + sum(b.present() for b in gpu)
+            + sum(b.present() for b in site_bundles))
 
 
 def _check_comm(comm) -> None:

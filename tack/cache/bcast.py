@@ -90,6 +90,9 @@ def _load_and_broadcast(comm, share, rank, settings, host_key, gpu_bundles, site
                 path = os.path.join(settings.directory, bundle.bundle_name(host_key()))
                 loaded = bundle.read(path, tack_version=tack_version_id(), whole=True)
                 data, status, reason = loaded.data, [len(loaded.data), len(loaded)], None
+                cut = bundle.cut_short(loaded, "bundle")
+                if cut is not None:
+                    deferred_warn_once(said)(cut)
                 foreign = bundle.named_for_another_target(path, loaded.meta)
                 if foreign is not None:
                     loaded.close()
@@ -225,6 +228,9 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
                 b.close()
                 continue
             b.read_seconds += time.perf_counter() - t0
+            cut = bundle.cut_short(b, "site bundle")
+            if cut is not None:
+                warn_once(cut)
             out.append((d, arch, tk, b))
     finally:
         for b in chooser._read.values():        # read whole above or let go: no descriptor kept

@@ -144,6 +144,7 @@ class Bundle:
         self.bytes_read = 0
         self.read_seconds = 0.0                 # spent by ``read(whole=True)`` reading and checking it
         self.blocks_checked = 0
+        self.cut_said = False                   # ``cut_short`` gave its warning
         self.opened_as = None                   # ``file_identity`` of the file opened (``read``)
         self._index = None
         self._blocks = {}                       # block number -> (rows, keys) or why it is refused
@@ -334,6 +335,33 @@ class Bundle:
 
     def __len__(self):
         return self.count
+
+    def cut(self):
+        """(its file's size, the size its last index row gives) where the bundle is shorter than
+        that, a copy or write that did not finish (its entries past the cut are lost: each is
+        refused as damaged when looked up); else None.  Reads that row alone, unchecked: it only
+        words a warning (``cut_short``)."""
+        end = self._row_end(self.count - 1) if self.count else None
+        return (self.size, end) if end is not None and end > self.size else None
+
+    def present(self) -> int:
+        """How many of its entries end within its bytes: all (``len``), less those a cut lost
+        (``pack`` writes the entries in the index's order, so those are the last)."""
+        lo, hi = 0, self.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            end = self._row_end(mid)
+            if end is None:
+                return self.count
+            lo, hi = (mid + 1, hi) if end <= self.size else (lo, mid)
+        return lo
+
+    def _row_end(self, i: int):
+        try:
+            off, length = _row_place(self._at(self._start + i * _STRIDE, _STRIDE), 0)
+        except (DamagedEntry, BundleError, OSError):
+            return None
+        return off + length
 
     # -- entries ------------------------------------------------------------
 
@@ -624,6 +652,20 @@ class NotForThisNode(BundleError):
     not one this node uses."""
 
 
+def cut_short(b: "Bundle", label: str):
+    """The warning for a bundle ``b`` cut short (``Bundle.cut``), or None where it is whole
+    (or the warning was given already, by another reader of the same bundle)."""
+    got = None if b.cut_said else b.cut()
+    if got is None:
+        return None
+    b.cut_said = True                       # (said once, by whichever reader asked first)
+    size, end = got
+    lost = b.count - b.present()
+    return (f"the {label} {b.path} is cut short ({size} of its {end} bytes: a copy or write "
+            f"that did not finish): its last {lost} of {b.count} entries are lost, and their "
+            f"kernels compile; copy it whole again (or pack or build it again)")
+
+
 def site_reason(e: BundleError) -> str:
     """Why a site bundle is not used, as a warning says it: a ``StaleBundle``'s ``site()``."""
     return e.site() if isinstance(e, StaleBundle) else str(e)
@@ -655,6 +697,7 @@ class BundleStore:
         self._failed = loaded is None and path is None
         self._gone = None               # the file a reopen could not use (``_reopen``), else None
         self._counted = loaded.bytes_read if loaded is not None else 0   # counted by its reader
+        self._cut_checked = None        # the bundle asked whether it is cut short (once each)
 
     def _count(self, t0):
         """Add what the bundle read since the last count, and the time since ``t0``, to the stats."""
@@ -741,6 +784,11 @@ class BundleStore:
         return Found(got[0], got[1], b.path), ""
 
     def _damaged(self, b, level, key, e):
+        if b is not self._cut_checked:          # the first damaged entry: is the whole file cut?
+            self._cut_checked = b
+            why = cut_short(b, self.label)
+            if why is not None:
+                self.warn_once(why)
         count(self.stats, "damaged")
         log.debug("%s %s: %s %s damaged (%s); ignored", self.label, b.path, level, key[:16], e)
         return None, f"damaged in the {self.label} ({e}); ignored"

@@ -242,3 +242,36 @@ def test_a_bundle_met_half_copied_at_the_first_lookup_serves_once_whole(warm, tm
     assert sum(run.stats["variants_from"].values()) == 1, run.stats  # k_main, after it
     (msg,) = messages(run)
     assert str(path) in msg and "too short" in msg or "damaged" in msg, msg
+
+
+def test_a_bundle_cut_short_behind_its_index_is_said_once_and_counted_as_it_is(stored_many, tmp_path):
+    """A packed bundle cut short after its index (a copy or write that did not finish): its
+    entries past the cut were refused one by one as damaged and their kernels compiled, without
+    a word, and ``load_bundle()`` counted every entry of the index as read.  One warning now says
+    the file is cut short and how many entries it lost, and ``load_bundle()`` counts those left;
+    every result is right and the entries before the cut still serve."""
+    from tack.cache import bundle
+    from .conftest import clone
+    cache = clone(stored_many.cache, tmp_path / "cache")
+    assert run_cli(cache, "pack").rc == 0
+    (path,) = [p for p in cache.iterdir() if p.name.startswith("bundle-")]
+    b = bundle.read(str(path), allow_root=True)
+    total = len(b)
+    b.close()
+    size = path.stat().st_size
+    os.truncate(path, size - (size - 16000) // 2 if size > 20000 else size * 3 // 4)
+    b = bundle.read(str(path), allow_root=True)
+    left = b.present()
+    assert b.cut() is not None and 0 < left < total
+    b.close()
+    launches = [{"kernel": f"k{j:02d}", "n": 4} for j in range(20)]
+    expected = {f"k{j:02d}": (lambda a, j=j: a * j + j) for j in range(20)}
+    for prelude in ("", "extra = tack.cache.load_bundle()"):
+        run = run_child(cache, stored_many.src, launches, module="kmany", prelude=prelude,
+                        env={"TACK_CACHE": "bundle"})
+        check_results(run, expected)
+        (msg,) = messages(run)
+        assert " is cut short (" in msg and f"of {total} entries are lost" in msg, msg
+        assert run.stats["variants_from"].get("cache bundle", 0) > 0        # those before the cut
+        if prelude:
+            assert run.data["extra"] == left
