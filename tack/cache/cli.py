@@ -12,6 +12,7 @@ import json
 import os
 import errno
 import sys
+import stat
 import time
 
 from .. import cache as settings_mod
@@ -19,7 +20,8 @@ from . import size
 from .bundle import BUNDLE_PREFIX
 from .entry import KIND_VARIANT, DamagedEntry, decode
 from .keys import shown_version, tack_version_id
-from .trust import VERSION_MARKER, NotRegular, Untrusted, check_parents, check_stat, check_trusted, read_regular
+from .trust import (VERSION_MARKER, NotRegular, Untrusted, check_parents, check_stat, check_trusted, kind_of,
+                    read_regular)
 
 
 class CLIError(Exception):
@@ -236,6 +238,14 @@ def gather(s) -> dict:
     except NotRegular as e:             # no check runs while it is there: said, not fatal to info
         info["size_check_problem"] = (f"{e.filename} is {e.strerror}: no size check runs until "
                                       "it is removed")
+    claim = os.path.join(s.directory, size.CLAIM)
+    try:
+        st = os.lstat(claim)
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode) and "size_check_problem" not in info:
+        info["size_check_problem"] = (f"{claim} is {kind_of(st)}, not a regular file: no size "
+                                      "check runs until it is removed")
     info["bundles"] = bundles(s.directory)
     return info
 

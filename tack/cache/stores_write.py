@@ -13,7 +13,7 @@ import time
 
 from . import _lock, count, log
 from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
-from .trust import (CACHEDIR_TAG, MARKER_TEXT, VERSION_MARKER, Untrusted, check_parents, ensure_private_dir, make_root,
+from .trust import (CACHEDIR_TAG, MARKER_TEXT, NotRegular, VERSION_MARKER, Untrusted, check_parents, ensure_private_dir, make_root,
                     file_identity, tag_new_root, touch_regular, write_atomic, write_new)
 
 
@@ -115,6 +115,11 @@ def _hourly_size_check(disk):
     from . import size                      # a store only: the size limit's scan
     try:
         result = size.maybe_prune(disk.root, disk.settings.max_size)
+    except NotRegular as e:             # the stamp or claim: no check runs, nor is one recorded
+        disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {e}, where the "
+                       f"size check keeps its own file; no size check runs until it is removed "
+                       f"(rm -r {e.filename})")
+        return
     except OSError as e:
         disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {_os_error(e)}; "
                        "trying again in an hour")

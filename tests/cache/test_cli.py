@@ -673,3 +673,37 @@ def test_two_clears_at_once_neither_fails_nor_calls_the_cache_s_files_foreign(po
     assert deleted + other_deleted == 6 and other_deleted >= 5
     assert not (cache / this).exists()
     assert sorted(e[3] for e in size.entries(str(cache))) == [OTHER_VERSION] * 6
+
+
+@pytest.mark.parametrize("name", ["size-check.stamp", "size-check.claim"])
+def test_a_size_check_file_that_is_a_directory_is_said_as_it_is(populated, name, tmp_path):
+    """A directory where the size check keeps its stamp or claim: each storing process said
+    "cannot check the kernel cache's size ...; trying again in an hour", though no check ever
+    runs until it is removed (nothing can record one), and ``info`` said nothing of a claim so.
+    The warning now says that, and how to remove it; ``info`` names the claim as it names the
+    stamp."""
+    from .conftest import child_env
+    import subprocess
+    import sys
+    cache, src = populated
+    path = cache / name
+    path.unlink(missing_ok=True)
+    path.mkdir()
+    for f in cache.glob("size-check.*"):
+        if f != path and f.is_file():
+            f.unlink()
+    code = ("import warnings, numpy as np, tack\nwarnings.simplefilter('always')\n"
+            "@tack.kernel\ndef k_new_one(a, out):\n    i = tack.tid()\n    out[i] = a[i] * 7.0 + 3.0\n"
+            "out = np.zeros(4)\ntack.launch(k_new_one, dim=4, args=(np.arange(4.0), out))\n"
+            "assert out.tolist() == [3.0, 10.0, 17.0, 24.0]\n")
+    script = tmp_path / "store_one.py"
+    script.write_text(code)
+    p = subprocess.run([sys.executable, str(script)], env=child_env(cache, TACK_CACHE_SIZE="1K"),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "trying again in an hour" not in p.stderr, p.stderr
+    assert (f"{path} is a directory, not a regular file, where the size check keeps its own file; "
+            f"no size check runs until it is removed (rm -r {path})") in p.stderr, p.stderr
+    run = run_cli(cache, "info")
+    assert run.rc == 0 and f"{path} is a directory, not a regular file: no size check runs" in run.stdout, run.stdout
+    assert path.is_dir()
