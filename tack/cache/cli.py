@@ -218,7 +218,11 @@ def gather(s) -> dict:
         if not os.path.isdir(s.directory):
             return info                 # a file, or a link to one: nothing to list
     labels = _Labels()
-    for path, nbytes, _, version, level in size.entries(s.directory):
+    try:
+        found = size.entries(s.directory)
+    except OSError as e:                # (a directory of mode 0300: used, and not listable)
+        found, info["unlisted"] = [], f"cannot list {s.directory} ({e.strerror or e})"
+    for path, nbytes, _, version, level in found:
         if not size.is_own_file(path):  # named like one, not written by the cache: as prune
             info["not_entries"]["files"] += 1       # and the limit count it, not at all
             info["not_entries"]["bytes"] += nbytes
@@ -246,7 +250,8 @@ def gather(s) -> dict:
     if st is not None and not stat.S_ISREG(st.st_mode) and "size_check_problem" not in info:
         info["size_check_problem"] = (f"{claim} is {kind_of(st)}, not a regular file: no size "
                                       "check runs until it is removed")
-    info["bundles"] = bundles(s.directory)
+    if "unlisted" not in info:
+        info["bundles"] = bundles(s.directory)
     return info
 
 
@@ -351,6 +356,11 @@ def cmd_info(args) -> int:
         return 0
     if info["trusted"] is False:
         print(f"status:       NOT USED: {info['untrusted_reason']}")
+    if info.get("unlisted"):            # entries and bundles not counted: none can be listed
+        print(f"entries:      not counted: {info['unlisted']}; a job still reads and stores "
+              "the entries it names (its owner can make it listable: chmod u+r)")
+        _print_site_bundles(info)
+        return 0
     print(f"entries:      {info['total_entries']} ({fs(info['total_bytes'])}) across "
           f"{len(info['versions'])} Tack version(s)")
     other = info["not_entries"]

@@ -707,3 +707,20 @@ def test_a_size_check_file_that_is_a_directory_is_said_as_it_is(populated, name,
     run = run_cli(cache, "info")
     assert run.rc == 0 and f"{path} is a directory, not a regular file: no size check runs" in run.stdout, run.stdout
     assert path.is_dir()
+
+
+def test_info_on_a_cache_directory_its_owner_cannot_list(populated):
+    """A cache directory of mode 0300 (searchable, not readable) serves and stores as usual, but
+    ``info`` stopped with "error: ...: Permission denied" (rc 1) and no settings: it now reports
+    the settings, says the entries cannot be listed and why, and exits 0."""
+    cache, _ = populated
+    os.chmod(cache, 0o300)
+    try:
+        run = run_cli(cache, "info", preexec_fn=drop_dac_caps)
+        data = json.loads(run_cli(cache, "info", "--json", preexec_fn=drop_dac_caps).stdout)
+    finally:
+        os.chmod(cache, 0o700)
+    assert run.rc == 0, run.stderr
+    assert f"directory:    {cache}" in run.stdout
+    assert f"entries:      not counted: cannot list {cache} (Permission denied)" in run.stdout, run.stdout
+    assert data["unlisted"] == f"cannot list {cache} (Permission denied)" and data["total_entries"] == 0
