@@ -115,7 +115,10 @@ def default_directory() -> str:
         base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
         return os.path.join(base, "tack", "Cache")
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = xdg if os.path.isabs(xdg) else os.path.join(home, ".cache")
+    # one that is not absolute is ignored, as the XDG spec says; so is one holding a control
+    # character (no shell script sets such), which TACK_CACHE_DIR's check refuses
+    usable = os.path.isabs(xdg) and not any(ord(c) < 32 or ord(c) == 127 for c in xdg)
+    base = xdg if usable else os.path.join(home, ".cache")
     return os.path.join(base, "tack")
 
 
@@ -163,7 +166,13 @@ def expand(value: str, origin: str, environ=None) -> str:
                 raise ValueError(f"{origin}: {value!r} names ${name}, which is empty")
             return environ[name]
         value = _VARIABLE.sub(sub, value)
-    return os.path.expanduser(value)
+    expanded = os.path.expanduser(value)
+    if expanded.startswith("~"):        # ~name of no account: not a directory named '~name' here
+        user = expanded[1:].split(os.sep, 1)[0]
+        raise ValueError(f"{origin}: {value!r} names the home of "
+                         + (f"user {user!r}, who has no account here" if user else
+                            "this process's user, which cannot be found (HOME is not set)"))
+    return expanded
 
 
 def check_directory(value, origin: str, environ=None, relative_to_cwd=False) -> str:

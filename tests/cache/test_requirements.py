@@ -275,6 +275,24 @@ def test_default_directory_on_linux_honours_only_absolute_xdg(home, monkeypatch,
     assert tack.cache.settings().directory == os.path.join(str(home), ".cache", "tack")
 
 
+def test_an_xdg_cache_home_with_a_control_character_is_ignored_as_a_relative_one(home, monkeypatch,
+                                                                                tmp_path):
+    """An XDG_CACHE_HOME holding a newline was used as it was (a directory named ``x<newline>y``),
+    where TACK_CACHE_DIR's check refuses one so: it is ignored, as a relative one is."""
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x\ny"))
+    assert tack.cache.default_directory() == os.path.join(str(home), ".cache", "tack")
+
+
+def test_a_cache_directory_in_the_home_of_no_account_is_refused(monkeypatch):
+    """TACK_CACHE_DIR='~nosuchuser/x' (a user with no account here) made a directory named
+    '~nosuchuser' in the working directory, silently: it is refused, naming the user, as an
+    unset $VAR is, and the default used."""
+    with pytest.raises(ValueError, match="names the home of user 'nosuchuser', who has no account here"):
+        tack.cache.check_cache_directory("~nosuchuser/x", "TACK_CACHE_DIR")
+    assert tack.cache.check_cache_directory("~/x", "TACK_CACHE_DIR") == os.path.join(os.path.expanduser("~"), "x")
+
+
 # 7. Read mode marks loaded entries used: test_size.py, test_loading_marks_old_entries_used[read]
 
 
