@@ -250,6 +250,8 @@ def gather(s) -> dict:
     if st is not None and not stat.S_ISREG(st.st_mode) and "size_check_problem" not in info:
         info["size_check_problem"] = (f"{claim} is {kind_of(st)}, not a regular file: no size "
                                       "check runs until it is removed")
+    elif st is not None and stat.S_ISREG(st.st_mode):
+        info["size_check_claimed"] = st.st_mtime   # a check under way, or its claim left by one that died
     if "unlisted" not in info:
         info["bundles"] = bundles(s.directory)
     return info
@@ -376,8 +378,12 @@ def cmd_info(args) -> int:
         for label, d in sorted(levels.get("targets", {}).items()):
             print(f"      for {label:<20} {d['entries']:6d} entries  {fs(d['bytes']):>10}")
     last = info["last_size_check"]
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last else "never"
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last)) if last is not None else "never"
     print(f"last size check: {when}")
+    if info.get("size_check_claimed") is not None:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["size_check_claimed"]))
+        print(f"  a size check is claimed since {since} (under way, or its process died: a claim "
+              f"older than {size.STALE_CLAIM_MINUTES} minutes is taken over by the next check)")
     if info.get("size_check_problem"):
         print(f"  {info['size_check_problem']}")
     if info["bundles"]:

@@ -37,6 +37,7 @@ CLAIM = "size-check.claim"
 _ENTRY_SUFFIXES = tuple(SUFFIX.values())
 _STALE_TMP = 3600          # a temporary file this old was left by a writer that died
 _STALE_CLAIM = 600
+STALE_CLAIM_MINUTES = _STALE_CLAIM // 60     # (what info says of a claim)
 
 
 def touch_if_stale(path: str, now: float | None = None) -> bool:

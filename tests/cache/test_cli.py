@@ -724,3 +724,19 @@ def test_info_on_a_cache_directory_its_owner_cannot_list(populated):
     assert f"directory:    {cache}" in run.stdout
     assert f"entries:      not counted: cannot list {cache} (Permission denied)" in run.stdout, run.stdout
     assert data["unlisted"] == f"cannot list {cache} (Permission denied)" and data["total_entries"] == 0
+
+
+def test_info_says_a_size_check_is_claimed_and_a_stamp_of_time_zero_is_a_time(populated):
+    """A claim a pruner left when it was killed blocks the size checks for up to ten minutes,
+    and ``info`` said nothing of it: it now says since when a check is claimed.  A stamp dated
+    0 (the epoch) was shown as "never"."""
+    cache, _ = populated
+    claim, stamp = cache / "size-check.claim", cache / "size-check.stamp"
+    claim.write_text("")
+    stamp.write_text("")
+    os.utime(stamp, (0, 0))
+    run = run_cli(cache, "info")
+    assert run.rc == 0, run.stderr
+    assert "last size check: never" not in run.stdout, run.stdout
+    assert "  a size check is claimed since " in run.stdout and "10 minutes" in run.stdout, run.stdout
+    assert json.loads(run_cli(cache, "info", "--json").stdout)["size_check_claimed"] == os.stat(claim).st_mtime
