@@ -63,16 +63,19 @@ def typed_args(kernel, args) -> TypedArgs:
                      tuple(argtypes[i] for i in values), [params[i] for i in values], values)
 
 
-def why_not_taken(a) -> str:
-    """What to do about an array ``T.typeof_array`` refuses."""
+def why_not_taken(a, name: str = "a", launch: bool = True) -> str:
+    """What to do about an array ``T.typeof_array`` refuses (``name``: the parameter's; ``launch``:
+    a launch's argument, which a kernel may write, not ``to_device``'s, a copy anyway)."""
+    copied = ("; a kernel writing to it then writes to the copy: copy the results back "
+              f"({name}[...] = copy)") if launch else ""
     if T.from_dtype(a.dtype) is not None and 1 <= a.ndim <= 4:
         if not a.dtype.isnative:
-            return ("its byte order is not this machine's: pass "
-                    "a.astype(a.dtype.newbyteorder('='))")
+            return ("its byte order is not this machine's: pass a copy in this machine's, "
+                    f"{name}.astype({name}.dtype.newbyteorder('='))" + copied)
         return (f"its strides are not multiples of its itemsize ({a.dtype.itemsize}): pass a "
-                "copy (np.ascontiguousarray(a))")
+                f"copy (np.ascontiguousarray({name}))" + copied)
     if a.ndim == 0 and T.from_dtype(a.dtype) is not None:
-        return "a 0-d array is not an array a kernel indexes: pass its number (a[()])"
+        return f"a 0-d array is not an array a kernel indexes: pass its number ({name}[()])"
     return "use bool, int32/64, uint32/64 or float32/64 with 1-4 dimensions"
 
 
@@ -98,7 +101,7 @@ def typeof_arg(kernel_name, param, a, static=False):
         if t is None:
             raise TypeError(f"kernel '{kernel_name}': argument '{param}' is an array Tack cannot "
                             f"take (dtype {a.dtype}, {a.ndim} dimensions, strides {a.strides}); "
-                            + why_not_taken(a))
+                            + why_not_taken(a, param))
         return t
     if isinstance(a, bool):
         return T.boolean

@@ -315,9 +315,9 @@ def _static_key(a):
     """The key of an argument whose shape the kernel compiles in: another library's array's
     too (``_arg_key`` leaves it out, and a static kernel launched with a DLPack host array of
     3 elements, then 6, ran the variant compiled for 3 twice)."""
-    if isinstance(a, np.ndarray):
-        a = a if type(a) is np.ndarray else _base_view(a)
-        return (type(a), a.dtype, a.shape, _LAYOUT.get(a.flags.num & _FLAG_BITS) or _unaligned(a))
+    if isinstance(a, np.ndarray):               # a subclass's own class, its array's own attributes
+        b = a if type(a) is np.ndarray else _base_view(a)
+        return (type(a), b.dtype, b.shape, _LAYOUT.get(b.flags.num & _FLAG_BITS) or _unaligned(b))
     t = device_array_type(a, True)
     if t is not None:
         return (type(a), t.dtype, t.layout + ("w" if t.writable else "r"), t.shape)

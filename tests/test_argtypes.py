@@ -133,3 +133,61 @@ def test_an_ndarray_subclass_is_launched_as_its_own_memory_says_not_as_its_class
     for scale in (1.0, 3.0):
         tack.launch(k_double, dim=4, args=(x * scale, liar))
         assert np.ndarray.view(liar, np.ndarray).tolist() == (x * scale * 2).tolist()
+
+
+
+class _StrideLiar(np.ndarray):
+    """An ndarray subclass whose ``strides`` say a stride far past its memory."""
+
+    @property
+    def strides(self):
+        return (8 * 10**7,)
+
+
+@tack.kernel(static_shape="out")
+def k_fill_static(out):
+    i = tack.tid()
+    out[i] = 7.0
+
+
+def test_a_subclass_after_a_plain_array_of_a_static_shape_runs_as_its_memory_says():
+    """With the shape compiled in, a subclass's key was a plain ndarray's (its class left out):
+    launched after a plain strided array, it took that array's variant, unwrapped, which read
+    the class's ``strides`` (a crash).  Its key keeps its class: it gets a variant of its own,
+    run over its memory."""
+    plain = np.zeros(8)[::2]
+    tack.launch(k_fill_static, dim=4, args=(plain,))
+    base = np.zeros(8)
+    liar = base[::2].view(_StrideLiar)
+    tack.launch(k_fill_static, dim=4, args=(liar,))
+    assert plain.tolist() == [7.0] * 4 and base.tolist() == [7.0, 0.0] * 4
+
+
+def test_an_array_tack_cannot_take_is_told_by_its_parameters_name_and_the_copy_it_writes():
+    """A big-endian output's and a byte-strided one's refusals said to pass
+    ``a.astype(...)`` / ``np.ascontiguousarray(a)``, naming no parameter of the kernel, and not
+    that a kernel writing to a copy writes to the copy: they name the parameter and say so."""
+    byte_strided = np.ndarray((4,), np.float64, np.zeros(40, np.uint8), 1, (9,))
+    for out in (np.zeros(4, ">f8"), byte_strided):
+        with pytest.raises(TypeError) as e:
+            tack.launch(k_double, dim=4, args=(np.arange(4.0), out))
+        msg = str(e.value)
+        assert "argument 'out'" in msg and "(out" in msg and "a.astype" not in msg, msg
+        assert "writes to the copy: copy the results back (out[...] = copy)" in msg, msg
+
+
+def test_a_masked_array_of_a_static_shape_is_refused_after_a_plain_array():
+    """With the shape compiled in, a masked array's key was a plain array's: after a plain
+    launch it ran that variant, reading and writing the values under its mask.  It keeps its
+    class in its key, and is refused."""
+    x = np.arange(4.0)
+    out = np.zeros(4)
+    tack.launch(k_double_static, dim=4, args=(x, out))
+    with pytest.raises(TypeError, match="is a NumPy masked array"):
+        tack.launch(k_double_static, dim=4, args=(np.ma.masked_array(x, mask=[0, 1, 0, 0]), out))
+
+
+@tack.kernel(static_shape=True)
+def k_double_static(x, out):
+    i = tack.tid()
+    out[i] = x[i] * 2

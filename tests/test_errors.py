@@ -854,7 +854,7 @@ def test_a_0d_array_argument_says_to_pass_its_number():
     with pytest.raises(TypeError) as ei:
         tack.launch(k_scale, dim=3, args=(np.ones(3), np.array(2.0), np.zeros(3)))
     msg = str(ei.value)
-    assert "'factor'" in msg and "0 dimensions" in msg and "pass its number (a[()])" in msg
+    assert "'factor'" in msg and "0 dimensions" in msg and "pass its number (factor[()])" in msg
 
 
 def test_int_too_large_names_parameter():

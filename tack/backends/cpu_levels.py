@@ -120,9 +120,9 @@ def header_reader(header, why: dict):
 def by_features(facts, offers, meta_of, why, later=None):
     """``cpu_choice.choose``'s answer where every bundle offered is its family's root or a generic x86-64
     level, from the table's generic rows (``generic_levels``) and the features: the first
-    readable header's table names the levels (the one header the whole rule reads for its table
-    too), then only the headers of the levels this node has are read, each checked against its
-    own table.  None where any other bundle is offered (seen before any other header is read) or
+    readable header in ``probe_order`` names the levels (the one header the whole rule reads for
+    its table too), then only the headers of the levels this node has are read, each checked
+    against its own table.  None where any other bundle is offered (seen before any other header is read) or
     a header is not as this rule needs it: the whole rule then, with no reason said here.
 
     The table is read in ``probe_order``, as the whole rule reads it.

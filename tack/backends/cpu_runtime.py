@@ -94,7 +94,7 @@ def site_candidates(host: str | None = None) -> list:
     return [(f"{KIND}:{a}", arch_key(a, llvm)) for a in cpu_candidates(host or host_arch())]
 
 
-def site_bundles(names, header, defer: dict | None = None, host: dict | None = None,
+def site_bundles(names, header, defer: dict | None = None, *, host: dict | None = None,
                  why: dict | None = None) -> list:
     """[(``cpu:arch``, target key, name)] of the CPU site bundles among ``names`` this node uses,
     most specific first (archspec's rule over the table the bundles' headers carry, so no
@@ -110,8 +110,9 @@ def site_bundles(names, header, defer: dict | None = None, host: dict | None = N
     ``SiteBundleStore``): a generic level this node has whose header the choice did not need
     is then answered unread, and ``defer[name]`` is each chosen bundle's check (``check_later``:
     the header's fields -> None, or why this node does not use it), for the first open of one
-    left unread and for a file that replaces any of them.  Of a site's three levels a node
-    then reads one header, where it read all three (``bundles status`` reads them all)."""
+    left unread and for a file that replaces any of them.  Of a site's three levels a node with
+    AVX-512 then reads one header, where it read all three, and one without two (``bundles
+    status`` reads every header it needs)."""
     from ..cache import log
     from ..cache.bundle import site_bundle_arch
     from .cpu_levels import by_features, header_reader, host_facts
@@ -147,16 +148,15 @@ def site_bundles(names, header, defer: dict | None = None, host: dict | None = N
 
 def check_later(host: dict, offer, meta: dict):
     """None if this node uses the bundle ``offer`` ((name, arch, target key)), whose header
-    fields are ``meta``, by ``site_bundles``' rule over that header alone; else why not."""
+    fields are ``meta``, by ``site_bundles``' rule over that header alone; else why not.  What
+    it raises (archspec's failure, where that rule asks it) the caller says as a warning."""
     from .cpu_levels import by_features, header_reader, host_facts
     why = {}
-    try:
-        got = by_features(host_facts(host), [offer], header_reader(lambda name: meta, why), why)
-        if got is None:
-            from .cpu_choice import choose
-            got = choose(host, [offer], lambda name: meta, _archspec_ancestry, why)
-    except Exception as e:                      # noqa: BLE001 - a header this rule cannot read
-        return f"its CPU header cannot be checked ({type(e).__name__}: {e})"
+    facts = host_facts(host)
+    got = by_features(facts, [offer], header_reader(lambda name: meta, why), why) if facts else None
+    if got is None:                             # as ``site_bundles``: the whole rule, or archspec's
+        from .cpu_choice import choose
+        got = choose(host, [offer], lambda name: meta, _archspec_ancestry, why)
     return None if got else why.get(offer[0], "this node does not use it")
 
 

@@ -340,7 +340,7 @@ def host_copy(array) -> tuple:
         raise ValueError("to_device takes an array of rank 1 or more, not a scalar")
     if T.from_dtype(a.dtype) is None or not 1 <= a.ndim <= 4 or not a.dtype.isnative:
         raise TypeError(f"to_device takes arrays a kernel takes, not a {a.ndim}-D {a.dtype} "
-                        f"array: {why_not_taken(a)}")
+                        f"array: {why_not_taken(a, 'array', launch=False)}")
     layout = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
     return a, np.asarray(a, order=layout), layout
 

@@ -55,9 +55,10 @@ class Runtime(Protocol):
         directory's ``bundle-...`` file names) this node uses, most specific first: what the
         cache's ``SiteBundleStore`` and ``bundles status`` ask.  ``header(name)``: that bundle's
         header fields, or None when it cannot be used; read once, and only where asked.
-        ``defer``: a dict where the caller takes checks of headers to run at a bundle's first
-        open (name -> header fields -> None, or why not): a bundle whose header the choice did
-        not need is then answered unread, its check put there (the CPU's generic levels)."""
+        ``defer``: a dict where the caller takes checks of headers to run when it opens a
+        bundle (name -> header fields -> None, or why not): a bundle whose header the choice did
+        not need is then answered unread (the CPU's generic levels), and a file replacing a
+        chosen one is checked too (the CPU puts a check there for each bundle it chooses)."""
 
     def toolchain_target(self, device=None):
         """The toolchain's target that compiles for ``device`` (a miss only: imports the compiler)."""

@@ -118,6 +118,12 @@ def default_directory() -> str:
     # one that is not absolute is ignored, as the XDG spec says; so is one holding a control
     # character (no shell script sets such), which TACK_CACHE_DIR's check refuses
     usable = os.path.isabs(xdg) and not any(ord(c) < 32 or ord(c) == 127 for c in xdg)
+    if not usable and not os.path.isabs(home):
+        # no home at all (HOME unset, an account the password database lacks: a container's
+        # arbitrary uid): ``~`` stays ``~``, and the cache was ``./~/.cache/tack`` in the working
+        # directory; the system's temporary directory instead, one directory per user
+        import tempfile
+        return os.path.join(tempfile.gettempdir(), f"tack-cache-{os.getuid()}")
     base = xdg if usable else os.path.join(home, ".cache")
     return os.path.join(base, "tack")
 
@@ -567,7 +573,7 @@ def session(kind: str, host_key, site_bundles, machine: str | None = None):
 
     The caller (the dispatcher) names what only its runtime knows, as functions called only when
     the session is made: ``host_key()``, the target key of code compiled here (it names this
-    host's bundle), and ``site_bundles(names, header)``, which of a site directory's bundles
+    host's bundle), and ``site_bundles(names, header, defer)``, which of a site directory's bundles
     this node uses, [(``kind:arch``, target key, name)] most specific first, called only if a
     lookup reaches a site bundle directory (``bundle.SiteBundleStore``); and ``machine``, the one
     its bundles' file names carry (the runtime's ``BUNDLE_MACHINE``: a GPU kind's code machine;

@@ -222,7 +222,13 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
                 warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
                 continue
             check = None if chooser.checked(path) else chooser.later(path)   # left unread by the choice
-            why = None if check is None else check(b.meta)
+            try:
+                why = None if check is None else check(b.meta)
+            except Exception as e:              # noqa: BLE001 - the rule failed (archspec's): said
+                warn_once(f"not using the site bundle {path}: its CPU header cannot be checked "
+                          f"against this node ({type(e).__name__}: {e})")
+                b.close()
+                continue
             if why is not None:
                 log.debug("load_bundle: site bundle %s not used: %s", path, why)
                 b.close()

@@ -714,7 +714,12 @@ class BundleStore:
         ever looked up here, and every kernel compiled, without a word, in bundle mode."""
         b = read(path, allow_root=self.allow_root, tack_version=tack_version_id())
         if self.check is not None:
-            why = self.check(b.meta)
+            try:
+                why = self.check(b.meta)
+            except Exception as e:              # noqa: BLE001 - the rule failed (archspec's): said
+                b.close()
+                raise BundleError(f"{path}: its CPU header cannot be checked against this node "
+                                  f"({type(e).__name__}: {e})") from None
             if why is not None:
                 b.close()
                 raise NotForThisNode(f"{path}: {why}")
@@ -842,7 +847,7 @@ class SiteBundleStore:
     newer microarchitecture is never a candidate.
 
     When a lookup first reaches this store it lists the directory once and asks the caller's
-    ``site_bundles(names, header)`` (the runtime's: ``interface.Runtime.site_bundles``) which
+    ``site_bundles(names, header, defer)`` (the runtime's: ``interface.Runtime.site_bundles``) which
     bundles this node uses, in order: [(``kind:arch``, target key, name)].  ``header(name)``
     reads that bundle (``read``: trusted, this Tack's) once and gives its header fields, or None
     when it cannot be used (said once, as a warning); a bundle read so is then served as read.
@@ -860,8 +865,9 @@ class SiteBundleStore:
         self._read = {}
         self._bad = {}                  # name -> file_identity of a bundle whose header failed
         self._listed = False            # the directory's bundle names once listed (None: unlistable)
-        self._later = {}                # name -> the check of a chosen bundle's header
-        self._asked = set()             # the names whose headers the last choice asked for
+        # the last choice's ({name: the check of a chosen bundle's header}, {names whose
+        # headers it read}), assigned whole (``candidates``)
+        self._choice = ({}, set())
         if chosen is not None:          # [(arch, target key, Bundle)] load_bundle gave: no file opened
             self.stores = [BundleStore(stats, warn_once, loaded=b, allow_root=True,
                                        label=f"site bundle for {arch}", quiet=True, target_key=tk)
@@ -903,7 +909,6 @@ class SiteBundleStore:
 
     def header(self, name: str):
         """The header fields of bundle ``name`` (read once), or None when it cannot be used."""
-        self._asked.add(name)
         if name not in self._read:
             path = os.path.join(self.directory, name)
             t0 = time.perf_counter()
@@ -934,42 +939,64 @@ class SiteBundleStore:
         names = self.names()
         if not names:
             return []
-        self._later, self._asked = {}, set()
-        return [(arch, tk, os.path.join(self.directory, name))
-                for arch, tk, name in self.site_bundles(names, self.header, defer=self._later)]
+        rows, self._choice = self._choose(names)    # one assignment: threads choosing at once agree
+        return rows
+
+    def _choose(self, names):
+        """(``candidates``' rows, ({name: check}, {names whose headers were read})), made in locals."""
+        later, asked = {}, set()
+
+        def header(name):
+            asked.add(name)
+            return self.header(name)
+        rows = [(arch, tk, os.path.join(self.directory, name))
+                for arch, tk, name in self.site_bundles(names, header, defer=later)]
+        return rows, (later, asked)
 
     def later(self, path: str):
         """The check (header fields -> None, or why not) of the candidate at ``path``, where the
         runtime gave one (the CPU's: ``cpu_runtime.check_later``), else None."""
-        return self._later.get(os.path.basename(path))
+        return self._choice[0].get(os.path.basename(path))
 
     def checked(self, path: str) -> bool:
         """Whether the last choice read the header of the candidate at ``path`` (and so checked
         it then): one it did not has its ``later`` check run when it is opened."""
-        return os.path.basename(path) in self._asked
+        return os.path.basename(path) in self._choice[1]
 
     def _open(self):
-        self.stores = []
+        """The stores of the bundles chosen, made in locals and set whole (``self.stores``): a
+        thread's lookup never sees a list another thread is filling."""
+        stores = []
         try:
-            found = self.candidates()
+            names = self.names()
+            found, (later, asked) = self._choose(names) if names else ([], ({}, set()))
+            self._choice = (later, asked)
         except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
             self._say_unnamed(e)
+            self.stores = stores
             return
         chosen = {os.path.basename(path) for _, _, path in found}
-        for name, b in self._read.items():      # read for their headers only: let them go
+        for name, b in list(self._read.items()):    # read for their headers only: let them go
             if b is not None and name not in chosen:
                 b.close()
         for arch, tk, path in found:
-            loaded, check = self._read.get(os.path.basename(path)), self.later(path)
-            if loaded is not None and check is not None and not self.checked(path):
-                why = check(loaded.meta)            # read before, for an earlier choice
+            name = os.path.basename(path)
+            loaded, check = self._read.get(name), later.get(name)
+            if loaded is not None and check is not None and name not in asked:
+                try:                                # read before, for an earlier choice
+                    why = check(loaded.meta)
+                except Exception as e:              # noqa: BLE001 - the rule failed: said
+                    self.warn_once(f"not using the site bundle {path}: its CPU header cannot be "
+                                   f"checked against this node ({type(e).__name__}: {e})")
+                    continue
                 if why is not None:
                     log.debug("site bundle for %s not used: %s: %s", arch, path, why)
                     continue
             log.debug("site bundle for %s: %s", arch, path)
-            self.stores.append(BundleStore(self.stats, self.warn_once, path, loaded=loaded,
-                                           allow_root=True, label=f"site bundle for {arch}",
-                                           quiet=True, target_key=tk, check=check))
+            stores.append(BundleStore(self.stats, self.warn_once, path, loaded=loaded,
+                                      allow_root=True, label=f"site bundle for {arch}",
+                                      quiet=True, target_key=tk, check=check))
+        self.stores = stores
 
     def _say_unnamed(self, e):
         why = f"cannot name this node's microarchitecture ({type(e).__name__}: {e})"

@@ -222,6 +222,7 @@ def gather(s) -> dict:
         found = size.entries(s.directory)
     except OSError as e:                # (a directory of mode 0300: used, and not listable)
         found, info["unlisted"] = [], f"cannot list {s.directory} ({e.strerror or e})"
+        info["total_entries"] = info["total_bytes"] = info["bundles"] = None   # not known
     for path, nbytes, _, version, level in found:
         if not size.is_own_file(path):  # named like one, not written by the cache: as prune
             info["not_entries"]["files"] += 1       # and the limit count it, not at all
@@ -361,10 +362,9 @@ def cmd_info(args) -> int:
     if info.get("unlisted"):            # entries and bundles not counted: none can be listed
         print(f"entries:      not counted: {info['unlisted']}; a job still reads and stores "
               "the entries it names (its owner can make it listable: chmod u+r)")
-        _print_site_bundles(info)
-        return 0
-    print(f"entries:      {info['total_entries']} ({fs(info['total_bytes'])}) across "
-          f"{len(info['versions'])} Tack version(s)")
+    else:
+        print(f"entries:      {info['total_entries']} ({fs(info['total_bytes'])}) across "
+              f"{len(info['versions'])} Tack version(s)")
     other = info["not_entries"]
     if other["files"]:
         print(f"  not counted: {other['files']} file(s) named like entries that the cache did not "
@@ -386,7 +386,9 @@ def cmd_info(args) -> int:
               f"older than {size.STALE_CLAIM_MINUTES} minutes is taken over by the next check)")
     if info.get("size_check_problem"):
         print(f"  {info['size_check_problem']}")
-    if info["bundles"]:
+    if info["bundles"] is None:
+        print("bundles:      not listed (the directory cannot be listed)")
+    elif info["bundles"]:
         print("bundles (not counted against the limit):")
         for b in info["bundles"]:
             if b["status"] != "ok":

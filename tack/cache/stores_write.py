@@ -115,10 +115,16 @@ def _hourly_size_check(disk):
     from . import size                      # a store only: the size limit's scan
     try:
         result = size.maybe_prune(disk.root, disk.settings.max_size)
-    except NotRegular as e:             # the stamp or claim: no check runs, nor is one recorded
-        disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {e}, where the "
-                       f"size check keeps its own file; no size check runs until it is removed "
-                       f"(rm -r {e.filename})")
+    except NotRegular as e:
+        if os.path.basename(e.filename or "") in (size.STAMP, size.CLAIM):
+            # the stamp or claim: no check runs, nor can one be recorded, until it is removed
+            import shlex
+            disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {e}, where the "
+                           f"size check keeps its own file; no size check runs until it is "
+                           f"removed (rm -r {shlex.quote(e.filename)})")
+        else:
+            disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {e}; trying "
+                           "again in an hour")
         return
     except OSError as e:
         disk.warn_once(f"cannot check the kernel cache's size at {disk.root}: {_os_error(e)}; "

@@ -723,7 +723,8 @@ def test_info_on_a_cache_directory_its_owner_cannot_list(populated):
     assert run.rc == 0, run.stderr
     assert f"directory:    {cache}" in run.stdout
     assert f"entries:      not counted: cannot list {cache} (Permission denied)" in run.stdout, run.stdout
-    assert data["unlisted"] == f"cannot list {cache} (Permission denied)" and data["total_entries"] == 0
+    assert data["unlisted"] == f"cannot list {cache} (Permission denied)" and data["total_entries"] is None
+    assert "last size check: " in run.stdout and "bundles:      not listed" in run.stdout, run.stdout
 
 
 def test_info_says_a_size_check_is_claimed_and_a_stamp_of_time_zero_is_a_time(populated):

@@ -284,6 +284,20 @@ def test_an_xdg_cache_home_with_a_control_character_is_ignored_as_a_relative_one
     assert tack.cache.default_directory() == os.path.join(str(home), ".cache", "tack")
 
 
+def test_without_any_home_the_default_is_a_directory_of_the_users_in_the_temporary_one(home, monkeypatch):
+    """HOME unset and an account the password database lacks (a container's arbitrary uid):
+    ``~`` stays ``~``, and the default cache was ``~/.cache/tack``, made below the working
+    directory.  It is a directory of the user's in the system's temporary directory."""
+    import tempfile
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr(os.path, "expanduser", lambda p: p)
+    import pwd
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: (_ for _ in ()).throw(KeyError(uid)))
+    got = tack.cache.default_directory()
+    assert got == os.path.join(tempfile.gettempdir(), f"tack-cache-{os.getuid()}") and os.path.isabs(got)
+
+
 def test_a_cache_directory_in_the_home_of_no_account_is_refused(monkeypatch):
     """TACK_CACHE_DIR='~nosuchuser/x' (a user with no account here) made a directory named
     '~nosuchuser' in the working directory, silently: it is refused, naming the user, as an
