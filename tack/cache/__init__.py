@@ -118,7 +118,7 @@ def default_directory() -> str:
     # one that is not absolute is ignored, as the XDG spec says; so is one holding a control
     # character (no shell script sets such), which TACK_CACHE_DIR's check refuses
     usable = os.path.isabs(xdg) and not any(ord(c) < 32 or ord(c) == 127 for c in xdg)
-    if not usable and not os.path.isabs(home):
+    if not usable and home.startswith("~"):
         # no home at all (HOME unset, an account the password database lacks: a container's
         # arbitrary uid): ``~`` stays ``~``, and the cache was ``./~/.cache/tack`` in the working
         # directory; the system's temporary directory instead, one directory per user
