@@ -157,9 +157,9 @@ def device_array_type(a, static=False):
     anything else (``foreign_array_kind`` tells which)."""
     if isinstance(a, (np.ndarray, np.generic)) or isinstance(a, type):
         return None
-    kind = foreign_array_kind(a)
-    writable = getattr(a, "writable", None)
-    layout = getattr(a, "layout", None) if kind == "tack" else None
+    writable = getattr(a, "writable", None)     # (Tack's own, every launch: two lookups, as before)
+    layout = getattr(a, "layout", None) if writable is not None else None
+    kind = "tack" if layout is not None else foreign_array_kind(a)
     try:
         if kind == "tack":                              # Tack's own device arrays
             shape, dtype, estrides = a.shape, np.dtype(a.dtype), None

@@ -1920,5 +1920,7 @@ def test_a_kernel_of_no_file_is_refused_though_a_file_bears_its_name(tmp_path, h
                        timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     last = p.stdout.strip().splitlines()[-1]
-    assert last == "RESULT [2.0, 2.0, 2.0]" or (
-        last.startswith("REFUSED ") and "the source of 'k' is not available" in last), last
+    if how == "-c" and sys.version_info >= (3, 13):    # linecache keeps -c's text from 3.13 on
+        assert last == "RESULT [2.0, 2.0, 2.0]", last
+    else:
+        assert last.startswith("REFUSED ") and "the source of 'k' is not available" in last, last

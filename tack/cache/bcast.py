@@ -210,7 +210,8 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
         except bundle.BundleError as e:
             warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
     try:
-        for arch, tk, path in chooser.candidates():
+        found, checks, read = chooser.candidates()
+        for arch, tk, path in found:
             t0 = time.perf_counter()
             b = chooser.opened(path)            # its header read for the choice: the rest now
             try:
@@ -221,18 +222,18 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
             except (bundle.BundleError, OSError) as e:
                 warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
                 continue
-            check = None if chooser.checked(path) else chooser.later(path)   # left unread by the choice
-            try:
-                why = None if check is None else check(b.meta)
-            except Exception as e:              # noqa: BLE001 - the rule failed (archspec's): said
-                warn_once(f"not using the site bundle {path}: its CPU header cannot be checked "
-                          f"against this node ({type(e).__name__}: {e})")
-                b.close()
-                continue
-            if why is not None:
-                log.debug("load_bundle: site bundle %s not used: %s", path, why)
-                b.close()
-                continue
+            name = os.path.basename(path)
+            if name not in read and name in checks:     # a header the choice left unread
+                try:
+                    bundle.checked_header(checks[name], b, path)
+                except bundle.NotForThisNode as e:
+                    log.debug("load_bundle: site bundle not used: %s", e)
+                    b.close()
+                    continue
+                except bundle.BundleError as e:
+                    warn_once(f"not using the site bundle {e}")
+                    b.close()
+                    continue
             b.read_seconds += time.perf_counter() - t0
             cut = bundle.cut_short(b, "site bundle")
             if cut is not None:

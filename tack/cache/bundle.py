@@ -652,6 +652,20 @@ class NotForThisNode(BundleError):
     not one this node uses."""
 
 
+def checked_header(check, b: "Bundle", path: str) -> None:
+    """Run the site bundle choice's ``check`` on the header of ``b`` (at ``path``):
+    NotForThisNode with its reason where this node does not use it (said in the log, as the
+    choice says it), BundleError where the check itself fails (archspec's rule failing: said as
+    a warning, since it is no verdict on the bundle)."""
+    try:
+        why = check(b.meta)
+    except Exception as e:                      # noqa: BLE001 - the rule failed: said
+        raise BundleError(f"{path}: its CPU header cannot be checked against this node "
+                          f"({type(e).__name__}: {e})") from None
+    if why is not None:
+        raise NotForThisNode(f"{path}: {why}")
+
+
 def cut_short(b: "Bundle", label: str):
     """The warning for a bundle ``b`` cut short (``Bundle.cut``), or None where it is whole
     (or the warning was given already, by another reader of the same bundle)."""
@@ -715,14 +729,10 @@ class BundleStore:
         b = read(path, allow_root=self.allow_root, tack_version=tack_version_id())
         if self.check is not None:
             try:
-                why = self.check(b.meta)
-            except Exception as e:              # noqa: BLE001 - the rule failed (archspec's): said
+                checked_header(self.check, b, path)
+            except BundleError:
                 b.close()
-                raise BundleError(f"{path}: its CPU header cannot be checked against this node "
-                                  f"({type(e).__name__}: {e})") from None
-            if why is not None:
-                b.close()
-                raise NotForThisNode(f"{path}: {why}")
+                raise
         if packed_bundle_machine(os.path.basename(path)) is not None:
             why = named_for_another_target(path, b.meta)
             if why is not None:
@@ -865,9 +875,6 @@ class SiteBundleStore:
         self._read = {}
         self._bad = {}                  # name -> file_identity of a bundle whose header failed
         self._listed = False            # the directory's bundle names once listed (None: unlistable)
-        # the last choice's ({name: the check of a chosen bundle's header}, {names whose
-        # headers it read}), assigned whole (``candidates``)
-        self._choice = ({}, set())
         if chosen is not None:          # [(arch, target key, Bundle)] load_bundle gave: no file opened
             self.stores = [BundleStore(stats, warn_once, loaded=b, allow_root=True,
                                        label=f"site bundle for {arch}", quiet=True, target_key=tk)
@@ -934,43 +941,29 @@ class SiteBundleStore:
         return self._read.get(os.path.basename(path))
 
     def candidates(self):
-        """[(``kind:arch``, target key, bundle path)] in the order they are looked in.  A bundle
-        whose header the choice left to its first open has its check in ``later(path)``."""
+        """(rows, checks, read): ``rows`` [(``kind:arch``, target key, bundle path)] in the order
+        they are looked in; ``checks`` {name: the runtime's check of that bundle's header (the
+        CPU's ``cpu_runtime.check_later``: fields -> None, or why not)}; ``read`` the names
+        whose headers this choice read, and so checked (a bundle it left unread is checked by
+        ``checked_header`` when it is opened).  Made in locals: threads choosing at once agree."""
         names = self.names()
+        checks, read = {}, set()
         if not names:
-            return []
-        rows, self._choice = self._choose(names)    # one assignment: threads choosing at once agree
-        return rows
-
-    def _choose(self, names):
-        """(``candidates``' rows, ({name: check}, {names whose headers were read})), made in locals."""
-        later, asked = {}, set()
+            return [], checks, read
 
         def header(name):
-            asked.add(name)
+            read.add(name)
             return self.header(name)
         rows = [(arch, tk, os.path.join(self.directory, name))
-                for arch, tk, name in self.site_bundles(names, header, defer=later)]
-        return rows, (later, asked)
-
-    def later(self, path: str):
-        """The check (header fields -> None, or why not) of the candidate at ``path``, where the
-        runtime gave one (the CPU's: ``cpu_runtime.check_later``), else None."""
-        return self._choice[0].get(os.path.basename(path))
-
-    def checked(self, path: str) -> bool:
-        """Whether the last choice read the header of the candidate at ``path`` (and so checked
-        it then): one it did not has its ``later`` check run when it is opened."""
-        return os.path.basename(path) in self._choice[1]
+                for arch, tk, name in self.site_bundles(names, header, defer=checks)]
+        return rows, checks, read
 
     def _open(self):
         """The stores of the bundles chosen, made in locals and set whole (``self.stores``): a
         thread's lookup never sees a list another thread is filling."""
         stores = []
         try:
-            names = self.names()
-            found, (later, asked) = self._choose(names) if names else ([], ({}, set()))
-            self._choice = (later, asked)
+            found, checks, read = self.candidates()
         except Exception as e:                  # noqa: BLE001 - no archspec or llvmlite: no site bundle
             self._say_unnamed(e)
             self.stores = stores
@@ -981,16 +974,15 @@ class SiteBundleStore:
                 b.close()
         for arch, tk, path in found:
             name = os.path.basename(path)
-            loaded, check = self._read.get(name), later.get(name)
-            if loaded is not None and check is not None and name not in asked:
+            loaded, check = self._read.get(name), checks.get(name)
+            if loaded is not None and check is not None and name not in read:
                 try:                                # read before, for an earlier choice
-                    why = check(loaded.meta)
-                except Exception as e:              # noqa: BLE001 - the rule failed: said
-                    self.warn_once(f"not using the site bundle {path}: its CPU header cannot be "
-                                   f"checked against this node ({type(e).__name__}: {e})")
+                    checked_header(check, loaded, path)
+                except NotForThisNode as e:
+                    log.debug("site bundle for %s not used: %s", arch, e)
                     continue
-                if why is not None:
-                    log.debug("site bundle for %s not used: %s: %s", arch, path, why)
+                except BundleError as e:
+                    self.warn_once(f"not using the site bundle {e}")
                     continue
             log.debug("site bundle for %s: %s", arch, path)
             stores.append(BundleStore(self.stats, self.warn_once, path, loaded=loaded,

@@ -549,3 +549,23 @@ def test_a_host_without_cpuinfo_features_serves_from_a_deferred_choice(site):
                             lambda names, header, defer=None: cpu_runtime.site_bundles(
                                 names, header, defer, host=host))
     assert served_by(store) == order[-1] and said == []
+
+
+def test_a_header_check_that_fails_is_a_warning_and_the_next_bundle_serves(site):
+    """Where the choice's check of a header fails (archspec's rule raising, say), the bundle is
+    not used, and that is said as a warning naming it: no verdict on the bundle, so not the
+    log-only line of one this node does not use; the next bundle serves."""
+    v3 = write_site_bundle(site, "x86_64_v3")
+    write_site_bundle(site, "x86_64_v2")
+    host = host_for("x86_64_v3", "GenuineIntel")
+    said = []
+
+    def choice(names, header, defer=None):
+        got = cpu_runtime.site_bundles(names, header, defer, host=host)
+        defer[v3] = lambda meta: 1 / 0              # the rule failing when the store opens it
+        return got
+    store = SiteBundleStore(tack.cache.new_stats(), said.append, str(site), choice)
+    store._open()
+    store.stores[0].bundle = None                   # (as one the choice left unread)
+    assert served_by(store) == "x86_64_v2"
+    assert len(said) == 1 and v3 in said[0] and "cannot be checked against this node (ZeroDivisionError" in said[0]
