@@ -18,6 +18,8 @@ microarchitecture is never a candidate.
 from __future__ import annotations
 
 import difflib
+import sys
+import warnings
 
 # bundle_machine: the arch registry's, re-exported for the cache, which imports no backend
 # module itself (tests/cache/test_layering.py).
@@ -73,9 +75,15 @@ def cpu_candidates(name: str) -> list[str]:
 
 def host_cpu() -> str:
     """This node's microarchitecture by archspec's name (imports archspec: tens of milliseconds,
-    paid only where a site bundle is looked for, never on a hit in the user's own cache)."""
+    paid only where a site bundle is looked for, never on a hit in the user's own cache).
+    archspec reads ``/proc/cpuinfo`` without naming an encoding: under ``-X warn_default_encoding``
+    with ``-W error::EncodingWarning`` its detection failed and named this node ``x86_64``."""
     import archspec.cpu
-    return archspec.cpu.host().name
+    if not sys.flags.warn_default_encoding:     # the only way an EncodingWarning is ever raised
+        return archspec.cpu.host().name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EncodingWarning)
+        return archspec.cpu.host().name
 
 
 def generic_level(name: str) -> str:

@@ -9,6 +9,8 @@ answer is its own ``detect.host`` run on that same made-up information, then
 import io
 import itertools
 import os
+import subprocess
+import sys
 
 import archspec.cpu
 import archspec.cpu.detect as detect
@@ -569,3 +571,14 @@ def test_a_header_check_that_fails_is_a_warning_and_the_next_bundle_serves(site)
     store.stores[0].bundle = None                   # (as one the choice left unread)
     assert served_by(store) == "x86_64_v2"
     assert len(said) == 1 and v3 in said[0] and "cannot be checked against this node (ZeroDivisionError" in said[0]
+
+
+def test_the_host_is_named_alike_where_encoding_warnings_are_errors():
+    """archspec reads /proc/cpuinfo without naming an encoding: under ``-X warn_default_encoding``
+    and ``-W error::EncodingWarning`` its detection failed, and ``pack`` named this node's bundle
+    for the family (``cpu:x86_64``)."""
+    code = "from tack.archs import host_cpu; print(host_cpu())"
+    names = [subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True,
+                            check=True, timeout=120).stdout.strip()
+             for flags in ([], ["-X", "warn_default_encoding", "-W", "error::EncodingWarning"])]
+    assert names[0] and names[1] == names[0]
