@@ -338,15 +338,47 @@ def _subclassed(args) -> list:
             if type(a) is not np.ndarray and isinstance(a, np.ndarray) and not is_masked(a)]
 
 
-class _BaseViews:
-    """A variant launched with ndarray subclasses at ``indices``: each run as a plain ndarray."""
+class _Viewed:
+    """A variant launched with the arguments at ``keys``'s indices viewed: each replaced at every
+    run by ``view(a)``, a plain NumPy array over its memory (an ndarray subclass's own array,
+    another library's host array read through DLPack), and run only where each view has the
+    launch key (``_arg_key``, or ``_static_key`` for a static shape) of the view it was made for.
+    A DLPack producer exports anew at every read: the launch is typed from one export and run
+    over the next, and one whose next export differed (another dtype, a smaller array under a
+    static shape) ran over memory of another size."""
 
-    def __init__(self, inner, indices):
-        self.inner, self.indices = inner, frozenset(indices)
+    __slots__ = ("inner", "view", "keys", "name")
+
+    def __init__(self, inner, view, keys, name):
+        self.inner, self.view, self.keys, self.name = inner, view, keys, name
 
     def run(self, args, dims, block=None):
-        self.inner.run(tuple(_base_view(a) if i in self.indices else a for i, a in enumerate(args)),
-                       dims, block)
+        view, keys = self.view, self.keys
+        viewed = tuple(view(a) if i in keys else a for i, a in enumerate(args))
+        for i, (key, key_of, made_for) in keys.items():
+            if key_of(viewed[i]) != key:
+                from .backends.variant import refusal
+                raise refusal(TypeError(
+                    f"kernel '{self.name}': argument {i + 1} ({type(args[i]).__name__}), read "
+                    f"again to run, is a {_described(viewed[i])}, not the {made_for} this "
+                    "launch was typed from: its DLPack exports of one array differ; nothing ran"))
+        self.inner.run(viewed, dims, block)
+
+
+def _viewed(kernel, args, indices, view):
+    """(``args`` with those at ``indices`` viewed, each view's key for ``_Viewed``)."""
+    viewed = tuple(view(a) if i in indices else a for i, a in enumerate(args))
+    static = kernel._static or ()
+    keys = {}
+    for i in indices:
+        key_of = _static_key if i in static else _arg_key
+        keys[i] = (key_of(viewed[i]), key_of, _described(viewed[i]))
+    return viewed, keys
+
+
+def _described(a) -> str:
+    """An array as a refusal names it: ``float64 array of shape (8,)``."""
+    return f"{a.dtype} array of shape {a.shape}{'' if a.flags.writeable else ', read-only'}"
 
 
 def _compile(kernel, dims, args, device, debug):
@@ -363,13 +395,11 @@ def _compile(kernel, dims, args, device, debug):
     stage("import")
     runtime.get_device(device)                  # <Kind>Unavailable, saying what to install
     subclassed = _subclassed(args)
-    if subclassed:
-        viewed = tuple(_base_view(a) if i in subclassed else a for i, a in enumerate(args))
-        return _BaseViews(_compile(kernel, dims, viewed, device, debug), subclassed)
-    views = runtime.host_views(args)
-    if views is not None:               # other libraries' host arrays: NumPy views of them
-        viewed, wrap = views
-        return wrap(_compile(kernel, dims, viewed, device, debug))
+    views = (subclassed, _base_view) if subclassed else runtime.host_views(args)
+    if views is not None:               # ndarray subclasses, other libraries' host arrays: views
+        viewed, keys = _viewed(kernel, args, *views)
+        return _Viewed(_compile(kernel, dims, viewed, device, debug), views[1], keys,
+                       kernel.__qualname__)
     typed = typed_args(kernel, args)
     runtime.check_args(kernel.__qualname__, kernel.params, args, typed.argtypes)
     session = _cache.session(kind, runtime.host_key, runtime.site_bundles, runtime.BUNDLE_MACHINE)

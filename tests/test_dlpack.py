@@ -228,3 +228,50 @@ def test_a_numpy_launch_does_not_import_dlpack(tmp_path):
                          text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"]
+
+
+class Fickle:
+    """A host DLPack object whose exports differ: ``first`` for the first ``n`` reads, then
+    ``later`` (no real producer does this; a launch read it twice, typing from one export and
+    running over the next)."""
+
+    def __init__(self, first, later, n):
+        self.exports = [host(first)] * n + [host(later)]
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kw):
+        p = self.exports.pop(0) if len(self.exports) > 1 else self.exports[0]
+        return p.__dlpack__(**kw)
+
+
+@tack.kernel
+def fill_first(out):
+    out[0] = 1.5
+
+
+@pytest.mark.parametrize("kernel", [fill_first, static_total], ids=["dtype", "static shape"])
+@pytest.mark.parametrize("made", [False, True], ids=["found", "compiled"])
+def test_an_array_whose_exports_differ_is_refused_not_run_over_the_other(kernel, made):
+    """A launch typed a host DLPack array from one export and ran over the next: an export of
+    float64 then of a single int32 wrote 8 bytes into 4 (heap corruption).  The run's views are
+    checked against those the variant was made for, whether the launch found it (the first
+    export keys it) or made it (the second is compiled for)."""
+    kernel._variants.clear()
+    good = np.zeros(4)
+    if kernel is fill_first:
+        small = np.full(1, 7, np.int32)
+        args = lambda a: (a,)                                       # noqa: E731
+    else:
+        small = np.arange(1.0)                                      # static: 4 elements, then 1
+        args = lambda a: (a, np.zeros(1))                           # noqa: E731
+    if not made:
+        tack.launch(kernel, 1, args(Fickle(good, good, 1)))         # the variant, for 4 float64
+    with pytest.raises(TypeError, match="read again to run") as e:
+        tack.launch(kernel, 1, args(Fickle(good, small, 2 if made else 1)))
+    assert "argument 1 (Fickle)" in str(e.value) and "nothing ran" in str(e.value)
+    assert small.tolist() == ([7] if kernel is fill_first else [0.0])
+    good[0] = 0.0
+    tack.launch(kernel, 1, args(Fickle(good, good, 1)))             # the variant still serves
+    assert good[0] == (1.5 if kernel is fill_first else 0.0)

@@ -187,13 +187,14 @@ def _load_mcjit(obj: bytes, entry: str) -> int:
 
 
 def host_views(args):
-    """(the arguments with other libraries' host arrays as NumPy views of their memory, the
-    variant maker's wrapper) when some argument is one (PyTorch CPU tensors, JAX CPU arrays:
+    """(the indices of other libraries' host arrays among ``args``, the view that reads one as a
+    NumPy array over its memory) when there are any (PyTorch CPU tensors, JAX CPU arrays:
     DLPack); None otherwise."""
     host = _host_dlpack(args)
     if not host:
         return None
-    return _as_numpy(args, host), lambda inner: HostArraysVariant(inner, host)
+    from ..dlpack import host_array
+    return host, host_array
 
 
 def check_args(name, params, args, argtypes):
@@ -226,22 +227,6 @@ def _host_dlpack(args) -> list:
     from .. import dlpack
     return [i for i in offers if dlpack.is_dlpack(args[i])
             and dlpack.device_of(args[i])[0] in dlpack.HOST]
-
-
-def _as_numpy(args, host):
-    from ..dlpack import host_array
-    return tuple(host_array(a) if i in host else a for i, a in enumerate(args))
-
-
-class HostArraysVariant:
-    """A CPU variant launched with other libraries' host arrays (PyTorch CPU tensors, JAX CPU
-    arrays...): each is read through DLPack as a NumPy array over its memory, no copy."""
-
-    def __init__(self, inner, host):
-        self.inner, self.host = inner, set(host)
-
-    def run(self, args, dims, block=None):
-        self.inner.run(_as_numpy(args, self.host), dims, block)
 
 
 def _probe_data_offset():

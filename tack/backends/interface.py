@@ -67,8 +67,10 @@ class Runtime(Protocol):
         """A stored artifact and its metadata -> the loaded kernel on ``device``."""
 
     def host_views(self, args):
-        """(the arguments as this runtime takes them, a wrapper of the variant made for those) when
-        some argument must be viewed first (the CPU: other libraries' host arrays); else None."""
+        """(the indices of the arguments this runtime takes only as views, the view: one argument
+        -> a NumPy array over its memory) when there are any (the CPU: other libraries' host
+        arrays); else None.  The dispatcher runs the variant over views made anew at each launch
+        and checked against those it was typed from."""
 
     def check_args(self, name, params, args, argtypes):
         """TypeError for an argument this runtime never takes, before anything compiles."""
