@@ -1,6 +1,7 @@
 """The variant of a device runtime (CUDA, HIP, Level Zero, OpenCL, Metal): ``DeviceVariant``,
 launched through that runtime's ``launch``, and the answers every device runtime gives alike to
-the dispatcher (``device_variant`` for ``make_variant``, ``no_host_views``, ``any_arrays``).
+the dispatcher (``device_variant`` for ``make_variant``, ``no_host_views``, ``any_arrays``,
+``ordered_site_bundles`` for ``site_bundles``).
 
 Apart from ``variant`` (what every variant shares), so that a CPU launch, which imports that,
 does not define what only a device's launch runs.
@@ -65,6 +66,17 @@ def device_variant(launch):
     def make_variant(fn, meta, sig: Signature) -> DeviceVariant:
         return DeviceVariant(launch, fn, meta, sig)
     return make_variant
+
+
+def ordered_site_bundles(site_candidates):
+    """A device runtime's ``site_bundles(names, header, defer=None)``: [(``kind:arch``, target
+    key, name)] of the site bundles among ``names`` it uses, in ``site_candidates()``' order.
+    Read when a lookup first reaches them: no header is needed, so nothing is left to
+    ``defer``'s checks."""
+    def site_bundles(names, header, defer=None) -> list:
+        from ..cache.bundle import named_candidates
+        return named_candidates(site_candidates(), names)
+    return site_bundles
 
 
 def no_host_views(args):

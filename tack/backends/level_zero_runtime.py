@@ -57,7 +57,7 @@ from .device_args import (ContiguousArray, LaunchLock, Staging, argspecs, argume
                           check_entry_params, check_launch, check_param_count, choose_block,
                           device_index, hardware_launch, host_copy, no_such_device)
 from .device_variant import any_arrays as check_args  # noqa: F401 - the runtime interface
-from .device_variant import device_variant
+from .device_variant import device_variant, ordered_site_bundles
 from .device_variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "level_zero"
@@ -636,12 +636,7 @@ def site_candidates(host=None) -> list:
     return candidate_keys()
 
 
-def site_bundles(names, header, defer=None) -> list:
-    """[(``kind:arch``, target key, name)] of the site bundles among ``names`` this runtime uses,
-    in ``site_candidates``' order (read when a lookup first reaches them: no header needed, so
-    nothing is left to ``defer``'s checks)."""
-    from ..cache.bundle import named_candidates
-    return named_candidates(site_candidates(), names)
+site_bundles = ordered_site_bundles(site_candidates)
 
 
 # ---------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from .device_args import (ContiguousArray, Devices, Staging, argspecs, argument_
                           check_launch, choose_block, hardware_launch, host_copy, launch_codes,
                           scalar_value)
 from .device_variant import any_arrays as check_args  # noqa: F401 - the runtime interface
-from .device_variant import device_variant
+from .device_variant import device_variant, ordered_site_bundles
 from .device_variant import no_host_views as host_views  # noqa: F401 - the runtime interface
 
 KIND = "metal"
@@ -158,12 +158,7 @@ def site_candidates(host=None) -> list:
     return candidate_keys()
 
 
-def site_bundles(names, header, defer=None) -> list:
-    """[(``kind:arch``, target key, name)] of the site bundles among ``names`` this runtime uses,
-    in ``site_candidates``' order (read when a lookup first reaches them: no header needed, so
-    nothing is left to ``defer``'s checks)."""
-    from ..cache.bundle import named_candidates
-    return named_candidates(site_candidates(), names)
+site_bundles = ordered_site_bundles(site_candidates)
 
 
 # ---------------------------------------------------------------------------
