@@ -9,7 +9,11 @@ CPython puts them then), indexed by module name, its index and each module's cod
 CRC-32; ``import tack`` puts a finder for it first on ``sys.meta_path`` (after any import hook
 the program put there before), which serves only Tack's
 own modules.  Each module's code is compiled from the very source whose hash the index records
-(never taken from a ``.pyc``, which may hold another source's code).
+(never taken from a ``.pyc``, which may hold another source's code).  The modules a warm process
+imports together (``import tack``'s; a first call's from the cache: ``_image_write.GROUPS``) are
+marshalled as one group each, unmarshalled (and checked) at the first import of any of them:
+the names and constants they share are made once, not once a module (a sixth fewer instructions
+than one by one).
 
 Each module is served from the image only while its source file is the one it was written
 from: the same size and modification time in whole seconds, as CPython checks a ``.pyc``, or,
@@ -79,8 +83,9 @@ def crc32_function():
     return crc32
 
 
-FORMAT = b"TACKIMG4"        # 4: the index's CRC-32, code compiled from the source read, modules not
-                                # served; 3: a CRC-32 per module; 2: whole seconds, a source hash
+FORMAT = b"TACKIMG5"        # 5: groups of modules marshalled together; 4: the index's CRC-32, code
+                            # compiled from the source read, modules not served; 3: a CRC-32 per
+                            # module; 2: whole seconds, a source hash
 _HEAD = 20                      # FORMAT, Python's bytecode magic, the index's length and CRC-32 (uint32)
 
 
@@ -150,9 +155,7 @@ class _Loader:
         image = self._image
         if image.fd is not None and where is not None:
             try:
-                code = marshal.loads(image.read(*where))
-                if not isinstance(code, types.CodeType):
-                    raise ValueError("not a code object")
+                code = image.code(*where)
             except Exception:               # noqa: BLE001 - damaged: never served again
                 image.close()
             else:
@@ -211,6 +214,7 @@ class ImageFinder:
         opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
         self.pyc = f".{sys.implementation.cache_tag}{opt}.pyc"
         self.pycache_prefix = sys.pycache_prefix
+        self.groups = {}                    # a group's offset -> its modules' codes not handed out yet
         self.served = 0                     # modules served from the image, for tests and status
         self.content_checks = 0             # sources found current by their content (times moved)
         self.loader = _Loader(self)
@@ -238,10 +242,11 @@ class ImageFinder:
         return spec
 
     def entry(self, name):
-        """``(source path, is a package, (offset, length, CRC-32))`` of a module the image holds whose
-        source is still the one it was written from; None otherwise."""
+        """``(source path, is a package, (offset, length, CRC-32, place in its group or None))`` of
+        a module the image holds whose source is still the one it was written from; None
+        otherwise."""
         try:
-            rel, is_package, mtime, size, digest, offset, length, crc = self.index[name]
+            rel, is_package, mtime, size, digest, offset, length, crc, slot = self.index[name]
             if crc is None:
                 return None                 # held as not served (its source does not compile)
             origin = self.root + rel
@@ -252,7 +257,23 @@ class ImageFinder:
                 self.content_checks += 1
         except Exception:                   # noqa: BLE001 - not in it, no source, bad index
             return None
-        return origin, is_package, (offset, length, crc)
+        return origin, is_package, (offset, length, crc, slot)
+
+    def code(self, offset: int, length: int, crc: int, slot):
+        """A module's code object: its own marshalled code (``slot`` None), or the ``slot``-th of
+        its group's, which is read, checked and unmarshalled at the first import of any of its
+        modules and hands each module's code out once (a module imported again reads it again).
+        ValueError (or another error of marshal's) where it is damaged."""
+        if slot is None:
+            code = marshal.loads(self.read(offset, length, crc))
+        else:
+            group = self.groups.get(offset)
+            if group is None or group[slot] is None:
+                group = self.groups[offset] = list(marshal.loads(self.read(offset, length, crc)))
+            code, group[slot] = group[slot], None
+        if not isinstance(code, types.CodeType):
+            raise ValueError("not a code object")
+        return code
 
     def read(self, offset: int, length: int, crc: int) -> bytes:
         """A module's marshalled code, checked against the CRC-32 the index records for it:
@@ -269,6 +290,7 @@ class ImageFinder:
         """Serve nothing more; close the image's descriptor if it still is the image's: a program
         that closed every descriptor (a daemon) may have another file open under its number."""
         fd, self.fd = self.fd, None
+        self.groups = {}
         if fd is not None:
             try:
                 st = os.fstat(fd)

@@ -18,6 +18,20 @@ from ._image import (BY_CONTENT, FORMAT, MAGIC_NUMBER, cache_dir, finder, image_
                      source_hash)
 
 
+# The modules a warm process imports together, each group marshalled as one (``tack._image``):
+# those ``import tack`` imports from the image, and those a first call served from the user's
+# cache directory on the CPU adds (a site bundle's adds ``cache.bundle`` and
+# ``backends.cpu_levels``, a device's its runtime: each alone).  tests/test_warm_imports.py holds
+# them to what a warm process imports.
+GROUPS = (
+    ("tack._version", "tack.api", "tack.argtypes", "tack.config", "tack.devices", "tack.digests",
+     "tack.errors", "tack.fingerprints", "tack.language", "tack.launch", "tack.records", "tack.types"),
+    ("tack.backends", "tack.backends.argument_layout", "tack.backends.cpu_identity",
+     "tack.backends.cpu_loader", "tack.backends.cpu_runtime", "tack.backends.variant", "tack.cache",
+     "tack.cache.deps", "tack.cache.entry", "tack.cache.keys", "tack.cache.stores", "tack.cache.trust"),
+)
+
+
 def _modules(package: str, package_dir: str):
     """(module name, path relative to package_dir with '/', is package) of every .py file."""
     for here, dirs, files in os.walk(package_dir):
@@ -35,8 +49,8 @@ def _modules(package: str, package_dir: str):
                 yield ".".join([package] + parts + [f[:-3]]), rel, False
 
 
-def _code_bytes(path: str, rel: str, st):
-    """(the marshalled code or None where the source does not compile, ``source_hash``) of the
+def _code(path: str, rel: str, st):
+    """(the code object or None where the source does not compile, ``source_hash``) of the
     source at ``path`` (``rel`` in the package; its stat is ``st``), compiled from the very bytes
     hashed, as CPython's loader compiles a source (never its ``.pyc``, which may hold another
     source's code: an unchecked-hash one, or one written in the second of an edit of the same
@@ -50,7 +64,7 @@ def _code_bytes(path: str, rel: str, st):
         code = compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError):
         return None, source_hash(source)    # imported as usual, and its error raised then
-    return marshal.dumps(_named(code, rel)), source_hash(source)
+    return _named(code, rel), source_hash(source)
 
 
 def _named(code, filename: str):
@@ -93,9 +107,8 @@ def check(package: str, package_dir: str, read_code: bool = True) -> tuple[bool,
             if not how:
                 return False, 0
             moved += how is BY_CONTENT
-            if read_code and e[7] is not None and not isinstance(marshal.loads(f.read(*e[5:8])),
-                                                                 types.CodeType):
-                return False, 0             # damaged (a relocation that rewrote it...)
+            if read_code and e[7] is not None:
+                f.code(*e[5:9])             # ValueError where damaged (a relocation that rewrote it...)
         return True, moved
     except (OSError, LookupError, TypeError, ValueError, EOFError):
         return False, 0
@@ -122,23 +135,36 @@ def write(package: str, package_dir: str, wait: bool = True) -> tuple[str, int, 
             break
         time.sleep(max(0.0, now + 1 - time.time()) + 0.01)
         now = _now(os.path.dirname(path))
-    index, blobs, offset = {}, [], 0
+    group_of = {m: g for g, members in enumerate(GROUPS) for m in members}
+    index, blobs, offset, grouped = {}, [], 0, [[] for _ in GROUPS]
     for name, rel, is_package in modules:
         source = os.path.join(package_dir, rel)
         st = os.stat(source)
-        got = _code_bytes(source, rel, st)
+        got = _code(source, rel, st)
         if got is None:
             continue                        # changed while we read it: imported as usual
-        data, digest = got
+        code, digest = got
         # A source whose time is this second or later may yet be edited within its second, at the
         # same size: its time would still match.  It gets no time (None: checked by content, a
         # moved time, until an image written later records it); git's "racy" entries likewise.
         mtime = int(st.st_mtime) if int(st.st_mtime) < now else None
-        if data is None:                    # held, as not served: the image is still current
-            index[name] = (rel, is_package, mtime, st.st_size, digest, 0, 0, None)
+        if code is None:                    # held, as not served: the image is still current
+            index[name] = (rel, is_package, mtime, st.st_size, digest, 0, 0, None, None)
             continue
-        index[name] = (rel, is_package, mtime, st.st_size, digest, offset, len(data),
-                       zlib.crc32(data))
+        head = (rel, is_package, mtime, st.st_size, digest)
+        if name in group_of:
+            grouped[group_of[name]].append((name, head, code))
+            continue
+        data = marshal.dumps(code)
+        index[name] = head + (offset, len(data), zlib.crc32(data), None)
+        blobs.append(data)
+        offset += len(data)
+    for members in grouped:
+        if not members:
+            continue
+        data = marshal.dumps(tuple(code for _, _, code in members))
+        for slot, (name, head, _) in enumerate(members):
+            index[name] = head + (offset, len(data), zlib.crc32(data), slot)
         blobs.append(data)
         offset += len(data)
     head = marshal.dumps(index)

@@ -178,12 +178,13 @@ def test_damage_that_still_unmarshals_is_caught_by_the_checksum(site, tmp_path):
     data = bytearray(image.read_bytes())
     n = int.from_bytes(data[12:16], "little")
     index = marshal.loads(bytes(data[H:H + n]))
-    offset, length = index["tack.cache.stores"][5:7]
+    offset, length, _, slot = index["tack.cache.stores"][5:9]
+    assert slot is not None                         # one of a group's (a first call's modules)
     start = H + n + offset
     blob = bytes(data[start:start + length])
     at = blob.index(b"open_session")
     data[start + at:start + at + 12] = b"open_sessioX"
-    assert isinstance(marshal.loads(bytes(data[start:start + length])), types.CodeType)
+    assert isinstance(marshal.loads(bytes(data[start:start + length]))[slot], types.CodeType)
     image.write_bytes(bytes(data))
     report = _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)
     assert report["source_ok"] and report["faces"] > 0
@@ -703,3 +704,28 @@ def test_an_import_hook_installed_before_tack_still_sees_its_modules(site, tmp_p
     assert got["marked"] is True
     assert got["loaders"] == {"tack.errors": "Marking", "tack.api": "_Loader", "tack.launch": "_Loader"}
     assert got["served"] >= 20 and got["faces"] > 0, got
+
+
+def test_a_group_is_read_once_and_a_module_imported_again_is_served_again(site, tmp_path):
+    """The modules ``import tack`` imports are one group in the image: one blob, read, checked and
+    unmarshalled at the first of them, each module's code handed out once (none kept past its
+    import).  A module removed from ``sys.modules`` and imported again gets its code again."""
+    _write(site, tmp_path)
+    code = r"""
+import json, sys
+import tack
+from tack import _image
+f = _image.finder()
+states = {m: sys.modules[m].__spec__.loader_state for m in ("tack.api", "tack.launch", "tack.types")}
+served, groups = f.served, {k: list(v) for k, v in f.groups.items()}
+del sys.modules["tack.types"]
+import tack.types as again
+print(json.dumps([states, served, list(groups.values()), f.served - served,
+                  type(again.__spec__.loader).__name__, hasattr(again, "Array")]))
+"""
+    states, served, groups, again, loader, ok = json.loads(_py(site, code, tmp_path).stdout.splitlines()[-1])
+    offsets = {s[0] for s in states.values()}
+    assert len(offsets) == 1 and sorted(s[3] for s in states.values()) == sorted(
+        {s[3] for s in states.values()})                                # one blob, three places
+    assert served >= 12 and groups == [[None] * 12]                   # each handed out, none kept
+    assert (again, loader, ok) == (1, "_Loader", True)

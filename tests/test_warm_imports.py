@@ -272,3 +272,34 @@ def test_import_keeps_a_programs_frozen_objects_frozen(tmp_path):
     got = _gc_child(tmp_path, "gc.freeze()")
     assert got["frozen"] > 0 and got["enabled"]
     assert not got["cycle_freed"]                   # frozen with the rest, as the program asked
+
+
+PHASES = """
+import json, sys
+import numpy as np
+seen = set(sys.modules)
+import tack
+imported = set(sys.modules) - seen
+from tack.kernels.contour import contour
+g = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
+field = np.sqrt(g[:, None, None] ** 2 + g[None, :, None] ** 2 + g[None, None, :] ** 2)
+seen = set(sys.modules)
+contour(field, 0.7)
+called = set(sys.modules) - seen
+ours = lambda ms: sorted(m for m in ms if m.startswith("tack.") and not m.startswith("tack.kernels"))
+print(json.dumps([ours(imported), ours(called)]))
+"""
+
+
+def test_the_import_images_groups_are_what_a_warm_process_imports_together(tmp_path):
+    """The import image marshals as one the modules ``import tack`` imports, and those a warm
+    first call from the user's directory adds (``_image_write.GROUPS``): each group is read
+    whole at the first import of any of its modules, so a module listed that a warm process
+    does not import would be read for nothing, and one it imports that is not listed read
+    alone.  This holds the list to what a warm process (the contour's) imports."""
+    from tack._image_write import GROUPS
+    _run(tmp_path, "-c", PHASES)                                        # compiles: stores
+    imported, called = json.loads(_run(tmp_path, "-c", PHASES).stdout.strip().splitlines()[-1])
+    assert sorted(GROUPS[0]) == [m for m in imported if m != "tack._image"]
+    assert sorted(GROUPS[1]) == called
+    assert len(GROUPS) == 2
