@@ -122,8 +122,9 @@ def typeof_arg(kernel_name, param, a, static=False):
                         "uint32/64 or float32/64 (pass int(x), float(x) or np.float32(x))")
     what = type(a).__name__
     hint = ""
-    if hasattr(a, "__array__") or hasattr(a, "__array_interface__") or \
-            hasattr(a, "__buffer__") or isinstance(a, (memoryview, bytearray)) or what == "array":
+    if not isinstance(a, np.generic) and (       # (np.str_ has __array__: a string array too)
+            hasattr(a, "__array__") or hasattr(a, "__array_interface__") or
+            hasattr(a, "__buffer__") or isinstance(a, (memoryview, bytearray)) or what == "array"):
         hint = f" (pass np.asarray({param}) for a NumPy array of its values)"
     raise TypeError(f"kernel '{kernel_name}': argument '{param}' is {_a(what)} {what}; "
                     f"kernels take NumPy arrays, numbers, and classes (as templates){hint}")

@@ -296,6 +296,16 @@ def test_host_array_likes_are_told_to_pass_a_numpy_array():
         assert said in str(e.value) and "pass np.asarray(out)" in str(e.value), str(e.value)
 
 
+def test_numpy_strings_get_no_hint_that_would_be_refused_too():
+    """``np.str_`` and ``np.bytes_`` have ``__array__``, and were told to pass ``np.asarray`` of
+    themselves: a string array, which a kernel refuses as well."""
+    for obj, what in ((np.str_("x"), "str_"), (np.bytes_(b"x"), "bytes_")):
+        with pytest.raises(TypeError) as e:
+            tack.launch(k_fill, 3, (np.zeros(3), obj))
+        assert f"argument 'value' is a {what};" in str(e.value), str(e.value)
+        assert "asarray" not in str(e.value), str(e.value)
+
+
 @tack.kernel
 def k_fill_refused(out, value):
     i = tack.tid()
