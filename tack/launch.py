@@ -361,7 +361,8 @@ class _Viewed:
                 raise refusal(TypeError(
                     f"kernel '{self.name}': argument {i + 1} ({type(args[i]).__name__}), read "
                     f"again to run, is a {_described(viewed[i])}, not the {made_for} this "
-                    "launch was typed from: its DLPack exports of one array differ; nothing ran"))
+                    "launch was typed from (its DLPack exports of one array differ, or it "
+                    "changed between two reads); nothing ran"))
         self.inner.run(viewed, dims, block)
 
 
