@@ -242,9 +242,9 @@ class ImageFinder:
         return spec
 
     def entry(self, name):
-        """``(source path, is a package, (offset, length, CRC-32, place in its group or None))`` of
-        a module the image holds whose source is still the one it was written from; None
-        otherwise."""
+        """``(source path, is a package, (offset, length, CRC-32, place in its group or None, path
+        in the package))`` of a module the image holds whose source is still the one it was
+        written from; None otherwise."""
         try:
             rel, is_package, mtime, size, digest, offset, length, crc, slot = self.index[name]
             if crc is None:
@@ -257,22 +257,27 @@ class ImageFinder:
                 self.content_checks += 1
         except Exception:                   # noqa: BLE001 - not in it, no source, bad index
             return None
-        return origin, is_package, (offset, length, crc, slot)
+        return origin, is_package, (offset, length, crc, slot, rel)
 
-    def code(self, offset: int, length: int, crc: int, slot):
-        """A module's code object: its own marshalled code (``slot`` None), or the ``slot``-th of
-        its group's, which is read, checked and unmarshalled at the first import of any of its
-        modules and hands each module's code out once (a module imported again reads it again).
-        ValueError (or another error of marshal's) where it is damaged."""
+    def code(self, offset: int, length: int, crc: int, slot, rel: str):
+        """The code object of the module at ``rel`` (its path in the package): its own marshalled
+        code (``slot`` None), or the ``slot``-th of its group's, which is read, checked and
+        unmarshalled at the first import of any of its modules and hands each module's code out
+        once (a module imported again reads it again).  ValueError (or another error of
+        marshal's) where it is damaged, or is another module's code (the writer names each by
+        its path: an index whose places were changed, its checksum made again, would run one
+        module's code as another)."""
         if slot is None:
             code = marshal.loads(self.read(offset, length, crc))
         else:
+            if type(slot) is not int or slot < 0:
+                raise ValueError("no such place in a group")
             group = self.groups.get(offset)
-            if group is None or group[slot] is None:
+            if group is None or slot >= len(group) or group[slot] is None:
                 group = self.groups[offset] = list(marshal.loads(self.read(offset, length, crc)))
-            code, group[slot] = group[slot], None
-        if not isinstance(code, types.CodeType):
-            raise ValueError("not a code object")
+            code, group[slot] = group[slot], None           # (IndexError past its end)
+        if not isinstance(code, types.CodeType) or code.co_filename != rel:
+            raise ValueError("not this module's code")
         return code
 
     def read(self, offset: int, length: int, crc: int) -> bytes:

@@ -108,7 +108,7 @@ def check(package: str, package_dir: str, read_code: bool = True) -> tuple[bool,
                 return False, 0
             moved += how is BY_CONTENT
             if read_code and e[7] is not None:
-                f.code(*e[5:9])             # ValueError where damaged (a relocation that rewrote it...)
+                f.code(*e[5:9], rel)        # ValueError where damaged (a relocation that rewrote it...)
         return True, moved
     except (OSError, LookupError, TypeError, ValueError, EOFError):
         return False, 0

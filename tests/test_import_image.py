@@ -729,3 +729,38 @@ print(json.dumps([states, served, list(groups.values()), f.served - served,
         {s[3] for s in states.values()})                                # one blob, three places
     assert served >= 12 and groups == [[None] * 12]                   # each handed out, none kept
     assert (again, loader, ok) == (1, "_Loader", True)
+
+
+@pytest.mark.parametrize("how", ["swapped", "negative", "bool"])
+def test_an_index_whose_places_were_changed_serves_no_module_anothers_code(site, tmp_path, how):
+    """An index rewritten with its checksum made again (no writer of Tack's does this) whose
+    group places were swapped, or set to -1 or True (which index a list from its end, or as 1):
+    a module ran another module's code (``tack.cache.keys`` got ``trust``'s), and ``image
+    --check`` called the image current.  Each code object is named by its module's path and
+    checked against it: the module comes from its source, and ``--check`` says stale."""
+    import marshal
+    image = _write(site, tmp_path)
+    data = bytearray(image.read_bytes())
+    n = int.from_bytes(data[12:16], "little")
+    index = marshal.loads(bytes(data[H:H + n]))
+    keys, stores = list(index["tack.cache.keys"]), list(index["tack.cache.stores"])
+    if how == "swapped":
+        keys[8], stores[8] = stores[8], keys[8]
+        index["tack.cache.stores"] = tuple(stores)
+    else:
+        keys[8] = -1 if how == "negative" else True
+    index["tack.cache.keys"] = tuple(keys)
+    raw = marshal.dumps(index)
+    data = data[:12] + len(raw).to_bytes(4, "little") + zlib.crc32(raw).to_bytes(4, "little") + raw \
+        + data[H + n:]
+    image.write_bytes(bytes(data))
+    p = _py(site, "import json, tack.cache.keys as k, tack.cache.stores as s; "
+            "print(json.dumps([hasattr(k, 'tack_version_id'), hasattr(s, 'open_session')]))",
+            tmp_path, PYTHONDONTWRITEBYTECODE=1)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == [True, True]
+    assert _child(site, tmp_path, PYTHONDONTWRITEBYTECODE=1)["faces"] > 0
+    check = subprocess.run([sys.executable, "-c", "import sys; from tack.site.cli import main; "
+                            "sys.exit(main(['image', '--check']))"], capture_output=True, text=True,
+                           env=_env(PYTHONPATH=str(site), TACK_IMPORT_IMAGE="0"), cwd=tmp_path,
+                           timeout=300)
+    assert check.returncode == 1, check.stdout + check.stderr
