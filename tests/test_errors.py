@@ -578,27 +578,6 @@ def test_mutual_recursion():
     assert "recursion" in msg and "is_even" in msg and "is_odd" in msg
 
 
-@tack.func
-def named_like_a_kernel(x):
-    return x + 1
-
-
-def _kernel_named_like_a_device_function(out):
-    i = tack.tid()
-    out[i] = named_like_a_kernel(i)
-
-
-def test_a_kernel_whose_name_is_a_device_functions_id_is_no_recursion():
-    """A kernel's qualified name equal to a device function's id (``module.name``: a class named
-    as a module, or a name set by hand) was taken for the function calling itself."""
-    fn = _kernel_named_like_a_device_function
-    fn.__qualname__ = f"{__name__}.named_like_a_kernel"
-    kernel = tack.kernel(fn)
-    out = np.zeros(3, np.int64)
-    tack.launch(kernel, dim=3, args=(out,))
-    assert out.tolist() == [1, 2, 3]
-
-
 # -- types -------------------------------------------------------------------------
 
 @tack.kernel

@@ -966,9 +966,8 @@ class _FunctionLowerer:
             # the class's module too: two modules' classes of one name and text are two classes
             # (their static methods read each module's globals)
             fid += "[" + ",".join(f"{p}={class_id(c)}" for p, c in sorted(bound.items())) + "]"
-        callers = self.state.stack[1:]      # the kernel is first: never a callee, whatever its name
-        if fid in callers:
-            chain = " -> ".join(callers[callers.index(fid):] + [fid])
+        if fid in self.state.stack:
+            chain = " -> ".join(self.state.stack[self.state.stack.index(fid):] + [fid])
             raise self.error(f"recursion is not supported in Tack code ({chain})", e)
         if fid not in self.state.functions and len(self.state.stack) > MAX_CALL_DEPTH:
             raise self.error(f"device functions call each other more than {MAX_CALL_DEPTH} deep "
