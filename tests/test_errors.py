@@ -578,6 +578,30 @@ def test_mutual_recursion():
     assert "recursion" in msg and "is_even" in msg and "is_odd" in msg
 
 
+@tack.func
+def named_like_a_kernel(x):
+    return x + 1
+
+
+def _kernel_named_like_a_device_function(out):
+    i = tack.tid()
+    out[i] = named_like_a_kernel(i)  # ERR named_like_a_kernel(i)
+
+
+def test_a_kernel_named_as_a_device_functions_id_is_refused_saying_so():
+    """A kernel's qualified name equal to a device function's id (``module.name``: a class named
+    as a module, or a name set by hand) was refused as the function calling itself.  The two
+    share one name in the entry's dependency record, so running it would read one's names in
+    the other's module (a stale constant from the cache): refused, saying why."""
+    fn = _kernel_named_like_a_device_function
+    fn.__qualname__ = f"{__name__}.named_like_a_kernel"
+    kernel = tack.kernel(fn)
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kernel, dim=3, args=(np.zeros(3, np.int64),))
+    msg = check_points_at(ei.value, fn.__qualname__, _kernel_named_like_a_device_function, FILE)
+    assert "cannot tell them apart" in msg and "recursion" not in msg
+
+
 # -- types -------------------------------------------------------------------------
 
 @tack.kernel

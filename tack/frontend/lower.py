@@ -966,6 +966,10 @@ class _FunctionLowerer:
             # the class's module too: two modules' classes of one name and text are two classes
             # (their static methods read each module's globals)
             fid += "[" + ",".join(f"{p}={class_id(c)}" for p, c in sorted(bound.items())) + "]"
+        if fid == self.state.stack[0]:      # the kernel, first: never a callee, but named alike
+            raise self.error(f"device function '{fn.__name__}' has the id '{fid}', which is also "
+                             "this kernel's qualified name: Tack records both under it and cannot "
+                             "tell them apart; rename the kernel or the function", e)
         if fid in self.state.stack:
             chain = " -> ".join(self.state.stack[self.state.stack.index(fid):] + [fid])
             raise self.error(f"recursion is not supported in Tack code ({chain})", e)
