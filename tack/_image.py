@@ -12,8 +12,8 @@ own modules.  Each module's code is compiled from the very source whose hash the
 (never taken from a ``.pyc``, which may hold another source's code).  The modules a warm process
 imports together (``import tack``'s; a first call's from the cache: ``_image_write.GROUPS``) are
 marshalled as one group each, unmarshalled (and checked) at the first import of any of them:
-the names and constants they share are made once, not once a module (a sixth fewer instructions
-than one by one).
+the names and constants they share are made once, not once a module (benchmarks/README.md,
+stop 60, has the count).
 
 Each module is served from the image only while its source file is the one it was written
 from: the same size and modification time in whole seconds, as CPython checks a ``.pyc``, or,
@@ -214,7 +214,7 @@ class ImageFinder:
         opt = f".opt-{sys.flags.optimize}" if sys.flags.optimize else ""
         self.pyc = f".{sys.implementation.cache_tag}{opt}.pyc"
         self.pycache_prefix = sys.pycache_prefix
-        self.groups = {}                    # a group's offset -> its modules' codes not handed out yet
+        self.groups = {}                    # a group's offset -> [its codes not handed out, how many]
         self.served = 0                     # modules served from the image, for tests and status
         self.content_checks = 0             # sources found current by their content (times moved)
         self.loader = _Loader(self)
@@ -262,20 +262,30 @@ class ImageFinder:
     def code(self, offset: int, length: int, crc: int, slot, rel: str):
         """The code object of the module at ``rel`` (its path in the package): its own marshalled
         code (``slot`` None), or the ``slot``-th of its group's, which is read, checked and
-        unmarshalled at the first import of any of its modules and hands each module's code out
-        once (a module imported again reads it again).  ValueError (or another error of
-        marshal's) where it is damaged, or is another module's code (the writer names each by
-        its path: an index whose places were changed, its checksum made again, would run one
-        module's code as another)."""
+        unmarshalled at the first import of any of its modules and kept until each module's code
+        is handed out, once (a module imported again, or code asked for by a tool, reads the
+        group again and keeps none of it).  ValueError (or another error of marshal's) where it
+        is damaged, or is another module's code (the writer names each by its path: an index
+        whose places were changed, its checksum made again, would run one module's code as
+        another)."""
         if slot is None:
             code = marshal.loads(self.read(offset, length, crc))
         else:
             if type(slot) is not int or slot < 0:
                 raise ValueError("no such place in a group")
             group = self.groups.get(offset)
-            if group is None or slot >= len(group) or group[slot] is None:
-                group = self.groups[offset] = list(marshal.loads(self.read(offset, length, crc)))
-            code, group[slot] = group[slot], None           # (IndexError past its end)
+            if group is None:               # [its codes not handed out yet, how many those are]
+                codes = list(marshal.loads(self.read(offset, length, crc)))
+                group = self.groups[offset] = [codes, len(codes)]
+            codes = group[0]
+            code = codes[slot] if codes is not None and slot < len(codes) else None
+            if code is None:                # handed out before: read again, and kept not
+                code = marshal.loads(self.read(offset, length, crc))[slot]  # (IndexError past its end)
+            else:
+                codes[slot] = None
+                group[1] -= 1
+                if not group[1]:
+                    group[0] = None         # all handed out: none kept
         if not isinstance(code, types.CodeType) or code.co_filename != rel:
             raise ValueError("not this module's code")
         return code

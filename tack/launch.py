@@ -347,10 +347,11 @@ class _Viewed:
     over the next, and one whose next export differed (another dtype, a smaller array under a
     static shape) ran over memory of another size."""
 
-    __slots__ = ("inner", "view", "keys", "name")
+    __slots__ = ("inner", "view", "keys", "name", "params")
 
-    def __init__(self, inner, view, keys, name):
-        self.inner, self.view, self.keys, self.name = inner, view, keys, name
+    def __init__(self, inner, view, keys, kernel):
+        self.inner, self.view, self.keys = inner, view, keys
+        self.name, self.params = kernel.__qualname__, kernel.params
 
     def run(self, args, dims, block=None):
         view, keys = self.view, self.keys
@@ -359,8 +360,9 @@ class _Viewed:
             if key_of(viewed[i]) != key:
                 from .backends.variant import refusal
                 raise refusal(TypeError(
-                    f"kernel '{self.name}': argument {i + 1} ({type(args[i]).__name__}), read "
-                    f"again to run, is a {_described(viewed[i])}, not the {made_for} this "
+                    f"kernel '{self.name}': argument '{self.params[i]}' "
+                    f"({type(args[i]).__name__}), read again to run, is a "
+                    f"{_described(viewed[i])}, not the {made_for} this "
                     "launch was typed from (its DLPack exports of one array differ, or it "
                     "changed between two reads); nothing ran"))
         self.inner.run(viewed, dims, block)
@@ -399,8 +401,7 @@ def _compile(kernel, dims, args, device, debug):
     views = (subclassed, _base_view) if subclassed else runtime.host_views(args)
     if views is not None:               # ndarray subclasses, other libraries' host arrays: views
         viewed, keys = _viewed(kernel, args, *views)
-        return _Viewed(_compile(kernel, dims, viewed, device, debug), views[1], keys,
-                       kernel.__qualname__)
+        return _Viewed(_compile(kernel, dims, viewed, device, debug), views[1], keys, kernel)
     typed = typed_args(kernel, args)
     runtime.check_args(kernel.__qualname__, kernel.params, args, typed.argtypes)
     session = _cache.session(kind, runtime.host_key, runtime.site_bundles, runtime.BUNDLE_MACHINE)

@@ -255,23 +255,29 @@ def fill_first(out):
 @pytest.mark.parametrize("made", [False, True], ids=["found", "compiled"])
 def test_an_array_whose_exports_differ_is_refused_not_run_over_the_other(kernel, made):
     """A launch typed a host DLPack array from one export and ran over the next: an export of
-    float64 then of a single int32 wrote 8 bytes into 4 (heap corruption).  The run's views are
-    checked against those the variant was made for, whether the launch found it (the first
-    export keys it) or made it (the second is compiled for)."""
+    float64 then of a single int32 wrote 8 bytes into 4 (heap corruption), and a kernel with a
+    static shape of 4 read 4 elements of an array of 1.  The run's views are checked against
+    those the variant was made for, whether the launch found it (the first export keys it) or
+    made it (the second is compiled for)."""
     kernel._variants.clear()
-    good = np.zeros(4)
+    good = np.arange(1.0, 5.0)                                      # 1, 2, 3, 4
+    out = np.full(1, -1.0)
     if kernel is fill_first:
         small = np.full(1, 7, np.int32)
         args = lambda a: (a,)                                       # noqa: E731
+        param = "out"
     else:
         small = np.arange(1.0)                                      # static: 4 elements, then 1
-        args = lambda a: (a, np.zeros(1))                           # noqa: E731
+        args = lambda a: (a, out)                                   # noqa: E731
+        param = "w"
     if not made:
         tack.launch(kernel, 1, args(Fickle(good, good, 1)))         # the variant, for 4 float64
+        assert out[0] == (-1.0 if kernel is fill_first else 10.0)
+        out[0] = -1.0
     with pytest.raises(TypeError, match="read again to run") as e:
         tack.launch(kernel, 1, args(Fickle(good, small, 2 if made else 1)))
-    assert "argument 1 (Fickle)" in str(e.value) and "nothing ran" in str(e.value)
-    assert small.tolist() == ([7] if kernel is fill_first else [0.0])
+    assert f"argument '{param}' (Fickle)" in str(e.value) and "nothing ran" in str(e.value)
+    assert small.tolist() == ([7] if kernel is fill_first else [0.0]) and out[0] == -1.0
     good[0] = 0.0
     tack.launch(kernel, 1, args(Fickle(good, good, 1)))             # the variant still serves
-    assert good[0] == (1.5 if kernel is fill_first else 0.0)
+    assert (good[0], out[0]) == ((1.5, -1.0) if kernel is fill_first else (0.0, 9.0))
