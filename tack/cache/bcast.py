@@ -223,17 +223,10 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
                 warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
                 continue
             name = os.path.basename(path)
-            if name not in read and name in checks:     # a header the choice left unread
-                try:
-                    bundle.checked_header(checks[name], b, path)
-                except bundle.NotForThisNode as e:
-                    log.debug("load_bundle: site bundle not used: %s", e)
-                    b.close()
-                    continue
-                except bundle.BundleError as e:
-                    warn_once(f"not using the site bundle {e}")
-                    b.close()
-                    continue
+            if name not in read and name in checks and \
+                    bundle.refused_by_check(checks[name], b, path, warn_once, "load_bundle: "):
+                b.close()                               # a header the choice left unread, refused
+                continue
             b.read_seconds += time.perf_counter() - t0
             cut = bundle.cut_short(b, "site bundle")
             if cut is not None:

@@ -666,6 +666,20 @@ def checked_header(check, b: "Bundle", path: str) -> None:
         raise NotForThisNode(f"{path}: {why}")
 
 
+def refused_by_check(check, b: "Bundle", path: str, warn_once, label: str = "") -> bool:
+    """Whether the choice's ``check`` refuses the opened site bundle ``b`` (``checked_header``):
+    a bundle this node does not use said in the log, a check that fails as a warning."""
+    try:
+        checked_header(check, b, path)
+    except NotForThisNode as e:
+        log.debug("%ssite bundle not used: %s", label, e)
+    except BundleError as e:
+        warn_once(f"not using the site bundle {e}")
+    else:
+        return False
+    return True
+
+
 def cut_short(b: "Bundle", label: str):
     """The warning for a bundle ``b`` cut short (``Bundle.cut``), or None where it is whole
     (or the warning was given already, by another reader of the same bundle)."""
@@ -975,15 +989,9 @@ class SiteBundleStore:
         for arch, tk, path in found:
             name = os.path.basename(path)
             loaded, check = self._read.get(name), checks.get(name)
-            if loaded is not None and check is not None and name not in read:
-                try:                                # read before, for an earlier choice
-                    checked_header(check, loaded, path)
-                except NotForThisNode as e:
-                    log.debug("site bundle for %s not used: %s", arch, e)
-                    continue
-                except BundleError as e:
-                    self.warn_once(f"not using the site bundle {e}")
-                    continue
+            if loaded is not None and check is not None and name not in read and \
+                    refused_by_check(check, loaded, path, self.warn_once):  # read for an earlier choice
+                continue
             log.debug("site bundle for %s: %s", arch, path)
             stores.append(BundleStore(self.stats, self.warn_once, path, loaded=loaded,
                                       allow_root=True, label=f"site bundle for {arch}",
