@@ -1237,6 +1237,39 @@ def test_attribute_of_a_variable(kern, where, words):
     assert words in msg and "is a variable here" in msg and "not defined" not in msg
 
 
+@tack.kernel
+def k_element_method(a, out):
+    i = tack.tid()
+    out[i] = a[i].astype(np.float32)  # ERR a[i]
+
+
+@tack.kernel
+def k_slice_method(a, out):
+    i = tack.tid()
+    out[i] = a[0:2].sum()  # ERR 0:2
+
+
+@tack.kernel
+def k_expression_attribute(a, out):
+    i = tack.tid()
+    out[i] = (a[i] + 1.0).real  # ERR (a[i]
+
+
+@pytest.mark.parametrize("kern, words", [
+    (k_element_method, ["'.astype' of an array element", "cast it", "tack.float32(x)"]),
+    (k_slice_method, ["'.sum' of a slice", "slices are not supported"]),
+    (k_expression_attribute, ["'.real' of this expression", "shape, ndim and size"]),
+], ids=["element-method", "slice-method", "expression-attribute"])
+def test_attribute_of_an_expression_names_it(kern, words):
+    """``a[i].astype(...)``, ``a[0:2].sum()`` and ``(a[i] + 1.0).real`` name the attribute and
+    what is wrong (all three said "attribute access on this expression is not supported", the
+    slice's caret under the array, not the slice)."""
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(kern, dim=2, args=(np.ones(2), np.zeros(2)))
+    msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)
+    assert all(w in msg for w in words), msg
+
+
 _TABLE = tack.constant(np.arange(6.0).reshape(2, 3))
 
 

@@ -655,6 +655,29 @@ class _FunctionLowerer:
                 return scope[name]
         raise self.error(f"name '{name}' is not defined", node)
 
+    @staticmethod
+    def slice_in(e):
+        """The first slice of a subscript ``e`` (``x[0:2]``), or None."""
+        if not isinstance(e, ast.Subscript):
+            return None
+        sl = e.slice
+        return next((it for it in (sl.elts if isinstance(sl, ast.Tuple) else [sl])
+                     if isinstance(it, ast.Slice)), None)
+
+    def attribute_refusal(self, e) -> str:
+        """What is wrong with ``<expression>.attr``, an attribute of neither a name nor a
+        dotted name (``a[i].astype(...)``, ``x[0:2].sum()``, ``f(x).real``)."""
+        if self.slice_in(e.value) is not None:
+            return (f"'.{e.attr}' of a slice: slices are not supported; index one element at a "
+                    "time")
+        if isinstance(e.value, ast.Subscript):
+            return (f"'.{e.attr}' of an array element cannot be used in Tack code: an element is "
+                    "a number, which has no attributes or methods here; to convert it, cast it "
+                    "(tack.float32(x), np.float32(x), float(x), int(x))")
+        return (f"'.{e.attr}' of this expression cannot be used in Tack code: attributes are "
+                "read of modules (np.float32, math.pi), template parameters, and arrays (their "
+                "shape, ndim and size only)")
+
     def resolve_attr(self, e):
         """``a.b.c`` where ``a`` is a global module or a template parameter -> (object, dotted name)."""
         if isinstance(e.value, ast.Attribute):
@@ -680,7 +703,7 @@ class _FunctionLowerer:
             base, base_name = self.lookup(e.value.id, e.value), e.value.id
             self.record(base_name, base)
         else:
-            raise self.error("attribute access on this expression is not supported", e)
+            raise self.error(self.attribute_refusal(e), self.slice_in(e.value) or e)
         if isinstance(base, type) and intrinsic_of(base) is None:
             raise self.error(f"'{base_name}.{e.attr}': a class is used in Tack code as a template, "
                              f"through a parameter: pass {base_name} as an argument (of "
