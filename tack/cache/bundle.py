@@ -170,7 +170,10 @@ class Bundle:
         nblocks = -(-count // per) if per else (1 if count else 0)
         tlen = nblocks * _RECORD
         end = _HEAD.size + mlen + tlen
-        body = self._at(_HEAD.size, mlen + tlen) if end <= self.size else b""
+        if end > self.size:                     # a copy that stopped (or a damaged length)
+            raise BundleError(f"{path} is cut short or damaged (its header and index table take "
+                              f"{end} bytes; the file has {self.size})")
+        body = self._at(_HEAD.size, mlen + tlen)
         if len(body) != mlen + tlen or hasher(head[:_FIELDS] + body).digest() != digest:
             raise BundleError(f"{path} is damaged (its header does not match its checksum)")
         if count and not per:

@@ -89,6 +89,17 @@ def parse_arg(text: str):
         raise BuildFailure(f"template {text.strip()!r}: {type(e).__name__}: {why}") from None
 
 
+def _kernels_hint(module, name) -> str:
+    """"; did you mean 'x'?" and the module's kernels, for a ``kernel:`` it lacks."""
+    import difflib
+    from ..api import Kernel
+    kernels = sorted(k for k, v in vars(module).items() if isinstance(v, Kernel))
+    if not kernels:
+        return " (it defines none)"
+    close = difflib.get_close_matches(name, kernels, n=1)
+    return (f"; did you mean {close[0]!r}?" if close else "") + f" (its kernels: {', '.join(kernels)})"
+
+
 def import_kernel_module(entry: dict, where):
     """The module of one ``build.kernels`` entry, imported; BuildFailure naming it otherwise."""
     try:
@@ -141,7 +152,7 @@ def warm_specs(entry: dict, where=None):
         kernel = getattr(module, entry["kernel"], None)
         if kernel is None or not hasattr(kernel, "params"):
             raise BuildFailure(f"{where(('kernel',))}: {entry['module']} has no @tack.kernel "
-                               f"{entry['kernel']!r}")
+                               f"{entry['kernel']!r}{_kernels_hint(module, entry['kernel'])}")
         args = []
         for j, a in enumerate(entry["args"]):
             try:
@@ -430,7 +441,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
     for path in remove_dead_temporaries(out_dir):
         print(f"removed {path}: a temporary bundle a build that stopped (killed, a crash) left",
               file=out)
-    replacing, refused = {}, []
+    replacing, held, refused = {}, {}, []
     for arch in cpu + [a for _, a in gpu]:
         try:
             path = aot.bundle_path(build_target(arch), out_dir)
@@ -441,6 +452,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
             refused.append(why)
         else:
             replacing[arch] = replaced_what(path)
+            held[arch] = entry_keys(path)
     for why in refused:
         print(f"error: {why}", file=err)
     if refused:
@@ -450,7 +462,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
     progress = Progress(out, width)
     say = progress.say
 
-    kernels = cfg.get("build.kernels") or [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
+    kernels = cfg.kernels()
     rows, failures = [], []
     specs = []
     for i, entry in enumerate(kernels):
@@ -471,6 +483,13 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
             continue
         if replacing.get(arch):
             say(f"{arch}: replaced {replacing[arch]}")
+        dropped = len(held.get(arch, set()) - entry_keys(path))
+        if dropped:
+            # (a second config built into the same directory dropped the first's kernels unsaid)
+            say(f"{arch}: the bundle replaced held {dropped} entr{'y' if dropped == 1 else 'ies'} "
+                "this build does not make (a kernel left out of the config, or another config's "
+                f"kernels built into {out_dir}): jobs that used them compile; build a directory's "
+                "kernels from one config, or give each config a bundle directory of its own")
         rows.append((arch, len({k.__qualname__ for k, _, _ in specs}), len(arts),
                      os.path.getsize(path), time.perf_counter() - t0, code_held(arch, arts), path))
     from ..cache import format_size
@@ -516,6 +535,18 @@ def code_held(arch, arts) -> str:
     except BuildFailure:
         note = ""
     return note or (arts[0].suffix.lstrip(".") if arts else "-")
+
+
+def entry_keys(path) -> set:
+    """The (kind, key) of every entry the Tack bundle at ``path`` indexes; empty where there is
+    none, or it cannot be read."""
+    if not os.path.lexists(path) or bundle_write.replaceable(path) is not None:
+        return set()
+    try:
+        with bundle_mod.read(path, allow_root=True) as b:
+            return set(b.index)
+    except bundle_mod.BundleError:
+        return set()
 
 
 def replaced_what(path) -> str | None:

@@ -33,10 +33,18 @@ def cmd_check(args) -> int:
         print(f"  {var}={value}")
     print(f"modules: {cfg.module_name}/{cfg.module_version} as {', '.join(cfg.formats)}"
           f" under {cfg.get('modules.root', '(--root)')}")
-    print("bundles to build:")
-    for arch in cfg.archs():
-        print(f"  {arch}")
-    kernels = cfg.get("build.kernels") or [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
+    archs = cfg.archs()
+    if archs:
+        print("bundles to build:")
+        for arch in archs:
+            print(f"  {arch}")
+    else:
+        # valid for modules and settings, and for bundles install, whose --target and --arch
+        # name the architectures; bundles build refuses it
+        print(f"bundles to build: none ({cfg.where(('build', 'archs'))} names no architecture: "
+              "bundles build would refuse this config; bundles install builds its kernels for "
+              "its --target and --arch)")
+    kernels = cfg.kernels()
     for k in kernels:
         what = k.get("kernel") or ", ".join("x".join(map(str, s)) for s in k.get("shapes", []))
         print(f"  kernels: {k['module']} ({what})")

@@ -19,6 +19,9 @@ from ..backends.arch_names import KINDS as ARCH_KINDS
 from ..cache import MODES, SizeTooLarge, parse_size, too_large
 from .errors import SiteConfigError
 
+#: The kernels a site config without build.kernels builds (``SiteConfig.kernels``).
+DEFAULT_KERNELS = ({"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]},)
+
 # Each key: (kind, required, description).  kind: "str", "size", "mode", "int",
 # "list[str]", "list[int]", "map" (a nested schema), "kernels", "nodes".
 SCHEMA = {
@@ -180,6 +183,10 @@ class SiteConfig:
                 out[var] = str(value)
         return out
 
+    def kernels(self) -> list:
+        """build.kernels, or where the config has none the default: the contour at 21x21x21."""
+        return self.get("build.kernels") or list(DEFAULT_KERNELS)
+
     def archs(self) -> list:
         """Every architecture of build.archs as ``kind:name``, the CPUs first, aliases resolved
         (``level_zero: [acm]`` -> ``level_zero:dg2``): what ``bundles build`` builds."""
@@ -283,6 +290,7 @@ def load(path, text=None) -> SiteConfig:
     if root is None:
         raise SiteConfigError([f"{path}:1: the config is empty; expected a mapping with "
                                f"'version: 1' and {', '.join(k for k in SCHEMA if k != 'version')}"])
+    v.collection_tags(root)
     data = v.mapping(root, SCHEMA, ())
     if data is _BAD:                    # not a mapping at all (reported)
         data = {}
@@ -378,11 +386,39 @@ class _Validator:
         self.path = path
         self.problems = []
         self.lines = {}
+        self.tagged = set()             # key paths of lists and mappings refused for their tag
 
     def fail(self, node, keypath, message):
+        if tuple(keypath) in self.tagged:
+            return                      # its tag is said: not also that it is a list, a mapping
         line = node.start_mark.line + 1 if node is not None else 1
         name = ".".join(map(str, keypath)) or "(top level)"
         self.problems.append(f"{self.path}:{line}: {name}: {message}")
+
+    def collection_tags(self, root):
+        """Report each list or mapping that carries a tag (``!!python/object/new:dict {...}``,
+        ``!foo {mode: write}``, ``!!set``): read as a plain one, its tag was dropped without a
+        word.  A tag on a single value is the value's constructor's to refuse (``scalar``)."""
+        plain = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+        stack = [(root, ())]            # no recursion: _check_depth has bounded the nesting
+        seen = set()                    # each node once: an alias may hold itself (&x [*x])
+        while stack:
+            node, keypath = stack.pop()
+            if type(node) not in plain or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.tag != plain[type(node)]:
+                tag = node.tag.replace("tag:yaml.org,2002:", "!!", 1)
+                self.fail(node, keypath, f"the tag {tag!r} on {_NODE_KINDS[type(node)]} is not "
+                          "supported: a site config is plain YAML (nothing in it is constructed "
+                          "or run); remove the tag")
+                self.tagged.add(tuple(keypath))
+            if isinstance(node, yaml.MappingNode):
+                stack.extend((value, keypath + (key.value if isinstance(key, yaml.ScalarNode)
+                                                else "?",))
+                             for key, value in reversed(node.value))
+            else:
+                stack.extend((item, keypath + (i,)) for i, item in reversed(list(enumerate(node.value))))
 
     def scalar(self, node, keypath=None):
         """The value of a scalar node; _BAD (reported when ``keypath`` is given) if it has none."""
@@ -530,6 +566,10 @@ class _Validator:
         if not isinstance(node, yaml.SequenceNode):
             self.fail(node, keypath, "expected a list of {module: ..., shapes: [...]} or "
                       "{module: ..., kernel: ..., args: [...]}")
+            return _BAD
+        if not node.value:
+            self.fail(node, keypath, "an empty list names no kernel; leave build.kernels out "
+                      "for the default, the contour at 21x21x21")
             return _BAD
         out = []
         for i, item in enumerate(node.value):

@@ -38,8 +38,6 @@ import time
 
 from .errors import SiteError
 
-#: The kernels a prefix's bundles hold when no site config names any.
-DEFAULT_KERNELS = [{"module": "tack.kernels.contour", "shapes": [[21, 21, 21]]}]
 
 
 #: The caller's settings kept for the build: where the vendor tools are (tack.backends.gpu).
@@ -179,7 +177,8 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
         raise SiteError(f"bundles install: this Python imports Tack from {here}, not the one "
                         f"installed in {prefix} ({site})")
     config_path = os.path.join(share_dir(prefix), config_file(config_name))
-    kernels = DEFAULT_KERNELS
+    from .config import DEFAULT_KERNELS
+    kernels = list(DEFAULT_KERNELS)             # where no site config names any
     share = share_dir(prefix)
     files = {}              # written together once every architecture is built
     cfg = None
@@ -192,7 +191,7 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
         problems = module_problems(cfg)
         if problems:
             raise SiteConfigError(problems)
-        kernels = cfg.get("build.kernels") or kernels
+        kernels = cfg.kernels()
         kept = os.path.join(share, SITE_CONFIG_FILE)
         if os.path.realpath(site_config) != os.path.realpath(kept):
             with open(site_config, "rb") as f:

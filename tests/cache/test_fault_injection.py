@@ -355,7 +355,8 @@ HOSTILE_YAML = {
     "a list as modules.version": (SITE.replace('  version: "1.0"', "  version: [1, 0]"),
                                   ":9: modules.version: expected a single value, not a list"),
     "a Python object tag (never run)": (SITE.replace("  size: 4G", "  size: !!python/object/apply:os.mkdir [{made}]"),
-                                        ":4: cache.size: expected a single value, not a list"),
+                                        ":4: cache.size: the tag '!!python/object/apply:os.mkdir' "
+                                        "on a list is not supported"),
     "a Python name tag (never run)": (SITE.replace("  size: 4G", "  size: !!python/name:os.system"),
                                       ":4: cache.size: cannot read the value '': could not determine a "
                                       "constructor for the tag 'tag:yaml.org,2002:python/name:os.system'"),

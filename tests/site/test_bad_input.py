@@ -920,3 +920,61 @@ def test_check_reports_every_bad_shape_of_an_entry_at_once(tmp_path):
     assert "build.kernels.0.shapes.1: tack.kernels.contour.tack_warm([1, 5, 5]) failed" in said, said
     assert "build.kernels.0.shapes.2: tack.kernels.contour.tack_warm([21, 21]) failed" in said, said
     assert "shapes.0" not in said and "2 problem(s)" in said, said
+
+
+TAGGED = {
+    "list-python-object": ("    cpu: !!python/object/apply:os.system [zen3]",
+                           ":4: build.archs.cpu: the tag '!!python/object/apply:os.system' on a list"),
+    "mapping-own-tag": ("    cpu: [zen3]\ncache: !foo {size: 4G}",
+                        ":5: cache: the tag '!foo' on a mapping"),
+    "mapping-python-dict": ("    cpu: [zen3]\nmodules: !!python/object/new:dict {version: '1.0'}",
+                            ":5: modules: the tag '!!python/object/new:dict' on a mapping"),
+    "set": ("    cpu: !!set {zen3}", ":4: build.archs.cpu: the tag '!!set' on a mapping"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAGGED))
+def test_a_tag_on_a_list_or_mapping_is_an_error(tmp_path, case):
+    """A tag on a list or mapping names its key (it was dropped and the config called valid: a
+    ``cpu: !!python/object/apply:os.system [zen3]`` built zen3; site.md says such a tag is an
+    error)."""
+    new, message = TAGGED[case]
+    check_fails(tmp_path, "version: 1\nbuild:\n  archs:\n" + new + "\n", message)
+
+
+def test_the_tags_of_plain_yaml_are_taken(tmp_path):
+    """``!!map`` and ``!!seq`` are the plain tags: a config holding them is valid."""
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\ncache: !!map {size: 4G}\nbuild:\n  archs:\n    cpu: !!seq [zen3]\n")
+    r = site("check", config)
+    assert r.returncode == 0 and "cpu:zen3" in r.stdout, r.stdout + r.stderr
+
+
+def test_an_empty_kernel_list_is_an_error(tmp_path):
+    """``build.kernels: []`` is refused, as ``shapes: []`` is (it quietly built the contour)."""
+    check_fails(tmp_path, GOOD.replace("    cpu: [zen3]\n", "    cpu: [zen3]\n  kernels: []\n"),
+                ":8: build.kernels: an empty list names no kernel; leave build.kernels out")
+
+
+def test_check_says_a_config_without_architectures_builds_nothing(tmp_path):
+    """A config naming no architecture is valid (modules, settings, bundles install's kernels),
+    and ``check`` says that ``bundles build`` would refuse it, not a list of nothing to build."""
+    config = tmp_path / "site.yaml"
+    config.write_text("version: 1\nbuild:\n  kernels:\n    - module: tack.kernels.contour\n"
+                      "      shapes: [[8, 8, 8]]\n")
+    r = site("check", config)
+    assert r.returncode == 0, r.stderr
+    assert "bundles to build: none" in r.stdout and "bundles build would refuse" in r.stdout
+    assert "kernels: tack.kernels.contour (8x8x8)" in r.stdout
+    r = site("bundles", "build", config, "--output", tmp_path / "b")
+    assert r.returncode == 1 and "names no architecture" in r.stderr
+
+
+def test_a_kernel_name_not_in_the_module_suggests_and_lists_its_kernels(tmp_path):
+    """A ``kernel:`` the module lacks gets the closest name and the module's kernels."""
+    text = GOOD.replace("    cpu: [zen3]\n", "    cpu: [zen3]\n  kernels:\n"
+                        "    - module: tack.kernels.contour\n      kernel: clasify\n"
+                        "      args: [\"float32[4,4,4]\"]\n")
+    check_fails(tmp_path, text, ":10: build.kernels.0.kernel: tack.kernels.contour has no "
+                "@tack.kernel 'clasify'; did you mean 'classify'? (its kernels: classify, emit)",
+                exact=True)

@@ -188,7 +188,8 @@ def test_a_damaged_bundle_is_replaced_and_the_build_says_so(first, tmp_path, dam
     said = [line for line in r.stdout.splitlines() if line.startswith(f"{ARCH}: replaced ")]
     want = {"an entry bit-flipped": f"a damaged bundle: 1 of {whole_count(data)} entries of "
                                     f"{out_dir / name} were unusable",
-            "cut after its first bytes": f"a bundle that could not be used: {out_dir / name} is damaged"}
+            "cut after its first bytes": f"a bundle that could not be used: {out_dir / name} is cut "
+                                         "short or damaged (its header and index table take "}
     assert len(said) == 1 and said[0].startswith(f"{ARCH}: replaced {want[damage]}"), r.stdout
     assert whole(out_dir / name) == whole_count(data)
     no_temporaries(out_dir)
@@ -233,3 +234,31 @@ def test_a_killed_builds_temporary_bundle_is_said_by_status_and_removed_by_the_n
     assert f"removed {dead}: a temporary bundle a build that stopped" in r.stdout, r.stdout
     assert sorted(os.listdir(out_dir)) == sorted([name, young.name, mine.name])
     assert whole(out_dir / name)
+
+
+def test_a_build_that_drops_the_replaced_bundles_kernels_says_so(first, tmp_path):
+    """Another config built into a directory: the bundle it replaces held the first config's
+    kernels, which jobs then compile; the build says how many entries went (it said nothing).
+    Building the same config again drops nothing and says nothing of it."""
+    config, name, data = first
+    out_dir = tmp_path / "bundles"
+    out_dir.mkdir()
+    (out_dir / name).write_bytes(data)
+    (tmp_path / "my_saxpy.py").write_text(
+        "import tack\n\n@tack.kernel\ndef saxpy(a, x, y):\n    i = tack.tid()\n"
+        "    y[i] = a * x[i] + y[i]\n")
+    other = tmp_path / "other.yaml"
+    other.write_text(f"version: 1\nbuild:\n  archs:\n    cpu: [{host_arch()}]\n  kernels:\n"
+                     "    - module: my_saxpy\n      kernel: saxpy\n"
+                     "      args: [\"float32\", \"float32[64]\", \"float32[64]\"]\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    run = lambda cfg: subprocess.run([sys.executable, "-m", "tack.site", "bundles", "build",  # noqa: E731
+                                      str(cfg), "--output", str(out_dir)], capture_output=True,
+                                     text=True, timeout=300, env=env)
+    r = run(other)
+    assert r.returncode == 0, r.stdout + r.stderr
+    dropped = whole_count(data)
+    assert (f"the bundle replaced held {dropped} entries this build does not make" in r.stdout
+            and "jobs that used them compile" in r.stdout), r.stdout
+    r = run(other)
+    assert r.returncode == 0 and "does not make" not in r.stdout, r.stdout
