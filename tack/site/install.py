@@ -39,7 +39,6 @@ import time
 from .errors import SiteError
 
 
-
 #: The caller's settings kept for the build: where the vendor tools are (tack.backends.gpu).
 TOOL_SETTINGS = ("TACK_LD_LLD", "TACK_OCLOC")
 
