@@ -241,7 +241,7 @@ def build_problems(cfg, progress=None):
         try:
             type_check(specs)
         except BuildFailure as e:
-            problems.append(f"{cfg.where(base)}: {e}")
+            problems.append(f"{cfg.where(base)}: {e}{_grid_hint(entry, specs)}")
             continue
         entries.append((entry, specs))
     if not problems and entries:
@@ -312,6 +312,22 @@ def describe_arg(a) -> str:
     if isinstance(a, type):
         return a.__qualname__
     return type(a).__name__
+
+
+def _grid_hint(entry, specs) -> str:
+    """For a ``kernel`` entry without ``grid`` that does not compile on a 1-D grid but does on
+    another: "; set grid: N" (the compiler's message speaks of a launch's ``dim=``, which the
+    config does not have)."""
+    if "kernel" not in entry or "grid" in entry:
+        return ""
+    for grid in (2, 3):
+        try:
+            type_check([(kernel, args, grid) for kernel, args, _ in specs])
+        except BuildFailure:
+            continue
+        return (f"; it compiles on a {grid}-D grid: set grid: {grid} in this entry (the launch "
+                "grid's dimensions, 1 where it is left out)")
+    return ""
 
 
 def type_check(specs):

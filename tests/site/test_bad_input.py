@@ -978,3 +978,25 @@ def test_a_kernel_name_not_in_the_module_suggests_and_lists_its_kernels(tmp_path
     check_fails(tmp_path, text, ":10: build.kernels.0.kernel: tack.kernels.contour has no "
                 "@tack.kernel 'clasify'; did you mean 'classify'? (its kernels: classify, emit)",
                 exact=True)
+
+
+def test_a_kernel_entry_that_needs_a_grid_it_lacks_is_told_to_set_it(tmp_path):
+    """A 2-D kernel's entry without ``grid`` is refused with the compiler's message, then the
+    config's fix: ``set grid: 2`` (the message spoke of a launch's ``dim=`` only, which the
+    config does not have).  With ``grid: 2`` the config is valid."""
+    (tmp_path / "my2d.py").write_text("import tack\n\n@tack.kernel\ndef fill2(a):\n"
+                                      "    i, j = tack.tid()\n    a[i, j] = 1.0\n")
+    entry = ("version: 1\nbuild:\n  archs:\n    cpu: [zen3]\n  kernels:\n    - module: my2d\n"
+             "      kernel: fill2\n      args: [\"float64[4,4]\"]\n")
+    config = tmp_path / "site.yaml"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    config.write_text(entry)
+    r = subprocess.run([sys.executable, "-m", "tack.site", "check", str(config)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"error: {config}:6: build.kernels.0: fill2(float64[4,4]) does not compile" in r.stderr
+    assert "; it compiles on a 2-D grid: set grid: 2 in this entry" in r.stderr, r.stderr
+    config.write_text(entry + "      grid: 2\n")
+    r = subprocess.run([sys.executable, "-m", "tack.site", "check", str(config)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
