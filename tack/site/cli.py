@@ -77,9 +77,16 @@ def cmd_modules(args) -> int:
         print(f"  {path}", flush=True)
     if args.dry_run:
         return 0
-    from .modules import OURS
+    from .modules import OURS, config_label, rendered_from
+    before = {path: rendered_from(path) for path in plan}
+    source = config_label(cfg.path)
     for path, changed in write_files(plan, ours=OURS, force=args.force):
         print(f"{'wrote' if changed else 'unchanged'} {path}")
+        if changed and before[path] not in (None, source):
+            # (another config's module of the same name and version, written over unsaid)
+            print(f"  note: it replaced the module file rendered from the site config "
+                  f"{before[path]}: two configs render {cfg.module_name}/{cfg.module_version} "
+                  "here; give each its own modules.name, modules.version or modules.root")
     return 0
 
 

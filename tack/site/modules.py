@@ -66,6 +66,29 @@ def home_references(value, path):
     return ":".join("$HOME" + e[1:] if e == "~" or e.startswith("~/") else e for e in entries)
 
 
+def config_label(path) -> str:
+    """The site config's file name as a module file's header names it: its base name, with
+    anything but letters, digits and ``._+-`` as ``?`` (it stands in a comment line: a newline
+    in a file name would end the comment)."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "?", os.path.basename(os.fspath(path))) or "?"
+
+
+#: A module file's header line naming the config it was rendered from (``config_label``'s).
+RENDERED_FROM = re.compile(rb"rendered by `python -m tack\.site modules` from the site config "
+                           rb"([A-Za-z0-9._+?-]+)\.")
+
+
+def rendered_from(path) -> str | None:
+    """The config the module file at ``path`` says it was rendered from, or None (no file, one
+    of an older Tack that named none, or not one of ours)."""
+    try:
+        with open(path, "rb") as f:
+            m = RENDERED_FROM.search(f.read(4096))
+    except OSError:
+        return None
+    return m.group(1).decode("ascii") if m else None
+
+
 class ModuleConfiguration:
     """What the site config says about the module, with defaults filled in."""
 
@@ -77,6 +100,7 @@ class ModuleConfiguration:
         self.conflicts = list(cfg.get("modules.conflicts") or [])
         self.prereqs = list(cfg.get("modules.prereqs") or [])
         self.exports = cfg.exports()
+        self.source = config_label(cfg.path)
 
 
 class ModuleLayout:
@@ -120,7 +144,7 @@ class ModuleContext:
     def to_dict(self):
         c = self.conf
         return {"name": c.name, "version": c.version, "help": c.help, "whatis": c.whatis,
-                "conflicts": c.conflicts, "prereqs": c.prereqs,
+                "source": c.source, "conflicts": c.conflicts, "prereqs": c.prereqs,
                 "exports": self.exports(), "needs": self.needs()}
 
 

@@ -73,6 +73,44 @@ def test_idempotent(tmp_path, example, capsys):
     assert b'"8G"' in files[0].read_bytes() and b'"8G"' in files[1].read_bytes()
 
 
+def test_a_module_file_another_config_rendered_is_replaced_with_a_note(tmp_path, example, capsys):
+    """Each module file names the config it was rendered from; rendering another config's
+    module of the same name and version over it says so, once (it said "wrote" alone, and a
+    reader of the file could not tell which config made it)."""
+    first = example("gpu-cluster")
+    second = tmp_path / "other-site.yaml"
+    second.write_text(first.read_text().replace("size: 4G", "size: 8G"))
+    root = tmp_path / "m"
+    assert main(["modules", str(first), "--root", str(root), "--format", "both"]) == 0
+    files = [root / "tack" / "1.0.lua", root / "tack" / "1.0"]
+    for f in files:
+        assert b"from the site config gpu-cluster.yaml." in f.read_bytes()
+    capsys.readouterr()
+    assert main(["modules", str(second), "--root", str(root), "--format", "both"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  note: it replaced the module file rendered from the site config "
+                     "gpu-cluster.yaml: two configs render tack/1.0 here") == 2, out
+    for f in files:
+        assert b"from the site config other-site.yaml." in f.read_bytes()
+    assert main(["modules", str(second), "--root", str(root), "--format", "both"]) == 0
+    assert "note:" not in capsys.readouterr().out
+
+
+def test_a_config_name_is_one_comment_line_in_the_header(tmp_path, example):
+    """A config whose file name holds a newline or a quote is named with ``?`` for them: the
+    header's comment stays one line (a newline would have ended it, the rest run as code)."""
+    from tack.site.modules import config_label
+    assert config_label("/a/b/site.yaml") == "site.yaml"
+    odd = tmp_path / "x\nos.execute('id')\n.yaml"
+    odd.write_text(example("workstation").read_text())
+    for fmt, comment in (("lmod", "--"), ("tcl", "##")):
+        (data,) = render_modules(load(odd), [fmt], tmp_path / "m").values()
+        header = [line for line in data.decode().splitlines() if "rendered by" in line]
+        assert header == [f"{comment} tack/1.0: rendered by `python -m tack.site modules` from "
+                          "the site config x?os.execute??id???.yaml."], data.decode()[:400]
+        assert "os.execute" not in data.decode().replace(header[0], "")
+
+
 def test_all_or_nothing(tmp_path, example):
     """If one file cannot be written, none is: no file replaced, no temporary file, no new directory."""
     cfg = load(example("gpu-cluster"))

@@ -1,5 +1,5 @@
 #%Module1.0
-## tack/1.0: rendered by `python -m tack.site modules` from the site config.
+## tack/1.0: rendered by `python -m tack.site modules` from the site config gpu-cluster.yaml.
 ## Edit the site config and render again: changes made here are lost.
 
 proc ModulesHelp { } {
