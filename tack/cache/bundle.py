@@ -90,6 +90,13 @@ def rows_per_block(count: int) -> int:
     return max(MIN_BLOCK_ROWS, isqrt(count // 2))
 
 
+
+#: What to do about one's own bundle another Tack made: this Tack's cache holds none of its
+#: kernels yet, so ``pack`` alone finds nothing to pack.
+AGAIN = ("run its kernels once with this Tack (a warm-up, TACK_CACHE=write), then pack it again "
+         "(python -m tack.cache pack)")
+
+
 class BundleError(Exception):
     """A bundle that cannot be used at all, and why (``missing``: there is no file at its path)."""
 
@@ -164,7 +171,7 @@ class Bundle:
             raise BundleError(f"{path} is not a Tack bundle")
         if 0 < fmt < FORMAT:
             raise BundleError(f"{path} has bundle format {fmt} (an older Tack's); this Tack reads "
-                              f"format {FORMAT}: pack it again")
+                              f"format {FORMAT}: {AGAIN}")
         if fmt != FORMAT:
             raise BundleError(f"{path} has bundle format {fmt}, this Tack reads {FORMAT}")
         nblocks = -(-count // per) if per else (1 if count else 0)
@@ -641,7 +648,7 @@ class StaleBundle(BundleError):
 
     def __init__(self, path, made, this):
         self.path, self.made, self.this = path, made, this
-        super().__init__(f"{path} was made by Tack {made}, this is {this}; pack it again")
+        super().__init__(f"{path} was made by Tack {made}, this is {this}; {AGAIN}")
 
     def site(self) -> str:
         return (f"{self.path} was made by Tack {self.made}, this is {self.this}: it is another "

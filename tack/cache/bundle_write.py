@@ -192,7 +192,8 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
     lowered, variants = collect(version_dir, target_key)
     if not variants:
         raise NothingToPack(f"no compiled variants to pack in {version_dir}" +
-                            (f" for target {target_key[:16]}" if target_key else ""))
+                            (f" for target {target_key[:16]}" if target_key else "") +
+                            ": run the kernels once with this Tack (TACK_CACHE=write) first")
     if output is not None and len(variants) > 1:
         raise BundleError(f"entries for {len(variants)} targets found; --output writes one "
                           "bundle: choose one with --arch")
@@ -213,8 +214,16 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
         new = lowered + [(k, key, d) for k, key, d, _ in entries]
         have = {(k, key) for k, key, _ in new}
         unread = []
-        kept = [] if forced else [e for e in kept_entries(path, tk, why=unread)
-                                  if (e[0], e[1]) not in have]
+        there = [] if forced else kept_entries(path, tk, why=unread)
+        held = {(k, key): d for k, key, d in there}
+        if there and all(held.get((k, key)) == d for k, key, d in new):
+            # every entry the directory holds is in the bundle already, byte for byte: it is left
+            # as it is (it was written again, a new file for jobs that watch it, to no end)
+            written.append((path, dict(meta, entries=len(there), bytes=os.path.getsize(path),
+                                       kept=len(there), unchanged=True, replaced_unread=None,
+                                       replaced_other=False)))
+            continue
+        kept = [e for e in there if (e[0], e[1]) not in have]
         size = write(path, new + kept, meta)
         written.append((path, dict(meta, entries=len(new) + len(kept), bytes=size, kept=len(kept),
                                    replaced_unread=unread[0] if unread else None,

@@ -165,7 +165,7 @@ def bundles(root, allow_root=False):
                         if bundle.packed_bundle_machine(name) else None)
             if parsed.meta.get("tack") != tack_version_id():
                 item.update(status="stale", error=f"made by Tack {shown_version(parsed.meta.get('tack'))}, "
-                            f"not this one ({shown_version(tack_version_id())}): pack it again")
+                            f"not this one ({shown_version(tack_version_id())}): {bundle.AGAIN}")
             elif misnamed:                  # another host's copied under this name: never looked in
                 item.update(status="misnamed", error=misnamed)
             elif damaged and damaged == len(parsed):    # none serves
@@ -585,6 +585,9 @@ def cmd_pack(args) -> int:
         raise CLIError(f"cannot write {e.filename or out_dir}: {e.strerror or e}") from None
     fs = settings_mod.format_size
     for path, meta in written:
+        if meta.get("unchanged"):
+            print(f"nothing new to pack: {path} keeps its {meta['entries']} entries")
+            continue
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for {meta['arch'] or 'arch ?'} "
               f"({meta['machine']}) into {path}")
         if meta.get("replaced_other"):

@@ -42,6 +42,36 @@ def test_after_pack_and_clear_a_plain_run_loads_from_the_bundle(warm, mode):
     path.unlink()
     nothing = run_cli(cache, "pack")
     assert nothing.rc == 1 and "no compiled variants to pack" in nothing.stderr, nothing.stderr
+    assert "run the kernels once with this Tack (TACK_CACHE=write) first" in nothing.stderr
+
+
+def test_packing_again_what_the_bundle_holds_leaves_it_as_it_is(warm):
+    """pack, then pack again with the directory's entries all in the bundle already: nothing new,
+    the same file left in place (it was written again, a new file, and said "packed"); a new
+    entry in the directory then makes the next pack write it."""
+    cache, src = warm
+    packed = run_cli(cache, "pack")
+    assert packed.rc == 0 and "packed " in packed.stdout, packed.stdout + packed.stderr
+    (path,) = cache.glob("bundle-*")
+    before = (path.read_bytes(), path.stat().st_ino, path.stat().st_mtime_ns)
+    again = run_cli(cache, "pack")
+    assert again.rc == 0, again.stderr
+    assert again.stdout.strip() == (f"nothing new to pack: {path} keeps its "
+                                    f"{len(bundle.Bundle(before[0]))} entries"), again.stdout
+    assert (path.read_bytes(), path.stat().st_ino, path.stat().st_mtime_ns) == before
+    # an entry the bundle lacks: packed again.  (The bundle made without one of them, then the
+    # directory's files all there once more.)
+    path.unlink()
+    entry = entry_files(cache)[-1]
+    aside = entry.read_bytes()
+    entry.unlink()
+    assert run_cli(cache, "pack").rc == 0
+    entry.write_bytes(aside)
+    fewer = path.stat().st_ino
+    third = run_cli(cache, "pack")
+    assert third.rc == 0 and third.stdout.startswith(f"packed {len(bundle.Bundle(before[0]))} "
+                                                     "entries"), third.stdout + third.stderr
+    assert path.stat().st_ino != fewer
 
 
 def test_a_bundle_of_another_version_is_passed_over_quietly_in_write_mode(warm):

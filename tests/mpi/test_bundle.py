@@ -159,6 +159,10 @@ def test_bundle_of_another_tack_version_is_refused(kernel_dir, cache):
     r = run_one(kernel_dir, cache, TACK_CACHE="bundle")
     assert r["ok"] and r["stats"]["hits"]["variant"] == 0
     assert any("made by Tack 0.0.1" in w for w in r["warnings"])
+    # what to do: warm up with this Tack, then pack (it said "pack it again", and pack alone then
+    # found none of this Tack's entries to pack)
+    assert any("run its kernels once with this Tack (a warm-up, TACK_CACHE=write), then pack it "
+               "again" in w for w in r["warnings"]), r["warnings"]
 
 
 LATE_LOAD = """
