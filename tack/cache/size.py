@@ -287,8 +287,8 @@ def prune(root: str, max_size: int | None) -> PruneResult:
         target = int(max_size * 0.9)
         by_use = _last_use(time.time())
         for path, size, *_ in sorted(items, key=lambda e: (e[0] not in leftovers, by_use(e))):
-            if total - freed <= target:
-                break
+            if total - freed <= target and path not in leftovers:
+                break                   # (every leftover goes: it serves nothing, whatever its size)
             try:
                 if not delete_own(path):
                     continue
