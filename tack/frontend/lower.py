@@ -289,6 +289,9 @@ def _too_deep_to_parse(src, text, first, nested) -> CompileError:
                      "split it into several statements", (where, None))
 
 
+#: What a slice in Tack code is told (an index's, or a slice's attribute's).
+_NO_SLICES = "slices are not supported; index one element at a time"
+
 
 class _FunctionLowerer:
     def __init__(self, state, pyfn, fid, templates, is_kernel):
@@ -592,12 +595,10 @@ class _FunctionLowerer:
         return ["index", self.loc(e), self.expr(e.value), self.indices(e)]
 
     def indices(self, e):
-        sl = e.slice
-        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-        for it in items:
-            if isinstance(it, ast.Slice):
-                raise self.error("slices are not supported; index one element at a time", it)
-        return [self.expr(it) for it in items]
+        sl = self.slice_in(e)
+        if sl is not None:
+            raise self.error(_NO_SLICES, sl)
+        return [self.expr(it) for it in (e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice])]
 
     def _expr_Call(self, e):
         if any(isinstance(a, ast.Starred) for a in e.args):
@@ -668,8 +669,7 @@ class _FunctionLowerer:
         """What is wrong with ``<expression>.attr``, an attribute of neither a name nor a
         dotted name (``a[i].astype(...)``, ``x[0:2].sum()``, ``f(x).real``)."""
         if self.slice_in(e.value) is not None:
-            return (f"'.{e.attr}' of a slice: slices are not supported; index one element at a "
-                    "time")
+            return f"'.{e.attr}' of a slice: {_NO_SLICES}"
         if isinstance(e.value, ast.Subscript):
             return (f"'.{e.attr}' of an array element cannot be used in Tack code: an element is "
                     "a number, which has no attributes or methods here; to convert it, cast it "

@@ -467,8 +467,7 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
         if why is not None:
             refused.append(why)
         else:
-            replacing[arch] = replaced_what(path)
-            held[arch] = entry_keys(path)
+            replacing[arch], held[arch] = replaced(path)
     for why in refused:
         print(f"error: {why}", file=err)
     if refused:
@@ -499,7 +498,8 @@ def build_bundles(cfg, archs=None, output=None, out=sys.stdout, err=sys.stderr, 
             continue
         if replacing.get(arch):
             say(f"{arch}: replaced {replacing[arch]}")
-        dropped = len(held.get(arch, set()) - entry_keys(path))
+        made = entry_keys(path) if held.get(arch) else None
+        dropped = len(held[arch] - made) if made is not None else 0
         if dropped:
             # (a second config built into the same directory dropped the first's kernels unsaid)
             say(f"{arch}: the bundle replaced held {dropped} entr{'y' if dropped == 1 else 'ies'} "
@@ -553,44 +553,45 @@ def code_held(arch, arts) -> str:
     return note or (arts[0].suffix.lstrip(".") if arts else "-")
 
 
-def entry_keys(path) -> set:
-    """The (kind, key) of every entry the Tack bundle at ``path`` indexes; empty where there is
-    none, or it cannot be read."""
-    if not os.path.lexists(path) or bundle_write.replaceable(path) is not None:
-        return set()
+def entry_keys(path):
+    """The (kind, key) of every entry the bundle a build just wrote at ``path`` indexes, or None
+    where it cannot be read (replaced since, by another build)."""
     try:
         with bundle_mod.read(path, allow_root=True) as b:
             return set(b.index)
     except bundle_mod.BundleError:
-        return set()
-
-
-def replaced_what(path) -> str | None:
-    """What ``bundles build`` says of the file at ``path`` it is about to replace: None for
-    nothing there or a whole Tack bundle (the usual rebuild), else what was wrong with it (a
-    damaged bundle: its header, or how many of its entries; a file that is not a bundle at all,
-    replaced because of --force).  Read before the new bundle is written, which removes it."""
-    if not os.path.lexists(path):
         return None
+
+
+def replaced(path) -> tuple:
+    """(what ``bundles build`` says of the file at ``path`` it is about to replace, the (kind,
+    key) of every entry it indexes), from one read before the new bundle is written, which
+    removes it.  What it says: None for nothing there or a whole Tack bundle (the usual
+    rebuild), else what was wrong with it (a damaged bundle: its header, or how many of its
+    entries; a file that is not a bundle at all, replaced because of --force).  Its keys: none
+    where it is no bundle or cannot be read."""
+    if not os.path.lexists(path):
+        return None, set()
     if bundle_write.replaceable(path) is not None:
-        return f"{path}, which was not a Tack bundle (--force)"
+        return f"{path}, which was not a Tack bundle (--force)", set()
     try:
         with bundle_mod.read(path, allow_root=True) as b:
             damaged = b.damaged_entries()
             total = len(b)
             made = b.meta.get("tack")
+            keys = set(b.index)
     except bundle_mod.BundleError as e:
-        return f"a bundle that could not be used: {e}"
+        return f"a bundle that could not be used: {e}", set()
     if damaged:
-        return f"a damaged bundle: {damaged} of {total} entries of {path} were unusable"
+        return f"a damaged bundle: {damaged} of {total} entries of {path} were unusable", keys
     if made != tack_version_id():
         # Bundles of two Tacks have the same name: another install's, in a directory both use,
         # is gone for its jobs (they compile).  Said, so that a shared directory is noticed.
         return (f"a bundle made by Tack {shown_version(made)} (this is "
                 f"{shown_version(tack_version_id())}): jobs of that Tack no longer find one in "
-                f"{os.path.dirname(path)} and compile; give each Tack install a bundle directory of "
-                "its own")
-    return None
+                f"{os.path.dirname(path)} and compile; give each Tack install a bundle directory "
+                "of its own"), keys
+    return None, keys
 
 
 def temporaries(directory) -> list:

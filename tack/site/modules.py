@@ -74,8 +74,7 @@ def config_label(path) -> str:
 
 
 #: A module file's header line naming the config it was rendered from (``config_label``'s).
-RENDERED_FROM = re.compile(rb"rendered by `python -m tack\.site modules` from the site config "
-                           rb"([A-Za-z0-9._+?-]+)\.")
+RENDERED_FROM = re.compile(re.escape(OURS) + rb" from the site config ([A-Za-z0-9._+?-]+)\.")
 
 
 def rendered_from(path) -> str | None:
