@@ -147,7 +147,7 @@ def _private_dir(path):
 
 def fill_entries(version_dir, count, seed=0):
     """Write ``count`` synthetic, valid entries (random keys) into a version directory."""
-    from tack.cache import entry, trust
+    from tack.cache import entry, trust_write
     rng = random.Random(seed)
     made = set()
     for i in range(count):
@@ -165,7 +165,7 @@ def fill_entries(version_dir, count, seed=0):
             meta.update({"entry": f"tack_{key}_entry", "lowered": rng.randbytes(32).hex(),
                          "arg": [["array(float32, (21, 21, 21))"], ["float64"]],
                          "target": "backend=cpu;synthetic", "site": []})
-        trust.write_atomic(path, entry.encode(kind, key, meta, rng.randbytes(SYNTH_PAYLOAD)))
+        trust_write.write_atomic(path, entry.encode(kind, key, meta, rng.randbytes(SYNTH_PAYLOAD)))
 
 
 def _count_entries(version_dir):

@@ -170,7 +170,7 @@ def write(package: str, package_dir: str, wait: bool = True) -> tuple[str, int, 
     head = marshal.dumps(index)
     payload = b"".join([FORMAT, MAGIC_NUMBER, len(head).to_bytes(4, "little"),
                         zlib.crc32(head).to_bytes(4, "little"), head] + blobs)
-    from .cache.trust import write_atomic   # a temporary file renamed into place, as entries
+    from .cache.trust_write import write_atomic   # a temporary file renamed into place, as entries
     write_atomic(path, payload, mode=0o644)
     return path, len(index), len(payload)
 

@@ -203,7 +203,8 @@ def bundle_directory(directory) -> None:
     ``cache.trust.Untrusted`` where jobs would refuse it (others may write it), OSError where
     it cannot be made.  ``save_bundle`` and ``bundles build`` (before its long compile) ask it."""
     from .cache import trust
-    trust.make_shared_dirs(directory)
+    from .cache.trust_write import make_shared_dirs
+    make_shared_dirs(directory)
     trust.check_trusted(directory, allow_root=True)
     trust.check_parents(directory)
 

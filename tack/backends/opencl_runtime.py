@@ -167,7 +167,7 @@ def write_icd(library: str, directory: str | None = None) -> str:
     except OSError:
         pass
     os.makedirs(directory, exist_ok=True)
-    from ..cache.trust import write_atomic      # a temporary file, then a rename
+    from ..cache.trust_write import write_atomic      # a temporary file, then a rename
     write_atomic(path, line.encode(), 0o644)
     return path
 

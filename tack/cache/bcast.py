@@ -485,3 +485,111 @@ def _shm_room() -> int:
     except (OSError, AttributeError):
         return -1
     return st.f_bavail * st.f_frsize
+
+
+def load_bundle(comm=None, kinds=None, share=True) -> int:
+    """``tack.cache.load_bundle`` (documented there): the bundles read on rank 0 and broadcast,
+    and the process's cache state (``tack.cache``'s, under its lock) told what they cover."""
+    from .. import cache as c
+    from .host import cpu_host_key, cpu_site_bundles, gpu_packed_bundles, known_kinds, machines_of
+    _check_comm(comm)
+
+    def read_settings():    # (configure() after it names load_bundle, not settings())
+        return c._settings_in_use("tack.cache.load_bundle() was called")
+    asked, share = _agreed_kinds(comm, kinds, known_kinds, share=share, prepare=read_settings)
+    if not asked:                   # every rank alike: no collective call follows
+        if comm is None or comm.Get_rank() == 0:
+            c.warn_once_factory()("load_bundle: kinds names no kind of code (kinds=[]); no bundle "
+                                  "read, kernels are served as without load_bundle")
+        return 0
+    with c._lock:                   # as session() reads it, making a session
+        c._bundle_covers = c._bundle_covers | machines_of(asked) | (asked & {"cpu"})
+    # Rank 0's warnings, given once every collective call is made: a warning raised as an error
+    # (python -W error, a test's filterwarnings) between two of them left the other ranks in a
+    # broadcast rank 0 never made, or matched with the job's own.
+    said = []
+    sites = None
+    if "cpu" in asked and comm is not None:     # alone, a process opens its site bundles lazily
+        from .stores import site_dirs
+        # Asked on rank 0 only; every rank makes the same calls whatever its own state (None:
+        # rank 0 has a session already, whose site bundles it opened itself: each rank does so).
+        sites = (lambda: site_dirs(warn=c.deferred_warn_once(said)) if c._session is None else None,
+                 cpu_site_bundles)
+    loaded, gpu, got_sites = load_and_broadcast(comm, read_settings(), cpu_host_key if "cpu" in asked else None,
+                                                lambda names: gpu_packed_bundles(names, asked), sites,
+                                                share=share, said=said)
+    site_bundles = [b for packed, chosen in (got_sites or {}).values()
+                    for b in ([packed] if packed is not None else []) + [c[2] for c in chosen]]
+    stats = c._get_stats()
+    for b in ([loaded] if loaded is not None else []) + gpu + site_bundles:
+        if b.bytes_read:                        # rank 0, which read the files
+            c.count(stats, "bytes_read", b.bytes_read)
+            c.count(stats, "load_seconds", b.read_seconds)
+    # Under the lock session() makes a session under: a thread's first launch making the CPU's
+    # meanwhile (after the broadcast, which is not under it: it waits for the other ranks) read
+    # _loaded_bundle before this set it, and set _session after this looked: that session had
+    # no bundle (and, as _bundle_covers said, would open none of its own).
+    with c._lock:
+        c._loaded_gpu.update((b.meta.get("target_key"), b) for b in gpu)
+        if got_sites is not None and c._session is None:     # a session made already keeps its own
+            c._loaded_sites = got_sites
+        if loaded is not None:
+            # Alone, this process read its own bundle: as bundle mode's, not a broadcast's
+            c._loaded_bundle, c._loaded_label = loaded, "cache bundle" if comm is None else "broadcast bundle"
+            if c._session:
+                c._session.add_loaded(loaded, c._loaded_label)
+    c.give_deferred(said)
+    # the entries read: a bundle's whole, less those a cut lost (said, ``bundle.cut_short``)
+    return ((loaded.present() if loaded is not None else 0) + sum(b.present() for b in gpu)
+            + sum(b.present() for b in site_bundles))
+
+
+def _check_comm(comm) -> None:
+    """TypeError, raised by every rank alike before any collective call, for a ``comm`` that is
+    not an mpi4py intracommunicator: an intercommunicator's broadcasts and gathers go between its
+    two groups (each group's rank 0 waited for the other's: the job hung)."""
+    if comm is None:
+        return
+    if not all(hasattr(comm, name) for name in ("Get_rank", "allgather", "Bcast", "Is_inter")):
+        raise TypeError(f"load_bundle: comm must be an mpi4py communicator (MPI.COMM_WORLD, or "
+                        f"one made from it), not {type(comm).__name__}")
+    if comm.Is_inter():
+        raise TypeError("load_bundle: comm is an intercommunicator; give an intracommunicator "
+                        "(one group's ranks, or inter.Merge())")
+
+
+def _agreed_kinds(comm, kinds, known_kinds, share=True, prepare=None) -> tuple:
+    """-> (the kinds of code ``load_bundle`` reads, whether to share): those ``kinds`` names
+    (``host.known_kinds``), and under MPI those any rank named; shared only where every rank
+    asked to share.  The ranks' collective calls depend on both (the CPU's group and site
+    bundles; a node's window), so a rank asking for the CPU's code beside ranks asking only for
+    a GPU's, or for share=False beside ranks sharing, made the ranks' calls differ: the job hung.
+    One ``allgather`` makes them agree.  ``prepare()``: what else each rank does first that may
+    fail (its settings).  A rank naming an unknown kind, or whose ``prepare`` failed (a bad
+    setting warned of where warnings are errors), makes every rank raise: that rank its own
+    exception, the others a ValueError (an unknown kind) or RuntimeError naming it and the rank."""
+    try:
+        mine, error = known_kinds(kinds), None
+        if prepare is not None:
+            prepare()
+    except Exception as e:                      # noqa: BLE001 - every rank must reach the allgather
+        if comm is None:
+            raise
+        mine, error = frozenset(), e
+    share = bool(share)
+    if comm is None:
+        return mine, share
+    why = None if error is None else (isinstance(error, ValueError), str(error)
+                                      if isinstance(error, ValueError)
+                                      else f"{type(error).__name__}: {error}")
+    every = comm.allgather((sorted(mine), share, why))
+    for rank, (_, _, failed) in enumerate(every):
+        if failed is None:
+            continue
+        if error is not None:
+            raise error
+        value_error, text = failed
+        if value_error:
+            raise ValueError(f"{text} (on rank {rank})")
+        raise RuntimeError(f"load_bundle failed on rank {rank}: {text}")
+    return frozenset(k for named, _, _ in every for k in named), all(s for _, s, _ in every)

@@ -17,7 +17,8 @@ from .bundle import (_FIELDS, _HEAD, _KEY_END, _RECORD, _STRIDE, FORMAT, MAGIC, 
                      bundle_name, rows_per_block)
 from .entry import KIND_LOWERED, KIND_VARIANT, SUFFIX, DamagedEntry, decode, encode_meta
 from .keys import tack_version_id
-from .trust import TMP_MARK, NotRegular, Untrusted, check_stat, read_regular, write_atomic
+from .trust import TMP_MARK, NotRegular, Untrusted, check_stat, read_regular
+from .trust_write import write_atomic
 
 
 def pack(entries, meta: dict, block_rows: int | None = None) -> bytes:

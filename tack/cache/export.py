@@ -15,7 +15,8 @@ import re
 
 from .entry import KIND_VARIANT, decode
 from .keys import digest, tack_version_id
-from .trust import NotRegular, read_regular, write_atomic
+from .trust import NotRegular, read_regular
+from .trust_write import write_atomic
 
 
 class ExportError(Exception):

@@ -13,8 +13,9 @@ import time
 
 from . import _lock, count, log
 from .entry import KIND_LOWERED, KIND_VARIANT, LEVEL_NAMES, encode, entry_path
-from .trust import (CACHEDIR_TAG, MARKER_TEXT, NotRegular, VERSION_MARKER, Untrusted, check_parents, ensure_private_dir, make_root,
-                    file_identity, tag_new_root, touch_regular, write_atomic, write_new)
+from .trust import (MARKER_TEXT, NotRegular, VERSION_MARKER, Untrusted, check_parents, file_identity,
+                    touch_regular)
+from .trust_write import CACHEDIR_TAG, ensure_private_dir, make_root, tag_new_root, write_atomic, write_new
 
 
 def store(disk, kind: int, key: str, meta: dict, payload: bytes) -> bool:

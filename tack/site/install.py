@@ -209,7 +209,7 @@ def install_here(prefix, site, targets=(), archs=(), site_config=None, out=sys.s
                    "architectures: python -m tack.site bundles status lists every one\n"
                    + yaml.safe_dump(build_config(wanted, kernels), sort_keys=False))
     files[config_path] = config_text.encode("utf-8")
-    from ..cache.trust import make_shared_dirs
+    from ..cache.trust_write import make_shared_dirs
     from .atomic import check_files, write_files
     from .build import probe_write
     check_files(files)                      # what write_files would refuse, said before the build

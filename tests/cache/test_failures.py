@@ -2,7 +2,7 @@
 
 import os
 
-from tack.cache import entry, trust
+from tack.cache import entry, trust, trust_write
 
 from .conftest import KMOD_LAUNCHES, check_results, decode_entry, drop_dac_caps, entry_files, run_child
 
@@ -251,7 +251,7 @@ def test_a_marker_a_full_disk_cut_is_not_left_empty_and_one_left_so_is_written_a
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))        # no byte can be written
     try:
         try:
-            trust.write_new(str(path), trust.MARKER_TEXT)
+            trust_write.write_new(str(path), trust.MARKER_TEXT)
         except OSError:
             pass
     finally:
@@ -263,7 +263,7 @@ def test_a_marker_a_full_disk_cut_is_not_left_empty_and_one_left_so_is_written_a
     (version,) = [d for d in cache.iterdir() if d.is_dir()]
     marker = version / trust.VERSION_MARKER
     marker.write_bytes(b"")                                    # as a full disk left it
-    tag = cache / trust.CACHEDIR_TAG[0]
+    tag = cache / trust_write.CACHEDIR_TAG[0]
     tag.write_bytes(b"")
     for p in entry_files(cache):
         if p.parts[-3] == "variants":
@@ -271,7 +271,7 @@ def test_a_marker_a_full_disk_cut_is_not_left_empty_and_one_left_so_is_written_a
     run = run_child(cache, src, [{"kernel": "k_other", "n": 5}])
     check_results(run)
     assert run.stats["compiled"] == 1 and run.warnings == []
-    assert marker.read_bytes() == trust.MARKER_TEXT and tag.read_bytes() == trust.CACHEDIR_TAG[1]
+    assert marker.read_bytes() == trust.MARKER_TEXT and tag.read_bytes() == trust_write.CACHEDIR_TAG[1]
     from tack.cache import size
     assert size.is_version_dir(str(cache), version.name)
 
@@ -283,6 +283,6 @@ def test_a_marker_on_a_file_system_without_links_is_written_in_place(tmp_path, m
     def no_links(src, dst, **kw):
         raise OSError(errno.EPERM, "Operation not permitted", src)
     monkeypatch.setattr(trust.os, "link", no_links)
-    trust.write_new(str(tmp_path / "marker"), trust.MARKER_TEXT)
+    trust_write.write_new(str(tmp_path / "marker"), trust.MARKER_TEXT)
     assert [p.name for p in tmp_path.iterdir()] == ["marker"]
     assert (tmp_path / "marker").read_bytes() == trust.MARKER_TEXT

@@ -13,7 +13,7 @@ from .conftest import child_env
 
 CACHE = Path(tack.cache.__file__).parent
 HOST = "host"                   # the one module of the cache that asks a backend (for its tools)
-TOOLS = {"__init__", "cli", "export"}    # load_bundle, python -m tack.cache pack and export
+TOOLS = {"bcast", "cli", "export"}    # load_bundle (bcast), python -m tack.cache pack and export
 # The architecture-name registry is data (names, aliases), no backend's code: a site bundle's file
 # name is checked against it (``tack.archs.parse``), so ``tack.backends`` itself, which only names
 # its submodules, and ``arch_names`` may be loaded.

@@ -388,7 +388,7 @@ def test_the_first_store_makes_no_directory_writable_by_others_whatever_the_umas
 def test_a_users_strict_umask_is_kept_for_the_directories_above_the_cache(tmp_path):
     """Under ``umask 077`` the directories the first store makes above the cache (``~/.cache``)
     stay 0700, as the user asked: only a site's bundle directories, which every user's job
-    enters, are opened to all whatever the umask (``trust.make_shared_dirs``)."""
+    enters, are opened to all whatever the umask (``trust_write.make_shared_dirs``)."""
     root = tmp_path / "home" / ".cache" / "tack"
     old = os.umask(0o077)
     try:
