@@ -1,11 +1,15 @@
 """Process-wide settings: ``tack.config.debug``, ``.timing``, ``.num_threads``.
 
 Each defaults from its environment variable (TACK_DEBUG, TACK_TIMING,
-TACK_NUM_THREADS), read the first time it is asked for, and can be set from
-Python at any time; a change applies to the next launch.
+TACK_NUM_THREADS; the thread count then from OMP_NUM_THREADS, or the cores this
+process may use, shared among an MPI launch's ranks on the node), read the first
+time it is asked for, and can be set from Python at any time; a change applies
+to the next launch.  The MPI launch a process is part of is ``detect``'s: the
+cache's mode and the thread count ask it.
 """
 
 import os
+import types
 
 from .errors import warn
 
@@ -27,16 +31,136 @@ MAX_THREADS = 65536
 
 
 def _env_threads() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    """``num_threads`` where Python set none: TACK_NUM_THREADS; else OMP_NUM_THREADS, as a job
+    script sets it for every OpenMP code and BLAS of the job (its first number: ``4,2`` nests);
+    else the cores this process may use (its affinity), shared out under an MPI launch among
+    the ranks its launcher started on this node (``threads_under_launch``)."""
     raw = os.environ.get("TACK_NUM_THREADS", "").strip()
-    if not raw:
-        return max(cores or 1, 1)
+    n = _threads_value(raw)
+    if n is not None:
+        return n
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = max(cores or 1, 1)
+    # OpenMP's variable, not Tack's: a value OpenMP would not take either is passed over in
+    # silence (the job's OpenMP runtime says so), as where it is unset
+    default = _threads_value(os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip())
+    if default is None:
+        default = threads_under_launch(cores, os.cpu_count() or cores, detect())
+    if raw:
+        shown = raw if len(raw) <= 32 else raw[:24] + "..."
+        warn(f"tack: TACK_NUM_THREADS={shown!r} is not an integer from 1 to {MAX_THREADS}; "
+             f"using {default}", stacklevel=3)
+    return default
+
+
+def _threads_value(raw: str):
+    """``raw`` as a thread count from 1 to MAX_THREADS, or None."""
     if raw.isascii() and raw.isdigit() and len(raw) <= 6 and 0 < int(raw) <= MAX_THREADS:
         return int(raw)
-    shown = raw if len(raw) <= 32 else raw[:24] + "..."
-    warn(f"tack: TACK_NUM_THREADS={shown!r} is not an integer from 1 to {MAX_THREADS}; "
-         f"using {cores}", stacklevel=3)
-    return max(cores or 1, 1)
+    return None
+
+
+def threads_under_launch(cores: int, machine: int, launch) -> int:
+    """The default thread count of a process that may use ``cores`` cores (its affinity) of a
+    node of ``machine`` cores, in ``launch`` (``detect``'s, or None): with L of the launch's
+    ranks on this node, at most ``machine // L``.  A launcher that binds each rank to its own
+    cores (Open MPI's default, ``srun --cpu-bind``) leaves each its share in its affinity
+    already; one that binds none (MPICH's ``mpiexec``) gave every rank every core, and each
+    rank's threads, one a core, would have put L threads on each core."""
+    local = getattr(launch, "local", None)
+    if not local or local < 2:
+        return cores
+    return max(1, min(cores, machine // local))
+
+
+# -- the MPI launch: recognized from the launcher's environment, without mpi4py --
+#
+# | Launcher | Rank | Size | Ranks on this node |
+# |---|---|---|---|
+# | Open MPI (mpirun, prterun) | OMPI_COMM_WORLD_RANK, or PMIX_RANK | OMPI_COMM_WORLD_SIZE | OMPI_COMM_WORLD_LOCAL_SIZE |
+# | MVAPICH2 (mpirun_rsh) | MV2_COMM_WORLD_RANK | MV2_COMM_WORLD_SIZE | MV2_COMM_WORLD_LOCAL_SIZE |
+# | Cray PALS | PALS_RANKID | PMI_SIZE | (not known) |
+# | Cray ALPS (aprun) | ALPS_APP_PE | PMI_SIZE | (not known) |
+# | MPICH and Intel MPI (Hydra) | PMI_RANK | PMI_SIZE | MPI_LOCALNRANKS |
+# | Slurm (srun) | SLURM_PROCID | SLURM_STEP_NUM_TASKS | SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID |
+#
+# Where a launcher does not say how many ranks a node runs, but its ranks are the srun step's
+# (``srun --mpi=pmi2``: PMI_RANK and PMI_SIZE, no MPI_LOCALNRANKS), Slurm's count says it.
+#
+# The first launcher whose rank and size are both set decides, and a launch of one
+# task is not MPI: ``mpirun -n 1`` inside a Slurm allocation (an srun step's SLURM_
+# variables still set) is one process, not a Slurm rank.  A Slurm batch script is not either: it has
+# SLURM_PROCID=0 and SLURM_NTASKS, but SLURM_STEP_NUM_TASKS is set only inside
+# an srun step, so a warm-up run on the script's own line stores entries as on
+# a workstation.  The cache's mode under MPI and the default thread count ask ``detect``.
+
+# (launcher, rank variables, size variables, variables of the ranks on this node), tried in order
+LAUNCHERS = (
+    ("Open MPI", ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"), ("OMPI_COMM_WORLD_SIZE",),
+     ("OMPI_COMM_WORLD_LOCAL_SIZE",)),
+    ("MVAPICH2", ("MV2_COMM_WORLD_RANK",), ("MV2_COMM_WORLD_SIZE",), ("MV2_COMM_WORLD_LOCAL_SIZE",)),
+    ("Cray PALS", ("PALS_RANKID",), ("PMI_SIZE",), ()),
+    ("Cray ALPS", ("ALPS_APP_PE",), ("PMI_SIZE",), ()),
+    ("MPICH/Intel MPI (Hydra)", ("PMI_RANK",), ("PMI_SIZE",), ("MPI_LOCALNRANKS",)),
+    ("Slurm srun", ("SLURM_PROCID",), ("SLURM_STEP_NUM_TASKS",), ()),
+)
+
+
+def _int(environ, names):
+    """The first of ``names`` set in ``environ`` to a whole number (no rank or size has more
+    than 12 digits), or None."""
+    for name in names:
+        n = _count(environ.get(name, "").strip())
+        if n is not None:
+            return n
+    return None
+
+
+def slurm_tasks_here(environ):
+    """The tasks of this srun step on this node: SLURM_STEP_TASKS_PER_NODE (``2(x3),1``: 2 on
+    each of the first three nodes, 1 on the fourth) at this node's index, SLURM_NODEID; None
+    where either is missing or malformed."""
+    node = _int(environ, ("SLURM_NODEID",))
+    if node is None:
+        return None
+    for part in environ.get("SLURM_STEP_TASKS_PER_NODE", "").split(","):
+        count, _, times = part.strip().partition("(x")
+        count = _count(count)
+        repeat = _count(times[:-1]) if times.endswith(")") else (None if times else 1)
+        if count is None or repeat is None:
+            return None
+        if node < repeat:
+            return count
+        node -= repeat
+    return None
+
+
+def _count(text: str):
+    """``text`` as a whole number (digits only), or None."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None
+
+
+def detect(environ=None):
+    """The MPI launch this process is part of (more than one task): ``.launcher``, ``.rank``,
+    ``.size`` and ``.local`` (how many of its ranks run on this node; None where the launcher
+    does not say); or None."""
+    environ = os.environ if environ is None else environ
+    for launcher, rank_vars, size_vars, local_vars in LAUNCHERS:
+        rank = _int(environ, rank_vars)
+        if rank is None:
+            continue
+        size = _int(environ, size_vars)
+        if size is None:
+            continue
+        if size <= 1:       # this launcher started one task: not MPI, whatever an outer one set
+            return None
+        local = _int(environ, local_vars)
+        if local is None and _int(environ, ("SLURM_STEP_NUM_TASKS",)) == size:
+            # the srun step's own tasks (srun --mpi=pmi2 sets PMI_RANK, not MPI_LOCALNRANKS):
+            # Slurm's count of them on this node
+            local = slurm_tasks_here(environ)
+        return types.SimpleNamespace(launcher=launcher, rank=rank, size=size, local=local)
+    return None
 
 
 def _flag_value(name: str, value) -> bool:

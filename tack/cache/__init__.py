@@ -25,6 +25,7 @@ import sys
 import _thread
 import types
 
+from ..config import detect  # noqa: F401  (tack.cache.detect, as before)
 from ..errors import warn
 
 __all__ = ["configure", "load_bundle", "settings", "stats", "reset_stats"]
@@ -304,59 +305,7 @@ def mode_under_mpi(environ=None) -> tuple:
     return default_mode(True), "default", None
 
 
-# -- the MPI launch: recognized from the launcher's environment, without mpi4py --
-#
-# | Launcher | Rank | Size |
-# |---|---|---|
-# | Open MPI (mpirun, prterun) | OMPI_COMM_WORLD_RANK, or PMIX_RANK | OMPI_COMM_WORLD_SIZE |
-# | MVAPICH2 (mpirun_rsh) | MV2_COMM_WORLD_RANK | MV2_COMM_WORLD_SIZE |
-# | Cray PALS | PALS_RANKID | PMI_SIZE |
-# | Cray ALPS (aprun) | ALPS_APP_PE | PMI_SIZE |
-# | MPICH and Intel MPI (Hydra) | PMI_RANK | PMI_SIZE |
-# | Slurm (srun) | SLURM_PROCID | SLURM_STEP_NUM_TASKS |
-#
-# The first launcher whose rank and size are both set decides, and a launch of one
-# task is not MPI: ``mpirun -n 1`` inside a Slurm allocation (an srun step's SLURM_
-# variables still set) is one process, not a Slurm rank.  A Slurm batch script is not either: it has
-# SLURM_PROCID=0 and SLURM_NTASKS, but SLURM_STEP_NUM_TASKS is set only inside
-# an srun step, so a warm-up run on the script's own line stores entries as on
-# a workstation.
-
-# (launcher, rank variables, size variables), tried in order
-LAUNCHERS = (
-    ("Open MPI", ("OMPI_COMM_WORLD_RANK", "PMIX_RANK"), ("OMPI_COMM_WORLD_SIZE",)),
-    ("MVAPICH2", ("MV2_COMM_WORLD_RANK",), ("MV2_COMM_WORLD_SIZE",)),
-    ("Cray PALS", ("PALS_RANKID",), ("PMI_SIZE",)),
-    ("Cray ALPS", ("ALPS_APP_PE",), ("PMI_SIZE",)),
-    ("MPICH/Intel MPI (Hydra)", ("PMI_RANK",), ("PMI_SIZE",)),
-    ("Slurm srun", ("SLURM_PROCID",), ("SLURM_STEP_NUM_TASKS",)),
-)
-
-
-def _int(environ, names):
-    for name in names:
-        raw = environ.get(name, "").strip()
-        if raw.isascii() and raw.isdigit() and len(raw) <= 12:    # no rank or size has more digits
-            return int(raw)
-    return None
-
-
-def detect(environ=None):
-    """The MPI launch this process is part of (more than one task): ``.launcher``, ``.rank``,
-    ``.size``; or None."""
-    environ = os.environ if environ is None else environ
-    for launcher, rank_vars, size_vars in LAUNCHERS:
-        rank = _int(environ, rank_vars)
-        if rank is None:
-            continue
-        size = _int(environ, size_vars)
-        if size is None:
-            continue
-        if size <= 1:       # this launcher started one task: not MPI, whatever an outer one set
-            return None
-        return types.SimpleNamespace(launcher=launcher, rank=rank, size=size)
-    return None
-
+# -- the MPI launch: ``config.detect`` (the thread count's default asks it too) ----------------
 
 # -- the tack.cache logger, without importing ``logging`` on the warm path -------
 #

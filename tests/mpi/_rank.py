@@ -141,6 +141,9 @@ report = json.dumps({"rank": rank, "ok": ok, "loaded": loaded, "opened": opened,
                      "mode": tack.cache.settings().mode,
                      "host_key": __import__("tack.cache.host").cache.host.cpu_host_key(),
                      "launcher": launch.launcher if launch else None,
+                     "local": launch.local if launch else None,
+                     "threads": [tack.config.num_threads, len(os.sched_getaffinity(0))
+                                 if hasattr(os, "sched_getaffinity") else None, os.cpu_count()],
                      "llvmlite": "llvmlite" in sys.modules,     # False: nothing was compiled
                      "memory": memory_of(tack.cache._loaded_bundle) if use_comm else None,
                      "windows": len(tack.cache.bcast._windows) if use_comm else None,

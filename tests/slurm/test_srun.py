@@ -30,6 +30,10 @@ def test_srun_2_ranks_read_the_bundle_once_and_write_nothing(kernel_dir, cache, 
         assert r["stats"]["hits"]["variant"] == 2 and r["stats"]["misses"]["variant"] == 0
         assert r["stats"]["bytes_written"] == 0 and not r["llvmlite"]
         assert r["warnings"] == []
+        # The step's two ranks on this node share its cores (Slurm's count, which the pmi2 plugin
+        # does not repeat in MPI_LOCALNRANKS): each took every core it could use before
+        threads, affinity, machine = r["threads"]
+        assert r["local"] == 2 and threads == max(1, min(affinity, machine // 2)), r
     assert listing(cache) == before
 
 
