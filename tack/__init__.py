@@ -32,7 +32,10 @@ def _promote_young_objects():
 
 
 _promote_young_objects()                # what the program made before (NumPy's import)
-_image.install(__name__, __path__[0])   # the rest of Tack from its import image, where current
+_finder = _image.install(__name__, __path__[0])   # the rest of Tack from its image, where current
+if _finder is not None:
+    _finder.preload(__name__ + "._version")         # the image's group of the imports below
+del _finder
 
 from ._version import __version__
 from .api import Kernel, constant, func, kernel

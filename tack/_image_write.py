@@ -22,13 +22,17 @@ from ._image import (BY_CONTENT, FORMAT, MAGIC_NUMBER, cache_dir, finder, image_
 # those ``import tack`` imports from the image, and those a first call served from the user's
 # cache directory on the CPU adds (a site bundle's adds ``cache.bundle`` and
 # ``backends.cpu_levels``, a device's its runtime: each alone).  tests/test_warm_imports.py holds
-# them to what a warm process imports.
+# them to what a warm process imports.  Each in an order in which every module comes after its
+# package and the group's modules it imports at its top: ``ImageFinder.preload`` runs them in it
+# (tests/test_import_image.py checks the order).
 GROUPS = (
-    ("tack._version", "tack.api", "tack.argtypes", "tack.config", "tack.devices", "tack.digests",
-     "tack.errors", "tack.fingerprints", "tack.language", "tack.launch", "tack.records", "tack.types"),
-    ("tack.backends", "tack.backends.argument_layout", "tack.backends.cpu_identity",
-     "tack.backends.cpu_loader", "tack.backends.cpu_runtime", "tack.backends.variant", "tack.cache",
-     "tack.cache.deps", "tack.cache.entry", "tack.cache.keys", "tack.cache.stores", "tack.cache.trust"),
+    ("tack._version", "tack.digests", "tack.language", "tack.api", "tack.fingerprints",
+     "tack.records", "tack.types", "tack.argtypes", "tack.errors", "tack.config", "tack.devices",
+     "tack.launch"),
+    ("tack.backends", "tack.backends.argument_layout", "tack.cache", "tack.cache.keys",
+     "tack.backends.cpu_identity", "tack.backends.cpu_loader", "tack.backends.variant",
+     "tack.backends.cpu_runtime", "tack.cache.deps", "tack.cache.entry", "tack.cache.trust",
+     "tack.cache.stores"),
 )
 
 
@@ -159,9 +163,10 @@ def write(package: str, package_dir: str, wait: bool = True) -> tuple[str, int, 
         index[name] = head + (offset, len(data), zlib.crc32(data), None)
         blobs.append(data)
         offset += len(data)
-    for members in grouped:
+    for g, members in enumerate(grouped):
         if not members:
             continue
+        members.sort(key=lambda m: GROUPS[g].index(m[0]))      # each in its group's order: preload's
         data = marshal.dumps(tuple(code for _, _, code in members))
         for slot, (name, head, _) in enumerate(members):
             index[name] = head + (offset, len(data), zlib.crc32(data), slot)

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from . import _image
 from . import types as T
 from .api import Kernel
 from .argtypes import device_array_type, typed_args
@@ -202,6 +203,10 @@ def _import_compiler():
 
 
 def _import_modules(device):
+    if device == "cpu":         # the CPU's first call imports its group of the image whole
+        found = _image.finder(__package__)
+        if found is not None:
+            found.preload(__package__ + ".cache")
     from . import cache
     from .backends import runtime_for
     from .cache import keys

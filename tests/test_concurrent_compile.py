@@ -350,7 +350,7 @@ def test_load_bundle_beside_a_threads_first_launch(cache_mode, monkeypatch):
     import tack.cache.bcast
     launched, resume = threading.Event(), threading.Event()
     session_set = _lines(tack.cache.session, "_session = made")
-    locking = _lines(tack.cache.load_bundle, "with _lock")
+    locking = _lines(tack.cache.bcast.load_bundle, "with c._lock")     # (its work, bcast's)
     loaded = _LoadedBundle()
     results = []
 
@@ -371,7 +371,7 @@ def test_load_bundle_beside_a_threads_first_launch(cache_mode, monkeypatch):
         return loaded, [], None
     monkeypatch.setattr(tack.cache.bcast, "load_and_broadcast", broadcast)
     # load_bundle, coming to the cache's lock the launch's thread holds, lets that thread go on
-    sys.settrace(_pausing(tack.cache.load_bundle.__code__, locking,
+    sys.settrace(_pausing(tack.cache.bcast.load_bundle.__code__, locking,
                           lambda: launched.is_set() and resume.set()))
     try:
         assert tack.cache.load_bundle() == 1

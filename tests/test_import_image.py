@@ -769,3 +769,136 @@ def test_an_index_whose_places_were_changed_serves_no_module_anothers_code(site,
                            env=_env(PYTHONPATH=str(site), TACK_IMPORT_IMAGE="0"), cwd=tmp_path,
                            timeout=300)
     assert check.returncode == 1, check.stdout + check.stderr
+
+
+PRELOADED = r"""
+import json, sys, threading
+import numpy as np
+through = []                            # the Tack modules importlib's own machinery imported
+audited = []
+def prof(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "_find_and_load" and "importlib" in frame.f_code.co_filename:
+        name = frame.f_locals.get("name", "")
+        if name.startswith("tack"):
+            through.append(name)
+sys.addaudithook(lambda event, args: event == "import" and str(args[0]).startswith("tack.")
+                 and audited.append(args[0]))
+if "--thread" in sys.argv:
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, daemon=True).start()
+sys.setprofile(prof)
+import tack
+after_import = list(through)
+x = np.arange(5, dtype=np.float64)
+@tack.kernel
+def twice(a, out):
+    i = tack.tid()
+    out[i] = 2.0 * a[i]
+out = np.empty_like(x)
+tack.launch(twice, 5, (x, out))
+sys.setprofile(None)
+if "--thread" in sys.argv:
+    stop.set()
+from tack._image_write import GROUPS
+wrong = []
+for group in GROUPS:
+    for m in group:
+        mod = sys.modules[m]
+        spec = mod.__spec__
+        parent, _, child = m.rpartition(".")
+        if not (spec.name == m and mod.__loader__ is spec.loader and mod.__file__ == spec.origin
+                and mod.__cached__ == spec.cached and mod.__package__ == spec.parent
+                and not spec._initializing
+                and (getattr(sys.modules[parent], child) is mod     # or what the package rebound
+                     or not isinstance(getattr(sys.modules[parent], child), type(sys)))
+                and (getattr(mod, "__path__", None) == spec.submodule_search_locations)):
+            wrong.append(m)
+print(json.dumps({"import": after_import, "call": through[len(after_import):], "wrong": wrong,
+                  "ok": bool((out == 2 * x).all()), "audited": audited,
+                  "groups": [list(g) for g in GROUPS]}))
+"""
+
+
+def test_a_group_is_imported_whole_without_importlibs_machinery(site, tmp_path):
+    """``import tack`` imports the image's first group, and a first call on the CPU the second,
+    each module made as importlib makes it (spec, attributes, parent's attribute, the ``import``
+    audit event) but without ``_find_and_load`` and the 50 or so calls of importlib's Python
+    behind each (all 24 went through it).  With another thread running (importlib's locks not
+    taken here) every module goes through importlib, as before; the results are the same."""
+    _write(site, tmp_path)
+    (tmp_path / "p.py").write_text(PRELOADED)
+    runs = {}
+    for how in ("alone", "--thread"):
+        p = subprocess.run([sys.executable, str(tmp_path / "p.py"), how], capture_output=True, text=True,
+                           env=_env(PYTHONPATH=str(site), TACK_CACHE_DIR=str(tmp_path / "cache")),
+                           cwd=tmp_path, timeout=600)
+        assert p.returncode == 0, p.stderr
+        runs[how] = json.loads(p.stdout.strip().splitlines()[-1])
+    alone, threaded = runs["alone"], runs["--thread"]
+    first, second = alone["groups"]
+    for got in (alone, threaded):
+        assert got["ok"] and got["wrong"] == [], got
+        assert set(first) | set(second) <= set(got["audited"]), got["audited"]
+    assert not set(alone["import"]) & set(first), alone["import"]
+    assert not set(alone["call"]) & set(second), alone["call"]
+    assert "tack" in alone["import"] and "tack._image" in alone["import"]    # not the image's to serve
+    assert set(first) <= set(threaded["import"]) and set(second) <= set(threaded["call"]), threaded
+
+
+def test_a_module_that_raises_when_its_group_is_imported_is_left_to_importlib(site, tmp_path):
+    """A module whose code raises while its group is imported is taken out of ``sys.modules``
+    and the group's import stops there: importlib imports it where it is imported (and raises
+    there, if it raises again); here it raises once, and Tack works with one ``tack.types``."""
+    _write(site, tmp_path)
+    code = r"""
+import importlib.util, json, os, sys
+# tack._image alone (its package's __init__ not run yet), to watch the loader it will use
+path = os.path.join(os.environ["PYTHONPATH"], "tack", "_image.py")
+spec = importlib.util.spec_from_file_location("tack._image", path)
+_image = sys.modules["tack._image"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(_image)
+raised = []
+real = _image._Loader.exec_module
+def once(self, module):
+    if module.__name__ == "tack.types" and not raised:
+        raised.append(1)
+        raise RuntimeError("once")
+    return real(self, module)
+_image._Loader.exec_module = once
+import tack
+launch = sys.modules["tack.launch"]
+print(json.dumps([raised, launch.T is sys.modules["tack.types"], hasattr(launch.T, "Array"),
+                  tack.types is sys.modules["tack.types"]]))
+"""
+    assert json.loads(_py(site, code, tmp_path).stdout.splitlines()[-1]) == [[1], True, True, True]
+
+
+def test_each_group_lists_a_module_after_its_package_and_what_it_imports_first():
+    """``GROUPS``' order is the order ``preload`` runs the modules in: each after its package and
+    after the group's modules it imports at its top (found here from its syntax), so that none
+    of them is imported through importlib from inside another."""
+    import ast
+    from tack._image_write import GROUPS
+    pkg_dir = ROOT / "tack"
+
+    def source(name):
+        rel = Path(*name.split(".")[1:])
+        return pkg_dir / rel / "__init__.py" if (pkg_dir / rel).is_dir() else pkg_dir / rel.with_suffix(".py")
+
+    for group in GROUPS:
+        for i, name in enumerate(group):
+            path = source(name)
+            package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            needs = {package} if package != name else set()
+            for node in ast.parse(path.read_text()).body:
+                for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+                    if isinstance(n, ast.Import):
+                        needs |= {a.name for a in n.names}
+                    elif isinstance(n, ast.ImportFrom):
+                        base = n.module or ""
+                        if n.level:
+                            parts = package.split(".")[:len(package.split(".")) - n.level + 1]
+                            base = ".".join(parts + ([n.module] if n.module else []))
+                        needs |= {base} | {f"{base}.{a.name}" for a in n.names}
+            later = (needs & set(group)) - set(group[:i])
+            assert not later, f"{name} imports {sorted(later)}, listed after it in its group"
