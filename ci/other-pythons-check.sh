@@ -31,6 +31,7 @@ if [ $# -eq 0 ]; then
   set -- tests/test_language.py tests/test_launch.py tests/test_errors.py tests/test_messages.py \
     tests/test_dlpack.py tests/test_limits.py tests/test_ir.py tests/test_warm_imports.py \
     tests/test_import_image.py::test_written_image_serves_every_module_with_the_same_results \
+    tests/test_import_image.py::test_a_group_is_imported_whole_without_importlibs_machinery \
     tests/test_import_image.py::test_a_cold_process_writes_the_image_where_python_writes_bytecode \
     tests/test_import_image.py::test_an_optimizing_python_has_an_image_of_its_own \
     "tests/test_import_image.py::test_a_damaged_or_foreign_image_is_ignored_and_tack_still_works[python]" \
