@@ -36,11 +36,12 @@ __all__ = ["configure", "load_bundle", "settings", "stats", "reset_stats"]
 MODES = ("write", "read", "bundle", "off")
 DEFAULT_SIZE = 1 << 30
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:I?B)?|B)?\s*$"   # 'i' only after a unit
+_SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:I?B|I)?|B)?\s*$"  # 'i' only after a unit
 
 
 def parse_size(text) -> int | None:
-    """``'500M'``, ``'2G'``, ``'1.5GiB'``, ``'1048576'`` -> bytes (binary units); ``'unlimited'`` -> None."""
+    """``'500M'``, ``'2G'``, ``'1.5GiB'``, ``'2Gi'`` (as Kubernetes writes it), ``'1048576'`` ->
+    bytes (binary units); ``'unlimited'`` -> None."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"a size cannot be negative: {text}")

@@ -167,6 +167,7 @@ def test_configure_after_load_bundle_names_load_bundle(cache_dir):
     ("500M", 500 * MiB), ("2G", 2 * GiB), ("1.5GiB", 3 * GiB // 2), ("2g", 2 * GiB), ("10K", 10 * KiB),
     ("500MB", 500 * MiB), ("1T", 1 << 40), (" 3 M ", 3 * MiB), ("1048576", 1048576), ("0", 0),
     ("100B", 100), ("unlimited", None), ("UNLIMITED", None), (4096, 4096),
+    ("2Gi", 2 * GiB), ("512mi", 512 * MiB),       # as Kubernetes writes them (2Gi was refused)
 ])
 def test_parse_size(text, want):
     """parse_size takes binary units with optional i/B, plain byte counts and 'unlimited'."""
@@ -175,7 +176,7 @@ def test_parse_size(text, want):
 
 # "5IB" and "1.5" were 5 and 1 bytes, with no word said
 @pytest.mark.parametrize("text", ["12Q", "", "M", "-1", "1.5.2", "2 GG", "lots", "1e6", None, True, -3,
-                                  "5IB", "5iB", "1.5", "2.5B"])
+                                  "5IB", "5iB", "1.5", "2.5B", "5i", "2Gib B", "2GBi"])
 def test_parse_size_rejects(text):
     """parse_size raises ValueError on anything that is not a size."""
     with pytest.raises(ValueError):
