@@ -122,11 +122,6 @@ class Constant:
         # writable, and then what a kernel compiled against could change behind its back)
         return type(self), (self.value,)
 
-    def __reduce__(self):
-        # wrapped again when unpickled: copied and frozen, as here (a pickled array comes back
-        # writable, and then what a kernel compiled against could change behind its back)
-        return type(self), (self.value,)
-
     @property
     def fingerprint(self) -> str:
         """Hex digest (``tack.digests``) of the value: its dtype, shape and bytes (or Python type and value).
