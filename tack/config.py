@@ -55,9 +55,8 @@ def _env_threads() -> int:
 
 def _threads_value(raw: str):
     """``raw`` as a thread count from 1 to MAX_THREADS, or None."""
-    if raw.isascii() and raw.isdigit() and len(raw) <= 6 and 0 < int(raw) <= MAX_THREADS:
-        return int(raw)
-    return None
+    n = _count(raw)
+    return n if n is not None and 0 < n <= MAX_THREADS else None
 
 
 def threads_under_launch(cores: int, machine: int, launch) -> int:

@@ -519,7 +519,7 @@ def load_bundle(comm=None, kinds=None, share=True) -> int:
                                                 lambda names: gpu_packed_bundles(names, asked), sites,
                                                 share=share, said=said)
     site_bundles = [b for packed, chosen in (got_sites or {}).values()
-                    for b in ([packed] if packed is not None else []) + [c[2] for c in chosen]]
+                    for b in ([packed] if packed is not None else []) + [row[2] for row in chosen]]
     stats = c._get_stats()
     for b in ([loaded] if loaded is not None else []) + gpu + site_bundles:
         if b.bytes_read:                        # rank 0, which read the files

@@ -13,7 +13,7 @@ import pytest
 
 HERE = Path(__file__).parent
 RANK = HERE / "_rank.py"
-LAUNCHER_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "MV2_", "PALS_", "ALPS_", "SLURM_", "HYDRA_")
+LAUNCHER_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "MV2_", "PALS_", "ALPS_", "SLURM_", "HYDRA_", "MPI_LOCAL")
 
 
 def clean_env(cache, **extra):

@@ -13,7 +13,7 @@ import pytest
 import tack
 from tack.config import detect, threads_under_launch
 
-from .conftest import clean_env
+from .conftest import LAUNCHER_PREFIXES, clean_env
 
 THREADS_VARS = ("TACK_NUM_THREADS", "OMP_NUM_THREADS")
 
@@ -22,8 +22,7 @@ THREADS_VARS = ("TACK_NUM_THREADS", "OMP_NUM_THREADS")
 def no_thread_settings(monkeypatch):
     """No thread variable and no launcher's variable set; the setting read afresh, before and after."""
     for name in list(os.environ):
-        if name in THREADS_VARS or name.startswith(("OMPI_", "PMIX_", "PMI_", "MV2_", "PALS_", "ALPS_",
-                                                     "SLURM_", "MPI_LOCAL")):
+        if name in THREADS_VARS or name.startswith(LAUNCHER_PREFIXES):
             monkeypatch.delenv(name)
     tack.config.reset()
     yield monkeypatch
@@ -119,7 +118,9 @@ CHILD = ("import json, os, tack; print(json.dumps([tack.config.num_threads, "
          "len(os.sched_getaffinity(0)), os.cpu_count()]))")
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity to read")
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"),
+                    reason="os.sched_getaffinity is Linux's: without it (macOS) no rank's allowed "
+                           "cores can be read to hold its thread count against")
 def test_mpiexec_ranks_on_one_node_share_its_cores(tmp_path):
     """A real ``mpiexec -n 2`` (MPICH's Hydra, which binds no rank to a core): each rank may use
     every core, and each took them all, so two ranks ran two threads on each core.  Each now
