@@ -221,11 +221,26 @@ def check_mode(value, origin: str) -> str:
     return mode
 
 
+def keeps_no_entry(shown: str, store_none: str) -> str:
+    """What a size limit of 0 says, for ``TACK_CACHE_SIZE``, ``configure`` and the site config
+    alike (``shown``: the size as given, quoted; ``store_none``: the setting that stores none).
+    ccache reads a limit of 0 as no limit; here every size check would enforce it, deleting
+    every entry of every Tack version (of every user a site config reaches)."""
+    return (f"{shown} keeps no entry: each size check deletes them all (use 'unlimited' for no "
+            f"limit, or {store_none} to store none)")
+
+
 def check_size(value, origin: str):
+    """A setting's size (``parse_size``); a ValueError naming ``origin`` for a bad one, and for
+    0 (``keeps_no_entry``).  ``prune --max-size 0`` still deletes every entry: that is asked
+    once, by hand."""
     try:
-        return parse_size(value)
+        size = parse_size(value)
     except ValueError as e:
         raise ValueError(f"{origin}: {e}") from None
+    if size == 0:
+        raise ValueError(f"{origin}: " + keeps_no_entry(repr(value), "TACK_CACHE=read or off"))
+    return size
 
 
 _CHECKS = {"directory": ("TACK_CACHE_DIR", check_cache_directory),

@@ -16,7 +16,7 @@ import yaml
 
 from ..archs import ArchError
 from ..backends.arch_names import KINDS as ARCH_KINDS
-from ..cache import MODES, SizeTooLarge, parse_size, too_large
+from ..cache import MODES, SizeTooLarge, keeps_no_entry, parse_size, too_large
 from .errors import SiteConfigError
 
 #: The kernels a site config without build.kernels builds (``SiteConfig.kernels``).
@@ -533,9 +533,7 @@ class _Validator:
             if size == 0:
                 # ccache reads max_size 0 as no limit; here it is a limit every size check
                 # enforces, deleting every entry of every user the config reaches
-                self.fail(node, keypath, f"{shown(value)} keeps no entry: each size check "
-                          "deletes them all (use 'unlimited' for no limit, or mode: read or off "
-                          "to store none)")
+                self.fail(node, keypath, keeps_no_entry(shown(value), "mode: read or off"))
                 return _BAD
             return value
         if kind == "mode":

@@ -97,6 +97,8 @@ def test_configure_one_setting_leaves_the_others_to_environment_and_default(monk
     ("TACK_CACHE", "bogus", "mode", "write"),
     ("TACK_CACHE_SIZE", "12Q", "max_size", GiB),
     ("TACK_CACHE_SIZE", "-5M", "max_size", GiB),
+    ("TACK_CACHE_SIZE", "0", "max_size", GiB),        # was taken: each store deleted every entry
+    ("TACK_CACHE_SIZE", "0.0G", "max_size", GiB),
     ("TACK_CACHE_DIR", "$TACK_NOT_SET_22/dir", "directory", None),
 ])
 def test_bad_environment_value_warns_and_uses_default(monkeypatch, tmp_path, var, value, field, default):
@@ -112,8 +114,21 @@ def test_bad_environment_value_warns_and_uses_default(monkeypatch, tmp_path, var
     assert s.sources[field] == "default"
 
 
+def test_zero_size_says_it_keeps_no_entry(monkeypatch):
+    """A size limit of 0 (ccache's "no limit") is refused where it is set, saying what it would do
+    and what to set instead, as the site config refuses ``cache.size: 0``: taken, it made every
+    store delete every entry of every Tack version."""
+    with pytest.raises(ValueError, match=r"configure\(max_size=...\): 0 keeps no entry"):
+        tack.cache.configure(max_size=0)
+    monkeypatch.setenv("TACK_CACHE_SIZE", "0")
+    with pytest.warns(RuntimeWarning, match=r"TACK_CACHE_SIZE: '0' keeps no entry: .*'unlimited' "
+                      r"for no limit, or TACK_CACHE=read or off to store none\); using the default"):
+        assert tack.cache.settings().max_size == GiB
+
+
 @pytest.mark.parametrize("kwargs", [
     {"mode": "bogus"}, {"mode": 3}, {"max_size": "12Q"}, {"max_size": -1}, {"max_size": 1.5},
+    {"max_size": 0}, {"max_size": "0M"},
     {"directory": "$TACK_NOT_SET_22/dir"}, {"directory": ""}, {"directory": 42},
 ])
 def test_configure_bad_value_raises(kwargs):
