@@ -41,7 +41,6 @@ and rules as CPython's own ``.pyc`` files.  ``TACK_IMPORT_IMAGE=0`` turns the fi
 """
 
 import _imp
-import _thread
 import marshal
 import os
 import stat
@@ -65,6 +64,15 @@ try:
 except ImportError:                         # pragma: no cover - another implementation's importlib
     from importlib.machinery import ModuleSpec, SourceFileLoader
     from importlib.util import MAGIC_NUMBER, source_hash
+
+# The per-module lock importlib holds while a module's code runs, which ``preload`` takes as it
+# does: a thread importing the module meanwhile waits until it is whole, and a deadlock between
+# two threads' imports is found and broken as importlib breaks it.  Private to importlib (in
+# CPython 3.10 to 3.14); without it nothing is preloaded.
+try:
+    from _frozen_importlib import _ModuleLockManager
+except ImportError:                         # pragma: no cover - another implementation's importlib
+    _ModuleLockManager = None
 
 
 def crc32_function():
@@ -325,14 +333,17 @@ class ImageFinder:
         other.  Each is made as importlib makes it (this finder's spec, the module's attributes
         from it, its place in ``sys.modules`` while it runs and after, its parent's attribute,
         the ``import`` audit event), without importlib's own Python: some 50 of its calls a
-        module, more than a warm first call's own (about 8 us a module).  Only where nothing can
-        import them meanwhile or otherwise: no other thread (importlib's per-module locks are not
-        taken here) and no import hook before this finder (it sees them as usual then).  A
-        module imported already, not served from the image (its source changed), or whose parent
-        is not imported is left to importlib, as is one whose code raises (removed again: its
-        import raises where it is made).  -> how many it imported."""
+        module, more than a warm first call's own (about 8 us a module).  Each module's code runs
+        under importlib's lock for it (``_ModuleLockManager``), as importlib runs it: another
+        thread importing it meanwhile waits until it is whole.  Counting Python's threads instead
+        (``_thread._count()``) missed those a C library starts and calls back into Python from
+        (a ctypes callback, a pybind11 worker), which got a module half made.  Not where an
+        import hook comes before this finder (it sees them as usual then).  A module imported
+        already, not served from the image (its source changed), or whose parent is not
+        imported is left to importlib, as is one whose code raises (removed again: its import
+        raises where it is made).  -> how many it imported."""
         entry = self.index.get(name) if self.fd is not None else None
-        if entry is None or entry[8] is None or _thread._count():
+        if entry is None or entry[8] is None or _ModuleLockManager is None:
             return 0
         for f in sys.meta_path:
             if f is self:
@@ -346,33 +357,45 @@ class ImageFinder:
                                 if e[5] == offset and e[8] is not None):
             if member in sys.modules:
                 continue
-            parent_name, _, child = member.rpartition(".")
-            parent = sys.modules.get(parent_name)
-            spec = None if parent is None else self.find_spec(member, getattr(parent, "__path__", None))
-            if spec is None:
-                continue
-            sys.audit("import", member, None, sys.path, sys.meta_path, sys.path_hooks)
-            module = types.ModuleType(member)
-            module.__loader__, module.__package__, module.__spec__ = self.loader, spec.parent, spec
-            if spec.submodule_search_locations is not None:
-                module.__path__ = spec.submodule_search_locations
-            module.__file__, module.__cached__ = spec.origin, spec.cached
-            sys.modules[member] = module
-            spec._initializing = True
-            try:
-                self.loader.exec_module(module)
-            except BaseException as e:
-                if sys.modules.get(member) is module:
-                    del sys.modules[member]
-                if isinstance(e, Exception):
-                    return done             # imported as usual where it is imported: raised there
-                raise
-            finally:
-                spec._initializing = False
-            module = sys.modules[member] = sys.modules.pop(member)     # as importlib: its own
-            setattr(parent, child, module)
-            done += 1
+            with _ModuleLockManager(member):
+                made = self._make(member)
+            if made is None:
+                return done                 # imported as usual where it is imported: raised there
+            done += made
         return done
+
+    def _make(self, member: str):
+        """``preload``'s module ``member``, under its lock: 1 made, 0 left to importlib (another
+        thread made it first, its parent is not imported, the image does not serve it), None
+        where its code raised an Exception (removed again)."""
+        if member in sys.modules:
+            return 0
+        parent_name, _, child = member.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        spec = None if parent is None else self.find_spec(member, getattr(parent, "__path__", None))
+        if spec is None:
+            return 0
+        sys.audit("import", member, None, sys.path, sys.meta_path, sys.path_hooks)
+        module = types.ModuleType(member)
+        module.__loader__, module.__package__, module.__spec__ = self.loader, spec.parent, spec
+        if spec.submodule_search_locations is not None:
+            module.__path__ = spec.submodule_search_locations
+        module.__file__, module.__cached__ = spec.origin, spec.cached
+        sys.modules[member] = module
+        spec._initializing = True
+        try:
+            self.loader.exec_module(module)
+        except BaseException as e:
+            if sys.modules.get(member) is module:
+                del sys.modules[member]
+            if isinstance(e, Exception):
+                return None
+            raise
+        finally:
+            spec._initializing = False
+        module = sys.modules[member] = sys.modules.pop(member)     # as importlib: its own
+        setattr(parent, child, module)
+        return 1
 
 
 def open_image(package: str, package_dir: str):
