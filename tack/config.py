@@ -45,7 +45,11 @@ def _env_threads() -> int:
     # silence (the job's OpenMP runtime says so), as where it is unset
     default = _threads_value(os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip())
     if default is None:
-        default = threads_under_launch(cores, os.cpu_count() or cores, detect())
+        launch = detect()
+        machine = os.cpu_count() or cores
+        if getattr(launch, "local", None) and launch.local > 1:     # (read only where shared)
+            machine = job_cores(machine)
+        default = threads_under_launch(cores, machine, launch)
     if raw:
         shown = raw if len(raw) <= 32 else raw[:24] + "..."
         warn(f"tack: TACK_NUM_THREADS={shown!r} is not an integer from 1 to {MAX_THREADS}; "
@@ -60,16 +64,79 @@ def _threads_value(raw: str):
 
 
 def threads_under_launch(cores: int, machine: int, launch) -> int:
-    """The default thread count of a process that may use ``cores`` cores (its affinity) of a
-    node of ``machine`` cores, in ``launch`` (``detect``'s, or None): with L of the launch's
-    ranks on this node, at most ``machine // L``.  A launcher that binds each rank to its own
-    cores (Open MPI's default, ``srun --cpu-bind``) leaves each its share in its affinity
-    already; one that binds none (MPICH's ``mpiexec``) gave every rank every core, and each
-    rank's threads, one a core, would have put L threads on each core."""
+    """The default thread count of a process that may use ``cores`` cores (its affinity) of the
+    ``machine`` cores its launch's ranks on this node share (``job_cores``), in ``launch``
+    (``detect``'s, or None): with L of the launch's ranks on this node, at most
+    ``machine // L``.  A launcher that binds each rank to its own cores (Open MPI's default,
+    ``srun --cpu-bind``) leaves each its share in its affinity already; one that binds none
+    (MPICH's ``mpiexec``) gave every rank every core, and each rank's threads, one a core,
+    would have put L threads on each core."""
     local = getattr(launch, "local", None)
     if not local or local < 2:
         return cores
     return max(1, min(cores, machine // local))
+
+
+def job_cores(machine: int, environ=None, root: str = "/") -> int:
+    """The cores an MPI launch's ranks on this node share: the node's ``machine``, or fewer
+    where the job is confined to fewer, as a shared node's scheduler confines it.  Every rank
+    of ``mpiexec`` inside a Slurm job of 8 cores on a 64-core node may use those 8 (its affinity),
+    and with 64 // 8 as the bound each of 8 ranks took 8 threads: 64 on 8 cores.  So the
+    bound is taken from what confines them: the cpuset of the process's cgroup (Slurm's
+    task/cgroup, PBS's and LSF's cgroups, a container's ``--cpuset-cpus``: ``_cgroup_cpus``)
+    and Slurm's ``SLURM_CPUS_ON_NODE`` (the job's or step's CPUs on this node).  A launch
+    confined otherwise (``taskset -c 0-7 mpiexec -n 8``) is not seen: bind its ranks, or set
+    OMP_NUM_THREADS."""
+    environ = os.environ if environ is None else environ
+    n = machine
+    for confined in (_cgroup_cpus(root), _count(environ.get("SLURM_CPUS_ON_NODE", ""))):
+        if confined:
+            n = min(n, confined)
+    return max(n, 1)
+
+
+def _cgroup_cpus(root: str = "/"):
+    """How many CPUs the cpuset of this process's cgroup holds (the effective set: cgroup v2's
+    ``cpuset.cpus.effective``, v1's ``cpuset.effective_cpus``, of its cgroup or the nearest
+    parent that has one), or None where there is none to read."""
+    try:
+        with open(os.path.join(root, "proc/self/cgroup")) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    places = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if not path.startswith("/"):
+            continue
+        if controllers == "":                       # v2 (or the v2 half of a hybrid setup)
+            places += [("sys/fs/cgroup", path, "cpuset.cpus.effective"),
+                       ("sys/fs/cgroup/unified", path, "cpuset.cpus.effective")]
+        elif "cpuset" in controllers.split(","):    # v1
+            places.append(("sys/fs/cgroup/cpuset", path, "cpuset.effective_cpus"))
+    for mount, path, name in places:
+        while True:
+            try:
+                with open(os.path.join(root, mount, path.strip("/"), name)) as f:
+                    return _cpu_list_count(f.read())
+            except (OSError, UnicodeDecodeError):
+                pass
+            if path in ("/", ""):
+                break
+            path = path.rsplit("/", 1)[0] or "/"
+    return None
+
+
+def _cpu_list_count(text: str):
+    """The CPUs of a kernel CPU list (``0-3,8-11``: 8), or None where it does not parse or is empty."""
+    n = 0
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        a, b = _count(first), _count(last) if last else _count(first)
+        if a is None or b is None or b < a:
+            return None
+        n += b - a + 1
+    return n or None
 
 
 # -- the MPI launch: recognized from the launcher's environment, without mpi4py --

@@ -11,11 +11,12 @@ import sys
 import pytest
 
 import tack
-from tack.config import detect, threads_under_launch
+from tack.config import _cgroup_cpus, detect, job_cores, threads_under_launch
 
 from .conftest import LAUNCHER_PREFIXES, clean_env
 
 THREADS_VARS = ("TACK_NUM_THREADS", "OMP_NUM_THREADS")
+CONFIG = sys.modules["tack.config"]     # the module (``tack.config`` is its Config object)
 
 
 @pytest.fixture
@@ -147,3 +148,64 @@ def test_the_cache_asks_the_same_detect():
     """One home: the cache's MPI launch is config.detect's."""
     import tack.cache
     assert tack.cache.detect is detect
+
+
+def _cgroup_root(tmp_path, lines, files):
+    """A made-up root: its proc/self/cgroup ``lines`` and {path under root: text} ``files``."""
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "cgroup").write_text("".join(line + "\n" for line in lines))
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("lines, files, want", [
+    (["0::/slurm/job_7/step_0"], {"sys/fs/cgroup/slurm/job_7/step_0/cpuset.cpus.effective": "0-3,8-11\n"}, 8),
+    # the step's cgroup without the controller's files: its nearest parent's set
+    (["0::/slurm/job_7/step_0"], {"sys/fs/cgroup/slurm/job_7/cpuset.cpus.effective": "4-7\n"}, 4),
+    (["0::/"], {"sys/fs/cgroup/cpuset.cpus.effective": "0-63\n"}, 64),        # a container's root
+    (["3:cpuset:/docker/ab", "0::/"], {"sys/fs/cgroup/cpuset/docker/ab/cpuset.effective_cpus": "2,5\n"}, 2),
+    (["5:cpu,cpuset:/job"], {"sys/fs/cgroup/cpuset/job/cpuset.effective_cpus": "0\n"}, 1),
+    (["0::/a"], {}, None),                                                       # nothing to read
+    (["0::/a"], {"sys/fs/cgroup/a/cpuset.cpus.effective": "\n"}, None),          # an empty set
+    (["0::/a"], {"sys/fs/cgroup/a/cpuset.cpus.effective": "3-1\n"}, None),       # no CPU list
+    (["garbage"], {}, None),
+])
+def test_the_cpuset_of_the_process_cgroup(tmp_path, lines, files, want):
+    """How many CPUs this process's cgroup holds (v2, v1 and a hybrid's v1 half; its nearest
+    parent's set where its own has none), read from the kernel's files under a made-up root."""
+    assert _cgroup_cpus(_cgroup_root(tmp_path, lines, files)) == want
+
+
+def test_without_proc_there_is_no_cpuset(tmp_path):
+    assert _cgroup_cpus(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("cgroup, slurm, want", [
+    (None, None, 64), (8, None, 8), (None, "8", 8), (16, "8", 8), (8, "16", 8), (None, "x", 64),
+    (None, "0", 64),
+])
+def test_the_cores_a_launchs_ranks_share_are_what_confines_the_job(monkeypatch, cgroup, slurm, want):
+    """The node's cores, or the fewer its job is confined to: the cgroup's cpuset, Slurm's
+    SLURM_CPUS_ON_NODE (a bad one is not a bound)."""
+    monkeypatch.setattr(CONFIG, "_cgroup_cpus", lambda root="/": cgroup)
+    env = {} if slurm is None else {"SLURM_CPUS_ON_NODE": slurm}
+    assert job_cores(64, env) == want
+
+
+@pytest.mark.parametrize("confined_by", ["cgroup", "slurm"])
+def test_ranks_sharing_a_jobs_cores_share_them_out(no_thread_settings, confined_by):
+    """``mpiexec -n 8`` (MPICH, binding no rank) in a job of 8 cores of a 64-core node: every rank
+    may use the 8 (its affinity), and each took 8 threads, 64 on 8 cores (the node's 64 // 8 ranks
+    bounded nothing; a hostile review's case).  Each takes 1 now."""
+    no_thread_settings.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    no_thread_settings.setattr(os, "cpu_count", lambda: 64)
+    for name, value in (("PMI_RANK", "0"), ("PMI_SIZE", "8"), ("MPI_LOCALNRANKS", "8")):
+        no_thread_settings.setenv(name, value)
+    if confined_by == "slurm":
+        no_thread_settings.setattr(CONFIG, "_cgroup_cpus", lambda root="/": None)
+        no_thread_settings.setenv("SLURM_CPUS_ON_NODE", "8")
+    else:
+        no_thread_settings.setattr(CONFIG, "_cgroup_cpus", lambda root="/": 8)
+    assert tack.config.num_threads == 1
