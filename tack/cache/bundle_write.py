@@ -159,23 +159,53 @@ def _real_dir(path: str) -> bool:
         return False
 
 
-def replaceable(path: str, force: bool = False, force_hint: str = "--force") -> str | None:
+def replaceable(path: str, force: bool = False, force_hint: str = "--force",
+                for_header: dict | None = None) -> str | None:
     """Why a new bundle may not replace what is at ``path`` (None: nothing is there, or a Tack
     bundle, which Tack wrote and may replace).  A file Tack did not write is replaced only
-    with ``force``; what is not a regular file (a FIFO, a directory, a link) never is."""
+    with ``force``; what is not a regular file (a FIFO, a directory, a link) never is.  With
+    ``for_header`` (the new bundle's header), so is a bundle for another machine or
+    microarchitecture (``pack --output`` over a site's zen2 bundle put x86_64_v4 code under the
+    zen2 name, and the zen2 entries were gone); one for the same, of another LLVM or Tack (a
+    job script's fixed ``--output`` after an upgrade), is stale, and replaced."""
+    why, never = replaced_what(path, for_header)
+    if why is None or (force and not never):
+        return None
+    return f"not replacing {path}: {why}" + ("" if never else f"; use {force_hint} to replace it")
+
+
+def replaced_what(path: str, for_header: dict | None = None) -> tuple:
+    """(why what is at ``path`` is replaced only with force, or None; whether it never is), as
+    ``replaceable`` says it."""
     try:
         head, _ = read_regular(path, limit=len(MAGIC))
     except FileNotFoundError:
-        return None
+        return None, False
     except NotRegular as e:
-        return f"not replacing {path}: it is {e.strerror}"
+        return f"it is {e.strerror}", True
     except OSError as e:
-        why = f"it cannot be read ({e.strerror or e}), so it is not known to be a bundle"
-    else:
-        if head == MAGIC:
-            return None
-        why = "it is not a Tack bundle" if head else "it is an empty file, not a Tack bundle"
-    return None if force else f"not replacing {path}: {why}; use {force_hint} to replace it"
+        return f"it cannot be read ({e.strerror or e}), so it is not known to be a bundle", False
+    if head == MAGIC:
+        return (None if for_header is None else _for_another_machine(path, for_header)), False
+    return ("it is not a Tack bundle" if head else "it is an empty file, not a Tack bundle"), False
+
+
+def _for_another_machine(path: str, new: dict) -> str | None:
+    """Why the Tack bundle at ``path`` is not the new bundle's (``new``: its header) to replace:
+    it is for another machine, or names another microarchitecture; None where it is for the
+    same, or its header cannot be read (replaced as a damaged bundle is, and said so)."""
+    from .bundle import header
+    try:
+        old = header(path)
+    except (BundleError, OSError):
+        return None
+    arch, new_arch = old.get("arch") or "", new.get("arch") or ""
+    if old.get("machine") == new.get("machine") and (arch == new_arch or not arch or not new_arch):
+        return None
+    held = f"{arch or 'an unnamed target'} ({old.get('machine')})"
+    n = old.get("entries", 0)
+    return (f"it is a Tack bundle for {held}, not {new_arch or 'an unnamed target'} "
+            f"({new.get('machine')}), and its {n} entr{'y' if n == 1 else 'ies'} would be lost")
 
 
 class NothingToPack(BundleError):
@@ -203,10 +233,11 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
         first = dict(entries[0][3], target_key=tk)
         meta = header_for(first, arch=first.get("arch") or arch_of(tk))
         path = output or os.path.join(out_dir, bundle_name(tk, meta["machine"]))
-        why = replaceable(path, force)
+        why = replaceable(path, force, for_header=meta)
         if why is not None:
             raise BundleError(why)
-        planned.append((tk, entries, meta, path, force and replaceable(path) is not None))
+        planned.append((tk, entries, meta, path,
+                        replaced_what(path, for_header=meta)[0] if force else None))
     written = []
     for tk, entries, meta, path, forced in planned:
         # The valid entries of this Tack's bundle of the same target that this one replaces are

@@ -591,7 +591,7 @@ def cmd_pack(args) -> int:
         print(f"packed {meta['entries']} entries ({fs(meta['bytes'])}) for {meta['arch'] or 'arch ?'} "
               f"({meta['machine']}) into {path}")
         if meta.get("replaced_other"):
-            print("note: it replaced a file that was not a Tack bundle (--force)")
+            print(f"note: --force replaced what was there: {meta['replaced_other']}")
         elif meta.get("replaced_unread"):
             print(f"note: the bundle it replaced could not be read ({meta['replaced_unread']}): "
                   "none of its entries were kept")

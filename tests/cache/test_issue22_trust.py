@@ -104,6 +104,48 @@ def packed_cache(warm):
     return cache, path
 
 
+def _relabelled(src, dst, **fields):
+    """A copy at ``dst`` of the bundle at ``src`` whose header says ``fields`` instead."""
+    from tack.cache import bundle_write
+    b = bundle.read(str(src), tack_version=None)
+    try:
+        entries, meta = bundle_write.valid_entries(b), dict(b.meta)
+    finally:
+        b.close()
+    for name in ("entries", "bytes"):
+        meta.pop(name, None)
+    bundle_write.write(str(dst), entries, dict(meta, **fields))
+    return len(entries)
+
+
+@pytest.mark.parametrize("fields", [{"arch": "cpu:zen2"}, {"machine": "aarch64", "arch": "cpu:neoverse_v1"}])
+def test_pack_output_onto_another_machines_bundle(packed_cache, tmp_path, fields):
+    """pack --output onto a Tack bundle for another microarchitecture or machine (a site's zen2
+    bundle): refused, naming what it holds, the bundle kept; with --force replaced, saying what
+    went.  It was replaced without a word: the zen2 entries were gone, and x86_64_v4 code lay
+    under the zen2 name.  One for the same (this host's bundle, of another Tack and LLVM: a job
+    script's fixed --output after an upgrade) is stale, and replaced without --force."""
+    cache, packed = packed_cache
+    other = tmp_path / "bundle-x86_64-cpu-zen2-c70a7b2b4208"
+    n = _relabelled(packed, other, **fields)
+    before = other.read_bytes()
+    run = run_cli(cache, "pack", "--output", str(other))
+    assert run.rc == 1, run.stdout + run.stderr
+    arch = fields["arch"]
+    assert f"not replacing {other}: it is a Tack bundle for {arch} ({fields.get('machine', 'x86_64')})" \
+        in run.stderr and f"its {n} entr" in run.stderr and "--force" in run.stderr, run.stderr
+    assert other.read_bytes() == before
+    run = run_cli(cache, "pack", "--output", str(other), "--force")
+    assert run.rc == 0, run.stderr
+    assert f"note: --force replaced what was there: it is a Tack bundle for {arch}" in run.stdout, run.stdout
+    assert bundle.header(str(other))["arch"] != arch
+    same = tmp_path / "mine.bundle"
+    _relabelled(packed, same, tack="0.0.1+another", target_key="f" * 64)    # another Tack and LLVM
+    run = run_cli(cache, "pack", "--output", str(same))
+    assert run.rc == 0 and "--force" not in run.stdout, run.stdout + run.stderr
+    assert bundle.header(str(same))["tack"] != "0.0.1+another"
+
+
 def test_pack_output_onto_a_users_file(packed_cache, tmp_path):
     """pack --output onto an existing file that is not a bundle: refused, exit 1, the file kept;
     with --force it is replaced; onto a Tack bundle (one Tack wrote) it is replaced without."""
@@ -118,7 +160,7 @@ def test_pack_output_onto_a_users_file(packed_cache, tmp_path):
     assert run.rc == 0, run.stderr
     assert mine.read_bytes().startswith(bundle.MAGIC)
     # it said "the bundle it replaced could not be read (... too short to be a bundle)"
-    assert "note: it replaced a file that was not a Tack bundle (--force)" in run.stdout, run.stdout
+    assert "note: --force replaced what was there: it is not a Tack bundle" in run.stdout, run.stdout
     assert "could not be read" not in run.stdout, run.stdout
     run = run_cli(cache, "pack", "--output", str(mine))      # a bundle now: Tack's to replace
     assert run.rc == 0, run.stderr
