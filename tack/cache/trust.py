@@ -19,6 +19,7 @@
   made it, so that ``clear`` and ``prune`` know it for one of theirs.
 """
 
+import errno
 import os
 import stat
 
@@ -164,6 +165,17 @@ def check_trusted(path: str, allow_root: bool = False, is_dir: bool = True,
     check_stat(st, path, allow_root, is_dir, setting)
 
 
+def _leads_to(path: str):
+    """Where the links at ``path`` lead (its real path, which may not exist), or None where they
+    go round in a loop (``realpath`` gave back the link itself)."""
+    try:
+        return os.path.realpath(path, strict=True)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return None
+    return os.path.realpath(path)
+
+
 def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True,
                setting: str | None = None) -> None:
     """``check_trusted`` on a stat result (from lstat, or fstat of an open file)."""
@@ -174,10 +186,15 @@ def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True,
             target = os.readlink(path)
         except OSError:                         # replaced since the lstat
             target = "?"
-        if setting is not None:
-            fix = f"set {setting} to the real directory, {os.path.realpath(path)}"
+        real = _leads_to(path)
+        if real is None and is_dir:             # the fix named the link itself
+            fix = (f"its links go round in a loop to no directory: set {setting} to a real "
+                   "directory" if setting is not None else
+                   "its links go round in a loop to no directory: name a real directory")
+        elif setting is not None:
+            fix = f"set {setting} to the real directory, {real}"
         elif is_dir:
-            fix = f"links are not followed here: name the real directory, {os.path.realpath(path)}"
+            fix = f"links are not followed here: name the real directory, {real}"
         else:
             fix = f"no file is read through a link: remove it (rm {path}) or put the file itself there"
         raise Untrusted(f"{path} is a symbolic link (to {target}); {fix}")

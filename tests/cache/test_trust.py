@@ -90,6 +90,28 @@ def test_link_messages_name_the_fix_for_what_the_link_is(warm, tmp_path):
         check_trusted(str(f), is_dir=False)
 
 
+def test_a_loop_of_links_is_not_named_as_the_real_directory(tmp_path):
+    """Links that go round in a loop lead to no directory: the fix said "set TACK_CACHE_DIR to the
+    real directory, <the link itself>" (``realpath`` gives back a loop's own name), which cannot
+    work; it says what they are and to name a real directory.  A dangling link still names where
+    it leads."""
+    from tack.cache.trust import Untrusted, check_trusted
+    a, b = tmp_path / "loop1", tmp_path / "loop2"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    for setting, fix in (("TACK_CACHE_DIR", "set TACK_CACHE_DIR to a real directory"),
+                         ("TACK_CACHE_BUNDLES", "set TACK_CACHE_BUNDLES to a real directory"),
+                         (None, "name a real directory")):
+        with pytest.raises(Untrusted) as e:
+            check_trusted(str(a), setting=setting)
+        assert str(e.value) == f"{a} is a symbolic link (to {b}); its links go round in a loop " \
+                               f"to no directory: {fix}", str(e.value)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone")
+    with pytest.raises(Untrusted, match=f"set TACK_CACHE_DIR to the real directory, {tmp_path / 'gone'}$"):
+        check_trusted(str(dangling), setting="TACK_CACHE_DIR")
+
+
 def test_a_site_file_of_a_third_user_names_its_admins_fix(tmp_path):
     """A site bundle (trusted where it is the user's or root's) owned by a third user: the
     message said "not to you ... remove it: rm PATH", a fix for the user's own cache, not a job
