@@ -129,7 +129,10 @@ def site_bundles(names, header, defer: dict | None = None, *, host: dict | None 
         if key.startswith(got[1]):
             offers.append((name, got[0], key))
         else:
-            why[name] = f"built for cpu:{got[0]} with another LLVM or codegen than this node's"
+            # (said of its name, the one thing read: a file copied to another arch's name is
+            # told apart by ``bundles status``, which reads its header)
+            why[name] = (f"its name is for cpu:{got[0]} built with another LLVM or codegen than "
+                         f"this node's (key {got[1]}, not {key[:len(got[1])]})")
     meta_of = header_reader(header, why)            # each header read once, by either rule
     facts = host_facts(host) if offers else None
     later = None if defer is None else []

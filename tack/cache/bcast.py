@@ -208,7 +208,7 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
             out.append((d, None, key, bundle.read(path, allow_root=True, tack_version=tack_version_id(),
                                                   whole=True)))
         except bundle.BundleError as e:
-            warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
+            warn_once(bundle.not_using_site(e, path))
     try:
         found, checks, read = chooser.candidates()
         for arch, tk, path in found:
@@ -220,7 +220,7 @@ def _site_bundles_in(d, key, site_bundles, warn_once, stats) -> list:
                 else:
                     b.data                      # noqa: B018 - read whole, on the same descriptor
             except (bundle.BundleError, OSError) as e:
-                warn_once(f"not using the site bundle {path}: {bundle.site_reason(e)}")
+                warn_once(bundle.not_using_site(e, path))
                 continue
             name = os.path.basename(path)
             if name not in read and name in checks and \

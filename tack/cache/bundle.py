@@ -98,9 +98,11 @@ AGAIN = ("run its kernels once with this Tack (a warm-up, TACK_CACHE=write), the
 
 
 class BundleError(Exception):
-    """A bundle that cannot be used at all, and why (``missing``: there is no file at its path)."""
+    """A bundle that cannot be used at all, and why (``missing``: there is no file at its path;
+    ``directory``: the directory it is in, where that is what is not trusted)."""
 
     missing = False
+    directory = None
 
 
 def _pread(fd: int, n: int, offset: int) -> bytes:
@@ -480,7 +482,13 @@ def _opened(path: str, allow_root: bool, check_dir: bool = True):
     itself (opened without following a link); BundleError saying why not."""
     try:
         if check_dir:
-            _check_dir(os.path.dirname(os.path.abspath(path)), allow_root)
+            directory = os.path.dirname(os.path.abspath(path))
+            try:
+                _check_dir(directory, allow_root)
+            except Untrusted as e:
+                err = BundleError(str(e))
+                err.directory = directory
+                raise err from None
         fd, st = open_regular(path)
     except Untrusted as e:
         raise BundleError(str(e)) from None
@@ -707,6 +715,15 @@ def cut_short(b: "Bundle", label: str):
 def site_reason(e: BundleError) -> str:
     """Why a site bundle is not used, as a warning says it: a ``StaleBundle``'s ``site()``."""
     return e.site() if isinstance(e, StaleBundle) else str(e)
+
+
+def not_using_site(e: BundleError, what: str) -> str:
+    """The warning of a site bundle (``what``: its name or path) not used: of its directory's
+    bundles, where that is what is not trusted (it named the first bundle a lookup opened,
+    which read as if the others were still used)."""
+    if e.directory is not None:
+        return f"not using the site bundles in {e.directory}: {e}"
+    return f"not using the site bundle {what}: {site_reason(e)}"
 
 
 class BundleStore:
@@ -946,7 +963,7 @@ class SiteBundleStore:
             try:
                 b = read(path, allow_root=True, tack_version=tack_version_id())
             except BundleError as e:
-                self.warn_once(f"not using the site bundle {name}: {site_reason(e)}")
+                self.warn_once(not_using_site(e, name))
                 b = None
                 if not e.missing:       # read again once it has changed (``_changed``)
                     try:

@@ -746,6 +746,9 @@ def applies(b, path, node_arch, chosen, why, host_key, devices=None):
         return None, _name_reason(path, b.meta) or why[name]
     machine, here = _named_machine(name), bundle_machine("cpu")
     if machine and machine != here:
+        misnamed = _misnamed(path, b.meta)      # (it said "cpu:x86_64_v3 is for aarch64 CPUs")
+        if misnamed:
+            return None, f"it is not named for what it holds ({misnamed}): jobs never use it"
         return None, f"{arch or 'its arch'} is for {machine} CPUs; this node's CPU is {here}"
     return None, f"{arch or 'an unnamed arch'} is not named as a site bundle of this node's CPU"
 
@@ -977,7 +980,6 @@ def bundles_check(directory=None, device="cpu", size=21, out=sys.stdout, err=sys
     loaded, and no bundle there is stale or unreadable (``stale_bundles``); 1, saying what was
     compiled or which bundle, otherwise.  What a package's install test and an admin after
     ``bundles build`` or ``rebuild`` run."""
-    import json
     import subprocess
     import tempfile
     if int(size) < 2:

@@ -632,6 +632,68 @@ def test_status_says_a_hand_named_bundles_true_reason(tmp_path):
             f"says cpu:{level}") in other and name in other, other
 
 
+def test_status_says_a_copy_to_another_machines_name_is_misnamed(tmp_path):
+    """A bundle copied to another machine's name (``bundle-aarch64-cpu-x86_64_v3-...``) was
+    "cpu:x86_64_v3 is for aarch64 CPUs": its code is this machine's, only its name is not.
+    Status says it is not named for what it holds."""
+    from tack.archs import generic_level
+    level = generic_level(host_arch())
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(write_config(tmp_path, [level]), out_dir)
+    assert rc == 0, out + err
+    (name,) = os.listdir(out_dir)
+    from tack.backends.arch_names import bundle_machine
+    here = bundle_machine("cpu")
+    there = "aarch64" if here != "aarch64" else "x86_64"
+    copy = name.replace(f"bundle-{here}-", f"bundle-{there}-")
+    assert copy != name
+    shutil.copy(out_dir / name, out_dir / copy)
+    status = io.StringIO()
+    assert build.bundles_status(str(out_dir), out=status) == 0
+    line = next(ln for ln in status.getvalue().splitlines() if ln.startswith(copy + ":"))
+    assert f"is for {there} CPUs" not in line, line
+    assert f"not used by this node (it is not named for what it holds (its header says cpu:{level}" \
+        in line and name in line, line
+
+
+def test_a_jobs_log_says_it_judged_a_site_bundle_by_its_name(monkeypatch):
+    """A bundle whose name's key is not this LLVM's for the name's arch is passed over by its name
+    alone (its header is not read): the log said "built for cpu:X with another LLVM or codegen",
+    of a file that may hold anything (a copy to another arch's name); it says it is the name,
+    with both keys."""
+    from tack.backends import cpu_runtime
+    machine = platform.machine()
+    name = f"bundle-{machine}-cpu-x86_64_v2-000000000000"
+    want = arch_target_key("x86_64_v2", llvm_version())[:12]
+    why = {}
+    assert cpu_runtime.site_bundles([name], lambda n: pytest.fail("a header read"), why=why) == []
+    assert why == {name: "its name is for cpu:x86_64_v2 built with another LLVM or codegen than "
+                         f"this node's (key 000000000000, not {want})"}, why
+
+
+def test_a_writable_site_directory_is_named_not_one_of_its_bundles(tmp_path, own_cache):
+    """A site bundle directory others may write is refused whole; the warning named the first
+    bundle a lookup opened ("not using the site bundle bundle-...-zen2-...: the directory ... is
+    writable"), which read as if its other bundles were still used.  It names the directory."""
+    from tack.archs import generic_level
+    out_dir = tmp_path / "bundles"
+    rc, out, err = run_build(write_config(tmp_path, [generic_level(host_arch())]), out_dir)
+    assert rc == 0, out + err
+    os.chmod(out_dir, 0o777)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(out_dir),
+               TACK_CACHE_INSTALLED_BUNDLES="0")
+    script = ("import numpy as np\nfrom tack.kernels.contour import contour\n"
+              "contour(np.random.rand(8, 8, 8).astype(np.float32), 0.5)\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    os.chmod(out_dir, 0o755)
+    assert proc.returncode == 0, proc.stderr
+    assert f"not using the site bundles in {out_dir}: the directory {out_dir} is writable by its " \
+           "group and others (mode 0777)" in proc.stderr, proc.stderr
+    assert "not using the site bundle bundle-" not in proc.stderr, proc.stderr
+
+
 def test_a_config_naming_no_architecture_builds_nothing_and_says_so(tmp_path):
     """``build.archs`` empty (or left out): bundles build printed an empty table, made the output
     directory and exited 0, as if bundles had been built.  It says so now, exit 1, nothing made."""
