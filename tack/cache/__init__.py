@@ -160,6 +160,7 @@ def expand(value: str, origin: str, environ=None) -> str:
     Spack's may export ``$SCRATCH/$USER/tack`` unexpanded.  ValueError naming ``origin`` and
     the variable when one is not set, or is empty (as the site's module files refuse it)."""
     global _VARIABLE
+    original = value
     if "$" in value:
         if _VARIABLE is None:
             import re
@@ -174,6 +175,9 @@ def expand(value: str, origin: str, environ=None) -> str:
                 raise ValueError(f"{origin}: {value!r} names ${name}, which is empty")
             return environ[name]
         value = _VARIABLE.sub(sub, value)
+        if "${" in value:               # '${ABC' named a directory '${ABC' (a shell refuses it)
+            raise ValueError(f"{origin}: {original!r} has a '${{' that names no variable "
+                             "(write ${NAME} or $NAME)")
     expanded = os.path.expanduser(value)
     if expanded.startswith("~"):        # ~name of no account: not a directory named '~name' here
         user = expanded[1:].split(os.sep, 1)[0]
@@ -183,23 +187,25 @@ def expand(value: str, origin: str, environ=None) -> str:
     return expanded
 
 
-def check_directory(value, origin: str, environ=None, relative_to_cwd=False) -> str:
+def check_directory(value, origin: str, environ=None, relative_to_cwd=False,
+                    what: str = "the cache directory") -> str:
     """The absolute, normalized path ``value`` names (``expand``-ed); ValueError naming ``origin``
-    for an unset variable or a relative path, or, with ``relative_to_cwd`` (the cache directory),
-    a relative path taken from the working directory now (when the settings are read)."""
+    (and ``what`` the directory is) for an unset variable or a relative path, or, with
+    ``relative_to_cwd`` (the cache directory), a relative path taken from the working directory
+    now (when the settings are read)."""
     if not isinstance(value, (str, os.PathLike)):
-        raise ValueError(f"{origin}: the cache directory is a path (a str or os.PathLike), not "
+        raise ValueError(f"{origin}: {what} is a path (a str or os.PathLike), not "
                          f"{type(value).__name__} {value!r:.40}")
     if not os.fspath(value):
-        raise ValueError(f"{origin}: the cache directory must be a non-empty path")
+        raise ValueError(f"{origin}: {what} must be a non-empty path")
     path = expand(os.fspath(value), origin, environ)
     bad = next((c for c in path if ord(c) < 32 or ord(c) == 127), None)
     if bad is not None:
-        raise ValueError(f"{origin}: the cache directory {path!r} holds the control character "
+        raise ValueError(f"{origin}: {what} {path!r} holds the control character "
                          f"{bad!r}; name a directory without one")
     if not os.path.isabs(path):
         if not relative_to_cwd:
-            raise ValueError(f"{origin}: the cache directory must be an absolute path, not {value!r}")
+            raise ValueError(f"{origin}: {what} must be an absolute path, not {value!r}")
         try:
             path = os.path.join(os.getcwd(), path)
         except OSError as e:            # the working directory was deleted

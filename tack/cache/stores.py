@@ -281,7 +281,7 @@ def site_dir_entry(d: str, environ=None) -> str:
     (``_site_dir_problem`` says why it is ignored).  The site tool's ``check`` asks it too."""
     if "$" in d or d.startswith("~"):
         from . import check_directory
-        d = check_directory(d, "TACK_CACHE_BUNDLES", environ)
+        d = check_directory(d, "TACK_CACHE_BUNDLES", environ, what="a bundle directory")
     return os.path.normpath(d)
 
 

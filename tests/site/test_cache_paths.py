@@ -78,3 +78,25 @@ def test_spaces_around_bundle_directories_are_stripped_as_a_job_strips_them(tmp_
     assert eb.returncode == 0, eb.stderr
     assert "modextrapaths = {'TACK_CACHE_BUNDLES': ['share/tack/bundles', '/apps/b', '/scratch/b']}" \
         in eb.stdout, eb.stdout
+
+
+@pytest.mark.parametrize("value", ["/scratch/${ABC", "/scratch/${}/tack", "${SBD/x"])
+def test_a_dollar_brace_that_names_no_variable_is_refused_naming_the_setting(tmp_path, value):
+    """``${`` with no name and ``}`` after it: TACK_CACHE_DIR took it as it was, and made a
+    directory named ``${ABC`` (a shell refuses it: "bad substitution"); a bundle directory so
+    written was refused as "the cache directory must be an absolute path".  Both say what is
+    wrong now, naming the variable."""
+    import warnings
+    import tack.cache
+    from tack.cache.stores import site_dirs
+    said = []
+    assert site_dirs({"TACK_CACHE_BUNDLES": f"{value}:{tmp_path}", "TACK_CACHE_INSTALLED_BUNDLES": "0"},
+                     warn=said.append) == [str(tmp_path)]
+    want = f"{value!r} has a '${{' that names no variable (write ${{NAME}} or $NAME)"
+    assert said == [f"TACK_CACHE_BUNDLES: {want}; ignored"], said
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = tack.cache.resolve({}, environ={"TACK_CACHE_DIR": value, "HOME": str(tmp_path)})
+    assert got.sources["directory"] == "default" and "${" not in got.directory, got
+    assert [str(x.message) for x in w] == [f"tack: TACK_CACHE_DIR: {want}; using the default"], w
+    assert "$/x" in tack.cache.check_cache_directory("/scratch/$/x", "TACK_CACHE_DIR", {})   # a lone $ is a $
