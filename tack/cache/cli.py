@@ -40,11 +40,18 @@ def _settings(args):
 
 
 def _size_argument(text):
-    """argparse type of ``--max-size``: a bad size is bad usage (exit status 2, with the usage)."""
+    """argparse type of ``--max-size``: a bad size is bad usage (exit status 2, with the usage),
+    and so is 0, as everywhere a size is set (``keeps_no_entry``): ccache's ``-M 0`` is no limit,
+    and ``prune --max-size 0`` deleted every entry; ``clear`` is the command for that."""
     try:
-        return settings_mod.parse_size(text)
+        size = settings_mod.parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if size == 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} keeps no entry: this prune would delete them all (to delete every entry, "
+            "run python -m tack.cache clear; 0 is no limit to ccache, not here)")
+    return size
 
 
 def path_argument(text):

@@ -123,10 +123,12 @@ def test_prune_unlimited_overrides_the_limit(populated):
     assert sorted(entry_files(cache)) == before
 
 
-@pytest.mark.parametrize("args", [["prune", "--max-size", "12Q"], ["prune", "--max-size=-1G"]])
+@pytest.mark.parametrize("args", [["prune", "--max-size", "12Q"], ["prune", "--max-size=-1G"],
+                                  ["prune", "--max-size", "0"], ["prune", "--max-size", "0.0M"]])
 def test_prune_bad_size(populated, args):
     """prune with a bad --max-size is bad usage: exit status 2, the usage and a line naming the
-    option, and nothing deleted."""
+    option, and nothing deleted.  So is 0, as everywhere a size is set: it deleted every entry
+    (ccache's -M 0 is no limit); the line names clear, the command for that."""
     cache, _ = populated
     before = sorted(entry_files(cache))
     run = run_cli(cache, *args)
@@ -134,6 +136,8 @@ def test_prune_bad_size(populated, args):
     assert run.stdout == ""
     assert run.stderr.startswith("usage: python -m tack.cache prune")
     assert "argument --max-size" in run.stderr.strip().splitlines()[-1]
+    if args[-1].startswith("0"):
+        assert "keeps no entry" in run.stderr and "python -m tack.cache clear" in run.stderr
     assert sorted(entry_files(cache)) == before
 
 
