@@ -592,9 +592,12 @@ class _Inferer:
                 value = stmt[3] if stmt[0] == "assign" else None
                 if value is not None and value[0] == "intrinsic" and value[2] == "tid":
                     n = self.ctx.grid_ndim
-                    msg += (f": tack.tid() is {'an int' if n == 1 else f'a tuple of {n}'} in this "
-                            f"{n}-D launch; {len(items)} names need a {len(items)}-D grid "
-                            f"(dim={tuple(['...'] * len(items))!r})").replace("'...'", "...")
+                    if n == 1 and len(items) == 1:  # (it said "1 names need a 1-D grid")
+                        msg += ": tack.tid() is an int in a 1-D launch, not a tuple; write i = tack.tid()"
+                    else:
+                        msg += (f": tack.tid() is {'an int' if n == 1 else f'a tuple of {n}'} in "
+                                f"this {n}-D launch; {len(items)} names need a {len(items)}-D grid "
+                                f"(dim={tuple(['...'] * len(items))!r})").replace("'...'", "...")
                 raise self.error(msg, target)
             for t, x in zip(items, v.items):
                 self.assign(t, x, stmt)

@@ -1296,6 +1296,19 @@ def k_two_d_body(out):
 
 
 @tack.kernel
+def k_one_name_of_tid(out):
+    i, = tack.tid()  # ERR i,
+    out[i] = 1.0
+
+
+@tack.kernel
+def k_shape_called(out):
+    i = tack.tid()
+    if i < out.shape():  # ERR out.shape
+        out[i] = 1.0
+
+
+@tack.kernel
 def k_float_of_array(out):
     i = tack.tid()
     out[i] = float(out)  # ERR float(out)
@@ -1312,11 +1325,18 @@ def k_one_d_body(out):
     (k_float_of_array, 4, "float64() takes numbers"),
     (k_one_d_body, (4, 1), "as tack.tid() is in this 2-D launch: a 1-D array indexed by "
                            "tack.tid() needs a 1-D dim"),
-], ids=["2-D kernel on a 1-D grid", "cast name", "1-D kernel on a 2-D grid"])
+    # it said "1 names need a 1-D grid (dim=(...,))", of a 1-D grid
+    (k_one_name_of_tid, (4,), "tack.tid() is an int in a 1-D launch, not a tuple; write i = tack.tid()"),
+    # it said "only an array's shape, ndim and size can be read", of x.shape
+    (k_shape_called, 4, "'out.shape' is read, not called: write out.shape[0]"),
+], ids=["2-D kernel on a 1-D grid", "cast name", "1-D kernel on a 2-D grid", "one name of tid",
+        "shape called"])
 def test_messages_name_what_the_user_wrote(kern, dim, words):
     """A 2-D kernel launched on a 1-D grid says the grid is the problem (it said 'cannot unpack
     a non-tuple values'), and so does a 1-D kernel on a 2-D grid (it said only 'a 1-D array
-    takes 1 indices, got 2'); a cast's message names the type, not 'cast:float64()'."""
+    takes 1 indices, got 2'); a cast's message names the type, not 'cast:float64()'.  One name
+    unpacked from tack.tid() in a 1-D launch, and a called shape, say what to write (each said
+    what contradicted what the user wrote: found by a new user's review)."""
     with pytest.raises(tack.CompileError) as ei:
         tack.launch(kern, dim=dim, args=(np.zeros((4, 4)) if kern is k_two_d_body else np.zeros(4),))
     msg = check_points_at(ei.value, kern.__qualname__, kern, FILE)

@@ -796,6 +796,10 @@ class _FunctionLowerer:
             obj, name = self.lookup(f.id, f), f.id
             self.record(name, obj)
         elif isinstance(f, ast.Attribute):
+            if isinstance(f.value, ast.Name) and f.value.id in self.locals and \
+                    f.attr in ("shape", "ndim", "size"):        # (it said "only ... shape ... can be read")
+                raise self.error(f"'{f.value.id}.{f.attr}' is read, not called: write "
+                                 f"{f.value.id}.{f.attr}{'[0]' if f.attr == 'shape' else ''}", f)
             obj, name = self.resolve_attr(f)
             if not isinstance(obj, _TemplateAttr):
                 self.record(name, obj)          # "helpers.f": an edit of f must invalidate
