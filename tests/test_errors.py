@@ -2001,3 +2001,26 @@ def test_a_kernel_of_no_file_is_refused_though_a_file_bears_its_name(tmp_path, h
         assert last == "RESULT [2.0, 2.0, 2.0]", last
     else:
         assert last.startswith("REFUSED ") and "the source of 'k' is not available" in last, last
+
+
+def test_a_kernel_whose_file_is_gone_is_refused_naming_the_file(tmp_path):
+    """A kernel whose source file was removed after its module was imported (a deployment that
+    ships only .pyc files) was refused with "kernels must be defined in a file", of a kernel
+    defined in one, naming no file.  The message names the file and line its code says, and why
+    the source is needed."""
+    import importlib
+    import sys
+    mod = tmp_path / "gone_kernel_mod.py"
+    mod.write_text("import tack\n\n\n@tack.kernel\ndef k(x):\n    x[tack.tid()] = 1.0\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        m = importlib.import_module("gone_kernel_mod")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("gone_kernel_mod", None)
+    mod.unlink()
+    with pytest.raises(tack.CompileError) as ei:
+        tack.launch(m.k, 2, (np.zeros(2),))
+    msg = str(ei.value)
+    assert f"its code says {mod}, line 4, and that file cannot be read now" in msg, msg
+    assert "not only its .pyc" in msg, msg

@@ -228,8 +228,16 @@ def _source_of(fn):
         try:
             lines, first = inspect.getsourcelines(fn)
         except (OSError, TypeError) as e:
-            raise CompileError(f"the source of '{name}' is not available ({e}); "
-                               "kernels must be defined in a file") from None
+            where = code.co_filename
+            if where[:1] == "<" and where[-1:] == ">":    # exec(), python -c, a REPL
+                raise CompileError(f"the source of '{name}' is not available ({e}): it was "
+                                   f"compiled from {where}, not a file; kernels must be defined "
+                                   "in a file") from None
+            # (it said only "kernels must be defined in a file", of a kernel defined in one)
+            raise CompileError(f"the source of '{name}' is not available ({e}): its code says "
+                               f"{where}, line {code.co_firstlineno}, and that file cannot be "
+                               "read now; Tack compiles (and keys its cache by) a kernel's "
+                               "source, so the file must be there, not only its .pyc") from None
         except (SyntaxError, tokenize.TokenError) as e:     # the file no longer parses there
             raise _changed(name, code, f"no longer parses at its line {code.co_firstlineno} "
                            f"({e.args[0]})") from None
