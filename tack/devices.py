@@ -41,5 +41,14 @@ def to_device(array, device: str):
     """``array`` kept on ``device`` across launches (its runtime's device array, whose
     ``.numpy()`` copies it back); on ``"cpu"``, the array itself."""
     from .backends import runtime_for
-    _, rt = runtime_for(device)
-    return rt.to_device(array, device)
+    from .config import config
+    try:
+        _, rt = runtime_for(device)
+        return rt.to_device(array, device)
+    except Exception as e:              # noqa: BLE001 - only a refusal is re-raised here
+        if config.debug or not getattr(e, "tack_launch_error", False):
+            raise
+        refused = e
+    # A refusal of the device (its runtime's Unavailable): the frames that checked are not the
+    # user's to read (as at a launch), and raised past the handler, with no exception in flight.
+    raise refused.with_traceback(None) from None

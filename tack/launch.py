@@ -103,7 +103,7 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
                 if config.timing:
                     report_timings(kernel)
             return
-    except (TypeError, ValueError, IndexError) as e:
+    except (TypeError, ValueError, IndexError, RuntimeError) as e:    # (a device's Unavailable)
         if config.debug or not _launch_error(e):
             raise
         # A launch's own refusal (its arguments, its grid): the message says it all, and the
@@ -408,7 +408,11 @@ def _compile(kernel, dims, args, device, debug):
         viewed, keys = _viewed(kernel, args, *views)
         return _Viewed(_compile(kernel, dims, viewed, device, debug), views[1], keys, kernel)
     typed = typed_args(kernel, args)
-    runtime.check_args(kernel.__qualname__, kernel.params, args, typed.argtypes)
+    try:                    # the runtime's refusal of an argument (a device array on the CPU)
+        runtime.check_args(kernel.__qualname__, kernel.params, args, typed.argtypes)
+    except (TypeError, ValueError) as e:
+        from .backends.variant import refusal
+        raise refusal(e)
     session = _cache.session(kind, runtime.host_key, runtime.site_bundles, runtime.BUNDLE_MACHINE)
     keys = None
     if session is not None:

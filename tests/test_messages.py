@@ -272,6 +272,8 @@ LAUNCH_CASES = {
     "grid": ("tack.launch(fill, 8, (out, 1.0))", "IndexError: kernel 'fill': the grid (8,)"),
     "args": ("tack.launch(fill, 4, out)", "TypeError: args must be a tuple"),
     "device": ("tack.launch(fill, 4, (out, 1.0), device='gpu')", "ValueError: device 'gpu' is not available"),
+    # no CUDA device (no driver, or no cuda-python): the runtime's refusal showed its 4 frames
+    "unavailable": ("tack.launch(fill, 4, (out, 1.0), device='cuda')", "CUDAUnavailable: CUDA is not available"),
     # A Python int past int64, found where the CPU runtime packs the arguments: a refusal too.
     "bigint": ("tack.launch(fill, 4, (out, 2**64))", "argument 'v' = 18446744073709551616 does not fit int64"),
 }
@@ -307,6 +309,19 @@ def test_launch_errors_end_at_the_launch(tmp_path, case, debug):
     else:
         assert len(tack_frames) == 1 and "in launch" in tack_frames[0], p.stderr
         assert "During handling" not in p.stderr
+
+
+def test_to_device_on_a_device_there_is_none_of_ends_at_to_device(tmp_path):
+    """``tack.to_device(a, "cuda")`` with no CUDA device: the runtime's refusal, after the user's
+    line and one frame of to_device (it showed the 4 frames that looked for the device)."""
+    script = tmp_path / "use.py"
+    script.write_text("import numpy as np, tack\ntack.to_device(np.zeros(3), 'cuda')\n")
+    p = _child([str(script)], env={"TACK_CACHE": "off"})
+    assert p.returncode == 1 and "CUDAUnavailable: CUDA is not available" in p.stderr.splitlines()[-1], p.stderr
+    tack_frames = [ln for ln in p.stderr.splitlines()
+                   if ln.strip().startswith('File "') and os.path.join(ROOT, "tack") in ln]
+    assert f'File "{script}", line 2' in p.stderr, p.stderr
+    assert len(tack_frames) == 1 and "in to_device" in tack_frames[0], p.stderr
 
 
 @tack.kernel

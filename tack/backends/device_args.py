@@ -585,8 +585,8 @@ class Devices:
             return device
         index = self.index(device)
         _, devs, reason = self.state()
-        if not devs:
-            raise self.unavailable(reason)
+        if not devs:                # a refusal of the device asked for: its frames are not the user's
+            raise refusal(self.unavailable(reason))
         if index >= len(devs):
             raise no_such_device(self.label, self.kind, index, ((d.index, d.name) for d in devs))
         return devs[index]
@@ -596,6 +596,6 @@ class Devices:
         sticky error."""
         d = self.describe(device)
         if d.lost is not None:
-            raise self.unavailable(d.lost)
+            raise refusal(self.unavailable(d.lost))
         with self.lock:
             return d.open()
