@@ -115,8 +115,10 @@ def test_a_launcher_that_does_not_say_is_told_by_the_srun_step_its_ranks_are():
     assert (got.launcher, got.local) == ("MPICH/Intel MPI (Hydra)", None)
 
 
-CHILD = ("import json, os, tack; print(json.dumps([tack.config.num_threads, "
-         "len(os.sched_getaffinity(0)), os.cpu_count()]))")
+# Each rank's line in one write: print() writes the text and its newline apart, and mpiexec
+# joined two ranks' lines into one ("[1, 2, 2][1, 2, 2]", seen under Python 3.12).
+CHILD = ("import json, os, tack; os.write(1, (json.dumps([tack.config.num_threads, "
+         "len(os.sched_getaffinity(0)), os.cpu_count()]) + '\\n').encode())")
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"),
