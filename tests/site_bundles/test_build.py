@@ -38,6 +38,18 @@ def run_build(cfg, out_dir, **kw):
     return rc, out.getvalue(), err.getvalue()
 
 
+def contour_job(own_cache, site_dir):
+    """A job's 8^3 contour in a fresh process, reading (mode read) only the site bundles in
+    ``site_dir``; -> its CompletedProcess (what it said is in stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
+    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(site_dir),
+               TACK_CACHE_INSTALLED_BUNDLES="0")
+    script = ("import numpy as np\nfrom tack.kernels.contour import contour\n"
+              "contour(np.random.rand(8, 8, 8).astype(np.float32), 0.5)\n")
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
 def contour_in_fresh_process(own_cache, site_dir):
     """Run the 8^3 contour with only the site bundles to draw on; -> (ok, stats)."""
     script = textwrap.dedent("""
@@ -584,13 +596,7 @@ def test_build_says_it_replaced_another_tacks_bundle_and_jobs_say_whose_it_is(tm
     assert rc == 0, out + err
     monkeypatch.undo()
     (name,) = os.listdir(out_dir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(out_dir),
-               TACK_CACHE_INSTALLED_BUNDLES="0")
-    script = ("import numpy as np\nfrom tack.kernels.contour import contour\n"
-              "contour(np.random.rand(8, 8, 8).astype(np.float32), 0.5)\n")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = contour_job(own_cache, out_dir)
     assert proc.returncode == 0, proc.stderr
     assert f"not using the site bundle {name}: " in proc.stderr, proc.stderr
     assert "made by Tack 0.0.9" in proc.stderr and "pack it again" not in proc.stderr, proc.stderr
@@ -680,14 +686,10 @@ def test_a_writable_site_directory_is_named_not_one_of_its_bundles(tmp_path, own
     rc, out, err = run_build(write_config(tmp_path, [generic_level(host_arch())]), out_dir)
     assert rc == 0, out + err
     os.chmod(out_dir, 0o777)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TACK_")}
-    env.update(TACK_CACHE_DIR=str(own_cache), TACK_CACHE="read", TACK_CACHE_BUNDLES=str(out_dir),
-               TACK_CACHE_INSTALLED_BUNDLES="0")
-    script = ("import numpy as np\nfrom tack.kernels.contour import contour\n"
-              "contour(np.random.rand(8, 8, 8).astype(np.float32), 0.5)\n")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=300)
-    os.chmod(out_dir, 0o755)
+    try:
+        proc = contour_job(own_cache, out_dir)
+    finally:
+        os.chmod(out_dir, 0o755)
     assert proc.returncode == 0, proc.stderr
     assert f"not using the site bundles in {out_dir}: the directory {out_dir} is writable by its " \
            "group and others (mode 0777)" in proc.stderr, proc.stderr
