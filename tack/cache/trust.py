@@ -19,7 +19,6 @@
   made it, so that ``clear`` and ``prune`` know it for one of theirs.
 """
 
-import errno
 import os
 import stat
 
@@ -168,6 +167,7 @@ def check_trusted(path: str, allow_root: bool = False, is_dir: bool = True,
 def _leads_to(path: str):
     """Where the links at ``path`` lead (its real path, which may not exist), or None where they
     go round in a loop (``realpath`` gave back the link itself)."""
+    import errno                            # (a warm process imports no errno: links are rare)
     try:
         return os.path.realpath(path, strict=True)
     except OSError as e:
