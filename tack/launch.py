@@ -104,7 +104,7 @@ def launch(kernel, dim, args=(), device="cpu", block=None):
                     report_timings(kernel)
             return
     except (TypeError, ValueError, IndexError, RuntimeError) as e:    # (a device's Unavailable)
-        if config.debug or not _launch_error(e):
+        if config.debug or isinstance(e, RecursionError) or not _launch_error(e):
             raise
         # A launch's own refusal (its arguments, its grid): the message says it all, and the
         # frames that checked are not the user's to read: the traceback ends at this launch.
