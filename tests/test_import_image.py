@@ -881,9 +881,11 @@ print(json.dumps(got))
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="starts a thread with the C "
-                    "library's pthread_create through ctypes.CDLL(None), which names glibc on Linux")
-@pytest.mark.parametrize("which", ["c", "python"])
+@pytest.mark.parametrize("which", [
+    pytest.param("c", marks=pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="starts a thread with the C library's "
+        "pthread_create through ctypes.CDLL(None), which names glibc on Linux")),
+    "python"])
 def test_a_thread_importing_a_group_module_meanwhile_gets_it_whole(site, tmp_path, which):
     """Another thread importing a module while its group is imported waits until the module is
     whole, as under importlib, and gets what it asked for.  A thread a C library started (which

@@ -168,7 +168,11 @@ def replaceable(path: str, force: bool = False, force_hint: str = "--force",
     microarchitecture (``pack --output`` over a site's zen2 bundle put x86_64_v4 code under the
     zen2 name, and the zen2 entries were gone); one for the same, of another LLVM or Tack (a
     job script's fixed ``--output`` after an upgrade), is stale, and replaced."""
-    why, never = replaced_what(path, for_header)
+    return _refused(path, *replaced_what(path, for_header), force, force_hint)
+
+
+def _refused(path: str, why, never: bool, force: bool, force_hint: str = "--force") -> str | None:
+    """``replaceable``'s answer from ``replaced_what``'s."""
     if why is None or (force and not never):
         return None
     return f"not replacing {path}: {why}" + ("" if never else f"; use {force_hint} to replace it")
@@ -233,11 +237,11 @@ def write_bundles(version_dir: str, out_dir: str, output: str | None = None,
         first = dict(entries[0][3], target_key=tk)
         meta = header_for(first, arch=first.get("arch") or arch_of(tk))
         path = output or os.path.join(out_dir, bundle_name(tk, meta["machine"]))
-        why = replaceable(path, force, for_header=meta)
-        if why is not None:
-            raise BundleError(why)
-        planned.append((tk, entries, meta, path,
-                        replaced_what(path, for_header=meta)[0] if force else None))
+        why, never = replaced_what(path, for_header=meta)      # (its header read once)
+        refused = _refused(path, why, never, force)
+        if refused is not None:
+            raise BundleError(refused)
+        planned.append((tk, entries, meta, path, why if force else None))
     written = []
     for tk, entries, meta, path, forced in planned:
         # The valid entries of this Tack's bundle of the same target that this one replaces are

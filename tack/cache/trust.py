@@ -186,7 +186,7 @@ def check_stat(st, path: str, allow_root: bool = False, is_dir: bool = True,
             target = os.readlink(path)
         except OSError:                         # replaced since the lstat
             target = "?"
-        real = _leads_to(path)
+        real = _leads_to(path) if is_dir or setting is not None else None   # (a file's fix names none)
         if real is None and is_dir:             # the fix named the link itself
             fix = (f"its links go round in a loop to no directory: set {setting} to a real "
                    "directory" if setting is not None else
