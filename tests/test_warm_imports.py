@@ -25,7 +25,8 @@ COMPILER_MODULES = ("tack.frontend", "tack.specialize", "tack.codegen", "tack.co
                     "tack.gridcheck", "tack.aot", "tack.backends.cpu", "tack.backends.gpu",
                     "tack.backends.metal", "tack.site", "llvmlite.binding", "llvmlite.ir",
                     "tack._image_write", "tack.cache.bundle_write", "tack.cache.stores_write",
-                    "tack.cache.size", "tack.cache.cli", "tack.backends.device_variant")
+                    "tack.cache.size", "tack.cache.cli", "tack.backends.device_variant",
+                    "tack.kernels.mc_bourke")
 
 CHILD = """
 import json, sys

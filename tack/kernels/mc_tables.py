@@ -1,8 +1,11 @@
 """Classic marching-cubes lookup tables (Paul Bourke, "Polygonising a scalar field").
 
-The table data is Paul Bourke's public-domain ``edgeTable`` / ``triTable``
-(http://paulbourke.net/geometry/polygonise/), transcribed verbatim; only the
-numbers are reproduced here.
+The numbers are Paul Bourke's public-domain ``edgeTable`` / ``triTable``
+(http://paulbourke.net/geometry/polygonise/), transcribed verbatim in
+``mc_bourke``, which derives the tables below from them.  They are held here
+packed (``_DATA``: ``mc_bourke.packed()``, one bytes constant read with one NumPy
+call), since every process that runs the contour imports this module, warm ones
+included; the tests check that the two agree.
 
 Conventions:
 
@@ -42,331 +45,221 @@ __all__ = [
     "EDGE_ORIGIN",
 ]
 
-# fmt: off
-_EDGE_TABLE = (
-    0x000, 0x109, 0x203, 0x30a, 0x406, 0x50f, 0x605, 0x70c,
-    0x80c, 0x905, 0xa0f, 0xb06, 0xc0a, 0xd03, 0xe09, 0xf00,
-    0x190, 0x099, 0x393, 0x29a, 0x596, 0x49f, 0x795, 0x69c,
-    0x99c, 0x895, 0xb9f, 0xa96, 0xd9a, 0xc93, 0xf99, 0xe90,
-    0x230, 0x339, 0x033, 0x13a, 0x636, 0x73f, 0x435, 0x53c,
-    0xa3c, 0xb35, 0x83f, 0x936, 0xe3a, 0xf33, 0xc39, 0xd30,
-    0x3a0, 0x2a9, 0x1a3, 0x0aa, 0x7a6, 0x6af, 0x5a5, 0x4ac,
-    0xbac, 0xaa5, 0x9af, 0x8a6, 0xfaa, 0xea3, 0xda9, 0xca0,
-    0x460, 0x569, 0x663, 0x76a, 0x066, 0x16f, 0x265, 0x36c,
-    0xc6c, 0xd65, 0xe6f, 0xf66, 0x86a, 0x963, 0xa69, 0xb60,
-    0x5f0, 0x4f9, 0x7f3, 0x6fa, 0x1f6, 0x0ff, 0x3f5, 0x2fc,
-    0xdfc, 0xcf5, 0xfff, 0xef6, 0x9fa, 0x8f3, 0xbf9, 0xaf0,
-    0x650, 0x759, 0x453, 0x55a, 0x256, 0x35f, 0x055, 0x15c,
-    0xe5c, 0xf55, 0xc5f, 0xd56, 0xa5a, 0xb53, 0x859, 0x950,
-    0x7c0, 0x6c9, 0x5c3, 0x4ca, 0x3c6, 0x2cf, 0x1c5, 0x0cc,
-    0xfcc, 0xec5, 0xdcf, 0xcc6, 0xbca, 0xac3, 0x9c9, 0x8c0,
-    0x8c0, 0x9c9, 0xac3, 0xbca, 0xcc6, 0xdcf, 0xec5, 0xfcc,
-    0x0cc, 0x1c5, 0x2cf, 0x3c6, 0x4ca, 0x5c3, 0x6c9, 0x7c0,
-    0x950, 0x859, 0xb53, 0xa5a, 0xd56, 0xc5f, 0xf55, 0xe5c,
-    0x15c, 0x055, 0x35f, 0x256, 0x55a, 0x453, 0x759, 0x650,
-    0xaf0, 0xbf9, 0x8f3, 0x9fa, 0xef6, 0xfff, 0xcf5, 0xdfc,
-    0x2fc, 0x3f5, 0x0ff, 0x1f6, 0x6fa, 0x7f3, 0x4f9, 0x5f0,
-    0xb60, 0xa69, 0x963, 0x86a, 0xf66, 0xe6f, 0xd65, 0xc6c,
-    0x36c, 0x265, 0x16f, 0x066, 0x76a, 0x663, 0x569, 0x460,
-    0xca0, 0xda9, 0xea3, 0xfaa, 0x8a6, 0x9af, 0xaa5, 0xbac,
-    0x4ac, 0x5a5, 0x6af, 0x7a6, 0x0aa, 0x1a3, 0x2a9, 0x3a0,
-    0xd30, 0xc39, 0xf33, 0xe3a, 0x936, 0x83f, 0xb35, 0xa3c,
-    0x53c, 0x435, 0x73f, 0x636, 0x13a, 0x033, 0x339, 0x230,
-    0xe90, 0xf99, 0xc93, 0xd9a, 0xa96, 0xb9f, 0x895, 0x99c,
-    0x69c, 0x795, 0x49f, 0x596, 0x29a, 0x393, 0x099, 0x190,
-    0xf00, 0xe09, 0xd03, 0xc0a, 0xb06, 0xa0f, 0x905, 0x80c,
-    0x70c, 0x605, 0x50f, 0x406, 0x30a, 0x203, 0x109, 0x000,
-)
+# Each table's name and shape, in ``_DATA``'s order (little-endian int16, read as int32).
+LAYOUT = (("TRI_TABLE", (256, 16)), ("TRI_COUNT", (256,)), ("EDGE_TABLE", (256,)),
+          ("CORNERS", (8, 3)), ("EDGE_CORNERS", (12, 2)), ("EDGE_AXIS", (12,)),
+          ("EDGE_ORIGIN", (12, 3)))
 
-# One row per cube index; edge triples without the -1 padding.
-_TRI_TABLE = (
-    (),  # 0
-    (0, 8, 3),  # 1
-    (0, 1, 9),  # 2
-    (1, 8, 3, 9, 8, 1),  # 3
-    (1, 2, 10),  # 4
-    (0, 8, 3, 1, 2, 10),  # 5
-    (9, 2, 10, 0, 2, 9),  # 6
-    (2, 8, 3, 2, 10, 8, 10, 9, 8),  # 7
-    (3, 11, 2),  # 8
-    (0, 11, 2, 8, 11, 0),  # 9
-    (1, 9, 0, 2, 3, 11),  # 10
-    (1, 11, 2, 1, 9, 11, 9, 8, 11),  # 11
-    (3, 10, 1, 11, 10, 3),  # 12
-    (0, 10, 1, 0, 8, 10, 8, 11, 10),  # 13
-    (3, 9, 0, 3, 11, 9, 11, 10, 9),  # 14
-    (9, 8, 10, 10, 8, 11),  # 15
-    (4, 7, 8),  # 16
-    (4, 3, 0, 7, 3, 4),  # 17
-    (0, 1, 9, 8, 4, 7),  # 18
-    (4, 1, 9, 4, 7, 1, 7, 3, 1),  # 19
-    (1, 2, 10, 8, 4, 7),  # 20
-    (3, 4, 7, 3, 0, 4, 1, 2, 10),  # 21
-    (9, 2, 10, 9, 0, 2, 8, 4, 7),  # 22
-    (2, 10, 9, 2, 9, 7, 2, 7, 3, 7, 9, 4),  # 23
-    (8, 4, 7, 3, 11, 2),  # 24
-    (11, 4, 7, 11, 2, 4, 2, 0, 4),  # 25
-    (9, 0, 1, 8, 4, 7, 2, 3, 11),  # 26
-    (4, 7, 11, 9, 4, 11, 9, 11, 2, 9, 2, 1),  # 27
-    (3, 10, 1, 3, 11, 10, 7, 8, 4),  # 28
-    (1, 11, 10, 1, 4, 11, 1, 0, 4, 7, 11, 4),  # 29
-    (4, 7, 8, 9, 0, 11, 9, 11, 10, 11, 0, 3),  # 30
-    (4, 7, 11, 4, 11, 9, 9, 11, 10),  # 31
-    (9, 5, 4),  # 32
-    (9, 5, 4, 0, 8, 3),  # 33
-    (0, 5, 4, 1, 5, 0),  # 34
-    (8, 5, 4, 8, 3, 5, 3, 1, 5),  # 35
-    (1, 2, 10, 9, 5, 4),  # 36
-    (3, 0, 8, 1, 2, 10, 4, 9, 5),  # 37
-    (5, 2, 10, 5, 4, 2, 4, 0, 2),  # 38
-    (2, 10, 5, 3, 2, 5, 3, 5, 4, 3, 4, 8),  # 39
-    (9, 5, 4, 2, 3, 11),  # 40
-    (0, 11, 2, 0, 8, 11, 4, 9, 5),  # 41
-    (0, 5, 4, 0, 1, 5, 2, 3, 11),  # 42
-    (2, 1, 5, 2, 5, 8, 2, 8, 11, 4, 8, 5),  # 43
-    (10, 3, 11, 10, 1, 3, 9, 5, 4),  # 44
-    (4, 9, 5, 0, 8, 1, 8, 10, 1, 8, 11, 10),  # 45
-    (5, 4, 0, 5, 0, 11, 5, 11, 10, 11, 0, 3),  # 46
-    (5, 4, 8, 5, 8, 10, 10, 8, 11),  # 47
-    (9, 7, 8, 5, 7, 9),  # 48
-    (9, 3, 0, 9, 5, 3, 5, 7, 3),  # 49
-    (0, 7, 8, 0, 1, 7, 1, 5, 7),  # 50
-    (1, 5, 3, 3, 5, 7),  # 51
-    (9, 7, 8, 9, 5, 7, 10, 1, 2),  # 52
-    (10, 1, 2, 9, 5, 0, 5, 3, 0, 5, 7, 3),  # 53
-    (8, 0, 2, 8, 2, 5, 8, 5, 7, 10, 5, 2),  # 54
-    (2, 10, 5, 2, 5, 3, 3, 5, 7),  # 55
-    (7, 9, 5, 7, 8, 9, 3, 11, 2),  # 56
-    (9, 5, 7, 9, 7, 2, 9, 2, 0, 2, 7, 11),  # 57
-    (2, 3, 11, 0, 1, 8, 1, 7, 8, 1, 5, 7),  # 58
-    (11, 2, 1, 11, 1, 7, 7, 1, 5),  # 59
-    (9, 5, 8, 8, 5, 7, 10, 1, 3, 10, 3, 11),  # 60
-    (5, 7, 0, 5, 0, 9, 7, 11, 0, 1, 0, 10, 11, 10, 0),  # 61
-    (11, 10, 0, 11, 0, 3, 10, 5, 0, 8, 0, 7, 5, 7, 0),  # 62
-    (11, 10, 5, 7, 11, 5),  # 63
-    (10, 6, 5),  # 64
-    (0, 8, 3, 5, 10, 6),  # 65
-    (9, 0, 1, 5, 10, 6),  # 66
-    (1, 8, 3, 1, 9, 8, 5, 10, 6),  # 67
-    (1, 6, 5, 2, 6, 1),  # 68
-    (1, 6, 5, 1, 2, 6, 3, 0, 8),  # 69
-    (9, 6, 5, 9, 0, 6, 0, 2, 6),  # 70
-    (5, 9, 8, 5, 8, 2, 5, 2, 6, 3, 2, 8),  # 71
-    (2, 3, 11, 10, 6, 5),  # 72
-    (11, 0, 8, 11, 2, 0, 10, 6, 5),  # 73
-    (0, 1, 9, 2, 3, 11, 5, 10, 6),  # 74
-    (5, 10, 6, 1, 9, 2, 9, 11, 2, 9, 8, 11),  # 75
-    (6, 3, 11, 6, 5, 3, 5, 1, 3),  # 76
-    (0, 8, 11, 0, 11, 5, 0, 5, 1, 5, 11, 6),  # 77
-    (3, 11, 6, 0, 3, 6, 0, 6, 5, 0, 5, 9),  # 78
-    (6, 5, 9, 6, 9, 11, 11, 9, 8),  # 79
-    (5, 10, 6, 4, 7, 8),  # 80
-    (4, 3, 0, 4, 7, 3, 6, 5, 10),  # 81
-    (1, 9, 0, 5, 10, 6, 8, 4, 7),  # 82
-    (10, 6, 5, 1, 9, 7, 1, 7, 3, 7, 9, 4),  # 83
-    (6, 1, 2, 6, 5, 1, 4, 7, 8),  # 84
-    (1, 2, 5, 5, 2, 6, 3, 0, 4, 3, 4, 7),  # 85
-    (8, 4, 7, 9, 0, 5, 0, 6, 5, 0, 2, 6),  # 86
-    (7, 3, 9, 7, 9, 4, 3, 2, 9, 5, 9, 6, 2, 6, 9),  # 87
-    (3, 11, 2, 7, 8, 4, 10, 6, 5),  # 88
-    (5, 10, 6, 4, 7, 2, 4, 2, 0, 2, 7, 11),  # 89
-    (0, 1, 9, 4, 7, 8, 2, 3, 11, 5, 10, 6),  # 90
-    (9, 2, 1, 9, 11, 2, 9, 4, 11, 7, 11, 4, 5, 10, 6),  # 91
-    (8, 4, 7, 3, 11, 5, 3, 5, 1, 5, 11, 6),  # 92
-    (5, 1, 11, 5, 11, 6, 1, 0, 11, 7, 11, 4, 0, 4, 11),  # 93
-    (0, 5, 9, 0, 6, 5, 0, 3, 6, 11, 6, 3, 8, 4, 7),  # 94
-    (6, 5, 9, 6, 9, 11, 4, 7, 9, 7, 11, 9),  # 95
-    (10, 4, 9, 6, 4, 10),  # 96
-    (4, 10, 6, 4, 9, 10, 0, 8, 3),  # 97
-    (10, 0, 1, 10, 6, 0, 6, 4, 0),  # 98
-    (8, 3, 1, 8, 1, 6, 8, 6, 4, 6, 1, 10),  # 99
-    (1, 4, 9, 1, 2, 4, 2, 6, 4),  # 100
-    (3, 0, 8, 1, 2, 9, 2, 4, 9, 2, 6, 4),  # 101
-    (0, 2, 4, 4, 2, 6),  # 102
-    (8, 3, 2, 8, 2, 4, 4, 2, 6),  # 103
-    (10, 4, 9, 10, 6, 4, 11, 2, 3),  # 104
-    (0, 8, 2, 2, 8, 11, 4, 9, 10, 4, 10, 6),  # 105
-    (3, 11, 2, 0, 1, 6, 0, 6, 4, 6, 1, 10),  # 106
-    (6, 4, 1, 6, 1, 10, 4, 8, 1, 2, 1, 11, 8, 11, 1),  # 107
-    (9, 6, 4, 9, 3, 6, 9, 1, 3, 11, 6, 3),  # 108
-    (8, 11, 1, 8, 1, 0, 11, 6, 1, 9, 1, 4, 6, 4, 1),  # 109
-    (3, 11, 6, 3, 6, 0, 0, 6, 4),  # 110
-    (6, 4, 8, 11, 6, 8),  # 111
-    (7, 10, 6, 7, 8, 10, 8, 9, 10),  # 112
-    (0, 7, 3, 0, 10, 7, 0, 9, 10, 6, 7, 10),  # 113
-    (10, 6, 7, 1, 10, 7, 1, 7, 8, 1, 8, 0),  # 114
-    (10, 6, 7, 10, 7, 1, 1, 7, 3),  # 115
-    (1, 2, 6, 1, 6, 8, 1, 8, 9, 8, 6, 7),  # 116
-    (2, 6, 9, 2, 9, 1, 6, 7, 9, 0, 9, 3, 7, 3, 9),  # 117
-    (7, 8, 0, 7, 0, 6, 6, 0, 2),  # 118
-    (7, 3, 2, 6, 7, 2),  # 119
-    (2, 3, 11, 10, 6, 8, 10, 8, 9, 8, 6, 7),  # 120
-    (2, 0, 7, 2, 7, 11, 0, 9, 7, 6, 7, 10, 9, 10, 7),  # 121
-    (1, 8, 0, 1, 7, 8, 1, 10, 7, 6, 7, 10, 2, 3, 11),  # 122
-    (11, 2, 1, 11, 1, 7, 10, 6, 1, 6, 7, 1),  # 123
-    (8, 9, 6, 8, 6, 7, 9, 1, 6, 11, 6, 3, 1, 3, 6),  # 124
-    (0, 9, 1, 11, 6, 7),  # 125
-    (7, 8, 0, 7, 0, 6, 3, 11, 0, 11, 6, 0),  # 126
-    (7, 11, 6),  # 127
-    (7, 6, 11),  # 128
-    (3, 0, 8, 11, 7, 6),  # 129
-    (0, 1, 9, 11, 7, 6),  # 130
-    (8, 1, 9, 8, 3, 1, 11, 7, 6),  # 131
-    (10, 1, 2, 6, 11, 7),  # 132
-    (1, 2, 10, 3, 0, 8, 6, 11, 7),  # 133
-    (2, 9, 0, 2, 10, 9, 6, 11, 7),  # 134
-    (6, 11, 7, 2, 10, 3, 10, 8, 3, 10, 9, 8),  # 135
-    (7, 2, 3, 6, 2, 7),  # 136
-    (7, 0, 8, 7, 6, 0, 6, 2, 0),  # 137
-    (2, 7, 6, 2, 3, 7, 0, 1, 9),  # 138
-    (1, 6, 2, 1, 8, 6, 1, 9, 8, 8, 7, 6),  # 139
-    (10, 7, 6, 10, 1, 7, 1, 3, 7),  # 140
-    (10, 7, 6, 1, 7, 10, 1, 8, 7, 1, 0, 8),  # 141
-    (0, 3, 7, 0, 7, 10, 0, 10, 9, 6, 10, 7),  # 142
-    (7, 6, 10, 7, 10, 8, 8, 10, 9),  # 143
-    (6, 8, 4, 11, 8, 6),  # 144
-    (3, 6, 11, 3, 0, 6, 0, 4, 6),  # 145
-    (8, 6, 11, 8, 4, 6, 9, 0, 1),  # 146
-    (9, 4, 6, 9, 6, 3, 9, 3, 1, 11, 3, 6),  # 147
-    (6, 8, 4, 6, 11, 8, 2, 10, 1),  # 148
-    (1, 2, 10, 3, 0, 11, 0, 6, 11, 0, 4, 6),  # 149
-    (4, 11, 8, 4, 6, 11, 0, 2, 9, 2, 10, 9),  # 150
-    (10, 9, 3, 10, 3, 2, 9, 4, 3, 11, 3, 6, 4, 6, 3),  # 151
-    (8, 2, 3, 8, 4, 2, 4, 6, 2),  # 152
-    (0, 4, 2, 4, 6, 2),  # 153
-    (1, 9, 0, 2, 3, 4, 2, 4, 6, 4, 3, 8),  # 154
-    (1, 9, 4, 1, 4, 2, 2, 4, 6),  # 155
-    (8, 1, 3, 8, 6, 1, 8, 4, 6, 6, 10, 1),  # 156
-    (10, 1, 0, 10, 0, 6, 6, 0, 4),  # 157
-    (4, 6, 3, 4, 3, 8, 6, 10, 3, 0, 3, 9, 10, 9, 3),  # 158
-    (10, 9, 4, 6, 10, 4),  # 159
-    (4, 9, 5, 7, 6, 11),  # 160
-    (0, 8, 3, 4, 9, 5, 11, 7, 6),  # 161
-    (5, 0, 1, 5, 4, 0, 7, 6, 11),  # 162
-    (11, 7, 6, 8, 3, 4, 3, 5, 4, 3, 1, 5),  # 163
-    (9, 5, 4, 10, 1, 2, 7, 6, 11),  # 164
-    (6, 11, 7, 1, 2, 10, 0, 8, 3, 4, 9, 5),  # 165
-    (7, 6, 11, 5, 4, 10, 4, 2, 10, 4, 0, 2),  # 166
-    (3, 4, 8, 3, 5, 4, 3, 2, 5, 10, 5, 2, 11, 7, 6),  # 167
-    (7, 2, 3, 7, 6, 2, 5, 4, 9),  # 168
-    (9, 5, 4, 0, 8, 6, 0, 6, 2, 6, 8, 7),  # 169
-    (3, 6, 2, 3, 7, 6, 1, 5, 0, 5, 4, 0),  # 170
-    (6, 2, 8, 6, 8, 7, 2, 1, 8, 4, 8, 5, 1, 5, 8),  # 171
-    (9, 5, 4, 10, 1, 6, 1, 7, 6, 1, 3, 7),  # 172
-    (1, 6, 10, 1, 7, 6, 1, 0, 7, 8, 7, 0, 9, 5, 4),  # 173
-    (4, 0, 10, 4, 10, 5, 0, 3, 10, 6, 10, 7, 3, 7, 10),  # 174
-    (7, 6, 10, 7, 10, 8, 5, 4, 10, 4, 8, 10),  # 175
-    (6, 9, 5, 6, 11, 9, 11, 8, 9),  # 176
-    (3, 6, 11, 0, 6, 3, 0, 5, 6, 0, 9, 5),  # 177
-    (0, 11, 8, 0, 5, 11, 0, 1, 5, 5, 6, 11),  # 178
-    (6, 11, 3, 6, 3, 5, 5, 3, 1),  # 179
-    (1, 2, 10, 9, 5, 11, 9, 11, 8, 11, 5, 6),  # 180
-    (0, 11, 3, 0, 6, 11, 0, 9, 6, 5, 6, 9, 1, 2, 10),  # 181
-    (11, 8, 5, 11, 5, 6, 8, 0, 5, 10, 5, 2, 0, 2, 5),  # 182
-    (6, 11, 3, 6, 3, 5, 2, 10, 3, 10, 5, 3),  # 183
-    (5, 8, 9, 5, 2, 8, 5, 6, 2, 3, 8, 2),  # 184
-    (9, 5, 6, 9, 6, 0, 0, 6, 2),  # 185
-    (1, 5, 8, 1, 8, 0, 5, 6, 8, 3, 8, 2, 6, 2, 8),  # 186
-    (1, 5, 6, 2, 1, 6),  # 187
-    (1, 3, 6, 1, 6, 10, 3, 8, 6, 5, 6, 9, 8, 9, 6),  # 188
-    (10, 1, 0, 10, 0, 6, 9, 5, 0, 5, 6, 0),  # 189
-    (0, 3, 8, 5, 6, 10),  # 190
-    (10, 5, 6),  # 191
-    (11, 5, 10, 7, 5, 11),  # 192
-    (11, 5, 10, 11, 7, 5, 8, 3, 0),  # 193
-    (5, 11, 7, 5, 10, 11, 1, 9, 0),  # 194
-    (10, 7, 5, 10, 11, 7, 9, 8, 1, 8, 3, 1),  # 195
-    (11, 1, 2, 11, 7, 1, 7, 5, 1),  # 196
-    (0, 8, 3, 1, 2, 7, 1, 7, 5, 7, 2, 11),  # 197
-    (9, 7, 5, 9, 2, 7, 9, 0, 2, 2, 11, 7),  # 198
-    (7, 5, 2, 7, 2, 11, 5, 9, 2, 3, 2, 8, 9, 8, 2),  # 199
-    (2, 5, 10, 2, 3, 5, 3, 7, 5),  # 200
-    (8, 2, 0, 8, 5, 2, 8, 7, 5, 10, 2, 5),  # 201
-    (9, 0, 1, 5, 10, 3, 5, 3, 7, 3, 10, 2),  # 202
-    (9, 8, 2, 9, 2, 1, 8, 7, 2, 10, 2, 5, 7, 5, 2),  # 203
-    (1, 3, 5, 3, 7, 5),  # 204
-    (0, 8, 7, 0, 7, 1, 1, 7, 5),  # 205
-    (9, 0, 3, 9, 3, 5, 5, 3, 7),  # 206
-    (9, 8, 7, 5, 9, 7),  # 207
-    (5, 8, 4, 5, 10, 8, 10, 11, 8),  # 208
-    (5, 0, 4, 5, 11, 0, 5, 10, 11, 11, 3, 0),  # 209
-    (0, 1, 9, 8, 4, 10, 8, 10, 11, 10, 4, 5),  # 210
-    (10, 11, 4, 10, 4, 5, 11, 3, 4, 9, 4, 1, 3, 1, 4),  # 211
-    (2, 5, 1, 2, 8, 5, 2, 11, 8, 4, 5, 8),  # 212
-    (0, 4, 11, 0, 11, 3, 4, 5, 11, 2, 11, 1, 5, 1, 11),  # 213
-    (0, 2, 5, 0, 5, 9, 2, 11, 5, 4, 5, 8, 11, 8, 5),  # 214
-    (9, 4, 5, 2, 11, 3),  # 215
-    (2, 5, 10, 3, 5, 2, 3, 4, 5, 3, 8, 4),  # 216
-    (5, 10, 2, 5, 2, 4, 4, 2, 0),  # 217
-    (3, 10, 2, 3, 5, 10, 3, 8, 5, 4, 5, 8, 0, 1, 9),  # 218
-    (5, 10, 2, 5, 2, 4, 1, 9, 2, 9, 4, 2),  # 219
-    (8, 4, 5, 8, 5, 3, 3, 5, 1),  # 220
-    (0, 4, 5, 1, 0, 5),  # 221
-    (8, 4, 5, 8, 5, 3, 9, 0, 5, 0, 3, 5),  # 222
-    (9, 4, 5),  # 223
-    (4, 11, 7, 4, 9, 11, 9, 10, 11),  # 224
-    (0, 8, 3, 4, 9, 7, 9, 11, 7, 9, 10, 11),  # 225
-    (1, 10, 11, 1, 11, 4, 1, 4, 0, 7, 4, 11),  # 226
-    (3, 1, 4, 3, 4, 8, 1, 10, 4, 7, 4, 11, 10, 11, 4),  # 227
-    (4, 11, 7, 9, 11, 4, 9, 2, 11, 9, 1, 2),  # 228
-    (9, 7, 4, 9, 11, 7, 9, 1, 11, 2, 11, 1, 0, 8, 3),  # 229
-    (11, 7, 4, 11, 4, 2, 2, 4, 0),  # 230
-    (11, 7, 4, 11, 4, 2, 8, 3, 4, 3, 2, 4),  # 231
-    (2, 9, 10, 2, 7, 9, 2, 3, 7, 7, 4, 9),  # 232
-    (9, 10, 7, 9, 7, 4, 10, 2, 7, 8, 7, 0, 2, 0, 7),  # 233
-    (3, 7, 10, 3, 10, 2, 7, 4, 10, 1, 10, 0, 4, 0, 10),  # 234
-    (1, 10, 2, 8, 7, 4),  # 235
-    (4, 9, 1, 4, 1, 7, 7, 1, 3),  # 236
-    (4, 9, 1, 4, 1, 7, 0, 8, 1, 8, 7, 1),  # 237
-    (4, 0, 3, 7, 4, 3),  # 238
-    (4, 8, 7),  # 239
-    (9, 10, 8, 10, 11, 8),  # 240
-    (3, 0, 9, 3, 9, 11, 11, 9, 10),  # 241
-    (0, 1, 10, 0, 10, 8, 8, 10, 11),  # 242
-    (3, 1, 10, 11, 3, 10),  # 243
-    (1, 2, 11, 1, 11, 9, 9, 11, 8),  # 244
-    (3, 0, 9, 3, 9, 11, 1, 2, 9, 2, 11, 9),  # 245
-    (0, 2, 11, 8, 0, 11),  # 246
-    (3, 2, 11),  # 247
-    (2, 3, 8, 2, 8, 10, 10, 8, 9),  # 248
-    (9, 10, 2, 0, 9, 2),  # 249
-    (2, 3, 8, 2, 8, 10, 0, 1, 8, 1, 10, 8),  # 250
-    (1, 10, 2),  # 251
-    (1, 3, 8, 9, 1, 8),  # 252
-    (0, 9, 1),  # 253
-    (0, 3, 8),  # 254
-    (),  # 255
-)
-# fmt: on
-
-_CORNERS = ((0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0),
-            (0, 0, 1), (1, 0, 1), (1, 1, 1), (0, 1, 1))
-_EDGE_CORNERS = ((0, 1), (1, 2), (2, 3), (3, 0),
-                 (4, 5), (5, 6), (6, 7), (7, 4),
-                 (0, 4), (1, 5), (2, 6), (3, 7))
-
-# Built with few NumPy calls, from bytes and small lists: this module is imported by every process that runs
-# the contour, warm ones included, where a NumPy function's first call costs tens of
-# microseconds (a row-by-row or fancy-indexed construction took a third of a millisecond).
-CORNERS = np.array(_CORNERS, dtype=np.int32)
-EDGE_CORNERS = np.array(_EDGE_CORNERS, dtype=np.int32)
-EDGE_TABLE = np.array(_EDGE_TABLE, dtype=np.int32)
+# ``python -m tack.kernels.mc_bourke`` prints it.
+_DATA = bytes.fromhex(
+    "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff000008000300ffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffff000001000900ffffffffffffffffffffffffffffffffffffffffffffffffffff"
+    "010008000300090008000100ffffffffffffffffffffffffffffffffffffffff010002000a00ffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffff000008000300010002000a00ffffffffffffffffffffffffffffffffffffffff"
+    "090002000a00000002000900ffffffffffffffffffffffffffffffffffffffff02000800030002000a0008000a000900"
+    "0800ffffffffffffffffffffffffffff03000b000200ffffffffffffffffffffffffffffffffffffffffffffffffffff"
+    "00000b00020008000b000000ffffffffffffffffffffffffffffffffffffffff010009000000020003000b00ffffffff"
+    "ffffffffffffffffffffffffffffffff01000b000200010009000b00090008000b00ffffffffffffffffffffffffffff"
+    "03000a0001000b000a000300ffffffffffffffffffffffffffffffffffffffff00000a000100000008000a0008000b00"
+    "0a00ffffffffffffffffffffffffffff03000900000003000b0009000b000a000900ffffffffffffffffffffffffffff"
+    "090008000a000a0008000b00ffffffffffffffffffffffffffffffffffffffff040007000800ffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffff040003000000070003000400ffffffffffffffffffffffffffffffffffffffff"
+    "000001000900080004000700ffffffffffffffffffffffffffffffffffffffff04000100090004000700010007000300"
+    "0100ffffffffffffffffffffffffffff010002000a00080004000700ffffffffffffffffffffffffffffffffffffffff"
+    "030004000700030000000400010002000a00ffffffffffffffffffffffffffff090002000a0009000000020008000400"
+    "0700ffffffffffffffffffffffffffff02000a000900020009000700020007000300070009000400ffffffffffffffff"
+    "08000400070003000b000200ffffffffffffffffffffffffffffffffffffffff0b00040007000b000200040002000000"
+    "0400ffffffffffffffffffffffffffff090000000100080004000700020003000b00ffffffffffffffffffffffffffff"
+    "040007000b00090004000b0009000b000200090002000100ffffffffffffffff03000a00010003000b000a0007000800"
+    "0400ffffffffffffffffffffffffffff01000b000a00010004000b0001000000040007000b000400ffffffffffffffff"
+    "040007000800090000000b0009000b000a000b0000000300ffffffffffffffff040007000b0004000b00090009000b00"
+    "0a00ffffffffffffffffffffffffffff090005000400ffffffffffffffffffffffffffffffffffffffffffffffffffff"
+    "090005000400000008000300ffffffffffffffffffffffffffffffffffffffff000005000400010005000000ffffffff"
+    "ffffffffffffffffffffffffffffffff080005000400080003000500030001000500ffffffffffffffffffffffffffff"
+    "010002000a00090005000400ffffffffffffffffffffffffffffffffffffffff030000000800010002000a0004000900"
+    "0500ffffffffffffffffffffffffffff050002000a00050004000200040000000200ffffffffffffffffffffffffffff"
+    "02000a000500030002000500030005000400030004000800ffffffffffffffff090005000400020003000b00ffffffff"
+    "ffffffffffffffffffffffffffffffff00000b000200000008000b00040009000500ffffffffffffffffffffffffffff"
+    "000005000400000001000500020003000b00ffffffffffffffffffffffffffff02000100050002000500080002000800"
+    "0b00040008000500ffffffffffffffff0a0003000b000a0001000300090005000400ffffffffffffffffffffffffffff"
+    "04000900050000000800010008000a00010008000b000a00ffffffffffffffff050004000000050000000b0005000b00"
+    "0a000b0000000300ffffffffffffffff050004000800050008000a000a0008000b00ffffffffffffffffffffffffffff"
+    "090007000800050007000900ffffffffffffffffffffffffffffffffffffffff09000300000009000500030005000700"
+    "0300ffffffffffffffffffffffffffff000007000800000001000700010005000700ffffffffffffffffffffffffffff"
+    "010005000300030005000700ffffffffffffffffffffffffffffffffffffffff0900070008000900050007000a000100"
+    "0200ffffffffffffffffffffffffffff0a0001000200090005000000050003000000050007000300ffffffffffffffff"
+    "0800000002000800020005000800050007000a0005000200ffffffffffffffff02000a00050002000500030003000500"
+    "0700ffffffffffffffffffffffffffff07000900050007000800090003000b000200ffffffffffffffffffffffffffff"
+    "090005000700090007000200090002000000020007000b00ffffffffffffffff020003000b0000000100080001000700"
+    "0800010005000700ffffffffffffffff0b00020001000b0001000700070001000500ffffffffffffffffffffffffffff"
+    "0900050008000800050007000a00010003000a0003000b00ffffffffffffffff05000700000005000000090007000b00"
+    "0000010000000a000b000a000000ffff0b000a0000000b00000003000a0005000000080000000700050007000000ffff"
+    "0b000a00050007000b000500ffffffffffffffffffffffffffffffffffffffff0a0006000500ffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffff00000800030005000a000600ffffffffffffffffffffffffffffffffffffffff"
+    "09000000010005000a000600ffffffffffffffffffffffffffffffffffffffff01000800030001000900080005000a00"
+    "0600ffffffffffffffffffffffffffff010006000500020006000100ffffffffffffffffffffffffffffffffffffffff"
+    "010006000500010002000600030000000800ffffffffffffffffffffffffffff09000600050009000000060000000200"
+    "0600ffffffffffffffffffffffffffff050009000800050008000200050002000600030002000800ffffffffffffffff"
+    "020003000b000a0006000500ffffffffffffffffffffffffffffffffffffffff0b00000008000b00020000000a000600"
+    "0500ffffffffffffffffffffffffffff000001000900020003000b0005000a000600ffffffffffffffffffffffffffff"
+    "05000a00060001000900020009000b000200090008000b00ffffffffffffffff060003000b0006000500030005000100"
+    "0300ffffffffffffffffffffffffffff000008000b0000000b00050000000500010005000b000600ffffffffffffffff"
+    "03000b000600000003000600000006000500000005000900ffffffffffffffff060005000900060009000b000b000900"
+    "0800ffffffffffffffffffffffffffff05000a000600040007000800ffffffffffffffffffffffffffffffffffffffff"
+    "040003000000040007000300060005000a00ffffffffffffffffffffffffffff01000900000005000a00060008000400"
+    "0700ffffffffffffffffffffffffffff0a0006000500010009000700010007000300070009000400ffffffffffffffff"
+    "060001000200060005000100040007000800ffffffffffffffffffffffffffff01000200050005000200060003000000"
+    "0400030004000700ffffffffffffffff080004000700090000000500000006000500000002000600ffffffffffffffff"
+    "070003000900070009000400030002000900050009000600020006000900ffff03000b0002000700080004000a000600"
+    "0500ffffffffffffffffffffffffffff05000a000600040007000200040002000000020007000b00ffffffffffffffff"
+    "000001000900040007000800020003000b0005000a000600ffffffffffffffff09000200010009000b00020009000400"
+    "0b0007000b00040005000a000600ffff08000400070003000b00050003000500010005000b000600ffffffffffffffff"
+    "050001000b0005000b000600010000000b0007000b000400000004000b00ffff00000500090000000600050000000300"
+    "06000b0006000300080004000700ffff060005000900060009000b0004000700090007000b000900ffffffffffffffff"
+    "0a0004000900060004000a00ffffffffffffffffffffffffffffffffffffffff04000a000600040009000a0000000800"
+    "0300ffffffffffffffffffffffffffff0a00000001000a0006000000060004000000ffffffffffffffffffffffffffff"
+    "080003000100080001000600080006000400060001000a00ffffffffffffffff01000400090001000200040002000600"
+    "0400ffffffffffffffffffffffffffff030000000800010002000900020004000900020006000400ffffffffffffffff"
+    "000002000400040002000600ffffffffffffffffffffffffffffffffffffffff08000300020008000200040004000200"
+    "0600ffffffffffffffffffffffffffff0a00040009000a00060004000b0002000300ffffffffffffffffffffffffffff"
+    "000008000200020008000b00040009000a0004000a000600ffffffffffffffff03000b00020000000100060000000600"
+    "0400060001000a00ffffffffffffffff060004000100060001000a00040008000100020001000b0008000b000100ffff"
+    "0900060004000900030006000900010003000b0006000300ffffffffffffffff08000b0001000800010000000b000600"
+    "0100090001000400060004000100ffff03000b000600030006000000000006000400ffffffffffffffffffffffffffff"
+    "0600040008000b0006000800ffffffffffffffffffffffffffffffffffffffff07000a000600070008000a0008000900"
+    "0a00ffffffffffffffffffffffffffff00000700030000000a000700000009000a00060007000a00ffffffffffffffff"
+    "0a000600070001000a000700010007000800010008000000ffffffffffffffff0a00060007000a000700010001000700"
+    "0300ffffffffffffffffffffffffffff010002000600010006000800010008000900080006000700ffffffffffffffff"
+    "020006000900020009000100060007000900000009000300070003000900ffff07000800000007000000060006000000"
+    "0200ffffffffffffffffffffffffffff070003000200060007000200ffffffffffffffffffffffffffffffffffffffff"
+    "020003000b000a00060008000a0008000900080006000700ffffffffffffffff020000000700020007000b0000000900"
+    "0700060007000a0009000a000700ffff01000800000001000700080001000a000700060007000a00020003000b00ffff"
+    "0b00020001000b00010007000a0006000100060007000100ffffffffffffffff08000900060008000600070009000100"
+    "06000b0006000300010003000600ffff0000090001000b0006000700ffffffffffffffffffffffffffffffffffffffff"
+    "07000800000007000000060003000b0000000b0006000000ffffffffffffffff07000b000600ffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffff070006000b00ffffffffffffffffffffffffffffffffffffffffffffffffffff"
+    "0300000008000b0007000600ffffffffffffffffffffffffffffffffffffffff0000010009000b0007000600ffffffff"
+    "ffffffffffffffffffffffffffffffff0800010009000800030001000b0007000600ffffffffffffffffffffffffffff"
+    "0a000100020006000b000700ffffffffffffffffffffffffffffffffffffffff010002000a0003000000080006000b00"
+    "0700ffffffffffffffffffffffffffff02000900000002000a00090006000b000700ffffffffffffffffffffffffffff"
+    "06000b00070002000a0003000a00080003000a0009000800ffffffffffffffff070002000300060002000700ffffffff"
+    "ffffffffffffffffffffffffffffffff070000000800070006000000060002000000ffffffffffffffffffffffffffff"
+    "020007000600020003000700000001000900ffffffffffffffffffffffffffff01000600020001000800060001000900"
+    "0800080007000600ffffffffffffffff0a00070006000a0001000700010003000700ffffffffffffffffffffffffffff"
+    "0a0007000600010007000a00010008000700010000000800ffffffffffffffff000003000700000007000a0000000a00"
+    "090006000a000700ffffffffffffffff070006000a0007000a00080008000a000900ffffffffffffffffffffffffffff"
+    "0600080004000b0008000600ffffffffffffffffffffffffffffffffffffffff030006000b0003000000060000000400"
+    "0600ffffffffffffffffffffffffffff080006000b00080004000600090000000100ffffffffffffffffffffffffffff"
+    "0900040006000900060003000900030001000b0003000600ffffffffffffffff06000800040006000b00080002000a00"
+    "0100ffffffffffffffffffffffffffff010002000a00030000000b00000006000b00000004000600ffffffffffffffff"
+    "04000b000800040006000b0000000200090002000a000900ffffffffffffffff0a00090003000a000300020009000400"
+    "03000b0003000600040006000300ffff080002000300080004000200040006000200ffffffffffffffffffffffffffff"
+    "000004000200040006000200ffffffffffffffffffffffffffffffffffffffff01000900000002000300040002000400"
+    "0600040003000800ffffffffffffffff010009000400010004000200020004000600ffffffffffffffffffffffffffff"
+    "08000100030008000600010008000400060006000a000100ffffffffffffffff0a00010000000a000000060006000000"
+    "0400ffffffffffffffffffffffffffff04000600030004000300080006000a0003000000030009000a0009000300ffff"
+    "0a000900040006000a000400ffffffffffffffffffffffffffffffffffffffff040009000500070006000b00ffffffff"
+    "ffffffffffffffffffffffffffffffff0000080003000400090005000b0007000600ffffffffffffffffffffffffffff"
+    "050000000100050004000000070006000b00ffffffffffffffffffffffffffff0b000700060008000300040003000500"
+    "0400030001000500ffffffffffffffff0900050004000a0001000200070006000b00ffffffffffffffffffffffffffff"
+    "06000b000700010002000a00000008000300040009000500ffffffffffffffff070006000b00050004000a0004000200"
+    "0a00040000000200ffffffffffffffff0300040008000300050004000300020005000a00050002000b0007000600ffff"
+    "070002000300070006000200050004000900ffffffffffffffffffffffffffff09000500040000000800060000000600"
+    "0200060008000700ffffffffffffffff030006000200030007000600010005000000050004000000ffffffffffffffff"
+    "060002000800060008000700020001000800040008000500010005000800ffff0900050004000a000100060001000700"
+    "0600010003000700ffffffffffffffff010006000a00010007000600010000000700080007000000090005000400ffff"
+    "040000000a0004000a000500000003000a0006000a000700030007000a00ffff070006000a0007000a00080005000400"
+    "0a00040008000a00ffffffffffffffff06000900050006000b0009000b0008000900ffffffffffffffffffffffffffff"
+    "030006000b00000006000300000005000600000009000500ffffffffffffffff00000b000800000005000b0000000100"
+    "0500050006000b00ffffffffffffffff06000b000300060003000500050003000100ffffffffffffffffffffffffffff"
+    "010002000a00090005000b0009000b0008000b0005000600ffffffffffffffff00000b000300000006000b0000000900"
+    "0600050006000900010002000a00ffff0b00080005000b00050006000800000005000a0005000200000002000500ffff"
+    "06000b00030006000300050002000a0003000a0005000300ffffffffffffffff05000800090005000200080005000600"
+    "0200030008000200ffffffffffffffff090005000600090006000000000006000200ffffffffffffffffffffffffffff"
+    "010005000800010008000000050006000800030008000200060002000800ffff010005000600020001000600ffffffff"
+    "ffffffffffffffffffffffffffffffff010003000600010006000a00030008000600050006000900080009000600ffff"
+    "0a00010000000a0000000600090005000000050006000000ffffffffffffffff000003000800050006000a00ffffffff"
+    "ffffffffffffffffffffffffffffffff0a0005000600ffffffffffffffffffffffffffffffffffffffffffffffffffff"
+    "0b0005000a00070005000b00ffffffffffffffffffffffffffffffffffffffff0b0005000a000b000700050008000300"
+    "0000ffffffffffffffffffffffffffff05000b00070005000a000b00010009000000ffffffffffffffffffffffffffff"
+    "0a00070005000a000b000700090008000100080003000100ffffffffffffffff0b00010002000b000700010007000500"
+    "0100ffffffffffffffffffffffffffff000008000300010002000700010007000500070002000b00ffffffffffffffff"
+    "09000700050009000200070009000000020002000b000700ffffffffffffffff070005000200070002000b0005000900"
+    "0200030002000800090008000200ffff020005000a00020003000500030007000500ffffffffffffffffffffffffffff"
+    "0800020000000800050002000800070005000a0002000500ffffffffffffffff09000000010005000a00030005000300"
+    "070003000a000200ffffffffffffffff0900080002000900020001000800070002000a0002000500070005000200ffff"
+    "010003000500030007000500ffffffffffffffffffffffffffffffffffffffff00000800070000000700010001000700"
+    "0500ffffffffffffffffffffffffffff090000000300090003000500050003000700ffffffffffffffffffffffffffff"
+    "090008000700050009000700ffffffffffffffffffffffffffffffffffffffff05000800040005000a0008000a000b00"
+    "0800ffffffffffffffffffffffffffff05000000040005000b00000005000a000b000b0003000000ffffffffffffffff"
+    "000001000900080004000a0008000a000b000a0004000500ffffffffffffffff0a000b0004000a00040005000b000300"
+    "0400090004000100030001000400ffff02000500010002000800050002000b000800040005000800ffffffffffffffff"
+    "000004000b0000000b000300040005000b0002000b000100050001000b00ffff00000200050000000500090002000b00"
+    "05000400050008000b0008000500ffff09000400050002000b000300ffffffffffffffffffffffffffffffffffffffff"
+    "020005000a00030005000200030004000500030008000400ffffffffffffffff05000a00020005000200040004000200"
+    "0000ffffffffffffffffffffffffffff03000a000200030005000a00030008000500040005000800000001000900ffff"
+    "05000a000200050002000400010009000200090004000200ffffffffffffffff08000400050008000500030003000500"
+    "0100ffffffffffffffffffffffffffff000004000500010000000500ffffffffffffffffffffffffffffffffffffffff"
+    "080004000500080005000300090000000500000003000500ffffffffffffffff090004000500ffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffff04000b000700040009000b0009000a000b00ffffffffffffffffffffffffffff"
+    "00000800030004000900070009000b00070009000a000b00ffffffffffffffff01000a000b0001000b00040001000400"
+    "0000070004000b00ffffffffffffffff03000100040003000400080001000a000400070004000b000a000b000400ffff"
+    "04000b00070009000b000400090002000b00090001000200ffffffffffffffff09000700040009000b00070009000100"
+    "0b0002000b000100000008000300ffff0b00070004000b0004000200020004000000ffffffffffffffffffffffffffff"
+    "0b00070004000b0004000200080003000400030002000400ffffffffffffffff020009000a0002000700090002000300"
+    "0700070004000900ffffffffffffffff09000a0007000900070004000a0002000700080007000000020000000700ffff"
+    "030007000a0003000a000200070004000a0001000a000000040000000a00ffff01000a000200080007000400ffffffff"
+    "ffffffffffffffffffffffffffffffff040009000100040001000700070001000300ffffffffffffffffffffffffffff"
+    "040009000100040001000700000008000100080007000100ffffffffffffffff040000000300070004000300ffffffff"
+    "ffffffffffffffffffffffffffffffff040008000700ffffffffffffffffffffffffffffffffffffffffffffffffffff"
+    "09000a0008000a000b000800ffffffffffffffffffffffffffffffffffffffff030000000900030009000b000b000900"
+    "0a00ffffffffffffffffffffffffffff000001000a0000000a00080008000a000b00ffffffffffffffffffffffffffff"
+    "030001000a000b0003000a00ffffffffffffffffffffffffffffffffffffffff010002000b0001000b00090009000b00"
+    "0800ffffffffffffffffffffffffffff030000000900030009000b0001000200090002000b000900ffffffffffffffff"
+    "000002000b00080000000b00ffffffffffffffffffffffffffffffffffffffff030002000b00ffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffff020003000800020008000a000a0008000900ffffffffffffffffffffffffffff"
+    "09000a000200000009000200ffffffffffffffffffffffffffffffffffffffff020003000800020008000a0000000100"
+    "080001000a000800ffffffffffffffff01000a000200ffffffffffffffffffffffffffffffffffffffffffffffffffff"
+    "010003000800090001000800ffffffffffffffffffffffffffffffffffffffff000009000100ffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffff000003000800ffffffffffffffffffffffffffffffffffffffffffffffffffff"
+    "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff00000100010002000100020002000300"
+    "010002000200030002000300030002000100020002000300020003000300040002000300030004000300040004000300"
+    "010002000200030002000300030004000200030003000400030004000400030002000300030002000300040004000300"
+    "030004000400030004000500050002000100020002000300020003000300040002000300030004000300040004000300"
+    "020003000300040003000400040005000300040004000500040005000500040002000300030004000300040002000300"
+    "030004000400050004000500030002000300040004000300040005000300020004000500050004000500020004000100"
+    "010002000200030002000300030004000200030003000400030004000400030002000300030004000300040004000500"
+    "030002000400030004000300050002000200030003000400030004000400050003000400040005000400050005000400"
+    "030004000400030004000500050004000400030005000200050004000200010002000300030004000300040004000500"
+    "030004000400050002000300030002000300040004000500040005000500020004000300050004000300020004000100"
+    "030004000400050004000500030004000400050005000200030004000200010002000300030002000300040002000100"
+    "030002000400010002000100010000000000090103020a0306040f0505060c070c0805090f0a060b0a0c030d090e000f"
+    "9001990093039a0296059f0495079c069c0995089f0b960a9a0d930c990f900e3002390333003a0136063f0735043c05"
+    "3c0a350b3f0836093a0e330f390c300da003a902a301aa00a607af06a505ac04ac0ba50aaf09a608aa0fa30ea90da00c"
+    "6004690563066a0766006f0165026c036c0c650d6f0e660f6a086309690a600bf005f904f307fa06f601ff00f503fc02"
+    "fc0df50cff0ff60efa09f308f90bf00a5006590753045a0556025f0355005c015c0e550f5f0c560d5a0a530b59085009"
+    "c007c906c305ca04c603cf02c501cc00cc0fc50ecf0dc60cca0bc30ac909c008c008c909c30aca0bc60ccf0dc50ecc0f"
+    "cc00c501cf02c603ca04c305c906c00750095908530b5a0a560d5f0c550f5c0e5c0155005f0356025a05530459075006"
+    "f00af90bf308fa09f60eff0ff50cfc0dfc02f503ff00f601fa06f307f904f005600b690a63096a08660f6f0e650d6c0c"
+    "6c0365026f0166006a07630669056004a00ca90da30eaa0fa608af09a50aac0bac04a505af06a607aa00a301a902a003"
+    "300d390c330f3a0e36093f08350b3c0a3c0535043f0736063a01330039033002900e990f930c9a0d960a9f0b95089c09"
+    "9c0695079f0496059a02930399009001000f090e030d0a0c060b0f0a05090c080c0705060f0506040a03030209010000"
+    "000000000000010000000000010001000000000001000000000000000100010000000100010001000100000001000100"
+    "000001000100020002000300030000000400050005000600060007000700040000000400010005000200060003000700"
+    "000001000000010000000100000001000200020002000200000000000000010000000000000001000000000000000000"
+    "000000000100010000000100000001000100000000000100000000000000010000000000010001000000000001000000")
 
 
-def _padded(rows):
-    """The rows, each padded to 16 with -1, as signed bytes (0xFF is -1)."""
-    return b"".join([bytes(row).ljust(16, b"\xff") for row in rows])
+def _tables(data: bytes):
+    """The tables of ``LAYOUT``, each a read-only int32 view of one array."""
+    flat = np.frombuffer(data, dtype="<i2").astype(np.int32)
+    flat.setflags(write=False)
+    at = 0
+    for _, shape in LAYOUT:
+        n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+        yield flat[at:at + n].reshape(shape)
+        at += n
 
 
-TRI_TABLE = np.frombuffer(_padded(_TRI_TABLE), dtype=np.int8).astype(np.int32).reshape(256, 16)
-TRI_COUNT = np.array([len(_row) // 3 for _row in _TRI_TABLE], dtype=np.int32)
-# Edge e joins corners a and b, which differ along one axis: that axis, and the lower corner.
-EDGE_AXIS = np.array([[_CORNERS[a][i] != _CORNERS[b][i] for i in range(3)].index(True)
-                      for a, b in _EDGE_CORNERS], dtype=np.int32)
-EDGE_ORIGIN = np.array([[min(_CORNERS[a][i], _CORNERS[b][i]) for i in range(3)]
-                        for a, b in _EDGE_CORNERS], dtype=np.int32)
-
-for _a in (EDGE_TABLE, TRI_TABLE, TRI_COUNT, CORNERS, EDGE_CORNERS, EDGE_AXIS, EDGE_ORIGIN):
-    _a.setflags(write=False)
-
-del _a, _padded, _CORNERS, _EDGE_CORNERS, _EDGE_TABLE, _TRI_TABLE
+TRI_TABLE, TRI_COUNT, EDGE_TABLE, CORNERS, EDGE_CORNERS, EDGE_AXIS, EDGE_ORIGIN = _tables(_DATA)
+del _DATA, _tables
