@@ -8,7 +8,7 @@ Tack process's phases in order up to ``STOP``: ``numpy`` (nothing of Tack's), ``
 alone).  Then it leaves with ``os._exit`` (no interpreter exit counted), or with ``--exit``
 through the interpreter's normal exit.  ``--check`` (not counted: run natively) checks the
 result (exit status 3 if wrong) and prints one JSON line saying whether the call compiled or
-imported archspec or LLVM's binding.  Not meant to be imported.
+imported archspec or LLVM's binding, and how much code each of Tack's modules it imported holds.  Not meant to be imported.
 """
 
 import os
@@ -22,6 +22,19 @@ if os.environ.get("TACK_BENCH_SITE"):               # the installed copy of Tack
     sys.path.insert(0, os.environ["TACK_BENCH_SITE"])
 
 STOPS = ("numpy", "import", "module", "call")
+
+
+def _code_loaded() -> dict:
+    """{Tack module imported: bytes of its code marshalled} (each compiled from its source now:
+    what a warm process unmarshals, less what a group's shared constants save)."""
+    import marshal
+    got = {}
+    for name, module in sorted(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name.split(".")[0] == "tack" and path and path.endswith(".py"):
+            with open(path, "rb") as f:
+                got[name] = len(marshal.dumps(compile(f.read(), path, "exec")))
+    return got
 
 
 def main(argv):
@@ -45,7 +58,8 @@ def main(argv):
             print(json.dumps({"ok": True, "hits": st["hits"]["variant"],
                               "misses": st["misses"]["variant"],
                               "archspec": "archspec" in sys.modules,
-                              "llvm": "llvmlite.binding" in sys.modules}))
+                              "llvm": "llvmlite.binding" in sys.modules,
+                              "code": _code_loaded()}))
     sys.stdout.flush()
     if "--exit" not in argv:
         os._exit(0)

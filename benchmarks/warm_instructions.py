@@ -25,7 +25,9 @@ phase's instructions, and the exit's over NumPy-only's.  Then what the whole pro
 split by what CPython does for it (inclusive counts of its C functions, the warm process's
 less the NumPy-only one's): unmarshalling code, making classes, the collector, hashing (the
 entries' BLAKE2b checksums, the import image's CRC-32s) and the kernel's code with other
-calls through ctypes.
+calls through ctypes.  And the code the warm process loads: each of Tack's modules it imported,
+compiled from its source and marshalled (a process not counted, ``--check``), in KB: every cost
+above grows with it.
 
 To read the counts as time: the NumPy-only process's CPU time, measured natively ``--runs``
 times (median), over its instruction count gives this machine's rate for such a process, and
@@ -155,7 +157,7 @@ def measure(args, tmp):
         parts = {row: sum(whole[n] - base[n] for n in plus) - sum(whole[n] - base[n] for n in minus)
                  for row, plus, minus in PARTS}
         res["kernels"][kernel] = {
-            "numpy_only": ne, "numpy_only_cpu_s": cpu,
+            "numpy_only": ne, "numpy_only_cpu_s": cpu, "code": got.get("code", {}),
             "phases": {"import tack": t["import"] - n0, "the kernel's module": t["module"] - t["import"],
                        "first call": t["call"] - t["module"],
                        "exit, over NumPy-only's": (te - t["call"]) - (ne - n0)},
@@ -184,6 +186,12 @@ def report(res):
         lines.append("  of which, by what CPython does:")
         for name, m in r["parts"].items():
             lines.append(f"    {name:<38} {m / 1e6:8.2f} {m / n:6.1%} {m / rate * 1e3:6.2f}")
+        code = r.get("code") or {}
+        if code:
+            big = sorted(code.items(), key=lambda kv: -kv[1])[:5]
+            lines.append(f"  code it loads: {sum(code.values()) / 1024:.0f} KB marshalled in {len(code)} "
+                         f"of Tack's modules (largest: "
+                         + ", ".join(f"{m} {b / 1024:.0f}" for m, b in big) + ")")
         lines.append("")
     return "\n".join(lines)
 
