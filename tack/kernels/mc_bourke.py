@@ -315,7 +315,7 @@ EDGE_CORNERS = ((0, 1), (1, 2), (2, 3), (3, 0),
 
 
 def tables() -> dict:
-    """Each of ``mc_tables.LAYOUT``'s tables as nested lists: the rows padded with -1, the triangle
+    """Each table ``mc_tables`` holds, by name, as nested lists: the rows padded with -1, the triangle
     counts, and each edge's axis (the one its corners differ along) and lower corner."""
     got = {
         "TRI_TABLE": [list(row) + [-1] * (16 - len(row)) for row in TRI_ROWS],
@@ -328,15 +328,16 @@ def tables() -> dict:
         "EDGE_ORIGIN": [[min(CORNERS[a][i], CORNERS[b][i]) for i in range(3)]
                         for a, b in EDGE_CORNERS],
     }
-    from .mc_tables import LAYOUT
-    assert [name for name, _ in LAYOUT] == list(got), "mc_tables.LAYOUT names other tables"
     return got
 
 
 def packed() -> bytes:
     """The tables in ``mc_tables.LAYOUT``'s order, flattened, as little-endian int16."""
     import numpy as np
-    return b"".join(np.asarray(t, dtype="<i2").tobytes() for t in tables().values())
+
+    from .mc_tables import LAYOUT
+    got = tables()
+    return b"".join(np.asarray(got[name], dtype="<i2").tobytes() for name, _ in LAYOUT)
 
 
 def main():

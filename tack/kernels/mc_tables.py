@@ -33,22 +33,16 @@ classes 3 (2 vs 4 triangles), 6 and 7 (3 vs 5); classes 10, 12 and 13 are
 ambiguous too but have equal counts either way.
 """
 
+import math
+
 import numpy as np
 
-__all__ = [
-    "EDGE_TABLE",
-    "TRI_TABLE",
-    "TRI_COUNT",
-    "CORNERS",
-    "EDGE_CORNERS",
-    "EDGE_AXIS",
-    "EDGE_ORIGIN",
-]
 
 # Each table's name and shape, in ``_DATA``'s order (little-endian int16, read as int32).
 LAYOUT = (("TRI_TABLE", (256, 16)), ("TRI_COUNT", (256,)), ("EDGE_TABLE", (256,)),
           ("CORNERS", (8, 3)), ("EDGE_CORNERS", (12, 2)), ("EDGE_AXIS", (12,)),
           ("EDGE_ORIGIN", (12, 3)))
+__all__ = [name for name, _ in LAYOUT]
 
 # ``python -m tack.kernels.mc_bourke`` prints it.
 _DATA = bytes.fromhex(
@@ -256,7 +250,7 @@ def _tables(data: bytes):
     flat.setflags(write=False)
     at = 0
     for _, shape in LAYOUT:
-        n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+        n = math.prod(shape)
         yield flat[at:at + n].reshape(shape)
         at += n
 
